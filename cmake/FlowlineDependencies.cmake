@@ -1,0 +1,56 @@
+# Finds flowline's dependencies. Used by the build and by the installed package config, so a consumer
+# of flowline::core gets the same LibTorch, Boost, yaml-cpp, fmt and spdlog the library was built with.
+include_guard(GLOBAL)
+include(CMakeFindDependencyMacro)
+
+# LibTorch comes from the PyPI torch wheel; CMAKE_PREFIX_PATH must contain torch.utils.cmake_prefix_path
+# (scripts/setup.sh passes it). Torch's CMake warns about kineto and CUDA architectures: harmless.
+if(NOT TARGET torch)
+  find_package(Torch 2.11 REQUIRED)
+endif()
+find_package(Boost 1.81 CONFIG REQUIRED COMPONENTS json)
+find_package(yaml-cpp REQUIRED)
+find_package(fmt REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(Threads REQUIRED)
+find_package(CLI11 REQUIRED)
+
+if(TARGET yaml-cpp::yaml-cpp)
+  set(FLOWLINE_YAML_TARGET yaml-cpp::yaml-cpp)
+else()
+  set(FLOWLINE_YAML_TARGET yaml-cpp)
+endif()
+
+# utf8proc: Debian's libutf8proc-dev, or a folder unpacked from its .deb files (FLOWLINE_UTF8PROC_ROOT),
+# as on the GPU machine which lacks the package.
+if(NOT TARGET flowline_utf8proc)
+  find_path(FLOWLINE_UTF8PROC_INCLUDE utf8proc.h
+    HINTS ${FLOWLINE_UTF8PROC_ROOT}/usr/include $ENV{FLOWLINE_UTF8PROC_ROOT}/usr/include)
+  find_library(FLOWLINE_UTF8PROC_LIBRARY NAMES utf8proc
+    HINTS ${FLOWLINE_UTF8PROC_ROOT}/usr/lib/x86_64-linux-gnu $ENV{FLOWLINE_UTF8PROC_ROOT}/usr/lib/x86_64-linux-gnu)
+  if(NOT FLOWLINE_UTF8PROC_INCLUDE OR NOT FLOWLINE_UTF8PROC_LIBRARY)
+    message(FATAL_ERROR "utf8proc not found: install libutf8proc-dev or set FLOWLINE_UTF8PROC_ROOT")
+  endif()
+  add_library(flowline_utf8proc INTERFACE IMPORTED GLOBAL)
+  set_target_properties(flowline_utf8proc PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES ${FLOWLINE_UTF8PROC_INCLUDE}
+    INTERFACE_LINK_LIBRARIES ${FLOWLINE_UTF8PROC_LIBRARY})
+endif()
+
+# The torch wheel ships fmt 12 headers in its include folder, which would shadow the system fmt that
+# spdlog is built for. A folder holding only a link to the system fmt headers goes first on the include
+# path of everything that uses flowline. (Core ATen headers do not include fmt.)
+if(NOT TARGET flowline_fmt_first)
+  get_target_property(_flowline_fmt_dirs fmt::fmt INTERFACE_INCLUDE_DIRECTORIES)
+  if(NOT _flowline_fmt_dirs)
+    set(_flowline_fmt_dirs /usr/include)
+  endif()
+  find_path(FLOWLINE_FMT_INCLUDE fmt/format.h PATHS ${_flowline_fmt_dirs} /usr/include NO_DEFAULT_PATH)
+  set(_flowline_fmt_shadow ${CMAKE_BINARY_DIR}/flowline-fmt-first)
+  file(MAKE_DIRECTORY ${_flowline_fmt_shadow})
+  if(NOT EXISTS ${_flowline_fmt_shadow}/fmt)
+    file(CREATE_LINK ${FLOWLINE_FMT_INCLUDE}/fmt ${_flowline_fmt_shadow}/fmt SYMBOLIC)
+  endif()
+  add_library(flowline_fmt_first INTERFACE IMPORTED GLOBAL)
+  set_target_properties(flowline_fmt_first PROPERTIES INTERFACE_INCLUDE_DIRECTORIES ${_flowline_fmt_shadow})
+endif()

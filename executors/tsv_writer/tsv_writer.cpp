@@ -1,0 +1,146 @@
+// TsvWriter: writes chosen fields of documents (or of their chunks) as rows of one TSV file, which it
+// alone owns (one replica). Documents pass on unchanged. Tabs and newlines inside values are escaped as
+// \t and \n so every row stays one line.
+//
+//   with:
+//     path: entities.tsv
+//     rows: chunks                          # documents (default) or chunks
+//     columns: [parent.tags.paragraph, text, tags.label, tags.start, tags.end]
+#include "../builtin.hpp"
+
+#include "flowline/error.hpp"
+#include "flowline/executor.hpp"
+
+#include <boost/json/serialize.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+namespace flowline::builtin {
+namespace {
+
+class TsvWriter : public Executor {
+ public:
+  static ExecutorSpec spec() {
+    ExecutorSpec s{
+        "TsvWriter",
+        "Write chosen fields of documents or their chunks as TSV rows (single owner of the file)",
+        {ParamSpec::required_param("path", ParamType::String, "output file, truncated at start"),
+         ParamSpec::required_param("columns", ParamType::StringList,
+                                   "fields: id, text, uri, mime_type, parent_id, tags.KEY, scores.NAME; with "
+                                   "rows: chunks also parent.FIELD"),
+         ParamSpec::optional("rows", ParamType::String, "documents", "documents or chunks"),
+         ParamSpec::optional("header", ParamType::Bool, true, "write the column names as the first row")},
+        {},
+    };
+    s.max_replicas = 1;
+    return s;
+  }
+
+  explicit TsvWriter(const ExecutorContext& context) : Executor(context) {
+    path_ = params().get<std::string>("path");
+    columns_ = params().get<std::vector<std::string>>("columns");
+    if (columns_.empty()) throw Error("parameter 'columns': name at least one column");
+    const auto rows = params().get<std::string>("rows");
+    if (rows != "documents" && rows != "chunks") {
+      throw Error(fmt::format("parameter 'rows': expected documents or chunks, got '{}'", rows));
+    }
+    chunks_ = rows == "chunks";
+    for (const auto& c : columns_) check_column(c);
+    const std::filesystem::path parent = std::filesystem::path(path_).parent_path();
+    std::error_code ec;
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    out_.open(path_, std::ios::binary | std::ios::trunc);
+    if (!out_) throw Error(fmt::format("cannot write '{}': {}", path_, std::strerror(errno)));
+    if (params().get<bool>("header")) out_ << fmt::format("{}\n", fmt::join(columns_, "\t"));
+    bind_default(&TsvWriter::write);
+  }
+
+  void close() override {
+    out_.flush();
+    if (!out_) throw Error(fmt::format("writing '{}' failed", path_));
+  }
+
+ private:
+  void check_column(const std::string& column) const {
+    std::string_view c = column;
+    if (c.rfind("parent.", 0) == 0) {
+      if (!chunks_) throw Error(fmt::format("column '{}': parent.* columns need rows: chunks", column));
+      c.remove_prefix(7);
+    }
+    if (c == "id" || c == "text" || c == "uri" || c == "mime_type" || c == "parent_id") return;
+    if ((c.rfind("tags.", 0) == 0 && c.size() > 5) || (c.rfind("scores.", 0) == 0 && c.size() > 7)) return;
+    throw Error(fmt::format("column '{}': expected id, text, uri, mime_type, parent_id, tags.KEY or scores.NAME",
+                            column));
+  }
+
+  static void append_escaped(std::string& out, std::string_view value) {
+    for (char ch : value) {
+      switch (ch) {
+        case '\t': out += "\\t"; break;
+        case '\n': out += "\\n"; break;
+        case '\r': out += "\\r"; break;
+        case '\\': out += "\\\\"; break;
+        default: out += ch;
+      }
+    }
+  }
+
+  static void append_field(std::string& out, const Document& doc, std::string_view c) {
+    if (c == "id") return append_escaped(out, doc.id);
+    if (c == "text") return append_escaped(out, doc.text);
+    if (c == "uri") return append_escaped(out, doc.uri);
+    if (c == "mime_type") return append_escaped(out, doc.mime_type);
+    if (c == "parent_id") return append_escaped(out, doc.parent_id);
+    if (c.rfind("tags.", 0) == 0) {
+      const auto* v = doc.tags.if_contains(c.substr(5));
+      if (!v || v->is_null()) return;
+      if (v->is_string()) return append_escaped(out, v->get_string());
+      return append_escaped(out, boost::json::serialize(*v));
+    }
+    auto it = doc.scores.find(c.substr(7));
+    if (it != doc.scores.end()) fmt::format_to(std::back_inserter(out), "{}", it->second);
+  }
+
+  void append_row(const Document& row, const Document* parent) {
+    for (std::size_t i = 0; i < columns_.size(); ++i) {
+      if (i) buffer_ += '\t';
+      std::string_view c = columns_[i];
+      if (c.rfind("parent.", 0) == 0) {
+        append_field(buffer_, *parent, c.substr(7));
+      } else {
+        append_field(buffer_, row, c);
+      }
+    }
+    buffer_ += '\n';
+  }
+
+  void write(DocumentArray& docs) {
+    buffer_.clear();
+    for (const auto& doc : docs) {
+      if (chunks_) {
+        for (const auto& chunk : doc.chunks) append_row(chunk, &doc);
+      } else {
+        append_row(doc, nullptr);
+      }
+    }
+    out_.write(buffer_.data(), static_cast<std::streamsize>(buffer_.size()));
+    if (!out_) throw Error(fmt::format("writing '{}' failed: {}", path_, std::strerror(errno)));
+  }
+
+  std::string path_;
+  std::vector<std::string> columns_;
+  bool chunks_ = false;
+  std::ofstream out_;
+  std::string buffer_;
+};
+
+}  // namespace
+
+void register_tsv_writer(Registry& registry) { registry.add<TsvWriter>("built-in"); }
+
+}  // namespace flowline::builtin

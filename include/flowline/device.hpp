@@ -1,0 +1,28 @@
+// flowline/device.hpp — naming and resolving the devices executors run on.
+//
+// Device names in flows: "cpu", "cuda" (the first GPU), "cuda:N", "auto" (the first GPU when there is one,
+// else the CPU). Functions here are thread-safe.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace flowline {
+
+// Number of CUDA devices this process sees (0 without a GPU or without CUDA support).
+int cuda_device_count();
+
+// Names of the devices this process can use: "cpu", "cuda:0", "cuda:1", ...
+std::vector<std::string> available_devices();
+
+// Resolves a device name. Throws flowline::Error for bad syntax or a device that does not exist, naming
+// the device and listing the available ones. "auto" is logged with what it picked.
+c10::Device resolve_device(std::string_view name);
+
+// Makes `device` the current device of the calling thread (a no-op for the CPU).
+void set_thread_device(const c10::Device& device);
+
+}  // namespace flowline

@@ -1,0 +1,137 @@
+// flowline/executor.hpp — the Executor base class and its lifecycle contract.
+//
+// An Executor is one step of a Flow: it receives batches of Documents for an endpoint ("/encode",
+// "/index", ...) and changes them in place.
+//
+// Lifecycle, as the Flow runs it:
+//   1. Declaration. Every executor type has a static `ExecutorSpec spec()` naming it, its parameters and
+//      its endpoints. A flow is validated against the specs before any executor exists, so a bad flow
+//      fails at load time, never mid-run.
+//   2. Construction. The Flow constructs each replica with an ExecutorContext, on the thread that will
+//      run it (so thread-local device state set here holds for processing). The constructor reads its
+//      parameters, loads models, and binds its endpoints with bind()/bind_default(). Each endpoint the
+//      spec declares must be bound and nothing else may be bound: a mismatch fails the flow's start with
+//      an error naming the endpoint. A constructor that throws fails the flow's start.
+//   3. Processing. Handlers run one batch at a time: one instance is never called concurrently, so an
+//      executor needs no locking for its own members. Parallelism comes from replicas, each its own
+//      instance on its own thread. A handler that throws fails the requests of that batch only; the
+//      exception's message is reported with the executor's name and the flow keeps serving.
+//   4. Close. close() is called once on the executor's thread after its last batch, then it is destroyed
+//      there. Release files, flush output.
+//
+// Ownership: the Flow owns executor instances. A handler borrows the batch; it may modify, add or remove
+// documents. Documents it keeps beyond the call must be copied.
+#pragma once
+
+#include "flowline/document.hpp"
+#include "flowline/params.hpp"
+
+#include <c10/core/Device.h>
+#include <boost/json/object.hpp>
+
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+namespace flowline {
+
+// Name of the endpoint handler used when a request's endpoint has no handler of its own.
+inline constexpr std::string_view kDefaultEndpoint = "*";
+
+// Static description of an executor type: what the registry lists, what the flow validator checks.
+struct ExecutorSpec {
+  std::string name;                    // the `uses:` name, e.g. "TextSplitter"
+  std::string help;                    // one line for `flowline executors`
+  std::vector<ParamSpec> params;       // its `with:` parameters
+  std::vector<std::string> endpoints;  // endpoints bound besides the default, e.g. {"/encode"}
+  bool default_endpoint = true;        // whether bind_default() is used
+  int max_replicas = 0;                // 0: any number; 1 for executors that own a file
+};
+
+// What an executor replica knows about where it runs. Set by the Flow before construction.
+struct RuntimeInfo {
+  std::string name;        // the executor's name in the flow, e.g. "encoder"
+  std::string type;        // its spec name, e.g. "SentenceEncoder"
+  int replica = 0;         // 0 .. replicas - 1
+  int replicas = 1;
+  c10::Device device{c10::kCPU};  // resolved device ("auto" already decided)
+};
+
+// Everything a constructor receives. Borrowed for the duration of the constructor; copy what you keep.
+struct ExecutorContext {
+  const RuntimeInfo& runtime;
+  const Params& params;
+};
+
+// What a handler knows about the request it serves.
+struct RequestInfo {
+  std::string_view endpoint;
+  const boost::json::object& parameters;  // per-request parameters sent with the post
+};
+
+class Executor {
+ public:
+  using Handler = std::function<void(DocumentArray&, const RequestInfo&)>;
+
+  explicit Executor(const ExecutorContext& context);
+  virtual ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Called once on the executor's thread after its last batch. Default: nothing.
+  virtual void close() {}
+
+  const RuntimeInfo& runtime() const noexcept { return runtime_; }
+  const Params& params() const noexcept { return params_; }
+
+  // Framework side. Runs the handler for `endpoint` (or the default handler; with neither, the batch
+  // passes through unchanged). Exceptions propagate to the caller.
+  void handle(std::string_view endpoint, DocumentArray& docs, const boost::json::object& parameters);
+  bool has_handler(std::string_view endpoint) const;
+  // Endpoints bound so far, default excluded, sorted.
+  std::vector<std::string> bound_endpoints() const;
+  bool has_default_handler() const noexcept { return static_cast<bool>(default_handler_); }
+
+ protected:
+  // Binds a handler to an endpoint name such as "/encode". Binding a name twice is an error.
+  void bind(std::string endpoint, Handler handler);
+  // Binds a member function: void T::f(DocumentArray&) or void T::f(DocumentArray&, const RequestInfo&).
+  template <class Self>
+  void bind(std::string endpoint, void (Self::*method)(DocumentArray&)) {
+    bind(std::move(endpoint), member_handler(method));
+  }
+  template <class Self>
+  void bind(std::string endpoint, void (Self::*method)(DocumentArray&, const RequestInfo&)) {
+    bind(std::move(endpoint), member_handler(method));
+  }
+  // Binds the handler for requests whose endpoint has no handler of its own.
+  void bind_default(Handler handler);
+  template <class Self, class Method>
+  void bind_default(Method Self::*method) {
+    bind_default(member_handler(method));
+  }
+
+ private:
+  template <class Self>
+  Handler member_handler(void (Self::*method)(DocumentArray&)) {
+    static_assert(std::is_base_of_v<Executor, Self>, "bind a member function of the executor itself");
+    auto* self = static_cast<Self*>(this);
+    return [self, method](DocumentArray& docs, const RequestInfo&) { (self->*method)(docs); };
+  }
+  template <class Self>
+  Handler member_handler(void (Self::*method)(DocumentArray&, const RequestInfo&)) {
+    static_assert(std::is_base_of_v<Executor, Self>, "bind a member function of the executor itself");
+    auto* self = static_cast<Self*>(this);
+    return [self, method](DocumentArray& docs, const RequestInfo& req) { (self->*method)(docs, req); };
+  }
+
+  RuntimeInfo runtime_;
+  Params params_;
+  std::map<std::string, Handler, std::less<>> handlers_;
+  Handler default_handler_;
+};
+
+}  // namespace flowline

@@ -1,0 +1,112 @@
+// flowline/flow.hpp — running a Flow: executors wired into a DAG, fed from a client that posts documents.
+//
+//   flowline::Flow flow;
+//   flow.add({.name = "split", .uses = "TextSplitter"})
+//       .add({.name = "write", .uses = "JsonlWriter", .with = {{"path", "out.jsonl"}}});
+//   flow.start();
+//   flow.post("/index", source, [](flowline::Response&& r) { ... });
+//   flow.close();
+//
+// Runtime model. Each executor runs `replicas` instances, each on its own thread, all taking batches from
+// the executor's one bounded queue. A request (request_size documents) moves through the DAG; where
+// several branches join, their documents are merged by id. With batching options, an executor's worker
+// merges waiting requests into one batch and splits the results back.
+//
+// post() may be called from several threads at once. It keeps at most max_in_flight requests of its own
+// inside the flow (so memory stays flat on an endless input) and calls on_response on the calling thread,
+// once per request, in input order. A request an executor fails comes back with its error and its input
+// documents; the flow keeps serving the others. close() waits for work in flight, then closes each
+// executor on its own thread. The destructor closes.
+#pragma once
+
+#include "flowline/document.hpp"
+#include "flowline/flow_config.hpp"
+#include "flowline/registry.hpp"
+
+#include <boost/json/object.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace flowline {
+
+class DocumentSource;
+
+// The answer to one request.
+struct Response {
+  std::uint64_t index = 0;     // 0-based request number within its post() call
+  DocumentArray docs;          // results; on failure, the documents as they entered the failing executor
+  std::string error;           // empty on success
+  std::string error_executor;  // the executor that failed
+  bool ok() const noexcept { return error.empty(); }
+};
+
+struct Progress {
+  std::uint64_t documents = 0;  // documents answered so far
+  std::uint64_t requests = 0;
+  std::uint64_t failed_requests = 0;
+  double seconds = 0;           // since post() began
+};
+
+struct PostOptions {
+  std::size_t request_size = 0;     // 0: the flow's request_size
+  boost::json::object parameters;   // passed to every handler as RequestInfo::parameters
+  // Called on the posting thread after each delivered response (throttle display in the callback).
+  std::function<void(const Progress&)> on_progress;
+};
+
+struct PostSummary {
+  std::uint64_t documents = 0;
+  std::uint64_t requests = 0;
+  std::uint64_t failed_requests = 0;
+  std::uint64_t failed_documents = 0;
+  double seconds = 0;
+  double docs_per_second() const noexcept { return seconds > 0 ? documents / seconds : 0; }
+};
+
+using ResponseCallback = std::function<void(Response&&)>;
+
+class Flow {
+ public:
+  explicit Flow(FlowOptions options = {}, Registry& registry = Registry::global());
+  // A flow from a config, typically load_flow_config()'s. Validated again at start().
+  explicit Flow(FlowConfig config, Registry& registry = Registry::global());
+  // Loads a YAML flow file (plugins included). Throws ConfigError.
+  static Flow from_yaml(const std::filesystem::path& file, Registry& registry = Registry::global());
+
+  Flow(Flow&&) noexcept;
+  Flow& operator=(Flow&&) noexcept;
+  ~Flow();
+
+  // Appends an executor. Only before start().
+  Flow& add(ExecutorConfig executor);
+
+  // Validates the config and constructs every replica on its thread. Throws ConfigError for a bad config,
+  // ExecutorError (all failures listed) when a constructor throws; the flow is then closed.
+  void start();
+  bool started() const noexcept;
+
+  // Streams every document of `source` through the flow, calling `on_response` on this thread in input
+  // order. Returns when every request is answered. Starts the flow if needed.
+  PostSummary post(std::string_view endpoint, DocumentSource& source, const ResponseCallback& on_response,
+                   const PostOptions& options = {});
+  // Posts `docs` and returns the results in order. Throws ExecutorError for the first failed request
+  // (after all requests finished).
+  DocumentArray post(std::string_view endpoint, DocumentArray docs, const PostOptions& options = {});
+
+  // Waits for posts in flight, closes executors (each on its own thread) and joins all threads.
+  // Idempotent. Errors thrown by executors' close() are logged, not thrown.
+  void close();
+
+  const FlowConfig& config() const noexcept;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace flowline

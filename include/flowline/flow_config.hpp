@@ -1,0 +1,106 @@
+// flowline/flow_config.hpp — the declarative form of a Flow, from YAML or built in code, and its validator.
+//
+// A FlowConfig is plain data. validate_flow_config() checks it against a Registry (executor types exist,
+// parameters match their declarations and get their defaults, `needs` form a DAG, devices exist) and
+// reports every problem at once as a flowline::ConfigError whose diagnostics carry file:line:column when
+// the config came from YAML. A Flow only ever runs a validated config.
+//
+// YAML form (every key is documented in docs/yaml-reference.md, generated from flow_schema()):
+//
+//   with:                      # flow-wide options
+//     request_size: 100
+//   plugins: [libmy_executor.so]
+//   executors:
+//     - name: splitter
+//       uses: TextSplitter
+//       with: {unit: paragraph}
+//     - name: writer
+//       uses: JsonlWriter
+//       with: {path: out.jsonl}
+//       needs: splitter        # default: the executor before it
+//
+// Scalars may use ${{ ENV.NAME }} to substitute an environment variable.
+#pragma once
+
+#include "flowline/error.hpp"
+#include "flowline/registry.hpp"
+
+#include <boost/json/object.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace flowline {
+
+// Server-side dynamic batching: small requests waiting for an executor are merged into one batch of up
+// to max_batch_size documents, waiting at most max_delay for more to arrive. 0 turns merging off.
+struct BatchingOptions {
+  std::size_t max_batch_size = 0;
+  std::chrono::microseconds max_delay{0};
+};
+
+struct ExecutorConfig {
+  std::string name;                 // unique in the flow
+  std::string uses;                 // registered type name
+  boost::json::object with;         // parameters; validation fills in defaults
+  std::optional<std::vector<std::string>> needs;  // unset: the executor before it (none for the first)
+  int replicas = 1;
+  std::string device = "cpu";       // cpu, cuda, cuda:N or auto
+  BatchingOptions batching;
+
+  // Where things were written (empty when built in code). Keys: "" for the entry itself, a field name
+  // ("uses", "needs", ...) or "with.PARAM".
+  std::map<std::string, SourceLocation> locations;
+  SourceLocation location_of(const std::string& key) const;
+};
+
+struct FlowOptions {
+  std::size_t request_size = 100;   // client side: documents per request
+  std::size_t max_in_flight = 64;   // requests posted but not yet answered, per post() call
+  std::size_t queue_capacity = 0;   // requests waiting per executor; 0: max_in_flight
+};
+
+struct FlowConfig {
+  FlowOptions options;
+  std::vector<std::string> plugins;  // as written; resolved against the YAML file's folder
+  std::vector<ExecutorConfig> executors;
+  std::filesystem::path source;      // the YAML file, when there is one
+  std::map<std::string, SourceLocation> locations;  // flow-level keys: "with.request_size", "plugins.0"...
+  SourceLocation location_of(const std::string& key) const;
+};
+
+// Parses YAML text into a FlowConfig (syntax, key names and value types; not the registry). `file_name`
+// is used in messages and to resolve relative plugin paths. Throws ConfigError with every problem.
+FlowConfig parse_flow_config(std::string_view yaml_text, const std::filesystem::path& file_name);
+
+// Reads and parses a flow file, loads the plugins it lists (and those in FLOWLINE_PLUGIN_PATH) into
+// `registry`, then validates it. Every problem, from syntax to validation, is reported in one
+// ConfigError, in file order.
+FlowConfig load_flow_config(const std::filesystem::path& file, Registry& registry = Registry::global());
+// The same for YAML text; `file` names it in messages and anchors relative plugin paths.
+FlowConfig load_flow_config_text(std::string_view yaml_text, const std::filesystem::path& file,
+                                 Registry& registry = Registry::global());
+
+// Validates `config` in place (see the file comment). Throws ConfigError with every problem.
+void validate_flow_config(FlowConfig& config, const Registry& registry = Registry::global());
+
+// One key of the flow YAML schema: the single source for the parser and the generated reference.
+struct SchemaKey {
+  std::string path;         // "with.request_size", "executors[].uses", ...
+  std::string type;         // "int >= 1", "string", ...
+  std::string default_value;
+  std::string help;
+  std::string example;
+};
+const std::vector<SchemaKey>& flow_schema();
+
+// Parses "cpu", "cuda", "cuda:N" or "auto". Returns an error text or nullopt.
+std::optional<std::string> check_device_syntax(std::string_view device);
+
+}  // namespace flowline

@@ -1,0 +1,78 @@
+// flowline/io.hpp — documents in and out: JSONL, text files, and DocumentSources that feed Flow::post().
+//
+// JSON form of a Document (one per line in JSONL): {"id": ..., "text": ..., "blob": base64, "tensor" and
+// "embedding": {"dtype": "float32", "shape": [2, 3], "data": [[...], [...]]}, "tags": {...},
+// "mime_type", "uri", "scores": {name: number}, "chunks": [...], "matches": [...], "parent_id"}.
+// Empty fields are left out when writing. Floats are written in their shortest exact form, so reading
+// back gives the same bits. Integers in tags stay integers.
+//
+// Sources are used by one thread at a time (the thread calling Flow::post).
+#pragma once
+
+#include "flowline/document.hpp"
+
+#include <boost/json/value.hpp>
+
+#include <cstddef>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace flowline {
+
+// Appends the JSON form of `doc` to `out` (no newline).
+void append_json(std::string& out, const Document& doc);
+std::string to_json(const Document& doc);
+// Parses a document from JSON. Throws flowline::Error describing the bad field ("field 'tensor.shape':
+// expected a list of integers").
+Document document_from_json(const boost::json::value& json);
+Document document_from_json(std::string_view json_text);
+
+// Reads a whole JSONL file. Throws InputError with file:line for a bad line.
+DocumentArray read_jsonl(const std::filesystem::path& path);
+// Writes documents as JSONL (truncating). Throws flowline::Error when the file cannot be written.
+void write_jsonl(const std::filesystem::path& path, const DocumentArray& docs);
+
+// Checks that `text` is valid UTF-8. Returns the byte offset of the first bad sequence, or npos.
+std::size_t find_invalid_utf8(std::string_view text) noexcept;
+
+// Reads a file into a string. Throws InputError ("cannot open 'x': No such file or directory").
+std::string read_file(const std::filesystem::path& path);
+
+// A stream of documents for Flow::post().
+class DocumentSource {
+ public:
+  virtual ~DocumentSource() = default;
+  // Appends up to `max` documents to `out`; returns how many (0 at the end). Throws InputError.
+  virtual std::size_t read(DocumentArray& out, std::size_t max) = 0;
+};
+
+// Hands out the documents of an array (moved out of it as they are read).
+class ArraySource : public DocumentSource {
+ public:
+  explicit ArraySource(DocumentArray docs) : docs_(std::move(docs)) {}
+  std::size_t read(DocumentArray& out, std::size_t max) override;
+
+ private:
+  DocumentArray docs_;
+  std::size_t next_ = 0;
+};
+
+enum class InputFormat {
+  Lines,       // one document per non-empty line
+  Paragraphs,  // one document per blank-line separated paragraph, trimmed
+  Jsonl,       // one JSON document per line
+  Text,        // the whole file as one document
+};
+
+// "lines", "paragraphs", "jsonl", "text" → InputFormat; throws flowline::Error listing the choices.
+InputFormat parse_input_format(std::string_view name);
+
+// A source reading a file (streamed line by line for lines and jsonl, so inputs larger than memory work).
+// Every document gets uri = the path; paragraphs and lines also get tags "line" (1-based first line).
+// Invalid UTF-8 or a bad JSONL line throws InputError with the line number.
+std::unique_ptr<DocumentSource> open_file_source(const std::filesystem::path& path, InputFormat format);
+
+}  // namespace flowline

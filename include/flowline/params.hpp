@@ -1,0 +1,99 @@
+// flowline/params.hpp — declared, typed executor parameters (the YAML `with:` block).
+//
+// An executor declares its parameters in its ExecutorSpec (flowline/executor.hpp) as ParamSpecs. A flow is
+// checked against those declarations before any executor is constructed: unknown names, missing required
+// parameters and wrong types are config errors with file:line:column. The executor then reads its values
+// with Params::get<T>(name), which can only fail for a parameter the executor did not declare or reads as
+// another type — a programming error, reported as flowline::ExecutorError naming executor and parameter.
+//
+// Params is immutable once built and safe to read from several threads.
+#pragma once
+
+#include "flowline/error.hpp"
+
+#include <boost/json/value.hpp>
+#include <boost/json/object.hpp>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace flowline {
+
+enum class ParamType {
+  Bool,        // true / false
+  Int,         // 64-bit signed integer
+  Double,      // number; an integer is accepted
+  String,      // text
+  StringList,  // list of text; a single text is not accepted
+  Json,        // anything (null, scalars, lists, maps)
+};
+
+// "bool", "int", "double", "string", "list of strings", "any".
+std::string_view to_string(ParamType type) noexcept;
+
+// Declaration of one parameter.
+struct ParamSpec {
+  std::string name;
+  ParamType type = ParamType::String;
+  bool required = false;
+  boost::json::value default_value;  // used when the parameter is not given (and not required)
+  std::string help;
+
+  static ParamSpec optional(std::string name, ParamType type, boost::json::value default_value,
+                            std::string help);
+  static ParamSpec required_param(std::string name, ParamType type, std::string help);
+};
+
+// Checks `value` against `type`, converting where the YAML reading is unambiguous (an integer where a
+// double is declared). Returns an error description ("expected int, got string \"abc\"") or nullopt.
+std::optional<std::string> check_param_value(ParamType type, boost::json::value& value);
+
+// The parameter values of one executor, after validation against its ParamSpecs.
+class Params {
+ public:
+  Params() = default;
+  // `owner` names the executor in error messages; `locations` (optional) says where each value was written.
+  Params(std::string owner, boost::json::object values, std::map<std::string, SourceLocation> locations = {});
+
+  bool contains(std::string_view name) const;
+  // The value, converted to T. T is one of bool, int, std::int64_t, std::size_t, double, float,
+  // std::string, std::vector<std::string>, boost::json::value. Throws ExecutorError when the parameter is
+  // absent or has another type; size_t rejects negative values.
+  template <class T>
+  T get(std::string_view name) const;
+  // The value, or `fallback` when the parameter is absent or null.
+  template <class T>
+  T get_or(std::string_view name, T fallback) const {
+    return contains(name) && !values_.at(name).is_null() ? get<T>(name) : fallback;
+  }
+
+  const boost::json::object& values() const noexcept { return values_; }
+  // Where the parameter was written, or an empty location.
+  SourceLocation location_of(std::string_view name) const;
+  const std::string& owner() const noexcept { return owner_; }
+
+ private:
+  const boost::json::value& require(std::string_view name) const;
+  [[noreturn]] void type_error(std::string_view name, std::string_view expected) const;
+
+  std::string owner_;
+  boost::json::object values_;
+  std::map<std::string, SourceLocation, std::less<>> locations_;
+};
+
+// The supported conversions (defined in the library).
+template <> bool Params::get<bool>(std::string_view) const;
+template <> std::int64_t Params::get<std::int64_t>(std::string_view) const;
+template <> int Params::get<int>(std::string_view) const;
+template <> std::size_t Params::get<std::size_t>(std::string_view) const;
+template <> double Params::get<double>(std::string_view) const;
+template <> float Params::get<float>(std::string_view) const;
+template <> std::string Params::get<std::string>(std::string_view) const;
+template <> std::vector<std::string> Params::get<std::vector<std::string>>(std::string_view) const;
+template <> boost::json::value Params::get<boost::json::value>(std::string_view) const;
+
+}  // namespace flowline

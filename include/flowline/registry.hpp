@@ -1,0 +1,73 @@
+// flowline/registry.hpp — the table of executor types a flow may `use`.
+//
+// Registry::global() holds the built-in executors and everything plugins and programs add. Adding and
+// looking up are thread-safe. Adding a name that is already there throws flowline::Error (never exits);
+// looking up an unknown name throws an error that lists the known names and suggests the closest one.
+//
+//   registry.add<MyExecutor>();   // MyExecutor has `static ExecutorSpec spec()` and a constructor
+//                                 // taking `const ExecutorContext&`.
+#pragma once
+
+#include "flowline/executor.hpp"
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+namespace flowline {
+
+using ExecutorFactory = std::function<std::unique_ptr<Executor>(const ExecutorContext&)>;
+
+class Registry {
+ public:
+  struct Entry {
+    ExecutorSpec spec;
+    ExecutorFactory factory;
+    std::string origin;  // "built-in", a plugin's path, or "program"
+  };
+
+  Registry() = default;
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
+
+  // The process-wide registry, with the built-in executors already in it.
+  static Registry& global();
+
+  // Adds an executor type. Throws flowline::Error when the name is taken or the spec is malformed.
+  void add(ExecutorSpec spec, ExecutorFactory factory, std::string origin = "program");
+
+  template <class T>
+  void add(std::string origin = "program") {
+    static_assert(std::is_base_of_v<Executor, T>, "an executor type must derive from flowline::Executor");
+    static_assert(std::is_same_v<decltype(T::spec()), ExecutorSpec>,
+                  "an executor type needs `static flowline::ExecutorSpec spec()`");
+    static_assert(std::is_constructible_v<T, const ExecutorContext&>,
+                  "an executor type needs a constructor taking `const flowline::ExecutorContext&`");
+    add(T::spec(), [](const ExecutorContext& context) -> std::unique_ptr<Executor> {
+      return std::make_unique<T>(context);
+    }, std::move(origin));
+  }
+
+  // The entry for `name`, or nullptr. The pointer stays valid for the registry's lifetime.
+  const Entry* find(std::string_view name) const;
+  // The entry for `name`; throws flowline::Error listing known names and a "did you mean" hint.
+  const Entry& get(std::string_view name) const;
+  // "unknown executor type 'X' (did you mean 'Y'?); known types: A, B, C"
+  std::string unknown_message(std::string_view name) const;
+  std::vector<std::string> names() const;
+  std::size_t size() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<std::unique_ptr<Entry>> entries_;
+};
+
+// Adds the executors that ship inside flowline::core (TextSplitter, JsonlWriter, TsvWriter, ...).
+// Registry::global() has them already; call this for a registry of your own.
+void register_builtin_executors(Registry& registry);
+
+}  // namespace flowline

@@ -1,0 +1,205 @@
+#include "launcher.hpp"
+#include "progress.hpp"
+
+#include "flowline/flowline.hpp"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <unistd.h>
+
+namespace flowline::cli {
+namespace {
+
+struct RunOptions {
+  std::string flow;
+  std::string input;
+  std::string input_format = "lines";
+  std::string output;
+  std::string endpoint = "/";
+  std::size_t request_size = 0;
+  std::string progress = "auto";
+};
+
+void print_config_error(const ConfigError& e) {
+  for (const auto& d : e.diagnostics()) fmt::print(stderr, "{}\n", d.to_string());
+  fmt::print(stderr, "{} error{} in the flow configuration\n", e.diagnostics().size(),
+             e.diagnostics().size() == 1 ? "" : "s");
+}
+
+int command_run(const RunOptions& o) {
+  FlowConfig config;
+  std::unique_ptr<DocumentSource> source;
+  try {
+    config = load_flow_config(o.flow);
+  } catch (const ConfigError& e) {
+    print_config_error(e);
+    return kExitUsage;
+  }
+  if (o.request_size > 0) config.options.request_size = o.request_size;
+  try {
+    source = open_file_source(o.input, parse_input_format(o.input_format));
+  } catch (const Error& e) {
+    fmt::print(stderr, "error: input: {}\n", e.what());
+    return kExitUsage;
+  }
+  std::ofstream output;
+  if (!o.output.empty()) {
+    output.open(o.output, std::ios::binary | std::ios::trunc);
+    if (!output) {
+      fmt::print(stderr, "error: cannot write '{}': {}\n", o.output, std::strerror(errno));
+      return kExitUsage;
+    }
+  }
+
+  Flow flow(std::move(config));
+  try {
+    flow.start();
+  } catch (const ConfigError& e) {
+    print_config_error(e);
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return kExitFailure;
+  }
+
+  const bool interactive = o.progress == "always" || (o.progress == "auto" && isatty(STDERR_FILENO));
+  ProgressLine progress(fmt::format("[{}]", o.endpoint), interactive);
+  PostOptions post_options;
+  post_options.on_progress = [&](const Progress& p) { progress.update(p); };
+  std::string line;
+  std::uint64_t reported_failures = 0;
+  PostSummary summary;
+  int status = kExitOk;
+  try {
+    summary = flow.post(o.endpoint, *source, [&](Response&& r) {
+      if (!r.ok()) {
+        if (reported_failures++ < 20) {
+          fmt::print(stderr, "{}request {} ({} documents) failed in executor '{}': {}\n", interactive ? "\r\x1b[2K" : "",
+                     r.index, r.docs.size(), r.error_executor, r.error);
+        }
+        return;
+      }
+      if (output.is_open()) {
+        line.clear();
+        for (const auto& doc : r.docs) {
+          append_json(line, doc);
+          line += '\n';
+        }
+        output.write(line.data(), static_cast<std::streamsize>(line.size()));
+        if (!output) throw Error(fmt::format("writing '{}' failed: {}", o.output, std::strerror(errno)));
+      }
+    }, post_options);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "{}error: {}\n", interactive ? "\r\x1b[2K" : "", e.what());
+    status = kExitFailure;
+  }
+  flow.close();
+  if (output.is_open()) {
+    output.close();
+    if (!output) {
+      fmt::print(stderr, "error: writing '{}' failed\n", o.output);
+      status = kExitFailure;
+    }
+  }
+  if (status == kExitOk) progress.finish(summary);
+  if (reported_failures > 20) fmt::print(stderr, "... and {} more failed requests\n", reported_failures - 20);
+  if (summary.failed_requests > 0) status = kExitFailure;
+  return status;
+}
+
+int command_validate(const std::string& file) {
+  try {
+    const FlowConfig config = load_flow_config(file);
+    fmt::print("{}: OK ({} executor{})\n", file, config.executors.size(), config.executors.size() == 1 ? "" : "s");
+    for (const auto& e : config.executors) {
+      std::string needs = "client";
+      if (e.needs && !e.needs->empty()) needs = fmt::format("{}", fmt::join(*e.needs, ", "));
+      else if (!e.needs && &e != &config.executors.front()) needs = (&e - 1)->name;
+      fmt::print("  {} ({}) x{} on {} <- {}\n", e.name, e.uses, e.replicas, e.device, needs);
+    }
+    return kExitOk;
+  } catch (const ConfigError& e) {
+    print_config_error(e);
+    return kExitUsage;
+  }
+}
+
+int command_executors() {
+  try {
+    load_plugins_from_environment();
+  } catch (const Error& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return kExitUsage;
+  }
+  auto& registry = Registry::global();
+  for (const auto& name : registry.names()) {
+    const auto& entry = registry.get(name);
+    fmt::print("{:<18} {}\n", name, entry.spec.help);
+    for (const auto& p : entry.spec.params) {
+      fmt::print("    {:<16} {:<16} {}{}\n", p.name, to_string(p.type),
+                 p.required ? "(required) " : fmt::format("(default {}) ", boost::json::serialize(p.default_value)),
+                 p.help);
+    }
+    if (!entry.spec.endpoints.empty()) fmt::print("    endpoints: {}\n", fmt::join(entry.spec.endpoints, ", "));
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int run(int argc, char** argv) {
+  CLI::App app{"flowline: run executor pipelines defined in YAML"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string(version()));
+  std::string log_level = "warn";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+
+  RunOptions run_options;
+  auto* run_cmd = app.add_subcommand("run", "Post the documents of an input file through a flow");
+  run_cmd->add_option("flow", run_options.flow, "flow file (YAML)")->required()->check(CLI::ExistingFile);
+  run_cmd->add_option("--input,-i", run_options.input, "input file")->required();
+  run_cmd->add_option("--input-format", run_options.input_format,
+                      "lines: a document per line; paragraphs: per blank-line separated paragraph; jsonl: a JSON "
+                      "document per line; text: the whole file")
+      ->check(CLI::IsMember({"lines", "paragraphs", "jsonl", "text"}))
+      ->capture_default_str();
+  run_cmd->add_option("--output,-o", run_options.output, "write the resulting documents here as JSONL");
+  run_cmd->add_option("--endpoint,-e", run_options.endpoint, "endpoint to post to")->capture_default_str();
+  run_cmd->add_option("--request-size", run_options.request_size, "documents per request (default: the flow's)")
+      ->check(CLI::PositiveNumber);
+  run_cmd->add_option("--progress", run_options.progress, "auto (on a terminal), always or never")
+      ->check(CLI::IsMember({"auto", "always", "never"}))
+      ->capture_default_str();
+
+  std::string validate_file;
+  auto* validate_cmd = app.add_subcommand("validate", "Check a flow file and print its executors");
+  validate_cmd->add_option("flow", validate_file, "flow file (YAML)")->required();
+
+  auto* executors_cmd = app.add_subcommand("executors", "List the executor types, their parameters and endpoints");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? kExitOk : kExitUsage;
+  }
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  try {
+    if (*run_cmd) return command_run(run_options);
+    if (*validate_cmd) return command_validate(validate_file);
+    if (*executors_cmd) return command_executors();
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return kExitFailure;
+  }
+  return kExitUsage;
+}
+
+}  // namespace flowline::cli

@@ -1,0 +1,195 @@
+#include "flowline/document.hpp"
+#include "flowline/error.hpp"
+
+#include <ATen/ops/stack.h>
+#include <fmt/format.h>
+
+#include <random>
+
+namespace flowline {
+
+namespace {
+// splitmix64: a tiny, fast generator; seeded per thread from std::random_device.
+struct IdGenerator {
+  std::uint64_t state;
+  IdGenerator() {
+    std::random_device device;
+    state = (static_cast<std::uint64_t>(device()) << 32) ^ device();
+  }
+  std::uint64_t next() {
+    std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+};
+}  // namespace
+
+std::string generate_id() {
+  thread_local IdGenerator generator;
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id(32, '0');
+  for (int half = 0; half < 2; ++half) {
+    std::uint64_t bits = generator.next();
+    for (int i = 0; i < 16; ++i) {
+      id[half * 16 + i] = kHex[bits & 0xF];
+      bits >>= 4;
+    }
+  }
+  return id;
+}
+
+// ---- DocumentArray ----
+
+DocumentArray::DocumentArray(std::vector<Document> docs) : docs_(std::move(docs)) {}
+DocumentArray::DocumentArray(const DocumentArray& other) : docs_(other.docs_) {}
+DocumentArray::DocumentArray(DocumentArray&& other) noexcept : docs_(std::move(other.docs_)) {}
+DocumentArray& DocumentArray::operator=(const DocumentArray& other) {
+  if (this != &other) {
+    docs_ = other.docs_;
+    index_.clear();
+  }
+  return *this;
+}
+DocumentArray& DocumentArray::operator=(DocumentArray&& other) noexcept {
+  docs_ = std::move(other.docs_);
+  index_.clear();
+  other.index_.clear();
+  return *this;
+}
+DocumentArray::~DocumentArray() = default;
+
+Document& DocumentArray::operator[](std::size_t i) { return docs_[i]; }
+const Document& DocumentArray::operator[](std::size_t i) const { return docs_[i]; }
+void DocumentArray::reserve(std::size_t n) { docs_.reserve(n); }
+void DocumentArray::clear() noexcept {
+  docs_.clear();
+  index_.clear();
+}
+Document& DocumentArray::push_back(Document doc) { return docs_.emplace_back(std::move(doc)); }
+
+void DocumentArray::append(DocumentArray&& other) {
+  if (docs_.empty()) {
+    docs_ = std::move(other.docs_);
+  } else {
+    docs_.reserve(docs_.size() + other.docs_.size());
+    for (auto& d : other.docs_) docs_.push_back(std::move(d));
+  }
+  other.clear();
+}
+
+DocumentArray DocumentArray::take(std::size_t first, std::size_t count) {
+  if (first > docs_.size() || count > docs_.size() - first) {
+    throw Error(fmt::format("DocumentArray::take({}, {}) out of range for {} documents", first, count,
+                            docs_.size()));
+  }
+  std::vector<Document> taken(std::make_move_iterator(docs_.begin() + first),
+                              std::make_move_iterator(docs_.begin() + first + count));
+  docs_.erase(docs_.begin() + first, docs_.begin() + first + count);
+  index_.clear();
+  return DocumentArray(std::move(taken));
+}
+
+std::vector<std::string_view> DocumentArray::texts() const {
+  std::vector<std::string_view> out;
+  out.reserve(docs_.size());
+  for (const auto& d : docs_) out.emplace_back(d.text);
+  return out;
+}
+
+at::Tensor DocumentArray::embeddings() const {
+  if (docs_.empty()) throw Error("DocumentArray::embeddings(): the array is empty");
+  std::vector<at::Tensor> rows;
+  rows.reserve(docs_.size());
+  const auto& first = docs_.front().embedding;
+  for (std::size_t i = 0; i < docs_.size(); ++i) {
+    const auto& e = docs_[i].embedding;
+    if (!e.defined()) {
+      throw Error(fmt::format("DocumentArray::embeddings(): document {} (id {}) has no embedding", i,
+                              docs_[i].id));
+    }
+    if (e.sizes() != first.sizes() || e.scalar_type() != first.scalar_type() || e.device() != first.device()) {
+      throw Error(fmt::format(
+          "DocumentArray::embeddings(): document {} (id {}) has an embedding of another shape, dtype or "
+          "device than document 0",
+          i, docs_[i].id));
+    }
+    rows.push_back(e);
+  }
+  return at::stack(rows);
+}
+
+void DocumentArray::set_embeddings(const at::Tensor& matrix) {
+  if (!matrix.defined() || matrix.dim() < 1 || matrix.size(0) != static_cast<int64_t>(docs_.size())) {
+    throw Error(fmt::format("DocumentArray::set_embeddings(): expected a tensor with {} rows, got {}",
+                            docs_.size(), matrix.defined() ? c10::str(matrix.sizes()) : std::string("none")));
+  }
+  for (std::size_t i = 0; i < docs_.size(); ++i) docs_[i].embedding = matrix.select(0, static_cast<int64_t>(i));
+}
+
+void DocumentArray::rebuild_index() const {
+  index_.clear();
+  index_.reserve(docs_.size());
+  for (std::size_t i = 0; i < docs_.size(); ++i) index_.emplace(docs_[i].id, i);
+}
+
+const Document* DocumentArray::find(std::string_view id) const {
+  const std::string key(id);
+  // A hit is checked against the document, so a stale index never returns a wrong document; a miss
+  // rebuilds the index once, so documents whose ids changed since are found too.
+  auto lookup = [&]() -> const Document* {
+    auto it = index_.find(key);
+    if (it != index_.end() && it->second < docs_.size() && docs_[it->second].id == id) return &docs_[it->second];
+    return nullptr;
+  };
+  if (index_.size() == docs_.size()) {
+    if (const Document* doc = lookup()) return doc;
+  }
+  rebuild_index();
+  return lookup();
+}
+
+Document* DocumentArray::find(std::string_view id) {
+  return const_cast<Document*>(static_cast<const DocumentArray*>(this)->find(id));
+}
+
+// ---- Document ----
+
+Document::Document() : id(generate_id()) {}
+Document::Document(std::string text_) : id(generate_id()), text(std::move(text_)) {}
+
+void Document::merge_from(Document&& other) {
+  if (text.empty()) text = std::move(other.text);
+  if (blob.empty()) blob = std::move(other.blob);
+  if (!tensor.defined()) tensor = std::move(other.tensor);
+  if (!embedding.defined()) embedding = std::move(other.embedding);
+  for (auto& [key, value] : other.tags) tags[key] = std::move(value);
+  if (mime_type.empty()) mime_type = std::move(other.mime_type);
+  if (uri.empty()) uri = std::move(other.uri);
+  for (auto& [name, score] : other.scores) scores[name] = score;
+  for (auto& chunk : other.chunks) {
+    if (!chunks.find(chunk.id)) chunks.push_back(std::move(chunk));
+  }
+  for (auto& match : other.matches) {
+    if (!matches.find(match.id)) matches.push_back(std::move(match));
+  }
+  if (parent_id.empty()) parent_id = std::move(other.parent_id);
+}
+
+Document deep_copy(const Document& doc) {
+  Document copy = doc;
+  if (copy.tensor.defined()) copy.tensor = doc.tensor.clone();
+  if (copy.embedding.defined()) copy.embedding = doc.embedding.clone();
+  copy.chunks = deep_copy(doc.chunks);
+  copy.matches = deep_copy(doc.matches);
+  return copy;
+}
+
+DocumentArray deep_copy(const DocumentArray& docs) {
+  std::vector<Document> out;
+  out.reserve(docs.size());
+  for (const auto& d : docs) out.push_back(deep_copy(d));
+  return DocumentArray(std::move(out));
+}
+
+}  // namespace flowline

@@ -1,0 +1,47 @@
+#include "flowline/executor.hpp"
+#include "flowline/error.hpp"
+
+#include <fmt/format.h>
+
+namespace flowline {
+
+Executor::Executor(const ExecutorContext& context) : runtime_(context.runtime), params_(context.params) {}
+Executor::~Executor() = default;
+
+void Executor::bind(std::string endpoint, Handler handler) {
+  if (endpoint.empty() || endpoint == kDefaultEndpoint) {
+    throw ExecutorError(runtime_.name, "bind(): use bind_default() for the default endpoint");
+  }
+  if (!handler) throw ExecutorError(runtime_.name, fmt::format("bind('{}'): empty handler", endpoint));
+  if (!handlers_.emplace(endpoint, std::move(handler)).second) {
+    throw ExecutorError(runtime_.name, fmt::format("endpoint '{}' is bound twice", endpoint));
+  }
+}
+
+void Executor::bind_default(Handler handler) {
+  if (!handler) throw ExecutorError(runtime_.name, "bind_default(): empty handler");
+  if (default_handler_) throw ExecutorError(runtime_.name, "the default endpoint is bound twice");
+  default_handler_ = std::move(handler);
+}
+
+void Executor::handle(std::string_view endpoint, DocumentArray& docs, const boost::json::object& parameters) {
+  const RequestInfo request{endpoint, parameters};
+  auto it = handlers_.find(endpoint);
+  if (it != handlers_.end()) {
+    it->second(docs, request);
+  } else if (default_handler_) {
+    default_handler_(docs, request);
+  }
+}
+
+bool Executor::has_handler(std::string_view endpoint) const {
+  return handlers_.find(endpoint) != handlers_.end() || static_cast<bool>(default_handler_);
+}
+
+std::vector<std::string> Executor::bound_endpoints() const {
+  std::vector<std::string> out;
+  for (const auto& [name, handler] : handlers_) out.push_back(name);
+  return out;
+}
+
+}  // namespace flowline

@@ -1,0 +1,571 @@
+// The Flow runtime: nodes (one per executor) with a bounded queue and replica threads, join points where
+// branches meet, and per-post sessions that reorder responses.
+#include "flowline/flow.hpp"
+#include "flowline/device.hpp"
+#include "flowline/error.hpp"
+#include "flowline/io.hpp"
+#include "flowline/queue.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+namespace flowline {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class PostSession;
+
+// One request travelling through the flow.
+struct Request {
+  std::uint64_t index = 0;
+  PostSession* session = nullptr;
+  DocumentArray docs;
+  std::string error;
+  std::string error_executor;
+};
+using RequestPtr = std::unique_ptr<Request>;
+
+// The state of one post() call: where finished requests wait to be delivered in order.
+class PostSession {
+ public:
+  PostSession(std::string endpoint, boost::json::object parameters)
+      : endpoint(std::move(endpoint)), parameters(std::move(parameters)) {}
+
+  void complete(RequestPtr request) {
+    {
+      std::lock_guard lock(mutex_);
+      done_.emplace(request->index, std::move(request));
+    }
+    ready_.notify_one();
+  }
+  // Waits for request `index` to be complete and returns it.
+  RequestPtr wait_for(std::uint64_t index) {
+    std::unique_lock lock(mutex_);
+    ready_.wait(lock, [&] { return done_.count(index) > 0; });
+    auto it = done_.find(index);
+    RequestPtr request = std::move(it->second);
+    done_.erase(it);
+    return request;
+  }
+
+  const std::string endpoint;
+  const boost::json::object parameters;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::unordered_map<std::uint64_t, RequestPtr> done_;
+};
+
+// Where `inputs` branches meet: a request goes on once every branch has delivered it, merged by id.
+class JoinPoint {
+ public:
+  explicit JoinPoint(std::size_t inputs) : inputs_(inputs) {}
+
+  // Returns the merged request when this arrival completes it, else nullptr.
+  RequestPtr arrive(std::size_t slot, RequestPtr request) {
+    if (inputs_ <= 1) return request;
+    std::vector<RequestPtr> parts;
+    {
+      std::lock_guard lock(mutex_);
+      auto& waiting = pending_[{request->session, request->index}];
+      if (waiting.empty()) waiting.resize(inputs_);
+      waiting[slot] = std::move(request);
+      for (const auto& part : waiting) {
+        if (!part) return nullptr;
+      }
+      parts = std::move(waiting);
+      pending_.erase({parts[0]->session, parts[0]->index});
+    }
+    RequestPtr merged = std::move(parts[0]);
+    for (std::size_t i = 1; i < parts.size(); ++i) {
+      Request& part = *parts[i];
+      if (!merged->error.empty()) continue;
+      if (!part.error.empty()) {
+        merged->error = std::move(part.error);
+        merged->error_executor = std::move(part.error_executor);
+        continue;
+      }
+      for (auto& doc : part.docs) {
+        if (Document* existing = merged->docs.find(doc.id)) {
+          existing->merge_from(std::move(doc));
+        } else {
+          merged->docs.push_back(std::move(doc));
+        }
+      }
+    }
+    return merged;
+  }
+
+ private:
+  const std::size_t inputs_;
+  std::mutex mutex_;
+  std::map<std::pair<PostSession*, std::uint64_t>, std::vector<RequestPtr>> pending_;
+};
+
+struct Node;
+
+// Where a node's output goes: another node (with the slot it arrives in) or the sink.
+struct Edge {
+  Node* target = nullptr;  // nullptr: the sink
+  std::size_t slot = 0;
+};
+
+struct Node {
+  ExecutorConfig config;
+  const Registry::Entry* entry = nullptr;
+  Params params;
+  c10::Device device{c10::kCPU};
+  std::vector<Edge> outputs;
+  std::size_t input_count = 0;
+  std::unique_ptr<JoinPoint> join;
+  std::unique_ptr<BoundedQueue<RequestPtr>> queue;
+  std::vector<std::thread> threads;
+};
+
+}  // namespace
+
+class Flow::Impl {
+ public:
+  Impl(FlowConfig config, Registry& registry) : config_(std::move(config)), registry_(registry) {}
+  ~Impl() { close(); }
+
+  void start();
+  void close();
+  PostSummary post(std::string_view endpoint, DocumentSource& source, const ResponseCallback& on_response,
+                   const PostOptions& options);
+
+  FlowConfig config_;
+  Registry& registry_;
+  bool started_ = false;
+
+ private:
+  void build_graph();
+  void worker(Node& node, int replica);
+  void run_batch(Node& node, Executor& executor, std::vector<RequestPtr>& batch);
+  void forward(const std::vector<Edge>& outputs, RequestPtr request);
+  void deliver(const Edge& edge, RequestPtr request);
+  std::vector<RequestPtr> take_batch(Node& node, RequestPtr& carry);
+
+  std::vector<std::unique_ptr<Node>> nodes_;
+  std::vector<Edge> entries_;  // where the client's requests go
+  std::unique_ptr<JoinPoint> sink_join_;
+
+  // Start-up handshake between start() and the replica threads.
+  std::mutex start_mutex_;
+  std::condition_variable start_cv_;
+  int starting_ = 0;
+  std::vector<std::pair<std::string, std::string>> start_errors_;  // executor name, message
+
+  // Posts in progress, for close().
+  std::mutex posts_mutex_;
+  std::condition_variable posts_cv_;
+  int active_posts_ = 0;
+  bool closing_ = false;
+};
+
+void Flow::Impl::build_graph() {
+  std::map<std::string, Node*> by_name;
+  for (const auto& e : config_.executors) {
+    auto node = std::make_unique<Node>();
+    node->config = e;
+    node->entry = &registry_.get(e.uses);
+    std::map<std::string, SourceLocation> locations;
+    for (const auto& [key, where] : e.locations) {
+      if (key.rfind("with.", 0) == 0) locations[key.substr(5)] = where;
+    }
+    node->params = Params(e.name, e.with, std::move(locations));
+    node->device = resolve_device(e.device);
+    by_name[e.name] = node.get();
+    nodes_.push_back(std::move(node));
+  }
+  std::vector<std::vector<Node*>> inputs(nodes_.size());
+  std::vector<bool> has_output(nodes_.size(), false);
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    Node& node = *nodes_[i];
+    std::vector<std::string> needs;
+    if (node.config.needs) {
+      needs = *node.config.needs;
+    } else if (i > 0) {
+      needs = {nodes_[i - 1]->config.name};
+    }
+    if (needs.empty()) {
+      entries_.push_back(Edge{&node, node.input_count++});
+    }
+    for (const auto& need : needs) {
+      Node* source = by_name.at(need);
+      source->outputs.push_back(Edge{&node, node.input_count++});
+    }
+  }
+  std::size_t terminals = 0;
+  for (auto& node : nodes_) {
+    if (node->outputs.empty()) node->outputs.push_back(Edge{nullptr, terminals++});
+  }
+  if (nodes_.empty()) entries_.push_back(Edge{nullptr, terminals++});
+  sink_join_ = std::make_unique<JoinPoint>(terminals);
+
+  const std::size_t capacity =
+      config_.options.queue_capacity > 0 ? config_.options.queue_capacity : config_.options.max_in_flight;
+  for (auto& node : nodes_) {
+    node->join = std::make_unique<JoinPoint>(node->input_count);
+    node->queue = std::make_unique<BoundedQueue<RequestPtr>>(std::max<std::size_t>(capacity, 1));
+  }
+}
+
+void Flow::Impl::start() {
+  if (started_) return;
+  validate_flow_config(config_, registry_);
+  build_graph();
+  int total = 0;
+  for (auto& node : nodes_) total += node->config.replicas;
+  {
+    std::lock_guard lock(start_mutex_);
+    starting_ = total;
+  }
+  for (auto& node : nodes_) {
+    for (int r = 0; r < node->config.replicas; ++r) {
+      node->threads.emplace_back([this, n = node.get(), r] { worker(*n, r); });
+    }
+  }
+  {
+    std::unique_lock lock(start_mutex_);
+    start_cv_.wait(lock, [&] { return starting_ == 0; });
+  }
+  started_ = true;
+  if (!start_errors_.empty()) {
+    std::vector<std::string> lines;
+    for (const auto& [name, message] : start_errors_) lines.push_back(message);
+    const std::string first = start_errors_.front().first;
+    close();
+    throw ExecutorError(first, fmt::format("the flow could not start:\n  {}", fmt::join(lines, "\n  ")));
+  }
+}
+
+void Flow::Impl::close() {
+  if (!started_) return;
+  {
+    std::unique_lock lock(posts_mutex_);
+    closing_ = true;
+    posts_cv_.wait(lock, [&] { return active_posts_ == 0; });
+  }
+  // Nothing is in flight now: closing the queues lets every worker finish, close its executor and exit.
+  for (auto& node : nodes_) node->queue->close();
+  for (auto& node : nodes_) {
+    for (auto& t : node->threads) t.join();
+    node->threads.clear();
+  }
+  started_ = false;
+}
+
+void Flow::Impl::worker(Node& node, int replica) {
+  std::unique_ptr<Executor> executor;
+  std::string failure;
+  try {
+    set_thread_device(node.device);
+    RuntimeInfo runtime{node.config.name, node.entry->spec.name, replica, node.config.replicas, node.device};
+    executor = node.entry->factory(ExecutorContext{runtime, node.params});
+    if (!executor) throw Error("the factory returned no executor");
+    // The endpoints bound must be exactly those the spec declares: a misspelt bind() fails here.
+    const auto& spec = node.entry->spec;
+    std::vector<std::string> declared = spec.endpoints;
+    std::sort(declared.begin(), declared.end());
+    const auto bound = executor->bound_endpoints();
+    for (const auto& e : declared) {
+      if (!std::binary_search(bound.begin(), bound.end(), e)) {
+        throw Error(fmt::format("{} declares endpoint '{}' but its constructor did not bind it", spec.name, e));
+      }
+    }
+    for (const auto& e : bound) {
+      if (!std::binary_search(declared.begin(), declared.end(), e)) {
+        throw Error(fmt::format("{} binds endpoint '{}' which its spec does not declare (declared: {})", spec.name, e,
+                                declared.empty() ? std::string("none") : fmt::format("{}", fmt::join(declared, ", "))));
+      }
+    }
+    if (spec.default_endpoint != executor->has_default_handler()) {
+      throw Error(fmt::format("{} {} the default endpoint but its spec says default_endpoint = {}", spec.name,
+                              executor->has_default_handler() ? "binds" : "does not bind", spec.default_endpoint));
+    }
+  } catch (const std::exception& e) {
+    failure = fmt::format("executor '{}' replica {}: {}", node.config.name, replica, e.what());
+    executor.reset();
+  }
+  {
+    std::lock_guard lock(start_mutex_);
+    if (!failure.empty()) start_errors_.emplace_back(node.config.name, failure);
+    --starting_;
+  }
+  start_cv_.notify_all();
+  if (!executor) return;
+
+  RequestPtr carry;
+  while (true) {
+    std::vector<RequestPtr> batch = take_batch(node, carry);
+    if (batch.empty()) break;
+    run_batch(node, *executor, batch);
+  }
+  try {
+    executor->close();
+  } catch (const std::exception& e) {
+    spdlog::error("executor '{}' replica {}: close() failed: {}", node.config.name, replica, e.what());
+  }
+  executor.reset();
+}
+
+std::vector<RequestPtr> Flow::Impl::take_batch(Node& node, RequestPtr& carry) {
+  std::vector<RequestPtr> batch;
+  if (carry) {
+    batch.push_back(std::move(carry));
+  } else if (auto first = node.queue->pop()) {
+    batch.push_back(std::move(*first));
+  } else {
+    return batch;
+  }
+  const BatchingOptions& batching = node.config.batching;
+  if (batching.max_batch_size == 0) return batch;
+  std::size_t size = batch.front()->docs.size();
+  const auto deadline = Clock::now() + batching.max_delay;
+  while (size < batching.max_batch_size) {
+    auto next = batching.max_delay.count() > 0 ? node.queue->pop_until(deadline) : node.queue->try_pop();
+    if (!next) break;
+    RequestPtr& r = *next;
+    // Only requests of the same post (same endpoint and parameters) share a batch.
+    if (r->session != batch.front()->session || size + r->docs.size() > batching.max_batch_size) {
+      carry = std::move(r);
+      break;
+    }
+    size += r->docs.size();
+    batch.push_back(std::move(r));
+  }
+  return batch;
+}
+
+namespace {
+// Runs the executor on one batch; returns the error text, empty on success.
+std::string run_handler(Executor& executor, const std::string& endpoint, DocumentArray& docs,
+                        const boost::json::object& parameters) {
+  try {
+    executor.handle(endpoint, docs, parameters);
+    return {};
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+}  // namespace
+
+void Flow::Impl::run_batch(Node& node, Executor& executor, std::vector<RequestPtr>& batch) {
+  // Requests that failed upstream pass straight through.
+  std::vector<RequestPtr> live;
+  for (auto& r : batch) {
+    if (r->error.empty()) {
+      live.push_back(std::move(r));
+    } else {
+      forward(node.outputs, std::move(r));
+    }
+  }
+  if (live.empty()) return;
+  const PostSession& session = *live.front()->session;
+  auto fail = [&](Request& r, std::string message) {
+    r.error = std::move(message);
+    r.error_executor = node.config.name;
+  };
+
+  if (live.size() == 1) {
+    std::string error = run_handler(executor, session.endpoint, live[0]->docs, session.parameters);
+    if (!error.empty()) fail(*live[0], std::move(error));
+    forward(node.outputs, std::move(live[0]));
+    return;
+  }
+
+  // Several requests merged into one batch, then split back by position, or by id when the executor
+  // changed the number of documents.
+  std::vector<std::size_t> counts;
+  std::unordered_map<std::string, std::size_t> owner;  // input id -> request, for re-splitting by id
+  DocumentArray merged;
+  for (std::size_t i = 0; i < live.size(); ++i) {
+    counts.push_back(live[i]->docs.size());
+    for (const auto& d : live[i]->docs) owner.emplace(d.id, i);
+    merged.append(std::move(live[i]->docs));
+  }
+  const std::size_t total = merged.size();
+  std::string error = run_handler(executor, session.endpoint, merged, session.parameters);
+  if (merged.size() == total) {
+    for (std::size_t i = 0; i < live.size(); ++i) live[i]->docs = merged.take(0, counts[i]);
+    if (!error.empty()) {
+      // Isolate the failure: run each request on its own, so only the bad one fails.
+      for (auto& r : live) {
+        std::string own = run_handler(executor, session.endpoint, r->docs, session.parameters);
+        if (!own.empty()) fail(*r, std::move(own));
+      }
+    }
+  } else if (error.empty()) {
+    // The executor added or removed documents: each result goes to the request that held its id, or its
+    // parent's id (a splitter's output).
+    for (auto& d : merged) {
+      auto it = owner.find(d.id);
+      if (it == owner.end()) it = owner.find(d.parent_id);
+      if (it == owner.end()) {
+        error = fmt::format("document {} in a merged batch has neither the id nor the parent_id of an input "
+                            "document, so its request is unknown; turn batching off for this executor", d.id);
+        break;
+      }
+      live[it->second]->docs.push_back(std::move(d));
+    }
+    if (!error.empty()) {
+      for (auto& r : live) fail(*r, error);
+    }
+  } else {
+    for (auto& r : live) fail(*r, error);
+  }
+  for (auto& r : live) forward(node.outputs, std::move(r));
+}
+
+void Flow::Impl::forward(const std::vector<Edge>& outputs, RequestPtr request) {
+  for (std::size_t i = 0; i + 1 < outputs.size(); ++i) {
+    auto copy = std::make_unique<Request>(*request);
+    deliver(outputs[i], std::move(copy));
+  }
+  deliver(outputs.back(), std::move(request));
+}
+
+void Flow::Impl::deliver(const Edge& edge, RequestPtr request) {
+  JoinPoint& join = edge.target ? *edge.target->join : *sink_join_;
+  RequestPtr ready = join.arrive(edge.slot, std::move(request));
+  if (!ready) return;
+  if (edge.target) {
+    edge.target->queue->push(ready);
+  } else {
+    PostSession* session = ready->session;
+    session->complete(std::move(ready));
+  }
+}
+
+PostSummary Flow::Impl::post(std::string_view endpoint, DocumentSource& source, const ResponseCallback& on_response,
+                             const PostOptions& options) {
+  {
+    std::lock_guard lock(posts_mutex_);
+    if (closing_) throw Error("post(): the flow is closed");
+    ++active_posts_;
+  }
+  struct Leave {
+    Impl& impl;
+    ~Leave() {
+      {
+        std::lock_guard lock(impl.posts_mutex_);
+        --impl.active_posts_;
+      }
+      impl.posts_cv_.notify_all();
+    }
+  } leave{*this};
+
+  PostSession session(std::string(endpoint), options.parameters);
+  const std::size_t request_size = options.request_size > 0 ? options.request_size : config_.options.request_size;
+  const std::size_t max_in_flight = std::max<std::size_t>(config_.options.max_in_flight, 1);
+  const auto started = Clock::now();
+  PostSummary summary;
+  Progress progress;
+  std::uint64_t next_index = 0, next_delivery = 0;
+  bool input_done = false;
+  std::exception_ptr failure;  // from the source or the callback; rethrown once nothing is in flight
+
+  while (true) {
+    while (!input_done && next_index - next_delivery < max_in_flight) {
+      auto request = std::make_unique<Request>();
+      try {
+        if (source.read(request->docs, request_size) == 0) {
+          input_done = true;
+          break;
+        }
+      } catch (...) {
+        failure = std::current_exception();
+        input_done = true;
+        break;
+      }
+      request->index = next_index++;
+      request->session = &session;
+      forward(entries_, std::move(request));
+    }
+    if (next_delivery == next_index) break;
+    RequestPtr done = session.wait_for(next_delivery++);
+    Response response{done->index, std::move(done->docs), std::move(done->error), std::move(done->error_executor)};
+    summary.requests++;
+    summary.documents += response.docs.size();
+    if (!response.ok()) {
+      summary.failed_requests++;
+      summary.failed_documents += response.docs.size();
+    }
+    summary.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+    if (!failure) {
+      try {
+        on_response(std::move(response));
+        if (options.on_progress) {
+          progress = Progress{summary.documents, summary.requests, summary.failed_requests, summary.seconds};
+          options.on_progress(progress);
+        }
+      } catch (...) {
+        failure = std::current_exception();
+        input_done = true;
+      }
+    }
+  }
+  summary.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  if (failure) std::rethrow_exception(failure);
+  return summary;
+}
+
+// ---- Flow ----
+
+Flow::Flow(FlowOptions options, Registry& registry) {
+  FlowConfig config;
+  config.options = options;
+  impl_ = std::make_unique<Impl>(std::move(config), registry);
+}
+Flow::Flow(FlowConfig config, Registry& registry) : impl_(std::make_unique<Impl>(std::move(config), registry)) {}
+Flow Flow::from_yaml(const std::filesystem::path& file, Registry& registry) {
+  return Flow(load_flow_config(file, registry), registry);
+}
+Flow::Flow(Flow&&) noexcept = default;
+Flow& Flow::operator=(Flow&&) noexcept = default;
+Flow::~Flow() = default;
+
+Flow& Flow::add(ExecutorConfig executor) {
+  if (impl_->started_) throw Error("Flow::add(): the flow has started");
+  impl_->config_.executors.push_back(std::move(executor));
+  return *this;
+}
+
+void Flow::start() { impl_->start(); }
+bool Flow::started() const noexcept { return impl_->started_; }
+void Flow::close() { impl_->close(); }
+const FlowConfig& Flow::config() const noexcept { return impl_->config_; }
+
+PostSummary Flow::post(std::string_view endpoint, DocumentSource& source, const ResponseCallback& on_response,
+                       const PostOptions& options) {
+  if (!impl_->started_) start();
+  return impl_->post(endpoint, source, on_response, options);
+}
+
+DocumentArray Flow::post(std::string_view endpoint, DocumentArray docs, const PostOptions& options) {
+  ArraySource source(std::move(docs));
+  DocumentArray out;
+  std::optional<ExecutorError> first_error;
+  post(endpoint, source, [&](Response&& r) {
+    if (!r.ok() && !first_error) first_error.emplace(r.error_executor, r.error);
+    out.append(std::move(r.docs));
+  }, options);
+  if (first_error) throw *first_error;
+  return out;
+}
+
+}  // namespace flowline

@@ -1,0 +1,85 @@
+#include "flowline/registry.hpp"
+#include "flowline/error.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <set>
+
+namespace flowline {
+
+Registry& Registry::global() {
+  static Registry* registry = [] {
+    auto* r = new Registry();  // never destroyed: plugins may still reference it at exit
+    register_builtin_executors(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+void Registry::add(ExecutorSpec spec, ExecutorFactory factory, std::string origin) {
+  if (spec.name.empty()) throw Error("cannot register an executor with an empty name");
+  if (!factory) throw Error(fmt::format("executor type '{}': empty factory", spec.name));
+  std::set<std::string> seen;
+  for (const auto& p : spec.params) {
+    if (p.name.empty() || !seen.insert(p.name).second) {
+      throw Error(fmt::format("executor type '{}': parameter '{}' is declared twice or has no name", spec.name,
+                              p.name));
+    }
+    if (!p.required && !p.default_value.is_null()) {
+      boost::json::value v = p.default_value;
+      if (auto problem = check_param_value(p.type, v)) {
+        throw Error(fmt::format("executor type '{}': default of parameter '{}': {}", spec.name, p.name, *problem));
+      }
+    }
+  }
+  for (const auto& e : spec.endpoints) {
+    if (e.empty() || e.front() != '/') {
+      throw Error(fmt::format("executor type '{}': endpoint '{}' must start with '/'", spec.name, e));
+    }
+  }
+  std::lock_guard lock(mutex_);
+  for (const auto& entry : entries_) {
+    if (entry->spec.name == spec.name) {
+      throw Error(fmt::format("executor type '{}' is registered twice (first by {}, again by {})", spec.name,
+                              entry->origin, origin));
+    }
+  }
+  entries_.push_back(std::make_unique<Entry>(Entry{std::move(spec), std::move(factory), std::move(origin)}));
+}
+
+const Registry::Entry* Registry::find(std::string_view name) const {
+  std::lock_guard lock(mutex_);
+  for (const auto& entry : entries_) {
+    if (entry->spec.name == name) return entry.get();
+  }
+  return nullptr;
+}
+
+std::string Registry::unknown_message(std::string_view name) const {
+  const auto known = names();
+  const std::string hint = closest_match(std::string(name), known);
+  return fmt::format("unknown executor type '{}'{}; known types: {}", name,
+                     hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint), fmt::join(known, ", "));
+}
+
+const Registry::Entry& Registry::get(std::string_view name) const {
+  if (const Entry* entry = find(name)) return *entry;
+  throw Error(unknown_message(name));
+}
+
+std::vector<std::string> Registry::names() const {
+  std::lock_guard lock(mutex_);
+  std::vector<std::string> out;
+  for (const auto& entry : entries_) out.push_back(entry->spec.name);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::size_t Registry::size() const {
+  std::lock_guard lock(mutex_);
+  return entries_.size();
+}
+
+}  // namespace flowline

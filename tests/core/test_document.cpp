@@ -1,0 +1,89 @@
+#include "test_support.hpp"
+
+#include <ATen/ATen.h>
+
+#include <set>
+
+using namespace flowline;
+
+TEST_CASE("documents get unique 32-character hex ids", "[document]") {
+  std::set<std::string> ids;
+  for (int i = 0; i < 10000; ++i) {
+    const Document d;
+    REQUIRE(d.id.size() == 32);
+    REQUIRE(d.id.find_first_not_of("0123456789abcdef") == std::string::npos);
+    ids.insert(d.id);
+  }
+  CHECK(ids.size() == 10000);
+}
+
+TEST_CASE("tags keep integers as integers and hold nested lists and maps", "[document]") {
+  Document d("hello");
+  d.tags["count"] = 3;
+  d.tags["ratio"] = 0.5;
+  d.tags["name"] = "x";
+  d.tags["list"] = boost::json::array{1, "two", nullptr};
+  d.tags["map"] = boost::json::object{{"nested", true}};
+  CHECK(d.tags["count"].is_int64());
+  CHECK(d.tags["ratio"].is_double());
+  CHECK(d.tags["list"].as_array()[1].as_string() == "two");
+  CHECK(d.tags["map"].as_object()["nested"].as_bool());
+}
+
+TEST_CASE("document array gives all texts without copying them", "[document]") {
+  DocumentArray docs = testing::numbered_docs(3);
+  const auto texts = docs.texts();
+  REQUIRE(texts.size() == 3);
+  CHECK(texts[2] == "2");
+  CHECK(texts[1].data() == docs[1].text.data());
+}
+
+TEST_CASE("embeddings are set from one matrix as views and read back as one matrix", "[document]") {
+  DocumentArray docs = testing::numbered_docs(4);
+  const at::Tensor m = at::rand({4, 8});
+  docs.set_embeddings(m);
+  CHECK(docs[2].embedding.data_ptr() == m[2].data_ptr());  // a view, no copy
+  CHECK(at::equal(docs.embeddings(), m));
+  CHECK_THROWS_WITH(docs.set_embeddings(at::rand({3, 8})), testing::contains("expected a tensor with 4 rows"));
+  docs[1].embedding = at::Tensor();
+  CHECK_THROWS_WITH(docs.embeddings(), testing::contains("document 1"));
+}
+
+TEST_CASE("document array finds documents by id after changes", "[document]") {
+  DocumentArray docs = testing::numbered_docs(100);
+  const std::string id = docs[42].id;
+  REQUIRE(docs.find(id) == &docs[42]);
+  docs.take(0, 10);
+  REQUIRE(docs.find(id) == &docs[32]);
+  docs[5].id = "renamed";
+  CHECK(docs.find("renamed") == &docs[5]);
+  CHECK(docs.find("missing") == nullptr);
+}
+
+TEST_CASE("merging a document from another branch fills empty fields and unites tags", "[document]") {
+  Document a("text");
+  a.tags["a"] = 1;
+  Document b;
+  b.id = a.id;
+  b.embedding = at::ones({2});
+  b.tags["b"] = 2;
+  b.scores["cos"] = 0.5f;
+  Document chunk("c");
+  b.chunks.push_back(chunk);
+  a.merge_from(std::move(b));
+  CHECK(a.text == "text");
+  CHECK(a.embedding.defined());
+  CHECK(a.tags.size() == 2);
+  CHECK(a.scores.at("cos") == 0.5f);
+  CHECK(a.chunks.size() == 1);
+}
+
+TEST_CASE("deep copy clones tensors while a plain copy shares them", "[document]") {
+  Document a("x");
+  a.embedding = at::zeros({3});
+  Document shallow = a;
+  Document deep = deep_copy(a);
+  a.embedding.fill_(1);
+  CHECK(shallow.embedding.sum().item<float>() == 3);
+  CHECK(deep.embedding.sum().item<float>() == 0);
+}

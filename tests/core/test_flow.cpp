@@ -1,0 +1,290 @@
+#include "test_support.hpp"
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+using namespace flowline;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Records the size of every batch it sees.
+class BatchRecorder : public Executor {
+ public:
+  static ExecutorSpec spec() { return ExecutorSpec{"BatchRecorder", "records batch sizes", {}, {}}; }
+  explicit BatchRecorder(const ExecutorContext& c) : Executor(c) {
+    bind_default([](DocumentArray& docs, const RequestInfo&) {
+      std::lock_guard lock(mutex());
+      sizes().push_back(docs.size());
+    });
+  }
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static std::vector<std::size_t>& sizes() {
+    static std::vector<std::size_t> s;
+    return s;
+  }
+};
+
+// Counts documents alive between source and sink.
+class CountingSource : public DocumentSource {
+ public:
+  explicit CountingSource(std::size_t total) : total_(total) {}
+  std::size_t read(DocumentArray& out, std::size_t max) override {
+    std::size_t n = 0;
+    for (; n < max && produced < total_; ++n, ++produced) out.push_back(Document(std::to_string(produced)));
+    return n;
+  }
+  std::size_t produced = 0;
+
+ private:
+  std::size_t total_;
+};
+
+// Declares /a but forgets to bind it.
+class Forgetful : public Executor {
+ public:
+  static ExecutorSpec spec() { return ExecutorSpec{"Forgetful", "", {}, {"/a"}}; }
+  explicit Forgetful(const ExecutorContext& c) : Executor(c) { bind_default([](DocumentArray&, const RequestInfo&) {}); }
+};
+
+// Binds /encdoe, a typo of the declared /encode.
+class Misspelt : public Executor {
+ public:
+  static ExecutorSpec spec() { return ExecutorSpec{"Misspelt", "", {}, {"/encode"}, false}; }
+  explicit Misspelt(const ExecutorContext& c) : Executor(c) {
+    bind("/encdoe", [](DocumentArray&, const RequestInfo&) {});
+  }
+};
+
+// Writes the request's endpoint and parameter "p" into each document.
+class Reporter : public Executor {
+ public:
+  static ExecutorSpec spec() { return ExecutorSpec{"Reporter", "", {}, {"/x"}}; }
+  explicit Reporter(const ExecutorContext& c) : Executor(c) {
+    bind("/x", [](DocumentArray& docs, const RequestInfo& r) {
+      for (auto& d : docs) {
+        d.tags["endpoint"] = r.endpoint;
+        if (r.parameters.contains("p")) d.tags["p"] = r.parameters.at("p");
+      }
+    });
+    bind_default([](DocumentArray& docs, const RequestInfo&) {
+      for (auto& d : docs) d.tags["endpoint"] = "default";
+    });
+  }
+};
+
+Registry& test_registry() {
+  static Registry* registry = [] {
+    auto* r = new Registry();
+    register_builtin_executors(*r);
+    r->add<BatchRecorder>();
+    r->add<Forgetful>();
+    r->add<Misspelt>();
+    r->add<Reporter>();
+    return r;
+  }();
+  return *registry;
+}
+
+}  // namespace
+
+TEST_CASE("replicas of unequal speed share one queue and keep input order", "[flow]") {
+  Flow flow(FlowOptions{.request_size = 5, .max_in_flight = 32});
+  flow.add({.name = "slow", .uses = "Delay",
+            .with = {{"batch_ms", 4.0}, {"slow_replica", 1}, {"record_replica", true}},
+            .replicas = 2});
+  const DocumentArray out = flow.post("/", testing::numbered_docs(1000));
+  REQUIRE(out.size() == 1000);
+  std::array<int, 2> per_replica{};
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    REQUIRE(out[i].text == std::to_string(i));
+    per_replica[out[i].tags.at("replica").as_int64()]++;
+  }
+  // Queue-fed: the fast replica takes far more work than the slow one, instead of half.
+  CHECK(per_replica[1] > 0);
+  CHECK(per_replica[0] > 4 * per_replica[1]);
+}
+
+TEST_CASE("a slow executor applies backpressure so documents in flight stay bounded", "[flow]") {
+  Flow flow(FlowOptions{.request_size = 10, .max_in_flight = 4});
+  flow.add({.name = "slow", .uses = "Delay", .with = {{"batch_ms", 1.0}}});
+  CountingSource source(2000);
+  std::size_t delivered = 0, max_alive = 0;
+  flow.post("/", source, [&](Response&& r) {
+    delivered += r.docs.size();
+    max_alive = std::max(max_alive, source.produced - delivered + r.docs.size());
+  });
+  CHECK(delivered == 2000);
+  CHECK(max_alive <= 4 * 10);
+}
+
+TEST_CASE("an executor exception fails that request only and the flow keeps serving", "[flow]") {
+  Flow flow(FlowOptions{.request_size = 10});
+  flow.add({.name = "tag", .uses = "SetTags", .with = {{"tags", boost::json::object{{"seen", true}}}}});
+  flow.add({.name = "check", .uses = "FailIf", .with = {{"contains", "FAIL"}}, .replicas = 2});
+  DocumentArray docs = testing::numbered_docs(100);
+  docs[35].text = "FAIL here";
+  ArraySource source(std::move(docs));
+  std::vector<Response> responses;
+  const PostSummary summary = flow.post("/", source, [&](Response&& r) { responses.push_back(std::move(r)); });
+  REQUIRE(responses.size() == 10);
+  CHECK(summary.failed_requests == 1);
+  CHECK(summary.failed_documents == 10);
+  for (std::size_t i = 0; i < responses.size(); ++i) {
+    CHECK(responses[i].index == i);
+    if (i == 3) {
+      CHECK(responses[i].error_executor == "check");
+      CHECK_THAT(responses[i].error, testing::ends_with("contains 'FAIL'"));
+      CHECK(responses[i].docs.size() == 10);  // the input documents come back, nothing is lost
+    } else {
+      CHECK(responses[i].ok());
+    }
+  }
+  // The same flow still serves.
+  CHECK(flow.post("/", testing::numbered_docs(20)).size() == 20);
+}
+
+TEST_CASE("a failed request inside a merged batch fails alone", "[flow]") {
+  Flow flow(FlowOptions{.request_size = 2, .max_in_flight = 64});
+  flow.add({.name = "check", .uses = "FailIf",
+            .batching = {.max_batch_size = 32, .max_delay = std::chrono::milliseconds(20)}});
+  DocumentArray docs = testing::numbered_docs(64);
+  docs[9].text = "FAIL";
+  ArraySource source(std::move(docs));
+  std::vector<std::uint64_t> failed;
+  flow.post("/", source, [&](Response&& r) {
+    if (!r.ok()) failed.push_back(r.index);
+  });
+  CHECK(failed == std::vector<std::uint64_t>{4});
+}
+
+TEST_CASE("branches of a DAG join and their documents are merged by id", "[flow]") {
+  Flow flow(FlowOptions{.request_size = 7});
+  flow.add({.name = "start", .uses = "NoOp"});
+  flow.add({.name = "left", .uses = "SetTags", .with = {{"tags", boost::json::object{{"left", 1}}}},
+            .needs = std::vector<std::string>{"start"}});
+  flow.add({.name = "right", .uses = "TextStats", .needs = std::vector<std::string>{"start"}, .replicas = 3});
+  flow.add({.name = "join", .uses = "NoOp", .needs = std::vector<std::string>{"left", "right"}});
+  const DocumentArray out = flow.post("/", testing::numbered_docs(100));
+  REQUIRE(out.size() == 100);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    REQUIRE(out[i].text == std::to_string(i));
+    CHECK(out[i].tags.contains("left"));
+    CHECK(out[i].tags.contains("words"));
+  }
+}
+
+TEST_CASE("flow ends that do not join are merged before the response", "[flow]") {
+  Flow flow;
+  flow.add({.name = "a", .uses = "SetTags", .with = {{"tags", boost::json::object{{"a", 1}}}},
+            .needs = std::vector<std::string>{}});
+  flow.add({.name = "b", .uses = "SetTags", .with = {{"tags", boost::json::object{{"b", 2}}}},
+            .needs = std::vector<std::string>{}});
+  const DocumentArray out = flow.post("/", testing::numbered_docs(10));
+  REQUIRE(out.size() == 10);
+  CHECK(out[9].tags.size() == 2);
+}
+
+TEST_CASE("dynamic batching merges small requests into batches up to the maximum", "[flow]") {
+  BatchRecorder::sizes().clear();
+  Flow flow(FlowOptions{.request_size = 1, .max_in_flight = 64}, test_registry());
+  flow.add({.name = "rec", .uses = "BatchRecorder",
+            .batching = {.max_batch_size = 16, .max_delay = std::chrono::milliseconds(50)}});
+  const DocumentArray out = flow.post("/", testing::numbered_docs(320));
+  REQUIRE(out.size() == 320);
+  for (std::size_t i = 0; i < out.size(); ++i) REQUIRE(out[i].text == std::to_string(i));
+  const auto& sizes = BatchRecorder::sizes();
+  std::size_t total = 0, largest = 0;
+  for (auto s : sizes) {
+    total += s;
+    largest = std::max(largest, s);
+  }
+  CHECK(total == 320);
+  CHECK(largest == 16);
+  CHECK(sizes.size() < 320 / 4);  // far fewer batches than requests
+}
+
+TEST_CASE("close waits for posts in flight and closes every executor", "[flow]") {
+  const auto dir = testing::scratch_dir("close drains");
+  Flow flow(FlowOptions{.request_size = 10});
+  flow.add({.name = "slow", .uses = "Delay", .with = {{"batch_ms", 2.0}}});
+  flow.add({.name = "w", .uses = "JsonlWriter", .with = {{"path", (dir / "out.jsonl").string()}}});
+  flow.start();
+  std::atomic<std::size_t> delivered{0};
+  std::thread poster([&] {
+    ArraySource source(testing::numbered_docs(500));
+    flow.post("/", source, [&](Response&& r) { delivered += r.docs.size(); });
+  });
+  std::this_thread::sleep_for(10ms);
+  flow.close();  // waits for the post above
+  poster.join();
+  CHECK(delivered == 500);
+  CHECK(read_jsonl(dir / "out.jsonl").size() == 500);
+  CHECK_THROWS_WITH(flow.post("/", testing::numbered_docs(1)), "post(): the flow is closed");
+}
+
+TEST_CASE("several threads can post to one flow at once", "[flow]") {
+  Flow flow(FlowOptions{.request_size = 3});
+  flow.add({.name = "stats", .uses = "TextStats", .replicas = 2});
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      const DocumentArray out = flow.post("/", testing::numbered_docs(300));
+      bool in_order = out.size() == 300;
+      for (std::size_t i = 0; in_order && i < out.size(); ++i) in_order = out[i].text == std::to_string(i);
+      ok += in_order;
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(ok == 4);
+}
+
+TEST_CASE("a constructor failure stops the start and names executor and replica", "[flow]") {
+  Flow flow;
+  flow.add({.name = "ok", .uses = "NoOp"});
+  flow.add({.name = "bad", .uses = "FailIf", .with = {{"fail_in_constructor", true}}, .replicas = 2});
+  CHECK_THROWS_WITH(flow.start(), testing::starts_with("executor 'bad': the flow could not start:\n  executor 'bad' replica "));
+  CHECK_FALSE(flow.started());
+}
+
+TEST_CASE("an endpoint declared but never bound fails the start", "[flow]") {
+  Flow flow(FlowOptions{}, test_registry());
+  flow.add({.name = "f", .uses = "Forgetful"});
+  CHECK_THROWS_WITH(flow.start(), testing::contains("Forgetful declares endpoint '/a' but its constructor did not bind it"));
+}
+
+TEST_CASE("a misspelt endpoint binding fails the start instead of being skipped", "[flow]") {
+  Flow flow(FlowOptions{}, test_registry());
+  flow.add({.name = "m", .uses = "Misspelt"});
+  CHECK_THROWS_WITH(flow.start(),
+                    testing::contains("Misspelt binds endpoint '/encdoe' which its spec does not declare (declared: /encode)"));
+}
+
+TEST_CASE("requests reach the handler of their endpoint with their parameters", "[flow]") {
+  Flow flow(FlowOptions{}, test_registry());
+  flow.add({.name = "r", .uses = "Reporter"});
+  PostOptions options;
+  options.parameters = {{"p", 42}};
+  const DocumentArray x = flow.post("/x", testing::numbered_docs(2), options);
+  CHECK(x[0].tags.at("endpoint").as_string() == "/x");
+  CHECK(x[1].tags.at("p").as_int64() == 42);
+  const DocumentArray other = flow.post("/other", testing::numbered_docs(1));
+  CHECK(other[0].tags.at("endpoint").as_string() == "default");
+}
+
+TEST_CASE("an exception from the response callback stops reading but drains the flow", "[flow]") {
+  Flow flow(FlowOptions{.request_size = 1, .max_in_flight = 8});
+  flow.add({.name = "slow", .uses = "Delay", .with = {{"batch_ms", 1.0}}});
+  ArraySource source(testing::numbered_docs(100));
+  int calls = 0;
+  CHECK_THROWS_WITH(flow.post("/", source, [&](Response&&) {
+    if (++calls == 3) throw std::runtime_error("callback failed");
+  }), "callback failed");
+  CHECK(calls == 3);
+  CHECK(flow.post("/", testing::numbered_docs(5)).size() == 5);
+}

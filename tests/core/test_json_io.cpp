@@ -1,0 +1,101 @@
+#include "test_support.hpp"
+
+#include <ATen/ATen.h>
+
+using namespace flowline;
+
+TEST_CASE("JSON round trip keeps every field, tensor dtype, shape and exact values", "[io]") {
+  Document d("héllo \"quoted\"\n\ttab");
+  d.blob = {0, 1, 2, 250, 255};
+  d.tensor = at::arange(6, at::kLong).reshape({2, 3});
+  d.embedding = at::randn({5});
+  d.tags["i"] = std::int64_t{1} << 60;
+  d.tags["f"] = 0.1;
+  d.tags["nested"] = boost::json::object{{"list", boost::json::array{1, 2}}};
+  d.mime_type = "text/plain";
+  d.uri = "file.txt";
+  d.scores["cos"] = 0.25f;
+  d.chunks.push_back(Document("chunk"));
+  d.matches.push_back(Document("match"));
+  d.parent_id = "p";
+
+  const Document back = document_from_json(to_json(d));
+  CHECK(back.id == d.id);
+  CHECK(back.text == d.text);
+  CHECK(back.blob == d.blob);
+  CHECK(back.tensor.scalar_type() == at::kLong);
+  CHECK(back.tensor.sizes() == d.tensor.sizes());
+  CHECK(at::equal(back.tensor, d.tensor));
+  CHECK(back.embedding.scalar_type() == at::kFloat);
+  CHECK(at::equal(back.embedding, d.embedding));  // bit-exact floats
+  CHECK(back.tags.at("i").is_int64());
+  CHECK(back.tags.at("i").as_int64() == (std::int64_t{1} << 60));
+  CHECK(back.tags.at("nested").as_object().at("list").as_array().size() == 2);
+  CHECK(back.scores.at("cos") == 0.25f);
+  CHECK(back.chunks[0].text == "chunk");
+  CHECK(back.matches[0].text == "match");
+  CHECK(back.parent_id == "p");
+}
+
+TEST_CASE("half and bfloat16 tensors round trip exactly through JSON", "[io]") {
+  for (auto dtype : {at::kHalf, at::kBFloat16, at::kDouble}) {
+    Document d;
+    d.embedding = at::randn({2, 4}).to(dtype);
+    const Document back = document_from_json(to_json(d));
+    CHECK(back.embedding.scalar_type() == dtype);
+    CHECK(at::equal(back.embedding, d.embedding));
+  }
+}
+
+TEST_CASE("a bad document field is named in the error", "[io]") {
+  CHECK_THROWS_WITH(document_from_json(std::string_view(R"({"txt": "x"})")),
+                    "unknown field 'txt' (did you mean 'text'?)");
+  CHECK_THROWS_WITH(document_from_json(std::string_view(R"({"embedding": {"dtype": "float32", "shape": [3], "data": [1, 2]}})")),
+                    "field 'embedding.data': shape 3 needs 3 values, got 2");
+  CHECK_THROWS_WITH(document_from_json(std::string_view(R"({"tags": [1]})")), "field 'tags': expected a JSON object");
+}
+
+TEST_CASE("a bad JSONL line is reported with file and line number", "[io]") {
+  const auto dir = testing::scratch_dir("jsonl bad line");
+  testing::write_text(dir / "in.jsonl", "{\"text\": \"a\"}\n\n{\"text\": \"b\"\n");
+  CHECK_THROWS_WITH(read_jsonl(dir / "in.jsonl"),
+                    testing::starts_with((dir / "in.jsonl").string() + ":3: invalid JSON"));
+}
+
+TEST_CASE("invalid UTF-8 in an input file is reported with line and column", "[io]") {
+  const auto dir = testing::scratch_dir("bad utf8");
+  testing::write_text(dir / "in.txt", "good line\nbad \xff line\n");
+  auto source = open_file_source(dir / "in.txt", InputFormat::Lines);
+  DocumentArray docs;
+  CHECK_THROWS_WITH(source->read(docs, 10), (dir / "in.txt").string() + ":2:5: invalid UTF-8 (byte 0xff)");
+  auto paragraphs = open_file_source(dir / "in.txt", InputFormat::Paragraphs);
+  CHECK_THROWS_WITH(paragraphs->read(docs, 10), (dir / "in.txt").string() + ":2:5: invalid UTF-8 (byte 0xff)");
+}
+
+TEST_CASE("a missing input file is an input error naming it", "[io]") {
+  CHECK_THROWS_WITH(open_file_source("/nonexistent/in.txt", InputFormat::Paragraphs),
+                    "/nonexistent/in.txt: cannot open file: No such file or directory");
+  CHECK_THROWS_AS(open_file_source("/nonexistent/in.jsonl", InputFormat::Jsonl), InputError);
+}
+
+TEST_CASE("JSONL written by write_jsonl reads back in order", "[io]") {
+  const auto dir = testing::scratch_dir("jsonl roundtrip");
+  DocumentArray docs = testing::numbered_docs(50);
+  write_jsonl(dir / "out.jsonl", docs);
+  const DocumentArray back = read_jsonl(dir / "out.jsonl");
+  REQUIRE(back.size() == 50);
+  for (std::size_t i = 0; i < 50; ++i) CHECK(back[i].id == docs[i].id);
+}
+
+TEST_CASE("line sources skip blank lines and record line numbers", "[io]") {
+  const auto dir = testing::scratch_dir("lines source");
+  testing::write_text(dir / "in.txt", "first\r\n\n  \nsecond\n");
+  auto source = open_file_source(dir / "in.txt", InputFormat::Lines);
+  DocumentArray docs;
+  while (source->read(docs, 1) > 0) {
+  }
+  REQUIRE(docs.size() == 2);
+  CHECK(docs[0].text == "first");
+  CHECK(docs[1].text == "second");
+  CHECK(docs[1].tags.at("line").as_int64() == 4);
+}

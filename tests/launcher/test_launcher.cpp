@@ -1,0 +1,109 @@
+// The launcher is run as a real process: exit codes, messages and output files are what users see.
+#include "test_support.hpp"
+
+#include <fmt/format.h>
+
+using namespace flowline;
+
+namespace {
+testing::ProcessResult launch(const std::string& args) {
+  return testing::run_process(fmt::format("'{}' {}", FLOWLINE_LAUNCHER, args));
+}
+const std::string kAlice = (std::filesystem::path(FLOWLINE_CORPUS_DIR) / "alice-in-wonderland.txt").string();
+}  // namespace
+
+TEST_CASE("flowline run splits Alice into 881 paragraphs and writes them as JSONL", "[launcher]") {
+  const auto dir = testing::scratch_dir("launcher run alice");
+  const auto result = testing::run_process(
+      fmt::format("FLOWLINE_OUT_DIR='{}' '{}' run '{}/flows/paragraphs.yml' --input '{}' --input-format text -o '{}'",
+                  dir.string(), FLOWLINE_LAUNCHER, FLOWLINE_SOURCE_DIR, kAlice, (dir / "final.jsonl").string()));
+  INFO(result.err);
+  REQUIRE(result.exit_code == 0);
+  CHECK_THAT(result.err, testing::starts_with("[/] 881 docs in 1 steps done in"));
+  const DocumentArray written = read_jsonl(dir / "paragraphs.jsonl");
+  const DocumentArray final_docs = read_jsonl(dir / "final.jsonl");
+  REQUIRE(written.size() == 881);
+  REQUIRE(final_docs.size() == 881);
+  CHECK(written[880].id == final_docs[880].id);
+  CHECK(written[0].tags.at("words").as_int64() == 12);
+  // Offsets point into the book: the paragraph's text is found at its character offset.
+  const std::string book = read_file(kAlice);
+  CHECK(book.find(written[100].text) != std::string::npos);
+}
+
+TEST_CASE("flowline run reads lines and JSONL and respects the request size", "[launcher]") {
+  const auto dir = testing::scratch_dir("launcher formats");
+  testing::write_text(dir / "flow.yml", "executors:\n  - {name: stats, uses: TextStats}\n");
+  testing::write_text(dir / "in.txt", "one two\nthree\n");
+  auto r = launch(fmt::format("run '{0}/flow.yml' -i '{0}/in.txt' --request-size 1 -o '{0}/out.jsonl'", dir.string()));
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.err, testing::starts_with("[/] 2 docs in 2 steps"));
+  const DocumentArray out = read_jsonl(dir / "out.jsonl");
+  REQUIRE(out.size() == 2);
+  CHECK(out[0].tags.at("words").as_int64() == 2);
+  r = launch(fmt::format("run '{0}/flow.yml' -i '{0}/out.jsonl' --input-format jsonl -o '{0}/again.jsonl'", dir.string()));
+  REQUIRE(r.exit_code == 0);
+  CHECK(read_jsonl(dir / "again.jsonl")[1].id == out[1].id);
+}
+
+TEST_CASE("flowline exits with 2 and file:line:column for a bad flow file", "[launcher]") {
+  const auto dir = testing::scratch_dir("launcher bad flow");
+  testing::write_text(dir / "flow.yml", "executors:\n  - name: s\n    uses: TextSpliter\n");
+  const auto r = launch(fmt::format("validate '{}/flow.yml'", dir.string()));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, testing::starts_with(
+                        fmt::format("{}/flow.yml:3:11: executor 's': unknown executor type 'TextSpliter' (did you mean "
+                                    "'TextSplitter'?)", dir.string())));
+  CHECK_THAT(r.err, testing::ends_with("1 error in the flow configuration\n"));
+  const auto run = launch(fmt::format("run '{0}/flow.yml' -i '{0}/flow.yml'", dir.string()));
+  CHECK(run.exit_code == 2);
+}
+
+TEST_CASE("flowline exits with 2 for bad usage and a missing input file", "[launcher]") {
+  CHECK(launch("").exit_code == 2);
+  CHECK(launch("run").exit_code == 2);
+  CHECK(launch("frobnicate").exit_code == 2);
+  const auto dir = testing::scratch_dir("launcher missing input");
+  testing::write_text(dir / "flow.yml", "executors:\n  - {name: n, uses: NoOp}\n");
+  const auto r = launch(fmt::format("run '{0}/flow.yml' -i '{0}/missing.txt'", dir.string()));
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == fmt::format("error: input: {}/missing.txt: cannot open file: No such file or directory\n", dir.string()));
+  CHECK(launch("run '" + (dir / "flow.yml").string() + "' -i x --input-format csv").exit_code == 2);
+}
+
+TEST_CASE("flowline exits with 1 when requests fail and reports each failure", "[launcher]") {
+  const auto dir = testing::scratch_dir("launcher failures");
+  testing::write_text(dir / "flow.yml", "executors:\n  - {name: check, uses: FailIf, with: {contains: BAD}}\n");
+  testing::write_text(dir / "in.txt", "fine\nBAD line\nfine too\n");
+  const auto r = launch(fmt::format("run '{0}/flow.yml' -i '{0}/in.txt' --request-size 1 -o '{0}/out.jsonl'", dir.string()));
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, testing::contains("request 1 (1 documents) failed in executor 'check': document "));
+  CHECK(read_jsonl(dir / "out.jsonl").size() == 2);
+}
+
+TEST_CASE("flowline exits with 1 for a bad JSONL line in the middle of the input", "[launcher]") {
+  const auto dir = testing::scratch_dir("launcher bad jsonl");
+  testing::write_text(dir / "flow.yml", "executors:\n  - {name: n, uses: NoOp}\n");
+  testing::write_text(dir / "in.jsonl", "{\"text\": \"a\"}\n{\"text\": 3}\n");
+  const auto r = launch(fmt::format("run '{0}/flow.yml' -i '{0}/in.jsonl' --input-format jsonl", dir.string()));
+  CHECK(r.exit_code == 1);
+  CHECK(r.err == fmt::format("error: {}/in.jsonl:2: field 'text': expected a string\n", dir.string()));
+}
+
+TEST_CASE("flowline executors lists built-in and plugin executors with their parameters", "[launcher]") {
+  const auto r = testing::run_process(
+      fmt::format("FLOWLINE_PLUGIN_PATH='{}' '{}' executors", FLOWLINE_TEST_PLUGIN_DIR, FLOWLINE_LAUNCHER));
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, testing::contains("TextSplitter       Split text into paragraphs or sentences"));
+  CHECK_THAT(r.out, testing::contains("Upper              Upper-case ASCII letters (test plugin)"));
+  CHECK_THAT(r.out, testing::contains("    path             string           (required) output file"));
+}
+
+TEST_CASE("every launcher command has --help", "[launcher]") {
+  for (const char* command : {"", "run ", "validate ", "executors "}) {
+    const auto r = launch(std::string(command) + "--help");
+    CHECK(r.exit_code == 0);
+    CHECK_THAT(r.out, testing::contains("Usage:"));
+  }
+}

@@ -1,0 +1,4 @@
+// A plugin whose entry point registers nothing.
+#include <flowline/plugin.hpp>
+
+FLOWLINE_PLUGIN(registry) { (void)registry; }

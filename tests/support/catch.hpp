@@ -1,0 +1,20 @@
+// Catch2 v2 (Debian) and v3 (the GPU machine) behind one include.
+#pragma once
+#if defined(FLOWLINE_CATCH3) || __has_include(<catch2/catch_all.hpp>)
+#include <catch2/catch_all.hpp>
+#else
+#include <catch2/catch.hpp>
+#endif
+
+#include <string>
+
+namespace flowline::testing {
+// String matchers under the same names in Catch2 v2 and v3.
+#if defined(CATCH_VERSION_MAJOR) && CATCH_VERSION_MAJOR >= 3
+inline auto contains(const std::string& s) { return Catch::Matchers::ContainsSubstring(s); }
+#else
+inline auto contains(const std::string& s) { return Catch::Matchers::Contains(s); }
+#endif
+inline auto starts_with(const std::string& s) { return Catch::Matchers::StartsWith(s); }
+inline auto ends_with(const std::string& s) { return Catch::Matchers::EndsWith(s); }
+}  // namespace flowline::testing

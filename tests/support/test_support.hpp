@@ -1,0 +1,32 @@
+// Helpers shared by the tests: paths to the corpus and a scratch folder, a temporary file, and a
+// process runner for launcher tests.
+#pragma once
+
+#include "catch.hpp"
+#include "flowline/flowline.hpp"
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace flowline::testing {
+
+std::filesystem::path corpus_dir();
+std::filesystem::path corpus_file(const std::string& name);  // e.g. "alice-in-wonderland.txt"
+// A fresh empty folder for one test, under the build tree.
+std::filesystem::path scratch_dir(const std::string& test_name);
+void write_text(const std::filesystem::path& path, const std::string& text);
+std::string read_text(const std::filesystem::path& path);
+
+struct ProcessResult {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+// Runs a command line through /bin/sh, capturing stdout and stderr.
+ProcessResult run_process(const std::string& command);
+
+// Documents with texts "0", "1", ... "n-1".
+DocumentArray numbered_docs(std::size_t n);
+
+}  // namespace flowline::testing
