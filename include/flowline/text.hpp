@@ -23,7 +23,8 @@ struct TextSpan {
 std::vector<TextSpan> split_paragraphs(std::string_view text);
 
 // Sentences: ends at '.', '!', '?' or '…' (with closing quotes and brackets) followed by white space, or
-// at a blank line; common abbreviations (Mr., Mrs., Dr., St., e.g., i.e.) and initials do not end one.
+// at a blank line; common abbreviations (Mr., Mrs., Dr., St., e.g., i.e.), initials, and a terminator
+// followed by a lower-case word (“Is it so?” he asked) do not end one.
 std::vector<TextSpan> split_sentences(std::string_view text);
 
 }  // namespace flowline

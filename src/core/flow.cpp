@@ -147,7 +147,8 @@ class Flow::Impl {
 
   FlowConfig config_;
   Registry& registry_;
-  bool started_ = false;
+  std::atomic<bool> started_{false};
+  std::mutex lifecycle_mutex_;  // serialises start() and close()
 
  private:
   void build_graph();
@@ -165,6 +166,7 @@ class Flow::Impl {
   std::mutex start_mutex_;
   std::condition_variable start_cv_;
   int starting_ = 0;
+  bool start_failed_ = false;  // set while start() cleans up after a failed start
   std::vector<std::pair<std::string, std::string>> start_errors_;  // executor name, message
 
   // Posts in progress, for close().
@@ -223,6 +225,7 @@ void Flow::Impl::build_graph() {
 }
 
 void Flow::Impl::start() {
+  std::lock_guard start_lock(lifecycle_mutex_);
   if (started_) return;
   validate_flow_config(config_, registry_);
   build_graph();
@@ -246,12 +249,17 @@ void Flow::Impl::start() {
     std::vector<std::string> lines;
     for (const auto& [name, message] : start_errors_) lines.push_back(message);
     const std::string first = start_errors_.front().first;
+    start_failed_ = true;
     close();
+    start_failed_ = false;
     throw ExecutorError(first, fmt::format("the flow could not start:\n  {}", fmt::join(lines, "\n  ")));
   }
 }
 
 void Flow::Impl::close() {
+  std::unique_lock lifecycle(lifecycle_mutex_, std::defer_lock);
+  // start() calls close() on failure while holding the lock.
+  if (!start_failed_) lifecycle.lock();
   if (!started_) return;
   {
     std::unique_lock lock(posts_mutex_);
@@ -264,6 +272,9 @@ void Flow::Impl::close() {
     for (auto& t : node->threads) t.join();
     node->threads.clear();
   }
+  nodes_.clear();
+  entries_.clear();
+  start_errors_.clear();
   started_ = false;
 }
 
@@ -280,15 +291,15 @@ void Flow::Impl::worker(Node& node, int replica) {
     std::vector<std::string> declared = spec.endpoints;
     std::sort(declared.begin(), declared.end());
     const auto bound = executor->bound_endpoints();
-    for (const auto& e : declared) {
-      if (!std::binary_search(bound.begin(), bound.end(), e)) {
-        throw Error(fmt::format("{} declares endpoint '{}' but its constructor did not bind it", spec.name, e));
-      }
-    }
     for (const auto& e : bound) {
       if (!std::binary_search(declared.begin(), declared.end(), e)) {
         throw Error(fmt::format("{} binds endpoint '{}' which its spec does not declare (declared: {})", spec.name, e,
                                 declared.empty() ? std::string("none") : fmt::format("{}", fmt::join(declared, ", "))));
+      }
+    }
+    for (const auto& e : declared) {
+      if (!std::binary_search(bound.begin(), bound.end(), e)) {
+        throw Error(fmt::format("{} declares endpoint '{}' but its constructor did not bind it", spec.name, e));
       }
     }
     if (spec.default_endpoint != executor->has_default_handler()) {

@@ -386,7 +386,7 @@ void validate_collect(FlowConfig& config, const Registry& registry, std::vector<
   std::set<std::string> seen;
   for (const auto& e : config.executors) {
     if (e.name.empty()) {
-      error(e.location_of("name"), "an executor has an empty name");
+      if (!e.locations.count("")) error(e.location_of("name"), "an executor has an empty name");
     } else if (!seen.insert(e.name).second) {
       error(e.location_of("name"), fmt::format("executor '{}': the name is used twice", e.name));
     } else if (e.name == "gateway") {
@@ -475,7 +475,7 @@ void validate_collect(FlowConfig& config, const Registry& registry, std::vector<
     state[node] = 1;
     stack.push_back(node);
     for (const auto& next : edges[node]) {
-      if (!seen.count(next)) continue;
+      if (!seen.count(next) || next == node) continue;  // unknown names and self-needs are reported above
       if (state[next] == 1) {
         auto start = std::find(stack.begin(), stack.end(), next);
         std::vector<std::string> cycle(start, stack.end());

@@ -1,6 +1,7 @@
 #include "flowline/io.hpp"
 #include "flowline/error.hpp"
 #include "flowline/text.hpp"
+#include "json_parse.hpp"
 
 #include <ATen/ATen.h>
 #include <boost/json/parse.hpp>
@@ -363,7 +364,7 @@ Document document_from_json(const boost::json::value& json) {
 
 Document document_from_json(std::string_view json_text) {
   boost::system::error_code ec;
-  boost::json::value v = boost::json::parse(json_text, ec);
+  boost::json::value v = detail::parse_json(json_text, ec);
   if (ec) throw Error(fmt::format("invalid JSON: {}", ec.message()));
   return document_from_json(v);
 }

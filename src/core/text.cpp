@@ -124,7 +124,10 @@ std::vector<TextSpan> split_sentences(std::string_view text) {
           break;
         }
       }
-      if (end >= p_end || is_space(static_cast<unsigned char>(text[end]))) {
+      std::size_t next = end;
+      while (next < p_end && is_space(static_cast<unsigned char>(text[next]))) ++next;
+      const bool continues_lower = next < p_end && text[next] >= 'a' && text[next] <= 'z';
+      if (end >= p_end || (is_space(static_cast<unsigned char>(text[end])) && !continues_lower)) {
         auto [b, e] = trim(text, start, end);
         if (b < e) spans.emplace_back(b, e);
         start = end;

@@ -48,7 +48,7 @@ TEST_CASE("every config error is reported at once in file order", "[config]") {
         "with, replicas, device, needs, batching\n"
         "flow.yml:11:5: executor 'b': missing required parameter 'path' (string: output file, truncated at start)\n"
         "flow.yml:13:12: executor 'b': needs unknown executor 'aa' (did you mean 'a'?)\n"
-        "flow.yml:14:31: executor 'b': batching.max_batch_size: expected an integer >= 0, got -1");
+        "flow.yml:14:32: executor 'b': batching.max_batch_size: expected an integer >= 0, got -1");
 }
 
 TEST_CASE("invalid YAML syntax is reported with its position", "[config]") {
@@ -77,18 +77,19 @@ TEST_CASE("duplicate names, cycles and self-dependencies are config errors", "[c
                   "  - {name: a, uses: NoOp, needs: [c]}\n"
                   "  - {name: b, uses: NoOp, needs: a}\n"
                   "  - {name: c, uses: NoOp, needs: b}\n"
-                  "  - {name: c, uses: NoOp, needs: c}\n") ==
-        "flow.yml:2:33: executors form a cycle: a -> c -> b -> a\n"
-        "flow.yml:5:11: executor 'c': the name is used twice\n"
-        "flow.yml:5:37: executor 'c': an executor cannot need itself");
+                  "  - {name: d, uses: NoOp, needs: d}\n"
+                  "  - {name: d, uses: NoOp}\n") ==
+        "flow.yml:3:34: executors form a cycle: a -> c -> b -> a\n"
+        "flow.yml:5:34: executor 'd': an executor cannot need itself\n"
+        "flow.yml:6:12: executor 'd': the name is used twice");
 }
 
 TEST_CASE("a device that does not exist is named with the available ones", "[config][device]") {
   const std::string result = errors_of("executors:\n  - {name: a, uses: NoOp, device: 'cuda:7'}\n"
                                        "  - {name: b, uses: NoOp, device: gpu}\n");
-  CHECK_THAT(result, testing::starts_with("flow.yml:2:33: executor 'a': device 'cuda:7' does not exist; available: cpu"));
+  CHECK_THAT(result, testing::starts_with("flow.yml:2:35: executor 'a': device 'cuda:7' does not exist; available: cpu"));
   CHECK_THAT(result, testing::ends_with(
-                         "flow.yml:3:33: executor 'b': invalid device 'gpu': expected cpu, cuda, cuda:N or auto"));
+                         "flow.yml:3:35: executor 'b': invalid device 'gpu': expected cpu, cuda, cuda:N or auto"));
 }
 
 TEST_CASE("parameter defaults are filled in and typed values are converted", "[config]") {

@@ -6,7 +6,8 @@ using namespace flowline;
 
 namespace {
 std::filesystem::path plugin(const std::string& kind) {
-  return std::filesystem::path(FLOWLINE_TEST_PLUGIN_DIR) / ("libflowline_test_plugin_" + kind + ".so");
+  const auto dir = std::filesystem::path(FLOWLINE_TEST_PLUGIN_DIR);
+  return (kind == "good" ? dir : dir / "broken") / ("libflowline_test_plugin_" + kind + ".so");
 }
 }  // namespace
 

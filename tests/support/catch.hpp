@@ -1,5 +1,8 @@
 // Catch2 v2 (Debian) and v3 (the GPU machine) behind one include.
 #pragma once
+// c10 defines glog-style CHECK macros; include them first and drop CHECK so Catch's CHECK is the one used.
+#include <c10/util/Logging.h>
+#undef CHECK
 #if defined(FLOWLINE_CATCH3) || __has_include(<catch2/catch_all.hpp>)
 #include <catch2/catch_all.hpp>
 #else
