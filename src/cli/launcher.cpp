@@ -2,6 +2,7 @@
 #include "progress.hpp"
 
 #include "flowline/flowline.hpp"
+#include "flowline/text_models/sentence_encoder.hpp"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -154,6 +155,11 @@ int command_executors() {
 }  // namespace
 
 int run(int argc, char** argv) {
+  static const bool registered = [] {
+    text_models::register_sentence_encoder(Registry::global());
+    return true;
+  }();
+  (void)registered;
   CLI::App app{"flowline: run executor pipelines defined in YAML"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(version()));

@@ -11,6 +11,18 @@
 
 #include <string>
 
+// Skips the rest of a test case (GPU tests on a machine without a GPU). Catch2 v3 reports it as skipped;
+// v2 has no skip, so the test passes with a warning naming the reason.
+#if defined(CATCH_VERSION_MAJOR) && CATCH_VERSION_MAJOR >= 3
+#define FLOWLINE_SKIP(reason) SKIP(reason)
+#else
+#define FLOWLINE_SKIP(reason) \
+  do {                        \
+    WARN(reason);             \
+    return;                   \
+  } while (false)
+#endif
+
 namespace flowline::testing {
 // String matchers under the same names in Catch2 v2 and v3.
 #if defined(CATCH_VERSION_MAJOR) && CATCH_VERSION_MAJOR >= 3

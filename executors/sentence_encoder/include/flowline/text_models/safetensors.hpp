@@ -1,0 +1,49 @@
+// flowline/text_models/safetensors.hpp — reading safetensors files (the Hugging Face weights format).
+//
+// Format: 8 bytes little-endian header length N, N bytes of JSON {name: {dtype, shape, data_offsets}},
+// then the data. The file is memory-mapped; tensors returned by get() share that mapping (copy-on-write,
+// never written back) and keep it alive. Every inconsistency — short file, bad JSON, unknown dtype,
+// offsets outside the data or not matching the shape — is a flowline::Error naming the file and tensor.
+// Immutable after construction; get() may be called from several threads.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace flowline::text_models {
+
+class SafetensorsFile {
+ public:
+  explicit SafetensorsFile(const std::filesystem::path& path);
+
+  const std::filesystem::path& path() const noexcept { return path_; }
+  std::vector<std::string> names() const;
+  bool contains(const std::string& name) const { return entries_.count(name) > 0; }
+  // The tensor on the CPU, in its stored dtype. Throws when absent.
+  at::Tensor get(const std::string& name) const;
+  const std::map<std::string, std::string>& metadata() const noexcept { return metadata_; }
+
+ private:
+  struct Entry {
+    c10::ScalarType dtype;
+    std::vector<int64_t> shape;
+    std::size_t begin = 0, end = 0;  // offsets into the data section
+  };
+  struct Mapping;
+
+  std::filesystem::path path_;
+  std::shared_ptr<Mapping> mapping_;
+  const std::uint8_t* data_ = nullptr;  // start of the data section
+  std::map<std::string, Entry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Writes tensors (moved to the CPU, made contiguous) as a safetensors file. For tools and tests.
+void save_safetensors(const std::filesystem::path& path, const std::map<std::string, at::Tensor>& tensors);
+
+}  // namespace flowline::text_models

@@ -1,0 +1,179 @@
+#include "flowline/text_models/safetensors.hpp"
+
+#include "flowline/error.hpp"
+
+#include <ATen/ATen.h>
+#include <boost/json.hpp>
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <fstream>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace flowline::text_models {
+
+struct SafetensorsFile::Mapping {
+  void* address = MAP_FAILED;
+  std::size_t size = 0;
+  ~Mapping() {
+    if (address != MAP_FAILED) munmap(address, size);
+  }
+};
+
+namespace {
+
+struct DtypeInfo {
+  const char* name;
+  c10::ScalarType type;
+  std::size_t size;
+};
+constexpr DtypeInfo kDtypes[] = {
+    {"F32", c10::kFloat, 4}, {"F16", c10::kHalf, 2},  {"BF16", c10::kBFloat16, 2}, {"F64", c10::kDouble, 8},
+    {"I64", c10::kLong, 8},  {"I32", c10::kInt, 4},   {"I16", c10::kShort, 2},     {"I8", c10::kChar, 1},
+    {"U8", c10::kByte, 1},   {"BOOL", c10::kBool, 1},
+};
+
+}  // namespace
+
+SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path), mapping_(std::make_shared<Mapping>()) {
+  auto fail = [&](const std::string& why) -> Error {
+    return Error(fmt::format("safetensors file '{}': {}", path.string(), why));
+  };
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw fail(fmt::format("cannot open: {}", std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw fail("not a regular file");
+  }
+  const auto file_size = static_cast<std::size_t>(st.st_size);
+  if (file_size < 8) {
+    ::close(fd);
+    throw fail(fmt::format("too short ({} bytes) to hold a header", file_size));
+  }
+  mapping_->size = file_size;
+  mapping_->address = ::mmap(nullptr, file_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (mapping_->address == MAP_FAILED) throw fail(fmt::format("cannot map: {}", std::strerror(errno)));
+  const auto* bytes = static_cast<const std::uint8_t*>(mapping_->address);
+
+  std::uint64_t header_size = 0;
+  for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | bytes[i];
+  if (header_size == 0 || header_size > file_size - 8 || header_size > (100u << 20)) {
+    throw fail(fmt::format("header length {} does not fit the file ({} bytes); not a safetensors file?", header_size,
+                           file_size));
+  }
+  const std::string_view header(reinterpret_cast<const char*>(bytes + 8), header_size);
+  boost::system::error_code ec;
+  const auto json = boost::json::parse(header, ec);
+  if (ec || !json.is_object()) throw fail("the header is not a JSON object; not a safetensors file?");
+  data_ = bytes + 8 + header_size;
+  const std::size_t data_size = file_size - 8 - header_size;
+
+  for (const auto& [key, value] : json.get_object()) {
+    const std::string name(key);
+    if (name == "__metadata__") {
+      if (value.is_object()) {
+        for (const auto& [k, v] : value.get_object()) {
+          if (v.is_string()) metadata_[std::string(k)] = std::string(v.get_string());
+        }
+      }
+      continue;
+    }
+    auto bad = [&](const std::string& why) { return fail(fmt::format("tensor '{}': {}", name, why)); };
+    if (!value.is_object()) throw bad("expected {dtype, shape, data_offsets}");
+    const auto& o = value.get_object();
+    const auto* dtype = o.if_contains("dtype");
+    const auto* shape = o.if_contains("shape");
+    const auto* offsets = o.if_contains("data_offsets");
+    if (!dtype || !dtype->is_string() || !shape || !shape->is_array() || !offsets || !offsets->is_array() ||
+        offsets->get_array().size() != 2) {
+      throw bad("expected {dtype, shape, data_offsets}");
+    }
+    const DtypeInfo* info = nullptr;
+    for (const auto& d : kDtypes) {
+      if (dtype->get_string() == d.name) info = &d;
+    }
+    if (!info) throw bad(fmt::format("unsupported dtype '{}'", std::string_view(dtype->get_string())));
+    Entry entry;
+    entry.dtype = info->type;
+    std::size_t numel = 1;
+    for (const auto& s : shape->get_array()) {
+      if (!s.is_int64() || s.get_int64() < 0) throw bad("shape must hold non-negative integers");
+      entry.shape.push_back(s.get_int64());
+      numel *= static_cast<std::size_t>(s.get_int64());
+    }
+    const auto& off = offsets->get_array();
+    if (!off[0].is_number() || !off[1].is_number()) throw bad("data_offsets must be two integers");
+    entry.begin = off[0].to_number<std::size_t>();
+    entry.end = off[1].to_number<std::size_t>();
+    if (entry.begin > entry.end || entry.end > data_size) {
+      throw bad(fmt::format("data_offsets [{}, {}] outside the {} bytes of data", entry.begin, entry.end, data_size));
+    }
+    if (entry.end - entry.begin != numel * info->size) {
+      throw bad(fmt::format("{} bytes of data for shape [{}] of {} ({} expected)", entry.end - entry.begin,
+                            fmt::join(entry.shape, ", "), info->name, numel * info->size));
+    }
+    entries_.emplace(name, std::move(entry));
+  }
+}
+
+std::vector<std::string> SafetensorsFile::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, entry] : entries_) out.push_back(name);
+  return out;
+}
+
+at::Tensor SafetensorsFile::get(const std::string& name) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) {
+    throw Error(fmt::format("safetensors file '{}': no tensor '{}'", path_.string(), name));
+  }
+  const Entry& e = it->second;
+  auto* address = const_cast<std::uint8_t*>(data_ + e.begin);
+  const auto options = at::TensorOptions().dtype(e.dtype).device(c10::kCPU);
+  const std::size_t element = c10::elementSize(e.dtype);
+  if (reinterpret_cast<std::uintptr_t>(address) % element != 0) {
+    // Unaligned data: copy into aligned memory.
+    at::Tensor out = at::empty(e.shape, options);
+    std::memcpy(out.data_ptr(), address, e.end - e.begin);
+    return out;
+  }
+  auto keep = mapping_;
+  return at::from_blob(address, e.shape, [keep](void*) {}, options);
+}
+
+void save_safetensors(const std::filesystem::path& path, const std::map<std::string, at::Tensor>& tensors) {
+  boost::json::object header;
+  std::vector<at::Tensor> data;
+  std::size_t offset = 0;
+  for (const auto& [name, tensor] : tensors) {
+    at::Tensor t = tensor.to(c10::kCPU).contiguous();
+    const char* dtype = nullptr;
+    for (const auto& d : kDtypes) {
+      if (d.type == t.scalar_type()) dtype = d.name;
+    }
+    if (!dtype) throw Error(fmt::format("save_safetensors: tensor '{}' has an unsupported dtype", name));
+    const std::size_t bytes = t.numel() * t.element_size();
+    boost::json::array shape;
+    for (auto s : t.sizes()) shape.push_back(s);
+    header[name] = {{"dtype", dtype}, {"shape", shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+    data.push_back(t);
+  }
+  std::string text = boost::json::serialize(header);
+  while ((text.size() + 8) % 8 != 0) text += ' ';
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw Error(fmt::format("save_safetensors: cannot write '{}'", path.string()));
+  std::uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) out.put(static_cast<char>((n >> (8 * i)) & 0xFF));
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  for (const auto& t : data) out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.numel() * t.element_size()));
+  if (!out) throw Error(fmt::format("save_safetensors: writing '{}' failed", path.string()));
+}
+
+}  // namespace flowline::text_models

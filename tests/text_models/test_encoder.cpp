@@ -1,0 +1,163 @@
+#include "test_support.hpp"
+
+#include "flowline/device.hpp"
+#include "flowline/text_models/bert.hpp"
+#include "flowline/text_models/safetensors.hpp"
+#include "flowline/text_models/sentence_encoder.hpp"
+#include "flowline/text_models/wordpiece_tokenizer.hpp"
+
+#include <ATen/ATen.h>
+#include <boost/json.hpp>
+
+#include <fstream>
+
+using namespace flowline;
+using namespace flowline::text_models;
+
+namespace {
+const std::filesystem::path kData = std::filesystem::path(FLOWLINE_SOURCE_DIR) / "tests/data";
+const std::filesystem::path kModel = std::filesystem::path(FLOWLINE_SOURCE_DIR) / "models/all-MiniLM-L6-v2";
+
+std::vector<std::string> read_texts(const std::filesystem::path& jsonl) {
+  std::ifstream in(jsonl);
+  std::vector<std::string> out;
+  std::string line;
+  while (std::getline(in, line)) out.emplace_back(boost::json::parse(line).at("text").as_string());
+  return out;
+}
+
+Registry& encoder_registry() {
+  static Registry* registry = [] {
+    auto* r = new Registry();
+    register_builtin_executors(*r);
+    register_sentence_encoder(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+// Encodes texts through a one-executor flow and returns the embeddings in input order.
+at::Tensor encode_with_flow(const std::filesystem::path& model, const std::vector<std::string>& texts,
+                            boost::json::object with = {}, const std::string& device = "cpu") {
+  with["model"] = model.string();
+  Flow flow(FlowOptions{.request_size = 64}, encoder_registry());
+  flow.add({.name = "encoder", .uses = "SentenceEncoder", .with = with, .device = device});
+  DocumentArray docs;
+  for (const auto& t : texts) docs.push_back(Document(t));
+  return flow.post("/encode", std::move(docs)).embeddings();
+}
+
+// Cosine similarity of each row pair.
+at::Tensor row_cosines(const at::Tensor& a, const at::Tensor& b) {
+  const auto a64 = a.to(at::kDouble), b64 = b.to(at::kDouble);
+  return (a64 * b64).sum(1) / (a64.norm(2, {1}) * b64.norm(2, {1})).clamp_min(1e-30);
+}
+
+// Copies the tiny checkpoint and sets its pooling mode and whether it normalises.
+std::filesystem::path tiny_variant(const std::string& name, const std::string& pooling, bool normalize) {
+  const auto dir = testing::scratch_dir("tiny " + name);
+  std::filesystem::copy(kData / "tiny-bert", dir, std::filesystem::copy_options::recursive);
+  testing::write_text(dir / "1_Pooling/config.json",
+                      "{\"embedding_dimension\": 32, \"pooling_mode\": \"" + pooling + "\"}");
+  std::string modules =
+      "[{\"idx\": 0, \"name\": \"0\", \"path\": \"\", \"type\": \"sentence_transformers.models.Transformer\"},"
+      " {\"idx\": 1, \"name\": \"1\", \"path\": \"1_Pooling\", \"type\": \"sentence_transformers.models.Pooling\"}";
+  if (normalize) modules += ", {\"idx\": 2, \"name\": \"2\", \"path\": \"2_Normalize\", \"type\": \"sentence_transformers.models.Normalize\"}";
+  testing::write_text(dir / "modules.json", modules + "]");
+  return dir;
+}
+}  // namespace
+
+TEST_CASE("tiny BERT embeddings equal sentence-transformers for mean, CLS and max pooling", "[encoder]") {
+  const auto texts = read_texts(kData / "tiny-bert-goldens/texts.jsonl");
+  const SafetensorsFile goldens(kData / "tiny-bert-goldens/embeddings.safetensors");
+  for (const auto& [key, pooling, normalize] : {std::tuple{"mean_normalize", "mean", true}, std::tuple{"cls", "cls", false},
+                                                std::tuple{"max", "max", false}}) {
+    INFO(key);
+    const at::Tensor expected = goldens.get(key);
+    const at::Tensor got = encode_with_flow(tiny_variant(key, pooling, normalize), texts);
+    REQUIRE(got.sizes() == expected.sizes());
+    CHECK(row_cosines(got, expected).min().item<double>() >= 0.99999);
+    CHECK((got - expected).abs().max().item<float>() < 1e-4f);
+  }
+}
+
+TEST_CASE("all-MiniLM-L6-v2 on the CPU in fp32 matches sentence-transformers for every golden", "[encoder][model]") {
+  REQUIRE(std::filesystem::exists(kModel / "model.safetensors"));
+  const auto texts = read_texts(kData / "goldens/embedding_texts.jsonl");
+  const at::Tensor expected = SafetensorsFile(kData / "goldens/embeddings.safetensors").get("embeddings");
+  REQUIRE(texts.size() == 522);
+  const at::Tensor got = encode_with_flow(kModel, texts, {{"batch_size", 32}});
+  const at::Tensor cos = row_cosines(got, expected);
+  const double worst = cos.min().item<double>();
+  INFO("worst cosine " << worst << " at text " << cos.argmin().item<int64_t>());
+  CHECK(worst >= 0.99999);
+}
+
+TEST_CASE("the encoder keeps input order whatever the batch size and token budget", "[encoder]") {
+  const auto texts = read_texts(kData / "tiny-bert-goldens/texts.jsonl");
+  const auto model = kData / "tiny-bert";
+  const at::Tensor reference = encode_with_flow(model, texts, {{"batch_size", 1}});
+  for (int batch : {3, 16, 1000}) {
+    CHECK(at::allclose(encode_with_flow(model, texts, {{"batch_size", batch}}), reference, 1e-5, 1e-6));
+  }
+  CHECK(at::allclose(encode_with_flow(model, texts, {{"max_batch_tokens", 100}}), reference, 1e-5, 1e-6));
+}
+
+TEST_CASE("a file that is not safetensors is rejected with a clear error", "[encoder][safetensors]") {
+  const auto dir = testing::scratch_dir("bad safetensors");
+  testing::write_text(dir / "short.safetensors", "abc");
+  CHECK_THROWS_WITH(SafetensorsFile(dir / "short.safetensors"),
+                    "safetensors file '" + (dir / "short.safetensors").string() + "': too short (3 bytes) to hold a header");
+  testing::write_text(dir / "text.safetensors", "this is just a text file, not weights");
+  CHECK_THROWS_WITH(SafetensorsFile(dir / "text.safetensors"), testing::contains("does not fit the file"));
+  std::string header = R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 8]}})";
+  std::string bytes(8, '\0');
+  bytes[0] = static_cast<char>(header.size());
+  testing::write_text(dir / "bad.safetensors", bytes + header + std::string(8, '\0'));
+  CHECK_THROWS_WITH(SafetensorsFile(dir / "bad.safetensors"),
+                    testing::ends_with("tensor 'w': 8 bytes of data for shape [4] of F32 (16 expected)"));
+}
+
+TEST_CASE("safetensors written by flowline read back exactly", "[encoder][safetensors]") {
+  const auto dir = testing::scratch_dir("safetensors roundtrip");
+  const at::Tensor a = at::randn({3, 5}), b = at::arange(7, at::kLong);
+  save_safetensors(dir / "x.safetensors", {{"a", a}, {"b", b}});
+  const SafetensorsFile file(dir / "x.safetensors");
+  CHECK(file.names() == std::vector<std::string>{"a", "b"});
+  CHECK(at::equal(file.get("a"), a));
+  CHECK(at::equal(file.get("b"), b));
+}
+
+TEST_CASE("unsupported model configs are rejected naming the file and key", "[encoder]") {
+  const auto dir = tiny_variant("unsupported", "mean", true);
+  auto config = boost::json::parse(read_file(dir / "config.json")).as_object();
+  config["model_type"] = "roberta";
+  testing::write_text(dir / "config.json", boost::json::serialize(config));
+  CHECK_THROWS_WITH(SentenceModelConfig::from_folder(dir),
+                    "'" + (dir / "config.json").string() +
+                        "': model_type 'roberta' is not supported; flowline's encoder runs BERT checkpoints");
+  CHECK_THROWS_WITH(SentenceModelConfig::from_folder(dir / "nowhere"), testing::contains("no such folder"));
+  testing::write_text(dir / "1_Pooling/config.json", "{\"pooling_mode\": \"weightedmean\"}");
+  config["model_type"] = "bert";
+  testing::write_text(dir / "config.json", boost::json::serialize(config));
+  CHECK_THROWS_WITH(SentenceModelConfig::from_folder(dir), testing::contains("pooling_mode 'weightedmean' is not supported"));
+}
+
+TEST_CASE("a bad encoder parameter fails the flow's start naming the parameter", "[encoder]") {
+  Flow flow(FlowOptions{}, encoder_registry());
+  flow.add({.name = "enc", .uses = "SentenceEncoder", .with = {{"model", (kData / "tiny-bert").string()}, {"dtype", "fp8"}}});
+  CHECK_THROWS_WITH(flow.start(), testing::contains("parameter 'dtype': expected fp32, fp16 or bf16, got 'fp8'"));
+}
+
+TEST_CASE("all-MiniLM-L6-v2 on the GPU in fp16 and bf16 stays within the cosine bounds", "[encoder][model][gpu]") {
+  if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
+  const auto texts = read_texts(kData / "goldens/embedding_texts.jsonl");
+  const at::Tensor expected = SafetensorsFile(kData / "goldens/embeddings.safetensors").get("embeddings");
+  for (const auto& [dtype, bound] : {std::pair{"fp32", 0.99999}, std::pair{"fp16", 0.999}, std::pair{"bf16", 0.995}}) {
+    const at::Tensor got = encode_with_flow(kModel, texts, {{"dtype", dtype}, {"batch_size", 128}}, "cuda");
+    const double worst = row_cosines(got, expected).min().item<double>();
+    WARN("GPU " << dtype << ": worst cosine " << worst << " over " << texts.size() << " texts");
+    CHECK(worst >= bound);
+  }
+}
