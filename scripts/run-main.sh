@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Sets up whatever is missing, builds, and runs the main job: flows/paragraphs.yml over a book of the corpus.
-# Output: out/paragraphs.jsonl (written by the flow's JsonlWriter).
+# Sets up whatever is missing, builds, and runs the main job: flows/encode.yml, sentence embeddings of all
+# 6,001 corpus paragraphs with all-MiniLM-L6-v2. Output: out/embeddings.jsonl (written by the flow's JsonlWriter).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$ROOT/scripts/setup.sh"
 cd "$ROOT"
 CORPUS="${FLOWLINE_CORPUS_DIR:-$ROOT/../shared/data/corpus}"
 export FLOWLINE_OUT_DIR="${FLOWLINE_OUT_DIR:-$ROOT/out}"
-printf '\n==> running flows/paragraphs.yml over %s\n' "$CORPUS/alice-in-wonderland.txt"
-"${FLOWLINE_BUILD_DIR:-build}/src/flowline" run flows/paragraphs.yml \
-  --input "$CORPUS/alice-in-wonderland.txt" --input-format text
-echo "wrote $(wc -l <"$FLOWLINE_OUT_DIR/paragraphs.jsonl") documents to $FLOWLINE_OUT_DIR/paragraphs.jsonl"
+export FLOWLINE_MODEL_DIR="${FLOWLINE_MODEL_DIR:-$ROOT/models}"
+printf '\n==> running flows/encode.yml over the paragraphs of %s\n' "$CORPUS"
+"${FLOWLINE_BUILD_DIR:-build}/src/flowline" run flows/encode.yml --input "$CORPUS" --input-format paragraphs
+echo "wrote $(wc -l <"$FLOWLINE_OUT_DIR/embeddings.jsonl") embeddings to $FLOWLINE_OUT_DIR/embeddings.jsonl"

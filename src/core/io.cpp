@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <algorithm>
 #include <fstream>
 
 namespace flowline {
@@ -538,9 +539,44 @@ class WholeFileSource : public DocumentSource {
   bool paragraphs_ = false;
 };
 
+// A folder: its regular files in name order, each read with the same format.
+class FolderSource : public DocumentSource {
+ public:
+  FolderSource(const std::filesystem::path& folder, InputFormat format) : format_(format) {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(folder, ec)) {
+      if (entry.is_regular_file() && entry.path().filename().string().front() != '.') files_.push_back(entry.path());
+    }
+    if (ec) throw InputError(SourceLocation{folder.string()}, fmt::format("cannot list folder: {}", ec.message()));
+    if (files_.empty()) throw InputError(SourceLocation{folder.string()}, "the folder holds no files");
+    std::sort(files_.begin(), files_.end());
+  }
+  std::size_t read(DocumentArray& out, std::size_t max) override {
+    std::size_t n = 0;
+    while (n < max) {
+      if (!current_) {
+        if (next_ == files_.size()) break;
+        current_ = open_file_source(files_[next_++], format_);
+      }
+      const std::size_t got = current_->read(out, max - n);
+      if (got == 0) current_.reset();
+      n += got;
+    }
+    return n;
+  }
+
+ private:
+  InputFormat format_;
+  std::vector<std::filesystem::path> files_;
+  std::size_t next_ = 0;
+  std::unique_ptr<DocumentSource> current_;
+};
+
 }  // namespace
 
 std::unique_ptr<DocumentSource> open_file_source(const std::filesystem::path& path, InputFormat format) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return std::make_unique<FolderSource>(path, format);
   switch (format) {
     case InputFormat::Lines: return std::make_unique<LineSource>(path, false);
     case InputFormat::Jsonl: return std::make_unique<LineSource>(path, true);

@@ -7,6 +7,7 @@
 #include "flowline/text_models/wordpiece_tokenizer.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -85,13 +86,7 @@ class SentenceEncoder : public Executor {
     if (docs.empty()) return;
     c10::InferenceMode guard;
     const std::size_t n = docs.size();
-    // Tokenize into one buffer; offsets_[i] is where document i's ids begin.
-    ids_.clear();
-    offsets_.assign(n + 1, 0);
-    for (std::size_t i = 0; i < n; ++i) {
-      tokenizer_->encode_into(docs[i].text, max_seq_length_, ids_);
-      offsets_[i + 1] = ids_.size();
-    }
+    tokenize(docs);
     // Longest first, so forward passes hold sequences of similar length.
     order_.resize(n);
     std::iota(order_.begin(), order_.end(), 0);
@@ -130,6 +125,42 @@ class SentenceEncoder : public Executor {
     docs.set_embeddings(result.to(at::kCPU));
   }
 
+  // Tokenizes every document into ids_ (offsets_[i] .. offsets_[i+1] are document i's ids). Large batches
+  // are cut into contiguous chunks tokenized in parallel on ATen's thread pool, then joined in order.
+  void tokenize(const DocumentArray& docs) {
+    const std::size_t n = docs.size();
+    constexpr std::size_t kGrain = 256;
+    const std::size_t chunks = std::min<std::size_t>(static_cast<std::size_t>(at::get_num_threads()), (n + kGrain - 1) / kGrain);
+    ids_.clear();
+    offsets_.assign(n + 1, 0);
+    if (chunks <= 1) {
+      for (std::size_t i = 0; i < n; ++i) {
+        tokenizer_->encode_into(docs[i].text, max_seq_length_, ids_);
+        offsets_[i + 1] = ids_.size();
+      }
+      return;
+    }
+    chunk_ids_.resize(chunks);
+    const std::size_t per_chunk = (n + chunks - 1) / chunks;
+    at::parallel_for(0, static_cast<int64_t>(chunks), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t c = begin; c < end; ++c) {
+        auto& buffer = chunk_ids_[static_cast<std::size_t>(c)];
+        buffer.clear();
+        const std::size_t first = static_cast<std::size_t>(c) * per_chunk, last = std::min(n, first + per_chunk);
+        for (std::size_t i = first; i < last; ++i) {
+          tokenizer_->encode_into(docs[i].text, max_seq_length_, buffer);
+          offsets_[i + 1] = buffer.size();  // relative to the chunk; made absolute below
+        }
+      }
+    });
+    for (std::size_t c = 0; c < chunks; ++c) {
+      const std::size_t base = ids_.size();
+      const std::size_t first = c * per_chunk, last = std::min(n, first + per_chunk);
+      for (std::size_t i = first; i < last; ++i) offsets_[i + 1] += base;
+      ids_.insert(ids_.end(), chunk_ids_[c].begin(), chunk_ids_[c].end());
+    }
+  }
+
   c10::Device device_{c10::kCPU};
   c10::ScalarType dtype_ = c10::kFloat;
   std::unique_ptr<WordPieceTokenizer> tokenizer_;
@@ -138,6 +169,7 @@ class SentenceEncoder : public Executor {
   int normalize_override_ = -1;  // -1 auto, 0 off, 1 on
   // Buffers reused across batches: no allocation per document.
   std::vector<std::int32_t> ids_;
+  std::vector<std::vector<std::int32_t>> chunk_ids_;
   std::vector<std::size_t> offsets_, order_, rows_;
   std::vector<std::int32_t> packed_;
   std::vector<int64_t> lengths_;

@@ -1,0 +1,179 @@
+"""GPU encode benchmark, one command on the GPU machine (after scripts/gpu-run.sh has built flowline):
+side by side on the same GPU, (a) flowline's encode flow from YAML run by the launcher, (b)
+sentence-transformers encode() in Python with the same weights, fp32 and fp16, batch 32/128/512, and
+(c) the bare LibTorch loop over the same encoder (bench/bare_encode). Workloads: the scenarios' 10,000
+copies of one sentence, and the 6,001 corpus paragraphs. GPU utilisation is sampled with NVML every 20 ms
+while each run works; peak memory is NVML's used memory above the idle baseline.
+
+  python3 bench/encode_gpu.py --build build-gpu --model models/all-MiniLM-L6-v2 --corpus .device/corpus --out $OUT
+
+Writes encode_gpu.csv and encode_gpu.png to --out and prints the table.
+"""
+import argparse
+import csv
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import threading
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+from corpus import corpus  # noqa: E402
+
+SEED = "Using a GPU allows you to significantly speed up encoding."
+
+
+class NvmlSampler:
+    """Samples GPU utilisation and used memory of device 0 in a thread."""
+
+    def __init__(self, index=0):
+        import pynvml
+        self.nvml = pynvml
+        pynvml.nvmlInit()
+        self.handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        self.baseline = pynvml.nvmlDeviceGetMemoryInfo(self.handle).used
+
+    def __enter__(self):
+        self.util, self.mem, self.stop = [], [], False
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+        return self
+
+    def run(self):
+        while not self.stop:
+            self.util.append(self.nvml.nvmlDeviceGetUtilizationRates(self.handle).gpu)
+            self.mem.append(self.nvml.nvmlDeviceGetMemoryInfo(self.handle).used)
+            time.sleep(0.02)
+
+    def __exit__(self, *exc):
+        self.stop = True
+        self.thread.join()
+
+    def busy(self):
+        # Steady state: drop the first and last tenth of the samples (start-up, drain).
+        s = self.util[len(self.util) // 10: len(self.util) - len(self.util) // 10] or self.util or [0]
+        return sum(s) / len(s)
+
+    def peak_mib(self):
+        return (max(self.mem or [self.baseline]) - self.baseline) / 2**20
+
+
+def run_flowline(args, input_path, fmt, dtype, batch, request, replicas, tokens):
+    env = dict(os.environ, FLOWLINE_DEVICE="cuda", FLOWLINE_MODEL=str(args.model), FLOWLINE_DTYPE=dtype,
+               FLOWLINE_BATCH_SIZE=str(batch), FLOWLINE_MAX_BATCH_TOKENS=str(tokens), FLOWLINE_REQUEST_SIZE=str(request),
+               FLOWLINE_REPLICAS=str(replicas))
+    with NvmlSampler() as s:
+        out = subprocess.run([str(pathlib.Path(args.build) / "src/flowline"), "run", str(ROOT / "flows/encode-bench.yml"),
+                              "--input", str(input_path), "--input-format", fmt, "--progress", "never"],
+                             env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        print(out.stderr[-2000:])
+        return None
+    m = re.search(r"(\d+) docs in \d+ steps done in .*?\(([\d.]+) docs/s", out.stderr)
+    return float(m.group(2)), s.busy(), s.peak_mib(), "", ""
+
+
+def run_bare(args, input_path, fmt, dtype, batch):
+    with NvmlSampler() as s:
+        out = subprocess.run([str(pathlib.Path(args.build) / "bench/bare_encode"), "--model", str(args.model), "--input",
+                              str(input_path), "--format", fmt, "--device", "cuda", "--dtype", dtype, "--batch-size",
+                              str(batch), "--repeats", "3"], capture_output=True, text=True)
+    if out.returncode != 0:
+        print(out.stderr[-2000:])
+        return None
+    m = re.search(r"best (\d+) docs/s, batch p50 ([\d.]+) ms, p99 ([\d.]+) ms", out.stdout)
+    return float(m.group(1)), s.busy(), s.peak_mib(), m.group(2), m.group(3)
+
+
+def run_st(model, texts, batch):
+    import torch
+    torch.cuda.synchronize()
+    with NvmlSampler() as s:
+        best, lat = 0.0, []
+        for _ in range(2):
+            start = time.perf_counter()
+            model.encode(texts, batch_size=batch, convert_to_numpy=True)
+            best = max(best, len(texts) / (time.perf_counter() - start))
+    return best, s.busy(), s.peak_mib(), "", ""
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--build", default=str(ROOT / "build-gpu"))
+    parser.add_argument("--model", default=str(ROOT / "models/all-MiniLM-L6-v2"))
+    parser.add_argument("--corpus", default=str(ROOT / ".device/corpus"))
+    parser.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "out-gpu")))
+    parser.add_argument("--skip-st", action="store_true")
+    args = parser.parse_args()
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    seed_file = out / "seed-10000.txt"
+    seed_file.write_text((SEED + "\n") * 10000)
+    workloads = {"seed 10k": (seed_file, "lines", [SEED] * 10000),
+                 "corpus 6001": (pathlib.Path(args.corpus), "paragraphs", [t for _, _, t in corpus(args.corpus)])}
+    rows = []
+
+    def add(workload, pipeline, setting, result):
+        if result is None:
+            return
+        rate, busy, peak, p50, p99 = result
+        rows.append(dict(workload=workload, pipeline=pipeline, setting=setting, docs_per_s=round(rate, 1),
+                         gpu_busy_pct=round(busy, 1), peak_mem_mib=round(peak, 1), batch_p50_ms=p50, batch_p99_ms=p99))
+        print(f"{workload:12} {pipeline:22} {setting:34} {rate:10.0f} docs/s  busy {busy:5.1f}%  peak {peak:7.1f} MiB", flush=True)
+
+    for name, (path, fmt, texts) in workloads.items():
+        for dtype in ("fp16", "bf16"):
+            for batch, request, tokens in ((256, 2048, 0), (512, 4096, 32768)):
+                add(name, "flowline (YAML)", f"{dtype} batch {batch} req {request} tok {tokens}",
+                    run_flowline(args, path, fmt, dtype, batch, request, 1, tokens))
+        for replicas in (1, 2, 4):
+            add(name, "flowline replicas", f"fp16 batch 256 x{replicas} replicas",
+                run_flowline(args, path, fmt, "fp16", 256, 1024, replicas, 0))
+        for dtype in ("fp16", "fp32"):
+            for batch in (256, 1024):
+                add(name, "bare LibTorch loop", f"{dtype} batch {batch}", run_bare(args, path, fmt, dtype, batch))
+    if not args.skip_st:
+        import torch
+        from sentence_transformers import SentenceTransformer
+        for dtype in ("fp32", "fp16"):
+            model = SentenceTransformer(args.model, device="cuda")
+            model = model.half() if dtype == "fp16" else model.float()
+            model.encode(["warm up"] * 64)
+            for name, (path, fmt, texts) in workloads.items():
+                for batch in (32, 128, 512):
+                    add(name, "sentence-transformers", f"{dtype} batch {batch}", run_st(model, texts, batch))
+            del model
+            torch.cuda.empty_cache()
+
+    with open(out / "encode_gpu.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, axes = plt.subplots(1, 2, figsize=(14, 6))
+        for ax, workload in zip(axes, workloads):
+            best = {}
+            for r in rows:
+                if r["workload"] == workload:
+                    best[r["pipeline"]] = max(best.get(r["pipeline"], 0), r["docs_per_s"])
+            ax.barh(list(best.keys()), list(best.values()), color="tab:blue")
+            ax.set_title(f"{workload}: best docs/s per pipeline")
+            ax.set_xlabel("docs/s (text to embeddings on the host)")
+        fig.tight_layout()
+        fig.savefig(out / "encode_gpu.png", dpi=90)
+    except Exception as e:  # the table and CSV matter more than the picture
+        print("plot failed:", e)
+    print(f"\n{'workload':12} {'pipeline':22} {'setting':34} {'docs/s':>10} {'busy%':>6} {'peakMiB':>8} {'p50ms':>6} {'p99ms':>6}")
+    for r in rows:
+        print(f"{r['workload']:12} {r['pipeline']:22} {r['setting']:34} {r['docs_per_s']:10.0f} {r['gpu_busy_pct']:6.1f} "
+              f"{r['peak_mem_mib']:8.1f} {r['batch_p50_ms']:>6} {r['batch_p99_ms']:>6}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# One command for the GPU machine: build flowline against its LibTorch, run the test suite (GPU tests
+# included), then what is named in $@ (e.g. benchmarks). Logs go to $OUT when set.
+#   carry: .device (scripts/prepare-device.sh makes it)
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+OUT="${OUT:-$ROOT/out-gpu}"
+mkdir -p "$OUT" models
+ln -sfn "$ROOT/.device/model/all-MiniLM-L6-v2" models/all-MiniLM-L6-v2
+export FLOWLINE_UTF8PROC_ROOT="$ROOT/.device/utf8proc"
+TORCH_PREFIX="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+start=$(date +%s)
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
+  -DTORCH_CUDA_ARCH_LIST=9.0 -DFLOWLINE_UTF8PROC_ROOT="$FLOWLINE_UTF8PROC_ROOT" \
+  -DFLOWLINE_CORPUS_DIR="$ROOT/.device/corpus" -Wno-dev >"$OUT/configure.log" 2>&1 || { tail -40 "$OUT/configure.log"; exit 1; }
+cmake --build build-gpu -j"$(nproc)" >"$OUT/build.log" 2>&1 || { grep -E -A5 "error|FAILED" "$OUT/build.log" | head -60; exit 1; }
+echo "built in $(( $(date +%s) - start )) s"
+# The CPU fp32 golden test needs the fp32 weights, which do not travel; the GPU test covers fp16/bf16.
+(cd build-gpu && ctest -j8 --timeout 300 -E "on the CPU in fp32" --output-on-failure >"$OUT/ctest.log" 2>&1; tail -n 4 "$OUT/ctest.log")
+grep -E "worst cosine|FAILED|Failed" "$OUT/ctest.log" | head -20
+build-gpu/tests/test_text_models "[gpu]" -s 2>&1 | grep -E "worst cosine|passed|failed" | head
+for cmd in "$@"; do echo "==> $cmd"; eval "$cmd"; done

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Prepares .device/ for runs on the GPU machine (which has no network, no utf8proc and no model):
+#   .device/model/all-MiniLM-L6-v2   the model with fp16 weights (45 MB instead of 90, to fit the 64 MiB tree)
+#   .device/utf8proc                 Debian's utf8proc packages unpacked (dpkg -x)
+#   .device/corpus                   the five books (../shared does not travel)
+# Carry .device with the device tool; scripts/gpu-run.sh uses it.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+mkdir -p .device
+if [ ! -f .device/model/all-MiniLM-L6-v2/model.safetensors ]; then
+  .venv/bin/python - <<'PY'
+import pathlib, shutil
+from safetensors.torch import load_file, save_file
+src = pathlib.Path("models/all-MiniLM-L6-v2"); dst = pathlib.Path(".device/model/all-MiniLM-L6-v2")
+shutil.copytree(src, dst, dirs_exist_ok=True, ignore=shutil.ignore_patterns("model.safetensors", "*.onnx", "*.bin"))
+tensors = {k: (v.half() if v.is_floating_point() else v).contiguous() for k, v in load_file(src / "model.safetensors").items()}
+save_file(tensors, str(dst / "model.safetensors"), metadata={"format": "pt"})
+PY
+fi
+if [ ! -d .device/utf8proc/usr ]; then
+  tmp="$(mktemp -d)"
+  (cd "$tmp" && apt-get download -qq libutf8proc2 libutf8proc-dev)
+  for deb in "$tmp"/*.deb; do dpkg -x "$deb" .device/utf8proc; done
+  rm -rf "$tmp"
+fi
+mkdir -p .device/corpus
+cp -u "${FLOWLINE_CORPUS_DIR:-$ROOT/../shared/data/corpus}"/*.txt .device/corpus/
+du -sh .device/*
