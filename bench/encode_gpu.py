@@ -126,11 +126,11 @@ def main():
 
     for name, (path, fmt, texts) in workloads.items():
         for dtype in ("fp16", "bf16"):
-            for batch, request, tokens in ((256, 2048, 0), (512, 4096, 32768)):
-                add(name, "flowline (YAML)", f"{dtype} batch {batch} req {request} tok {tokens}",
-                    run_flowline(args, path, fmt, dtype, batch, request, 1, tokens))
+            for batch, request, tokens in ((256, 1024, 0), (512, 2048, 32768)):
+                add(name, "flowline (YAML)", f"{dtype} batch {batch} req {request} tok {tokens} x2",
+                    run_flowline(args, path, fmt, dtype, batch, request, 2, tokens))
         for replicas in (1, 2, 4):
-            add(name, "flowline replicas", f"fp16 batch 256 x{replicas} replicas",
+            add(name, "flowline replicas", f"fp16 batch 256 req 1024 x{replicas} replicas",
                 run_flowline(args, path, fmt, "fp16", 256, 1024, replicas, 0))
         for dtype in ("fp16", "fp32"):
             for batch in (256, 1024):

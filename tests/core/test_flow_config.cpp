@@ -114,18 +114,3 @@ TEST_CASE("quoted scalars stay strings while plain ones are typed", "[config]") 
   CHECK(tags.at("d").is_null());
   CHECK(tags.at("e").is_string());  // YAML 1.2: only true/false are booleans
 }
-
-TEST_CASE("the flows shipped in flows/ are valid", "[config]") {
-  ::setenv("FLOWLINE_OUT_DIR", "/tmp", 1);
-  for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::path(FLOWLINE_SOURCE_DIR) / "flows")) {
-    if (entry.path().extension() != ".yml") continue;
-    INFO(entry.path().string());
-    Registry& registry = Registry::global();
-    try {
-      load_flow_config(entry.path(), registry);
-    } catch (const ConfigError& e) {
-      // Executors from libraries the core tests do not load (e.g. SentenceEncoder) are not an error here.
-      for (const auto& d : e.diagnostics()) CHECK_THAT(d.message, testing::contains("unknown executor type 'SentenceEncoder'"));
-    }
-  }
-}

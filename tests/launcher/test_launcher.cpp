@@ -101,9 +101,15 @@ TEST_CASE("flowline executors lists built-in and plugin executors with their par
 }
 
 TEST_CASE("every launcher command has --help", "[launcher]") {
-  for (const char* command : {"", "run ", "validate ", "executors "}) {
+  for (const char* command : {"", "run ", "validate ", "executors ", "schema "}) {
     const auto r = launch(std::string(command) + "--help");
     CHECK(r.exit_code == 0);
     CHECK_THAT(r.out, testing::contains("Usage:"));
   }
+}
+
+TEST_CASE("the YAML reference in docs matches what the validator accepts", "[launcher][docs]") {
+  const auto r = launch("schema");
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out == read_file(std::filesystem::path(FLOWLINE_SOURCE_DIR) / "docs/yaml-reference.md"));
 }

@@ -144,6 +144,24 @@ TEST_CASE("unsupported model configs are rejected naming the file and key", "[en
   CHECK_THROWS_WITH(SentenceModelConfig::from_folder(dir), testing::contains("pooling_mode 'weightedmean' is not supported"));
 }
 
+TEST_CASE("every flow shipped in flows/ is valid", "[config][encoder]") {
+  const std::map<std::string, std::string> env = {
+      {"FLOWLINE_OUT_DIR", testing::scratch_dir("shipped flows").string()},
+      {"FLOWLINE_MODEL_DIR", (std::filesystem::path(FLOWLINE_SOURCE_DIR) / "models").string()},
+      {"FLOWLINE_MODEL", (kData / "tiny-bert").string()}, {"FLOWLINE_DEVICE", "cpu"}, {"FLOWLINE_DTYPE", "fp32"},
+      {"FLOWLINE_BATCH_SIZE", "8"}, {"FLOWLINE_MAX_BATCH_TOKENS", "0"}, {"FLOWLINE_REQUEST_SIZE", "8"},
+      {"FLOWLINE_REPLICAS", "1"}};
+  for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
+  int checked = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::path(FLOWLINE_SOURCE_DIR) / "flows")) {
+    if (entry.path().extension() != ".yml") continue;
+    INFO(entry.path().string());
+    CHECK_NOTHROW(load_flow_config(entry.path(), encoder_registry()));
+    ++checked;
+  }
+  CHECK(checked >= 3);
+}
+
 TEST_CASE("a bad encoder parameter fails the flow's start naming the parameter", "[encoder]") {
   Flow flow(FlowOptions{}, encoder_registry());
   flow.add({.name = "enc", .uses = "SentenceEncoder", .with = {{"model", (kData / "tiny-bert").string()}, {"dtype", "fp8"}}});

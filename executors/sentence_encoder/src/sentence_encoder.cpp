@@ -8,14 +8,33 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/core/InferenceMode.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <map>
+#include <mutex>
 #include <numeric>
+#include <optional>
+#include <tuple>
 
 namespace flowline::text_models {
 namespace {
+
+// Encoders shared by the replicas of a process: one copy of the weights per (model, device, dtype).
+// Entries live as long as a replica holds them.
+std::shared_ptr<const BertEncoder> shared_encoder(const std::string& model, c10::Device device, c10::ScalarType dtype) {
+  static std::mutex mutex;
+  static std::map<std::tuple<std::string, std::string, int>, std::weak_ptr<const BertEncoder>> cache;
+  const auto key = std::make_tuple(std::filesystem::weakly_canonical(model).string(), device.str(), static_cast<int>(dtype));
+  std::lock_guard lock(mutex);
+  if (auto existing = cache[key].lock()) return existing;
+  auto encoder = std::make_shared<const BertEncoder>(model, device, dtype);
+  cache[key] = encoder;
+  return encoder;
+}
 
 c10::ScalarType parse_dtype(const std::string& name) {
   if (name == "fp32" || name == "float32") return c10::kFloat;
@@ -37,7 +56,11 @@ class SentenceEncoder : public Executor {
          ParamSpec::optional("max_seq_length", ParamType::Int, 0, "truncate texts to this many tokens (0: the model's)"),
          ParamSpec::optional("batch_size", ParamType::Int, 64, "sequences per forward pass"),
          ParamSpec::optional("max_batch_tokens", ParamType::Int, 0, "tokens per forward pass (0: no limit)"),
-         ParamSpec::optional("normalize", ParamType::Json, "auto", "auto (as the checkpoint says), true or false")},
+         ParamSpec::optional("normalize", ParamType::Json, "auto", "auto (as the checkpoint says), true or false"),
+         ParamSpec::optional("share_weights", ParamType::Bool, true,
+                             "replicas on the same device share one copy of the weights (each on its own CUDA stream)"),
+         ParamSpec::optional("warmup", ParamType::Bool, true,
+                             "run a few batches at start so the first requests do not pay for CUDA and allocator set-up")},
         {"/encode"},
     };
   }
@@ -52,7 +75,9 @@ class SentenceEncoder : public Executor {
       throw Error("parameter 'dtype': fp16 needs a GPU device; use fp32 or bf16 on the CPU");
     }
     tokenizer_ = std::make_unique<WordPieceTokenizer>(WordPieceTokenizer::from_model_folder(model));
-    encoder_ = std::make_unique<BertEncoder>(model, device_, dtype_);
+    encoder_ = params().get<bool>("share_weights") ? shared_encoder(model, device_, dtype_)
+                                                   : std::make_shared<const BertEncoder>(model, device_, dtype_);
+    if (device_.is_cuda()) stream_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
     const auto& config = encoder_->config();
     max_seq_length_ = params().get<std::size_t>("max_seq_length");
     if (max_seq_length_ == 0) max_seq_length_ = static_cast<std::size_t>(config.max_seq_length);
@@ -77,14 +102,43 @@ class SentenceEncoder : public Executor {
                  runtime().name, runtime().replica, model, config.bert.num_layers, config.bert.hidden_size,
                  to_string(config.pooling), config.normalize ? " + normalize" : "", device_.str(),
                  c10::toString(dtype_), encoder_->weight_bytes() / 1e6);
+    if (params().get<bool>("warmup")) warm_up();
     bind("/encode", &SentenceEncoder::encode);
     bind_default(&SentenceEncoder::encode);
+  }
+
+  // Forward passes over dummy sequences of the sizes real batches will have, so CUDA context, cuBLAS and
+  // attention kernels and the caching allocator are ready before the first request. On the CPU only a
+  // tiny batch (the cost there is compute, not set-up).
+  void warm_up() {
+    c10::InferenceMode guard;
+    std::optional<c10::cuda::CUDAStreamGuard> on_stream;
+    if (stream_) on_stream.emplace(*stream_);
+    std::vector<std::pair<std::size_t, std::size_t>> shapes;  // (sequences, length)
+    if (device_.is_cuda()) {
+      for (std::size_t len : {max_seq_length_, std::size_t{128}, std::size_t{64}, std::size_t{16}}) {
+        const std::size_t length = std::min(len, max_seq_length_);
+        std::size_t count = batch_size_;
+        if (max_batch_tokens_ != 0) count = std::max<std::size_t>(1, std::min(count, max_batch_tokens_ / length));
+        shapes.emplace_back(count, length);
+      }
+    } else {
+      shapes.emplace_back(2, 16);
+    }
+    for (const auto& [count, length] : shapes) {
+      std::vector<std::int32_t> ids(count * length, tokenizer_->unk_id());
+      std::vector<int64_t> lengths(count, static_cast<int64_t>(length));
+      encoder_->encode(PackedBatch{ids, lengths}).to(at::kCPU);
+    }
   }
 
  private:
   void encode(DocumentArray& docs) {
     if (docs.empty()) return;
     c10::InferenceMode guard;
+    // Each replica runs on its own stream, so replicas sharing weights on one GPU overlap.
+    std::optional<c10::cuda::CUDAStreamGuard> on_stream;
+    if (stream_) on_stream.emplace(*stream_);
     const std::size_t n = docs.size();
     tokenize(docs);
     // Longest first, so forward passes hold sequences of similar length.
@@ -164,7 +218,8 @@ class SentenceEncoder : public Executor {
   c10::Device device_{c10::kCPU};
   c10::ScalarType dtype_ = c10::kFloat;
   std::unique_ptr<WordPieceTokenizer> tokenizer_;
-  std::unique_ptr<BertEncoder> encoder_;
+  std::shared_ptr<const BertEncoder> encoder_;
+  std::optional<c10::cuda::CUDAStream> stream_;
   std::size_t max_seq_length_ = 0, batch_size_ = 64, max_batch_tokens_ = 0;
   int normalize_override_ = -1;  // -1 auto, 0 off, 1 on
   // Buffers reused across batches: no allocation per document.
