@@ -31,7 +31,10 @@ int main(int argc, char** argv) {
   const std::size_t steps = (count + request_size - 1) / request_size;
   std::size_t dim = 0;
   flowline::PostOptions options;
+  double last_draw = -1;
   options.on_progress = [&](const flowline::Progress& p) {
+    if (p.requests != steps && p.seconds - last_draw < 0.1) return;  // redraw at most ten times a second
+    last_draw = p.seconds;
     const int width = 30, filled = static_cast<int>(width * p.requests / steps);
     fmt::print(stderr, "\r[{:<{}}] {}/{} steps, {:.1f} step/s", std::string(filled, '#'), width, p.requests, steps,
                p.seconds > 0 ? p.requests / p.seconds : 0.0);
