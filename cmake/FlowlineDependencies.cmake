@@ -47,6 +47,16 @@ if(NOT TARGET flowline_utf8proc)
     INTERFACE_LINK_LIBRARIES ${FLOWLINE_UTF8PROC_LIBRARY})
 endif()
 
+# Under add_subdirectory the targets found here must be visible to the parent project too, since
+# flowline::core's interface names them (torch, fmt::fmt, Boost, ...).
+get_property(_flowline_imported DIRECTORY PROPERTY IMPORTED_TARGETS)
+foreach(_target IN LISTS _flowline_imported)
+  get_target_property(_global ${_target} IMPORTED_GLOBAL)
+  if(NOT _global)
+    set_target_properties(${_target} PROPERTIES IMPORTED_GLOBAL TRUE)
+  endif()
+endforeach()
+
 # The torch wheel ships fmt 12 headers in its include folder, which would shadow the system fmt that
 # spdlog is built for. A folder holding only a link to the system fmt headers goes first on the include
 # path of everything that uses flowline. (Core ATen headers do not include fmt.)

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Builds and runs a consumer of flowline, as the tests do:
+#   run_consumer.sh find_package    SOURCE BUILD TORCH_PREFIX WORK   install BUILD to WORK/prefix, build
+#                                                                      tests/consumers/find_package and the
+#                                                                      examples/custom_executor plugin against
+#                                                                      it, run both (the plugin from the
+#                                                                      installed launcher)
+#   run_consumer.sh add_subdirectory SOURCE BUILD TORCH_PREFIX WORK   build tests/consumers/add_subdirectory
+set -euo pipefail
+mode=$1 src=$2 build=$3 torch_prefix=$4 work=$5
+rm -rf "$work"
+mkdir -p "$work"
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+if [ "$mode" = find_package ]; then
+  cmake --install "$build" --prefix "$work/prefix" >"$work/install.log"
+  cmake -S "$src/tests/consumers/find_package" -B "$work/consumer" "${generator[@]}" \
+    -DCMAKE_PREFIX_PATH="$work/prefix;$torch_prefix" >"$work/configure.log"
+  cmake --build "$work/consumer" >"$work/build.log"
+  "$work/consumer/consumer"
+  cmake -S "$src/examples/custom_executor" -B "$work/shout" "${generator[@]}" \
+    -DCMAKE_PREFIX_PATH="$work/prefix;$torch_prefix" >"$work/shout-configure.log"
+  cmake --build "$work/shout" >"$work/shout-build.log"
+  printf 'hello\nworld\n' >"$work/in.txt"
+  FLOWLINE_PLUGIN_PATH="$work/shout" "$work/prefix/bin/flowline" run "$src/examples/custom_executor/flow.yml" \
+    --input "$work/in.txt" --endpoint /shout --output "$work/out.jsonl"
+  grep -q '"text":"HELLO!!"' "$work/out.jsonl"
+  grep -q '"words":1' "$work/out.jsonl"
+  echo "custom executor ok: $(wc -l <"$work/out.jsonl") documents through libshout.so"
+else
+  cmake -S "$src/tests/consumers/add_subdirectory" -B "$work/consumer" "${generator[@]}" \
+    -DFLOWLINE_SOURCE_DIR="$src" -DCMAKE_PREFIX_PATH="$torch_prefix" -Wno-dev >"$work/configure.log"
+  cmake --build "$work/consumer" -j"$(nproc)" >"$work/build.log"
+  "$work/consumer/consumer"
+fi
