@@ -60,7 +60,7 @@ class SetTags : public Executor {
         "Set fixed tags on every document; optionally record the executor and replica that processed it",
         {ParamSpec::optional("tags", ParamType::Json, boost::json::object{}, "a map of tags to set"),
          ParamSpec::optional("record_replica", ParamType::Bool, false,
-                             "set tags 'executor' and 'replica' to who processed the document")},
+                             "set tags 'executor', 'replica' and 'device' to who processed the document")},
         {},
     };
   }
@@ -79,6 +79,7 @@ class SetTags : public Executor {
       if (record_) {
         doc.tags["executor"] = runtime().name;
         doc.tags["replica"] = runtime().replica;
+        doc.tags["device"] = runtime().device.str();
       }
     }
   }

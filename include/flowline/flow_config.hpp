@@ -52,6 +52,9 @@ struct ExecutorConfig {
   std::optional<std::vector<std::string>> needs;  // unset: the executor before it (none for the first)
   int replicas = 1;
   std::string device = "cpu";       // cpu, cuda, cuda:N or auto
+  // For replicas: the devices they are spread over, round-robin ({"all"}: every visible GPU). When set,
+  // it replaces `device`.
+  std::vector<std::string> devices;
   BatchingOptions batching;
 
   // Where things were written (empty when built in code). Keys: "" for the entry itself, a field name
@@ -99,6 +102,10 @@ struct SchemaKey {
   std::string example;
 };
 const std::vector<SchemaKey>& flow_schema();
+
+// The device of each replica: `devices` round-robin (replica i gets devices[i % n]; "all" expands to
+// every visible GPU), else `device` for all. Throws flowline::Error when "all" finds no GPU.
+std::vector<std::string> replica_devices(const ExecutorConfig& executor);
 
 // Parses "cpu", "cuda", "cuda:N" or "auto". Returns an error text or nullopt.
 std::optional<std::string> check_device_syntax(std::string_view device);

@@ -130,7 +130,7 @@ int command_validate(const std::string& file) {
       std::string needs = "client";
       if (e.needs && !e.needs->empty()) needs = fmt::format("{}", fmt::join(*e.needs, ", "));
       else if (!e.needs && &e != &config.executors.front()) needs = (&e - 1)->name;
-      fmt::print("  {} ({}) x{} on {} <- {}\n", e.name, e.uses, e.replicas, e.device, needs);
+      fmt::print("  {} ({}) x{} on {} <- {}\n", e.name, e.uses, e.replicas, fmt::format("{}", fmt::join(replica_devices(e), ", ")), needs);
     }
     return kExitOk;
   } catch (const ConfigError& e) {

@@ -125,7 +125,7 @@ struct Node {
   ExecutorConfig config;
   const Registry::Entry* entry = nullptr;
   Params params;
-  c10::Device device{c10::kCPU};
+  std::vector<c10::Device> devices;  // one per replica
   std::vector<Edge> outputs;
   std::size_t input_count = 0;
   std::unique_ptr<JoinPoint> join;
@@ -187,7 +187,7 @@ void Flow::Impl::build_graph() {
       if (key.rfind("with.", 0) == 0) locations[key.substr(5)] = where;
     }
     node->params = Params(e.name, e.with, std::move(locations));
-    node->device = resolve_device(e.device);
+    for (const auto& name : replica_devices(e)) node->devices.push_back(resolve_device(name));
     by_name[e.name] = node.get();
     nodes_.push_back(std::move(node));
   }
@@ -282,8 +282,9 @@ void Flow::Impl::worker(Node& node, int replica) {
   std::unique_ptr<Executor> executor;
   std::string failure;
   try {
-    set_thread_device(node.device);
-    RuntimeInfo runtime{node.config.name, node.entry->spec.name, replica, node.config.replicas, node.device};
+    const c10::Device device = node.devices[static_cast<std::size_t>(replica)];
+    set_thread_device(device);
+    RuntimeInfo runtime{node.config.name, node.entry->spec.name, replica, node.config.replicas, device};
     executor = node.entry->factory(ExecutorContext{runtime, node.params});
     if (!executor) throw Error("the factory returned no executor");
     // The endpoints bound must be exactly those the spec declares: a misspelt bind() fails here.

@@ -46,6 +46,10 @@ const std::vector<SchemaKey>& flow_schema() {
        "Instances of this executor, each on its own thread, all fed from one queue.", "replicas: 2"},
       {"executors[].device", "string", "cpu", "Device of the executor: cpu, cuda, cuda:N or auto.",
        "device: cuda:0"},
+      {"executors[].devices", "list of strings, or all", "[]",
+       "Devices the replicas are spread over, round-robin (replica i on devices[i % n]); `all`: every "
+       "visible GPU. Replaces `device`.",
+       "devices: [cuda:0, cuda:1]"},
       {"executors[].needs", "string or list of strings", "the previous executor",
        "Executors whose output this one takes; several means a join (documents merged by id). [] takes the "
        "client's requests directly.",
@@ -283,6 +287,12 @@ void parse_executor(YamlReader& reader, const YAML::Node& node, std::size_t posi
     executor.locations["device"] = reader.at(device);
     if (auto s = reader.string(device, context + "device")) executor.device = *s;
   }
+  if (const auto devices = node["devices"]) {
+    executor.locations["devices"] = reader.at(devices);
+    executor.devices = reader.string_list(devices, context + "devices", true);
+    if (executor.devices.empty()) reader.error(devices, context + "devices: name at least one device, or all");
+    if (node["device"]) reader.error(devices, context + "give either device or devices, not both");
+  }
   if (const auto needs = node["needs"]) {
     executor.locations["needs"] = reader.at(needs);
     executor.needs = reader.string_list(needs, context + "needs", true);
@@ -400,14 +410,26 @@ void validate_collect(FlowConfig& config, const Registry& registry, std::vector<
     auto& e = config.executors[i];
     const std::string context = fmt::format("executor '{}': ", e.name);
     if (e.replicas < 1) error(e.location_of("replicas"), context + "replicas must be at least 1");
-    if (auto problem = check_device_syntax(e.device)) {
-      error(e.location_of("device"), context + *problem);
-    } else if (e.device.substr(0, 4) == "cuda") {
-      const int index = e.device == "cuda" ? 0 : std::stoi(e.device.substr(5));
-      if (index >= cuda_device_count()) {
-        error(e.location_of("device"), fmt::format("{}device '{}' does not exist; available: {}", context, e.device,
-                                                   fmt::join(devices, ", ")));
+    auto check_device = [&](const std::string& device, const char* key) {
+      if (auto problem = check_device_syntax(device)) {
+        error(e.location_of(key), context + *problem);
+      } else if (device.substr(0, 4) == "cuda") {
+        const int index = device == "cuda" ? 0 : std::stoi(device.substr(5));
+        if (index >= cuda_device_count()) {
+          error(e.location_of(key), fmt::format("{}device '{}' does not exist; available: {}", context, device,
+                                                fmt::join(devices, ", ")));
+        }
       }
+    };
+    if (e.devices.empty()) {
+      check_device(e.device, "device");
+    } else if (e.devices.size() == 1 && e.devices[0] == "all") {
+      if (cuda_device_count() == 0) {
+        error(e.location_of("devices"), fmt::format("{}devices: all, but no GPU is visible; available: {}", context,
+                                                    fmt::join(devices, ", ")));
+      }
+    } else {
+      for (const auto& d : e.devices) check_device(d, "devices");
     }
     if (e.needs) {
       for (const auto& need : *e.needs) {
@@ -504,6 +526,19 @@ void sort_diagnostics(std::vector<Diagnostic>& diagnostics) {
 }
 
 }  // namespace
+
+std::vector<std::string> replica_devices(const ExecutorConfig& executor) {
+  std::vector<std::string> pool = executor.devices;
+  if (pool.size() == 1 && pool[0] == "all") {
+    pool.clear();
+    for (int i = 0; i < cuda_device_count(); ++i) pool.push_back(fmt::format("cuda:{}", i));
+    if (pool.empty()) throw Error(fmt::format("executor '{}': devices: all, but no GPU is visible", executor.name));
+  }
+  if (pool.empty()) pool.push_back(executor.device);
+  std::vector<std::string> out;
+  for (int r = 0; r < executor.replicas; ++r) out.push_back(pool[static_cast<std::size_t>(r) % pool.size()]);
+  return out;
+}
 
 FlowConfig parse_flow_config(std::string_view yaml_text, const std::filesystem::path& file_name) {
   FlowConfig config;

@@ -288,3 +288,12 @@ TEST_CASE("an exception from the response callback stops reading but drains the 
   CHECK(calls == 3);
   CHECK(flow.post("/", testing::numbered_docs(5)).size() == 5);
 }
+
+TEST_CASE("each replica runs on the device the device list gives it", "[flow][device]") {
+  Flow flow(FlowOptions{.request_size = 1});
+  ExecutorConfig e{.name = "tag", .uses = "SetTags", .with = {{"record_replica", true}}, .replicas = 3};
+  e.devices = {"cpu", "cpu"};
+  flow.add(e);
+  const DocumentArray out = flow.post("/", testing::numbered_docs(30));
+  for (const auto& d : out) CHECK(d.tags.at("device").as_string() == "cpu");
+}

@@ -1,5 +1,7 @@
 #include "test_support.hpp"
 
+#include "flowline/device.hpp"
+
 #include <cstdlib>
 
 using namespace flowline;
@@ -45,7 +47,7 @@ TEST_CASE("every config error is reported at once in file order", "[config]") {
         "unit, output, min_chars\n"
         "flow.yml:9:7: executor 'a': parameter 'min_chars': expected int, got string \"many\"\n"
         "flow.yml:10:5: executor 'a': unknown key 'replica' (did you mean 'replicas'?); expected one of: name, uses, "
-        "with, replicas, device, needs, batching\n"
+        "with, replicas, device, devices, needs, batching\n"
         "flow.yml:11:5: executor 'b': missing required parameter 'path' (string: output file, truncated at start)\n"
         "flow.yml:13:12: executor 'b': needs unknown executor 'aa' (did you mean 'a'?)\n"
         "flow.yml:14:32: executor 'b': batching.max_batch_size: expected an integer >= 0, got -1");
@@ -113,4 +115,24 @@ TEST_CASE("quoted scalars stay strings while plain ones are typed", "[config]") 
   CHECK(tags.at("c").is_double());
   CHECK(tags.at("d").is_null());
   CHECK(tags.at("e").is_string());  // YAML 1.2: only true/false are booleans
+}
+
+TEST_CASE("replicas are spread over a device list round-robin", "[config][device]") {
+  ExecutorConfig e{.name = "enc", .uses = "NoOp", .replicas = 5};
+  e.devices = {"cuda:0", "cuda:1"};
+  CHECK(replica_devices(e) == std::vector<std::string>{"cuda:0", "cuda:1", "cuda:0", "cuda:1", "cuda:0"});
+  e.devices.clear();
+  e.device = "cpu";
+  CHECK(replica_devices(e) == std::vector<std::string>(5, "cpu"));
+}
+
+TEST_CASE("a device list is checked device by device, and all needs a GPU", "[config][device]") {
+  const std::string listed = errors_of("executors:\n  - {name: a, uses: NoOp, replicas: 2, devices: [cpu, 'cuda:9']}\n");
+  CHECK_THAT(listed, testing::starts_with("flow.yml:2:49: executor 'a': device 'cuda:9' does not exist; available: cpu"));
+  CHECK(errors_of("executors:\n  - {name: a, uses: NoOp, device: cpu, devices: [cpu]}\n") ==
+        "flow.yml:2:49: executor 'a': give either device or devices, not both");
+  if (cuda_device_count() == 0) {
+    CHECK(errors_of("executors:\n  - {name: a, uses: NoOp, devices: all}\n") ==
+          "flow.yml:2:36: executor 'a': devices: all, but no GPU is visible; available: cpu");
+  }
 }
