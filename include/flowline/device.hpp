@@ -6,6 +6,8 @@
 
 #include <c10/core/Device.h>
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,5 +26,14 @@ c10::Device resolve_device(std::string_view name);
 
 // Makes `device` the current device of the calling thread (a no-op for the CPU).
 void set_thread_device(const c10::Device& device);
+
+// The CUDA caching allocator's figures for a GPU device, in bytes; nullopt for the CPU.
+struct DeviceMemory {
+  std::int64_t allocated = 0, reserved = 0, peak_allocated = 0, peak_reserved = 0;
+};
+std::optional<DeviceMemory> device_memory(const c10::Device& device);
+
+// Peak resident memory of this process so far, in MB (getrusage).
+double host_peak_rss_mb();
 
 }  // namespace flowline

@@ -31,6 +31,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace flowline {
 
@@ -70,6 +71,28 @@ struct PostSummary {
 
 using ResponseCallback = std::function<void(Response&&)>;
 
+// What one executor replica has done since the flow started. GPU figures come from the CUDA caching
+// allocator of the replica's device and are absent (has_gpu_memory false) on the CPU.
+struct ReplicaStats {
+  std::string executor;
+  std::string type;
+  int replica = 0;
+  std::string device;
+  std::uint64_t documents = 0;
+  std::uint64_t batches = 0;
+  std::uint64_t errors = 0;          // batches whose handler threw
+  double batch_ms_mean = 0, batch_ms_p50 = 0, batch_ms_p99 = 0;
+  bool has_gpu_memory = false;
+  std::int64_t gpu_load_bytes = 0;           // allocated by constructing this replica (weights)
+  std::int64_t gpu_peak_allocated_bytes = 0; // device-wide peaks while the flow ran
+  std::int64_t gpu_peak_reserved_bytes = 0;
+};
+
+struct FlowStats {
+  std::vector<ReplicaStats> replicas;
+  double host_peak_rss_mb = 0;  // of the whole process
+};
+
 class Flow {
  public:
   explicit Flow(FlowOptions options = {}, Registry& registry = Registry::global());
@@ -103,6 +126,9 @@ class Flow {
   void close();
 
   const FlowConfig& config() const noexcept;
+
+  // A snapshot of every replica's accounting; thread-safe, callable while posts run and after close().
+  FlowStats stats() const;
 
  private:
   class Impl;

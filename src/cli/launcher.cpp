@@ -9,7 +9,9 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
-#include <boost/json/serialize.hpp>
+#include <boost/json.hpp>
+
+#include <algorithm>
 
 #include <cerrno>
 #include <cstring>
@@ -27,7 +29,54 @@ struct RunOptions {
   std::string endpoint = "/";
   std::size_t request_size = 0;
   std::string progress = "auto";
+  bool stats = false;
+  std::string stats_json;
 };
+
+std::string megabytes(std::int64_t bytes) { return fmt::format("{:.1f}", static_cast<double>(bytes) / (1 << 20)); }
+
+// The per-replica table printed by `run --stats`.
+void print_stats(const FlowStats& stats, const PostSummary& summary) {
+  fmt::print(stderr, "\n{:<14} {:>3} {:<8} {:>9} {:>8} {:>6} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10}\n", "executor", "rep",
+             "device", "docs", "batches", "errors", "mean ms", "p50 ms", "p99 ms", "load MiB", "peak alloc", "peak resv");
+  for (const auto& r : stats.replicas) {
+    fmt::print(stderr, "{:<14} {:>3} {:<8} {:>9} {:>8} {:>6} {:>9.2f} {:>9.2f} {:>9.2f} {:>9} {:>10} {:>10}\n", r.executor,
+               r.replica, r.device, r.documents, r.batches, r.errors, r.batch_ms_mean, r.batch_ms_p50, r.batch_ms_p99,
+               r.has_gpu_memory ? megabytes(r.gpu_load_bytes) : "n/a",
+               r.has_gpu_memory ? megabytes(r.gpu_peak_allocated_bytes) : "n/a",
+               r.has_gpu_memory ? megabytes(r.gpu_peak_reserved_bytes) : "n/a");
+  }
+  const bool any_gpu = std::any_of(stats.replicas.begin(), stats.replicas.end(), [](const auto& r) { return r.has_gpu_memory; });
+  fmt::print(stderr, "host peak RSS {:.1f} MiB; total {:.3f} s for {} docs{}\n", stats.host_peak_rss_mb, summary.seconds,
+             summary.documents, any_gpu ? "" : "; GPU figures not available (no executor runs on a GPU)");
+}
+
+void write_stats_json(const std::string& path, const FlowStats& stats, const PostSummary& summary) {
+  boost::json::array replicas;
+  for (const auto& r : stats.replicas) {
+    boost::json::object o{{"executor", r.executor}, {"type", r.type}, {"replica", r.replica}, {"device", r.device},
+                          {"documents", r.documents}, {"batches", r.batches}, {"errors", r.errors},
+                          {"batch_ms_mean", r.batch_ms_mean}, {"batch_ms_p50", r.batch_ms_p50},
+                          {"batch_ms_p99", r.batch_ms_p99}};
+    if (r.has_gpu_memory) {
+      o["gpu_load_bytes"] = r.gpu_load_bytes;
+      o["gpu_peak_allocated_bytes"] = r.gpu_peak_allocated_bytes;
+      o["gpu_peak_reserved_bytes"] = r.gpu_peak_reserved_bytes;
+    } else {
+      o["gpu"] = "not available";
+    }
+    replicas.push_back(std::move(o));
+  }
+  const boost::json::object root{{"replicas", std::move(replicas)},
+                                 {"host_peak_rss_mb", stats.host_peak_rss_mb},
+                                 {"documents", summary.documents},
+                                 {"requests", summary.requests},
+                                 {"failed_requests", summary.failed_requests},
+                                 {"seconds", summary.seconds}};
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << boost::json::serialize(root) << "\n";
+  if (!out) throw Error(fmt::format("cannot write '{}'", path));
+}
 
 // A parameter default as users write it: 0.5 rather than Boost's 5E-1.
 std::string display(const boost::json::value& v) {
@@ -117,6 +166,11 @@ int command_run(const RunOptions& o) {
     }
   }
   if (status == kExitOk) progress.finish(summary);
+  if (o.stats || !o.stats_json.empty()) {
+    const FlowStats stats = flow.stats();
+    if (o.stats) print_stats(stats, summary);
+    if (!o.stats_json.empty()) write_stats_json(o.stats_json, stats, summary);
+  }
   if (reported_failures > 20) fmt::print(stderr, "... and {} more failed requests\n", reported_failures - 20);
   if (summary.failed_requests > 0) status = kExitFailure;
   return status;
@@ -229,6 +283,9 @@ int run(int argc, char** argv) {
   run_cmd->add_option("--progress", run_options.progress, "auto (on a terminal), always or never")
       ->check(CLI::IsMember({"auto", "always", "never"}))
       ->capture_default_str();
+  run_cmd->add_flag("--stats", run_options.stats,
+                    "print per-replica accounting at the end: documents, batches, errors, batch time, GPU memory");
+  run_cmd->add_option("--stats-json", run_options.stats_json, "write the same accounting as JSON to this file");
 
   std::string validate_file;
   auto* validate_cmd = app.add_subcommand("validate", "Check a flow file and print its executors");

@@ -8,6 +8,9 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <sys/resource.h>
+
 #include <charconv>
 
 namespace flowline {
@@ -59,6 +62,24 @@ c10::Device resolve_device(std::string_view name) {
 
 void set_thread_device(const c10::Device& device) {
   if (device.is_cuda()) c10::impl::getDeviceGuardImpl(c10::kCUDA)->setDevice(device);
+}
+
+std::optional<DeviceMemory> device_memory(const c10::Device& device) {
+  if (!device.is_cuda()) return std::nullopt;
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+  const auto all = static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  DeviceMemory m;
+  m.allocated = stats.allocated_bytes[all].current;
+  m.reserved = stats.reserved_bytes[all].current;
+  m.peak_allocated = stats.allocated_bytes[all].peak;
+  m.peak_reserved = stats.reserved_bytes[all].peak;
+  return m;
+}
+
+double host_peak_rss_mb() {
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
 }
 
 }  // namespace flowline

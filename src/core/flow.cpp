@@ -121,6 +121,45 @@ struct Edge {
   std::size_t slot = 0;
 };
 
+// Accounting of one replica. Written by its thread, read by stats() under the mutex.
+struct ReplicaAccount {
+  static constexpr std::size_t kMaxSamples = 100000;  // batch times kept; beyond, a uniform reservoir
+  mutable std::mutex mutex;
+  ReplicaStats stats;
+  std::vector<double> batch_ms;
+  std::uint64_t seen = 0;
+  std::uint64_t rng = 0x9E3779B97F4A7C15ull;
+
+  void record(std::size_t documents, double ms, bool failed) {
+    std::lock_guard lock(mutex);
+    stats.documents += documents;
+    stats.batches += 1;
+    stats.errors += failed;
+    ++seen;
+    if (batch_ms.size() < kMaxSamples) {
+      batch_ms.push_back(ms);
+    } else {
+      rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+      const std::uint64_t slot = rng % seen;
+      if (slot < kMaxSamples) batch_ms[slot] = ms;
+    }
+  }
+  ReplicaStats snapshot() const {
+    std::lock_guard lock(mutex);
+    ReplicaStats out = stats;
+    if (!batch_ms.empty()) {
+      std::vector<double> sorted = batch_ms;
+      std::sort(sorted.begin(), sorted.end());
+      double sum = 0;
+      for (double v : sorted) sum += v;
+      out.batch_ms_mean = sum / static_cast<double>(sorted.size());
+      out.batch_ms_p50 = sorted[(sorted.size() - 1) / 2];
+      out.batch_ms_p99 = sorted[static_cast<std::size_t>(0.99 * static_cast<double>(sorted.size() - 1))];
+    }
+    return out;
+  }
+};
+
 struct Node {
   ExecutorConfig config;
   const Registry::Entry* entry = nullptr;
@@ -131,6 +170,7 @@ struct Node {
   std::unique_ptr<JoinPoint> join;
   std::unique_ptr<BoundedQueue<RequestPtr>> queue;
   std::vector<std::thread> threads;
+  std::vector<std::unique_ptr<ReplicaAccount>> accounts;  // one per replica
 };
 
 }  // namespace
@@ -145,6 +185,8 @@ class Flow::Impl {
   PostSummary post(std::string_view endpoint, DocumentSource& source, const ResponseCallback& on_response,
                    const PostOptions& options);
 
+  const std::vector<std::unique_ptr<Node>>& nodes() const { return nodes_; }
+
   FlowConfig config_;
   Registry& registry_;
   std::atomic<bool> started_{false};
@@ -153,7 +195,7 @@ class Flow::Impl {
  private:
   void build_graph();
   void worker(Node& node, int replica);
-  void run_batch(Node& node, Executor& executor, std::vector<RequestPtr>& batch);
+  void run_batch(Node& node, Executor& executor, std::vector<RequestPtr>& batch, ReplicaAccount& account);
   void forward(const std::vector<Edge>& outputs, RequestPtr request);
   void deliver(const Edge& edge, RequestPtr request);
   std::vector<RequestPtr> take_batch(Node& node, RequestPtr& carry);
@@ -220,6 +262,14 @@ void Flow::Impl::build_graph() {
       config_.options.queue_capacity > 0 ? config_.options.queue_capacity : config_.options.max_in_flight;
   for (auto& node : nodes_) {
     node->join = std::make_unique<JoinPoint>(node->input_count);
+    for (int r = 0; r < node->config.replicas; ++r) {
+      auto account = std::make_unique<ReplicaAccount>();
+      account->stats.executor = node->config.name;
+      account->stats.type = node->entry->spec.name;
+      account->stats.replica = r;
+      account->stats.device = node->devices[static_cast<std::size_t>(r)].str();
+      node->accounts.push_back(std::move(account));
+    }
     node->queue = std::make_unique<BoundedQueue<RequestPtr>>(std::max<std::size_t>(capacity, 1));
   }
 }
@@ -228,6 +278,8 @@ void Flow::Impl::start() {
   std::lock_guard start_lock(lifecycle_mutex_);
   if (started_) return;
   validate_flow_config(config_, registry_);
+  nodes_.clear();  // a restarted flow starts its accounting afresh
+  entries_.clear();
   build_graph();
   int total = 0;
   for (auto& node : nodes_) total += node->config.replicas;
@@ -272,8 +324,6 @@ void Flow::Impl::close() {
     for (auto& t : node->threads) t.join();
     node->threads.clear();
   }
-  nodes_.clear();
-  entries_.clear();
   start_errors_.clear();
   started_ = false;
 }
@@ -284,6 +334,7 @@ void Flow::Impl::worker(Node& node, int replica) {
   try {
     const c10::Device device = node.devices[static_cast<std::size_t>(replica)];
     set_thread_device(device);
+    const auto memory_before = device_memory(device);
     RuntimeInfo runtime{node.config.name, node.entry->spec.name, replica, node.config.replicas, device};
     executor = node.entry->factory(ExecutorContext{runtime, node.params});
     if (!executor) throw Error("the factory returned no executor");
@@ -307,6 +358,11 @@ void Flow::Impl::worker(Node& node, int replica) {
       throw Error(fmt::format("{} {} the default endpoint but its spec says default_endpoint = {}", spec.name,
                               executor->has_default_handler() ? "binds" : "does not bind", spec.default_endpoint));
     }
+    if (memory_before) {
+      auto& stats = node.accounts[static_cast<std::size_t>(replica)]->stats;
+      stats.has_gpu_memory = true;
+      stats.gpu_load_bytes = device_memory(device)->allocated - memory_before->allocated;
+    }
   } catch (const std::exception& e) {
     failure = fmt::format("executor '{}' replica {}: {}", node.config.name, replica, e.what());
     executor.reset();
@@ -323,7 +379,7 @@ void Flow::Impl::worker(Node& node, int replica) {
   while (true) {
     std::vector<RequestPtr> batch = take_batch(node, carry);
     if (batch.empty()) break;
-    run_batch(node, *executor, batch);
+    run_batch(node, *executor, batch, *node.accounts[static_cast<std::size_t>(replica)]);
   }
   try {
     executor->close();
@@ -376,7 +432,7 @@ std::string run_handler(Executor& executor, const std::string& endpoint, Documen
 }
 }  // namespace
 
-void Flow::Impl::run_batch(Node& node, Executor& executor, std::vector<RequestPtr>& batch) {
+void Flow::Impl::run_batch(Node& node, Executor& executor, std::vector<RequestPtr>& batch, ReplicaAccount& account) {
   // Requests that failed upstream pass straight through.
   std::vector<RequestPtr> live;
   for (auto& r : batch) {
@@ -393,9 +449,19 @@ void Flow::Impl::run_batch(Node& node, Executor& executor, std::vector<RequestPt
     r.error_executor = node.config.name;
   };
 
+  const auto started = Clock::now();
+  std::size_t documents = 0;
+  for (const auto& r : live) documents += r->docs.size();
+  // Records the batch once its outcome is known (failed: any of its requests failed).
+  auto account_batch = [&] {
+    bool failed = false;
+    for (const auto& r : live) failed |= r && !r->error.empty();
+    account.record(documents, std::chrono::duration<double, std::milli>(Clock::now() - started).count(), failed);
+  };
   if (live.size() == 1) {
     std::string error = run_handler(executor, session.endpoint, live[0]->docs, session.parameters);
     if (!error.empty()) fail(*live[0], std::move(error));
+    account_batch();
     forward(node.outputs, std::move(live[0]));
     return;
   }
@@ -440,6 +506,7 @@ void Flow::Impl::run_batch(Node& node, Executor& executor, std::vector<RequestPt
   } else {
     for (auto& r : live) fail(*r, error);
   }
+  account_batch();
   for (auto& r : live) forward(node.outputs, std::move(r));
 }
 
@@ -561,6 +628,24 @@ void Flow::start() { impl_->start(); }
 bool Flow::started() const noexcept { return impl_->started_; }
 void Flow::close() { impl_->close(); }
 const FlowConfig& Flow::config() const noexcept { return impl_->config_; }
+
+FlowStats Flow::stats() const {
+  FlowStats out;
+  for (const auto& node : impl_->nodes()) {
+    for (std::size_t r = 0; r < node->accounts.size(); ++r) {
+      ReplicaStats s = node->accounts[r]->snapshot();
+      if (s.has_gpu_memory) {
+        if (const auto memory = device_memory(node->devices[r])) {
+          s.gpu_peak_allocated_bytes = memory->peak_allocated;
+          s.gpu_peak_reserved_bytes = memory->peak_reserved;
+        }
+      }
+      out.replicas.push_back(std::move(s));
+    }
+  }
+  out.host_peak_rss_mb = host_peak_rss_mb();
+  return out;
+}
 
 PostSummary Flow::post(std::string_view endpoint, DocumentSource& source, const ResponseCallback& on_response,
                        const PostOptions& options) {

@@ -297,3 +297,23 @@ TEST_CASE("each replica runs on the device the device list gives it", "[flow][de
   const DocumentArray out = flow.post("/", testing::numbered_docs(30));
   for (const auto& d : out) CHECK(d.tags.at("device").as_string() == "cpu");
 }
+
+TEST_CASE("flow stats count documents, batches and errors per replica", "[flow][stats]") {
+  Flow flow(FlowOptions{.request_size = 10});
+  flow.add({.name = "slow", .uses = "Delay", .with = {{"batch_ms", 1.0}}, .replicas = 2});
+  flow.add({.name = "check", .uses = "FailIf"});
+  DocumentArray docs = testing::numbered_docs(200);
+  docs[123].text = "FAIL";
+  ArraySource source(std::move(docs));
+  flow.post("/", source, [](Response&&) {});
+  const FlowStats stats = flow.stats();
+  REQUIRE(stats.replicas.size() == 3);
+  CHECK(stats.replicas[0].documents + stats.replicas[1].documents == 200);
+  CHECK(stats.replicas[0].batches + stats.replicas[1].batches == 20);
+  CHECK(stats.replicas[0].batch_ms_p50 >= 1.0);
+  CHECK(stats.replicas[0].batch_ms_p99 >= stats.replicas[0].batch_ms_p50);
+  CHECK(stats.replicas[2].errors == 1);
+  CHECK_FALSE(stats.replicas[2].has_gpu_memory);
+  flow.close();
+  CHECK(flow.stats().replicas[2].documents == 200);  // still readable after close
+}

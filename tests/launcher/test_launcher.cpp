@@ -1,6 +1,7 @@
 // The launcher is run as a real process: exit codes, messages and output files are what users see.
 #include "test_support.hpp"
 
+#include <boost/json.hpp>
 #include <fmt/format.h>
 
 using namespace flowline;
@@ -112,4 +113,29 @@ TEST_CASE("the YAML reference in docs matches what the validator accepts", "[lau
   const auto r = launch("schema");
   REQUIRE(r.exit_code == 0);
   CHECK(r.out == read_file(std::filesystem::path(FLOWLINE_SOURCE_DIR) / "docs/yaml-reference.md"));
+}
+
+TEST_CASE("flowline run --stats reports every replica's work and says GPU figures are not available", "[launcher][stats]") {
+  const auto dir = testing::scratch_dir("launcher stats");
+  testing::write_text(dir / "flow.yml",
+                      "executors:\n  - {name: stats, uses: TextStats, replicas: 2}\n  - {name: check, uses: FailIf, with: {contains: BAD}}\n");
+  std::string input;
+  for (int i = 0; i < 100; ++i) input += i == 50 ? "BAD line\n" : "a line of words\n";
+  testing::write_text(dir / "in.txt", input);
+  const auto r = launch(fmt::format("run '{0}/flow.yml' -i '{0}/in.txt' --request-size 10 --stats --stats-json '{0}/stats.json'",
+                                    dir.string()));
+  CHECK(r.exit_code == 1);  // one request failed
+  CHECK_THAT(r.err, testing::contains("executor       rep device        docs  batches errors"));
+  CHECK_THAT(r.err, testing::contains("GPU figures not available (no executor runs on a GPU)"));
+  const auto json = boost::json::parse(read_file(dir / "stats.json")).as_object();
+  const auto& replicas = json.at("replicas").as_array();
+  REQUIRE(replicas.size() == 3);
+  std::int64_t stats_docs = 0;
+  for (int i = 0; i < 2; ++i) stats_docs += replicas[i].at("documents").as_int64();
+  CHECK(stats_docs == 100);
+  CHECK(replicas[2].at("errors").as_int64() == 1);
+  CHECK(replicas[2].at("batches").as_int64() == 10);
+  CHECK(replicas[2].at("gpu").as_string() == "not available");
+  CHECK(json.at("host_peak_rss_mb").as_double() > 1.0);
+  CHECK(json.at("failed_requests").as_int64() == 1);
 }
