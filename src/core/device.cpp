@@ -2,6 +2,7 @@
 #include "flowline/error.hpp"
 #include "flowline/flow_config.hpp"
 
+#include <ATen/Context.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <fmt/format.h>
@@ -66,6 +67,8 @@ void set_thread_device(const c10::Device& device) {
 
 std::optional<DeviceMemory> device_memory(const c10::Device& device) {
   if (!device.is_cuda()) return std::nullopt;
+  // The caching allocator exists once CUDA is initialised; before that its stats cannot be read.
+  at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
   const auto all = static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE);
   DeviceMemory m;

@@ -8,6 +8,8 @@
 #   run_consumer.sh add_subdirectory SOURCE BUILD TORCH_PREFIX WORK   build tests/consumers/add_subdirectory
 set -euo pipefail
 mode=$1 src=$2 build=$3 torch_prefix=$4 work=$5
+# On failure, show the end of the log of the step that failed.
+trap 'status=$?; if [ $status -ne 0 ]; then for log in "$work"/*.log; do echo "--- $log"; tail -n 30 "$log"; done; fi' EXIT
 rm -rf "$work"
 mkdir -p "$work"
 generator=()
