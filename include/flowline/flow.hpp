@@ -15,7 +15,9 @@
 // post() may be called from several threads at once. It keeps at most max_in_flight requests of its own
 // inside the flow (so memory stays flat on an endless input) and calls on_response on the calling thread,
 // once per request, in input order. A request an executor fails comes back with its error and its input
-// documents; the flow keeps serving the others. close() waits for work in flight, then closes each
+// documents; the flow keeps serving the others. When a handler runs out of memory (c10::OutOfMemoryError,
+// e.g. a CUDA allocation), its batch is split in halves and retried down to single documents, with a
+// warning in the log; only a document that does not fit alone fails, and its error names it. close() waits for work in flight, then closes each
 // executor on its own thread. The destructor closes.
 #pragma once
 

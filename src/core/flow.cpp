@@ -418,12 +418,29 @@ std::vector<RequestPtr> Flow::Impl::take_batch(Node& node, RequestPtr& carry) {
 }
 
 namespace {
-// Runs the executor on one batch; returns the error text, empty on success.
+// Runs the executor on one batch; returns the error text, empty on success. An out-of-memory error
+// (c10::OutOfMemoryError, as a CUDA allocation failure throws) splits the batch in halves and retries
+// each, down to single documents, so no document is lost to a batch that was too large; a document that
+// does not fit alone fails with its id named.
 std::string run_handler(Executor& executor, const std::string& endpoint, DocumentArray& docs,
                         const boost::json::object& parameters) {
   try {
     executor.handle(endpoint, docs, parameters);
     return {};
+  } catch (const c10::OutOfMemoryError& e) {
+    const std::string what = e.what_without_backtrace();
+    const std::string first_line = what.substr(0, what.find('\n'));
+    if (docs.size() <= 1) {
+      return fmt::format("out of memory on document {} alone: {}", docs.empty() ? "(none)" : docs[0].id, first_line);
+    }
+    const std::size_t half = docs.size() / 2;
+    spdlog::warn("executor '{}' replica {}: out of memory on a batch of {} documents; retrying as {} + {}",
+                 executor.runtime().name, executor.runtime().replica, docs.size(), half, docs.size() - half);
+    DocumentArray second = docs.take(half, docs.size() - half);
+    std::string error = run_handler(executor, endpoint, docs, parameters);
+    std::string second_error = run_handler(executor, endpoint, second, parameters);
+    docs.append(std::move(second));
+    return error.empty() ? second_error : error;
   } catch (const std::exception& e) {
     return e.what();
   } catch (...) {

@@ -77,6 +77,29 @@ class Reporter : public Executor {
   }
 };
 
+// Throws an out-of-memory error, as a CUDA allocation does, for batches larger than max_docs and for any
+// batch holding a document whose text is "HUGE"; tags every document it processes.
+class OomAbove : public Executor {
+ public:
+  static ExecutorSpec spec() {
+    return ExecutorSpec{"OomAbove", "simulated out-of-memory",
+                        {ParamSpec::optional("max_docs", ParamType::Int, 4, "largest batch that fits")}, {}};
+  }
+  explicit OomAbove(const ExecutorContext& c) : Executor(c) {
+    max_docs_ = params().get<std::size_t>("max_docs");
+    bind_default([this](DocumentArray& docs, const RequestInfo&) {
+      bool huge = false;
+      for (const auto& d : docs) huge |= d.text == "HUGE";
+      TORCH_CHECK_WITH(OutOfMemoryError, docs.size() <= max_docs_ && !huge,
+                       "CUDA out of memory. Tried to allocate 2.00 GiB (simulated)");
+      for (auto& d : docs) d.tags["fitted"] = true;
+    });
+  }
+
+ private:
+  std::size_t max_docs_;
+};
+
 Registry& test_registry() {
   static Registry* registry = [] {
     auto* r = new Registry();
@@ -85,6 +108,7 @@ Registry& test_registry() {
     r->add<Forgetful>();
     r->add<Misspelt>();
     r->add<Reporter>();
+    r->add<OomAbove>();
     return r;
   }();
   return *registry;
@@ -316,4 +340,30 @@ TEST_CASE("flow stats count documents, batches and errors per replica", "[flow][
   CHECK_FALSE(stats.replicas[2].has_gpu_memory);
   flow.close();
   CHECK(flow.stats().replicas[2].documents == 200);  // still readable after close
+}
+
+TEST_CASE("an out-of-memory batch is split and retried so no document is lost", "[flow][oom]") {
+  Flow flow(FlowOptions{.request_size = 16}, test_registry());
+  flow.add({.name = "oom", .uses = "OomAbove", .with = {{"max_docs", 3}}});
+  DocumentArray docs = testing::numbered_docs(64);
+  docs[37].text = "HUGE";  // does not fit even alone
+  ArraySource source(std::move(docs));
+  std::vector<Response> responses;
+  flow.post("/", source, [&](Response&& r) { responses.push_back(std::move(r)); });
+  REQUIRE(responses.size() == 4);
+  std::size_t returned = 0;
+  for (std::size_t i = 0; i < responses.size(); ++i) {
+    returned += responses[i].docs.size();
+    if (i == 2) {
+      CHECK_THAT(responses[i].error, testing::starts_with("out of memory on document "));
+      CHECK_THAT(responses[i].error, testing::contains("alone: CUDA out of memory."));
+      continue;
+    }
+    REQUIRE(responses[i].ok());
+    for (std::size_t k = 0; k < responses[i].docs.size(); ++k) {
+      CHECK(responses[i].docs[k].text == std::to_string(i * 16 + k));  // order kept through the splits
+      CHECK(responses[i].docs[k].tags.at("fitted").as_bool());
+    }
+  }
+  CHECK(returned == 64);  // every document came back, the failed request's too
 }
