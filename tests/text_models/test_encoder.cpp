@@ -7,6 +7,8 @@
 #include "flowline/text_models/wordpiece_tokenizer.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <cuda_runtime_api.h>
 #include <boost/json.hpp>
 
 #include <fstream>
@@ -178,4 +180,27 @@ TEST_CASE("all-MiniLM-L6-v2 on the GPU in fp16 and bf16 stays within the cosine 
     WARN("GPU " << dtype << ": worst cosine " << worst << " over " << texts.size() << " texts");
     CHECK(worst >= bound);
   }
+}
+
+TEST_CASE("on the GPU an out-of-memory batch is split and every document comes back", "[encoder][gpu][oom]") {
+  if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
+  // Cap this process's share of the GPU at 1 GiB: one forward pass over the whole batch (2,048 sequences
+  // of 256 tokens, about 1.5 GiB for one fp16 feed-forward activation) cannot fit.
+  std::size_t free_bytes = 0, total_bytes = 0;
+  REQUIRE(cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess);
+  c10::cuda::CUDACachingAllocator::emptyCache();
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(double(1ull << 30) / double(total_bytes), 0);
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += "word ";
+  Flow flow(FlowOptions{.request_size = 2048}, encoder_registry());
+  flow.add({.name = "encoder", .uses = "SentenceEncoder",
+            .with = {{"model", kModel.string()}, {"dtype", "fp16"}, {"batch_size", 2048}, {"warmup", false}},
+            .device = "cuda"});
+  DocumentArray docs;
+  for (int i = 0; i < 2048; ++i) docs.push_back(Document(text));
+  const DocumentArray out = flow.post("/encode", std::move(docs));
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(1.0, 0);
+  REQUIRE(out.size() == 2048);
+  const at::Tensor e = out.embeddings();
+  CHECK(row_cosines(e, e[0].expand_as(e)).min().item<double>() >= 0.999);
 }
