@@ -187,6 +187,7 @@ TEST_CASE("on the GPU an out-of-memory batch is split and every document comes b
   // Cap this process's share of the GPU at 1 GiB: one forward pass over the whole batch (2,048 sequences
   // of 256 tokens, about 1.5 GiB for one fp16 feed-forward activation) cannot fit.
   std::size_t free_bytes = 0, total_bytes = 0;
+  REQUIRE(device_memory(c10::Device(c10::kCUDA, 0)).has_value());  // initialises CUDA and its allocator
   REQUIRE(cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess);
   c10::cuda::CUDACachingAllocator::emptyCache();
   c10::cuda::CUDACachingAllocator::setMemoryFraction(double(1ull << 30) / double(total_bytes), 0);
