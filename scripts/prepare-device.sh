@@ -2,6 +2,7 @@
 # Prepares .device/ for runs on the GPU machine (which has no network, no utf8proc and no model):
 #   .device/model/all-MiniLM-L6-v2   the model with fp16 weights (45 MB instead of 90, to fit the 64 MiB tree)
 #   .device/utf8proc                 Debian's utf8proc packages unpacked (dpkg -x)
+#   .device/stb                      Debian's stb headers unpacked (for the profile plots)
 #   .device/corpus                   the five books (../shared does not travel)
 # Carry .device with the device tool; scripts/gpu-run.sh uses it.
 set -euo pipefail
@@ -23,6 +24,14 @@ if [ ! -d .device/utf8proc/usr ]; then
   (cd "$tmp" && apt-get download -qq libutf8proc2 libutf8proc-dev)
   for deb in "$tmp"/*.deb; do dpkg -x "$deb" .device/utf8proc; done
   rm -rf "$tmp"
+fi
+if [ ! -f .device/stb/usr/include/stb/stb_image_write.h ]; then
+  tmp="$(mktemp -d)"
+  (cd "$tmp" && apt-get download -qq libstb-dev)
+  mkdir -p .device/stb.full && dpkg -x "$tmp"/libstb-dev_*.deb .device/stb.full
+  mkdir -p .device/stb/usr/include/stb
+  cp .device/stb.full/usr/include/stb/stb_image_write.h .device/stb.full/usr/include/stb/stb_easy_font.h .device/stb/usr/include/stb/
+  rm -rf "$tmp" .device/stb.full
 fi
 mkdir -p .device/corpus
 cp -u "${FLOWLINE_CORPUS_DIR:-$ROOT/../shared/data/corpus}"/*.txt .device/corpus/

@@ -19,7 +19,7 @@ step() { printf '\n==> %s\n' "$*"; }
 # 1. Debian packages.
 APT_PACKAGES=(build-essential cmake ninja-build ccache git python3 python3-venv unzip
   libyaml-cpp-dev libboost1.81-dev libboost-json1.81-dev libfmt-dev libspdlog-dev libcli11-dev catch2
-  libutf8proc-dev)
+  libutf8proc-dev libstb-dev)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -33,6 +33,15 @@ struct DeviceMemory {
 };
 std::optional<DeviceMemory> device_memory(const c10::Device& device);
 
+// The GPU's own memory figures as NVML reports them, in bytes: what every process together uses, so
+// they include the CUDA contexts and memory allocated outside the caching allocator. nullopt for the
+// CPU or when NVML is unavailable (no driver). NVML is loaded on first use with dlopen, so binaries run
+// on machines without a GPU driver. Reading never creates a CUDA context.
+struct NvmlMemory {
+  std::int64_t total = 0, used = 0, free = 0;
+};
+std::optional<NvmlMemory> nvml_memory(const c10::Device& device);
+
 // Peak resident memory of this process so far, in MB (getrusage).
 double host_peak_rss_mb();
 

@@ -31,6 +31,8 @@
 
 #include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -58,6 +60,21 @@ struct RuntimeInfo {
   int replica = 0;         // 0 .. replicas - 1
   int replicas = 1;
   c10::Device device{c10::kCPU};  // resolved device ("auto" already decided)
+  int replicas_on_device = 1;     // replicas of this executor sharing `device` (for memory budgets)
+};
+
+// Figures an executor reports about its own work ("tokens", "max_forward_tokens", ...), shown per replica
+// in Flow::stats(). Written by the executor's thread, read by any thread: every member is thread-safe.
+class ExecutorMetrics {
+ public:
+  void add(std::string_view name, double delta);      // a running total
+  void set_max(std::string_view name, double value);  // the largest value seen
+  void set(std::string_view name, double value);      // the latest value
+  std::map<std::string, double> snapshot() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::string, double, std::less<>> values_;
 };
 
 // Everything a constructor receives. Borrowed for the duration of the constructor; copy what you keep.
@@ -86,6 +103,9 @@ class Executor {
 
   const RuntimeInfo& runtime() const noexcept { return runtime_; }
   const Params& params() const noexcept { return params_; }
+  // This replica's own figures; the executor writes them, Flow::stats() reads them.
+  ExecutorMetrics& metrics() noexcept { return *metrics_; }
+  std::shared_ptr<const ExecutorMetrics> shared_metrics() const noexcept { return metrics_; }
 
   // Framework side. Runs the handler for `endpoint` (or the default handler; with neither, the batch
   // passes through unchanged). Exceptions propagate to the caller.
@@ -130,6 +150,7 @@ class Executor {
 
   RuntimeInfo runtime_;
   Params params_;
+  std::shared_ptr<ExecutorMetrics> metrics_ = std::make_shared<ExecutorMetrics>();
   std::map<std::string, Handler, std::less<>> handlers_;
   Handler default_handler_;
 };

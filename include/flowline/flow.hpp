@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -88,10 +89,39 @@ struct ReplicaStats {
   std::int64_t gpu_load_bytes = 0;           // allocated by constructing this replica (weights)
   std::int64_t gpu_peak_allocated_bytes = 0; // device-wide peaks while the flow ran
   std::int64_t gpu_peak_reserved_bytes = 0;
+  // What the executor reported about its own work (Executor::metrics()), e.g. "tokens".
+  std::map<std::string, double> metrics;
+};
+
+// One GPU the flow runs on: the GPU's own figures (NVML, every process together) and this process's
+// CUDA caching allocator. The allocator's peaks are reset when the flow starts.
+struct DeviceStats {
+  std::string device;                          // "cuda:0"
+  std::int64_t load_bytes = 0;                 // allocator: allocated by constructing the replicas on it
+  std::int64_t peak_allocated_bytes = 0;       // allocator peaks since the flow started
+  std::int64_t peak_reserved_bytes = 0;
+  std::int64_t reserved_after_load_bytes = 0;  // allocator: reserved once every replica was constructed
+  bool has_nvml = false;                       // false without a GPU driver's NVML
+  std::int64_t nvml_total_bytes = 0;
+  std::int64_t nvml_used_at_start_bytes = 0;   // before the flow constructed anything
+  std::int64_t nvml_used_after_load_bytes = 0; // once every replica was constructed (and warmed up)
+  std::int64_t nvml_peak_used_bytes = 0;       // highest reading, sampled every 5 ms while the flow ran
+  // GPU memory this process holds outside the caching allocator (CUDA context, library handles), as
+  // NVML and the allocator saw it after loading.
+  std::int64_t outside_allocator_bytes() const noexcept {
+    return nvml_used_after_load_bytes - nvml_used_at_start_bytes - reserved_after_load_bytes;
+  }
+  // The device's peak use that the allocator's figures account for: what was there before, plus this
+  // process's memory outside the allocator, plus the allocator's peak reservation. Compare with
+  // nvml_peak_used_bytes.
+  std::int64_t accounted_peak_bytes() const noexcept {
+    return nvml_used_at_start_bytes + outside_allocator_bytes() + peak_reserved_bytes;
+  }
 };
 
 struct FlowStats {
   std::vector<ReplicaStats> replicas;
+  std::vector<DeviceStats> devices;  // GPUs only; empty when every executor runs on the CPU
   double host_peak_rss_mb = 0;  // of the whole process
 };
 

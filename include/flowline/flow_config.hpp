@@ -90,6 +90,12 @@ FlowConfig load_flow_config(const std::filesystem::path& file, Registry& registr
 FlowConfig load_flow_config_text(std::string_view yaml_text, const std::filesystem::path& file,
                                  Registry& registry = Registry::global());
 
+// Sets one executor parameter from the command line: "NAME.PARAM=VALUE", VALUE typed as a YAML plain
+// scalar (42 is an int, auto a string). Messages about the value then name the assignment as their
+// location. Throws ConfigError for bad syntax or an executor the flow does not have; the value itself is
+// checked by validate_flow_config().
+void set_executor_parameter(FlowConfig& config, std::string_view assignment);
+
 // Validates `config` in place (see the file comment). Throws ConfigError with every problem.
 void validate_flow_config(FlowConfig& config, const Registry& registry = Registry::global());
 

@@ -30,9 +30,10 @@ enum class ParamType {
   String,      // text
   StringList,  // list of text; a single text is not accepted
   Json,        // anything (null, scalars, lists, maps)
+  IntOrAuto,   // an integer, or the text "auto" (the executor decides; read it as boost::json::value)
 };
 
-// "bool", "int", "double", "string", "list of strings", "any".
+// "bool", "int", "double", "string", "list of strings", "any", "int or auto".
 std::string_view to_string(ParamType type) noexcept;
 
 // Declaration of one parameter.

@@ -1,4 +1,5 @@
 #include "launcher.hpp"
+#include "profile.hpp"
 #include "progress.hpp"
 
 #include "flowline/flowline.hpp"
@@ -14,6 +15,7 @@
 #include <algorithm>
 
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <fstream>
 #include <unistd.h>
@@ -31,6 +33,7 @@ struct RunOptions {
   std::string progress = "auto";
   bool stats = false;
   std::string stats_json;
+  std::vector<std::string> sets;
 };
 
 std::string megabytes(std::int64_t bytes) { return fmt::format("{:.1f}", static_cast<double>(bytes) / (1 << 20)); }
@@ -45,6 +48,21 @@ void print_stats(const FlowStats& stats, const PostSummary& summary) {
                r.has_gpu_memory ? megabytes(r.gpu_load_bytes) : "n/a",
                r.has_gpu_memory ? megabytes(r.gpu_peak_allocated_bytes) : "n/a",
                r.has_gpu_memory ? megabytes(r.gpu_peak_reserved_bytes) : "n/a");
+  }
+  for (const auto& d : stats.devices) {
+    fmt::print(stderr, "{}: allocator load {} MiB, peak allocated {} MiB, peak reserved {} MiB", d.device,
+               megabytes(d.load_bytes), megabytes(d.peak_allocated_bytes), megabytes(d.peak_reserved_bytes));
+    if (d.has_nvml) {
+      const double diff = d.nvml_peak_used_bytes > 0
+          ? 100.0 * static_cast<double>(d.accounted_peak_bytes() - d.nvml_peak_used_bytes) / static_cast<double>(d.nvml_peak_used_bytes)
+          : 0.0;
+      fmt::print(stderr, "; NVML: total {} MiB, in use at start {} MiB, context {} MiB, peak {} MiB (accounted {} MiB, {:+.2f}%)",
+                 megabytes(d.nvml_total_bytes), megabytes(d.nvml_used_at_start_bytes), megabytes(d.outside_allocator_bytes()),
+                 megabytes(d.nvml_peak_used_bytes), megabytes(d.accounted_peak_bytes()), diff);
+    } else {
+      fmt::print(stderr, "; NVML not available");
+    }
+    fmt::print(stderr, "\n");
   }
   const bool any_gpu = std::any_of(stats.replicas.begin(), stats.replicas.end(), [](const auto& r) { return r.has_gpu_memory; });
   fmt::print(stderr, "host peak RSS {:.1f} MiB; total {:.3f} s for {} docs{}\n", stats.host_peak_rss_mb, summary.seconds,
@@ -65,9 +83,26 @@ void write_stats_json(const std::string& path, const FlowStats& stats, const Pos
     } else {
       o["gpu"] = "not available";
     }
+    boost::json::object metrics;
+    for (const auto& [name, value] : r.metrics) metrics[name] = value;
+    o["metrics"] = std::move(metrics);
     replicas.push_back(std::move(o));
   }
+  boost::json::array devices;
+  for (const auto& d : stats.devices) {
+    boost::json::object o{{"device", d.device}, {"load_bytes", d.load_bytes}, {"peak_allocated_bytes", d.peak_allocated_bytes},
+                          {"peak_reserved_bytes", d.peak_reserved_bytes}, {"reserved_after_load_bytes", d.reserved_after_load_bytes}};
+    if (d.has_nvml) {
+      o.insert({{"nvml_total_bytes", d.nvml_total_bytes}, {"nvml_used_at_start_bytes", d.nvml_used_at_start_bytes},
+                {"nvml_used_after_load_bytes", d.nvml_used_after_load_bytes}, {"nvml_peak_used_bytes", d.nvml_peak_used_bytes},
+                {"outside_allocator_bytes", d.outside_allocator_bytes()}, {"accounted_peak_bytes", d.accounted_peak_bytes()}});
+    } else {
+      o["nvml"] = "not available";
+    }
+    devices.push_back(std::move(o));
+  }
   const boost::json::object root{{"replicas", std::move(replicas)},
+                                 {"devices", std::move(devices)},
                                  {"host_peak_rss_mb", stats.host_peak_rss_mb},
                                  {"documents", summary.documents},
                                  {"requests", summary.requests},
@@ -100,6 +135,13 @@ int command_run(const RunOptions& o) {
     return kExitUsage;
   }
   if (o.request_size > 0) config.options.request_size = o.request_size;
+  try {
+    for (const auto& s : o.sets) set_executor_parameter(config, s);
+    if (!o.sets.empty()) validate_flow_config(config);
+  } catch (const ConfigError& e) {
+    print_config_error(e);
+    return kExitUsage;
+  }
   try {
     source = open_file_source(o.input, parse_input_format(o.input_format));
   } catch (const Error& e) {
@@ -286,6 +328,28 @@ int run(int argc, char** argv) {
   run_cmd->add_flag("--stats", run_options.stats,
                     "print per-replica accounting at the end: documents, batches, errors, batch time, GPU memory");
   run_cmd->add_option("--stats-json", run_options.stats_json, "write the same accounting as JSON to this file");
+  run_cmd->add_option("--set", run_options.sets,
+                      "override an executor parameter, EXECUTOR.PARAM=VALUE (VALUE as in YAML); repeatable");
+
+  ProfileOptions profile_options;
+  std::string batch_sizes;
+  auto* profile_cmd = app.add_subcommand(
+      "profile", "Run a flow at several batch sizes and report time and memory, with the largest batch that fits");
+  profile_cmd->add_option("flow", profile_options.flow, "flow file (YAML)")->required()->check(CLI::ExistingFile);
+  profile_cmd->add_option("--input,-i", profile_options.input, "input file")->required();
+  profile_cmd->add_option("--input-format", profile_options.input_format, "lines, paragraphs, jsonl or text")
+      ->check(CLI::IsMember({"lines", "paragraphs", "jsonl", "text"}))
+      ->capture_default_str();
+  profile_cmd->add_option("--batch-sizes", batch_sizes, "comma-separated batch sizes, e.g. 50,300")->required();
+  profile_cmd->add_option("--executor", profile_options.executor,
+                          "the executor whose batch_size varies (default: the only one that has one)");
+  profile_cmd->add_option("--endpoint,-e", profile_options.endpoint, "endpoint to post to")->capture_default_str();
+  profile_cmd->add_option("--memory-fraction", profile_options.memory_fraction,
+                          "memory budget: this share of the memory free at start")
+      ->capture_default_str();
+  profile_cmd->add_option("--json", profile_options.json, "write the report as JSON here")->capture_default_str();
+  profile_cmd->add_option("--plot", profile_options.plot, "write the PNG plot here (empty: none)")->capture_default_str();
+  profile_cmd->add_option("--set", profile_options.sets, "override an executor parameter in every run; repeatable");
 
   std::string validate_file;
   auto* validate_cmd = app.add_subcommand("validate", "Check a flow file and print its executors");
@@ -303,6 +367,22 @@ int run(int argc, char** argv) {
   spdlog::set_level(spdlog::level::from_str(log_level));
   try {
     if (*run_cmd) return command_run(run_options);
+    if (*profile_cmd) {
+      profile_options.log_level = log_level;
+      for (std::size_t start = 0; start <= batch_sizes.size();) {
+        const std::size_t comma = std::min(batch_sizes.find(',', start), batch_sizes.size());
+        const std::string item = batch_sizes.substr(start, comma - start);
+        std::size_t value = 0;
+        const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
+        if (ec != std::errc() || end != item.data() + item.size() || value == 0) {
+          fmt::print(stderr, "error: --batch-sizes: '{}' is not a positive integer (expected e.g. 50,300)\n", item);
+          return kExitUsage;
+        }
+        profile_options.batch_sizes.push_back(value);
+        start = comma + 1;
+      }
+      return command_profile(profile_options);
+    }
     if (*validate_cmd) return command_validate(validate_file);
     if (*executors_cmd) return command_executors();
     if (*schema_cmd) return command_schema();

@@ -10,9 +10,13 @@
 #include <spdlog/spdlog.h>
 
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <sys/resource.h>
 
+#include <array>
 #include <charconv>
+#include <mutex>
 
 namespace flowline {
 
@@ -77,6 +81,81 @@ std::optional<DeviceMemory> device_memory(const c10::Device& device) {
   m.peak_allocated = stats.allocated_bytes[all].peak;
   m.peak_reserved = stats.reserved_bytes[all].peak;
   return m;
+}
+
+namespace {
+
+// The few NVML entry points flowline reads, resolved from libnvidia-ml.so.1 (part of the GPU driver) at
+// run time. Their C signatures are NVML's public, versioned ABI (nvml.h).
+class Nvml {
+ public:
+  static Nvml& instance() {
+    static Nvml nvml;
+    return nvml;
+  }
+  bool ok() const noexcept { return ok_; }
+
+  std::optional<NvmlMemory> memory(int cuda_index) {
+    if (!ok_) return std::nullopt;
+    void* handle = device_handle(cuda_index);
+    if (!handle) return std::nullopt;
+    struct {
+      unsigned long long total, free, used;
+    } info{};
+    if (get_memory_info_(handle, &info) != 0) return std::nullopt;
+    return NvmlMemory{static_cast<std::int64_t>(info.total), static_cast<std::int64_t>(info.used),
+                      static_cast<std::int64_t>(info.free)};
+  }
+
+ private:
+  using InitFn = int (*)();
+  using HandleByBusFn = int (*)(const char*, void**);
+  using MemoryInfoFn = int (*)(void*, void*);
+
+  Nvml() {
+    library_ = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!library_) return;
+    auto init = reinterpret_cast<InitFn>(dlsym(library_, "nvmlInit_v2"));
+    handle_by_bus_ = reinterpret_cast<HandleByBusFn>(dlsym(library_, "nvmlDeviceGetHandleByPciBusId_v2"));
+    get_memory_info_ = reinterpret_cast<MemoryInfoFn>(dlsym(library_, "nvmlDeviceGetMemoryInfo"));
+    ok_ = init && handle_by_bus_ && get_memory_info_ && init() == 0;
+    if (!ok_) spdlog::debug("NVML is present but could not be initialised; GPU-wide memory figures are not available");
+  }
+
+  // NVML numbers GPUs by PCI order, CUDA by its own order and CUDA_VISIBLE_DEVICES: match them by bus id.
+  void* device_handle(int cuda_index) {
+    std::lock_guard lock(mutex_);
+    if (cuda_index < 0 || cuda_index >= static_cast<int>(handles_.size())) return nullptr;
+    auto& slot = handles_[static_cast<std::size_t>(cuda_index)];
+    if (!slot.resolved) {
+      slot.resolved = true;
+      std::array<char, 32> bus{};
+      if (cudaDeviceGetPCIBusId(bus.data(), static_cast<int>(bus.size()), cuda_index) == cudaSuccess) {
+        if (handle_by_bus_(bus.data(), &slot.handle) != 0) slot.handle = nullptr;
+      } else {
+        cudaGetLastError();  // clear the sticky-free error state
+      }
+    }
+    return slot.handle;
+  }
+
+  struct Slot {
+    bool resolved = false;
+    void* handle = nullptr;
+  };
+  void* library_ = nullptr;
+  bool ok_ = false;
+  HandleByBusFn handle_by_bus_ = nullptr;
+  MemoryInfoFn get_memory_info_ = nullptr;
+  std::mutex mutex_;
+  std::array<Slot, 64> handles_{};
+};
+
+}  // namespace
+
+std::optional<NvmlMemory> nvml_memory(const c10::Device& device) {
+  if (!device.is_cuda()) return std::nullopt;
+  return Nvml::instance().memory(device.index() < 0 ? 0 : device.index());
 }
 
 double host_peak_rss_mb() {

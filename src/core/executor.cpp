@@ -3,7 +3,35 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace flowline {
+
+void ExecutorMetrics::add(std::string_view name, double delta) {
+  std::lock_guard lock(mutex_);
+  auto it = values_.find(name);
+  if (it == values_.end()) values_.emplace(std::string(name), delta);
+  else it->second += delta;
+}
+
+void ExecutorMetrics::set_max(std::string_view name, double value) {
+  std::lock_guard lock(mutex_);
+  auto it = values_.find(name);
+  if (it == values_.end()) values_.emplace(std::string(name), value);
+  else it->second = std::max(it->second, value);
+}
+
+void ExecutorMetrics::set(std::string_view name, double value) {
+  std::lock_guard lock(mutex_);
+  auto it = values_.find(name);
+  if (it == values_.end()) values_.emplace(std::string(name), value);
+  else it->second = value;
+}
+
+std::map<std::string, double> ExecutorMetrics::snapshot() const {
+  std::lock_guard lock(mutex_);
+  return {values_.begin(), values_.end()};
+}
 
 Executor::Executor(const ExecutorContext& context) : runtime_(context.runtime), params_(context.params) {}
 Executor::~Executor() = default;

@@ -6,6 +6,8 @@
 #include "flowline/io.hpp"
 #include "flowline/queue.hpp"
 
+#include <c10/cuda/CUDACachingAllocator.h>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -126,6 +128,7 @@ struct ReplicaAccount {
   static constexpr std::size_t kMaxSamples = 100000;  // batch times kept; beyond, a uniform reservoir
   mutable std::mutex mutex;
   ReplicaStats stats;
+  std::shared_ptr<const ExecutorMetrics> metrics;  // the executor's own, once constructed
   std::vector<double> batch_ms;
   std::uint64_t seen = 0;
   std::uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -147,6 +150,7 @@ struct ReplicaAccount {
   ReplicaStats snapshot() const {
     std::lock_guard lock(mutex);
     ReplicaStats out = stats;
+    if (metrics) out.metrics = metrics->snapshot();
     if (!batch_ms.empty()) {
       std::vector<double> sorted = batch_ms;
       std::sort(sorted.begin(), sorted.end());
@@ -158,6 +162,107 @@ struct ReplicaAccount {
     }
     return out;
   }
+};
+
+// The GPUs a flow runs on: NVML and allocator readings at start and after loading, and a thread that
+// samples NVML's used memory every 5 ms from start() to close() to catch its peak.
+class DeviceMonitor {
+ public:
+  explicit DeviceMonitor(std::vector<c10::Device> devices) {
+    for (const auto& d : devices) {
+      auto slot = std::make_unique<Slot>();
+      slot->device = d;
+      slot->stats.device = d.str();
+      if (const auto nvml = nvml_memory(d)) {
+        slot->stats.has_nvml = true;
+        slot->stats.nvml_total_bytes = nvml->total;
+        slot->stats.nvml_used_at_start_bytes = nvml->used;
+        slot->peak.store(nvml->used);
+      }
+      if (const auto memory = device_memory(d)) {
+        c10::cuda::CUDACachingAllocator::resetPeakStats(d.index());
+        slot->allocated_at_start = memory->allocated;
+      }
+      slots_.push_back(std::move(slot));
+    }
+    if (std::any_of(slots_.begin(), slots_.end(), [](const auto& s) { return s->stats.has_nvml; })) {
+      sampler_ = std::thread([this] { sample(); });
+    }
+  }
+  ~DeviceMonitor() { stop(); }
+
+  // Called once every replica is constructed.
+  void loaded() {
+    for (auto& slot : slots_) {
+      if (const auto memory = device_memory(slot->device)) {
+        slot->stats.load_bytes = memory->allocated - slot->allocated_at_start;
+        slot->stats.reserved_after_load_bytes = memory->reserved;
+      }
+      if (const auto nvml = nvml_memory(slot->device)) slot->stats.nvml_used_after_load_bytes = nvml->used;
+    }
+  }
+
+  void stop() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (sampler_.joinable()) sampler_.join();
+  }
+
+  std::vector<DeviceStats> snapshot() const {
+    std::vector<DeviceStats> out;
+    for (const auto& slot : slots_) {
+      DeviceStats s = slot->stats;
+      if (const auto memory = device_memory(slot->device)) {
+        s.peak_allocated_bytes = memory->peak_allocated;
+        s.peak_reserved_bytes = memory->peak_reserved;
+      }
+      if (s.has_nvml) {
+        if (!stopping()) read_nvml(*slot);
+        s.nvml_peak_used_bytes = slot->peak.load();
+      }
+      out.push_back(std::move(s));
+    }
+    return out;
+  }
+
+ private:
+  struct Slot {
+    c10::Device device{c10::kCPU};
+    DeviceStats stats;
+    std::int64_t allocated_at_start = 0;
+    mutable std::atomic<std::int64_t> peak{0};
+  };
+  static void read_nvml(const Slot& slot) {
+    if (const auto nvml = nvml_memory(slot.device)) {
+      std::int64_t seen = slot.peak.load();
+      while (nvml->used > seen && !slot.peak.compare_exchange_weak(seen, nvml->used)) {
+      }
+    }
+  }
+  bool stopping() const {
+    std::lock_guard lock(mutex_);
+    return stopping_;
+  }
+  void sample() {
+    std::unique_lock lock(mutex_);
+    while (!stopping_) {
+      lock.unlock();
+      for (const auto& slot : slots_) {
+        if (slot->stats.has_nvml) read_nvml(*slot);
+      }
+      lock.lock();
+      cv_.wait_for(lock, std::chrono::milliseconds(5), [&] { return stopping_; });
+    }
+  }
+
+  std::vector<std::unique_ptr<Slot>> slots_;
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::thread sampler_;
 };
 
 struct Node {
@@ -191,6 +296,7 @@ class Flow::Impl {
   Registry& registry_;
   std::atomic<bool> started_{false};
   std::mutex lifecycle_mutex_;  // serialises start() and close()
+  std::unique_ptr<DeviceMonitor> monitor_;  // the GPUs the flow runs on; set by start()
 
  private:
   void build_graph();
@@ -281,6 +387,15 @@ void Flow::Impl::start() {
   nodes_.clear();  // a restarted flow starts its accounting afresh
   entries_.clear();
   build_graph();
+  {
+    std::vector<c10::Device> gpus;
+    for (const auto& node : nodes_) {
+      for (const auto& d : node->devices) {
+        if (d.is_cuda() && std::find(gpus.begin(), gpus.end(), d) == gpus.end()) gpus.push_back(d);
+      }
+    }
+    monitor_ = std::make_unique<DeviceMonitor>(std::move(gpus));
+  }
   int total = 0;
   for (auto& node : nodes_) total += node->config.replicas;
   {
@@ -296,6 +411,7 @@ void Flow::Impl::start() {
     std::unique_lock lock(start_mutex_);
     start_cv_.wait(lock, [&] { return starting_ == 0; });
   }
+  monitor_->loaded();
   started_ = true;
   if (!start_errors_.empty()) {
     std::vector<std::string> lines;
@@ -324,6 +440,7 @@ void Flow::Impl::close() {
     for (auto& t : node->threads) t.join();
     node->threads.clear();
   }
+  if (monitor_) monitor_->stop();
   start_errors_.clear();
   started_ = false;
 }
@@ -335,7 +452,8 @@ void Flow::Impl::worker(Node& node, int replica) {
     const c10::Device device = node.devices[static_cast<std::size_t>(replica)];
     set_thread_device(device);
     const auto memory_before = device_memory(device);
-    RuntimeInfo runtime{node.config.name, node.entry->spec.name, replica, node.config.replicas, device};
+    const int on_device = static_cast<int>(std::count(node.devices.begin(), node.devices.end(), device));
+    RuntimeInfo runtime{node.config.name, node.entry->spec.name, replica, node.config.replicas, device, on_device};
     executor = node.entry->factory(ExecutorContext{runtime, node.params});
     if (!executor) throw Error("the factory returned no executor");
     // The endpoints bound must be exactly those the spec declares: a misspelt bind() fails here.
@@ -358,10 +476,12 @@ void Flow::Impl::worker(Node& node, int replica) {
       throw Error(fmt::format("{} {} the default endpoint but its spec says default_endpoint = {}", spec.name,
                               executor->has_default_handler() ? "binds" : "does not bind", spec.default_endpoint));
     }
+    auto& account = *node.accounts[static_cast<std::size_t>(replica)];
+    std::lock_guard lock(account.mutex);
+    account.metrics = executor->shared_metrics();
     if (memory_before) {
-      auto& stats = node.accounts[static_cast<std::size_t>(replica)]->stats;
-      stats.has_gpu_memory = true;
-      stats.gpu_load_bytes = device_memory(device)->allocated - memory_before->allocated;
+      account.stats.has_gpu_memory = true;
+      account.stats.gpu_load_bytes = device_memory(device)->allocated - memory_before->allocated;
     }
   } catch (const std::exception& e) {
     failure = fmt::format("executor '{}' replica {}: {}", node.config.name, replica, e.what());
@@ -660,6 +780,7 @@ FlowStats Flow::stats() const {
       out.replicas.push_back(std::move(s));
     }
   }
+  if (impl_->monitor_) out.devices = impl_->monitor_->snapshot();
   out.host_peak_rss_mb = host_peak_rss_mb();
   return out;
 }

@@ -548,6 +548,26 @@ FlowConfig parse_flow_config(std::string_view yaml_text, const std::filesystem::
   return config;
 }
 
+void set_executor_parameter(FlowConfig& config, std::string_view assignment) {
+  const SourceLocation where{fmt::format("--set {}", assignment), 0, 0};
+  auto fail = [&](std::string message) { throw ConfigError({Diagnostic{where, std::move(message)}}); };
+  const auto equals = assignment.find('=');
+  const auto dot = assignment.substr(0, equals).find('.');
+  if (equals == std::string_view::npos || dot == std::string_view::npos || dot == 0 || dot + 1 == equals) {
+    fail("expected EXECUTOR.PARAMETER=VALUE, e.g. encoder.batch_size=128");
+  }
+  const std::string name(assignment.substr(0, dot)), param(assignment.substr(dot + 1, equals - dot - 1));
+  for (auto& e : config.executors) {
+    if (e.name != name) continue;
+    e.with[param] = YamlReader::typed_scalar(std::string(assignment.substr(equals + 1)));
+    e.locations["with." + param] = where;
+    return;
+  }
+  std::vector<std::string> names;
+  for (const auto& e : config.executors) names.push_back(e.name);
+  fail(fmt::format("the flow has no executor '{}' (executors: {})", name, fmt::join(names, ", ")));
+}
+
 void validate_flow_config(FlowConfig& config, const Registry& registry) {
   std::vector<Diagnostic> diagnostics;
   validate_collect(config, registry, diagnostics);

@@ -15,6 +15,7 @@ std::string_view to_string(ParamType type) noexcept {
     case ParamType::String: return "string";
     case ParamType::StringList: return "list of strings";
     case ParamType::Json: return "any";
+    case ParamType::IntOrAuto: return "int or auto";
   }
   return "?";
 }
@@ -72,6 +73,13 @@ std::optional<std::string> check_param_value(ParamType type, boost::json::value&
           return fmt::format("expected list of strings, item {} is {}", i, describe(value.get_array()[i]));
         }
       }
+      return std::nullopt;
+    case ParamType::IntOrAuto:
+      if (value.is_string() && value.get_string() == "auto") return std::nullopt;
+      if (value.is_uint64() && value.get_uint64() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+        value = static_cast<std::int64_t>(value.get_uint64());
+      }
+      if (!value.is_int64()) return mismatch();
       return std::nullopt;
     case ParamType::Json:
       return std::nullopt;

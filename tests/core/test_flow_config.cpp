@@ -53,6 +53,21 @@ TEST_CASE("every config error is reported at once in file order", "[config]") {
         "flow.yml:14:32: executor 'b': batching.max_batch_size: expected an integer >= 0, got -1");
 }
 
+TEST_CASE("flowline::set_executor_parameter overrides a parameter and checks it like the file", "[config]") {
+  FlowConfig config = parse_flow_config("executors:\n  - name: s\n    uses: TextSplitter\n", "flow.yml");
+  set_executor_parameter(config, "s.min_chars=12");
+  validate_flow_config(config);
+  CHECK(config.executors[0].with.at("min_chars").as_int64() == 12);
+  set_executor_parameter(config, "s.min_chars=many");
+  try {
+    validate_flow_config(config);
+    FAIL("no error");
+  } catch (const ConfigError& e) {
+    CHECK(std::string(e.what()) == "--set s.min_chars=many: executor 's': parameter 'min_chars': expected int, got string \"many\"");
+  }
+  CHECK_THROWS_WITH(set_executor_parameter(config, "x.y=1"), testing::contains("the flow has no executor 'x' (executors: s)"));
+}
+
 TEST_CASE("invalid YAML syntax is reported with its position", "[config]") {
   CHECK(errors_of("executors:\n  - name: [a\n") == "flow.yml:3:1: invalid YAML: end of sequence flow not found");
 }

@@ -139,3 +139,69 @@ TEST_CASE("flowline run --stats reports every replica's work and says GPU figure
   CHECK(json.at("host_peak_rss_mb").as_double() > 1.0);
   CHECK(json.at("failed_requests").as_int64() == 1);
 }
+
+TEST_CASE("flowline run --set overrides an executor parameter and names itself in errors", "[launcher]") {
+  const auto dir = testing::scratch_dir("launcher set");
+  testing::write_text(dir / "flow.yml", "executors:\n  - {name: check, uses: FailIf, with: {contains: BAD}}\n"
+                                        "  - {name: split, uses: TextSplitter}\n");
+  testing::write_text(dir / "in.txt", "a line\nanother line\n");
+  auto r = launch(fmt::format("run '{0}/flow.yml' -i '{0}/in.txt' --request-size 1", dir.string()));
+  CHECK(r.exit_code == 0);
+  r = launch(fmt::format("run '{0}/flow.yml' -i '{0}/in.txt' --request-size 1 --set check.contains=line", dir.string()));
+  CHECK(r.exit_code == 1);  // every request now fails
+  CHECK_THAT(r.err, testing::contains("request 1 (1 documents) failed in executor 'check'"));
+  r = launch(fmt::format("run '{0}/flow.yml' -i '{0}/in.txt' --set nope.contains=x", dir.string()));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, testing::starts_with("--set nope.contains=x: the flow has no executor 'nope' (executors: check, split)"));
+  r = launch(fmt::format("run '{0}/flow.yml' -i '{0}/in.txt' --set check.contains", dir.string()));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, testing::starts_with("--set check.contains: expected EXECUTOR.PARAMETER=VALUE"));
+  r = launch(fmt::format("run '{0}/flow.yml' -i '{0}/in.txt' --set split.min_chars=many", dir.string()));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, testing::starts_with(
+                        "--set split.min_chars=many: executor 'split': parameter 'min_chars': expected int, got string \"many\""));
+}
+
+TEST_CASE("flowline profile on the CPU reports time and RAM per batch size and recommends one", "[launcher][profile]") {
+  const auto dir = testing::scratch_dir("launcher profile");
+  testing::write_text(dir / "flow.yml", fmt::format("executors:\n  - name: encoder\n    uses: SentenceEncoder\n"
+                                                    "    with: {{model: '{}/tests/data/tiny-bert'}}\n",
+                                                    FLOWLINE_SOURCE_DIR));
+  const auto r = launch(fmt::format("profile '{0}/flow.yml' -i '{1}' --input-format paragraphs --batch-sizes 8,64,128 "
+                                    "--json '{0}/profile.json' --plot '{0}/profile.png'",
+                                    dir.string(), kAlice));
+  INFO(r.err);
+  INFO(r.out);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, testing::contains("GPU figures not available: the executor runs on the CPU"));
+  CHECK_THAT(r.out, testing::contains("largest batch size that fits 90% of the"));
+  const auto json = boost::json::parse(read_file(dir / "profile.json")).as_object();
+  const auto& runs = json.at("runs").as_array();
+  REQUIRE(runs.size() == 3);
+  for (const auto& run : runs) {
+    CHECK(run.at("ok").as_bool());
+    CHECK(run.at("documents").to_number<std::uint64_t>() == 881);
+    CHECK(run.at("total_seconds").as_double() > 0);
+    CHECK(run.at("host_peak_rss_mib").as_double() > 10);
+    CHECK(run.at("gpu").as_string() == "not available");
+  }
+  CHECK(runs[0].at("max_forward_sequences").to_number<std::uint64_t>() == 8);
+  CHECK(runs[2].at("max_forward_sequences").to_number<std::uint64_t>() == 128);
+  CHECK(json.at("fit_per_document").at("mib_per_document").is_double());
+  CHECK(json.at("recommendation").as_object().contains("budget_mib"));
+  const std::string png = read_file(dir / "profile.png");
+  REQUIRE(png.size() > 1000);
+  CHECK(png.substr(1, 3) == "PNG");
+}
+
+TEST_CASE("flowline profile rejects bad batch sizes and flows without a batch size to vary", "[launcher][profile]") {
+  const auto dir = testing::scratch_dir("launcher profile errors");
+  testing::write_text(dir / "flow.yml", "executors:\n  - {name: stats, uses: TextStats}\n");
+  testing::write_text(dir / "in.txt", "a\n");
+  auto r = launch(fmt::format("profile '{0}/flow.yml' -i '{0}/in.txt' --batch-sizes 8,x", dir.string()));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, testing::contains("--batch-sizes: 'x' is not a positive integer"));
+  r = launch(fmt::format("profile '{0}/flow.yml' -i '{0}/in.txt' --batch-sizes 8", dir.string()));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, testing::contains("no executor of this flow has a batch_size parameter to profile"));
+}

@@ -170,6 +170,62 @@ TEST_CASE("a bad encoder parameter fails the flow's start naming the parameter",
   CHECK_THROWS_WITH(flow.start(), testing::contains("parameter 'dtype': expected fp32, fp16 or bf16, got 'fp8'"));
 }
 
+TEST_CASE("the encoder reports its tokens and largest forward pass in the flow's stats", "[encoder][stats]") {
+  const auto tokenizer = WordPieceTokenizer::from_model_folder(kData / "tiny-bert");
+  std::vector<std::string> texts;
+  std::size_t tokens = 0;
+  for (int i = 0; i < 10; ++i) {
+    texts.push_back(std::string(static_cast<std::size_t>(i + 1), 'a') + " b c");
+    tokens += tokenizer.encode(texts.back(), 512).size();
+  }
+  Flow flow(FlowOptions{.request_size = 10}, encoder_registry());
+  flow.add({.name = "encoder", .uses = "SentenceEncoder", .with = {{"model", (kData / "tiny-bert").string()}, {"batch_size", 4}}});
+  DocumentArray docs;
+  for (const auto& t : texts) docs.push_back(Document(t));
+  flow.post("/encode", std::move(docs));
+  const auto metrics = flow.stats().replicas.at(0).metrics;
+  CHECK(metrics.at("tokens") == static_cast<double>(tokens));
+  CHECK(metrics.at("forward_passes") == 3);
+  CHECK(metrics.at("max_forward_sequences") == 4);
+  CHECK(metrics.at("max_forward_tokens") > 0);
+}
+
+TEST_CASE("batch sizes 'auto' keep the defaults on the CPU, and a size that is neither is a config error", "[encoder]") {
+  const auto texts = std::vector<std::string>{"one", "two words", "three little words"};
+  const at::Tensor fixed = encode_with_flow(kData / "tiny-bert", texts);
+  const at::Tensor automatic = encode_with_flow(kData / "tiny-bert", texts, {{"batch_size", "auto"}, {"max_batch_tokens", "auto"}});
+  CHECK(at::allclose(fixed, automatic));
+  const std::string yaml = "executors:\n  - name: enc\n    uses: SentenceEncoder\n    with:\n      model: m\n      batch_size: many\n";
+  CHECK_THROWS_WITH(load_flow_config_text(yaml, "flow.yml", encoder_registry()),
+                    testing::contains("flow.yml:6:7: executor 'enc': parameter 'batch_size': expected int or auto, got string \"many\""));
+}
+
+TEST_CASE("on the GPU batch_size auto calibrates against free memory and NVML agrees with the accounting",
+          "[encoder][gpu][stats]") {
+  if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
+  const auto texts = read_texts(kData / "goldens/embedding_texts.jsonl");
+  Flow flow(FlowOptions{.request_size = 512}, encoder_registry());
+  flow.add({.name = "encoder", .uses = "SentenceEncoder",
+            .with = {{"model", kModel.string()}, {"dtype", "fp16"}, {"batch_size", "auto"}, {"memory_fraction", 0.5}},
+            .device = "cuda"});
+  DocumentArray docs;
+  for (const auto& t : texts) docs.push_back(Document(t));
+  const DocumentArray out = flow.post("/encode", std::move(docs));
+  REQUIRE(out.size() == texts.size());
+  const FlowStats stats = flow.stats();
+  const auto& metrics = stats.replicas.at(0).metrics;
+  WARN("auto: batch_size " << metrics.at("batch_size") << ", " << metrics.at("calibrated_bytes_per_token") << " bytes per token");
+  CHECK(metrics.at("batch_size") > 64);
+  CHECK(metrics.at("calibrated_bytes_per_token") > 100);
+  REQUIRE(stats.devices.size() == 1);
+  const DeviceStats& d = stats.devices[0];
+  REQUIRE(d.has_nvml);
+  const double accounted = static_cast<double>(d.accounted_peak_bytes()), nvml = static_cast<double>(d.nvml_peak_used_bytes);
+  WARN("NVML peak " << nvml / (1 << 20) << " MiB, accounted " << accounted / (1 << 20) << " MiB, outside the allocator "
+                    << d.outside_allocator_bytes() / (1 << 20) << " MiB");
+  CHECK(std::abs(accounted - nvml) / nvml < 0.05);
+}
+
 TEST_CASE("all-MiniLM-L6-v2 on the GPU in fp16 and bf16 stays within the cosine bounds", "[encoder][model][gpu]") {
   if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
   const auto texts = read_texts(kData / "goldens/embedding_texts.jsonl");

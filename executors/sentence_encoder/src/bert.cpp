@@ -257,41 +257,70 @@ BertEncoder::~BertEncoder() = default;
 
 std::size_t BertEncoder::weight_bytes() const noexcept { return weights_->bytes; }
 
-at::Tensor BertEncoder::token_states(const PackedBatch& batch) const {
-  c10::InferenceMode guard;
-  const auto& b = config_.bert;
-  const int64_t H = b.hidden_size, heads = b.num_heads, head_dim = H / heads;
-  const auto n = static_cast<int64_t>(batch.lengths.size());
+// A batch's index tensors on the encoder's device.
+struct BertEncoder::DeviceBatch {
+  at::Tensor ids, positions, lengths, cu_seqlens;  // [T], [T], [n] int64; [n + 1] int32 (GPU only)
   int64_t total = 0, longest = 0;
+};
+
+// Checks the batch and moves ids, positions, lengths and cumulative lengths to the device in one copy.
+// On a GPU the host side is pinned memory from the caching host allocator, which does not hand the
+// block out again before the copy has completed, so the copy is asynchronous and safe.
+BertEncoder::DeviceBatch BertEncoder::upload(const PackedBatch& batch) const {
+  const auto& b = config_.bert;
+  const auto n = static_cast<int64_t>(batch.lengths.size());
+  DeviceBatch out;
   for (auto len : batch.lengths) {
     if (len < 1 || len > b.max_position_embeddings) {
       throw Error(fmt::format("sequence length {} outside 1..{}", len, b.max_position_embeddings));
     }
-    total += len;
-    longest = std::max(longest, len);
+    out.total += len;
+    out.longest = std::max(out.longest, len);
   }
+  const int64_t total = out.total;
   if (total != static_cast<int64_t>(batch.ids.size())) {
     throw Error(fmt::format("packed batch: {} ids but lengths add up to {}", batch.ids.size(), total));
   }
-  // Host-side index tensors, then one copy each to the device.
-  at::Tensor ids_cpu = at::empty({total}, at::TensorOptions().dtype(at::kLong));
-  at::Tensor pos_cpu = at::empty({total}, at::TensorOptions().dtype(at::kLong));
-  {
-    auto* ids = ids_cpu.data_ptr<int64_t>();
-    auto* pos = pos_cpu.data_ptr<int64_t>();
-    int64_t t = 0;
-    for (int64_t s = 0; s < n; ++s) {
-      for (int64_t k = 0; k < batch.lengths[s]; ++k, ++t) {
-        const auto id = batch.ids[static_cast<std::size_t>(t)];
-        if (id < 0 || id >= b.vocab_size) throw Error(fmt::format("token id {} outside the vocabulary", id));
-        ids[t] = id;
-        pos[t] = k;
-      }
+  const bool cuda = device_.is_cuda();
+  // Layout: ids [T] | positions [T] | lengths [n] | cumulative lengths [n + 1].
+  at::Tensor host = at::empty({2 * total + 2 * n + 1}, at::TensorOptions().dtype(at::kLong).pinned_memory(cuda));
+  auto* ids = host.data_ptr<int64_t>();
+  auto* pos = ids + total;
+  auto* lengths = pos + total;
+  auto* cumulative = lengths + n;
+  int64_t t = 0;
+  cumulative[0] = 0;
+  for (int64_t s = 0; s < n; ++s) {
+    lengths[s] = batch.lengths[static_cast<std::size_t>(s)];
+    cumulative[s + 1] = cumulative[s] + lengths[s];
+    for (int64_t k = 0; k < lengths[s]; ++k, ++t) {
+      const auto id = batch.ids[static_cast<std::size_t>(t)];
+      if (id < 0 || id >= b.vocab_size) throw Error(fmt::format("token id {} outside the vocabulary", id));
+      ids[t] = id;
+      pos[t] = k;
     }
   }
+  at::Tensor on_device = cuda ? host.to(device_, /*non_blocking=*/true) : host;
+  out.ids = on_device.narrow(0, 0, total);
+  out.positions = on_device.narrow(0, total, total);
+  out.lengths = on_device.narrow(0, 2 * total, n);
+  if (cuda) out.cu_seqlens = on_device.narrow(0, 2 * total + n, n + 1).to(at::kInt);
+  return out;
+}
+
+at::Tensor BertEncoder::token_states(const PackedBatch& batch) const {
+  c10::InferenceMode guard;
+  return forward(upload(batch), batch);
+}
+
+at::Tensor BertEncoder::forward(const DeviceBatch& device_batch, const PackedBatch& batch) const {
+  const auto& b = config_.bert;
+  const int64_t H = b.hidden_size, heads = b.num_heads, head_dim = H / heads;
+  const auto n = static_cast<int64_t>(batch.lengths.size());
+  const int64_t total = device_batch.total, longest = device_batch.longest;
   const bool cuda = device_.is_cuda();
-  at::Tensor ids = ids_cpu.to(device_, /*non_blocking=*/cuda);
-  at::Tensor pos = pos_cpu.to(device_, /*non_blocking=*/cuda);
+  const at::Tensor& ids = device_batch.ids;
+  const at::Tensor& pos = device_batch.positions;
 
   const Weights& w = *weights_;
   at::Tensor x = at::embedding(w.word, ids) + at::embedding(w.position, pos) + w.token_type0;
@@ -312,14 +341,7 @@ at::Tensor BertEncoder::token_states(const PackedBatch& batch) const {
       s = e;
     }
   }
-  at::Tensor cu_seqlens;
-  if (cuda) {
-    at::Tensor cu = at::empty({n + 1}, at::TensorOptions().dtype(at::kInt));
-    auto* c = cu.data_ptr<int32_t>();
-    c[0] = 0;
-    for (int64_t s = 0; s < n; ++s) c[s + 1] = c[s] + static_cast<int32_t>(batch.lengths[s]);
-    cu_seqlens = cu.to(device_, /*non_blocking=*/true);
-  }
+  const at::Tensor& cu_seqlens = device_batch.cu_seqlens;
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
 
   for (const auto& l : w.layers) {
@@ -362,10 +384,9 @@ at::Tensor BertEncoder::token_states(const PackedBatch& batch) const {
 
 at::Tensor BertEncoder::encode(const PackedBatch& batch) const {
   c10::InferenceMode guard;
-  at::Tensor tokens = token_states(batch).to(at::kFloat);
-  const auto n = static_cast<int64_t>(batch.lengths.size());
-  at::Tensor lengths = at::from_blob(const_cast<int64_t*>(batch.lengths.data()), {n}, at::TensorOptions().dtype(at::kLong))
-                           .to(device_, /*non_blocking=*/false);
+  const DeviceBatch device_batch = upload(batch);
+  at::Tensor tokens = forward(device_batch, batch).to(at::kFloat);
+  const at::Tensor& lengths = device_batch.lengths;
   at::Tensor pooled;
   switch (config_.pooling) {
     case Pooling::Mean:

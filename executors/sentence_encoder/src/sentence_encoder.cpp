@@ -8,12 +8,15 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/core/InferenceMode.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -54,8 +57,15 @@ class SentenceEncoder : public Executor {
                              "cpu, cuda, cuda:N or auto; empty: the executor's device in the flow"),
          ParamSpec::optional("dtype", ParamType::String, "fp32", "fp32, fp16 or bf16"),
          ParamSpec::optional("max_seq_length", ParamType::Int, 0, "truncate texts to this many tokens (0: the model's)"),
-         ParamSpec::optional("batch_size", ParamType::Int, 64, "sequences per forward pass"),
-         ParamSpec::optional("max_batch_tokens", ParamType::Int, 0, "tokens per forward pass (0: no limit)"),
+         ParamSpec::optional("batch_size", ParamType::IntOrAuto, 64,
+                             "sequences per forward pass; auto: the most that fit the memory budget at "
+                             "max_seq_length, from a calibration at start (GPU)"),
+         ParamSpec::optional("max_batch_tokens", ParamType::IntOrAuto, 0,
+                             "tokens per forward pass (0: no limit); auto: the most that fit the memory budget, "
+                             "from a calibration at start (GPU)"),
+         ParamSpec::optional("memory_fraction", ParamType::Double, 0.9,
+                             "for auto sizes: the share of the GPU memory free at start that this executor's "
+                             "replicas on a device may use together"),
          ParamSpec::optional("normalize", ParamType::Json, "auto", "auto (as the checkpoint says), true or false"),
          ParamSpec::optional("share_weights", ParamType::Bool, true,
                              "replicas on the same device share one copy of the weights (each on its own CUDA stream)"),
@@ -85,12 +95,18 @@ class SentenceEncoder : public Executor {
       throw Error(fmt::format("parameter 'max_seq_length': {} is outside 2..{}", max_seq_length_,
                               config.bert.max_position_embeddings));
     }
-    batch_size_ = params().get<std::size_t>("batch_size");
+    const auto batch_size = size_or_auto("batch_size");
+    const auto max_batch_tokens = size_or_auto("max_batch_tokens");
+    batch_size_ = batch_size.value_or(64);
     if (batch_size_ == 0) throw Error("parameter 'batch_size': must be at least 1");
-    max_batch_tokens_ = params().get<std::size_t>("max_batch_tokens");
+    max_batch_tokens_ = max_batch_tokens.value_or(0);
     if (max_batch_tokens_ != 0 && max_batch_tokens_ < max_seq_length_) {
       throw Error(fmt::format("parameter 'max_batch_tokens': {} is less than max_seq_length {}", max_batch_tokens_,
                               max_seq_length_));
+    }
+    memory_fraction_ = params().get<double>("memory_fraction");
+    if (!(memory_fraction_ > 0 && memory_fraction_ <= 1)) {
+      throw Error(fmt::format("parameter 'memory_fraction': {} is outside (0, 1]", memory_fraction_));
     }
     const auto normalize = params().get<boost::json::value>("normalize");
     if (normalize.is_bool()) {
@@ -102,9 +118,83 @@ class SentenceEncoder : public Executor {
                  runtime().name, runtime().replica, model, config.bert.num_layers, config.bert.hidden_size,
                  to_string(config.pooling), config.normalize ? " + normalize" : "", device_.str(),
                  c10::toString(dtype_), encoder_->weight_bytes() / 1e6);
+    if (!batch_size || !max_batch_tokens) choose_batch_sizes(!batch_size, !max_batch_tokens);
     if (params().get<bool>("warmup")) warm_up();
     bind("/encode", &SentenceEncoder::encode);
     bind_default(&SentenceEncoder::encode);
+  }
+
+  // A size parameter: its value, or nullopt for "auto".
+  std::optional<std::size_t> size_or_auto(const char* name) const {
+    const auto value = params().get<boost::json::value>(name);
+    if (value.is_string()) return std::nullopt;  // "auto", as validation allows
+    const std::int64_t v = value.to_number<std::int64_t>();
+    if (v < 0) throw Error(fmt::format("parameter '{}': must not be negative, got {}", name, v));
+    return static_cast<std::size_t>(v);
+  }
+
+  // batch_size / max_batch_tokens "auto": measures the peak activation memory of two forward passes at
+  // max_seq_length, fits bytes per token, and sizes the passes so that this executor's replicas on the
+  // device together stay within memory_fraction of the memory free at start. Replicas calibrate one at a
+  // time per device. On the CPU, where memory is seldom the limit, auto keeps the defaults.
+  void choose_batch_sizes(bool auto_batch, bool auto_tokens) {
+    constexpr std::size_t kMaxAutoSequences = 8192, kMaxAutoTokens = 1 << 21;
+    if (!device_.is_cuda()) {
+      spdlog::info("executor '{}' replica {}: batch sizing 'auto' calibrates on a GPU; on the CPU it keeps "
+                   "batch_size {} and max_batch_tokens {}", runtime().name, runtime().replica, batch_size_, max_batch_tokens_);
+      return;
+    }
+    static std::mutex calibration_mutex;
+    std::lock_guard lock(calibration_mutex);
+    c10::InferenceMode guard;
+    std::optional<c10::cuda::CUDAStreamGuard> on_stream;
+    if (stream_) on_stream.emplace(*stream_);
+    auto peak_for = [&](std::size_t sequences) {
+      stream_->synchronize();
+      c10::cuda::CUDACachingAllocator::resetPeakStats(device_.index());
+      const auto before = device_memory(device_)->allocated;
+      std::vector<std::int32_t> ids(sequences * max_seq_length_, tokenizer_->unk_id());
+      std::vector<int64_t> lengths(sequences, static_cast<int64_t>(max_seq_length_));
+      at::Tensor out = encoder_->encode(PackedBatch{ids, lengths});
+      stream_->synchronize();
+      return static_cast<double>(device_memory(device_)->peak_allocated - before);
+    };
+    const std::size_t small = 16, large = 64;
+    peak_for(small);  // first call pays for library workspaces; not measured
+    const double p_small = peak_for(small), p_large = peak_for(large);
+    const double tokens_small = static_cast<double>(small * max_seq_length_);
+    const double tokens_large = static_cast<double>(large * max_seq_length_);
+    const double per_token = std::max(1.0, (p_large - p_small) / (tokens_large - tokens_small));
+    const double fixed = std::max(0.0, p_small - per_token * tokens_small);
+    // Memory the caching allocator holds but does not use counts as free: it is this process's to reuse.
+    c10::cuda::CUDACachingAllocator::emptyCache();
+    std::size_t free_bytes = 0, total_bytes = 0;
+    c10::cuda::CUDAGuard device_guard(device_);
+    C10_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    const double budget = memory_fraction_ * static_cast<double>(free_bytes) / runtime().replicas_on_device;
+    const double tokens = std::max(0.0, (budget - fixed) / per_token);
+    auto tokens_fit = static_cast<std::size_t>(tokens);
+    if (tokens_fit < max_seq_length_) {
+      throw Error(fmt::format("batch sizing 'auto': a budget of {:.0f} MiB ({:.0f}% of {:.0f} MiB free, over {} replica(s)) "
+                              "does not fit one sequence of {} tokens ({:.0f} bytes per token)",
+                              budget / (1 << 20), memory_fraction_ * 100, free_bytes / double(1 << 20),
+                              runtime().replicas_on_device, max_seq_length_, per_token));
+    }
+    if (auto_tokens) max_batch_tokens_ = std::min(tokens_fit, kMaxAutoTokens);
+    if (auto_batch) {
+      const std::size_t limit = max_batch_tokens_ != 0 ? std::min(tokens_fit, max_batch_tokens_) : tokens_fit;
+      batch_size_ = std::clamp<std::size_t>(limit / max_seq_length_, 1, kMaxAutoSequences);
+      if (max_batch_tokens_ != 0) batch_size_ = std::min(kMaxAutoSequences, std::max(batch_size_, max_batch_tokens_ / 16));
+    }
+    spdlog::info("executor '{}' replica {}: calibrated {:.0f} bytes per token + {:.1f} MiB per pass; budget {:.0f} MiB "
+                 "({:.0f}% of {:.0f} MiB free{}); batch_size {}{}, max_batch_tokens {}{}",
+                 runtime().name, runtime().replica, per_token, fixed / (1 << 20), budget / (1 << 20), memory_fraction_ * 100,
+                 free_bytes / double(1 << 20),
+                 runtime().replicas_on_device > 1 ? fmt::format(", shared by {} replicas", runtime().replicas_on_device) : "",
+                 batch_size_, auto_batch ? " (auto)" : "", max_batch_tokens_, auto_tokens ? " (auto)" : "");
+    metrics().set("calibrated_bytes_per_token", per_token);
+    metrics().set("batch_size", static_cast<double>(batch_size_));
+    metrics().set("max_batch_tokens", static_cast<double>(max_batch_tokens_));
   }
 
   // Forward passes over dummy sequences of the sizes real batches will have, so CUDA context, cuBLAS and
@@ -125,7 +215,8 @@ class SentenceEncoder : public Executor {
     } else {
       shapes.emplace_back(2, 16);
     }
-    for (const auto& [count, length] : shapes) {
+    for (auto [count, length] : shapes) {
+      count = std::max<std::size_t>(1, std::min(count, kMaxWarmupTokens / length));  // auto sizes can be huge
       std::vector<std::int32_t> ids(count * length, tokenizer_->unk_id());
       std::vector<int64_t> lengths(count, static_cast<int64_t>(length));
       encoder_->encode(PackedBatch{ids, lengths}).to(at::kCPU);
@@ -170,13 +261,29 @@ class SentenceEncoder : public Executor {
       if (normalize_override_ == 0 && encoder_->config().normalize) {
         throw Error("normalize: false cannot undo the Normalize module of this checkpoint");
       }
-      rows_.assign(order_.begin() + static_cast<std::ptrdiff_t>(start), order_.begin() + static_cast<std::ptrdiff_t>(end));
-      at::Tensor index = at::tensor(std::vector<int64_t>(rows_.begin(), rows_.end()), at::TensorOptions().dtype(at::kLong))
-                             .to(device_);
-      result.index_copy_(0, index, pooled);
+      // Where each row goes, copied up without blocking (pinned memory on a GPU).
+      at::Tensor index = at::empty({static_cast<int64_t>(end - start)},
+                                   at::TensorOptions().dtype(at::kLong).pinned_memory(device_.is_cuda()));
+      std::copy(order_.begin() + static_cast<std::ptrdiff_t>(start), order_.begin() + static_cast<std::ptrdiff_t>(end),
+                index.data_ptr<int64_t>());
+      result.index_copy_(0, device_.is_cuda() ? index.to(device_, /*non_blocking=*/true) : index, pooled);
+      metrics().add("forward_passes", 1);
+      metrics().add("tokens", static_cast<double>(packed_.size()));
+      metrics().set_max("max_forward_tokens", static_cast<double>(packed_.size()));
+      metrics().set_max("max_forward_sequences", static_cast<double>(end - start));
       start = end;
     }
-    docs.set_embeddings(result.to(at::kCPU));
+    docs.set_embeddings(to_host(result));
+  }
+
+  // The embeddings on the host. From a GPU: one asynchronous copy into pinned memory, a wait on this
+  // replica's stream only, then a plain copy out (documents never hold pinned memory).
+  at::Tensor to_host(const at::Tensor& result) {
+    if (!device_.is_cuda()) return result;
+    at::Tensor pinned = at::empty(result.sizes(), result.options().device(at::kCPU).pinned_memory(true));
+    pinned.copy_(result, /*non_blocking=*/true);
+    stream_->synchronize();
+    return pinned.clone();
   }
 
   // Tokenizes every document into ids_ (offsets_[i] .. offsets_[i+1] are document i's ids). Large batches
@@ -220,7 +327,9 @@ class SentenceEncoder : public Executor {
   std::unique_ptr<WordPieceTokenizer> tokenizer_;
   std::shared_ptr<const BertEncoder> encoder_;
   std::optional<c10::cuda::CUDAStream> stream_;
+  static constexpr std::size_t kMaxWarmupTokens = 1 << 17;
   std::size_t max_seq_length_ = 0, batch_size_ = 64, max_batch_tokens_ = 0;
+  double memory_fraction_ = 0.9;
   int normalize_override_ = -1;  // -1 auto, 0 off, 1 on
   // Buffers reused across batches: no allocation per document.
   std::vector<std::int32_t> ids_;

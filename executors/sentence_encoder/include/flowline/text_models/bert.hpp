@@ -68,6 +68,8 @@ class BertEncoder {
   ~BertEncoder();
 
   // Sentence embeddings [sequences, hidden] in float32 on the encoder's device, in the batch's order.
+  // On a GPU the ids go up in one non-blocking copy from pinned host memory and the work is only
+  // enqueued on the current stream: the call returns before the GPU is done (no synchronisation).
   at::Tensor encode(const PackedBatch& batch) const;
   // Token states [T, hidden] (packed) in the encoder's dtype; for tests and custom pooling.
   at::Tensor token_states(const PackedBatch& batch) const;
@@ -80,6 +82,9 @@ class BertEncoder {
 
  private:
   struct Weights;
+  struct DeviceBatch;
+  DeviceBatch upload(const PackedBatch& batch) const;
+  at::Tensor forward(const DeviceBatch& batch, const PackedBatch& host) const;
   SentenceModelConfig config_;
   c10::Device device_;
   c10::ScalarType dtype_;
