@@ -4,6 +4,7 @@
 
 #include "flowline/flowline.hpp"
 #include "flowline/text_models/sentence_encoder.hpp"
+#include "flowline/torch_module/torch_module.hpp"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -299,6 +300,7 @@ int command_schema() {
 int run(int argc, char** argv) {
   static const bool registered = [] {
     text_models::register_sentence_encoder(Registry::global());
+    torch_module::register_torch_module(Registry::global());
     return true;
   }();
   (void)registered;

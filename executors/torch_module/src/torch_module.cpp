@@ -1,0 +1,188 @@
+#include "flowline/torch_module/torch_module.hpp"
+
+#include "flowline/device.hpp"
+#include "flowline/error.hpp"
+#include "flowline/executor.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/serialization/import.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <tuple>
+
+namespace flowline::torch_module {
+namespace {
+
+c10::ScalarType parse_dtype(const std::string& name) {
+  if (name == "fp32" || name == "float32") return c10::kFloat;
+  if (name == "fp16" || name == "float16") return c10::kHalf;
+  if (name == "bf16" || name == "bfloat16") return c10::kBFloat16;
+  throw Error(fmt::format("parameter 'dtype': expected fp32, fp16 or bf16, got '{}'", name));
+}
+
+// A loaded module; `call` is serialised only for modules not shared (shared ones are called concurrently,
+// which TorchScript allows for modules that keep no state between calls).
+struct LoadedModule {
+  torch::jit::Module module;
+};
+
+std::shared_ptr<const LoadedModule> load_module(const std::string& path, c10::Device device, c10::ScalarType dtype) {
+  if (!std::filesystem::is_regular_file(path)) throw Error(fmt::format("parameter 'path': no file '{}'", path));
+  auto loaded = std::make_shared<LoadedModule>();
+  try {
+    loaded->module = torch::jit::load(path, device);
+  } catch (const c10::Error& e) {
+    throw Error(fmt::format("parameter 'path': '{}' is not a TorchScript file that LibTorch can load: {}", path,
+                            e.what_without_backtrace()));
+  }
+  loaded->module.eval();
+  if (dtype != c10::kFloat) loaded->module.to(dtype);
+  return loaded;
+}
+
+// One loaded module per (file, device, dtype) while replicas hold it.
+std::shared_ptr<const LoadedModule> shared_module(const std::string& path, c10::Device device, c10::ScalarType dtype) {
+  static std::mutex mutex;
+  static std::map<std::tuple<std::string, std::string, int>, std::weak_ptr<const LoadedModule>> cache;
+  const auto key = std::make_tuple(std::filesystem::weakly_canonical(path).string(), device.str(), static_cast<int>(dtype));
+  std::lock_guard lock(mutex);
+  if (auto existing = cache[key].lock()) return existing;
+  auto loaded = load_module(path, device, dtype);
+  cache[key] = loaded;
+  return loaded;
+}
+
+enum class Field { Tensor, Embedding };
+
+Field parse_field(const std::string& name, const char* parameter) {
+  if (name == "tensor") return Field::Tensor;
+  if (name == "embedding") return Field::Embedding;
+  throw Error(fmt::format("parameter '{}': expected tensor or embedding, got '{}'", parameter, name));
+}
+
+class TorchModule : public Executor {
+ public:
+  static ExecutorSpec spec() {
+    return ExecutorSpec{
+        "TorchModule",
+        "Run a TorchScript model on each document's tensor or embedding (LibTorch JIT)",
+        {ParamSpec::required_param("path", ParamType::String, "TorchScript file (torch.jit.save)"),
+         ParamSpec::optional("method", ParamType::String, "forward", "the module's method to call"),
+         ParamSpec::optional("input", ParamType::String, "tensor", "field read: tensor or embedding"),
+         ParamSpec::optional("output", ParamType::String, "embedding", "field written: embedding or tensor"),
+         ParamSpec::optional("device", ParamType::String, "",
+                             "cpu, cuda, cuda:N or auto; empty: the executor's device in the flow"),
+         ParamSpec::optional("dtype", ParamType::String, "fp32",
+                             "fp32, fp16 or bf16 (module and floating-point inputs; outputs are float32)"),
+         ParamSpec::optional("batch_size", ParamType::Int, 64, "rows per call"),
+         ParamSpec::optional("keep_on_device", ParamType::Bool, false,
+                             "leave outputs on the executor's device (for a next executor on the same device)"),
+         ParamSpec::optional("share_weights", ParamType::Bool, true,
+                             "replicas on the same device share one loaded module (each on its own CUDA stream)")},
+        {"/run"},
+    };
+  }
+
+  explicit TorchModule(const ExecutorContext& context) : Executor(context) {
+    const std::string path = params().get<std::string>("path");
+    const std::string device_name = params().get<std::string>("device");
+    device_ = device_name.empty() ? runtime().device : resolve_device(device_name);
+    set_thread_device(device_);
+    dtype_ = parse_dtype(params().get<std::string>("dtype"));
+    input_ = parse_field(params().get<std::string>("input"), "input");
+    output_ = parse_field(params().get<std::string>("output"), "output");
+    method_ = params().get<std::string>("method");
+    batch_size_ = params().get<std::size_t>("batch_size");
+    if (batch_size_ == 0) throw Error("parameter 'batch_size': must be at least 1");
+    keep_on_device_ = params().get<bool>("keep_on_device");
+    module_ = params().get<bool>("share_weights") ? shared_module(path, device_, dtype_) : load_module(path, device_, dtype_);
+    if (!module_->module.find_method(method_)) {
+      throw Error(fmt::format("parameter 'method': '{}' has no method '{}'", path, method_));
+    }
+    if (device_.is_cuda()) stream_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
+    spdlog::info("executor '{}' replica {}: TorchScript {} on {} in {}", runtime().name, runtime().replica, path,
+                 device_.str(), c10::toString(dtype_));
+    bind("/run", &TorchModule::run);
+    bind_default(&TorchModule::run);
+  }
+
+ private:
+  at::Tensor& field(Document& doc, Field which) { return which == Field::Tensor ? doc.tensor : doc.embedding; }
+  static const char* name(Field which) { return which == Field::Tensor ? "tensor" : "embedding"; }
+
+  void run(DocumentArray& docs) {
+    if (docs.empty()) return;
+    c10::InferenceMode guard;
+    std::optional<c10::cuda::CUDAStreamGuard> on_stream;
+    if (stream_) on_stream.emplace(*stream_);
+    // Check every input first, so a bad document fails the batch before any work.
+    const at::Tensor& first = field(docs[0], input_);
+    for (auto& doc : docs) {
+      const at::Tensor& t = field(doc, input_);
+      if (!t.defined()) throw Error(fmt::format("document {} has no {}", doc.id, name(input_)));
+      if (t.sizes() != first.sizes()) {
+        throw Error(fmt::format("document {}: {} shape {} differs from the batch's first, {}", doc.id, name(input_),
+                                fmt::join(t.sizes(), "x"), fmt::join(first.sizes(), "x")));
+      }
+    }
+    const auto n = static_cast<int64_t>(docs.size());
+    std::vector<at::Tensor> rows;
+    rows.reserve(docs.size());
+    for (auto& doc : docs) rows.push_back(field(doc, input_));
+    at::Tensor stacked = at::stack(rows);  // on the inputs' device
+    if (device_.is_cuda() && !stacked.is_cuda()) stacked = stacked.pin_memory();
+    stacked = stacked.to(device_, /*non_blocking=*/true);
+    if (stacked.is_floating_point() && stacked.scalar_type() != dtype_) stacked = stacked.to(dtype_);
+
+    auto method = module_->module.get_method(method_);
+    std::vector<at::Tensor> outputs;
+    for (int64_t start = 0; start < n; start += static_cast<int64_t>(batch_size_)) {
+      const int64_t count = std::min<int64_t>(static_cast<int64_t>(batch_size_), n - start);
+      const c10::IValue result = method({stacked.narrow(0, start, count)});
+      if (!result.isTensor()) {
+        throw Error(fmt::format("method '{}' returned {}, expected a tensor", method_, result.tagKind()));
+      }
+      at::Tensor out = result.toTensor();
+      if (out.dim() == 0 || out.size(0) != count) {
+        throw Error(fmt::format("method '{}' returned shape [{}] for {} rows; expected {} rows first", method_,
+                                fmt::join(out.sizes(), ", "), count, count));
+      }
+      outputs.push_back(out.is_floating_point() ? out.to(at::kFloat) : out);
+    }
+    at::Tensor all = outputs.size() == 1 ? outputs.front() : at::cat(outputs);
+    if (!keep_on_device_ && all.is_cuda()) {
+      at::Tensor pinned = at::empty(all.sizes(), all.options().device(at::kCPU).pinned_memory(true));
+      pinned.copy_(all, /*non_blocking=*/true);
+      stream_->synchronize();
+      all = pinned.clone();
+    }
+    metrics().add("rows", static_cast<double>(n));
+    for (int64_t i = 0; i < n; ++i) field(docs[static_cast<std::size_t>(i)], output_) = all[i];
+  }
+
+  c10::Device device_{c10::kCPU};
+  c10::ScalarType dtype_ = c10::kFloat;
+  Field input_ = Field::Tensor, output_ = Field::Embedding;
+  std::string method_;
+  std::size_t batch_size_ = 64;
+  bool keep_on_device_ = false;
+  std::shared_ptr<const LoadedModule> module_;
+  std::optional<c10::cuda::CUDAStream> stream_;
+};
+
+}  // namespace
+
+void register_torch_module(Registry& registry) { registry.add<TorchModule>("flowline::torch_module"); }
+
+}  // namespace flowline::torch_module
