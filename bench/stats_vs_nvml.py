@@ -1,44 +1,80 @@
-"""Runs the encode flow with --stats-json on the GPU while sampling NVML, and prints flowline's CUDA
-allocator figures next to NVML's used memory (process start and CUDA context included in NVML's).
+"""Checks `flowline profile` against NVML readings taken from outside, around the same runs.
 
-  python3 bench/stats_vs_nvml.py --build build-gpu --model models/all-MiniLM-L6-v2 --corpus .device/corpus --out $OUT
+For each batch size it runs `flowline profile flows/encode.yml --input ALICE --batch-sizes B` on the GPU
+while this script samples NVML's used memory of the GPU every 5 ms from its own process, then prints the
+profile's figures next to NVML's: memory in use before start, and the total peak (profile: in use before
+start + memory outside the caching allocator + the allocator's peak reserved) against NVML's highest
+reading. Target: within 5%.
+
+  python3 bench/stats_vs_nvml.py --build build-gpu --models models --alice .device/corpus/alice-in-wonderland.txt --out $OUT
 """
 import argparse
 import json
 import os
 import pathlib
 import subprocess
-import sys
-
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from encode_gpu import NvmlSampler  # noqa: E402
+import threading
+import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+class UsedMemorySampler:
+    def __init__(self, index=0, period=0.005):
+        import pynvml
+        self.nvml = pynvml
+        pynvml.nvmlInit()
+        self.handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        self.period = period
+
+    def used(self):
+        return self.nvml.nvmlDeviceGetMemoryInfo(self.handle).used
+
+    def __enter__(self):
+        self.before = self.used()
+        self.peak, self.stop = self.before, False
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+        return self
+
+    def run(self):
+        while not self.stop:
+            self.peak = max(self.peak, self.used())
+            time.sleep(self.period)
+
+    def __exit__(self, *exc):
+        self.stop = True
+        self.thread.join()
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--build", default="build-gpu")
-    p.add_argument("--model", default="models/all-MiniLM-L6-v2")
-    p.add_argument("--corpus", default=".device/corpus")
+    p.add_argument("--models", default="models")
+    p.add_argument("--alice", default=".device/corpus/alice-in-wonderland.txt")
+    p.add_argument("--batch-sizes", default="50,300")
     p.add_argument("--out", default=os.environ.get("OUT", "out-gpu"))
     a = p.parse_args()
-    for replicas, batch in ((1, 256), (2, 512)):
-        stats_path = pathlib.Path(a.out) / f"stats-{replicas}x{batch}.json"
-        env = dict(os.environ, FLOWLINE_DEVICE="cuda", FLOWLINE_MODEL=a.model, FLOWLINE_DTYPE="fp16",
-                   FLOWLINE_BATCH_SIZE=str(batch), FLOWLINE_MAX_BATCH_TOKENS="0", FLOWLINE_REQUEST_SIZE="1024",
-                   FLOWLINE_REPLICAS=str(replicas))
-        with NvmlSampler() as s:
-            r = subprocess.run([f"{a.build}/src/flowline", "run", str(ROOT / "flows/encode-bench.yml"), "--input", a.corpus,
-                                "--input-format", "paragraphs", "--progress", "never", "--stats", "--stats-json",
-                                str(stats_path)], env=env, capture_output=True, text=True)
-        print(r.stderr[-1500:])
-        stats = json.loads(stats_path.read_text())
-        rep = stats["replicas"][0]
-        mib = lambda b: b / 2**20  # noqa: E731
-        print(f"replicas {replicas} batch {batch}: flowline load {mib(rep['gpu_load_bytes']):.1f} MiB, peak allocated "
-              f"{mib(rep['gpu_peak_allocated_bytes']):.1f} MiB, peak reserved {mib(rep['gpu_peak_reserved_bytes']):.1f} MiB; "
-              f"NVML peak used above idle {s.peak_mib():.1f} MiB (includes the CUDA context)")
+    out = pathlib.Path(a.out)
+    env = dict(os.environ, FLOWLINE_MODEL_DIR=str(pathlib.Path(a.models).resolve()), FLOWLINE_OUT_DIR=str(out))
+    mib = 2**20
+    print(f"{'batch':>6} {'before: profile':>16} {'NVML':>9} {'peak: profile':>14} {'NVML':>9} {'difference':>11}")
+    worst = 0.0
+    for b in a.batch_sizes.split(","):
+        json_path = out / f"profile-{b}.json"
+        with UsedMemorySampler() as s:
+            r = subprocess.run([f"{a.build}/src/flowline", "profile", str(ROOT / "flows/encode.yml"), "--input", a.alice,
+                                "--input-format", "paragraphs", "--batch-sizes", b, "--json", str(json_path), "--plot", ""],
+                               env=env, capture_output=True, text=True)
+        if r.returncode != 0:
+            print(r.stdout[-1500:], r.stderr[-1500:])
+            continue
+        run = json.loads(json_path.read_text())["runs"][0]
+        diff = (run["total_peak_mib"] - s.peak / mib) / (s.peak / mib) * 100
+        worst = max(worst, abs(diff))
+        print(f"{b:>6} {run['gpu_in_use_before_start_mib']:16.1f} {s.before / mib:9.1f} {run['total_peak_mib']:14.1f} "
+              f"{s.peak / mib:9.1f} {diff:+10.2f}%", flush=True)
+    print(f"worst difference {worst:.2f}% (target: within 5%)")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
+#include <thread>
 #include <mutex>
 #include <numeric>
 #include <optional>
@@ -69,6 +71,9 @@ class SentenceEncoder : public Executor {
          ParamSpec::optional("normalize", ParamType::Json, "auto", "auto (as the checkpoint says), true or false"),
          ParamSpec::optional("share_weights", ParamType::Bool, true,
                              "replicas on the same device share one copy of the weights (each on its own CUDA stream)"),
+         ParamSpec::optional("delay_ms", ParamType::Int, 0,
+                             "benchmarks: sleep this long after each batch, to slow a replica down on purpose"),
+         ParamSpec::optional("delay_replica", ParamType::Int, -1, "benchmarks: the replica delay_ms applies to (-1: all)"),
          ParamSpec::optional("warmup", ParamType::Bool, true,
                              "run a few batches at start so the first requests do not pay for CUDA and allocator set-up")},
         {"/encode"},
@@ -104,6 +109,8 @@ class SentenceEncoder : public Executor {
       throw Error(fmt::format("parameter 'max_batch_tokens': {} is less than max_seq_length {}", max_batch_tokens_,
                               max_seq_length_));
     }
+    const int delay_replica = params().get<int>("delay_replica");
+    if (delay_replica < 0 || delay_replica == runtime().replica) delay_ = std::chrono::milliseconds(params().get<std::size_t>("delay_ms"));
     memory_fraction_ = params().get<double>("memory_fraction");
     if (!(memory_fraction_ > 0 && memory_fraction_ <= 1)) {
       throw Error(fmt::format("parameter 'memory_fraction': {} is outside (0, 1]", memory_fraction_));
@@ -274,6 +281,7 @@ class SentenceEncoder : public Executor {
       start = end;
     }
     docs.set_embeddings(to_host(result));
+    if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
   }
 
   // The embeddings on the host. From a GPU: one asynchronous copy into pinned memory, a wait on this
@@ -330,6 +338,7 @@ class SentenceEncoder : public Executor {
   static constexpr std::size_t kMaxWarmupTokens = 1 << 17;
   std::size_t max_seq_length_ = 0, batch_size_ = 64, max_batch_tokens_ = 0;
   double memory_fraction_ = 0.9;
+  std::chrono::milliseconds delay_{0};
   int normalize_override_ = -1;  // -1 auto, 0 off, 1 on
   // Buffers reused across batches: no allocation per document.
   std::vector<std::int32_t> ids_;

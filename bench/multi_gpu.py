@@ -1,0 +1,98 @@
+"""Several GPUs: the encode flow with `devices: all` against one GPU, and queue-fed dispatch against a
+static split when one replica is slowed on purpose. Run on a machine with 2 or more GPUs, after
+scripts/gpu-run.sh has built flowline:
+
+  python3 bench/multi_gpu.py --build build-gpu --model models/all-MiniLM-L6-v2 --corpus .device/corpus --out $OUT
+
+1. Scaling: flows/encode-multi.yml over the corpus ten times over (60,010 paragraphs), fp16, with
+   CUDA_VISIBLE_DEVICES limited to one GPU and then all of them, 2 replicas per GPU. Target: >= 1.9x.
+2. A slow replica: 2 replicas on 2 GPUs, replica 1 sleeping FLOWLINE_DELAY_MS after each batch.
+   - each replica's own rate: the flow with only that replica (one on GPU 0, one slowed on GPU 1);
+   - queue-fed: both replicas in one flow, fed from its one queue. Target: >= 95% of the sum of the rates;
+   - static split: two processes, each given half the input (what a fixed per-GPU split does), at once;
+     its rate is the input over the slower half's time.
+"""
+import argparse
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+from corpus import corpus  # noqa: E402
+
+
+def launch(args, input_path, replicas, gpus, delay_ms=0, delay_replica=-1, batch=256, request=1024):
+    env = dict(os.environ, FLOWLINE_MODEL=str(args.model), FLOWLINE_DTYPE="fp16", FLOWLINE_BATCH_SIZE=str(batch),
+               FLOWLINE_REQUEST_SIZE=str(request), FLOWLINE_REPLICAS=str(replicas), FLOWLINE_DELAY_MS=str(delay_ms),
+               FLOWLINE_DELAY_REPLICA=str(delay_replica), CUDA_VISIBLE_DEVICES=gpus)
+    return subprocess.Popen([str(pathlib.Path(args.build) / "src/flowline"), "run", str(ROOT / "flows/encode-multi.yml"),
+                             "--input", str(input_path), "--input-format", "paragraphs", "--progress", "never", "--stats"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def rate_of(proc):
+    _, err = proc.communicate()
+    if proc.returncode != 0:
+        raise SystemExit(err[-3000:])
+    m = re.search(r"(\d+) docs in \d+ steps done in ([\d.]+)s \(([\d.]+) docs/s", err)
+    return int(m.group(1)), float(m.group(3)), err
+
+
+def run(args, input_path, replicas, gpus, **kw):
+    docs, rate, err = rate_of(launch(args, input_path, replicas, gpus, **kw))
+    return docs, rate, err
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--build", default=str(ROOT / "build-gpu"))
+    p.add_argument("--model", default=str(ROOT / "models/all-MiniLM-L6-v2"))
+    p.add_argument("--corpus", default=str(ROOT / ".device/corpus"))
+    p.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "out-gpu")))
+    p.add_argument("--delay-ms", type=int, default=20)
+    a = p.parse_args()
+    out = pathlib.Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    gpus = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True, text=True)
+    n = len(gpus.stdout.split())
+    all_gpus = ",".join(str(i) for i in range(n))
+    paragraphs = [t for _, _, t in corpus(a.corpus)]
+    big = out / "corpus-x10.txt"
+    big.write_text("\n\n".join(paragraphs * 10) + "\n")
+    halves = [out / "half-0.txt", out / "half-1.txt"]
+    whole = paragraphs * 10
+    halves[0].write_text("\n\n".join(whole[: len(whole) // 2]) + "\n")
+    halves[1].write_text("\n\n".join(whole[len(whole) // 2:]) + "\n")
+
+    print(f"== scaling over {n} GPUs ({len(whole)} paragraphs, fp16, batch 256, 2 replicas per GPU)")
+    _, one, _ = run(a, big, 2, "0")
+    _, every, err = run(a, big, 2 * n, all_gpus)
+    print(err[err.find("executor "):][:2000])
+    print(f"one GPU: {one:,.0f} docs/s; {n} GPUs (devices: all): {every:,.0f} docs/s; scaling {every / one:.2f}x "
+          f"(target >= 1.9x on 2 GPUs)", flush=True)
+
+    print(f"\n== one replica slowed by {a.delay_ms} ms per batch (2 replicas on GPUs 0 and 1)")
+    _, fast, _ = run(a, big, 1, "0")
+    _, slow, _ = run(a, big, 1, "1", delay_ms=a.delay_ms, delay_replica=0)
+    _, queue_fed, err = run(a, big, 2, "0,1", delay_ms=a.delay_ms, delay_replica=1)
+    print(err[err.find("executor "):][:1200])
+    start = time.perf_counter()
+    procs = [launch(a, halves[0], 1, "0"), launch(a, halves[1], 1, "1", delay_ms=a.delay_ms, delay_replica=0)]
+    results = [rate_of(proc) for proc in procs]
+    wall = time.perf_counter() - start
+    # Each process's own post() time (model load excluded), as for the other figures.
+    static = len(whole) / max(d / r for d, r, _ in results)
+    print(f"replica rates alone: fast {fast:,.0f} docs/s, slowed {slow:,.0f} docs/s; sum {fast + slow:,.0f} docs/s")
+    print(f"queue-fed (one flow, one queue): {queue_fed:,.0f} docs/s = {queue_fed / (fast + slow) * 100:.1f}% of the sum "
+          f"(target >= 95%)")
+    print(f"static split (two processes, half the input each): {static:,.0f} docs/s = "
+          f"{static / (fast + slow) * 100:.1f}% of the sum; twice the slow rate is {2 * slow:,.0f} "
+          f"(processes' wall time {wall:.1f} s, model loads included)")
+
+
+if __name__ == "__main__":
+    main()
