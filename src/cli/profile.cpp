@@ -250,7 +250,13 @@ int command_profile(const ProfileOptions& o) {
     }
     runs.push_back(std::move(r));
   }
-  std::filesystem::remove_all(scratch);
+  // File by file: the std::filesystem::remove_all that the PyPI LibTorch exports can crash (see
+  // src/CMakeLists.txt), and these are the only files made here.
+  for (const std::size_t b : o.batch_sizes) {
+    ::unlink((scratch / fmt::format("stats-{}.json", b)).c_str());
+    ::unlink((scratch / fmt::format("run-{}.log", b)).c_str());
+  }
+  ::rmdir(scratch.c_str());
 
   std::vector<const RunFigures*> good;
   for (const auto& r : runs) {
