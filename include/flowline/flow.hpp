@@ -94,12 +94,15 @@ struct ReplicaStats {
 };
 
 // One GPU the flow runs on: the GPU's own figures (NVML, every process together) and this process's
-// CUDA caching allocator. The allocator's peaks are reset when the flow starts.
+// CUDA caching allocator. The allocator's peaks are reset when the flow starts and again once every
+// replica is constructed, so peak_* cover processing and startup_peak_allocated_bytes covers loading
+// and warm-up.
 struct DeviceStats {
   std::string device;                          // "cuda:0"
   std::int64_t load_bytes = 0;                 // allocator: allocated by constructing the replicas on it
-  std::int64_t peak_allocated_bytes = 0;       // allocator peaks since the flow started
+  std::int64_t peak_allocated_bytes = 0;       // allocator peaks while processing (since start-up ended)
   std::int64_t peak_reserved_bytes = 0;
+  std::int64_t startup_peak_allocated_bytes = 0;  // allocator peak while the replicas were constructed
   std::int64_t reserved_after_load_bytes = 0;  // allocator: reserved once every replica was constructed
   bool has_nvml = false;                       // false without a GPU driver's NVML
   std::int64_t nvml_total_bytes = 0;

@@ -92,7 +92,8 @@ void write_stats_json(const std::string& path, const FlowStats& stats, const Pos
   boost::json::array devices;
   for (const auto& d : stats.devices) {
     boost::json::object o{{"device", d.device}, {"load_bytes", d.load_bytes}, {"peak_allocated_bytes", d.peak_allocated_bytes},
-                          {"peak_reserved_bytes", d.peak_reserved_bytes}, {"reserved_after_load_bytes", d.reserved_after_load_bytes}};
+                          {"peak_reserved_bytes", d.peak_reserved_bytes}, {"reserved_after_load_bytes", d.reserved_after_load_bytes},
+                          {"startup_peak_allocated_bytes", d.startup_peak_allocated_bytes}};
     if (d.has_nvml) {
       o.insert({{"nvml_total_bytes", d.nvml_total_bytes}, {"nvml_used_at_start_bytes", d.nvml_used_at_start_bytes},
                 {"nvml_used_after_load_bytes", d.nvml_used_after_load_bytes}, {"nvml_peak_used_bytes", d.nvml_peak_used_bytes},

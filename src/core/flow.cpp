@@ -191,12 +191,15 @@ class DeviceMonitor {
   }
   ~DeviceMonitor() { stop(); }
 
-  // Called once every replica is constructed.
+  // Called once every replica is constructed (and warmed up). The allocator's peaks restart here, so
+  // they measure processing; the start-up peak is kept apart.
   void loaded() {
     for (auto& slot : slots_) {
       if (const auto memory = device_memory(slot->device)) {
         slot->stats.load_bytes = memory->allocated - slot->allocated_at_start;
         slot->stats.reserved_after_load_bytes = memory->reserved;
+        slot->stats.startup_peak_allocated_bytes = memory->peak_allocated;
+        c10::cuda::CUDACachingAllocator::resetPeakStats(slot->device.index());
       }
       if (const auto nvml = nvml_memory(slot->device)) slot->stats.nvml_used_after_load_bytes = nvml->used;
     }

@@ -131,6 +131,13 @@ class SentenceEncoder : public Executor {
     bind_default(&SentenceEncoder::encode);
   }
 
+  // Serialises calibration and warm-up across the replicas of the process: the allocator's peak
+  // statistics are per device, not per replica.
+  static std::mutex& start_up_mutex() {
+    static std::mutex mutex;
+    return mutex;
+  }
+
   // A size parameter: its value, or nullopt for "auto".
   std::optional<std::size_t> size_or_auto(const char* name) const {
     const auto value = params().get<boost::json::value>(name);
@@ -151,8 +158,7 @@ class SentenceEncoder : public Executor {
                    "batch_size {} and max_batch_tokens {}", runtime().name, runtime().replica, batch_size_, max_batch_tokens_);
       return;
     }
-    static std::mutex calibration_mutex;
-    std::lock_guard lock(calibration_mutex);
+    std::lock_guard lock(start_up_mutex());
     c10::InferenceMode guard;
     std::optional<c10::cuda::CUDAStreamGuard> on_stream;
     if (stream_) on_stream.emplace(*stream_);
@@ -208,6 +214,8 @@ class SentenceEncoder : public Executor {
   // attention kernels and the caching allocator are ready before the first request. On the CPU only a
   // tiny batch (the cost there is compute, not set-up).
   void warm_up() {
+    // One replica at a time, so a calibration never sees another replica's warm-up in the peaks.
+    std::lock_guard lock(start_up_mutex());
     c10::InferenceMode guard;
     std::optional<c10::cuda::CUDAStreamGuard> on_stream;
     if (stream_) on_stream.emplace(*stream_);
