@@ -351,7 +351,7 @@ class SentenceEncoder : public Executor {
   // Buffers reused across batches: no allocation per document.
   std::vector<std::int32_t> ids_;
   std::vector<std::vector<std::int32_t>> chunk_ids_;
-  std::vector<std::size_t> offsets_, order_, rows_;
+  std::vector<std::size_t> offsets_, order_;
   std::vector<std::int32_t> packed_;
   std::vector<int64_t> lengths_;
 };
