@@ -4,7 +4,7 @@
 // excluded) and the p50/p99 forward-pass latency.
 //
 //   build/bench/bare_encode --model models/all-MiniLM-L6-v2 --input ../shared/data/corpus \
-//       --format paragraphs --device cuda --dtype fp16 --batch-size 256 [--repeats 3]
+//       --format paragraphs --device cuda --dtype fp16 --batch-size 256 [--repeats 3] [--cuda-graph-max-tokens 16384]
 #include "flowline/device.hpp"
 #include "flowline/io.hpp"
 #include "flowline/text_models/bert.hpp"
@@ -13,11 +13,15 @@
 #include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
 #include <c10/core/InferenceMode.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <numeric>
+#include <optional>
 
 using namespace flowline;
 using namespace flowline::text_models;
@@ -25,7 +29,7 @@ using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
   std::string model, input, format = "paragraphs", device_name = "cpu", dtype_name = "fp32";
-  std::size_t batch_size = 128, repeats = 3, copies = 1;
+  std::size_t batch_size = 128, repeats = 3, copies = 1, graph_tokens = 0;
   CLI::App app{"bare LibTorch encode loop"};
   app.add_option("--model", model)->required();
   app.add_option("--input", input)->required();
@@ -35,6 +39,9 @@ int main(int argc, char** argv) {
   app.add_option("--batch-size", batch_size)->capture_default_str();
   app.add_option("--repeats", repeats)->capture_default_str();
   app.add_option("--copies", copies, "encode the input this many times over (steady state)")->capture_default_str();
+  app.add_option("--cuda-graph-max-tokens", graph_tokens,
+                 "replay passes of up to this many tokens from CUDA graphs (GPU, fp16/bf16; 0: eager)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   auto source = open_file_source(input, parse_input_format(format));
@@ -49,9 +56,20 @@ int main(int argc, char** argv) {
   set_thread_device(device);
   const c10::ScalarType dtype = dtype_name == "fp16" ? c10::kHalf : dtype_name == "bf16" ? c10::kBFloat16 : c10::kFloat;
   const auto tokenizer = WordPieceTokenizer::from_model_folder(model);
-  const BertEncoder encoder(model, device, dtype);
+  const auto shared = std::make_shared<const BertEncoder>(model, device, dtype);
+  const BertEncoder& encoder = *shared;
   const auto max_len = static_cast<std::size_t>(encoder.config().max_seq_length);
   c10::InferenceMode guard;
+  // A stream of its own (CUDA graphs cannot be captured on the default stream).
+  std::optional<c10::cuda::CUDAStreamGuard> on_stream;
+  if (device.is_cuda()) on_stream.emplace(c10::cuda::getStreamFromPool(false, device.index()));
+  std::unique_ptr<GraphedBertEncoder> graphs;
+  if (graph_tokens > 0) {
+    graphs = std::make_unique<GraphedBertEncoder>(shared, static_cast<int64_t>(batch_size),
+                                                  static_cast<int64_t>(graph_tokens), static_cast<int64_t>(max_len));
+    graphs->capture_all();
+    fmt::print("bare_encode: {} CUDA graphs captured in {:.2f} s\n", graphs->graph_count(), graphs->capture_seconds());
+  }
 
   double best = 0, best_tokenize_s = 0, best_model_s = 0;
   std::vector<double> latencies;
@@ -81,7 +99,8 @@ int main(int argc, char** argv) {
         packed.insert(packed.end(), ids.begin() + offsets[order[i]], ids.begin() + offsets[order[i] + 1]);
         lengths.push_back(static_cast<int64_t>(offsets[order[i] + 1] - offsets[order[i]]));
       }
-      at::Tensor out = encoder.encode(PackedBatch{packed, lengths}).to(at::kCPU);
+      const PackedBatch batch{packed, lengths};
+      at::Tensor out = (graphs && graphs->fits(batch) ? graphs->encode(batch) : encoder.encode(batch)).to(at::kCPU);
       std::vector<int64_t> rows(order.begin() + b, order.begin() + e);
       host.index_copy_(0, at::tensor(rows), out);
       if (run > 0) latencies.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
@@ -97,7 +116,8 @@ int main(int argc, char** argv) {
   auto pct = [&](double p) { return latencies.empty() ? 0.0 : latencies[static_cast<std::size_t>(p * (latencies.size() - 1))]; };
   fmt::print("bare_encode: of the best run, tokenizing (one thread) took {:.3f} s and the forward passes with copies "
              "{:.3f} s ({:.0f} docs/s without tokenizing)\n", best_tokenize_s, best_model_s, texts.size() / best_model_s);
-  fmt::print("bare_encode: best {:.0f} docs/s, batch p50 {:.2f} ms, p99 {:.2f} ms ({} docs, {}, {}, batch {})\n", best,
-             pct(0.5), pct(0.99), texts.size(), device.str(), dtype_name, batch_size);
+  fmt::print("bare_encode: best {:.0f} docs/s, batch p50 {:.2f} ms, p99 {:.2f} ms ({} docs, {}, {}, batch {}{})\n", best,
+             pct(0.5), pct(0.99), texts.size(), device.str(), dtype_name, batch_size,
+             graphs ? fmt::format(", CUDA graphs up to {} tokens", graphs->max_tokens()) : "");
   return 0;
 }

@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from corpus import corpus  # noqa: E402
 
 SEED = "Using a GPU allows you to significantly speed up encoding."
+STEADY_COPIES = 20
 
 
 class NvmlSampler:
@@ -45,7 +46,7 @@ class NvmlSampler:
 
     def run(self):
         while not self.stop:
-            self.util.append(self.nvml.nvmlDeviceGetUtilizationRates(self.handle).gpu)
+            self.util.append((time.time(), self.nvml.nvmlDeviceGetUtilizationRates(self.handle).gpu))
             self.mem.append(self.nvml.nvmlDeviceGetMemoryInfo(self.handle).used)
             time.sleep(0.02)
 
@@ -53,51 +54,66 @@ class NvmlSampler:
         self.stop = True
         self.thread.join()
 
-    def busy(self):
-        # Steady state: drop the first and last tenth of the samples (start-up, drain).
-        s = self.util[len(self.util) // 10: len(self.util) - len(self.util) // 10] or self.util or [0]
+    def busy(self, window=None):
+        """Mean utilisation: within `window` (start, end) in wall-clock seconds when given (the processing of
+        a flowline run), otherwise over the samples less the first and last tenth (start-up, drain)."""
+        if window:
+            s = [u for t, u in self.util if window[0] <= t <= window[1]] or [0]
+        else:
+            u = [u for _, u in self.util]
+            s = u[len(u) // 10: len(u) - len(u) // 10] or u or [0]
         return sum(s) / len(s)
 
     def peak_mib(self):
         return (max(self.mem or [self.baseline]) - self.baseline) / 2**20
 
 
-def run_flowline(args, input_path, fmt, dtype, batch, request, replicas, tokens):
+def run_flowline(args, input_path, fmt, dtype, batch, request, replicas, tokens, sets=()):
     env = dict(os.environ, FLOWLINE_DEVICE="cuda", FLOWLINE_MODEL=str(args.model), FLOWLINE_DTYPE=dtype,
                FLOWLINE_BATCH_SIZE=str(batch), FLOWLINE_MAX_BATCH_TOKENS=str(tokens), FLOWLINE_REQUEST_SIZE=str(request),
                FLOWLINE_REPLICAS=str(replicas))
     stats_path = pathlib.Path(args.out) / "stats-bench.json"
-    # Best of two runs, each a fresh process: docs/s is measured by the launcher over post() (text in,
-    # embeddings on the host), after model load and warm-up.
+    extra = [a for s in sets for a in ("--set", s)]
+    # Best of --runs runs, each a fresh process: docs/s is measured by the launcher over post() (text in,
+    # embeddings on the host), after model load, warm-up and CUDA graph capture. GPU busy is NVML's
+    # utilisation within the post() window only.
     best = None
     for _ in range(args.runs):
         with NvmlSampler() as s:
             out = subprocess.run([str(pathlib.Path(args.build) / "src/flowline"), "run", str(ROOT / "flows/encode-bench.yml"),
                                   "--input", str(input_path), "--input-format", fmt, "--progress", "never",
-                                  "--stats-json", str(stats_path)], env=env, capture_output=True, text=True)
+                                  "--stats-json", str(stats_path)] + extra, env=env, capture_output=True, text=True)
         if out.returncode != 0:
             print(out.stderr[-2000:])
             return None
         m = re.search(r"(\d+) docs in \d+ steps done in .*?\(([\d.]+) docs/s", out.stderr)
-        reps = json.loads(stats_path.read_text())["replicas"]
+        stats = json.loads(stats_path.read_text())
+        reps = stats["replicas"]
         p50 = max(r["batch_ms_p50"] for r in reps)
         p99 = max(r["batch_ms_p99"] for r in reps)
-        result = (float(m.group(2)), s.busy(), s.peak_mib(), f"{p50:.2f}", f"{p99:.2f}")
+        window = (stats["post_ended_unix"] - stats["seconds"], stats["post_ended_unix"])
+        split = {k: sum(r["metrics"].get(k, 0) for r in reps)
+                 for k in ("tokenize_seconds", "enqueue_seconds", "wait_seconds", "graph_passes", "forward_passes")}
+        result = (float(m.group(2)), s.busy(window), s.peak_mib(), f"{p50:.2f}", f"{p99:.2f}")
+        print(f"    {float(m.group(2)):10.0f} docs/s in {stats['seconds']:.3f} s; replicas' time: tokenize "
+              f"{split['tokenize_seconds']:.3f} s, enqueue {split['enqueue_seconds']:.3f} s, wait {split['wait_seconds']:.3f} s; "
+              f"{split['graph_passes']:.0f} of {split['forward_passes']:.0f} passes from CUDA graphs", flush=True)
         if best is None or result[0] > best[0]:
             best = result
     return best
 
 
-def run_bare(args, input_path, fmt, dtype, batch, copies=1):
+def run_bare(args, input_path, fmt, dtype, batch, copies=1, graph_tokens=0):
     with NvmlSampler() as s:
         out = subprocess.run([str(pathlib.Path(args.build) / "bench/bare_encode"), "--model", str(args.model), "--input",
                               str(input_path), "--format", fmt, "--device", "cuda", "--dtype", dtype, "--batch-size",
-                              str(batch), "--repeats", "3", "--copies", str(copies)], capture_output=True, text=True)
+                              str(batch), "--repeats", "3", "--copies", str(copies),
+                              "--cuda-graph-max-tokens", str(graph_tokens)], capture_output=True, text=True)
     if out.returncode != 0:
         print(out.stderr[-2000:])
         return None
     for line in out.stdout.splitlines():
-        if "tokenizing" in line:
+        if "tokenizing" in line or "captured" in line:
             print("   ", line, flush=True)
     m = re.search(r"best (\d+) docs/s, batch p50 ([\d.]+) ms, p99 ([\d.]+) ms", out.stdout)
     return float(m.group(1)), s.busy(), s.peak_mib(), m.group(2), m.group(3)
@@ -122,6 +138,7 @@ def main():
     parser.add_argument("--corpus", default=str(ROOT / ".device/corpus"))
     parser.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "out-gpu")))
     parser.add_argument("--skip-st", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="fewer settings, no sentence-transformers")
     parser.add_argument("--runs", type=int, default=2, help="flowline runs per setting (best is kept)")
     args = parser.parse_args()
     out = pathlib.Path(args.out)
@@ -129,9 +146,9 @@ def main():
     seed_file = out / "seed-10000.txt"
     seed_file.write_text((SEED + "\n") * 10000)
     paragraphs = [t for _, _, t in corpus(args.corpus)]
-    # Steady state: the corpus ten times over (60,010 paragraphs), long enough for NVML's utilisation.
-    corpus10 = out / "corpus-x10.txt"
-    corpus10.write_text("\n\n".join(paragraphs * 10) + "\n")
+    # Steady state: the corpus twenty times over (120,020 paragraphs), long enough for NVML's utilisation.
+    corpus10 = out / f"corpus-x{STEADY_COPIES}.txt"
+    corpus10.write_text("\n\n".join(paragraphs * STEADY_COPIES) + "\n")
     workloads = {"seed 10k": (seed_file, "lines", [SEED] * 10000),
                  "corpus 6001": (pathlib.Path(args.corpus), "paragraphs", paragraphs)}
     rows = []
@@ -144,24 +161,38 @@ def main():
                          gpu_busy_pct=round(busy, 1), peak_mem_mib=round(peak, 1), batch_p50_ms=p50, batch_p99_ms=p99))
         print(f"{workload:12} {pipeline:22} {setting:34} {rate:10.0f} docs/s  busy {busy:5.1f}%  peak {peak:7.1f} MiB", flush=True)
 
+    no_graphs = ("encoder.cuda_graphs=false",)
     for name, (path, fmt, texts) in workloads.items():
-        for dtype in ("fp16", "bf16"):
-            for batch, request, tokens in ((256, 1024, 0), (512, 2048, 32768)):
-                add(name, "flowline (YAML)", f"{dtype} batch {batch} req {request} tok {tokens} x2",
-                    run_flowline(args, path, fmt, dtype, batch, request, 2, tokens))
-        for replicas in (1, 2, 4):
+        if not args.quick:
+            for dtype in ("fp16", "bf16"):
+                for batch, request, tokens in ((256, 1024, 0), (512, 2048, 32768)):
+                    add(name, "flowline (YAML)", f"{dtype} batch {batch} req {request} tok {tokens} x2",
+                        run_flowline(args, path, fmt, dtype, batch, request, 2, tokens))
+        for replicas in (1, 2, 4) if not args.quick else (4,):
             add(name, "flowline replicas", f"fp16 batch 256 req 1024 x{replicas} replicas",
                 run_flowline(args, path, fmt, "fp16", 256, 1024, replicas, 0))
-        for dtype in ("fp16", "fp32"):
+        for replicas, request in ((4, 1024), (4, 512), (8, 512), (8, 256)):
+            add(name, "flowline (YAML)", f"fp16 batch 256 req {request} x{replicas}",
+                run_flowline(args, path, fmt, "fp16", 256, request, replicas, 0))
+        add(name, "flowline, no CUDA graphs", "fp16 batch 256 req 1024 x4",
+            run_flowline(args, path, fmt, "fp16", 256, 1024, 4, 0, no_graphs))
+        for dtype in ("fp16", "fp32") if not args.quick else ("fp16",):
             for batch in (256, 1024):
                 add(name, "bare LibTorch loop", f"{dtype} batch {batch}", run_bare(args, path, fmt, dtype, batch))
-    steady = "corpus x10"
-    for replicas in (2, 4):
-        add(steady, "flowline (YAML)", f"fp16 batch 256 req 1024 x{replicas} replicas",
-            run_flowline(args, corpus10, "paragraphs", "fp16", 256, 1024, replicas, 0))
+        for batch in (256, 1024):
+            add(name, "bare loop, CUDA graphs", f"fp16 batch {batch} graphs 16384",
+                run_bare(args, path, fmt, "fp16", batch, graph_tokens=16384))
+    steady = f"corpus x{STEADY_COPIES}"
+    for replicas, request in ((2, 1024), (4, 1024), (8, 512)):
+        add(steady, "flowline (YAML)", f"fp16 batch 256 req {request} x{replicas} replicas",
+            run_flowline(args, corpus10, "paragraphs", "fp16", 256, request, replicas, 0))
+    add(steady, "flowline, no CUDA graphs", "fp16 batch 256 req 1024 x4 replicas",
+        run_flowline(args, corpus10, "paragraphs", "fp16", 256, 1024, 4, 0, no_graphs))
     add(steady, "bare LibTorch loop", "fp16 batch 256",
-        run_bare(args, pathlib.Path(args.corpus), "paragraphs", "fp16", 256, copies=10))
-    if not args.skip_st:
+        run_bare(args, pathlib.Path(args.corpus), "paragraphs", "fp16", 256, copies=STEADY_COPIES))
+    add(steady, "bare loop, CUDA graphs", "fp16 batch 256 graphs 16384",
+        run_bare(args, pathlib.Path(args.corpus), "paragraphs", "fp16", 256, copies=STEADY_COPIES, graph_tokens=16384))
+    if not args.skip_st and not args.quick:
         import torch
         from sentence_transformers import SentenceTransformer
         for dtype in ("fp32", "fp16"):

@@ -16,6 +16,9 @@
 //      executor needs no locking for its own members. Parallelism comes from replicas, each its own
 //      instance on its own thread. A handler that throws fails the requests of that batch only; the
 //      exception's message is reported with the executor's name and the flow keeps serving.
+//      GPU work: a handler may enqueue work on its own CUDA stream, but must have finished it (e.g.
+//      synchronised that stream) before it returns. Tensors it leaves in documents on a GPU are then
+//      complete, and the next executor on that device can read them from its own stream without events.
 //   4. Close. close() is called once on the executor's thread after its last batch, then it is destroyed
 //      there. Release files, flush output.
 //

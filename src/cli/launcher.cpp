@@ -17,6 +17,7 @@
 
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <unistd.h>
@@ -70,7 +71,10 @@ void print_stats(const FlowStats& stats, const PostSummary& summary) {
              summary.documents, any_gpu ? "" : "; GPU figures not available (no executor runs on a GPU)");
 }
 
-void write_stats_json(const std::string& path, const FlowStats& stats, const PostSummary& summary) {
+// `post_ended` is when post() returned (wall clock); with summary.seconds it places the processing in time,
+// so outside samplers (NVML in the GPU benchmark) can keep only their samples from that window.
+void write_stats_json(const std::string& path, const FlowStats& stats, const PostSummary& summary,
+                      std::chrono::system_clock::time_point post_ended) {
   boost::json::array replicas;
   for (const auto& r : stats.replicas) {
     boost::json::object o{{"executor", r.executor}, {"type", r.type}, {"replica", r.replica}, {"device", r.device},
@@ -109,7 +113,8 @@ void write_stats_json(const std::string& path, const FlowStats& stats, const Pos
                                  {"documents", summary.documents},
                                  {"requests", summary.requests},
                                  {"failed_requests", summary.failed_requests},
-                                 {"seconds", summary.seconds}};
+                                 {"seconds", summary.seconds},
+                                 {"post_ended_unix", std::chrono::duration<double>(post_ended.time_since_epoch()).count()}};
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << boost::json::serialize(root) << "\n";
   if (!out) throw Error(fmt::format("cannot write '{}'", path));
@@ -201,6 +206,7 @@ int command_run(const RunOptions& o) {
     fmt::print(stderr, "{}error: {}\n", interactive ? "\r\x1b[2K" : "", e.what());
     status = kExitFailure;
   }
+  const auto post_ended = std::chrono::system_clock::now();
   flow.close();
   if (output.is_open()) {
     output.close();
@@ -213,7 +219,7 @@ int command_run(const RunOptions& o) {
   if (o.stats || !o.stats_json.empty()) {
     const FlowStats stats = flow.stats();
     if (o.stats) print_stats(stats, summary);
-    if (!o.stats_json.empty()) write_stats_json(o.stats_json, stats, summary);
+    if (!o.stats_json.empty()) write_stats_json(o.stats_json, stats, summary, post_ended);
   }
   if (reported_failures > 20) fmt::print(stderr, "... and {} more failed requests\n", reported_failures - 20);
   if (summary.failed_requests > 0) status = kExitFailure;

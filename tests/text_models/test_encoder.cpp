@@ -273,3 +273,77 @@ TEST_CASE("on the GPU an out-of-memory batch is split and every document comes b
   const at::Tensor e = out.embeddings();
   CHECK(row_cosines(e, e[0].expand_as(e)).min().item<double>() >= 0.999);
 }
+
+TEST_CASE("CUDA graph buckets pad a pass by at most an eighth and grow monotonically", "[encoder][graphs]") {
+  CHECK(GraphedBertEncoder::bucket(1) == 256);
+  CHECK(GraphedBertEncoder::bucket(256) == 256);
+  CHECK(GraphedBertEncoder::bucket(257) == 288);
+  CHECK(GraphedBertEncoder::bucket(1000) == 1024);
+  CHECK(GraphedBertEncoder::bucket(1025) == 1152);
+  std::int64_t previous = 0;
+  for (std::int64_t tokens = 1; tokens <= 200000; ++tokens) {
+    const std::int64_t b = GraphedBertEncoder::bucket(tokens);
+    REQUIRE(b >= tokens);
+    REQUIRE(b >= previous);
+    if (tokens > 256) REQUIRE(static_cast<double>(b - tokens) <= tokens / 8.0);
+    previous = b;
+  }
+}
+
+TEST_CASE("CUDA graphs refuse an encoder without flash attention, naming what they need", "[encoder][graphs]") {
+  const auto encoder = std::make_shared<const BertEncoder>(kData / "tiny-bert", c10::Device(c10::kCPU), c10::kFloat);
+  CHECK_FALSE(encoder->uses_flash_attention());
+  CHECK_THROWS_WITH(GraphedBertEncoder(encoder, 64, 4096, 128),
+                    "CUDA graphs need the encoder on a GPU in fp16 or bf16 (flash attention over packed tokens)");
+}
+
+TEST_CASE("on the CPU cuda_graphs and keep_on_device change nothing", "[encoder]") {
+  const auto model = tiny_variant("cpu knobs", "mean", true);
+  std::vector<std::string> texts;
+  for (int i = 0; i < 40; ++i) texts.push_back(std::string(static_cast<std::size_t>(i % 9 + 1), 'a') + " words " + std::to_string(i));
+  const at::Tensor reference = encode_with_flow(model, texts, {{"cuda_graphs", false}});
+  const at::Tensor got = encode_with_flow(model, texts, {{"cuda_graphs", true}, {"keep_on_device", true}});
+  CHECK(got.device().is_cpu());
+  CHECK(at::equal(got, reference));
+}
+
+TEST_CASE("on the GPU CUDA graphs give the eager passes' embeddings and count their passes", "[encoder][model][gpu][graphs]") {
+  if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
+  const auto texts = read_texts(kData / "goldens/embedding_texts.jsonl");
+  for (const auto& [dtype, bound] : {std::pair{"fp16", 0.99999}, std::pair{"bf16", 0.9999}}) {
+    const at::Tensor eager =
+        encode_with_flow(kModel, texts, {{"dtype", dtype}, {"batch_size", 64}, {"cuda_graphs", false}}, "cuda");
+    Flow flow(FlowOptions{.request_size = 200}, encoder_registry());
+    // Two replicas, each with its own graphs for passes of up to 2,048 tokens, sharing the weights.
+    flow.add({.name = "encoder", .uses = "SentenceEncoder",
+              .with = {{"model", kModel.string()}, {"dtype", dtype}, {"batch_size", 64}, {"cuda_graph_max_tokens", 2048}},
+              .replicas = 2, .device = "cuda"});
+    DocumentArray docs;
+    for (const auto& t : texts) docs.push_back(Document(t));
+    const at::Tensor graphed = flow.post("/encode", std::move(docs)).embeddings();
+    double graph_passes = 0, passes = 0, graphs = 0;
+    for (const auto& r : flow.stats().replicas) {
+      graph_passes += r.metrics.at("graph_passes");
+      passes += r.metrics.at("forward_passes");
+      graphs = r.metrics.at("cuda_graphs");
+    }
+    const double worst = row_cosines(graphed, eager).min().item<double>();
+    WARN("GPU " << dtype << ": graphs against eager, worst cosine " << worst << "; " << graph_passes << " of " << passes
+                << " passes from " << graphs << " graphs per replica");
+    CHECK(worst >= bound);
+    CHECK(graph_passes > 0);
+    CHECK(graph_passes < passes);  // the longest paragraphs make passes over 2,048 tokens, which run eagerly
+    CHECK(graphs == 25);           // buckets 256, then eight per power of two up to 2,048
+  }
+}
+
+TEST_CASE("keep_on_device leaves the encoder's embeddings on its GPU, equal to the copies on the host",
+          "[encoder][model][gpu]") {
+  if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
+  const auto texts = read_texts(kData / "goldens/embedding_texts.jsonl");
+  const at::Tensor on_host = encode_with_flow(kModel, texts, {{"dtype", "fp16"}}, "cuda");
+  const at::Tensor on_gpu = encode_with_flow(kModel, texts, {{"dtype", "fp16"}, {"keep_on_device", true}}, "cuda");
+  CHECK(on_host.device().is_cpu());
+  REQUIRE(on_gpu.device() == c10::Device(c10::kCUDA, 0));
+  CHECK(at::equal(on_gpu.cpu(), on_host));
+}

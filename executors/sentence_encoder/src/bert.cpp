@@ -5,12 +5,17 @@
 #include "flowline/text_models/safetensors.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <boost/json.hpp>
 #include <c10/core/InferenceMode.h>
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
+#include <chrono>
 #include <cmath>
+#include <map>
 
 namespace flowline::text_models {
 
@@ -257,107 +262,128 @@ BertEncoder::~BertEncoder() = default;
 
 std::size_t BertEncoder::weight_bytes() const noexcept { return weights_->bytes; }
 
-// A batch's index tensors on the encoder's device.
+// A batch's index tensors on the encoder's device, and what the host knows of its shape.
 struct BertEncoder::DeviceBatch {
-  at::Tensor ids, positions, lengths, cu_seqlens;  // [T], [T], [n] int64; [n + 1] int32 (GPU only)
+  at::Tensor ids, positions;  // [T] int64
+  at::Tensor lengths;         // [n] int64
+  at::Tensor offsets;         // [n + 1] int64: where each sequence starts, then T
+  at::Tensor cu_seqlens;      // [n + 1] int32 (GPU flash attention only)
   int64_t total = 0, longest = 0;
+  std::vector<Group> groups;  // runs of equal-length sequences (attention outside flash)
 };
 
-// Checks the batch and moves ids, positions, lengths and cumulative lengths to the device in one copy.
-// On a GPU the host side is pinned memory from the caching host allocator, which does not hand the
-// block out again before the copy has completed, so the copy is asynchronous and safe.
-BertEncoder::DeviceBatch BertEncoder::upload(const PackedBatch& batch) const {
-  const auto& b = config_.bert;
-  const auto n = static_cast<int64_t>(batch.lengths.size());
-  DeviceBatch out;
+namespace {
+
+// The checks every batch gets before anything is enqueued: lengths in range, ids in the vocabulary, and
+// ids and lengths that agree. Returns (total tokens, longest sequence).
+std::pair<int64_t, int64_t> check_batch(const PackedBatch& batch, const BertConfig& b) {
+  int64_t total = 0, longest = 0;
   for (auto len : batch.lengths) {
     if (len < 1 || len > b.max_position_embeddings) {
       throw Error(fmt::format("sequence length {} outside 1..{}", len, b.max_position_embeddings));
     }
-    out.total += len;
-    out.longest = std::max(out.longest, len);
+    total += len;
+    longest = std::max(longest, len);
   }
-  const int64_t total = out.total;
   if (total != static_cast<int64_t>(batch.ids.size())) {
     throw Error(fmt::format("packed batch: {} ids but lengths add up to {}", batch.ids.size(), total));
   }
-  const bool cuda = device_.is_cuda();
-  // Layout: ids [T] | positions [T] | lengths [n] | cumulative lengths [n + 1].
-  at::Tensor host = at::empty({2 * total + 2 * n + 1}, at::TensorOptions().dtype(at::kLong).pinned_memory(cuda));
-  auto* ids = host.data_ptr<int64_t>();
-  auto* pos = ids + total;
-  auto* lengths = pos + total;
-  auto* cumulative = lengths + n;
+  for (const auto id : batch.ids) {
+    if (id < 0 || id >= b.vocab_size) throw Error(fmt::format("token id {} outside the vocabulary", id));
+  }
+  return {total, longest};
+}
+
+// Writes a checked batch into an int64 layout: ids at ids[0, T), positions at positions[0, T), lengths
+// at lengths[0, n) and offsets at offsets[0, n]. Slots past the batch (up to `slots` sequences) are
+// written as empty sequences, so a graph sized for more sequences reduces them to nothing.
+void write_layout(const PackedBatch& batch, int64_t* ids, int64_t* positions, int64_t* lengths, int64_t* offsets,
+                  int64_t slots) {
+  const auto n = static_cast<int64_t>(batch.lengths.size());
   int64_t t = 0;
-  cumulative[0] = 0;
+  offsets[0] = 0;
   for (int64_t s = 0; s < n; ++s) {
-    lengths[s] = batch.lengths[static_cast<std::size_t>(s)];
-    cumulative[s + 1] = cumulative[s] + lengths[s];
-    for (int64_t k = 0; k < lengths[s]; ++k, ++t) {
-      const auto id = batch.ids[static_cast<std::size_t>(t)];
-      if (id < 0 || id >= b.vocab_size) throw Error(fmt::format("token id {} outside the vocabulary", id));
-      ids[t] = id;
-      pos[t] = k;
+    const int64_t len = batch.lengths[static_cast<std::size_t>(s)];
+    lengths[s] = len;
+    offsets[s + 1] = offsets[s] + len;
+    for (int64_t k = 0; k < len; ++k, ++t) {
+      ids[t] = batch.ids[static_cast<std::size_t>(t)];
+      positions[t] = k;
     }
   }
+  for (int64_t s = n; s < slots; ++s) {
+    lengths[s] = 0;
+    offsets[s + 1] = t;
+  }
+}
+
+}  // namespace
+
+// Checks the batch and moves ids, positions, lengths and offsets to the device in one copy. On a GPU the
+// host side is pinned memory from the caching host allocator, which does not hand the block out again
+// before the copy has completed, so the copy is asynchronous and safe.
+BertEncoder::DeviceBatch BertEncoder::upload(const PackedBatch& batch) const {
+  const auto n = static_cast<int64_t>(batch.lengths.size());
+  DeviceBatch out;
+  std::tie(out.total, out.longest) = check_batch(batch, config_.bert);
+  const int64_t total = out.total;
+  const bool cuda = device_.is_cuda();
+  // Layout: ids [T] | positions [T] | lengths [n] | offsets [n + 1].
+  at::Tensor host = at::empty({2 * total + 2 * n + 1}, at::TensorOptions().dtype(at::kLong).pinned_memory(cuda));
+  auto* ids = host.data_ptr<int64_t>();
+  write_layout(batch, ids, ids + total, ids + 2 * total, ids + 2 * total + n, n);
   at::Tensor on_device = cuda ? host.to(device_, /*non_blocking=*/true) : host;
   out.ids = on_device.narrow(0, 0, total);
   out.positions = on_device.narrow(0, total, total);
   out.lengths = on_device.narrow(0, 2 * total, n);
-  if (cuda) out.cu_seqlens = on_device.narrow(0, 2 * total + n, n + 1).to(at::kInt);
-  return out;
-}
-
-at::Tensor BertEncoder::token_states(const PackedBatch& batch) const {
-  c10::InferenceMode guard;
-  return forward(upload(batch), batch);
-}
-
-at::Tensor BertEncoder::forward(const DeviceBatch& device_batch, const PackedBatch& batch) const {
-  const auto& b = config_.bert;
-  const int64_t H = b.hidden_size, heads = b.num_heads, head_dim = H / heads;
-  const auto n = static_cast<int64_t>(batch.lengths.size());
-  const int64_t total = device_batch.total, longest = device_batch.longest;
-  const bool cuda = device_.is_cuda();
-  const at::Tensor& ids = device_batch.ids;
-  const at::Tensor& pos = device_batch.positions;
-
-  const Weights& w = *weights_;
-  at::Tensor x = at::embedding(w.word, ids) + at::embedding(w.position, pos) + w.token_type0;
-  x = at::layer_norm(x, {H}, w.emb_ln_w, w.emb_ln_b, b.layer_norm_eps);
-
-  // Groups of consecutive sequences with equal length share one attention call.
-  struct Group {
-    int64_t token_begin, count, length;
-  };
-  std::vector<Group> groups;
-  {
+  out.offsets = on_device.narrow(0, 2 * total + n, n + 1);
+  if (uses_flash_attention()) {
+    out.cu_seqlens = out.offsets.to(at::kInt);
+  } else {
     int64_t t = 0;
     for (int64_t s = 0; s < n;) {
       int64_t e = s;
       while (e < n && batch.lengths[e] == batch.lengths[s]) ++e;
-      groups.push_back(Group{t, e - s, batch.lengths[s]});
+      out.groups.push_back(Group{t, e - s, batch.lengths[s]});
       t += (e - s) * batch.lengths[s];
       s = e;
     }
   }
-  const at::Tensor& cu_seqlens = device_batch.cu_seqlens;
+  return out;
+}
+
+bool BertEncoder::uses_flash_attention() const noexcept { return device_.is_cuda() && dtype_ != c10::kFloat; }
+
+at::Tensor BertEncoder::token_states(const PackedBatch& batch) const {
+  c10::InferenceMode guard;
+  return forward(upload(batch));
+}
+
+// The transformer over packed tokens. Enqueues work only: nothing here waits for the device.
+at::Tensor BertEncoder::forward(const DeviceBatch& batch) const {
+  const auto& b = config_.bert;
+  const int64_t H = b.hidden_size, heads = b.num_heads, head_dim = H / heads;
+  const int64_t total = batch.ids.size(0), longest = batch.longest;
+  const Weights& w = *weights_;
+  at::Tensor x = at::embedding(w.word, batch.ids) + at::embedding(w.position, batch.positions) + w.token_type0;
+  x = at::layer_norm(x, {H}, w.emb_ln_w, w.emb_ln_b, b.layer_norm_eps);
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
 
   for (const auto& l : w.layers) {
     at::Tensor qkv = at::linear(x, l.qkv_w, l.qkv_b);  // [T, 3H]
     at::Tensor context;
-    if (cuda && dtype_ != c10::kFloat) {
-      // Variable-length flash attention over the packed tokens: no padding, one kernel.
+    if (uses_flash_attention()) {
+      // Variable-length flash attention over the packed tokens: no padding, one kernel. Tokens past
+      // the last offset (a graph's padding) belong to no sequence and are left alone.
       auto q = qkv.narrow(1, 0, H).view({total, heads, head_dim});
       auto k = qkv.narrow(1, H, H).view({total, heads, head_dim});
       auto v = qkv.narrow(1, 2 * H, H).view({total, heads, head_dim});
-      auto out = at::_flash_attention_forward(q, k, v, cu_seqlens, cu_seqlens, longest, longest, 0.0,
+      auto out = at::_flash_attention_forward(q, k, v, batch.cu_seqlens, batch.cu_seqlens, longest, longest, 0.0,
                                               /*is_causal=*/false, /*return_debug_mask=*/false, scale);
       context = std::get<0>(out).reshape({total, H});
     } else {
       context = at::empty({total, H}, x.options());
-      for (const auto& g : groups) {
+      for (const auto& g : batch.groups) {
         auto part = qkv.narrow(0, g.token_begin, g.count * g.length).view({g.count, g.length, 3, heads, head_dim});
         auto q = part.select(2, 0).transpose(1, 2);
         auto k = part.select(2, 1).transpose(1, 2);
@@ -382,33 +408,163 @@ at::Tensor BertEncoder::forward(const DeviceBatch& device_batch, const PackedBat
   return x;
 }
 
-at::Tensor BertEncoder::encode(const PackedBatch& batch) const {
-  c10::InferenceMode guard;
-  const DeviceBatch device_batch = upload(batch);
-  at::Tensor tokens = forward(device_batch, batch).to(at::kFloat);
-  const at::Tensor& lengths = device_batch.lengths;
+// Pooling and Normalize over packed token states, driven by the offsets on the device: no value is read
+// back to the host (segment_reduce's own checks would wait for the GPU; the lengths were checked on the
+// host). Empty sequences (a graph's unused slots) pool to NaN or -inf rows that nobody reads.
+at::Tensor BertEncoder::pool(const at::Tensor& tokens, const DeviceBatch& batch) const {
+  const int64_t n = batch.lengths.size(0);
   at::Tensor pooled;
   switch (config_.pooling) {
     case Pooling::Mean:
     case Pooling::MeanSqrtLen: {
-      at::Tensor sums = at::segment_reduce(tokens, "sum", lengths);
-      at::Tensor counts = lengths.to(at::kFloat).unsqueeze(1);
+      at::Tensor sums = at::segment_reduce(tokens, "sum", {}, {}, batch.offsets, 0, /*unsafe=*/true);
+      at::Tensor counts = batch.lengths.to(at::kFloat).unsqueeze(1);
       pooled = sums / (config_.pooling == Pooling::Mean ? counts : counts.sqrt());
       break;
     }
     case Pooling::Max:
-      pooled = at::segment_reduce(tokens, "max", lengths);
+      pooled = at::segment_reduce(tokens, "max", {}, {}, batch.offsets, 0, /*unsafe=*/true);
       break;
-    case Pooling::Cls: {
-      at::Tensor starts = at::cumsum(lengths, 0) - lengths;
-      pooled = tokens.index_select(0, starts);
+    case Pooling::Cls:
+      pooled = tokens.index_select(0, batch.offsets.narrow(0, 0, n));
       break;
-    }
   }
   if (config_.normalize) {
     pooled = pooled / pooled.norm(2, {1}, /*keepdim=*/true).clamp_min(1e-12);
   }
   return pooled;
+}
+
+at::Tensor BertEncoder::encode(const PackedBatch& batch) const {
+  c10::InferenceMode guard;
+  const DeviceBatch device_batch = upload(batch);
+  return pool(forward(device_batch).to(at::kFloat), device_batch);
+}
+
+// ---- CUDA graphs -------------------------------------------------------------------------------------
+
+std::int64_t GraphedBertEncoder::bucket(std::int64_t tokens) noexcept {
+  constexpr std::int64_t kSmallest = 256;
+  if (tokens <= kSmallest) return kSmallest;
+  // Eight sizes per power of two: m * 2^e with 8 <= m < 16, so a pass pads at most 1/8 of its tokens.
+  const int shift = std::max(0, static_cast<int>(std::bit_width(static_cast<std::uint64_t>(tokens - 1))) - 4);
+  const std::int64_t step = std::int64_t{1} << shift;
+  return (tokens + step - 1) / step * step;
+}
+
+struct GraphedBertEncoder::Impl {
+  struct Graph {
+    at::cuda::CUDAGraph graph;
+    at::Tensor pooled;  // [sequences, hidden] float32, written by each replay
+  };
+  std::shared_ptr<const BertEncoder> encoder;
+  int64_t max_sequences = 0, max_tokens = 0, max_length = 0;
+  // Inputs every graph reads, at fixed addresses: ids [max_tokens] | positions [max_tokens] |
+  // lengths [max_sequences] | offsets [max_sequences + 1], int64.
+  at::Tensor inputs;
+  at::cuda::MempoolId_t pool;
+  std::map<int64_t, std::unique_ptr<Graph>> graphs;  // by token bucket
+  double capture_seconds = 0;
+
+  int64_t size() const { return 2 * max_tokens + 2 * max_sequences + 1; }
+
+  // The inputs as a DeviceBatch over `tokens` tokens (views of `inputs`).
+  BertEncoder::DeviceBatch views(int64_t tokens) const {
+    BertEncoder::DeviceBatch b;
+    b.ids = inputs.narrow(0, 0, tokens);
+    b.positions = inputs.narrow(0, max_tokens, tokens);
+    b.lengths = inputs.narrow(0, 2 * max_tokens, max_sequences);
+    b.offsets = inputs.narrow(0, 2 * max_tokens + max_sequences, max_sequences + 1);
+    b.total = tokens;
+    b.longest = max_length;  // flash attention's grid covers this; shorter sequences end early
+    return b;
+  }
+
+  at::Tensor run(const BertEncoder::DeviceBatch& b) const {
+    BertEncoder::DeviceBatch batch = b;
+    batch.cu_seqlens = batch.offsets.to(at::kInt);
+    return encoder->pool(encoder->forward(batch).to(at::kFloat), batch);
+  }
+
+  Graph& graph_for(int64_t tokens) {
+    auto& slot = graphs[tokens];
+    if (slot) return *slot;
+    const auto start = std::chrono::steady_clock::now();
+    const BertEncoder::DeviceBatch batch = views(tokens);
+    // One eager pass first, on this thread and stream: library handles, workspaces and kernels are set
+    // up outside the capture, where allocating and synchronising are allowed.
+    run(batch);
+    auto graph = std::make_unique<Graph>();
+    graph->graph.capture_begin(pool, cudaStreamCaptureModeThreadLocal);
+    graph->pooled = run(batch);
+    graph->graph.capture_end();
+    capture_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    slot = std::move(graph);
+    return *slot;
+  }
+};
+
+GraphedBertEncoder::GraphedBertEncoder(std::shared_ptr<const BertEncoder> encoder, std::int64_t max_sequences,
+                                       std::int64_t max_tokens, std::int64_t max_length)
+    : impl_(std::make_unique<Impl>()) {
+  if (!encoder->uses_flash_attention()) {
+    throw Error("CUDA graphs need the encoder on a GPU in fp16 or bf16 (flash attention over packed tokens)");
+  }
+  if (max_sequences < 1 || max_tokens < 1 || max_length < 1) throw Error("CUDA graphs: sizes must be at least 1");
+  c10::InferenceMode guard;
+  impl_->encoder = std::move(encoder);
+  impl_->max_tokens = bucket(max_tokens);
+  impl_->max_sequences = std::min(max_sequences, impl_->max_tokens);
+  impl_->max_length = max_length;
+  const c10::Device device = impl_->encoder->device();
+  c10::cuda::CUDAGuard device_guard(device);
+  // Zeros: valid ids and positions for the padding of every bucket.
+  impl_->inputs = at::zeros({impl_->size()}, at::TensorOptions().dtype(at::kLong).device(device));
+  impl_->pool = at::cuda::graph_pool_handle();
+}
+
+GraphedBertEncoder::~GraphedBertEncoder() = default;
+
+bool GraphedBertEncoder::fits(const PackedBatch& batch) const noexcept {
+  if (static_cast<int64_t>(batch.lengths.size()) > impl_->max_sequences ||
+      static_cast<int64_t>(batch.ids.size()) > impl_->max_tokens) {
+    return false;
+  }
+  return std::all_of(batch.lengths.begin(), batch.lengths.end(), [&](int64_t len) { return len <= impl_->max_length; });
+}
+
+std::int64_t GraphedBertEncoder::max_tokens() const noexcept { return impl_->max_tokens; }
+std::int64_t GraphedBertEncoder::max_sequences() const noexcept { return impl_->max_sequences; }
+std::size_t GraphedBertEncoder::graph_count() const noexcept { return impl_->graphs.size(); }
+double GraphedBertEncoder::capture_seconds() const noexcept { return impl_->capture_seconds; }
+
+void GraphedBertEncoder::capture_all() {
+  c10::InferenceMode guard;
+  for (int64_t tokens = bucket(1);; tokens = bucket(tokens + 1)) {
+    impl_->graph_for(std::min(tokens, impl_->max_tokens));
+    if (tokens >= impl_->max_tokens) break;
+  }
+}
+
+at::Tensor GraphedBertEncoder::encode(const PackedBatch& batch) {
+  if (!fits(batch)) {
+    throw Error(fmt::format("CUDA graphs: a pass of {} sequences and {} tokens is outside the graphs' {} sequences, {} "
+                            "tokens and {} tokens per sequence", batch.lengths.size(), batch.ids.size(),
+                            impl_->max_sequences, impl_->max_tokens, impl_->max_length));
+  }
+  c10::InferenceMode guard;
+  const int64_t total = check_batch(batch, impl_->encoder->config().bert).first;
+  const int64_t tokens = bucket(total), T = impl_->max_tokens, S = impl_->max_sequences;
+  Impl::Graph& graph = impl_->graph_for(tokens);
+  // The inputs in pinned memory, laid out as on the device, then one asynchronous copy.
+  at::Tensor host = at::empty({impl_->size()}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
+  auto* data = host.data_ptr<int64_t>();
+  write_layout(batch, data, data + T, data + 2 * T, data + 2 * T + S, S);
+  std::fill(data + total, data + tokens, 0);          // padding ids
+  std::fill(data + T + total, data + T + tokens, 0);  // padding positions
+  impl_->inputs.copy_(host, /*non_blocking=*/true);
+  graph.graph.replay();
+  return graph.pooled.narrow(0, 0, static_cast<int64_t>(batch.lengths.size()));
 }
 
 }  // namespace flowline::text_models

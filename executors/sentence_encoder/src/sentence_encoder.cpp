@@ -74,6 +74,14 @@ class SentenceEncoder : public Executor {
          ParamSpec::optional("delay_ms", ParamType::Int, 0,
                              "benchmarks: sleep this long after each batch, to slow a replica down on purpose"),
          ParamSpec::optional("delay_replica", ParamType::Int, -1, "benchmarks: the replica delay_ms applies to (-1: all)"),
+         ParamSpec::optional("cuda_graphs", ParamType::Bool, true,
+                             "GPU, fp16/bf16: replay forward passes of up to cuda_graph_max_tokens tokens from CUDA "
+                             "graphs (captured at start), so short passes are not bound by kernel launches"),
+         ParamSpec::optional("cuda_graph_max_tokens", ParamType::Int, 16384,
+                             "the largest pass (in tokens) replayed from a CUDA graph; larger passes run eagerly"),
+         ParamSpec::optional("keep_on_device", ParamType::Bool, false,
+                             "leave embeddings on the executor's GPU for a next executor on the same device; "
+                             "they are copied to the host only where an output needs them"),
          ParamSpec::optional("warmup", ParamType::Bool, true,
                              "run a few batches at start so the first requests do not pay for CUDA and allocator set-up")},
         {"/encode"},
@@ -126,6 +134,8 @@ class SentenceEncoder : public Executor {
                  to_string(config.pooling), config.normalize ? " + normalize" : "", device_.str(),
                  c10::toString(dtype_), encoder_->weight_bytes() / 1e6);
     if (!batch_size || !max_batch_tokens) choose_batch_sizes(!batch_size, !max_batch_tokens);
+    keep_on_device_ = params().get<bool>("keep_on_device");
+    if (params().get<bool>("cuda_graphs")) set_up_graphs(params().get<std::size_t>("cuda_graph_max_tokens"));
     if (params().get<bool>("warmup")) warm_up();
     bind("/encode", &SentenceEncoder::encode);
     bind_default(&SentenceEncoder::encode);
@@ -210,6 +220,24 @@ class SentenceEncoder : public Executor {
     metrics().set("max_batch_tokens", static_cast<double>(max_batch_tokens_));
   }
 
+  // CUDA graphs for passes of up to `max_tokens` tokens, where the encoder's attention allows them (a GPU
+  // in fp16 or bf16); elsewhere the parameter has no effect and the log says so.
+  void set_up_graphs(std::size_t max_tokens) {
+    if (max_tokens == 0) return;
+    if (!encoder_->uses_flash_attention()) {
+      if (device_.is_cuda()) {
+        spdlog::info("executor '{}' replica {}: cuda_graphs apply to fp16 and bf16; {} passes run eagerly",
+                     runtime().name, runtime().replica, c10::toString(dtype_));
+      }
+      return;
+    }
+    std::size_t largest_pass = batch_size_ * max_seq_length_;
+    if (max_batch_tokens_ != 0) largest_pass = std::min(largest_pass, max_batch_tokens_);
+    graphs_ = std::make_unique<GraphedBertEncoder>(encoder_, static_cast<int64_t>(batch_size_),
+                                                   static_cast<int64_t>(std::min(max_tokens, largest_pass)),
+                                                   static_cast<int64_t>(max_seq_length_));
+  }
+
   // Forward passes over dummy sequences of the sizes real batches will have, so CUDA context, cuBLAS and
   // attention kernels and the caching allocator are ready before the first request. On the CPU only a
   // tiny batch (the cost there is compute, not set-up).
@@ -236,6 +264,14 @@ class SentenceEncoder : public Executor {
       std::vector<int64_t> lengths(count, static_cast<int64_t>(length));
       encoder_->encode(PackedBatch{ids, lengths}).to(at::kCPU);
     }
+    if (graphs_) {
+      graphs_->capture_all();
+      stream_->synchronize();
+      spdlog::info("executor '{}' replica {}: {} CUDA graphs captured in {:.2f} s (passes of up to {} tokens, {} sequences)",
+                   runtime().name, runtime().replica, graphs_->graph_count(), graphs_->capture_seconds(),
+                   graphs_->max_tokens(), graphs_->max_sequences());
+      metrics().set("cuda_graphs", static_cast<double>(graphs_->graph_count()));
+    }
   }
 
  private:
@@ -246,7 +282,10 @@ class SentenceEncoder : public Executor {
     std::optional<c10::cuda::CUDAStreamGuard> on_stream;
     if (stream_) on_stream.emplace(*stream_);
     const std::size_t n = docs.size();
+    using Clock = std::chrono::steady_clock;
+    const auto started = Clock::now();
     tokenize(docs);
+    const auto tokenized = Clock::now();
     // Longest first, so forward passes hold sequences of similar length.
     order_.resize(n);
     std::iota(order_.begin(), order_.end(), 0);
@@ -269,7 +308,10 @@ class SentenceEncoder : public Executor {
         lengths_.push_back(static_cast<int64_t>(len));
         ++end;
       }
-      at::Tensor pooled = encoder_->encode(PackedBatch{packed_, lengths_});
+      const PackedBatch batch{packed_, lengths_};
+      const bool graphed = graphs_ && graphs_->fits(batch);
+      at::Tensor pooled = graphed ? graphs_->encode(batch) : encoder_->encode(batch);
+      if (graphed) metrics().add("graph_passes", 1);
       if (normalize_override_ == 1 && !encoder_->config().normalize) {
         pooled = pooled / pooled.norm(2, {1}, true).clamp_min(1e-12);
       }
@@ -288,7 +330,21 @@ class SentenceEncoder : public Executor {
       metrics().set_max("max_forward_sequences", static_cast<double>(end - start));
       start = end;
     }
-    docs.set_embeddings(to_host(result));
+    const auto enqueued = Clock::now();
+    if (keep_on_device_ && device_.is_cuda()) {
+      // Handlers finish their GPU work before returning (executor.hpp): the next executor reads these rows
+      // from its own stream.
+      stream_->synchronize();
+      docs.set_embeddings(result);
+    } else {
+      docs.set_embeddings(to_host(result));
+    }
+    const auto done = Clock::now();
+    // Where a request's time goes: tokenizing on the host, enqueueing the passes, and waiting for the
+    // device to finish them (plus the copy back).
+    metrics().add("tokenize_seconds", std::chrono::duration<double>(tokenized - started).count());
+    metrics().add("enqueue_seconds", std::chrono::duration<double>(enqueued - tokenized).count());
+    metrics().add("wait_seconds", std::chrono::duration<double>(done - enqueued).count());
     if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
   }
 
@@ -342,6 +398,8 @@ class SentenceEncoder : public Executor {
   c10::ScalarType dtype_ = c10::kFloat;
   std::unique_ptr<WordPieceTokenizer> tokenizer_;
   std::shared_ptr<const BertEncoder> encoder_;
+  std::unique_ptr<GraphedBertEncoder> graphs_;  // this replica's CUDA graphs, when enabled
+  bool keep_on_device_ = false;
   std::optional<c10::cuda::CUDAStream> stream_;
   static constexpr std::size_t kMaxWarmupTokens = 1 << 17;
   std::size_t max_seq_length_ = 0, batch_size_ = 64, max_batch_tokens_ = 0;

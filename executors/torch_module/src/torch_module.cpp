@@ -166,6 +166,9 @@ class TorchModule : public Executor {
       pinned.copy_(all, /*non_blocking=*/true);
       stream_->synchronize();
       all = pinned.clone();
+    } else if (stream_) {
+      // Outputs left on the GPU are complete before the handler returns (executor.hpp).
+      stream_->synchronize();
     }
     metrics().add("rows", static_cast<double>(n));
     for (int64_t i = 0; i < n; ++i) field(docs[static_cast<std::size_t>(i)], output_) = all[i];

@@ -7,7 +7,8 @@
 // and Normalize follow the checkpoint's module configs.
 //
 // A BertEncoder holds its weights on one device. encode() is const and thread-safe: replicas on one device
-// may share one encoder (and so one copy of the weights), each calling encode() from its own thread.
+// may share one encoder (and so one copy of the weights), each calling encode() from its own thread and
+// CUDA stream. A GraphedBertEncoder (one per replica) replays the same passes from CUDA graphs.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -69,7 +70,7 @@ class BertEncoder {
 
   // Sentence embeddings [sequences, hidden] in float32 on the encoder's device, in the batch's order.
   // On a GPU the ids go up in one non-blocking copy from pinned host memory and the work is only
-  // enqueued on the current stream: the call returns before the GPU is done (no synchronisation).
+  // enqueued on the current stream: the call returns before the GPU is done and never waits for it.
   at::Tensor encode(const PackedBatch& batch) const;
   // Token states [T, hidden] (packed) in the encoder's dtype; for tests and custom pooling.
   at::Tensor token_states(const PackedBatch& batch) const;
@@ -79,16 +80,64 @@ class BertEncoder {
   c10::ScalarType dtype() const noexcept { return dtype_; }
   // Bytes of weights held on the device.
   std::size_t weight_bytes() const noexcept;
+  // Whether attention runs as one variable-length flash-attention kernel over the packed tokens (a GPU
+  // in fp16 or bf16). Only then is a pass's work independent of its sequence lengths on the host, which
+  // is what GraphedBertEncoder needs.
+  bool uses_flash_attention() const noexcept;
 
  private:
+  friend class GraphedBertEncoder;
   struct Weights;
+  struct Group {
+    std::int64_t token_begin, count, length;
+  };
   struct DeviceBatch;
   DeviceBatch upload(const PackedBatch& batch) const;
-  at::Tensor forward(const DeviceBatch& batch, const PackedBatch& host) const;
+  at::Tensor forward(const DeviceBatch& batch) const;
+  at::Tensor pool(const at::Tensor& tokens, const DeviceBatch& batch) const;
   SentenceModelConfig config_;
   c10::Device device_;
   c10::ScalarType dtype_;
   std::unique_ptr<Weights> weights_;
+};
+
+// BertEncoder::encode() replayed from CUDA graphs: each forward pass is launched as one graph instead of
+// about ten kernels per layer, which matters when passes are short (the GPU finishes a kernel faster
+// than the host launches the next). Passes are padded up to one of eight token counts per power of two
+// (at most 1/8 more tokens; the padding belongs to no sequence and changes no result), and each size is
+// captured the first time it is needed, or all at once by capture_all().
+//
+// One GraphedBertEncoder per replica: it is not thread-safe, and every call must come from the same
+// CUDA stream (the graphs share one memory pool, which is safe because their replays never overlap).
+// The weights stay in the shared BertEncoder. Needs uses_flash_attention().
+class GraphedBertEncoder {
+ public:
+  // Graphs for passes of up to `max_sequences` sequences, `max_tokens` tokens (rounded up to a bucket)
+  // and sequences of up to `max_length` tokens. Allocates the inputs' device buffer; captures nothing yet.
+  GraphedBertEncoder(std::shared_ptr<const BertEncoder> encoder, std::int64_t max_sequences, std::int64_t max_tokens,
+                     std::int64_t max_length);
+  ~GraphedBertEncoder();
+  GraphedBertEncoder(const GraphedBertEncoder&) = delete;
+  GraphedBertEncoder& operator=(const GraphedBertEncoder&) = delete;
+
+  // Whether `batch` is within the graphs' sizes (otherwise use BertEncoder::encode()).
+  bool fits(const PackedBatch& batch) const noexcept;
+  // As BertEncoder::encode(), enqueued on the current stream. The result is a view of the graph's output:
+  // read it (in stream order) before the next encode() call.
+  at::Tensor encode(const PackedBatch& batch);
+  // Captures every size now, so no pass pays for a capture later.
+  void capture_all();
+
+  // The token count a pass of `tokens` tokens is padded to.
+  static std::int64_t bucket(std::int64_t tokens) noexcept;
+  std::int64_t max_tokens() const noexcept;
+  std::int64_t max_sequences() const noexcept;
+  std::size_t graph_count() const noexcept;
+  double capture_seconds() const noexcept;  // spent capturing so far
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace flowline::text_models

@@ -8,8 +8,17 @@
 // Parameters: model (a sentence-transformers checkpoint folder), device (cpu, cuda, cuda:N, auto; empty:
 // the executor's `device:` in the flow), dtype (fp32, fp16, bf16), max_seq_length (0: the model's),
 // batch_size (sequences per forward pass), max_batch_tokens (tokens per forward pass, 0: no limit),
-// normalize (auto: as the checkpoint says; true; false).
-// Endpoints: "/encode" and the default set every document's embedding (float32, on the CPU).
+// normalize (auto: as the checkpoint says; true; false), keep_on_device (leave embeddings on the GPU for a
+// next executor on the same device), cuda_graphs and cuda_graph_max_tokens (replay passes of up to that
+// many tokens from CUDA graphs; GPU, fp16/bf16), memory_fraction (for batch_size/max_batch_tokens: auto),
+// share_weights, warmup, and the benchmark knobs delay_ms / delay_replica.
+// Endpoints: "/encode" and the default set every document's embedding (float32; on the CPU unless
+// keep_on_device).
+//
+// On a GPU each replica runs on its own CUDA stream: tokenizing happens on the host (in parallel for
+// large batches), every forward pass of the batch is enqueued without waiting, and the handler waits
+// once, for the copy of all embeddings back to the host. Its metrics (Flow::stats()) split the time into
+// tokenize_seconds, enqueue_seconds and wait_seconds, and count tokens, forward_passes and graph_passes.
 //
 // Within each batch it receives, documents are ordered by token count and cut into forward passes, so
 // padding never happens (tokens are packed); results go back to their documents in the original order.
