@@ -171,9 +171,9 @@ def main():
         for replicas in (1, 2, 4) if not args.quick else (4,):
             add(name, "flowline replicas", f"fp16 batch 256 req 1024 x{replicas} replicas",
                 run_flowline(args, path, fmt, "fp16", 256, 1024, replicas, 0))
-        for replicas, request in ((4, 1024), (4, 512), (8, 512), (8, 256)):
-            add(name, "flowline (YAML)", f"fp16 batch 256 req {request} x{replicas}",
-                run_flowline(args, path, fmt, "fp16", 256, request, replicas, 0))
+        for replicas, batch, request in ((4, 1024, 1024), (8, 1024, 1024), (8, 512, 512), (8, 256, 256)):
+            add(name, "flowline (YAML)", f"fp16 batch {batch} req {request} x{replicas}",
+                run_flowline(args, path, fmt, "fp16", batch, request, replicas, 0))
         add(name, "flowline, no CUDA graphs", "fp16 batch 256 req 1024 x4",
             run_flowline(args, path, fmt, "fp16", 256, 1024, 4, 0, no_graphs))
         for dtype in ("fp16", "fp32") if not args.quick else ("fp16",):
@@ -183,11 +183,11 @@ def main():
             add(name, "bare loop, CUDA graphs", f"fp16 batch {batch} graphs 16384",
                 run_bare(args, path, fmt, "fp16", batch, graph_tokens=16384))
     steady = f"corpus x{STEADY_COPIES}"
-    for replicas, request in ((2, 1024), (4, 1024), (8, 512)):
-        add(steady, "flowline (YAML)", f"fp16 batch 256 req {request} x{replicas} replicas",
-            run_flowline(args, corpus10, "paragraphs", "fp16", 256, request, replicas, 0))
-    add(steady, "flowline, no CUDA graphs", "fp16 batch 256 req 1024 x4 replicas",
-        run_flowline(args, corpus10, "paragraphs", "fp16", 256, 1024, 4, 0, no_graphs))
+    for replicas, batch, request in ((2, 256, 1024), (4, 256, 1024), (8, 256, 512), (8, 1024, 1024)):
+        add(steady, "flowline (YAML)", f"fp16 batch {batch} req {request} x{replicas} replicas",
+            run_flowline(args, corpus10, "paragraphs", "fp16", batch, request, replicas, 0))
+    add(steady, "flowline, no CUDA graphs", "fp16 batch 256 req 512 x8 replicas",
+        run_flowline(args, corpus10, "paragraphs", "fp16", 256, 512, 8, 0, no_graphs))
     add(steady, "bare LibTorch loop", "fp16 batch 256",
         run_bare(args, pathlib.Path(args.corpus), "paragraphs", "fp16", 256, copies=STEADY_COPIES))
     add(steady, "bare loop, CUDA graphs", "fp16 batch 256 graphs 16384",

@@ -5,6 +5,7 @@
 #include "flowline/text_models/safetensors.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <boost/json.hpp>
@@ -12,6 +13,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <chrono>
 #include <cmath>
@@ -465,6 +467,16 @@ struct GraphedBertEncoder::Impl {
   at::cuda::MempoolId_t pool;
   std::map<int64_t, std::unique_ptr<Graph>> graphs;  // by token bucket
   double capture_seconds = 0;
+  // Pinned host copies of the inputs, used in turn: a pass writes its slot while earlier passes' copies
+  // may still be queued on the stream; the slot's event says when its last copy has been done. Allocated
+  // once, so no pass pays for pinning memory (cudaHostAlloc is slow and takes a driver-wide lock).
+  struct Staging {
+    at::Tensor host;
+    at::cuda::CUDAEvent copied;
+    bool pending = false;
+  };
+  std::array<Staging, 4> staging;
+  std::size_t next_staging = 0;
 
   int64_t size() const { return 2 * max_tokens + 2 * max_sequences + 1; }
 
@@ -491,9 +503,9 @@ struct GraphedBertEncoder::Impl {
     if (slot) return *slot;
     const auto start = std::chrono::steady_clock::now();
     const BertEncoder::DeviceBatch batch = views(tokens);
-    // One eager pass first, on this thread and stream: library handles, workspaces and kernels are set
-    // up outside the capture, where allocating and synchronising are allowed.
-    run(batch);
+    // Before the first capture, one eager pass on this thread and stream: library handles, workspaces
+    // and kernels are set up outside the capture, where allocating and synchronising are allowed.
+    if (graphs.size() == 1) run(batch);
     auto graph = std::make_unique<Graph>();
     graph->graph.capture_begin(pool, cudaStreamCaptureModeThreadLocal);
     graph->pooled = run(batch);
@@ -520,6 +532,7 @@ GraphedBertEncoder::GraphedBertEncoder(std::shared_ptr<const BertEncoder> encode
   c10::cuda::CUDAGuard device_guard(device);
   // Zeros: valid ids and positions for the padding of every bucket.
   impl_->inputs = at::zeros({impl_->size()}, at::TensorOptions().dtype(at::kLong).device(device));
+  for (auto& slot : impl_->staging) slot.host = at::empty({impl_->size()}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
   impl_->pool = at::cuda::graph_pool_handle();
 }
 
@@ -557,12 +570,15 @@ at::Tensor GraphedBertEncoder::encode(const PackedBatch& batch) {
   const int64_t tokens = bucket(total), T = impl_->max_tokens, S = impl_->max_sequences;
   Impl::Graph& graph = impl_->graph_for(tokens);
   // The inputs in pinned memory, laid out as on the device, then one asynchronous copy.
-  at::Tensor host = at::empty({impl_->size()}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
-  auto* data = host.data_ptr<int64_t>();
+  auto& slot = impl_->staging[impl_->next_staging++ % impl_->staging.size()];
+  if (slot.pending) slot.copied.synchronize();  // almost always long done
+  auto* data = slot.host.data_ptr<int64_t>();
   write_layout(batch, data, data + T, data + 2 * T, data + 2 * T + S, S);
   std::fill(data + total, data + tokens, 0);          // padding ids
   std::fill(data + T + total, data + T + tokens, 0);  // padding positions
-  impl_->inputs.copy_(host, /*non_blocking=*/true);
+  impl_->inputs.copy_(slot.host, /*non_blocking=*/true);
+  slot.copied.record();
+  slot.pending = true;
   graph.graph.replay();
   return graph.pooled.narrow(0, 0, static_cast<int64_t>(batch.lengths.size()));
 }

@@ -281,6 +281,10 @@ class SentenceEncoder : public Executor {
     // Each replica runs on its own stream, so replicas sharing weights on one GPU overlap.
     std::optional<c10::cuda::CUDAStreamGuard> on_stream;
     if (stream_) on_stream.emplace(*stream_);
+    // A request that failed half-way (an out-of-memory pass the flow will retry in halves) may have left
+    // copies from the staging buffers queued: let them finish before the buffers are written again.
+    if (unfinished_ && stream_) stream_->synchronize();
+    unfinished_ = true;
     const std::size_t n = docs.size();
     using Clock = std::chrono::steady_clock;
     const auto started = Clock::now();
@@ -294,6 +298,10 @@ class SentenceEncoder : public Executor {
     });
     const int64_t hidden = encoder_->config().bert.hidden_size;
     at::Tensor result = at::empty({static_cast<int64_t>(n), hidden}, at::TensorOptions().dtype(at::kFloat).device(device_));
+    // Where each pass's rows go: the whole order, copied up once without blocking.
+    at::Tensor order = staging(index_host_, {static_cast<int64_t>(n)}, at::kLong);
+    std::copy(order_.begin(), order_.end(), order.data_ptr<int64_t>());
+    const at::Tensor rows = device_.is_cuda() ? order.to(device_, /*non_blocking=*/true) : order;
     std::size_t start = 0;
     while (start < n) {
       packed_.clear();
@@ -318,12 +326,7 @@ class SentenceEncoder : public Executor {
       if (normalize_override_ == 0 && encoder_->config().normalize) {
         throw Error("normalize: false cannot undo the Normalize module of this checkpoint");
       }
-      // Where each row goes, copied up without blocking (pinned memory on a GPU).
-      at::Tensor index = at::empty({static_cast<int64_t>(end - start)},
-                                   at::TensorOptions().dtype(at::kLong).pinned_memory(device_.is_cuda()));
-      std::copy(order_.begin() + static_cast<std::ptrdiff_t>(start), order_.begin() + static_cast<std::ptrdiff_t>(end),
-                index.data_ptr<int64_t>());
-      result.index_copy_(0, device_.is_cuda() ? index.to(device_, /*non_blocking=*/true) : index, pooled);
+      result.index_copy_(0, rows.narrow(0, static_cast<int64_t>(start), static_cast<int64_t>(end - start)), pooled);
       metrics().add("forward_passes", 1);
       metrics().add("tokens", static_cast<double>(packed_.size()));
       metrics().set_max("max_forward_tokens", static_cast<double>(packed_.size()));
@@ -340,6 +343,7 @@ class SentenceEncoder : public Executor {
       docs.set_embeddings(to_host(result));
     }
     const auto done = Clock::now();
+    unfinished_ = false;
     // Where a request's time goes: tokenizing on the host, enqueueing the passes, and waiting for the
     // device to finish them (plus the copy back).
     metrics().add("tokenize_seconds", std::chrono::duration<double>(tokenized - started).count());
@@ -352,10 +356,21 @@ class SentenceEncoder : public Executor {
   // replica's stream only, then a plain copy out (documents never hold pinned memory).
   at::Tensor to_host(const at::Tensor& result) {
     if (!device_.is_cuda()) return result;
-    at::Tensor pinned = at::empty(result.sizes(), result.options().device(at::kCPU).pinned_memory(true));
+    at::Tensor pinned = staging(output_host_, result.sizes(), at::kFloat);
     pinned.copy_(result, /*non_blocking=*/true);
     stream_->synchronize();
     return pinned.clone();
+  }
+
+  // A view of `buffer` with this shape, growing it when needed: pinned on a GPU, kept across requests,
+  // so no request pays for pinning memory. Reused only after the request's closing synchronisation.
+  at::Tensor staging(at::Tensor& buffer, at::IntArrayRef shape, at::ScalarType dtype) const {
+    const int64_t count = c10::multiply_integers(shape);
+    if (!buffer.defined() || buffer.numel() < count) {
+      buffer = at::empty({std::max<int64_t>(count, buffer.defined() ? 2 * buffer.numel() : 0)},
+                         at::TensorOptions().dtype(dtype).pinned_memory(device_.is_cuda()));
+    }
+    return buffer.narrow(0, 0, count).view(shape);
   }
 
   // Tokenizes every document into ids_ (offsets_[i] .. offsets_[i+1] are document i's ids). Large batches
@@ -412,6 +427,8 @@ class SentenceEncoder : public Executor {
   std::vector<std::size_t> offsets_, order_;
   std::vector<std::int32_t> packed_;
   std::vector<int64_t> lengths_;
+  at::Tensor index_host_, output_host_;  // staging() buffers: rows' order up, embeddings down
+  bool unfinished_ = false;              // the last request threw before its closing synchronisation
 };
 
 }  // namespace
