@@ -510,6 +510,8 @@ struct GraphedBertEncoder::Impl {
     graph->graph.capture_begin(pool, cudaStreamCaptureModeThreadLocal);
     graph->pooled = run(batch);
     graph->graph.capture_end();
+    // The first launch of a graph uploads it to the device (milliseconds); do that now, not in a request.
+    graph->graph.replay();
     capture_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     slot = std::move(graph);
     return *slot;
