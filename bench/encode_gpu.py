@@ -2,8 +2,10 @@
 side by side on the same GPU, (a) flowline's encode flow from YAML run by the launcher, (b)
 sentence-transformers encode() in Python with the same weights, fp32 and fp16, batch 32/128/512, and
 (c) the bare LibTorch loop over the same encoder (bench/bare_encode). Workloads: the scenarios' 10,000
-copies of one sentence, and the 6,001 corpus paragraphs. GPU utilisation is sampled with NVML every 20 ms
-while each run works; peak memory is NVML's used memory above the idle baseline.
+copies of one sentence, the 6,001 corpus paragraphs, and the corpus twenty times over (a steady state).
+flowline runs with and without CUDA graphs, and the bare loop with and without them. GPU utilisation is
+sampled with NVML every 20 ms (for flowline, only within its post() window, from --stats-json); peak
+memory is NVML's used memory above the idle baseline. --quick: fewer settings, no sentence-transformers.
 
   python3 bench/encode_gpu.py --build build-gpu --model models/all-MiniLM-L6-v2 --corpus .device/corpus --out $OUT
 
@@ -164,30 +166,31 @@ def main():
     no_graphs = ("encoder.cuda_graphs=false",)
     for name, (path, fmt, texts) in workloads.items():
         if not args.quick:
-            for dtype in ("fp16", "bf16"):
-                for batch, request, tokens in ((256, 1024, 0), (512, 2048, 32768)):
-                    add(name, "flowline (YAML)", f"{dtype} batch {batch} req {request} tok {tokens} x2",
-                        run_flowline(args, path, fmt, dtype, batch, request, 2, tokens))
-        for replicas in (1, 2, 4) if not args.quick else (4,):
-            add(name, "flowline replicas", f"fp16 batch 256 req 1024 x{replicas} replicas",
-                run_flowline(args, path, fmt, "fp16", 256, 1024, replicas, 0))
-        for replicas, batch, request in ((4, 1024, 1024), (8, 1024, 1024), (8, 512, 512), (8, 256, 256)):
+            # The replicas-per-GPU sweep (the plot's right panel).
+            for replicas in (1, 2, 4):
+                add(name, "flowline replicas", f"fp16 batch 256 req 1024 x{replicas} replicas",
+                    run_flowline(args, path, fmt, "fp16", 256, 1024, replicas, 0))
+            add(name, "flowline (YAML)", "bf16 batch 1024 req 1024 x4",
+                run_flowline(args, path, fmt, "bf16", 1024, 1024, 4, 0))
+        else:
+            add(name, "flowline replicas", "fp16 batch 256 req 1024 x4 replicas",
+                run_flowline(args, path, fmt, "fp16", 256, 1024, 4, 0))
+        for replicas, batch, request in ((4, 1024, 1024), (8, 1024, 1024)) + (((8, 512, 512), (8, 256, 256)) if args.quick else ()):
             add(name, "flowline (YAML)", f"fp16 batch {batch} req {request} x{replicas}",
                 run_flowline(args, path, fmt, "fp16", batch, request, replicas, 0))
-        add(name, "flowline, no CUDA graphs", "fp16 batch 256 req 1024 x4",
-            run_flowline(args, path, fmt, "fp16", 256, 1024, 4, 0, no_graphs))
-        for dtype in ("fp16", "fp32") if not args.quick else ("fp16",):
-            for batch in (256, 1024):
-                add(name, "bare LibTorch loop", f"{dtype} batch {batch}", run_bare(args, path, fmt, dtype, batch))
-        for batch in (256, 1024):
+        add(name, "flowline, no CUDA graphs", "fp16 batch 1024 req 1024 x4",
+            run_flowline(args, path, fmt, "fp16", 1024, 1024, 4, 0, no_graphs))
+        for dtype, batch in (("fp16", 256), ("fp16", 1024)) + ((("fp32", 1024),) if not args.quick else ()):
+            add(name, "bare LibTorch loop", f"{dtype} batch {batch}", run_bare(args, path, fmt, dtype, batch))
+        for batch in (1024,) if not args.quick else (256, 1024):
             add(name, "bare loop, CUDA graphs", f"fp16 batch {batch} graphs 16384",
                 run_bare(args, path, fmt, "fp16", batch, graph_tokens=16384))
     steady = f"corpus x{STEADY_COPIES}"
-    for replicas, batch, request in ((2, 256, 1024), (4, 256, 1024), (8, 256, 512), (8, 1024, 1024)):
+    for replicas, batch, request in ((4, 1024, 1024), (8, 1024, 1024), (8, 256, 512)):
         add(steady, "flowline (YAML)", f"fp16 batch {batch} req {request} x{replicas} replicas",
             run_flowline(args, corpus10, "paragraphs", "fp16", batch, request, replicas, 0))
-    add(steady, "flowline, no CUDA graphs", "fp16 batch 256 req 512 x8 replicas",
-        run_flowline(args, corpus10, "paragraphs", "fp16", 256, 512, 8, 0, no_graphs))
+    add(steady, "flowline, no CUDA graphs", "fp16 batch 1024 req 1024 x8 replicas",
+        run_flowline(args, corpus10, "paragraphs", "fp16", 1024, 1024, 8, 0, no_graphs))
     add(steady, "bare LibTorch loop", "fp16 batch 256",
         run_bare(args, pathlib.Path(args.corpus), "paragraphs", "fp16", 256, copies=STEADY_COPIES))
     add(steady, "bare loop, CUDA graphs", "fp16 batch 256 graphs 16384",
@@ -213,7 +216,18 @@ def main():
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        fig, axes = plt.subplots(1, 3, figsize=(20, 6))
+        fig, axes = plt.subplots(1, 4, figsize=(26, 6))
+        sweep = axes[3]
+        for workload in workloads:
+            points = sorted((int(re.search(r"x(\d+) replicas", r["setting"]).group(1)), r["docs_per_s"])
+                            for r in rows if r["workload"] == workload and r["pipeline"] == "flowline replicas")
+            if points:
+                sweep.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=workload)
+        sweep.set_xticks([1, 2, 4])
+        sweep.set_xlabel("replicas on one GPU (fp16, batch 256, request 1024)")
+        sweep.set_ylabel("docs/s")
+        sweep.set_title("replicas-per-GPU sweep")
+        sweep.legend()
         for ax, workload in zip(axes, list(workloads) + [steady]):
             best = {}
             for r in rows:

@@ -55,6 +55,10 @@ def main():
     p.add_argument("--corpus", default=str(ROOT / ".device/corpus"))
     p.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "out-gpu")))
     p.add_argument("--delay-ms", type=int, default=20)
+    p.add_argument("--settings", default="2:256:1024,4:1024:1024",
+                   help="scaling settings, comma-separated REPLICAS_PER_GPU:BATCH:REQUEST")
+    p.add_argument("--runs", type=int, default=2, help="runs per scaling setting (best is kept)")
+    p.add_argument("--skip-slow", action="store_true", help="only the scaling part")
     a = p.parse_args()
     out = pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -73,15 +77,17 @@ def main():
         results = [run(a, *args, **kw) for _ in range(runs)]
         return max(results, key=lambda r: r[1])
 
-    for per_gpu, batch, request in ((2, 256, 1024), (4, 1024, 1024)):
+    for per_gpu, batch, request in (tuple(int(x) for x in s.split(":")) for s in a.settings.split(",")):
         print(f"== scaling over {n} GPUs ({len(whole)} paragraphs, fp16, batch {batch}, request {request}, "
-              f"{per_gpu} replicas per GPU, best of 2)")
-        _, one, _ = best_of(2, big, per_gpu, "0", batch=batch, request=request)
-        _, every, err = best_of(2, big, per_gpu * n, all_gpus, batch=batch, request=request)
+              f"{per_gpu} replicas per GPU, best of {a.runs})")
+        _, one, _ = best_of(a.runs, big, per_gpu, "0", batch=batch, request=request)
+        _, every, err = best_of(a.runs, big, per_gpu * n, all_gpus, batch=batch, request=request)
         print(err[err.find("executor "):][:1500])
         print(f"one GPU: {one:,.0f} docs/s; {n} GPUs (devices: all): {every:,.0f} docs/s; scaling {every / one:.2f}x "
               f"(target >= 1.9x on 2 GPUs)", flush=True)
 
+    if a.skip_slow:
+        return
     print(f"\n== one replica slowed by {a.delay_ms} ms per batch (2 replicas on GPUs 0 and 1)")
     _, fast, _ = run(a, big, 1, "0")
     _, slow, _ = run(a, big, 1, "1", delay_ms=a.delay_ms, delay_replica=0)
