@@ -413,8 +413,9 @@ at::Tensor BertEncoder::forward(const DeviceBatch& batch) const {
 // Pooling and Normalize over packed token states, driven by the offsets on the device: no value is read
 // back to the host (segment_reduce's own checks would wait for the GPU; the lengths were checked on the
 // host). Empty sequences (a graph's unused slots) pool to NaN or -inf rows that nobody reads.
-at::Tensor BertEncoder::pool(const at::Tensor& tokens, const DeviceBatch& batch) const {
+at::Tensor BertEncoder::pool(const at::Tensor& states, const DeviceBatch& batch) const {
   const int64_t n = batch.lengths.size(0);
+  const at::Tensor tokens = states.to(at::kFloat);  // pooling and Normalize in float32
   at::Tensor pooled;
   switch (config_.pooling) {
     case Pooling::Mean:
@@ -440,7 +441,7 @@ at::Tensor BertEncoder::pool(const at::Tensor& tokens, const DeviceBatch& batch)
 at::Tensor BertEncoder::encode(const PackedBatch& batch) const {
   c10::InferenceMode guard;
   const DeviceBatch device_batch = upload(batch);
-  return pool(forward(device_batch).to(at::kFloat), device_batch);
+  return pool(forward(device_batch), device_batch);
 }
 
 // ---- CUDA graphs -------------------------------------------------------------------------------------
@@ -495,7 +496,7 @@ struct GraphedBertEncoder::Impl {
   at::Tensor run(const BertEncoder::DeviceBatch& b) const {
     BertEncoder::DeviceBatch batch = b;
     batch.cu_seqlens = batch.offsets.to(at::kInt);
-    return encoder->pool(encoder->forward(batch).to(at::kFloat), batch);
+    return encoder->pool(encoder->forward(batch), batch);
   }
 
   Graph& graph_for(int64_t tokens) {

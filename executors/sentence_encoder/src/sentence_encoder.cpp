@@ -3,6 +3,7 @@
 #include "flowline/device.hpp"
 #include "flowline/error.hpp"
 #include "flowline/executor.hpp"
+#include "flowline/torch_support.hpp"
 #include "flowline/text_models/bert.hpp"
 #include "flowline/text_models/wordpiece_tokenizer.hpp"
 
@@ -18,35 +19,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <map>
 #include <thread>
 #include <mutex>
 #include <numeric>
 #include <optional>
-#include <tuple>
 
 namespace flowline::text_models {
 namespace {
-
-// Encoders shared by the replicas of a process: one copy of the weights per (model, device, dtype).
-// Entries live as long as a replica holds them.
-std::shared_ptr<const BertEncoder> shared_encoder(const std::string& model, c10::Device device, c10::ScalarType dtype) {
-  static std::mutex mutex;
-  static std::map<std::tuple<std::string, std::string, int>, std::weak_ptr<const BertEncoder>> cache;
-  const auto key = std::make_tuple(std::filesystem::weakly_canonical(model).string(), device.str(), static_cast<int>(dtype));
-  std::lock_guard lock(mutex);
-  if (auto existing = cache[key].lock()) return existing;
-  auto encoder = std::make_shared<const BertEncoder>(model, device, dtype);
-  cache[key] = encoder;
-  return encoder;
-}
-
-c10::ScalarType parse_dtype(const std::string& name) {
-  if (name == "fp32" || name == "float32") return c10::kFloat;
-  if (name == "fp16" || name == "float16") return c10::kHalf;
-  if (name == "bf16" || name == "bfloat16") return c10::kBFloat16;
-  throw Error(fmt::format("parameter 'dtype': expected fp32, fp16 or bf16, got '{}'", name));
-}
 
 class SentenceEncoder : public Executor {
  public:
@@ -98,9 +77,16 @@ class SentenceEncoder : public Executor {
       throw Error("parameter 'dtype': fp16 needs a GPU device; use fp32 or bf16 on the CPU");
     }
     tokenizer_ = std::make_unique<WordPieceTokenizer>(WordPieceTokenizer::from_model_folder(model));
-    encoder_ = params().get<bool>("share_weights") ? shared_encoder(model, device_, dtype_)
-                                                   : std::make_shared<const BertEncoder>(model, device_, dtype_);
-    if (device_.is_cuda()) stream_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
+    auto load = [&]() -> std::shared_ptr<const BertEncoder> {
+      return std::make_shared<const BertEncoder>(model, device_, dtype_);
+    };
+    // Replicas on one device share one copy of the weights.
+    encoder_ = params().get<bool>("share_weights") ? shared_per_device<BertEncoder>(model, device_, dtype_, load) : load();
+    if (device_.is_cuda()) {
+      stream_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
+      index_staging_ = HostStaging(/*pinned=*/true);
+      output_staging_ = HostStaging(/*pinned=*/true);
+    }
     const auto& config = encoder_->config();
     max_seq_length_ = params().get<std::size_t>("max_seq_length");
     if (max_seq_length_ == 0) max_seq_length_ = static_cast<std::size_t>(config.max_seq_length);
@@ -299,7 +285,7 @@ class SentenceEncoder : public Executor {
     const int64_t hidden = encoder_->config().bert.hidden_size;
     at::Tensor result = at::empty({static_cast<int64_t>(n), hidden}, at::TensorOptions().dtype(at::kFloat).device(device_));
     // Where each pass's rows go: the whole order, copied up once without blocking.
-    at::Tensor order = staging(index_host_, {static_cast<int64_t>(n)}, at::kLong);
+    at::Tensor order = index_staging_.view({static_cast<int64_t>(n)}, at::kLong);
     std::copy(order_.begin(), order_.end(), order.data_ptr<int64_t>());
     const at::Tensor rows = device_.is_cuda() ? order.to(device_, /*non_blocking=*/true) : order;
     std::size_t start = 0;
@@ -340,7 +326,7 @@ class SentenceEncoder : public Executor {
       stream_->synchronize();
       docs.set_embeddings(result);
     } else {
-      docs.set_embeddings(to_host(result));
+      docs.set_embeddings(stream_ ? output_staging_.to_host(result, *stream_) : result);
     }
     const auto done = Clock::now();
     unfinished_ = false;
@@ -350,27 +336,6 @@ class SentenceEncoder : public Executor {
     metrics().add("enqueue_seconds", std::chrono::duration<double>(enqueued - tokenized).count());
     metrics().add("wait_seconds", std::chrono::duration<double>(done - enqueued).count());
     if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
-  }
-
-  // The embeddings on the host. From a GPU: one asynchronous copy into pinned memory, a wait on this
-  // replica's stream only, then a plain copy out (documents never hold pinned memory).
-  at::Tensor to_host(const at::Tensor& result) {
-    if (!device_.is_cuda()) return result;
-    at::Tensor pinned = staging(output_host_, result.sizes(), at::kFloat);
-    pinned.copy_(result, /*non_blocking=*/true);
-    stream_->synchronize();
-    return pinned.clone();
-  }
-
-  // A view of `buffer` with this shape, growing it when needed: pinned on a GPU, kept across requests,
-  // so no request pays for pinning memory. Reused only after the request's closing synchronisation.
-  at::Tensor staging(at::Tensor& buffer, at::IntArrayRef shape, at::ScalarType dtype) const {
-    const int64_t count = c10::multiply_integers(shape);
-    if (!buffer.defined() || buffer.numel() < count) {
-      buffer = at::empty({std::max<int64_t>(count, buffer.defined() ? 2 * buffer.numel() : 0)},
-                         at::TensorOptions().dtype(dtype).pinned_memory(device_.is_cuda()));
-    }
-    return buffer.narrow(0, 0, count).view(shape);
   }
 
   // Tokenizes every document into ids_ (offsets_[i] .. offsets_[i+1] are document i's ids). Large batches
@@ -427,7 +392,8 @@ class SentenceEncoder : public Executor {
   std::vector<std::size_t> offsets_, order_;
   std::vector<std::int32_t> packed_;
   std::vector<int64_t> lengths_;
-  at::Tensor index_host_, output_host_;  // staging() buffers: rows' order up, embeddings down
+  // Rows' order going up and embeddings coming down, through pinned buffers kept across requests.
+  HostStaging index_staging_{false}, output_staging_{false};  // made pinned in the constructor on a GPU
   bool unfinished_ = false;              // the last request threw before its closing synchronisation
 };
 

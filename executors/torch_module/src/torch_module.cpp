@@ -3,6 +3,7 @@
 #include "flowline/device.hpp"
 #include "flowline/error.hpp"
 #include "flowline/executor.hpp"
+#include "flowline/torch_support.hpp"
 
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
@@ -16,20 +17,10 @@
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
-#include <map>
-#include <mutex>
 #include <optional>
-#include <tuple>
 
 namespace flowline::torch_module {
 namespace {
-
-c10::ScalarType parse_dtype(const std::string& name) {
-  if (name == "fp32" || name == "float32") return c10::kFloat;
-  if (name == "fp16" || name == "float16") return c10::kHalf;
-  if (name == "bf16" || name == "bfloat16") return c10::kBFloat16;
-  throw Error(fmt::format("parameter 'dtype': expected fp32, fp16 or bf16, got '{}'", name));
-}
 
 // A loaded module; `call` is serialised only for modules not shared (shared ones are called concurrently,
 // which TorchScript allows for modules that keep no state between calls).
@@ -48,18 +39,6 @@ std::shared_ptr<const LoadedModule> load_module(const std::string& path, c10::De
   }
   loaded->module.eval();
   if (dtype != c10::kFloat) loaded->module.to(dtype);
-  return loaded;
-}
-
-// One loaded module per (file, device, dtype) while replicas hold it.
-std::shared_ptr<const LoadedModule> shared_module(const std::string& path, c10::Device device, c10::ScalarType dtype) {
-  static std::mutex mutex;
-  static std::map<std::tuple<std::string, std::string, int>, std::weak_ptr<const LoadedModule>> cache;
-  const auto key = std::make_tuple(std::filesystem::weakly_canonical(path).string(), device.str(), static_cast<int>(dtype));
-  std::lock_guard lock(mutex);
-  if (auto existing = cache[key].lock()) return existing;
-  auto loaded = load_module(path, device, dtype);
-  cache[key] = loaded;
   return loaded;
 }
 
@@ -106,7 +85,8 @@ class TorchModule : public Executor {
     batch_size_ = params().get<std::size_t>("batch_size");
     if (batch_size_ == 0) throw Error("parameter 'batch_size': must be at least 1");
     keep_on_device_ = params().get<bool>("keep_on_device");
-    module_ = params().get<bool>("share_weights") ? shared_module(path, device_, dtype_) : load_module(path, device_, dtype_);
+    auto load = [&] { return load_module(path, device_, dtype_); };
+    module_ = params().get<bool>("share_weights") ? shared_per_device<LoadedModule>(path, device_, dtype_, load) : load();
     if (!module_->module.find_method(method_)) {
       throw Error(fmt::format("parameter 'method': '{}' has no method '{}'", path, method_));
     }
@@ -161,11 +141,8 @@ class TorchModule : public Executor {
       outputs.push_back(out.is_floating_point() ? out.to(at::kFloat) : out);
     }
     at::Tensor all = outputs.size() == 1 ? outputs.front() : at::cat(outputs);
-    if (!keep_on_device_ && all.is_cuda()) {
-      at::Tensor pinned = at::empty(all.sizes(), all.options().device(at::kCPU).pinned_memory(true));
-      pinned.copy_(all, /*non_blocking=*/true);
-      stream_->synchronize();
-      all = pinned.clone();
+    if (!keep_on_device_ && stream_) {
+      all = staging_.to_host(all, *stream_);
     } else if (stream_) {
       // Outputs left on the GPU are complete before the handler returns (executor.hpp).
       stream_->synchronize();
@@ -182,6 +159,7 @@ class TorchModule : public Executor {
   bool keep_on_device_ = false;
   std::shared_ptr<const LoadedModule> module_;
   std::optional<c10::cuda::CUDAStream> stream_;
+  HostStaging staging_{true};  // outputs coming back from the GPU
 };
 
 }  // namespace

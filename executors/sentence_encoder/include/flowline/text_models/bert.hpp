@@ -94,7 +94,7 @@ class BertEncoder {
   struct DeviceBatch;
   DeviceBatch upload(const PackedBatch& batch) const;
   at::Tensor forward(const DeviceBatch& batch) const;
-  at::Tensor pool(const at::Tensor& tokens, const DeviceBatch& batch) const;
+  at::Tensor pool(const at::Tensor& states, const DeviceBatch& batch) const;
   SentenceModelConfig config_;
   c10::Device device_;
   c10::ScalarType dtype_;

@@ -1,0 +1,36 @@
+#include "flowline/torch_support.hpp"
+
+#include "flowline/error.hpp"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace flowline {
+
+c10::ScalarType parse_dtype(const std::string& name) {
+  if (name == "fp32" || name == "float32") return c10::kFloat;
+  if (name == "fp16" || name == "float16") return c10::kHalf;
+  if (name == "bf16" || name == "bfloat16") return c10::kBFloat16;
+  throw Error(fmt::format("parameter 'dtype': expected fp32, fp16 or bf16, got '{}'", name));
+}
+
+at::Tensor HostStaging::view(at::IntArrayRef shape, at::ScalarType dtype) {
+  const int64_t count = c10::multiply_integers(shape);
+  if (!buffer_.defined() || buffer_.scalar_type() != dtype || buffer_.numel() < count) {
+    const int64_t grown = buffer_.defined() && buffer_.scalar_type() == dtype ? 2 * buffer_.numel() : 0;
+    buffer_ = at::empty({std::max(count, grown)}, at::TensorOptions().dtype(dtype).pinned_memory(pinned_));
+  }
+  return buffer_.narrow(0, 0, count).view(shape);
+}
+
+at::Tensor HostStaging::to_host(const at::Tensor& t, c10::cuda::CUDAStream stream) {
+  if (!t.is_cuda()) return t;
+  at::Tensor staged = view(t.sizes(), t.scalar_type());
+  staged.copy_(t, /*non_blocking=*/true);
+  stream.synchronize();
+  return staged.clone();
+}
+
+}  // namespace flowline
