@@ -39,6 +39,11 @@ std::shared_ptr<const T> shared_per_device(const std::filesystem::path& file, c1
   return loaded;
 }
 
+// Waits until the work queued on `stream` so far has finished, with the calling thread asleep rather than
+// spinning: CUDA's default is to spin a core per waiting thread, and a flow's GPU replicas spend much of
+// their time waiting while tokenizing, launching and posting threads need those cores.
+void wait_for_stream(c10::cuda::CUDAStream stream);
+
 // A host buffer kept across calls, pinned when made for a GPU, grown when a larger view is asked for, so
 // no call pays for pinning memory (cudaHostAlloc is slow and takes a driver-wide lock). The caller makes
 // sure copies from an earlier view have completed before asking for another.
@@ -49,7 +54,7 @@ class HostStaging {
   // A view of the buffer with this shape and dtype.
   at::Tensor view(at::IntArrayRef shape, at::ScalarType dtype);
   // `t` in ordinary host memory. From a GPU: one asynchronous copy into the buffer on `stream`, a wait
-  // on that stream only, then a copy out (documents never hold pinned memory). A CPU tensor is returned
+  // on that stream only (asleep, see wait_for_stream), then a copy out (documents never hold pinned memory). A CPU tensor is returned
   // as it is.
   at::Tensor to_host(const at::Tensor& t, c10::cuda::CUDAStream stream);
 

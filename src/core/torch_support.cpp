@@ -3,6 +3,7 @@
 #include "flowline/error.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/cuda/CUDAEvent.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -14,6 +15,12 @@ c10::ScalarType parse_dtype(const std::string& name) {
   if (name == "fp16" || name == "float16") return c10::kHalf;
   if (name == "bf16" || name == "bfloat16") return c10::kBFloat16;
   throw Error(fmt::format("parameter 'dtype': expected fp32, fp16 or bf16, got '{}'", name));
+}
+
+void wait_for_stream(c10::cuda::CUDAStream stream) {
+  at::cuda::CUDAEvent done(cudaEventDisableTiming | cudaEventBlockingSync);
+  done.record(stream);
+  done.synchronize();
 }
 
 at::Tensor HostStaging::view(at::IntArrayRef shape, at::ScalarType dtype) {
@@ -29,7 +36,7 @@ at::Tensor HostStaging::to_host(const at::Tensor& t, c10::cuda::CUDAStream strea
   if (!t.is_cuda()) return t;
   at::Tensor staged = view(t.sizes(), t.scalar_type());
   staged.copy_(t, /*non_blocking=*/true);
-  stream.synchronize();
+  wait_for_stream(stream);
   return staged.clone();
 }
 

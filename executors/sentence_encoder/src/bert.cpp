@@ -473,7 +473,7 @@ struct GraphedBertEncoder::Impl {
   // once, so no pass pays for pinning memory (cudaHostAlloc is slow and takes a driver-wide lock).
   struct Staging {
     at::Tensor host;
-    at::cuda::CUDAEvent copied;
+    at::cuda::CUDAEvent copied{cudaEventDisableTiming | cudaEventBlockingSync};  // waited on asleep
     bool pending = false;
   };
   std::array<Staging, 4> staging;

@@ -145,7 +145,7 @@ class TorchModule : public Executor {
       all = staging_.to_host(all, *stream_);
     } else if (stream_) {
       // Outputs left on the GPU are complete before the handler returns (executor.hpp).
-      stream_->synchronize();
+      wait_for_stream(*stream_);
     }
     metrics().add("rows", static_cast<double>(n));
     for (int64_t i = 0; i < n; ++i) field(docs[static_cast<std::size_t>(i)], output_) = all[i];
