@@ -69,6 +69,11 @@ struct PostSummary {
   std::uint64_t failed_requests = 0;
   std::uint64_t failed_documents = 0;
   double seconds = 0;
+  // Where the posting thread's time went: reading the source (splitting, making documents) and the
+  // response callback (plus dropping the delivered documents). The rest it spent waiting for the flow;
+  // when these two fill `seconds`, the input side, not the executors, bounds the throughput.
+  double source_seconds = 0;
+  double deliver_seconds = 0;
   double docs_per_second() const noexcept { return seconds > 0 ? documents / seconds : 0; }
 };
 

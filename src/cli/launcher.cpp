@@ -69,6 +69,8 @@ void print_stats(const FlowStats& stats, const PostSummary& summary) {
   const bool any_gpu = std::any_of(stats.replicas.begin(), stats.replicas.end(), [](const auto& r) { return r.has_gpu_memory; });
   fmt::print(stderr, "host peak RSS {:.1f} MiB; total {:.3f} s for {} docs{}\n", stats.host_peak_rss_mb, summary.seconds,
              summary.documents, any_gpu ? "" : "; GPU figures not available (no executor runs on a GPU)");
+  fmt::print(stderr, "posting thread: {:.3f} s reading the input, {:.3f} s delivering responses, the rest waiting for the flow\n",
+             summary.source_seconds, summary.deliver_seconds);
 }
 
 // `post_ended` is when post() returned (wall clock); with summary.seconds it places the processing in time,
@@ -114,6 +116,8 @@ void write_stats_json(const std::string& path, const FlowStats& stats, const Pos
                                  {"requests", summary.requests},
                                  {"failed_requests", summary.failed_requests},
                                  {"seconds", summary.seconds},
+                                 {"source_seconds", summary.source_seconds},
+                                 {"deliver_seconds", summary.deliver_seconds},
                                  {"post_ended_unix", std::chrono::duration<double>(post_ended.time_since_epoch()).count()}};
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << boost::json::serialize(root) << "\n";

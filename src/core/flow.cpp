@@ -456,7 +456,8 @@ void Flow::Impl::worker(Node& node, int replica) {
     set_thread_device(device);
     const auto memory_before = device_memory(device);
     const int on_device = static_cast<int>(std::count(node.devices.begin(), node.devices.end(), device));
-    RuntimeInfo runtime{node.config.name, node.entry->spec.name, replica, node.config.replicas, device, on_device};
+    RuntimeInfo runtime{node.config.name, node.entry->spec.name, replica, node.config.replicas, device, on_device,
+                        config_.options.request_size};
     executor = node.entry->factory(ExecutorContext{runtime, node.params});
     if (!executor) throw Error("the factory returned no executor");
     // The endpoints bound must be exactly those the spec declares: a misspelt bind() fails here.
@@ -701,8 +702,11 @@ PostSummary Flow::Impl::post(std::string_view endpoint, DocumentSource& source, 
   while (true) {
     while (!input_done && next_index - next_delivery < max_in_flight) {
       auto request = std::make_unique<Request>();
+      const auto read_start = Clock::now();
       try {
-        if (source.read(request->docs, request_size) == 0) {
+        const std::size_t got = source.read(request->docs, request_size);
+        summary.source_seconds += std::chrono::duration<double>(Clock::now() - read_start).count();
+        if (got == 0) {
           input_done = true;
           break;
         }
@@ -717,7 +721,9 @@ PostSummary Flow::Impl::post(std::string_view endpoint, DocumentSource& source, 
     }
     if (next_delivery == next_index) break;
     RequestPtr done = session.wait_for(next_delivery++);
+    const auto deliver_start = Clock::now();
     Response response{done->index, std::move(done->docs), std::move(done->error), std::move(done->error_executor)};
+    done.reset();
     summary.requests++;
     summary.documents += response.docs.size();
     if (!response.ok()) {
@@ -737,6 +743,8 @@ PostSummary Flow::Impl::post(std::string_view endpoint, DocumentSource& source, 
         input_done = true;
       }
     }
+    response.docs.clear();  // counted as delivery: the documents are dropped here
+    summary.deliver_seconds += std::chrono::duration<double>(Clock::now() - deliver_start).count();
   }
   summary.seconds = std::chrono::duration<double>(Clock::now() - started).count();
   if (failure) std::rethrow_exception(failure);

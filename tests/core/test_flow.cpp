@@ -100,6 +100,34 @@ class OomAbove : public Executor {
   std::size_t max_docs_;
 };
 
+// Writes the runtime's request size into each document: what the executor knew at construction.
+class RequestSizeProbe : public Executor {
+ public:
+  static ExecutorSpec spec() { return ExecutorSpec{"RequestSizeProbe", "", {}, {}}; }
+  explicit RequestSizeProbe(const ExecutorContext& c) : Executor(c), known_(c.runtime.request_size) {
+    bind_default([this](DocumentArray& docs, const RequestInfo&) {
+      for (auto& d : docs) d.tags["request_size"] = static_cast<std::int64_t>(known_);
+    });
+  }
+
+ private:
+  std::size_t known_;
+};
+
+// A source that sleeps before every read.
+class SlowSource : public DocumentSource {
+ public:
+  std::size_t read(DocumentArray& out, std::size_t max) override {
+    std::this_thread::sleep_for(5ms);
+    std::size_t n = 0;
+    for (; n < max && produced_ < 40; ++n, ++produced_) out.push_back(Document(std::to_string(produced_)));
+    return n;
+  }
+
+ private:
+  std::size_t produced_ = 0;
+};
+
 Registry& test_registry() {
   static Registry* registry = [] {
     auto* r = new Registry();
@@ -109,6 +137,7 @@ Registry& test_registry() {
     r->add<Misspelt>();
     r->add<Reporter>();
     r->add<OomAbove>();
+    r->add<RequestSizeProbe>();
     return r;
   }();
   return *registry;
@@ -366,4 +395,27 @@ TEST_CASE("an out-of-memory batch is split and retried so no document is lost", 
     }
   }
   CHECK(returned == 64);  // every document came back, the failed request's too
+}
+
+TEST_CASE("executors know the flow's request size before their first request", "[flow]") {
+  Flow flow(FlowOptions{.request_size = 7}, test_registry());
+  flow.add({.name = "probe", .uses = "RequestSizeProbe", .replicas = 2});
+  const DocumentArray out = flow.post("/", testing::numbered_docs(20));
+  REQUIRE(out.size() == 20);
+  for (const auto& d : out) CHECK(d.tags.at("request_size").as_int64() == 7);
+}
+
+TEST_CASE("post() says how long its thread spent reading the source and delivering responses", "[flow][stats]") {
+  Flow flow(FlowOptions{.request_size = 10}, test_registry());
+  flow.add({.name = "noop", .uses = "NoOp"});
+  SlowSource source;  // 5 reads of 10 documents, the last one empty, 5 ms each
+  std::size_t delivered = 0;
+  const PostSummary summary = flow.post("/", source, [&](Response&& r) {
+    std::this_thread::sleep_for(4ms);
+    delivered += r.docs.size();
+  });
+  CHECK(delivered == 40);
+  CHECK(summary.source_seconds >= 0.025);
+  CHECK(summary.deliver_seconds >= 0.016);
+  CHECK(summary.source_seconds + summary.deliver_seconds <= summary.seconds);
 }
