@@ -307,9 +307,30 @@ TEST_CASE("on the CPU cuda_graphs and keep_on_device change nothing", "[encoder]
   CHECK(at::equal(got, reference));
 }
 
+TEST_CASE("tokenizing a request on several threads gives the embeddings of one thread", "[encoder]") {
+  const auto model = tiny_variant("tokenizer threads", "mean", true);
+  std::vector<std::string> texts;
+  for (int i = 0; i < 1100; ++i) texts.push_back(fmt::format("text {} has {} words", i, std::string(static_cast<std::size_t>(i % 13 + 1), 'w')));
+  auto encode = [&](int threads) {
+    Flow flow(FlowOptions{.request_size = 1100}, encoder_registry());
+    flow.add({.name = "encoder", .uses = "SentenceEncoder",
+              .with = {{"model", model.string()}, {"batch_size", 128}, {"tokenizer_threads", threads}}});
+    DocumentArray docs;
+    for (const auto& t : texts) docs.push_back(Document(t));
+    DocumentArray out = flow.post("/encode", std::move(docs));
+    CHECK(flow.stats().replicas.at(0).metrics.at("tokens") > 1100 * 4);
+    return out.embeddings();
+  };
+  const at::Tensor one = encode(1);
+  CHECK(at::equal(encode(4), one));  // 1,100 texts: four chunks, tokenized in parallel and joined in order
+}
+
 TEST_CASE("on the GPU CUDA graphs give the eager passes' embeddings and count their passes", "[encoder][model][gpu][graphs]") {
   if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
   const auto texts = read_texts(kData / "goldens/embedding_texts.jsonl");
+  const auto tokenizer = WordPieceTokenizer::from_model_folder(kModel);
+  std::size_t expected_tokens = 0;
+  for (const auto& t : texts) expected_tokens += tokenizer.encode(t, 256).size();
   for (const auto& [dtype, bound] : {std::pair{"fp16", 0.99999}, std::pair{"bf16", 0.9999}}) {
     const at::Tensor eager =
         encode_with_flow(kModel, texts, {{"dtype", dtype}, {"batch_size", 64}, {"cuda_graphs", false}}, "cuda");
@@ -321,8 +342,9 @@ TEST_CASE("on the GPU CUDA graphs give the eager passes' embeddings and count th
     DocumentArray docs;
     for (const auto& t : texts) docs.push_back(Document(t));
     const at::Tensor graphed = flow.post("/encode", std::move(docs)).embeddings();
-    double graph_passes = 0, passes = 0, graphs = 0;
+    double graph_passes = 0, passes = 0, graphs = 0, tokens = 0;
     for (const auto& r : flow.stats().replicas) {
+      tokens += r.metrics.at("tokens");
       graph_passes += r.metrics.at("graph_passes");
       passes += r.metrics.at("forward_passes");
       graphs = r.metrics.at("cuda_graphs");
@@ -334,6 +356,7 @@ TEST_CASE("on the GPU CUDA graphs give the eager passes' embeddings and count th
     CHECK(graph_passes > 0);
     CHECK(graph_passes < passes);  // the longest paragraphs make passes over 2,048 tokens, which run eagerly
     CHECK(graphs == 25);           // buckets 256, then eight per power of two up to 2,048
+    CHECK(tokens == static_cast<double>(expected_tokens));  // the warm-up request is not counted
   }
 }
 

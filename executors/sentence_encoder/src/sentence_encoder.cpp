@@ -61,6 +61,9 @@ class SentenceEncoder : public Executor {
          ParamSpec::optional("keep_on_device", ParamType::Bool, false,
                              "leave embeddings on the executor's GPU for a next executor on the same device; "
                              "they are copied to the host only where an output needs them"),
+         ParamSpec::optional("tokenizer_threads", ParamType::Int, 0,
+                             "threads that tokenize one request (0: one when the executor has several replicas, "
+                             "which tokenize side by side, else ATen's intra-op threads)"),
          ParamSpec::optional("warmup", ParamType::Bool, true,
                              "run a few batches at start so the first requests do not pay for CUDA and allocator set-up")},
         {"/encode"},
@@ -121,6 +124,8 @@ class SentenceEncoder : public Executor {
                  c10::toString(dtype_), encoder_->weight_bytes() / 1e6);
     if (!batch_size || !max_batch_tokens) choose_batch_sizes(!batch_size, !max_batch_tokens);
     keep_on_device_ = params().get<bool>("keep_on_device");
+    tokenizer_threads_ = params().get<std::size_t>("tokenizer_threads");
+    if (tokenizer_threads_ == 0) tokenizer_threads_ = runtime().replicas > 1 ? 1 : static_cast<std::size_t>(at::get_num_threads());
     if (params().get<bool>("cuda_graphs")) set_up_graphs(params().get<std::size_t>("cuda_graph_max_tokens"));
     if (params().get<bool>("warmup")) warm_up();
     bind("/encode", &SentenceEncoder::encode);
@@ -258,6 +263,17 @@ class SentenceEncoder : public Executor {
                    graphs_->max_tokens(), graphs_->max_sequences());
       metrics().set("cuda_graphs", static_cast<double>(graphs_->graph_count()));
     }
+    if (device_.is_cuda()) {
+      // One request of the flow's size through encode() itself (not counted in the metrics): its pinned
+      // buffers get pinned now (milliseconds under a driver-wide lock) and the kernels only it uses get
+      // loaded (CUDA loads modules lazily), so the first real request pays for neither.
+      const std::size_t rows = std::max(batch_size_, runtime().request_size);
+      DocumentArray docs;
+      for (std::size_t i = 0; i < rows; ++i) docs.push_back(Document("warm up"));
+      warming_up_ = true;
+      encode(docs);
+      warming_up_ = false;
+    }
   }
 
  private:
@@ -289,6 +305,10 @@ class SentenceEncoder : public Executor {
     std::copy(order_.begin(), order_.end(), order.data_ptr<int64_t>());
     const at::Tensor rows = device_.is_cuda() ? order.to(device_, /*non_blocking=*/true) : order;
     std::size_t start = 0;
+    struct {
+      double passes = 0, graph_passes = 0, tokens = 0, max_tokens = 0, max_sequences = 0;
+      double launch_seconds = 0;  // of the enqueueing, the time in the encoder's calls
+    } figures;
     while (start < n) {
       packed_.clear();
       lengths_.clear();
@@ -304,8 +324,10 @@ class SentenceEncoder : public Executor {
       }
       const PackedBatch batch{packed_, lengths_};
       const bool graphed = graphs_ && graphs_->fits(batch);
+      const auto launch_start = Clock::now();
       at::Tensor pooled = graphed ? graphs_->encode(batch) : encoder_->encode(batch);
-      if (graphed) metrics().add("graph_passes", 1);
+      figures.launch_seconds += std::chrono::duration<double>(Clock::now() - launch_start).count();
+      if (graphed) figures.graph_passes += 1;
       if (normalize_override_ == 1 && !encoder_->config().normalize) {
         pooled = pooled / pooled.norm(2, {1}, true).clamp_min(1e-12);
       }
@@ -313,27 +335,34 @@ class SentenceEncoder : public Executor {
         throw Error("normalize: false cannot undo the Normalize module of this checkpoint");
       }
       result.index_copy_(0, rows.narrow(0, static_cast<int64_t>(start), static_cast<int64_t>(end - start)), pooled);
-      metrics().add("forward_passes", 1);
-      metrics().add("tokens", static_cast<double>(packed_.size()));
-      metrics().set_max("max_forward_tokens", static_cast<double>(packed_.size()));
-      metrics().set_max("max_forward_sequences", static_cast<double>(end - start));
+      figures.passes += 1;
+      figures.tokens += static_cast<double>(packed_.size());
+      figures.max_tokens = std::max(figures.max_tokens, static_cast<double>(packed_.size()));
+      figures.max_sequences = std::max(figures.max_sequences, static_cast<double>(end - start));
       start = end;
     }
     const auto enqueued = Clock::now();
     if (keep_on_device_ && device_.is_cuda()) {
       // Handlers finish their GPU work before returning (executor.hpp): the next executor reads these rows
       // from its own stream.
-      stream_->synchronize();
+      wait_for_stream(*stream_);
       docs.set_embeddings(result);
     } else {
       docs.set_embeddings(stream_ ? output_staging_.to_host(result, *stream_) : result);
     }
     const auto done = Clock::now();
     unfinished_ = false;
-    // Where a request's time goes: tokenizing on the host, enqueueing the passes, and waiting for the
-    // device to finish them (plus the copy back).
+    if (warming_up_) return;
+    metrics().add("forward_passes", figures.passes);
+    metrics().add("graph_passes", figures.graph_passes);
+    metrics().add("tokens", figures.tokens);
+    metrics().set_max("max_forward_tokens", figures.max_tokens);
+    metrics().set_max("max_forward_sequences", figures.max_sequences);
+    // Where a request's time goes: tokenizing on the host, enqueueing the passes (of which launching them
+    // in the encoder), and waiting for the device to finish them (plus the copy back).
     metrics().add("tokenize_seconds", std::chrono::duration<double>(tokenized - started).count());
     metrics().add("enqueue_seconds", std::chrono::duration<double>(enqueued - tokenized).count());
+    metrics().add("launch_seconds", figures.launch_seconds);
     metrics().add("wait_seconds", std::chrono::duration<double>(done - enqueued).count());
     if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
   }
@@ -343,7 +372,7 @@ class SentenceEncoder : public Executor {
   void tokenize(const DocumentArray& docs) {
     const std::size_t n = docs.size();
     constexpr std::size_t kGrain = 256;
-    const std::size_t chunks = std::min<std::size_t>(static_cast<std::size_t>(at::get_num_threads()), (n + kGrain - 1) / kGrain);
+    const std::size_t chunks = std::min<std::size_t>(tokenizer_threads_, (n + kGrain - 1) / kGrain);
     ids_.clear();
     offsets_.assign(n + 1, 0);
     if (chunks <= 1) {
@@ -380,6 +409,7 @@ class SentenceEncoder : public Executor {
   std::shared_ptr<const BertEncoder> encoder_;
   std::unique_ptr<GraphedBertEncoder> graphs_;  // this replica's CUDA graphs, when enabled
   bool keep_on_device_ = false;
+  std::size_t tokenizer_threads_ = 1;
   std::optional<c10::cuda::CUDAStream> stream_;
   static constexpr std::size_t kMaxWarmupTokens = 1 << 17;
   std::size_t max_seq_length_ = 0, batch_size_ = 64, max_batch_tokens_ = 0;
@@ -395,6 +425,7 @@ class SentenceEncoder : public Executor {
   // Rows' order going up and embeddings coming down, through pinned buffers kept across requests.
   HostStaging index_staging_{false}, output_staging_{false};  // made pinned in the constructor on a GPU
   bool unfinished_ = false;              // the last request threw before its closing synchronisation
+  bool warming_up_ = false;              // encode() runs for warm-up: no metrics
 };
 
 }  // namespace
