@@ -2,7 +2,9 @@
 side by side on the same GPU, (a) flowline's encode flow from YAML run by the launcher, (b)
 sentence-transformers encode() in Python with the same weights, fp32 and fp16, batch 32/128/512, and
 (c) the bare LibTorch loop over the same encoder (bench/bare_encode). Workloads: the scenarios' 10,000
-copies of one sentence, the 6,001 corpus paragraphs, and the corpus twenty times over (a steady state).
+copies of one sentence, the 6,001 corpus paragraphs, and the corpus a hundred times over (600,100 paragraphs,
+seconds of steady state; at twenty copies a run lasted one second and NVML's utilisation, averaged over
+its own sampling period, mixed in the ramp-up and drain).
 flowline runs with and without CUDA graphs, and the bare loop with and without them. GPU utilisation is
 sampled with NVML every 20 ms (for flowline, only within its post() window, from --stats-json); peak
 memory is NVML's used memory above the idle baseline. --quick: fewer settings, no sentence-transformers.
@@ -27,7 +29,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from corpus import corpus  # noqa: E402
 
 SEED = "Using a GPU allows you to significantly speed up encoding."
-STEADY_COPIES = 20
+STEADY_COPIES = 100
 
 
 class NvmlSampler:
@@ -95,10 +97,12 @@ def run_flowline(args, input_path, fmt, dtype, batch, request, replicas, tokens,
         p99 = max(r["batch_ms_p99"] for r in reps)
         window = (stats["post_ended_unix"] - stats["seconds"], stats["post_ended_unix"])
         split = {k: sum(r["metrics"].get(k, 0) for r in reps)
-                 for k in ("tokenize_seconds", "enqueue_seconds", "wait_seconds", "graph_passes", "forward_passes")}
+                 for k in ("tokenize_seconds", "enqueue_seconds", "launch_seconds", "wait_seconds", "graph_passes",
+                           "forward_passes")}
         result = (float(m.group(2)), s.busy(window), s.peak_mib(), f"{p50:.2f}", f"{p99:.2f}")
         print(f"    {float(m.group(2)):10.0f} docs/s in {stats['seconds']:.3f} s; replicas' time: tokenize "
-              f"{split['tokenize_seconds']:.3f} s, enqueue {split['enqueue_seconds']:.3f} s, wait {split['wait_seconds']:.3f} s; "
+              f"{split['tokenize_seconds']:.3f} s, enqueue {split['enqueue_seconds']:.3f} s (launch "
+              f"{split['launch_seconds']:.3f} s), wait {split['wait_seconds']:.3f} s; "
               f"{split['graph_passes']:.0f} of {split['forward_passes']:.0f} passes from CUDA graphs", flush=True)
         if best is None or result[0] > best[0]:
             best = result
@@ -109,7 +113,7 @@ def run_bare(args, input_path, fmt, dtype, batch, copies=1, graph_tokens=0):
     with NvmlSampler() as s:
         out = subprocess.run([str(pathlib.Path(args.build) / "bench/bare_encode"), "--model", str(args.model), "--input",
                               str(input_path), "--format", fmt, "--device", "cuda", "--dtype", dtype, "--batch-size",
-                              str(batch), "--repeats", "3", "--copies", str(copies),
+                              str(batch), "--repeats", "3" if copies <= 20 else "1", "--copies", str(copies),
                               "--cuda-graph-max-tokens", str(graph_tokens)], capture_output=True, text=True)
     if out.returncode != 0:
         print(out.stderr[-2000:])
@@ -148,9 +152,9 @@ def main():
     seed_file = out / "seed-10000.txt"
     seed_file.write_text((SEED + "\n") * 10000)
     paragraphs = [t for _, _, t in corpus(args.corpus)]
-    # Steady state: the corpus twenty times over (120,020 paragraphs), long enough for NVML's utilisation.
-    corpus10 = out / f"corpus-x{STEADY_COPIES}.txt"
-    corpus10.write_text("\n\n".join(paragraphs * STEADY_COPIES) + "\n")
+    # Steady state: the corpus a hundred times over, long enough for NVML's utilisation.
+    steady_file = out / f"corpus-x{STEADY_COPIES}.txt"
+    steady_file.write_text("\n\n".join(paragraphs * STEADY_COPIES) + "\n")
     workloads = {"seed 10k": (seed_file, "lines", [SEED] * 10000),
                  "corpus 6001": (pathlib.Path(args.corpus), "paragraphs", paragraphs)}
     rows = []
@@ -188,9 +192,9 @@ def main():
     steady = f"corpus x{STEADY_COPIES}"
     for replicas, batch, request in ((4, 1024, 1024), (8, 1024, 1024), (8, 256, 512)):
         add(steady, "flowline (YAML)", f"fp16 batch {batch} req {request} x{replicas} replicas",
-            run_flowline(args, corpus10, "paragraphs", "fp16", batch, request, replicas, 0))
+            run_flowline(args, steady_file, "paragraphs", "fp16", batch, request, replicas, 0))
     add(steady, "flowline, no CUDA graphs", "fp16 batch 1024 req 1024 x8 replicas",
-        run_flowline(args, corpus10, "paragraphs", "fp16", 1024, 1024, 8, 0, no_graphs))
+        run_flowline(args, steady_file, "paragraphs", "fp16", 1024, 1024, 8, 0, no_graphs))
     add(steady, "bare LibTorch loop", "fp16 batch 256",
         run_bare(args, pathlib.Path(args.corpus), "paragraphs", "fp16", 256, copies=STEADY_COPIES))
     add(steady, "bare loop, CUDA graphs", "fp16 batch 256 graphs 16384",

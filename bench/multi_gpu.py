@@ -4,9 +4,10 @@ scripts/gpu-run.sh has built flowline:
 
   python3 bench/multi_gpu.py --build build-gpu --model models/all-MiniLM-L6-v2 --corpus .device/corpus --out $OUT
 
-1. Scaling: flows/encode-multi.yml over the corpus twenty times over (120,020 paragraphs), fp16, with
-   CUDA_VISIBLE_DEVICES limited to one GPU and then all of them; 2 replicas per GPU at batch 256 and
-   4 per GPU at batch 1024 (best of two runs each). Target: >= 1.9x.
+1. Scaling: flows/encode-multi.yml over the corpus --copies times over (default 100: 600,100 paragraphs),
+   fp16, with CUDA_VISIBLE_DEVICES limited to one GPU and then all of them, for each of --settings
+   (replicas per GPU, batch, request; best of --runs runs each). Target: >= 1.9x. On two GPUs also one
+   process per GPU at once, for comparison. Each run prints where its time went (posting thread, replicas).
 2. A slow replica: 2 replicas on 2 GPUs, replica 1 sleeping FLOWLINE_DELAY_MS after each batch.
    - each replica's own rate: the flow with only that replica (one on GPU 0, one slowed on GPU 1);
    - queue-fed: both replicas in one flow, fed from its one queue. Target: >= 95% of the sum of the rates;
@@ -14,6 +15,7 @@ scripts/gpu-run.sh has built flowline:
      its rate is the input over the slower half's time.
 """
 import argparse
+import json
 import os
 import pathlib
 import re
@@ -26,12 +28,13 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from corpus import corpus  # noqa: E402
 
 
-def launch(args, input_path, replicas, gpus, delay_ms=0, delay_replica=-1, batch=256, request=1024):
+def launch(args, input_path, replicas, gpus, delay_ms=0, delay_replica=-1, batch=256, request=1024, stats=None):
+    extra = ["--stats-json", str(stats)] if stats else []
     env = dict(os.environ, FLOWLINE_MODEL=str(args.model), FLOWLINE_DTYPE="fp16", FLOWLINE_BATCH_SIZE=str(batch),
                FLOWLINE_REQUEST_SIZE=str(request), FLOWLINE_REPLICAS=str(replicas), FLOWLINE_DELAY_MS=str(delay_ms),
                FLOWLINE_DELAY_REPLICA=str(delay_replica), CUDA_VISIBLE_DEVICES=gpus)
     return subprocess.Popen([str(pathlib.Path(args.build) / "src/flowline"), "run", str(ROOT / "flows/encode-multi.yml"),
-                             "--input", str(input_path), "--input-format", "paragraphs", "--progress", "never", "--stats"],
+                             "--input", str(input_path), "--input-format", "paragraphs", "--progress", "never", "--stats"] + extra,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -44,8 +47,21 @@ def rate_of(proc):
 
 
 def run(args, input_path, replicas, gpus, **kw):
-    docs, rate, err = rate_of(launch(args, input_path, replicas, gpus, **kw))
+    stats = pathlib.Path(args.out) / "stats-multi.json"
+    docs, rate, err = rate_of(launch(args, input_path, replicas, gpus, stats=stats, **kw))
+    print("    " + time_split(json.loads(stats.read_text())), flush=True)
     return docs, rate, err
+
+
+def time_split(stats):
+    """Where the time of a run went: the posting thread's reading and delivering, and the replicas' (summed)
+    tokenizing, enqueueing and waiting for their GPU."""
+    reps = stats["replicas"]
+    total = {k: sum(r["metrics"].get(k, 0) for r in reps)
+             for k in ("tokenize_seconds", "enqueue_seconds", "wait_seconds")}
+    return (f"{stats['documents']} docs in {stats['seconds']:.3f} s; posting thread: read {stats['source_seconds']:.3f} s, "
+            f"deliver {stats['deliver_seconds']:.3f} s; {len(reps)} replicas: tokenize {total['tokenize_seconds']:.3f} s, "
+            f"enqueue {total['enqueue_seconds']:.3f} s, wait {total['wait_seconds']:.3f} s")
 
 
 def main():
@@ -58,6 +74,9 @@ def main():
     p.add_argument("--settings", default="2:256:1024,4:1024:1024",
                    help="scaling settings, comma-separated REPLICAS_PER_GPU:BATCH:REQUEST")
     p.add_argument("--runs", type=int, default=2, help="runs per scaling setting (best is kept)")
+    p.add_argument("--copies", type=int, default=100,
+                   help="the scaling input is the corpus this many times over (100: 600,100 paragraphs, seconds of "
+                        "steady state; at 20 a two-GPU run lasts about half a second and its ramp-up and drain weigh)")
     p.add_argument("--skip-slow", action="store_true", help="only the scaling part")
     a = p.parse_args()
     out = pathlib.Path(a.out)
@@ -66,6 +85,8 @@ def main():
     n = len(gpus.stdout.split())
     all_gpus = ",".join(str(i) for i in range(n))
     paragraphs = [t for _, _, t in corpus(a.corpus)]
+    scaled = out / f"corpus-x{a.copies}.txt"
+    scaled.write_text("\n\n".join(paragraphs * a.copies) + "\n")
     big = out / "corpus-x20.txt"
     big.write_text("\n\n".join(paragraphs * 20) + "\n")
     halves = [out / "half-0.txt", out / "half-1.txt"]
@@ -73,18 +94,38 @@ def main():
     halves[0].write_text("\n\n".join(whole[: len(whole) // 2]) + "\n")
     halves[1].write_text("\n\n".join(whole[len(whole) // 2:]) + "\n")
 
+    per_process = out / f"corpus-x{max(50, a.copies // 2)}.txt"
+    per_process.write_text("\n\n".join(paragraphs * max(50, a.copies // 2)) + "\n")
+
     def best_of(runs, *args, **kw):
         results = [run(a, *args, **kw) for _ in range(runs)]
         return max(results, key=lambda r: r[1])
 
     for per_gpu, batch, request in (tuple(int(x) for x in s.split(":")) for s in a.settings.split(",")):
-        print(f"== scaling over {n} GPUs ({len(whole)} paragraphs, fp16, batch {batch}, request {request}, "
+        print(f"== scaling over {n} GPUs ({len(paragraphs) * a.copies} paragraphs, fp16, batch {batch}, request {request}, "
               f"{per_gpu} replicas per GPU, best of {a.runs})")
-        _, one, _ = best_of(a.runs, big, per_gpu, "0", batch=batch, request=request)
-        _, every, err = best_of(a.runs, big, per_gpu * n, all_gpus, batch=batch, request=request)
+        _, one, _ = best_of(a.runs, scaled, per_gpu, "0", batch=batch, request=request)
+        _, every, err = best_of(a.runs, scaled, per_gpu * n, all_gpus, batch=batch, request=request)
         print(err[err.find("executor "):][:1500])
         print(f"one GPU: {one:,.0f} docs/s; {n} GPUs (devices: all): {every:,.0f} docs/s; scaling {every / one:.2f}x "
               f"(target >= 1.9x on 2 GPUs)", flush=True)
+        if n == 2:
+            # For comparison: one process per GPU at the same time (what a user would otherwise script), each
+            # on half the scaling input (at least the corpus 50 times over, so that their start-up skew is small
+            # against the run); the rate is all documents over the time from the first post() start to the
+            # last post() end.
+            stats = [out / f"stats-process-{g}.json" for g in range(2)]
+            procs = [launch(a, per_process, per_gpu, str(g), batch=batch, request=request, stats=stats[g])
+                     for g in range(2)]
+            for proc in procs:
+                rate_of(proc)
+            windows = [(s["post_ended_unix"] - s["seconds"], s["post_ended_unix"], s["documents"])
+                       for s in (json.loads(f.read_text()) for f in stats)]
+            span = max(w[1] for w in windows) - min(w[0] for w in windows)
+            overlap = min(w[1] for w in windows) - max(w[0] for w in windows)
+            both = sum(w[2] for w in windows) / span
+            print(f"one process per GPU ({windows[0][2]} docs each, at once; their post() windows overlap "
+                  f"{overlap / span * 100:.0f}%): {both:,.0f} docs/s = {both / one:.2f}x one GPU", flush=True)
 
     if a.skip_slow:
         return
