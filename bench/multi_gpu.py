@@ -71,7 +71,7 @@ def main():
     p.add_argument("--corpus", default=str(ROOT / ".device/corpus"))
     p.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "out-gpu")))
     p.add_argument("--delay-ms", type=int, default=20)
-    p.add_argument("--settings", default="2:256:1024,4:1024:1024",
+    p.add_argument("--settings", default="4:1024:1024,6:1024:1024",
                    help="scaling settings, comma-separated REPLICAS_PER_GPU:BATCH:REQUEST")
     p.add_argument("--runs", type=int, default=2, help="runs per scaling setting (best is kept)")
     p.add_argument("--copies", type=int, default=100,
