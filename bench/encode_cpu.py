@@ -38,9 +38,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--skip-st", action="store_true", help="only run flowline")
     args = parser.parse_args()
-    os.environ["OPENBLAS_NUM_THREADS"] = str(args.threads)  # numpy's BLAS, read when numpy loads
+    os.environ["OPENBLAS_NUM_THREADS"] = str(args.threads)  # numpy's BLAS, read when torch loads numpy
 
-    import numpy as np
     import torch
     from sentence_transformers import SentenceTransformer
     torch.set_num_threads(args.threads)

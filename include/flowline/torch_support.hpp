@@ -54,8 +54,8 @@ class HostStaging {
   // A view of the buffer with this shape and dtype.
   at::Tensor view(at::IntArrayRef shape, at::ScalarType dtype);
   // `t` in ordinary host memory. From a GPU: one asynchronous copy into the buffer on `stream`, a wait
-  // on that stream only (asleep, see wait_for_stream), then a copy out (documents never hold pinned memory). A CPU tensor is returned
-  // as it is.
+  // on that stream only (asleep, see wait_for_stream), then a copy out (documents never hold pinned
+  // memory). A CPU tensor is returned as it is.
   at::Tensor to_host(const at::Tensor& t, c10::cuda::CUDAStream stream);
 
  private:

@@ -267,7 +267,8 @@ class SentenceEncoder : public Executor {
       // One request of the flow's size through encode() itself (not counted in the metrics): its pinned
       // buffers get pinned now (milliseconds under a driver-wide lock) and the kernels only it uses get
       // loaded (CUDA loads modules lazily), so the first real request pays for neither.
-      const std::size_t rows = std::max(batch_size_, runtime().request_size);
+      constexpr std::size_t kMaxWarmupRows = 1 << 16;  // larger requests grow the buffers once, later
+      const std::size_t rows = std::min(kMaxWarmupRows, std::max(batch_size_, runtime().request_size));
       DocumentArray docs;
       for (std::size_t i = 0; i < rows; ++i) docs.push_back(Document("warm up"));
       warming_up_ = true;
