@@ -34,5 +34,5 @@ if [ ! -f .device/stb/usr/include/stb/stb_image_write.h ]; then
   rm -rf "$tmp" .device/stb.full
 fi
 mkdir -p .device/corpus
-cp -u "${FLOWLINE_CORPUS_DIR:-$ROOT/../shared/data/corpus}"/*.txt .device/corpus/
+cp -u "$("$ROOT/scripts/find-corpus.sh")"/*.txt .device/corpus/
 du -sh .device/*

@@ -5,7 +5,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$ROOT/scripts/setup.sh"
 cd "$ROOT"
-CORPUS="${FLOWLINE_CORPUS_DIR:-$ROOT/../shared/data/corpus}"
+CORPUS="$("$ROOT/scripts/find-corpus.sh")"
 export FLOWLINE_OUT_DIR="${FLOWLINE_OUT_DIR:-$ROOT/out}"
 export FLOWLINE_MODEL_DIR="${FLOWLINE_MODEL_DIR:-$ROOT/models}"
 printf '\n==> running flows/encode.yml over the paragraphs of %s\n' "$CORPUS"

@@ -50,11 +50,14 @@ if [ ! -f "$MODEL_DIR/model.safetensors" ]; then
   rm -rf "$tmp"
 fi
 
-# 4. Configure (once) and build (incrementally).
+# 4. The corpus the tests and the main job read (scripts/find-corpus.sh says where it looks).
+CORPUS_DIR="$("$ROOT/scripts/find-corpus.sh")"
+
+# 5. Configure (once) and build (incrementally).
 if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
-  step "configuring $BUILD_DIR ($BUILD_TYPE)"
+  step "configuring $BUILD_DIR ($BUILD_TYPE; corpus $CORPUS_DIR)"
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
-    -Wno-dev >"$ROOT/.cmake-configure.log" 2>&1 || { cat "$ROOT/.cmake-configure.log"; exit 1; }
+    -DFLOWLINE_CORPUS_DIR="$CORPUS_DIR" -Wno-dev >"$ROOT/.cmake-configure.log" 2>&1 || { cat "$ROOT/.cmake-configure.log"; exit 1; }
 fi
 step "building $BUILD_DIR (log: $BUILD_DIR/build.log)"
 if ! cmake --build "$BUILD_DIR" -- -j"$(nproc)" >"$BUILD_DIR/build.log" 2>&1; then
