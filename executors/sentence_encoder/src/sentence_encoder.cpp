@@ -369,7 +369,8 @@ class SentenceEncoder : public Executor {
   }
 
   // Tokenizes every document into ids_ (offsets_[i] .. offsets_[i+1] are document i's ids). Large batches
-  // are cut into contiguous chunks tokenized in parallel on ATen's thread pool, then joined in order.
+  // are cut into up to tokenizer_threads contiguous chunks, tokenized in parallel on ATen's thread pool,
+  // then joined in order.
   void tokenize(const DocumentArray& docs) {
     const std::size_t n = docs.size();
     constexpr std::size_t kGrain = 256;
