@@ -20,6 +20,13 @@ int cuda_device_count();
 // Names of the devices this process can use: "cpu", "cuda:0", "cuda:1", ...
 std::vector<std::string> available_devices();
 
+// Parses "cpu", "cuda", "cuda:N" or "auto". Returns an error text or nullopt.
+std::optional<std::string> check_device_syntax(std::string_view device);
+
+// check_device_syntax(), then whether a cuda device exists here. Returns an error text naming the device
+// and listing the available ones, or nullopt. Used by flow validation and resolve_device().
+std::optional<std::string> check_device(std::string_view device);
+
 // Resolves a device name. Throws flowline::Error for bad syntax or a device that does not exist, naming
 // the device and listing the available ones. "auto" is logged with what it picked.
 c10::Device resolve_device(std::string_view name);
@@ -32,6 +39,8 @@ struct DeviceMemory {
   std::int64_t allocated = 0, reserved = 0, peak_allocated = 0, peak_reserved = 0;
 };
 std::optional<DeviceMemory> device_memory(const c10::Device& device);
+// Restarts the allocator's peak figures of a GPU device (a no-op for the CPU).
+void reset_device_peaks(const c10::Device& device);
 
 // The GPU's own memory figures as NVML reports them, in bytes: what every process together uses, so
 // they include the CUDA contexts and memory allocated outside the caching allocator. nullopt for the

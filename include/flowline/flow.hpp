@@ -18,11 +18,13 @@
 // documents; the flow keeps serving the others. When a handler runs out of memory (c10::OutOfMemoryError,
 // e.g. a CUDA allocation), its batch is split in halves and retried down to single documents, with a
 // warning in the log; only a document that does not fit alone fails, and its error names it. close() waits for work in flight, then closes each
-// executor on its own thread. The destructor closes.
+// executor on its own thread. The destructor closes. Flow::stats() and any FlowObserver attached see what
+// the replicas do; docs/architecture.md draws the rooms of the runtime and a request's path through them.
 #pragma once
 
 #include "flowline/document.hpp"
 #include "flowline/flow_config.hpp"
+#include "flowline/observer.hpp"
 #include "flowline/registry.hpp"
 
 #include <boost/json/object.hpp>
@@ -147,6 +149,9 @@ class Flow {
 
   // Appends an executor. Only before start().
   Flow& add(ExecutorConfig executor);
+  // Attaches an observer of the runtime (flowline/observer.hpp says when its hooks are called and on which
+  // threads). The flow shares ownership. Only before start(); observers stay attached across restarts.
+  Flow& attach(std::shared_ptr<FlowObserver> observer);
 
   // Validates the config and constructs every replica on its thread. Throws ConfigError for a bad config,
   // ExecutorError (all failures listed) when a constructor throws; the flow is then closed.

@@ -132,6 +132,7 @@ Registry& test_registry() {
   static Registry* registry = [] {
     auto* r = new Registry();
     register_builtin_executors(*r);
+    testing::register_testing_executors(*r);
     r->add<BatchRecorder>();
     r->add<Forgetful>();
     r->add<Misspelt>();
@@ -176,9 +177,11 @@ TEST_CASE("a slow executor applies backpressure so documents in flight stay boun
 }
 
 TEST_CASE("an executor exception fails that request only and the flow keeps serving", "[flow]") {
+  const int replicas = GENERATE(1, 2, 4);
+  CAPTURE(replicas);
   Flow flow(FlowOptions{.request_size = 10});
   flow.add({.name = "tag", .uses = "SetTags", .with = {{"tags", boost::json::object{{"seen", true}}}}});
-  flow.add({.name = "check", .uses = "FailIf", .with = {{"contains", "FAIL"}}, .replicas = 2});
+  flow.add({.name = "check", .uses = "FailIf", .with = {{"contains", "FAIL"}}, .replicas = replicas});
   DocumentArray docs = testing::numbered_docs(100);
   docs[35].text = "FAIL here";
   ArraySource source(std::move(docs));
@@ -202,8 +205,10 @@ TEST_CASE("an executor exception fails that request only and the flow keeps serv
 }
 
 TEST_CASE("a failed request inside a merged batch fails alone", "[flow]") {
+  const int replicas = GENERATE(1, 2, 4);
+  CAPTURE(replicas);
   Flow flow(FlowOptions{.request_size = 2, .max_in_flight = 64});
-  flow.add({.name = "check", .uses = "FailIf",
+  flow.add({.name = "check", .uses = "FailIf", .replicas = replicas,
             .batching = {.max_batch_size = 32, .max_delay = std::chrono::milliseconds(20)}});
   DocumentArray docs = testing::numbered_docs(64);
   docs[9].text = "FAIL";
@@ -216,11 +221,13 @@ TEST_CASE("a failed request inside a merged batch fails alone", "[flow]") {
 }
 
 TEST_CASE("branches of a DAG join and their documents are merged by id", "[flow]") {
+  const int replicas = GENERATE(1, 2, 4);
+  CAPTURE(replicas);
   Flow flow(FlowOptions{.request_size = 7});
   flow.add({.name = "start", .uses = "NoOp"});
   flow.add({.name = "left", .uses = "SetTags", .with = {{"tags", boost::json::object{{"left", 1}}}},
-            .needs = std::vector<std::string>{"start"}});
-  flow.add({.name = "right", .uses = "TextStats", .needs = std::vector<std::string>{"start"}, .replicas = 3});
+            .needs = std::vector<std::string>{"start"}, .replicas = replicas});
+  flow.add({.name = "right", .uses = "TextStats", .needs = std::vector<std::string>{"start"}, .replicas = replicas});
   flow.add({.name = "join", .uses = "NoOp", .needs = std::vector<std::string>{"left", "right"}});
   const DocumentArray out = flow.post("/", testing::numbered_docs(100));
   REQUIRE(out.size() == 100);
@@ -281,8 +288,10 @@ TEST_CASE("close waits for posts in flight and closes every executor", "[flow]")
 }
 
 TEST_CASE("several threads can post to one flow at once", "[flow]") {
+  const int replicas = GENERATE(1, 2, 4);
+  CAPTURE(replicas);
   Flow flow(FlowOptions{.request_size = 3});
-  flow.add({.name = "stats", .uses = "TextStats", .replicas = 2});
+  flow.add({.name = "stats", .uses = "TextStats", .replicas = replicas});
   std::vector<std::thread> threads;
   std::atomic<int> ok{0};
   for (int t = 0; t < 4; ++t) {

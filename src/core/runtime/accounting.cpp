@@ -1,0 +1,84 @@
+// Per-replica accounting: counts, batch-time percentiles, executor metrics and GPU figures per replica.
+#include "accounting.hpp"
+
+#include "flowline/device.hpp"
+#include "flowline/executor.hpp"
+
+#include <algorithm>
+
+namespace flowline::runtime {
+
+void ReplicaAccounting::Account::record(std::size_t documents, double ms, bool failed) {
+  std::lock_guard lock(mutex);
+  stats.documents += documents;
+  stats.batches += 1;
+  stats.errors += failed;
+  ++seen;
+  if (batch_ms.size() < kMaxSamples) {
+    batch_ms.push_back(ms);
+  } else {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    const std::uint64_t slot = rng % seen;
+    if (slot < kMaxSamples) batch_ms[slot] = ms;
+  }
+}
+
+ReplicaStats ReplicaAccounting::Account::snapshot() const {
+  std::lock_guard lock(mutex);
+  ReplicaStats out = stats;
+  if (metrics) out.metrics = metrics->snapshot();
+  if (out.has_gpu_memory) {
+    if (const auto memory = device_memory(device)) {
+      out.gpu_peak_allocated_bytes = memory->peak_allocated;
+      out.gpu_peak_reserved_bytes = memory->peak_reserved;
+    }
+  }
+  if (!batch_ms.empty()) {
+    std::vector<double> sorted = batch_ms;
+    std::sort(sorted.begin(), sorted.end());
+    double sum = 0;
+    for (double v : sorted) sum += v;
+    out.batch_ms_mean = sum / static_cast<double>(sorted.size());
+    out.batch_ms_p50 = sorted[(sorted.size() - 1) / 2];
+    out.batch_ms_p99 = sorted[static_cast<std::size_t>(0.99 * static_cast<double>(sorted.size() - 1))];
+  }
+  return out;
+}
+
+void ReplicaAccounting::on_flow_start(const FlowTopology& topology) {
+  std::vector<std::unique_ptr<Account>> accounts;
+  for (const auto& placement : topology.replicas) {
+    auto account = std::make_unique<Account>();
+    account->stats.executor = placement.executor;
+    account->stats.type = placement.type;
+    account->stats.replica = placement.replica;
+    account->stats.device = placement.device.str();
+    account->device = placement.device;
+    accounts.push_back(std::move(account));
+  }
+  std::lock_guard lock(mutex_);
+  accounts_ = std::move(accounts);
+}
+
+void ReplicaAccounting::on_replica_ready(const ReplicaReady& ready) {
+  std::lock_guard lock(mutex_);
+  Account& account = *accounts_.at(ready.index);
+  std::lock_guard account_lock(account.mutex);
+  account.metrics = ready.metrics;
+  account.stats.has_gpu_memory = ready.has_gpu_memory;
+  account.stats.gpu_load_bytes = ready.gpu_load_bytes;
+}
+
+void ReplicaAccounting::on_batch(const BatchDone& batch) {
+  // No lock on the vector: it is replaced only by on_flow_start, before any replica thread exists.
+  accounts_.at(batch.index)->record(batch.documents, batch.milliseconds, batch.failed);
+}
+
+std::vector<ReplicaStats> ReplicaAccounting::snapshot() const {
+  std::lock_guard lock(mutex_);
+  std::vector<ReplicaStats> out;
+  for (const auto& account : accounts_) out.push_back(account->snapshot());
+  return out;
+}
+
+}  // namespace flowline::runtime

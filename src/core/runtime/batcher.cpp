@@ -1,0 +1,67 @@
+// Dynamic batching: taking batches from a queue, merging requests and splitting results back.
+#include "batcher.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+
+namespace flowline::runtime {
+
+std::vector<RequestPtr> Batcher::take() {
+  std::vector<RequestPtr> batch;
+  if (carry_) {
+    batch.push_back(std::move(carry_));
+  } else if (auto first = queue_.pop()) {
+    batch.push_back(std::move(*first));
+  } else {
+    return batch;
+  }
+  if (options_.max_batch_size == 0) return batch;
+  std::size_t size = batch.front()->docs.size();
+  const auto deadline = std::chrono::steady_clock::now() + options_.max_delay;
+  while (size < options_.max_batch_size) {
+    auto next = options_.max_delay.count() > 0 ? queue_.pop_until(deadline) : queue_.try_pop();
+    if (!next) break;
+    RequestPtr& request = *next;
+    if (request->session != batch.front()->session || size + request->docs.size() > options_.max_batch_size) {
+      carry_ = std::move(request);
+      break;
+    }
+    size += request->docs.size();
+    batch.push_back(std::move(request));
+  }
+  return batch;
+}
+
+MergedBatch merge_requests(std::vector<RequestPtr>& requests) {
+  MergedBatch merged;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    merged.counts.push_back(requests[i]->docs.size());
+    for (const auto& doc : requests[i]->docs) merged.owner.emplace(doc.id, i);
+    merged.docs.append(std::move(requests[i]->docs));
+    requests[i]->docs.clear();
+  }
+  return merged;
+}
+
+std::string split_results(MergedBatch& merged, std::vector<RequestPtr>& requests) {
+  std::size_t total = 0;
+  for (std::size_t count : merged.counts) total += count;
+  if (merged.docs.size() == total) {
+    for (std::size_t i = 0; i < requests.size(); ++i) requests[i]->docs = merged.docs.take(0, merged.counts[i]);
+    return {};
+  }
+  for (auto& doc : merged.docs) {
+    auto it = merged.owner.find(doc.id);
+    if (it == merged.owner.end()) it = merged.owner.find(doc.parent_id);
+    if (it == merged.owner.end()) {
+      return fmt::format("document {} in a merged batch has neither the id nor the parent_id of an input document, "
+                         "so its request is unknown; turn batching off for this executor", doc.id);
+    }
+    requests[it->second]->docs.push_back(std::move(doc));
+  }
+  merged.docs.clear();
+  return {};
+}
+
+}  // namespace flowline::runtime

@@ -1,0 +1,163 @@
+// Replicas: constructing an executor in this process, running its handler with out-of-memory retries, and
+// the worker loop every replica thread runs.
+#include "replica.hpp"
+
+#include "flowline/device.hpp"
+#include "flowline/error.hpp"
+
+#include <c10/util/Exception.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+
+namespace flowline::runtime {
+
+void check_bound_endpoints(const ExecutorSpec& spec, const Executor& executor) {
+  std::vector<std::string> declared = spec.endpoints;
+  std::sort(declared.begin(), declared.end());
+  const auto bound = executor.bound_endpoints();
+  for (const auto& e : bound) {
+    if (!std::binary_search(declared.begin(), declared.end(), e)) {
+      throw Error(fmt::format("{} binds endpoint '{}' which its spec does not declare (declared: {})", spec.name, e,
+                              declared.empty() ? std::string("none") : fmt::format("{}", fmt::join(declared, ", "))));
+    }
+  }
+  for (const auto& e : declared) {
+    if (!std::binary_search(bound.begin(), bound.end(), e)) {
+      throw Error(fmt::format("{} declares endpoint '{}' but its constructor did not bind it", spec.name, e));
+    }
+  }
+  if (spec.default_endpoint != executor.has_default_handler()) {
+    throw Error(fmt::format("{} {} the default endpoint but its spec says default_endpoint = {}", spec.name,
+                            executor.has_default_handler() ? "binds" : "does not bind", spec.default_endpoint));
+  }
+}
+
+void LocalReplica::open() {
+  set_thread_device(runtime_.device);
+  const auto memory_before = device_memory(runtime_.device);
+  executor_ = entry_.factory(ExecutorContext{runtime_, params_});
+  if (!executor_) throw Error("the factory returned no executor");
+  try {
+    check_bound_endpoints(entry_.spec, *executor_);
+  } catch (...) {
+    executor_.reset();
+    throw;
+  }
+  if (memory_before) gpu_load_bytes_ = device_memory(runtime_.device)->allocated - memory_before->allocated;
+}
+
+namespace {
+// Runs the handler; on c10::OutOfMemoryError splits the batch in halves and retries each, recursively.
+std::string run_handler(Executor& executor, const std::string& endpoint, DocumentArray& docs,
+                        const boost::json::object& parameters) {
+  try {
+    executor.handle(endpoint, docs, parameters);
+    return {};
+  } catch (const c10::OutOfMemoryError& e) {
+    const std::string what = e.what_without_backtrace();
+    const std::string first_line = what.substr(0, what.find('\n'));
+    if (docs.size() <= 1) {
+      return fmt::format("out of memory on document {} alone: {}", docs.empty() ? "(none)" : docs[0].id, first_line);
+    }
+    const std::size_t half = docs.size() / 2;
+    spdlog::warn("executor '{}' replica {}: out of memory on a batch of {} documents; retrying as {} + {}",
+                 executor.runtime().name, executor.runtime().replica, docs.size(), half, docs.size() - half);
+    DocumentArray second = docs.take(half, docs.size() - half);
+    std::string error = run_handler(executor, endpoint, docs, parameters);
+    std::string second_error = run_handler(executor, endpoint, second, parameters);
+    docs.append(std::move(second));
+    return error.empty() ? second_error : error;
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+}  // namespace
+
+std::string LocalReplica::run(const std::string& endpoint, DocumentArray& docs, const boost::json::object& parameters) {
+  return run_handler(*executor_, endpoint, docs, parameters);
+}
+
+void LocalReplica::close() noexcept {
+  if (!executor_) return;
+  try {
+    executor_->close();
+  } catch (const std::exception& e) {
+    spdlog::error("executor '{}' replica {}: close() failed: {}", runtime_.name, runtime_.replica, e.what());
+  }
+  executor_.reset();
+}
+
+std::shared_ptr<const ExecutorMetrics> LocalReplica::metrics() const {
+  return executor_ ? executor_->shared_metrics() : nullptr;
+}
+
+void ReplicaWorker::run() {
+  while (true) {
+    std::vector<RequestPtr> batch = batcher_.take();
+    if (batch.empty()) break;
+    process(std::move(batch));
+  }
+}
+
+void ReplicaWorker::process(std::vector<RequestPtr> batch) {
+  std::vector<RequestPtr> live;
+  for (auto& request : batch) {
+    if (request->failed()) {
+      forward_(std::move(request));
+    } else {
+      live.push_back(std::move(request));
+    }
+  }
+  if (live.empty()) return;
+  const PostSession& session = *live.front()->session;
+  const auto started = std::chrono::steady_clock::now();
+  std::size_t documents = 0;
+  for (const auto& r : live) documents += r->docs.size();
+
+  if (live.size() == 1) {
+    std::string error = replica_.run(session.endpoint, live[0]->docs, session.parameters);
+    if (!error.empty()) live[0]->error = std::move(error);
+  } else {
+    run_merged(live, session);
+  }
+  bool failed = false;
+  for (auto& r : live) {
+    if (r->failed()) {
+      failed = true;
+      if (r->error_executor.empty()) r->error_executor = placement_.executor;
+    }
+  }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  observers_.batch_done(BatchDone{placement_, index_, documents, live.size(), ms, failed});
+  for (auto& r : live) forward_(std::move(r));
+}
+
+void ReplicaWorker::run_merged(std::vector<RequestPtr>& live, const PostSession& session) {
+  MergedBatch merged = merge_requests(live);
+  std::size_t total = merged.docs.size();
+  const std::string error = replica_.run(session.endpoint, merged.docs, session.parameters);
+  const bool same_count = merged.docs.size() == total;
+  if (!error.empty() && !same_count) {
+    for (auto& r : live) r->error = error;
+    return;
+  }
+  const std::string split_error = split_results(merged, live);
+  if (!split_error.empty()) {
+    for (auto& r : live) r->error = split_error;
+    return;
+  }
+  if (error.empty()) return;
+  // Isolate the failure: each request runs on its own, so only the bad one fails.
+  for (auto& r : live) {
+    std::string own = replica_.run(session.endpoint, r->docs, session.parameters);
+    if (!own.empty()) r->error = std::move(own);
+  }
+}
+
+}  // namespace flowline::runtime
