@@ -21,26 +21,19 @@ class TextSplitter : public Executor {
     return ExecutorSpec{
         "TextSplitter",
         "Split text into paragraphs or sentences, with character offsets (tags start, end) into the source",
-        {ParamSpec::optional("unit", ParamType::String, "paragraph", "paragraph or sentence"),
-         ParamSpec::optional("output", ParamType::String, "documents",
-                             "documents: the pieces replace their source in the batch (parent_id links them); "
-                             "chunks: the pieces become the source's chunks"),
-         ParamSpec::optional("min_chars", ParamType::Int, 1, "drop pieces shorter than this many characters")},
+        {ParamSpec::choice("unit", {"paragraph", "sentence"}, "paragraph", "what one piece is"),
+         ParamSpec::choice("output", {"documents", "chunks"}, "documents",
+                           "documents: the pieces replace their source in the batch (parent_id links them); "
+                           "chunks: the pieces become the source's chunks"),
+         ParamSpec::optional("min_chars", ParamType::Int, 1, "drop pieces shorter than this many characters").min(0)},
         {},
     };
   }
 
   explicit TextSplitter(const ExecutorContext& context) : Executor(context) {
-    const auto unit = params().get<std::string>("unit");
-    if (unit != "paragraph" && unit != "sentence") {
-      throw Error(fmt::format("parameter 'unit': expected paragraph or sentence, got '{}'", unit));
-    }
-    sentences_ = unit == "sentence";
-    const auto output = params().get<std::string>("output");
-    if (output != "documents" && output != "chunks") {
-      throw Error(fmt::format("parameter 'output': expected documents or chunks, got '{}'", output));
-    }
-    as_chunks_ = output == "chunks";
+    // unit, output and min_chars were checked against their declared choices and bounds by validation.
+    sentences_ = params().get<std::string>("unit") == "sentence";
+    as_chunks_ = params().get<std::string>("output") == "chunks";
     min_chars_ = params().get<std::size_t>("min_chars");
     bind_default(&TextSplitter::split);
   }

@@ -8,6 +8,7 @@
 //     columns: [parent.tags.paragraph, text, tags.label, tags.start, tags.end]
 #include "../builtin.hpp"
 
+#include "flowline/document_fields.hpp"
 #include "flowline/error.hpp"
 #include "flowline/executor.hpp"
 
@@ -15,6 +16,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -29,11 +31,11 @@ class TsvWriter : public Executor {
     ExecutorSpec s{
         "TsvWriter",
         "Write chosen fields of documents or their chunks as TSV rows (single owner of the file)",
-        {ParamSpec::required_param("path", ParamType::String, "output file, truncated at start"),
+        {ParamSpec::required_param("path", ParamType::Path, "output file, truncated at start"),
          ParamSpec::required_param("columns", ParamType::StringList,
                                    "fields: id, text, uri, mime_type, parent_id, tags.KEY, scores.NAME; with "
                                    "rows: chunks also parent.FIELD"),
-         ParamSpec::optional("rows", ParamType::String, "documents", "documents or chunks"),
+         ParamSpec::choice("rows", {"documents", "chunks"}, "documents", "one row per document or per chunk"),
          ParamSpec::optional("header", ParamType::Bool, true, "write the column names as the first row")},
         {},
     };
@@ -45,11 +47,7 @@ class TsvWriter : public Executor {
     path_ = params().get<std::string>("path");
     columns_ = params().get<std::vector<std::string>>("columns");
     if (columns_.empty()) throw Error("parameter 'columns': name at least one column");
-    const auto rows = params().get<std::string>("rows");
-    if (rows != "documents" && rows != "chunks") {
-      throw Error(fmt::format("parameter 'rows': expected documents or chunks, got '{}'", rows));
-    }
-    chunks_ = rows == "chunks";
+    chunks_ = params().get<std::string>("rows") == "chunks";  // a declared choice, checked by validation
     for (const auto& c : columns_) check_column(c);
     const std::filesystem::path parent = std::filesystem::path(path_).parent_path();
     std::error_code ec;
@@ -66,16 +64,36 @@ class TsvWriter : public Executor {
   }
 
  private:
+  // The text fields a column may name, from the table of Document fields: id, text, mime_type, uri, parent_id.
+  static std::vector<std::string_view> text_fields() {
+    std::vector<std::string_view> names;
+    for_each_document_field([&](DocumentField, std::string_view name, auto member) {
+      if constexpr (std::is_same_v<std::remove_cvref_t<decltype(std::declval<const Document&>().*member)>, std::string>) names.push_back(name);
+    });
+    return names;
+  }
+
+  // The value of text field `name` of `doc`, or nullptr when `name` is no text field.
+  static const std::string* text_field(const Document& doc, std::string_view name) {
+    const std::string* value = nullptr;
+    for_each_document_field([&](DocumentField, std::string_view field, auto member) {
+      if constexpr (std::is_same_v<std::remove_cvref_t<decltype(doc.*member)>, std::string>) {
+        if (field == name) value = &(doc.*member);
+      }
+    });
+    return value;
+  }
+
   void check_column(const std::string& column) const {
     std::string_view c = column;
     if (c.rfind("parent.", 0) == 0) {
       if (!chunks_) throw Error(fmt::format("column '{}': parent.* columns need rows: chunks", column));
       c.remove_prefix(7);
     }
-    if (c == "id" || c == "text" || c == "uri" || c == "mime_type" || c == "parent_id") return;
+    const auto names = text_fields();
+    if (std::find(names.begin(), names.end(), c) != names.end()) return;
     if ((c.rfind("tags.", 0) == 0 && c.size() > 5) || (c.rfind("scores.", 0) == 0 && c.size() > 7)) return;
-    throw Error(fmt::format("column '{}': expected id, text, uri, mime_type, parent_id, tags.KEY or scores.NAME",
-                            column));
+    throw Error(fmt::format("column '{}': expected {}, tags.KEY or scores.NAME", column, fmt::join(names, ", ")));
   }
 
   static void append_escaped(std::string& out, std::string_view value) {
@@ -91,11 +109,7 @@ class TsvWriter : public Executor {
   }
 
   static void append_field(std::string& out, const Document& doc, std::string_view c) {
-    if (c == "id") return append_escaped(out, doc.id);
-    if (c == "text") return append_escaped(out, doc.text);
-    if (c == "uri") return append_escaped(out, doc.uri);
-    if (c == "mime_type") return append_escaped(out, doc.mime_type);
-    if (c == "parent_id") return append_escaped(out, doc.parent_id);
+    if (const std::string* value = text_field(doc, c)) return append_escaped(out, *value);
     if (c.rfind("tags.", 0) == 0) {
       const auto* v = doc.tags.if_contains(c.substr(5));
       if (!v || v->is_null()) return;

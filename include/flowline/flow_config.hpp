@@ -19,7 +19,11 @@
 //       with: {path: out.jsonl}
 //       needs: splitter        # default: the executor before it
 //
-// Scalars may use ${{ ENV.NAME }} to substitute an environment variable.
+// Scalars may use ${{ ENV.NAME }} to substitute an environment variable, or ${{ ENV.NAME:-default }} to
+// fall back to `default` when it is unset or empty (as in shells); an unset variable without a default is
+// an error. Relative paths in a flow file (plugins, and executor parameters declared ParamType::Path) are
+// relative to the flow file's folder, resolved at load time; a flow built in code, and a value set with
+// set_executor_parameter(), keeps them relative to the current directory.
 #pragma once
 
 #include "flowline/error.hpp"
@@ -73,7 +77,7 @@ struct FlowConfig {
   FlowOptions options;
   std::vector<std::string> plugins;  // as written; resolved against the YAML file's folder
   std::vector<ExecutorConfig> executors;
-  std::filesystem::path source;      // the YAML file, when there is one
+  std::filesystem::path source;      // the YAML file, when there is one; its folder anchors relative paths
   std::map<std::string, SourceLocation> locations;  // flow-level keys: "with.request_size", "plugins.0"...
   SourceLocation location_of(const std::string& key) const;
 };
@@ -96,24 +100,42 @@ FlowConfig load_flow_config_text(std::string_view yaml_text, const std::filesyst
 // checked by validate_flow_config().
 void set_executor_parameter(FlowConfig& config, std::string_view assignment);
 
-// Validates `config` in place (see the file comment). Throws ConfigError with every problem.
+// Validates `config` in place (see the file comment): fills in parameter defaults and, when the config
+// came from a file (`source` set), makes relative Path parameters written in that file absolute against
+// its folder (idempotent). Throws ConfigError with every problem.
 void validate_flow_config(FlowConfig& config, const Registry& registry = Registry::global());
 
-// One key of the flow YAML schema: the single source for the parser and the generated reference.
+// How the parser reads one schema key.
+enum class SchemaValue {
+  Map,           // a map of the keys below it
+  Int,           // an integer >= minimum
+  Number,        // a number >= minimum
+  String,        // a scalar
+  StringList,    // a list of scalars
+  StringOrList,  // a scalar (a list of one) or a list of scalars
+  Special,       // read by its own code (the executor list, an executor's parameters)
+};
+
+// One key of the flow YAML schema: the single source for the parser and the generated reference. The
+// parser loops over this table: it checks the key names of every map, reads each value as `value` says
+// and hands it to `assign`, which stores it in its target and may return a problem with the value.
 struct SchemaKey {
+  using Assign = std::optional<std::string> (*)(FlowConfig& flow, ExecutorConfig* executor,
+                                                const boost::json::value& value);
   std::string path;         // "with.request_size", "executors[].uses", ...
   std::string type;         // "int >= 1", "string", ...
   std::string default_value;
   std::string help;
   std::string example;
+  SchemaValue value = SchemaValue::Special;
+  double minimum = 0;       // Int, Number
+  Assign assign = nullptr;  // executor is null for flow-level keys; the value is an int64, double, string or
+                            // array of strings as `value` says
 };
 const std::vector<SchemaKey>& flow_schema();
 
 // The device of each replica: `devices` round-robin (replica i gets devices[i % n]; "all" expands to
 // every visible GPU), else `device` for all. Throws flowline::Error when "all" finds no GPU.
 std::vector<std::string> replica_devices(const ExecutorConfig& executor);
-
-// Parses "cpu", "cuda", "cuda:N" or "auto". Returns an error text or nullopt.
-std::optional<std::string> check_device_syntax(std::string_view device);
 
 }  // namespace flowline

@@ -2,7 +2,10 @@
 //
 // An executor declares its parameters in its ExecutorSpec (flowline/executor.hpp) as ParamSpecs. A flow is
 // checked against those declarations before any executor is constructed: unknown names, missing required
-// parameters and wrong types are config errors with file:line:column. The executor then reads its values
+// parameters, wrong types, values outside a declared choice list or outside numeric bounds are config
+// errors with file:line:column, reported by `flowline validate`; the executor need not re-check them. A
+// `Path` parameter written in a flow file is resolved against the flow file's folder at load time (a flow
+// built in code keeps it relative to the current directory). The executor then reads its values
 // with Params::get<T>(name), which can only fail for a parameter the executor did not declare or reads as
 // another type — a programming error, reported as flowline::ExecutorError naming executor and parameter.
 //
@@ -31,9 +34,10 @@ enum class ParamType {
   StringList,  // list of text; a single text is not accepted
   Json,        // anything (null, scalars, lists, maps)
   IntOrAuto,   // an integer, or the text "auto" (the executor decides; read it as boost::json::value)
+  Path,        // a file or folder name, read as a string; relative ones are relative to the flow file
 };
 
-// "bool", "int", "double", "string", "list of strings", "any", "int or auto".
+// "bool", "int", "double", "string", "list of strings", "any", "int or auto", "path".
 std::string_view to_string(ParamType type) noexcept;
 
 // Declaration of one parameter.
@@ -43,15 +47,35 @@ struct ParamSpec {
   bool required = false;
   boost::json::value default_value;  // used when the parameter is not given (and not required)
   std::string help;
+  // The allowed values, when not empty: the value (for StringList: each item) must equal one of them.
+  std::vector<boost::json::value> choices;
+  // Inclusive bounds of an Int, Double or IntOrAuto (the number) value.
+  std::optional<double> minimum, maximum;
 
   static ParamSpec optional(std::string name, ParamType type, boost::json::value default_value,
                             std::string help);
   static ParamSpec required_param(std::string name, ParamType type, std::string help);
+  // A string that is one of `choices` (text), e.g. choice("unit", {"paragraph", "sentence"}, "paragraph", ...).
+  static ParamSpec choice(std::string name, std::vector<std::string> choices, std::string default_value,
+                          std::string help);
+  // A list of strings, each one of `choices`.
+  static ParamSpec choice_list(std::string name, std::vector<std::string> choices,
+                               std::vector<std::string> default_value, std::string help);
+  // Bounds, chained on a declaration: ParamSpec::optional("batch_size", ParamType::Int, 64, "...").min(1).
+  ParamSpec& min(double value) { minimum = value; return *this; }
+  ParamSpec& max(double value) { maximum = value; return *this; }
 };
+
+// The type as the reference shows it, with choices and bounds: "string: one of paragraph, sentence",
+// "int ≥ 1", "double ≥ 0 and ≤ 1".
+std::string describe_type(const ParamSpec& spec);
 
 // Checks `value` against `type`, converting where the YAML reading is unambiguous (an integer where a
 // double is declared). Returns an error description ("expected int, got string \"abc\"") or nullopt.
 std::optional<std::string> check_param_value(ParamType type, boost::json::value& value);
+// The same, then the choices and bounds of `spec`: "expected one of paragraph, sentence, got 'word'",
+// "expected an integer ≥ 1, got 0".
+std::optional<std::string> check_param_value(const ParamSpec& spec, boost::json::value& value);
 
 // The parameter values of one executor, after validation against its ParamSpecs.
 class Params {

@@ -1,6 +1,6 @@
+// Device names (syntax, existence), resolution to c10 devices, and the allocator's and NVML's memory figures.
 #include "flowline/device.hpp"
 #include "flowline/error.hpp"
-#include "flowline/flow_config.hpp"
 
 #include <ATen/Context.h>
 #include <ATen/detail/CUDAHooksInterface.h>
@@ -46,8 +46,16 @@ std::optional<std::string> check_device_syntax(std::string_view device) {
   return fmt::format("invalid device '{}': expected cpu, cuda, cuda:N or auto", device);
 }
 
+std::optional<std::string> check_device(std::string_view device) {
+  if (auto problem = check_device_syntax(device)) return problem;
+  if (device.substr(0, 4) != "cuda") return std::nullopt;
+  const int index = device == "cuda" ? 0 : std::stoi(std::string(device.substr(5)));
+  if (index < cuda_device_count()) return std::nullopt;
+  return fmt::format("device '{}' does not exist; available: {}", device, fmt::join(available_devices(), ", "));
+}
+
 c10::Device resolve_device(std::string_view name) {
-  if (auto problem = check_device_syntax(name)) throw Error(*problem);
+  if (auto problem = check_device(name)) throw Error(*problem);
   if (name == "cpu") return c10::Device(c10::kCPU);
   const int count = cuda_device_count();
   if (name == "auto") {
@@ -59,9 +67,6 @@ c10::Device resolve_device(std::string_view name) {
     return c10::Device(c10::kCPU);
   }
   const int index = name == "cuda" ? 0 : std::stoi(std::string(name.substr(5)));
-  if (index >= count) {
-    throw Error(fmt::format("device '{}' does not exist; available: {}", name, fmt::join(available_devices(), ", ")));
-  }
   return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
 }
 
@@ -81,6 +86,10 @@ std::optional<DeviceMemory> device_memory(const c10::Device& device) {
   m.peak_allocated = stats.allocated_bytes[all].peak;
   m.peak_reserved = stats.reserved_bytes[all].peak;
   return m;
+}
+
+void reset_device_peaks(const c10::Device& device) {
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
 }
 
 namespace {

@@ -1,8 +1,10 @@
+// Executor parameter declarations (types, choices, bounds), their checking, and typed reading.
 #include "flowline/params.hpp"
 
 #include <boost/json/serialize.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <limits>
 
 namespace flowline {
@@ -16,6 +18,7 @@ std::string_view to_string(ParamType type) noexcept {
     case ParamType::StringList: return "list of strings";
     case ParamType::Json: return "any";
     case ParamType::IntOrAuto: return "int or auto";
+    case ParamType::Path: return "path";
   }
   return "?";
 }
@@ -29,7 +32,53 @@ ParamSpec ParamSpec::required_param(std::string name, ParamType type, std::strin
   return ParamSpec{std::move(name), type, true, nullptr, std::move(help)};
 }
 
+ParamSpec ParamSpec::choice(std::string name, std::vector<std::string> choices, std::string default_value,
+                            std::string help) {
+  ParamSpec spec = optional(std::move(name), ParamType::String, boost::json::value(default_value), std::move(help));
+  for (auto& c : choices) spec.choices.emplace_back(c);
+  return spec;
+}
+
+ParamSpec ParamSpec::choice_list(std::string name, std::vector<std::string> choices,
+                                 std::vector<std::string> default_value, std::string help) {
+  boost::json::array defaults;
+  for (auto& d : default_value) defaults.emplace_back(d);
+  ParamSpec spec = optional(std::move(name), ParamType::StringList, std::move(defaults), std::move(help));
+  for (auto& c : choices) spec.choices.emplace_back(c);
+  return spec;
+}
+
 namespace {
+// A choice or a value as users write it: paragraph, true, 3 (no quotes around text).
+std::string plain(const boost::json::value& v) {
+  if (v.is_string()) return std::string(v.get_string());
+  if (v.is_double()) return fmt::format("{}", v.get_double());
+  return boost::json::serialize(v);
+}
+
+std::string choice_list_text(const std::vector<boost::json::value>& choices) {
+  std::string out;
+  for (const auto& c : choices) out += (out.empty() ? "" : ", ") + plain(c);
+  return out;
+}
+
+// " (did you mean 'text'?)" when a text value is a likely typo of a choice, else "".
+std::string did_you_mean(const std::vector<boost::json::value>& choices, const boost::json::value& value) {
+  if (!value.is_string()) return {};
+  std::vector<std::string> names;
+  for (const auto& c : choices) names.push_back(plain(c));
+  const std::string match = closest_match(std::string(value.get_string()), names);
+  return match.empty() ? std::string() : fmt::format(" (did you mean '{}'?)", match);
+}
+
+// "≥ 1", "≥ 0 and ≤ 1", "" without bounds.
+std::string bounds_text(const ParamSpec& spec) {
+  std::string out;
+  if (spec.minimum) out += fmt::format("≥ {}", *spec.minimum);
+  if (spec.maximum) out += fmt::format("{}≤ {}", out.empty() ? "" : " and ", *spec.maximum);
+  return out;
+}
+
 std::string describe(const boost::json::value& v) {
   switch (v.kind()) {
     case boost::json::kind::null: return "null";
@@ -64,6 +113,7 @@ std::optional<std::string> check_param_value(ParamType type, boost::json::value&
       if (!value.is_double()) return mismatch();
       return std::nullopt;
     case ParamType::String:
+    case ParamType::Path:
       if (!value.is_string()) return mismatch();
       return std::nullopt;
     case ParamType::StringList:
@@ -85,6 +135,47 @@ std::optional<std::string> check_param_value(ParamType type, boost::json::value&
       return std::nullopt;
   }
   return mismatch();
+}
+
+std::string describe_type(const ParamSpec& spec) {
+  const std::string bounds = bounds_text(spec);
+  if (spec.type == ParamType::IntOrAuto && !bounds.empty()) return fmt::format("int {} or auto", bounds);
+  std::string out(to_string(spec.type));
+  if (!spec.choices.empty()) {
+    const std::string choices = choice_list_text(spec.choices);
+    if (spec.type == ParamType::StringList) return fmt::format("list, each one of {}", choices);
+    return spec.type == ParamType::Json ? fmt::format("one of {}", choices) : fmt::format("{}: one of {}", out, choices);
+  }
+  return bounds.empty() ? out : out + " " + bounds;
+}
+
+std::optional<std::string> check_param_value(const ParamSpec& spec, boost::json::value& value) {
+  if (auto problem = check_param_value(spec.type, value)) return problem;
+  if (!spec.choices.empty()) {
+    auto allowed = [&](const boost::json::value& v) {
+      return std::find(spec.choices.begin(), spec.choices.end(), v) != spec.choices.end();
+    };
+    if (value.is_array()) {
+      for (const auto& item : value.get_array()) {
+        if (!allowed(item)) {
+          return fmt::format("expected each item one of {}, got '{}'{}", choice_list_text(spec.choices), plain(item),
+                             did_you_mean(spec.choices, item));
+        }
+      }
+    } else if (!allowed(value)) {
+      return fmt::format("expected one of {}, got '{}'{}", choice_list_text(spec.choices), plain(value),
+                         did_you_mean(spec.choices, value));
+    }
+  }
+  if ((spec.minimum || spec.maximum) && value.is_number()) {
+    const double v = value.to_number<double>();
+    if ((spec.minimum && v < *spec.minimum) || (spec.maximum && v > *spec.maximum)) {
+      const bool integer = spec.type == ParamType::Int || spec.type == ParamType::IntOrAuto;
+      return fmt::format("expected {} {}{}, got {}", integer ? "an integer" : "a number", bounds_text(spec),
+                         spec.type == ParamType::IntOrAuto ? " or auto" : "", plain(value));
+    }
+  }
+  return std::nullopt;
 }
 
 Params::Params(std::string owner, boost::json::object values, std::map<std::string, SourceLocation> locations)

@@ -1,3 +1,4 @@
+// Flow configuration: parsing, substitution, path resolution and validation, with the exact messages users see.
 #include "test_support.hpp"
 
 #include "flowline/device.hpp"
@@ -23,7 +24,8 @@ TEST_CASE("a misspelt executor type is reported at its line and column with a su
                   "  - name: splitter\n"
                   "    uses: TextSpliter\n") ==
         "flow.yml:3:11: executor 'splitter': unknown executor type 'TextSpliter' (did you mean 'TextSplitter'?); "
-        "known types: Delay, FailIf, JsonlWriter, NoOp, SetTags, TextSplitter, TextStats, TsvWriter");
+        "known types: Delay, FailIf, JsonlWriter, NoOp, SentenceEncoder, SetTags, TextSplitter, TextStats, "
+        "TorchModule, TsvWriter");
 }
 
 TEST_CASE("every config error is reported at once in file order", "[config]") {
@@ -48,7 +50,7 @@ TEST_CASE("every config error is reported at once in file order", "[config]") {
         "flow.yml:9:7: executor 'a': parameter 'min_chars': expected int, got string \"many\"\n"
         "flow.yml:10:5: executor 'a': unknown key 'replica' (did you mean 'replicas'?); expected one of: name, uses, "
         "with, replicas, device, devices, needs, batching\n"
-        "flow.yml:11:5: executor 'b': missing required parameter 'path' (string: output file, truncated at start)\n"
+        "flow.yml:11:5: executor 'b': missing required parameter 'path' (path: output file, truncated at start)\n"
         "flow.yml:13:12: executor 'b': needs unknown executor 'aa' (did you mean 'a'?)\n"
         "flow.yml:14:32: executor 'b': batching.max_batch_size: expected an integer >= 0, got -1");
 }
@@ -86,7 +88,7 @@ TEST_CASE("environment variables are substituted in values", "[config]") {
   CHECK(config.executors[0].with.at("unit").as_string() == "sentence");
   CHECK(errors_of("executors:\n  - name: s\n    uses: ${{ ENV.FLOWLINE_TEST_UNSET_VARIABLE }}\n") ==
         "flow.yml:3:11: environment variable 'FLOWLINE_TEST_UNSET_VARIABLE' is not set (used as "
-        "${{ ENV.FLOWLINE_TEST_UNSET_VARIABLE }})");
+        "${{ ENV.FLOWLINE_TEST_UNSET_VARIABLE }}; ${{ ENV.FLOWLINE_TEST_UNSET_VARIABLE:-default }} gives it a default)");
 }
 
 TEST_CASE("duplicate names, cycles and self-dependencies are config errors", "[config]") {
@@ -150,4 +152,131 @@ TEST_CASE("a device list is checked device by device, and all needs a GPU", "[co
     CHECK(errors_of("executors:\n  - {name: a, uses: NoOp, devices: all}\n") ==
           "flow.yml:2:36: executor 'a': devices: all, but no GPU is visible; available: cpu");
   }
+}
+
+TEST_CASE("a parameter outside its declared choices fails validation with the allowed values", "[config][params]") {
+  CHECK(errors_of("executors:\n"
+                  "  - name: split\n"
+                  "    uses: TextSplitter\n"
+                  "    with:\n"
+                  "      unit: word\n") ==
+        "flow.yml:5:7: executor 'split': parameter 'unit': expected one of paragraph, sentence, got 'word'");
+  CHECK(errors_of("executors:\n  - name: t\n    uses: TsvWriter\n    with: {path: t.tsv, columns: [text], rows: lines}\n") ==
+        "flow.yml:4:42: executor 't': parameter 'rows': expected one of documents, chunks, got 'lines'");
+  CHECK(errors_of("executors:\n  - name: w\n    uses: JsonlWriter\n    with: {path: w.jsonl, fields: [text, colour]}\n") ==
+        "flow.yml:4:27: executor 'w': parameter 'fields': expected each item one of id, text, blob, tensor, embedding, "
+        "tags, mime_type, uri, scores, chunks, matches, parent_id, got 'colour'");
+  CHECK(errors_of("executors:\n  - name: split\n    uses: TextSplitter\n    with: {unit: sentense}\n") ==
+        "flow.yml:4:19: executor 'split': parameter 'unit': expected one of paragraph, sentence, got 'sentense' "
+        "(did you mean 'sentence'?)");
+  CHECK(errors_of("executors:\n  - name: split\n    uses: TextSplitter\n    with: {unit: sentence, output: chunks}\n").empty());
+}
+
+TEST_CASE("a number outside its declared bounds fails validation with the bound", "[config][params]") {
+  CHECK(errors_of("executors:\n  - name: split\n    uses: TextSplitter\n    with: {min_chars: -1}\n") ==
+        "flow.yml:4:12: executor 'split': parameter 'min_chars': expected an integer ≥ 0, got -1");
+  ParamSpec batch = ParamSpec::optional("batch_size", ParamType::IntOrAuto, 64, "").min(1);
+  boost::json::value zero = 0, one = 1, automatic = "auto";
+  CHECK(check_param_value(batch, zero) == "expected an integer ≥ 1 or auto, got 0");
+  CHECK_FALSE(check_param_value(batch, one));
+  CHECK_FALSE(check_param_value(batch, automatic));
+  ParamSpec fraction = ParamSpec::optional("memory_fraction", ParamType::Double, 0.9, "").min(0).max(1);
+  boost::json::value big = 1.5, half = 0.5;
+  CHECK(check_param_value(fraction, big) == "expected a number ≥ 0 and ≤ 1, got 1.5");
+  CHECK_FALSE(check_param_value(fraction, half));
+}
+
+TEST_CASE("the reference type of a parameter shows its choices and bounds", "[config][params]") {
+  CHECK(describe_type(ParamSpec::choice("unit", {"paragraph", "sentence"}, "paragraph", "")) ==
+        "string: one of paragraph, sentence");
+  CHECK(describe_type(ParamSpec::choice_list("fields", {"text", "id"}, {}, "")) == "list, each one of text, id");
+  CHECK(describe_type(ParamSpec::optional("n", ParamType::Int, 1, "").min(1)) == "int ≥ 1");
+  CHECK(describe_type(ParamSpec::optional("f", ParamType::Double, 1, "").min(0).max(1)) == "double ≥ 0 and ≤ 1");
+  CHECK(describe_type(ParamSpec::required_param("model", ParamType::Path, "")) == "path");
+  CHECK(describe_type(ParamSpec::optional("batch_size", ParamType::IntOrAuto, 64, "").min(1)) == "int ≥ 1 or auto");
+}
+
+TEST_CASE("an environment variable may have a default for when it is unset or empty", "[config][env]") {
+  auto unit_of = [](const std::string& value) {
+    FlowConfig config = parse_flow_config("executors:\n  - name: s\n    uses: TextSplitter\n"
+                                          "    with:\n      unit: " + value + "\n", "flow.yml");
+    return std::string(config.executors[0].with.at("unit").as_string());
+  };
+  ::unsetenv("FLOWLINE_TEST_DEFAULTED");
+  CHECK(unit_of("${{ ENV.FLOWLINE_TEST_DEFAULTED:-sentence }}") == "sentence");
+  CHECK(unit_of("${{ENV.FLOWLINE_TEST_DEFAULTED:-}}x") == "x");
+  CHECK(unit_of("${{ ENV.FLOWLINE_TEST_DEFAULTED:-a }}/b") == "a/b");
+  CHECK(unit_of("${{ ENV.FLOWLINE_TEST_DEFAULTED:-../models }}/m-${{ ENV.FLOWLINE_TEST_DEFAULTED:-1 }}") == "../models/m-1");
+  ::setenv("FLOWLINE_TEST_DEFAULTED", "", 1);
+  CHECK(unit_of("${{ ENV.FLOWLINE_TEST_DEFAULTED:-a }}/b") == "a/b");
+  CHECK(unit_of("'${{ ENV.FLOWLINE_TEST_DEFAULTED }}/b'") == "/b");  // empty without a default stays empty
+  ::setenv("FLOWLINE_TEST_DEFAULTED", "set", 1);
+  CHECK(unit_of("${{ ENV.FLOWLINE_TEST_DEFAULTED:-a }}/b") == "set/b");
+  ::unsetenv("FLOWLINE_TEST_DEFAULTED");
+  // A default is typed like any plain scalar once substituted: an int for an int parameter.
+  FlowConfig config = parse_flow_config("with:\n  request_size: ${{ ENV.FLOWLINE_TEST_DEFAULTED:-7 }}\n"
+                                        "executors:\n  - {name: s, uses: NoOp}\n", "flow.yml");
+  CHECK(config.options.request_size == 7);
+  CHECK(errors_of("executors:\n  - name: s\n    uses: JsonlWriter\n    with:\n"
+                  "      path: ${{ ENV.FLOWLINE_TEST_DEFAULTED }}/b\n") ==
+        "flow.yml:5:13: environment variable 'FLOWLINE_TEST_DEFAULTED' is not set (used as "
+        "${{ ENV.FLOWLINE_TEST_DEFAULTED }}; ${{ ENV.FLOWLINE_TEST_DEFAULTED:-default }} gives it a default)");
+}
+
+TEST_CASE("relative path parameters are relative to the flow file's folder, whatever the current directory", "[config][paths]") {
+  const auto dir = testing::scratch_dir("config relative paths");
+  const std::string yaml = "executors:\n  - name: w\n    uses: JsonlWriter\n    with: {path: ../out/w.jsonl}\n"
+                           "  - name: t\n    uses: TsvWriter\n    with: {path: /abs/t.tsv, columns: [text]}\n";
+  std::filesystem::create_directories(dir / "flows");
+  testing::write_text(dir / "flows" / "flow.yml", yaml);
+  const auto here = std::filesystem::current_path();
+  std::filesystem::create_directories(dir / "elsewhere");
+  std::filesystem::current_path(dir / "elsewhere");
+  FlowConfig config;
+  try {
+    config = load_flow_config("../flows/flow.yml");
+  } catch (...) {
+    std::filesystem::current_path(here);
+    throw;
+  }
+  std::filesystem::current_path(here);
+  const auto path = std::filesystem::path(std::string(config.executors[0].with.at("path").as_string()));
+  CHECK(path == (dir / "out" / "w.jsonl").lexically_normal());
+  CHECK(config.executors[1].with.at("path").as_string() == "/abs/t.tsv");
+  // Validating again (as Flow does) changes nothing.
+  validate_flow_config(config);
+  CHECK(std::filesystem::path(std::string(config.executors[0].with.at("path").as_string())) == path);
+  // A value set on the command line is relative to the current directory, as is a flow built in code.
+  set_executor_parameter(config, "w.path=mine.jsonl");
+  validate_flow_config(config);
+  CHECK(config.executors[0].with.at("path").as_string() == "mine.jsonl");
+  FlowConfig in_code;
+  in_code.executors.push_back(ExecutorConfig{.name = "w", .uses = "JsonlWriter", .with = {{"path", "x/w.jsonl"}}});
+  validate_flow_config(in_code);
+  CHECK(in_code.executors[0].with.at("path").as_string() == "x/w.jsonl");
+}
+
+TEST_CASE("the flow schema lists every key the parser reads, with its type", "[config]") {
+  for (const auto& key : flow_schema()) {
+    INFO(key.path);
+    CHECK_FALSE(key.type.empty());
+    CHECK_FALSE(key.help.empty());
+    if (key.value == SchemaValue::Int) CHECK(key.type == fmt::format("int >= {}", key.minimum));
+    const bool needs_assign = key.value != SchemaValue::Map && key.value != SchemaValue::Special;
+    CHECK((key.assign != nullptr) == needs_assign);
+  }
+  FlowConfig config = parse_flow_config("with: {request_size: 3, max_in_flight: 5, queue_capacity: 2}\n"
+                                        "executors:\n  - name: a\n    uses: NoOp\n    replicas: 3\n"
+                                        "    devices: cpu\n    needs: []\n"
+                                        "    batching: {max_batch_size: 10, max_delay_ms: 1.5}\n", "flow.yml");
+  CHECK(config.options.request_size == 3);
+  CHECK(config.options.max_in_flight == 5);
+  CHECK(config.options.queue_capacity == 2);
+  const auto& e = config.executors.at(0);
+  CHECK(e.replicas == 3);
+  CHECK(e.devices == std::vector<std::string>{"cpu"});
+  CHECK((e.needs && e.needs->empty()));
+  CHECK(e.batching.max_batch_size == 10);
+  CHECK(e.batching.max_delay == std::chrono::microseconds(1500));
+  CHECK(e.location_of("batching.max_delay_ms").line == 8);
 }

@@ -1,0 +1,358 @@
+// Parsing flow YAML into a FlowConfig: ${{ ENV.NAME:-default }} substitution, YAML typing of scalars, and
+// one loop over flow_schema() that checks key names and reads every value into its target.
+#include "flow_config_internal.hpp"
+
+#include "flowline/error.hpp"
+#include "flowline/flow_config.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <limits>
+#include <regex>
+
+namespace flowline {
+
+SourceLocation ExecutorConfig::location_of(const std::string& key) const {
+  auto it = locations.find(key);
+  if (it != locations.end()) return it->second;
+  it = locations.find("");
+  return it != locations.end() ? it->second : SourceLocation{};
+}
+
+SourceLocation FlowConfig::location_of(const std::string& key) const {
+  auto it = locations.find(key);
+  if (it != locations.end()) return it->second;
+  return SourceLocation{source.string(), 0, 0};
+}
+
+namespace {
+
+// Keys allowed under `prefix` ("" for the top level, "with", "executors[]", "executors[].batching").
+std::vector<const SchemaKey*> schema_children(const std::string& prefix) {
+  std::vector<const SchemaKey*> out;
+  const std::string lead = prefix.empty() ? "" : prefix + ".";
+  for (const auto& key : flow_schema()) {
+    if (key.path.compare(0, lead.size(), lead) != 0) continue;
+    const std::string rest = key.path.substr(lead.size());
+    if (!rest.empty() && rest.find('.') == std::string::npos && rest.find('[') == std::string::npos) out.push_back(&key);
+  }
+  return out;
+}
+
+std::vector<std::string> schema_keys(const std::string& prefix) {
+  std::vector<std::string> out;
+  for (const auto* key : schema_children(prefix)) out.push_back(key->path.substr(prefix.empty() ? 0 : prefix.size() + 1));
+  return out;
+}
+
+class YamlReader {
+ public:
+  explicit YamlReader(std::string file) : file_(std::move(file)) {}
+
+  SourceLocation at(const YAML::Node& node) const {
+    const YAML::Mark mark = node.Mark();
+    if (mark.line < 0) return SourceLocation{file_, 0, 0};
+    return SourceLocation{file_, mark.line + 1, mark.column + 1};
+  }
+  void error(const SourceLocation& where, std::string message) {
+    diagnostics_.push_back(Diagnostic{where, std::move(message)});
+  }
+  void error(const YAML::Node& node, std::string message) { error(at(node), std::move(message)); }
+  std::vector<Diagnostic>& diagnostics() { return diagnostics_; }
+
+  // The scalar's text with ${{ ENV.NAME }} and ${{ ENV.NAME:-default }} substituted. The default is used
+  // when the variable is unset or empty; an unset variable without a default is an error.
+  std::string scalar(const YAML::Node& node) {
+    static const std::regex pattern(R"(\$\{\{\s*ENV\.([A-Za-z_][A-Za-z0-9_]*)\s*(:-\s*([^}]*?))?\s*\}\})");
+    const std::string raw = node.Scalar();
+    std::string out;
+    std::size_t last = 0;
+    for (auto it = std::sregex_iterator(raw.begin(), raw.end(), pattern); it != std::sregex_iterator(); ++it) {
+      out.append(raw, last, static_cast<std::size_t>(it->position()) - last);
+      const std::string name = (*it)[1].str();
+      const char* value = std::getenv(name.c_str());
+      if ((*it)[2].matched && (value == nullptr || *value == '\0')) {
+        out += (*it)[3].str();
+      } else if (value != nullptr) {
+        out += value;
+      } else {
+        error(node, fmt::format("environment variable '{}' is not set (used as ${{{{ ENV.{} }}}}; "
+                                "${{{{ ENV.{}:-default }}}} gives it a default)", name, name, name));
+      }
+      last = static_cast<std::size_t>(it->position() + it->length());
+    }
+    out.append(raw, last, std::string::npos);
+    return out;
+  }
+
+  // A YAML node as JSON. Plain scalars are typed the YAML 1.2 core way (null, bool, int, float, string);
+  // quoted scalars are always strings.
+  boost::json::value to_json(const YAML::Node& node) {
+    switch (node.Type()) {
+      case YAML::NodeType::Null:
+      case YAML::NodeType::Undefined:
+        return nullptr;
+      case YAML::NodeType::Scalar: {
+        const std::string text = scalar(node);
+        if (node.Tag() == "!") return boost::json::value(text);
+        return typed_scalar(text);
+      }
+      case YAML::NodeType::Sequence: {
+        boost::json::array array;
+        for (const auto& item : node) array.push_back(to_json(item));
+        return array;
+      }
+      case YAML::NodeType::Map: {
+        boost::json::object object;
+        for (const auto& item : node) object[item.first.Scalar()] = to_json(item.second);
+        return object;
+      }
+    }
+    return nullptr;
+  }
+
+  static boost::json::value typed_scalar(const std::string& text) {
+    static const std::regex int_pattern(R"([-+]?[0-9]+)");
+    static const std::regex float_pattern(R"([-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?)");
+    if (text.empty() || text == "~" || text == "null" || text == "Null" || text == "NULL") return nullptr;
+    if (text == "true" || text == "True" || text == "TRUE") return true;
+    if (text == "false" || text == "False" || text == "FALSE") return false;
+    if (std::regex_match(text, int_pattern)) {
+      try {
+        return static_cast<std::int64_t>(std::stoll(text));
+      } catch (const std::out_of_range&) {
+        return boost::json::value(text);
+      }
+    }
+    if (std::regex_match(text, float_pattern)) return std::stod(text);
+    if (text == ".inf" || text == "+.inf") return std::numeric_limits<double>::infinity();
+    if (text == "-.inf") return -std::numeric_limits<double>::infinity();
+    if (text == ".nan") return std::numeric_limits<double>::quiet_NaN();
+    return boost::json::value(text);
+  }
+
+  // Reports keys of `map` that `allowed` does not contain, with a "did you mean".
+  void check_keys(const YAML::Node& map, const std::vector<std::string>& allowed, const std::string& context) {
+    for (const auto& item : map) {
+      const std::string key = item.first.Scalar();
+      if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
+      const std::string hint = closest_match(key, allowed);
+      error(item.first, fmt::format("{}unknown key '{}'{}; expected one of: {}", context, key,
+                                    hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint),
+                                    fmt::join(allowed, ", ")));
+    }
+  }
+
+  std::optional<std::int64_t> integer(const YAML::Node& node, const std::string& what, std::int64_t minimum) {
+    boost::json::value v = to_json(node);
+    if (!node.IsScalar() || !v.is_int64()) {
+      error(node, fmt::format("{}: expected an integer >= {}, got {}", what, minimum,
+                              node.IsScalar() ? fmt::format("'{}'", node.Scalar()) : std::string("a collection")));
+      return std::nullopt;
+    }
+    if (v.get_int64() < minimum) {
+      error(node, fmt::format("{}: expected an integer >= {}, got {}", what, minimum, v.get_int64()));
+      return std::nullopt;
+    }
+    return v.get_int64();
+  }
+
+  std::optional<double> number(const YAML::Node& node, const std::string& what, double minimum) {
+    boost::json::value v = to_json(node);
+    const bool ok = node.IsScalar() && (v.is_int64() || v.is_double());
+    const double d = v.is_int64() ? static_cast<double>(v.get_int64()) : v.is_double() ? v.get_double() : 0;
+    if (!ok || !(d >= minimum)) {
+      error(node, fmt::format("{}: expected a number >= {}, got '{}'", what, minimum,
+                              node.IsScalar() ? node.Scalar() : std::string("a collection")));
+      return std::nullopt;
+    }
+    return d;
+  }
+
+  std::optional<std::string> string(const YAML::Node& node, const std::string& what) {
+    if (!node.IsScalar()) {
+      error(node, fmt::format("{}: expected a string", what));
+      return std::nullopt;
+    }
+    return scalar(node);
+  }
+
+  std::vector<std::string> string_list(const YAML::Node& node, const std::string& what, bool allow_single) {
+    std::vector<std::string> out;
+    if (node.IsScalar() && allow_single) {
+      out.push_back(scalar(node));
+    } else if (node.IsSequence()) {
+      for (const auto& item : node) {
+        if (auto s = string(item, what + " item")) out.push_back(*s);
+      }
+    } else if (!node.IsNull()) {
+      error(node, fmt::format("{}: expected {}a list of strings", what, allow_single ? "a string or " : ""));
+    }
+    return out;
+  }
+
+  // The value of `node` read as `key` says (int64, double, string or array of strings), or nullopt after
+  // reporting why not.
+  std::optional<boost::json::value> read(const YAML::Node& node, const SchemaKey& key, const std::string& what) {
+    auto list = [&](bool allow_single) {
+      boost::json::array array;
+      for (auto& s : string_list(node, what, allow_single)) array.emplace_back(s);
+      return boost::json::value(std::move(array));
+    };
+    switch (key.value) {
+      case SchemaValue::Int:
+        if (auto n = integer(node, what, static_cast<std::int64_t>(key.minimum))) return boost::json::value(*n);
+        return std::nullopt;
+      case SchemaValue::Number:
+        if (auto d = number(node, what, key.minimum)) return boost::json::value(*d);
+        return std::nullopt;
+      case SchemaValue::String:
+        if (auto s = string(node, what)) return boost::json::value(*s);
+        return std::nullopt;
+      case SchemaValue::StringList: return list(false);
+      case SchemaValue::StringOrList: return list(true);
+      case SchemaValue::Map:
+      case SchemaValue::Special: break;
+    }
+    return std::nullopt;
+  }
+
+  // Reads the keys of `map` that flow_schema() lists under `prefix` into `config` (executor keys into
+  // `executor`), recursing into nested maps. `context` starts every message. Special keys are left to
+  // the caller; unknown keys are reported by check_keys().
+  void read_map(const YAML::Node& map, const std::string& prefix, const std::string& context, FlowConfig& config,
+                ExecutorConfig* executor) {
+    for (const SchemaKey* key : schema_children(prefix)) {
+      const YAML::Node node = map[key->path.substr(prefix.empty() ? 0 : prefix.size() + 1)];
+      if (!node || key->value == SchemaValue::Special) continue;
+      const std::string rel = executor ? key->path.substr(std::string("executors[].").size()) : key->path;
+      auto& locations = executor ? executor->locations : config.locations;
+      locations[rel] = at(node);
+      if (key->value == SchemaValue::Map) {
+        const auto children = schema_keys(key->path);
+        if (!node.IsMap()) {
+          if (!node.IsNull()) error(node, fmt::format("{}{}: expected a map ({})", context, rel, fmt::join(children, ", ")));
+          continue;
+        }
+        check_keys(node, children, context + rel + ": ");
+        read_map(node, key->path, context, config, executor);
+        continue;
+      }
+      if (node.IsSequence()) {
+        for (std::size_t i = 0; i < node.size(); ++i) locations[fmt::format("{}.{}", rel, i)] = at(node[i]);
+      }
+      const auto value = read(node, *key, context + rel);
+      if (!value || !key->assign) continue;
+      if (auto problem = key->assign(config, executor, *value)) error(node, fmt::format("{}{}: {}", context, rel, *problem));
+    }
+  }
+
+  const std::string& file() const { return file_; }
+
+ private:
+  std::string file_;
+  std::vector<Diagnostic> diagnostics_;
+};
+
+void parse_executor(YamlReader& reader, const YAML::Node& node, std::size_t position, FlowConfig& config) {
+  ExecutorConfig executor;
+  executor.locations[""] = reader.at(node);
+  if (!node.IsMap()) {
+    reader.error(node, fmt::format("executors[{}]: expected a map with at least 'name' and 'uses'", position));
+    return;
+  }
+  const std::string fallback_name = fmt::format("executors[{}]", position);
+  std::string context = fallback_name + ": ";
+  const auto name = node["name"];
+  if (name && name.IsScalar()) context = fmt::format("executor '{}': ", reader.scalar(name));
+  reader.check_keys(node, schema_keys("executors[]"), context);
+  reader.read_map(node, "executors[]", name && name.IsScalar() ? context : fallback_name + ".", config, &executor);
+  if (!name) reader.error(node, fallback_name + ": missing required key 'name'");
+  if (!node["uses"]) reader.error(node, context + "missing required key 'uses'");
+  if (const auto with = node["with"]) {
+    executor.locations["with"] = reader.at(with);
+    if (with.IsMap()) {
+      for (const auto& item : with) {
+        const std::string key = item.first.Scalar();
+        executor.with[key] = reader.to_json(item.second);
+        executor.locations["with." + key] = reader.at(item.first);
+      }
+    } else if (!with.IsNull()) {
+      reader.error(with, context + "with: expected a map of parameters");
+    }
+  }
+  if (node["devices"] && node["device"]) reader.error(node["devices"], context + "give either device or devices, not both");
+  config.executors.push_back(std::move(executor));
+}
+
+}  // namespace
+
+namespace detail {
+
+bool parse_collect(std::string_view yaml_text, const std::filesystem::path& file_name, FlowConfig& config,
+                   std::vector<Diagnostic>& diagnostics) {
+  YamlReader reader(file_name.string());
+  config.source = file_name;
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml_text));
+  } catch (const YAML::ParserException& e) {
+    diagnostics.push_back(Diagnostic{SourceLocation{reader.file(), e.mark.line + 1, e.mark.column + 1},
+                                     "invalid YAML: " + e.msg});
+    return false;
+  }
+  if (!root.IsMap()) {
+    diagnostics.push_back(Diagnostic{SourceLocation{reader.file(), root.IsNull() ? 0 : reader.at(root).line,
+                                                    root.IsNull() ? 0 : reader.at(root).column},
+                                     "a flow file must be a map with an 'executors' list"});
+    return false;
+  }
+  reader.check_keys(root, schema_keys(""), "");
+  reader.read_map(root, "", "", config, nullptr);
+  const auto executors = root["executors"];
+  if (!executors) {
+    reader.error(SourceLocation{reader.file(), 0, 0}, "missing required key 'executors'");
+  } else if (!executors.IsSequence()) {
+    reader.error(executors, "executors: expected a list of executors");
+  } else {
+    for (std::size_t i = 0; i < executors.size(); ++i) parse_executor(reader, executors[i], i, config);
+  }
+  diagnostics.insert(diagnostics.end(), reader.diagnostics().begin(), reader.diagnostics().end());
+  return true;
+}
+
+}  // namespace detail
+
+FlowConfig parse_flow_config(std::string_view yaml_text, const std::filesystem::path& file_name) {
+  FlowConfig config;
+  std::vector<Diagnostic> diagnostics;
+  detail::parse_collect(yaml_text, file_name, config, diagnostics);
+  if (!diagnostics.empty()) throw ConfigError(std::move(diagnostics));
+  return config;
+}
+
+void set_executor_parameter(FlowConfig& config, std::string_view assignment) {
+  const SourceLocation where{fmt::format("--set {}", assignment), 0, 0};
+  auto fail = [&](std::string message) { throw ConfigError({Diagnostic{where, std::move(message)}}); };
+  const auto equals = assignment.find('=');
+  const auto dot = assignment.substr(0, equals).find('.');
+  if (equals == std::string_view::npos || dot == std::string_view::npos || dot == 0 || dot + 1 == equals) {
+    fail("expected EXECUTOR.PARAMETER=VALUE, e.g. encoder.batch_size=128");
+  }
+  const std::string name(assignment.substr(0, dot)), param(assignment.substr(dot + 1, equals - dot - 1));
+  for (auto& e : config.executors) {
+    if (e.name != name) continue;
+    e.with[param] = YamlReader::typed_scalar(std::string(assignment.substr(equals + 1)));
+    e.locations["with." + param] = where;
+    return;
+  }
+  std::vector<std::string> names;
+  for (const auto& e : config.executors) names.push_back(e.name);
+  fail(fmt::format("the flow has no executor '{}' (executors: {})", name, fmt::join(names, ", ")));
+}
+
+}  // namespace flowline

@@ -1,0 +1,151 @@
+// The flow YAML schema: one table of every key, its type, its target and its documentation. The parser
+// (flow_parse.cpp) loops over it and `flowline schema` prints it, so the reference cannot drift.
+#include "flowline/flow_config.hpp"
+
+#include <boost/json/array.hpp>
+#include <fmt/format.h>
+
+namespace flowline {
+namespace {
+
+using Result = std::optional<std::string>;
+
+std::vector<std::string> strings(const boost::json::value& value) {
+  std::vector<std::string> out;
+  for (const auto& item : value.get_array()) out.emplace_back(item.get_string());
+  return out;
+}
+
+SchemaKey key(std::string path, SchemaValue value, double minimum, std::string type, std::string default_value,
+              std::string help, std::string example, SchemaKey::Assign assign) {
+  if (value == SchemaValue::Int) type = fmt::format("int >= {}", minimum);
+  if (value == SchemaValue::Number) type = fmt::format("number >= {}", minimum);
+  return SchemaKey{std::move(path), std::move(type),   std::move(default_value), std::move(help),
+                   std::move(example), value, minimum, assign};
+}
+
+using V = SchemaValue;
+
+// The top-level keys and the flow-wide options.
+std::vector<SchemaKey> flow_keys() {
+  return {
+      key("jtype", V::String, 0, "string", "Flow", "Accepted for Jina compatibility; must be 'Flow' when present.",
+          "jtype: Flow",
+          [](FlowConfig&, ExecutorConfig*, const boost::json::value& v) -> Result {
+            if (v.get_string() == "Flow") return std::nullopt;
+            return fmt::format("expected 'Flow', got '{}'", std::string_view(v.get_string()));
+          }),
+      key("with", V::Map, 0, "map", "{}", "Flow-wide options (the keys below).", "with: {request_size: 64}", nullptr),
+      key("with.request_size", V::Int, 1, "", "100",
+          "Documents per request the client sends (Jina's request_size). The launcher's --request-size overrides it.",
+          "request_size: 32",
+          [](FlowConfig& f, ExecutorConfig*, const boost::json::value& v) -> Result {
+            f.options.request_size = static_cast<std::size_t>(v.get_int64());
+            return std::nullopt;
+          }),
+      key("with.max_in_flight", V::Int, 1, "", "64",
+          "Requests of one post inside the flow at once (Jina's prefetch); bounds memory on endless inputs.",
+          "max_in_flight: 16",
+          [](FlowConfig& f, ExecutorConfig*, const boost::json::value& v) -> Result {
+            f.options.max_in_flight = static_cast<std::size_t>(v.get_int64());
+            return std::nullopt;
+          }),
+      key("with.queue_capacity", V::Int, 0, "", "0",
+          "Requests that may wait in front of each executor; 0 means max_in_flight.", "queue_capacity: 8",
+          [](FlowConfig& f, ExecutorConfig*, const boost::json::value& v) -> Result {
+            f.options.queue_capacity = static_cast<std::size_t>(v.get_int64());
+            return std::nullopt;
+          }),
+      key("plugins", V::StringList, 0, "list of strings", "[]",
+          "Shared libraries with executors: a path (relative to the flow file's folder) or a name searched in "
+          "FLOWLINE_PLUGIN_PATH as NAME, libNAME.so or NAME.so.",
+          "plugins: [libmy_executors.so]",
+          [](FlowConfig& f, ExecutorConfig*, const boost::json::value& v) -> Result {
+            f.plugins = strings(v);
+            return std::nullopt;
+          }),
+      key("executors", V::Special, 0, "list of maps", "(required)",
+          "The executors, in order. Each is a map with the keys below.",
+          "executors:\n  - name: splitter\n    uses: TextSplitter", nullptr),
+  };
+}
+
+// The keys of one executor.
+std::vector<SchemaKey> executor_keys() {
+  return {
+      key("executors[].name", V::String, 0, "string", "(required)", "Unique name of this executor in the flow.",
+          "name: encoder",
+          [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {
+            e->name = v.get_string();
+            return std::nullopt;
+          }),
+      key("executors[].uses", V::String, 0, "string", "(required)",
+          "Registered executor type (see `flowline executors`).", "uses: SentenceEncoder",
+          [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {
+            e->uses = v.get_string();
+            return std::nullopt;
+          }),
+      key("executors[].with", V::Special, 0, "map", "{}",
+          "Parameters of the executor type, checked against its declaration (types, choices, bounds, required, "
+          "defaults). Relative paths (parameters of type path) are relative to the flow file's folder.",
+          "with: {device: cuda, batch_size: 64}", nullptr),
+      key("executors[].replicas", V::Int, 1, "", "1",
+          "Instances of this executor, each on its own thread, all fed from one queue.", "replicas: 2",
+          [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {
+            if (v.get_int64() > 1 << 20) return fmt::format("expected at most {} replicas", 1 << 20);
+            e->replicas = static_cast<int>(v.get_int64());
+            return std::nullopt;
+          }),
+      key("executors[].device", V::String, 0, "string", "cpu", "Device of the executor: cpu, cuda, cuda:N or auto.",
+          "device: cuda:0",
+          [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {
+            e->device = v.get_string();
+            return std::nullopt;
+          }),
+      key("executors[].devices", V::StringOrList, 0, "list of strings, or all", "[]",
+          "Devices the replicas are spread over, round-robin (replica i on devices[i % n]); `all`: every "
+          "visible GPU. Replaces `device`.",
+          "devices: [cuda:0, cuda:1]",
+          [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {
+            e->devices = strings(v);
+            if (e->devices.empty()) return std::string("name at least one device, or all");
+            return std::nullopt;
+          }),
+      key("executors[].needs", V::StringOrList, 0, "string or list of strings", "the previous executor",
+          "Executors whose output this one takes; several means a join (documents merged by id). [] takes the "
+          "client's requests directly.",
+          "needs: [encoder, tagger]",
+          [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {
+            e->needs = strings(v);
+            return std::nullopt;
+          }),
+      key("executors[].batching", V::Map, 0, "map", "{}", "Server-side dynamic batching (the keys below).",
+          "batching: {max_batch_size: 256, max_delay_ms: 5}", nullptr),
+      key("executors[].batching.max_batch_size", V::Int, 0, "", "0",
+          "Merge waiting requests into batches of up to this many documents; 0 turns merging off.",
+          "max_batch_size: 256",
+          [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {
+            e->batching.max_batch_size = static_cast<std::size_t>(v.get_int64());
+            return std::nullopt;
+          }),
+      key("executors[].batching.max_delay_ms", V::Number, 0, "", "0",
+          "How long a worker waits for more requests to fill a batch.", "max_delay_ms: 2",
+          [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {
+            e->batching.max_delay = std::chrono::microseconds(static_cast<std::int64_t>(v.to_number<double>() * 1000.0));
+            return std::nullopt;
+          }),
+  };
+}
+
+}  // namespace
+
+const std::vector<SchemaKey>& flow_schema() {
+  static const std::vector<SchemaKey> schema = [] {
+    std::vector<SchemaKey> all = flow_keys();
+    for (auto& k : executor_keys()) all.push_back(std::move(k));
+    return all;
+  }();
+  return schema;
+}
+
+}  // namespace flowline

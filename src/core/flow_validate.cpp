@@ -1,0 +1,260 @@
+// Validating a parsed FlowConfig against a Registry, as named checks that each append diagnostics, and
+// loading a flow file (parse, plugins, validation) into one ConfigError with every problem in file order.
+#include "flow_config_internal.hpp"
+
+#include "flowline/device.hpp"
+#include "flowline/error.hpp"
+#include "flowline/flow_config.hpp"
+#include "flowline/io.hpp"
+#include "flowline/plugin.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <functional>
+#include <set>
+#include <tuple>
+
+namespace flowline {
+namespace {
+
+using Diagnostics = std::vector<Diagnostic>;
+
+void report(Diagnostics& out, SourceLocation where, std::string message) {
+  out.push_back(Diagnostic{std::move(where), std::move(message)});
+}
+
+std::string context_of(const ExecutorConfig& e) { return fmt::format("executor '{}': ", e.name); }
+
+void check_options(const FlowConfig& config, Diagnostics& out) {
+  if (config.options.request_size == 0) report(out, config.location_of("with.request_size"), "with.request_size: must be at least 1");
+  if (config.options.max_in_flight == 0) report(out, config.location_of("with.max_in_flight"), "with.max_in_flight: must be at least 1");
+}
+
+// Names: none empty, none twice, none reserved. Returns the set of names seen.
+std::set<std::string> check_names(const FlowConfig& config, Diagnostics& out) {
+  std::set<std::string> seen;
+  for (const auto& e : config.executors) {
+    if (e.name.empty()) {
+      if (!e.locations.count("")) report(out, e.location_of("name"), "an executor has an empty name");
+    } else if (!seen.insert(e.name).second) {
+      report(out, e.location_of("name"), fmt::format("executor '{}': the name is used twice", e.name));
+    } else if (e.name == "gateway") {
+      report(out, e.location_of("name"), "executor 'gateway': the name is reserved");
+    }
+  }
+  return seen;
+}
+
+void check_devices(const ExecutorConfig& e, Diagnostics& out) {
+  const std::string context = context_of(e);
+  if (e.replicas < 1) report(out, e.location_of("replicas"), context + "replicas must be at least 1");
+  if (e.devices.empty()) {
+    if (auto problem = check_device(e.device)) report(out, e.location_of("device"), context + *problem);
+  } else if (e.devices.size() == 1 && e.devices[0] == "all") {
+    if (cuda_device_count() == 0) {
+      report(out, e.location_of("devices"), fmt::format("{}devices: all, but no GPU is visible; available: {}", context,
+                                                        fmt::join(available_devices(), ", ")));
+    }
+  } else {
+    for (const auto& d : e.devices) {
+      if (auto problem = check_device(d)) report(out, e.location_of("devices"), context + *problem);
+    }
+  }
+}
+
+void check_needs(const ExecutorConfig& e, const std::set<std::string>& seen, const std::vector<std::string>& names,
+                 Diagnostics& out) {
+  if (!e.needs) return;
+  for (const auto& need : *e.needs) {
+    if (need == e.name) {
+      report(out, e.location_of("needs"), context_of(e) + "an executor cannot need itself");
+    } else if (!seen.count(need)) {
+      const std::string hint = closest_match(need, names);
+      report(out, e.location_of("needs"), fmt::format("{}needs unknown executor '{}'{}", context_of(e), need,
+                                                      hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint)));
+    }
+  }
+}
+
+// A relative Path parameter written in the flow file becomes absolute against the file's folder. Values
+// set elsewhere (--set, code) and absolute paths are left alone, so running this twice changes nothing.
+void resolve_path(const FlowConfig& config, const ExecutorConfig& e, const std::string& name, boost::json::value& value) {
+  if (config.source.empty() || !value.is_string() || value.get_string().empty()) return;
+  if (e.location_of("with." + name).file != config.source.string()) return;
+  const std::filesystem::path path(std::string(value.get_string()));
+  if (path.is_absolute()) return;
+  const std::filesystem::path folder = config.source.parent_path();
+  value = std::filesystem::absolute(folder / path).lexically_normal().string();
+}
+
+// Parameters: declared, of their type, choice and bounds; paths resolved; required ones present;
+// defaults filled in.
+void check_parameters(const FlowConfig& config, ExecutorConfig& e, const ExecutorSpec& spec, Diagnostics& out) {
+  const std::string context = context_of(e);
+  std::vector<std::string> declared;
+  for (const auto& p : spec.params) declared.push_back(p.name);
+  for (auto& [key, value] : e.with) {
+    const std::string name(key);
+    auto p = std::find_if(spec.params.begin(), spec.params.end(), [&](const ParamSpec& s) { return s.name == name; });
+    if (p == spec.params.end()) {
+      const std::string hint = closest_match(name, declared);
+      report(out, e.location_of("with." + name),
+             fmt::format("{}unknown parameter '{}' for {}{}; its parameters: {}", context, name, spec.name,
+                         hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint),
+                         declared.empty() ? std::string("none") : fmt::format("{}", fmt::join(declared, ", "))));
+      continue;
+    }
+    if (auto problem = check_param_value(*p, value)) {
+      report(out, e.location_of("with." + name), fmt::format("{}parameter '{}': {}", context, name, *problem));
+    } else if (p->type == ParamType::Path) {
+      resolve_path(config, e, name, value);
+    }
+  }
+  for (const auto& p : spec.params) {
+    if (e.with.contains(p.name)) continue;
+    if (p.required) {
+      report(out, e.location_of(e.locations.count("with") ? "with" : ""),
+             fmt::format("{}missing required parameter '{}' ({}: {})", context, p.name, describe_type(p), p.help));
+    } else {
+      e.with[p.name] = p.default_value;
+    }
+  }
+}
+
+void check_executor_type(const FlowConfig& config, ExecutorConfig& e, const Registry& registry, Diagnostics& out) {
+  const Registry::Entry* entry = e.uses.empty() ? nullptr : registry.find(e.uses);
+  if (!entry) {
+    if (!e.uses.empty()) report(out, e.location_of("uses"), context_of(e) + registry.unknown_message(e.uses));
+    return;
+  }
+  const ExecutorSpec& spec = entry->spec;
+  if (spec.max_replicas > 0 && e.replicas > spec.max_replicas) {
+    report(out, e.location_of("replicas"),
+           fmt::format("{}{} runs with at most {} replica{} (it owns its output), got {}", context_of(e), spec.name,
+                       spec.max_replicas, spec.max_replicas == 1 ? "" : "s", e.replicas));
+  }
+  check_parameters(config, e, spec, out);
+}
+
+// The DAG of needs (default: the executor before) must have no cycle; reports the first one found.
+void check_cycles(const FlowConfig& config, const std::set<std::string>& seen, Diagnostics& out) {
+  std::map<std::string, std::vector<std::string>> edges;
+  for (std::size_t i = 0; i < config.executors.size(); ++i) {
+    const auto& e = config.executors[i];
+    if (e.needs) {
+      edges[e.name] = *e.needs;
+    } else if (i > 0) {
+      edges[e.name] = {config.executors[i - 1].name};
+    }
+  }
+  std::map<std::string, int> state;  // 0 new, 1 on stack, 2 done
+  std::vector<std::string> stack;
+  std::function<bool(const std::string&)> visit = [&](const std::string& node) -> bool {
+    state[node] = 1;
+    stack.push_back(node);
+    for (const auto& next : edges[node]) {
+      if (!seen.count(next) || next == node) continue;  // unknown names and self-needs are reported elsewhere
+      if (state[next] == 1) {
+        std::vector<std::string> cycle(std::find(stack.begin(), stack.end(), next), stack.end());
+        cycle.push_back(next);
+        const auto where = std::find_if(config.executors.begin(), config.executors.end(),
+                                        [&](const ExecutorConfig& c) { return c.name == node; });
+        report(out, where->location_of("needs"), fmt::format("executors form a cycle: {}", fmt::join(cycle, " -> ")));
+        return true;
+      }
+      if (state[next] == 0 && visit(next)) return true;
+    }
+    stack.pop_back();
+    state[node] = 2;
+    return false;
+  };
+  for (const auto& e : config.executors) {
+    if (state[e.name] == 0 && visit(e.name)) break;
+  }
+}
+
+}  // namespace
+
+namespace detail {
+
+void validate_collect(FlowConfig& config, const Registry& registry, Diagnostics& out) {
+  check_options(config, out);
+  const std::set<std::string> seen = check_names(config, out);
+  std::vector<std::string> names;
+  for (const auto& e : config.executors) names.push_back(e.name);
+  for (auto& e : config.executors) {
+    check_devices(e, out);
+    check_needs(e, seen, names, out);
+    check_executor_type(config, e, registry, out);
+  }
+  check_cycles(config, seen, out);
+}
+
+void sort_diagnostics(Diagnostics& diagnostics) {
+  std::stable_sort(diagnostics.begin(), diagnostics.end(), [](const Diagnostic& a, const Diagnostic& b) {
+    return std::tie(a.where.line, a.where.column) < std::tie(b.where.line, b.where.column);
+  });
+}
+
+}  // namespace detail
+
+std::vector<std::string> replica_devices(const ExecutorConfig& executor) {
+  std::vector<std::string> pool = executor.devices;
+  if (pool.size() == 1 && pool[0] == "all") {
+    pool.clear();
+    for (int i = 0; i < cuda_device_count(); ++i) pool.push_back(fmt::format("cuda:{}", i));
+    if (pool.empty()) throw Error(fmt::format("executor '{}': devices: all, but no GPU is visible", executor.name));
+  }
+  if (pool.empty()) pool.push_back(executor.device);
+  std::vector<std::string> out;
+  for (int r = 0; r < executor.replicas; ++r) out.push_back(pool[static_cast<std::size_t>(r) % pool.size()]);
+  return out;
+}
+
+void validate_flow_config(FlowConfig& config, const Registry& registry) {
+  Diagnostics diagnostics;
+  detail::validate_collect(config, registry, diagnostics);
+  if (!diagnostics.empty()) {
+    detail::sort_diagnostics(diagnostics);
+    throw ConfigError(std::move(diagnostics));
+  }
+}
+
+FlowConfig load_flow_config_text(std::string_view yaml_text, const std::filesystem::path& file, Registry& registry) {
+  FlowConfig config;
+  Diagnostics diagnostics;
+  if (!detail::parse_collect(yaml_text, file, config, diagnostics)) throw ConfigError(std::move(diagnostics));
+  const auto base_dir = file.has_parent_path() ? file.parent_path() : std::filesystem::path(".");
+  for (std::size_t i = 0; i < config.plugins.size(); ++i) {
+    try {
+      load_plugin(resolve_plugin(config.plugins[i], base_dir), registry);
+    } catch (const Error& e) {
+      diagnostics.push_back(Diagnostic{config.location_of(fmt::format("plugins.{}", i)), e.what()});
+    }
+  }
+  try {
+    load_plugins_from_environment(registry);
+  } catch (const Error& e) {
+    diagnostics.push_back(Diagnostic{SourceLocation{}, e.what()});
+  }
+  detail::validate_collect(config, registry, diagnostics);
+  if (!diagnostics.empty()) {
+    detail::sort_diagnostics(diagnostics);
+    throw ConfigError(std::move(diagnostics));
+  }
+  return config;
+}
+
+FlowConfig load_flow_config(const std::filesystem::path& file, Registry& registry) {
+  std::string text;
+  try {
+    text = read_file(file);
+  } catch (const InputError& e) {
+    throw ConfigError({Diagnostic{SourceLocation{}, e.what()}});
+  }
+  return load_flow_config_text(text, file, registry);
+}
+
+}  // namespace flowline
