@@ -7,8 +7,8 @@
 //       --format paragraphs --device cuda --dtype fp16 --batch-size 256 [--repeats 3] [--cuda-graph-max-tokens 16384]
 #include "flowline/device.hpp"
 #include "flowline/io.hpp"
-#include "flowline/text_models/bert.hpp"
-#include "flowline/text_models/wordpiece_tokenizer.hpp"
+#include "flowline/sentence_encoder/bert.hpp"
+#include "flowline/sentence_encoder/wordpiece_tokenizer.hpp"
 
 #include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
@@ -24,7 +24,7 @@
 #include <optional>
 
 using namespace flowline;
-using namespace flowline::text_models;
+using namespace flowline::sentence_encoder;
 using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {

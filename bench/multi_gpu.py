@@ -8,7 +8,8 @@ scripts/gpu-run.sh has built flowline:
    fp16, with CUDA_VISIBLE_DEVICES limited to one GPU and then all of them, for each of --settings
    (replicas per GPU, batch, request; best of --runs runs each). Target: >= 1.9x. On two GPUs also one
    process per GPU at once, for comparison. Each run prints where its time went (posting thread, replicas).
-2. A slow replica: 2 replicas on 2 GPUs, replica 1 sleeping FLOWLINE_DELAY_MS after each batch.
+2. A slow replica: 2 replicas on 2 GPUs, followed by 2 replicas of Delay (the test plugin, in the build
+   tree's bench/encode-multi-slow.yml), replica 1 of which sleeps FLOWLINE_DELAY_MS per batch.
    - each replica's own rate: the flow with only that replica (one on GPU 0, one slowed on GPU 1);
    - queue-fed: both replicas in one flow, fed from its one queue. Target: >= 95% of the sum of the rates;
    - static split: two processes, each given half the input (what a fixed per-GPU split does), at once;
@@ -33,7 +34,9 @@ def launch(args, input_path, replicas, gpus, delay_ms=0, delay_replica=-1, batch
     env = dict(os.environ, FLOWLINE_MODEL=str(args.model), FLOWLINE_DTYPE="fp16", FLOWLINE_BATCH_SIZE=str(batch),
                FLOWLINE_REQUEST_SIZE=str(request), FLOWLINE_REPLICAS=str(replicas), FLOWLINE_DELAY_MS=str(delay_ms),
                FLOWLINE_DELAY_REPLICA=str(delay_replica), CUDA_VISIBLE_DEVICES=gpus)
-    return subprocess.Popen([str(pathlib.Path(args.build) / "src/flowline"), "run", str(ROOT / "flows/encode-multi.yml"),
+    # A slowed run uses the bench flow with Delay after the encoder; the encoder itself has no delay knob.
+    flow = pathlib.Path(args.build) / "bench/encode-multi-slow.yml" if delay_ms > 0 else ROOT / "flows/encode-multi.yml"
+    return subprocess.Popen([str(pathlib.Path(args.build) / "src/flowline"), "run", str(flow),
                              "--input", str(input_path), "--input-format", "paragraphs", "--progress", "never", "--stats"] + extra,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

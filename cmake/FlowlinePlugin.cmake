@@ -1,7 +1,9 @@
-# flowline_add_executor(NAME SOURCES src...): builds an executor plugin, a shared library that the
-# launcher loads from a flow's `plugins:` list or from FLOWLINE_PLUGIN_PATH. The sources must define the
-# entry point with FLOWLINE_PLUGIN(registry) { registry.add<MyExecutor>(); } (flowline/plugin.hpp);
-# without it loading fails with an error naming the file.
+# flowline_add_executor(NAME SOURCES src... [LINK_LIBRARIES lib...] [OUTPUT_DIRECTORY dir]): builds an
+# executor plugin, a MODULE library that flowline loads from a flow's `plugins:` list, from
+# FLOWLINE_PLUGIN_PATH, or by executor name from the executor folder lib/flowline/executors (where
+# flowline's own SentenceEncoder and TorchModule are built and installed as libflowline_<snake_name>.so).
+# The sources must define the entry point with FLOWLINE_PLUGIN(registry) { registry.add<MyExecutor>(); }
+# (flowline/plugin.hpp); without it the plugin does not link.
 include_guard(GLOBAL)
 
 function(flowline_add_executor name)

@@ -5,7 +5,7 @@
 //
 //   build/examples/encode_10k [--model models/all-MiniLM-L6-v2] [--device cpu|cuda|auto] [--count 10000]
 #include "flowline/flowline.hpp"
-#include "flowline/text_models/sentence_encoder.hpp"
+#include "flowline/sentence_encoder/sentence_encoder.hpp"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
   app.add_option("--request-size", request_size)->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
-  flowline::text_models::register_sentence_encoder(flowline::Registry::global());
+  flowline::sentence_encoder::register_sentence_encoder(flowline::Registry::global());
   flowline::Flow flow(flowline::FlowOptions{.request_size = request_size});
   flow.add({.name = "encoder", .uses = "SentenceEncoder", .with = {{"model", model}}, .device = device});
   flow.start();  // the model moves to its device once, here

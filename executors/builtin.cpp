@@ -1,3 +1,4 @@
+// register_builtin_executors(): the executors compiled into flowline::core (user-facing, no model).
 #include "builtin.hpp"
 
 namespace flowline {
@@ -6,7 +7,8 @@ void register_builtin_executors(Registry& registry) {
   builtin::register_text_splitter(registry);
   builtin::register_jsonl_writer(registry);
   builtin::register_tsv_writer(registry);
-  builtin::register_testing_executors(registry);
+  builtin::register_no_op(registry);
+  builtin::register_text_stats(registry);
 }
 
 }  // namespace flowline

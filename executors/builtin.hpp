@@ -9,6 +9,7 @@ namespace flowline::builtin {
 void register_text_splitter(Registry& registry);
 void register_jsonl_writer(Registry& registry);
 void register_tsv_writer(Registry& registry);
-void register_testing_executors(Registry& registry);
+void register_no_op(Registry& registry);
+void register_text_stats(Registry& registry);
 
 }  // namespace flowline::builtin

@@ -4,6 +4,12 @@
 // looking up are thread-safe. Adding a name that is already there throws flowline::Error (never exits);
 // looking up an unknown name throws an error that lists the known names and suggests the closest one.
 //
+// A registry made with ExecutorSearch::on (Registry::global() is one) completes itself on demand: find()
+// of a name it does not hold loads that executor's plugin from the plugin search path by the conventional
+// file name (flowline/plugin.hpp: SentenceEncoder -> libflowline_sentence_encoder.so), so a flow may use
+// first-party executors such as SentenceEncoder and TorchModule with no `plugins:` entry. A registry made
+// with the default constructor is a plain table: it holds only what is added to it.
+//
 //   registry.add<MyExecutor>();   // MyExecutor has `static ExecutorSpec spec()` and a constructor
 //                                 // taking `const ExecutorContext&`.
 #pragma once
@@ -30,11 +36,14 @@ class Registry {
     std::string origin;  // "built-in", a plugin's path, or "program"
   };
 
+  enum class ExecutorSearch { off, on };
+
   Registry() = default;
+  explicit Registry(ExecutorSearch search) : search_(search) {}
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
 
-  // The process-wide registry, with the built-in executors already in it.
+  // The process-wide registry, with the built-in executors already in it; searches the executor folder.
   static Registry& global();
 
   // Adds an executor type. Throws flowline::Error when the name is taken or the spec is malformed.
@@ -52,11 +61,17 @@ class Registry {
     }, std::move(origin));
   }
 
-  // The entry for `name`, or nullptr. The pointer stays valid for the registry's lifetime.
+  // The entry for `name`, or nullptr. The pointer stays valid for the registry's lifetime. With
+  // ExecutorSearch::on, a name not yet registered is first looked for in the plugin search path (this
+  // loads a plugin, which is why a const registry may grow); a plugin that is there but fails to load
+  // throws flowline::Error naming the file.
   const Entry* find(std::string_view name) const;
+  // The entry for `name` if it is registered now, never loading anything.
+  const Entry* find_registered(std::string_view name) const;
   // The entry for `name`; throws flowline::Error listing known names and a "did you mean" hint.
   const Entry& get(std::string_view name) const;
-  // "unknown executor type 'X' (did you mean 'Y'?); known types: A, B, C"
+  // "unknown executor type 'X' (did you mean 'Y'?); known types: A, B, C". With ExecutorSearch::on the
+  // known types include those the executor folder offers (not loaded yet).
   std::string unknown_message(std::string_view name) const;
   std::vector<std::string> names() const;
   std::size_t size() const;
@@ -64,9 +79,10 @@ class Registry {
  private:
   mutable std::mutex mutex_;
   std::vector<std::unique_ptr<Entry>> entries_;
+  ExecutorSearch search_ = ExecutorSearch::off;
 };
 
-// Adds the executors that ship inside flowline::core (TextSplitter, JsonlWriter, TsvWriter, ...).
+// Adds the executors that ship inside flowline::core (TextSplitter, JsonlWriter, TsvWriter, NoOp, TextStats).
 // Registry::global() has them already; call this for a registry of your own.
 void register_builtin_executors(Registry& registry);
 

@@ -1,3 +1,5 @@
+// Loading executor plugins: dlopen with a version check, the plugin search path, and the executor folder
+// where first-party executors are found by the conventional name of their library.
 #include "flowline/plugin.hpp"
 #include "flowline/error.hpp"
 
@@ -6,6 +8,8 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <mutex>
 #include <set>
@@ -62,12 +66,13 @@ std::vector<std::string> load_plugin(const std::filesystem::path& path, Registry
                             "flowline_plugin_register); define one with FLOWLINE_PLUGIN(registry) {{ ... }}",
                             path.string()));
   }
-  const int version = version_fn();
-  if (version != FLOWLINE_PLUGIN_API_VERSION) {
+  const auto version = PluginApiVersion::decode(version_fn());
+  if (!plugin_api_compatible(version, kPluginApiVersion)) {
     dlclose(handle);
-    throw Error(fmt::format("plugin '{}': built for plugin API version {}, but this flowline has version {}; "
-                            "rebuild the plugin against this flowline",
-                            path.string(), version, FLOWLINE_PLUGIN_API_VERSION));
+    throw Error(fmt::format("plugin '{}': built for plugin API {}, but this flowline has plugin API {} (a plugin "
+                            "needs the same major version and a minor version no higher); rebuild the plugin "
+                            "against this flowline",
+                            path.string(), version.str(), kPluginApiVersion.str()));
   }
   const auto before = registry.names();
   try {
@@ -102,7 +107,7 @@ std::filesystem::path resolve_plugin(const std::string& reference, const std::fi
     const fs::path local = base_dir / ref;
     if (fs::exists(local, ec)) return local;
     tried.push_back(local);
-    for (const auto& folder : plugin_path_folders()) {
+    for (const auto& folder : plugin_search_path()) {
       for (const auto& name : {reference, "lib" + reference + ".so", reference + ".so"}) {
         const fs::path candidate = folder / name;
         if (fs::exists(candidate, ec)) return candidate;
@@ -127,6 +132,107 @@ std::vector<std::string> load_plugins_from_environment(Registry& registry) {
       }
     }
     if (ec) spdlog::warn("{}: cannot list plugin folder '{}': {}", kPluginPathVariable, folder.string(), ec.message());
+  }
+  return added;
+}
+
+std::filesystem::path executor_dir() {
+  if (const char* value = std::getenv(kExecutorDirVariable); value && *value) return value;
+  Dl_info info{};
+  // Any function of libflowline.so tells where the library was loaded from.
+  if (dladdr(reinterpret_cast<const void*>(&executor_dir), &info) == 0 || !info.dli_fname) return {};
+  std::error_code ec;
+  const auto library = std::filesystem::canonical(info.dli_fname, ec);
+  if (ec) return {};
+  return library.parent_path() / "flowline" / "executors";
+}
+
+std::vector<std::filesystem::path> plugin_search_path() {
+  std::vector<std::filesystem::path> folders;
+  if (auto dir = executor_dir(); !dir.empty()) folders.push_back(std::move(dir));
+  for (auto& folder : plugin_path_folders()) folders.push_back(std::move(folder));
+  return folders;
+}
+
+std::optional<std::string> executor_library_name(std::string_view executor) {
+  if (executor.empty() || !std::isupper(static_cast<unsigned char>(executor.front()))) return std::nullopt;
+  std::string snake;
+  for (char c : executor) {
+    const auto u = static_cast<unsigned char>(c);
+    if (!std::isalnum(u)) return std::nullopt;
+    if (std::isupper(u)) {
+      if (!snake.empty()) snake += '_';
+      snake += static_cast<char>(std::tolower(u));
+    } else {
+      snake += c;
+    }
+  }
+  return "libflowline_" + snake + ".so";
+}
+
+namespace {
+// "libflowline_torch_module.so" -> "TorchModule"; "" for a file name not of that form.
+std::string executor_of_library(const std::string& file) {
+  const std::string prefix = "libflowline_", suffix = ".so";
+  if (file.size() <= prefix.size() + suffix.size() || file.compare(0, prefix.size(), prefix) != 0 ||
+      file.compare(file.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return "";
+  }
+  std::string name;
+  bool upper = true;
+  for (char c : file.substr(prefix.size(), file.size() - prefix.size() - suffix.size())) {
+    if (c == '_') {
+      upper = true;
+      continue;
+    }
+    name += upper ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : c;
+    upper = false;
+  }
+  return name;
+}
+}  // namespace
+
+bool load_executor_library(std::string_view name, Registry& registry) {
+  const auto file = executor_library_name(name);
+  if (!file) return false;
+  std::error_code ec;
+  for (const auto& folder : plugin_search_path()) {
+    const auto candidate = folder / *file;
+    if (!std::filesystem::exists(candidate, ec)) continue;
+    load_plugin(candidate, registry);
+    if (!registry.find_registered(name)) {
+      throw Error(fmt::format("plugin '{}': loaded for executor type '{}', but it does not register it",
+                              candidate.string(), name));
+    }
+    return true;
+  }
+  return false;
+}
+
+std::vector<std::string> available_executor_libraries() {
+  std::set<std::string> names;
+  if (const auto folder = executor_dir(); !folder.empty()) {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(folder, ec)) {
+      if (auto name = executor_of_library(entry.path().filename().string()); !name.empty()) names.insert(name);
+    }
+  }
+  return {names.begin(), names.end()};
+}
+
+std::vector<std::string> load_executor_dir(Registry& registry) {
+  std::vector<std::string> added;
+  const auto folder = executor_dir();
+  std::error_code ec;
+  if (folder.empty() || !std::filesystem::is_directory(folder, ec)) return added;
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::directory_iterator(folder, ec)) {
+    if (entry.path().extension() == ".so") files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  for (const auto& file : files) {
+    auto names = load_plugin(file, registry);
+    added.insert(added.end(), names.begin(), names.end());
   }
   return added;
 }

@@ -1,5 +1,8 @@
+// The executor table: adding with spec checks, lookup (loading first-party executors on demand) and the
+// "unknown executor" message.
 #include "flowline/registry.hpp"
 #include "flowline/error.hpp"
+#include "flowline/plugin.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -11,7 +14,7 @@ namespace flowline {
 
 Registry& Registry::global() {
   static Registry* registry = [] {
-    auto* r = new Registry();  // never destroyed: plugins may still reference it at exit
+    auto* r = new Registry(ExecutorSearch::on);  // never destroyed: plugins may still reference it at exit
     register_builtin_executors(*r);
     return r;
   }();
@@ -49,7 +52,7 @@ void Registry::add(ExecutorSpec spec, ExecutorFactory factory, std::string origi
   entries_.push_back(std::make_unique<Entry>(Entry{std::move(spec), std::move(factory), std::move(origin)}));
 }
 
-const Registry::Entry* Registry::find(std::string_view name) const {
+const Registry::Entry* Registry::find_registered(std::string_view name) const {
   std::lock_guard lock(mutex_);
   for (const auto& entry : entries_) {
     if (entry->spec.name == name) return entry.get();
@@ -57,8 +60,23 @@ const Registry::Entry* Registry::find(std::string_view name) const {
   return nullptr;
 }
 
+const Registry::Entry* Registry::find(std::string_view name) const {
+  if (const Entry* entry = find_registered(name)) return entry;
+  if (search_ == ExecutorSearch::off) return nullptr;
+  // Registries are never created const (global() and tests make them with new or on the stack), so
+  // completing this one from the executor folder is a change of a non-const object behind a const view.
+  if (!load_executor_library(name, const_cast<Registry&>(*this))) return nullptr;
+  return find_registered(name);
+}
+
 std::string Registry::unknown_message(std::string_view name) const {
-  const auto known = names();
+  auto known = names();
+  if (search_ == ExecutorSearch::on) {
+    for (auto& offered : available_executor_libraries()) {
+      if (std::find(known.begin(), known.end(), offered) == known.end()) known.push_back(std::move(offered));
+    }
+    std::sort(known.begin(), known.end());
+  }
   const std::string hint = closest_match(std::string(name), known);
   return fmt::format("unknown executor type '{}'{}; known types: {}", name,
                      hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint), fmt::join(known, ", "));

@@ -4,7 +4,11 @@
 #                                                                      tests/consumers/find_package and the
 #                                                                      examples/custom_executor plugin against
 #                                                                      it, run both (the plugin from the
-#                                                                      installed launcher)
+#                                                                      installed launcher), and run a
+#                                                                      SentenceEncoder flow on the tiny test
+#                                                                      model from the installed launcher,
+#                                                                      which loads the encoder from
+#                                                                      WORK/prefix/lib/flowline/executors
 #   run_consumer.sh add_subdirectory SOURCE BUILD TORCH_PREFIX WORK   build tests/consumers/add_subdirectory
 set -euo pipefail
 mode=$1 src=$2 build=$3 torch_prefix=$4 work=$5
@@ -29,6 +33,20 @@ if [ "$mode" = find_package ]; then
   grep -q '"text":"HELLO!!"' "$work/out.jsonl"
   grep -q '"words":1' "$work/out.jsonl"
   echo "custom executor ok: $(wc -l <"$work/out.jsonl") documents through libshout.so"
+  # First-party executors are plugins in the installed executor folder; the launcher links none of them.
+  if readelf -d "$work/prefix/bin/flowline" | grep -E 'NEEDED.*libflowline_(sentence_encoder|torch_module)'; then
+    echo "the installed launcher links an executor library" >&2
+    exit 1
+  fi
+  printf 'The rabbit ran.\nThe queen shouted.\n' >"$work/sentences.txt"
+  printf 'executors:\n  - name: encoder\n    uses: SentenceEncoder\n    device: cpu\n    with: {model: %s}\n' \
+    "$src/tests/data/tiny-bert" >"$work/encode.yml"
+  "$work/prefix/bin/flowline" --log-level debug run "$work/encode.yml" --input "$work/sentences.txt" \
+    --output "$work/embeddings.jsonl" >"$work/encode.log" 2>&1
+  grep -q "plugin $work/prefix/lib/flowline/executors/libflowline_sentence_encoder.so: added SentenceEncoder" \
+    "$work/encode.log"
+  test "$(grep -c '"embedding":{"dtype":"float32","shape":\[32\]' "$work/embeddings.jsonl")" = 2
+  echo "installed SentenceEncoder ok: 2 embeddings from $work/prefix/lib/flowline/executors"
 else
   cmake -S "$src/tests/consumers/add_subdirectory" -B "$work/consumer" "${generator[@]}" \
     -DFLOWLINE_SOURCE_DIR="$src" -DCMAKE_PREFIX_PATH="$torch_prefix" -Wno-dev >"$work/configure.log"

@@ -46,3 +46,11 @@ TEST_CASE("the 10,000-sentence example encodes with a progress bar", "[examples]
   CHECK_THAT(r.err, testing::contains("7 steps done in "));
   CHECK_THAT(r.err, testing::contains("embeddings of 32 dimensions"));
 }
+
+TEST_CASE("the direct-executor example links SentenceEncoder and registers it itself", "[examples][encoder]") {
+  const auto r = run_example("direct_executor", fmt::format("'{}/tests/data/tiny-bert'", FLOWLINE_SOURCE_DIR));
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, testing::ends_with("3 sentences encoded by SentenceEncoder (flowline::sentence_encoder), 32 "
+                                       "dimensions each\n"));
+}

@@ -1,3 +1,4 @@
+// Plugins: loading and its errors, API versions, the search path and the executor folder.
 #include "test_support.hpp"
 
 #include <cstdlib>
@@ -43,12 +44,29 @@ TEST_CASE("a library without the entry point is an error naming the macro", "[pl
                         "one with FLOWLINE_PLUGIN(registry) { ... }");
 }
 
-TEST_CASE("a plugin built for another API version is refused", "[plugin]") {
+TEST_CASE("a plugin built for another major API version is refused, naming both versions", "[plugin]") {
   Registry registry;
   CHECK_THROWS_WITH(load_plugin(plugin("bad_version"), registry),
                     "plugin '" + plugin("bad_version").string() +
-                        "': built for plugin API version 999, but this flowline has version 1; rebuild the plugin "
-                        "against this flowline");
+                        "': built for plugin API 3.0, but this flowline has plugin API 2.0 (a plugin needs the same "
+                        "major version and a minor version no higher); rebuild the plugin against this flowline");
+}
+
+TEST_CASE("a plugin built against a newer minor API version is refused", "[plugin]") {
+  Registry registry;
+  CHECK_THROWS_WITH(load_plugin(plugin("newer_minor"), registry),
+                    testing::starts_with("plugin '" + plugin("newer_minor").string() +
+                                         "': built for plugin API 2.1, but this flowline has plugin API 2.0"));
+}
+
+TEST_CASE("plugin API compatibility: same major, minor no higher than the host's", "[plugin]") {
+  STATIC_REQUIRE(plugin_api_compatible({2, 0}, {2, 3}));
+  STATIC_REQUIRE(plugin_api_compatible({2, 3}, {2, 3}));
+  STATIC_REQUIRE_FALSE(plugin_api_compatible({2, 4}, {2, 3}));
+  STATIC_REQUIRE_FALSE(plugin_api_compatible({1, 0}, {2, 0}));
+  STATIC_REQUIRE_FALSE(plugin_api_compatible({3, 0}, {2, 9}));
+  CHECK(PluginApiVersion::decode(FLOWLINE_PLUGIN_API_VERSION).str() == kPluginApiVersion.str());
+  CHECK(PluginApiVersion::decode(2001).str() == "2.1");
 }
 
 TEST_CASE("a plugin that registers nothing is an error instead of a silent no-op", "[plugin]") {
@@ -72,9 +90,55 @@ TEST_CASE("a flow file loads plugins by path and by name from FLOWLINE_PLUGIN_PA
     FAIL("expected a config error");
   } catch (const ConfigError& e) {
     REQUIRE(e.diagnostics().size() == 2);
+    const auto executors = executor_dir();
     CHECK(e.diagnostics()[0].to_string() ==
           (dir / "flow.yml").string() + ":1:11: plugin 'libmissing.so' not found; looked for " +
-              (dir / "libmissing.so").string() + " (FLOWLINE_PLUGIN_PATH is not set)");
+              (dir / "libmissing.so").string() + ", " + (executors / "libmissing.so").string() + ", " +
+              (executors / "liblibmissing.so.so").string() + ", " + (executors / "libmissing.so.so").string() +
+              " (FLOWLINE_PLUGIN_PATH is not set)");
     CHECK_THAT(e.diagnostics()[1].message, testing::starts_with("executor 'up': unknown executor type 'Upper'"));
   }
+}
+
+TEST_CASE("executor libraries have one conventional file name", "[plugin]") {
+  CHECK(executor_library_name("SentenceEncoder") == "libflowline_sentence_encoder.so");
+  CHECK(executor_library_name("TorchModule") == "libflowline_torch_module.so");
+  CHECK(executor_library_name("Bert2Vec") == "libflowline_bert2_vec.so");
+  CHECK_FALSE(executor_library_name("sentenceEncoder"));
+  CHECK_FALSE(executor_library_name("Sentence-Encoder"));
+  CHECK_FALSE(executor_library_name("../Evil"));
+  CHECK_FALSE(executor_library_name(""));
+}
+
+TEST_CASE("the executor folder sits beside libflowline.so and holds the first-party executors", "[plugin]") {
+  CHECK(executor_dir() == std::filesystem::path(FLOWLINE_BINARY_DIR) / "lib" / "flowline" / "executors");
+  CHECK(plugin_search_path().front() == executor_dir());
+  const auto offered = available_executor_libraries();
+  CHECK(offered == std::vector<std::string>{"SentenceEncoder", "TorchModule"});
+}
+
+TEST_CASE("a searching registry loads an unknown executor from the executor folder; a plain one does not", "[plugin]") {
+  Registry plain;
+  CHECK(plain.find("SentenceEncoder") == nullptr);
+  CHECK_THROWS_WITH(plain.get("SentenceEncoder"), "unknown executor type 'SentenceEncoder'; known types: ");
+  Registry searching(Registry::ExecutorSearch::on);
+  CHECK(searching.find_registered("SentenceEncoder") == nullptr);
+  const Registry::Entry* entry = searching.find("SentenceEncoder");
+  REQUIRE(entry != nullptr);
+  CHECK(entry->spec.name == "SentenceEncoder");
+  CHECK(entry->origin == "flowline::sentence_encoder");
+  CHECK(searching.find_registered("TorchModule") == nullptr);  // only what was asked for is loaded
+  CHECK(searching.find("NoSuchThing") == nullptr);
+  CHECK(searching.unknown_message("TorchModul") ==
+        "unknown executor type 'TorchModul' (did you mean 'TorchModule'?); known types: SentenceEncoder, TorchModule");
+}
+
+TEST_CASE("FLOWLINE_EXECUTOR_DIR replaces the executor folder", "[plugin]") {
+  const auto dir = testing::scratch_dir("plugin executor dir");
+  ::setenv(kExecutorDirVariable, dir.c_str(), 1);
+  CHECK(executor_dir() == dir);
+  CHECK(available_executor_libraries().empty());
+  Registry searching(Registry::ExecutorSearch::on);
+  CHECK(searching.find("TorchModule") == nullptr);
+  ::unsetenv(kExecutorDirVariable);
 }

@@ -1,3 +1,4 @@
+// Helpers shared by the tests: corpus and scratch paths, files, running a process, numbered documents.
 #include "test_support.hpp"
 
 #include <fmt/format.h>

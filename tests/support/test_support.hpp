@@ -4,6 +4,7 @@
 
 #include "catch.hpp"
 #include "flowline/flowline.hpp"
+#include "testing_executors.hpp"
 
 #include <filesystem>
 #include <string>

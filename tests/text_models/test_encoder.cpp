@@ -1,10 +1,10 @@
 #include "test_support.hpp"
 
 #include "flowline/device.hpp"
-#include "flowline/text_models/bert.hpp"
-#include "flowline/text_models/safetensors.hpp"
-#include "flowline/text_models/sentence_encoder.hpp"
-#include "flowline/text_models/wordpiece_tokenizer.hpp"
+#include "flowline/sentence_encoder/bert.hpp"
+#include "flowline/sentence_encoder/safetensors.hpp"
+#include "flowline/sentence_encoder/sentence_encoder.hpp"
+#include "flowline/sentence_encoder/wordpiece_tokenizer.hpp"
 
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -14,7 +14,7 @@
 #include <fstream>
 
 using namespace flowline;
-using namespace flowline::text_models;
+using namespace flowline::sentence_encoder;
 
 namespace {
 const std::filesystem::path kData = std::filesystem::path(FLOWLINE_SOURCE_DIR) / "tests/data";
@@ -173,7 +173,8 @@ TEST_CASE("every flow shipped in flows/ is valid", "[config][encoder]") {
 TEST_CASE("a bad encoder parameter fails the flow's start naming the parameter", "[encoder]") {
   Flow flow(FlowOptions{}, encoder_registry());
   flow.add({.name = "enc", .uses = "SentenceEncoder", .with = {{"model", (kData / "tiny-bert").string()}, {"dtype", "fp8"}}});
-  CHECK_THROWS_WITH(flow.start(), testing::contains("parameter 'dtype': expected fp32, fp16 or bf16, got 'fp8'"));
+  CHECK_THROWS_WITH(flow.start(), testing::contains("parameter 'dtype': expected one of fp32, fp16, bf16, float32, "
+                                                    "float16, bfloat16, got 'fp8'"));
 }
 
 TEST_CASE("the encoder reports its tokens and largest forward pass in the flow's stats", "[encoder][stats]") {

@@ -1,13 +1,13 @@
 #include "test_support.hpp"
 
-#include "flowline/text_models/wordpiece_tokenizer.hpp"
+#include "flowline/sentence_encoder/wordpiece_tokenizer.hpp"
 
 #include <boost/json.hpp>
 
 #include <fstream>
 
 using namespace flowline;
-using flowline::text_models::WordPieceTokenizer;
+using flowline::sentence_encoder::WordPieceTokenizer;
 
 namespace {
 const std::filesystem::path kGoldens = std::filesystem::path(FLOWLINE_SOURCE_DIR) / "tests/data/goldens";

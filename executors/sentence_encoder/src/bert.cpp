@@ -1,8 +1,8 @@
-#include "flowline/text_models/bert.hpp"
+#include "flowline/sentence_encoder/bert.hpp"
 
 #include "flowline/error.hpp"
 #include "flowline/io.hpp"
-#include "flowline/text_models/safetensors.hpp"
+#include "flowline/sentence_encoder/safetensors.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAEvent.h>
@@ -19,7 +19,7 @@
 #include <cmath>
 #include <map>
 
-namespace flowline::text_models {
+namespace flowline::sentence_encoder {
 
 namespace {
 
@@ -586,4 +586,4 @@ at::Tensor GraphedBertEncoder::encode(const PackedBatch& batch) {
   return graph.pooled.narrow(0, 0, static_cast<int64_t>(batch.lengths.size()));
 }
 
-}  // namespace flowline::text_models
+}  // namespace flowline::sentence_encoder

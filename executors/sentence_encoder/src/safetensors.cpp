@@ -1,4 +1,4 @@
-#include "flowline/text_models/safetensors.hpp"
+#include "flowline/sentence_encoder/safetensors.hpp"
 
 #include "flowline/error.hpp"
 
@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-namespace flowline::text_models {
+namespace flowline::sentence_encoder {
 
 struct SafetensorsFile::Mapping {
   void* address = MAP_FAILED;
@@ -176,4 +176,4 @@ void save_safetensors(const std::filesystem::path& path, const std::map<std::str
   if (!out) throw Error(fmt::format("save_safetensors: writing '{}' failed", path.string()));
 }
 
-}  // namespace flowline::text_models
+}  // namespace flowline::sentence_encoder

@@ -1,11 +1,11 @@
-#include "flowline/text_models/sentence_encoder.hpp"
+#include "flowline/sentence_encoder/sentence_encoder.hpp"
 
 #include "flowline/device.hpp"
 #include "flowline/error.hpp"
 #include "flowline/executor.hpp"
 #include "flowline/torch_support.hpp"
-#include "flowline/text_models/bert.hpp"
-#include "flowline/text_models/wordpiece_tokenizer.hpp"
+#include "flowline/sentence_encoder/bert.hpp"
+#include "flowline/sentence_encoder/wordpiece_tokenizer.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -19,13 +19,19 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
 #include <mutex>
 #include <numeric>
 #include <optional>
 
-namespace flowline::text_models {
+namespace flowline::sentence_encoder {
 namespace {
+
+// normalize: auto, true or false (a choice of a text and two bools, hence Json with choices).
+ParamSpec normalize_spec() {
+  ParamSpec spec = ParamSpec::optional("normalize", ParamType::Json, "auto", "auto: as the checkpoint says");
+  spec.choices = {boost::json::value("auto"), boost::json::value(true), boost::json::value(false)};
+  return spec;
+}
 
 class SentenceEncoder : public Executor {
  public:
@@ -33,37 +39,35 @@ class SentenceEncoder : public Executor {
     return ExecutorSpec{
         "SentenceEncoder",
         "Encode texts into sentence embeddings with a BERT sentence-transformers checkpoint (LibTorch)",
-        {ParamSpec::required_param("model", ParamType::String, "sentence-transformers checkpoint folder"),
+        {ParamSpec::required_param("model", ParamType::Path, "sentence-transformers checkpoint folder"),
          ParamSpec::optional("device", ParamType::String, "",
                              "cpu, cuda, cuda:N or auto; empty: the executor's device in the flow"),
-         ParamSpec::optional("dtype", ParamType::String, "fp32", "fp32, fp16 or bf16"),
-         ParamSpec::optional("max_seq_length", ParamType::Int, 0, "truncate texts to this many tokens (0: the model's)"),
+         ParamSpec::choice("dtype", {"fp32", "fp16", "bf16", "float32", "float16", "bfloat16"}, "fp32",
+                           "weights and activations (fp16 needs a GPU)"),
+         ParamSpec::optional("max_seq_length", ParamType::Int, 0, "truncate texts to this many tokens (0: the model's)").min(0),
          ParamSpec::optional("batch_size", ParamType::IntOrAuto, 64,
                              "sequences per forward pass; auto: the most that fit the memory budget at "
-                             "max_seq_length, from a calibration at start (GPU)"),
+                             "max_seq_length, from a calibration at start (GPU)").min(1),
          ParamSpec::optional("max_batch_tokens", ParamType::IntOrAuto, 0,
                              "tokens per forward pass (0: no limit); auto: the most that fit the memory budget, "
-                             "from a calibration at start (GPU)"),
+                             "from a calibration at start (GPU)").min(0),
          ParamSpec::optional("memory_fraction", ParamType::Double, 0.9,
                              "for auto sizes: the share of the GPU memory free at start that this executor's "
-                             "replicas on a device may use together"),
-         ParamSpec::optional("normalize", ParamType::Json, "auto", "auto (as the checkpoint says), true or false"),
+                             "replicas on a device may use together").min(0).max(1),
+         normalize_spec(),
          ParamSpec::optional("share_weights", ParamType::Bool, true,
                              "replicas on the same device share one copy of the weights (each on its own CUDA stream)"),
-         ParamSpec::optional("delay_ms", ParamType::Int, 0,
-                             "benchmarks: sleep this long after each batch, to slow a replica down on purpose"),
-         ParamSpec::optional("delay_replica", ParamType::Int, -1, "benchmarks: the replica delay_ms applies to (-1: all)"),
          ParamSpec::optional("cuda_graphs", ParamType::Bool, true,
                              "GPU, fp16/bf16: replay forward passes of up to cuda_graph_max_tokens tokens from CUDA "
                              "graphs (captured at start), so short passes are not bound by kernel launches"),
          ParamSpec::optional("cuda_graph_max_tokens", ParamType::Int, 16384,
-                             "the largest pass (in tokens) replayed from a CUDA graph; larger passes run eagerly"),
+                             "the largest pass (in tokens) replayed from a CUDA graph; larger passes run eagerly").min(0),
          ParamSpec::optional("keep_on_device", ParamType::Bool, false,
                              "leave embeddings on the executor's GPU for a next executor on the same device; "
                              "they are copied to the host only where an output needs them"),
          ParamSpec::optional("tokenizer_threads", ParamType::Int, 0,
                              "threads that tokenize one request (0: one when the executor has several replicas, "
-                             "which tokenize side by side, else ATen's intra-op threads)"),
+                             "which tokenize side by side, else ATen's intra-op threads)").min(0),
          ParamSpec::optional("warmup", ParamType::Bool, true,
                              "run a few batches at start so the first requests do not pay for CUDA and allocator set-up")},
         {"/encode"},
@@ -100,24 +104,17 @@ class SentenceEncoder : public Executor {
     const auto batch_size = size_or_auto("batch_size");
     const auto max_batch_tokens = size_or_auto("max_batch_tokens");
     batch_size_ = batch_size.value_or(64);
-    if (batch_size_ == 0) throw Error("parameter 'batch_size': must be at least 1");
     max_batch_tokens_ = max_batch_tokens.value_or(0);
     if (max_batch_tokens_ != 0 && max_batch_tokens_ < max_seq_length_) {
       throw Error(fmt::format("parameter 'max_batch_tokens': {} is less than max_seq_length {}", max_batch_tokens_,
                               max_seq_length_));
     }
-    const int delay_replica = params().get<int>("delay_replica");
-    if (delay_replica < 0 || delay_replica == runtime().replica) delay_ = std::chrono::milliseconds(params().get<std::size_t>("delay_ms"));
     memory_fraction_ = params().get<double>("memory_fraction");
     if (!(memory_fraction_ > 0 && memory_fraction_ <= 1)) {
       throw Error(fmt::format("parameter 'memory_fraction': {} is outside (0, 1]", memory_fraction_));
     }
     const auto normalize = params().get<boost::json::value>("normalize");
-    if (normalize.is_bool()) {
-      normalize_override_ = normalize.get_bool() ? 1 : 0;
-    } else if (!(normalize.is_string() && normalize.get_string() == "auto")) {
-      throw Error("parameter 'normalize': expected auto, true or false");
-    }
+    if (normalize.is_bool()) normalize_override_ = normalize.get_bool() ? 1 : 0;  // else "auto" (a declared choice)
     spdlog::info("executor '{}' replica {}: {} ({} layers, hidden {}, {} pooling{}) on {} in {}, {:.1f} MB of weights",
                  runtime().name, runtime().replica, model, config.bert.num_layers, config.bert.hidden_size,
                  to_string(config.pooling), config.normalize ? " + normalize" : "", device_.str(),
@@ -143,9 +140,7 @@ class SentenceEncoder : public Executor {
   std::optional<std::size_t> size_or_auto(const char* name) const {
     const auto value = params().get<boost::json::value>(name);
     if (value.is_string()) return std::nullopt;  // "auto", as validation allows
-    const std::int64_t v = value.to_number<std::int64_t>();
-    if (v < 0) throw Error(fmt::format("parameter '{}': must not be negative, got {}", name, v));
-    return static_cast<std::size_t>(v);
+    return static_cast<std::size_t>(value.to_number<std::int64_t>());  // bounds checked by validation
   }
 
   // batch_size / max_batch_tokens "auto": measures the peak activation memory of two forward passes at
@@ -365,7 +360,6 @@ class SentenceEncoder : public Executor {
     metrics().add("enqueue_seconds", std::chrono::duration<double>(enqueued - tokenized).count());
     metrics().add("launch_seconds", figures.launch_seconds);
     metrics().add("wait_seconds", std::chrono::duration<double>(done - enqueued).count());
-    if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
   }
 
   // Tokenizes every document into ids_ (offsets_[i] .. offsets_[i+1] are document i's ids). Large batches
@@ -416,7 +410,6 @@ class SentenceEncoder : public Executor {
   static constexpr std::size_t kMaxWarmupTokens = 1 << 17;
   std::size_t max_seq_length_ = 0, batch_size_ = 64, max_batch_tokens_ = 0;
   double memory_fraction_ = 0.9;
-  std::chrono::milliseconds delay_{0};
   int normalize_override_ = -1;  // -1 auto, 0 off, 1 on
   // Buffers reused across batches: no allocation per document.
   std::vector<std::int32_t> ids_;
@@ -434,4 +427,4 @@ class SentenceEncoder : public Executor {
 
 void register_sentence_encoder(Registry& registry) { registry.add<SentenceEncoder>("flowline::sentence_encoder"); }
 
-}  // namespace flowline::text_models
+}  // namespace flowline::sentence_encoder

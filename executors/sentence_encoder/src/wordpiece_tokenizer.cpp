@@ -1,4 +1,4 @@
-#include "flowline/text_models/wordpiece_tokenizer.hpp"
+#include "flowline/sentence_encoder/wordpiece_tokenizer.hpp"
 
 #include "flowline/error.hpp"
 #include "flowline/io.hpp"
@@ -9,7 +9,7 @@
 
 #include <fstream>
 
-namespace flowline::text_models {
+namespace flowline::sentence_encoder {
 
 namespace {
 
@@ -278,4 +278,4 @@ std::vector<std::string> WordPieceTokenizer::tokenize(std::string_view text) con
   return out;
 }
 
-}  // namespace flowline::text_models
+}  // namespace flowline::sentence_encoder

@@ -44,11 +44,8 @@ std::shared_ptr<const LoadedModule> load_module(const std::string& path, c10::De
 
 enum class Field { Tensor, Embedding };
 
-Field parse_field(const std::string& name, const char* parameter) {
-  if (name == "tensor") return Field::Tensor;
-  if (name == "embedding") return Field::Embedding;
-  throw Error(fmt::format("parameter '{}': expected tensor or embedding, got '{}'", parameter, name));
-}
+// input / output: a declared choice, checked by validation.
+Field parse_field(const std::string& name) { return name == "tensor" ? Field::Tensor : Field::Embedding; }
 
 class TorchModule : public Executor {
  public:
@@ -56,15 +53,15 @@ class TorchModule : public Executor {
     return ExecutorSpec{
         "TorchModule",
         "Run a TorchScript model on each document's tensor or embedding (LibTorch JIT)",
-        {ParamSpec::required_param("path", ParamType::String, "TorchScript file (torch.jit.save)"),
+        {ParamSpec::required_param("path", ParamType::Path, "TorchScript file (torch.jit.save)"),
          ParamSpec::optional("method", ParamType::String, "forward", "the module's method to call"),
-         ParamSpec::optional("input", ParamType::String, "tensor", "field read: tensor or embedding"),
-         ParamSpec::optional("output", ParamType::String, "embedding", "field written: embedding or tensor"),
+         ParamSpec::choice("input", {"tensor", "embedding"}, "tensor", "the field read"),
+         ParamSpec::choice("output", {"embedding", "tensor"}, "embedding", "the field written"),
          ParamSpec::optional("device", ParamType::String, "",
                              "cpu, cuda, cuda:N or auto; empty: the executor's device in the flow"),
-         ParamSpec::optional("dtype", ParamType::String, "fp32",
-                             "fp32, fp16 or bf16 (module and floating-point inputs; outputs are float32)"),
-         ParamSpec::optional("batch_size", ParamType::Int, 64, "rows per call"),
+         ParamSpec::choice("dtype", {"fp32", "fp16", "bf16", "float32", "float16", "bfloat16"}, "fp32",
+                           "module and floating-point inputs; outputs are float32"),
+         ParamSpec::optional("batch_size", ParamType::Int, 64, "rows per call").min(1),
          ParamSpec::optional("keep_on_device", ParamType::Bool, false,
                              "leave outputs on the executor's device (for a next executor on the same device)"),
          ParamSpec::optional("share_weights", ParamType::Bool, true,
@@ -79,11 +76,10 @@ class TorchModule : public Executor {
     device_ = device_name.empty() ? runtime().device : resolve_device(device_name);
     set_thread_device(device_);
     dtype_ = parse_dtype(params().get<std::string>("dtype"));
-    input_ = parse_field(params().get<std::string>("input"), "input");
-    output_ = parse_field(params().get<std::string>("output"), "output");
+    input_ = parse_field(params().get<std::string>("input"));
+    output_ = parse_field(params().get<std::string>("output"));
     method_ = params().get<std::string>("method");
     batch_size_ = params().get<std::size_t>("batch_size");
-    if (batch_size_ == 0) throw Error("parameter 'batch_size': must be at least 1");
     keep_on_device_ = params().get<bool>("keep_on_device");
     auto load = [&] { return load_module(path, device_, dtype_); };
     module_ = params().get<bool>("share_weights") ? shared_per_device<LoadedModule>(path, device_, dtype_, load) : load();

@@ -1,4 +1,4 @@
-// flowline/text_models/bert.hpp — a BERT sentence encoder in LibTorch, read straight from a
+// flowline/sentence_encoder/bert.hpp — a BERT sentence encoder in LibTorch, read straight from a
 // sentence-transformers checkpoint folder (config.json, model.safetensors, modules.json, 1_Pooling/...).
 //
 // The forward pass works on packed tokens: the sequences of a batch are concatenated into one [T, H]
@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-namespace flowline::text_models {
+namespace flowline::sentence_encoder {
 
 struct BertConfig {
   std::int64_t vocab_size = 0;
@@ -140,4 +140,4 @@ class GraphedBertEncoder {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace flowline::text_models
+}  // namespace flowline::sentence_encoder

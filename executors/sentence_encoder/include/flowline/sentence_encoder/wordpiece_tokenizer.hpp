@@ -1,4 +1,4 @@
-// flowline/text_models/wordpiece_tokenizer.hpp — BERT WordPiece tokenization, id for id what the Hugging
+// flowline/sentence_encoder/wordpiece_tokenizer.hpp — BERT WordPiece tokenization, id for id what the Hugging
 // Face fast tokenizer gives for BERT checkpoints (BertNormalizer + BertPreTokenizer + WordPiece +
 // [CLS]/[SEP] template).
 //
@@ -23,7 +23,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace flowline::text_models {
+namespace flowline::sentence_encoder {
 
 struct WordPieceOptions {
   bool lowercase = true;
@@ -73,4 +73,4 @@ class WordPieceTokenizer {
   std::int32_t pad_id_ = 0, cls_id_ = 0, sep_id_ = 0, unk_id_ = 0;
 };
 
-}  // namespace flowline::text_models
+}  // namespace flowline::sentence_encoder

@@ -1,10 +1,8 @@
-// Small executors for tests, benchmarks and trying flows out without a model:
-//   NoOp       passes documents through
-//   TextStats  counts characters, words and lines into tags
+// Executors for tests and benchmarks only, never part of flowline::core (register_testing_executors):
 //   SetTags    sets fixed tags (and optionally who processed the document)
-//   Delay      sleeps per batch and per document, optionally differently per replica
+//   Delay      sleeps per batch and per document, optionally only in one replica
 //   FailIf     throws when a document's text contains a marker
-#include "../builtin.hpp"
+#include "testing_executors.hpp"
 
 #include "flowline/error.hpp"
 #include "flowline/executor.hpp"
@@ -14,43 +12,8 @@
 #include <chrono>
 #include <thread>
 
-namespace flowline::builtin {
+namespace flowline::testing {
 namespace {
-
-class NoOp : public Executor {
- public:
-  static ExecutorSpec spec() { return ExecutorSpec{"NoOp", "Pass documents through unchanged", {}, {}}; }
-  explicit NoOp(const ExecutorContext& context) : Executor(context) {
-    bind_default([](DocumentArray&, const RequestInfo&) {});
-  }
-};
-
-class TextStats : public Executor {
- public:
-  static ExecutorSpec spec() {
-    return ExecutorSpec{"TextStats", "Count characters (code points), words and lines of each text into tags", {}, {}};
-  }
-  explicit TextStats(const ExecutorContext& context) : Executor(context) { bind_default(&TextStats::count); }
-
- private:
-  void count(DocumentArray& docs) {
-    for (auto& doc : docs) {
-      std::int64_t chars = 0, words = 0, lines = doc.text.empty() ? 0 : 1;
-      bool in_word = false;
-      for (char ch : doc.text) {
-        const auto c = static_cast<unsigned char>(ch);
-        chars += (c & 0xC0) != 0x80;
-        lines += c == '\n';
-        const bool space = c == ' ' || c == '\n' || c == '\t' || c == '\r';
-        if (!space && !in_word) ++words;
-        in_word = !space;
-      }
-      doc.tags["chars"] = chars;
-      doc.tags["words"] = words;
-      doc.tags["lines"] = lines;
-    }
-  }
-};
 
 class SetTags : public Executor {
  public:
@@ -155,12 +118,10 @@ class FailIf : public Executor {
 
 }  // namespace
 
-void register_testing_executors(Registry& registry) {
-  registry.add<NoOp>("built-in");
-  registry.add<TextStats>("built-in");
-  registry.add<SetTags>("built-in");
-  registry.add<Delay>("built-in");
-  registry.add<FailIf>("built-in");
+void register_testing_executors(Registry& registry, const std::string& origin) {
+  registry.add<SetTags>(origin);
+  registry.add<Delay>(origin);
+  registry.add<FailIf>(origin);
 }
 
-}  // namespace flowline::builtin
+}  // namespace flowline::testing

@@ -1,4 +1,4 @@
-// flowline/text_models/sentence_encoder.hpp — the SentenceEncoder executor: text in, embeddings out.
+// flowline/sentence_encoder/sentence_encoder.hpp — the SentenceEncoder executor: text in, embeddings out.
 //
 //   - name: encoder
 //     uses: SentenceEncoder
@@ -11,7 +11,7 @@
 // normalize (auto: as the checkpoint says; true; false), keep_on_device (leave embeddings on the GPU for a
 // next executor on the same device), cuda_graphs and cuda_graph_max_tokens (replay passes of up to that
 // many tokens from CUDA graphs; GPU, fp16/bf16), memory_fraction (for batch_size/max_batch_tokens: auto),
-// share_weights, warmup, and the benchmark knobs delay_ms / delay_replica.
+// share_weights, tokenizer_threads and warmup.
 // Endpoints: "/encode" and the default set every document's embedding (float32; on the CPU unless
 // keep_on_device).
 //
@@ -26,9 +26,9 @@
 
 #include "flowline/registry.hpp"
 
-namespace flowline::text_models {
+namespace flowline::sentence_encoder {
 
 // Adds SentenceEncoder to `registry`. The launcher calls it for the global registry.
 void register_sentence_encoder(Registry& registry);
 
-}  // namespace flowline::text_models
+}  // namespace flowline::sentence_encoder
