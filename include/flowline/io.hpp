@@ -10,9 +10,11 @@
 #pragma once
 
 #include "flowline/document.hpp"
+#include "flowline/document_fields.hpp"
 
 #include <boost/json/value.hpp>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdio>
 #include <filesystem>
@@ -22,8 +24,10 @@
 
 namespace flowline {
 
-// Appends the JSON form of `doc` to `out` (no newline).
+// Appends the JSON form of `doc` to `out` (no newline). With `fields`, only those fields (and always the id).
+// Thread-safe for distinct `out` strings (writers format documents on several threads).
 void append_json(std::string& out, const Document& doc);
+void append_json(std::string& out, const Document& doc, FieldSet fields);
 std::string to_json(const Document& doc);
 // Parses a document from JSON. Throws flowline::Error describing the bad field ("field 'tensor.shape':
 // expected a list of integers").
@@ -60,6 +64,22 @@ class ArraySource : public DocumentSource {
   std::size_t next_ = 0;
 };
 
+// Wraps another source and reports the end of input as soon as `stop` is true (checked before every read),
+// so a flow finishes the work in flight and returns, e.g. after Ctrl-C. Both are borrowed and must outlive it;
+// `stop` may be set from any thread or a signal handler (it is lock-free).
+class StoppableSource : public DocumentSource {
+ public:
+  StoppableSource(DocumentSource& inner, const std::atomic<bool>& stop) : inner_(inner), stop_(stop) {}
+  std::size_t read(DocumentArray& out, std::size_t max) override;
+  // Whether a read found `stop` set (the input was cut short).
+  bool stopped() const noexcept { return stopped_; }
+
+ private:
+  DocumentSource& inner_;
+  const std::atomic<bool>& stop_;
+  bool stopped_ = false;
+};
+
 enum class InputFormat {
   Lines,       // one document per non-empty line
   Paragraphs,  // one document per blank-line separated paragraph, trimmed
@@ -67,6 +87,9 @@ enum class InputFormat {
   Text,        // the whole file as one document
 };
 
+// The input formats by name, in the order they are documented: the one list the parser and the launcher's
+// options use.
+const std::vector<std::pair<std::string, InputFormat>>& input_formats();
 // "lines", "paragraphs", "jsonl", "text" → InputFormat; throws flowline::Error listing the choices.
 InputFormat parse_input_format(std::string_view name);
 

@@ -1,8 +1,11 @@
+// Document and DocumentArray (document.hpp) and the table of Document fields (document_fields.hpp).
 #include "flowline/document.hpp"
+#include "flowline/document_fields.hpp"
 #include "flowline/error.hpp"
 
 #include <ATen/ops/stack.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <random>
 
@@ -159,21 +162,51 @@ Document::Document() : id(generate_id()) {}
 Document::Document(std::string text_) : id(generate_id()), text(std::move(text_)) {}
 
 void Document::merge_from(Document&& other) {
-  if (text.empty()) text = std::move(other.text);
-  if (blob.empty()) blob = std::move(other.blob);
-  if (!tensor.defined()) tensor = std::move(other.tensor);
-  if (!embedding.defined()) embedding = std::move(other.embedding);
-  for (auto& [key, value] : other.tags) tags[key] = std::move(value);
-  if (mime_type.empty()) mime_type = std::move(other.mime_type);
-  if (uri.empty()) uri = std::move(other.uri);
-  for (auto& [name, score] : other.scores) scores[name] = score;
-  for (auto& chunk : other.chunks) {
-    if (!chunks.find(chunk.id)) chunks.push_back(std::move(chunk));
+  for_each_document_field([&](DocumentField field, std::string_view, auto member) {
+    auto& mine = this->*member;
+    auto& theirs = other.*member;
+    using T = std::remove_reference_t<decltype(mine)>;
+    if (field == DocumentField::id) return;  // the same document: its id stays
+    if constexpr (std::is_same_v<T, Tags>) {
+      for (auto& [key, value] : theirs) mine[key] = std::move(value);
+    } else if constexpr (std::is_same_v<T, decltype(scores)>) {
+      for (auto& [name, score] : theirs) mine[name] = score;
+    } else if constexpr (std::is_same_v<T, DocumentArray>) {
+      for (auto& doc : theirs) {
+        if (!mine.find(doc.id)) mine.push_back(std::move(doc));
+      }
+    } else {
+      if (field_is_empty(mine)) mine = std::move(theirs);
+    }
+  });
+}
+
+// ---- the table of fields ----
+
+std::optional<DocumentField> find_document_field(std::string_view name) noexcept {
+  for (std::size_t i = 0; i < kDocumentFieldNames.size(); ++i) {
+    if (kDocumentFieldNames[i] == name) return static_cast<DocumentField>(i);
   }
-  for (auto& match : other.matches) {
-    if (!matches.find(match.id)) matches.push_back(std::move(match));
+  return std::nullopt;
+}
+
+std::string document_field_list() { return fmt::format("{}", fmt::join(kDocumentFieldNames, ", ")); }
+
+FieldSet FieldSet::parse(const std::vector<std::string>& names) {
+  if (names.empty()) return all();
+  FieldSet set;
+  set.insert(DocumentField::id);
+  for (const auto& name : names) {
+    const auto field = find_document_field(name);
+    if (!field) {
+      const std::string hint =
+          closest_match(name, std::vector<std::string>(kDocumentFieldNames.begin(), kDocumentFieldNames.end()));
+      throw Error(fmt::format("unknown document field '{}'{}; expected one of {}", name,
+                              hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint), document_field_list()));
+    }
+    set.insert(*field);
   }
-  if (parent_id.empty()) parent_id = std::move(other.parent_id);
+  return set;
 }
 
 Document deep_copy(const Document& doc) {

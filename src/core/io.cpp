@@ -1,11 +1,8 @@
+// Documents from and to files: JSONL files, text files and folders as DocumentSources (io.hpp).
 #include "flowline/io.hpp"
 #include "flowline/error.hpp"
 #include "flowline/text.hpp"
-#include "json_parse.hpp"
 
-#include <ATen/ATen.h>
-#include <boost/json/parse.hpp>
-#include <boost/json/serialize.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <utf8proc.h>
@@ -16,359 +13,6 @@
 #include <fstream>
 
 namespace flowline {
-
-namespace {
-
-void append_json_string(std::string& out, std::string_view s) {
-  out += '"';
-  for (const char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (c < 0x20) {
-          fmt::format_to(std::back_inserter(out), "\\u{:04x}", c);
-        } else {
-          out += ch;
-        }
-    }
-  }
-  out += '"';
-}
-
-constexpr char kBase64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-void append_base64(std::string& out, const Bytes& bytes) {
-  std::size_t i = 0;
-  for (; i + 2 < bytes.size(); i += 3) {
-    const std::uint32_t v = (bytes[i] << 16) | (bytes[i + 1] << 8) | bytes[i + 2];
-    out += kBase64[v >> 18];
-    out += kBase64[(v >> 12) & 63];
-    out += kBase64[(v >> 6) & 63];
-    out += kBase64[v & 63];
-  }
-  if (i < bytes.size()) {
-    std::uint32_t v = bytes[i] << 16;
-    if (i + 1 < bytes.size()) v |= bytes[i + 1] << 8;
-    out += kBase64[v >> 18];
-    out += kBase64[(v >> 12) & 63];
-    out += i + 1 < bytes.size() ? kBase64[(v >> 6) & 63] : '=';
-    out += '=';
-  }
-}
-
-Bytes decode_base64(std::string_view text) {
-  auto value = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-  };
-  if (text.size() % 4 != 0) throw Error("field 'blob': base64 text length must be a multiple of 4");
-  Bytes out;
-  out.reserve(text.size() / 4 * 3);
-  for (std::size_t i = 0; i < text.size(); i += 4) {
-    int v[4];
-    int pad = 0;
-    for (int k = 0; k < 4; ++k) {
-      const char c = text[i + k];
-      if (c == '=' && i + 4 == text.size() && k >= 2) {
-        v[k] = 0;
-        ++pad;
-      } else if ((v[k] = value(c)) < 0 || pad > 0) {
-        throw Error(fmt::format("field 'blob': invalid base64 character at offset {}", i + k));
-      }
-    }
-    const std::uint32_t bits = (v[0] << 18) | (v[1] << 12) | (v[2] << 6) | v[3];
-    out.push_back(static_cast<std::uint8_t>(bits >> 16));
-    if (pad < 2) out.push_back(static_cast<std::uint8_t>((bits >> 8) & 0xFF));
-    if (pad < 1) out.push_back(static_cast<std::uint8_t>(bits & 0xFF));
-  }
-  return out;
-}
-
-struct DtypeName {
-  at::ScalarType type;
-  const char* name;
-};
-constexpr DtypeName kDtypes[] = {
-    {at::kFloat, "float32"}, {at::kDouble, "float64"}, {at::kHalf, "float16"}, {at::kBFloat16, "bfloat16"},
-    {at::kLong, "int64"},    {at::kInt, "int32"},      {at::kShort, "int16"},  {at::kChar, "int8"},
-    {at::kByte, "uint8"},    {at::kBool, "bool"},
-};
-
-const char* dtype_name(at::ScalarType type) {
-  for (const auto& d : kDtypes) {
-    if (d.type == type) return d.name;
-  }
-  throw Error(fmt::format("tensor dtype {} cannot be written as JSON", c10::toString(type)));
-}
-
-template <class T>
-void append_values(std::string& out, const T* data, at::IntArrayRef shape, std::size_t dim, std::size_t& offset) {
-  out += '[';
-  const int64_t n = shape.empty() ? 0 : shape[dim];
-  for (int64_t i = 0; i < n; ++i) {
-    if (i) out += ',';
-    if (dim + 1 < shape.size()) {
-      append_values(out, data, shape, dim + 1, offset);
-    } else {
-      const T v = data[offset++];
-      if constexpr (std::is_same_v<T, bool>) {
-        out += v ? "true" : "false";
-      } else if constexpr (std::is_floating_point_v<T>) {
-        if (std::isfinite(v)) {
-          fmt::format_to(std::back_inserter(out), "{}", v);
-        } else {
-          out += std::isnan(v) ? "\"nan\"" : (v > 0 ? "\"inf\"" : "\"-inf\"");
-        }
-      } else {
-        fmt::format_to(std::back_inserter(out), "{}", static_cast<int64_t>(v));
-      }
-    }
-  }
-  out += ']';
-}
-
-void append_tensor(std::string& out, const at::Tensor& tensor) {
-  at::Tensor t = tensor.to(at::kCPU).contiguous();
-  const at::ScalarType type = t.scalar_type();
-  // Half and bfloat16 values are exact in float, so they are written as floats and read back exactly.
-  if (type == at::kHalf || type == at::kBFloat16) t = t.to(at::kFloat);
-  out += "{\"dtype\":\"";
-  out += dtype_name(type);
-  out += "\",\"shape\":[";
-  for (int64_t i = 0; i < t.dim(); ++i) {
-    if (i) out += ',';
-    fmt::format_to(std::back_inserter(out), "{}", t.size(i));
-  }
-  out += "],\"data\":";
-  std::size_t offset = 0;
-  if (t.dim() == 0) {
-    // A scalar tensor: data is a bare value.
-    std::string inner;
-    const int64_t one[] = {1};
-    AT_DISPATCH_ALL_TYPES_AND(at::kBool, t.scalar_type(), "append_tensor", [&] {
-      append_values(inner, t.data_ptr<scalar_t>(), at::IntArrayRef(one), 0, offset);
-    });
-    out += inner.substr(1, inner.size() - 2);
-  } else {
-    AT_DISPATCH_ALL_TYPES_AND(at::kBool, t.scalar_type(), "append_tensor", [&] {
-      append_values(out, t.data_ptr<scalar_t>(), t.sizes(), 0, offset);
-    });
-  }
-  out += '}';
-}
-
-void append_array(std::string& out, const DocumentArray& docs) {
-  out += '[';
-  bool first = true;
-  for (const auto& d : docs) {
-    if (!first) out += ',';
-    first = false;
-    append_json(out, d);
-  }
-  out += ']';
-}
-
-// ---- reading ----
-
-[[noreturn]] void field_error(const std::string& field, const std::string& message) {
-  throw Error(fmt::format("field '{}': {}", field, message));
-}
-
-std::string get_string(const boost::json::value& v, const std::string& field) {
-  if (!v.is_string()) field_error(field, "expected a string");
-  return std::string(v.get_string());
-}
-
-void flatten(const boost::json::value& v, std::vector<double>& out, const std::string& field) {
-  if (v.is_array()) {
-    for (const auto& item : v.get_array()) flatten(item, out, field);
-  } else if (v.is_double()) {
-    out.push_back(v.get_double());
-  } else if (v.is_int64()) {
-    out.push_back(static_cast<double>(v.get_int64()));
-  } else if (v.is_uint64()) {
-    out.push_back(static_cast<double>(v.get_uint64()));
-  } else if (v.is_bool()) {
-    out.push_back(v.get_bool() ? 1.0 : 0.0);
-  } else if (v.is_string() && (v.get_string() == "nan" || v.get_string() == "inf" || v.get_string() == "-inf")) {
-    const auto s = v.get_string();
-    out.push_back(s == "nan" ? std::nan("") : s == "inf" ? INFINITY : -INFINITY);
-  } else {
-    field_error(field, "expected numbers in 'data'");
-  }
-}
-
-at::Tensor tensor_from_json(const boost::json::value& v, const std::string& field) {
-  if (!v.is_object()) field_error(field, "expected {\"dtype\", \"shape\", \"data\"}");
-  const auto& o = v.get_object();
-  const auto* dtype = o.if_contains("dtype");
-  const auto* shape = o.if_contains("shape");
-  const auto* data = o.if_contains("data");
-  if (!dtype || !shape || !data) field_error(field, "expected the keys dtype, shape and data");
-  const std::string dtype_text = get_string(*dtype, field + ".dtype");
-  std::optional<at::ScalarType> type;
-  for (const auto& d : kDtypes) {
-    if (dtype_text == d.name) type = d.type;
-  }
-  if (!type) field_error(field + ".dtype", fmt::format("unknown dtype '{}'", dtype_text));
-  if (!shape->is_array()) field_error(field + ".shape", "expected a list of integers");
-  std::vector<int64_t> sizes;
-  int64_t count = 1;
-  for (const auto& s : shape->get_array()) {
-    if (!s.is_int64() || s.get_int64() < 0) field_error(field + ".shape", "expected a list of non-negative integers");
-    sizes.push_back(s.get_int64());
-    count *= s.get_int64();
-  }
-  std::vector<double> values;
-  values.reserve(static_cast<std::size_t>(count));
-  flatten(*data, values, field);
-  if (static_cast<int64_t>(values.size()) != count) {
-    field_error(field + ".data", fmt::format("shape {} needs {} values, got {}", fmt::join(sizes, "x"), count, values.size()));
-  }
-  at::Tensor t = at::empty(sizes, at::TensorOptions().dtype(at::kDouble));
-  std::copy(values.begin(), values.end(), t.data_ptr<double>());
-  return t.to(*type);
-}
-
-DocumentArray array_from_json(const boost::json::value& v, const std::string& field) {
-  if (!v.is_array()) field_error(field, "expected a list of documents");
-  DocumentArray out;
-  for (const auto& item : v.get_array()) out.push_back(document_from_json(item));
-  return out;
-}
-
-const std::vector<std::string>& document_fields() {
-  static const std::vector<std::string> fields = {"id",   "text", "blob",      "tensor", "embedding", "tags",
-                                                  "mime_type", "uri", "scores", "chunks", "matches", "parent_id"};
-  return fields;
-}
-
-}  // namespace
-
-void append_json(std::string& out, const Document& doc) {
-  out += "{\"id\":";
-  append_json_string(out, doc.id);
-  if (!doc.text.empty()) {
-    out += ",\"text\":";
-    append_json_string(out, doc.text);
-  }
-  if (!doc.blob.empty()) {
-    out += ",\"blob\":\"";
-    append_base64(out, doc.blob);
-    out += '"';
-  }
-  if (doc.tensor.defined()) {
-    out += ",\"tensor\":";
-    append_tensor(out, doc.tensor);
-  }
-  if (doc.embedding.defined()) {
-    out += ",\"embedding\":";
-    append_tensor(out, doc.embedding);
-  }
-  if (!doc.tags.empty()) {
-    out += ",\"tags\":";
-    out += boost::json::serialize(doc.tags);
-  }
-  if (!doc.mime_type.empty()) {
-    out += ",\"mime_type\":";
-    append_json_string(out, doc.mime_type);
-  }
-  if (!doc.uri.empty()) {
-    out += ",\"uri\":";
-    append_json_string(out, doc.uri);
-  }
-  if (!doc.scores.empty()) {
-    out += ",\"scores\":{";
-    bool first = true;
-    for (const auto& [name, value] : doc.scores) {
-      if (!first) out += ',';
-      first = false;
-      append_json_string(out, name);
-      fmt::format_to(std::back_inserter(out), ":{}", value);
-    }
-    out += '}';
-  }
-  if (!doc.chunks.empty()) {
-    out += ",\"chunks\":";
-    append_array(out, doc.chunks);
-  }
-  if (!doc.matches.empty()) {
-    out += ",\"matches\":";
-    append_array(out, doc.matches);
-  }
-  if (!doc.parent_id.empty()) {
-    out += ",\"parent_id\":";
-    append_json_string(out, doc.parent_id);
-  }
-  out += '}';
-}
-
-std::string to_json(const Document& doc) {
-  std::string out;
-  append_json(out, doc);
-  return out;
-}
-
-Document document_from_json(const boost::json::value& json) {
-  if (!json.is_object()) throw Error("a document must be a JSON object");
-  Document doc;
-  for (const auto& [key, value] : json.get_object()) {
-    const std::string field(key);
-    if (field == "id") {
-      doc.id = get_string(value, field);
-    } else if (field == "text") {
-      doc.text = get_string(value, field);
-    } else if (field == "blob") {
-      doc.blob = decode_base64(get_string(value, field));
-    } else if (field == "tensor") {
-      doc.tensor = tensor_from_json(value, field);
-    } else if (field == "embedding") {
-      doc.embedding = tensor_from_json(value, field);
-    } else if (field == "tags") {
-      if (!value.is_object()) field_error(field, "expected a JSON object");
-      doc.tags = value.get_object();
-    } else if (field == "mime_type") {
-      doc.mime_type = get_string(value, field);
-    } else if (field == "uri") {
-      doc.uri = get_string(value, field);
-    } else if (field == "scores") {
-      if (!value.is_object()) field_error(field, "expected a JSON object of numbers");
-      for (const auto& [name, score] : value.get_object()) {
-        if (!score.is_number()) field_error(fmt::format("scores.{}", std::string_view(name)), "expected a number");
-        doc.scores[std::string(name)] = static_cast<float>(score.to_number<double>());
-      }
-    } else if (field == "chunks") {
-      doc.chunks = array_from_json(value, field);
-    } else if (field == "matches") {
-      doc.matches = array_from_json(value, field);
-    } else if (field == "parent_id") {
-      doc.parent_id = get_string(value, field);
-    } else {
-      const std::string hint = closest_match(field, document_fields());
-      throw Error(fmt::format("unknown field '{}'{}", field, hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint)));
-    }
-  }
-  if (doc.id.empty()) doc.id = generate_id();
-  return doc;
-}
-
-Document document_from_json(std::string_view json_text) {
-  boost::system::error_code ec;
-  boost::json::value v = detail::parse_json(json_text, ec);
-  if (ec) throw Error(fmt::format("invalid JSON: {}", ec.message()));
-  return document_from_json(v);
-}
 
 std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -427,12 +71,28 @@ std::size_t ArraySource::read(DocumentArray& out, std::size_t max) {
   return n;
 }
 
+std::size_t StoppableSource::read(DocumentArray& out, std::size_t max) {
+  if (stop_.load(std::memory_order_relaxed)) {
+    stopped_ = true;
+    return 0;
+  }
+  return inner_.read(out, max);
+}
+
+const std::vector<std::pair<std::string, InputFormat>>& input_formats() {
+  static const std::vector<std::pair<std::string, InputFormat>> formats = {
+      {"lines", InputFormat::Lines}, {"paragraphs", InputFormat::Paragraphs},
+      {"jsonl", InputFormat::Jsonl}, {"text", InputFormat::Text}};
+  return formats;
+}
+
 InputFormat parse_input_format(std::string_view name) {
-  if (name == "lines") return InputFormat::Lines;
-  if (name == "paragraphs") return InputFormat::Paragraphs;
-  if (name == "jsonl") return InputFormat::Jsonl;
-  if (name == "text") return InputFormat::Text;
-  throw Error(fmt::format("unknown input format '{}'; expected lines, paragraphs, jsonl or text", name));
+  std::vector<std::string> names;
+  for (const auto& [known, format] : input_formats()) {
+    if (known == name) return format;
+    names.push_back(known);
+  }
+  throw Error(fmt::format("unknown input format '{}'; expected one of {}", name, fmt::join(names, ", ")));
 }
 
 namespace {

@@ -1,0 +1,85 @@
+// flowline/writers.hpp — output files of documents that keep up with a GPU encoder: JSONL, .npy, .safetensors.
+//
+// One DocumentWriter owns one output file. Its owner (a writer executor, or the launcher's --output) calls
+// write() from one thread at a time, in output order, then close() once. The writer may use its own threads
+// (JSONL formats on a pool and writes on a writer thread), but never calls back into its owner.
+//
+//   JSONL        one JSON document per line (io.hpp's form, the `fields` chosen). Documents are formatted on
+//                `threads` threads, in order, and written in blocks of at least 1 MiB that end on a newline, so
+//                a crash leaves whole lines only.
+//   .npy         an [N, D] float32 or float16 array of the embeddings (numpy.load), plus a sidecar JSONL
+//                (PATH without .npy + ".docs.jsonl") with id, text and tags of each row, in the same order.
+//   .safetensors one tensor "embedding" [N, D] (safetensors.numpy.load_file), plus the same sidecar.
+// Binary outputs are written to PATH.partial (and the sidecar to SIDECAR.partial) and renamed when close()
+// completes; abandon() removes them, so an interrupted run leaves nothing under the final names. Every
+// document of a binary output must have an embedding with D values; one without is an Error naming its id.
+//
+// Errors (a file that cannot be written, a missing embedding) are flowline::Error, thrown by write() or
+// close(); a writer whose write() threw must not be written again (abandon() it).
+#pragma once
+
+#include "flowline/document.hpp"
+#include "flowline/document_fields.hpp"
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace flowline {
+
+struct WriterOptions {
+  FieldSet fields = FieldSet::all();  // JSONL: the fields written (the id always)
+  std::size_t threads = 0;            // JSONL: formatting threads; 0: one per hardware thread (at most 8)
+  std::string dtype = "float32";      // .npy / .safetensors: float32 or float16
+  bool sidecar_tags = true;           // .npy / .safetensors: write tags into the sidecar too
+};
+
+// What a writer has done so far.
+struct WriterStats {
+  std::uint64_t documents = 0;   // documents written (or handed to the formatting threads)
+  std::uint64_t bytes = 0;       // bytes written to the file(s) so far
+  double format_seconds = 0;     // thread time spent formatting (summed over the formatting threads)
+  double write_seconds = 0;      // time spent in write(2) and closing
+};
+
+class DocumentWriter {
+ public:
+  virtual ~DocumentWriter();  // abandons the output unless close() completed
+  // Appends documents, in order. The const overload borrows `docs` until it returns; the rvalue one takes
+  // them and may return before they are formatted (bounded: it waits when too much is queued).
+  virtual void write(const DocumentArray& docs) = 0;
+  virtual void write(DocumentArray&& docs) { write(static_cast<const DocumentArray&>(docs)); }
+  // Completes the output: everything written reaches the file, binary files get their final header and
+  // name. Throws flowline::Error on failure.
+  virtual void close() = 0;
+  // Gives up: JSONL keeps the whole lines already written; binary outputs remove their .partial files.
+  // Never throws. No effect after close().
+  virtual void abandon() noexcept = 0;
+  virtual WriterStats stats() const = 0;
+  // The final path and, for binary outputs, the sidecar's (else empty).
+  virtual const std::filesystem::path& path() const = 0;
+  virtual std::filesystem::path sidecar_path() const { return {}; }
+};
+
+enum class OutputFormat { Jsonl, Npy, Safetensors };
+
+// The format for a path's extension (.jsonl, .npy, .safetensors); throws flowline::Error naming the known
+// extensions for any other.
+OutputFormat output_format_for(const std::filesystem::path& path);
+// ".jsonl, .npy, .safetensors"
+std::string known_output_extensions();
+// The sidecar of a binary output: "emb.npy" -> "emb.docs.jsonl".
+std::filesystem::path sidecar_path_for(const std::filesystem::path& path);
+
+// Opens (creating parent folders, truncating) a writer for `path` in the format its extension names.
+// Throws flowline::Error when the extension is unknown, an option is bad or the file cannot be created.
+std::unique_ptr<DocumentWriter> open_writer(const std::filesystem::path& path, const WriterOptions& options = {});
+std::unique_ptr<DocumentWriter> open_jsonl_writer(const std::filesystem::path& path, const WriterOptions& options = {});
+std::unique_ptr<DocumentWriter> open_npy_writer(const std::filesystem::path& path, const WriterOptions& options = {});
+std::unique_ptr<DocumentWriter> open_safetensors_writer(const std::filesystem::path& path,
+                                                        const WriterOptions& options = {});
+
+}  // namespace flowline

@@ -1,0 +1,69 @@
+// The output side of `flowline run`: the --output writer chosen by extension (the library's DocumentWriters,
+// writers.hpp) and the handling of SIGINT / SIGTERM (stop reading input, close the output, exit 130 / 143).
+// Used by command_run on the main thread only.
+#pragma once
+
+#include "flowline/io.hpp"
+#include "flowline/writers.hpp"
+
+#include <atomic>
+#include <csignal>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+namespace flowline::cli {
+
+// While alive, SIGINT and SIGTERM set stop() instead of killing the process; a second signal exits at once
+// (128 + signal). If the run has not finished (finished() called) 10 s after the first signal, a watchdog
+// thread calls `give_up` (which cleans up and says what is left behind), prints that and exits with
+// 128 + signal. Only one may exist at a time.
+class InterruptGuard {
+ public:
+  explicit InterruptGuard(std::function<std::string()> give_up);
+  ~InterruptGuard();
+  InterruptGuard(const InterruptGuard&) = delete;
+  InterruptGuard& operator=(const InterruptGuard&) = delete;
+
+  // Becomes true at the first signal; hand it to a StoppableSource.
+  const std::atomic<bool>& stop() const noexcept;
+  // The first signal received (SIGINT, SIGTERM), or 0.
+  int signal() const noexcept;
+  // The run finished its work in flight: the watchdog stands down.
+  void finished() noexcept;
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+  std::function<std::string()> give_up_;
+  std::atomic<bool> finished_{false};
+  std::thread watchdog_;
+};
+
+// "SIGINT", "SIGTERM".
+std::string signal_name(int signal);
+
+// The --output file of `flowline run`: opened before the flow starts, fed from the response callback.
+class RunOutput {
+ public:
+  // Opens the writer for `path` by its extension; throws flowline::Error (an unknown extension names the
+  // known ones; a path that cannot be created names the reason).
+  explicit RunOutput(const std::string& path);
+
+  // Hands a response's documents to the writer (formatted on its threads).
+  void write(DocumentArray&& docs) { writer_->write(std::move(docs)); }
+  // Completes the file. When `interrupted`, a binary output is abandoned (no file under its final name)
+  // while JSONL keeps the whole lines of every delivered document. Returns a one-line summary of what was
+  // written. Throws flowline::Error when completing the file fails.
+  std::string finish(bool interrupted);
+  // For the watchdog, while another thread may still be writing: removes a binary output's .partial files
+  // (by name) and says what is left on disk.
+  std::string give_up() const;
+  WriterStats stats() const { return writer_->stats(); }
+
+ private:
+  std::unique_ptr<DocumentWriter> writer_;
+  OutputFormat format_;
+};
+
+}  // namespace flowline::cli
