@@ -25,6 +25,13 @@ if [ ! -d .device/utf8proc/usr ]; then
   for deb in "$tmp"/*.deb; do dpkg -x "$deb" .device/utf8proc; done
   rm -rf "$tmp"
 fi
+# The device copy of the tree drops symbolic links (libutf8proc.so -> libutf8proc.so.2 -> ...): replace each
+# link by a copy of the file it points to, so CMake's find_library finds a real libutf8proc.so there.
+find .device/utf8proc -type l | while read -r link; do
+  target="$(readlink -f "$link")"
+  rm "$link"
+  cp "$target" "$link"
+done
 if [ ! -f .device/stb/usr/include/stb/stb_image_write.h ]; then
   tmp="$(mktemp -d)"
   (cd "$tmp" && apt-get download -qq libstb-dev)

@@ -19,7 +19,7 @@ step() { printf '\n==> %s\n' "$*"; }
 # 1. Debian packages.
 APT_PACKAGES=(build-essential cmake ninja-build ccache git python3 python3-venv unzip
   libyaml-cpp-dev libboost1.81-dev libboost-json1.81-dev libfmt-dev libspdlog-dev libcli11-dev catch2
-  libutf8proc-dev libstb-dev)
+  libutf8proc-dev libstb-dev clang-format-14)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -36,6 +36,12 @@ if ! .venv/bin/python -c "import torch, sys; sys.exit(0 if torch.__version__.sta
   step "installing torch==$TORCH_VERSION into .venv (LibTorch for C++; a large download the first time)"
   [ -x .venv/bin/python ] || python3 -m venv .venv
   .venv/bin/pip install -q --disable-pip-version-check "torch==$TORCH_VERSION"
+fi
+# What the project's own scripts and tests import besides torch: safetensors (prepare-device.sh, make_tiny_bert.py)
+# and numpy (the output-format round-trip tests read .npy and .safetensors files back with them).
+if ! .venv/bin/python -c "import numpy, safetensors" 2>/dev/null; then
+  step "installing numpy and safetensors into .venv"
+  .venv/bin/pip install -q --disable-pip-version-check numpy safetensors
 fi
 TORCH_PREFIX="$(.venv/bin/python -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)"
 

@@ -1,10 +1,9 @@
 #include "launcher.hpp"
 #include "profile.hpp"
 #include "progress.hpp"
+#include "run_output.hpp"
 
 #include "flowline/flowline.hpp"
-#include "flowline/text_models/sentence_encoder.hpp"
-#include "flowline/torch_module/torch_module.hpp"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -16,10 +15,11 @@
 #include <algorithm>
 
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <limits>
+#include <optional>
 #include <unistd.h>
 
 namespace flowline::cli {
@@ -75,8 +75,11 @@ void print_stats(const FlowStats& stats, const PostSummary& summary) {
 
 // `post_ended` is when post() returned (wall clock); with summary.seconds it places the processing in time,
 // so outside samplers (NVML in the GPU benchmark) can keep only their samples from that window.
+// `after_post_seconds` is how long closing the executors and completing --output took after that; `writer`
+// what the --output writer did, when there is one.
 void write_stats_json(const std::string& path, const FlowStats& stats, const PostSummary& summary,
-                      std::chrono::system_clock::time_point post_ended) {
+                      std::chrono::system_clock::time_point post_ended, double after_post_seconds,
+                      const std::optional<WriterStats>& writer) {
   boost::json::array replicas;
   for (const auto& r : stats.replicas) {
     boost::json::object o{{"executor", r.executor}, {"type", r.type}, {"replica", r.replica}, {"device", r.device},
@@ -109,7 +112,7 @@ void write_stats_json(const std::string& path, const FlowStats& stats, const Pos
     }
     devices.push_back(std::move(o));
   }
-  const boost::json::object root{{"replicas", std::move(replicas)},
+  boost::json::object root{{"replicas", std::move(replicas)},
                                  {"devices", std::move(devices)},
                                  {"host_peak_rss_mb", stats.host_peak_rss_mb},
                                  {"documents", summary.documents},
@@ -118,7 +121,13 @@ void write_stats_json(const std::string& path, const FlowStats& stats, const Pos
                                  {"seconds", summary.seconds},
                                  {"source_seconds", summary.source_seconds},
                                  {"deliver_seconds", summary.deliver_seconds},
-                                 {"post_ended_unix", std::chrono::duration<double>(post_ended.time_since_epoch()).count()}};
+                                 {"post_ended_unix", std::chrono::duration<double>(post_ended.time_since_epoch()).count()},
+                                 {"after_post_seconds", after_post_seconds}};
+  if (writer) {
+    root["output"] = boost::json::object{{"documents", writer->documents}, {"bytes", writer->bytes},
+                                                {"format_seconds", writer->format_seconds},
+                                                {"write_seconds", writer->write_seconds}};
+  }
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << boost::json::serialize(root) << "\n";
   if (!out) throw Error(fmt::format("cannot write '{}'", path));
@@ -136,39 +145,65 @@ void print_config_error(const ConfigError& e) {
              e.diagnostics().size() == 1 ? "" : "s");
 }
 
-int command_run(const RunOptions& o) {
+// What `run` needs before the flow starts: the validated config (with --request-size and --set), the
+// input and the --output writer. Prints what is wrong and returns false (exit 2).
+struct RunSetup {
   FlowConfig config;
   std::unique_ptr<DocumentSource> source;
+  std::optional<RunOutput> output;
+};
+
+bool prepare_run(const RunOptions& o, RunSetup& setup) {
   try {
-    config = load_flow_config(o.flow);
+    setup.config = load_flow_config(o.flow);
+    if (o.request_size > 0) setup.config.options.request_size = o.request_size;
+    for (const auto& s : o.sets) set_executor_parameter(setup.config, s);
+    if (!o.sets.empty()) validate_flow_config(setup.config);
   } catch (const ConfigError& e) {
     print_config_error(e);
-    return kExitUsage;
-  }
-  if (o.request_size > 0) config.options.request_size = o.request_size;
-  try {
-    for (const auto& s : o.sets) set_executor_parameter(config, s);
-    if (!o.sets.empty()) validate_flow_config(config);
-  } catch (const ConfigError& e) {
-    print_config_error(e);
-    return kExitUsage;
+    return false;
   }
   try {
-    source = open_file_source(o.input, parse_input_format(o.input_format));
+    setup.source = open_file_source(o.input, parse_input_format(o.input_format));
   } catch (const Error& e) {
     fmt::print(stderr, "error: input: {}\n", e.what());
-    return kExitUsage;
+    return false;
   }
-  std::ofstream output;
   if (!o.output.empty()) {
-    output.open(o.output, std::ios::binary | std::ios::trunc);
-    if (!output) {
-      fmt::print(stderr, "error: cannot write '{}': {}\n", o.output, std::strerror(errno));
-      return kExitUsage;
+    try {
+      setup.output.emplace(o.output);
+    } catch (const Error& e) {
+      fmt::print(stderr, "error: --output: {}\n", e.what());
+      return false;
     }
   }
+  return true;
+}
 
-  Flow flow(std::move(config));
+// The end of a run that was not interrupted: the progress summary, --stats and --stats-json.
+// `after_post_seconds`: from the end of post() until every executor closed and the output was complete.
+void report_run(const RunOptions& o, const Flow& flow, const PostSummary& summary, const std::optional<RunOutput>& output,
+                const std::string& written, std::chrono::system_clock::time_point post_ended, double after_post_seconds) {
+  if (o.stats && output) {
+    const WriterStats w = output->stats();
+    fmt::print(stderr, "output: {}; formatting {:.3f} s (thread time), writing {:.3f} s\n", written, w.format_seconds,
+               w.write_seconds);
+  }
+  if (!o.stats && o.stats_json.empty()) return;
+  const FlowStats stats = flow.stats();
+  if (o.stats) print_stats(stats, summary);
+  if (!o.stats_json.empty()) {
+    std::optional<WriterStats> writer;
+    if (output) writer = output->stats();
+    write_stats_json(o.stats_json, stats, summary, post_ended, after_post_seconds, writer);
+  }
+}
+
+int command_run(const RunOptions& o) {
+  RunSetup setup;
+  if (!prepare_run(o, setup)) return kExitUsage;
+  std::optional<RunOutput>& output = setup.output;
+  Flow flow(std::move(setup.config));
   try {
     flow.start();
   } catch (const ConfigError& e) {
@@ -180,51 +215,49 @@ int command_run(const RunOptions& o) {
   }
 
   const bool interactive = o.progress == "always" || (o.progress == "auto" && isatty(STDERR_FILENO));
+  const char* clear_line = interactive ? "\r\x1b[2K" : "";
   ProgressLine progress(fmt::format("[{}]", o.endpoint), interactive);
   PostOptions post_options;
   post_options.on_progress = [&](const Progress& p) { progress.update(p); };
-  std::string line;
   std::uint64_t reported_failures = 0;
   PostSummary summary;
   int status = kExitOk;
+  InterruptGuard interrupt([&] { return output ? output->give_up() : std::string("no output file"); });
+  StoppableSource stoppable(*setup.source, interrupt.stop());
   try {
-    summary = flow.post(o.endpoint, *source, [&](Response&& r) {
+    summary = flow.post(o.endpoint, stoppable, [&](Response&& r) {
       if (!r.ok()) {
         if (reported_failures++ < 20) {
-          fmt::print(stderr, "{}request {} ({} documents) failed in executor '{}': {}\n", interactive ? "\r\x1b[2K" : "",
-                     r.index, r.docs.size(), r.error_executor, r.error);
+          fmt::print(stderr, "{}request {} ({} documents) failed in executor '{}': {}\n", clear_line, r.index,
+                     r.docs.size(), r.error_executor, r.error);
         }
         return;
       }
-      if (output.is_open()) {
-        line.clear();
-        for (const auto& doc : r.docs) {
-          append_json(line, doc);
-          line += '\n';
-        }
-        output.write(line.data(), static_cast<std::streamsize>(line.size()));
-        if (!output) throw Error(fmt::format("writing '{}' failed: {}", o.output, std::strerror(errno)));
-      }
+      if (output) output->write(std::move(r.docs));
     }, post_options);
   } catch (const std::exception& e) {
-    fmt::print(stderr, "{}error: {}\n", interactive ? "\r\x1b[2K" : "", e.what());
+    fmt::print(stderr, "{}error: {}\n", clear_line, e.what());
     status = kExitFailure;
   }
   const auto post_ended = std::chrono::system_clock::now();
   flow.close();
-  if (output.is_open()) {
-    output.close();
-    if (!output) {
-      fmt::print(stderr, "error: writing '{}' failed\n", o.output);
-      status = kExitFailure;
-    }
+  const int signal = interrupt.signal();
+  std::string written;
+  try {
+    if (output) written = output->finish(signal != 0 || status != kExitOk);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    status = kExitFailure;
+  }
+  const double after_post = std::chrono::duration<double>(std::chrono::system_clock::now() - post_ended).count();
+  interrupt.finished();
+  if (signal != 0) {
+    fmt::print(stderr, "{}interrupted by {}: stopped reading input after {} documents; {}\n", clear_line,
+               signal_name(signal), summary.documents, written.empty() ? "no output file" : written);
+    return 128 + signal;
   }
   if (status == kExitOk) progress.finish(summary);
-  if (o.stats || !o.stats_json.empty()) {
-    const FlowStats stats = flow.stats();
-    if (o.stats) print_stats(stats, summary);
-    if (!o.stats_json.empty()) write_stats_json(o.stats_json, stats, summary, post_ended);
-  }
+  report_run(o, flow, summary, output, written, post_ended, after_post);
   if (reported_failures > 20) fmt::print(stderr, "... and {} more failed requests\n", reported_failures - 20);
   if (summary.failed_requests > 0) status = kExitFailure;
   return status;
@@ -249,6 +282,7 @@ int command_validate(const std::string& file) {
 
 int command_executors() {
   try {
+    load_executor_dir();
     load_plugins_from_environment();
   } catch (const Error& e) {
     fmt::print(stderr, "error: {}\n", e.what());
@@ -259,7 +293,7 @@ int command_executors() {
     const auto& entry = registry.get(name);
     fmt::print("{:<18} {}\n", name, entry.spec.help);
     for (const auto& p : entry.spec.params) {
-      fmt::print("    {:<16} {:<16} {}{}\n", p.name, to_string(p.type),
+      fmt::print("    {:<16} {:<16} {}{}\n", p.name, describe_type(p),
                  p.required ? "(required) " : fmt::format("(default {}) ", display(p.default_value)),
                  p.help);
     }
@@ -272,7 +306,13 @@ int command_executors() {
 // against) and every registered executor's parameters from its spec. docs/yaml-reference.md is this output.
 int command_schema() {
   std::string out = "# YAML reference\n\nGenerated by `flowline schema` from the definitions the validator uses; a test checks\n"
-                    "that this file matches them. Any scalar may use `${{ ENV.NAME }}`.\n\n## Flow keys\n\n"
+                    "that this file matches them.\n\n"
+                    "Any scalar may use `${{ ENV.NAME }}` (the environment variable; an error when it is not set) or "
+                    "`${{ ENV.NAME:-default }}` (`default` when the variable is unset or empty, as in shells), also "
+                    "inside a longer text: `${{ ENV.OUT_DIR:-../out }}/embeddings.jsonl`.\n\n"
+                    "Relative paths in a flow file (`plugins` and executor parameters of type `path`) are relative "
+                    "to the flow file's folder, after substitution, so a flow runs the same from any directory; "
+                    "a value given with `--set` is relative to the current directory.\n\n## Flow keys\n\n"
                     "| key | type | default | meaning | example |\n| --- | --- | --- | --- | --- |\n";
   auto cell = [](std::string s) {
     std::string r;
@@ -285,6 +325,7 @@ int command_schema() {
   }
   out += "\n## Executor parameters (`with:`)\n";
   auto& registry = Registry::global();
+  load_executor_dir(registry);  // the first-party executors; FLOWLINE_PLUGIN_PATH is not part of the reference
   for (const auto& name : registry.names()) {
     const auto& spec = registry.get(name).spec;
     out += fmt::format("\n### {}\n\n{}.", name, spec.help);
@@ -297,7 +338,7 @@ int command_schema() {
     }
     out += "| parameter | type | default | meaning |\n| --- | --- | --- | --- |\n";
     for (const auto& p : spec.params) {
-      out += fmt::format("| `{}` | {} | {} | {} |\n", p.name, to_string(p.type),
+      out += fmt::format("| `{}` | {} | {} | {} |\n", p.name, describe_type(p),
                          p.required ? std::string("(required)") : "`" + display(p.default_value) + "`",
                          cell(p.help));
     }
@@ -309,18 +350,15 @@ int command_schema() {
 }  // namespace
 
 int run(int argc, char** argv) {
-  static const bool registered = [] {
-    text_models::register_sentence_encoder(Registry::global());
-    torch_module::register_torch_module(Registry::global());
-    return true;
-  }();
-  (void)registered;
   CLI::App app{"flowline: run executor pipelines defined in YAML"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(version()));
   std::string log_level = "warn";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+
+  std::vector<std::string> format_names;
+  for (const auto& [name, format] : input_formats()) format_names.push_back(name);
 
   RunOptions run_options;
   auto* run_cmd = app.add_subcommand("run", "Post the documents of an input file through a flow");
@@ -329,9 +367,11 @@ int run(int argc, char** argv) {
   run_cmd->add_option("--input-format", run_options.input_format,
                       "lines: a document per line; paragraphs: per blank-line separated paragraph; jsonl: a JSON "
                       "document per line; text: the whole file")
-      ->check(CLI::IsMember({"lines", "paragraphs", "jsonl", "text"}))
+      ->check(CLI::IsMember(format_names))
       ->capture_default_str();
-  run_cmd->add_option("--output,-o", run_options.output, "write the resulting documents here as JSONL");
+  run_cmd->add_option("--output,-o", run_options.output,
+                      "write the resulting documents here; the extension picks the format: .jsonl, .npy or "
+                      ".safetensors (the last two: the embeddings, with ids, texts and tags in NAME.docs.jsonl beside them)");
   run_cmd->add_option("--endpoint,-e", run_options.endpoint, "endpoint to post to")->capture_default_str();
   run_cmd->add_option("--request-size", run_options.request_size, "documents per request (default: the flow's)")
       ->check(CLI::PositiveNumber);
@@ -345,20 +385,23 @@ int run(int argc, char** argv) {
                       "override an executor parameter, EXECUTOR.PARAM=VALUE (VALUE as in YAML); repeatable");
 
   ProfileOptions profile_options;
-  std::string batch_sizes;
   auto* profile_cmd = app.add_subcommand(
       "profile", "Run a flow at several batch sizes and report time and memory, with the largest batch that fits");
   profile_cmd->add_option("flow", profile_options.flow, "flow file (YAML)")->required()->check(CLI::ExistingFile);
   profile_cmd->add_option("--input,-i", profile_options.input, "input file")->required();
-  profile_cmd->add_option("--input-format", profile_options.input_format, "lines, paragraphs, jsonl or text")
-      ->check(CLI::IsMember({"lines", "paragraphs", "jsonl", "text"}))
+  profile_cmd->add_option("--input-format", profile_options.input_format, fmt::format("{}", fmt::join(format_names, ", ")))
+      ->check(CLI::IsMember(format_names))
       ->capture_default_str();
-  profile_cmd->add_option("--batch-sizes", batch_sizes, "comma-separated batch sizes, e.g. 50,300")->required();
+  profile_cmd->add_option("--batch-sizes", profile_options.batch_sizes, "comma-separated batch sizes, e.g. 50,300")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber)
+      ->required();
   profile_cmd->add_option("--executor", profile_options.executor,
                           "the executor whose batch_size varies (default: the only one that has one)");
   profile_cmd->add_option("--endpoint,-e", profile_options.endpoint, "endpoint to post to")->capture_default_str();
   profile_cmd->add_option("--memory-fraction", profile_options.memory_fraction,
-                          "memory budget: this share of the memory free at start")
+                          "memory budget: this share of the memory free at start, in (0, 1]")
+      ->check(CLI::Range(std::numeric_limits<double>::min(), 1.0))
       ->capture_default_str();
   profile_cmd->add_option("--json", profile_options.json, "write the report as JSON here")->capture_default_str();
   profile_cmd->add_option("--plot", profile_options.plot, "write the PNG plot here (empty: none)")->capture_default_str();
@@ -382,18 +425,6 @@ int run(int argc, char** argv) {
     if (*run_cmd) return command_run(run_options);
     if (*profile_cmd) {
       profile_options.log_level = log_level;
-      for (std::size_t start = 0; start <= batch_sizes.size();) {
-        const std::size_t comma = std::min(batch_sizes.find(',', start), batch_sizes.size());
-        const std::string item = batch_sizes.substr(start, comma - start);
-        std::size_t value = 0;
-        const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
-        if (ec != std::errc() || end != item.data() + item.size() || value == 0) {
-          fmt::print(stderr, "error: --batch-sizes: '{}' is not a positive integer (expected e.g. 50,300)\n", item);
-          return kExitUsage;
-        }
-        profile_options.batch_sizes.push_back(value);
-        start = comma + 1;
-      }
       return command_profile(profile_options);
     }
     if (*validate_cmd) return command_validate(validate_file);

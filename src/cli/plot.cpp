@@ -1,3 +1,4 @@
+// PNG line charts for `flowline profile`: panels of series drawn with stb and written as one image.
 #include "plot.hpp"
 
 #include "flowline/error.hpp"

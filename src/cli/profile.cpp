@@ -1,3 +1,4 @@
+// `flowline profile`: one child run per batch size, the memory fits, a recommendation, a report, JSON and a plot.
 #include "profile.hpp"
 
 #include "launcher.hpp"
@@ -189,41 +190,39 @@ double host_available_mib() {
 
 std::string mib_or_na(bool available, double mib) { return available ? fmt::format("{:.1f}", mib) : "n/a"; }
 
-}  // namespace
-
-int command_profile(const ProfileOptions& o) {
+// Checks the options and the flow, and picks the executor to profile. Prints what is wrong (config errors
+// with file:line:col) and returns false when the user must change something (exit 2).
+bool check_options(const ProfileOptions& o, std::string& executor) {
   if (o.batch_sizes.empty()) {
     fmt::print(stderr, "error: --batch-sizes: give at least one batch size, e.g. 50,300\n");
-    return kExitUsage;
+    return false;
   }
   if (!(o.memory_fraction > 0 && o.memory_fraction <= 1)) {
     fmt::print(stderr, "error: --memory-fraction: {} is outside (0, 1]\n", o.memory_fraction);
-    return kExitUsage;
+    return false;
   }
-  std::string executor;
   try {
     FlowConfig config = load_flow_config(o.flow);
     executor = choose_executor(config, o.executor);
   } catch (const ConfigError& e) {
     for (const auto& d : e.diagnostics()) fmt::print(stderr, "{}\n", d.to_string());
-    return kExitUsage;
+    return false;
   } catch (const Error& e) {
     fmt::print(stderr, "error: {}\n", e.what());
-    return kExitUsage;
+    return false;
   }
   if (!std::filesystem::exists(o.input)) {
     fmt::print(stderr, "error: input: cannot open '{}'\n", o.input);
-    return kExitUsage;
+    return false;
   }
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  std::string scratch_template = (std::filesystem::temp_directory_path() / "flowline-profile-XXXXXX").string();
-  if (!mkdtemp(scratch_template.data())) {
-    fmt::print(stderr, "error: cannot create a scratch folder: {}\n", std::strerror(errno));
-    return kExitFailure;
-  }
-  const std::filesystem::path scratch = scratch_template;
-  const double host_available_at_start = host_available_mib();
+  return true;
+}
 
+// One child `flowline run` per batch size, each in a fresh process. Returns nullopt when a child said the
+// flow or input is wrong (exit 2: wrong for every batch size).
+std::optional<std::vector<RunFigures>> run_batch_sizes(const ProfileOptions& o, const std::string& executor,
+                                                       const std::filesystem::path& scratch) {
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   std::vector<RunFigures> runs;
   for (const std::size_t b : o.batch_sizes) {
     const auto stats = scratch / fmt::format("stats-{}.json", b);
@@ -240,7 +239,7 @@ int command_profile(const ProfileOptions& o) {
     if (status != 0 || !std::filesystem::exists(stats)) {
       r.error = tail_of(read_text(log), 6);
       fmt::print(stderr, "profile: batch size {} failed (exit {}):\n{}\n", b, status, r.error);
-      if (status == kExitUsage) return kExitUsage;  // the flow or input is wrong for every batch size
+      if (status == kExitUsage) return std::nullopt;
     } else {
       try {
         r = read_run(boost::json::parse(read_text(stats)), executor, b);
@@ -250,84 +249,101 @@ int command_profile(const ProfileOptions& o) {
     }
     runs.push_back(std::move(r));
   }
-  // File by file: the std::filesystem::remove_all that the PyPI LibTorch exports can crash (see
-  // src/CMakeLists.txt), and these are the only files made here.
-  for (const std::size_t b : o.batch_sizes) {
+  return runs;
+}
+
+// File by file: the std::filesystem::remove_all that the PyPI LibTorch exports can crash (see
+// src/CMakeLists.txt), and these are the only files made there.
+void remove_scratch(const std::filesystem::path& scratch, const std::vector<std::size_t>& batch_sizes) {
+  for (const std::size_t b : batch_sizes) {
     ::unlink((scratch / fmt::format("stats-{}.json", b)).c_str());
     ::unlink((scratch / fmt::format("run-{}.log", b)).c_str());
   }
   ::rmdir(scratch.c_str());
+}
 
+// What the successful runs say together: peak batch memory fitted against the largest pass in sequences and
+// in tokens (GPU), or the process's peak RSS against sequences (CPU), and the recommendation.
+struct Analysis {
   std::vector<const RunFigures*> good;
-  for (const auto& r : runs) {
-    if (r.ok) good.push_back(&r);
-  }
-  const bool gpu = !good.empty() && good.front()->gpu;
-  const bool nvml = gpu && good.front()->nvml;
-
-  // Fits: peak batch memory against the largest pass in sequences and in tokens (GPU), or the process's
-  // peak RSS against sequences (CPU).
-  std::vector<double> xs, xt, ym;
-  for (const auto* r : good) {
-    xs.push_back(r->max_forward_sequences);
-    xt.push_back(r->max_forward_tokens);
-    ym.push_back(gpu ? r->peak_batch_mib : r->host_peak_rss_mib);
-  }
-  const LinearFit per_doc = fit_line(xs, ym);
-  const LinearFit per_token = fit_line(xt, ym);
-
-  // The budget and the largest batch it holds.
+  bool gpu = false, nvml = false;
+  LinearFit per_doc, per_token;
   boost::json::object recommendation;
   std::string recommendation_line;
-  if (!good.empty()) {
-    const RunFigures& largest = **std::max_element(good.begin(), good.end(), [](auto* a, auto* b) {
-      return a->max_forward_sequences < b->max_forward_sequences;
-    });
-    double budget = 0, fixed = 0, fragmentation = 1;
-    std::string what;
-    if (gpu) {
-      const double free_at_start = nvml ? largest.total_mib - largest.used_at_start_mib : 0;
-      budget = o.memory_fraction * free_at_start;
-      fixed = largest.outside_allocator_mib + largest.load_mib;
-      // The allocator reserves more than it hands out; scale batch memory by what the largest run saw.
-      if (largest.peak_batch_mib > 0) {
-        fragmentation = std::max(1.0, (largest.peak_reserved_mib - largest.load_mib) / largest.peak_batch_mib);
-      }
-      what = fmt::format("{:.0f}% of the {:.0f} MiB of GPU memory free at start", o.memory_fraction * 100, free_at_start);
-    } else {
-      budget = o.memory_fraction * host_available_at_start;
-      what = fmt::format("{:.0f}% of the {:.0f} MiB of host memory available at start", o.memory_fraction * 100,
-                         host_available_at_start);
-    }
-    recommendation["budget_mib"] = budget;
-    recommendation["budget"] = what;
-    if (gpu && !nvml) {
-      recommendation_line = "no recommendation: NVML is not available, so the memory free at start is unknown";
-    } else if (per_doc.ok && per_doc.slope > 0) {
-      const double room = budget / fragmentation - (gpu ? fixed / fragmentation : 0) - per_doc.intercept;
-      const double best = std::floor(room / per_doc.slope);
-      recommendation["batch_size"] = static_cast<std::uint64_t>(std::max(0.0, best));
-      recommendation["fragmentation_factor"] = fragmentation;
-      if (per_token.ok && per_token.slope > 0) {
-        recommendation["max_batch_tokens"] = static_cast<std::uint64_t>(std::max(0.0, std::floor(room / per_token.slope)));
-      }
-      recommendation_line = best >= 1
-          ? fmt::format("largest batch size that fits {}: {:.0f} ({:.2f} MiB per document{})", what, best, per_doc.slope,
-                        per_token.ok && per_token.slope > 0 ? fmt::format(", max_batch_tokens {:.0f}", std::floor(room / per_token.slope)) : "")
-          : fmt::format("not even one document fits {}", what);
-    } else {
-      recommendation_line = "no recommendation: needs two batch sizes whose peak memory grows with the batch";
-    }
-  }
+};
 
-  // The report.
-  fmt::print("flowline profile: {} on {} (executor '{}', {})\n", o.flow, o.input, executor,
-             good.empty() ? "no successful run" : good.front()->device);
-  if (gpu && nvml) {
-    fmt::print("total GPU memory {:.0f} MiB; in use before start {:.1f} MiB\n", good.front()->total_mib,
-               good.front()->used_at_start_mib);
+void recommend(const ProfileOptions& o, double host_available_at_start, Analysis& a) {
+  const RunFigures& largest = **std::max_element(a.good.begin(), a.good.end(), [](auto* x, auto* y) {
+    return x->max_forward_sequences < y->max_forward_sequences;
+  });
+  double budget = 0, fixed = 0, fragmentation = 1;
+  std::string what;
+  if (a.gpu) {
+    const double free_at_start = a.nvml ? largest.total_mib - largest.used_at_start_mib : 0;
+    budget = o.memory_fraction * free_at_start;
+    fixed = largest.outside_allocator_mib + largest.load_mib;
+    // The allocator reserves more than it hands out; scale batch memory by what the largest run saw.
+    if (largest.peak_batch_mib > 0) {
+      fragmentation = std::max(1.0, (largest.peak_reserved_mib - largest.load_mib) / largest.peak_batch_mib);
+    }
+    what = fmt::format("{:.0f}% of the {:.0f} MiB of GPU memory free at start", o.memory_fraction * 100, free_at_start);
+  } else {
+    budget = o.memory_fraction * host_available_at_start;
+    what = fmt::format("{:.0f}% of the {:.0f} MiB of host memory available at start", o.memory_fraction * 100,
+                       host_available_at_start);
   }
-  if (!gpu) fmt::print("GPU figures not available: the executor runs on the CPU\n");
+  a.recommendation["budget_mib"] = budget;
+  a.recommendation["budget"] = what;
+  if (a.gpu && !a.nvml) {
+    a.recommendation_line = "no recommendation: NVML is not available, so the memory free at start is unknown";
+    return;
+  }
+  if (!a.per_doc.ok || a.per_doc.slope <= 0) {
+    a.recommendation_line = "no recommendation: needs two batch sizes whose peak memory grows with the batch";
+    return;
+  }
+  const double room = budget / fragmentation - (a.gpu ? fixed / fragmentation : 0) - a.per_doc.intercept;
+  const double best = std::floor(room / a.per_doc.slope);
+  a.recommendation["batch_size"] = static_cast<std::uint64_t>(std::max(0.0, best));
+  a.recommendation["fragmentation_factor"] = fragmentation;
+  const bool tokens = a.per_token.ok && a.per_token.slope > 0;
+  if (tokens) {
+    a.recommendation["max_batch_tokens"] = static_cast<std::uint64_t>(std::max(0.0, std::floor(room / a.per_token.slope)));
+  }
+  a.recommendation_line = best >= 1
+      ? fmt::format("largest batch size that fits {}: {:.0f} ({:.2f} MiB per document{})", what, best, a.per_doc.slope,
+                    tokens ? fmt::format(", max_batch_tokens {:.0f}", std::floor(room / a.per_token.slope)) : "")
+      : fmt::format("not even one document fits {}", what);
+}
+
+Analysis analyse(const ProfileOptions& o, const std::vector<RunFigures>& runs, double host_available_at_start) {
+  Analysis a;
+  for (const auto& r : runs) {
+    if (r.ok) a.good.push_back(&r);
+  }
+  a.gpu = !a.good.empty() && a.good.front()->gpu;
+  a.nvml = a.gpu && a.good.front()->nvml;
+  std::vector<double> xs, xt, ym;
+  for (const auto* r : a.good) {
+    xs.push_back(r->max_forward_sequences);
+    xt.push_back(r->max_forward_tokens);
+    ym.push_back(a.gpu ? r->peak_batch_mib : r->host_peak_rss_mib);
+  }
+  a.per_doc = fit_line(xs, ym);
+  a.per_token = fit_line(xt, ym);
+  if (!a.good.empty()) recommend(o, host_available_at_start, a);
+  return a;
+}
+
+void print_report(const ProfileOptions& o, const std::string& executor, const std::vector<RunFigures>& runs,
+                  const Analysis& a) {
+  fmt::print("flowline profile: {} on {} (executor '{}', {})\n", o.flow, o.input, executor,
+             a.good.empty() ? "no successful run" : a.good.front()->device);
+  if (a.gpu && a.nvml) {
+    fmt::print("total GPU memory {:.0f} MiB; in use before start {:.1f} MiB\n", a.good.front()->total_mib,
+               a.good.front()->used_at_start_mib);
+  }
+  if (!a.gpu) fmt::print("GPU figures not available: the executor runs on the CPU\n");
   fmt::print("{:>6} {:>7} {:>9} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9}\n", "batch", "docs",
              "total s", "docs/s", "batch ms", "context", "model", "peak batch", "total peak", "NVML peak", "NVML diff",
              "RAM MiB", "tokens");
@@ -346,84 +362,112 @@ int command_profile(const ProfileOptions& o) {
   fmt::print("(MiB; context: GPU memory outside the caching allocator; model: weights; peak batch: allocator peak "
              "minus the weights; total peak: in use before start + context + allocator peak reserved; tokens: "
              "the largest forward pass)\n");
-  if (per_doc.ok) {
-    fmt::print("fit: {} = {:.2f} MiB + {:.4f} MiB x documents per pass", gpu ? "peak batch" : "peak RAM", per_doc.intercept,
-               per_doc.slope);
-    if (per_token.ok) fmt::print("; = {:.2f} MiB + {:.2f} KiB x tokens per pass", per_token.intercept, per_token.slope * 1024);
+  if (a.per_doc.ok) {
+    fmt::print("fit: {} = {:.2f} MiB + {:.4f} MiB x documents per pass", a.gpu ? "peak batch" : "peak RAM",
+               a.per_doc.intercept, a.per_doc.slope);
+    if (a.per_token.ok) {
+      fmt::print("; = {:.2f} MiB + {:.2f} KiB x tokens per pass", a.per_token.intercept, a.per_token.slope * 1024);
+    }
     fmt::print("\n");
   }
-  if (!recommendation_line.empty()) fmt::print("{}\n", recommendation_line);
+  if (!a.recommendation_line.empty()) fmt::print("{}\n", a.recommendation_line);
+}
 
-  // JSON.
+boost::json::object run_json(const RunFigures& r) {
+  boost::json::object j{{"batch_size", r.batch_size}, {"ok", r.ok}};
+  if (!r.ok) {
+    j["error"] = r.error;
+    return j;
+  }
+  j.insert({{"documents", static_cast<std::uint64_t>(r.documents)}, {"total_seconds", r.seconds},
+            {"docs_per_second", r.docs_per_second}, {"batch_ms_mean", r.batch_ms_mean},
+            {"batch_ms_p50", r.batch_ms_p50}, {"batch_ms_p99", r.batch_ms_p99},
+            {"host_peak_rss_mib", r.host_peak_rss_mib},
+            {"max_forward_sequences", static_cast<std::uint64_t>(r.max_forward_sequences)},
+            {"max_forward_tokens", static_cast<std::uint64_t>(r.max_forward_tokens)}, {"device", r.device}});
+  if (r.gpu) {
+    j.insert({{"model_load_mib", r.load_mib}, {"peak_batch_mib", r.peak_batch_mib},
+              {"peak_allocated_mib", r.peak_allocated_mib}, {"peak_reserved_mib", r.peak_reserved_mib}});
+  } else {
+    j["gpu"] = "not available";
+  }
+  if (r.nvml) {
+    j.insert({{"gpu_total_mib", r.total_mib}, {"gpu_in_use_before_start_mib", r.used_at_start_mib},
+              {"context_mib", r.outside_allocator_mib}, {"total_peak_mib", r.total_peak_mib},
+              {"nvml_peak_mib", r.nvml_peak_mib}});
+  }
+  return j;
+}
+
+void write_json(const ProfileOptions& o, const std::string& executor, const std::vector<RunFigures>& runs,
+                Analysis a) {
   boost::json::array json_runs;
-  for (const auto& r : runs) {
-    boost::json::object j{{"batch_size", r.batch_size}, {"ok", r.ok}};
-    if (!r.ok) {
-      j["error"] = r.error;
-    } else {
-      j.insert({{"documents", static_cast<std::uint64_t>(r.documents)}, {"total_seconds", r.seconds}, {"docs_per_second", r.docs_per_second},
-                {"batch_ms_mean", r.batch_ms_mean}, {"batch_ms_p50", r.batch_ms_p50}, {"batch_ms_p99", r.batch_ms_p99},
-                {"host_peak_rss_mib", r.host_peak_rss_mib},
-                {"max_forward_sequences", static_cast<std::uint64_t>(r.max_forward_sequences)},
-                {"max_forward_tokens", static_cast<std::uint64_t>(r.max_forward_tokens)}, {"device", r.device}});
-      if (r.gpu) {
-        j.insert({{"model_load_mib", r.load_mib}, {"peak_batch_mib", r.peak_batch_mib},
-                  {"peak_allocated_mib", r.peak_allocated_mib}, {"peak_reserved_mib", r.peak_reserved_mib}});
-      } else {
-        j["gpu"] = "not available";
-      }
-      if (r.nvml) {
-        j.insert({{"gpu_total_mib", r.total_mib}, {"gpu_in_use_before_start_mib", r.used_at_start_mib},
-                  {"context_mib", r.outside_allocator_mib}, {"total_peak_mib", r.total_peak_mib},
-                  {"nvml_peak_mib", r.nvml_peak_mib}});
-      }
-    }
-    json_runs.push_back(std::move(j));
+  for (const auto& r : runs) json_runs.push_back(run_json(r));
+  boost::json::object root{{"flow", o.flow}, {"input", o.input}, {"executor", executor}, {"gpu", a.gpu},
+                           {"runs", std::move(json_runs)}, {"recommendation", std::move(a.recommendation)}};
+  if (a.per_doc.ok) {
+    root["fit_per_document"] = boost::json::object{{"intercept_mib", a.per_doc.intercept}, {"mib_per_document", a.per_doc.slope}};
   }
-  boost::json::object root{{"flow", o.flow}, {"input", o.input}, {"executor", executor}, {"gpu", gpu},
-                           {"runs", std::move(json_runs)}, {"recommendation", std::move(recommendation)}};
-  if (per_doc.ok) root["fit_per_document"] = boost::json::object{{"intercept_mib", per_doc.intercept}, {"mib_per_document", per_doc.slope}};
-  if (per_token.ok) root["fit_per_token"] = boost::json::object{{"intercept_mib", per_token.intercept}, {"mib_per_token", per_token.slope}};
-  {
-    std::ofstream out(o.json, std::ios::binary | std::ios::trunc);
-    out << boost::json::serialize(root) << "\n";
-    if (!out) {
-      fmt::print(stderr, "error: cannot write '{}'\n", o.json);
-      return kExitFailure;
-    }
+  if (a.per_token.ok) {
+    root["fit_per_token"] = boost::json::object{{"intercept_mib", a.per_token.intercept}, {"mib_per_token", a.per_token.slope}};
   }
+  std::ofstream out(o.json, std::ios::binary | std::ios::trunc);
+  out << boost::json::serialize(root) << "\n";
+  if (!out) throw Error(fmt::format("cannot write '{}'", o.json));
+}
 
-  // The plot: memory and throughput against batch size.
-  if (!o.plot.empty() && !good.empty()) {
-    PlotPanel memory{gpu ? "GPU memory" : "Host memory", "batch size", "MiB", {}};
-    PlotPanel speed{"Throughput", "batch size", "docs/s", {}};
-    PlotSeries batch{"peak batch (allocator)", {}, {}, 0x1f77b4}, total{"total peak (accounted)", {}, {}, 0xd62728},
-        nvml_peak{"NVML peak", {}, {}, 0x2ca02c, true}, rss{"peak RSS", {}, {}, 0x9467bd}, rate{"docs/s", {}, {}, 0xff7f0e};
-    for (const auto* r : good) {
-      const auto b = static_cast<double>(r->batch_size);
-      batch.x.push_back(b), batch.y.push_back(r->peak_batch_mib);
-      total.x.push_back(b), total.y.push_back(r->total_peak_mib);
-      nvml_peak.x.push_back(b), nvml_peak.y.push_back(r->nvml_peak_mib);
-      rss.x.push_back(b), rss.y.push_back(r->host_peak_rss_mib);
-      rate.x.push_back(b), rate.y.push_back(r->docs_per_second);
-    }
-    if (gpu) {
-      memory.series.push_back(batch);
-      if (nvml) memory.series.insert(memory.series.end(), {total, nvml_peak});
-    } else {
-      memory.series.push_back(rss);
-    }
-    speed.series.push_back(rate);
-    try {
-      write_line_chart(o.plot, fmt::format("flowline profile: {} ({})", std::filesystem::path(o.flow).filename().string(),
-                                           good.front()->device), {memory, speed});
-    } catch (const Error& e) {
-      fmt::print(stderr, "error: {}\n", e.what());
-      return kExitFailure;
-    }
+// The plot: memory and throughput against batch size.
+void write_plot(const ProfileOptions& o, const Analysis& a) {
+  PlotPanel memory{a.gpu ? "GPU memory" : "Host memory", "batch size", "MiB", {}};
+  PlotPanel speed{"Throughput", "batch size", "docs/s", {}};
+  PlotSeries batch{"peak batch (allocator)", {}, {}, 0x1f77b4}, total{"total peak (accounted)", {}, {}, 0xd62728},
+      nvml_peak{"NVML peak", {}, {}, 0x2ca02c, true}, rss{"peak RSS", {}, {}, 0x9467bd}, rate{"docs/s", {}, {}, 0xff7f0e};
+  for (const auto* r : a.good) {
+    const auto b = static_cast<double>(r->batch_size);
+    batch.x.push_back(b), batch.y.push_back(r->peak_batch_mib);
+    total.x.push_back(b), total.y.push_back(r->total_peak_mib);
+    nvml_peak.x.push_back(b), nvml_peak.y.push_back(r->nvml_peak_mib);
+    rss.x.push_back(b), rss.y.push_back(r->host_peak_rss_mib);
+    rate.x.push_back(b), rate.y.push_back(r->docs_per_second);
   }
-  fmt::print("wrote {}{}\n", o.json, o.plot.empty() || good.empty() ? "" : " and " + o.plot);
-  return good.size() == runs.size() ? kExitOk : kExitFailure;
+  if (a.gpu) {
+    memory.series.push_back(batch);
+    if (a.nvml) memory.series.insert(memory.series.end(), {total, nvml_peak});
+  } else {
+    memory.series.push_back(rss);
+  }
+  speed.series.push_back(rate);
+  write_line_chart(o.plot, fmt::format("flowline profile: {} ({})", std::filesystem::path(o.flow).filename().string(),
+                                       a.good.front()->device), {memory, speed});
+}
+
+}  // namespace
+
+int command_profile(const ProfileOptions& o) {
+  std::string executor;
+  if (!check_options(o, executor)) return kExitUsage;
+  std::string scratch_template = (std::filesystem::temp_directory_path() / "flowline-profile-XXXXXX").string();
+  if (!mkdtemp(scratch_template.data())) {
+    fmt::print(stderr, "error: cannot create a scratch folder: {}\n", std::strerror(errno));
+    return kExitFailure;
+  }
+  const std::filesystem::path scratch = scratch_template;
+  const double host_available_at_start = host_available_mib();
+  const auto runs = run_batch_sizes(o, executor, scratch);
+  remove_scratch(scratch, o.batch_sizes);
+  if (!runs) return kExitUsage;
+
+  const Analysis analysis = analyse(o, *runs, host_available_at_start);
+  print_report(o, executor, *runs, analysis);
+  try {
+    write_json(o, executor, *runs, analysis);
+    if (!o.plot.empty() && !analysis.good.empty()) write_plot(o, analysis);
+  } catch (const Error& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return kExitFailure;
+  }
+  fmt::print("wrote {}{}\n", o.json, o.plot.empty() || analysis.good.empty() ? "" : " and " + o.plot);
+  return analysis.good.size() == runs->size() ? kExitOk : kExitFailure;
 }
 
 }  // namespace flowline::cli

@@ -1,3 +1,4 @@
+// The launcher's progress line: documents, requests and rate, redrawn in place on a terminal.
 #include "progress.hpp"
 
 #include <fmt/format.h>

@@ -1,3 +1,4 @@
+// flowline's errors: diagnostics with file:line:col, ConfigError, InputError, ExecutorError, "did you mean", the version.
 #include "flowline/error.hpp"
 #include "flowline/version.hpp"
 

@@ -1,3 +1,4 @@
+// The Executor base: binding handlers to endpoints, dispatching a batch to its handler, executor metrics.
 #include "flowline/executor.hpp"
 #include "flowline/error.hpp"
 

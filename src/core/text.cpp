@@ -1,3 +1,4 @@
+// Text utilities: paragraph and sentence splitting with byte and character offsets (BOM, whitespace, abbreviations).
 #include "flowline/text.hpp"
 
 #include <array>

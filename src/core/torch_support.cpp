@@ -1,3 +1,4 @@
+// Helpers shared by LibTorch executors: dtype names, pinned host staging, waiting for a stream without spinning.
 #include "flowline/torch_support.hpp"
 
 #include "flowline/error.hpp"

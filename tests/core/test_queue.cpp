@@ -1,3 +1,4 @@
+// Tests of BoundedQueue: order, blocking and rejecting when full, closing while producers and consumers wait.
 #include "test_support.hpp"
 
 #include <atomic>

@@ -1,3 +1,4 @@
+// Tests of the text utilities: UTF-8 checks, paragraph and sentence splitting with their offsets.
 #include "test_support.hpp"
 
 using namespace flowline;

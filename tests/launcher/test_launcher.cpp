@@ -11,6 +11,9 @@ testing::ProcessResult launch(const std::string& args) {
   return testing::run_process(fmt::format("'{}' {}", FLOWLINE_LAUNCHER, args));
 }
 const std::string kAlice = (std::filesystem::path(FLOWLINE_CORPUS_DIR) / "alice-in-wonderland.txt").string();
+// FailIf, Delay and SetTags are not part of the product: flows load them from the test plugin.
+const std::string kTestingPlugin =
+    fmt::format("plugins: ['{}/libflowline_testing_executors.so']\n", FLOWLINE_TEST_PLUGIN_DIR);
 }  // namespace
 
 TEST_CASE("flowline run splits Alice into 881 paragraphs and writes them as JSONL", "[launcher]") {
@@ -75,7 +78,7 @@ TEST_CASE("flowline exits with 2 for bad usage and a missing input file", "[laun
 
 TEST_CASE("flowline exits with 1 when requests fail and reports each failure", "[launcher]") {
   const auto dir = testing::scratch_dir("launcher failures");
-  testing::write_text(dir / "flow.yml", "executors:\n  - {name: check, uses: FailIf, with: {contains: BAD}}\n");
+  testing::write_text(dir / "flow.yml", kTestingPlugin + "executors:\n  - {name: check, uses: FailIf, with: {contains: BAD}}\n");
   testing::write_text(dir / "in.txt", "fine\nBAD line\nfine too\n");
   const auto r = launch(fmt::format("run '{0}/flow.yml' -i '{0}/in.txt' --request-size 1 -o '{0}/out.jsonl'", dir.string()));
   CHECK(r.exit_code == 1);
@@ -98,7 +101,41 @@ TEST_CASE("flowline executors lists built-in and plugin executors with their par
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, testing::contains("TextSplitter       Split text into paragraphs or sentences"));
   CHECK_THAT(r.out, testing::contains("Upper              Upper-case ASCII letters (test plugin)"));
-  CHECK_THAT(r.out, testing::contains("    path             string           (required) output file"));
+  CHECK_THAT(r.out, testing::contains("    path             path             (required) output file"));
+}
+
+TEST_CASE("the production flowline executors lists the first-party executors and no test helper", "[launcher]") {
+  const auto r = launch("executors");
+  REQUIRE(r.exit_code == 0);
+  for (const char* listed : {"SentenceEncoder", "TorchModule", "NoOp", "TextStats"}) {
+    CHECK_THAT(r.out, testing::contains(std::string("\n") + listed + " "));
+  }
+  for (const char* helper : {"Delay", "FailIf", "SetTags"}) {
+    CHECK_THAT(r.out, !testing::contains(std::string("\n") + helper + " "));
+  }
+  CHECK_THAT(r.out, !testing::contains("delay_ms"));
+}
+
+TEST_CASE("flowline validate knows SentenceEncoder from its plugin, and the launcher links no executor library", "[launcher]") {
+  const auto needed = testing::run_process(fmt::format("readelf -d '{}'", FLOWLINE_LAUNCHER));
+  REQUIRE(needed.exit_code == 0);
+  CHECK_THAT(needed.out, testing::contains("libflowline.so"));
+  CHECK_THAT(needed.out, !testing::contains("libflowline_sentence_encoder"));
+  CHECK_THAT(needed.out, !testing::contains("libflowline_torch_module"));
+  const auto r = testing::run_process(fmt::format(
+      "cd '{}' && FLOWLINE_MODEL_DIR=models FLOWLINE_OUT_DIR=/tmp '{}' validate flows/encode.yml", FLOWLINE_SOURCE_DIR,
+      FLOWLINE_LAUNCHER));
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, testing::contains("encoder (SentenceEncoder)"));
+  // The encoder's spec comes from the plugin: a parameter it does not have is a validation error.
+  const auto dir = testing::scratch_dir("launcher validate encoder");
+  testing::write_text(dir / "flow.yml", "executors:\n  - name: enc\n    uses: SentenceEncoder\n"
+                                        "    with: {model: m, delay_ms: 5}\n");
+  const auto bad = launch(fmt::format("validate '{}/flow.yml'", dir.string()));
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, testing::contains("flow.yml:4:"));
+  CHECK_THAT(bad.err, testing::contains("delay_ms"));
 }
 
 TEST_CASE("every launcher command has --help", "[launcher]") {
@@ -117,7 +154,7 @@ TEST_CASE("the YAML reference in docs matches what the validator accepts", "[lau
 
 TEST_CASE("flowline run --stats reports every replica's work and says GPU figures are not available", "[launcher][stats]") {
   const auto dir = testing::scratch_dir("launcher stats");
-  testing::write_text(dir / "flow.yml",
+  testing::write_text(dir / "flow.yml", kTestingPlugin +
                       "executors:\n  - {name: stats, uses: TextStats, replicas: 2}\n  - {name: check, uses: FailIf, with: {contains: BAD}}\n");
   std::string input;
   for (int i = 0; i < 100; ++i) input += i == 50 ? "BAD line\n" : "a line of words\n";
@@ -142,7 +179,7 @@ TEST_CASE("flowline run --stats reports every replica's work and says GPU figure
 
 TEST_CASE("flowline run --set overrides an executor parameter and names itself in errors", "[launcher]") {
   const auto dir = testing::scratch_dir("launcher set");
-  testing::write_text(dir / "flow.yml", "executors:\n  - {name: check, uses: FailIf, with: {contains: BAD}}\n"
+  testing::write_text(dir / "flow.yml", kTestingPlugin + "executors:\n  - {name: check, uses: FailIf, with: {contains: BAD}}\n"
                                         "  - {name: split, uses: TextSplitter}\n");
   testing::write_text(dir / "in.txt", "a line\nanother line\n");
   auto r = launch(fmt::format("run '{0}/flow.yml' -i '{0}/in.txt' --request-size 1", dir.string()));
@@ -200,7 +237,10 @@ TEST_CASE("flowline profile rejects bad batch sizes and flows without a batch si
   testing::write_text(dir / "in.txt", "a\n");
   auto r = launch(fmt::format("profile '{0}/flow.yml' -i '{0}/in.txt' --batch-sizes 8,x", dir.string()));
   CHECK(r.exit_code == 2);
-  CHECK_THAT(r.err, testing::contains("--batch-sizes: 'x' is not a positive integer"));
+  CHECK_THAT(r.err, testing::contains("--batch-sizes"));
+  r = launch(fmt::format("profile '{0}/flow.yml' -i '{0}/in.txt' --batch-sizes 8,0", dir.string()));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, testing::contains("--batch-sizes"));
   r = launch(fmt::format("profile '{0}/flow.yml' -i '{0}/in.txt' --batch-sizes 8", dir.string()));
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, testing::contains("no executor of this flow has a batch_size parameter to profile"));
