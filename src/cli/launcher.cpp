@@ -1,3 +1,5 @@
+// The `flowline` launcher's commands: run, validate, profile, executors, schema and version, each parsed
+// with CLI11 and carried out in named steps.
 #include "launcher.hpp"
 #include "profile.hpp"
 #include "progress.hpp"

@@ -1,3 +1,4 @@
+// A Boost.JSON parser that tracks line and column, so a bad JSON input is reported where it went wrong.
 #include "json_parse.hpp"
 
 #include <boost/json/basic_parser_impl.hpp>

@@ -1,3 +1,4 @@
+// Tests of the first-party executors without a model: TextSplitter, JsonlWriter, TsvWriter.
 #include "test_support.hpp"
 
 using namespace flowline;

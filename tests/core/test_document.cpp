@@ -1,3 +1,4 @@
+// Tests of Document and DocumentArray: ids, tags, embeddings as views, lookup by id, merges and copies.
 #include "test_support.hpp"
 
 #include <ATen/ATen.h>

@@ -1,3 +1,4 @@
+// Tests of Flow end to end in one process: building, posting, batching, joins, replicas and failures.
 #include "test_support.hpp"
 
 #include <atomic>

@@ -1,3 +1,4 @@
+// Tests of documents to and from JSON and JSONL: every field and dtype, round trips, errors with their position.
 #include "test_support.hpp"
 
 #include <ATen/ATen.h>

@@ -1,3 +1,4 @@
+// Tests of the executor registry and typed parameters: duplicates, unknown names, defaults, endpoint dispatch.
 #include "test_support.hpp"
 
 using namespace flowline;

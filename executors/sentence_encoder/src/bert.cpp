@@ -1,3 +1,5 @@
+// The BERT encoder of sentence-transformers checkpoints in LibTorch: weights from safetensors, forward
+// passes eager or through CUDA graphs.
 #include "flowline/sentence_encoder/bert.hpp"
 
 #include "flowline/error.hpp"

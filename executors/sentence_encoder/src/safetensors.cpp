@@ -1,3 +1,4 @@
+// Reading .safetensors files: the JSON header, dtypes and shapes, tensors mapped from the file.
 #include "flowline/sentence_encoder/safetensors.hpp"
 
 #include "flowline/error.hpp"

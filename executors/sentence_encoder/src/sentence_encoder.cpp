@@ -1,3 +1,5 @@
+// The SentenceEncoder executor: tokenizes texts, sizes batches to the device, runs the BERT encoder and
+// pools the embeddings back onto the documents.
 #include "flowline/sentence_encoder/sentence_encoder.hpp"
 
 #include "flowline/device.hpp"

@@ -1,3 +1,4 @@
+// The WordPiece tokenizer of BERT checkpoints (vocab.txt): normalization, basic and subword splitting.
 #include "flowline/sentence_encoder/wordpiece_tokenizer.hpp"
 
 #include "flowline/error.hpp"

@@ -1,3 +1,4 @@
+// The TorchModule executor: runs a TorchScript module on the documents' tensors on the executor's device.
 #include "flowline/torch_module/torch_module.hpp"
 
 #include "flowline/device.hpp"

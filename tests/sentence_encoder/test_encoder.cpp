@@ -1,3 +1,4 @@
+// Tests of the SentenceEncoder and its BERT model: goldens, batching, safetensors, auto sizes, GPU, CUDA graphs.
 #include "test_support.hpp"
 
 #include "flowline/device.hpp"

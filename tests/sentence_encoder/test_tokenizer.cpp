@@ -1,3 +1,4 @@
+// Tests of the WordPiece tokenizer against the reference tokenizer's token ids.
 #include "test_support.hpp"
 
 #include "flowline/sentence_encoder/wordpiece_tokenizer.hpp"
