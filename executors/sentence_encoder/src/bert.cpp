@@ -1,25 +1,19 @@
 // The BERT encoder of sentence-transformers checkpoints in LibTorch: weights from safetensors, forward
-// passes eager or through CUDA graphs.
+// passes on packed batches, then pooling.
 #include "flowline/sentence_encoder/bert.hpp"
 
 #include "flowline/error.hpp"
 #include "flowline/io.hpp"
 #include "flowline/sentence_encoder/safetensors.hpp"
+#include "bert_internal.hpp"
 
 #include <ATen/ATen.h>
-#include <ATen/cuda/CUDAEvent.h>
-#include <ATen/cuda/CUDAGraph.h>
-#include <c10/cuda/CUDAGuard.h>
 #include <boost/json.hpp>
 #include <c10/core/InferenceMode.h>
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <array>
-#include <bit>
-#include <chrono>
 #include <cmath>
-#include <map>
 
 namespace flowline::sentence_encoder {
 
@@ -42,10 +36,14 @@ std::int64_t require_int(const boost::json::object& o, const char* key, const st
 
 std::string to_string(Pooling pooling) {
   switch (pooling) {
-    case Pooling::Mean: return "mean";
-    case Pooling::Cls: return "cls";
-    case Pooling::Max: return "max";
-    case Pooling::MeanSqrtLen: return "mean_sqrt_len_tokens";
+    case Pooling::Mean:
+      return "mean";
+    case Pooling::Cls:
+      return "cls";
+    case Pooling::Max:
+      return "max";
+    case Pooling::MeanSqrtLen:
+      return "mean_sqrt_len_tokens";
   }
   return "?";
 }
@@ -63,7 +61,8 @@ BertConfig BertConfig::from_file(const std::filesystem::path& path) {
   }
   const std::string position = text("position_embedding_type", "absolute");
   if (position != "absolute") {
-    throw Error(fmt::format("'{}': position_embedding_type '{}' is not supported (only 'absolute')", path.string(), position));
+    throw Error(
+        fmt::format("'{}': position_embedding_type '{}' is not supported (only 'absolute')", path.string(), position));
   }
   BertConfig c;
   c.vocab_size = require_int(o, "vocab_size", path);
@@ -75,7 +74,8 @@ BertConfig BertConfig::from_file(const std::filesystem::path& path) {
   if (const auto* v = o.if_contains("type_vocab_size"); v && v->is_int64()) c.type_vocab_size = v->get_int64();
   if (const auto* v = o.if_contains("layer_norm_eps"); v && v->is_number()) c.layer_norm_eps = v->to_number<double>();
   c.hidden_act = text("hidden_act", "gelu");
-  if (c.hidden_act != "gelu" && c.hidden_act != "gelu_new" && c.hidden_act != "gelu_pytorch_tanh" && c.hidden_act != "relu") {
+  if (c.hidden_act != "gelu" && c.hidden_act != "gelu_new" && c.hidden_act != "gelu_pytorch_tanh" &&
+      c.hidden_act != "relu") {
     throw Error(fmt::format("'{}': hidden_act '{}' is not supported (gelu, gelu_new, gelu_pytorch_tanh, relu)",
                             path.string(), c.hidden_act));
   }
@@ -105,7 +105,8 @@ SentenceModelConfig SentenceModelConfig::from_folder(const std::filesystem::path
   if (fs::exists(folder / "modules.json")) {
     boost::system::error_code ec;
     const auto modules = boost::json::parse(read_file(folder / "modules.json"), ec);
-    if (ec || !modules.is_array()) throw Error(fmt::format("'{}': expected a JSON list", (folder / "modules.json").string()));
+    if (ec || !modules.is_array())
+      throw Error(fmt::format("'{}': expected a JSON list", (folder / "modules.json").string()));
     for (const auto& m : modules.get_array()) {
       if (!m.is_object()) continue;
       const auto* type = m.get_object().if_contains("type");
@@ -132,11 +133,17 @@ SentenceModelConfig SentenceModelConfig::from_folder(const std::filesystem::path
     std::vector<Pooling> modes;
     if (const auto* mode = o.if_contains("pooling_mode"); mode && mode->is_string()) {  // sentence-transformers 6
       const std::string m(mode->get_string());
-      if (m == "mean") modes.push_back(Pooling::Mean);
-      else if (m == "cls") modes.push_back(Pooling::Cls);
-      else if (m == "max") modes.push_back(Pooling::Max);
-      else if (m == "mean_sqrt_len_tokens") modes.push_back(Pooling::MeanSqrtLen);
-      else throw Error(fmt::format("'{}': pooling_mode '{}' is not supported (mean, cls, max, mean_sqrt_len_tokens)", file.string(), m));
+      if (m == "mean")
+        modes.push_back(Pooling::Mean);
+      else if (m == "cls")
+        modes.push_back(Pooling::Cls);
+      else if (m == "max")
+        modes.push_back(Pooling::Max);
+      else if (m == "mean_sqrt_len_tokens")
+        modes.push_back(Pooling::MeanSqrtLen);
+      else
+        throw Error(fmt::format("'{}': pooling_mode '{}' is not supported (mean, cls, max, mean_sqrt_len_tokens)",
+                                file.string(), m));
     } else {  // sentence-transformers 2.x booleans
       auto flag = [&](const char* key) {
         const auto* v = o.if_contains(key);
@@ -169,12 +176,12 @@ SentenceModelConfig SentenceModelConfig::from_folder(const std::filesystem::path
 
 struct BertEncoder::Weights {
   struct Layer {
-    at::Tensor qkv_w, qkv_b;      // fused [3H, H], [3H]
-    at::Tensor out_w, out_b;      // attention output dense
-    at::Tensor ln1_w, ln1_b;      // attention output LayerNorm
-    at::Tensor up_w, up_b;        // intermediate dense
-    at::Tensor down_w, down_b;    // output dense
-    at::Tensor ln2_w, ln2_b;      // output LayerNorm
+    at::Tensor qkv_w, qkv_b;    // fused [3H, H], [3H]
+    at::Tensor out_w, out_b;    // attention output dense
+    at::Tensor ln1_w, ln1_b;    // attention output LayerNorm
+    at::Tensor up_w, up_b;      // intermediate dense
+    at::Tensor down_w, down_b;  // output dense
+    at::Tensor ln2_w, ln2_b;    // output LayerNorm
   };
   at::Tensor word, position, token_type0;  // token_type0: row 0 of token type embeddings
   at::Tensor emb_ln_w, emb_ln_b;
@@ -183,7 +190,10 @@ struct BertEncoder::Weights {
 };
 
 BertEncoder::BertEncoder(const std::filesystem::path& folder, c10::Device device, c10::ScalarType dtype)
-    : config_(SentenceModelConfig::from_folder(folder)), device_(device), dtype_(dtype), weights_(std::make_unique<Weights>()) {
+    : config_(SentenceModelConfig::from_folder(folder)),
+      device_(device),
+      dtype_(dtype),
+      weights_(std::make_unique<Weights>()) {
   if (dtype != c10::kFloat && dtype != c10::kHalf && dtype != c10::kBFloat16) {
     throw Error(fmt::format("model '{}': dtype must be float32, float16 or bfloat16", folder.string()));
   }
@@ -266,17 +276,7 @@ BertEncoder::~BertEncoder() = default;
 
 std::size_t BertEncoder::weight_bytes() const noexcept { return weights_->bytes; }
 
-// A batch's index tensors on the encoder's device, and what the host knows of its shape.
-struct BertEncoder::DeviceBatch {
-  at::Tensor ids, positions;  // [T] int64
-  at::Tensor lengths;         // [n] int64
-  at::Tensor offsets;         // [n + 1] int64: where each sequence starts, then T
-  at::Tensor cu_seqlens;      // [n + 1] int32 (GPU flash attention only)
-  int64_t total = 0, longest = 0;
-  std::vector<Group> groups;  // runs of equal-length sequences (attention outside flash)
-};
-
-namespace {
+namespace detail {
 
 // The checks every batch gets before anything is enqueued: lengths in range, ids in the vocabulary, and
 // ids and lengths that agree. Returns (total tokens, longest sequence).
@@ -321,7 +321,7 @@ void write_layout(const PackedBatch& batch, int64_t* ids, int64_t* positions, in
   }
 }
 
-}  // namespace
+}  // namespace detail
 
 // Checks the batch and moves ids, positions, lengths and offsets to the device in one copy. On a GPU the
 // host side is pinned memory from the caching host allocator, which does not hand the block out again
@@ -329,13 +329,13 @@ void write_layout(const PackedBatch& batch, int64_t* ids, int64_t* positions, in
 BertEncoder::DeviceBatch BertEncoder::upload(const PackedBatch& batch) const {
   const auto n = static_cast<int64_t>(batch.lengths.size());
   DeviceBatch out;
-  std::tie(out.total, out.longest) = check_batch(batch, config_.bert);
+  std::tie(out.total, out.longest) = detail::check_batch(batch, config_.bert);
   const int64_t total = out.total;
   const bool cuda = device_.is_cuda();
   // Layout: ids [T] | positions [T] | lengths [n] | offsets [n + 1].
   at::Tensor host = at::empty({2 * total + 2 * n + 1}, at::TensorOptions().dtype(at::kLong).pinned_memory(cuda));
   auto* ids = host.data_ptr<int64_t>();
-  write_layout(batch, ids, ids + total, ids + 2 * total, ids + 2 * total + n, n);
+  detail::write_layout(batch, ids, ids + total, ids + 2 * total, ids + 2 * total + n, n);
   at::Tensor on_device = cuda ? host.to(device_, /*non_blocking=*/true) : host;
   out.ids = on_device.narrow(0, 0, total);
   out.positions = on_device.narrow(0, total, total);
@@ -447,145 +447,5 @@ at::Tensor BertEncoder::encode(const PackedBatch& batch) const {
 }
 
 // ---- CUDA graphs -------------------------------------------------------------------------------------
-
-std::int64_t GraphedBertEncoder::bucket(std::int64_t tokens) noexcept {
-  constexpr std::int64_t kSmallest = 256;
-  if (tokens <= kSmallest) return kSmallest;
-  // Eight sizes per power of two: m * 2^e with 8 <= m < 16, so a pass pads at most 1/8 of its tokens.
-  const int shift = std::max(0, static_cast<int>(std::bit_width(static_cast<std::uint64_t>(tokens - 1))) - 4);
-  const std::int64_t step = std::int64_t{1} << shift;
-  return (tokens + step - 1) / step * step;
-}
-
-struct GraphedBertEncoder::Impl {
-  struct Graph {
-    at::cuda::CUDAGraph graph;
-    at::Tensor pooled;  // [sequences, hidden] float32, written by each replay
-  };
-  std::shared_ptr<const BertEncoder> encoder;
-  int64_t max_sequences = 0, max_tokens = 0, max_length = 0;
-  // Inputs every graph reads, at fixed addresses: ids [max_tokens] | positions [max_tokens] |
-  // lengths [max_sequences] | offsets [max_sequences + 1], int64.
-  at::Tensor inputs;
-  at::cuda::MempoolId_t pool;
-  std::map<int64_t, std::unique_ptr<Graph>> graphs;  // by token bucket
-  double capture_seconds = 0;
-  // Pinned host copies of the inputs, used in turn: a pass writes its slot while earlier passes' copies
-  // may still be queued on the stream; the slot's event says when its last copy has been done. Allocated
-  // once, so no pass pays for pinning memory (cudaHostAlloc is slow and takes a driver-wide lock).
-  struct Staging {
-    at::Tensor host;
-    at::cuda::CUDAEvent copied{cudaEventDisableTiming | cudaEventBlockingSync};  // waited on asleep
-    bool pending = false;
-  };
-  std::array<Staging, 4> staging;
-  std::size_t next_staging = 0;
-
-  int64_t size() const { return 2 * max_tokens + 2 * max_sequences + 1; }
-
-  // The inputs as a DeviceBatch over `tokens` tokens (views of `inputs`).
-  BertEncoder::DeviceBatch views(int64_t tokens) const {
-    BertEncoder::DeviceBatch b;
-    b.ids = inputs.narrow(0, 0, tokens);
-    b.positions = inputs.narrow(0, max_tokens, tokens);
-    b.lengths = inputs.narrow(0, 2 * max_tokens, max_sequences);
-    b.offsets = inputs.narrow(0, 2 * max_tokens + max_sequences, max_sequences + 1);
-    b.total = tokens;
-    b.longest = max_length;  // flash attention's grid covers this; shorter sequences end early
-    return b;
-  }
-
-  at::Tensor run(const BertEncoder::DeviceBatch& b) const {
-    BertEncoder::DeviceBatch batch = b;
-    batch.cu_seqlens = batch.offsets.to(at::kInt);
-    return encoder->pool(encoder->forward(batch), batch);
-  }
-
-  Graph& graph_for(int64_t tokens) {
-    auto& slot = graphs[tokens];
-    if (slot) return *slot;
-    const auto start = std::chrono::steady_clock::now();
-    const BertEncoder::DeviceBatch batch = views(tokens);
-    // Before the first capture, one eager pass on this thread and stream: library handles, workspaces
-    // and kernels are set up outside the capture, where allocating and synchronising are allowed.
-    if (graphs.size() == 1) run(batch);
-    auto graph = std::make_unique<Graph>();
-    graph->graph.capture_begin(pool, cudaStreamCaptureModeThreadLocal);
-    graph->pooled = run(batch);
-    graph->graph.capture_end();
-    // The first launch of a graph uploads it to the device (milliseconds); do that now, not in a request.
-    graph->graph.replay();
-    capture_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    slot = std::move(graph);
-    return *slot;
-  }
-};
-
-GraphedBertEncoder::GraphedBertEncoder(std::shared_ptr<const BertEncoder> encoder, std::int64_t max_sequences,
-                                       std::int64_t max_tokens, std::int64_t max_length)
-    : impl_(std::make_unique<Impl>()) {
-  if (!encoder->uses_flash_attention()) {
-    throw Error("CUDA graphs need the encoder on a GPU in fp16 or bf16 (flash attention over packed tokens)");
-  }
-  if (max_sequences < 1 || max_tokens < 1 || max_length < 1) throw Error("CUDA graphs: sizes must be at least 1");
-  c10::InferenceMode guard;
-  impl_->encoder = std::move(encoder);
-  impl_->max_tokens = bucket(max_tokens);
-  impl_->max_sequences = std::min(max_sequences, impl_->max_tokens);
-  impl_->max_length = max_length;
-  const c10::Device device = impl_->encoder->device();
-  c10::cuda::CUDAGuard device_guard(device);
-  // Zeros: valid ids and positions for the padding of every bucket.
-  impl_->inputs = at::zeros({impl_->size()}, at::TensorOptions().dtype(at::kLong).device(device));
-  for (auto& slot : impl_->staging) slot.host = at::empty({impl_->size()}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
-  impl_->pool = at::cuda::graph_pool_handle();
-}
-
-GraphedBertEncoder::~GraphedBertEncoder() = default;
-
-bool GraphedBertEncoder::fits(const PackedBatch& batch) const noexcept {
-  if (static_cast<int64_t>(batch.lengths.size()) > impl_->max_sequences ||
-      static_cast<int64_t>(batch.ids.size()) > impl_->max_tokens) {
-    return false;
-  }
-  return std::all_of(batch.lengths.begin(), batch.lengths.end(), [&](int64_t len) { return len <= impl_->max_length; });
-}
-
-std::int64_t GraphedBertEncoder::max_tokens() const noexcept { return impl_->max_tokens; }
-std::int64_t GraphedBertEncoder::max_sequences() const noexcept { return impl_->max_sequences; }
-std::size_t GraphedBertEncoder::graph_count() const noexcept { return impl_->graphs.size(); }
-double GraphedBertEncoder::capture_seconds() const noexcept { return impl_->capture_seconds; }
-
-void GraphedBertEncoder::capture_all() {
-  c10::InferenceMode guard;
-  for (int64_t tokens = bucket(1);; tokens = bucket(tokens + 1)) {
-    impl_->graph_for(std::min(tokens, impl_->max_tokens));
-    if (tokens >= impl_->max_tokens) break;
-  }
-}
-
-at::Tensor GraphedBertEncoder::encode(const PackedBatch& batch) {
-  if (!fits(batch)) {
-    throw Error(fmt::format("CUDA graphs: a pass of {} sequences and {} tokens is outside the graphs' {} sequences, {} "
-                            "tokens and {} tokens per sequence", batch.lengths.size(), batch.ids.size(),
-                            impl_->max_sequences, impl_->max_tokens, impl_->max_length));
-  }
-  c10::InferenceMode guard;
-  const int64_t total = check_batch(batch, impl_->encoder->config().bert).first;
-  const int64_t tokens = bucket(total), T = impl_->max_tokens, S = impl_->max_sequences;
-  Impl::Graph& graph = impl_->graph_for(tokens);
-  // The inputs in pinned memory, laid out as on the device, then one asynchronous copy.
-  auto& slot = impl_->staging[impl_->next_staging++ % impl_->staging.size()];
-  if (slot.pending) slot.copied.synchronize();  // almost always long done
-  auto* data = slot.host.data_ptr<int64_t>();
-  write_layout(batch, data, data + T, data + 2 * T, data + 2 * T + S, S);
-  std::fill(data + total, data + tokens, 0);          // padding ids
-  std::fill(data + T + total, data + T + tokens, 0);  // padding positions
-  impl_->inputs.copy_(slot.host, /*non_blocking=*/true);
-  slot.copied.record();
-  slot.pending = true;
-  graph.graph.replay();
-  return graph.pooled.narrow(0, 0, static_cast<int64_t>(batch.lengths.size()));
-}
 
 }  // namespace flowline::sentence_encoder

@@ -40,7 +40,8 @@ constexpr DtypeInfo kDtypes[] = {
 
 }  // namespace
 
-SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path), mapping_(std::make_shared<Mapping>()) {
+SafetensorsFile::SafetensorsFile(const std::filesystem::path& path)
+    : path_(path), mapping_(std::make_shared<Mapping>()) {
   auto fail = [&](const std::string& why) -> Error {
     return Error(fmt::format("safetensors file '{}': {}", path.string(), why));
   };
@@ -145,7 +146,8 @@ at::Tensor SafetensorsFile::get(const std::string& name) const {
     return out;
   }
   auto keep = mapping_;
-  return at::from_blob(address, e.shape, [keep](void*) {}, options);
+  return at::from_blob(
+      address, e.shape, [keep](void*) {}, options);
 }
 
 void save_safetensors(const std::filesystem::path& path, const std::map<std::string, at::Tensor>& tensors) {
@@ -173,7 +175,8 @@ void save_safetensors(const std::filesystem::path& path, const std::map<std::str
   std::uint64_t n = text.size();
   for (int i = 0; i < 8; ++i) out.put(static_cast<char>((n >> (8 * i)) & 0xFF));
   out.write(text.data(), static_cast<std::streamsize>(text.size()));
-  for (const auto& t : data) out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.numel() * t.element_size()));
+  for (const auto& t : data)
+    out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.numel() * t.element_size()));
   if (!out) throw Error(fmt::format("save_safetensors: writing '{}' failed", path.string()));
 }
 

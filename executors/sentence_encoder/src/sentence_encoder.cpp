@@ -46,16 +46,21 @@ class SentenceEncoder : public Executor {
                              "cpu, cuda, cuda:N or auto; empty: the executor's device in the flow"),
          ParamSpec::choice("dtype", {"fp32", "fp16", "bf16", "float32", "float16", "bfloat16"}, "fp32",
                            "weights and activations (fp16 needs a GPU)"),
-         ParamSpec::optional("max_seq_length", ParamType::Int, 0, "truncate texts to this many tokens (0: the model's)").min(0),
+         ParamSpec::optional("max_seq_length", ParamType::Int, 0, "truncate texts to this many tokens (0: the model's)")
+             .min(0),
          ParamSpec::optional("batch_size", ParamType::IntOrAuto, 64,
                              "sequences per forward pass; auto: the most that fit the memory budget at "
-                             "max_seq_length, from a calibration at start (GPU)").min(1),
+                             "max_seq_length, from a calibration at start (GPU)")
+             .min(1),
          ParamSpec::optional("max_batch_tokens", ParamType::IntOrAuto, 0,
                              "tokens per forward pass (0: no limit); auto: the most that fit the memory budget, "
-                             "from a calibration at start (GPU)").min(0),
+                             "from a calibration at start (GPU)")
+             .min(0),
          ParamSpec::optional("memory_fraction", ParamType::Double, 0.9,
                              "for auto sizes: the share of the GPU memory free at start that this executor's "
-                             "replicas on a device may use together").min(0).max(1),
+                             "replicas on a device may use together")
+             .min(0)
+             .max(1),
          normalize_spec(),
          ParamSpec::optional("share_weights", ParamType::Bool, true,
                              "replicas on the same device share one copy of the weights (each on its own CUDA stream)"),
@@ -63,15 +68,18 @@ class SentenceEncoder : public Executor {
                              "GPU, fp16/bf16: replay forward passes of up to cuda_graph_max_tokens tokens from CUDA "
                              "graphs (captured at start), so short passes are not bound by kernel launches"),
          ParamSpec::optional("cuda_graph_max_tokens", ParamType::Int, 16384,
-                             "the largest pass (in tokens) replayed from a CUDA graph; larger passes run eagerly").min(0),
+                             "the largest pass (in tokens) replayed from a CUDA graph; larger passes run eagerly")
+             .min(0),
          ParamSpec::optional("keep_on_device", ParamType::Bool, false,
                              "leave embeddings on the executor's GPU for a next executor on the same device; "
                              "they are copied to the host only where an output needs them"),
          ParamSpec::optional("tokenizer_threads", ParamType::Int, 0,
                              "threads that tokenize one request (0: one when the executor has several replicas, "
-                             "which tokenize side by side, else ATen's intra-op threads)").min(0),
-         ParamSpec::optional("warmup", ParamType::Bool, true,
-                             "run a few batches at start so the first requests do not pay for CUDA and allocator set-up")},
+                             "which tokenize side by side, else ATen's intra-op threads)")
+             .min(0),
+         ParamSpec::optional(
+             "warmup", ParamType::Bool, true,
+             "run a few batches at start so the first requests do not pay for CUDA and allocator set-up")},
         {"/encode"},
     };
   }
@@ -90,7 +98,8 @@ class SentenceEncoder : public Executor {
       return std::make_shared<const BertEncoder>(model, device_, dtype_);
     };
     // Replicas on one device share one copy of the weights.
-    encoder_ = params().get<bool>("share_weights") ? shared_per_device<BertEncoder>(model, device_, dtype_, load) : load();
+    encoder_ =
+        params().get<bool>("share_weights") ? shared_per_device<BertEncoder>(model, device_, dtype_, load) : load();
     if (device_.is_cuda()) {
       stream_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
       index_staging_ = HostStaging(/*pinned=*/true);
@@ -124,7 +133,8 @@ class SentenceEncoder : public Executor {
     if (!batch_size || !max_batch_tokens) choose_batch_sizes(!batch_size, !max_batch_tokens);
     keep_on_device_ = params().get<bool>("keep_on_device");
     tokenizer_threads_ = params().get<std::size_t>("tokenizer_threads");
-    if (tokenizer_threads_ == 0) tokenizer_threads_ = runtime().replicas > 1 ? 1 : static_cast<std::size_t>(at::get_num_threads());
+    if (tokenizer_threads_ == 0)
+      tokenizer_threads_ = runtime().replicas > 1 ? 1 : static_cast<std::size_t>(at::get_num_threads());
     if (params().get<bool>("cuda_graphs")) set_up_graphs(params().get<std::size_t>("cuda_graph_max_tokens"));
     if (params().get<bool>("warmup")) warm_up();
     bind("/encode", &SentenceEncoder::encode);
@@ -141,7 +151,7 @@ class SentenceEncoder : public Executor {
   // A size parameter: its value, or nullopt for "auto".
   std::optional<std::size_t> size_or_auto(const char* name) const {
     const auto value = params().get<boost::json::value>(name);
-    if (value.is_string()) return std::nullopt;  // "auto", as validation allows
+    if (value.is_string()) return std::nullopt;                        // "auto", as validation allows
     return static_cast<std::size_t>(value.to_number<std::int64_t>());  // bounds checked by validation
   }
 
@@ -152,8 +162,10 @@ class SentenceEncoder : public Executor {
   void choose_batch_sizes(bool auto_batch, bool auto_tokens) {
     constexpr std::size_t kMaxAutoSequences = 8192, kMaxAutoTokens = 1 << 21;
     if (!device_.is_cuda()) {
-      spdlog::info("executor '{}' replica {}: batch sizing 'auto' calibrates on a GPU; on the CPU it keeps "
-                   "batch_size {} and max_batch_tokens {}", runtime().name, runtime().replica, batch_size_, max_batch_tokens_);
+      spdlog::info(
+          "executor '{}' replica {}: batch sizing 'auto' calibrates on a GPU; on the CPU it keeps "
+          "batch_size {} and max_batch_tokens {}",
+          runtime().name, runtime().replica, batch_size_, max_batch_tokens_);
       return;
     }
     std::lock_guard lock(start_up_mutex());
@@ -186,23 +198,26 @@ class SentenceEncoder : public Executor {
     const double tokens = std::max(0.0, (budget - fixed) / per_token);
     auto tokens_fit = static_cast<std::size_t>(tokens);
     if (tokens_fit < max_seq_length_) {
-      throw Error(fmt::format("batch sizing 'auto': a budget of {:.0f} MiB ({:.0f}% of {:.0f} MiB free, over {} replica(s)) "
-                              "does not fit one sequence of {} tokens ({:.0f} bytes per token)",
-                              budget / (1 << 20), memory_fraction_ * 100, free_bytes / double(1 << 20),
-                              runtime().replicas_on_device, max_seq_length_, per_token));
+      throw Error(
+          fmt::format("batch sizing 'auto': a budget of {:.0f} MiB ({:.0f}% of {:.0f} MiB free, over {} replica(s)) "
+                      "does not fit one sequence of {} tokens ({:.0f} bytes per token)",
+                      budget / (1 << 20), memory_fraction_ * 100, free_bytes / double(1 << 20),
+                      runtime().replicas_on_device, max_seq_length_, per_token));
     }
     if (auto_tokens) max_batch_tokens_ = std::min(tokens_fit, kMaxAutoTokens);
     if (auto_batch) {
       const std::size_t limit = max_batch_tokens_ != 0 ? std::min(tokens_fit, max_batch_tokens_) : tokens_fit;
       batch_size_ = std::clamp<std::size_t>(limit / max_seq_length_, 1, kMaxAutoSequences);
-      if (max_batch_tokens_ != 0) batch_size_ = std::min(kMaxAutoSequences, std::max(batch_size_, max_batch_tokens_ / 16));
+      if (max_batch_tokens_ != 0)
+        batch_size_ = std::min(kMaxAutoSequences, std::max(batch_size_, max_batch_tokens_ / 16));
     }
-    spdlog::info("executor '{}' replica {}: calibrated {:.0f} bytes per token + {:.1f} MiB per pass; budget {:.0f} MiB "
-                 "({:.0f}% of {:.0f} MiB free{}); batch_size {}{}, max_batch_tokens {}{}",
-                 runtime().name, runtime().replica, per_token, fixed / (1 << 20), budget / (1 << 20), memory_fraction_ * 100,
-                 free_bytes / double(1 << 20),
-                 runtime().replicas_on_device > 1 ? fmt::format(", shared by {} replicas", runtime().replicas_on_device) : "",
-                 batch_size_, auto_batch ? " (auto)" : "", max_batch_tokens_, auto_tokens ? " (auto)" : "");
+    spdlog::info(
+        "executor '{}' replica {}: calibrated {:.0f} bytes per token + {:.1f} MiB per pass; budget {:.0f} MiB "
+        "({:.0f}% of {:.0f} MiB free{}); batch_size {}{}, max_batch_tokens {}{}",
+        runtime().name, runtime().replica, per_token, fixed / (1 << 20), budget / (1 << 20), memory_fraction_ * 100,
+        free_bytes / double(1 << 20),
+        runtime().replicas_on_device > 1 ? fmt::format(", shared by {} replicas", runtime().replicas_on_device) : "",
+        batch_size_, auto_batch ? " (auto)" : "", max_batch_tokens_, auto_tokens ? " (auto)" : "");
     metrics().set("calibrated_bytes_per_token", per_token);
     metrics().set("batch_size", static_cast<double>(batch_size_));
     metrics().set("max_batch_tokens", static_cast<double>(max_batch_tokens_));
@@ -255,9 +270,10 @@ class SentenceEncoder : public Executor {
     if (graphs_) {
       graphs_->capture_all();
       stream_->synchronize();
-      spdlog::info("executor '{}' replica {}: {} CUDA graphs captured in {:.2f} s (passes of up to {} tokens, {} sequences)",
-                   runtime().name, runtime().replica, graphs_->graph_count(), graphs_->capture_seconds(),
-                   graphs_->max_tokens(), graphs_->max_sequences());
+      spdlog::info(
+          "executor '{}' replica {}: {} CUDA graphs captured in {:.2f} s (passes of up to {} tokens, {} sequences)",
+          runtime().name, runtime().replica, graphs_->graph_count(), graphs_->capture_seconds(), graphs_->max_tokens(),
+          graphs_->max_sequences());
       metrics().set("cuda_graphs", static_cast<double>(graphs_->graph_count()));
     }
     if (device_.is_cuda()) {
@@ -297,7 +313,8 @@ class SentenceEncoder : public Executor {
       return offsets_[a + 1] - offsets_[a] > offsets_[b + 1] - offsets_[b];
     });
     const int64_t hidden = encoder_->config().bert.hidden_size;
-    at::Tensor result = at::empty({static_cast<int64_t>(n), hidden}, at::TensorOptions().dtype(at::kFloat).device(device_));
+    at::Tensor result =
+        at::empty({static_cast<int64_t>(n), hidden}, at::TensorOptions().dtype(at::kFloat).device(device_));
     // Where each pass's rows go: the whole order, copied up once without blocking.
     at::Tensor order = index_staging_.view({static_cast<int64_t>(n)}, at::kLong);
     std::copy(order_.begin(), order_.end(), order.data_ptr<int64_t>());
@@ -421,8 +438,8 @@ class SentenceEncoder : public Executor {
   std::vector<int64_t> lengths_;
   // Rows' order going up and embeddings coming down, through pinned buffers kept across requests.
   HostStaging index_staging_{false}, output_staging_{false};  // made pinned in the constructor on a GPU
-  bool unfinished_ = false;              // the last request threw before its closing synchronisation
-  bool warming_up_ = false;              // encode() runs for warm-up: no metrics
+  bool unfinished_ = false;  // the last request threw before its closing synchronisation
+  bool warming_up_ = false;  // encode() runs for warm-up: no metrics
 };
 
 }  // namespace

@@ -27,7 +27,7 @@ namespace flowline::sentence_encoder {
 
 struct WordPieceOptions {
   bool lowercase = true;
-  bool strip_accents = true;         // the fast tokenizer's default: follows lowercase
+  bool strip_accents = true;  // the fast tokenizer's default: follows lowercase
   bool handle_chinese_chars = true;
   std::size_t max_input_chars_per_word = 100;
   std::string unk_token = "[UNK]";
