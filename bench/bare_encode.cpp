@@ -84,9 +84,8 @@ int main(int argc, char** argv) {
     const double tokenize_s = std::chrono::duration<double>(Clock::now() - start).count();
     std::vector<std::size_t> order(texts.size());
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) {
-      return offsets[a + 1] - offsets[a] > offsets[b + 1] - offsets[b];
-    });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](auto a, auto b) { return offsets[a + 1] - offsets[a] > offsets[b + 1] - offsets[b]; });
     at::Tensor host = at::empty({static_cast<int64_t>(texts.size()), encoder.config().bert.hidden_size});
     std::vector<std::int32_t> packed;
     std::vector<int64_t> lengths;
@@ -113,11 +112,15 @@ int main(int argc, char** argv) {
     }
   }
   std::sort(latencies.begin(), latencies.end());
-  auto pct = [&](double p) { return latencies.empty() ? 0.0 : latencies[static_cast<std::size_t>(p * (latencies.size() - 1))]; };
-  fmt::print("bare_encode: of the best run, tokenizing (one thread) took {:.3f} s and the forward passes with copies "
-             "{:.3f} s ({:.0f} docs/s without tokenizing)\n", best_tokenize_s, best_model_s, texts.size() / best_model_s);
-  fmt::print("bare_encode: best {:.0f} docs/s, batch p50 {:.2f} ms, p99 {:.2f} ms ({} docs, {}, {}, batch {}{})\n", best,
-             pct(0.5), pct(0.99), texts.size(), device.str(), dtype_name, batch_size,
+  auto pct = [&](double p) {
+    return latencies.empty() ? 0.0 : latencies[static_cast<std::size_t>(p * (latencies.size() - 1))];
+  };
+  fmt::print(
+      "bare_encode: of the best run, tokenizing (one thread) took {:.3f} s and the forward passes with copies "
+      "{:.3f} s ({:.0f} docs/s without tokenizing)\n",
+      best_tokenize_s, best_model_s, texts.size() / best_model_s);
+  fmt::print("bare_encode: best {:.0f} docs/s, batch p50 {:.2f} ms, p99 {:.2f} ms ({} docs, {}, {}, batch {}{})\n",
+             best, pct(0.5), pct(0.99), texts.size(), device.str(), dtype_name, batch_size,
              graphs ? fmt::format(", CUDA graphs up to {} tokens", graphs->max_tokens()) : "");
   return 0;
 }

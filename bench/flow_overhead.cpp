@@ -18,7 +18,8 @@ class GeneratedSource : public flowline::DocumentSource {
   std::size_t read(flowline::DocumentArray& out, std::size_t max) override {
     const std::size_t n = std::min(max, total_ - made_);
     out.reserve(n);
-    for (std::size_t i = 0; i < n; ++i) out.push_back(flowline::Document("Using a GPU allows you to significantly speed up encoding."));
+    for (std::size_t i = 0; i < n; ++i)
+      out.push_back(flowline::Document("Using a GPU allows you to significantly speed up encoding."));
     made_ += n;
     return n;
   }
@@ -55,6 +56,7 @@ int main(int argc, char** argv) {
     best = std::max(best, summary.docs_per_second());
   }
   flow.close();
-  fmt::print("flow_overhead: best {:.0f} docs/s (3 no-op executors, request size {}, {} docs)\n", best, request_size, docs);
+  fmt::print("flow_overhead: best {:.0f} docs/s (3 no-op executors, request size {}, {} docs)\n", best, request_size,
+             docs);
   return 0;
 }

@@ -20,9 +20,10 @@ namespace {
 
 // Paragraphs of 40 to 160 words drawn from a small vocabulary, with punctuation and a quote to escape.
 std::vector<std::string> make_paragraphs(std::size_t count, std::mt19937& random) {
-  static const char* kWords[] = {"the", "river", "ran", "quietly", "past", "houses", "where", "children", "played",
-                                 "until", "evening", "\"said\"", "she,", "and", "then", "turned", "towards", "hill.",
-                                 "Ümlaut", "garden", "whispered", "of", "a", "old", "stories"};
+  static const char* kWords[] = {"the",      "river",  "ran",     "quietly", "past",     "houses", "where",
+                                 "children", "played", "until",   "evening", "\"said\"", "she,",   "and",
+                                 "then",     "turned", "towards", "hill.",   "Ümlaut",   "garden", "whispered",
+                                 "of",       "a",      "old",     "stories"};
   std::vector<std::string> out;
   for (std::size_t i = 0; i < count; ++i) {
     std::string p;
@@ -71,8 +72,8 @@ int main(int argc, char** argv) {
   std::vector<float> values(docs * dim);
   std::normal_distribution<float> normal(0.0f, 0.05f);
   for (auto& v : values) v = normal(random);
-  const at::Tensor matrix = at::from_blob(values.data(), {static_cast<std::int64_t>(docs), static_cast<std::int64_t>(dim)},
-                                          at::kFloat);
+  const at::Tensor matrix =
+      at::from_blob(values.data(), {static_cast<std::int64_t>(docs), static_cast<std::int64_t>(dim)}, at::kFloat);
   std::vector<DocumentArray> batches;
   std::size_t text_bytes = 0;
   for (std::size_t first = 0; first < docs; first += batch) {
@@ -86,18 +87,20 @@ int main(int argc, char** argv) {
     }
     batches.push_back(std::move(b));
   }
-  fmt::print("{} documents, {}-d float32 embeddings, texts {:.0f} bytes on average; batches of {}; {} hardware threads\n",
-             docs, dim, static_cast<double>(text_bytes) / docs, batch, std::thread::hardware_concurrency());
+  fmt::print(
+      "{} documents, {}-d float32 embeddings, texts {:.0f} bytes on average; batches of {}; {} hardware threads\n",
+      docs, dim, static_cast<double>(text_bytes) / docs, batch, std::thread::hardware_concurrency());
   for (const std::string format : {"jsonl", "npy", "safetensors"}) {
     if (formats.find(format) == std::string::npos) continue;
     WriterOptions options;
     options.threads = threads;
     const std::string path = fmt::format("{}/flowline-bench-writer.{}", dir, format);
     const Result r = run(path, batches, options);
-    fmt::print("{:<12} {:>9.0f} docs/s  {:>7.1f} MB/s  ({:.3f} s, {:.1f} MB; formatting {:.2f} s thread time, "
-               "writing {:.2f} s)\n",
-               format, docs / r.seconds, r.stats.bytes / 1e6 / r.seconds, r.seconds, r.stats.bytes / 1e6,
-               r.stats.format_seconds, r.stats.write_seconds);
+    fmt::print(
+        "{:<12} {:>9.0f} docs/s  {:>7.1f} MB/s  ({:.3f} s, {:.1f} MB; formatting {:.2f} s thread time, "
+        "writing {:.2f} s)\n",
+        format, docs / r.seconds, r.stats.bytes / 1e6 / r.seconds, r.seconds, r.stats.bytes / 1e6,
+        r.stats.format_seconds, r.stats.write_seconds);
     std::filesystem::remove(path);
     std::filesystem::remove(sidecar_path_for(path));
   }

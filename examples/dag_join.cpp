@@ -13,7 +13,10 @@ namespace {
 class Label : public flowline::Executor {
  public:
   static flowline::ExecutorSpec spec() {
-    return {"Label", "Set the tag 'source'", {flowline::ParamSpec::required_param("source", flowline::ParamType::String, "the value")}, {}};
+    return {"Label",
+            "Set the tag 'source'",
+            {flowline::ParamSpec::required_param("source", flowline::ParamType::String, "the value")},
+            {}};
   }
   explicit Label(const flowline::ExecutorContext& context) : Executor(context) {
     source_ = params().get<std::string>("source");
@@ -32,7 +35,9 @@ int main() {
   flowline::Flow flow;
   flow.add({.name = "start", .uses = "NoOp"})
       .add({.name = "stats", .uses = "TextStats", .needs = std::vector<std::string>{"start"}})
-      .add({.name = "label", .uses = "Label", .with = {{"source", "dag example"}},
+      .add({.name = "label",
+            .uses = "Label",
+            .with = {{"source", "dag example"}},
             .needs = std::vector<std::string>{"start"}})
       .add({.name = "join", .uses = "NoOp", .needs = std::vector<std::string>{"stats", "label"}});
   flowline::DocumentArray docs;

@@ -26,7 +26,8 @@ int main(int argc, char** argv) {
   flow.start();  // the model moves to its device once, here
 
   flowline::DocumentArray docs;
-  for (std::size_t i = 0; i < count; ++i) docs.push_back(flowline::Document("Using a GPU allows you to significantly speed up encoding."));
+  for (std::size_t i = 0; i < count; ++i)
+    docs.push_back(flowline::Document("Using a GPU allows you to significantly speed up encoding."));
   flowline::ArraySource source(std::move(docs));
   const std::size_t steps = (count + request_size - 1) / request_size;
   std::size_t dim = 0;
@@ -39,11 +40,15 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "\r[{:<{}}] {}/{} steps, {:.1f} step/s", std::string(filled, '#'), width, p.requests, steps,
                p.seconds > 0 ? p.requests / p.seconds : 0.0);
   };
-  const auto summary = flow.post("/encode", source, [&](flowline::Response&& r) {
-    if (!r.ok()) throw flowline::ExecutorError(r.error_executor, r.error);
-    dim = static_cast<std::size_t>(r.docs[0].embedding.size(0));
-  }, options);
-  fmt::print(stderr, "\n{} steps done in {:.2f} seconds ({:.1f} requests/s, {:.0f} docs/s), embeddings of {} dimensions\n",
+  const auto summary = flow.post(
+      "/encode", source,
+      [&](flowline::Response&& r) {
+        if (!r.ok()) throw flowline::ExecutorError(r.error_executor, r.error);
+        dim = static_cast<std::size_t>(r.docs[0].embedding.size(0));
+      },
+      options);
+  fmt::print(stderr,
+             "\n{} steps done in {:.2f} seconds ({:.1f} requests/s, {:.0f} docs/s), embeddings of {} dimensions\n",
              summary.requests, summary.seconds, summary.requests / summary.seconds, summary.docs_per_second(), dim);
   return 0;
 }

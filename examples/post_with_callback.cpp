@@ -13,7 +13,8 @@ int main() {
       .add({.name = "stats", .uses = "TextStats", .replicas = 2});
 
   flowline::DocumentArray docs;
-  for (int i = 0; i < 10; ++i) docs.push_back(flowline::Document(fmt::format("Text {}. It has {} words here.", i, 4 + i % 3)));
+  for (int i = 0; i < 10; ++i)
+    docs.push_back(flowline::Document(fmt::format("Text {}. It has {} words here.", i, 4 + i % 3)));
   flowline::ArraySource source(std::move(docs));
 
   std::size_t sentences = 0;

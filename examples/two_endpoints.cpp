@@ -11,7 +11,8 @@ namespace {
 class Store : public flowline::Executor {
  public:
   static flowline::ExecutorSpec spec() {
-    return {"Store", "Keep indexed texts; search them by shared words",
+    return {"Store",
+            "Keep indexed texts; search them by shared words",
             {flowline::ParamSpec::optional("top_k", flowline::ParamType::Int, 2, "matches per query")},
             {"/index", "/search"},
             /*default_endpoint=*/false};
@@ -63,12 +64,14 @@ int main() {
   flowline::Flow flow;
   flow.add({.name = "store", .uses = "Store", .with = {{"top_k", 1}}});
   flowline::DocumentArray corpus;
-  for (const char* t : {"the white rabbit ran", "the queen of hearts", "a mad tea party"}) corpus.push_back(flowline::Document(t));
+  for (const char* t : {"the white rabbit ran", "the queen of hearts", "a mad tea party"})
+    corpus.push_back(flowline::Document(t));
   flow.post("/index", std::move(corpus));
   flowline::DocumentArray queries;
   queries.push_back(flowline::Document("rabbit ran late"));
   const auto results = flow.post("/search", std::move(queries));
   const auto& best = results[0].matches[0];
-  fmt::print("best match for '{}': '{}' ({} shared words)\n", results[0].text, best.text, best.scores.at("shared_words"));
+  fmt::print("best match for '{}': '{}' ({} shared words)\n", results[0].text, best.text,
+             best.scores.at("shared_words"));
   return best.text == "the white rabbit ran" ? 0 : 1;
 }

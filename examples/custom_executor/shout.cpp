@@ -13,7 +13,8 @@ namespace {
 class Shout : public flowline::Executor {
  public:
   static flowline::ExecutorSpec spec() {
-    return {"Shout", "Upper-case texts and add a suffix (example plugin)",
+    return {"Shout",
+            "Upper-case texts and add a suffix (example plugin)",
             {flowline::ParamSpec::optional("suffix", flowline::ParamType::String, "!", "appended to each text")},
             {"/shout"}};
   }

@@ -68,7 +68,8 @@ class TsvWriter : public Executor {
   static std::vector<std::string_view> text_fields() {
     std::vector<std::string_view> names;
     for_each_document_field([&](DocumentField, std::string_view name, auto member) {
-      if constexpr (std::is_same_v<std::remove_cvref_t<decltype(std::declval<const Document&>().*member)>, std::string>) names.push_back(name);
+      if constexpr (std::is_same_v<std::remove_cvref_t<decltype(std::declval<const Document&>().*member)>, std::string>)
+        names.push_back(name);
     });
     return names;
   }
@@ -99,11 +100,20 @@ class TsvWriter : public Executor {
   static void append_escaped(std::string& out, std::string_view value) {
     for (char ch : value) {
       switch (ch) {
-        case '\t': out += "\\t"; break;
-        case '\n': out += "\\n"; break;
-        case '\r': out += "\\r"; break;
-        case '\\': out += "\\\\"; break;
-        default: out += ch;
+        case '\t':
+          out += "\\t";
+          break;
+        case '\n':
+          out += "\\n";
+          break;
+        case '\r':
+          out += "\\r";
+          break;
+        case '\\':
+          out += "\\\\";
+          break;
+        default:
+          out += ch;
       }
     }
   }

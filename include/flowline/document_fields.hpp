@@ -24,11 +24,23 @@ namespace flowline {
 
 // The fields, in the order the JSON form writes them.
 enum class DocumentField : std::uint8_t {
-  id, text, blob, tensor, embedding, tags, mime_type, uri, scores, chunks, matches, parent_id
+  id,
+  text,
+  blob,
+  tensor,
+  embedding,
+  tags,
+  mime_type,
+  uri,
+  scores,
+  chunks,
+  matches,
+  parent_id
 };
 
 inline constexpr std::array<std::string_view, 12> kDocumentFieldNames = {
-    "id", "text", "blob", "tensor", "embedding", "tags", "mime_type", "uri", "scores", "chunks", "matches", "parent_id"};
+    "id",        "text", "blob",   "tensor", "embedding", "tags",
+    "mime_type", "uri",  "scores", "chunks", "matches",   "parent_id"};
 
 // The members, in the same order as DocumentField and kDocumentFieldNames.
 inline constexpr auto kDocumentFieldMembers =
@@ -42,7 +54,8 @@ template <class F>
 constexpr void for_each_document_field(F&& f) {
   [&]<std::size_t... I>(std::index_sequence<I...>) {
     (f(static_cast<DocumentField>(I), kDocumentFieldNames[I], std::get<I>(kDocumentFieldMembers)), ...);
-  }(std::make_index_sequence<kDocumentFieldNames.size()>{});
+  }
+  (std::make_index_sequence<kDocumentFieldNames.size()>{});
 }
 
 // Whether a field's value is "unset": an empty string, blob, map or array, or an undefined tensor.
@@ -55,7 +68,9 @@ bool field_is_empty(const T& value) {
   }
 }
 
-constexpr std::string_view field_name(DocumentField field) { return kDocumentFieldNames[static_cast<std::size_t>(field)]; }
+constexpr std::string_view field_name(DocumentField field) {
+  return kDocumentFieldNames[static_cast<std::size_t>(field)];
+}
 
 // The field of this name, or nothing.
 std::optional<DocumentField> find_document_field(std::string_view name) noexcept;

@@ -58,14 +58,14 @@ struct ExecutorSpec {
 
 // What an executor replica knows about where it runs. Set by the Flow before construction.
 struct RuntimeInfo {
-  std::string name;        // the executor's name in the flow, e.g. "encoder"
-  std::string type;        // its spec name, e.g. "SentenceEncoder"
-  int replica = 0;         // 0 .. replicas - 1
+  std::string name;  // the executor's name in the flow, e.g. "encoder"
+  std::string type;  // its spec name, e.g. "SentenceEncoder"
+  int replica = 0;   // 0 .. replicas - 1
   int replicas = 1;
-  c10::Device device{c10::kCPU};  // resolved device ("auto" already decided)
-  int replicas_on_device = 1;     // replicas of this executor sharing `device` (for memory budgets)
-  std::size_t request_size = 100; // documents per request the flow posts by default (post() may ask for
-                                  // others): for sizing buffers ahead of the first request
+  c10::Device device{c10::kCPU};   // resolved device ("auto" already decided)
+  int replicas_on_device = 1;      // replicas of this executor sharing `device` (for memory budgets)
+  std::size_t request_size = 100;  // documents per request the flow posts by default (post() may ask for
+                                   // others): for sizing buffers ahead of the first request
 };
 
 // Figures an executor reports about its own work ("tokens", "max_forward_tokens", ...), shown per replica

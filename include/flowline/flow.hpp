@@ -17,9 +17,10 @@
 // once per request, in input order. A request an executor fails comes back with its error and its input
 // documents; the flow keeps serving the others. When a handler runs out of memory (c10::OutOfMemoryError,
 // e.g. a CUDA allocation), its batch is split in halves and retried down to single documents, with a
-// warning in the log; only a document that does not fit alone fails, and its error names it. close() waits for work in flight, then closes each
-// executor on its own thread. The destructor closes. Flow::stats() and any FlowObserver attached see what
-// the replicas do; docs/architecture.md draws the rooms of the runtime and a request's path through them.
+// warning in the log; only a document that does not fit alone fails, and its error names it. close() waits for work in
+// flight, then closes each executor on its own thread. The destructor closes. Flow::stats() and any FlowObserver
+// attached see what the replicas do; docs/architecture.md draws the rooms of the runtime and a request's path through
+// them.
 #pragma once
 
 #include "flowline/document.hpp"
@@ -55,12 +56,12 @@ struct Progress {
   std::uint64_t documents = 0;  // documents answered so far
   std::uint64_t requests = 0;
   std::uint64_t failed_requests = 0;
-  double seconds = 0;           // since post() began
+  double seconds = 0;  // since post() began
 };
 
 struct PostOptions {
-  std::size_t request_size = 0;     // 0: the flow's request_size
-  boost::json::object parameters;   // passed to every handler as RequestInfo::parameters
+  std::size_t request_size = 0;    // 0: the flow's request_size
+  boost::json::object parameters;  // passed to every handler as RequestInfo::parameters
   // Called on the posting thread after each delivered response (throttle display in the callback).
   std::function<void(const Progress&)> on_progress;
 };
@@ -90,11 +91,11 @@ struct ReplicaStats {
   std::string device;
   std::uint64_t documents = 0;
   std::uint64_t batches = 0;
-  std::uint64_t errors = 0;          // batches whose handler threw
+  std::uint64_t errors = 0;  // batches whose handler threw
   double batch_ms_mean = 0, batch_ms_p50 = 0, batch_ms_p99 = 0;
   bool has_gpu_memory = false;
-  std::int64_t gpu_load_bytes = 0;           // allocated by constructing this replica (weights)
-  std::int64_t gpu_peak_allocated_bytes = 0; // device-wide peaks while the flow ran
+  std::int64_t gpu_load_bytes = 0;            // allocated by constructing this replica (weights)
+  std::int64_t gpu_peak_allocated_bytes = 0;  // device-wide peaks while the flow ran
   std::int64_t gpu_peak_reserved_bytes = 0;
   // What the executor reported about its own work (Executor::metrics()), e.g. "tokens".
   std::map<std::string, double> metrics;
@@ -105,17 +106,17 @@ struct ReplicaStats {
 // replica is constructed, so peak_* cover processing and startup_peak_allocated_bytes covers loading
 // and warm-up.
 struct DeviceStats {
-  std::string device;                          // "cuda:0"
-  std::int64_t load_bytes = 0;                 // allocator: allocated by constructing the replicas on it
-  std::int64_t peak_allocated_bytes = 0;       // allocator peaks while processing (since start-up ended)
+  std::string device;                     // "cuda:0"
+  std::int64_t load_bytes = 0;            // allocator: allocated by constructing the replicas on it
+  std::int64_t peak_allocated_bytes = 0;  // allocator peaks while processing (since start-up ended)
   std::int64_t peak_reserved_bytes = 0;
   std::int64_t startup_peak_allocated_bytes = 0;  // allocator peak while the replicas were constructed
-  std::int64_t reserved_after_load_bytes = 0;  // allocator: reserved once every replica was constructed
-  bool has_nvml = false;                       // false without a GPU driver's NVML
+  std::int64_t reserved_after_load_bytes = 0;     // allocator: reserved once every replica was constructed
+  bool has_nvml = false;                          // false without a GPU driver's NVML
   std::int64_t nvml_total_bytes = 0;
-  std::int64_t nvml_used_at_start_bytes = 0;   // before the flow constructed anything
-  std::int64_t nvml_used_after_load_bytes = 0; // once every replica was constructed (and warmed up)
-  std::int64_t nvml_peak_used_bytes = 0;       // highest reading, sampled every 5 ms while the flow ran
+  std::int64_t nvml_used_at_start_bytes = 0;    // before the flow constructed anything
+  std::int64_t nvml_used_after_load_bytes = 0;  // once every replica was constructed (and warmed up)
+  std::int64_t nvml_peak_used_bytes = 0;        // highest reading, sampled every 5 ms while the flow ran
   // GPU memory this process holds outside the caching allocator (CUDA context, library handles), as
   // NVML and the allocator saw it after loading.
   std::int64_t outside_allocator_bytes() const noexcept {
@@ -132,7 +133,7 @@ struct DeviceStats {
 struct FlowStats {
   std::vector<ReplicaStats> replicas;
   std::vector<DeviceStats> devices;  // GPUs only; empty when every executor runs on the CPU
-  double host_peak_rss_mb = 0;  // of the whole process
+  double host_peak_rss_mb = 0;       // of the whole process
 };
 
 class Flow {

@@ -50,12 +50,12 @@ struct BatchingOptions {
 };
 
 struct ExecutorConfig {
-  std::string name;                 // unique in the flow
-  std::string uses;                 // registered type name
-  boost::json::object with;         // parameters; validation fills in defaults
+  std::string name;                               // unique in the flow
+  std::string uses;                               // registered type name
+  boost::json::object with;                       // parameters; validation fills in defaults
   std::optional<std::vector<std::string>> needs;  // unset: the executor before it (none for the first)
   int replicas = 1;
-  std::string device = "cpu";       // cpu, cuda, cuda:N or auto
+  std::string device = "cpu";  // cpu, cuda, cuda:N or auto
   // For replicas: the devices they are spread over, round-robin ({"all"}: every visible GPU). When set,
   // it replaces `device`.
   std::vector<std::string> devices;
@@ -68,16 +68,16 @@ struct ExecutorConfig {
 };
 
 struct FlowOptions {
-  std::size_t request_size = 100;   // client side: documents per request
-  std::size_t max_in_flight = 64;   // requests posted but not yet answered, per post() call
-  std::size_t queue_capacity = 0;   // requests waiting per executor; 0: max_in_flight
+  std::size_t request_size = 100;  // client side: documents per request
+  std::size_t max_in_flight = 64;  // requests posted but not yet answered, per post() call
+  std::size_t queue_capacity = 0;  // requests waiting per executor; 0: max_in_flight
 };
 
 struct FlowConfig {
   FlowOptions options;
   std::vector<std::string> plugins;  // as written; resolved against the YAML file's folder
   std::vector<ExecutorConfig> executors;
-  std::filesystem::path source;      // the YAML file, when there is one; its folder anchors relative paths
+  std::filesystem::path source;  // the YAML file, when there is one; its folder anchors relative paths
   std::map<std::string, SourceLocation> locations;  // flow-level keys: "with.request_size", "plugins.0"...
   SourceLocation location_of(const std::string& key) const;
 };
@@ -122,8 +122,8 @@ enum class SchemaValue {
 struct SchemaKey {
   using Assign = std::optional<std::string> (*)(FlowConfig& flow, ExecutorConfig* executor,
                                                 const boost::json::value& value);
-  std::string path;         // "with.request_size", "executors[].uses", ...
-  std::string type;         // "int >= 1", "string", ...
+  std::string path;  // "with.request_size", "executors[].uses", ...
+  std::string type;  // "int >= 1", "string", ...
   std::string default_value;
   std::string help;
   std::string example;

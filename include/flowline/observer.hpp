@@ -45,20 +45,20 @@ struct FlowTopology {
 // A replica constructed and ready for batches.
 struct ReplicaReady {
   const ReplicaPlacement& placement;
-  std::size_t index = 0;                            // position in FlowTopology::replicas
-  std::shared_ptr<const ExecutorMetrics> metrics;   // the executor's own figures (thread-safe)
+  std::size_t index = 0;                           // position in FlowTopology::replicas
+  std::shared_ptr<const ExecutorMetrics> metrics;  // the executor's own figures (thread-safe)
   bool has_gpu_memory = false;
-  std::int64_t gpu_load_bytes = 0;                  // allocated on its GPU by its construction
+  std::int64_t gpu_load_bytes = 0;  // allocated on its GPU by its construction
 };
 
 // One handler call finished (after out-of-memory retries and failure isolation).
 struct BatchDone {
   const ReplicaPlacement& placement;
-  std::size_t index = 0;     // position in FlowTopology::replicas
-  std::size_t documents = 0; // documents that entered the batch
-  std::size_t requests = 0;  // requests merged into it
-  double milliseconds = 0;   // wall time of the handler call(s)
-  bool failed = false;       // any of its requests failed
+  std::size_t index = 0;      // position in FlowTopology::replicas
+  std::size_t documents = 0;  // documents that entered the batch
+  std::size_t requests = 0;   // requests merged into it
+  double milliseconds = 0;    // wall time of the handler call(s)
+  bool failed = false;        // any of its requests failed
 };
 
 // A reading of one GPU's memory as NVML reports it (every process together).

@@ -52,8 +52,7 @@ struct ParamSpec {
   // Inclusive bounds of an Int, Double or IntOrAuto (the number) value.
   std::optional<double> minimum, maximum;
 
-  static ParamSpec optional(std::string name, ParamType type, boost::json::value default_value,
-                            std::string help);
+  static ParamSpec optional(std::string name, ParamType type, boost::json::value default_value, std::string help);
   static ParamSpec required_param(std::string name, ParamType type, std::string help);
   // A string that is one of `choices` (text), e.g. choice("unit", {"paragraph", "sentence"}, "paragraph", ...).
   static ParamSpec choice(std::string name, std::vector<std::string> choices, std::string default_value,
@@ -62,8 +61,14 @@ struct ParamSpec {
   static ParamSpec choice_list(std::string name, std::vector<std::string> choices,
                                std::vector<std::string> default_value, std::string help);
   // Bounds, chained on a declaration: ParamSpec::optional("batch_size", ParamType::Int, 64, "...").min(1).
-  ParamSpec& min(double value) { minimum = value; return *this; }
-  ParamSpec& max(double value) { maximum = value; return *this; }
+  ParamSpec& min(double value) {
+    minimum = value;
+    return *this;
+  }
+  ParamSpec& max(double value) {
+    maximum = value;
+    return *this;
+  }
 };
 
 // The type as the reference shows it, with choices and bounds: "string: one of paragraph, sentence",
@@ -111,14 +116,23 @@ class Params {
 };
 
 // The supported conversions (defined in the library).
-template <> bool Params::get<bool>(std::string_view) const;
-template <> std::int64_t Params::get<std::int64_t>(std::string_view) const;
-template <> int Params::get<int>(std::string_view) const;
-template <> std::size_t Params::get<std::size_t>(std::string_view) const;
-template <> double Params::get<double>(std::string_view) const;
-template <> float Params::get<float>(std::string_view) const;
-template <> std::string Params::get<std::string>(std::string_view) const;
-template <> std::vector<std::string> Params::get<std::vector<std::string>>(std::string_view) const;
-template <> boost::json::value Params::get<boost::json::value>(std::string_view) const;
+template <>
+bool Params::get<bool>(std::string_view) const;
+template <>
+std::int64_t Params::get<std::int64_t>(std::string_view) const;
+template <>
+int Params::get<int>(std::string_view) const;
+template <>
+std::size_t Params::get<std::size_t>(std::string_view) const;
+template <>
+double Params::get<double>(std::string_view) const;
+template <>
+float Params::get<float>(std::string_view) const;
+template <>
+std::string Params::get<std::string>(std::string_view) const;
+template <>
+std::vector<std::string> Params::get<std::vector<std::string>>(std::string_view) const;
+template <>
+boost::json::value Params::get<boost::json::value>(std::string_view) const;
 
 }  // namespace flowline

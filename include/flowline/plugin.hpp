@@ -46,14 +46,12 @@
 #define FLOWLINE_PLUGIN_EXPORT extern "C" __attribute__((visibility("default")))
 
 // Defines the plugin entry point. The body receives `flowline::Registry& NAME` and adds executors to it.
-#define FLOWLINE_PLUGIN(NAME)                                                              \
-  static void flowline_plugin_body_(::flowline::Registry& NAME);                           \
-  FLOWLINE_PLUGIN_EXPORT int flowline_plugin_api_version() {                               \
-    return FLOWLINE_PLUGIN_API_VERSION;                                                    \
-  }                                                                                        \
-  FLOWLINE_PLUGIN_EXPORT void flowline_plugin_register(::flowline::Registry& registry) {  \
-    flowline_plugin_body_(registry);                                                       \
-  }                                                                                        \
+#define FLOWLINE_PLUGIN(NAME)                                                                      \
+  static void flowline_plugin_body_(::flowline::Registry& NAME);                                   \
+  FLOWLINE_PLUGIN_EXPORT int flowline_plugin_api_version() { return FLOWLINE_PLUGIN_API_VERSION; } \
+  FLOWLINE_PLUGIN_EXPORT void flowline_plugin_register(::flowline::Registry& registry) {           \
+    flowline_plugin_body_(registry);                                                               \
+  }                                                                                                \
   static void flowline_plugin_body_(::flowline::Registry& NAME)
 
 namespace flowline {
@@ -80,8 +78,7 @@ constexpr bool plugin_api_compatible(PluginApiVersion plugin, PluginApiVersion h
 
 // Loads one plugin into `registry`. Returns the names of the executors it added (empty when the file was
 // loaded before).
-std::vector<std::string> load_plugin(const std::filesystem::path& path,
-                                     Registry& registry = Registry::global());
+std::vector<std::string> load_plugin(const std::filesystem::path& path, Registry& registry = Registry::global());
 
 // Resolves a plugin reference from a flow file: an absolute path; a path relative to `base_dir`; or a bare
 // name found in the plugin search path (plugin_search_path()) as NAME, libNAME.so or NAME.so. Throws

@@ -56,9 +56,10 @@ class Registry {
                   "an executor type needs `static flowline::ExecutorSpec spec()`");
     static_assert(std::is_constructible_v<T, const ExecutorContext&>,
                   "an executor type needs a constructor taking `const flowline::ExecutorContext&`");
-    add(T::spec(), [](const ExecutorContext& context) -> std::unique_ptr<Executor> {
-      return std::make_unique<T>(context);
-    }, std::move(origin));
+    add(
+        T::spec(),
+        [](const ExecutorContext& context) -> std::unique_ptr<Executor> { return std::make_unique<T>(context); },
+        std::move(origin));
   }
 
   // The entry for `name`, or nullptr. The pointer stays valid for the registry's lifetime. With

@@ -31,7 +31,8 @@ std::shared_ptr<const T> shared_per_device(const std::filesystem::path& file, c1
                                            const std::function<std::shared_ptr<const T>()>& load) {
   static std::mutex mutex;
   static std::map<std::tuple<std::string, std::string, int>, std::weak_ptr<const T>> cache;
-  const auto key = std::make_tuple(std::filesystem::weakly_canonical(file).string(), device.str(), static_cast<int>(dtype));
+  const auto key =
+      std::make_tuple(std::filesystem::weakly_canonical(file).string(), device.str(), static_cast<int>(dtype));
   std::lock_guard lock(mutex);
   if (auto existing = cache[key].lock()) return existing;
   std::shared_ptr<const T> loaded = load();

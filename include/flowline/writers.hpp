@@ -39,10 +39,10 @@ struct WriterOptions {
 
 // What a writer has done so far.
 struct WriterStats {
-  std::uint64_t documents = 0;   // documents written (or handed to the formatting threads)
-  std::uint64_t bytes = 0;       // bytes written to the file(s) so far
-  double format_seconds = 0;     // thread time spent formatting (summed over the formatting threads)
-  double write_seconds = 0;      // time spent in write(2) and closing
+  std::uint64_t documents = 0;  // documents written (or handed to the formatting threads)
+  std::uint64_t bytes = 0;      // bytes written to the file(s) so far
+  double format_seconds = 0;    // thread time spent formatting (summed over the formatting threads)
+  double write_seconds = 0;     // time spent in write(2) and closing
 };
 
 class DocumentWriter {

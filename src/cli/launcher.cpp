@@ -44,12 +44,13 @@ std::string megabytes(std::int64_t bytes) { return fmt::format("{:.1f}", static_
 
 // The per-replica table printed by `run --stats`.
 void print_stats(const FlowStats& stats, const PostSummary& summary) {
-  fmt::print(stderr, "\n{:<14} {:>3} {:<8} {:>9} {:>8} {:>6} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10}\n", "executor", "rep",
-             "device", "docs", "batches", "errors", "mean ms", "p50 ms", "p99 ms", "load MiB", "peak alloc", "peak resv");
+  fmt::print(stderr, "\n{:<14} {:>3} {:<8} {:>9} {:>8} {:>6} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10}\n", "executor",
+             "rep", "device", "docs", "batches", "errors", "mean ms", "p50 ms", "p99 ms", "load MiB", "peak alloc",
+             "peak resv");
   for (const auto& r : stats.replicas) {
-    fmt::print(stderr, "{:<14} {:>3} {:<8} {:>9} {:>8} {:>6} {:>9.2f} {:>9.2f} {:>9.2f} {:>9} {:>10} {:>10}\n", r.executor,
-               r.replica, r.device, r.documents, r.batches, r.errors, r.batch_ms_mean, r.batch_ms_p50, r.batch_ms_p99,
-               r.has_gpu_memory ? megabytes(r.gpu_load_bytes) : "n/a",
+    fmt::print(stderr, "{:<14} {:>3} {:<8} {:>9} {:>8} {:>6} {:>9.2f} {:>9.2f} {:>9.2f} {:>9} {:>10} {:>10}\n",
+               r.executor, r.replica, r.device, r.documents, r.batches, r.errors, r.batch_ms_mean, r.batch_ms_p50,
+               r.batch_ms_p99, r.has_gpu_memory ? megabytes(r.gpu_load_bytes) : "n/a",
                r.has_gpu_memory ? megabytes(r.gpu_peak_allocated_bytes) : "n/a",
                r.has_gpu_memory ? megabytes(r.gpu_peak_reserved_bytes) : "n/a");
   }
@@ -58,21 +59,28 @@ void print_stats(const FlowStats& stats, const PostSummary& summary) {
                megabytes(d.load_bytes), megabytes(d.peak_allocated_bytes), megabytes(d.peak_reserved_bytes));
     if (d.has_nvml) {
       const double diff = d.nvml_peak_used_bytes > 0
-          ? 100.0 * static_cast<double>(d.accounted_peak_bytes() - d.nvml_peak_used_bytes) / static_cast<double>(d.nvml_peak_used_bytes)
-          : 0.0;
-      fmt::print(stderr, "; NVML: total {} MiB, in use at start {} MiB, context {} MiB, peak {} MiB (accounted {} MiB, {:+.2f}%)",
-                 megabytes(d.nvml_total_bytes), megabytes(d.nvml_used_at_start_bytes), megabytes(d.outside_allocator_bytes()),
-                 megabytes(d.nvml_peak_used_bytes), megabytes(d.accounted_peak_bytes()), diff);
+                              ? 100.0 * static_cast<double>(d.accounted_peak_bytes() - d.nvml_peak_used_bytes) /
+                                    static_cast<double>(d.nvml_peak_used_bytes)
+                              : 0.0;
+      fmt::print(
+          stderr,
+          "; NVML: total {} MiB, in use at start {} MiB, context {} MiB, peak {} MiB (accounted {} MiB, {:+.2f}%)",
+          megabytes(d.nvml_total_bytes), megabytes(d.nvml_used_at_start_bytes), megabytes(d.outside_allocator_bytes()),
+          megabytes(d.nvml_peak_used_bytes), megabytes(d.accounted_peak_bytes()), diff);
     } else {
       fmt::print(stderr, "; NVML not available");
     }
     fmt::print(stderr, "\n");
   }
-  const bool any_gpu = std::any_of(stats.replicas.begin(), stats.replicas.end(), [](const auto& r) { return r.has_gpu_memory; });
-  fmt::print(stderr, "host peak RSS {:.1f} MiB; total {:.3f} s for {} docs{}\n", stats.host_peak_rss_mb, summary.seconds,
-             summary.documents, any_gpu ? "" : "; GPU figures not available (no executor runs on a GPU)");
-  fmt::print(stderr, "posting thread: {:.3f} s reading the input, {:.3f} s delivering responses, the rest waiting for the flow\n",
-             summary.source_seconds, summary.deliver_seconds);
+  const bool any_gpu =
+      std::any_of(stats.replicas.begin(), stats.replicas.end(), [](const auto& r) { return r.has_gpu_memory; });
+  fmt::print(stderr, "host peak RSS {:.1f} MiB; total {:.3f} s for {} docs{}\n", stats.host_peak_rss_mb,
+             summary.seconds, summary.documents,
+             any_gpu ? "" : "; GPU figures not available (no executor runs on a GPU)");
+  fmt::print(
+      stderr,
+      "posting thread: {:.3f} s reading the input, {:.3f} s delivering responses, the rest waiting for the flow\n",
+      summary.source_seconds, summary.deliver_seconds);
 }
 
 // `post_ended` is when post() returned (wall clock); with summary.seconds it places the processing in time,
@@ -84,9 +92,15 @@ void write_stats_json(const std::string& path, const FlowStats& stats, const Pos
                       const std::optional<WriterStats>& writer) {
   boost::json::array replicas;
   for (const auto& r : stats.replicas) {
-    boost::json::object o{{"executor", r.executor}, {"type", r.type}, {"replica", r.replica}, {"device", r.device},
-                          {"documents", r.documents}, {"batches", r.batches}, {"errors", r.errors},
-                          {"batch_ms_mean", r.batch_ms_mean}, {"batch_ms_p50", r.batch_ms_p50},
+    boost::json::object o{{"executor", r.executor},
+                          {"type", r.type},
+                          {"replica", r.replica},
+                          {"device", r.device},
+                          {"documents", r.documents},
+                          {"batches", r.batches},
+                          {"errors", r.errors},
+                          {"batch_ms_mean", r.batch_ms_mean},
+                          {"batch_ms_p50", r.batch_ms_p50},
                           {"batch_ms_p99", r.batch_ms_p99}};
     if (r.has_gpu_memory) {
       o["gpu_load_bytes"] = r.gpu_load_bytes;
@@ -102,33 +116,40 @@ void write_stats_json(const std::string& path, const FlowStats& stats, const Pos
   }
   boost::json::array devices;
   for (const auto& d : stats.devices) {
-    boost::json::object o{{"device", d.device}, {"load_bytes", d.load_bytes}, {"peak_allocated_bytes", d.peak_allocated_bytes},
-                          {"peak_reserved_bytes", d.peak_reserved_bytes}, {"reserved_after_load_bytes", d.reserved_after_load_bytes},
+    boost::json::object o{{"device", d.device},
+                          {"load_bytes", d.load_bytes},
+                          {"peak_allocated_bytes", d.peak_allocated_bytes},
+                          {"peak_reserved_bytes", d.peak_reserved_bytes},
+                          {"reserved_after_load_bytes", d.reserved_after_load_bytes},
                           {"startup_peak_allocated_bytes", d.startup_peak_allocated_bytes}};
     if (d.has_nvml) {
-      o.insert({{"nvml_total_bytes", d.nvml_total_bytes}, {"nvml_used_at_start_bytes", d.nvml_used_at_start_bytes},
-                {"nvml_used_after_load_bytes", d.nvml_used_after_load_bytes}, {"nvml_peak_used_bytes", d.nvml_peak_used_bytes},
-                {"outside_allocator_bytes", d.outside_allocator_bytes()}, {"accounted_peak_bytes", d.accounted_peak_bytes()}});
+      o.insert({{"nvml_total_bytes", d.nvml_total_bytes},
+                {"nvml_used_at_start_bytes", d.nvml_used_at_start_bytes},
+                {"nvml_used_after_load_bytes", d.nvml_used_after_load_bytes},
+                {"nvml_peak_used_bytes", d.nvml_peak_used_bytes},
+                {"outside_allocator_bytes", d.outside_allocator_bytes()},
+                {"accounted_peak_bytes", d.accounted_peak_bytes()}});
     } else {
       o["nvml"] = "not available";
     }
     devices.push_back(std::move(o));
   }
   boost::json::object root{{"replicas", std::move(replicas)},
-                                 {"devices", std::move(devices)},
-                                 {"host_peak_rss_mb", stats.host_peak_rss_mb},
-                                 {"documents", summary.documents},
-                                 {"requests", summary.requests},
-                                 {"failed_requests", summary.failed_requests},
-                                 {"seconds", summary.seconds},
-                                 {"source_seconds", summary.source_seconds},
-                                 {"deliver_seconds", summary.deliver_seconds},
-                                 {"post_ended_unix", std::chrono::duration<double>(post_ended.time_since_epoch()).count()},
-                                 {"after_post_seconds", after_post_seconds}};
+                           {"devices", std::move(devices)},
+                           {"host_peak_rss_mb", stats.host_peak_rss_mb},
+                           {"documents", summary.documents},
+                           {"requests", summary.requests},
+                           {"failed_requests", summary.failed_requests},
+                           {"seconds", summary.seconds},
+                           {"source_seconds", summary.source_seconds},
+                           {"deliver_seconds", summary.deliver_seconds},
+                           {"post_ended_unix", std::chrono::duration<double>(post_ended.time_since_epoch()).count()},
+                           {"after_post_seconds", after_post_seconds}};
   if (writer) {
-    root["output"] = boost::json::object{{"documents", writer->documents}, {"bytes", writer->bytes},
-                                                {"format_seconds", writer->format_seconds},
-                                                {"write_seconds", writer->write_seconds}};
+    root["output"] = boost::json::object{{"documents", writer->documents},
+                                         {"bytes", writer->bytes},
+                                         {"format_seconds", writer->format_seconds},
+                                         {"write_seconds", writer->write_seconds}};
   }
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << boost::json::serialize(root) << "\n";
@@ -184,8 +205,9 @@ bool prepare_run(const RunOptions& o, RunSetup& setup) {
 
 // The end of a run that was not interrupted: the progress summary, --stats and --stats-json.
 // `after_post_seconds`: from the end of post() until every executor closed and the output was complete.
-void report_run(const RunOptions& o, const Flow& flow, const PostSummary& summary, const std::optional<RunOutput>& output,
-                const std::string& written, std::chrono::system_clock::time_point post_ended, double after_post_seconds) {
+void report_run(const RunOptions& o, const Flow& flow, const PostSummary& summary,
+                const std::optional<RunOutput>& output, const std::string& written,
+                std::chrono::system_clock::time_point post_ended, double after_post_seconds) {
   if (o.stats && output) {
     const WriterStats w = output->stats();
     fmt::print(stderr, "output: {}; formatting {:.3f} s (thread time), writing {:.3f} s\n", written, w.format_seconds,
@@ -227,16 +249,19 @@ int command_run(const RunOptions& o) {
   InterruptGuard interrupt([&] { return output ? output->give_up() : std::string("no output file"); });
   StoppableSource stoppable(*setup.source, interrupt.stop());
   try {
-    summary = flow.post(o.endpoint, stoppable, [&](Response&& r) {
-      if (!r.ok()) {
-        if (reported_failures++ < 20) {
-          fmt::print(stderr, "{}request {} ({} documents) failed in executor '{}': {}\n", clear_line, r.index,
-                     r.docs.size(), r.error_executor, r.error);
-        }
-        return;
-      }
-      if (output) output->write(std::move(r.docs));
-    }, post_options);
+    summary = flow.post(
+        o.endpoint, stoppable,
+        [&](Response&& r) {
+          if (!r.ok()) {
+            if (reported_failures++ < 20) {
+              fmt::print(stderr, "{}request {} ({} documents) failed in executor '{}': {}\n", clear_line, r.index,
+                         r.docs.size(), r.error_executor, r.error);
+            }
+            return;
+          }
+          if (output) output->write(std::move(r.docs));
+        },
+        post_options);
   } catch (const std::exception& e) {
     fmt::print(stderr, "{}error: {}\n", clear_line, e.what());
     status = kExitFailure;
@@ -271,9 +296,12 @@ int command_validate(const std::string& file) {
     fmt::print("{}: OK ({} executor{})\n", file, config.executors.size(), config.executors.size() == 1 ? "" : "s");
     for (const auto& e : config.executors) {
       std::string needs = "client";
-      if (e.needs && !e.needs->empty()) needs = fmt::format("{}", fmt::join(*e.needs, ", "));
-      else if (!e.needs && &e != &config.executors.front()) needs = (&e - 1)->name;
-      fmt::print("  {} ({}) x{} on {} <- {}\n", e.name, e.uses, e.replicas, fmt::format("{}", fmt::join(replica_devices(e), ", ")), needs);
+      if (e.needs && !e.needs->empty())
+        needs = fmt::format("{}", fmt::join(*e.needs, ", "));
+      else if (!e.needs && &e != &config.executors.front())
+        needs = (&e - 1)->name;
+      fmt::print("  {} ({}) x{} on {} <- {}\n", e.name, e.uses, e.replicas,
+                 fmt::format("{}", fmt::join(replica_devices(e), ", ")), needs);
     }
     return kExitOk;
   } catch (const ConfigError& e) {
@@ -296,8 +324,7 @@ int command_executors() {
     fmt::print("{:<18} {}\n", name, entry.spec.help);
     for (const auto& p : entry.spec.params) {
       fmt::print("    {:<16} {:<16} {}{}\n", p.name, describe_type(p),
-                 p.required ? "(required) " : fmt::format("(default {}) ", display(p.default_value)),
-                 p.help);
+                 p.required ? "(required) " : fmt::format("(default {}) ", display(p.default_value)), p.help);
     }
     if (!entry.spec.endpoints.empty()) fmt::print("    endpoints: {}\n", fmt::join(entry.spec.endpoints, ", "));
   }
@@ -307,15 +334,16 @@ int command_executors() {
 // The YAML reference in Markdown: the flow keys from flow_schema() (the table the parser checks keys
 // against) and every registered executor's parameters from its spec. docs/yaml-reference.md is this output.
 int command_schema() {
-  std::string out = "# YAML reference\n\nGenerated by `flowline schema` from the definitions the validator uses; a test checks\n"
-                    "that this file matches them.\n\n"
-                    "Any scalar may use `${{ ENV.NAME }}` (the environment variable; an error when it is not set) or "
-                    "`${{ ENV.NAME:-default }}` (`default` when the variable is unset or empty, as in shells), also "
-                    "inside a longer text: `${{ ENV.OUT_DIR:-../out }}/embeddings.jsonl`.\n\n"
-                    "Relative paths in a flow file (`plugins` and executor parameters of type `path`) are relative "
-                    "to the flow file's folder, after substitution, so a flow runs the same from any directory; "
-                    "a value given with `--set` is relative to the current directory.\n\n## Flow keys\n\n"
-                    "| key | type | default | meaning | example |\n| --- | --- | --- | --- | --- |\n";
+  std::string out =
+      "# YAML reference\n\nGenerated by `flowline schema` from the definitions the validator uses; a test checks\n"
+      "that this file matches them.\n\n"
+      "Any scalar may use `${{ ENV.NAME }}` (the environment variable; an error when it is not set) or "
+      "`${{ ENV.NAME:-default }}` (`default` when the variable is unset or empty, as in shells), also "
+      "inside a longer text: `${{ ENV.OUT_DIR:-../out }}/embeddings.jsonl`.\n\n"
+      "Relative paths in a flow file (`plugins` and executor parameters of type `path`) are relative "
+      "to the flow file's folder, after substitution, so a flow runs the same from any directory; "
+      "a value given with `--set` is relative to the current directory.\n\n## Flow keys\n\n"
+      "| key | type | default | meaning | example |\n| --- | --- | --- | --- | --- |\n";
   auto cell = [](std::string s) {
     std::string r;
     for (char c : s) r += c == '\n' ? std::string("<br>") : c == '|' ? std::string("\\|") : std::string(1, c);
@@ -341,8 +369,7 @@ int command_schema() {
     out += "| parameter | type | default | meaning |\n| --- | --- | --- | --- |\n";
     for (const auto& p : spec.params) {
       out += fmt::format("| `{}` | {} | {} | {} |\n", p.name, describe_type(p),
-                         p.required ? std::string("(required)") : "`" + display(p.default_value) + "`",
-                         cell(p.help));
+                         p.required ? std::string("(required)") : "`" + display(p.default_value) + "`", cell(p.help));
     }
   }
   fmt::print("{}", out);
@@ -366,14 +393,16 @@ int run(int argc, char** argv) {
   auto* run_cmd = app.add_subcommand("run", "Post the documents of an input file through a flow");
   run_cmd->add_option("flow", run_options.flow, "flow file (YAML)")->required()->check(CLI::ExistingFile);
   run_cmd->add_option("--input,-i", run_options.input, "input file")->required();
-  run_cmd->add_option("--input-format", run_options.input_format,
-                      "lines: a document per line; paragraphs: per blank-line separated paragraph; jsonl: a JSON "
-                      "document per line; text: the whole file")
+  run_cmd
+      ->add_option("--input-format", run_options.input_format,
+                   "lines: a document per line; paragraphs: per blank-line separated paragraph; jsonl: a JSON "
+                   "document per line; text: the whole file")
       ->check(CLI::IsMember(format_names))
       ->capture_default_str();
-  run_cmd->add_option("--output,-o", run_options.output,
-                      "write the resulting documents here; the extension picks the format: .jsonl, .npy or "
-                      ".safetensors (the last two: the embeddings, with ids, texts and tags in NAME.docs.jsonl beside them)");
+  run_cmd->add_option(
+      "--output,-o", run_options.output,
+      "write the resulting documents here; the extension picks the format: .jsonl, .npy or "
+      ".safetensors (the last two: the embeddings, with ids, texts and tags in NAME.docs.jsonl beside them)");
   run_cmd->add_option("--endpoint,-e", run_options.endpoint, "endpoint to post to")->capture_default_str();
   run_cmd->add_option("--request-size", run_options.request_size, "documents per request (default: the flow's)")
       ->check(CLI::PositiveNumber);
@@ -391,7 +420,8 @@ int run(int argc, char** argv) {
       "profile", "Run a flow at several batch sizes and report time and memory, with the largest batch that fits");
   profile_cmd->add_option("flow", profile_options.flow, "flow file (YAML)")->required()->check(CLI::ExistingFile);
   profile_cmd->add_option("--input,-i", profile_options.input, "input file")->required();
-  profile_cmd->add_option("--input-format", profile_options.input_format, fmt::format("{}", fmt::join(format_names, ", ")))
+  profile_cmd
+      ->add_option("--input-format", profile_options.input_format, fmt::format("{}", fmt::join(format_names, ", ")))
       ->check(CLI::IsMember(format_names))
       ->capture_default_str();
   profile_cmd->add_option("--batch-sizes", profile_options.batch_sizes, "comma-separated batch sizes, e.g. 50,300")
@@ -401,12 +431,14 @@ int run(int argc, char** argv) {
   profile_cmd->add_option("--executor", profile_options.executor,
                           "the executor whose batch_size varies (default: the only one that has one)");
   profile_cmd->add_option("--endpoint,-e", profile_options.endpoint, "endpoint to post to")->capture_default_str();
-  profile_cmd->add_option("--memory-fraction", profile_options.memory_fraction,
-                          "memory budget: this share of the memory free at start, in (0, 1]")
+  profile_cmd
+      ->add_option("--memory-fraction", profile_options.memory_fraction,
+                   "memory budget: this share of the memory free at start, in (0, 1]")
       ->check(CLI::Range(std::numeric_limits<double>::min(), 1.0))
       ->capture_default_str();
   profile_cmd->add_option("--json", profile_options.json, "write the report as JSON here")->capture_default_str();
-  profile_cmd->add_option("--plot", profile_options.plot, "write the PNG plot here (empty: none)")->capture_default_str();
+  profile_cmd->add_option("--plot", profile_options.plot, "write the PNG plot here (empty: none)")
+      ->capture_default_str();
   profile_cmd->add_option("--set", profile_options.sets, "override an executor parameter in every run; repeatable");
 
   std::string validate_file;
@@ -414,7 +446,8 @@ int run(int argc, char** argv) {
   validate_cmd->add_option("flow", validate_file, "flow file (YAML)")->required();
 
   auto* executors_cmd = app.add_subcommand("executors", "List the executor types, their parameters and endpoints");
-  auto* schema_cmd = app.add_subcommand("schema", "Print the YAML reference (flow keys and executor parameters) as Markdown");
+  auto* schema_cmd =
+      app.add_subcommand("schema", "Print the YAML reference (flow keys and executor parameters) as Markdown");
 
   try {
     app.parse(argc, argv);

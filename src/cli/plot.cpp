@@ -22,12 +22,14 @@ constexpr int kLeft = 90, kRight = 24, kTop = 70, kBottom = 64;
 
 class Canvas {
  public:
-  Canvas(int width, int height) : width_(width), height_(height), pixels_(static_cast<std::size_t>(width * height * 3), 255) {}
+  Canvas(int width, int height)
+      : width_(width), height_(height), pixels_(static_cast<std::size_t>(width * height * 3), 255) {}
 
   void pixel(int x, int y, std::uint32_t rgb) {
     if (x < 0 || y < 0 || x >= width_ || y >= height_) return;
     auto* p = &pixels_[static_cast<std::size_t>((y * width_ + x) * 3)];
-    p[0] = static_cast<std::uint8_t>(rgb >> 16), p[1] = static_cast<std::uint8_t>(rgb >> 8), p[2] = static_cast<std::uint8_t>(rgb);
+    p[0] = static_cast<std::uint8_t>(rgb >> 16), p[1] = static_cast<std::uint8_t>(rgb >> 8),
+    p[2] = static_cast<std::uint8_t>(rgb);
   }
   void fill(double x0, double y0, double x1, double y1, std::uint32_t rgb) {
     for (int y = static_cast<int>(std::floor(y0)); y < static_cast<int>(std::ceil(y1)); ++y) {
@@ -53,7 +55,8 @@ class Canvas {
       if (static_cast<unsigned char>(c) < 32 || static_cast<unsigned char>(c) > 126) c = '?';
     }
     std::vector<char> buffer(printable.size() * 1024 + 64);  // a glyph is at most ~14 quads of 64 bytes
-    const int quads = stb_easy_font_print(0, 0, printable.data(), nullptr, buffer.data(), static_cast<int>(buffer.size()));
+    const int quads =
+        stb_easy_font_print(0, 0, printable.data(), nullptr, buffer.data(), static_cast<int>(buffer.size()));
     for (int q = 0; q < quads; ++q) {
       const auto* v = reinterpret_cast<const float*>(buffer.data() + q * 64);
       // Vertices are 16 bytes (x, y, z, colour); corners 0 and 2 span the quad.
@@ -131,7 +134,8 @@ void draw_panel(Canvas& canvas, int x_offset, const PlotPanel& panel) {
   canvas.line(left, bottom, right, bottom, 0x444444, 1.5);
   canvas.text(x_offset + kLeft, 38, panel.title, 2);
   canvas.text(x_offset + 10, top - 18, panel.y_label, 1.5, 0x444444);
-  canvas.text((left + right) / 2 - Canvas::text_width(panel.x_label, 1.5) / 2, bottom + 30, panel.x_label, 1.5, 0x444444);
+  canvas.text((left + right) / 2 - Canvas::text_width(panel.x_label, 1.5) / 2, bottom + 30, panel.x_label, 1.5,
+              0x444444);
 
   double legend_y = top + 10;
   for (const auto& s : panel.series) {

@@ -13,7 +13,7 @@ namespace flowline::cli {
 
 struct PlotSeries {
   std::string name;
-  std::vector<double> x, y;  // equal lengths; points are joined in the order given
+  std::vector<double> x, y;        // equal lengths; points are joined in the order given
   std::uint32_t color = 0x1f77b4;  // 0xRRGGBB
   bool dashed = false;
 };

@@ -42,10 +42,10 @@ struct RunFigures {
   std::string device;
   bool gpu = false, nvml = false;
   double total_mib = 0, used_at_start_mib = 0, outside_allocator_mib = 0, load_mib = 0;
-  double peak_batch_mib = 0;           // allocator: peak allocated minus the weights
+  double peak_batch_mib = 0;  // allocator: peak allocated minus the weights
   double peak_allocated_mib = 0, peak_reserved_mib = 0;
-  double total_peak_mib = 0;           // accounted: before + outside the allocator + peak reserved
-  double nvml_peak_mib = 0;            // NVML's highest reading during the run
+  double total_peak_mib = 0;  // accounted: before + outside the allocator + peak reserved
+  double nvml_peak_mib = 0;   // NVML's highest reading during the run
 };
 
 struct LinearFit {
@@ -130,7 +130,8 @@ RunFigures read_run(const boost::json::value& root, const std::string& executor,
     r.device = std::string(rep.at("device").as_string());
     r.load_mib += number(rep, "gpu_load_bytes") / kMiB;
     if (const auto* metrics = rep.if_contains("metrics"); metrics && metrics->is_object()) {
-      r.max_forward_sequences = std::max(r.max_forward_sequences, number(metrics->as_object(), "max_forward_sequences"));
+      r.max_forward_sequences =
+          std::max(r.max_forward_sequences, number(metrics->as_object(), "max_forward_sequences"));
       r.max_forward_tokens = std::max(r.max_forward_tokens, number(metrics->as_object(), "max_forward_tokens"));
     }
   }
@@ -227,10 +228,25 @@ std::optional<std::vector<RunFigures>> run_batch_sizes(const ProfileOptions& o, 
   for (const std::size_t b : o.batch_sizes) {
     const auto stats = scratch / fmt::format("stats-{}.json", b);
     const auto log = scratch / fmt::format("run-{}.log", b);
-    std::vector<std::string> argv{self, "--log-level", o.log_level, "run", o.flow, "--input", o.input,
-                                  "--input-format", o.input_format, "--endpoint", o.endpoint,
-                                  "--request-size", std::to_string(b), "--progress", "never",
-                                  "--stats-json", stats.string(), "--set", fmt::format("{}.batch_size={}", executor, b)};
+    std::vector<std::string> argv{self,
+                                  "--log-level",
+                                  o.log_level,
+                                  "run",
+                                  o.flow,
+                                  "--input",
+                                  o.input,
+                                  "--input-format",
+                                  o.input_format,
+                                  "--endpoint",
+                                  o.endpoint,
+                                  "--request-size",
+                                  std::to_string(b),
+                                  "--progress",
+                                  "never",
+                                  "--stats-json",
+                                  stats.string(),
+                                  "--set",
+                                  fmt::format("{}.batch_size={}", executor, b)};
     for (const auto& s : o.sets) argv.insert(argv.end(), {"--set", s});
     fmt::print(stderr, "profile: batch size {} ...\n", b);
     const int status = spawn_and_wait(argv, log);
@@ -308,12 +324,15 @@ void recommend(const ProfileOptions& o, double host_available_at_start, Analysis
   a.recommendation["fragmentation_factor"] = fragmentation;
   const bool tokens = a.per_token.ok && a.per_token.slope > 0;
   if (tokens) {
-    a.recommendation["max_batch_tokens"] = static_cast<std::uint64_t>(std::max(0.0, std::floor(room / a.per_token.slope)));
+    a.recommendation["max_batch_tokens"] =
+        static_cast<std::uint64_t>(std::max(0.0, std::floor(room / a.per_token.slope)));
   }
-  a.recommendation_line = best >= 1
-      ? fmt::format("largest batch size that fits {}: {:.0f} ({:.2f} MiB per document{})", what, best, a.per_doc.slope,
-                    tokens ? fmt::format(", max_batch_tokens {:.0f}", std::floor(room / a.per_token.slope)) : "")
-      : fmt::format("not even one document fits {}", what);
+  a.recommendation_line =
+      best >= 1
+          ? fmt::format("largest batch size that fits {}: {:.0f} ({:.2f} MiB per document{})", what, best,
+                        a.per_doc.slope,
+                        tokens ? fmt::format(", max_batch_tokens {:.0f}", std::floor(room / a.per_token.slope)) : "")
+          : fmt::format("not even one document fits {}", what);
 }
 
 Analysis analyse(const ProfileOptions& o, const std::vector<RunFigures>& runs, double host_available_at_start) {
@@ -352,16 +371,19 @@ void print_report(const ProfileOptions& o, const std::string& executor, const st
       fmt::print("{:>6} failed: {}\n", r.batch_size, r.error.substr(0, r.error.find('\n')));
       continue;
     }
-    const double diff = r.nvml && r.nvml_peak_mib > 0 ? (r.total_peak_mib - r.nvml_peak_mib) / r.nvml_peak_mib * 100 : 0;
+    const double diff =
+        r.nvml && r.nvml_peak_mib > 0 ? (r.total_peak_mib - r.nvml_peak_mib) / r.nvml_peak_mib * 100 : 0;
     fmt::print("{:>6} {:>7.0f} {:>9.3f} {:>9.0f} {:>9.2f} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9.1f} {:>9.0f}\n",
                r.batch_size, r.documents, r.seconds, r.docs_per_second, r.batch_ms_mean,
-               mib_or_na(r.nvml, r.outside_allocator_mib), mib_or_na(r.gpu, r.load_mib), mib_or_na(r.gpu, r.peak_batch_mib),
-               mib_or_na(r.nvml, r.total_peak_mib), mib_or_na(r.nvml, r.nvml_peak_mib),
-               r.nvml ? fmt::format("{:+.2f}%", diff) : "n/a", r.host_peak_rss_mib, r.max_forward_tokens);
+               mib_or_na(r.nvml, r.outside_allocator_mib), mib_or_na(r.gpu, r.load_mib),
+               mib_or_na(r.gpu, r.peak_batch_mib), mib_or_na(r.nvml, r.total_peak_mib),
+               mib_or_na(r.nvml, r.nvml_peak_mib), r.nvml ? fmt::format("{:+.2f}%", diff) : "n/a", r.host_peak_rss_mib,
+               r.max_forward_tokens);
   }
-  fmt::print("(MiB; context: GPU memory outside the caching allocator; model: weights; peak batch: allocator peak "
-             "minus the weights; total peak: in use before start + context + allocator peak reserved; tokens: "
-             "the largest forward pass)\n");
+  fmt::print(
+      "(MiB; context: GPU memory outside the caching allocator; model: weights; peak batch: allocator peak "
+      "minus the weights; total peak: in use before start + context + allocator peak reserved; tokens: "
+      "the largest forward pass)\n");
   if (a.per_doc.ok) {
     fmt::print("fit: {} = {:.2f} MiB + {:.4f} MiB x documents per pass", a.gpu ? "peak batch" : "peak RAM",
                a.per_doc.intercept, a.per_doc.slope);
@@ -379,37 +401,50 @@ boost::json::object run_json(const RunFigures& r) {
     j["error"] = r.error;
     return j;
   }
-  j.insert({{"documents", static_cast<std::uint64_t>(r.documents)}, {"total_seconds", r.seconds},
-            {"docs_per_second", r.docs_per_second}, {"batch_ms_mean", r.batch_ms_mean},
-            {"batch_ms_p50", r.batch_ms_p50}, {"batch_ms_p99", r.batch_ms_p99},
+  j.insert({{"documents", static_cast<std::uint64_t>(r.documents)},
+            {"total_seconds", r.seconds},
+            {"docs_per_second", r.docs_per_second},
+            {"batch_ms_mean", r.batch_ms_mean},
+            {"batch_ms_p50", r.batch_ms_p50},
+            {"batch_ms_p99", r.batch_ms_p99},
             {"host_peak_rss_mib", r.host_peak_rss_mib},
             {"max_forward_sequences", static_cast<std::uint64_t>(r.max_forward_sequences)},
-            {"max_forward_tokens", static_cast<std::uint64_t>(r.max_forward_tokens)}, {"device", r.device}});
+            {"max_forward_tokens", static_cast<std::uint64_t>(r.max_forward_tokens)},
+            {"device", r.device}});
   if (r.gpu) {
-    j.insert({{"model_load_mib", r.load_mib}, {"peak_batch_mib", r.peak_batch_mib},
-              {"peak_allocated_mib", r.peak_allocated_mib}, {"peak_reserved_mib", r.peak_reserved_mib}});
+    j.insert({{"model_load_mib", r.load_mib},
+              {"peak_batch_mib", r.peak_batch_mib},
+              {"peak_allocated_mib", r.peak_allocated_mib},
+              {"peak_reserved_mib", r.peak_reserved_mib}});
   } else {
     j["gpu"] = "not available";
   }
   if (r.nvml) {
-    j.insert({{"gpu_total_mib", r.total_mib}, {"gpu_in_use_before_start_mib", r.used_at_start_mib},
-              {"context_mib", r.outside_allocator_mib}, {"total_peak_mib", r.total_peak_mib},
+    j.insert({{"gpu_total_mib", r.total_mib},
+              {"gpu_in_use_before_start_mib", r.used_at_start_mib},
+              {"context_mib", r.outside_allocator_mib},
+              {"total_peak_mib", r.total_peak_mib},
               {"nvml_peak_mib", r.nvml_peak_mib}});
   }
   return j;
 }
 
-void write_json(const ProfileOptions& o, const std::string& executor, const std::vector<RunFigures>& runs,
-                Analysis a) {
+void write_json(const ProfileOptions& o, const std::string& executor, const std::vector<RunFigures>& runs, Analysis a) {
   boost::json::array json_runs;
   for (const auto& r : runs) json_runs.push_back(run_json(r));
-  boost::json::object root{{"flow", o.flow}, {"input", o.input}, {"executor", executor}, {"gpu", a.gpu},
-                           {"runs", std::move(json_runs)}, {"recommendation", std::move(a.recommendation)}};
+  boost::json::object root{{"flow", o.flow},
+                           {"input", o.input},
+                           {"executor", executor},
+                           {"gpu", a.gpu},
+                           {"runs", std::move(json_runs)},
+                           {"recommendation", std::move(a.recommendation)}};
   if (a.per_doc.ok) {
-    root["fit_per_document"] = boost::json::object{{"intercept_mib", a.per_doc.intercept}, {"mib_per_document", a.per_doc.slope}};
+    root["fit_per_document"] =
+        boost::json::object{{"intercept_mib", a.per_doc.intercept}, {"mib_per_document", a.per_doc.slope}};
   }
   if (a.per_token.ok) {
-    root["fit_per_token"] = boost::json::object{{"intercept_mib", a.per_token.intercept}, {"mib_per_token", a.per_token.slope}};
+    root["fit_per_token"] =
+        boost::json::object{{"intercept_mib", a.per_token.intercept}, {"mib_per_token", a.per_token.slope}};
   }
   std::ofstream out(o.json, std::ios::binary | std::ios::trunc);
   out << boost::json::serialize(root) << "\n";
@@ -421,7 +456,8 @@ void write_plot(const ProfileOptions& o, const Analysis& a) {
   PlotPanel memory{a.gpu ? "GPU memory" : "Host memory", "batch size", "MiB", {}};
   PlotPanel speed{"Throughput", "batch size", "docs/s", {}};
   PlotSeries batch{"peak batch (allocator)", {}, {}, 0x1f77b4}, total{"total peak (accounted)", {}, {}, 0xd62728},
-      nvml_peak{"NVML peak", {}, {}, 0x2ca02c, true}, rss{"peak RSS", {}, {}, 0x9467bd}, rate{"docs/s", {}, {}, 0xff7f0e};
+      nvml_peak{"NVML peak", {}, {}, 0x2ca02c, true}, rss{"peak RSS", {}, {}, 0x9467bd},
+      rate{"docs/s", {}, {}, 0xff7f0e};
   for (const auto* r : a.good) {
     const auto b = static_cast<double>(r->batch_size);
     batch.x.push_back(b), batch.y.push_back(r->peak_batch_mib);
@@ -437,8 +473,10 @@ void write_plot(const ProfileOptions& o, const Analysis& a) {
     memory.series.push_back(rss);
   }
   speed.series.push_back(rate);
-  write_line_chart(o.plot, fmt::format("flowline profile: {} ({})", std::filesystem::path(o.flow).filename().string(),
-                                       a.good.front()->device), {memory, speed});
+  write_line_chart(o.plot,
+                   fmt::format("flowline profile: {} ({})", std::filesystem::path(o.flow).filename().string(),
+                               a.good.front()->device),
+                   {memory, speed});
 }
 
 }  // namespace

@@ -21,11 +21,11 @@ struct ProfileOptions {
   std::string input_format = "lines";
   std::string endpoint = "/";
   std::vector<std::size_t> batch_sizes;
-  std::string executor;              // empty: the one executor with a batch_size parameter
-  double memory_fraction = 0.9;      // budget: this share of the memory free at start
+  std::string executor;          // empty: the one executor with a batch_size parameter
+  double memory_fraction = 0.9;  // budget: this share of the memory free at start
   std::string json = "profile.json";
   std::string plot = "profile.png";
-  std::vector<std::string> sets;     // extra EXECUTOR.PARAM=VALUE overrides for every run
+  std::vector<std::string> sets;  // extra EXECUTOR.PARAM=VALUE overrides for every run
   std::string log_level = "warn";
 };
 

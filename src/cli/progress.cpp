@@ -22,8 +22,8 @@ void ProgressLine::update(const Progress& p) {
   last_draw_ = now;
   drawn_ = true;
   const double rate = p.seconds > 0 ? p.documents / p.seconds : 0;
-  fmt::print(out_, "\r\x1b[2K{} {} docs | {:.0f} docs/s | {} steps ({:.1f} step/s){} | {}", label_, p.documents,
-             rate, p.requests, p.seconds > 0 ? p.requests / p.seconds : 0.0,
+  fmt::print(out_, "\r\x1b[2K{} {} docs | {:.0f} docs/s | {} steps ({:.1f} step/s){} | {}", label_, p.documents, rate,
+             p.requests, p.seconds > 0 ? p.requests / p.seconds : 0.0,
              p.failed_requests ? fmt::format(" | {} failed", p.failed_requests) : std::string(),
              format_duration(p.seconds));
   std::fflush(out_);

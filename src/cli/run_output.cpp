@@ -82,8 +82,10 @@ std::string RunOutput::finish(bool interrupted) {
   if (interrupted && format_ != OutputFormat::Jsonl) {
     const std::uint64_t documents = writer_->stats().documents;
     writer_->abandon();
-    return fmt::format("'{}' was not written ({} documents received; a binary output is written only when the run "
-                       "completes)", path, documents);
+    return fmt::format(
+        "'{}' was not written ({} documents received; a binary output is written only when the run "
+        "completes)",
+        path, documents);
   }
   writer_->close();
   const WriterStats s = writer_->stats();

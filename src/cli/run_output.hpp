@@ -34,7 +34,8 @@ class InterruptGuard {
   void finished() noexcept;
 
  private:
-  struct sigaction old_int_ {}, old_term_ {};
+  struct sigaction old_int_ {
+  }, old_term_{};
   std::function<std::string()> give_up_;
   std::atomic<bool> finished_{false};
   std::thread watchdog_;

@@ -83,8 +83,7 @@ void DocumentArray::append(DocumentArray&& other) {
 
 DocumentArray DocumentArray::take(std::size_t first, std::size_t count) {
   if (first > docs_.size() || count > docs_.size() - first) {
-    throw Error(fmt::format("DocumentArray::take({}, {}) out of range for {} documents", first, count,
-                            docs_.size()));
+    throw Error(fmt::format("DocumentArray::take({}, {}) out of range for {} documents", first, count, docs_.size()));
   }
   std::vector<Document> taken(std::make_move_iterator(docs_.begin() + first),
                               std::make_move_iterator(docs_.begin() + first + count));
@@ -108,14 +107,13 @@ at::Tensor DocumentArray::embeddings() const {
   for (std::size_t i = 0; i < docs_.size(); ++i) {
     const auto& e = docs_[i].embedding;
     if (!e.defined()) {
-      throw Error(fmt::format("DocumentArray::embeddings(): document {} (id {}) has no embedding", i,
-                              docs_[i].id));
+      throw Error(fmt::format("DocumentArray::embeddings(): document {} (id {}) has no embedding", i, docs_[i].id));
     }
     if (e.sizes() != first.sizes() || e.scalar_type() != first.scalar_type() || e.device() != first.device()) {
-      throw Error(fmt::format(
-          "DocumentArray::embeddings(): document {} (id {}) has an embedding of another shape, dtype or "
-          "device than document 0",
-          i, docs_[i].id));
+      throw Error(
+          fmt::format("DocumentArray::embeddings(): document {} (id {}) has an embedding of another shape, dtype or "
+                      "device than document 0",
+                      i, docs_[i].id));
     }
     rows.push_back(e);
   }
@@ -124,8 +122,8 @@ at::Tensor DocumentArray::embeddings() const {
 
 void DocumentArray::set_embeddings(const at::Tensor& matrix) {
   if (!matrix.defined() || matrix.dim() < 1 || matrix.size(0) != static_cast<int64_t>(docs_.size())) {
-    throw Error(fmt::format("DocumentArray::set_embeddings(): expected a tensor with {} rows, got {}",
-                            docs_.size(), matrix.defined() ? c10::str(matrix.sizes()) : std::string("none")));
+    throw Error(fmt::format("DocumentArray::set_embeddings(): expected a tensor with {} rows, got {}", docs_.size(),
+                            matrix.defined() ? c10::str(matrix.sizes()) : std::string("none")));
   }
   for (std::size_t i = 0; i < docs_.size(); ++i) docs_[i].embedding = matrix.select(0, static_cast<int64_t>(i));
 }

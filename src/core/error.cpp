@@ -1,4 +1,5 @@
-// flowline's errors: diagnostics with file:line:col, ConfigError, InputError, ExecutorError, "did you mean", the version.
+// flowline's errors: diagnostics with file:line:col, ConfigError, InputError, ExecutorError, "did you mean", the
+// version.
 #include "flowline/error.hpp"
 #include "flowline/version.hpp"
 
@@ -42,9 +43,7 @@ InputError::InputError(SourceLocation where, const std::string& message)
       where_(std::move(where)) {}
 
 ExecutorError::ExecutorError(std::string executor, const std::string& message)
-    : Error(fmt::format("executor '{}': {}", executor, message)),
-      executor_(std::move(executor)),
-      detail_(message) {}
+    : Error(fmt::format("executor '{}': {}", executor, message)), executor_(std::move(executor)), detail_(message) {}
 
 namespace {
 std::size_t edit_distance(const std::string& a, const std::string& b) {
@@ -55,8 +54,8 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
     row[0] = i;
     for (std::size_t j = 1; j <= b.size(); ++j) {
       const std::size_t above = row[j];
-      const bool same = std::tolower(static_cast<unsigned char>(a[i - 1])) ==
-                        std::tolower(static_cast<unsigned char>(b[j - 1]));
+      const bool same =
+          std::tolower(static_cast<unsigned char>(a[i - 1])) == std::tolower(static_cast<unsigned char>(b[j - 1]));
       row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (same ? 0 : 1)});
       diagonal = above;
     }

@@ -11,22 +11,28 @@ namespace flowline {
 void ExecutorMetrics::add(std::string_view name, double delta) {
   std::lock_guard lock(mutex_);
   auto it = values_.find(name);
-  if (it == values_.end()) values_.emplace(std::string(name), delta);
-  else it->second += delta;
+  if (it == values_.end())
+    values_.emplace(std::string(name), delta);
+  else
+    it->second += delta;
 }
 
 void ExecutorMetrics::set_max(std::string_view name, double value) {
   std::lock_guard lock(mutex_);
   auto it = values_.find(name);
-  if (it == values_.end()) values_.emplace(std::string(name), value);
-  else it->second = std::max(it->second, value);
+  if (it == values_.end())
+    values_.emplace(std::string(name), value);
+  else
+    it->second = std::max(it->second, value);
 }
 
 void ExecutorMetrics::set(std::string_view name, double value) {
   std::lock_guard lock(mutex_);
   auto it = values_.find(name);
-  if (it == values_.end()) values_.emplace(std::string(name), value);
-  else it->second = value;
+  if (it == values_.end())
+    values_.emplace(std::string(name), value);
+  else
+    it->second = value;
 }
 
 std::map<std::string, double> ExecutorMetrics::snapshot() const {

@@ -178,9 +178,9 @@ void Flow::Impl::replica_thread(Stage& stage, std::size_t r, std::latch& constru
   constructed.count_down();
   if (!opened) return;
   const std::vector<Edge>& outputs = graph_.nodes[stage.node].outputs;
-  runtime::ReplicaWorker worker(replica, runtime::Batcher(*stage.queue, e.batching),
-                                [this, &outputs](RequestPtr request) { route(outputs, std::move(request)); },
-                                observers_, placement, index);
+  runtime::ReplicaWorker worker(
+      replica, runtime::Batcher(*stage.queue, e.batching),
+      [this, &outputs](RequestPtr request) { route(outputs, std::move(request)); }, observers_, placement, index);
   worker.run();
   replica.close();
 }
@@ -205,7 +205,8 @@ void Flow::Impl::close_locked() {
 }
 
 void Flow::Impl::route(const std::vector<Edge>& outputs, RequestPtr request) {
-  for (std::size_t i = 0; i + 1 < outputs.size(); ++i) deliver(outputs[i], std::make_unique<runtime::Request>(*request));
+  for (std::size_t i = 0; i + 1 < outputs.size(); ++i)
+    deliver(outputs[i], std::make_unique<runtime::Request>(*request));
   deliver(outputs.back(), std::move(request));
 }
 
@@ -313,10 +314,13 @@ DocumentArray Flow::post(std::string_view endpoint, DocumentArray docs, const Po
   ArraySource source(std::move(docs));
   DocumentArray out;
   std::optional<ExecutorError> first_error;
-  post(endpoint, source, [&](Response&& r) {
-    if (!r.ok() && !first_error) first_error.emplace(r.error_executor, r.error);
-    out.append(std::move(r.docs));
-  }, options);
+  post(
+      endpoint, source,
+      [&](Response&& r) {
+        if (!r.ok() && !first_error) first_error.emplace(r.error_executor, r.error);
+        out.append(std::move(r.docs));
+      },
+      options);
   if (first_error) throw *first_error;
   return out;
 }

@@ -38,14 +38,16 @@ std::vector<const SchemaKey*> schema_children(const std::string& prefix) {
   for (const auto& key : flow_schema()) {
     if (key.path.compare(0, lead.size(), lead) != 0) continue;
     const std::string rest = key.path.substr(lead.size());
-    if (!rest.empty() && rest.find('.') == std::string::npos && rest.find('[') == std::string::npos) out.push_back(&key);
+    if (!rest.empty() && rest.find('.') == std::string::npos && rest.find('[') == std::string::npos)
+      out.push_back(&key);
   }
   return out;
 }
 
 std::vector<std::string> schema_keys(const std::string& prefix) {
   std::vector<std::string> out;
-  for (const auto* key : schema_children(prefix)) out.push_back(key->path.substr(prefix.empty() ? 0 : prefix.size() + 1));
+  for (const auto* key : schema_children(prefix))
+    out.push_back(key->path.substr(prefix.empty() ? 0 : prefix.size() + 1));
   return out;
 }
 
@@ -81,7 +83,8 @@ class YamlReader {
         out += value;
       } else {
         error(node, fmt::format("environment variable '{}' is not set (used as ${{{{ ENV.{} }}}}; "
-                                "${{{{ ENV.{}:-default }}}} gives it a default)", name, name, name));
+                                "${{{{ ENV.{}:-default }}}} gives it a default)",
+                                name, name, name));
       }
       last = static_cast<std::size_t>(it->position() + it->length());
     }
@@ -141,9 +144,9 @@ class YamlReader {
       const std::string key = item.first.Scalar();
       if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
       const std::string hint = closest_match(key, allowed);
-      error(item.first, fmt::format("{}unknown key '{}'{}; expected one of: {}", context, key,
-                                    hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint),
-                                    fmt::join(allowed, ", ")));
+      error(item.first,
+            fmt::format("{}unknown key '{}'{}; expected one of: {}", context, key,
+                        hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint), fmt::join(allowed, ", ")));
     }
   }
 
@@ -213,10 +216,13 @@ class YamlReader {
       case SchemaValue::String:
         if (auto s = string(node, what)) return boost::json::value(*s);
         return std::nullopt;
-      case SchemaValue::StringList: return list(false);
-      case SchemaValue::StringOrList: return list(true);
+      case SchemaValue::StringList:
+        return list(false);
+      case SchemaValue::StringOrList:
+        return list(true);
       case SchemaValue::Map:
-      case SchemaValue::Special: break;
+      case SchemaValue::Special:
+        break;
     }
     return std::nullopt;
   }
@@ -235,7 +241,8 @@ class YamlReader {
       if (key->value == SchemaValue::Map) {
         const auto children = schema_keys(key->path);
         if (!node.IsMap()) {
-          if (!node.IsNull()) error(node, fmt::format("{}{}: expected a map ({})", context, rel, fmt::join(children, ", ")));
+          if (!node.IsNull())
+            error(node, fmt::format("{}{}: expected a map ({})", context, rel, fmt::join(children, ", ")));
           continue;
         }
         check_keys(node, children, context + rel + ": ");
@@ -247,7 +254,8 @@ class YamlReader {
       }
       const auto value = read(node, *key, context + rel);
       if (!value || !key->assign) continue;
-      if (auto problem = key->assign(config, executor, *value)) error(node, fmt::format("{}{}: {}", context, rel, *problem));
+      if (auto problem = key->assign(config, executor, *value))
+        error(node, fmt::format("{}{}: {}", context, rel, *problem));
     }
   }
 
@@ -285,7 +293,8 @@ void parse_executor(YamlReader& reader, const YAML::Node& node, std::size_t posi
       reader.error(with, context + "with: expected a map of parameters");
     }
   }
-  if (node["devices"] && node["device"]) reader.error(node["devices"], context + "give either device or devices, not both");
+  if (node["devices"] && node["device"])
+    reader.error(node["devices"], context + "give either device or devices, not both");
   config.executors.push_back(std::move(executor));
 }
 
@@ -301,8 +310,8 @@ bool parse_collect(std::string_view yaml_text, const std::filesystem::path& file
   try {
     root = YAML::Load(std::string(yaml_text));
   } catch (const YAML::ParserException& e) {
-    diagnostics.push_back(Diagnostic{SourceLocation{reader.file(), e.mark.line + 1, e.mark.column + 1},
-                                     "invalid YAML: " + e.msg});
+    diagnostics.push_back(
+        Diagnostic{SourceLocation{reader.file(), e.mark.line + 1, e.mark.column + 1}, "invalid YAML: " + e.msg});
     return false;
   }
   if (!root.IsMap()) {

@@ -20,8 +20,9 @@ SchemaKey key(std::string path, SchemaValue value, double minimum, std::string t
               std::string help, std::string example, SchemaKey::Assign assign) {
   if (value == SchemaValue::Int) type = fmt::format("int >= {}", minimum);
   if (value == SchemaValue::Number) type = fmt::format("number >= {}", minimum);
-  return SchemaKey{std::move(path), std::move(type),   std::move(default_value), std::move(help),
-                   std::move(example), value, minimum, assign};
+  return SchemaKey{
+      std::move(path), std::move(type), std::move(default_value), std::move(help), std::move(example), value,
+      minimum,         assign};
 }
 
 using V = SchemaValue;
@@ -131,7 +132,8 @@ std::vector<SchemaKey> executor_keys() {
       key("executors[].batching.max_delay_ms", V::Number, 0, "", "0",
           "How long a worker waits for more requests to fill a batch.", "max_delay_ms: 2",
           [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {
-            e->batching.max_delay = std::chrono::microseconds(static_cast<std::int64_t>(v.to_number<double>() * 1000.0));
+            e->batching.max_delay =
+                std::chrono::microseconds(static_cast<std::int64_t>(v.to_number<double>() * 1000.0));
             return std::nullopt;
           }),
   };

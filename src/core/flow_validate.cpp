@@ -28,8 +28,10 @@ void report(Diagnostics& out, SourceLocation where, std::string message) {
 std::string context_of(const ExecutorConfig& e) { return fmt::format("executor '{}': ", e.name); }
 
 void check_options(const FlowConfig& config, Diagnostics& out) {
-  if (config.options.request_size == 0) report(out, config.location_of("with.request_size"), "with.request_size: must be at least 1");
-  if (config.options.max_in_flight == 0) report(out, config.location_of("with.max_in_flight"), "with.max_in_flight: must be at least 1");
+  if (config.options.request_size == 0)
+    report(out, config.location_of("with.request_size"), "with.request_size: must be at least 1");
+  if (config.options.max_in_flight == 0)
+    report(out, config.location_of("with.max_in_flight"), "with.max_in_flight: must be at least 1");
 }
 
 // Names: none empty, none twice, none reserved. Returns the set of names seen.
@@ -54,8 +56,9 @@ void check_devices(const ExecutorConfig& e, Diagnostics& out) {
     if (auto problem = check_device(e.device)) report(out, e.location_of("device"), context + *problem);
   } else if (e.devices.size() == 1 && e.devices[0] == "all") {
     if (cuda_device_count() == 0) {
-      report(out, e.location_of("devices"), fmt::format("{}devices: all, but no GPU is visible; available: {}", context,
-                                                        fmt::join(available_devices(), ", ")));
+      report(out, e.location_of("devices"),
+             fmt::format("{}devices: all, but no GPU is visible; available: {}", context,
+                         fmt::join(available_devices(), ", ")));
     }
   } else {
     for (const auto& d : e.devices) {
@@ -72,15 +75,17 @@ void check_needs(const ExecutorConfig& e, const std::set<std::string>& seen, con
       report(out, e.location_of("needs"), context_of(e) + "an executor cannot need itself");
     } else if (!seen.count(need)) {
       const std::string hint = closest_match(need, names);
-      report(out, e.location_of("needs"), fmt::format("{}needs unknown executor '{}'{}", context_of(e), need,
-                                                      hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint)));
+      report(out, e.location_of("needs"),
+             fmt::format("{}needs unknown executor '{}'{}", context_of(e), need,
+                         hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint)));
     }
   }
 }
 
 // A relative Path parameter written in the flow file becomes absolute against the file's folder. Values
 // set elsewhere (--set, code) and absolute paths are left alone, so running this twice changes nothing.
-void resolve_path(const FlowConfig& config, const ExecutorConfig& e, const std::string& name, boost::json::value& value) {
+void resolve_path(const FlowConfig& config, const ExecutorConfig& e, const std::string& name,
+                  boost::json::value& value) {
   if (config.source.empty() || !value.is_string() || value.get_string().empty()) return;
   if (e.location_of("with." + name).file != config.source.string()) return;
   const std::filesystem::path path(std::string(value.get_string()));

@@ -18,7 +18,8 @@ std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(SourceLocation{path.string()}, fmt::format("cannot open file: {}", std::strerror(errno)));
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw InputError(SourceLocation{path.string()}, "is a folder, not a file");
+  if (std::filesystem::is_directory(path, ec))
+    throw InputError(SourceLocation{path.string()}, "is a folder, not a file");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) throw InputError(SourceLocation{path.string()}, fmt::format("read failed: {}", std::strerror(errno)));
   return text;
@@ -80,9 +81,10 @@ std::size_t StoppableSource::read(DocumentArray& out, std::size_t max) {
 }
 
 const std::vector<std::pair<std::string, InputFormat>>& input_formats() {
-  static const std::vector<std::pair<std::string, InputFormat>> formats = {
-      {"lines", InputFormat::Lines}, {"paragraphs", InputFormat::Paragraphs},
-      {"jsonl", InputFormat::Jsonl}, {"text", InputFormat::Text}};
+  static const std::vector<std::pair<std::string, InputFormat>> formats = {{"lines", InputFormat::Lines},
+                                                                           {"paragraphs", InputFormat::Paragraphs},
+                                                                           {"jsonl", InputFormat::Jsonl},
+                                                                           {"text", InputFormat::Text}};
   return formats;
 }
 
@@ -114,7 +116,8 @@ void check_utf8(const std::string& path, std::string_view text, std::size_t firs
 // lines and jsonl: streamed one line at a time.
 class LineSource : public DocumentSource {
  public:
-  LineSource(const std::filesystem::path& path, bool jsonl) : path_(path.string()), jsonl_(jsonl), in_(path, std::ios::binary) {
+  LineSource(const std::filesystem::path& path, bool jsonl)
+      : path_(path.string()), jsonl_(jsonl), in_(path, std::ios::binary) {
     std::error_code ec;
     if (!in_ || std::filesystem::is_directory(path, ec)) {
       throw InputError(SourceLocation{path_}, std::filesystem::is_directory(path, ec)
@@ -238,10 +241,14 @@ std::unique_ptr<DocumentSource> open_file_source(const std::filesystem::path& pa
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) return std::make_unique<FolderSource>(path, format);
   switch (format) {
-    case InputFormat::Lines: return std::make_unique<LineSource>(path, false);
-    case InputFormat::Jsonl: return std::make_unique<LineSource>(path, true);
-    case InputFormat::Paragraphs: return std::make_unique<WholeFileSource>(path, true);
-    case InputFormat::Text: return std::make_unique<WholeFileSource>(path, false);
+    case InputFormat::Lines:
+      return std::make_unique<LineSource>(path, false);
+    case InputFormat::Jsonl:
+      return std::make_unique<LineSource>(path, true);
+    case InputFormat::Paragraphs:
+      return std::make_unique<WholeFileSource>(path, true);
+    case InputFormat::Text:
+      return std::make_unique<WholeFileSource>(path, false);
   }
   throw Error("unknown input format");
 }

@@ -30,14 +30,29 @@ void append_json_string(std::string& out, std::string_view s) {
     out.append(s.data() + run, i - run);
     run = i + 1;
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default: fmt::format_to(std::back_inserter(out), "\\u{:04x}", c);
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      default:
+        fmt::format_to(std::back_inserter(out), "\\u{:04x}", c);
     }
   }
   out.append(s.data() + run, s.size() - run);
@@ -185,11 +200,11 @@ void append_tensor(std::string& out, const at::Tensor& tensor) {
   // Half and bfloat16 values are exact in float, so they are written as floats and read back exactly.
   if (type == at::kHalf || type == at::kBFloat16) t = t.to(at::kFloat);
   if (t.dim() == 0) {
-    AT_DISPATCH_ALL_TYPES_AND(at::kBool, t.scalar_type(), "append_tensor", [&] { append_value(out, *t.data_ptr<scalar_t>()); });
+    AT_DISPATCH_ALL_TYPES_AND(at::kBool, t.scalar_type(), "append_tensor",
+                              [&] { append_value(out, *t.data_ptr<scalar_t>()); });
   } else {
-    AT_DISPATCH_ALL_TYPES_AND(at::kBool, t.scalar_type(), "append_tensor", [&] {
-      append_values(out, t.data_ptr<scalar_t>(), t.sizes(), 0, offset);
-    });
+    AT_DISPATCH_ALL_TYPES_AND(at::kBool, t.scalar_type(), "append_tensor",
+                              [&] { append_values(out, t.data_ptr<scalar_t>(), t.sizes(), 0, offset); });
   }
   out += '}';
 }
@@ -277,7 +292,8 @@ at::Tensor tensor_from_json(const boost::json::value& v, const std::string& fiel
   values.reserve(static_cast<std::size_t>(count));
   flatten(*data, values, field);
   if (static_cast<int64_t>(values.size()) != count) {
-    field_error(field + ".data", fmt::format("shape {} needs {} values, got {}", fmt::join(sizes, "x"), count, values.size()));
+    field_error(field + ".data",
+                fmt::format("shape {} needs {} values, got {}", fmt::join(sizes, "x"), count, values.size()));
   }
   at::Tensor t = at::empty(sizes, at::TensorOptions().dtype(at::kDouble));
   std::copy(values.begin(), values.end(), t.data_ptr<double>());
@@ -347,7 +363,8 @@ Document document_from_json(const boost::json::value& json) {
     if (!wanted) {
       const std::string hint =
           closest_match(name, std::vector<std::string>(kDocumentFieldNames.begin(), kDocumentFieldNames.end()));
-      throw Error(fmt::format("unknown field '{}'{}", name, hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint)));
+      throw Error(
+          fmt::format("unknown field '{}'{}", name, hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint)));
     }
     for_each_document_field([&](DocumentField field, std::string_view, auto member) {
       if (field == *wanted) read_field_value(doc.*member, value, name);

@@ -11,20 +11,27 @@ namespace flowline {
 
 std::string_view to_string(ParamType type) noexcept {
   switch (type) {
-    case ParamType::Bool: return "bool";
-    case ParamType::Int: return "int";
-    case ParamType::Double: return "double";
-    case ParamType::String: return "string";
-    case ParamType::StringList: return "list of strings";
-    case ParamType::Json: return "any";
-    case ParamType::IntOrAuto: return "int or auto";
-    case ParamType::Path: return "path";
+    case ParamType::Bool:
+      return "bool";
+    case ParamType::Int:
+      return "int";
+    case ParamType::Double:
+      return "double";
+    case ParamType::String:
+      return "string";
+    case ParamType::StringList:
+      return "list of strings";
+    case ParamType::Json:
+      return "any";
+    case ParamType::IntOrAuto:
+      return "int or auto";
+    case ParamType::Path:
+      return "path";
   }
   return "?";
 }
 
-ParamSpec ParamSpec::optional(std::string name, ParamType type, boost::json::value default_value,
-                              std::string help) {
+ParamSpec ParamSpec::optional(std::string name, ParamType type, boost::json::value default_value, std::string help) {
   return ParamSpec{std::move(name), type, false, std::move(default_value), std::move(help)};
 }
 
@@ -81,14 +88,22 @@ std::string bounds_text(const ParamSpec& spec) {
 
 std::string describe(const boost::json::value& v) {
   switch (v.kind()) {
-    case boost::json::kind::null: return "null";
-    case boost::json::kind::bool_: return fmt::format("bool {}", v.get_bool());
-    case boost::json::kind::int64: return fmt::format("int {}", v.get_int64());
-    case boost::json::kind::uint64: return fmt::format("int {}", v.get_uint64());
-    case boost::json::kind::double_: return fmt::format("double {}", v.get_double());
-    case boost::json::kind::string: return fmt::format("string \"{}\"", std::string_view(v.get_string()));
-    case boost::json::kind::array: return "a list";
-    case boost::json::kind::object: return "a map";
+    case boost::json::kind::null:
+      return "null";
+    case boost::json::kind::bool_:
+      return fmt::format("bool {}", v.get_bool());
+    case boost::json::kind::int64:
+      return fmt::format("int {}", v.get_int64());
+    case boost::json::kind::uint64:
+      return fmt::format("int {}", v.get_uint64());
+    case boost::json::kind::double_:
+      return fmt::format("double {}", v.get_double());
+    case boost::json::kind::string:
+      return fmt::format("string \"{}\"", std::string_view(v.get_string()));
+    case boost::json::kind::array:
+      return "a list";
+    case boost::json::kind::object:
+      return "a map";
   }
   return "?";
 }
@@ -101,7 +116,8 @@ std::optional<std::string> check_param_value(ParamType type, boost::json::value&
       if (!value.is_bool()) return mismatch();
       return std::nullopt;
     case ParamType::Int:
-      if (value.is_uint64() && value.get_uint64() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      if (value.is_uint64() &&
+          value.get_uint64() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
         return fmt::format("expected int, got {} (too large)", value.get_uint64());
       }
       if (value.is_uint64()) value = static_cast<std::int64_t>(value.get_uint64());
@@ -126,7 +142,8 @@ std::optional<std::string> check_param_value(ParamType type, boost::json::value&
       return std::nullopt;
     case ParamType::IntOrAuto:
       if (value.is_string() && value.get_string() == "auto") return std::nullopt;
-      if (value.is_uint64() && value.get_uint64() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      if (value.is_uint64() &&
+          value.get_uint64() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
         value = static_cast<std::int64_t>(value.get_uint64());
       }
       if (!value.is_int64()) return mismatch();
@@ -144,7 +161,8 @@ std::string describe_type(const ParamSpec& spec) {
   if (!spec.choices.empty()) {
     const std::string choices = choice_list_text(spec.choices);
     if (spec.type == ParamType::StringList) return fmt::format("list, each one of {}", choices);
-    return spec.type == ParamType::Json ? fmt::format("one of {}", choices) : fmt::format("{}: one of {}", out, choices);
+    return spec.type == ParamType::Json ? fmt::format("one of {}", choices)
+                                        : fmt::format("{}: one of {}", out, choices);
   }
   return bounds.empty() ? out : out + " " + bounds;
 }
@@ -192,7 +210,8 @@ const boost::json::value& Params::require(std::string_view name) const {
   auto it = values_.find(name);
   if (it == values_.end()) {
     throw ExecutorError(owner_, fmt::format("parameter '{}' is not set and has no default (declare it in the "
-                                            "executor's spec)", name));
+                                            "executor's spec)",
+                                            name));
   }
   return it->value();
 }

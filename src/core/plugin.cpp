@@ -53,8 +53,8 @@ std::vector<std::string> load_plugin(const std::filesystem::path& path, Registry
   void* handle = dlopen(canonical.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     const char* why = dlerror();
-    throw Error(fmt::format("plugin '{}': cannot load it as a shared library: {}", path.string(),
-                            why ? why : "unknown error"));
+    throw Error(
+        fmt::format("plugin '{}': cannot load it as a shared library: {}", path.string(), why ? why : "unknown error"));
   }
   using VersionFn = int (*)();
   using RegisterFn = void (*)(Registry&);
@@ -62,17 +62,19 @@ std::vector<std::string> load_plugin(const std::filesystem::path& path, Registry
   auto register_fn = reinterpret_cast<RegisterFn>(dlsym(handle, "flowline_plugin_register"));
   if (!version_fn || !register_fn) {
     dlclose(handle);
-    throw Error(fmt::format("plugin '{}': no flowline entry point (flowline_plugin_api_version / "
-                            "flowline_plugin_register); define one with FLOWLINE_PLUGIN(registry) {{ ... }}",
-                            path.string()));
+    throw Error(
+        fmt::format("plugin '{}': no flowline entry point (flowline_plugin_api_version / "
+                    "flowline_plugin_register); define one with FLOWLINE_PLUGIN(registry) {{ ... }}",
+                    path.string()));
   }
   const auto version = PluginApiVersion::decode(version_fn());
   if (!plugin_api_compatible(version, kPluginApiVersion)) {
     dlclose(handle);
-    throw Error(fmt::format("plugin '{}': built for plugin API {}, but this flowline has plugin API {} (a plugin "
-                            "needs the same major version and a minor version no higher); rebuild the plugin "
-                            "against this flowline",
-                            path.string(), version.str(), kPluginApiVersion.str()));
+    throw Error(
+        fmt::format("plugin '{}': built for plugin API {}, but this flowline has plugin API {} (a plugin "
+                    "needs the same major version and a minor version no higher); rebuild the plugin "
+                    "against this flowline",
+                    path.string(), version.str(), kPluginApiVersion.str()));
   }
   const auto before = registry.names();
   try {
@@ -87,8 +89,10 @@ std::vector<std::string> load_plugin(const std::filesystem::path& path, Registry
     if (!old.count(name)) added.push_back(name);
   }
   if (added.empty()) {
-    throw Error(fmt::format("plugin '{}': its entry point registered no executor (call registry.add<T>() in "
-                            "FLOWLINE_PLUGIN)", path.string()));
+    throw Error(
+        fmt::format("plugin '{}': its entry point registered no executor (call registry.add<T>() in "
+                    "FLOWLINE_PLUGIN)",
+                    path.string()));
   }
   loaded_plugins().insert({canonical, &registry});
   spdlog::debug("plugin {}: added {}", path.string(), fmt::join(added, ", "));

@@ -27,8 +27,8 @@ void Registry::add(ExecutorSpec spec, ExecutorFactory factory, std::string origi
   std::set<std::string> seen;
   for (const auto& p : spec.params) {
     if (p.name.empty() || !seen.insert(p.name).second) {
-      throw Error(fmt::format("executor type '{}': parameter '{}' is declared twice or has no name", spec.name,
-                              p.name));
+      throw Error(
+          fmt::format("executor type '{}': parameter '{}' is declared twice or has no name", spec.name, p.name));
     }
     if (!p.required && !p.default_value.is_null()) {
       boost::json::value v = p.default_value;

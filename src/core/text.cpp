@@ -18,7 +18,8 @@ std::size_t count_chars(std::string_view text, std::size_t from, std::size_t to)
 }
 
 // Converts byte spans (sorted, non-overlapping) into TextSpans with character offsets and line numbers.
-std::vector<TextSpan> with_char_offsets(std::string_view text, const std::vector<std::pair<std::size_t, std::size_t>>& spans) {
+std::vector<TextSpan> with_char_offsets(std::string_view text,
+                                        const std::vector<std::pair<std::size_t, std::size_t>>& spans) {
   std::vector<TextSpan> out;
   out.reserve(spans.size());
   std::size_t byte = 0, chars = 0, line = 1;
@@ -84,8 +85,8 @@ bool is_abbreviation(std::string_view text, std::size_t dot) {
     --begin;
   }
   const std::string_view word = text.substr(begin, dot - begin);
-  static constexpr std::array<std::string_view, 14> kAbbreviations = {
-      "Mr", "Mrs", "Ms", "Dr", "St", "Sr", "Jr", "Prof", "Capt", "Col", "Gen", "Lt", "e.g", "i.e"};
+  static constexpr std::array<std::string_view, 14> kAbbreviations = {"Mr",   "Mrs",  "Ms",  "Dr",  "St", "Sr",  "Jr",
+                                                                      "Prof", "Capt", "Col", "Gen", "Lt", "e.g", "i.e"};
   for (auto a : kAbbreviations) {
     if (word == a) return true;
   }

@@ -6,7 +6,8 @@
 
 int main() {
   if (std::strcmp(FLOWLINE_VERSION_STRING, flowline::version().data()) != 0) {
-    std::fprintf(stderr, "header version %s but library version %s\n", FLOWLINE_VERSION_STRING, flowline::version().data());
+    std::fprintf(stderr, "header version %s but library version %s\n", FLOWLINE_VERSION_STRING,
+                 flowline::version().data());
     return 1;
   }
   flowline::Flow flow;

@@ -33,8 +33,9 @@ TEST_CASE("JSONL writer writes the chosen fields of every document in order", "[
   const auto dir = testing::scratch_dir("jsonl writer");
   {
     Flow flow;
-    flow.add({.name = "w", .uses = "JsonlWriter", .with = {{"path", (dir / "sub" / "out.jsonl").string()},
-                                                           {"fields", boost::json::array{"text"}}}});
+    flow.add({.name = "w",
+              .uses = "JsonlWriter",
+              .with = {{"path", (dir / "sub" / "out.jsonl").string()}, {"fields", boost::json::array{"text"}}}});
     DocumentArray in = testing::numbered_docs(250);
     in[0].tags["dropped"] = 1;
     flow.post("/", std::move(in), PostOptions{.request_size = 7});
@@ -51,7 +52,8 @@ TEST_CASE("TSV writer writes chunk rows with parent fields and escapes tabs", "[
   {
     Flow flow;
     flow.add({.name = "split", .uses = "TextSplitter", .with = {{"unit", "sentence"}, {"output", "chunks"}}});
-    flow.add({.name = "tsv", .uses = "TsvWriter",
+    flow.add({.name = "tsv",
+              .uses = "TsvWriter",
               .with = {{"path", (dir / "out.tsv").string()},
                        {"rows", "chunks"},
                        {"columns", boost::json::array{"parent.tags.n", "text", "tags.start", "tags.end"}}}});

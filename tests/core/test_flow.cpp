@@ -49,7 +49,9 @@ class CountingSource : public DocumentSource {
 class Forgetful : public Executor {
  public:
   static ExecutorSpec spec() { return ExecutorSpec{"Forgetful", "", {}, {"/a"}}; }
-  explicit Forgetful(const ExecutorContext& c) : Executor(c) { bind_default([](DocumentArray&, const RequestInfo&) {}); }
+  explicit Forgetful(const ExecutorContext& c) : Executor(c) {
+    bind_default([](DocumentArray&, const RequestInfo&) {});
+  }
 };
 
 // Binds /encdoe, a typo of the declared /encode.
@@ -83,8 +85,10 @@ class Reporter : public Executor {
 class OomAbove : public Executor {
  public:
   static ExecutorSpec spec() {
-    return ExecutorSpec{"OomAbove", "simulated out-of-memory",
-                        {ParamSpec::optional("max_docs", ParamType::Int, 4, "largest batch that fits")}, {}};
+    return ExecutorSpec{"OomAbove",
+                        "simulated out-of-memory",
+                        {ParamSpec::optional("max_docs", ParamType::Int, 4, "largest batch that fits")},
+                        {}};
   }
   explicit OomAbove(const ExecutorContext& c) : Executor(c) {
     max_docs_ = params().get<std::size_t>("max_docs");
@@ -149,7 +153,8 @@ Registry& test_registry() {
 
 TEST_CASE("replicas of unequal speed share one queue and keep input order", "[flow]") {
   Flow flow(FlowOptions{.request_size = 5, .max_in_flight = 32});
-  flow.add({.name = "slow", .uses = "Delay",
+  flow.add({.name = "slow",
+            .uses = "Delay",
             .with = {{"batch_ms", 4.0}, {"slow_replica", 1}, {"record_replica", true}},
             .replicas = 2});
   const DocumentArray out = flow.post("/", testing::numbered_docs(1000));
@@ -209,7 +214,9 @@ TEST_CASE("a failed request inside a merged batch fails alone", "[flow]") {
   const int replicas = GENERATE(1, 2, 4);
   CAPTURE(replicas);
   Flow flow(FlowOptions{.request_size = 2, .max_in_flight = 64});
-  flow.add({.name = "check", .uses = "FailIf", .replicas = replicas,
+  flow.add({.name = "check",
+            .uses = "FailIf",
+            .replicas = replicas,
             .batching = {.max_batch_size = 32, .max_delay = std::chrono::milliseconds(20)}});
   DocumentArray docs = testing::numbered_docs(64);
   docs[9].text = "FAIL";
@@ -226,8 +233,11 @@ TEST_CASE("branches of a DAG join and their documents are merged by id", "[flow]
   CAPTURE(replicas);
   Flow flow(FlowOptions{.request_size = 7});
   flow.add({.name = "start", .uses = "NoOp"});
-  flow.add({.name = "left", .uses = "SetTags", .with = {{"tags", boost::json::object{{"left", 1}}}},
-            .needs = std::vector<std::string>{"start"}, .replicas = replicas});
+  flow.add({.name = "left",
+            .uses = "SetTags",
+            .with = {{"tags", boost::json::object{{"left", 1}}}},
+            .needs = std::vector<std::string>{"start"},
+            .replicas = replicas});
   flow.add({.name = "right", .uses = "TextStats", .needs = std::vector<std::string>{"start"}, .replicas = replicas});
   flow.add({.name = "join", .uses = "NoOp", .needs = std::vector<std::string>{"left", "right"}});
   const DocumentArray out = flow.post("/", testing::numbered_docs(100));
@@ -241,9 +251,13 @@ TEST_CASE("branches of a DAG join and their documents are merged by id", "[flow]
 
 TEST_CASE("flow ends that do not join are merged before the response", "[flow]") {
   Flow flow;
-  flow.add({.name = "a", .uses = "SetTags", .with = {{"tags", boost::json::object{{"a", 1}}}},
+  flow.add({.name = "a",
+            .uses = "SetTags",
+            .with = {{"tags", boost::json::object{{"a", 1}}}},
             .needs = std::vector<std::string>{}});
-  flow.add({.name = "b", .uses = "SetTags", .with = {{"tags", boost::json::object{{"b", 2}}}},
+  flow.add({.name = "b",
+            .uses = "SetTags",
+            .with = {{"tags", boost::json::object{{"b", 2}}}},
             .needs = std::vector<std::string>{}});
   const DocumentArray out = flow.post("/", testing::numbered_docs(10));
   REQUIRE(out.size() == 10);
@@ -253,7 +267,8 @@ TEST_CASE("flow ends that do not join are merged before the response", "[flow]")
 TEST_CASE("dynamic batching merges small requests into batches up to the maximum", "[flow]") {
   BatchRecorder::sizes().clear();
   Flow flow(FlowOptions{.request_size = 1, .max_in_flight = 64}, test_registry());
-  flow.add({.name = "rec", .uses = "BatchRecorder",
+  flow.add({.name = "rec",
+            .uses = "BatchRecorder",
             .batching = {.max_batch_size = 16, .max_delay = std::chrono::milliseconds(50)}});
   const DocumentArray out = flow.post("/", testing::numbered_docs(320));
   REQUIRE(out.size() == 320);
@@ -311,21 +326,24 @@ TEST_CASE("a constructor failure stops the start and names executor and replica"
   Flow flow;
   flow.add({.name = "ok", .uses = "NoOp"});
   flow.add({.name = "bad", .uses = "FailIf", .with = {{"fail_in_constructor", true}}, .replicas = 2});
-  CHECK_THROWS_WITH(flow.start(), testing::starts_with("executor 'bad': the flow could not start:\n  executor 'bad' replica "));
+  CHECK_THROWS_WITH(flow.start(),
+                    testing::starts_with("executor 'bad': the flow could not start:\n  executor 'bad' replica "));
   CHECK_FALSE(flow.started());
 }
 
 TEST_CASE("an endpoint declared but never bound fails the start", "[flow]") {
   Flow flow(FlowOptions{}, test_registry());
   flow.add({.name = "f", .uses = "Forgetful"});
-  CHECK_THROWS_WITH(flow.start(), testing::contains("Forgetful declares endpoint '/a' but its constructor did not bind it"));
+  CHECK_THROWS_WITH(flow.start(),
+                    testing::contains("Forgetful declares endpoint '/a' but its constructor did not bind it"));
 }
 
 TEST_CASE("a misspelt endpoint binding fails the start instead of being skipped", "[flow]") {
   Flow flow(FlowOptions{}, test_registry());
   flow.add({.name = "m", .uses = "Misspelt"});
-  CHECK_THROWS_WITH(flow.start(),
-                    testing::contains("Misspelt binds endpoint '/encdoe' which its spec does not declare (declared: /encode)"));
+  CHECK_THROWS_WITH(
+      flow.start(),
+      testing::contains("Misspelt binds endpoint '/encdoe' which its spec does not declare (declared: /encode)"));
 }
 
 TEST_CASE("requests reach the handler of their endpoint with their parameters", "[flow]") {
@@ -345,9 +363,11 @@ TEST_CASE("an exception from the response callback stops reading but drains the 
   flow.add({.name = "slow", .uses = "Delay", .with = {{"batch_ms", 1.0}}});
   ArraySource source(testing::numbered_docs(100));
   int calls = 0;
-  CHECK_THROWS_WITH(flow.post("/", source, [&](Response&&) {
-    if (++calls == 3) throw std::runtime_error("callback failed");
-  }), "callback failed");
+  CHECK_THROWS_WITH(flow.post("/", source,
+                              [&](Response&&) {
+                                if (++calls == 3) throw std::runtime_error("callback failed");
+                              }),
+                    "callback failed");
   CHECK(calls == 3);
   CHECK(flow.post("/", testing::numbered_docs(5)).size() == 5);
 }

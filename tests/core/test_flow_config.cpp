@@ -65,9 +65,11 @@ TEST_CASE("flowline::set_executor_parameter overrides a parameter and checks it 
     validate_flow_config(config);
     FAIL("no error");
   } catch (const ConfigError& e) {
-    CHECK(std::string(e.what()) == "--set s.min_chars=many: executor 's': parameter 'min_chars': expected int, got string \"many\"");
+    CHECK(std::string(e.what()) ==
+          "--set s.min_chars=many: executor 's': parameter 'min_chars': expected int, got string \"many\"");
   }
-  CHECK_THROWS_WITH(set_executor_parameter(config, "x.y=1"), testing::contains("the flow has no executor 'x' (executors: s)"));
+  CHECK_THROWS_WITH(set_executor_parameter(config, "x.y=1"),
+                    testing::contains("the flow has no executor 'x' (executors: s)"));
 }
 
 TEST_CASE("invalid YAML syntax is reported with its position", "[config]") {
@@ -82,13 +84,15 @@ TEST_CASE("a flow without executors or of the wrong shape is rejected", "[config
 
 TEST_CASE("environment variables are substituted in values", "[config]") {
   ::setenv("FLOWLINE_TEST_UNIT", "sentence", 1);
-  FlowConfig config = parse_flow_config("executors:\n  - name: s\n    uses: TextSplitter\n"
-                                        "    with: {unit: '${{ ENV.FLOWLINE_TEST_UNIT }}'}\n",
-                                        "flow.yml");
+  FlowConfig config = parse_flow_config(
+      "executors:\n  - name: s\n    uses: TextSplitter\n"
+      "    with: {unit: '${{ ENV.FLOWLINE_TEST_UNIT }}'}\n",
+      "flow.yml");
   CHECK(config.executors[0].with.at("unit").as_string() == "sentence");
-  CHECK(errors_of("executors:\n  - name: s\n    uses: ${{ ENV.FLOWLINE_TEST_UNSET_VARIABLE }}\n") ==
-        "flow.yml:3:11: environment variable 'FLOWLINE_TEST_UNSET_VARIABLE' is not set (used as "
-        "${{ ENV.FLOWLINE_TEST_UNSET_VARIABLE }}; ${{ ENV.FLOWLINE_TEST_UNSET_VARIABLE:-default }} gives it a default)");
+  CHECK(
+      errors_of("executors:\n  - name: s\n    uses: ${{ ENV.FLOWLINE_TEST_UNSET_VARIABLE }}\n") ==
+      "flow.yml:3:11: environment variable 'FLOWLINE_TEST_UNSET_VARIABLE' is not set (used as "
+      "${{ ENV.FLOWLINE_TEST_UNSET_VARIABLE }}; ${{ ENV.FLOWLINE_TEST_UNSET_VARIABLE:-default }} gives it a default)");
 }
 
 TEST_CASE("duplicate names, cycles and self-dependencies are config errors", "[config]") {
@@ -104,9 +108,11 @@ TEST_CASE("duplicate names, cycles and self-dependencies are config errors", "[c
 }
 
 TEST_CASE("a device that does not exist is named with the available ones", "[config][device]") {
-  const std::string result = errors_of("executors:\n  - {name: a, uses: NoOp, device: 'cuda:7'}\n"
-                                       "  - {name: b, uses: NoOp, device: gpu}\n");
-  CHECK_THAT(result, testing::starts_with("flow.yml:2:35: executor 'a': device 'cuda:7' does not exist; available: cpu"));
+  const std::string result = errors_of(
+      "executors:\n  - {name: a, uses: NoOp, device: 'cuda:7'}\n"
+      "  - {name: b, uses: NoOp, device: gpu}\n");
+  CHECK_THAT(result,
+             testing::starts_with("flow.yml:2:35: executor 'a': device 'cuda:7' does not exist; available: cpu"));
   CHECK_THAT(result, testing::ends_with(
                          "flow.yml:3:35: executor 'b': invalid device 'gpu': expected cpu, cuda, cuda:N or auto"));
 }
@@ -144,8 +150,10 @@ TEST_CASE("replicas are spread over a device list round-robin", "[config][device
 }
 
 TEST_CASE("a device list is checked device by device, and all needs a GPU", "[config][device]") {
-  const std::string listed = errors_of("executors:\n  - {name: a, uses: NoOp, replicas: 2, devices: [cpu, 'cuda:9']}\n");
-  CHECK_THAT(listed, testing::starts_with("flow.yml:2:49: executor 'a': device 'cuda:9' does not exist; available: cpu"));
+  const std::string listed =
+      errors_of("executors:\n  - {name: a, uses: NoOp, replicas: 2, devices: [cpu, 'cuda:9']}\n");
+  CHECK_THAT(listed,
+             testing::starts_with("flow.yml:2:49: executor 'a': device 'cuda:9' does not exist; available: cpu"));
   CHECK(errors_of("executors:\n  - {name: a, uses: NoOp, device: cpu, devices: [cpu]}\n") ==
         "flow.yml:2:49: executor 'a': give either device or devices, not both");
   if (cuda_device_count() == 0) {
@@ -161,15 +169,18 @@ TEST_CASE("a parameter outside its declared choices fails validation with the al
                   "    with:\n"
                   "      unit: word\n") ==
         "flow.yml:5:7: executor 'split': parameter 'unit': expected one of paragraph, sentence, got 'word'");
-  CHECK(errors_of("executors:\n  - name: t\n    uses: TsvWriter\n    with: {path: t.tsv, columns: [text], rows: lines}\n") ==
+  CHECK(errors_of(
+            "executors:\n  - name: t\n    uses: TsvWriter\n    with: {path: t.tsv, columns: [text], rows: lines}\n") ==
         "flow.yml:4:42: executor 't': parameter 'rows': expected one of documents, chunks, got 'lines'");
-  CHECK(errors_of("executors:\n  - name: w\n    uses: JsonlWriter\n    with: {path: w.jsonl, fields: [text, colour]}\n") ==
+  CHECK(errors_of(
+            "executors:\n  - name: w\n    uses: JsonlWriter\n    with: {path: w.jsonl, fields: [text, colour]}\n") ==
         "flow.yml:4:27: executor 'w': parameter 'fields': expected each item one of id, text, blob, tensor, embedding, "
         "tags, mime_type, uri, scores, chunks, matches, parent_id, got 'colour'");
   CHECK(errors_of("executors:\n  - name: split\n    uses: TextSplitter\n    with: {unit: sentense}\n") ==
         "flow.yml:4:19: executor 'split': parameter 'unit': expected one of paragraph, sentence, got 'sentense' "
         "(did you mean 'sentence'?)");
-  CHECK(errors_of("executors:\n  - name: split\n    uses: TextSplitter\n    with: {unit: sentence, output: chunks}\n").empty());
+  CHECK(errors_of("executors:\n  - name: split\n    uses: TextSplitter\n    with: {unit: sentence, output: chunks}\n")
+            .empty());
 }
 
 TEST_CASE("a number outside its declared bounds fails validation with the bound", "[config][params]") {
@@ -198,15 +209,19 @@ TEST_CASE("the reference type of a parameter shows its choices and bounds", "[co
 
 TEST_CASE("an environment variable may have a default for when it is unset or empty", "[config][env]") {
   auto unit_of = [](const std::string& value) {
-    FlowConfig config = parse_flow_config("executors:\n  - name: s\n    uses: TextSplitter\n"
-                                          "    with:\n      unit: " + value + "\n", "flow.yml");
+    FlowConfig config = parse_flow_config(
+        "executors:\n  - name: s\n    uses: TextSplitter\n"
+        "    with:\n      unit: " +
+            value + "\n",
+        "flow.yml");
     return std::string(config.executors[0].with.at("unit").as_string());
   };
   ::unsetenv("FLOWLINE_TEST_DEFAULTED");
   CHECK(unit_of("${{ ENV.FLOWLINE_TEST_DEFAULTED:-sentence }}") == "sentence");
   CHECK(unit_of("${{ENV.FLOWLINE_TEST_DEFAULTED:-}}x") == "x");
   CHECK(unit_of("${{ ENV.FLOWLINE_TEST_DEFAULTED:-a }}/b") == "a/b");
-  CHECK(unit_of("${{ ENV.FLOWLINE_TEST_DEFAULTED:-../models }}/m-${{ ENV.FLOWLINE_TEST_DEFAULTED:-1 }}") == "../models/m-1");
+  CHECK(unit_of("${{ ENV.FLOWLINE_TEST_DEFAULTED:-../models }}/m-${{ ENV.FLOWLINE_TEST_DEFAULTED:-1 }}") ==
+        "../models/m-1");
   ::setenv("FLOWLINE_TEST_DEFAULTED", "", 1);
   CHECK(unit_of("${{ ENV.FLOWLINE_TEST_DEFAULTED:-a }}/b") == "a/b");
   CHECK(unit_of("'${{ ENV.FLOWLINE_TEST_DEFAULTED }}/b'") == "/b");  // empty without a default stays empty
@@ -214,8 +229,10 @@ TEST_CASE("an environment variable may have a default for when it is unset or em
   CHECK(unit_of("${{ ENV.FLOWLINE_TEST_DEFAULTED:-a }}/b") == "set/b");
   ::unsetenv("FLOWLINE_TEST_DEFAULTED");
   // A default is typed like any plain scalar once substituted: an int for an int parameter.
-  FlowConfig config = parse_flow_config("with:\n  request_size: ${{ ENV.FLOWLINE_TEST_DEFAULTED:-7 }}\n"
-                                        "executors:\n  - {name: s, uses: NoOp}\n", "flow.yml");
+  FlowConfig config = parse_flow_config(
+      "with:\n  request_size: ${{ ENV.FLOWLINE_TEST_DEFAULTED:-7 }}\n"
+      "executors:\n  - {name: s, uses: NoOp}\n",
+      "flow.yml");
   CHECK(config.options.request_size == 7);
   CHECK(errors_of("executors:\n  - name: s\n    uses: JsonlWriter\n    with:\n"
                   "      path: ${{ ENV.FLOWLINE_TEST_DEFAULTED }}/b\n") ==
@@ -223,10 +240,12 @@ TEST_CASE("an environment variable may have a default for when it is unset or em
         "${{ ENV.FLOWLINE_TEST_DEFAULTED }}; ${{ ENV.FLOWLINE_TEST_DEFAULTED:-default }} gives it a default)");
 }
 
-TEST_CASE("relative path parameters are relative to the flow file's folder, whatever the current directory", "[config][paths]") {
+TEST_CASE("relative path parameters are relative to the flow file's folder, whatever the current directory",
+          "[config][paths]") {
   const auto dir = testing::scratch_dir("config relative paths");
-  const std::string yaml = "executors:\n  - name: w\n    uses: JsonlWriter\n    with: {path: ../out/w.jsonl}\n"
-                           "  - name: t\n    uses: TsvWriter\n    with: {path: /abs/t.tsv, columns: [text]}\n";
+  const std::string yaml =
+      "executors:\n  - name: w\n    uses: JsonlWriter\n    with: {path: ../out/w.jsonl}\n"
+      "  - name: t\n    uses: TsvWriter\n    with: {path: /abs/t.tsv, columns: [text]}\n";
   std::filesystem::create_directories(dir / "flows");
   testing::write_text(dir / "flows" / "flow.yml", yaml);
   const auto here = std::filesystem::current_path();
@@ -265,10 +284,12 @@ TEST_CASE("the flow schema lists every key the parser reads, with its type", "[c
     const bool needs_assign = key.value != SchemaValue::Map && key.value != SchemaValue::Special;
     CHECK((key.assign != nullptr) == needs_assign);
   }
-  FlowConfig config = parse_flow_config("with: {request_size: 3, max_in_flight: 5, queue_capacity: 2}\n"
-                                        "executors:\n  - name: a\n    uses: NoOp\n    replicas: 3\n"
-                                        "    devices: cpu\n    needs: []\n"
-                                        "    batching: {max_batch_size: 10, max_delay_ms: 1.5}\n", "flow.yml");
+  FlowConfig config = parse_flow_config(
+      "with: {request_size: 3, max_in_flight: 5, queue_capacity: 2}\n"
+      "executors:\n  - name: a\n    uses: NoOp\n    replicas: 3\n"
+      "    devices: cpu\n    needs: []\n"
+      "    batching: {max_batch_size: 10, max_delay_ms: 1.5}\n",
+      "flow.yml");
   CHECK(config.options.request_size == 3);
   CHECK(config.options.max_in_flight == 5);
   CHECK(config.options.queue_capacity == 2);

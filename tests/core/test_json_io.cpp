@@ -56,8 +56,9 @@ TEST_CASE("half and bfloat16 tensors round trip exactly through JSON", "[io]") {
 TEST_CASE("a bad document field is named in the error", "[io]") {
   CHECK_THROWS_WITH(document_from_json(std::string_view(R"({"txt": "x"})")),
                     "unknown field 'txt' (did you mean 'text'?)");
-  CHECK_THROWS_WITH(document_from_json(std::string_view(R"({"embedding": {"dtype": "float32", "shape": [3], "data": [1, 2]}})")),
-                    "field 'embedding.data': shape 3 needs 3 values, got 2");
+  CHECK_THROWS_WITH(
+      document_from_json(std::string_view(R"({"embedding": {"dtype": "float32", "shape": [3], "data": [1, 2]}})")),
+      "field 'embedding.data': shape 3 needs 3 values, got 2");
   CHECK_THROWS_WITH(document_from_json(std::string_view(R"({"tags": [1]})")), "field 'tags': expected a JSON object");
 }
 

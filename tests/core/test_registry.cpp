@@ -7,7 +7,8 @@ namespace {
 class Echo : public Executor {
  public:
   static ExecutorSpec spec() {
-    return ExecutorSpec{"Echo", "test executor",
+    return ExecutorSpec{"Echo",
+                        "test executor",
                         {ParamSpec::required_param("size", ParamType::Int, "a size"),
                          ParamSpec::optional("label", ParamType::String, "x", "a label")},
                         {"/echo"}};
@@ -23,7 +24,8 @@ class Echo : public Executor {
 TEST_CASE("registry rejects a duplicate name with an error instead of exiting", "[registry]") {
   Registry registry;
   registry.add<Echo>();
-  CHECK_THROWS_WITH(registry.add<Echo>(), "executor type 'Echo' is registered twice (first by program, again by program)");
+  CHECK_THROWS_WITH(registry.add<Echo>(),
+                    "executor type 'Echo' is registered twice (first by program, again by program)");
   CHECK(registry.size() == 1);
 }
 

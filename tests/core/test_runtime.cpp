@@ -80,8 +80,8 @@ TEST_CASE("a fan-out joins where an executor needs both branches", "[runtime][gr
 
 TEST_CASE("executors nobody reads all feed the sink, which joins them", "[runtime][graph]") {
   using Needs = std::optional<std::vector<std::string>>;
-  const FlowGraph g = build_flow_graph(config_of({{"a", Needs{std::vector<std::string>{}}},
-                                                  {"b", Needs{std::vector<std::string>{}}}}));
+  const FlowGraph g =
+      build_flow_graph(config_of({{"a", Needs{std::vector<std::string>{}}}, {"b", Needs{std::vector<std::string>{}}}}));
   CHECK(g.entries == std::vector<Edge>{Edge{0, 0}, Edge{1, 0}});
   CHECK(g.nodes[0].outputs == std::vector<Edge>{Edge{Edge::kSink, 0}});
   CHECK(g.nodes[1].outputs == std::vector<Edge>{Edge{Edge::kSink, 1}});
@@ -254,8 +254,8 @@ TEST_CASE("a replica worker isolates a failing request in a merged batch and for
   ObserverList observers;
   ReplicaPlacement placement{"check", "Scripted", 0, c10::Device(c10::kCPU)};
   std::vector<RequestPtr> forwarded;
-  ReplicaWorker worker(replica, Batcher(queue, {}), [&](RequestPtr r) { forwarded.push_back(std::move(r)); },
-                       observers, placement, 0);
+  ReplicaWorker worker(
+      replica, Batcher(queue, {}), [&](RequestPtr r) { forwarded.push_back(std::move(r)); }, observers, placement, 0);
   std::vector<RequestPtr> batch;
   batch.push_back(text_request(&session, 0, {"ok"}));
   batch.push_back(text_request(&session, 1, {"bad"}));

@@ -4,9 +4,11 @@
 using namespace flowline;
 
 TEST_CASE("the corpus splits into 6001 paragraphs, 881 of them in Alice", "[text]") {
-  const std::map<std::string, std::size_t> expected = {
-      {"alice-in-wonderland.txt", 881}, {"northanger-abbey.txt", 1120}, {"persuasion.txt", 1098},
-      {"the-lost-world.txt", 1300},     {"the-valley-of-fear.txt", 1602}};
+  const std::map<std::string, std::size_t> expected = {{"alice-in-wonderland.txt", 881},
+                                                       {"northanger-abbey.txt", 1120},
+                                                       {"persuasion.txt", 1098},
+                                                       {"the-lost-world.txt", 1300},
+                                                       {"the-valley-of-fear.txt", 1602}};
   std::size_t total = 0;
   for (const auto& [name, count] : expected) {
     const std::string text = read_file(testing::corpus_file(name));
@@ -33,6 +35,6 @@ TEST_CASE("sentences end at terminators but not at abbreviations or initials", "
   const auto spans = split_sentences(text);
   std::vector<std::string> sentences;
   for (const auto& s : spans) sentences.push_back(text.substr(s.byte_begin, s.byte_end - s.byte_begin));
-  CHECK(sentences == std::vector<std::string>{"Mr. Holmes met J. Watson.", "“Is it so?” he asked!", "Yes…",
-                                              "It was.", "New para"});
+  CHECK(sentences ==
+        std::vector<std::string>{"Mr. Holmes met J. Watson.", "“Is it so?” he asked!", "Yes…", "It was.", "New para"});
 }

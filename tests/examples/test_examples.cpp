@@ -20,9 +20,9 @@ TEST_CASE("the callback example receives every response in order", "[examples]")
 
 TEST_CASE("the YAML example runs the paragraphs flow over Alice", "[examples]") {
   const auto dir = testing::scratch_dir("example yaml");
-  const auto r = testing::run_process(fmt::format("FLOWLINE_OUT_DIR='{}' '{}/examples/load_yaml_flow' '{}/flows/paragraphs.yml' '{}'",
-                                                  dir.string(), FLOWLINE_BINARY_DIR, FLOWLINE_SOURCE_DIR,
-                                                  testing::corpus_file("alice-in-wonderland.txt").string()));
+  const auto r = testing::run_process(
+      fmt::format("FLOWLINE_OUT_DIR='{}' '{}/examples/load_yaml_flow' '{}/flows/paragraphs.yml' '{}'", dir.string(),
+                  FLOWLINE_BINARY_DIR, FLOWLINE_SOURCE_DIR, testing::corpus_file("alice-in-wonderland.txt").string()));
   CHECK(r.exit_code == 0);
   CHECK_THAT(r.out, testing::starts_with("881 documents out of 1 request(s) in "));
 }
@@ -41,7 +41,8 @@ TEST_CASE("the DAG example merges both branches' tags", "[examples]") {
 }
 
 TEST_CASE("the 10,000-sentence example encodes with a progress bar", "[examples][encoder]") {
-  const auto r = run_example("encode_10k", fmt::format("--device cpu --count 200 --model '{}/tests/data/tiny-bert'", FLOWLINE_SOURCE_DIR));
+  const auto r = run_example(
+      "encode_10k", fmt::format("--device cpu --count 200 --model '{}/tests/data/tiny-bert'", FLOWLINE_SOURCE_DIR));
   CHECK(r.exit_code == 0);
   CHECK_THAT(r.err, testing::contains("7 steps done in "));
   CHECK_THAT(r.err, testing::contains("embeddings of 32 dimensions"));

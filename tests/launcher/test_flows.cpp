@@ -57,7 +57,8 @@ TEST_CASE("every shipped flow validates from the repository root with no FLOWLIN
   CHECK(flows >= 4);
 }
 
-TEST_CASE("flows/paragraphs.yml runs from the repository root, its output folder overridden by ENV", "[launcher][flows]") {
+TEST_CASE("flows/paragraphs.yml runs from the repository root, its output folder overridden by ENV",
+          "[launcher][flows]") {
   const auto dir = testing::scratch_dir("shipped paragraphs");
   const auto r = launch_in(FLOWLINE_SOURCE_DIR,
                            fmt::format("run flows/paragraphs.yml --input '{}' --input-format text",
@@ -68,7 +69,8 @@ TEST_CASE("flows/paragraphs.yml runs from the repository root, its output folder
   CHECK(read_jsonl(dir / "paragraphs.jsonl").size() == 881);
 }
 
-TEST_CASE("a flow's relative output path is relative to the flow file, not to the current directory", "[launcher][flows]") {
+TEST_CASE("a flow's relative output path is relative to the flow file, not to the current directory",
+          "[launcher][flows]") {
   const auto dir = testing::scratch_dir("shipped paragraphs elsewhere");
   std::filesystem::create_directories(dir / "flows");
   std::filesystem::create_directories(dir / "cwd");
@@ -82,7 +84,8 @@ TEST_CASE("a flow's relative output path is relative to the flow file, not to th
   CHECK_FALSE(std::filesystem::exists(dir / "cwd" / "out"));
 }
 
-TEST_CASE("flows/encode.yml finds models/ and runs from the repository root with no variables set", "[launcher][flows]") {
+TEST_CASE("flows/encode.yml finds models/ and runs from the repository root with no variables set",
+          "[launcher][flows]") {
   const std::filesystem::path root(FLOWLINE_SOURCE_DIR);
   if (!std::filesystem::exists(root / "models" / "all-MiniLM-L6-v2" / "config.json")) {
     FLOWLINE_SKIP("models/all-MiniLM-L6-v2 is not there (scripts/setup.sh puts it there)");
@@ -119,10 +122,11 @@ TEST_CASE("flowline validate rejects a choice or a bound with the allowed values
                       "    with: {path: t.tsv, columns: [text], rows: lines}\n");
   const auto r = launch_in(dir, "validate flow.yml");
   CHECK(r.exit_code == 2);
-  CHECK(r.err == "flow.yml:5:7: executor 'split': parameter 'unit': expected one of paragraph, sentence, got 'word'\n"
-                 "flow.yml:10:7: executor 'torch': parameter 'dtype': expected one of fp32, fp16, bf16, float32, "
-                 "float16, bfloat16, got 'fp64'\n"
-                 "flow.yml:11:7: executor 'torch': parameter 'batch_size': expected an integer ≥ 1, got 0\n"
-                 "flow.yml:14:42: executor 'tsv': parameter 'rows': expected one of documents, chunks, got 'lines'\n"
-                 "4 errors in the flow configuration\n");
+  CHECK(r.err ==
+        "flow.yml:5:7: executor 'split': parameter 'unit': expected one of paragraph, sentence, got 'word'\n"
+        "flow.yml:10:7: executor 'torch': parameter 'dtype': expected one of fp32, fp16, bf16, float32, "
+        "float16, bfloat16, got 'fp64'\n"
+        "flow.yml:11:7: executor 'torch': parameter 'batch_size': expected an integer ≥ 1, got 0\n"
+        "flow.yml:14:42: executor 'tsv': parameter 'rows': expected one of documents, chunks, got 'lines'\n"
+        "4 errors in the flow configuration\n");
 }

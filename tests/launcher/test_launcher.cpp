@@ -46,7 +46,8 @@ TEST_CASE("flowline run reads lines and JSONL and respects the request size", "[
   const DocumentArray out = read_jsonl(dir / "out.jsonl");
   REQUIRE(out.size() == 2);
   CHECK(out[0].tags.at("words").as_int64() == 2);
-  r = launch(fmt::format("run '{0}/flow.yml' -i '{0}/out.jsonl' --input-format jsonl -o '{0}/again.jsonl'", dir.string()));
+  r = launch(
+      fmt::format("run '{0}/flow.yml' -i '{0}/out.jsonl' --input-format jsonl -o '{0}/again.jsonl'", dir.string()));
   REQUIRE(r.exit_code == 0);
   CHECK(read_jsonl(dir / "again.jsonl")[1].id == out[1].id);
 }
@@ -58,7 +59,8 @@ TEST_CASE("flowline exits with 2 and file:line:column for a bad flow file", "[la
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, testing::starts_with(
                         fmt::format("{}/flow.yml:3:11: executor 's': unknown executor type 'TextSpliter' (did you mean "
-                                    "'TextSplitter'?)", dir.string())));
+                                    "'TextSplitter'?)",
+                                    dir.string())));
   CHECK_THAT(r.err, testing::ends_with("1 error in the flow configuration\n"));
   const auto run = launch(fmt::format("run '{0}/flow.yml' -i '{0}/flow.yml'", dir.string()));
   CHECK(run.exit_code == 2);
@@ -72,15 +74,18 @@ TEST_CASE("flowline exits with 2 for bad usage and a missing input file", "[laun
   testing::write_text(dir / "flow.yml", "executors:\n  - {name: n, uses: NoOp}\n");
   const auto r = launch(fmt::format("run '{0}/flow.yml' -i '{0}/missing.txt'", dir.string()));
   CHECK(r.exit_code == 2);
-  CHECK(r.err == fmt::format("error: input: {}/missing.txt: cannot open file: No such file or directory\n", dir.string()));
+  CHECK(r.err ==
+        fmt::format("error: input: {}/missing.txt: cannot open file: No such file or directory\n", dir.string()));
   CHECK(launch("run '" + (dir / "flow.yml").string() + "' -i x --input-format csv").exit_code == 2);
 }
 
 TEST_CASE("flowline exits with 1 when requests fail and reports each failure", "[launcher]") {
   const auto dir = testing::scratch_dir("launcher failures");
-  testing::write_text(dir / "flow.yml", kTestingPlugin + "executors:\n  - {name: check, uses: FailIf, with: {contains: BAD}}\n");
+  testing::write_text(dir / "flow.yml",
+                      kTestingPlugin + "executors:\n  - {name: check, uses: FailIf, with: {contains: BAD}}\n");
   testing::write_text(dir / "in.txt", "fine\nBAD line\nfine too\n");
-  const auto r = launch(fmt::format("run '{0}/flow.yml' -i '{0}/in.txt' --request-size 1 -o '{0}/out.jsonl'", dir.string()));
+  const auto r =
+      launch(fmt::format("run '{0}/flow.yml' -i '{0}/in.txt' --request-size 1 -o '{0}/out.jsonl'", dir.string()));
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, testing::contains("request 1 (1 documents) failed in executor 'check': document "));
   CHECK(read_jsonl(dir / "out.jsonl").size() == 2);
@@ -116,22 +121,24 @@ TEST_CASE("the production flowline executors lists the first-party executors and
   CHECK_THAT(r.out, !testing::contains("delay_ms"));
 }
 
-TEST_CASE("flowline validate knows SentenceEncoder from its plugin, and the launcher links no executor library", "[launcher]") {
+TEST_CASE("flowline validate knows SentenceEncoder from its plugin, and the launcher links no executor library",
+          "[launcher]") {
   const auto needed = testing::run_process(fmt::format("readelf -d '{}'", FLOWLINE_LAUNCHER));
   REQUIRE(needed.exit_code == 0);
   CHECK_THAT(needed.out, testing::contains("libflowline.so"));
   CHECK_THAT(needed.out, !testing::contains("libflowline_sentence_encoder"));
   CHECK_THAT(needed.out, !testing::contains("libflowline_torch_module"));
-  const auto r = testing::run_process(fmt::format(
-      "cd '{}' && FLOWLINE_MODEL_DIR=models FLOWLINE_OUT_DIR=/tmp '{}' validate flows/encode.yml", FLOWLINE_SOURCE_DIR,
-      FLOWLINE_LAUNCHER));
+  const auto r = testing::run_process(
+      fmt::format("cd '{}' && FLOWLINE_MODEL_DIR=models FLOWLINE_OUT_DIR=/tmp '{}' validate flows/encode.yml",
+                  FLOWLINE_SOURCE_DIR, FLOWLINE_LAUNCHER));
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, testing::contains("encoder (SentenceEncoder)"));
   // The encoder's spec comes from the plugin: a parameter it does not have is a validation error.
   const auto dir = testing::scratch_dir("launcher validate encoder");
-  testing::write_text(dir / "flow.yml", "executors:\n  - name: enc\n    uses: SentenceEncoder\n"
-                                        "    with: {model: m, delay_ms: 5}\n");
+  testing::write_text(dir / "flow.yml",
+                      "executors:\n  - name: enc\n    uses: SentenceEncoder\n"
+                      "    with: {model: m, delay_ms: 5}\n");
   const auto bad = launch(fmt::format("validate '{}/flow.yml'", dir.string()));
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.err, testing::contains("flow.yml:4:"));
@@ -152,15 +159,17 @@ TEST_CASE("the YAML reference in docs matches what the validator accepts", "[lau
   CHECK(r.out == read_file(std::filesystem::path(FLOWLINE_SOURCE_DIR) / "docs/yaml-reference.md"));
 }
 
-TEST_CASE("flowline run --stats reports every replica's work and says GPU figures are not available", "[launcher][stats]") {
+TEST_CASE("flowline run --stats reports every replica's work and says GPU figures are not available",
+          "[launcher][stats]") {
   const auto dir = testing::scratch_dir("launcher stats");
   testing::write_text(dir / "flow.yml", kTestingPlugin +
-                      "executors:\n  - {name: stats, uses: TextStats, replicas: 2}\n  - {name: check, uses: FailIf, with: {contains: BAD}}\n");
+                                            "executors:\n  - {name: stats, uses: TextStats, replicas: 2}\n  - {name: "
+                                            "check, uses: FailIf, with: {contains: BAD}}\n");
   std::string input;
   for (int i = 0; i < 100; ++i) input += i == 50 ? "BAD line\n" : "a line of words\n";
   testing::write_text(dir / "in.txt", input);
-  const auto r = launch(fmt::format("run '{0}/flow.yml' -i '{0}/in.txt' --request-size 10 --stats --stats-json '{0}/stats.json'",
-                                    dir.string()));
+  const auto r = launch(fmt::format(
+      "run '{0}/flow.yml' -i '{0}/in.txt' --request-size 10 --stats --stats-json '{0}/stats.json'", dir.string()));
   CHECK(r.exit_code == 1);  // one request failed
   CHECK_THAT(r.err, testing::contains("executor       rep device        docs  batches errors"));
   CHECK_THAT(r.err, testing::contains("GPU figures not available (no executor runs on a GPU)"));
@@ -179,24 +188,29 @@ TEST_CASE("flowline run --stats reports every replica's work and says GPU figure
 
 TEST_CASE("flowline run --set overrides an executor parameter and names itself in errors", "[launcher]") {
   const auto dir = testing::scratch_dir("launcher set");
-  testing::write_text(dir / "flow.yml", kTestingPlugin + "executors:\n  - {name: check, uses: FailIf, with: {contains: BAD}}\n"
-                                        "  - {name: split, uses: TextSplitter}\n");
+  testing::write_text(dir / "flow.yml", kTestingPlugin +
+                                            "executors:\n  - {name: check, uses: FailIf, with: {contains: BAD}}\n"
+                                            "  - {name: split, uses: TextSplitter}\n");
   testing::write_text(dir / "in.txt", "a line\nanother line\n");
   auto r = launch(fmt::format("run '{0}/flow.yml' -i '{0}/in.txt' --request-size 1", dir.string()));
   CHECK(r.exit_code == 0);
-  r = launch(fmt::format("run '{0}/flow.yml' -i '{0}/in.txt' --request-size 1 --set check.contains=line", dir.string()));
+  r = launch(
+      fmt::format("run '{0}/flow.yml' -i '{0}/in.txt' --request-size 1 --set check.contains=line", dir.string()));
   CHECK(r.exit_code == 1);  // every request now fails
   CHECK_THAT(r.err, testing::contains("request 1 (1 documents) failed in executor 'check'"));
   r = launch(fmt::format("run '{0}/flow.yml' -i '{0}/in.txt' --set nope.contains=x", dir.string()));
   CHECK(r.exit_code == 2);
-  CHECK_THAT(r.err, testing::starts_with("--set nope.contains=x: the flow has no executor 'nope' (executors: check, split)"));
+  CHECK_THAT(r.err,
+             testing::starts_with("--set nope.contains=x: the flow has no executor 'nope' (executors: check, split)"));
   r = launch(fmt::format("run '{0}/flow.yml' -i '{0}/in.txt' --set check.contains", dir.string()));
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, testing::starts_with("--set check.contains: expected EXECUTOR.PARAMETER=VALUE"));
   r = launch(fmt::format("run '{0}/flow.yml' -i '{0}/in.txt' --set split.min_chars=many", dir.string()));
   CHECK(r.exit_code == 2);
-  CHECK_THAT(r.err, testing::starts_with(
-                        "--set split.min_chars=many: executor 'split': parameter 'min_chars': expected int, got string \"many\""));
+  CHECK_THAT(
+      r.err,
+      testing::starts_with(
+          "--set split.min_chars=many: executor 'split': parameter 'min_chars': expected int, got string \"many\""));
 }
 
 TEST_CASE("flowline profile on the CPU reports time and RAM per batch size and recommends one", "[launcher][profile]") {
@@ -204,9 +218,10 @@ TEST_CASE("flowline profile on the CPU reports time and RAM per batch size and r
   testing::write_text(dir / "flow.yml", fmt::format("executors:\n  - name: encoder\n    uses: SentenceEncoder\n"
                                                     "    with: {{model: '{}/tests/data/tiny-bert'}}\n",
                                                     FLOWLINE_SOURCE_DIR));
-  const auto r = launch(fmt::format("profile '{0}/flow.yml' -i '{1}' --input-format paragraphs --batch-sizes 8,64,128 "
-                                    "--json '{0}/profile.json' --plot '{0}/profile.png'",
-                                    dir.string(), kAlice));
+  const auto r =
+      launch(fmt::format("profile '{0}/flow.yml' -i '{1}' --input-format paragraphs --batch-sizes 8,64,128 "
+                         "--json '{0}/profile.json' --plot '{0}/profile.png'",
+                         dir.string(), kAlice));
   INFO(r.err);
   INFO(r.out);
   REQUIRE(r.exit_code == 0);

@@ -71,8 +71,8 @@ void write_encoder_flow(const std::filesystem::path& dir, int lines) {
 // sends `signal`.
 std::pair<int, std::string> interrupt_run(const std::filesystem::path& dir, const std::string& output, int signal) {
   write_encoder_flow(dir, 300000);
-  const Child child = start(dir, fmt::format("run '{0}/flow.yml' -i '{0}/in.txt' --progress always -o '{0}/{1}'",
-                                             dir.string(), output));
+  const Child child = start(
+      dir, fmt::format("run '{0}/flow.yml' -i '{0}/in.txt' --progress always -o '{0}/{1}'", dir.string(), output));
   const std::filesystem::path watch = child.err;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   std::error_code ec;
@@ -93,13 +93,17 @@ TEST_CASE("flowline run --output picks the writer from the extension", "[launche
   testing::write_text(dir / "flow.yml", "executors:\n  - {name: n, uses: NoOp}\n");
   std::string input;
   for (int i = 0; i < 500; ++i) {
-    input += fmt::format(R"({{"id":"d{}","text":"t {}","embedding":{{"dtype":"float32","shape":[3],"data":[{},0.1,-2.5]}}}})",
-                         i, i, i) + "\n";
+    input += fmt::format(
+                 R"({{"id":"d{}","text":"t {}","embedding":{{"dtype":"float32","shape":[3],"data":[{},0.1,-2.5]}}}})",
+                 i, i, i) +
+             "\n";
   }
   testing::write_text(dir / "in.jsonl", input);
   for (const std::string name : {"out.jsonl", "out.npy", "out.safetensors"}) {
-    const auto r = launch(fmt::format("run '{0}/flow.yml' -i '{0}/in.jsonl' --input-format jsonl --request-size 7 "
-                                      "-o '{0}/{1}'", dir.string(), name));
+    const auto r =
+        launch(fmt::format("run '{0}/flow.yml' -i '{0}/in.jsonl' --input-format jsonl --request-size 7 "
+                           "-o '{0}/{1}'",
+                           dir.string(), name));
     INFO(r.err);
     REQUIRE(r.exit_code == 0);
     CHECK(std::filesystem::exists(dir / name));
@@ -118,11 +122,11 @@ TEST_CASE("flowline run --output picks the writer from the extension", "[launche
   CHECK(npy.size() == 128 + 500 * 3 * 4);
   CHECK(std::filesystem::file_size(dir / "out.safetensors") == 256 + 500 * 3 * 4);
   const std::string python = std::string(FLOWLINE_SOURCE_DIR) + "/.venv/bin/python";
-  const auto r = testing::run_process(fmt::format(
-      "'{0}' -c \"import numpy as np, safetensors.numpy as s; a = np.load('{1}/out.npy'); "
-      "b = s.load_file('{1}/out.safetensors')['embedding']; assert (a == b).all() and a.shape == (500, 3); "
-      "assert a[499, 0] == 499 and a[3, 1] == np.float32(0.1), a[3]\"",
-      python, dir.string()));
+  const auto r = testing::run_process(
+      fmt::format("'{0}' -c \"import numpy as np, safetensors.numpy as s; a = np.load('{1}/out.npy'); "
+                  "b = s.load_file('{1}/out.safetensors')['embedding']; assert (a == b).all() and a.shape == (500, 3); "
+                  "assert a[499, 0] == 499 and a[3, 1] == np.float32(0.1), a[3]\"",
+                  python, dir.string()));
   if (r.err.find("No module named") != std::string::npos) {
     WARN("skipped the python read-back: " << r.err);
   } else {
@@ -139,7 +143,8 @@ TEST_CASE("flowline run --output with an unknown extension or documents without 
   auto r = launch(fmt::format("run '{0}/flow.yml' -i '{0}/in.txt' -o '{0}/out.parquet'", dir.string()));
   CHECK(r.exit_code == 2);
   CHECK(r.err == fmt::format("error: --output: output '{}/out.parquet': unknown extension '.parquet'; known: .jsonl, "
-                             ".npy, .safetensors\n", dir.string()));
+                             ".npy, .safetensors\n",
+                             dir.string()));
   r = launch(fmt::format("run '{0}/flow.yml' -i '{0}/in.txt' --progress never -o '{0}/out.npy'", dir.string()));
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, testing::contains("has no embedding; every document written to a .npy file needs one"));
@@ -153,8 +158,9 @@ TEST_CASE("Ctrl-C during flowline run exits 130 and leaves JSONL with whole line
   INFO(err);
   CHECK(code == 130);
   std::smatch m;
-  REQUIRE(std::regex_search(err, m, std::regex("interrupted by SIGINT: stopped reading input after (\\d+) documents; "
-                                               "wrote (\\d+) documents \\(.* MB\\) to '.*out.jsonl', whole lines only")));
+  REQUIRE(std::regex_search(err, m,
+                            std::regex("interrupted by SIGINT: stopped reading input after (\\d+) documents; "
+                                       "wrote (\\d+) documents \\(.* MB\\) to '.*out.jsonl', whole lines only")));
   const std::string text = testing::read_text(dir / "out.jsonl");
   REQUIRE(!text.empty());
   CHECK(text.back() == '\n');

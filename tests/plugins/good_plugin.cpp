@@ -8,7 +8,8 @@ namespace {
 class Upper : public flowline::Executor {
  public:
   static flowline::ExecutorSpec spec() {
-    return {"Upper", "Upper-case ASCII letters (test plugin)",
+    return {"Upper",
+            "Upper-case ASCII letters (test plugin)",
             {flowline::ParamSpec::optional("suffix", flowline::ParamType::String, "", "appended to each text")},
             {"/upper"}};
   }

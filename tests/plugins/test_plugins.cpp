@@ -32,8 +32,9 @@ TEST_CASE("a file that is not a shared library is an error naming it", "[plugin]
   const auto dir = testing::scratch_dir("plugin not a library");
   testing::write_text(dir / "libfake.so", "not an ELF file");
   Registry registry;
-  CHECK_THROWS_WITH(load_plugin(dir / "libfake.so", registry),
-                    testing::starts_with("plugin '" + (dir / "libfake.so").string() + "': cannot load it as a shared library: "));
+  CHECK_THROWS_WITH(
+      load_plugin(dir / "libfake.so", registry),
+      testing::starts_with("plugin '" + (dir / "libfake.so").string() + "': cannot load it as a shared library: "));
 }
 
 TEST_CASE("a library without the entry point is an error naming the macro", "[plugin]") {
@@ -86,7 +87,8 @@ TEST_CASE("a flow file loads plugins by path and by name from FLOWLINE_PLUGIN_PA
   ::unsetenv(kPluginPathVariable);
   Registry fresh;
   try {
-    load_flow_config_text("plugins: [libmissing.so]\nexecutors:\n  - {name: up, uses: Upper}\n", dir / "flow.yml", fresh);
+    load_flow_config_text("plugins: [libmissing.so]\nexecutors:\n  - {name: up, uses: Upper}\n", dir / "flow.yml",
+                          fresh);
     FAIL("expected a config error");
   } catch (const ConfigError& e) {
     REQUIRE(e.diagnostics().size() == 2);

@@ -65,7 +65,10 @@ std::filesystem::path tiny_variant(const std::string& name, const std::string& p
   std::string modules =
       "[{\"idx\": 0, \"name\": \"0\", \"path\": \"\", \"type\": \"sentence_transformers.models.Transformer\"},"
       " {\"idx\": 1, \"name\": \"1\", \"path\": \"1_Pooling\", \"type\": \"sentence_transformers.models.Pooling\"}";
-  if (normalize) modules += ", {\"idx\": 2, \"name\": \"2\", \"path\": \"2_Normalize\", \"type\": \"sentence_transformers.models.Normalize\"}";
+  if (normalize)
+    modules +=
+        ", {\"idx\": 2, \"name\": \"2\", \"path\": \"2_Normalize\", \"type\": "
+        "\"sentence_transformers.models.Normalize\"}";
   testing::write_text(dir / "modules.json", modules + "]");
   return dir;
 }
@@ -74,8 +77,8 @@ std::filesystem::path tiny_variant(const std::string& name, const std::string& p
 TEST_CASE("tiny BERT embeddings equal sentence-transformers for mean, CLS and max pooling", "[encoder]") {
   const auto texts = read_texts(kData / "tiny-bert-goldens/texts.jsonl");
   const SafetensorsFile goldens(kData / "tiny-bert-goldens/embeddings.safetensors");
-  for (const auto& [key, pooling, normalize] : {std::tuple{"mean_normalize", "mean", true}, std::tuple{"cls", "cls", false},
-                                                std::tuple{"max", "max", false}}) {
+  for (const auto& [key, pooling, normalize] :
+       {std::tuple{"mean_normalize", "mean", true}, std::tuple{"cls", "cls", false}, std::tuple{"max", "max", false}}) {
     INFO(key);
     const at::Tensor expected = goldens.get(key);
     const at::Tensor got = encode_with_flow(tiny_variant(key, pooling, normalize), texts);
@@ -110,8 +113,9 @@ TEST_CASE("the encoder keeps input order whatever the batch size and token budge
 TEST_CASE("a file that is not safetensors is rejected with a clear error", "[encoder][safetensors]") {
   const auto dir = testing::scratch_dir("bad safetensors");
   testing::write_text(dir / "short.safetensors", "abc");
-  CHECK_THROWS_WITH(SafetensorsFile(dir / "short.safetensors"),
-                    "safetensors file '" + (dir / "short.safetensors").string() + "': too short (3 bytes) to hold a header");
+  CHECK_THROWS_WITH(
+      SafetensorsFile(dir / "short.safetensors"),
+      "safetensors file '" + (dir / "short.safetensors").string() + "': too short (3 bytes) to hold a header");
   testing::write_text(dir / "text.safetensors", "this is just a text file, not weights");
   CHECK_THROWS_WITH(SafetensorsFile(dir / "text.safetensors"), testing::contains("does not fit the file"));
   std::string header = R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 8]}})";
@@ -144,16 +148,23 @@ TEST_CASE("unsupported model configs are rejected naming the file and key", "[en
   testing::write_text(dir / "1_Pooling/config.json", "{\"pooling_mode\": \"weightedmean\"}");
   config["model_type"] = "bert";
   testing::write_text(dir / "config.json", boost::json::serialize(config));
-  CHECK_THROWS_WITH(SentenceModelConfig::from_folder(dir), testing::contains("pooling_mode 'weightedmean' is not supported"));
+  CHECK_THROWS_WITH(SentenceModelConfig::from_folder(dir),
+                    testing::contains("pooling_mode 'weightedmean' is not supported"));
 }
 
 TEST_CASE("every flow shipped in flows/ is valid", "[config][encoder]") {
   const std::map<std::string, std::string> env = {
       {"FLOWLINE_OUT_DIR", testing::scratch_dir("shipped flows").string()},
       {"FLOWLINE_MODEL_DIR", (std::filesystem::path(FLOWLINE_SOURCE_DIR) / "models").string()},
-      {"FLOWLINE_MODEL", (kData / "tiny-bert").string()}, {"FLOWLINE_DEVICE", "cpu"}, {"FLOWLINE_DTYPE", "fp32"},
-      {"FLOWLINE_BATCH_SIZE", "8"}, {"FLOWLINE_MAX_BATCH_TOKENS", "0"}, {"FLOWLINE_REQUEST_SIZE", "8"},
-      {"FLOWLINE_REPLICAS", "1"}, {"FLOWLINE_DELAY_MS", "0"}, {"FLOWLINE_DELAY_REPLICA", "-1"}};
+      {"FLOWLINE_MODEL", (kData / "tiny-bert").string()},
+      {"FLOWLINE_DEVICE", "cpu"},
+      {"FLOWLINE_DTYPE", "fp32"},
+      {"FLOWLINE_BATCH_SIZE", "8"},
+      {"FLOWLINE_MAX_BATCH_TOKENS", "0"},
+      {"FLOWLINE_REQUEST_SIZE", "8"},
+      {"FLOWLINE_REPLICAS", "1"},
+      {"FLOWLINE_DELAY_MS", "0"},
+      {"FLOWLINE_DELAY_REPLICA", "-1"}};
   for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
   int checked = 0;
   for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::path(FLOWLINE_SOURCE_DIR) / "flows")) {
@@ -173,7 +184,9 @@ TEST_CASE("every flow shipped in flows/ is valid", "[config][encoder]") {
 
 TEST_CASE("a bad encoder parameter fails the flow's start naming the parameter", "[encoder]") {
   Flow flow(FlowOptions{}, encoder_registry());
-  flow.add({.name = "enc", .uses = "SentenceEncoder", .with = {{"model", (kData / "tiny-bert").string()}, {"dtype", "fp8"}}});
+  flow.add({.name = "enc",
+            .uses = "SentenceEncoder",
+            .with = {{"model", (kData / "tiny-bert").string()}, {"dtype", "fp8"}}});
   CHECK_THROWS_WITH(flow.start(), testing::contains("parameter 'dtype': expected one of fp32, fp16, bf16, float32, "
                                                     "float16, bfloat16, got 'fp8'"));
 }
@@ -187,7 +200,9 @@ TEST_CASE("the encoder reports its tokens and largest forward pass in the flow's
     tokens += tokenizer.encode(texts.back(), 512).size();
   }
   Flow flow(FlowOptions{.request_size = 10}, encoder_registry());
-  flow.add({.name = "encoder", .uses = "SentenceEncoder", .with = {{"model", (kData / "tiny-bert").string()}, {"batch_size", 4}}});
+  flow.add({.name = "encoder",
+            .uses = "SentenceEncoder",
+            .with = {{"model", (kData / "tiny-bert").string()}, {"batch_size", 4}}});
   DocumentArray docs;
   for (const auto& t : texts) docs.push_back(Document(t));
   flow.post("/encode", std::move(docs));
@@ -198,14 +213,19 @@ TEST_CASE("the encoder reports its tokens and largest forward pass in the flow's
   CHECK(metrics.at("max_forward_tokens") > 0);
 }
 
-TEST_CASE("batch sizes 'auto' keep the defaults on the CPU, and a size that is neither is a config error", "[encoder]") {
+TEST_CASE("batch sizes 'auto' keep the defaults on the CPU, and a size that is neither is a config error",
+          "[encoder]") {
   const auto texts = std::vector<std::string>{"one", "two words", "three little words"};
   const at::Tensor fixed = encode_with_flow(kData / "tiny-bert", texts);
-  const at::Tensor automatic = encode_with_flow(kData / "tiny-bert", texts, {{"batch_size", "auto"}, {"max_batch_tokens", "auto"}});
+  const at::Tensor automatic =
+      encode_with_flow(kData / "tiny-bert", texts, {{"batch_size", "auto"}, {"max_batch_tokens", "auto"}});
   CHECK(at::allclose(fixed, automatic));
-  const std::string yaml = "executors:\n  - name: enc\n    uses: SentenceEncoder\n    with:\n      model: m\n      batch_size: many\n";
-  CHECK_THROWS_WITH(load_flow_config_text(yaml, "flow.yml", encoder_registry()),
-                    testing::contains("flow.yml:6:7: executor 'enc': parameter 'batch_size': expected int or auto, got string \"many\""));
+  const std::string yaml =
+      "executors:\n  - name: enc\n    uses: SentenceEncoder\n    with:\n      model: m\n      batch_size: many\n";
+  CHECK_THROWS_WITH(
+      load_flow_config_text(yaml, "flow.yml", encoder_registry()),
+      testing::contains(
+          "flow.yml:6:7: executor 'enc': parameter 'batch_size': expected int or auto, got string \"many\""));
 }
 
 TEST_CASE("on the GPU batch_size auto calibrates against free memory and NVML agrees with the accounting",
@@ -213,7 +233,8 @@ TEST_CASE("on the GPU batch_size auto calibrates against free memory and NVML ag
   if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
   const auto texts = read_texts(kData / "goldens/embedding_texts.jsonl");
   Flow flow(FlowOptions{.request_size = 512}, encoder_registry());
-  flow.add({.name = "encoder", .uses = "SentenceEncoder",
+  flow.add({.name = "encoder",
+            .uses = "SentenceEncoder",
             .with = {{"model", kModel.string()}, {"dtype", "fp16"}, {"batch_size", "auto"}, {"memory_fraction", 0.5}},
             .device = "cuda"});
   DocumentArray docs;
@@ -222,14 +243,16 @@ TEST_CASE("on the GPU batch_size auto calibrates against free memory and NVML ag
   REQUIRE(out.size() == texts.size());
   const FlowStats stats = flow.stats();
   const auto& metrics = stats.replicas.at(0).metrics;
-  WARN("auto: batch_size " << metrics.at("batch_size") << ", " << metrics.at("calibrated_bytes_per_token") << " bytes per token");
+  WARN("auto: batch_size " << metrics.at("batch_size") << ", " << metrics.at("calibrated_bytes_per_token")
+                           << " bytes per token");
   CHECK(metrics.at("batch_size") > 64);
   CHECK(metrics.at("calibrated_bytes_per_token") > 1000);
   CHECK(metrics.at("calibrated_bytes_per_token") < 100000);
   REQUIRE(stats.devices.size() == 1);
   const DeviceStats& d = stats.devices[0];
   REQUIRE(d.has_nvml);
-  const double accounted = static_cast<double>(d.accounted_peak_bytes()), nvml = static_cast<double>(d.nvml_peak_used_bytes);
+  const double accounted = static_cast<double>(d.accounted_peak_bytes()),
+               nvml = static_cast<double>(d.nvml_peak_used_bytes);
   WARN("NVML peak " << nvml / (1 << 20) << " MiB, accounted " << accounted / (1 << 20) << " MiB, outside the allocator "
                     << d.outside_allocator_bytes() / (1 << 20) << " MiB");
   // NVML counts every process on the GPU (ctest runs other GPU tests beside this one), so agreement within
@@ -264,7 +287,8 @@ TEST_CASE("on the GPU an out-of-memory batch is split and every document comes b
   std::string text;
   for (int i = 0; i < 300; ++i) text += "word ";
   Flow flow(FlowOptions{.request_size = 2048}, encoder_registry());
-  flow.add({.name = "encoder", .uses = "SentenceEncoder",
+  flow.add({.name = "encoder",
+            .uses = "SentenceEncoder",
             .with = {{"model", kModel.string()}, {"dtype", "fp16"}, {"batch_size", 2048}, {"warmup", false}},
             .device = "cuda"});
   DocumentArray docs;
@@ -302,7 +326,8 @@ TEST_CASE("CUDA graphs refuse an encoder without flash attention, naming what th
 TEST_CASE("on the CPU cuda_graphs and keep_on_device change nothing", "[encoder]") {
   const auto model = tiny_variant("cpu knobs", "mean", true);
   std::vector<std::string> texts;
-  for (int i = 0; i < 40; ++i) texts.push_back(std::string(static_cast<std::size_t>(i % 9 + 1), 'a') + " words " + std::to_string(i));
+  for (int i = 0; i < 40; ++i)
+    texts.push_back(std::string(static_cast<std::size_t>(i % 9 + 1), 'a') + " words " + std::to_string(i));
   const at::Tensor reference = encode_with_flow(model, texts, {{"cuda_graphs", false}});
   const at::Tensor got = encode_with_flow(model, texts, {{"cuda_graphs", true}, {"keep_on_device", true}});
   CHECK(got.device().is_cpu());
@@ -312,10 +337,12 @@ TEST_CASE("on the CPU cuda_graphs and keep_on_device change nothing", "[encoder]
 TEST_CASE("tokenizing a request on several threads gives the embeddings of one thread", "[encoder]") {
   const auto model = tiny_variant("tokenizer threads", "mean", true);
   std::vector<std::string> texts;
-  for (int i = 0; i < 1100; ++i) texts.push_back(fmt::format("text {} has {} words", i, std::string(static_cast<std::size_t>(i % 13 + 1), 'w')));
+  for (int i = 0; i < 1100; ++i)
+    texts.push_back(fmt::format("text {} has {} words", i, std::string(static_cast<std::size_t>(i % 13 + 1), 'w')));
   auto encode = [&](int threads) {
     Flow flow(FlowOptions{.request_size = 1100}, encoder_registry());
-    flow.add({.name = "encoder", .uses = "SentenceEncoder",
+    flow.add({.name = "encoder",
+              .uses = "SentenceEncoder",
               .with = {{"model", model.string()}, {"batch_size", 128}, {"tokenizer_threads", threads}}});
     DocumentArray docs;
     for (const auto& t : texts) docs.push_back(Document(t));
@@ -327,7 +354,8 @@ TEST_CASE("tokenizing a request on several threads gives the embeddings of one t
   CHECK(at::equal(encode(4), one));  // 1,100 texts: four chunks, tokenized in parallel and joined in order
 }
 
-TEST_CASE("on the GPU CUDA graphs give the eager passes' embeddings and count their passes", "[encoder][model][gpu][graphs]") {
+TEST_CASE("on the GPU CUDA graphs give the eager passes' embeddings and count their passes",
+          "[encoder][model][gpu][graphs]") {
   if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
   const auto texts = read_texts(kData / "goldens/embedding_texts.jsonl");
   const auto tokenizer = WordPieceTokenizer::from_model_folder(kModel);
@@ -338,9 +366,12 @@ TEST_CASE("on the GPU CUDA graphs give the eager passes' embeddings and count th
         encode_with_flow(kModel, texts, {{"dtype", dtype}, {"batch_size", 64}, {"cuda_graphs", false}}, "cuda");
     Flow flow(FlowOptions{.request_size = 200}, encoder_registry());
     // Two replicas, each with its own graphs for passes of up to 2,048 tokens, sharing the weights.
-    flow.add({.name = "encoder", .uses = "SentenceEncoder",
-              .with = {{"model", kModel.string()}, {"dtype", dtype}, {"batch_size", 64}, {"cuda_graph_max_tokens", 2048}},
-              .replicas = 2, .device = "cuda"});
+    flow.add(
+        {.name = "encoder",
+         .uses = "SentenceEncoder",
+         .with = {{"model", kModel.string()}, {"dtype", dtype}, {"batch_size", 64}, {"cuda_graph_max_tokens", 2048}},
+         .replicas = 2,
+         .device = "cuda"});
     DocumentArray docs;
     for (const auto& t : texts) docs.push_back(Document(t));
     const at::Tensor graphed = flow.post("/encode", std::move(docs)).embeddings();

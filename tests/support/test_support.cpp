@@ -40,7 +40,8 @@ ProcessResult run_process(const std::string& command) {
   std::filesystem::create_directories(dir);
   const auto out = dir / fmt::format("{}-{}.out", ::getpid(), counter);
   const auto err = dir / fmt::format("{}-{}.err", ::getpid(), counter++);
-  const int status = std::system(fmt::format("{} >'{}' 2>'{}' </dev/null", command, out.string(), err.string()).c_str());
+  const int status =
+      std::system(fmt::format("{} >'{}' 2>'{}' </dev/null", command, out.string(), err.string()).c_str());
   ProcessResult result;
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   result.out = read_text(out);

@@ -66,7 +66,8 @@ TEST_CASE("TorchModule calls another method and writes the tensor field when ask
     d.embedding = x[i].clone();
     docs.push_back(std::move(d));
   }
-  const DocumentArray out = run_module({{"method", "scale"}, {"input", "embedding"}, {"output", "tensor"}}, std::move(docs));
+  const DocumentArray out =
+      run_module({{"method", "scale"}, {"input", "embedding"}, {"output", "tensor"}}, std::move(docs));
   for (int64_t i = 0; i < 5; ++i) CHECK(at::allclose(out[static_cast<std::size_t>(i)].tensor, 2 * x[i]));
 }
 
@@ -74,20 +75,23 @@ TEST_CASE("TorchModule names the document whose input is missing or has another 
   DocumentArray docs = tensor_docs(at::randn({3, 4}));
   docs[2].tensor = at::randn({5});
   const std::string odd = docs[2].id;
-  CHECK_THROWS_WITH(run_module({}, std::move(docs)), testing::contains("document " + odd + ": tensor shape 5 differs from the batch's first, 4"));
+  CHECK_THROWS_WITH(run_module({}, std::move(docs)),
+                    testing::contains("document " + odd + ": tensor shape 5 differs from the batch's first, 4"));
   DocumentArray missing = tensor_docs(at::randn({2, 4}));
   missing[1].tensor = at::Tensor();
   const std::string id = missing[1].id;
   CHECK_THROWS_WITH(run_module({}, std::move(missing)), testing::contains("document " + id + " has no tensor"));
 }
 
-TEST_CASE("TorchModule rejects a missing file, a file that is not TorchScript and an unknown method", "[torch_module]") {
+TEST_CASE("TorchModule rejects a missing file, a file that is not TorchScript and an unknown method",
+          "[torch_module]") {
   auto start = [](boost::json::object with) {
     Flow flow(FlowOptions{}, module_registry());
     flow.add({.name = "model", .uses = "TorchModule", .with = std::move(with)});
     flow.start();
   };
-  CHECK_THROWS_WITH(start({{"path", "/nonexistent/model.pt"}}), testing::contains("parameter 'path': no file '/nonexistent/model.pt'"));
+  CHECK_THROWS_WITH(start({{"path", "/nonexistent/model.pt"}}),
+                    testing::contains("parameter 'path': no file '/nonexistent/model.pt'"));
   const auto dir = testing::scratch_dir("torch module bad file");
   testing::write_text(dir / "model.pt", "not a zip archive");
   CHECK_THROWS_WITH(start({{"path", (dir / "model.pt").string()}}),

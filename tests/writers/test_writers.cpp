@@ -38,10 +38,10 @@ bool check_with_python(const std::filesystem::path& path, const DocumentArray& d
     std::ofstream ids(dir / "ids.txt");
     for (const auto& d : docs) ids << d.id << "\n";
   }
-  const auto r = testing::run_process(fmt::format(
-      "'{}' '{}/tests/writers/check_embeddings.py' '{}' '{}' {} {} {} '{}' '{}'", kPython, FLOWLINE_SOURCE_DIR,
-      path.string(), (dir / "expected.raw").string(), dtype, expected.size(0), expected.size(1),
-      sidecar_path_for(path).string(), (dir / "ids.txt").string()));
+  const auto r = testing::run_process(
+      fmt::format("'{}' '{}/tests/writers/check_embeddings.py' '{}' '{}' {} {} {} '{}' '{}'", kPython,
+                  FLOWLINE_SOURCE_DIR, path.string(), (dir / "expected.raw").string(), dtype, expected.size(0),
+                  expected.size(1), sidecar_path_for(path).string(), (dir / "ids.txt").string()));
   if (r.exit_code == 77) {
     WARN("skipped the python read-back: " << r.err << " (run scripts/setup.sh)");
     return false;
@@ -142,7 +142,8 @@ TEST_CASE("floats written as JSONL read back to the same float32 bits", "[writer
   CHECK_THAT(testing::read_text(dir / "out.jsonl"), testing::contains("[0,-0.0,1,0.1,1e-45,"));
 }
 
-TEST_CASE(".npy and .safetensors outputs read back with numpy and safetensors equal the embeddings", "[writers][binary]") {
+TEST_CASE(".npy and .safetensors outputs read back with numpy and safetensors equal the embeddings",
+          "[writers][binary]") {
   const auto dir = testing::scratch_dir("writers binary round trip");
   for (const std::string name : {"emb.npy", "emb.safetensors"}) {
     for (const std::string dtype : {"float32", "float16"}) {
@@ -182,7 +183,8 @@ TEST_CASE("a binary output without an embedding or with another dimension names 
   writer->write(other);
   DocumentArray wider = embedded_docs(1, 5);
   CHECK_THROWS_WITH(writer->write(wider), fmt::format("'{}': document '{}' has an embedding of 5 values, the first "
-                                                      "document's has 4", (dir / "out.npy").string(), wider[0].id));
+                                                      "document's has 4",
+                                                      (dir / "out.npy").string(), wider[0].id));
   writer->abandon();
   CHECK(std::filesystem::is_empty(dir));  // nothing under the final names, no .partial left
   CHECK_THROWS_WITH(open_writer(dir / "out.npy", WriterOptions{.dtype = "int8"}),
@@ -192,12 +194,14 @@ TEST_CASE("a binary output without an embedding or with another dimension names 
 TEST_CASE("an unknown output extension or an unwritable path gives a clear error", "[writers]") {
   const auto dir = testing::scratch_dir("writers bad paths");
   CHECK_THROWS_WITH(open_writer(dir / "out.csv"), fmt::format("output '{}': unknown extension '.csv'; known: .jsonl, "
-                                                              ".npy, .safetensors", (dir / "out.csv").string()));
+                                                              ".npy, .safetensors",
+                                                              (dir / "out.csv").string()));
   testing::write_text(dir / "file", "x");
   CHECK_THROWS_WITH(open_writer(dir / "file" / "out.jsonl"),
                     fmt::format("cannot write '{}': Not a directory", (dir / "file" / "out.jsonl").string()));
-  CHECK_THROWS_WITH(open_writer(dir / "file" / "out.safetensors"),
-                    fmt::format("cannot write '{}': Not a directory", (dir / "file" / "out.safetensors.partial").string()));
+  CHECK_THROWS_WITH(
+      open_writer(dir / "file" / "out.safetensors"),
+      fmt::format("cannot write '{}': Not a directory", (dir / "file" / "out.safetensors.partial").string()));
   std::filesystem::create_directories(dir / "folder.jsonl");
   CHECK_THROWS_WITH(open_writer(dir / "folder.jsonl"),
                     fmt::format("cannot write '{}': it is a folder", (dir / "folder.jsonl").string()));
@@ -237,7 +241,11 @@ TEST_CASE("JsonlWriter formats on several threads and reports its time and bytes
   CHECK(metrics.at("format_seconds") > 0);
   CHECK(metrics.count("write_seconds") == 1);
   Flow bad;
-  bad.add({.name = "w", .uses = "JsonlWriter", .with = {{"path", (dir / "x.jsonl").string()}, {"fields", boost::json::array{"txt"}}}});
-  CHECK_THROWS_WITH(bad.start(), testing::contains("parameter 'fields': expected each item one of id, text, blob, tensor, embedding, tags, "
-                                       "mime_type, uri, scores, chunks, matches, parent_id, got 'txt' (did you mean 'text'?)"));
+  bad.add({.name = "w",
+           .uses = "JsonlWriter",
+           .with = {{"path", (dir / "x.jsonl").string()}, {"fields", boost::json::array{"txt"}}}});
+  CHECK_THROWS_WITH(
+      bad.start(),
+      testing::contains("parameter 'fields': expected each item one of id, text, blob, tensor, embedding, tags, "
+                        "mime_type, uri, scores, chunks, matches, parent_id, got 'txt' (did you mean 'text'?)"));
 }

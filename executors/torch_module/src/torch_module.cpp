@@ -83,7 +83,8 @@ class TorchModule : public Executor {
     batch_size_ = params().get<std::size_t>("batch_size");
     keep_on_device_ = params().get<bool>("keep_on_device");
     auto load = [&] { return load_module(path, device_, dtype_); };
-    module_ = params().get<bool>("share_weights") ? shared_per_device<LoadedModule>(path, device_, dtype_, load) : load();
+    module_ =
+        params().get<bool>("share_weights") ? shared_per_device<LoadedModule>(path, device_, dtype_, load) : load();
     if (!module_->module.find_method(method_)) {
       throw Error(fmt::format("parameter 'method': '{}' has no method '{}'", path, method_));
     }

@@ -55,8 +55,10 @@ std::string split_results(MergedBatch& merged, std::vector<RequestPtr>& requests
     auto it = merged.owner.find(doc.id);
     if (it == merged.owner.end()) it = merged.owner.find(doc.parent_id);
     if (it == merged.owner.end()) {
-      return fmt::format("document {} in a merged batch has neither the id nor the parent_id of an input document, "
-                         "so its request is unknown; turn batching off for this executor", doc.id);
+      return fmt::format(
+          "document {} in a merged batch has neither the id nor the parent_id of an input document, "
+          "so its request is unknown; turn batching off for this executor",
+          doc.id);
     }
     requests[it->second]->docs.push_back(std::move(doc));
   }

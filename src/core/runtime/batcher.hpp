@@ -46,8 +46,8 @@ class Batcher {
 // results back.
 struct MergedBatch {
   DocumentArray docs;
-  std::vector<std::size_t> counts;                    // documents each request contributed
-  std::unordered_map<std::string, std::size_t> owner; // input document id -> request position
+  std::vector<std::size_t> counts;                     // documents each request contributed
+  std::unordered_map<std::string, std::size_t> owner;  // input document id -> request position
 };
 
 // Moves the documents of `requests` into one batch (their docs are left empty).

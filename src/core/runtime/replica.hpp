@@ -70,8 +70,12 @@ class ReplicaWorker {
 
   ReplicaWorker(Replica& replica, Batcher batcher, Forward forward, const ObserverList& observers,
                 const ReplicaPlacement& placement, std::size_t index)
-      : replica_(replica), batcher_(std::move(batcher)), forward_(std::move(forward)), observers_(observers),
-        placement_(placement), index_(index) {}
+      : replica_(replica),
+        batcher_(std::move(batcher)),
+        forward_(std::move(forward)),
+        observers_(observers),
+        placement_(placement),
+        index_(index) {}
 
   // Serves batches until the queue is closed and drained.
   void run();

@@ -19,10 +19,10 @@ class PostSession;
 
 // One request travelling through the flow. Owned by whichever queue, replica or join holds it.
 struct Request {
-  std::uint64_t index = 0;          // position within its post
-  PostSession* session = nullptr;   // outlives the request (post() waits for all of its requests)
+  std::uint64_t index = 0;         // position within its post
+  PostSession* session = nullptr;  // outlives the request (post() waits for all of its requests)
   DocumentArray docs;
-  std::string error;                // set by the first executor that fails it; it then passes through
+  std::string error;  // set by the first executor that fails it; it then passes through
   std::string error_executor;
   bool failed() const noexcept { return !error.empty(); }
 };

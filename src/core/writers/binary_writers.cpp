@@ -44,8 +44,8 @@ class NpyLayout final : public BinaryLayout {
   std::string format_name() const override { return ".npy"; }
   std::size_t header_bytes() const override { return 128; }
   std::string header(std::uint64_t rows, std::uint64_t dim, bool half) const override {
-    std::string dict = fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': ({}, {}), }}", half ? "<f2" : "<f4",
-                                   rows, dim);
+    std::string dict =
+        fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': ({}, {}), }}", half ? "<f2" : "<f4", rows, dim);
     const std::size_t dict_bytes = header_bytes() - 10;
     dict.resize(dict_bytes - 1, ' ');
     dict += '\n';
@@ -80,7 +80,10 @@ class EmbeddingFileWriter final : public DocumentWriter {
  public:
   EmbeddingFileWriter(const std::filesystem::path& path, const WriterOptions& options,
                       std::unique_ptr<BinaryLayout> layout)
-      : path_(path), sidecar_(sidecar_path_for(path)), layout_(std::move(layout)), half_(check_dtype(options.dtype)),
+      : path_(path),
+        sidecar_(sidecar_path_for(path)),
+        layout_(std::move(layout)),
+        half_(check_dtype(options.dtype)),
         file_(partial_path(path)) {
     WriterOptions sidecar_options;
     sidecar_options.threads = options.threads;

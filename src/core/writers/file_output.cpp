@@ -16,7 +16,8 @@ OutputFile::OutputFile(const std::filesystem::path& path) : path_(path) {
   const std::filesystem::path parent = path.parent_path();
   std::error_code ec;
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  if (std::filesystem::is_directory(path, ec)) throw Error(fmt::format("cannot write '{}': it is a folder", path.string()));
+  if (std::filesystem::is_directory(path, ec))
+    throw Error(fmt::format("cannot write '{}': it is a folder", path.string()));
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) throw Error(fmt::format("cannot write '{}': {}", path.string(), std::strerror(errno)));
 }

@@ -32,8 +32,8 @@ double thread_seconds() {
   return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
 }
 
-constexpr std::size_t kBlockBytes = 1 << 20;     // write when this much is formatted
-constexpr std::size_t kMaxQueuedDocuments = 1 << 15;  // write() waits while more are queued
+constexpr std::size_t kBlockBytes = 1 << 20;                 // write when this much is formatted
+constexpr std::size_t kMaxQueuedDocuments = 1 << 15;         // write() waits while more are queued
 constexpr auto kIdleFlush = std::chrono::milliseconds(500);  // a partly filled block is written after this
 
 // A run of documents of one write() call, formatted as one string.
@@ -249,8 +249,8 @@ class JsonlFileWriter final : public DocumentWriter {
   std::size_t threads_ = 1;
   detail::OutputFile file_;
   mutable std::mutex mutex_;
-  std::condition_variable work_;  // todo_ has pieces, or closing
-  std::condition_variable done_;  // a piece was formatted or written, or closing
+  std::condition_variable work_;              // todo_ has pieces, or closing
+  std::condition_variable done_;              // a piece was formatted or written, or closing
   std::deque<std::unique_ptr<Piece>> order_;  // every piece not yet written, in output order
   std::deque<Piece*> todo_;                   // pieces not yet formatted, in output order
   std::size_t queued_documents_ = 0;

@@ -38,9 +38,12 @@ std::filesystem::path sidecar_path_for(const std::filesystem::path& path) {
 
 std::unique_ptr<DocumentWriter> open_writer(const std::filesystem::path& path, const WriterOptions& options) {
   switch (output_format_for(path)) {
-    case OutputFormat::Jsonl: return open_jsonl_writer(path, options);
-    case OutputFormat::Npy: return open_npy_writer(path, options);
-    case OutputFormat::Safetensors: return open_safetensors_writer(path, options);
+    case OutputFormat::Jsonl:
+      return open_jsonl_writer(path, options);
+    case OutputFormat::Npy:
+      return open_npy_writer(path, options);
+    case OutputFormat::Safetensors:
+      return open_safetensors_writer(path, options);
   }
   throw Error("unknown output format");
 }
