@@ -125,7 +125,7 @@ TEST_CASE("flowline validate rejects a choice or a bound with the allowed values
   CHECK(r.err ==
         "flow.yml:5:7: executor 'split': parameter 'unit': expected one of paragraph, sentence, got 'word'\n"
         "flow.yml:10:7: executor 'torch': parameter 'dtype': expected one of fp32, fp16, bf16, float32, "
-        "float16, bfloat16, got 'fp64'\n"
+        "float16, bfloat16, got 'fp64' (did you mean 'fp32'?)\n"
         "flow.yml:11:7: executor 'torch': parameter 'batch_size': expected an integer ≥ 1, got 0\n"
         "flow.yml:14:42: executor 'tsv': parameter 'rows': expected one of documents, chunks, got 'lines'\n"
         "4 errors in the flow configuration\n");

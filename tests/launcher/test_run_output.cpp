@@ -121,7 +121,7 @@ TEST_CASE("flowline run --output picks the writer from the extension", "[launche
   CHECK_THAT(npy.substr(0, 128), testing::contains("'descr': '<f4', 'fortran_order': False, 'shape': (500, 3), }"));
   CHECK(npy.size() == 128 + 500 * 3 * 4);
   CHECK(std::filesystem::file_size(dir / "out.safetensors") == 256 + 500 * 3 * 4);
-  const std::string python = std::string(FLOWLINE_SOURCE_DIR) + "/.venv/bin/python";
+  const std::string python = FLOWLINE_TEST_PYTHON;
   const auto r = testing::run_process(
       fmt::format("'{0}' -c \"import numpy as np, safetensors.numpy as s; a = np.load('{1}/out.npy'); "
                   "b = s.load_file('{1}/out.safetensors')['embedding']; assert (a == b).all() and a.shape == (500, 3); "

@@ -5,10 +5,27 @@
 
 #include <cstdio>
 #include <fstream>
+#include <ftw.h>
 #include <sstream>
 #include <sys/wait.h>
 
 namespace flowline::testing {
+namespace {
+
+// Removes `dir` and everything under it, through libc's nftw. Not std::filesystem::remove_all: the PyPI
+// LibTorch's libtorch.so exports its own copy of it, which calls a null pointer on a non-empty folder where
+// the system's libstdc++ is newer than the one it was built with (the GPU machine), and the dynamic linker
+// may bind to it despite src/CMakeLists.txt's link order.
+void remove_tree(const std::filesystem::path& dir) {
+  // Keeps going past a failure: whatever is left shows up when the test writes there.
+  auto remove_one = [](const char* path, const struct stat*, int, struct FTW*) {
+    ::remove(path);
+    return 0;
+  };
+  ::nftw(dir.c_str(), remove_one, 64, FTW_DEPTH | FTW_PHYS);
+}
+
+}  // namespace
 
 std::filesystem::path corpus_dir() { return FLOWLINE_CORPUS_DIR; }
 std::filesystem::path corpus_file(const std::string& name) { return corpus_dir() / name; }
@@ -17,7 +34,7 @@ std::filesystem::path scratch_dir(const std::string& test_name) {
   std::string safe;
   for (char c : test_name) safe += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
   const auto dir = std::filesystem::path(FLOWLINE_BINARY_DIR) / "test-scratch" / safe;
-  std::filesystem::remove_all(dir);
+  remove_tree(dir);
   std::filesystem::create_directories(dir);
   return dir;
 }

@@ -25,7 +25,7 @@ DocumentArray embedded_docs(std::size_t n, std::int64_t dim) {
   return docs;
 }
 
-const std::string kPython = std::string(FLOWLINE_SOURCE_DIR) + "/.venv/bin/python";
+const std::string kPython = FLOWLINE_TEST_PYTHON;
 
 // Reads `path` back with the check script; the expected values are the embeddings in memory as `dtype`.
 // Returns false (after a warning) when the venv lacks numpy or safetensors.
