@@ -54,6 +54,7 @@ struct ExecutorSpec {
   std::vector<std::string> endpoints;  // endpoints bound besides the default, e.g. {"/encode"}
   bool default_endpoint = true;        // whether bind_default() is used
   int max_replicas = 0;                // 0: any number; 1 for executors that own a file
+  int replicas_per_gpu = 1;            // what `replicas: auto` gives on each GPU (one on a CPU)
 };
 
 // What an executor replica knows about where it runs. Set by the Flow before construction.

@@ -55,6 +55,9 @@ struct ExecutorConfig {
   boost::json::object with;                       // parameters; validation fills in defaults
   std::optional<std::vector<std::string>> needs;  // unset: the executor before it (none for the first)
   int replicas = 1;
+  // replicas: auto. Validation sets `replicas` from the devices: ExecutorSpec::replicas_per_gpu on each GPU
+  // of the pool, one on each CPU entry (capped at the spec's max_replicas).
+  bool auto_replicas = false;
   std::string device = "cpu";  // cpu, cuda, cuda:N or auto
   // For replicas: the devices they are spread over, round-robin ({"all"}: every visible GPU). When set,
   // it replaces `device`.
@@ -109,6 +112,7 @@ void validate_flow_config(FlowConfig& config, const Registry& registry = Registr
 enum class SchemaValue {
   Map,           // a map of the keys below it
   Int,           // an integer >= minimum
+  IntOrAuto,     // an integer >= minimum, or the string auto
   Number,        // a number >= minimum
   String,        // a scalar
   StringList,    // a list of scalars

@@ -327,6 +327,9 @@ int command_executors() {
                  p.required ? "(required) " : fmt::format("(default {}) ", display(p.default_value)), p.help);
     }
     if (!entry.spec.endpoints.empty()) fmt::print("    endpoints: {}\n", fmt::join(entry.spec.endpoints, ", "));
+    if (entry.spec.max_replicas > 0) fmt::print("    replicas: at most {}\n", entry.spec.max_replicas);
+    if (entry.spec.replicas_per_gpu > 1)
+      fmt::print("    replicas: auto gives {} per GPU, one on a CPU\n", entry.spec.replicas_per_gpu);
   }
   return kExitOk;
 }
@@ -361,6 +364,7 @@ int command_schema() {
     out += fmt::format("\n### {}\n\n{}.", name, spec.help);
     if (!spec.endpoints.empty()) out += fmt::format(" Endpoints: {}.", fmt::join(spec.endpoints, ", "));
     if (spec.max_replicas > 0) out += fmt::format(" At most {} replica.", spec.max_replicas);
+    if (spec.replicas_per_gpu > 1) out += fmt::format(" `replicas: auto` gives {} per GPU.", spec.replicas_per_gpu);
     out += "\n\n";
     if (spec.params.empty()) {
       out += "No parameters.\n";

@@ -150,15 +150,17 @@ class YamlReader {
     }
   }
 
-  std::optional<std::int64_t> integer(const YAML::Node& node, const std::string& what, std::int64_t minimum) {
+  // `alternative`: what else the key accepts, for the message (" or auto").
+  std::optional<std::int64_t> integer(const YAML::Node& node, const std::string& what, std::int64_t minimum,
+                                      std::string_view alternative = "") {
     boost::json::value v = to_json(node);
     if (!node.IsScalar() || !v.is_int64()) {
-      error(node, fmt::format("{}: expected an integer >= {}, got {}", what, minimum,
+      error(node, fmt::format("{}: expected an integer >= {}{}, got {}", what, minimum, alternative,
                               node.IsScalar() ? fmt::format("'{}'", node.Scalar()) : std::string("a collection")));
       return std::nullopt;
     }
     if (v.get_int64() < minimum) {
-      error(node, fmt::format("{}: expected an integer >= {}, got {}", what, minimum, v.get_int64()));
+      error(node, fmt::format("{}: expected an integer >= {}{}, got {}", what, minimum, alternative, v.get_int64()));
       return std::nullopt;
     }
     return v.get_int64();
@@ -209,6 +211,11 @@ class YamlReader {
     switch (key.value) {
       case SchemaValue::Int:
         if (auto n = integer(node, what, static_cast<std::int64_t>(key.minimum))) return boost::json::value(*n);
+        return std::nullopt;
+      case SchemaValue::IntOrAuto:
+        if (node.IsScalar() && node.Scalar() == "auto") return boost::json::value("auto");
+        if (auto n = integer(node, what, static_cast<std::int64_t>(key.minimum), " or auto"))
+          return boost::json::value(*n);
         return std::nullopt;
       case SchemaValue::Number:
         if (auto d = number(node, what, key.minimum)) return boost::json::value(*d);

@@ -19,6 +19,7 @@ std::vector<std::string> strings(const boost::json::value& value) {
 SchemaKey key(std::string path, SchemaValue value, double minimum, std::string type, std::string default_value,
               std::string help, std::string example, SchemaKey::Assign assign) {
   if (value == SchemaValue::Int) type = fmt::format("int >= {}", minimum);
+  if (value == SchemaValue::IntOrAuto) type = fmt::format("int >= {} or auto", minimum);
   if (value == SchemaValue::Number) type = fmt::format("number >= {}", minimum);
   return SchemaKey{
       std::move(path), std::move(type), std::move(default_value), std::move(help), std::move(example), value,
@@ -90,9 +91,14 @@ std::vector<SchemaKey> executor_keys() {
           "Parameters of the executor type, checked against its declaration (types, choices, bounds, required, "
           "defaults). Relative paths (parameters of type path) are relative to the flow file's folder.",
           "with: {device: cuda, batch_size: 64}", nullptr),
-      key("executors[].replicas", V::Int, 1, "", "1",
-          "Instances of this executor, each on its own thread, all fed from one queue.", "replicas: 2",
+      key("executors[].replicas", V::IntOrAuto, 1, "", "1",
+          "Instances of this executor, each on its own thread, all fed from one queue. auto: as many per GPU as "
+          "the executor type says runs it best (see its section below or `flowline executors`; SentenceEncoder: 4), one per "
+          "CPU device, at most the type's limit.",
+          "replicas: 2",
           [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {
+            e->auto_replicas = v.is_string();
+            if (e->auto_replicas) return std::nullopt;  // resolved by validation, which knows the devices
             if (v.get_int64() > 1 << 20) return fmt::format("expected at most {} replicas", 1 << 20);
             e->replicas = static_cast<int>(v.get_int64());
             return std::nullopt;

@@ -128,6 +128,20 @@ void check_parameters(const FlowConfig& config, ExecutorConfig& e, const Executo
   }
 }
 
+// replicas: auto, from the devices: the type's replicas_per_gpu on each GPU of the pool, one on each CPU
+// entry, at most the type's max_replicas. A device that is not there counts as a CPU (check_devices says so).
+int auto_replica_count(const ExecutorConfig& e, const ExecutorSpec& spec) {
+  std::vector<std::string> pool = e.devices;
+  if (pool.size() == 1 && pool[0] == "all") pool.assign(static_cast<std::size_t>(cuda_device_count()), "cuda");
+  if (pool.empty()) pool.push_back(e.device);
+  int count = 0;
+  for (const auto& name : pool) {
+    const bool gpu = (name.starts_with("cuda") || name == "auto") && cuda_device_count() > 0;
+    count += gpu ? std::max(1, spec.replicas_per_gpu) : 1;
+  }
+  return spec.max_replicas > 0 ? std::clamp(count, 1, spec.max_replicas) : std::max(count, 1);
+}
+
 void check_executor_type(const FlowConfig& config, ExecutorConfig& e, const Registry& registry, Diagnostics& out) {
   const Registry::Entry* entry = e.uses.empty() ? nullptr : registry.find(e.uses);
   if (!entry) {
@@ -135,6 +149,7 @@ void check_executor_type(const FlowConfig& config, ExecutorConfig& e, const Regi
     return;
   }
   const ExecutorSpec& spec = entry->spec;
+  if (e.auto_replicas) e.replicas = auto_replica_count(e, spec);
   if (spec.max_replicas > 0 && e.replicas > spec.max_replicas) {
     report(out, e.location_of("replicas"),
            fmt::format("{}{} runs with at most {} replica{} (it owns its output), got {}", context_of(e), spec.name,

@@ -162,6 +162,36 @@ TEST_CASE("a device list is checked device by device, and all needs a GPU", "[co
   }
 }
 
+TEST_CASE("replicas auto gives the type's count per GPU, one per CPU device and at most the type's limit",
+          "[config][device]") {
+  Registry registry;
+  ExecutorSpec gpu_hungry{"Hungry", "wants several replicas per GPU", {}};
+  gpu_hungry.replicas_per_gpu = 3;
+  registry.add(gpu_hungry, [](const ExecutorContext&) -> std::unique_ptr<Executor> { return nullptr; });
+  ExecutorSpec single{"Single", "owns a file", {}};
+  single.max_replicas = 1;
+  single.replicas_per_gpu = 3;
+  registry.add(single, [](const ExecutorContext&) -> std::unique_ptr<Executor> { return nullptr; });
+  auto replicas_of = [&](const std::string& executor) {
+    const FlowConfig config = load_flow_config_text("executors:\n  - " + executor + "\n", "flow.yml", registry);
+    CHECK(config.executors.at(0).auto_replicas);
+    return config.executors.at(0).replicas;
+  };
+  const int gpus = cuda_device_count();
+  CHECK(replicas_of("{name: a, uses: Hungry, replicas: auto}") == 1);  // device: cpu by default
+  CHECK(replicas_of("{name: a, uses: Hungry, replicas: auto, devices: [cpu, cpu]}") == 2);
+  CHECK(replicas_of("{name: a, uses: Hungry, replicas: auto, device: auto}") == (gpus > 0 ? 3 : 1));
+  CHECK(replicas_of("{name: a, uses: Single, replicas: auto, device: auto}") == 1);
+  if (gpus > 0) {
+    CHECK(replicas_of("{name: a, uses: Hungry, replicas: auto, devices: all}") == 3 * gpus);
+    CHECK(replicas_of("{name: a, uses: Hungry, replicas: auto, devices: [cuda:0, cpu]}") == 4);
+  }
+  CHECK(errors_of("executors:\n  - {name: a, uses: NoOp, replicas: many}\n") ==
+        "flow.yml:2:37: executor 'a': replicas: expected an integer >= 1 or auto, got 'many'");
+  CHECK(errors_of("executors:\n  - {name: a, uses: NoOp, replicas: 0}\n") ==
+        "flow.yml:2:37: executor 'a': replicas: expected an integer >= 1 or auto, got 0");
+}
+
 TEST_CASE("a parameter outside its declared choices fails validation with the allowed values", "[config][params]") {
   CHECK(errors_of("executors:\n"
                   "  - name: split\n"
@@ -177,7 +207,7 @@ TEST_CASE("a parameter outside its declared choices fails validation with the al
         "flow.yml:4:27: executor 'w': parameter 'fields': expected each item one of id, text, blob, tensor, embedding, "
         "tags, mime_type, uri, scores, chunks, matches, parent_id, got 'colour'");
   CHECK(errors_of("executors:\n  - name: split\n    uses: TextSplitter\n    with: {unit: sentense}\n") ==
-        "flow.yml:4:19: executor 'split': parameter 'unit': expected one of paragraph, sentence, got 'sentense' "
+        "flow.yml:4:12: executor 'split': parameter 'unit': expected one of paragraph, sentence, got 'sentense' "
         "(did you mean 'sentence'?)");
   CHECK(errors_of("executors:\n  - name: split\n    uses: TextSplitter\n    with: {unit: sentence, output: chunks}\n")
             .empty());
@@ -281,6 +311,7 @@ TEST_CASE("the flow schema lists every key the parser reads, with its type", "[c
     CHECK_FALSE(key.type.empty());
     CHECK_FALSE(key.help.empty());
     if (key.value == SchemaValue::Int) CHECK(key.type == fmt::format("int >= {}", key.minimum));
+    if (key.value == SchemaValue::IntOrAuto) CHECK(key.type == fmt::format("int >= {} or auto", key.minimum));
     const bool needs_assign = key.value != SchemaValue::Map && key.value != SchemaValue::Special;
     CHECK((key.assign != nullptr) == needs_assign);
   }

@@ -38,7 +38,7 @@ ParamSpec normalize_spec() {
 class SentenceEncoder : public Executor {
  public:
   static ExecutorSpec spec() {
-    return ExecutorSpec{
+    ExecutorSpec spec{
         "SentenceEncoder",
         "Encode texts into sentence embeddings with a BERT sentence-transformers checkpoint (LibTorch)",
         {ParamSpec::required_param("model", ParamType::Path, "sentence-transformers checkpoint folder"),
@@ -82,6 +82,10 @@ class SentenceEncoder : public Executor {
              "run a few batches at start so the first requests do not pay for CUDA and allocator set-up")},
         {"/encode"},
     };
+    // replicas: auto. Several replicas overlap one's tokenizing and launching with another's GPU work; four
+    // per GPU keep an H100 busy on paragraphs (docs/benchmarks.md) without splitting its memory too finely.
+    spec.replicas_per_gpu = 4;
+    return spec;
   }
 
   explicit SentenceEncoder(const ExecutorContext& context) : Executor(context) {
