@@ -73,6 +73,24 @@ TEST_CASE("the table of document fields names each field once, in JSON order", "
                     "embedding, tags, mime_type, uri, scores, chunks, matches, parent_id");
 }
 
+TEST_CASE("an embedding with NaN, infinities and negative zero is written as strings and -0.0 and reads back",
+          "[writers][jsonl]") {
+  Document d("special");
+  const std::vector<float> values = {std::nanf(""), INFINITY, -INFINITY, -0.0f, 0.0f, 2.5f};
+  d.embedding = at::tensor(at::ArrayRef<float>(values));
+  std::string out;
+  append_json(out, d, FieldSet::parse({"embedding"}));
+  CHECK_THAT(out, testing::contains(R"("data":["nan","inf","-inf",-0.0,0,2.5]})"));
+  const Document back = document_from_json(out);
+  const at::Tensor e = back.embedding;
+  REQUIRE(e.numel() == 6);
+  CHECK(std::isnan(e[0].item<float>()));
+  CHECK(e[1].item<float>() == INFINITY);
+  CHECK(e[2].item<float>() == -INFINITY);
+  CHECK(std::signbit(e[3].item<float>()));
+  CHECK(e[5].item<float>() == 2.5f);
+}
+
 TEST_CASE("JSON with chosen fields writes the id and only those fields", "[writers][fields]") {
   Document d("hello");
   d.tags["k"] = 1;
