@@ -93,7 +93,8 @@ std::vector<SchemaKey> executor_keys() {
           "with: {device: cuda, batch_size: 64}", nullptr),
       key("executors[].replicas", V::IntOrAuto, 1, "", "1",
           "Instances of this executor, each on its own thread, all fed from one queue. auto: as many per GPU as "
-          "the executor type says runs it best (see its section below or `flowline executors`; SentenceEncoder: 4), one per "
+          "the executor type says runs it best (see its section below or `flowline executors`; SentenceEncoder: 4), "
+          "one per "
           "CPU device, at most the type's limit.",
           "replicas: 2",
           [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {
