@@ -97,23 +97,18 @@ class TsvWriter : public Executor {
     throw Error(fmt::format("column '{}': expected {}, tags.KEY or scores.NAME", column, fmt::join(names, ", ")));
   }
 
+  // Tab, newline, carriage return and backslash as \t, \n, \r and \\: one row per line, one cell per tab.
   static void append_escaped(std::string& out, std::string_view value) {
     for (char ch : value) {
-      switch (ch) {
-        case '\t':
-          out += "\\t";
-          break;
-        case '\n':
-          out += "\\n";
-          break;
-        case '\r':
-          out += "\\r";
-          break;
-        case '\\':
-          out += "\\\\";
-          break;
-        default:
-          out += ch;
+      const char* escaped = ch == '\t'   ? "\\t"
+                            : ch == '\n' ? "\\n"
+                            : ch == '\r' ? "\\r"
+                            : ch == '\\' ? "\\\\"
+                                         : nullptr;
+      if (escaped) {
+        out += escaped;
+      } else {
+        out += ch;
       }
     }
   }

@@ -1,8 +1,9 @@
 // flowline/torch_support.hpp — what executors that run LibTorch models share: dtype names, weights
 // shared by the replicas on one device, and copies back to the host through a reused pinned buffer.
 //
-// Used by SentenceEncoder and TorchModule, and meant for plugins of the same kind. parse_dtype() and
-// shared_per_device() are thread-safe; a HostStaging belongs to one replica (one thread, one stream).
+// Used by SentenceEncoder and TorchModule, and meant for plugins of the same kind. parse_dtype(),
+// executor_device() and shared_per_device() are thread-safe; a HostStaging belongs to one replica (one thread, one
+// stream).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -22,6 +23,10 @@ namespace flowline {
 
 // "fp32"/"float32", "fp16"/"float16", "bf16"/"bfloat16". Throws flowline::Error naming parameter 'dtype'.
 c10::ScalarType parse_dtype(const std::string& name);
+
+// The device of a model executor: its `device` parameter when set (cpu, cuda, cuda:N or auto), else the one
+// the flow gave the replica. Makes it the calling thread's current device. Call from the constructor.
+c10::Device executor_device(const std::string& device_parameter, const c10::Device& flow_device);
 
 // One object per (file, device, dtype) for as long as someone holds it: the first caller loads it with
 // `load` (under a lock, so concurrent replicas load once), later callers get the same object. Entries

@@ -1,6 +1,7 @@
 // Helpers shared by LibTorch executors: dtype names, pinned host staging, waiting for a stream without spinning.
 #include "flowline/torch_support.hpp"
 
+#include "flowline/device.hpp"
 #include "flowline/error.hpp"
 
 #include <ATen/ATen.h>
@@ -16,6 +17,12 @@ c10::ScalarType parse_dtype(const std::string& name) {
   if (name == "fp16" || name == "float16") return c10::kHalf;
   if (name == "bf16" || name == "bfloat16") return c10::kBFloat16;
   throw Error(fmt::format("parameter 'dtype': expected fp32, fp16 or bf16, got '{}'", name));
+}
+
+c10::Device executor_device(const std::string& device_parameter, const c10::Device& flow_device) {
+  const c10::Device device = device_parameter.empty() ? flow_device : resolve_device(device_parameter);
+  set_thread_device(device);
+  return device;
 }
 
 void wait_for_stream(c10::cuda::CUDAStream stream) {

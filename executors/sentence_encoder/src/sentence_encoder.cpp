@@ -90,9 +90,7 @@ class SentenceEncoder : public Executor {
 
   explicit SentenceEncoder(const ExecutorContext& context) : Executor(context) {
     const std::string model = params().get<std::string>("model");
-    const std::string device_name = params().get<std::string>("device");
-    device_ = device_name.empty() ? runtime().device : resolve_device(device_name);
-    set_thread_device(device_);
+    device_ = executor_device(params().get<std::string>("device"), runtime().device);
     dtype_ = parse_dtype(params().get<std::string>("dtype"));
     if (device_.is_cpu() && dtype_ == c10::kHalf) {
       throw Error("parameter 'dtype': fp16 needs a GPU device; use fp32 or bf16 on the CPU");

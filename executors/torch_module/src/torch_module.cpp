@@ -73,9 +73,7 @@ class TorchModule : public Executor {
 
   explicit TorchModule(const ExecutorContext& context) : Executor(context) {
     const std::string path = params().get<std::string>("path");
-    const std::string device_name = params().get<std::string>("device");
-    device_ = device_name.empty() ? runtime().device : resolve_device(device_name);
-    set_thread_device(device_);
+    device_ = executor_device(params().get<std::string>("device"), runtime().device);
     dtype_ = parse_dtype(params().get<std::string>("dtype"));
     input_ = parse_field(params().get<std::string>("input"));
     output_ = parse_field(params().get<std::string>("output"));
