@@ -1,0 +1,104 @@
+"""What a flowline process costs before it does any work (issue 19's targets): wall time and peak resident
+memory of `flowline run` on a three-NoOp flow with one document, of `flowline validate`, and optionally of
+the CPU SentenceEncoder over the corpus paragraphs; plus which GPU libraries a CPU-only run maps.
+
+Each figure is the best (lowest) of --runs fresh processes. Peak RSS is the kernel's ru_maxrss of the
+process (os.wait4). The mapped libraries are read from /proc/PID/maps while the NoOp flow waits on its
+input, a FIFO this script feeds only after reading them.
+
+  .venv/bin/python bench/footprint.py [--build build] [--runs 5] [--encoder] [--corpus ../shared/data/corpus]
+"""
+import argparse
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+GPU_LIBRARIES = re.compile(r"/(libtorch_cuda[^/]*|libcu[^/]*|libnccl[^/]*|libnvidia-ml[^/]*|libnvrtc[^/]*)$")
+
+NOOP_FLOW = """executors:
+  - {name: a, uses: NoOp}
+  - {name: b, uses: NoOp}
+  - {name: c, uses: NoOp}
+"""
+
+
+def measure(cmd, env=None):
+    """Runs `cmd` to the end; returns (wall seconds, peak RSS MiB, exit code, stderr)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    err = []
+    reader = threading.Thread(target=lambda: err.append(proc.stderr.read()))
+    reader.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    reader.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return wall, usage.ru_maxrss / 1024, proc.returncode, err[0].decode(errors="replace")
+
+
+def best(runs, cmd, env=None):
+    results = [measure(cmd, env) for _ in range(runs)]
+    failed = [r for r in results if r[2] != 0]
+    if failed:
+        sys.exit(f"footprint: {' '.join(map(str, cmd))} failed ({failed[0][2]}): {failed[0][3][-800:]}")
+    return min(r[0] for r in results), min(r[1] for r in results), results[0][3]
+
+
+def mapped_gpu_libraries(launcher, flow, scratch):
+    """The GPU libraries mapped by `flowline run` of `flow` while it waits for its first input line."""
+    fifo = scratch / "input.fifo"
+    os.mkfifo(fifo)
+    proc = subprocess.Popen([str(launcher), "run", str(flow), "--input", str(fifo), "--input-format", "lines",
+                             "--progress", "never"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with open(fifo, "w") as feed:  # opens once the launcher opens its end, i.e. after start-up
+            time.sleep(0.5)  # the reader thread and the executors are up by now
+            maps = pathlib.Path(f"/proc/{proc.pid}/maps").read_text()
+            feed.write("one line\n")
+    finally:
+        proc.wait(timeout=60)
+    return sorted({m.group(1) for line in maps.splitlines() if (m := GPU_LIBRARIES.search(line.strip()))})
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--build", default=str(ROOT / "build"))
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--encoder", action="store_true", help="also the CPU SentenceEncoder over the corpus")
+    parser.add_argument("--corpus", default=str(ROOT.parent / "shared/data/corpus"))
+    args = parser.parse_args()
+    launcher = pathlib.Path(args.build) / "src/flowline"
+    with tempfile.TemporaryDirectory() as tmp:
+        scratch = pathlib.Path(tmp)
+        flow = scratch / "noop.yml"
+        flow.write_text(NOOP_FLOW)
+        one = scratch / "one.txt"
+        one.write_text("one document\n")
+        rows = []
+        wall, rss, _ = best(args.runs, [str(launcher), "run", str(flow), "--input", str(one), "--input-format",
+                                        "lines", "--progress", "never"])
+        rows.append(("flowline run, three NoOp executors, one document", wall, rss))
+        wall, rss, _ = best(args.runs, [str(launcher), "validate", str(ROOT / "flows/encode.yml")])
+        rows.append(("flowline validate flows/encode.yml", wall, rss))
+        if args.encoder:
+            env = dict(os.environ, FLOWLINE_OUT_DIR=str(scratch))
+            wall, rss, err = best(1, [str(launcher), "run", str(ROOT / "flows/encode.yml"), "--input", args.corpus,
+                                      "--input-format", "paragraphs", "--progress", "never"], env)
+            rate = re.search(r"\(([\d.]+) docs/s", err)
+            rows.append((f"flowline run flows/encode.yml on the CPU, corpus paragraphs "
+                         f"({rate.group(1) if rate else '?'} docs/s)", wall, rss))
+        libraries = mapped_gpu_libraries(launcher, flow, scratch)
+    print(f"{'what':70} {'wall s':>8} {'peak RSS MiB':>13}   (best of {args.runs})")
+    for label, wall, rss in rows:
+        print(f"{label:70} {wall:8.3f} {rss:13.1f}")
+    print(f"GPU libraries mapped by a CPU-only flow: {len(libraries)}" + (f" ({', '.join(libraries)})" if libraries else ""))
+
+
+if __name__ == "__main__":
+    main()
