@@ -92,10 +92,9 @@ std::vector<SchemaKey> executor_keys() {
           "defaults). Relative paths (parameters of type path) are relative to the flow file's folder.",
           "with: {device: cuda, batch_size: 64}", nullptr),
       key("executors[].replicas", V::IntOrAuto, 1, "", "1",
-          "Instances of this executor, each on its own thread, all fed from one queue. auto: as many per GPU as "
-          "the executor type says runs it best (see its section below or `flowline executors`; SentenceEncoder: 4), "
-          "one per "
-          "CPU device, at most the type's limit.",
+          "Instances of this executor, each on its own thread, all fed from one queue. auto: as many per GPU "
+          "as the executor type says runs it best (SentenceEncoder: 4; see its section below or `flowline "
+          "executors`), one per CPU device, at most the type's limit.",
           "replicas: 2",
           [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {
             e->auto_replicas = v.is_string();
