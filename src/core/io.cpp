@@ -2,6 +2,7 @@
 #include "flowline/io.hpp"
 #include "flowline/error.hpp"
 #include "flowline/text.hpp"
+#include "flowline/writers.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -34,17 +35,10 @@ DocumentArray read_jsonl(const std::filesystem::path& path) {
 }
 
 void write_jsonl(const std::filesystem::path& path, const DocumentArray& docs) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw Error(fmt::format("cannot write '{}': {}", path.string(), std::strerror(errno)));
-  std::string line;
-  for (const auto& d : docs) {
-    line.clear();
-    append_json(line, d);
-    line += '\n';
-    out.write(line.data(), static_cast<std::streamsize>(line.size()));
-  }
-  out.flush();
-  if (!out) throw Error(fmt::format("cannot write '{}': {}", path.string(), std::strerror(errno)));
+  // The one JSONL writer (writers.hpp), on the calling thread alone.
+  auto writer = open_jsonl_writer(path, WriterOptions{.threads = 1});
+  writer->write(docs);
+  writer->close();
 }
 
 std::size_t find_invalid_utf8(std::string_view text) noexcept {
