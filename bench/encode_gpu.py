@@ -13,7 +13,6 @@ memory is NVML's used memory above the idle baseline. --quick: fewer settings, n
 
 Writes encode_gpu.csv and encode_gpu.png to --out and prints the table.
 """
-import argparse
 import csv
 import json
 import os
@@ -27,6 +26,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 from corpus import corpus  # noqa: E402
+from gpu_bench import gpu_parser  # noqa: E402
 
 SEED = "Using a GPU allows you to significantly speed up encoding."
 STEADY_COPIES = 100
@@ -138,11 +138,7 @@ def run_st(model, texts, batch):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--build", default=str(ROOT / "build-gpu"))
-    parser.add_argument("--model", default=str(ROOT / "models/all-MiniLM-L6-v2"))
-    parser.add_argument("--corpus", default=str(ROOT / ".device/corpus"))
-    parser.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "out-gpu")))
+    parser = gpu_parser()
     parser.add_argument("--skip-st", action="store_true")
     parser.add_argument("--quick", action="store_true", help="fewer settings, no sentence-transformers")
     parser.add_argument("--runs", type=int, default=2, help="flowline runs per setting (best is kept)")

@@ -16,7 +16,6 @@ launchers report); model load, warm-up and CUDA graph capture are outside it.
   python3 bench/encode_outputs.py --build build-gpu --model models/all-MiniLM-L6-v2 --corpus .device/corpus \
       --out $OUT [--before build-before --before-root /tmp/before] [--runs 2] [--skip outputs,shipped,before]
 """
-import argparse
 import json
 import os
 import pathlib
@@ -29,6 +28,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 from corpus import corpus  # noqa: E402
+from gpu_bench import gpu_parser  # noqa: E402
 
 BEST = dict(dtype="fp16", replicas=8, batch=1024, request=1024)
 
@@ -147,11 +147,7 @@ def before_after(args, rows, workloads):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--build", default=str(ROOT / "build-gpu"))
-    parser.add_argument("--model", default=str(ROOT / "models/all-MiniLM-L6-v2"))
-    parser.add_argument("--corpus", default=str(ROOT / ".device/corpus"))
-    parser.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "out-gpu")))
+    parser = gpu_parser()
     parser.add_argument("--scratch", default="/tmp", help="where the output files are written")
     parser.add_argument("--before", help="another build folder, for the before/after comparison")
     parser.add_argument("--before-root", help="that build's source tree (its flows/)")

@@ -15,7 +15,6 @@ scripts/gpu-run.sh has built flowline:
    - static split: two processes, each given half the input (what a fixed per-GPU split does), at once;
      its rate is the input over the slower half's time.
 """
-import argparse
 import json
 import os
 import pathlib
@@ -27,6 +26,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 from corpus import corpus  # noqa: E402
+from gpu_bench import gpu_parser  # noqa: E402
 
 
 def launch(args, input_path, replicas, gpus, delay_ms=0, delay_replica=-1, batch=256, request=1024, stats=None):
@@ -68,11 +68,7 @@ def time_split(stats):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--build", default=str(ROOT / "build-gpu"))
-    p.add_argument("--model", default=str(ROOT / "models/all-MiniLM-L6-v2"))
-    p.add_argument("--corpus", default=str(ROOT / ".device/corpus"))
-    p.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "out-gpu")))
+    p = gpu_parser()
     p.add_argument("--delay-ms", type=int, default=20)
     p.add_argument("--settings", default="4:1024:1024,6:1024:1024",
                    help="scaling settings, comma-separated REPLICAS_PER_GPU:BATCH:REQUEST")
