@@ -6,6 +6,7 @@
 //   build/bench/bare_encode --model models/all-MiniLM-L6-v2 --input ../shared/data/corpus \
 //       --format paragraphs --device cuda --dtype fp16 --batch-size 256 [--repeats 3] [--cuda-graph-max-tokens 16384]
 #include "flowline/device.hpp"
+#include "flowline/torch_support.hpp"
 #include "flowline/io.hpp"
 #include "flowline/sentence_encoder/bert.hpp"
 #include "flowline/sentence_encoder/wordpiece_tokenizer.hpp"
@@ -13,8 +14,7 @@
 #include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
 #include <c10/core/InferenceMode.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
+#include <c10/core/StreamGuard.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -61,8 +61,8 @@ int main(int argc, char** argv) {
   const auto max_len = static_cast<std::size_t>(encoder.config().max_seq_length);
   c10::InferenceMode guard;
   // A stream of its own (CUDA graphs cannot be captured on the default stream).
-  std::optional<c10::cuda::CUDAStreamGuard> on_stream;
-  if (device.is_cuda()) on_stream.emplace(c10::cuda::getStreamFromPool(false, device.index()));
+  std::optional<c10::StreamGuard> on_stream;
+  if (auto stream = replica_stream(device)) on_stream.emplace(*stream);
   std::unique_ptr<GraphedBertEncoder> graphs;
   if (graph_tokens > 0) {
     graphs = std::make_unique<GraphedBertEncoder>(shared, static_cast<int64_t>(batch_size),

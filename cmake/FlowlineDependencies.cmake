@@ -3,9 +3,58 @@
 include_guard(GLOBAL)
 include(CMakeFindDependencyMacro)
 
-# LibTorch comes from the PyPI torch wheel; CMAKE_PREFIX_PATH must contain torch.utils.cmake_prefix_path
-# (scripts/setup.sh passes it). Torch's CMake warns about kineto and CUDA architectures: harmless.
-if(NOT TARGET torch)
+# LibTorch comes from the PyPI torch wheel; CMAKE_PREFIX_PATH must contain its share/cmake folder
+# (scripts/setup.sh passes it), or FLOWLINE_TORCH_DIR the wheel's torch folder.
+#
+# flowline_torch_cpu is LibTorch without CUDA: c10 and torch_cpu. flowline::core, the launcher and the
+# executors' CPU parts link only this, so a process maps no CUDA library until a flow names a GPU.
+# Found here rather than through TorchConfig.cmake, which needs a CUDA toolkit for the CUDA wheel.
+if(NOT TARGET flowline_torch_cpu)
+  if(NOT FLOWLINE_TORCH_DIR)
+    foreach(_prefix IN LISTS CMAKE_PREFIX_PATH)
+      if(EXISTS "${_prefix}/Torch/TorchConfig.cmake")
+        get_filename_component(_torch_dir "${_prefix}/../.." ABSOLUTE)
+        set(FLOWLINE_TORCH_DIR "${_torch_dir}" CACHE PATH "The torch folder of the PyPI wheel (LibTorch)")
+        break()
+      endif()
+    endforeach()
+  endif()
+  find_library(FLOWLINE_TORCH_CPU_LIBRARY torch_cpu PATHS "${FLOWLINE_TORCH_DIR}/lib" NO_DEFAULT_PATH)
+  find_library(FLOWLINE_C10_LIBRARY c10 PATHS "${FLOWLINE_TORCH_DIR}/lib" NO_DEFAULT_PATH)
+  if(NOT FLOWLINE_TORCH_CPU_LIBRARY OR NOT FLOWLINE_C10_LIBRARY)
+    message(FATAL_ERROR "LibTorch not found: put the torch wheel's share/cmake folder on CMAKE_PREFIX_PATH "
+      "(scripts/setup.sh does), or set FLOWLINE_TORCH_DIR to its torch folder; searched '${FLOWLINE_TORCH_DIR}/lib'")
+  endif()
+  add_library(flowline_torch_cpu INTERFACE IMPORTED GLOBAL)
+  set_target_properties(flowline_torch_cpu PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES "${FLOWLINE_TORCH_DIR}/include;${FLOWLINE_TORCH_DIR}/include/torch/csrc/api/include"
+    INTERFACE_SYSTEM_INCLUDE_DIRECTORIES "${FLOWLINE_TORCH_DIR}/include;${FLOWLINE_TORCH_DIR}/include/torch/csrc/api/include"
+    INTERFACE_LINK_LIBRARIES "${FLOWLINE_TORCH_CPU_LIBRARY};${FLOWLINE_C10_LIBRARY}")
+  set(TORCH_INSTALL_PREFIX "${FLOWLINE_TORCH_DIR}")
+endif()
+
+# FLOWLINE_CUDA: whether to build flowline's CUDA parts (libflowline_cuda.so and the executors' GPU code),
+# which link LibTorch's CUDA library and are loaded only when a flow names a GPU. AUTO builds them where a
+# CUDA toolkit is found. They need TorchConfig.cmake's `torch` target (torch_cpu, torch_cuda, c10_cuda).
+set(FLOWLINE_CUDA AUTO CACHE STRING "Build flowline's CUDA parts: AUTO (where a CUDA toolkit is found), ON, OFF")
+set_property(CACHE FLOWLINE_CUDA PROPERTY STRINGS AUTO ON OFF)
+if(NOT DEFINED FLOWLINE_WITH_CUDA)
+  set(FLOWLINE_WITH_CUDA OFF)
+  if(FLOWLINE_CUDA STREQUAL "AUTO")
+    find_package(CUDAToolkit QUIET)
+    if(CUDAToolkit_FOUND AND EXISTS "${FLOWLINE_TORCH_DIR}/lib/libtorch_cuda.so")
+      set(FLOWLINE_WITH_CUDA ON)
+    endif()
+  elseif(FLOWLINE_CUDA)
+    set(FLOWLINE_WITH_CUDA ON)
+  endif()
+endif()
+if(NOT FLOWLINE_DEPENDENCIES_REPORTED)
+  set(FLOWLINE_DEPENDENCIES_REPORTED ON)
+  message(STATUS "flowline: LibTorch in ${FLOWLINE_TORCH_DIR}; CUDA parts (FLOWLINE_CUDA=${FLOWLINE_CUDA}): ${FLOWLINE_WITH_CUDA}")
+endif()
+if(FLOWLINE_WITH_CUDA AND NOT TARGET torch)
+  # Torch's CMake warns about kineto and CUDA architectures: harmless.
   find_package(Torch 2.11 REQUIRED)
 endif()
 # Boost.JSON: the compiled library where installed (Debian's libboost-json-dev), else its header-only form,
@@ -48,7 +97,7 @@ if(NOT TARGET flowline_utf8proc)
 endif()
 
 # Under add_subdirectory the targets found here must be visible to the parent project too, since
-# flowline::core's interface names them (torch, fmt::fmt, Boost, ...).
+# flowline::core's interface names them (flowline_torch_cpu, fmt::fmt, Boost, ...).
 get_property(_flowline_imported DIRECTORY PROPERTY IMPORTED_TARGETS)
 foreach(_target IN LISTS _flowline_imported)
   get_target_property(_global ${_target} IMPORTED_GLOBAL)

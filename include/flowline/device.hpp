@@ -2,6 +2,12 @@
 //
 // Device names in flows: "cpu", "cuda" (the first GPU), "cuda:N", "auto" (the first GPU when there is one,
 // else the CPU). Functions here are thread-safe.
+//
+// CUDA is loaded on demand: flowline::core links LibTorch's CPU part only. The first function here that
+// needs CUDA (a cuda or auto device, a device count) calls load_cuda(), which loads LibTorch's CUDA library
+// from LibTorch's own folder (or FLOWLINE_CUDA_LIBRARY_DIR) and flowline's CUDA part (libflowline_cuda.so,
+// beside libflowline.so). A flow on the CPU alone maps no CUDA library. LibTorch looks for its CUDA backend
+// once per process, so a program that uses CUDA tensors without a flow calls load_cuda() first.
 #pragma once
 
 #include <c10/core/Device.h>
@@ -10,11 +16,16 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace flowline {
 
-// Number of CUDA devices this process sees (0 without a GPU or without CUDA support).
+// Loads CUDA support once per process (later calls return the first answer). nullopt when it is loaded
+// (there may still be no GPU), else what is missing, naming the library and the folder searched.
+std::optional<std::string> load_cuda();
+
+// Number of CUDA devices this process sees (0 without a GPU or without CUDA support). Loads CUDA.
 int cuda_device_count();
 
 // Names of the devices this process can use: "cpu", "cuda:0", "cuda:1", ...
@@ -23,8 +34,9 @@ std::vector<std::string> available_devices();
 // Parses "cpu", "cuda", "cuda:N" or "auto". Returns an error text or nullopt.
 std::optional<std::string> check_device_syntax(std::string_view device);
 
-// check_device_syntax(), then whether a cuda device exists here. Returns an error text naming the device
-// and listing the available ones, or nullopt. Used by flow validation and resolve_device().
+// check_device_syntax(), then whether a cuda device exists here (loading CUDA). Returns an error text naming
+// the device and listing the available ones, or what CUDA support is missing, or nullopt. Used by flow validation and
+// resolve_device().
 std::optional<std::string> check_device(std::string_view device);
 
 // Resolves a device name. Throws flowline::Error for bad syntax or a device that does not exist, naming
@@ -41,6 +53,13 @@ struct DeviceMemory {
 std::optional<DeviceMemory> device_memory(const c10::Device& device);
 // Restarts the allocator's peak figures of a GPU device (a no-op for the CPU).
 void reset_device_peaks(const c10::Device& device);
+// Returns the caching allocator's unused cached blocks of every GPU to the driver (a no-op without CUDA).
+void release_cached_memory();
+// Free and total bytes of a GPU as the driver reports them; nullopt for the CPU or on error.
+std::optional<std::pair<std::int64_t, std::int64_t>> device_free_total(const c10::Device& device);
+// Caps this process's caching allocator at `fraction` (0 < fraction <= 1) of a GPU's memory; allocations
+// beyond it fail as out of memory. A no-op for the CPU.
+void limit_device_memory(const c10::Device& device, double fraction);
 
 // The GPU's own memory figures as NVML reports them, in bytes: what every process together uses, so
 // they include the CUDA contexts and memory allocated outside the caching allocator. nullopt for the

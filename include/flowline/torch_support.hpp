@@ -2,20 +2,23 @@
 // shared by the replicas on one device, and copies back to the host through a reused pinned buffer.
 //
 // Used by SentenceEncoder and TorchModule, and meant for plugins of the same kind. parse_dtype(),
-// executor_device() and shared_per_device() are thread-safe; a HostStaging belongs to one replica (one thread, one
-// stream).
+// executor_device(), replica_stream() and shared_per_device() are thread-safe; a HostStaging belongs to one
+// replica (one thread, one stream). Nothing here links CUDA: streams are LibTorch's device-generic
+// c10::Stream (use c10::StreamGuard to make one current), and the CUDA calls go through flowline's CUDA
+// part, loaded when a flow names a GPU (flowline/device.hpp).
 #pragma once
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
-#include <c10/cuda/CUDAStream.h>
+#include <c10/core/Stream.h>
 
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -27,6 +30,16 @@ c10::ScalarType parse_dtype(const std::string& name);
 // The device of a model executor: its `device` parameter when set (cpu, cuda, cuda:N or auto), else the one
 // the flow gave the replica. Makes it the calling thread's current device. Call from the constructor.
 c10::Device executor_device(const std::string& device_parameter, const c10::Device& flow_device);
+
+// A stream of its own for a replica on a GPU, from LibTorch's pool (replicas on one GPU overlap through
+// them); nullopt for the CPU.
+std::optional<c10::Stream> replica_stream(const c10::Device& device);
+
+// The GPU part of an executor library, loaded on demand so the executor on the CPU maps no CUDA library:
+// `file` (e.g. "libflowline_sentence_encoder_cuda.so") from the folder of the library that holds `code`
+// (the address of any function of the calling library), after load_cuda(). Returns the address of its
+// C-linkage function `entry`. Loaded once per process. Throws flowline::Error naming what is missing.
+void* load_gpu_part(const void* code, const std::string& file, const char* entry);
 
 // One object per (file, device, dtype) for as long as someone holds it: the first caller loads it with
 // `load` (under a lock, so concurrent replicas load once), later callers get the same object. Entries
@@ -48,7 +61,8 @@ std::shared_ptr<const T> shared_per_device(const std::filesystem::path& file, c1
 // Waits until the work queued on `stream` so far has finished, with the calling thread asleep rather than
 // spinning: CUDA's default is to spin a core per waiting thread, and a flow's GPU replicas spend much of
 // their time waiting while tokenizing, launching and posting threads need those cores.
-void wait_for_stream(c10::cuda::CUDAStream stream);
+// A CPU stream returns at once.
+void wait_for_stream(const c10::Stream& stream);
 
 // A host buffer kept across calls, pinned when made for a GPU, grown when a larger view is asked for, so
 // no call pays for pinning memory (cudaHostAlloc is slow and takes a driver-wide lock). The caller makes
@@ -62,7 +76,7 @@ class HostStaging {
   // `t` in ordinary host memory. From a GPU: one asynchronous copy into the buffer on `stream`, a wait
   // on that stream only (asleep, see wait_for_stream), then a copy out (documents never hold pinned
   // memory). A CPU tensor is returned as it is.
-  at::Tensor to_host(const at::Tensor& t, c10::cuda::CUDAStream stream);
+  at::Tensor to_host(const at::Tensor& t, const c10::Stream& stream);
 
  private:
   bool pinned_;

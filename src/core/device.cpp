@@ -2,6 +2,8 @@
 #include "flowline/device.hpp"
 #include "flowline/error.hpp"
 
+#include "cuda_loading.hpp"
+
 #include <ATen/Context.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -9,8 +11,7 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
-#include <c10/cuda/CUDACachingAllocator.h>
-#include <cuda_runtime_api.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <dlfcn.h>
 #include <sys/resource.h>
 
@@ -21,6 +22,7 @@
 namespace flowline {
 
 int cuda_device_count() {
+  if (load_cuda()) return 0;
   try {
     return static_cast<int>(at::detail::getCUDAHooks().deviceCount());
   } catch (const std::exception&) {
@@ -49,6 +51,10 @@ std::optional<std::string> check_device_syntax(std::string_view device) {
 std::optional<std::string> check_device(std::string_view device) {
   if (auto problem = check_device_syntax(device)) return problem;
   if (device.substr(0, 4) != "cuda") return std::nullopt;
+  if (auto missing = load_cuda()) {
+    return fmt::format("device '{}' needs {}: set up with GPU support (scripts/setup.sh --gpu), or use cpu", device,
+                       *missing);
+  }
   const int index = device == "cuda" ? 0 : std::stoi(std::string(device.substr(5)));
   if (index < cuda_device_count()) return std::nullopt;
   return fmt::format("device '{}' does not exist; available: {}", device, fmt::join(available_devices(), ", "));
@@ -78,7 +84,7 @@ std::optional<DeviceMemory> device_memory(const c10::Device& device) {
   if (!device.is_cuda()) return std::nullopt;
   // The caching allocator exists once CUDA is initialised; before that its stats cannot be read.
   at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+  const auto stats = c10::getDeviceAllocator(c10::kCUDA)->getDeviceStats(device.index());
   const auto all = static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE);
   DeviceMemory m;
   m.allocated = stats.allocated_bytes[all].current;
@@ -89,7 +95,25 @@ std::optional<DeviceMemory> device_memory(const c10::Device& device) {
 }
 
 void reset_device_peaks(const c10::Device& device) {
-  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+  if (device.is_cuda()) c10::getDeviceAllocator(c10::kCUDA)->resetPeakStats(device.index());
+}
+
+void release_cached_memory() {
+  if (detail::cuda_api()) c10::getDeviceAllocator(c10::kCUDA)->emptyCache();
+}
+
+std::optional<std::pair<std::int64_t, std::int64_t>> device_free_total(const c10::Device& device) {
+  const detail::CudaApi* cuda = device.is_cuda() ? detail::cuda_api() : nullptr;
+  std::size_t free_bytes = 0, total_bytes = 0;
+  if (!cuda || !cuda->memory_info(device.index() < 0 ? 0 : device.index(), &free_bytes, &total_bytes)) {
+    return std::nullopt;
+  }
+  return std::make_pair(static_cast<std::int64_t>(free_bytes), static_cast<std::int64_t>(total_bytes));
+}
+
+void limit_device_memory(const c10::Device& device, double fraction) {
+  const detail::CudaApi* cuda = device.is_cuda() ? detail::cuda_api() : nullptr;
+  if (cuda) cuda->set_memory_fraction(device.index() < 0 ? 0 : device.index(), fraction);
 }
 
 namespace {
@@ -139,10 +163,9 @@ class Nvml {
     if (!slot.resolved) {
       slot.resolved = true;
       std::array<char, 32> bus{};
-      if (cudaDeviceGetPCIBusId(bus.data(), static_cast<int>(bus.size()), cuda_index) == cudaSuccess) {
+      const detail::CudaApi* cuda = detail::cuda_api();
+      if (cuda && cuda->pci_bus_id(cuda_index, bus.data(), static_cast<int>(bus.size()))) {
         if (handle_by_bus_(bus.data(), &slot.handle) != 0) slot.handle = nullptr;
-      } else {
-        cudaGetLastError();  // clear the sticky-free error state
       }
     }
     return slot.handle;

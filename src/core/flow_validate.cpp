@@ -55,7 +55,11 @@ void check_devices(const ExecutorConfig& e, Diagnostics& out) {
   if (e.devices.empty()) {
     if (auto problem = check_device(e.device)) report(out, e.location_of("device"), context + *problem);
   } else if (e.devices.size() == 1 && e.devices[0] == "all") {
-    if (cuda_device_count() == 0) {
+    if (auto missing = load_cuda()) {
+      report(out, e.location_of("devices"),
+             fmt::format("{}devices: all needs {}: set up with GPU support (scripts/setup.sh --gpu), or use cpu",
+                         context, *missing));
+    } else if (cuda_device_count() == 0) {
       report(out, e.location_of("devices"),
              fmt::format("{}devices: all, but no GPU is visible; available: {}", context,
                          fmt::join(available_devices(), ", ")));

@@ -4,8 +4,10 @@
 #include "flowline/device.hpp"
 #include "flowline/error.hpp"
 
+#include "cuda_loading.hpp"
+
 #include <ATen/ATen.h>
-#include <ATen/cuda/CUDAEvent.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -25,10 +27,18 @@ c10::Device executor_device(const std::string& device_parameter, const c10::Devi
   return device;
 }
 
-void wait_for_stream(c10::cuda::CUDAStream stream) {
-  at::cuda::CUDAEvent done(cudaEventDisableTiming | cudaEventBlockingSync);
-  done.record(stream);
-  done.synchronize();
+std::optional<c10::Stream> replica_stream(const c10::Device& device) {
+  if (!device.is_cuda()) return std::nullopt;
+  return c10::impl::getDeviceGuardImpl(c10::kCUDA)->getStreamFromGlobalPool(device, /*isHighPriority=*/false);
+}
+
+void wait_for_stream(const c10::Stream& stream) {
+  if (stream.device_type() != c10::kCUDA) return;
+  if (const detail::CudaApi* cuda = detail::cuda_api()) {
+    cuda->wait_for_stream(stream);
+  } else {
+    stream.synchronize();
+  }
 }
 
 at::Tensor HostStaging::view(at::IntArrayRef shape, at::ScalarType dtype) {
@@ -40,7 +50,7 @@ at::Tensor HostStaging::view(at::IntArrayRef shape, at::ScalarType dtype) {
   return buffer_.narrow(0, 0, count).view(shape);
 }
 
-at::Tensor HostStaging::to_host(const at::Tensor& t, c10::cuda::CUDAStream stream) {
+at::Tensor HostStaging::to_host(const at::Tensor& t, const c10::Stream& stream) {
   if (!t.is_cuda()) return t;
   at::Tensor staged = view(t.sizes(), t.scalar_type());
   staged.copy_(t, /*non_blocking=*/true);

@@ -8,8 +8,6 @@
 #include "flowline/sentence_encoder/wordpiece_tokenizer.hpp"
 
 #include <ATen/ATen.h>
-#include <c10/cuda/CUDACachingAllocator.h>
-#include <cuda_runtime_api.h>
 #include <boost/json.hpp>
 
 #include <fstream>
@@ -279,11 +277,12 @@ TEST_CASE("on the GPU an out-of-memory batch is split and every document comes b
   if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
   // Cap this process's share of the GPU at 1 GiB: one forward pass over the whole batch (2,048 sequences
   // of 256 tokens, about 1.5 GiB for one fp16 feed-forward activation) cannot fit.
-  std::size_t free_bytes = 0, total_bytes = 0;
-  REQUIRE(device_memory(c10::Device(c10::kCUDA, 0)).has_value());  // initialises CUDA and its allocator
-  REQUIRE(cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess);
-  c10::cuda::CUDACachingAllocator::emptyCache();
-  c10::cuda::CUDACachingAllocator::setMemoryFraction(double(1ull << 30) / double(total_bytes), 0);
+  const c10::Device gpu(c10::kCUDA, 0);
+  REQUIRE(device_memory(gpu).has_value());  // initialises CUDA and its allocator
+  const auto free_total = device_free_total(gpu);
+  REQUIRE(free_total.has_value());
+  release_cached_memory();
+  limit_device_memory(gpu, double(1ull << 30) / double(free_total->second));
   std::string text;
   for (int i = 0; i < 300; ++i) text += "word ";
   Flow flow(FlowOptions{.request_size = 2048}, encoder_registry());
@@ -294,7 +293,7 @@ TEST_CASE("on the GPU an out-of-memory batch is split and every document comes b
   DocumentArray docs;
   for (int i = 0; i < 2048; ++i) docs.push_back(Document(text));
   const DocumentArray out = flow.post("/encode", std::move(docs));
-  c10::cuda::CUDACachingAllocator::setMemoryFraction(1.0, 0);
+  limit_device_memory(gpu, 1.0);
   REQUIRE(out.size() == 2048);
   const at::Tensor e = out.embeddings();
   CHECK(row_cosines(e, e[0].expand_as(e)).min().item<double>() >= 0.999);

@@ -1,12 +1,16 @@
 // Internal to the sentence_encoder library: the device-side batch that BertEncoder and GraphedBertEncoder
-// share, and the batch checks and layout both use. Not installed; include only from src/.
+// share, the batch checks and layout both use, and the interface between GraphedBertEncoder and its CUDA
+// side (graphed_bert.cpp, built as libflowline_sentence_encoder_cuda.so). Not installed; include only from
+// src/.
 #pragma once
 
 #include "flowline/sentence_encoder/bert.hpp"
 
 #include <ATen/ATen.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -35,4 +39,36 @@ void write_layout(const PackedBatch& batch, int64_t* ids, int64_t* positions, in
                   int64_t slots);
 
 }  // namespace detail
+
+// What GraphedBertEncoder's CUDA side may use of BertEncoder's internals.
+struct detail::GraphAccess {
+  using DeviceBatch = BertEncoder::DeviceBatch;
+  static at::Tensor forward_and_pool(const BertEncoder& encoder, const DeviceBatch& batch) {
+    return encoder.pool(encoder.forward(batch), batch);
+  }
+};
+
+// GraphedBertEncoder's CUDA side. It sets the fields below when made; GraphedBertEncoder (in the CPU
+// library) checks batches against them before any call. Calls come from the replica's thread, on its stream.
+struct GraphedBertEncoder::Impl {
+  virtual ~Impl() = default;
+  // Captures the graph for passes of `tokens` tokens (a bucket) unless it exists.
+  virtual void capture(int64_t tokens) = 0;
+  // Replays the graph of `tokens` tokens (a bucket of the batch's `total`) on the batch; the result is a
+  // view of the graph's output.
+  virtual at::Tensor replay(const PackedBatch& batch, int64_t total, int64_t tokens) = 0;
+  virtual std::size_t graph_count() const noexcept = 0;
+  virtual double capture_seconds() const noexcept = 0;
+
+  std::shared_ptr<const BertEncoder> encoder;
+  int64_t max_sequences = 0, max_tokens = 0, max_length = 0;
+};
+
+// The entry point of libflowline_sentence_encoder_cuda.so (C linkage, found with dlsym): graphs for
+// `encoder` with these sizes (max_tokens already a bucket), none captured yet. The caller owns the result.
+using MakeGraphs = GraphedBertEncoder::Impl* (*)(std::shared_ptr<const BertEncoder> encoder, int64_t max_sequences,
+                                                 int64_t max_tokens, int64_t max_length);
+inline constexpr const char* kMakeGraphsEntry = "flowline_sentence_encoder_make_graphs";
+inline constexpr const char* kGraphsLibrary = "libflowline_sentence_encoder_cuda.so";
+
 }  // namespace flowline::sentence_encoder

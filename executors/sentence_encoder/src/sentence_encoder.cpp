@@ -11,10 +11,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
+#include <c10/core/StreamGuard.h>
 #include <c10/core/InferenceMode.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -103,7 +100,7 @@ class SentenceEncoder : public Executor {
     encoder_ =
         params().get<bool>("share_weights") ? shared_per_device<BertEncoder>(model, device_, dtype_, load) : load();
     if (device_.is_cuda()) {
-      stream_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
+      stream_ = replica_stream(device_);
       index_staging_ = HostStaging(/*pinned=*/true);
       output_staging_ = HostStaging(/*pinned=*/true);
     }
@@ -172,11 +169,11 @@ class SentenceEncoder : public Executor {
     }
     std::lock_guard lock(start_up_mutex());
     c10::InferenceMode guard;
-    std::optional<c10::cuda::CUDAStreamGuard> on_stream;
+    std::optional<c10::StreamGuard> on_stream;
     if (stream_) on_stream.emplace(*stream_);
     auto peak_for = [&](std::size_t sequences) {
       stream_->synchronize();
-      c10::cuda::CUDACachingAllocator::resetPeakStats(device_.index());
+      reset_device_peaks(device_);
       const auto before = device_memory(device_)->allocated;
       std::vector<std::int32_t> ids(sequences * max_seq_length_, tokenizer_->unk_id());
       std::vector<int64_t> lengths(sequences, static_cast<int64_t>(max_seq_length_));
@@ -192,11 +189,12 @@ class SentenceEncoder : public Executor {
     const double per_token = std::max(1.0, (p_large - p_small) / (tokens_large - tokens_small));
     const double fixed = std::max(0.0, p_small - per_token * tokens_small);
     // Memory the caching allocator holds but does not use counts as free: it is this process's to reuse.
-    c10::cuda::CUDACachingAllocator::emptyCache();
-    std::size_t free_bytes = 0, total_bytes = 0;
-    c10::cuda::CUDAGuard device_guard(device_);
-    C10_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-    const double budget = memory_fraction_ * static_cast<double>(free_bytes) / runtime().replicas_on_device;
+    release_cached_memory();
+    const auto free_total = device_free_total(device_);
+    if (!free_total)
+      throw Error(fmt::format("batch sizing 'auto': the free memory of {} cannot be read", device_.str()));
+    const auto free_bytes = static_cast<double>(free_total->first);
+    const double budget = memory_fraction_ * free_bytes / runtime().replicas_on_device;
     const double tokens = std::max(0.0, (budget - fixed) / per_token);
     auto tokens_fit = static_cast<std::size_t>(tokens);
     if (tokens_fit < max_seq_length_) {
@@ -250,7 +248,7 @@ class SentenceEncoder : public Executor {
     // One replica at a time, so a calibration never sees another replica's warm-up in the peaks.
     std::lock_guard lock(start_up_mutex());
     c10::InferenceMode guard;
-    std::optional<c10::cuda::CUDAStreamGuard> on_stream;
+    std::optional<c10::StreamGuard> on_stream;
     if (stream_) on_stream.emplace(*stream_);
     std::vector<std::pair<std::size_t, std::size_t>> shapes;  // (sequences, length)
     if (device_.is_cuda()) {
@@ -297,7 +295,7 @@ class SentenceEncoder : public Executor {
     if (docs.empty()) return;
     c10::InferenceMode guard;
     // Each replica runs on its own stream, so replicas sharing weights on one GPU overlap.
-    std::optional<c10::cuda::CUDAStreamGuard> on_stream;
+    std::optional<c10::StreamGuard> on_stream;
     if (stream_) on_stream.emplace(*stream_);
     // A request that failed half-way (an out-of-memory pass the flow will retry in halves) may have left
     // copies from the staging buffers queued: let them finish before the buffers are written again.
@@ -427,7 +425,7 @@ class SentenceEncoder : public Executor {
   std::unique_ptr<GraphedBertEncoder> graphs_;  // this replica's CUDA graphs, when enabled
   bool keep_on_device_ = false;
   std::size_t tokenizer_threads_ = 1;
-  std::optional<c10::cuda::CUDAStream> stream_;
+  std::optional<c10::Stream> stream_;
   static constexpr std::size_t kMaxWarmupTokens = 1 << 17;
   std::size_t max_seq_length_ = 0, batch_size_ = 64, max_batch_tokens_ = 0;
   double memory_fraction_ = 0.9;

@@ -8,8 +8,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
+#include <c10/core/StreamGuard.h>
 #include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/serialization/import.h>
 
@@ -86,7 +85,7 @@ class TorchModule : public Executor {
     if (!module_->module.find_method(method_)) {
       throw Error(fmt::format("parameter 'method': '{}' has no method '{}'", path, method_));
     }
-    if (device_.is_cuda()) stream_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
+    stream_ = replica_stream(device_);
     spdlog::info("executor '{}' replica {}: TorchScript {} on {} in {}", runtime().name, runtime().replica, path,
                  device_.str(), c10::toString(dtype_));
     bind("/run", &TorchModule::run);
@@ -100,7 +99,7 @@ class TorchModule : public Executor {
   void run(DocumentArray& docs) {
     if (docs.empty()) return;
     c10::InferenceMode guard;
-    std::optional<c10::cuda::CUDAStreamGuard> on_stream;
+    std::optional<c10::StreamGuard> on_stream;
     if (stream_) on_stream.emplace(*stream_);
     // Check every input first, so a bad document fails the batch before any work.
     const at::Tensor& first = field(docs[0], input_);
@@ -154,7 +153,7 @@ class TorchModule : public Executor {
   std::size_t batch_size_ = 64;
   bool keep_on_device_ = false;
   std::shared_ptr<const LoadedModule> module_;
-  std::optional<c10::cuda::CUDAStream> stream_;
+  std::optional<c10::Stream> stream_;
   HostStaging staging_{true};  // outputs coming back from the GPU
 };
 

@@ -62,6 +62,10 @@ struct PackedBatch {
   std::span<const std::int64_t> lengths;  // tokens per sequence (each >= 1)
 };
 
+namespace detail {
+struct GraphAccess;
+}
+
 class BertEncoder {
  public:
   // Loads weights from `folder` onto `device` in `dtype` (kFloat, kHalf or kBFloat16).
@@ -86,7 +90,7 @@ class BertEncoder {
   bool uses_flash_attention() const noexcept;
 
  private:
-  friend class GraphedBertEncoder;
+  friend struct detail::GraphAccess;  // GraphedBertEncoder's CUDA side runs forward() and pool()
   struct Weights;
   struct Group {
     std::int64_t token_begin, count, length;
@@ -110,6 +114,10 @@ class BertEncoder {
 // One GraphedBertEncoder per replica: it is not thread-safe, and every call must come from the same
 // CUDA stream (the graphs share one memory pool, which is safe because their replays never overlap).
 // The weights stay in the shared BertEncoder. Needs uses_flash_attention().
+//
+// The capturing and replaying live in libflowline_sentence_encoder_cuda.so, beside this library, which
+// the constructor loads (with LibTorch's CUDA library, see load_gpu_part()): the encoder on the CPU maps
+// no CUDA library.
 class GraphedBertEncoder {
  public:
   // Graphs for passes of up to `max_sequences` sequences, `max_tokens` tokens (rounded up to a bucket)
@@ -135,8 +143,9 @@ class GraphedBertEncoder {
   std::size_t graph_count() const noexcept;
   double capture_seconds() const noexcept;  // spent capturing so far
 
+  struct Impl;  // the CUDA side (src/bert_internal.hpp)
+
  private:
-  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
