@@ -42,7 +42,12 @@ InterruptGuard::InterruptGuard(std::function<std::string()> give_up) : give_up_(
   sigaction(SIGINT, &action, &old_int_);
   sigaction(SIGTERM, &action, &old_term_);
   watchdog_ = std::thread([this] {
-    while (!finished_.load() && !g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    // A signal handler cannot notify a condition variable: the stop flag is polled, finished() notifies.
+    const auto pause = [this] {
+      std::unique_lock lock(mutex_);
+      wake_.wait_for(lock, std::chrono::milliseconds(50), [this] { return finished_.load(); });
+    };
+    while (!finished_.load() && !g_stop.load()) pause();
     const auto deadline = std::chrono::steady_clock::now() + kGrace;
     while (!finished_.load()) {
       if (std::chrono::steady_clock::now() >= deadline) {
@@ -51,7 +56,7 @@ InterruptGuard::InterruptGuard(std::function<std::string()> give_up) : give_up_(
                    signal_name(signal), kGrace.count(), give_up_());
         std::_Exit(128 + signal);
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      pause();
     }
   });
 }
@@ -65,7 +70,13 @@ InterruptGuard::~InterruptGuard() {
 
 const std::atomic<bool>& InterruptGuard::stop() const noexcept { return g_stop; }
 int InterruptGuard::signal() const noexcept { return g_signal.load(); }
-void InterruptGuard::finished() noexcept { finished_.store(true); }
+void InterruptGuard::finished() noexcept {
+  {
+    std::lock_guard lock(mutex_);
+    finished_.store(true);
+  }
+  wake_.notify_all();
+}
 
 RunOutput::RunOutput(const std::string& path) : format_(output_format_for(path)) { writer_ = open_writer(path); }
 

@@ -7,9 +7,11 @@
 #include "flowline/writers.hpp"
 
 #include <atomic>
+#include <condition_variable>
 #include <csignal>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -38,6 +40,8 @@ class InterruptGuard {
   }, old_term_{};
   std::function<std::string()> give_up_;
   std::atomic<bool> finished_{false};
+  std::mutex mutex_;
+  std::condition_variable wake_;  // finished() wakes the watchdog at once; a signal is seen within 50 ms
   std::thread watchdog_;
 };
 
