@@ -6,7 +6,7 @@
      settings of docs/benchmarks.md (8 replicas, batch and request 1024).
   2. shipped: flows/encode.yml as shipped (fp32, its own settings, its JSONL written) against fp32 settings
      chosen by hand doing the same job (the encode-bench flow with --output .jsonl).
-  3. before/after (--before BUILD): the same encode-bench flow run by another build's launcher (with that
+  3. before/after (--before BUILD): on each workload, the same encode-bench flow run by another build's launcher (with that
      tree's flow file), alternating, best of --runs.
 
 Each figure is documents / (the launcher's post() window + the time after it until every executor closed and
@@ -127,23 +127,22 @@ def shipped(args, rows, workloads):
 
 
 def before_after(args, rows, workloads):
-    name = "corpus x50"
-    path, fmt = workloads[name]
     env = env_for(args.model, **BEST)
     sides = {"after": (pathlib.Path(args.build) / "src/flowline", ROOT / "flows/encode-bench.yml"),
              "before": (pathlib.Path(args.before) / "src/flowline", pathlib.Path(args.before_root) / "flows/encode-bench.yml")}
-    best = {}
-    with tempfile.TemporaryDirectory(dir=args.scratch) as tmp:
-        for _ in range(args.runs):
-            for side, (launcher, flow) in sides.items():
-                r = run(launcher, flow, path, fmt, env, out_dir=tmp)
-                if r:  # post() window only: the older launcher does not report the time after it
-                    r = (r[1] / r[2], r[1], r[2], 0.0)
-                    print(f"    {side}: {r[0]:10.0f} docs/s", flush=True)
-                if r and (side not in best or r[0] > best[side][0]):
-                    best[side] = r
-    for side in ("before", "after"):
-        report(rows, f"{name}: encoder alone, {side} (best of {args.runs})", best.get(side))
+    for name, (path, fmt) in workloads.items():
+        best = {}
+        with tempfile.TemporaryDirectory(dir=args.scratch) as tmp:
+            for _ in range(args.runs):
+                for side, (launcher, flow) in sides.items():
+                    r = run(launcher, flow, path, fmt, env, out_dir=tmp)
+                    if r:  # post() window only: the older launcher does not report the time after it
+                        r = (r[1] / r[2], r[1], r[2], 0.0)
+                        print(f"    {name}, {side}: {r[0]:10.0f} docs/s", flush=True)
+                    if r and (side not in best or r[0] > best[side][0]):
+                        best[side] = r
+        for side in ("before", "after"):
+            report(rows, f"{name}: encoder alone, {side} (best of {args.runs})", best.get(side))
 
 
 def main():
