@@ -48,8 +48,11 @@ if [ "$mode" = find_package ]; then
   test "$(grep -c '"embedding":{"dtype":"float32","shape":\[32\]' "$work/embeddings.jsonl")" = 2
   echo "installed SentenceEncoder ok: 2 embeddings from $work/prefix/lib/flowline/executors"
 else
+  # The same FLOWLINE_CUDA as the build under test: the light install has no CUDA parts to build.
+  cuda="$(sed -n 's/^FLOWLINE_CUDA:STRING=//p' "$build/CMakeCache.txt")"
   cmake -S "$src/tests/consumers/add_subdirectory" -B "$work/consumer" "${generator[@]}" \
-    -DFLOWLINE_SOURCE_DIR="$src" -DCMAKE_PREFIX_PATH="$torch_prefix" -Wno-dev >"$work/configure.log"
+    -DFLOWLINE_SOURCE_DIR="$src" -DCMAKE_PREFIX_PATH="$torch_prefix" -DFLOWLINE_CUDA="${cuda:-AUTO}" -Wno-dev \
+    >"$work/configure.log"
   cmake --build "$work/consumer" -j"$(nproc)" >"$work/build.log"
   "$work/consumer/consumer"
 fi

@@ -111,8 +111,7 @@ TEST_CASE("a device that does not exist is named with the available ones", "[con
   const std::string result = errors_of(
       "executors:\n  - {name: a, uses: NoOp, device: 'cuda:7'}\n"
       "  - {name: b, uses: NoOp, device: gpu}\n");
-  CHECK_THAT(result,
-             testing::starts_with("flow.yml:2:35: executor 'a': device 'cuda:7' does not exist; available: cpu"));
+  CHECK_THAT(result, testing::starts_with("flow.yml:2:35: executor 'a': " + testing::without_gpu("device 'cuda:7'")));
   CHECK_THAT(result, testing::ends_with(
                          "flow.yml:3:35: executor 'b': invalid device 'gpu': expected cpu, cuda, cuda:N or auto"));
 }
@@ -152,13 +151,12 @@ TEST_CASE("replicas are spread over a device list round-robin", "[config][device
 TEST_CASE("a device list is checked device by device, and all needs a GPU", "[config][device]") {
   const std::string listed =
       errors_of("executors:\n  - {name: a, uses: NoOp, replicas: 2, devices: [cpu, 'cuda:9']}\n");
-  CHECK_THAT(listed,
-             testing::starts_with("flow.yml:2:49: executor 'a': device 'cuda:9' does not exist; available: cpu"));
+  CHECK_THAT(listed, testing::starts_with("flow.yml:2:49: executor 'a': " + testing::without_gpu("device 'cuda:9'")));
   CHECK(errors_of("executors:\n  - {name: a, uses: NoOp, device: cpu, devices: [cpu]}\n") ==
         "flow.yml:2:49: executor 'a': give either device or devices, not both");
   if (cuda_device_count() == 0) {
-    CHECK(errors_of("executors:\n  - {name: a, uses: NoOp, devices: all}\n") ==
-          "flow.yml:2:36: executor 'a': devices: all, but no GPU is visible; available: cpu");
+    CHECK_THAT(errors_of("executors:\n  - {name: a, uses: NoOp, devices: all}\n"),
+               testing::starts_with("flow.yml:2:36: executor 'a': " + testing::without_gpu("devices: all")));
   }
 }
 

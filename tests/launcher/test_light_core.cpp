@@ -57,7 +57,8 @@ TEST_CASE("a flow on the CPU maps no CUDA library, with NoOp executors or the Se
   const std::string noop =
       "executors:\n  - {name: a, uses: NoOp}\n  - {name: b, uses: NoOp}\n  - {name: c, uses: NoOp}\n";
   const std::string encoder = fmt::format(
-      "executors:\n  - name: enc\n    uses: SentenceEncoder\n    device: cpu\n    with: {{model: '{}/tests/data/tiny-bert'}}\n",
+      "executors:\n  - name: enc\n    uses: SentenceEncoder\n    device: cpu\n    with: {{model: "
+      "'{}/tests/data/tiny-bert'}}\n",
       FLOWLINE_SOURCE_DIR);
   for (const auto& [name, flow] : {std::pair{"light noop", noop}, std::pair{"light encoder", encoder}}) {
     const auto report = maps_of_cpu_run(name, flow);
@@ -72,7 +73,8 @@ TEST_CASE("a flow on the CPU maps no CUDA library, with NoOp executors or the Se
     if (std::string(name) == "light encoder") {
       // The encoder ran from its plugin and its CPU library; its GPU part stayed on disk.
       CHECK(std::count(ours.begin(), ours.end(), "libflowline_sentence_encoder.so.0.1.0") == 1);
-      CHECK(std::none_of(ours.begin(), ours.end(), [](const std::string& l) { return l.find("cuda") != std::string::npos; }));
+      CHECK(std::none_of(ours.begin(), ours.end(),
+                         [](const std::string& l) { return l.find("cuda") != std::string::npos; }));
     }
   }
 }
@@ -102,9 +104,10 @@ TEST_CASE("a flow naming a GPU where LibTorch's CUDA library is absent stops wit
   CHECK(all.exit_code == 2);
   CHECK_THAT(all.err, testing::contains("devices: all needs LibTorch's CUDA library; none in " + empty.string()));
   testing::write_text(dir / "auto.yml", "executors:\n  - {name: a, uses: NoOp, device: auto}\n");
-  const auto fallback = launch(
-      fmt::format("run '{}/auto.yml' --input '{}/one.txt' --input-format lines --progress never", dir.string(), dir.string()),
-      env);
+  const auto fallback =
+      launch(fmt::format("run '{}/auto.yml' --input '{}/one.txt' --input-format lines --progress never", dir.string(),
+                         dir.string()),
+             env);
   INFO(fallback.err);
   CHECK(fallback.exit_code == 0);
 }

@@ -171,7 +171,7 @@ TEST_CASE("every flow shipped in flows/ is valid", "[config][encoder]") {
     if (entry.path().filename() == "encode-multi.yml" && cuda_device_count() == 0) {
       // `devices: all` needs GPUs; without one the flow is refused with a clear message.
       CHECK_THROWS_WITH(load_flow_config(entry.path(), encoder_registry()),
-                        testing::contains("devices: all, but no GPU is visible; available: cpu"));
+                        testing::contains(testing::without_gpu("devices: all")));
     } else {
       CHECK_NOTHROW(load_flow_config(entry.path(), encoder_registry()));
     }

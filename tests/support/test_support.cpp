@@ -1,6 +1,8 @@
 // Helpers shared by the tests: corpus and scratch paths, files, running a process, numbered documents.
 #include "test_support.hpp"
 
+#include "flowline/device.hpp"
+
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -64,6 +66,12 @@ ProcessResult run_process(const std::string& command) {
   result.out = read_text(out);
   result.err = read_text(err);
   return result;
+}
+
+std::string without_gpu(const std::string& subject) {
+  if (auto missing = load_cuda()) return fmt::format("{} needs {}", subject, *missing);
+  if (subject == "devices: all") return "devices: all, but no GPU is visible; available: cpu";
+  return subject + " does not exist; available: cpu";
 }
 
 DocumentArray numbered_docs(std::size_t n) {

@@ -27,6 +27,11 @@ struct ProcessResult {
 // Runs a command line through /bin/sh, capturing stdout and stderr.
 ProcessResult run_process(const std::string& command);
 
+// What validation says of `subject` ("device 'cuda:7'" or "devices: all") on a machine without that GPU:
+// that it does not exist where LibTorch's CUDA library loads (the full install), else that the library is
+// missing (the light install). Starts the message; a GPU machine lists its GPUs after "available: cpu".
+std::string without_gpu(const std::string& subject);
+
 // Documents with texts "0", "1", ... "n-1".
 DocumentArray numbered_docs(std::size_t n);
 
