@@ -55,8 +55,9 @@ CudaLoad load() {
   // LibTorch looks its CUDA backend up once per process: if something asked before the library was
   // loaded, CUDA stays off in this process however it is loaded later.
   if (typeid(at::detail::getCUDAHooks()) == typeid(at::CUDAHooksInterface)) {
-    return {nullptr, "LibTorch's CUDA library loaded before LibTorch first looked for its CUDA backend; this process "
-                     "looked too early (call flowline::load_cuda() before any CUDA use)"};
+    return {nullptr,
+            "LibTorch's CUDA library loaded before LibTorch first looked for its CUDA backend; this process "
+            "looked too early (call flowline::load_cuda() before any CUDA use)"};
   }
   const std::filesystem::path part = folder_of(reinterpret_cast<const void*>(&load_cuda)) / "libflowline_cuda.so";
   if (!std::filesystem::exists(part)) {
@@ -65,7 +66,8 @@ CudaLoad load() {
   }
   void* handle = dlopen(part.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
-    return {nullptr, fmt::format("flowline's CUDA part, which does not load from {}: {}", part.string(), last_dl_error())};
+    return {nullptr,
+            fmt::format("flowline's CUDA part, which does not load from {}: {}", part.string(), last_dl_error())};
   }
   using Entry = const detail::CudaApi* (*)();
   auto entry = reinterpret_cast<Entry>(dlsym(handle, "flowline_cuda_api"));
@@ -99,8 +101,8 @@ void* load_gpu_part(const void* code, const std::string& file, const char* entry
   std::lock_guard lock(mutex);  // dlerror() is per thread, but keep one loader at a time for clear messages
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
-    throw Error(fmt::format("GPU part {} does not load ({}); flowline may have been built without CUDA",
-                            path.string(), last_dl_error()));
+    throw Error(fmt::format("GPU part {} does not load ({}); flowline may have been built without CUDA", path.string(),
+                            last_dl_error()));
   }
   void* symbol = dlsym(handle, entry);
   if (symbol == nullptr) throw Error(fmt::format("GPU part {} lacks its entry point {}", path.string(), entry));

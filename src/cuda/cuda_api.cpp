@@ -38,6 +38,4 @@ const flowline::detail::CudaApi kApi{flowline::detail::kCudaApiVersion, &wait_fo
 
 }  // namespace
 
-extern "C" __attribute__((visibility("default"))) const flowline::detail::CudaApi* flowline_cuda_api() {
-  return &kApi;
-}
+extern "C" __attribute__((visibility("default"))) const flowline::detail::CudaApi* flowline_cuda_api() { return &kApi; }
