@@ -28,6 +28,11 @@ std::optional<std::string> load_cuda();
 // Number of CUDA devices this process sees (0 without a GPU or without CUDA support). Loads CUDA.
 int cuda_device_count();
 
+// The number of GPUs "auto" may pick from: 0 without an NVIDIA driver on this machine (no /dev/nvidiactl,
+// nor WSL's /dev/dxg), without loading CUDA, so that `auto` on a CPU machine maps no CUDA library; else
+// cuda_device_count().
+int auto_gpu_count();
+
 // Names of the devices this process can use: "cpu", "cuda:0", "cuda:1", ...
 std::vector<std::string> available_devices();
 

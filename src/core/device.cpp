@@ -17,6 +17,7 @@
 
 #include <array>
 #include <charconv>
+#include <filesystem>
 #include <mutex>
 
 namespace flowline {
@@ -28,6 +29,12 @@ int cuda_device_count() {
   } catch (const std::exception&) {
     return 0;
   }
+}
+
+int auto_gpu_count() {
+  std::error_code ec;
+  const bool driver = std::filesystem::exists("/dev/nvidiactl", ec) || std::filesystem::exists("/dev/dxg", ec);
+  return driver ? cuda_device_count() : 0;
 }
 
 std::vector<std::string> available_devices() {
@@ -63,8 +70,8 @@ std::optional<std::string> check_device(std::string_view device) {
 c10::Device resolve_device(std::string_view name) {
   if (auto problem = check_device(name)) throw Error(*problem);
   if (name == "cpu") return c10::Device(c10::kCPU);
-  const int count = cuda_device_count();
   if (name == "auto") {
+    const int count = auto_gpu_count();
     if (count > 0) {
       spdlog::info("device 'auto': using cuda:0 ({} GPU{} visible)", count, count == 1 ? "" : "s");
       return c10::Device(c10::kCUDA, 0);

@@ -140,7 +140,7 @@ int auto_replica_count(const ExecutorConfig& e, const ExecutorSpec& spec) {
   if (pool.empty()) pool.push_back(e.device);
   int count = 0;
   for (const auto& name : pool) {
-    const bool gpu = (name.starts_with("cuda") || name == "auto") && cuda_device_count() > 0;
+    const bool gpu = name == "auto" ? auto_gpu_count() > 0 : name.starts_with("cuda") && cuda_device_count() > 0;
     count += gpu ? std::max(1, spec.replicas_per_gpu) : 1;
   }
   return spec.max_replicas > 0 ? std::clamp(count, 1, spec.max_replicas) : std::max(count, 1);

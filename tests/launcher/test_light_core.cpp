@@ -53,14 +53,20 @@ TEST_CASE("flowline's libraries and launcher need no CUDA library, only LibTorch
   }
 }
 
-TEST_CASE("a flow on the CPU maps no CUDA library, with NoOp executors or the SentenceEncoder", "[launcher][light]") {
+TEST_CASE("a flow on the CPU maps no CUDA library, with NoOp executors, the SentenceEncoder or device auto",
+          "[launcher][light]") {
   const std::string noop =
       "executors:\n  - {name: a, uses: NoOp}\n  - {name: b, uses: NoOp}\n  - {name: c, uses: NoOp}\n";
   const std::string encoder = fmt::format(
       "executors:\n  - name: enc\n    uses: SentenceEncoder\n    device: cpu\n    with: {{model: "
       "'{}/tests/data/tiny-bert'}}\n",
       FLOWLINE_SOURCE_DIR);
-  for (const auto& [name, flow] : {std::pair{"light noop", noop}, std::pair{"light encoder", encoder}}) {
+  std::vector<std::pair<std::string, std::string>> flows{{"light noop", noop}, {"light encoder", encoder}};
+  // Without an NVIDIA driver, device auto is the CPU, found without loading CUDA.
+  if (!std::filesystem::exists("/dev/nvidiactl") && !std::filesystem::exists("/dev/dxg")) {
+    flows.emplace_back("light auto", "executors:\n  - {name: a, uses: NoOp, device: auto}\n");
+  }
+  for (const auto& [name, flow] : flows) {
     const auto report = maps_of_cpu_run(name, flow);
     INFO(name << ": " << boost::json::serialize(report));
     CHECK(report.at("exit_code").as_int64() == 0);
@@ -70,7 +76,7 @@ TEST_CASE("a flow on the CPU maps no CUDA library, with NoOp executors or the Se
       CHECK(kNeededByTorchCpu.count(library) == 1);
     }
     const auto ours = strings(report.at("flowline_libraries"));
-    if (std::string(name) == "light encoder") {
+    if (name == "light encoder") {
       // The encoder ran from its plugin and its CPU library; its GPU part stayed on disk.
       CHECK(std::count(ours.begin(), ours.end(), "libflowline_sentence_encoder.so.0.1.0") == 1);
       CHECK(std::none_of(ours.begin(), ours.end(),
