@@ -6,7 +6,7 @@ paragraphs; plus which GPU libraries a CPU-only run maps.
 
 Each figure is the best (lowest) of --runs fresh processes. Peak RSS is the kernel's ru_maxrss of the
 process (os.wait4). The mapped libraries are read from /proc/PID/maps while the NoOp flow waits on its
-input, a FIFO this script feeds only after reading them.
+input FIFO, by the suite's own helper (tests/launcher/cpu_run_maps.py).
 
   .venv/bin/python bench/footprint.py [--build build] [--runs 5] [--encoder] [--corpus ../shared/data/corpus]
 """
@@ -21,8 +21,9 @@ import threading
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-GPU_LIBRARIES = re.compile(
-    r"/(libtorch_cuda[^/]*|libc10_cuda[^/]*|libcu[^/]*|libnccl[^/]*|libnvidia-ml[^/]*|libnvrtc[^/]*|libnvshmem[^/]*)$")
+sys.path.insert(0, str(ROOT / "tests/launcher"))
+from cpu_run_maps import run_and_read_maps  # noqa: E402  (the suite's reading of /proc/PID/maps)
+
 # The PyPI wheel's libtorch_cpu.so itself needs these two (its profiler, kineto, is built with CUPTI): every
 # process that links LibTorch maps them, whatever it runs.
 NEEDED_BY_TORCH_CPU = {"libcudart.so.13", "libcupti.so.13"}
@@ -56,22 +57,6 @@ def best(runs, cmd, env=None):
     return min(r[0] for r in results), min(r[1] for r in results), results[0][3]
 
 
-def mapped_gpu_libraries(launcher, flow, scratch):
-    """The GPU libraries mapped by `flowline run` of `flow` while it waits for its first input line."""
-    fifo = scratch / "input.fifo"
-    os.mkfifo(fifo)
-    proc = subprocess.Popen([str(launcher), "run", str(flow), "--input", str(fifo), "--input-format", "lines",
-                             "--progress", "never"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        with open(fifo, "w") as feed:  # opens once the launcher opens its end, i.e. after start-up
-            time.sleep(0.5)  # the reader thread and the executors are up by now
-            maps = pathlib.Path(f"/proc/{proc.pid}/maps").read_text()
-            feed.write("one line\n")
-    finally:
-        proc.wait(timeout=60)
-    return sorted({m.group(1) for line in maps.splitlines() if (m := GPU_LIBRARIES.search(line.strip()))})
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--build", default=str(ROOT / "build"))
@@ -103,7 +88,9 @@ def main():
             rate = re.search(r"\(([\d.]+) docs/s", err)
             rows.append((f"flowline run flows/encode.yml on the CPU, corpus paragraphs "
                          f"({rate.group(1) if rate else '?'} docs/s)", wall, rss))
-        libraries = mapped_gpu_libraries(launcher, flow, scratch)
+        maps_dir = scratch / "maps"
+        maps_dir.mkdir()
+        libraries = run_and_read_maps(str(launcher), str(flow), str(maps_dir))["gpu_libraries"]
     print(f"{'what':70} {'wall s':>8} {'peak RSS MiB':>13}   (best of {args.runs})")
     for label, wall, rss in rows:
         print(f"{label:70} {wall:8.3f} {rss:13.1f}")

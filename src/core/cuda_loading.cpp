@@ -2,6 +2,8 @@
 // and flowline's own CUDA part, the first time a flow names a GPU. A CPU-only process maps neither.
 #include "cuda_loading.hpp"
 
+#include "shared_library.hpp"
+
 #include "flowline/device.hpp"
 #include "flowline/error.hpp"
 #include "flowline/torch_support.hpp"
@@ -21,18 +23,6 @@
 namespace flowline {
 namespace {
 
-// The folder of the loaded library that holds `code`.
-std::filesystem::path folder_of(const void* code) {
-  Dl_info info{};
-  if (dladdr(code, &info) == 0 || info.dli_fname == nullptr) return {};
-  return std::filesystem::path(info.dli_fname).parent_path();
-}
-
-std::string last_dl_error() {
-  const char* error = dlerror();
-  return error ? error : "unknown error";
-}
-
 struct CudaLoad {
   const detail::CudaApi* api = nullptr;
   std::string problem;
@@ -40,9 +30,9 @@ struct CudaLoad {
 
 CudaLoad load() {
   const char* override_dir = std::getenv("FLOWLINE_CUDA_LIBRARY_DIR");
-  const std::filesystem::path torch_dir = override_dir && *override_dir
-                                              ? std::filesystem::path(override_dir)
-                                              : folder_of(reinterpret_cast<const void*>(&at::globalContext));
+  const std::filesystem::path torch_dir =
+      override_dir && *override_dir ? std::filesystem::path(override_dir)
+                                    : detail::library_folder(reinterpret_cast<const void*>(&at::globalContext));
   const std::filesystem::path torch_cuda = torch_dir / "libtorch_cuda.so";
   if (!std::filesystem::exists(torch_cuda)) {
     return {nullptr, fmt::format("LibTorch's CUDA library; none in {}", torch_dir.string())};
@@ -50,7 +40,7 @@ CudaLoad load() {
   // RTLD_GLOBAL: LibTorch's CUDA code and flowline's CUDA parts resolve c10_cuda's symbols through it.
   if (dlopen(torch_cuda.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
     return {nullptr, fmt::format("LibTorch's CUDA library, which does not load from {}: {}", torch_cuda.string(),
-                                 last_dl_error())};
+                                 detail::dl_error_text())};
   }
   // LibTorch looks its CUDA backend up once per process: if something asked before the library was
   // loaded, CUDA stays off in this process however it is loaded later.
@@ -59,19 +49,19 @@ CudaLoad load() {
             "LibTorch's CUDA library loaded before LibTorch first looked for its CUDA backend; this process "
             "looked too early (call flowline::load_cuda() before any CUDA use)"};
   }
-  const std::filesystem::path part = folder_of(reinterpret_cast<const void*>(&load_cuda)) / "libflowline_cuda.so";
+  const std::filesystem::path part =
+      detail::library_folder(reinterpret_cast<const void*>(&load_cuda)) / "libflowline_cuda.so";
   if (!std::filesystem::exists(part)) {
     return {nullptr, fmt::format("flowline's CUDA part; none in {} (flowline was built without CUDA)",
                                  part.parent_path().string())};
   }
-  void* handle = dlopen(part.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    return {nullptr,
-            fmt::format("flowline's CUDA part, which does not load from {}: {}", part.string(), last_dl_error())};
-  }
+  std::string error;
   using Entry = const detail::CudaApi* (*)();
-  auto entry = reinterpret_cast<Entry>(dlsym(handle, "flowline_cuda_api"));
-  const detail::CudaApi* api = entry ? entry() : nullptr;
+  auto entry = reinterpret_cast<Entry>(detail::open_entry(part, "flowline_cuda_api", RTLD_LOCAL, error));
+  if (entry == nullptr) {
+    return {nullptr, fmt::format("flowline's CUDA part, which does not load from {}: {}", part.string(), error)};
+  }
+  const detail::CudaApi* api = entry();
   if (api == nullptr || api->version != detail::kCudaApiVersion) {
     return {nullptr, fmt::format("flowline's CUDA part; {} is not the one built with this flowline", part.string())};
   }
@@ -96,16 +86,13 @@ std::optional<std::string> load_cuda() {
 
 void* load_gpu_part(const void* code, const std::string& file, const char* entry) {
   if (auto missing = load_cuda()) throw Error(fmt::format("{} needs {}", file, *missing));
-  const std::filesystem::path path = folder_of(code) / file;
-  static std::mutex mutex;
-  std::lock_guard lock(mutex);  // dlerror() is per thread, but keep one loader at a time for clear messages
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    throw Error(fmt::format("GPU part {} does not load ({}); flowline may have been built without CUDA", path.string(),
-                            last_dl_error()));
+  const std::filesystem::path path = detail::library_folder(code) / file;
+  std::string error;
+  void* symbol = detail::open_entry(path, entry, RTLD_LOCAL, error);
+  if (symbol == nullptr) {
+    throw Error(
+        fmt::format("GPU part {} does not load ({}); flowline may have been built without CUDA", path.string(), error));
   }
-  void* symbol = dlsym(handle, entry);
-  if (symbol == nullptr) throw Error(fmt::format("GPU part {} lacks its entry point {}", path.string(), entry));
   return symbol;
 }
 

@@ -3,6 +3,8 @@
 #include "flowline/plugin.hpp"
 #include "flowline/error.hpp"
 
+#include "shared_library.hpp"
+
 #include <dlfcn.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -52,9 +54,8 @@ std::vector<std::string> load_plugin(const std::filesystem::path& path, Registry
 
   void* handle = dlopen(canonical.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
-    const char* why = dlerror();
     throw Error(
-        fmt::format("plugin '{}': cannot load it as a shared library: {}", path.string(), why ? why : "unknown error"));
+        fmt::format("plugin '{}': cannot load it as a shared library: {}", path.string(), detail::dl_error_text()));
   }
   using VersionFn = int (*)();
   using RegisterFn = void (*)(Registry&);
@@ -142,13 +143,10 @@ std::vector<std::string> load_plugins_from_environment(Registry& registry) {
 
 std::filesystem::path executor_dir() {
   if (const char* value = std::getenv(kExecutorDirVariable); value && *value) return value;
-  Dl_info info{};
   // Any function of libflowline.so tells where the library was loaded from.
-  if (dladdr(reinterpret_cast<const void*>(&executor_dir), &info) == 0 || !info.dli_fname) return {};
-  std::error_code ec;
-  const auto library = std::filesystem::canonical(info.dli_fname, ec);
-  if (ec) return {};
-  return library.parent_path() / "flowline" / "executors";
+  const auto folder = detail::library_folder(reinterpret_cast<const void*>(&executor_dir));
+  if (folder.empty()) return {};
+  return folder / "flowline" / "executors";
 }
 
 std::vector<std::filesystem::path> plugin_search_path() {

@@ -45,8 +45,8 @@ def reading_fifo(pid, fifo):
     return False
 
 
-def main():
-    launcher, flow, scratch = sys.argv[1:4]
+def run_and_read_maps(launcher, flow, scratch):
+    """The report described above, as a dict (bench/footprint.py uses it too)."""
     fifo = os.path.join(scratch, "input.fifo")
     os.mkfifo(fifo)
     err_path = os.path.join(scratch, "stderr.txt")
@@ -73,9 +73,12 @@ def main():
             proc.wait()
     libraries = sorted({m.group(1) for line in maps.splitlines() if (m := GPU_LIBRARIES.search(line.strip()))})
     ours = sorted({m.group(1) for line in maps.splitlines() if (m := re.search(r"/(libflowline[^/]*)$", line.strip()))})
-    print(json.dumps({"exit_code": proc.returncode, "gpu_libraries": libraries, "flowline_libraries": ours,
-                      "mapped": len(maps.splitlines()),
-                      "stderr": open(err_path).read()[-2000:]}))
+    return {"exit_code": proc.returncode, "gpu_libraries": libraries, "flowline_libraries": ours,
+            "mapped": len(maps.splitlines()), "stderr": open(err_path).read()[-2000:]}
+
+
+def main():
+    print(json.dumps(run_and_read_maps(*sys.argv[1:4])))
 
 
 if __name__ == "__main__":
