@@ -96,6 +96,23 @@ if(NOT TARGET flowline_utf8proc)
     INTERFACE_LINK_LIBRARIES ${FLOWLINE_UTF8PROC_LIBRARY})
 endif()
 
+# prometheus-cpp's core (the metrics and their text format; not its HTTP exposer): Debian's
+# prometheus-cpp-dev, or a folder unpacked from libprometheus-cpp-core's .deb files (FLOWLINE_PROMETHEUS_ROOT),
+# as on the GPU machine which lacks the package. Only flowline::gateway uses it.
+if(NOT TARGET flowline_prometheus)
+  find_path(FLOWLINE_PROMETHEUS_INCLUDE prometheus/registry.h
+    HINTS ${FLOWLINE_PROMETHEUS_ROOT}/usr/include $ENV{FLOWLINE_PROMETHEUS_ROOT}/usr/include)
+  find_library(FLOWLINE_PROMETHEUS_LIBRARY NAMES prometheus-cpp-core libprometheus-cpp-core.so.1.0
+    HINTS ${FLOWLINE_PROMETHEUS_ROOT}/usr/lib/x86_64-linux-gnu $ENV{FLOWLINE_PROMETHEUS_ROOT}/usr/lib/x86_64-linux-gnu)
+  if(NOT FLOWLINE_PROMETHEUS_INCLUDE OR NOT FLOWLINE_PROMETHEUS_LIBRARY)
+    message(FATAL_ERROR "prometheus-cpp not found: install prometheus-cpp-dev or set FLOWLINE_PROMETHEUS_ROOT")
+  endif()
+  add_library(flowline_prometheus INTERFACE IMPORTED GLOBAL)
+  set_target_properties(flowline_prometheus PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES ${FLOWLINE_PROMETHEUS_INCLUDE}
+    INTERFACE_LINK_LIBRARIES ${FLOWLINE_PROMETHEUS_LIBRARY})
+endif()
+
 # Under add_subdirectory the targets found here must be visible to the parent project too, since
 # flowline::core's interface names them (flowline_torch_cpu, fmt::fmt, Boost, ...).
 get_property(_flowline_imported DIRECTORY PROPERTY IMPORTED_TARGETS)

@@ -2,6 +2,7 @@
 # Prepares .device/ for runs on the GPU machine (which has no network, no utf8proc and no model):
 #   .device/model/all-MiniLM-L6-v2   the model with fp16 weights (45 MB instead of 90, to fit the 64 MiB tree)
 #   .device/utf8proc                 Debian's utf8proc packages unpacked (dpkg -x)
+#   .device/prometheus               Debian's prometheus-cpp core library and headers unpacked (dpkg -x)
 #   .device/stb                      Debian's stb headers unpacked (for the profile plots)
 #   .device/corpus                   the five books (../shared does not travel)
 # Carry .device with the device tool; scripts/gpu-run.sh uses it.
@@ -25,9 +26,15 @@ if [ ! -d .device/utf8proc/usr ]; then
   for deb in "$tmp"/*.deb; do dpkg -x "$deb" .device/utf8proc; done
   rm -rf "$tmp"
 fi
+if [ ! -d .device/prometheus/usr ]; then
+  tmp="$(mktemp -d)"
+  (cd "$tmp" && apt-get download -qq libprometheus-cpp-core1.0 prometheus-cpp-dev)
+  for deb in "$tmp"/*.deb; do dpkg -x "$deb" .device/prometheus; done
+  rm -rf "$tmp"
+fi
 # The device copy of the tree drops symbolic links (libutf8proc.so -> libutf8proc.so.2 -> ...): replace each
 # link by a copy of the file it points to, so CMake's find_library finds a real libutf8proc.so there.
-find .device/utf8proc -type l | while read -r link; do
+find .device/utf8proc .device/prometheus -type l | while read -r link; do
   target="$(readlink -f "$link")"
   rm "$link"
   cp "$target" "$link"

@@ -134,6 +134,9 @@ struct FlowStats {
   std::vector<ReplicaStats> replicas;
   std::vector<DeviceStats> devices;  // GPUs only; empty when every executor runs on the CPU
   double host_peak_rss_mb = 0;       // of the whole process
+  // Requests waiting in each executor's queue now, in flow order (empty while the flow is not started,
+  // or while start() or close() holds the flow).
+  std::vector<std::pair<std::string, std::size_t>> queued_requests;
 };
 
 class Flow {
@@ -166,6 +169,18 @@ class Flow {
   // Posts `docs` and returns the results in order. Throws ExecutorError for the first failed request
   // (after all requests finished).
   DocumentArray post(std::string_view endpoint, DocumentArray docs, const PostOptions& options = {});
+
+  // Submits `docs` as one request and returns at once: the asynchronous entry for servers. `done` is
+  // called exactly once, on the runtime thread that finished the request (a replica's), with the results
+  // or the error; it must be quick and must not throw: hand the response over to a thread of your own.
+  // Requests of any submits and posts with the same endpoint, parameters and target share executors'
+  // batches (with batching options), so many small requests fill large batches. With `target` set, only
+  // the executor of that name runs the request; the others pass it on. The flow must be started; throws
+  // Error when it is closing. close() waits for every submitted request. submit() blocks while the first
+  // executors' queues are full, so callers bound their requests in flight (queue_capacity is the size
+  // that never blocks).
+  void submit(std::string_view endpoint, DocumentArray docs, boost::json::object parameters, std::string target,
+              std::function<void(Response&&)> done);
 
   // Waits for posts in flight, closes executors (each on its own thread) and joins all threads.
   // Idempotent. Errors thrown by executors' close() are logged, not thrown.

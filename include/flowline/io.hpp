@@ -29,6 +29,12 @@ namespace flowline {
 void append_json(std::string& out, const Document& doc);
 void append_json(std::string& out, const Document& doc, FieldSet fields);
 std::string to_json(const Document& doc);
+// Building blocks of the JSON form, for servers and writers that shape their own JSON around documents:
+// `text` as a quoted, escaped JSON string (UTF-8 passes through); `n` floats as a JSON array in their
+// shortest exact form (non-finite values as "nan", "inf", "-inf"); `size` bytes as a quoted base64 string.
+void append_json_text(std::string& out, std::string_view text);
+void append_json_floats(std::string& out, const float* values, std::size_t n);
+void append_json_base64(std::string& out, const void* data, std::size_t size);
 // Parses a document from JSON. Throws flowline::Error describing the bad field ("field 'tensor.shape':
 // expected a list of integers").
 Document document_from_json(const boost::json::value& json);

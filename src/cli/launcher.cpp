@@ -4,6 +4,7 @@
 #include "profile.hpp"
 #include "progress.hpp"
 #include "run_output.hpp"
+#include "serve.hpp"
 
 #include "flowline/flowline.hpp"
 
@@ -160,12 +161,6 @@ void write_stats_json(const std::string& path, const FlowStats& stats, const Pos
 std::string display(const boost::json::value& v) {
   if (v.is_double()) return fmt::format("{}", v.get_double());
   return boost::json::serialize(v);
-}
-
-void print_config_error(const ConfigError& e) {
-  for (const auto& d : e.diagnostics()) fmt::print(stderr, "{}\n", d.to_string());
-  fmt::print(stderr, "{} error{} in the flow configuration\n", e.diagnostics().size(),
-             e.diagnostics().size() == 1 ? "" : "s");
 }
 
 // What `run` needs before the flow starts: the validated config (with --request-size and --set), the
@@ -382,6 +377,12 @@ int command_schema() {
 
 }  // namespace
 
+void print_config_error(const ConfigError& e) {
+  for (const auto& d : e.diagnostics()) fmt::print(stderr, "{}\n", d.to_string());
+  fmt::print(stderr, "{} error{} in the flow configuration\n", e.diagnostics().size(),
+             e.diagnostics().size() == 1 ? "" : "s");
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"flowline: run executor pipelines defined in YAML"};
   app.require_subcommand(1);
@@ -452,6 +453,8 @@ int run(int argc, char** argv) {
   auto* executors_cmd = app.add_subcommand("executors", "List the executor types, their parameters and endpoints");
   auto* schema_cmd =
       app.add_subcommand("schema", "Print the YAML reference (flow keys and executor parameters) as Markdown");
+  ServeOptions serve_options;
+  auto* serve_cmd = add_serve_command(app, serve_options);
 
   try {
     app.parse(argc, argv);
@@ -469,6 +472,7 @@ int run(int argc, char** argv) {
     if (*validate_cmd) return command_validate(validate_file);
     if (*executors_cmd) return command_executors();
     if (*schema_cmd) return command_schema();
+    if (*serve_cmd) return command_serve(std::move(serve_options));
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", e.what());
     return kExitFailure;

@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <atomic>
@@ -73,6 +74,8 @@ class Flow::Impl {
   }
   PostSummary post(std::string_view endpoint, DocumentSource& source, const ResponseCallback& on_response,
                    const PostOptions& options);
+  void submit(std::string_view endpoint, DocumentArray docs, boost::json::object parameters, std::string target,
+              std::function<void(Response&&)> done);
 
   FlowConfig config_;
   Registry& registry_;
@@ -87,8 +90,11 @@ class Flow::Impl {
   void close_locked();
   void route(const std::vector<Edge>& outputs, RequestPtr request);
   void deliver(const Edge& edge, RequestPtr request);
+  void enter_post(const char* what);
+  void leave_post();
 
-  std::mutex lifecycle_mutex_;  // serialises start() and close()
+  friend class Flow;
+  mutable std::mutex lifecycle_mutex_;  // serialises start() and close()
   runtime::FlowGraph graph_;
   FlowTopology topology_;
   std::vector<std::unique_ptr<Stage>> stages_;
@@ -222,22 +228,49 @@ void Flow::Impl::deliver(const Edge& edge, RequestPtr request) {
   }
 }
 
-PostSummary Flow::Impl::post(std::string_view endpoint, DocumentSource& source, const ResponseCallback& on_response,
-                             const PostOptions& options) {
+void Flow::Impl::enter_post(const char* what) {
+  std::lock_guard lock(posts_mutex_);
+  if (closing_) throw Error(fmt::format("{}: the flow is closed", what));
+  if (!started_) throw Error(fmt::format("{}: the flow is not started", what));
+  ++active_posts_;
+}
+
+void Flow::Impl::leave_post() {
   {
     std::lock_guard lock(posts_mutex_);
-    if (closing_) throw Error("post(): the flow is closed");
-    ++active_posts_;
+    --active_posts_;
   }
+  posts_cv_.notify_all();
+}
+
+void Flow::Impl::submit(std::string_view endpoint, DocumentArray docs, boost::json::object parameters,
+                        std::string target, std::function<void(Response&&)> done) {
+  enter_post("submit()");
+  auto* session = new runtime::SubmitSession(
+      std::string(endpoint), std::move(parameters), std::move(target), [this, done = std::move(done)](RequestPtr r) {
+        Response response{0, std::move(r->docs), std::move(r->error), std::move(r->error_executor)};
+        r.reset();
+        try {
+          done(std::move(response));
+        } catch (const std::exception& e) {
+          spdlog::error("submit(): the completion callback threw: {}", e.what());
+        } catch (...) {
+          spdlog::error("submit(): the completion callback threw");
+        }
+        leave_post();
+      });
+  auto request = std::make_unique<runtime::Request>();
+  request->session = session;
+  request->docs = std::move(docs);
+  route(graph_.entries, std::move(request));
+}
+
+PostSummary Flow::Impl::post(std::string_view endpoint, DocumentSource& source, const ResponseCallback& on_response,
+                             const PostOptions& options) {
+  enter_post("post()");
   struct Leave {
     Impl& impl;
-    ~Leave() {
-      {
-        std::lock_guard lock(impl.posts_mutex_);
-        --impl.active_posts_;
-      }
-      impl.posts_cv_.notify_all();
-    }
+    ~Leave() { impl.leave_post(); }
   } leave{*this};
 
   runtime::PostSession session(std::string(endpoint), options.parameters);
@@ -301,6 +334,11 @@ FlowStats Flow::stats() const {
   out.replicas = impl_->accounting_->snapshot();
   out.devices = impl_->monitor_->snapshot();
   out.host_peak_rss_mb = host_peak_rss_mb();
+  std::unique_lock lock(impl_->lifecycle_mutex_, std::try_to_lock);
+  if (lock && impl_->started_) {
+    for (const auto& stage : impl_->stages_)
+      out.queued_requests.emplace_back(stage->config->name, stage->queue->size());
+  }
   return out;
 }
 
@@ -308,6 +346,11 @@ PostSummary Flow::post(std::string_view endpoint, DocumentSource& source, const 
                        const PostOptions& options) {
   if (!impl_->started_) start();
   return impl_->post(endpoint, source, on_response, options);
+}
+
+void Flow::submit(std::string_view endpoint, DocumentArray docs, boost::json::object parameters, std::string target,
+                  std::function<void(Response&&)> done) {
+  impl_->submit(endpoint, std::move(docs), std::move(parameters), std::move(target), std::move(done));
 }
 
 DocumentArray Flow::post(std::string_view endpoint, DocumentArray docs, const PostOptions& options) {

@@ -84,22 +84,22 @@ void append_integer(std::string& out, std::int64_t v) {
 
 constexpr char kBase64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-void append_base64(std::string& out, const Bytes& bytes) {
+void append_base64(std::string& out, const std::uint8_t* bytes, std::size_t size) {
   out += '"';
   std::size_t i = 0;
-  for (; i + 2 < bytes.size(); i += 3) {
+  for (; i + 2 < size; i += 3) {
     const std::uint32_t v = (bytes[i] << 16) | (bytes[i + 1] << 8) | bytes[i + 2];
     out += kBase64[v >> 18];
     out += kBase64[(v >> 12) & 63];
     out += kBase64[(v >> 6) & 63];
     out += kBase64[v & 63];
   }
-  if (i < bytes.size()) {
+  if (i < size) {
     std::uint32_t v = bytes[i] << 16;
-    if (i + 1 < bytes.size()) v |= bytes[i + 1] << 8;
+    if (i + 1 < size) v |= bytes[i + 1] << 8;
     out += kBase64[v >> 18];
     out += kBase64[(v >> 12) & 63];
-    out += i + 1 < bytes.size() ? kBase64[(v >> 6) & 63] : '=';
+    out += i + 1 < size ? kBase64[(v >> 6) & 63] : '=';
     out += '=';
   }
   out += '"';
@@ -235,7 +235,7 @@ void append_tensor(std::string& out, const at::Tensor& tensor) {
 
 // One field's value, by the field's type.
 void append_field_value(std::string& out, const std::string& value) { append_json_string(out, value); }
-void append_field_value(std::string& out, const Bytes& value) { append_base64(out, value); }
+void append_field_value(std::string& out, const Bytes& value) { append_base64(out, value.data(), value.size()); }
 void append_field_value(std::string& out, const at::Tensor& value) { append_tensor(out, value); }
 void append_field_value(std::string& out, const Tags& value) { out += boost::json::serialize(value); }
 void append_field_value(std::string& out, const std::map<std::string, float, std::less<>>& scores) {
@@ -371,6 +371,12 @@ void append_json(std::string& out, const Document& doc, FieldSet fields) {
 }
 
 void append_json(std::string& out, const Document& doc) { append_json(out, doc, FieldSet::all()); }
+
+void append_json_text(std::string& out, std::string_view text) { append_json_string(out, text); }
+void append_json_floats(std::string& out, const float* values, std::size_t n) { append_float_row(out, values, n); }
+void append_json_base64(std::string& out, const void* data, std::size_t size) {
+  append_base64(out, static_cast<const std::uint8_t*>(data), size);
+}
 
 std::string to_json(const Document& doc) {
   std::string out;

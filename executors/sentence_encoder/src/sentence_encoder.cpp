@@ -285,13 +285,16 @@ class SentenceEncoder : public Executor {
       DocumentArray docs;
       for (std::size_t i = 0; i < rows; ++i) docs.push_back(Document("warm up"));
       warming_up_ = true;
-      encode(docs);
+      const boost::json::object no_parameters;
+      encode(docs, RequestInfo{"/encode", no_parameters});
       warming_up_ = false;
     }
   }
 
  private:
-  void encode(DocumentArray& docs) {
+  // With the request parameter count_tokens: true (the gateway's OpenAI route sends it), each document's
+  // tags["tokens"] is set to its token count, special tokens included, after truncation.
+  void encode(DocumentArray& docs, const RequestInfo& request) {
     if (docs.empty()) return;
     c10::InferenceMode guard;
     // Each replica runs on its own stream, so replicas sharing weights on one GPU overlap.
@@ -306,6 +309,12 @@ class SentenceEncoder : public Executor {
     const auto started = Clock::now();
     tokenize(docs);
     const auto tokenized = Clock::now();
+    if (const auto it = request.parameters.find("count_tokens");
+        it != request.parameters.end() && it->value() == true) {
+      for (std::size_t i = 0; i < n; ++i) {
+        docs[i].tags["tokens"] = static_cast<std::int64_t>(offsets_[i + 1] - offsets_[i]);
+      }
+    }
     // Longest first, so forward passes hold sequences of similar length.
     order_.resize(n);
     std::iota(order_.begin(), order_.end(), 0);

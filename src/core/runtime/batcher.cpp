@@ -23,7 +23,8 @@ std::vector<RequestPtr> Batcher::take() {
     auto next = options_.max_delay.count() > 0 ? queue_.pop_until(deadline) : queue_.try_pop();
     if (!next) break;
     RequestPtr& request = *next;
-    if (request->session != batch.front()->session || size + request->docs.size() > options_.max_batch_size) {
+    if (!request->session->batches_with(*batch.front()->session) ||
+        size + request->docs.size() > options_.max_batch_size) {
       carry_ = std::move(request);
       break;
     }

@@ -3,7 +3,9 @@
 // flowline::core (tests include it directly).
 //
 // The contract, in one place:
-// - A batch holds requests of one post only (same endpoint and parameters), in queue order. Without
+// - A batch holds requests of the same endpoint and parameters, in queue order: requests of one post, and
+//   of different posts and submits alike (the gateway's many small client requests make GPU-sized
+//   batches this way). Without
 //   batching options (max_batch_size 0) a batch is one request.
 // - take(): waits for a first request, then adds requests while the batch has at most max_batch_size
 //   documents, waiting up to max_delay after the first for more (0: only what is already queued). A

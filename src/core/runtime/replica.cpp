@@ -108,7 +108,7 @@ void ReplicaWorker::run() {
 void ReplicaWorker::process(std::vector<RequestPtr> batch) {
   std::vector<RequestPtr> live;
   for (auto& request : batch) {
-    if (request->failed()) {
+    if (request->failed() || !request->session->targets(placement_.executor)) {
       forward_(std::move(request));
     } else {
       live.push_back(std::move(request));

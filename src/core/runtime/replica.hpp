@@ -79,9 +79,9 @@ class ReplicaWorker {
 
   // Serves batches until the queue is closed and drained.
   void run();
-  // One batch: requests that failed upstream pass straight through; the others run as one handler call,
-  // and when that fails with the count unchanged, each request runs again on its own so only the bad
-  // one fails.
+  // One batch: requests that failed upstream, or target another executor, pass straight through; the others run as one
+  // handler call, and when that fails with the count unchanged, each request runs again on its own so only the bad one
+  // fails.
   void process(std::vector<RequestPtr> batch);
 
  private:

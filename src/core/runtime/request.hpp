@@ -8,9 +8,11 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 namespace flowline::runtime {
@@ -28,21 +30,23 @@ struct Request {
 };
 using RequestPtr = std::unique_ptr<Request>;
 
-// The state of one post() call. complete() is called by whichever thread finishes a request; wait_for()
-// by the posting thread only.
+// Where finished requests go: the state of one post() call, or of one submit(). complete() is called by
+// whichever replica thread finishes a request (after the last join), exactly once per request.
 class PostSession {
  public:
-  PostSession(std::string endpoint, boost::json::object parameters)
-      : endpoint(std::move(endpoint)), parameters(std::move(parameters)) {}
+  PostSession(std::string endpoint, boost::json::object parameters, std::string target = {})
+      : endpoint(std::move(endpoint)), parameters(std::move(parameters)), target(std::move(target)) {}
+  virtual ~PostSession() = default;
 
-  void complete(RequestPtr request) {
+  // Keeps the request until the posting thread asks for it (wait_for).
+  virtual void complete(RequestPtr request) {
     {
       std::lock_guard lock(mutex_);
       done_.emplace(request->index, std::move(request));
     }
     ready_.notify_one();
   }
-  // Waits for request `index` to be complete and returns it.
+  // Waits for request `index` to be complete and returns it. Posting thread only.
   RequestPtr wait_for(std::uint64_t index) {
     std::unique_lock lock(mutex_);
     ready_.wait(lock, [&] { return done_.count(index) > 0; });
@@ -52,13 +56,40 @@ class PostSession {
     return request;
   }
 
+  // Whether requests of the two sessions may share a batch: the same endpoint, parameters and target, so
+  // one handler call serves them all.
+  bool batches_with(const PostSession& other) const {
+    return this == &other || (endpoint == other.endpoint && target == other.target && parameters == other.parameters);
+  }
+  // Whether executor `name` handles this session's requests (the others pass them on untouched).
+  bool targets(std::string_view name) const { return target.empty() || target == name; }
+
   const std::string endpoint;
   const boost::json::object parameters;
+  const std::string target;  // empty: every executor; else only the executor of that name
 
  private:
   std::mutex mutex_;
   std::condition_variable ready_;
   std::unordered_map<std::uint64_t, RequestPtr> done_;
+};
+
+// The session of one Flow::submit(): a single request whose completion calls `done` on the replica
+// thread that finished it, then deletes the session. Created with new by submit(); it owns itself.
+class SubmitSession final : public PostSession {
+ public:
+  using Done = std::function<void(RequestPtr)>;
+  SubmitSession(std::string endpoint, boost::json::object parameters, std::string target, Done done)
+      : PostSession(std::move(endpoint), std::move(parameters), std::move(target)), done_(std::move(done)) {}
+
+  void complete(RequestPtr request) override {
+    Done done = std::move(done_);
+    delete this;  // nothing refers to the session any more: this was its only request
+    done(std::move(request));
+  }
+
+ private:
+  Done done_;
 };
 
 }  // namespace flowline::runtime

@@ -1,0 +1,98 @@
+// flowline/gateway.hpp — serving a started Flow over HTTP/1.1: Jina's, OpenAI's and TEI's APIs, health,
+// readiness and Prometheus metrics. Link flowline::gateway.
+//
+//   flowline::Flow flow = flowline::Flow::from_yaml("flows/encode.yml");
+//   auto gateway = flowline::Gateway::attach_to(flow);   // before start(): its metrics observe the flow
+//   flow.start();
+//   gateway->start({.port = 8080});                       // binds 127.0.0.1:8080 and serves on its threads
+//   ...                                                   // until SIGTERM, say
+//   gateway->stop();                                      // answers what is in flight, then returns
+//   flow.close();
+//
+// Routes (docs/serving.md has the request and response shapes):
+//   POST /<endpoint>  Jina: {"data": [docs] | doc, "parameters", "header": {"request_id", "target_executor"}}
+//   POST /post        Jina (docarray v1 clients): the same body with "execEndpoint" naming the endpoint
+//   POST /v1/embeddings  OpenAI: {"input": str | [str], "encoding_format": "float" | "base64", "model"}
+//   POST /embed       TEI: {"inputs": str | [str]} -> [[float, ...], ...]
+//   GET  /health (alive), /ready (503 while starting or draining), /metrics (Prometheus text format),
+//        / and /dry_run (Jina's health checks), /status, /openapi.json, /docs
+//
+// Every request's documents go to the flow as one Flow::submit(); requests of the same endpoint and
+// parameters from any number of clients share the executors' batches. Limits, each answered with a status
+// that names it: body size (413), documents per request (413), JSON nesting depth (400), requests inside the
+// flow (503 with Retry-After), time a request may take (504), header size and idle connections (closed),
+// bearer token (401). Malformed HTTP or JSON gets 400 (422 on Jina's routes, as Jina answers) naming what
+// was wrong.
+//
+// Threads and ownership. The gateway runs its own I/O threads (GatewayOptions::threads); every handler
+// runs on them, and the flow's completion callbacks only hand results over to them. start() and stop() are
+// called from one controlling thread. The Flow must outlive the Gateway and stay started while it serves;
+// close the flow after stop(). The Gateway is not copyable or movable: attach_to() hands out a shared_ptr
+// because the flow shares its metrics observer.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace flowline {
+
+class Flow;
+
+struct GatewayOptions {
+  std::string host = "127.0.0.1";          // the address to bind; "0.0.0.0" or "::" to serve other machines
+  std::uint16_t port = 8080;               // 0: a free port, chosen by the system (Gateway::port() says which)
+  int threads = 0;                         // I/O threads; 0: one per core
+  std::size_t max_body_bytes = 32u << 20;  // larger request bodies get 413
+  std::size_t max_documents = 4096;        // documents (or inputs) per request; more get 413
+  std::size_t max_json_depth = 64;         // deeper JSON gets 400
+  std::size_t max_in_flight = 0;           // requests inside the flow at once; more get 503 (0: 2 x queue)
+  std::size_t max_connections = 10'000;    // connections beyond it are closed at once
+  std::chrono::milliseconds request_timeout{60'000};  // a request not answered by then gets 504
+  std::chrono::milliseconds idle_timeout{60'000};     // a connection silent this long (mid-request too) closes
+  std::string token;  // when not empty, requests other than /health and /ready need "Authorization: Bearer <token>"
+  std::string embeddings_endpoint = "/encode";  // the flow endpoint of /v1/embeddings and /embed requests
+  std::string title = "flowline";               // in /openapi.json and /docs
+};
+
+// What the gateway has answered since start().
+struct GatewayStats {
+  std::uint64_t requests = 0;  // answered, any status
+  std::uint64_t documents = 0;
+  std::uint64_t rejected_busy = 0;  // 503 for want of room in the flow
+  std::uint64_t timed_out = 0;      // 504
+  std::uint64_t in_flight = 0;      // inside the flow now
+  std::uint64_t connections = 0;    // open now
+};
+
+class Gateway {
+ public:
+  // A gateway for `flow`, its metrics observer attached to the flow (so call before flow.start()).
+  static std::shared_ptr<Gateway> attach_to(Flow& flow);
+  ~Gateway();
+  Gateway(const Gateway&) = delete;
+  Gateway& operator=(const Gateway&) = delete;
+
+  // Binds, listens and starts the I/O threads; returns once requests are being served. The flow must be
+  // started. Throws flowline::Error when the address cannot be bound ("127.0.0.1:8080: Address already in
+  // use") or an option is out of range.
+  void start(GatewayOptions options);
+  // The port bound by start() (the chosen one when options.port was 0).
+  std::uint16_t port() const noexcept;
+  // Graceful stop: /ready turns 503, no new connection is accepted, every request already inside the flow
+  // is answered (one the flow takes longer than request_timeout over has had its 504; stop() still waits
+  // for the flow to give it back), then idle connections close and the threads are joined. Idempotent.
+  void stop();
+
+  GatewayStats stats() const;
+
+  class Impl;
+
+ private:
+  explicit Gateway(Flow& flow);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace flowline

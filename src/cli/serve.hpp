@@ -1,0 +1,30 @@
+// `flowline serve FLOW.yml`: starts a flow and serves it over HTTP with flowline::Gateway until SIGINT or
+// SIGTERM, then drains (answers what is in flight) and exits 0.
+#pragma once
+
+#include "flowline/gateway.hpp"
+
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace flowline::cli {
+
+struct ServeOptions {
+  std::string flow;
+  std::vector<std::string> sets;  // --set EXECUTOR.PARAM=VALUE
+  std::string token_file;         // --token-file; else FLOWLINE_TOKEN
+  std::string ready_file;         // --ready-file: written with the bound port once serving
+  GatewayOptions gateway;
+  long long request_timeout_ms = 60'000;
+  long long idle_timeout_ms = 60'000;
+};
+
+// Adds the `serve` subcommand and its options to `app`, filling `options` when parsed.
+CLI::App* add_serve_command(CLI::App& app, ServeOptions& options);
+int command_serve(ServeOptions options);
+
+}  // namespace flowline::cli

@@ -1,0 +1,571 @@
+// The HTTP server of flowline::Gateway (gateway.hpp): Boost.Beast over Boost.Asio, one strand per
+// connection, requests handed to the flow with Flow::submit() and answered when the flow calls back.
+//
+// A connection's life: read the header (answering "Expect: 100-continue"), read the body within
+// max_body_bytes, route, then either answer at once or submit to the flow and wait for its callback (or the
+// request timeout), write the answer, and read the next request when the connection is kept alive. One
+// request at a time per connection, so pipelined requests are answered in order.
+#include "flowline/gateway.hpp"
+
+#include "metrics.hpp"
+#include "openapi.hpp"
+#include "protocols.hpp"
+
+#include "flowline/error.hpp"
+#include "flowline/flow.hpp"
+#include "flowline/registry.hpp"
+#include "flowline/version.hpp"
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/json/serialize.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <list>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+
+namespace flowline {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace json = boost::json;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using gateway::Route;
+
+namespace {
+
+constexpr std::size_t kMaxHeaderBytes = 16 * 1024;
+
+// Compares two strings in time that depends only on their lengths, not on where they differ.
+bool same_secret(std::string_view a, std::string_view b) {
+  volatile unsigned char diff = a.size() == b.size() ? 0 : 1;
+  const std::size_t n = std::max(a.size(), b.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff = diff | (x ^ y);
+  }
+  return diff == 0;
+}
+
+}  // namespace
+
+class Connection;
+
+class Gateway::Impl {
+ public:
+  Impl(Flow& flow) : flow(flow), metrics(std::make_shared<gateway::GatewayMetrics>()) {}
+
+  void start(GatewayOptions o);
+  void stop();
+  void accept();
+  void forget(Connection* connection);
+
+  Flow& flow;
+  std::shared_ptr<gateway::GatewayMetrics> metrics;
+  GatewayOptions options;
+  gateway::ParseLimits limits;
+  std::size_t max_in_flight = 0;
+  std::set<std::string> endpoints;  // the flow's endpoints, as Jina routes ("/encode"; "/default" is "/")
+  std::string openapi;              // /openapi.json, made at start()
+
+  std::atomic<bool> serving{false};   // started and not draining: /ready is 200
+  std::atomic<bool> draining{false};  // stop() began: answer what is in flight, take nothing new
+  std::atomic<std::uint64_t> in_flight{0}, requests{0}, documents{0}, rejected_busy{0}, timed_out{0};
+
+  std::mutex connections_mutex;
+  std::list<std::weak_ptr<Connection>> connections;  // open ones, for stop()
+  std::atomic<std::uint64_t> open_connections{0};
+
+  // Last, so that they go first: handlers still queued in the io_context hold connections, which
+  // unregister themselves from the list above when destroyed.
+  asio::io_context io;
+  // Keeps the I/O threads running while no socket operation is pending, for the flow's callbacks.
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  std::optional<tcp::acceptor> acceptor;
+  std::vector<std::thread> threads;
+  std::uint16_t bound_port = 0;
+};
+
+// One client connection. Lives as long as an operation (read, write, timer, flow callback) holds it.
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(Gateway::Impl& gateway, tcp::socket socket)
+      : gw_(gateway), stream_(std::move(socket)), timer_(stream_.get_executor()) {}
+  ~Connection() { gw_.forget(this); }
+
+  void start() { read_header(); }
+
+  // From stop(), on any thread: closes the connection if it is waiting for a request; otherwise it closes
+  // after answering the one it has.
+  void close_when_idle() {
+    asio::post(stream_.get_executor(), [self = shared_from_this()] {
+      if (!self->busy_) self->shutdown();
+    });
+  }
+
+  std::list<std::weak_ptr<Connection>>::iterator registration;
+
+ private:
+  void read_header() {
+    busy_ = false;
+    parser_.emplace();
+    parser_->body_limit(gw_.options.max_body_bytes);
+    parser_->header_limit(kMaxHeaderBytes);
+    stream_.expires_after(gw_.options.idle_timeout);
+    http::async_read_header(stream_, buffer_, *parser_,
+                            beast::bind_front_handler(&Connection::on_header, shared_from_this()));
+  }
+
+  void on_header(beast::error_code ec, std::size_t) {
+    busy_ = true;
+    started_ = Clock::now();
+    if (ec) return read_failed(ec);
+    const auto& request = parser_->get();
+    if (beast::iequals(request[http::field::expect], "100-continue")) {
+      if (const auto length = parser_->content_length(); length && *length > gw_.options.max_body_bytes) {
+        return read_failed(http::error::body_limit);
+      }
+      auto reply = std::make_shared<http::response<http::empty_body>>(http::status::continue_, request.version());
+      http::async_write(stream_, *reply, [self = shared_from_this(), reply](beast::error_code ec, std::size_t) {
+        if (ec) return self->shutdown();
+        self->read_body();
+      });
+      return;
+    }
+    read_body();
+  }
+
+  void read_body() {
+    http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&Connection::on_read, shared_from_this()));
+  }
+
+  void on_read(beast::error_code ec, std::size_t) {
+    if (ec) return read_failed(ec);
+    stream_.expires_never();
+    request_ = parser_->release();
+    parser_.reset();
+    keep_alive_ = request_.keep_alive();
+    try {
+      handle();
+    } catch (const gateway::HttpError& e) {
+      reply(e.status, e.body);
+    } catch (const std::exception& e) {
+      reply(500, gateway::plain_error(500, "server_error", e.what()).body);
+    }
+  }
+
+  // A request that could not be read: answered when the client can still read an answer, then closed.
+  void read_failed(beast::error_code ec) {
+    keep_alive_ = false;
+    route_ = Route::Other;
+    if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::operation_aborted ||
+        ec == asio::error::connection_reset || ec == asio::error::eof || ec == http::error::partial_message) {
+      // The client went away, or fell silent mid-request for idle_timeout.
+      return shutdown();
+    }
+    if (ec == http::error::body_limit) {
+      return reply(413, gateway::plain_error(413, "request_too_large",
+                                             fmt::format("the request body is larger than {} bytes (--max-body-bytes)",
+                                                         gw_.options.max_body_bytes))
+                            .body);
+    }
+    if (ec == http::error::header_limit) {
+      return reply(431, gateway::plain_error(431, "invalid_request_error",
+                                             fmt::format("the request header is larger than {} bytes", kMaxHeaderBytes))
+                            .body);
+    }
+    reply(400,
+          gateway::plain_error(400, "invalid_request_error", fmt::format("malformed HTTP request: {}", ec.message()))
+              .body);
+  }
+
+  void handle();
+  void handle_info(std::string_view path);
+  void call_flow(gateway::Call call, Route route, std::function<std::string(const DocumentArray&)> answer,
+                 std::function<std::string(const Response&)> failure);
+
+  void reply(int status, std::string body, std::string_view content_type = "application/json") {
+    timer_.cancel();
+    response_ = {};
+    response_.result(static_cast<unsigned>(status));
+    response_.version(request_.version() ? request_.version() : 11);
+    response_.set(http::field::server, "flowline/" FLOWLINE_VERSION_STRING);
+    response_.set(http::field::content_type, content_type);
+    if (status == 503) response_.set(http::field::retry_after, "1");
+    if (status == 401) response_.set(http::field::www_authenticate, "Bearer");
+    if (gw_.draining) keep_alive_ = false;
+    response_.keep_alive(keep_alive_);
+    response_.body() = std::move(body);
+    response_.prepare_payload();
+    const double seconds = std::chrono::duration<double>(Clock::now() - started_).count();
+    gw_.metrics->record_request(route_, status, status < 400 ? documents_ : 0, seconds);
+    gw_.requests++;
+    if (status < 400) gw_.documents += documents_;
+    http::async_write(stream_, response_, beast::bind_front_handler(&Connection::on_write, shared_from_this()));
+  }
+
+  void on_write(beast::error_code ec, std::size_t) {
+    if (ec || !keep_alive_) return shutdown();
+    request_ = {};
+    documents_ = 0;
+    read_header();
+  }
+
+  void shutdown() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream_.close();
+  }
+
+  bool authorized() const {
+    if (gw_.options.token.empty()) return true;
+    const std::string_view header = request_[http::field::authorization];
+    constexpr std::string_view kBearer = "Bearer ";
+    if (header.size() < kBearer.size() || !beast::iequals(header.substr(0, kBearer.size()), kBearer)) return false;
+    return same_secret(header.substr(kBearer.size()), gw_.options.token);
+  }
+
+  Gateway::Impl& gw_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_{8192};
+  std::optional<http::request_parser<http::string_body>> parser_;
+  http::request<http::string_body> request_;
+  http::response<http::string_body> response_;
+  asio::steady_timer timer_;
+  Clock::time_point started_;
+  Route route_ = Route::Other;
+  std::size_t documents_ = 0;
+  bool keep_alive_ = true;
+  bool busy_ = false;             // between the first byte of a request and its answer written
+  std::uint64_t generation_ = 0;  // the request being answered; a timed-out request's callback is dropped
+};
+
+void Connection::handle() {
+  const std::string_view target = request_.target();
+  const std::string_view path = target.substr(0, target.find('?'));
+  const http::verb method = request_.method();
+  const bool get = method == http::verb::get;
+  const bool post = method == http::verb::post;
+  auto json_reply = [&](int status, const json::value& v) { reply(status, json::serialize(v)); };
+  auto wrong_method = [&] {
+    route_ = Route::Other;
+    reply(405, R"({"detail":"Method Not Allowed"})");
+  };
+
+  // Probes answer without a token, as orchestrators call them.
+  if (path == "/health") {
+    route_ = Route::Health;
+    if (!get) return wrong_method();
+    return json_reply(200, json::object{{"status", "ok"}});
+  }
+  if (path == "/ready") {
+    route_ = Route::Ready;
+    if (!get) return wrong_method();
+    if (gw_.serving) return json_reply(200, json::object{{"ready", true}});
+    return json_reply(503, json::object{{"ready", false}, {"reason", gw_.draining ? "draining" : "starting"}});
+  }
+  if (!authorized()) {
+    route_ = Route::Other;
+    return reply(401, gateway::plain_error(401, "authentication_error",
+                                           "missing or wrong bearer token (send \"Authorization: Bearer <token>\")")
+                          .body);
+  }
+  if (path == "/metrics") {
+    route_ = Route::Metrics;
+    if (!get) return wrong_method();
+    return reply(200, gw_.metrics->scrape(gw_.flow), "text/plain; version=0.0.4; charset=utf-8");
+  }
+  if (path == "/" || path == "/dry_run" || path == "/status" || path == "/openapi.json" || path == "/docs") {
+    route_ = Route::Info;
+    if (!get) return wrong_method();
+    return handle_info(path);
+  }
+
+  const auto body = std::string_view(request_.body());
+  if (path == "/v1/embeddings" || path == "/embeddings") {
+    route_ = Route::OpenAI;
+    if (!post) return wrong_method();
+    auto call = std::make_shared<gateway::EmbeddingsCall>(gateway::parse_openai(
+        gateway::parse_body(body, gw_.limits, false), gw_.options.embeddings_endpoint, gw_.limits));
+    gateway::Call flow_call = std::move(call->call);
+    return call_flow(
+        std::move(flow_call), route_,
+        [call](const DocumentArray& docs) { return gateway::openai_response(*call, docs); },
+        [](const Response& r) {
+          return gateway::plain_error(500, "server_error",
+                                      fmt::format("executor '{}' failed: {}", r.error_executor, r.error))
+              .body;
+        });
+  }
+  if (path == "/embed") {
+    route_ = Route::TEI;
+    if (!post) return wrong_method();
+    gateway::Call call =
+        gateway::parse_tei(gateway::parse_body(body, gw_.limits, false), gw_.options.embeddings_endpoint, gw_.limits);
+    return call_flow(
+        std::move(call), route_, [](const DocumentArray& docs) { return gateway::tei_response(docs); },
+        [](const Response& r) {
+          return gateway::plain_error(500, "server_error",
+                                      fmt::format("executor '{}' failed: {}", r.error_executor, r.error))
+              .body;
+        });
+  }
+  // Jina: /post names the endpoint in its body; every flow endpoint has a route of its own.
+  std::string endpoint;
+  if (path == "/post") {
+    route_ = Route::JinaPost;
+  } else if (path == "/default" || gw_.endpoints.count(std::string(path))) {
+    route_ = Route::Jina;
+    endpoint = path == "/default" ? "/" : std::string(path);
+  } else {
+    route_ = Route::Other;
+    return reply(404, R"({"detail":"Not Found"})");
+  }
+  if (!post) return wrong_method();
+  gateway::Call call =
+      gateway::parse_jina(gateway::parse_body(body, gw_.limits, true), std::move(endpoint), gw_.limits);
+  auto shared = std::make_shared<gateway::Call>();
+  shared->parameters = call.parameters;
+  shared->request_id = call.request_id;
+  call_flow(
+      std::move(call), route_, [shared](const DocumentArray& docs) { return gateway::jina_response(*shared, docs); },
+      [shared](const Response& r) { return gateway::jina_failure(*shared, r); });
+}
+
+// Jina's health and status routes, and the API description.
+void Connection::handle_info(std::string_view path) {
+  auto json_reply = [&](int status, const json::value& v) { reply(status, json::serialize(v)); };
+  if (path == "/") return reply(200, "{}");
+  if (path == "/dry_run") {
+    if (gw_.serving) return reply(200, R"({"code":0,"description":"","exception":null})");
+    return json_reply(503,
+                      json::object{{"code", 1}, {"description", "the flow is not serving"}, {"exception", nullptr}});
+  }
+  if (path == "/status") {
+    json::array executors;
+    for (const auto& e : gw_.flow.config().executors) {
+      executors.push_back(json::object{{"name", e.name}, {"uses", e.uses}, {"replicas", e.replicas}});
+    }
+    return json_reply(200, json::object{{"jina", json::object{{"flowline", version()}}},
+                                        {"envs", json::object{}},
+                                        {"executors", std::move(executors)}});
+  }
+  if (path == "/openapi.json") return reply(200, gw_.openapi);
+  return reply(200, gateway::docs_page(gw_.options.title), "text/html; charset=utf-8");
+}
+
+void Connection::call_flow(gateway::Call call, Route route, std::function<std::string(const DocumentArray&)> answer,
+                           std::function<std::string(const Response&)> failure) {
+  route_ = route;
+  documents_ = call.docs.size();
+  if (!gw_.serving) {
+    return reply(503, gateway::plain_error(503, "unavailable", "the gateway is draining: try another replica").body);
+  }
+  if (gw_.in_flight.fetch_add(1) >= gw_.max_in_flight) {
+    gw_.in_flight--;
+    gw_.rejected_busy++;
+    return reply(503, gateway::plain_error(503, "overloaded",
+                                           fmt::format("{} requests are in the flow already (--max-in-flight): retry "
+                                                       "after a second",
+                                                       gw_.max_in_flight))
+                          .body);
+  }
+  gw_.metrics->set_in_flight(static_cast<double>(gw_.in_flight.load()));
+  const std::uint64_t generation = ++generation_;
+  timer_.expires_after(gw_.options.request_timeout);
+  timer_.async_wait([self = shared_from_this(), generation](beast::error_code ec) {
+    if (ec || generation != self->generation_) return;
+    ++self->generation_;  // the flow's answer, when it comes, is dropped
+    self->gw_.timed_out++;
+    self->reply(504, gateway::plain_error(504, "timeout",
+                                          fmt::format("the flow did not answer within {} ms (--request-timeout)",
+                                                      self->gw_.options.request_timeout.count()))
+                         .body);
+  });
+  auto self = shared_from_this();
+  auto on_done = [self, generation, answer = std::move(answer),
+                  failure = std::move(failure)](Response&& response) mutable {
+    // On the replica thread that finished the request: hand over to the connection's strand.
+    asio::post(self->stream_.get_executor(), [self, generation, answer = std::move(answer),
+                                              failure = std::move(failure), response = std::move(response)]() mutable {
+      self->gw_.in_flight--;
+      self->gw_.metrics->set_in_flight(static_cast<double>(self->gw_.in_flight.load()));
+      if (generation != self->generation_) return;  // answered 504 already
+      ++self->generation_;
+      try {
+        if (response.ok()) {
+          self->reply(200, answer(response.docs));
+        } else {
+          self->reply(500, failure(response));
+        }
+      } catch (const gateway::HttpError& e) {
+        self->reply(e.status, e.body);
+      } catch (const std::exception& e) {
+        self->reply(500, gateway::plain_error(500, "server_error", e.what()).body);
+      }
+    });
+  };
+  try {
+    gw_.flow.submit(call.endpoint, std::move(call.docs), std::move(call.parameters), std::move(call.target),
+                    std::move(on_done));
+  } catch (const std::exception& e) {
+    ++generation_;
+    gw_.in_flight--;
+    reply(503, gateway::plain_error(503, "unavailable", e.what()).body);
+  }
+}
+
+// ---- Gateway::Impl ----
+
+void Gateway::Impl::start(GatewayOptions o) {
+  if (!flow.started()) throw Error("Gateway::start(): start the flow first");
+  if (o.max_body_bytes == 0 || o.max_documents == 0 || o.max_json_depth == 0 || o.max_connections == 0) {
+    throw Error(
+        "Gateway::start(): max_body_bytes, max_documents, max_json_depth and max_connections must be at least 1");
+  }
+  if (o.request_timeout.count() <= 0 || o.idle_timeout.count() <= 0) {
+    throw Error("Gateway::start(): request_timeout and idle_timeout must be positive");
+  }
+  options = std::move(o);
+  limits = gateway::ParseLimits{options.max_documents, options.max_json_depth};
+  const FlowOptions& flow_options = flow.config().options;
+  max_in_flight = options.max_in_flight;
+  if (max_in_flight == 0) {
+    max_in_flight = flow_options.queue_capacity > 0 ? flow_options.queue_capacity : flow_options.max_in_flight;
+  }
+  max_in_flight = std::max<std::size_t>(max_in_flight, 1);
+  endpoints.clear();
+  for (const auto& e : flow.config().executors) {
+    const Registry::Entry* entry = Registry::global().find_registered(e.uses);
+    if (!entry) continue;
+    for (const auto& endpoint : entry->spec.endpoints) endpoints.insert(endpoint);
+  }
+  openapi = gateway::openapi_document(options.title, endpoints);
+
+  beast::error_code ec;
+  const auto address = asio::ip::make_address(options.host, ec);
+  if (ec) throw Error(fmt::format("--host '{}': not an IP address ({})", options.host, ec.message()));
+  const tcp::endpoint where(address, options.port);
+  acceptor.emplace(io);
+  auto fail = [&](std::string_view step) {
+    const std::string message = fmt::format("{}:{}: {} failed: {}", options.host, options.port, step, ec.message());
+    acceptor.reset();
+    throw Error(message);
+  };
+  acceptor->open(where.protocol(), ec);
+  if (ec) fail("open");
+  acceptor->set_option(asio::socket_base::reuse_address(true), ec);
+  acceptor->bind(where, ec);
+  if (ec) fail("bind");
+  acceptor->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) fail("listen");
+  bound_port = acceptor->local_endpoint().port();
+  accept();
+  work.emplace(io.get_executor());
+  int n = options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
+  n = std::max(n, 1);
+  for (int i = 0; i < n; ++i) threads.emplace_back([this] { io.run(); });
+  serving = true;
+  spdlog::info("serving on http://{}:{} ({} I/O threads, at most {} requests in the flow)", options.host, bound_port, n,
+               max_in_flight);
+}
+
+void Gateway::Impl::accept() {
+  acceptor->async_accept(asio::make_strand(io), [this](beast::error_code ec, tcp::socket socket) {
+    if (ec == asio::error::operation_aborted || !acceptor->is_open()) return;
+    if (!ec) {
+      if (open_connections >= options.max_connections) {
+        beast::error_code ignored;
+        socket.close(ignored);
+      } else {
+        socket.set_option(tcp::no_delay(true), ec);
+        auto connection = std::make_shared<Connection>(*this, std::move(socket));
+        {
+          std::lock_guard lock(connections_mutex);
+          connection->registration = connections.insert(connections.end(), connection);
+        }
+        metrics->set_connections(static_cast<double>(++open_connections));
+        connection->start();
+      }
+    }
+    accept();
+  });
+}
+
+void Gateway::Impl::forget(Connection* connection) {
+  {
+    std::lock_guard lock(connections_mutex);
+    connections.erase(connection->registration);
+  }
+  metrics->set_connections(static_cast<double>(--open_connections));
+}
+
+void Gateway::Impl::stop() {
+  if (threads.empty()) return;
+  serving = false;
+  draining = true;
+  asio::post(io, [this] {
+    beast::error_code ignored;
+    if (acceptor) acceptor->close(ignored);
+  });
+  // Every request inside the flow is answered before the connections go. The flow's callbacks post to
+  // the I/O threads, so they must run until the last one came back, even past request_timeout (whose
+  // clients got 504 already).
+  auto warn_at = Clock::now() + options.request_timeout;
+  while (in_flight > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (Clock::now() > warn_at) {
+      spdlog::warn("stopping: still waiting for {} requests inside the flow", in_flight.load());
+      warn_at = Clock::now() + std::chrono::seconds(10);
+    }
+  }
+  {
+    std::lock_guard lock(connections_mutex);
+    for (auto& weak : connections) {
+      if (auto connection = weak.lock()) connection->close_when_idle();
+    }
+  }
+  const auto closing = Clock::now() + std::chrono::seconds(5);
+  while (open_connections > 0 && Clock::now() < closing) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  work.reset();
+  io.stop();
+  for (auto& t : threads) t.join();
+  threads.clear();
+}
+
+// ---- Gateway ----
+
+Gateway::Gateway(Flow& flow) : impl_(std::make_unique<Impl>(flow)) {}
+
+std::shared_ptr<Gateway> Gateway::attach_to(Flow& flow) {
+  std::shared_ptr<Gateway> gateway(new Gateway(flow));
+  flow.attach(gateway->impl_->metrics);
+  return gateway;
+}
+
+Gateway::~Gateway() { stop(); }
+
+void Gateway::start(GatewayOptions options) { impl_->start(std::move(options)); }
+std::uint16_t Gateway::port() const noexcept { return impl_->bound_port; }
+void Gateway::stop() { impl_->stop(); }
+
+GatewayStats Gateway::stats() const {
+  return GatewayStats{impl_->requests.load(),  impl_->documents.load(), impl_->rejected_busy.load(),
+                      impl_->timed_out.load(), impl_->in_flight.load(), impl_->open_connections.load()};
+}
+
+}  // namespace flowline

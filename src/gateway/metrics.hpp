@@ -1,0 +1,71 @@
+// The gateway's Prometheus metrics: HTTP requests by route and status, their latency, documents, requests
+// in flight and connections (counted by the server), and the flow's own figures — batches and their
+// latency per executor (a FlowObserver), queue depths, per-replica work, weights and GPU memory (read from
+// Flow::stats() at each scrape). Private to flowline::gateway.
+//
+// Threads: on_batch() runs on replica threads, the record_*() calls on the gateway's I/O threads, scrape()
+// on whichever I/O thread serves /metrics; prometheus-cpp's metrics are thread-safe, and the per-route and
+// per-executor series are created up front (or under a mutex) so the hot paths only add and observe.
+#pragma once
+
+#include "flowline/flow.hpp"
+#include "flowline/observer.hpp"
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <array>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace flowline::gateway {
+
+// The routes the metrics tell apart (a fixed set, so that clients cannot create series at will).
+enum class Route { Jina, JinaPost, OpenAI, TEI, Health, Ready, Metrics, Info, Other, kCount };
+const char* route_name(Route route) noexcept;
+
+class GatewayMetrics final : public FlowObserver {
+ public:
+  GatewayMetrics();
+
+  // FlowObserver: the replicas to report on, and their batches.
+  void on_flow_start(const FlowTopology& topology) override;
+  void on_batch(const BatchDone& batch) override;
+
+  // One answered request: its route, status, documents and seconds from the first byte read.
+  void record_request(Route route, int status, std::size_t documents, double seconds);
+  void set_in_flight(double requests) { in_flight_->Set(requests); }
+  void set_connections(double connections) { connections_->Set(connections); }
+
+  // The Prometheus text exposition of every metric, the flow's current figures included.
+  std::string scrape(const Flow& flow);
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
+  prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Family<prometheus::Counter>& documents_;
+  prometheus::Family<prometheus::Histogram>& latency_;
+  prometheus::Gauge* in_flight_ = nullptr;
+  prometheus::Gauge* connections_ = nullptr;
+  std::array<prometheus::Histogram*, static_cast<std::size_t>(Route::kCount)> route_latency_{};
+  std::array<prometheus::Counter*, static_cast<std::size_t>(Route::kCount)> route_documents_{};
+  std::mutex status_mutex_;  // creating a {route, status} series
+
+  struct ReplicaSeries {
+    prometheus::Histogram* batch_seconds = nullptr;
+    prometheus::Counter* batch_documents = nullptr;
+    prometheus::Counter* failed_batches = nullptr;
+  };
+  prometheus::Family<prometheus::Histogram>& batch_latency_;
+  prometheus::Family<prometheus::Counter>& batch_documents_;
+  prometheus::Family<prometheus::Counter>& failed_batches_;
+  std::mutex topology_mutex_;
+  std::vector<ReplicaSeries> replicas_;  // by FlowTopology index; set in on_flow_start
+};
+
+}  // namespace flowline::gateway

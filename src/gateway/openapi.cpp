@@ -1,0 +1,160 @@
+// /openapi.json and /docs (openapi.hpp).
+#include "openapi.hpp"
+
+#include "flowline/version.hpp"
+
+#include <boost/json.hpp>
+#include <fmt/format.h>
+
+namespace flowline::gateway {
+
+namespace json = boost::json;
+
+namespace {
+
+json::object nullable(json::value schema) {
+  return json::object{{"anyOf", json::array{std::move(schema), json::object{{"type", "null"}}}}};
+}
+
+json::object schema_ref(std::string_view name) {
+  return json::object{{"$ref", fmt::format("#/components/schemas/{}", name)}};
+}
+
+json::object json_content(json::value schema) {
+  return json::object{{"application/json", json::object{{"schema", std::move(schema)}}}};
+}
+
+json::object operation(std::string summary, std::string id, json::value request, json::value response) {
+  json::object op{{"summary", std::move(summary)}, {"operationId", std::move(id)}};
+  if (!request.is_null())
+    op["requestBody"] = json::object{{"content", json_content(std::move(request))}, {"required", true}};
+  op["responses"] = json::object{
+      {"200", json::object{{"description", "Successful Response"}, {"content", json_content(std::move(response))}}},
+      {"422", json::object{{"description", "Validation Error"},
+                           {"content", json_content(schema_ref("HTTPValidationError"))}}}};
+  return op;
+}
+
+json::object data_model(std::string title) {
+  return json::object{
+      {"properties",
+       json::object{{"data", json::object{{"anyOf", json::array{json::object{{"items", schema_ref("TextDoc")},
+                                                                             {"type", "array"}},
+                                                                schema_ref("TextDoc")}},
+                                          {"title", "Data"}}},
+                    {"parameters", nullable(json::object{{"type", "object"}})},
+                    {"header", nullable(schema_ref("Header"))}}},
+      {"type", "object"},
+      {"required", json::array{"data"}},
+      {"title", std::move(title)}};
+}
+
+json::object schemas() {
+  const json::object string{{"type", "string"}};
+  json::object text_doc{
+      {"properties", json::object{{"id", nullable(string)},
+                                  {"text", nullable(string)},
+                                  {"bytes_", nullable(json::object{{"type", "string"}, {"format", "binary"}})},
+                                  {"embedding", nullable(json::object{{"items", json::object{{"type", "number"}}},
+                                                                      {"type", "array"}})},
+                                  {"url", nullable(string)},
+                                  {"tags", nullable(json::object{{"type", "object"}})}}},
+      {"type", "object"},
+      {"title", "TextDoc"}};
+  json::object header{
+      {"properties", json::object{{"request_id", nullable(string)}, {"target_executor", nullable(string)}}},
+      {"type", "object"},
+      {"title", "Header"}};
+  json::object validation_error{
+      {"properties", json::object{{"loc", json::object{{"type", "array"}}}, {"msg", string}, {"type", string}}},
+      {"type", "object"},
+      {"required", json::array{"loc", "msg", "type"}},
+      {"title", "ValidationError"}};
+  json::object http_validation_error{
+      {"properties",
+       json::object{{"detail", json::object{{"items", schema_ref("ValidationError")}, {"type", "array"}}}}},
+      {"type", "object"},
+      {"title", "HTTPValidationError"}};
+  json::object embeddings_request{
+      {"properties",
+       json::object{
+           {"input", json::object{{"anyOf", json::array{string, json::object{{"items", string}, {"type", "array"}}}}}},
+           {"model", string},
+           {"encoding_format", json::object{{"enum", json::array{"float", "base64"}}}}}},
+      {"type", "object"},
+      {"required", json::array{"input"}},
+      {"title", "EmbeddingsRequest"}};
+  json::object embed_request{
+      {"properties",
+       json::object{{"inputs", json::object{{"anyOf", json::array{string, json::object{{"items", string},
+                                                                                       {"type", "array"}}}}}}}},
+      {"type", "object"},
+      {"required", json::array{"inputs"}},
+      {"title", "EmbedRequest"}};
+  return json::object{{"TextDoc", std::move(text_doc)},
+                      {"Header", std::move(header)},
+                      {"ValidationError", std::move(validation_error)},
+                      {"HTTPValidationError", std::move(http_validation_error)},
+                      {"EmbeddingsRequest", std::move(embeddings_request)},
+                      {"EmbedRequest", std::move(embed_request)}};
+}
+
+}  // namespace
+
+std::string openapi_document(const std::string& title, const std::set<std::string>& endpoints) {
+  json::object paths;
+  json::object components = schemas();
+  std::set<std::string> routes{"/default"};
+  for (const auto& e : endpoints) routes.insert(e == "/" ? "/default" : e);
+  for (const auto& route : routes) {
+    const std::string name = route.substr(1);
+    std::string model = name;
+    for (char& c : model) {
+      if (c == '/') c = '_';
+    }
+    components[model + "_input_model"] = data_model(model + "_input_model");
+    components[model + "_output_model"] = data_model(model + "_output_model");
+    paths[route] =
+        json::object{{"post", operation(fmt::format("Endpoint {}", route), fmt::format("post_{}_post", model),
+                                        schema_ref(model + "_input_model"), schema_ref(model + "_output_model"))}};
+  }
+  json::object post_model = data_model("PostRequest");
+  post_model["properties"].as_object()["execEndpoint"] = json::object{{"type", "string"}};
+  components["PostRequest"] = std::move(post_model);
+  paths["/post"] = json::object{{"post", operation("Jina's /post: the endpoint named by execEndpoint", "post_post",
+                                                   schema_ref("PostRequest"), schema_ref("default_output_model"))}};
+  paths["/v1/embeddings"] =
+      json::object{{"post", operation("OpenAI embeddings", "embeddings", schema_ref("EmbeddingsRequest"),
+                                      json::object{{"type", "object"}})}};
+  paths["/embed"] = json::object{
+      {"post", operation("TEI embed", "embed", schema_ref("EmbedRequest"), json::object{{"type", "array"}})}};
+  for (const char* probe : {"/health", "/ready", "/metrics", "/status", "/dry_run", "/"}) {
+    paths[probe] = json::object{{"get", operation(fmt::format("GET {}", probe), fmt::format("get_{}", probe), nullptr,
+                                                  json::object{{"type", "object"}})}};
+  }
+  json::object document{{"openapi", "3.1.0"},
+                        {"info", json::object{{"title", title}, {"version", FLOWLINE_VERSION_STRING}}},
+                        {"paths", std::move(paths)},
+                        {"components", json::object{{"schemas", std::move(components)}}}};
+  return json::serialize(document);
+}
+
+std::string docs_page(const std::string& title) {
+  return fmt::format(R"(<!DOCTYPE html>
+<html>
+<head>
+<title>{0} - API</title>
+<link rel="stylesheet" href="https://cdn.jsdelivr.net/npm/swagger-ui-dist@5/swagger-ui.css">
+</head>
+<body>
+<div id="swagger-ui"></div>
+<script src="https://cdn.jsdelivr.net/npm/swagger-ui-dist@5/swagger-ui-bundle.js"></script>
+<script>SwaggerUIBundle({{url: '/openapi.json', dom_id: '#swagger-ui'}});</script>
+<noscript>The API is described in <a href="/openapi.json">/openapi.json</a>.</noscript>
+</body>
+</html>
+)",
+                     title);
+}
+
+}  // namespace flowline::gateway

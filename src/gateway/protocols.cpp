@@ -1,0 +1,391 @@
+// Jina's, OpenAI's and TEI's request and response bodies (protocols.hpp).
+#include "protocols.hpp"
+
+#include "flowline/io.hpp"
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <boost/json/serialize.hpp>
+#include <boost/json/stream_parser.hpp>
+#include <fmt/format.h>
+
+#include <vector>
+
+namespace flowline::gateway {
+
+namespace json = boost::json;
+
+HttpError plain_error(int status, std::string_view type, const std::string& message) {
+  json::object error{{"message", message}, {"type", type}, {"code", status}};
+  return HttpError(status, json::serialize(json::object{{"error", std::move(error)}}), message);
+}
+
+HttpError jina_validation_error(std::string_view type, const json::array& loc, const std::string& message,
+                                const json::value& input) {
+  json::object item{{"type", type}, {"loc", loc}, {"msg", message}, {"input", input}};
+  return HttpError(422, json::serialize(json::object{{"detail", json::array{std::move(item)}}}), message);
+}
+
+json::value parse_body(std::string_view body, const ParseLimits& limits, bool jina) {
+  json::parse_options options;
+  options.max_depth = limits.max_json_depth;
+  json::stream_parser parser({}, options);
+  boost::system::error_code ec;
+  const std::size_t used = parser.write_some(body.data(), body.size(), ec);
+  if (!ec) parser.finish(ec);
+  if (!ec) return parser.release();
+  const std::size_t at = std::min(used, body.size());
+  std::string message;
+  if (ec == json::error::too_deep) {
+    message = fmt::format("JSON nested deeper than {} levels at byte {}", limits.max_json_depth, at);
+    throw plain_error(400, "invalid_request_error", message);
+  }
+  if (body.empty()) {
+    message = "the request body is empty: expected a JSON object";
+  } else {
+    message = fmt::format("invalid JSON at byte {}: {}", at, ec.message());
+  }
+  if (jina) throw jina_validation_error("json_invalid", json::array{"body", at}, message);
+  throw plain_error(400, "invalid_request_error", message);
+}
+
+namespace {
+
+const json::value* field(const json::object& object, std::string_view name) {
+  const auto it = object.find(name);
+  return it == object.end() || it->value().is_null() ? nullptr : &it->value();
+}
+
+void check_count(std::size_t n, const ParseLimits& limits, std::string_view what) {
+  if (n > limits.max_documents) {
+    throw plain_error(
+        413, "request_too_large",
+        fmt::format("{} {} in one request; the limit is {} (--max-documents)", n, what, limits.max_documents));
+  }
+}
+
+// One Jina document: {"id", "text", "embedding", "url", "tags"}; other fields (bytes_, ...) are ignored,
+// as Jina ignores fields its document type lacks.
+Document jina_document(const json::value& v, std::size_t i) {
+  auto loc = [&](std::string_view name) { return json::array{"body", "data", i, name}; };
+  if (!v.is_object()) {
+    throw jina_validation_error("model_attributes_type", json::array{"body", "data", i},
+                                fmt::format("data[{}]: expected a document (a JSON object)", i), v);
+  }
+  const json::object& o = v.get_object();
+  Document doc;
+  doc.id.clear();
+  if (const auto* id = field(o, "id")) {
+    if (!id->is_string())
+      throw jina_validation_error("string_type", loc("id"), fmt::format("data[{}].id: expected a string", i), *id);
+    doc.id = std::string(id->get_string());
+  }
+  if (doc.id.empty()) doc.id = generate_id();
+  if (const auto* text = field(o, "text")) {
+    if (!text->is_string()) {
+      throw jina_validation_error("string_type", loc("text"), fmt::format("data[{}].text: expected a string", i),
+                                  *text);
+    }
+    doc.text = std::string(text->get_string());
+  }
+  if (const auto* url = field(o, "url")) {
+    if (!url->is_string())
+      throw jina_validation_error("string_type", loc("url"), fmt::format("data[{}].url: expected a string", i), *url);
+    doc.uri = std::string(url->get_string());
+  }
+  if (const auto* tags = field(o, "tags")) {
+    if (!tags->is_object()) {
+      throw jina_validation_error("dict_type", loc("tags"), fmt::format("data[{}].tags: expected an object", i), *tags);
+    }
+    doc.tags = tags->get_object();
+  }
+  if (const auto* embedding = field(o, "embedding")) {
+    const json::array* values = embedding->if_array();
+    std::vector<float> row;
+    if (values) {
+      row.reserve(values->size());
+      for (const auto& x : *values) {
+        if (!x.is_number()) {
+          values = nullptr;
+          break;
+        }
+        row.push_back(static_cast<float>(x.to_number<double>()));
+      }
+    }
+    if (!values) {
+      throw jina_validation_error("list_type", loc("embedding"),
+                                  fmt::format("data[{}].embedding: expected a list of numbers", i), *embedding);
+    }
+    doc.embedding = at::empty({static_cast<int64_t>(row.size())}, at::kFloat);
+    std::copy(row.begin(), row.end(), doc.embedding.data_ptr<float>());
+  }
+  return doc;
+}
+
+std::string string_field(const json::object& o, std::string_view name, const json::array& loc_prefix) {
+  const json::value* v = field(o, name);
+  if (!v) return {};
+  if (!v->is_string()) {
+    json::array loc = loc_prefix;
+    loc.emplace_back(name);
+    throw jina_validation_error("string_type", loc, fmt::format("{}: expected a string", name), *v);
+  }
+  return std::string(v->get_string());
+}
+
+void append_jina_header(std::string& out, const Call& call) {
+  out += "\"header\":{\"request_id\":";
+  append_json_text(out, call.request_id);
+  out += ",\"target_executor\":\"\"";
+}
+
+// A float embedding's values (cast from any floating dtype; moved to the CPU if needed).
+at::Tensor float_row(const at::Tensor& embedding) {
+  at::Tensor row = embedding;
+  if (!row.device().is_cpu()) row = row.to(at::kCPU);
+  if (row.scalar_type() != at::kFloat) row = row.to(at::kFloat);
+  return row.contiguous().reshape({-1});
+}
+
+void append_embedding(std::string& out, const at::Tensor& embedding) {
+  const at::Tensor row = float_row(embedding);
+  append_json_floats(out, row.data_ptr<float>(), static_cast<std::size_t>(row.numel()));
+}
+
+// Texts from OpenAI's "input" or TEI's "inputs": a string or a list of strings.
+DocumentArray text_documents(const json::value* v, std::string_view name, const ParseLimits& limits) {
+  DocumentArray docs;
+  if (!v)
+    throw plain_error(400, "invalid_request_error",
+                      fmt::format("'{}' is missing: expected a string or a list of strings", name));
+  if (v->is_string()) {
+    docs.push_back(Document(std::string(v->get_string())));
+    return docs;
+  }
+  if (!v->is_array()) {
+    throw plain_error(400, "invalid_request_error", fmt::format("'{}': expected a string or a list of strings", name));
+  }
+  const json::array& items = v->get_array();
+  check_count(items.size(), limits, "inputs");
+  if (items.empty()) throw plain_error(400, "invalid_request_error", fmt::format("'{}' is an empty list", name));
+  docs.reserve(items.size());
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (!items[i].is_string()) {
+      throw plain_error(400, "invalid_request_error",
+                        fmt::format("'{}[{}]': expected a string{}", name, i,
+                                    items[i].is_number() || items[i].is_array()
+                                        ? " (token ids are not accepted: send text, flowline tokenizes it)"
+                                        : ""));
+    }
+    docs.push_back(Document(std::string(items[i].get_string())));
+  }
+  return docs;
+}
+
+const json::object& body_object(const json::value& body) {
+  if (!body.is_object()) throw plain_error(400, "invalid_request_error", "the request body must be a JSON object");
+  return body.get_object();
+}
+
+}  // namespace
+
+Call parse_jina(const json::value& body, std::string endpoint, const ParseLimits& limits) {
+  if (!body.is_object()) {
+    throw jina_validation_error("model_attributes_type", json::array{"body"}, "the request body must be a JSON object",
+                                body);
+  }
+  const json::object& o = body.get_object();
+  Call call;
+  if (endpoint.empty()) {
+    endpoint = string_field(o, "execEndpoint", json::array{"body"});
+    if (endpoint.empty()) endpoint = string_field(o, "exec_endpoint", json::array{"body"});
+    if (endpoint.empty()) endpoint = "/";
+    if (endpoint.front() != '/') endpoint.insert(endpoint.begin(), '/');
+  }
+  call.endpoint = std::move(endpoint);
+  const json::value* data = field(o, "data");
+  if (!data) {
+    throw jina_validation_error("missing", json::array{"body", "data"},
+                                "'data' is missing: expected a list of documents", body);
+  }
+  if (data->is_array()) {
+    const json::array& items = data->get_array();
+    check_count(items.size(), limits, "documents");
+    call.docs.reserve(items.size());
+    for (std::size_t i = 0; i < items.size(); ++i) call.docs.push_back(jina_document(items[i], i));
+  } else if (data->is_object()) {
+    call.docs.push_back(jina_document(*data, 0));
+  } else {
+    throw jina_validation_error("list_type", json::array{"body", "data"},
+                                "'data': expected a list of documents or one document", *data);
+  }
+  if (const json::value* parameters = field(o, "parameters")) {
+    if (!parameters->is_object()) {
+      throw jina_validation_error("dict_type", json::array{"body", "parameters"}, "'parameters': expected an object",
+                                  *parameters);
+    }
+    call.parameters = parameters->get_object();
+  }
+  call.target = string_field(o, "targetExecutor", json::array{"body"});
+  if (call.target.empty()) call.target = string_field(o, "target_executor", json::array{"body"});
+  if (const json::value* header = field(o, "header")) {
+    if (!header->is_object()) {
+      throw jina_validation_error("model_attributes_type", json::array{"body", "header"},
+                                  "'header': expected an object", *header);
+    }
+    const json::array loc{"body", "header"};
+    call.request_id = string_field(header->get_object(), "request_id", loc);
+    const std::string target = string_field(header->get_object(), "target_executor", loc);
+    if (!target.empty()) call.target = target;
+  }
+  if (call.request_id.empty()) call.request_id = generate_id();
+  return call;
+}
+
+std::string jina_response(const Call& call, const DocumentArray& docs) {
+  std::string out;
+  out.reserve(64 + docs.size() * 128);
+  out += "{\"data\":[";
+  bool first = true;
+  for (const Document& doc : docs) {
+    if (!first) out += ',';
+    first = false;
+    out += "{\"id\":";
+    append_json_text(out, doc.id);
+    out += ",\"text\":";
+    if (doc.text.empty() && !doc.uri.empty()) {
+      out += "null";
+    } else {
+      append_json_text(out, doc.text);
+    }
+    out += ",\"bytes_\":null,\"embedding\":";
+    if (doc.embedding.defined()) {
+      append_embedding(out, doc.embedding);
+    } else {
+      out += "null";
+    }
+    out += ",\"url\":";
+    if (doc.uri.empty()) {
+      out += "null";
+    } else {
+      append_json_text(out, doc.uri);
+    }
+    if (!doc.tags.empty()) {
+      out += ",\"tags\":";
+      out += json::serialize(doc.tags);
+    }
+    out += '}';
+  }
+  out += "],\"parameters\":";
+  out += json::serialize(call.parameters);
+  out += ',';
+  append_jina_header(out, call);
+  out += "}}";
+  return out;
+}
+
+std::string jina_failure(const Call& call, const Response& response) {
+  json::object exception{{"name", "ExecutorError"},
+                         {"args", json::array{response.error}},
+                         {"stacks", json::array{}},
+                         {"executor", response.error_executor}};
+  json::object status{{"code", 1}, {"description", response.error}, {"exception", std::move(exception)}};
+  json::object header{{"request_id", call.request_id}, {"target_executor", ""}, {"status", std::move(status)}};
+  return json::serialize(
+      json::object{{"detail", fmt::format("executor '{}' failed: {}", response.error_executor, response.error)},
+                   {"header", std::move(header)}});
+}
+
+EmbeddingsCall parse_openai(const json::value& body, std::string endpoint, const ParseLimits& limits) {
+  const json::object& o = body_object(body);
+  EmbeddingsCall out;
+  out.call.endpoint = std::move(endpoint);
+  out.call.docs = text_documents(field(o, "input"), "input", limits);
+  if (const json::value* model = field(o, "model")) {
+    if (!model->is_string()) throw plain_error(400, "invalid_request_error", "'model': expected a string");
+    out.model = std::string(model->get_string());
+  }
+  if (const json::value* format = field(o, "encoding_format")) {
+    const json::string* name = format->if_string();
+    if (!name || (*name != "float" && *name != "base64")) {
+      throw plain_error(400, "invalid_request_error", "'encoding_format': expected \"float\" or \"base64\"");
+    }
+    out.base64 = *name == "base64";
+  }
+  if (const json::value* dimensions = field(o, "dimensions")) {
+    throw plain_error(400, "invalid_request_error",
+                      fmt::format("'dimensions' ({}) is not supported: the model's embeddings have a fixed size",
+                                  json::serialize(*dimensions)));
+  }
+  out.call.parameters[kCountTokens] = true;
+  return out;
+}
+
+std::string openai_response(const EmbeddingsCall& call, const DocumentArray& docs) {
+  std::string out;
+  out.reserve(64 + docs.size() * (call.base64 ? 600 : 4200));
+  out += "{\"object\":\"list\",\"data\":[";
+  std::int64_t tokens = 0;
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    const Document& doc = docs[i];
+    if (!doc.embedding.defined()) {
+      throw plain_error(
+          500, "server_error",
+          fmt::format("document {} came out of the flow without an embedding: does the flow end with an encoder?", i));
+    }
+    if (const auto it = doc.tags.find("tokens"); it != doc.tags.end() && it->value().is_number()) {
+      tokens += it->value().to_number<std::int64_t>();
+    }
+    if (i) out += ',';
+    out += "{\"object\":\"embedding\",\"index\":";
+    out += std::to_string(i);
+    out += ",\"embedding\":";
+    const at::Tensor row = float_row(doc.embedding);
+    if (call.base64) {
+      // Little-endian float32, as OpenAI's clients decode it (x86-64 and ARM64 are little-endian).
+      append_json_base64(out, row.data_ptr<float>(), static_cast<std::size_t>(row.numel()) * sizeof(float));
+    } else {
+      append_json_floats(out, row.data_ptr<float>(), static_cast<std::size_t>(row.numel()));
+    }
+    out += '}';
+  }
+  out += "],\"model\":";
+  append_json_text(out, call.model);
+  out += fmt::format(",\"usage\":{{\"prompt_tokens\":{0},\"total_tokens\":{0}}}}}", tokens);
+  return out;
+}
+
+Call parse_tei(const json::value& body, std::string endpoint, const ParseLimits& limits) {
+  const json::object& o = body_object(body);
+  Call call;
+  call.endpoint = std::move(endpoint);
+  call.docs = text_documents(field(o, "inputs"), "inputs", limits);
+  for (const char* setting : {"normalize", "truncate", "truncation_direction", "prompt_name"}) {
+    if (field(o, setting)) {
+      throw plain_error(400, "invalid_request_error",
+                        fmt::format("'{}' is not supported per request: the flow's encoder settles it (its parameters "
+                                    "in the flow YAML)",
+                                    setting));
+    }
+  }
+  return call;
+}
+
+std::string tei_response(const DocumentArray& docs) {
+  std::string out;
+  out.reserve(2 + docs.size() * 4200);
+  out += '[';
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    if (!docs[i].embedding.defined()) {
+      throw plain_error(
+          500, "server_error",
+          fmt::format("document {} came out of the flow without an embedding: does the flow end with an encoder?", i));
+    }
+    if (i) out += ',';
+    append_embedding(out, docs[i].embedding);
+  }
+  out += ']';
+  return out;
+}
+
+}  // namespace flowline::gateway

@@ -1,0 +1,417 @@
+// The HTTP gateway in one process: a Flow behind flowline::Gateway on a loopback port the system picks,
+// spoken to over real sockets by a small blocking HTTP client (Beast). Jina's, OpenAI's and TEI's shapes,
+// batching across clients, every limit, readiness and the drain on stop().
+#include "test_support.hpp"
+
+#include "flowline/gateway.hpp"
+
+#include <ATen/ATen.h>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/json.hpp>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <numeric>
+#include <thread>
+
+using namespace flowline;
+using namespace std::chrono_literals;
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace json = boost::json;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+// Sets each document's embedding to [text length, 0.5, -2] and, when asked with count_tokens, tags
+// "tokens" to the text length; records the size of every batch.
+class FakeEncoder : public Executor {
+ public:
+  static ExecutorSpec spec() { return ExecutorSpec{"FakeEncoder", "embeds texts by their length", {}, {"/encode"}}; }
+  explicit FakeEncoder(const ExecutorContext& c) : Executor(c) {
+    auto handler = [](DocumentArray& docs, const RequestInfo& request) {
+      {
+        std::lock_guard lock(mutex());
+        batches().push_back(docs.size());
+      }
+      const bool count = request.parameters.contains("count_tokens");
+      for (auto& doc : docs) {
+        doc.embedding = at::tensor({static_cast<float>(doc.text.size()), 0.5f, -2.0f});
+        if (count) doc.tags["tokens"] = static_cast<std::int64_t>(doc.text.size());
+      }
+    };
+    bind("/encode", handler);
+    bind_default(handler);
+  }
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static std::vector<std::size_t>& batches() {
+    static std::vector<std::size_t> b;
+    return b;
+  }
+};
+
+struct Reply {
+  int status = 0;
+  std::string body;
+  std::string retry_after;
+  json::value json() const { return json::parse(body); }
+};
+
+// One keep-alive connection to the gateway.
+class Client {
+ public:
+  explicit Client(std::uint16_t port) : socket_(io_) {
+    socket_.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+  }
+  Reply send(http::verb method, const std::string& target, const std::string& body = {},
+             const std::string& token = {}) {
+    http::request<http::string_body> request(method, target, 11);
+    request.set(http::field::host, "127.0.0.1");
+    if (!token.empty()) request.set(http::field::authorization, "Bearer " + token);
+    if (!body.empty()) {
+      request.set(http::field::content_type, "application/json");
+      request.body() = body;
+    }
+    request.prepare_payload();
+    http::write(socket_, request);
+    return receive();
+  }
+  Reply post(const std::string& target, const std::string& body, const std::string& token = {}) {
+    return send(http::verb::post, target, body, token);
+  }
+  Reply get(const std::string& target) { return send(http::verb::get, target); }
+  // Writes raw bytes (a malformed request) and reads the answer.
+  Reply raw(const std::string& bytes) {
+    asio::write(socket_, asio::buffer(bytes));
+    return receive();
+  }
+  // True when the server has closed the connection (reads end of stream within `wait`).
+  bool closed_by_server(std::chrono::milliseconds wait) {
+    socket_.non_blocking(false);
+    timeval tv{static_cast<long>(wait.count() / 1000), static_cast<long>((wait.count() % 1000) * 1000)};
+    setsockopt(socket_.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char c;
+    return ::recv(socket_.native_handle(), &c, 1, 0) == 0;
+  }
+
+ private:
+  Reply receive() {
+    http::response<http::string_body> response;
+    http::read(socket_, buffer_, response);
+    return Reply{static_cast<int>(response.result_int()), response.body(),
+                 std::string(response[http::field::retry_after])};
+  }
+  asio::io_context io_;
+  tcp::socket socket_;
+  beast::flat_buffer buffer_;
+};
+
+// A JSON array of numbers (integers or not) as doubles.
+std::vector<double> numbers(const json::value& v) {
+  std::vector<double> out;
+  for (const auto& x : v.as_array()) out.push_back(x.to_number<double>());
+  return out;
+}
+
+std::string jina_body(std::size_t n, std::string_view extra = "") {
+  json::array data;
+  for (std::size_t i = 0; i < n; ++i) data.push_back(json::object{{"text", fmt::format("doc {}", i)}});
+  std::string body = json::serialize(json::object{{"data", std::move(data)}, {"parameters", json::object{}}});
+  if (!extra.empty()) body.insert(body.size() - 1, fmt::format(",{}", extra));
+  return body;
+}
+
+struct Served {
+  explicit Served(Flow f, GatewayOptions options = {}) : flow(std::move(f)) {
+    gateway = Gateway::attach_to(flow);
+    flow.start();
+    options.port = 0;
+    gateway->start(options);
+  }
+  ~Served() {
+    gateway->stop();
+    flow.close();
+  }
+  std::uint16_t port() const { return gateway->port(); }
+  Flow flow;
+  std::shared_ptr<Gateway> gateway;
+};
+
+// A flow of FakeEncoder, registered once in the global registry (the gateway reads endpoints from there).
+Flow fake_encoder_flow(BatchingOptions batching = {}) {
+  static const bool registered = [] {
+    Registry::global().add<FakeEncoder>();
+    return true;
+  }();
+  (void)registered;
+  Flow flow;
+  flow.add({.name = "encoder", .uses = "FakeEncoder", .batching = batching});
+  return flow;
+}
+
+Flow delay_flow(double batch_ms) {
+  Flow flow;
+  flow.add({.name = "slow", .uses = "Delay", .with = {{"batch_ms", batch_ms}}});
+  return flow;
+}
+
+}  // namespace
+
+TEST_CASE("the gateway answers Jina's routes with every document, in order, in Jina's shape", "[gateway]") {
+  Served served(fake_encoder_flow());
+  Client client(served.port());
+
+  const Reply r = client.post("/encode", jina_body(250, R"("header":{"request_id":"req-7"})"));
+  REQUIRE(r.status == 200);
+  const json::object out = r.json().as_object();
+  const json::array& data = out.at("data").as_array();
+  REQUIRE(data.size() == 250);  // Jina itself returns only the first 100
+  for (std::size_t i = 0; i < data.size(); ++i) {
+    const json::object& doc = data[i].as_object();
+    CHECK(doc.at("text") == json::value(fmt::format("doc {}", i)));
+    const json::array& embedding = doc.at("embedding").as_array();
+    REQUIRE(embedding.size() == 3);
+    CHECK(embedding[0].to_number<double>() == static_cast<double>(fmt::format("doc {}", i).size()));
+    CHECK(embedding[1].to_number<double>() == 0.5);
+  }
+  CHECK(out.at("header").at("request_id") == "req-7");
+  CHECK(out.at("parameters").as_object().empty());
+
+  // /post names the endpoint in the body; one document as an object; a client's id comes back.
+  const Reply post = client.post("/post", R"({"data":{"id":"mine","text":"abc"},"execEndpoint":"/encode"})");
+  REQUIRE(post.status == 200);
+  const json::value doc = post.json().at("data").at(0);
+  CHECK(doc.at("id") == "mine");
+  CHECK(doc.at("embedding").at(0).to_number<double>() == 3.0);
+  CHECK(client.post("/default", jina_body(2)).status == 200);
+  CHECK(client.get("/").body == "{}");
+  CHECK(client.get("/dry_run").json().at("code") == 0);
+  const json::value openapi = client.get("/openapi.json").json();
+  CHECK(openapi.at("paths").as_object().contains("/encode"));
+  CHECK(openapi.at("paths").as_object().contains("/default"));
+}
+
+TEST_CASE("the gateway answers Jina's validation errors as Jina does: 422 naming the field", "[gateway]") {
+  Served served(delay_flow(0));
+  Client client(served.port());
+  Reply r = client.post("/default", R"({"data":[{"text":123}]})");
+  CHECK(r.status == 422);
+  CHECK(r.json().at("detail").at(0).at("loc") == json::array{"body", "data", 0, "text"});
+  r = client.post("/default", R"({"parameters":{}})");
+  CHECK(r.status == 422);
+  CHECK(r.json().at("detail").at(0).at("type") == "missing");
+  r = client.post("/default", R"({"data":[{"text":"a"})");
+  CHECK(r.status == 422);
+  CHECK_THAT(r.body, testing::contains("invalid JSON at byte 21"));
+  r = client.post("/default", R"({"data":[],"parameters":"x"})");
+  CHECK(r.status == 422);
+  CHECK(client.post("/nowhere", jina_body(1)).status == 404);
+  CHECK(client.get("/default").status == 405);
+  // The connection survives all of that.
+  CHECK(client.post("/default", jina_body(1)).status == 200);
+}
+
+TEST_CASE("the gateway serves OpenAI embeddings as floats and as little-endian float32 base64", "[gateway]") {
+  Served served(fake_encoder_flow());
+  Client client(served.port());
+
+  Reply r = client.post("/v1/embeddings", R"({"input":["hello","hi"],"model":"m"})");
+  REQUIRE(r.status == 200);
+  json::value out = r.json();
+  CHECK(out.at("object") == "list");
+  CHECK(out.at("model") == "m");
+  CHECK(out.at("data").as_array().size() == 2);
+  CHECK(out.at("data").at(1).at("index") == 1);
+  CHECK(numbers(out.at("data").at(1).at("embedding")) == std::vector<double>{2.0, 0.5, -2.0});
+  CHECK(out.at("usage").at("prompt_tokens") == 7);  // the encoder's tokens tags, summed
+
+  r = client.post("/v1/embeddings", R"({"input":"hello","encoding_format":"base64"})");
+  REQUIRE(r.status == 200);
+  const std::string b64(r.json().at("data").at(0).at("embedding").as_string());
+  // Decode by hand: 3 floats = 12 bytes = 16 base64 characters.
+  REQUIRE(b64.size() == 16);
+  static constexpr std::string_view kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::vector<unsigned char> bytes;
+  for (std::size_t i = 0; i < b64.size(); i += 4) {
+    std::uint32_t v = 0;
+    for (std::size_t k = 0; k < 4; ++k) v = (v << 6) | static_cast<std::uint32_t>(kAlphabet.find(b64[i + k]));
+    bytes.push_back(static_cast<unsigned char>(v >> 16));
+    bytes.push_back(static_cast<unsigned char>(v >> 8));
+    bytes.push_back(static_cast<unsigned char>(v));
+  }
+  float values[3];
+  std::memcpy(values, bytes.data(), sizeof values);
+  CHECK(values[0] == 5.0f);
+  CHECK(values[1] == 0.5f);
+  CHECK(values[2] == -2.0f);
+
+  CHECK(client.post("/v1/embeddings", R"({"input":[[1,2,3]]})").status == 400);
+  CHECK(client.post("/v1/embeddings", R"({"model":"m"})").status == 400);
+  CHECK_THAT(client.post("/v1/embeddings", R"({"input":"a","dimensions":2})").body, testing::contains("'dimensions'"));
+
+  // TEI's /embed.
+  r = client.post("/embed", R"({"inputs":["abc","de"]})");
+  REQUIRE(r.status == 200);
+  REQUIRE(r.json().as_array().size() == 2);
+  CHECK(numbers(r.json().at(0)) == std::vector<double>{3.0, 0.5, -2.0});
+  CHECK(numbers(r.json().at(1)) == std::vector<double>{2.0, 0.5, -2.0});
+  CHECK(client.post("/embed", R"({"inputs":"abc","normalize":false})").status == 400);
+}
+
+TEST_CASE("concurrent small requests from many clients share the executor's batches", "[gateway]") {
+  {
+    std::lock_guard lock(FakeEncoder::mutex());
+    FakeEncoder::batches().clear();
+  }
+  Served served(fake_encoder_flow(BatchingOptions{.max_batch_size = 256, .max_delay = 50ms}));
+  constexpr int kClients = 16;
+  std::vector<std::thread> clients;
+  std::atomic<int> ok{0};
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&] {
+      Client client(served.port());
+      for (int i = 0; i < 5; ++i) ok += client.post("/encode", jina_body(4)).status == 200;
+    });
+  }
+  for (auto& t : clients) t.join();
+  CHECK(ok == kClients * 5);
+  std::lock_guard lock(FakeEncoder::mutex());
+  const auto& batches = FakeEncoder::batches();
+  CHECK(std::accumulate(batches.begin(), batches.end(), std::size_t{0}) == kClients * 5 * 4);
+  // 4 documents per request; a batch larger than that merged requests of different clients.
+  CHECK(*std::max_element(batches.begin(), batches.end()) >= 16);
+}
+
+TEST_CASE("the gateway enforces its limits with a status that names each", "[gateway]") {
+  SECTION("body size: 413") {
+    Served served(delay_flow(0), GatewayOptions{.max_body_bytes = 1000});
+    Client client(served.port());
+    const Reply r = client.post("/default", jina_body(100));
+    CHECK(r.status == 413);
+    CHECK_THAT(r.body, testing::contains("larger than 1000 bytes"));
+    CHECK(client.closed_by_server(2000ms));
+  }
+  SECTION("documents per request: 413 naming the limit") {
+    Served served(delay_flow(0), GatewayOptions{.max_documents = 10});
+    Client client(served.port());
+    const Reply r = client.post("/default", jina_body(11));
+    CHECK(r.status == 413);
+    CHECK_THAT(r.body, testing::contains("the limit is 10"));
+    CHECK(client.post("/default", jina_body(10)).status == 200);
+    CHECK(client.post("/v1/embeddings", R"({"input":["a","a","a","a","a","a","a","a","a","a","a"]})").status == 413);
+  }
+  SECTION("JSON depth: 400") {
+    Served served(delay_flow(0), GatewayOptions{.max_json_depth = 8});
+    Client client(served.port());
+    const Reply r = client.post("/default", std::string(20, '[') + std::string(20, ']'));
+    CHECK(r.status == 400);
+    CHECK_THAT(r.body, testing::contains("deeper than 8 levels"));
+  }
+  SECTION("malformed HTTP: 400, then the connection closes") {
+    Served served(delay_flow(0));
+    Client client(served.port());
+    const Reply r = client.raw("POST /default HTTP/1.1\r\nContent-Length: banana\r\n\r\n");
+    CHECK(r.status == 400);
+    CHECK_THAT(r.body, testing::contains("malformed HTTP request"));
+    CHECK(client.closed_by_server(2000ms));
+  }
+  SECTION("requests in flight: 503 with Retry-After") {
+    Served served(delay_flow(400), GatewayOptions{.max_in_flight = 1});
+    std::thread slow([&] { CHECK(Client(served.port()).post("/default", jina_body(1)).status == 200); });
+    std::this_thread::sleep_for(100ms);
+    const Reply r = Client(served.port()).post("/default", jina_body(1));
+    CHECK(r.status == 503);
+    CHECK(r.retry_after == "1");
+    CHECK(Client(served.port()).get("/health").status == 200);  // the probes still answer
+    slow.join();
+    CHECK(served.gateway->stats().rejected_busy == 1);
+  }
+  SECTION("request time: 504, and the connection goes on") {
+    Served served(delay_flow(600), GatewayOptions{.request_timeout = 100ms});
+    Client client(served.port());
+    const Reply r = client.post("/default", jina_body(1));
+    CHECK(r.status == 504);
+    CHECK_THAT(r.body, testing::contains("100 ms"));
+    CHECK(client.get("/health").status == 200);
+  }
+  SECTION("bearer token: 401 without it, probes open") {
+    Served served(delay_flow(0), GatewayOptions{.token = "s3cret"});
+    Client client(served.port());
+    CHECK(client.post("/default", jina_body(1)).status == 401);
+    CHECK(client.post("/default", jina_body(1), "wrong").status == 401);
+    CHECK(client.post("/default", jina_body(1), "s3cret").status == 200);
+    CHECK(client.get("/health").status == 200);
+    CHECK(client.get("/ready").status == 200);
+    CHECK(client.get("/metrics").status == 401);
+  }
+  SECTION("an idle connection is closed") {
+    Served served(delay_flow(0), GatewayOptions{.idle_timeout = 200ms});
+    Client client(served.port());
+    CHECK(client.closed_by_server(3000ms));
+  }
+}
+
+TEST_CASE("the gateway binds loopback by default and says when the port is taken", "[gateway]") {
+  Served served(delay_flow(0));
+  Flow other = delay_flow(0);
+  auto second = Gateway::attach_to(other);
+  other.start();
+  try {
+    second->start(GatewayOptions{.port = served.port()});
+    FAIL("a second gateway bound the same port");
+  } catch (const Error& e) {
+    CHECK_THAT(e.what(), testing::contains(fmt::format("127.0.0.1:{}", served.port())));
+  }
+  other.close();
+}
+
+TEST_CASE("stopping the gateway answers the requests in flight and turns /ready to 503", "[gateway]") {
+  Flow flow = delay_flow(500);
+  auto gateway = Gateway::attach_to(flow);
+  flow.start();
+  gateway->start(GatewayOptions{.port = 0});
+  const auto port = gateway->port();
+  Client watcher(port);
+  CHECK(watcher.get("/ready").status == 200);
+  std::atomic<int> status{0};
+  std::thread slow([&] { status = Client(port).post("/default", jina_body(3)).status; });
+  std::this_thread::sleep_for(150ms);
+  std::thread stopper([&] { gateway->stop(); });
+  std::this_thread::sleep_for(100ms);
+  const Reply ready = watcher.get("/ready");  // the watcher's connection is answered while draining
+  CHECK(ready.status == 503);
+  CHECK_THAT(ready.body, testing::contains("draining"));
+  slow.join();
+  stopper.join();
+  CHECK(status == 200);
+  flow.close();
+  CHECK_THROWS(Client(port));  // nothing listens any more
+}
+
+TEST_CASE("/metrics reports requests, batches and queues in Prometheus' text format", "[gateway]") {
+  Served served(delay_flow(0));
+  Client client(served.port());
+  REQUIRE(client.post("/default", jina_body(5)).status == 200);
+  client.post("/default", "{");
+  const Reply r = client.get("/metrics");
+  REQUIRE(r.status == 200);
+  CHECK_THAT(r.body, testing::contains(R"(flowline_http_requests_total{route="jina",status="200"} 1)"));
+  CHECK_THAT(r.body, testing::contains(R"(flowline_http_requests_total{route="jina",status="422"} 1)"));
+  CHECK_THAT(r.body, testing::contains(R"(flowline_http_documents_total{route="jina"} 5)"));
+  CHECK_THAT(r.body,
+             testing::contains(R"(flowline_executor_documents_total{device="cpu",executor="slow",replica="0"} 5)"));
+  CHECK_THAT(r.body, testing::contains("flowline_executor_batch_duration_seconds_bucket"));
+  CHECK_THAT(r.body, testing::contains(R"(flowline_executor_queued_requests{executor="slow"} 0)"));
+  CHECK_THAT(r.body, testing::contains("flowline_http_request_duration_seconds_count"));
+}
