@@ -137,9 +137,9 @@ TEST_CASE("a single-input join passes requests through untouched", "[runtime][jo
   CHECK(join.arrive(0, std::move(r)).get() == raw);
 }
 
-TEST_CASE("the batcher takes queued requests of one post up to the batch size and carries the rest over",
+TEST_CASE("the batcher takes queued requests of one endpoint up to the batch size and carries the rest over",
           "[runtime][batcher]") {
-  PostSession first("/", {}), second("/", {});
+  PostSession first("/", {}), second("/other", {});
   RequestQueue queue(16);
   queue.push(request(&first, 0, {"a", "b"}));
   queue.push(request(&first, 1, {"c", "d"}));
@@ -152,7 +152,7 @@ TEST_CASE("the batcher takes queued requests of one post up to the batch size an
   REQUIRE(b1.size() == 2);
   CHECK(b1[0]->index == 0);
   CHECK(b1[1]->index == 1);
-  auto b2 = batcher.take();  // the carried request; the next belongs to another post
+  auto b2 = batcher.take();  // the carried request; the next is for another endpoint
   REQUIRE(b2.size() == 1);
   CHECK(b2[0]->index == 2);
   auto b3 = batcher.take();
@@ -163,6 +163,23 @@ TEST_CASE("the batcher takes queued requests of one post up to the batch size an
   CHECK(b4[0]->docs.size() == 5);
   queue.close();
   CHECK(batcher.take().empty());
+}
+
+TEST_CASE("the batcher merges requests of different posts with the same endpoint, parameters and target",
+          "[runtime][batcher]") {
+  PostSession a("/encode", {}), b("/encode", {}), c("/encode", {{"k", 1}}), d("/encode", {}, "one");
+  RequestQueue queue(16);
+  queue.push(request(&a, 0, {"a"}));
+  queue.push(request(&b, 0, {"b"}));
+  queue.push(request(&c, 0, {"c"}));  // other parameters
+  queue.push(request(&d, 0, {"d"}));  // another target
+  Batcher batcher(queue, BatchingOptions{100, std::chrono::microseconds(0)});
+  auto b1 = batcher.take();
+  REQUIRE(b1.size() == 2);
+  CHECK(b1[0]->session == &a);
+  CHECK(b1[1]->session == &b);
+  CHECK(batcher.take().front()->session == &c);
+  CHECK(batcher.take().front()->session == &d);
 }
 
 TEST_CASE("without batching options every request is a batch of its own", "[runtime][batcher]") {
