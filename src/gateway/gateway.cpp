@@ -533,12 +533,17 @@ void Gateway::Impl::stop() {
       warn_at = Clock::now() + std::chrono::seconds(10);
     }
   }
+  // Collected under the lock, used and released outside it: dropping the last reference to a connection
+  // destroys it, and its destructor takes the lock to unregister.
+  std::vector<std::shared_ptr<Connection>> open;
   {
     std::lock_guard lock(connections_mutex);
     for (auto& weak : connections) {
-      if (auto connection = weak.lock()) connection->close_when_idle();
+      if (auto connection = weak.lock()) open.push_back(std::move(connection));
     }
   }
+  for (auto& connection : open) connection->close_when_idle();
+  open.clear();
   const auto closing = Clock::now() + std::chrono::seconds(5);
   while (open_connections > 0 && Clock::now() < closing) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   work.reset();

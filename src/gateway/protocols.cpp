@@ -196,7 +196,8 @@ Call parse_jina(const json::value& body, std::string endpoint, const ParseLimits
   }
   const json::object& o = body.get_object();
   Call call;
-  if (endpoint.empty()) {
+  const bool named_in_body = endpoint.empty();  // /post
+  if (named_in_body) {
     endpoint = string_field(o, "execEndpoint", json::array{"body"});
     if (endpoint.empty()) endpoint = string_field(o, "exec_endpoint", json::array{"body"});
     if (endpoint.empty()) endpoint = "/";
@@ -235,6 +236,12 @@ Call parse_jina(const json::value& body, std::string endpoint, const ParseLimits
     }
     const json::array loc{"body", "header"};
     call.request_id = string_field(header->get_object(), "request_id", loc);
+    // Jina's client names the endpoint in the header too (and never as execEndpoint).
+    if (named_in_body && call.endpoint == "/") {
+      std::string named = string_field(header->get_object(), "exec_endpoint", loc);
+      if (!named.empty() && named.front() != '/') named.insert(named.begin(), '/');
+      if (!named.empty()) call.endpoint = std::move(named);
+    }
     const std::string target = string_field(header->get_object(), "target_executor", loc);
     if (!target.empty()) call.target = target;
   }

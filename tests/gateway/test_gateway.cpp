@@ -195,6 +195,11 @@ TEST_CASE("the gateway answers Jina's routes with every document, in order, in J
   CHECK(doc.at("id") == "mine");
   CHECK(doc.at("embedding").at(0).to_number<double>() == 3.0);
   CHECK(client.post("/default", jina_body(2)).status == 200);
+  // Jina's own client sends the endpoint as header.exec_endpoint (and exec_endpoint) to /post.
+  const Reply header_named =
+      client.post("/post", R"({"data":[{"text":"abcd"}],"header":{"exec_endpoint":"/encode","request_id":"r"}})");
+  REQUIRE(header_named.status == 200);
+  CHECK(header_named.json().at("data").at(0).at("embedding").at(0).to_number<double>() == 4.0);
   CHECK(client.get("/").body == "{}");
   CHECK(client.get("/dry_run").json().at("code") == 0);
   const json::value openapi = client.get("/openapi.json").json();
