@@ -80,38 +80,31 @@ else()
   set(FLOWLINE_YAML_TARGET yaml-cpp)
 endif()
 
-# utf8proc: Debian's libutf8proc-dev, or a folder unpacked from its .deb files (FLOWLINE_UTF8PROC_ROOT),
-# as on the GPU machine which lacks the package.
-if(NOT TARGET flowline_utf8proc)
-  find_path(FLOWLINE_UTF8PROC_INCLUDE utf8proc.h
-    HINTS ${FLOWLINE_UTF8PROC_ROOT}/usr/include $ENV{FLOWLINE_UTF8PROC_ROOT}/usr/include)
-  find_library(FLOWLINE_UTF8PROC_LIBRARY NAMES utf8proc
-    HINTS ${FLOWLINE_UTF8PROC_ROOT}/usr/lib/x86_64-linux-gnu $ENV{FLOWLINE_UTF8PROC_ROOT}/usr/lib/x86_64-linux-gnu)
-  if(NOT FLOWLINE_UTF8PROC_INCLUDE OR NOT FLOWLINE_UTF8PROC_LIBRARY)
-    message(FATAL_ERROR "utf8proc not found: install libutf8proc-dev or set FLOWLINE_UTF8PROC_ROOT")
+# flowline_find_unpacked(TARGET PREFIX HEADER LIBRARY_NAMES PACKAGE): an imported target for a library that
+# is either a Debian package or a folder unpacked from its .deb files (${PREFIX}_ROOT, as CMake variable or
+# environment variable), as on the GPU machine which lacks the packages. Sets ${PREFIX}_INCLUDE and
+# ${PREFIX}_LIBRARY; a library found in neither place stops the configure naming the package.
+function(flowline_find_unpacked target prefix header library_names package)
+  if(TARGET ${target})
+    return()
   endif()
-  add_library(flowline_utf8proc INTERFACE IMPORTED GLOBAL)
-  set_target_properties(flowline_utf8proc PROPERTIES
-    INTERFACE_INCLUDE_DIRECTORIES ${FLOWLINE_UTF8PROC_INCLUDE}
-    INTERFACE_LINK_LIBRARIES ${FLOWLINE_UTF8PROC_LIBRARY})
-endif()
+  find_path(${prefix}_INCLUDE ${header} HINTS ${${prefix}_ROOT}/usr/include $ENV{${prefix}_ROOT}/usr/include)
+  find_library(${prefix}_LIBRARY NAMES ${library_names}
+    HINTS ${${prefix}_ROOT}/usr/lib/x86_64-linux-gnu $ENV{${prefix}_ROOT}/usr/lib/x86_64-linux-gnu)
+  if(NOT ${prefix}_INCLUDE OR NOT ${prefix}_LIBRARY)
+    message(FATAL_ERROR "${header} or its library not found: install ${package} or set ${prefix}_ROOT")
+  endif()
+  add_library(${target} INTERFACE IMPORTED GLOBAL)
+  set_target_properties(${target} PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES ${${prefix}_INCLUDE}
+    INTERFACE_LINK_LIBRARIES ${${prefix}_LIBRARY})
+endfunction()
 
-# prometheus-cpp's core (the metrics and their text format; not its HTTP exposer): Debian's
-# prometheus-cpp-dev, or a folder unpacked from libprometheus-cpp-core's .deb files (FLOWLINE_PROMETHEUS_ROOT),
-# as on the GPU machine which lacks the package. Only flowline::gateway uses it.
-if(NOT TARGET flowline_prometheus)
-  find_path(FLOWLINE_PROMETHEUS_INCLUDE prometheus/registry.h
-    HINTS ${FLOWLINE_PROMETHEUS_ROOT}/usr/include $ENV{FLOWLINE_PROMETHEUS_ROOT}/usr/include)
-  find_library(FLOWLINE_PROMETHEUS_LIBRARY NAMES prometheus-cpp-core libprometheus-cpp-core.so.1.0
-    HINTS ${FLOWLINE_PROMETHEUS_ROOT}/usr/lib/x86_64-linux-gnu $ENV{FLOWLINE_PROMETHEUS_ROOT}/usr/lib/x86_64-linux-gnu)
-  if(NOT FLOWLINE_PROMETHEUS_INCLUDE OR NOT FLOWLINE_PROMETHEUS_LIBRARY)
-    message(FATAL_ERROR "prometheus-cpp not found: install prometheus-cpp-dev or set FLOWLINE_PROMETHEUS_ROOT")
-  endif()
-  add_library(flowline_prometheus INTERFACE IMPORTED GLOBAL)
-  set_target_properties(flowline_prometheus PROPERTIES
-    INTERFACE_INCLUDE_DIRECTORIES ${FLOWLINE_PROMETHEUS_INCLUDE}
-    INTERFACE_LINK_LIBRARIES ${FLOWLINE_PROMETHEUS_LIBRARY})
-endif()
+flowline_find_unpacked(flowline_utf8proc FLOWLINE_UTF8PROC utf8proc.h utf8proc libutf8proc-dev)
+# prometheus-cpp's core only (the metrics and their text format, not its HTTP exposer); only
+# flowline::gateway uses it.
+flowline_find_unpacked(flowline_prometheus FLOWLINE_PROMETHEUS prometheus/registry.h
+  "prometheus-cpp-core;libprometheus-cpp-core.so.1.0" prometheus-cpp-dev)
 
 # Under add_subdirectory the targets found here must be visible to the parent project too, since
 # flowline::core's interface names them (flowline_torch_cpu, fmt::fmt, Boost, ...).

@@ -173,10 +173,8 @@ struct RunSetup {
 
 bool prepare_run(const RunOptions& o, RunSetup& setup) {
   try {
-    setup.config = load_flow_config(o.flow);
+    setup.config = load_flow_with_sets(o.flow, o.sets);
     if (o.request_size > 0) setup.config.options.request_size = o.request_size;
-    for (const auto& s : o.sets) set_executor_parameter(setup.config, s);
-    if (!o.sets.empty()) validate_flow_config(setup.config);
   } catch (const ConfigError& e) {
     print_config_error(e);
     return false;
@@ -223,15 +221,7 @@ int command_run(const RunOptions& o) {
   if (!prepare_run(o, setup)) return kExitUsage;
   std::optional<RunOutput>& output = setup.output;
   Flow flow(std::move(setup.config));
-  try {
-    flow.start();
-  } catch (const ConfigError& e) {
-    print_config_error(e);
-    return kExitUsage;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    return kExitFailure;
-  }
+  if (const int failed = start_flow(flow); failed != kExitOk) return failed;
 
   const bool interactive = o.progress == "always" || (o.progress == "auto" && isatty(STDERR_FILENO));
   const char* clear_line = interactive ? "\r\x1b[2K" : "";
@@ -376,6 +366,26 @@ int command_schema() {
 }
 
 }  // namespace
+
+FlowConfig load_flow_with_sets(const std::string& file, const std::vector<std::string>& sets) {
+  FlowConfig config = load_flow_config(file);
+  for (const auto& s : sets) set_executor_parameter(config, s);
+  if (!sets.empty()) validate_flow_config(config);
+  return config;
+}
+
+int start_flow(Flow& flow) {
+  try {
+    flow.start();
+  } catch (const ConfigError& e) {
+    print_config_error(e);
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return kExitFailure;
+  }
+  return kExitOk;
+}
 
 void print_config_error(const ConfigError& e) {
   for (const auto& d : e.diagnostics()) fmt::print(stderr, "{}\n", d.to_string());

@@ -1,9 +1,11 @@
 // The `flowline` launcher's commands, kept in a library so main() stays one line and tests can call them.
 #pragma once
 
-namespace flowline {
-class ConfigError;
-}
+#include "flowline/error.hpp"
+#include "flowline/flow.hpp"
+
+#include <string>
+#include <vector>
 
 namespace flowline::cli {
 
@@ -17,5 +19,11 @@ int run(int argc, char** argv);
 
 // Prints a flow configuration's diagnostics (file:line:column: message) and their count to stderr.
 void print_config_error(const ConfigError& e);
+// Loads a flow file and applies --set overrides (EXECUTOR.PARAM=VALUE), validating again when there are
+// any. Throws ConfigError.
+FlowConfig load_flow_with_sets(const std::string& file, const std::vector<std::string>& sets);
+// Starts the flow. Returns kExitOk, or prints what went wrong and returns the exit code: kExitUsage for
+// a bad config, kExitFailure when an executor could not be constructed.
+int start_flow(Flow& flow);
 
 }  // namespace flowline::cli

@@ -92,9 +92,7 @@ int command_serve(ServeOptions o) {
 
   FlowConfig config;
   try {
-    config = load_flow_config(o.flow);
-    for (const auto& s : o.sets) set_executor_parameter(config, s);
-    if (!o.sets.empty()) validate_flow_config(config);
+    config = load_flow_with_sets(o.flow, o.sets);
     o.gateway.token = read_token(o.token_file);
   } catch (const ConfigError& e) {
     print_config_error(e);
@@ -108,15 +106,7 @@ int command_serve(ServeOptions o) {
 
   Flow flow(std::move(config));
   auto gateway = Gateway::attach_to(flow);
-  try {
-    flow.start();
-  } catch (const ConfigError& e) {
-    print_config_error(e);
-    return kExitUsage;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    return kExitFailure;
-  }
+  if (const int failed = start_flow(flow); failed != kExitOk) return failed;
   try {
     gateway->start(o.gateway);
   } catch (const std::exception& e) {

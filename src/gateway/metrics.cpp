@@ -109,7 +109,9 @@ void GatewayMetrics::record_request(Route route, int status, std::size_t documen
   prometheus::Counter* counter = nullptr;
   {
     std::lock_guard lock(status_mutex_);
-    counter = &requests_.Add({{"route", route_name(route)}, {"status", std::to_string(status)}});
+    prometheus::Counter*& cached = status_counters_[static_cast<int>(i) * 1000 + status];
+    if (!cached) cached = &requests_.Add({{"route", route_name(route)}, {"status", std::to_string(status)}});
+    counter = cached;
   }
   counter->Increment();
 }

@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace flowline::gateway {
@@ -54,7 +55,10 @@ class GatewayMetrics final : public FlowObserver {
   prometheus::Gauge* connections_ = nullptr;
   std::array<prometheus::Histogram*, static_cast<std::size_t>(Route::kCount)> route_latency_{};
   std::array<prometheus::Counter*, static_cast<std::size_t>(Route::kCount)> route_documents_{};
-  std::mutex status_mutex_;  // creating a {route, status} series
+  std::mutex status_mutex_;  // guards status_counters_
+  // The {route, status} series made so far, by route * 1000 + status: a request looks its counter up
+  // here instead of building a label set for the family.
+  std::unordered_map<int, prometheus::Counter*> status_counters_;
 
   struct ReplicaSeries {
     prometheus::Histogram* batch_seconds = nullptr;
