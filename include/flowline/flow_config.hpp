@@ -9,6 +9,7 @@
 //
 //   with:                      # flow-wide options
 //     request_size: 100
+//     port: 8080                 # for `flowline serve` (also host, protocol: http, title, gateway: {...})
 //   plugins: [libmy_executor.so]
 //   executors:
 //     - name: splitter
@@ -70,10 +71,30 @@ struct ExecutorConfig {
   SourceLocation location_of(const std::string& key) const;
 };
 
+// How the flow is served over HTTP (`flowline serve`, flowline::Gateway): the flow file's `with: {port, host,
+// protocol, title, gateway: {...}}`. Unset fields leave the gateway's defaults (GatewayOptions); the
+// command line overrides what is set here. Plain data: the core only parses it, the gateway applies it.
+struct ServeSettings {
+  std::optional<std::string> host;
+  std::optional<int> port;  // 0..65535
+  std::optional<std::string> title;
+  std::optional<int> threads;
+  std::optional<std::size_t> max_body_bytes;
+  std::optional<std::size_t> max_documents;
+  std::optional<std::size_t> max_json_depth;
+  std::optional<std::size_t> max_in_flight;  // requests inside the flow at once (not FlowOptions::max_in_flight)
+  std::optional<std::size_t> max_connections;
+  std::optional<std::size_t> max_stream_documents;
+  std::optional<std::chrono::milliseconds> request_timeout;
+  std::optional<std::chrono::milliseconds> idle_timeout;
+  std::optional<std::string> embeddings_endpoint;
+};
+
 struct FlowOptions {
   std::size_t request_size = 100;  // client side: documents per request
   std::size_t max_in_flight = 64;  // requests posted but not yet answered, per post() call
   std::size_t queue_capacity = 0;  // requests waiting per executor; 0: max_in_flight
+  ServeSettings serve;             // `flowline serve` only
 };
 
 struct FlowConfig {

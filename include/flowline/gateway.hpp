@@ -40,6 +40,7 @@
 namespace flowline {
 
 class Flow;
+struct ServeSettings;
 
 struct GatewayOptions {
   std::string host = "127.0.0.1";          // the address to bind; "0.0.0.0" or "::" to serve other machines
@@ -53,8 +54,12 @@ struct GatewayOptions {
   std::chrono::milliseconds request_timeout{60'000};  // a request not answered by then gets 504
   std::chrono::milliseconds idle_timeout{60'000};     // a connection silent this long (mid-request too) closes
   std::string token;  // when not empty, requests other than /health and /ready need "Authorization: Bearer <token>"
-  std::string embeddings_endpoint = "/encode";  // the flow endpoint of /v1/embeddings and /embed requests
-  std::string title = "flowline";               // in /openapi.json and /docs
+  std::string embeddings_endpoint = "/encode";    // the flow endpoint of /v1/embeddings and /embed requests
+  std::string title = "flowline";                 // in /openapi.json and /docs
+  std::size_t max_stream_documents = 10'000'000;  // documents in one NDJSON stream; beyond, an error line ends it
+
+  // Replaces the fields that `settings` sets (the flow file's `with:` keys, or the command line's options).
+  void apply(const ServeSettings& settings);
 };
 
 // What the gateway has answered since start().

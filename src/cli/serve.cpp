@@ -13,8 +13,10 @@
 
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <pthread.h>
+#include <type_traits>
 
 namespace flowline::cli {
 
@@ -43,36 +45,45 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& o) {
   auto* cmd =
       app.add_subcommand("serve", "Serve a flow over HTTP: Jina's, OpenAI's and TEI's APIs, /health, /ready, /metrics");
   cmd->add_option("flow", o.flow, "flow file (YAML)")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--host", o.gateway.host, "address to bind (0.0.0.0 to serve other machines)")->capture_default_str();
-  cmd->add_option("--port,-p", o.gateway.port, "port to bind (0: any free port, see --ready-file)")
-      ->capture_default_str();
-  cmd->add_option("--threads", o.gateway.threads, "I/O threads (0: one per core)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  cmd->add_option("--max-body-bytes", o.gateway.max_body_bytes, "larger request bodies get 413")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option("--max-documents", o.gateway.max_documents, "documents per request; more get 413")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option("--max-json-depth", o.gateway.max_json_depth, "deeper JSON gets 400")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option("--max-in-flight", o.gateway.max_in_flight,
-                  "requests inside the flow at once; more get 503 with Retry-After (0: the flow's queue capacity)")
-      ->capture_default_str();
-  cmd->add_option("--max-connections", o.gateway.max_connections, "open connections; more are closed at once")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option("--request-timeout", o.request_timeout_ms, "milliseconds a request may take; then 504")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option("--idle-timeout", o.idle_timeout_ms, "milliseconds a connection may stay silent; then it closes")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option("--embeddings-endpoint", o.gateway.embeddings_endpoint,
-                  "the flow endpoint that /v1/embeddings and /embed post to")
-      ->capture_default_str();
+  // Each option below is stored only when given, so that the flow file's `with:` key of the same name
+  // applies otherwise. The defaults shown are GatewayOptions'.
+  const GatewayOptions d;
+  ServeSettings& g = o.given;
+  auto given = [&](auto& field, const char* name, const std::string& help, auto shown) {
+    using Field = typename std::decay_t<decltype(field)>::value_type;
+    return cmd
+        ->add_option_function<Field>(
+            name, [&field](const Field& v) { field = v; }, help)
+        ->default_str(fmt::format("{}", shown));
+  };
+  given(g.host, "--host", "address to bind (0.0.0.0 to serve other machines); flow file: with.host", d.host);
+  given(g.port, "--port,-p", "port to bind (0: any free port, see --ready-file); flow file: with.port", d.port)
+      ->check(CLI::Range(0, 65535));
+  given(g.threads, "--threads", "I/O threads (0: one per core)", d.threads)->check(CLI::Range(0, 1024));
+  given(g.max_body_bytes, "--max-body-bytes", "larger request bodies get 413", d.max_body_bytes)
+      ->check(CLI::PositiveNumber);
+  given(g.max_documents, "--max-documents", "documents per request; more get 413", d.max_documents)
+      ->check(CLI::PositiveNumber);
+  given(g.max_json_depth, "--max-json-depth", "deeper JSON gets 400", d.max_json_depth)->check(CLI::PositiveNumber);
+  given(g.max_in_flight, "--max-in-flight",
+        "requests inside the flow at once; more get 503 with Retry-After (0: the flow's queue capacity)",
+        d.max_in_flight);
+  given(g.max_connections, "--max-connections", "open connections; more are closed at once", d.max_connections)
+      ->check(CLI::PositiveNumber);
+  given(g.max_stream_documents, "--max-stream-documents", "documents in one NDJSON stream", d.max_stream_documents)
+      ->check(CLI::PositiveNumber);
+  cmd->add_option_function<long long>(
+         "--request-timeout", [&g](long long ms) { g.request_timeout = std::chrono::milliseconds(ms); },
+         "milliseconds a request may take; then 504")
+      ->default_str(std::to_string(d.request_timeout.count()))
+      ->check(CLI::PositiveNumber);
+  cmd->add_option_function<long long>(
+         "--idle-timeout", [&g](long long ms) { g.idle_timeout = std::chrono::milliseconds(ms); },
+         "milliseconds a connection may stay silent; then it closes")
+      ->default_str(std::to_string(d.idle_timeout.count()))
+      ->check(CLI::PositiveNumber);
+  given(g.embeddings_endpoint, "--embeddings-endpoint", "the flow endpoint that /v1/embeddings and /embed post to",
+        d.embeddings_endpoint);
   cmd->add_option("--token-file", o.token_file,
                   "require \"Authorization: Bearer TOKEN\" with the token in this file (else FLOWLINE_TOKEN, if set)")
       ->check(CLI::ExistingFile);
@@ -91,9 +102,12 @@ int command_serve(ServeOptions o) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   FlowConfig config;
+  GatewayOptions options;
   try {
     config = load_flow_with_sets(o.flow, o.sets);
-    o.gateway.token = read_token(o.token_file);
+    options.apply(config.options.serve);
+    options.apply(o.given);
+    options.token = read_token(o.token_file);
   } catch (const ConfigError& e) {
     print_config_error(e);
     return kExitUsage;
@@ -101,22 +115,23 @@ int command_serve(ServeOptions o) {
     fmt::print(stderr, "error: {}\n", e.what());
     return kExitUsage;
   }
-  o.gateway.request_timeout = std::chrono::milliseconds(o.request_timeout_ms);
-  o.gateway.idle_timeout = std::chrono::milliseconds(o.idle_timeout_ms);
 
   Flow flow(std::move(config));
   auto gateway = Gateway::attach_to(flow);
   if (const int failed = start_flow(flow); failed != kExitOk) return failed;
   try {
-    gateway->start(o.gateway);
+    gateway->start(options);
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", e.what());
     flow.close();
     return kExitUsage;
   }
-  fmt::print(stderr, "flowline: serving {} on http://{}:{}\n", o.flow, o.gateway.host, gateway->port());
-  if (!o.ready_file.empty()) {
-    std::ofstream(o.ready_file) << gateway->port() << "\n";
+  fmt::print(stderr, "flowline: serving {} on http://{}:{}\n", o.flow, options.host, gateway->port());
+  if (!o.ready_file.empty()) {  // written whole, then renamed: a reader never sees it half-written
+    const std::string partial = o.ready_file + ".partial";
+    std::ofstream(partial) << gateway->port() << "\n";
+    std::error_code ignored;
+    std::filesystem::rename(partial, o.ready_file, ignored);
   }
   int signal = 0;
   sigwait(&stop_signals, &signal);

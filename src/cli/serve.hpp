@@ -2,6 +2,7 @@
 // SIGTERM, then drains (answers what is in flight) and exits 0.
 #pragma once
 
+#include "flowline/flow_config.hpp"
 #include "flowline/gateway.hpp"
 
 #include <string>
@@ -18,9 +19,9 @@ struct ServeOptions {
   std::vector<std::string> sets;  // --set EXECUTOR.PARAM=VALUE
   std::string token_file;         // --token-file; else FLOWLINE_TOKEN
   std::string ready_file;         // --ready-file: written with the bound port once serving
-  GatewayOptions gateway;
-  long long request_timeout_ms = 60'000;
-  long long idle_timeout_ms = 60'000;
+  // The options given on the command line; they override the flow file's `with:` settings, which override
+  // GatewayOptions' defaults.
+  ServeSettings given;
 };
 
 // Adds the `serve` subcommand and its options to `app`, filling `options` when parsed.

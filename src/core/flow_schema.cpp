@@ -5,6 +5,9 @@
 #include <boost/json/array.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <iterator>
+
 namespace flowline {
 namespace {
 
@@ -69,6 +72,88 @@ std::vector<SchemaKey> flow_keys() {
       key("executors", V::Special, 0, "list of maps", "(required)",
           "The executors, in order. Each is a map with the keys below.",
           "executors:\n  - name: splitter\n    uses: TextSplitter", nullptr),
+  };
+}
+
+// Numeric gateway settings that are a count or a size: with.gateway.NAME into ServeSettings::*field.
+template <std::optional<std::size_t> ServeSettings::*field>
+Result set_size(FlowConfig& f, ExecutorConfig*, const boost::json::value& v) {
+  f.options.serve.*field = static_cast<std::size_t>(v.get_int64());
+  return std::nullopt;
+}
+template <std::optional<std::chrono::milliseconds> ServeSettings::*field>
+Result set_millis(FlowConfig& f, ExecutorConfig*, const boost::json::value& v) {
+  f.options.serve.*field = std::chrono::milliseconds(v.get_int64());
+  return std::nullopt;
+}
+
+// The keys `flowline serve` reads (ServeSettings): Jina's flow-level port, host and protocol, and the
+// gateway's limits under with.gateway. The command line overrides each.
+std::vector<SchemaKey> serve_keys() {
+  return {
+      key("with.port", V::Int, 0, "", "8080", "Port `flowline serve` binds (0: any free one). --port overrides it.",
+          "port: 8080",
+          [](FlowConfig& f, ExecutorConfig*, const boost::json::value& v) -> Result {
+            if (v.get_int64() > 65535) return fmt::format("expected a port of at most 65535, got {}", v.get_int64());
+            f.options.serve.port = static_cast<int>(v.get_int64());
+            return std::nullopt;
+          }),
+      key("with.host", V::String, 0, "string", "127.0.0.1",
+          "Address `flowline serve` binds; 0.0.0.0 or :: serves other machines. --host overrides it.", "host: 0.0.0.0",
+          [](FlowConfig& f, ExecutorConfig*, const boost::json::value& v) -> Result {
+            f.options.serve.host = std::string(v.get_string());
+            return std::nullopt;
+          }),
+      key("with.protocol", V::StringOrList, 0, "string or list", "http",
+          "Accepted for Jina compatibility: flowline serves HTTP, so it must be http (or [http]).", "protocol: http",
+          [](FlowConfig&, ExecutorConfig*, const boost::json::value& v) -> Result {
+            for (const auto& p : v.get_array()) {
+              const std::string_view name = p.get_string();
+              if (name != "http" && name != "HTTP")
+                return fmt::format("'{}' is not served: flowline serves http only (no grpc or websocket)", name);
+            }
+            return std::nullopt;
+          }),
+      key("with.title", V::String, 0, "string", "flowline", "Title of the API in /openapi.json and /docs.",
+          "title: Embeddings",
+          [](FlowConfig& f, ExecutorConfig*, const boost::json::value& v) -> Result {
+            f.options.serve.title = std::string(v.get_string());
+            return std::nullopt;
+          }),
+      key("with.gateway", V::Map, 0, "map", "{}",
+          "Limits of `flowline serve` (the keys below); each --option of the same name overrides its key.",
+          "gateway: {max_documents: 1024, request_timeout_ms: 5000}", nullptr),
+      key("with.gateway.threads", V::Int, 0, "", "0", "I/O threads; 0: one per core.", "threads: 4",
+          [](FlowConfig& f, ExecutorConfig*, const boost::json::value& v) -> Result {
+            if (v.get_int64() > 1024) return fmt::format("expected at most 1024 threads, got {}", v.get_int64());
+            f.options.serve.threads = static_cast<int>(v.get_int64());
+            return std::nullopt;
+          }),
+      key("with.gateway.max_body_bytes", V::Int, 1, "", "33554432", "Larger request bodies get 413.",
+          "max_body_bytes: 1048576", &set_size<&ServeSettings::max_body_bytes>),
+      key("with.gateway.max_documents", V::Int, 1, "", "4096", "Documents per request; more get 413.",
+          "max_documents: 1024", &set_size<&ServeSettings::max_documents>),
+      key("with.gateway.max_json_depth", V::Int, 1, "", "64", "Deeper JSON gets 400.", "max_json_depth: 16",
+          &set_size<&ServeSettings::max_json_depth>),
+      key("with.gateway.max_in_flight", V::Int, 0, "", "0",
+          "Requests inside the flow at once; more get 503 with Retry-After. 0: the flow's queue capacity.",
+          "max_in_flight: 256", &set_size<&ServeSettings::max_in_flight>),
+      key("with.gateway.max_connections", V::Int, 1, "", "10000", "Open connections; more are closed at once.",
+          "max_connections: 1000", &set_size<&ServeSettings::max_connections>),
+      key("with.gateway.max_stream_documents", V::Int, 1, "", "10000000",
+          "Documents in one streamed (NDJSON) request; the stream ends with an error line beyond it.",
+          "max_stream_documents: 1000000", &set_size<&ServeSettings::max_stream_documents>),
+      key("with.gateway.request_timeout_ms", V::Int, 1, "", "60000", "Milliseconds a request may take; then 504.",
+          "request_timeout_ms: 5000", &set_millis<&ServeSettings::request_timeout>),
+      key("with.gateway.idle_timeout_ms", V::Int, 1, "", "60000",
+          "Milliseconds a connection may stay silent; then it closes.", "idle_timeout_ms: 10000",
+          &set_millis<&ServeSettings::idle_timeout>),
+      key("with.gateway.embeddings_endpoint", V::String, 0, "string", "/encode",
+          "The flow endpoint that /v1/embeddings and /embed post to.", "embeddings_endpoint: /encode",
+          [](FlowConfig& f, ExecutorConfig*, const boost::json::value& v) -> Result {
+            f.options.serve.embeddings_endpoint = std::string(v.get_string());
+            return std::nullopt;
+          }),
   };
 }
 
@@ -150,6 +235,10 @@ std::vector<SchemaKey> executor_keys() {
 const std::vector<SchemaKey>& flow_schema() {
   static const std::vector<SchemaKey> schema = [] {
     std::vector<SchemaKey> all = flow_keys();
+    // The serving keys belong with the other flow-wide options, before `plugins`.
+    const auto plugins = std::find_if(all.begin(), all.end(), [](const SchemaKey& k) { return k.path == "plugins"; });
+    std::vector<SchemaKey> serve = serve_keys();
+    all.insert(plugins, std::make_move_iterator(serve.begin()), std::make_move_iterator(serve.end()));
     for (auto& k : executor_keys()) all.push_back(std::move(k));
     return all;
   }();

@@ -7,12 +7,12 @@
 // request at a time per connection, so pipelined requests are answered in order.
 #include "flowline/gateway.hpp"
 
-#include "metrics.hpp"
 #include "openapi.hpp"
-#include "protocols.hpp"
+#include "server.hpp"
 
 #include "flowline/error.hpp"
 #include "flowline/flow.hpp"
+#include "flowline/flow_config.hpp"
 #include "flowline/registry.hpp"
 #include "flowline/version.hpp"
 
@@ -37,14 +37,6 @@
 
 namespace flowline {
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-namespace json = boost::json;
-using tcp = asio::ip::tcp;
-using Clock = std::chrono::steady_clock;
-using gateway::Route;
-
 namespace {
 
 constexpr std::size_t kMaxHeaderBytes = 16 * 1024;
@@ -63,196 +55,152 @@ bool same_secret(std::string_view a, std::string_view b) {
 
 }  // namespace
 
-class Connection;
+void Connection::close_when_idle() {
+  asio::post(stream_.get_executor(), [self = shared_from_this()] {
+    if (!self->busy_) self->shutdown();
+  });
+}
 
-class Gateway::Impl {
- public:
-  Impl(Flow& flow) : flow(flow), metrics(std::make_shared<gateway::GatewayMetrics>()) {}
+void Connection::read_header() {
+  busy_ = false;
+  parser_.emplace();
+  parser_->body_limit(gw_.options.max_body_bytes);
+  parser_->header_limit(kMaxHeaderBytes);
+  stream_.expires_after(gw_.options.idle_timeout);
+  http::async_read_header(stream_, buffer_, *parser_,
+                          beast::bind_front_handler(&Connection::on_header, shared_from_this()));
+}
 
-  void start(GatewayOptions o);
-  void stop();
-  void accept();
-  void forget(Connection* connection);
-
-  Flow& flow;
-  std::shared_ptr<gateway::GatewayMetrics> metrics;
-  GatewayOptions options;
-  gateway::ParseLimits limits;
-  std::size_t max_in_flight = 0;
-  std::set<std::string> endpoints;  // the flow's endpoints, as Jina routes ("/encode"; "/default" is "/")
-  std::string openapi;              // /openapi.json, made at start()
-
-  std::atomic<bool> serving{false};   // started and not draining: /ready is 200
-  std::atomic<bool> draining{false};  // stop() began: answer what is in flight, take nothing new
-  std::atomic<std::uint64_t> in_flight{0}, requests{0}, documents{0}, rejected_busy{0}, timed_out{0};
-
-  std::mutex connections_mutex;
-  std::list<std::weak_ptr<Connection>> connections;  // open ones, for stop()
-  std::atomic<std::uint64_t> open_connections{0};
-
-  // Last, so that they go first: handlers still queued in the io_context hold connections, which
-  // unregister themselves from the list above when destroyed.
-  asio::io_context io;
-  // Keeps the I/O threads running while no socket operation is pending, for the flow's callbacks.
-  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
-  std::optional<tcp::acceptor> acceptor;
-  std::vector<std::thread> threads;
-  std::uint16_t bound_port = 0;
-};
-
-// One client connection. Lives as long as an operation (read, write, timer, flow callback) holds it.
-class Connection : public std::enable_shared_from_this<Connection> {
- public:
-  Connection(Gateway::Impl& gateway, tcp::socket socket)
-      : gw_(gateway), stream_(std::move(socket)), timer_(stream_.get_executor()) {}
-  ~Connection() { gw_.forget(this); }
-
-  void start() { read_header(); }
-
-  // From stop(), on any thread: closes the connection if it is waiting for a request; otherwise it closes
-  // after answering the one it has.
-  void close_when_idle() {
-    asio::post(stream_.get_executor(), [self = shared_from_this()] {
-      if (!self->busy_) self->shutdown();
+void Connection::on_header(beast::error_code ec, std::size_t) {
+  busy_ = true;
+  started_ = Clock::now();
+  if (ec) return read_failed(ec);
+  const auto& request = parser_->get();
+  if (beast::iequals(request[http::field::expect], "100-continue")) {
+    if (const auto length = parser_->content_length(); length && *length > gw_.options.max_body_bytes) {
+      return read_failed(http::error::body_limit);
+    }
+    auto reply = std::make_shared<http::response<http::empty_body>>(http::status::continue_, request.version());
+    http::async_write(stream_, *reply, [self = shared_from_this(), reply](beast::error_code ec, std::size_t) {
+      if (ec) return self->shutdown();
+      self->begin_body();
     });
+    return;
   }
+  begin_body();
+}
 
-  std::list<std::weak_ptr<Connection>>::iterator registration;
+void Connection::begin_body() {
+  if (stream_requested()) return start_stream();
+  read_body();
+}
 
- private:
-  void read_header() {
-    busy_ = false;
-    parser_.emplace();
-    parser_->body_limit(gw_.options.max_body_bytes);
-    parser_->header_limit(kMaxHeaderBytes);
-    stream_.expires_after(gw_.options.idle_timeout);
-    http::async_read_header(stream_, buffer_, *parser_,
-                            beast::bind_front_handler(&Connection::on_header, shared_from_this()));
+void Connection::read_body() {
+  http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&Connection::on_read, shared_from_this()));
+}
+
+void Connection::on_read(beast::error_code ec, std::size_t) {
+  if (ec) return read_failed(ec);
+  stream_.expires_never();
+  request_ = parser_->release();
+  parser_.reset();
+  keep_alive_ = request_.keep_alive();
+  try {
+    handle();
+  } catch (const gateway::HttpError& e) {
+    reply(e.status, e.body);
+  } catch (const std::exception& e) {
+    reply(500, gateway::plain_error(500, "server_error", e.what()).body);
   }
+}
 
-  void on_header(beast::error_code ec, std::size_t) {
-    busy_ = true;
-    started_ = Clock::now();
-    if (ec) return read_failed(ec);
-    const auto& request = parser_->get();
-    if (beast::iequals(request[http::field::expect], "100-continue")) {
-      if (const auto length = parser_->content_length(); length && *length > gw_.options.max_body_bytes) {
-        return read_failed(http::error::body_limit);
-      }
-      auto reply = std::make_shared<http::response<http::empty_body>>(http::status::continue_, request.version());
-      http::async_write(stream_, *reply, [self = shared_from_this(), reply](beast::error_code ec, std::size_t) {
-        if (ec) return self->shutdown();
-        self->read_body();
-      });
-      return;
-    }
-    read_body();
+void Connection::read_failed(beast::error_code ec) {
+  keep_alive_ = false;
+  route_ = Route::Other;
+  if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::operation_aborted ||
+      ec == asio::error::connection_reset || ec == asio::error::eof || ec == http::error::partial_message) {
+    // The client went away, or fell silent mid-request for idle_timeout.
+    return shutdown();
   }
-
-  void read_body() {
-    http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&Connection::on_read, shared_from_this()));
+  if (ec == http::error::body_limit) {
+    return reply(413, gateway::plain_error(413, "request_too_large",
+                                           fmt::format("the request body is larger than {} bytes (--max-body-bytes)",
+                                                       gw_.options.max_body_bytes))
+                          .body);
   }
-
-  void on_read(beast::error_code ec, std::size_t) {
-    if (ec) return read_failed(ec);
-    stream_.expires_never();
-    request_ = parser_->release();
-    parser_.reset();
-    keep_alive_ = request_.keep_alive();
-    try {
-      handle();
-    } catch (const gateway::HttpError& e) {
-      reply(e.status, e.body);
-    } catch (const std::exception& e) {
-      reply(500, gateway::plain_error(500, "server_error", e.what()).body);
-    }
+  if (ec == http::error::header_limit) {
+    return reply(431, gateway::plain_error(431, "invalid_request_error",
+                                           fmt::format("the request header is larger than {} bytes", kMaxHeaderBytes))
+                          .body);
   }
+  reply(
+      400,
+      gateway::plain_error(400, "invalid_request_error", fmt::format("malformed HTTP request: {}", ec.message())).body);
+}
 
-  // A request that could not be read: answered when the client can still read an answer, then closed.
-  void read_failed(beast::error_code ec) {
-    keep_alive_ = false;
-    route_ = Route::Other;
-    if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::operation_aborted ||
-        ec == asio::error::connection_reset || ec == asio::error::eof || ec == http::error::partial_message) {
-      // The client went away, or fell silent mid-request for idle_timeout.
-      return shutdown();
-    }
-    if (ec == http::error::body_limit) {
-      return reply(413, gateway::plain_error(413, "request_too_large",
-                                             fmt::format("the request body is larger than {} bytes (--max-body-bytes)",
-                                                         gw_.options.max_body_bytes))
-                            .body);
-    }
-    if (ec == http::error::header_limit) {
-      return reply(431, gateway::plain_error(431, "invalid_request_error",
-                                             fmt::format("the request header is larger than {} bytes", kMaxHeaderBytes))
-                            .body);
-    }
-    reply(400,
-          gateway::plain_error(400, "invalid_request_error", fmt::format("malformed HTTP request: {}", ec.message()))
-              .body);
-  }
+void Connection::reply(int status, std::string body, std::string_view content_type) {
+  timer_.cancel();
+  response_ = {};
+  response_.result(static_cast<unsigned>(status));
+  response_.version(request_.version() ? request_.version() : 11);
+  response_.set(http::field::server, "flowline/" FLOWLINE_VERSION_STRING);
+  response_.set(http::field::content_type, content_type);
+  if (status == 503) response_.set(http::field::retry_after, "1");
+  if (status == 401) response_.set(http::field::www_authenticate, "Bearer");
+  if (gw_.draining) keep_alive_ = false;
+  response_.keep_alive(keep_alive_);
+  response_.body() = std::move(body);
+  response_.prepare_payload();
+  const double seconds = std::chrono::duration<double>(Clock::now() - started_).count();
+  gw_.metrics->record_request(route_, status, status < 400 ? documents_ : 0, seconds);
+  gw_.requests++;
+  if (status < 400) gw_.documents += documents_;
+  http::async_write(stream_, response_, beast::bind_front_handler(&Connection::on_write, shared_from_this()));
+}
 
-  void handle();
-  void handle_info(std::string_view path);
-  void call_flow(gateway::Call call, Route route, std::function<std::string(const DocumentArray&)> answer,
-                 std::function<std::string(const Response&)> failure);
+void Connection::on_write(beast::error_code ec, std::size_t) {
+  if (ec) return shutdown();
+  if (!keep_alive_) return linger_close();
+  request_ = {};
+  documents_ = 0;
+  read_header();
+}
 
-  void reply(int status, std::string body, std::string_view content_type = "application/json") {
-    timer_.cancel();
-    response_ = {};
-    response_.result(static_cast<unsigned>(status));
-    response_.version(request_.version() ? request_.version() : 11);
-    response_.set(http::field::server, "flowline/" FLOWLINE_VERSION_STRING);
-    response_.set(http::field::content_type, content_type);
-    if (status == 503) response_.set(http::field::retry_after, "1");
-    if (status == 401) response_.set(http::field::www_authenticate, "Bearer");
-    if (gw_.draining) keep_alive_ = false;
-    response_.keep_alive(keep_alive_);
-    response_.body() = std::move(body);
-    response_.prepare_payload();
-    const double seconds = std::chrono::duration<double>(Clock::now() - started_).count();
-    gw_.metrics->record_request(route_, status, status < 400 ? documents_ : 0, seconds);
-    gw_.requests++;
-    if (status < 400) gw_.documents += documents_;
-    http::async_write(stream_, response_, beast::bind_front_handler(&Connection::on_write, shared_from_this()));
-  }
+void Connection::shutdown() {
+  beast::error_code ignored;
+  stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  stream_.close();
+}
 
-  void on_write(beast::error_code ec, std::size_t) {
-    if (ec || !keep_alive_) return shutdown();
-    request_ = {};
-    documents_ = 0;
-    read_header();
-  }
+// Closing while the client still sends (an answer given before its body was read) would reset the
+// connection and could destroy the answer in the client's buffers; so the sending side closes first and
+// what the client still sends is read and dropped, for at most a second and 1 MiB, before the close.
+void Connection::linger_close() {
+  beast::error_code ignored;
+  stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  stream_.expires_after(std::chrono::seconds(1));
+  auto scratch = std::make_shared<std::vector<char>>(64 * 1024);
+  auto drain = std::make_shared<std::function<void(std::size_t)>>();
+  *drain = [self = shared_from_this(), scratch, drain](std::size_t budget) {
+    self->stream_.async_read_some(asio::buffer(*scratch),
+                                  [self, scratch, drain, budget](beast::error_code ec, std::size_t n) {
+                                    if (ec || n >= budget) {
+                                      *drain = nullptr;  // breaks the cycle
+                                      return self->shutdown();
+                                    }
+                                    (*drain)(budget - n);
+                                  });
+  };
+  (*drain)(1u << 20);
+}
 
-  void shutdown() {
-    beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream_.close();
-  }
-
-  bool authorized() const {
-    if (gw_.options.token.empty()) return true;
-    const std::string_view header = request_[http::field::authorization];
-    constexpr std::string_view kBearer = "Bearer ";
-    if (header.size() < kBearer.size() || !beast::iequals(header.substr(0, kBearer.size()), kBearer)) return false;
-    return same_secret(header.substr(kBearer.size()), gw_.options.token);
-  }
-
-  Gateway::Impl& gw_;
-  beast::tcp_stream stream_;
-  beast::flat_buffer buffer_{8192};
-  std::optional<http::request_parser<http::string_body>> parser_;
-  http::request<http::string_body> request_;
-  http::response<http::string_body> response_;
-  asio::steady_timer timer_;
-  Clock::time_point started_;
-  Route route_ = Route::Other;
-  std::size_t documents_ = 0;
-  bool keep_alive_ = true;
-  bool busy_ = false;             // between the first byte of a request and its answer written
-  std::uint64_t generation_ = 0;  // the request being answered; a timed-out request's callback is dropped
-};
+bool Connection::authorized() const {
+  if (gw_.options.token.empty()) return true;
+  const std::string_view header = request_[http::field::authorization];
+  constexpr std::string_view kBearer = "Bearer ";
+  if (header.size() < kBearer.size() || !beast::iequals(header.substr(0, kBearer.size()), kBearer)) return false;
+  return same_secret(header.substr(kBearer.size()), gw_.options.token);
+}
 
 void Connection::handle() {
   const std::string_view target = request_.target();
@@ -553,6 +501,22 @@ void Gateway::Impl::stop() {
 }
 
 // ---- Gateway ----
+
+void GatewayOptions::apply(const ServeSettings& s) {
+  if (s.host) host = *s.host;
+  if (s.port) port = static_cast<std::uint16_t>(*s.port);
+  if (s.title) title = *s.title;
+  if (s.threads) threads = *s.threads;
+  if (s.max_body_bytes) max_body_bytes = *s.max_body_bytes;
+  if (s.max_documents) max_documents = *s.max_documents;
+  if (s.max_json_depth) max_json_depth = *s.max_json_depth;
+  if (s.max_in_flight) max_in_flight = *s.max_in_flight;
+  if (s.max_connections) max_connections = *s.max_connections;
+  if (s.max_stream_documents) max_stream_documents = *s.max_stream_documents;
+  if (s.request_timeout) request_timeout = *s.request_timeout;
+  if (s.idle_timeout) idle_timeout = *s.idle_timeout;
+  if (s.embeddings_endpoint) embeddings_endpoint = *s.embeddings_endpoint;
+}
 
 Gateway::Gateway(Flow& flow) : impl_(std::make_unique<Impl>(flow)) {}
 

@@ -23,6 +23,8 @@ const char* route_name(Route route) noexcept {
       return "jina";
     case Route::JinaPost:
       return "jina_post";
+    case Route::JinaStream:
+      return "jina_stream";
     case Route::OpenAI:
       return "openai_embeddings";
     case Route::TEI:

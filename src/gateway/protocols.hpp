@@ -54,6 +54,10 @@ struct Call {
 Call parse_jina(const boost::json::value& body, std::string endpoint, const ParseLimits& limits);
 // Jina's answer: {"data": [docs], "parameters", "header": {"request_id", "target_executor": ""}}.
 std::string jina_response(const Call& call, const DocumentArray& docs);
+// One document of Jina's request (`data[index]`, named so in messages) and of its answer (appended to `out`
+// as one JSON object). Throws HttpError 422 as parse_jina does.
+Document jina_document(const boost::json::value& value, std::size_t index);
+void append_jina_document(std::string& out, const Document& doc);
 // A request the flow failed, in Jina's shape (500): the header carries status code 1 and the exception.
 std::string jina_failure(const Call& call, const Response& response);
 

@@ -1,19 +1,7 @@
 // The HTTP gateway in one process: a Flow behind flowline::Gateway on a loopback port the system picks,
 // spoken to over real sockets by a small blocking HTTP client (Beast). Jina's, OpenAI's and TEI's shapes,
 // batching across clients, every limit, readiness and the drain on stop().
-#include "test_support.hpp"
-
-#include "flowline/gateway.hpp"
-
-#include <ATen/ATen.h>
-
-#include <boost/asio/connect.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/read.hpp>
-#include <boost/asio/write.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <boost/json.hpp>
+#include "gateway_fixtures.hpp"
 
 #include <atomic>
 #include <cstring>
@@ -21,152 +9,7 @@
 #include <numeric>
 #include <thread>
 
-using namespace flowline;
-using namespace std::chrono_literals;
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-namespace json = boost::json;
-using tcp = asio::ip::tcp;
-
-namespace {
-
-// Sets each document's embedding to [text length, 0.5, -2] and, when asked with count_tokens, tags
-// "tokens" to the text length; records the size of every batch.
-class FakeEncoder : public Executor {
- public:
-  static ExecutorSpec spec() { return ExecutorSpec{"FakeEncoder", "embeds texts by their length", {}, {"/encode"}}; }
-  explicit FakeEncoder(const ExecutorContext& c) : Executor(c) {
-    auto handler = [](DocumentArray& docs, const RequestInfo& request) {
-      {
-        std::lock_guard lock(mutex());
-        batches().push_back(docs.size());
-      }
-      const bool count = request.parameters.contains("count_tokens");
-      for (auto& doc : docs) {
-        doc.embedding = at::tensor({static_cast<float>(doc.text.size()), 0.5f, -2.0f});
-        if (count) doc.tags["tokens"] = static_cast<std::int64_t>(doc.text.size());
-      }
-    };
-    bind("/encode", handler);
-    bind_default(handler);
-  }
-  static std::mutex& mutex() {
-    static std::mutex m;
-    return m;
-  }
-  static std::vector<std::size_t>& batches() {
-    static std::vector<std::size_t> b;
-    return b;
-  }
-};
-
-struct Reply {
-  int status = 0;
-  std::string body;
-  std::string retry_after;
-  json::value json() const { return json::parse(body); }
-};
-
-// One keep-alive connection to the gateway.
-class Client {
- public:
-  explicit Client(std::uint16_t port) : socket_(io_) {
-    socket_.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
-  }
-  Reply send(http::verb method, const std::string& target, const std::string& body = {},
-             const std::string& token = {}) {
-    http::request<http::string_body> request(method, target, 11);
-    request.set(http::field::host, "127.0.0.1");
-    if (!token.empty()) request.set(http::field::authorization, "Bearer " + token);
-    if (!body.empty()) {
-      request.set(http::field::content_type, "application/json");
-      request.body() = body;
-    }
-    request.prepare_payload();
-    http::write(socket_, request);
-    return receive();
-  }
-  Reply post(const std::string& target, const std::string& body, const std::string& token = {}) {
-    return send(http::verb::post, target, body, token);
-  }
-  Reply get(const std::string& target) { return send(http::verb::get, target); }
-  // Writes raw bytes (a malformed request) and reads the answer.
-  Reply raw(const std::string& bytes) {
-    asio::write(socket_, asio::buffer(bytes));
-    return receive();
-  }
-  // True when the server has closed the connection (reads end of stream within `wait`).
-  bool closed_by_server(std::chrono::milliseconds wait) {
-    socket_.non_blocking(false);
-    timeval tv{static_cast<long>(wait.count() / 1000), static_cast<long>((wait.count() % 1000) * 1000)};
-    setsockopt(socket_.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    char c;
-    return ::recv(socket_.native_handle(), &c, 1, 0) == 0;
-  }
-
- private:
-  Reply receive() {
-    http::response<http::string_body> response;
-    http::read(socket_, buffer_, response);
-    return Reply{static_cast<int>(response.result_int()), response.body(),
-                 std::string(response[http::field::retry_after])};
-  }
-  asio::io_context io_;
-  tcp::socket socket_;
-  beast::flat_buffer buffer_;
-};
-
-// A JSON array of numbers (integers or not) as doubles.
-std::vector<double> numbers(const json::value& v) {
-  std::vector<double> out;
-  for (const auto& x : v.as_array()) out.push_back(x.to_number<double>());
-  return out;
-}
-
-std::string jina_body(std::size_t n, std::string_view extra = "") {
-  json::array data;
-  for (std::size_t i = 0; i < n; ++i) data.push_back(json::object{{"text", fmt::format("doc {}", i)}});
-  std::string body = json::serialize(json::object{{"data", std::move(data)}, {"parameters", json::object{}}});
-  if (!extra.empty()) body.insert(body.size() - 1, fmt::format(",{}", extra));
-  return body;
-}
-
-struct Served {
-  explicit Served(Flow f, GatewayOptions options = {}) : flow(std::move(f)) {
-    gateway = Gateway::attach_to(flow);
-    flow.start();
-    options.port = 0;
-    gateway->start(options);
-  }
-  ~Served() {
-    gateway->stop();
-    flow.close();
-  }
-  std::uint16_t port() const { return gateway->port(); }
-  Flow flow;
-  std::shared_ptr<Gateway> gateway;
-};
-
-// A flow of FakeEncoder, registered once in the global registry (the gateway reads endpoints from there).
-Flow fake_encoder_flow(BatchingOptions batching = {}) {
-  static const bool registered = [] {
-    Registry::global().add<FakeEncoder>();
-    return true;
-  }();
-  (void)registered;
-  Flow flow;
-  flow.add({.name = "encoder", .uses = "FakeEncoder", .batching = batching});
-  return flow;
-}
-
-Flow delay_flow(double batch_ms) {
-  Flow flow;
-  flow.add({.name = "slow", .uses = "Delay", .with = {{"batch_ms", batch_ms}}});
-  return flow;
-}
-
-}  // namespace
+using namespace gateway_test;
 
 TEST_CASE("the gateway answers Jina's routes with every document, in order, in Jina's shape", "[gateway]") {
   Served served(fake_encoder_flow());
@@ -419,4 +262,37 @@ TEST_CASE("/metrics reports requests, batches and queues in Prometheus' text for
   CHECK_THAT(r.body, testing::contains("flowline_executor_batch_duration_seconds_bucket"));
   CHECK_THAT(r.body, testing::contains(R"(flowline_executor_queued_requests{executor="slow"} 0)"));
   CHECK_THAT(r.body, testing::contains("flowline_http_request_duration_seconds_count"));
+}
+
+TEST_CASE("the flow file's serving settings configure the gateway, and settings applied after them win",
+          "[gateway][config]") {
+  (void)fake_encoder_flow();  // registers FakeEncoder
+  FlowConfig config = parse_flow_config(
+      "with:\n  port: 0\n  protocol: [http]\n  title: Mine\n  gateway: {max_documents: 2, request_timeout_ms: 1500}\n"
+      "executors:\n  - {name: encoder, uses: FakeEncoder}\n",
+      "serve.yml");
+  GatewayOptions options;
+  options.apply(config.options.serve);
+  CHECK(options.port == 0);
+  CHECK(options.title == "Mine");
+  CHECK(options.max_documents == 2);
+  CHECK(options.request_timeout == 1500ms);
+  CHECK(options.host == "127.0.0.1");  // not set: the default stays
+  ServeSettings command_line;
+  command_line.max_documents = 3;
+  options.apply(command_line);
+  CHECK(options.max_documents == 3);
+
+  Served served(Flow(std::move(config)), options);
+  Client client(served.port());
+  CHECK(client.post("/encode", jina_body(3)).status == 200);
+  const Reply r = client.post("/encode", jina_body(4));
+  CHECK(r.status == 413);
+  CHECK_THAT(r.body, testing::contains("the limit is 3"));
+  CHECK_THAT(client.get("/openapi.json").body, testing::contains("\"title\":\"Mine\""));
+
+  CHECK_THROWS_WITH(parse_flow_config("with: {protocol: grpc}\nexecutors: [{name: e, uses: NoOp}]\n", "g.yml"),
+                    testing::contains("g.yml:1:18: with.protocol: 'grpc' is not served"));
+  CHECK_THROWS_WITH(parse_flow_config("with: {port: 65536}\nexecutors: [{name: e, uses: NoOp}]\n", "g.yml"),
+                    testing::contains("at most 65535"));
 }

@@ -1,0 +1,163 @@
+// The HTTP server behind flowline::Gateway (include/flowline/gateway.hpp): Gateway::Impl, which owns the
+// I/O threads, the acceptor and the list of connections, and Connection, one client's keep-alive
+// connection. gateway.cpp has the request/response path, stream.cpp the NDJSON streams. Private to
+// flowline::gateway.
+//
+// Threads: the Impl's io_context runs on GatewayOptions::threads threads; each Connection's handlers run on
+// its own strand (so a Connection's members need no lock); the flow's completion callbacks post to that
+// strand. A Connection lives as long as an operation (read, write, timer, flow callback) holds a
+// shared_ptr to it; it unregisters itself from the Impl when destroyed.
+#pragma once
+
+#include "metrics.hpp"
+#include "protocols.hpp"
+
+#include "flowline/flow.hpp"
+#include "flowline/gateway.hpp"
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace flowline {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace json = boost::json;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using gateway::Route;
+
+class Connection;
+struct NdjsonStream;
+
+class Gateway::Impl {
+ public:
+  Impl(Flow& flow) : flow(flow), metrics(std::make_shared<gateway::GatewayMetrics>()) {}
+
+  void start(GatewayOptions o);
+  void stop();
+  void accept();
+  void forget(Connection* connection);
+
+  Flow& flow;
+  std::shared_ptr<gateway::GatewayMetrics> metrics;
+  GatewayOptions options;
+  gateway::ParseLimits limits;
+  std::size_t max_in_flight = 0;
+  std::set<std::string> endpoints;  // the flow's endpoints, as Jina routes ("/encode"; "/default" is "/")
+  std::string openapi;              // /openapi.json, made at start()
+
+  std::atomic<bool> serving{false};   // started and not draining: /ready is 200
+  std::atomic<bool> draining{false};  // stop() began: answer what is in flight, take nothing new
+  std::atomic<std::uint64_t> in_flight{0}, requests{0}, documents{0}, rejected_busy{0}, timed_out{0};
+
+  std::mutex connections_mutex;
+  std::list<std::weak_ptr<Connection>> connections;  // open ones, for stop()
+  std::atomic<std::uint64_t> open_connections{0};
+
+  // Last, so that they go first: handlers still queued in the io_context hold connections, which
+  // unregister themselves from the list above when destroyed.
+  asio::io_context io;
+  // Keeps the I/O threads running while no socket operation is pending, for the flow's callbacks.
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  std::optional<tcp::acceptor> acceptor;
+  std::vector<std::thread> threads;
+  std::uint16_t bound_port = 0;
+};
+
+// One client connection. Lives as long as an operation (read, write, timer, flow callback) holds it.
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(Gateway::Impl& gateway, tcp::socket socket)
+      : gw_(gateway), stream_(std::move(socket)), timer_(stream_.get_executor()) {}
+  ~Connection() { gw_.forget(this); }
+
+  void start() { read_header(); }
+
+  // From stop(), on any thread: closes the connection if it is waiting for a request; otherwise it closes
+  // after answering the one it has.
+  void close_when_idle();
+
+  std::list<std::weak_ptr<Connection>>::iterator registration;
+
+ private:
+  void read_header();
+
+  void on_header(beast::error_code ec, std::size_t);
+
+  void read_body();
+
+  void on_read(beast::error_code ec, std::size_t);
+
+  // A request that could not be read: answered when the client can still read an answer, then closed.
+  void read_failed(beast::error_code ec);
+
+  void begin_body();  // after the header: read the body whole, or stream it (NDJSON)
+  void handle();
+  void handle_info(std::string_view path);
+  void call_flow(gateway::Call call, Route route, std::function<std::string(const DocumentArray&)> answer,
+                 std::function<std::string(const Response&)> failure);
+
+  void reply(int status, std::string body, std::string_view content_type = "application/json");
+
+  void on_write(beast::error_code ec, std::size_t);
+
+  void shutdown();
+  void linger_close();  // after an answer that ends the connection
+
+  // NDJSON streams (stream.cpp): POST /<endpoint> or /default with Content-Type application/x-ndjson, one
+  // document per line in, one per line out, in input order, in chunks of the flow's request_size with at
+  // most kStreamWindow chunks held at a time. Every member runs on the connection's strand.
+  bool stream_requested() const;
+  void start_stream();
+  void stream_pump();  // submits, reads, writes and finishes as far as the state allows
+  void stream_read();
+  void on_stream_read(const std::shared_ptr<NdjsonStream>& st, beast::error_code ec);
+  void stream_lines(NdjsonStream& st, const char* data, std::size_t size);
+  void stream_line(NdjsonStream& st, std::string_view line);
+  void stream_close_chunk(NdjsonStream& st);
+  bool stream_submit(NdjsonStream& st);
+  void stream_done(const std::shared_ptr<NdjsonStream>& st, std::uint64_t seq, Response&& response);
+  void stream_error(NdjsonStream& st, int status, std::string_view type, std::string message);
+  void stream_end_at(NdjsonStream& st, std::uint64_t seq, int status, std::string_view type, std::string message,
+                     std::size_t line);
+  void stream_write(NdjsonStream& st);
+  void stream_finish(NdjsonStream& st);
+  void stream_watch(const std::shared_ptr<NdjsonStream>& st);
+  void stream_abort();
+
+  bool authorized() const;
+
+  Gateway::Impl& gw_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_{8192};
+  std::optional<http::request_parser<http::string_body>> parser_;
+  http::request<http::string_body> request_;
+  http::response<http::string_body> response_;
+  asio::steady_timer timer_;
+  Clock::time_point started_;
+  Route route_ = Route::Other;
+  std::size_t documents_ = 0;
+  bool keep_alive_ = true;
+  bool busy_ = false;                     // between the first byte of a request and its answer written
+  std::uint64_t generation_ = 0;          // the request being answered; a timed-out request's callback is dropped
+  std::shared_ptr<NdjsonStream> ndjson_;  // the NDJSON stream being answered, if any
+};
+
+}  // namespace flowline

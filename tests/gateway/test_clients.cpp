@@ -1,0 +1,531 @@
+// Compatibility of `flowline serve` with software it did not write: Jina's own Python client, the openai
+// package and a real Prometheus server, each against the launcher run as a child process on a loopback port
+// it picks itself (--port 0 --ready-file). The Python clients live in .venv-clients (scripts/setup-clients.sh)
+// and Prometheus is Debian's package; without them the tests skip, except under CI=true, where they fail.
+#include "test_support.hpp"
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/json.hpp>
+#include <fmt/format.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <thread>
+
+using namespace flowline;
+using namespace std::chrono_literals;
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace json = boost::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kSource(FLOWLINE_SOURCE_DIR);
+const fs::path kClientsPython = kSource / ".venv-clients/bin/python";
+const fs::path kClientScripts = kSource / "tests/gateway/clients";
+const fs::path kModel = kSource / "models/all-MiniLM-L6-v2";
+const fs::path kGoldens = kSource / "tests/data/goldens";
+constexpr int kDim = 384;
+
+// ---- prerequisites: skip where they are missing, fail under CI ----------------------------------------------
+
+bool running_in_ci() {
+  const char* ci = std::getenv("CI");
+  return ci != nullptr && (std::string(ci) == "true" || std::string(ci) == "1");
+}
+
+std::optional<fs::path> on_path(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/bin:/bin";
+  for (std::size_t start = 0; start <= dirs.size();) {
+    const auto end = std::min(dirs.find(':', start), dirs.size());
+    const fs::path candidate = fs::path(dirs.substr(start, end - start)) / program;
+    if (end > start && ::access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = end + 1;
+  }
+  return std::nullopt;
+}
+
+// What the Python client tests need and this machine lacks, as a sentence; empty when nothing is missing.
+std::string missing_for_python_clients() {
+  std::string missing;
+  if (::access(kClientsPython.c_str(), X_OK) != 0)
+    missing += fmt::format("{} does not exist (run scripts/setup-clients.sh)", kClientsPython.string());
+  if (!fs::exists(kModel / "model.safetensors"))
+    missing +=
+        fmt::format("{}{} is not there (scripts/setup.sh puts it there)", missing.empty() ? "" : "; ", kModel.string());
+  return missing;
+}
+
+std::string why_not_skipped() {
+  return "; CI=true is set, so this fails instead of skipping (scripts/run-tests.sh sets all of it up)";
+}
+
+}  // namespace
+
+// Skips the test case with `missing` as the reason, or fails it under CI=true. A macro: FLOWLINE_SKIP returns
+// from the test case itself on Catch2 v2.
+#define SKIP_OR_FAIL_WHEN_MISSING(missing)                     \
+  do {                                                         \
+    const std::string missing_ = (missing);                    \
+    if (!missing_.empty()) {                                   \
+      if (running_in_ci()) FAIL(missing_ + why_not_skipped()); \
+      FLOWLINE_SKIP(missing_);                                 \
+    }                                                          \
+  } while (false)
+
+namespace {
+
+// ---- child processes ---------------------------------------------------------------------------------------
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return fmt::format("exit code {}", WEXITSTATUS(status));
+  if (WIFSIGNALED(status))
+    return fmt::format("killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
+  return fmt::format("wait status {}", status);
+}
+
+// In the child between fork() and exec(), so async-signal-safe calls only: its own process group, killed
+// when the test process dies (a crash or ctest's timeout included), stdin from /dev/null, stdout and stderr to
+// the log, signals as a fresh process has them.
+[[noreturn]] void exec_child(char* const* argv, const char* log, pid_t test_process) {
+  ::setpgid(0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != test_process) ::_exit(127);  // the test process died before prctl
+  const int in = ::open("/dev/null", O_RDONLY);
+  const int out = ::open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (in < 0 || out < 0) ::_exit(127);
+  ::dup2(in, STDIN_FILENO);
+  ::dup2(out, STDOUT_FILENO);
+  ::dup2(out, STDERR_FILENO);
+  struct sigaction default_action {};
+  default_action.sa_handler = SIG_DFL;
+  for (const int signal : {SIGTERM, SIGINT, SIGPIPE, SIGCHLD, SIGQUIT}) ::sigaction(signal, &default_action, nullptr);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::execv(argv[0], argv);
+  const char message[] = "test_clients: execv failed\n";
+  [[maybe_unused]] const auto written = ::write(STDERR_FILENO, message, sizeof message - 1);
+  ::_exit(127);
+}
+
+// A program run in its own process group, stdout and stderr to a log file. The destructor stops it (SIGTERM
+// to the group, SIGKILL after a bound), so a failed REQUIRE never leaves it running.
+class ChildProcess {
+ public:
+  ChildProcess(const std::vector<std::string>& args, const fs::path& log) : log_(log) {
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    const std::string log_path = log.string();
+    const pid_t test_process = ::getpid();
+    pid_ = ::fork();
+    if (pid_ < 0) throw std::runtime_error(fmt::format("cannot start {}: fork: {}", args[0], std::strerror(errno)));
+    if (pid_ == 0) exec_child(argv.data(), log_path.c_str(), test_process);
+    ::setpgid(pid_, pid_);  // as the child does, so that kill(-pid) reaches it whichever runs first
+  }
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+  ~ChildProcess() { stop(10s); }
+
+  bool running() {
+    if (pid_ < 0 || status_) return false;
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) status_ = status;
+    return !status_;
+  }
+  // SIGTERM to the process group, then SIGKILL when it has not ended within `grace`. Returns the wait status.
+  int stop(std::chrono::milliseconds grace) {
+    if (pid_ < 0) return -1;
+    if (running()) {
+      ::kill(-pid_, SIGTERM);
+      const auto deadline = std::chrono::steady_clock::now() + grace;
+      while (running() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(20ms);
+      if (running()) {
+        ::kill(-pid_, SIGKILL);
+        int status = 0;
+        ::waitpid(pid_, &status, 0);
+        status_ = status;
+        killed_ = true;
+      }
+    }
+    return *status_;
+  }
+  bool was_killed() const { return killed_; }
+  std::string log() const { return testing::read_text(log_); }
+  std::string ended() const { return status_ ? describe_status(*status_) : "still running"; }
+
+ private:
+  fs::path log_;
+  pid_t pid_ = -1;
+  std::optional<int> status_;
+  bool killed_ = false;
+};
+
+// Calls f every 100 ms until it returns true or `bound` has passed; returns its last answer.
+bool eventually(std::chrono::milliseconds bound, const std::function<bool()>& f) {
+  const auto deadline = std::chrono::steady_clock::now() + bound;
+  while (!f()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(100ms);
+  }
+  return true;
+}
+
+// `flowline serve FLOW --port 0 --ready-file FILE`, waited for until the ready file holds the port.
+class Server {
+ public:
+  Server(const fs::path& flow, const fs::path& dir)
+      : process_({FLOWLINE_LAUNCHER, "serve", flow.string(), "--port", "0", "--ready-file", (dir / "port").string()},
+                 dir / "serve.log") {
+    const fs::path ready = dir / "port";
+    const bool up = eventually(120s, [&] {
+      if (!process_.running()) return true;
+      const std::string text = testing::read_text(ready);
+      return !text.empty() && text.back() == '\n';
+    });
+    INFO("flowline serve's output:\n" << process_.log());
+    if (!process_.running()) FAIL("flowline serve ended before it was ready (" << process_.ended() << ")");
+    if (!up) FAIL("flowline serve did not write its ready file " << ready << " within 120 s");
+    port_ = static_cast<std::uint16_t>(std::stoi(testing::read_text(ready)));
+  }
+  std::uint16_t port() const { return port_; }
+  std::string url() const { return fmt::format("http://127.0.0.1:{}", port_); }
+  std::string log() const { return process_.log(); }
+  // SIGTERM: the server drains and must exit 0 within 30 s.
+  void stop_and_check_clean_exit() {
+    const int status = process_.stop(30s);
+    INFO("flowline serve's output:\n" << process_.log());
+    INFO("flowline serve on SIGTERM: " << describe_status(status)
+                                       << (process_.was_killed() ? " (SIGKILL after 30 s)" : ""));
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+
+ private:
+  ChildProcess process_;
+  std::uint16_t port_ = 0;
+};
+
+// A loopback TCP port that was free a moment ago: bound with port 0, read back, closed.
+std::uint16_t free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  ::close(fd);
+  REQUIRE(ok);
+  return ntohs(addr.sin_port);
+}
+
+// ---- HTTP -------------------------------------------------------------------------------------------------
+
+struct Reply {
+  int status = 0;  // 0: no answer (see error)
+  std::string body;
+  std::string error;  // the connection or read error, the timeout
+};
+
+// One HTTP/1.1 request to 127.0.0.1:port on its own connection, bounded by `timeout` as a whole.
+Reply http_call(std::uint16_t port, http::verb verb, const std::string& target, const std::string& body = {},
+                std::chrono::milliseconds timeout = 10s) {
+  asio::io_context io;
+  beast::tcp_stream stream(io);
+  http::request<http::string_body> request(verb, target, 11);
+  request.set(http::field::host, fmt::format("127.0.0.1:{}", port));
+  request.set(http::field::connection, "close");
+  if (!body.empty()) request.set(http::field::content_type, "application/json");
+  request.body() = body;
+  request.prepare_payload();
+  beast::flat_buffer buffer;
+  http::response<http::string_body> response;
+  beast::error_code failed;
+  stream.expires_after(timeout);
+  stream.async_connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), [&](beast::error_code ec) {
+    if (ec) return void(failed = ec);
+    http::async_write(stream, request, [&](beast::error_code ec, std::size_t) {
+      if (ec) return void(failed = ec);
+      http::async_read(stream, buffer, response, [&](beast::error_code ec, std::size_t) { failed = ec; });
+    });
+  });
+  io.run();
+  if (failed)
+    return Reply{
+        0, {}, fmt::format("{} {} on port {}: {}", std::string(http::to_string(verb)), target, port, failed.message())};
+  return Reply{static_cast<int>(response.result_int()), response.body(), {}};
+}
+
+std::string url_encode(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~')
+      out += static_cast<char>(c);
+    else
+      out += fmt::format("%{:02X}", c);
+  }
+  return out;
+}
+
+// ---- the reference embeddings (sentence-transformers' own numbers) ------------------------------------------
+
+// Writes {"text": [384 floats], ...} for the golden texts at `rows` of tests/data/goldens: the texts of
+// embedding_texts.jsonl and the float32 [N, 384] tensor "embeddings" that scripts/make_goldens.py wrote with
+// sentence-transformers. The safetensors file is read here, not through flowline's reader.
+void write_reference(const fs::path& path, const std::vector<std::size_t>& rows) {
+  std::vector<std::string> texts;
+  std::ifstream lines(kGoldens / "embedding_texts.jsonl");
+  for (std::string line; std::getline(lines, line);) texts.emplace_back(json::parse(line).at("text").as_string());
+  const std::string file = testing::read_text(kGoldens / "embeddings.safetensors");
+  REQUIRE(file.size() > 8);
+  std::uint64_t header_size = 0;
+  std::memcpy(&header_size, file.data(), 8);  // little-endian, as this machine
+  REQUIRE(file.size() >= 8 + header_size);
+  const json::value header = json::parse(file.substr(8, header_size));
+  const json::object& entry = header.at("embeddings").as_object();
+  REQUIRE(entry.at("dtype").as_string() == "F32");
+  const auto& shape = entry.at("shape").as_array();
+  REQUIRE(shape.at(0).to_number<std::size_t>() == texts.size());
+  REQUIRE(shape.at(1).to_number<int>() == kDim);
+  const std::size_t begin = 8 + header_size + entry.at("data_offsets").as_array().at(0).to_number<std::size_t>();
+  REQUIRE(begin + texts.size() * kDim * sizeof(float) <= file.size());
+  json::object reference;
+  for (const std::size_t row : rows) {
+    REQUIRE(row < texts.size());
+    json::array values;
+    for (int j = 0; j < kDim; ++j) {
+      float v = 0;
+      std::memcpy(&v, file.data() + begin + (row * kDim + j) * sizeof(float), sizeof v);
+      values.push_back(static_cast<double>(v));
+    }
+    reference[texts[row]] = std::move(values);
+  }
+  testing::write_text(path, json::serialize(reference));
+}
+
+// A flow with the real all-MiniLM-L6-v2 on the CPU, as flows/encode.yml has it.
+fs::path write_encoder_flow(const fs::path& dir) {
+  const fs::path flow = dir / "flow.yml";
+  testing::write_text(flow, fmt::format("executors:\n"
+                                        "  - name: encoder\n"
+                                        "    uses: SentenceEncoder\n"
+                                        "    device: cpu\n"
+                                        "    with:\n"
+                                        "      model: '{}'\n"
+                                        "      batch_size: 64\n",
+                                        kModel.string()));
+  return flow;
+}
+
+// Runs one of tests/gateway/clients/*.py with the clients venv's python against `server`; loopback never
+// goes through a proxy. The script's own watchdog (--timeout) bounds it.
+testing::ProcessResult run_client_script(const std::string& script, const Server& server, const std::string& args) {
+  return testing::run_process(
+      fmt::format("NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost '{}' '{}' --url {} --timeout 120 {}",
+                  kClientsPython.string(), (kClientScripts / script).string(), server.url(), args));
+}
+
+// Golden rows posted by the client scripts: a title line, the longest paragraph (past the 256-token limit, so
+// truncated) and a hard case with accents and ligatures.
+const std::vector<std::size_t> kReferenceRows{0, 84, 502};
+
+}  // namespace
+
+TEST_CASE("Jina's own Python HTTP client posts to flowline serve and gets the encoder's embeddings back",
+          "[gateway][clients][jina]") {
+  SKIP_OR_FAIL_WHEN_MISSING(missing_for_python_clients());
+  const auto dir = testing::scratch_dir("clients jina");
+  write_reference(dir / "reference.json", kReferenceRows);
+  Server server(write_encoder_flow(dir), dir);
+  const auto r = run_client_script(
+      "jina_client_test.py", server,
+      fmt::format("--expect-dim {} --require-openapi --reference '{}'", kDim, (dir / "reference.json").string()));
+  INFO("jina_client_test.py (exit code " << r.exit_code << "):\n" << r.out << r.err);
+  INFO("flowline serve's output:\n" << server.log());
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, testing::contains("jina_client_test: PASSED"));
+  server.stop_and_check_clean_exit();
+}
+
+TEST_CASE("the openai package's embeddings.create works against flowline serve, float and base64",
+          "[gateway][clients][openai]") {
+  SKIP_OR_FAIL_WHEN_MISSING(missing_for_python_clients());
+  const auto dir = testing::scratch_dir("clients openai");
+  write_reference(dir / "reference.json", kReferenceRows);
+  Server server(write_encoder_flow(dir), dir);
+  const auto r = run_client_script(
+      "openai_client_test.py", server,
+      fmt::format("--expect-dim {} --expect-tokens --reference '{}'", kDim, (dir / "reference.json").string()));
+  INFO("openai_client_test.py (exit code " << r.exit_code << "):\n" << r.out << r.err);
+  INFO("flowline serve's output:\n" << server.log());
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, testing::contains("openai_client_test: PASSED"));
+  server.stop_and_check_clean_exit();
+}
+
+namespace {
+
+// ---- Prometheus --------------------------------------------------------------------------------------------
+
+// Writes prometheus.yml: one job scraping 127.0.0.1:target/metrics every second.
+fs::path write_prometheus_config(const fs::path& dir, const std::string& job, std::uint16_t target) {
+  const fs::path config = dir / "prometheus.yml";
+  testing::write_text(config, fmt::format("global:\n"
+                                          "  scrape_interval: 1s\n"
+                                          "  scrape_timeout: 1s\n"
+                                          "  evaluation_interval: 1s\n"
+                                          "scrape_configs:\n"
+                                          "  - job_name: {}\n"
+                                          "    metrics_path: /metrics\n"
+                                          "    static_configs:\n"
+                                          "      - targets: ['127.0.0.1:{}']\n",
+                                          job, target));
+  return config;
+}
+
+// A Prometheus server on a loopback port of its own, with its storage in `dir`, scraping flowline serve.
+class Prometheus {
+ public:
+  Prometheus(const fs::path& binary, const fs::path& dir, const std::string& job, std::uint16_t target)
+      : port_(free_port()),
+        process_({binary.string(), "--config.file=" + write_prometheus_config(dir, job, target).string(),
+                  "--storage.tsdb.path=" + (dir / "prometheus-data").string(),
+                  fmt::format("--web.listen-address=127.0.0.1:{}", port_), "--log.level=warn"},
+                 dir / "prometheus.log") {
+    const bool ready = eventually(30s, [&] {
+      return !process_.running() || http_call(port_, http::verb::get, "/-/ready", {}, 2s).status == 200;
+    });
+    INFO("Prometheus's output:\n" << process_.log());
+    if (!process_.running()) FAIL("prometheus ended at start (" << process_.ended() << ")");
+    if (!ready) FAIL("prometheus did not answer GET /-/ready with 200 within 30 s on port " << port_);
+  }
+  // GET /api/v1/PATH: its "data", after checking the answer is 200 with "status": "success".
+  json::value api(const std::string& path) {
+    const Reply reply = http_call(port_, http::verb::get, "/api/v1/" + path);
+    INFO("GET /api/v1/" << path << " from Prometheus: " << reply.status << " " << reply.error << reply.body);
+    REQUIRE(reply.status == 200);
+    const json::value answer = json::parse(reply.body);
+    REQUIRE(answer.as_object().at("status") == "success");
+    return answer.as_object().at("data");
+  }
+  // The value of the instant query's only sample; none while the query has no sample.
+  std::optional<double> value(const std::string& promql) {
+    const json::array result = api("query?query=" + url_encode(promql)).as_object().at("result").as_array();
+    if (result.empty()) return std::nullopt;
+    INFO("Prometheus's answer to " << promql << ": " << json::serialize(result));
+    REQUIRE(result.size() == 1);
+    return std::stod(std::string(result[0].as_object().at("value").as_array().at(1).as_string()));
+  }
+  // The active target of `job` from /api/v1/targets, or null when Prometheus has none (yet).
+  json::value target(const std::string& job) {
+    const json::value targets = api("targets?state=active");
+    for (const auto& t : targets.as_object().at("activeTargets").as_array())
+      if (t.as_object().at("labels").as_object().at("job") == json::value(job)) return t;
+    return nullptr;
+  }
+  // The names of the metrics Prometheus holds from `job`, flowline's only.
+  std::vector<std::string> metric_names(const std::string& job) {
+    const json::value names =
+        api("label/__name__/values?match%5B%5D=" + url_encode(fmt::format("{{job=\"{}\"}}", job)));
+    std::vector<std::string> out;
+    for (const auto& name : names.as_array())
+      if (name.as_string().starts_with("flowline_")) out.emplace_back(name.as_string());
+    return out;
+  }
+  std::string log() const { return process_.log(); }
+  void stop() { process_.stop(10s); }
+
+ private:
+  std::uint16_t port_;
+  ChildProcess process_;
+};
+
+// Polls `promql` until its value is `want` (at least `want` with at_least) or `bound` has passed; fails
+// naming the query, the last value Prometheus had and its scrape target's state.
+void wait_for_value(Prometheus& prometheus, const std::string& job, const std::string& promql, double want,
+                    std::chrono::seconds bound, bool at_least = false) {
+  std::optional<double> last;
+  const bool reached = eventually(bound, [&] {
+    last = prometheus.value(promql);
+    return last && (at_least ? *last >= want : *last == want);
+  });
+  if (reached) return;
+  const json::value target = prometheus.target(job);
+  std::string names;
+  for (const auto& name : prometheus.metric_names(job)) names += (names.empty() ? "" : ", ") + name;
+  const std::string log = prometheus.log();
+  FAIL(fmt::format(
+      "after {} s, Prometheus's {} {} (want {}{}); the metrics it has from the job: {}; its scrape "
+      "target: {}{}",
+      bound.count(), promql, last ? fmt::format("is {}", *last) : "has no sample", at_least ? "at least " : "", want,
+      names.empty() ? "none" : names, target.is_null() ? "none yet" : json::serialize(target),
+      log.empty() ? "" : "\nPrometheus's output:\n" + log));
+}
+
+// Posts `n` Jina requests of two documents each to POST /default; each must answer 200.
+void post_jina_requests(const Server& server, int n) {
+  for (int i = 0; i < n; ++i) {
+    const Reply reply = http_call(server.port(), http::verb::post, "/default",
+                                  fmt::format(R"({{"data": [{{"text": "request {} one"}}, {{"text": "two"}}]}})", i));
+    INFO(reply.error << reply.body);
+    REQUIRE(reply.status == 200);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a real Prometheus server scrapes flowline serve's /metrics every second", "[gateway][clients][prometheus]") {
+  const std::optional<fs::path> binary = on_path("prometheus");
+  SKIP_OR_FAIL_WHEN_MISSING(
+      binary ? "" : "prometheus is not on PATH (Debian's package `prometheus`; scripts/setup.sh installs it)");
+  const auto dir = testing::scratch_dir("clients prometheus");
+  testing::write_text(dir / "flow.yml", "executors:\n  - {name: stats, uses: TextStats}\n");
+  Server server(dir / "flow.yml", dir);
+  post_jina_requests(server, 3);
+  const std::string job = "flowline_serve";
+  Prometheus prometheus(*binary, dir, job, server.port());
+  const auto of_job = [&](const std::string& metric, const std::string& labels) {
+    return fmt::format("{}{{job=\"{}\"{}}}", metric, job, labels);
+  };
+  // The first scrape comes after target discovery (about 5 s), the next ones every second.
+  wait_for_value(prometheus, job, of_job("up", ""), 1, 30s);
+  wait_for_value(prometheus, job, of_job("flowline_http_requests_total", ",route=\"jina\",status=\"200\""), 3, 30s);
+  wait_for_value(prometheus, job, of_job("flowline_http_documents_total", ",route=\"jina\""), 6, 5s);
+  wait_for_value(prometheus, job, of_job("flowline_http_request_duration_seconds_count", ",route=\"jina\""), 3, 5s);
+  // Prometheus's own scrapes are counted too, once answered.
+  wait_for_value(prometheus, job, of_job("flowline_http_requests_total", ",route=\"metrics\",status=\"200\""), 1, 10s,
+                 true);
+  // Later requests show up in the next scrapes.
+  post_jina_requests(server, 4);
+  wait_for_value(prometheus, job, of_job("flowline_http_requests_total", ",route=\"jina\",status=\"200\""), 7, 10s);
+
+  const json::value target = prometheus.target(job);
+  INFO("Prometheus's scrape target: " << json::serialize(target));
+  REQUIRE(target.is_object());
+  CHECK(target.as_object().at("health") == "up");
+  CHECK(target.as_object().at("lastError") == "");
+  CHECK(target.as_object().at("scrapeUrl") == json::value(fmt::format("{}/metrics", server.url())));
+  prometheus.stop();
+  server.stop_and_check_clean_exit();
+}
