@@ -15,7 +15,9 @@ theirs in a closed loop (the next as soon as the answer arrived, every answer re
 
 The server is `flowline serve` of a SentenceEncoder flow on cuda (--dtype) with server-side batching
 (max_batch_size --max-batch, --delay-ms) and --replicas (8) replicas, started once and warmed up; http_load's first second is warm-up.
-Prints docs/s per load, latency percentiles, and each load's docs/s as a share of the in-process figure.
+Prints docs/s per load, latency percentiles, each load's docs/s as a share of the in-process figure, and
+the mean batch the encoder ran during the load (documents / batches, from /metrics): how well requests of
+different clients were merged.
 Every process started here is killed on exit.
 """
 import json
@@ -76,6 +78,19 @@ def post(url, body):
     req = urllib.request.Request(url, data=body.encode(), headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=120) as r:
         return r.status, r.read()
+
+
+def batch_totals(base):
+    """(documents, batches) the executors have done so far, from GET /metrics."""
+    with urllib.request.urlopen(f"{base}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    docs = batches = 0.0
+    for line in text.splitlines():
+        if line.startswith("flowline_executor_documents_total{"):
+            docs += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("flowline_executor_batch_duration_seconds_count{"):
+            batches += float(line.rsplit(" ", 1)[1])
+    return docs, batches
 
 
 def load(args, name, url, body, tmp):
@@ -142,7 +157,10 @@ def main():
             "openai_float": (f"{base}/v1/embeddings", json.dumps({"input": batch, "model": "all-MiniLM-L6-v2"})),
         }
         for name, (url, body) in bodies.items():
+            docs0, batches0 = batch_totals(base)
             figures[name] = load(args, name, url, body, tmp)
+            docs1, batches1 = batch_totals(base)
+            figures[name]["mean_batch"] = (docs1 - docs0) / max(batches1 - batches0, 1)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -155,13 +173,14 @@ def main():
     ref = figures["in_process"]
     print(f"\n{args.connections} connections x {args.docs} sentences per request, {args.dtype}, {args.replicas} "
           f"replicas, server batches up to {args.max_batch} (max_delay_ms {args.delay_ms})")
-    print(f"{'load':<14} {'docs/s':>10} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7} {'of in-process':>14}")
+    print(f"{'load':<14} {'docs/s':>10} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7} {'of in-process':>14} "
+          f"{'mean batch':>11}")
     print(f"{'in_process':<14} {ref:>10.0f}")
     for name in ("jina_post", "openai_base64", "openai_float"):
         f = figures[name]
         lat = f.get("latency_ms", {})
         print(f"{name:<14} {f['docs_per_s']:>10.0f} {f['requests_per_s']:>9.0f} {lat.get('p50', 0):>8.2f} "
-              f"{lat.get('p99', 0):>8.2f} {f['errors']['total']:>7} {f['docs_per_s'] / ref:>13.0%}")
+              f"{lat.get('p99', 0):>8.2f} {f['errors']['total']:>7} {f['docs_per_s'] / ref:>13.0%} {f['mean_batch']:>11.0f}")
     (out / "serve_gpu.json").write_text(json.dumps(figures, indent=1))
 
 
