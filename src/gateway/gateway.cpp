@@ -151,11 +151,17 @@ void Connection::reply(int status, std::string body, std::string_view content_ty
   response_.keep_alive(keep_alive_);
   response_.body() = std::move(body);
   response_.prepare_payload();
-  const double seconds = std::chrono::duration<double>(Clock::now() - started_).count();
-  gw_.metrics->record_request(route_, status, status < 400 ? documents_ : 0, seconds);
-  gw_.requests++;
-  if (status < 400) gw_.documents += documents_;
+  count_answer(status, documents_);
   http::async_write(stream_, response_, beast::bind_front_handler(&Connection::on_write, shared_from_this()));
+}
+
+double Connection::elapsed_seconds() const { return std::chrono::duration<double>(Clock::now() - started_).count(); }
+
+void Connection::count_answer(int status, std::size_t documents) {
+  const std::size_t counted = status < 400 ? documents : 0;
+  gw_.metrics->record_request(route_, status, counted, elapsed_seconds());
+  gw_.requests++;
+  gw_.documents += counted;
 }
 
 void Connection::on_write(beast::error_code ec, std::size_t) {

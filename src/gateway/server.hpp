@@ -115,6 +115,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
                  std::function<std::string(const Response&)> failure);
 
   void reply(int status, std::string body, std::string_view content_type = "application/json");
+  // Counts an answered request in the metrics and stats(); its documents only when the status is below 400.
+  void count_answer(int status, std::size_t documents);
+  double elapsed_seconds() const;  // since the request's first byte
 
   void on_write(beast::error_code ec, std::size_t);
 

@@ -180,8 +180,8 @@ void Connection::stream_pump() {
     }
   }
   stream_write(*st);
+  // An error clears what comes after it, so a stopped stream has nothing left to close.
   const bool all_closed = (st->input_done || st->stopped()) && st->chunk.empty() && st->waiting.empty();
-  // (an error clears what comes after it, so a stopped stream has nothing left to close)
   const std::uint64_t last = st->end_seq ? *st->end_seq + 1 : st->next_seq;
   if (all_closed && !st->writing && st->next_write == last) stream_finish(*st);
 }
@@ -404,11 +404,7 @@ void Connection::stream_finish(NdjsonStream& st) {
     ndjson_.reset();
     return reply(200, "", "application/x-ndjson");
   }
-  const bool failed = st.stopped();
-  const double seconds = std::chrono::duration<double>(Clock::now() - started_).count();
-  gw_.metrics->record_request(route_, failed ? 500 : 200, failed ? 0 : st.written_documents, seconds);
-  gw_.requests++;
-  if (!failed) gw_.documents += st.written_documents;
+  count_answer(st.stopped() ? 500 : 200, st.written_documents);
   if (gw_.draining) keep_alive_ = false;
   auto self = shared_from_this();
   auto owner = ndjson_;
@@ -456,8 +452,7 @@ void Connection::stream_abort() {
   if (const auto st = ndjson_) {
     st->finished = true;
     st->ticker.cancel();
-    const double seconds = std::chrono::duration<double>(Clock::now() - started_).count();
-    gw_.metrics->record_request(route_, 499, 0, seconds);
+    gw_.metrics->record_request(route_, 499, 0, elapsed_seconds());  // not answered: not in stats()
   }
   ndjson_.reset();
   shutdown();

@@ -350,38 +350,35 @@ testing::ProcessResult run_client_script(const std::string& script, const Server
 // truncated) and a hard case with accents and ligatures.
 const std::vector<std::size_t> kReferenceRows{0, 84, 502};
 
+// Serves the encoder flow, runs tests/gateway/clients/CLIENT_client_test.py against it with the goldens as
+// the reference plus `extra_args`, and requires the script to pass and the server to exit cleanly.
+void check_python_client(const std::string& client, const std::string& extra_args) {
+  const std::string name = client + "_client_test";
+  const auto dir = testing::scratch_dir("clients " + client);
+  write_reference(dir / "reference.json", kReferenceRows);
+  Server server(write_encoder_flow(dir), dir);
+  const auto r = run_client_script(
+      name + ".py", server,
+      fmt::format("--expect-dim {} {} --reference '{}'", kDim, extra_args, (dir / "reference.json").string()));
+  INFO(name << ".py (exit code " << r.exit_code << "):\n" << r.out << r.err);
+  INFO("flowline serve's output:\n" << server.log());
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, testing::contains(name + ": PASSED"));
+  server.stop_and_check_clean_exit();
+}
+
 }  // namespace
 
 TEST_CASE("Jina's own Python HTTP client posts to flowline serve and gets the encoder's embeddings back",
           "[gateway][clients][jina]") {
   SKIP_OR_FAIL_WHEN_MISSING(missing_for_python_clients());
-  const auto dir = testing::scratch_dir("clients jina");
-  write_reference(dir / "reference.json", kReferenceRows);
-  Server server(write_encoder_flow(dir), dir);
-  const auto r = run_client_script(
-      "jina_client_test.py", server,
-      fmt::format("--expect-dim {} --require-openapi --reference '{}'", kDim, (dir / "reference.json").string()));
-  INFO("jina_client_test.py (exit code " << r.exit_code << "):\n" << r.out << r.err);
-  INFO("flowline serve's output:\n" << server.log());
-  REQUIRE(r.exit_code == 0);
-  CHECK_THAT(r.out, testing::contains("jina_client_test: PASSED"));
-  server.stop_and_check_clean_exit();
+  check_python_client("jina", "--require-openapi");
 }
 
 TEST_CASE("the openai package's embeddings.create works against flowline serve, float and base64",
           "[gateway][clients][openai]") {
   SKIP_OR_FAIL_WHEN_MISSING(missing_for_python_clients());
-  const auto dir = testing::scratch_dir("clients openai");
-  write_reference(dir / "reference.json", kReferenceRows);
-  Server server(write_encoder_flow(dir), dir);
-  const auto r = run_client_script(
-      "openai_client_test.py", server,
-      fmt::format("--expect-dim {} --expect-tokens --reference '{}'", kDim, (dir / "reference.json").string()));
-  INFO("openai_client_test.py (exit code " << r.exit_code << "):\n" << r.out << r.err);
-  INFO("flowline serve's output:\n" << server.log());
-  REQUIRE(r.exit_code == 0);
-  CHECK_THAT(r.out, testing::contains("openai_client_test: PASSED"));
-  server.stop_and_check_clean_exit();
+  check_python_client("openai", "--expect-tokens");
 }
 
 namespace {

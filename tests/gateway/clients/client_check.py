@@ -74,10 +74,14 @@ def run_script(name, main, client, detail=repr):
 
 
 def new_parser(doc, url_help, dim_help):
-    """The argument parser with the options every client test has first: --url and --expect-dim."""
+    """The argument parser with the options every client test has: --url, --expect-dim, --reference,
+    --tolerance and --timeout."""
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--url', required=True, help=url_help)
     p.add_argument('--expect-dim', type=int, required=True, help=dim_help)
+    p.add_argument('--reference', help='JSON file {"text": [floats], ...} to compare embeddings with')
+    p.add_argument('--tolerance', type=float, default=1e-4, help='max abs difference (default 1e-4)')
+    p.add_argument('--timeout', type=float, default=120, help='seconds for the whole test (default 120)')
     return p
 
 

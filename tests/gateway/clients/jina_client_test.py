@@ -36,10 +36,7 @@ log = make_log(NAME)
 
 def parse_args():
     p = new_parser(__doc__, 'http://127.0.0.1:PORT of the running server', 'embedding dimension; 0 = no embedding checks')
-    p.add_argument('--reference', help='JSON file {"text": [floats], ...} to compare embeddings with')
-    p.add_argument('--tolerance', type=float, default=1e-4, help='max abs difference (default 1e-4)')
     p.add_argument('--endpoint', default='/encode', help="the `on=` of client.post (default /encode)")
-    p.add_argument('--timeout', type=float, default=120, help='seconds for the whole test (default 120)')
     p.add_argument('--require-openapi', action='store_true',
                    help='fail unless GET /openapi.json lists the endpoint (so the client posts to it, '
                         'not to /post)')

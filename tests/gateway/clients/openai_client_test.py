@@ -38,10 +38,7 @@ log = make_log(NAME)
 def parse_args():
     p = new_parser(__doc__, 'http://127.0.0.1:PORT of the running server (no /v1)', 'embedding dimension')
     p.add_argument('--expect-tokens', action='store_true', help='require usage.prompt_tokens > 0')
-    p.add_argument('--reference', help='JSON file {"text": [floats], ...} to compare embeddings with')
-    p.add_argument('--tolerance', type=float, default=1e-4, help='max abs difference (default 1e-4)')
     p.add_argument('--model', default='any', help="the model name sent (default 'any')")
-    p.add_argument('--timeout', type=float, default=120, help='seconds for the whole test (default 120)')
     return p.parse_args()
 
 
