@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Sets up whatever is missing, builds, checks the code's formatting and shape, and runs the whole test suite
-# through ctest. A formatting or shape problem fails the command after the tests have run.
+# Sets up whatever is missing, builds, checks the code's formatting and shape, runs the whole test suite
+# through ctest, then every fuzz target for a 20 s smoke (scripts/fuzz.sh). A formatting or shape problem
+# fails the command after the tests have run.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$ROOT/scripts/setup.sh"
@@ -20,7 +21,18 @@ checks=0
 python3 "$ROOT/scripts/check-shape.py" || checks=1
 cd "$ROOT/${FLOWLINE_BUILD_DIR:-build}"
 printf '\n==> running the tests\n'
-ctest --output-on-failure -j"$(nproc)" --timeout 600
+tests=0
+ctest --output-on-failure -j"$(nproc)" --timeout 600 || tests=1
+# The fuzz targets' smoke (issue 16): each parser's target builds (Clang, ASan+UBSan) and runs 20 s from
+# its committed seeds, which include every input a fuzzer ever broke. FLOWLINE_FUZZ_SMOKE=0 skips it.
+if [ "${FLOWLINE_FUZZ_SMOKE:-1}" != 0 ]; then
+  printf '\n==> fuzz smoke: every fuzz target 20 s (scripts/fuzz.sh; longer runs: scripts/fuzz.sh --seconds 600)\n'
+  "$ROOT/scripts/fuzz.sh" --seconds 20 || tests=1
+fi
+if ((tests)); then
+  echo "tests failed (see above)" >&2
+  exit 1
+fi
 if ((checks)); then
   echo "the tests ran, but the code checks above failed" >&2
   exit 1

@@ -47,14 +47,15 @@ class DocumentArray {
   DocumentArray& operator=(DocumentArray&&) noexcept;
   ~DocumentArray();
 
-  std::size_t size() const noexcept { return docs_.size(); }
-  bool empty() const noexcept { return docs_.empty(); }
+  // (Defined after Document, which they need complete: Clang instantiates them here otherwise.)
+  std::size_t size() const noexcept;
+  bool empty() const noexcept;
   Document& operator[](std::size_t i);
   const Document& operator[](std::size_t i) const;
-  iterator begin() noexcept { return docs_.begin(); }
-  iterator end() noexcept { return docs_.end(); }
-  const_iterator begin() const noexcept { return docs_.begin(); }
-  const_iterator end() const noexcept { return docs_.end(); }
+  iterator begin() noexcept;
+  iterator end() noexcept;
+  const_iterator begin() const noexcept;
+  const_iterator end() const noexcept;
 
   void reserve(std::size_t n);
   void clear() noexcept;
@@ -116,6 +117,13 @@ class Document {
   // chunks and matches whose ids are not here yet are appended.
   void merge_from(Document&& other);
 };
+
+inline std::size_t DocumentArray::size() const noexcept { return docs_.size(); }
+inline bool DocumentArray::empty() const noexcept { return docs_.empty(); }
+inline DocumentArray::iterator DocumentArray::begin() noexcept { return docs_.begin(); }
+inline DocumentArray::iterator DocumentArray::end() noexcept { return docs_.end(); }
+inline DocumentArray::const_iterator DocumentArray::begin() const noexcept { return docs_.begin(); }
+inline DocumentArray::const_iterator DocumentArray::end() const noexcept { return docs_.end(); }
 
 // Deep copy: like a copy, but tensors and embeddings are cloned too.
 Document deep_copy(const Document& doc);

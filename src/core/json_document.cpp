@@ -272,6 +272,16 @@ std::string get_string(const boost::json::value& v, const std::string& field) {
   return std::string(v.get_string());
 }
 
+// "nan", "inf" and "-inf": how non-finite floats are written (JSON has no literal for them).
+std::optional<double> non_finite(const boost::json::value& v) {
+  if (!v.is_string()) return std::nullopt;
+  const auto s = v.get_string();
+  if (s == "nan") return std::nan("");
+  if (s == "inf") return INFINITY;
+  if (s == "-inf") return -INFINITY;
+  return std::nullopt;
+}
+
 void flatten(const boost::json::value& v, std::vector<double>& out, const std::string& field) {
   if (v.is_array()) {
     for (const auto& item : v.get_array()) flatten(item, out, field);
@@ -283,9 +293,8 @@ void flatten(const boost::json::value& v, std::vector<double>& out, const std::s
     out.push_back(static_cast<double>(v.get_uint64()));
   } else if (v.is_bool()) {
     out.push_back(v.get_bool() ? 1.0 : 0.0);
-  } else if (v.is_string() && (v.get_string() == "nan" || v.get_string() == "inf" || v.get_string() == "-inf")) {
-    const auto s = v.get_string();
-    out.push_back(s == "nan" ? std::nan("") : s == "inf" ? INFINITY : -INFINITY);
+  } else if (const auto special = non_finite(v)) {
+    out.push_back(*special);
   } else {
     field_error(field, "expected numbers in 'data'");
   }
@@ -307,13 +316,16 @@ at::Tensor tensor_from_json(const boost::json::value& v, const std::string& fiel
   if (!shape->is_array()) field_error(field + ".shape", "expected a list of integers");
   std::vector<int64_t> sizes;
   int64_t count = 1;
+  bool overflow = false;
   for (const auto& s : shape->get_array()) {
     if (!s.is_int64() || s.get_int64() < 0) field_error(field + ".shape", "expected a list of non-negative integers");
     sizes.push_back(s.get_int64());
-    count *= s.get_int64();
+    overflow |= __builtin_mul_overflow(count, s.get_int64(), &count);
   }
+  if (overflow) field_error(field + ".shape", fmt::format("shape {} is too large", fmt::join(sizes, "x")));
+  // The values are counted before anything is sized by the shape: a request declaring a shape of billions
+  // with three values must not make the reader reserve gigabytes (found by tests/fuzz/fuzz_document_json).
   std::vector<double> values;
-  values.reserve(static_cast<std::size_t>(count));
   flatten(*data, values, field);
   if (static_cast<int64_t>(values.size()) != count) {
     field_error(field + ".data",
@@ -342,7 +354,15 @@ void read_field_value(std::map<std::string, float, std::less<>>& out, const boos
                       const std::string& field) {
   if (!v.is_object()) field_error(field, "expected a JSON object of numbers");
   for (const auto& [name, score] : v.get_object()) {
-    if (!score.is_number()) field_error(fmt::format("{}.{}", field, std::string_view(name)), "expected a number");
+    // Scores are written as floats, so a score that overflows float32 (or is NaN) is written as "inf" or
+    // "nan" like an embedding value, and must read back (found by tests/fuzz/fuzz_document_json).
+    if (const auto special = non_finite(score)) {
+      out[std::string(name)] = static_cast<float>(*special);
+      continue;
+    }
+    if (!score.is_number())
+      field_error(fmt::format("{}.{}", field, std::string_view(name)),
+                  "expected a number, \"nan\", \"inf\" or \"-inf\"");
     out[std::string(name)] = static_cast<float>(score.to_number<double>());
   }
 }
@@ -387,8 +407,9 @@ std::string to_json(const Document& doc) {
 Document document_from_json(const boost::json::value& json) {
   if (!json.is_object()) throw Error("a document must be a JSON object");
   Document doc;
-  for (const auto& [key, value] : json.get_object()) {
-    const std::string name(key);
+  for (const auto& entry : json.get_object()) {
+    const std::string name(entry.key());
+    const boost::json::value& value = entry.value();  // (not a structured binding: Clang 14 cannot capture one)
     const auto wanted = find_document_field(name);
     if (!wanted) {
       const std::string hint =

@@ -155,7 +155,8 @@ TEST_CASE("replicas of unequal speed share one queue and keep input order", "[fl
   Flow flow(FlowOptions{.request_size = 5, .max_in_flight = 32});
   flow.add({.name = "slow",
             .uses = "Delay",
-            .with = {{"batch_ms", 4.0}, {"slow_replica", 1}, {"record_replica", true}},
+            // 20 ms: far slower than the fast replica's own cost per request even under TSan (about 1 ms)
+            .with = {{"batch_ms", 20.0}, {"slow_replica", 1}, {"record_replica", true}},
             .replicas = 2});
   const DocumentArray out = flow.post("/", testing::numbered_docs(1000));
   REQUIRE(out.size() == 1000);

@@ -3,6 +3,8 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
+
 using namespace flowline;
 
 TEST_CASE("JSON round trip keeps every field, tensor dtype, shape and exact values", "[io]") {
@@ -36,6 +38,37 @@ TEST_CASE("JSON round trip keeps every field, tensor dtype, shape and exact valu
   CHECK(back.chunks[0].text == "chunk");
   CHECK(back.matches[0].text == "match");
   CHECK(back.parent_id == "p");
+}
+
+TEST_CASE("scores that overflow float32 or are not numbers are written as strings and read back", "[io]") {
+  // Found by tests/fuzz/fuzz_document_json: 5e102 read into a float score became inf, was written as "inf",
+  // and reading that back failed with "expected a number".
+  const Document d =
+      document_from_json(std::string_view(R"({"scores": {"big": 5e102, "neg": -1e300, "n": "nan", "x": 0.5}})"));
+  CHECK(std::isinf(d.scores.at("big")));
+  const std::string json = to_json(d);
+  CHECK_THAT(json, testing::contains(R"("big":"inf")"));
+  CHECK_THAT(json, testing::contains(R"("neg":"-inf")"));
+  const Document back = document_from_json(json);
+  CHECK(back.scores.at("big") == INFINITY);
+  CHECK(back.scores.at("neg") == -INFINITY);
+  CHECK(std::isnan(back.scores.at("n")));
+  CHECK(back.scores.at("x") == 0.5f);
+  CHECK(to_json(back) == json);
+  CHECK_THROWS_WITH(document_from_json(std::string_view(R"({"scores": {"s": "high"}})")),
+                    testing::contains("field 'scores.s': expected a number, \"nan\", \"inf\" or \"-inf\""));
+}
+
+TEST_CASE("a tensor whose shape asks for far more values than it has is refused without sizing memory by it", "[io]") {
+  // Found by tests/fuzz/fuzz_document_json: shape [36666666663] with three values made the reader reserve
+  // 293 GB (std::bad_alloc, not an error naming the field); a shape whose count overflows int64 was
+  // undefined behaviour.
+  CHECK_THROWS_WITH(document_from_json(std::string_view(
+                        R"({"embedding": {"dtype": "float64", "shape": [36666666663], "data": [1, 2, 3]}})")),
+                    "field 'embedding.data': shape 36666666663 needs 36666666663 values, got 3");
+  CHECK_THROWS_WITH(document_from_json(std::string_view(
+                        R"({"tensor": {"dtype": "float32", "shape": [4611686018427387904, 4], "data": []}})")),
+                    "field 'tensor.shape': shape 4611686018427387904x4 is too large");
 }
 
 TEST_CASE("half and bfloat16 tensors round trip exactly through JSON", "[io]") {

@@ -104,21 +104,30 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path)
     Entry entry;
     entry.dtype = info->type;
     std::size_t numel = 1;
+    bool overflow = false;
     for (const auto& s : shape->get_array()) {
       if (!s.is_int64() || s.get_int64() < 0) throw bad("shape must hold non-negative integers");
       entry.shape.push_back(s.get_int64());
-      numel *= static_cast<std::size_t>(s.get_int64());
+      overflow |= __builtin_mul_overflow(numel, static_cast<std::size_t>(s.get_int64()), &numel);
     }
+    std::size_t expected_bytes = 0;
+    overflow |= __builtin_mul_overflow(numel, info->size, &expected_bytes);
+    if (overflow) throw bad(fmt::format("shape [{}] is too large", fmt::join(entry.shape, ", ")));
     const auto& off = offsets->get_array();
-    if (!off[0].is_number() || !off[1].is_number()) throw bad("data_offsets must be two integers");
-    entry.begin = off[0].to_number<std::size_t>();
-    entry.end = off[1].to_number<std::size_t>();
+    // Found by tests/fuzz/fuzz_safetensors: a negative offset made Boost.JSON throw its own error.
+    auto offset = [&](const boost::json::value& v) -> std::size_t {
+      if (v.is_uint64()) return v.get_uint64();
+      if (v.is_int64() && v.get_int64() >= 0) return static_cast<std::size_t>(v.get_int64());
+      throw bad("data_offsets must be two non-negative integers");
+    };
+    entry.begin = offset(off[0]);
+    entry.end = offset(off[1]);
     if (entry.begin > entry.end || entry.end > data_size) {
       throw bad(fmt::format("data_offsets [{}, {}] outside the {} bytes of data", entry.begin, entry.end, data_size));
     }
-    if (entry.end - entry.begin != numel * info->size) {
+    if (entry.end - entry.begin != expected_bytes) {
       throw bad(fmt::format("{} bytes of data for shape [{}] of {} ({} expected)", entry.end - entry.begin,
-                            fmt::join(entry.shape, ", "), info->name, numel * info->size));
+                            fmt::join(entry.shape, ", "), info->name, expected_bytes));
     }
     entries_.emplace(name, std::move(entry));
   }
@@ -142,7 +151,8 @@ at::Tensor SafetensorsFile::get(const std::string& name) const {
   if (reinterpret_cast<std::uintptr_t>(address) % element != 0) {
     // Unaligned data: copy into aligned memory.
     at::Tensor out = at::empty(e.shape, options);
-    std::memcpy(out.data_ptr(), address, e.end - e.begin);
+    // An empty tensor has no storage (data_ptr() is null), and memcpy's pointers must not be null.
+    if (e.end > e.begin) std::memcpy(out.data_ptr(), address, e.end - e.begin);
     return out;
   }
   auto keep = mapping_;

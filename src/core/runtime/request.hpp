@@ -38,12 +38,12 @@ class PostSession {
       : endpoint(std::move(endpoint)), parameters(std::move(parameters)), target(std::move(target)) {}
   virtual ~PostSession() = default;
 
-  // Keeps the request until the posting thread asks for it (wait_for).
+  // Keeps the request until the posting thread asks for it (wait_for). Notifies under the lock: once the
+  // last request is in, the posting thread may return from post() and destroy the session, so nothing
+  // may touch it after the lock is released (TSan caught notify_one on a destroyed condition variable).
   virtual void complete(RequestPtr request) {
-    {
-      std::lock_guard lock(mutex_);
-      done_.emplace(request->index, std::move(request));
-    }
+    std::lock_guard lock(mutex_);
+    done_.emplace(request->index, std::move(request));
     ready_.notify_one();
   }
   // Waits for request `index` to be complete and returns it. Posting thread only.

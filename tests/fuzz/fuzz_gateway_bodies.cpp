@@ -1,0 +1,89 @@
+// Fuzz target: the HTTP gateway's request bodies — Jina's /post and /<endpoint>, OpenAI's /v1/embeddings,
+// TEI's /embed, and one line of an NDJSON stream — as the server parses them after Beast has read the
+// HTTP message. The first byte picks the API, the rest is the body. Properties: a bad body is an HttpError
+// with a 4xx status and a JSON body; a good one yields at most max_documents documents and an answer
+// that is valid JSON with one entry per document.
+#include "protocols.hpp"
+
+#include "fuzz_support.hpp"
+
+#include <ATen/ATen.h>
+#include <boost/json/parse.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace gw = flowline::gateway;
+
+namespace {
+
+constexpr gw::ParseLimits kLimits{.max_documents = 64, .max_json_depth = 32};
+
+void check_answer(const std::string& answer, std::size_t docs) {
+  boost::system::error_code ec;
+  const boost::json::value v = boost::json::parse(answer, ec);
+  if (ec) flowline::fuzz::broken(fmt::format("an answer that is not JSON: {}", answer));
+  const boost::json::array* entries = nullptr;
+  if (v.is_array())
+    entries = &v.get_array();  // TEI
+  else if (const auto* data = v.as_object().if_contains("data"))
+    entries = &data->as_array();
+  if (entries == nullptr || entries->size() != docs) flowline::fuzz::broken("an answer without one entry per document");
+}
+
+void with_embeddings(flowline::DocumentArray& docs) {
+  for (auto& doc : docs) doc.embedding = at::ones({3});
+}
+
+void parse(unsigned api, std::string_view body) {
+  switch (api) {
+    case 0: {  // Jina: POST /post, the endpoint in the body
+      gw::Call call = gw::parse_jina(gw::parse_body(body, kLimits, true), "", kLimits);
+      if (call.docs.size() > kLimits.max_documents) flowline::fuzz::broken("more documents than max_documents");
+      check_answer(gw::jina_response(call, call.docs), call.docs.size());
+      break;
+    }
+    case 1: {  // OpenAI
+      gw::EmbeddingsCall call = gw::parse_openai(gw::parse_body(body, kLimits, false), "/encode", kLimits);
+      if (call.call.docs.size() > kLimits.max_documents) flowline::fuzz::broken("more documents than max_documents");
+      with_embeddings(call.call.docs);
+      check_answer(gw::openai_response(call, call.call.docs), call.call.docs.size());
+      break;
+    }
+    case 2: {  // TEI
+      gw::Call call = gw::parse_tei(gw::parse_body(body, kLimits, false), "/encode", kLimits);
+      with_embeddings(call.docs);
+      check_answer(gw::tei_response(call.docs), call.docs.size());
+      break;
+    }
+    default: {  // one line of an NDJSON stream: a Jina document or a string
+      const boost::json::value v = gw::parse_body(body, kLimits, false);
+      flowline::Document doc;
+      if (v.is_string())
+        doc.text = std::string(v.get_string());
+      else
+        doc = gw::jina_document(v, 0);
+      std::string out;
+      gw::append_jina_document(out, doc);
+      boost::system::error_code ec;
+      (void)boost::json::parse(out, ec);
+      if (ec) flowline::fuzz::broken(fmt::format("a streamed document that is not JSON: {}", out));
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size == 0) return 0;
+  try {
+    parse(data[0] % 4, std::string_view(reinterpret_cast<const char*>(data + 1), size - 1));
+  } catch (const gw::HttpError& e) {
+    if (e.status < 400 || e.status > 499) flowline::fuzz::broken(fmt::format("status {}: {}", e.status, e.what()));
+    boost::system::error_code ec;
+    (void)boost::json::parse(e.body, ec);
+    if (ec) flowline::fuzz::broken(fmt::format("an error body that is not JSON: {}", e.body));
+  }
+  return 0;
+}
