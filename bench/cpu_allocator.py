@@ -11,7 +11,7 @@ costs in docs/s and saves in memory.
   python3 bench/cpu_allocator.py --flowline build/src/flowline --model models/all-MiniLM-L6-v2 \\
       --corpus ../shared/data/corpus [--rounds 2] [--settings default,mmap_threshold=131072,...] [--docs 2000]
 
-Each setting is "default" (no tunables; the launcher's own choice applies) or a ':'-separated list of
+Each setting is "default" (glibc's own behaviour, no tunables) or a ':'-separated list of
 glibc.malloc tunables without the prefix. Prints docs/s (from --stats) and peak RSS (ru_maxrss) per run
 and the best of each setting.
 """

@@ -5,6 +5,7 @@
 #include <boost/json/value_stack.hpp>
 
 #include <charconv>
+#include <cmath>
 #include <string>
 
 namespace flowline::detail {
@@ -65,12 +66,18 @@ struct ExactHandler {
     stack.push_uint64(v);
     return true;
   }
-  bool on_double(double v, boost::json::string_view s, boost::system::error_code&) {
+  bool on_double(double v, boost::json::string_view s, boost::system::error_code& error) {
     number.append(s.data(), s.size());
     double exact = v;
     const auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), exact);
     if (ec != std::errc() || end != number.data() + number.size()) exact = v;  // out of range: keep Boost's value
     number.clear();
+    // A number beyond a double's range would become an infinity, which JSON cannot write back (Boost.JSON
+    // writes "Infinity"): refuse it where it stands (found by tests/fuzz/fuzz_document_json).
+    if (!std::isfinite(exact)) {
+      error = boost::json::error::exponent_overflow;
+      return false;
+    }
     stack.push_double(exact);
     return true;
   }

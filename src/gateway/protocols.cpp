@@ -9,6 +9,8 @@
 #include <boost/json/stream_parser.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 namespace flowline::gateway {
@@ -26,6 +28,18 @@ HttpError jina_validation_error(std::string_view type, const json::array& loc, c
   return HttpError(422, json::serialize(json::object{{"detail", json::array{std::move(item)}}}), message);
 }
 
+// Whether `v` holds a number beyond a double's range (parsed as an infinity, which JSON cannot write back:
+// an answer echoing it would not be JSON). Depth is bounded by max_json_depth.
+static bool has_infinity(const json::value& v) {
+  if (v.is_double()) return !std::isfinite(v.get_double());
+  if (v.is_array()) return std::any_of(v.get_array().begin(), v.get_array().end(), has_infinity);
+  if (v.is_object()) {
+    for (const auto& kv : v.get_object())
+      if (has_infinity(kv.value())) return true;
+  }
+  return false;
+}
+
 json::value parse_body(std::string_view body, const ParseLimits& limits, bool jina) {
   json::parse_options options;
   options.max_depth = limits.max_json_depth;
@@ -33,7 +47,13 @@ json::value parse_body(std::string_view body, const ParseLimits& limits, bool ji
   boost::system::error_code ec;
   const std::size_t used = parser.write_some(body.data(), body.size(), ec);
   if (!ec) parser.finish(ec);
-  if (!ec) return parser.release();
+  if (!ec) {
+    json::value v = parser.release();
+    if (!has_infinity(v)) return v;
+    const std::string message = "a number beyond the range of a double (JSON has no infinity)";
+    if (jina) throw jina_validation_error("json_invalid", json::array{"body"}, message);
+    throw plain_error(400, "invalid_request_error", message);
+  }
   const std::size_t at = std::min(used, body.size());
   std::string message;
   if (ec == json::error::too_deep) {

@@ -71,6 +71,17 @@ TEST_CASE("a tensor whose shape asks for far more values than it has is refused 
                     "field 'tensor.shape': shape 4611686018427387904x4 is too large");
 }
 
+TEST_CASE("a number beyond a double's range is an error, not an infinity written back as Infinity", "[io]") {
+  // Found by tests/fuzz/fuzz_document_json: a tag of -2e400 read as -inf, and to_json wrote "-Infinity",
+  // which is not JSON, into JSONL output.
+  CHECK_THROWS_WITH(document_from_json(std::string_view(R"({"tags": {"x": -2e400}})")),
+                    testing::starts_with("invalid JSON"));
+  CHECK_THROWS_WITH(
+      document_from_json(std::string_view(R"({"embedding": {"dtype": "float32", "shape": [1], "data": [1e999]}})")),
+      testing::starts_with("invalid JSON"));
+  CHECK(document_from_json(std::string_view(R"({"tags": {"x": 1.7e308}})")).tags.at("x").as_double() == 1.7e308);
+}
+
 TEST_CASE("half and bfloat16 tensors round trip exactly through JSON", "[io]") {
   for (auto dtype : {at::kHalf, at::kBFloat16, at::kDouble}) {
     Document d;

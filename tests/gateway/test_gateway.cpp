@@ -64,6 +64,11 @@ TEST_CASE("the gateway answers Jina's validation errors as Jina does: 422 naming
   CHECK_THAT(r.body, testing::contains("invalid JSON at byte 21"));
   r = client.post("/default", R"({"data":[],"parameters":"x"})");
   CHECK(r.status == 422);
+  // A number beyond a double's range would be echoed as "Infinity", which is not JSON (found by fuzzing).
+  r = client.post("/default", R"({"data":[{"text":"a","tags":{"x":-1e400}}]})");
+  CHECK(r.status == 422);
+  CHECK_THAT(r.body, testing::contains("beyond the range of a double"));
+  CHECK(client.post("/v1/embeddings", R"({"input":"a","dimensions":1e999})").status == 400);
   CHECK(client.post("/nowhere", jina_body(1)).status == 404);
   CHECK(client.get("/default").status == 405);
   // The connection survives all of that.
