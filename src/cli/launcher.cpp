@@ -231,6 +231,7 @@ int command_run(const RunOptions& o) {
   std::uint64_t reported_failures = 0;
   PostSummary summary;
   int status = kExitOk;
+  std::string post_error;
   InterruptGuard interrupt([&] { return output ? output->give_up() : std::string("no output file"); });
   StoppableSource stoppable(*setup.source, interrupt.stop());
   try {
@@ -248,7 +249,8 @@ int command_run(const RunOptions& o) {
         },
         post_options);
   } catch (const std::exception& e) {
-    fmt::print(stderr, "{}error: {}\n", clear_line, e.what());
+    post_error = e.what();
+    fmt::print(stderr, "{}error: {}\n", clear_line, post_error);
     status = kExitFailure;
   }
   const auto post_ended = std::chrono::system_clock::now();
@@ -258,7 +260,8 @@ int command_run(const RunOptions& o) {
   try {
     if (output) written = output->finish(signal != 0 || status != kExitOk);
   } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
+    // A writer's failure surfaces in the response callback and again when it finishes: say it once.
+    if (post_error != e.what()) fmt::print(stderr, "error: {}\n", e.what());
     status = kExitFailure;
   }
   const double after_post = std::chrono::duration<double>(std::chrono::system_clock::now() - post_ended).count();

@@ -29,7 +29,9 @@ std::string OutputFile::write(std::string_view data) {
     const ssize_t n = ::write(fd_, data.data(), data.size());
     if (n < 0) {
       if (errno == EINTR) continue;
-      return fmt::format("writing '{}' failed: {}", path_.string(), std::strerror(errno));
+      // How much is there tells the user what survived (a full disk, a file size limit).
+      return fmt::format("writing '{}' failed after {} bytes had been written: {}", path_.string(), bytes(),
+                         std::strerror(errno));
     }
     data.remove_prefix(static_cast<std::size_t>(n));
     bytes_.fetch_add(static_cast<std::uint64_t>(n), std::memory_order_relaxed);
