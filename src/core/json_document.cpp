@@ -300,6 +300,29 @@ void flatten(const boost::json::value& v, std::vector<double>& out, const std::s
   }
 }
 
+std::size_t count_arrays(const boost::json::value& v) {
+  if (!v.is_array()) return 0;
+  std::size_t n = 1;
+  for (const auto& item : v.get_array()) n += count_arrays(item);
+  return n;
+}
+
+// A tensor without values is written as nested empty lists, one per index of the dimensions before the
+// first zero: shape [8888888885, 0] would be written as 8.9 billion "[]" (found by fuzz_document_json:
+// 70 bytes in, gigabytes out). So those lists must be there in the data, as to_json writes them.
+void check_empty_shape(const std::vector<int64_t>& sizes, const boost::json::value& data, const std::string& field) {
+  std::uint64_t lists = 1;
+  for (const int64_t s : sizes) {
+    if (s == 0) break;
+    if (__builtin_mul_overflow(lists, static_cast<std::uint64_t>(s), &lists)) lists = UINT64_MAX;
+  }
+  const std::size_t present = count_arrays(data);
+  if (sizes.size() > 1 && lists > present) {
+    field_error(field + ".data", fmt::format("shape {} has no values but {} nested lists, and data has {}",
+                                             fmt::join(sizes, "x"), lists, present));
+  }
+}
+
 at::Tensor tensor_from_json(const boost::json::value& v, const std::string& field) {
   if (!v.is_object()) field_error(field, "expected {\"dtype\", \"shape\", \"data\"}");
   const auto& o = v.get_object();
@@ -327,6 +350,7 @@ at::Tensor tensor_from_json(const boost::json::value& v, const std::string& fiel
   // with three values must not make the reader reserve gigabytes (found by tests/fuzz/fuzz_document_json).
   std::vector<double> values;
   flatten(*data, values, field);
+  if (count == 0) check_empty_shape(sizes, *data, field);
   if (static_cast<int64_t>(values.size()) != count) {
     field_error(field + ".data",
                 fmt::format("shape {} needs {} values, got {}", fmt::join(sizes, "x"), count, values.size()));

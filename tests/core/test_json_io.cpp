@@ -82,6 +82,22 @@ TEST_CASE("a number beyond a double's range is an error, not an infinity written
   CHECK(document_from_json(std::string_view(R"({"tags": {"x": 1.7e308}})")).tags.at("x").as_double() == 1.7e308);
 }
 
+TEST_CASE("an empty tensor must carry the nested lists its shape writes, so a few bytes cannot ask for gigabytes",
+          "[io]") {
+  // Found by tests/fuzz/fuzz_document_json: shape [8888888885, 0] with data [] was accepted, and writing
+  // it back produced 8.9 billion "[]" (a 10 s timeout in the fuzzer; gigabytes of JSONL output).
+  CHECK_THROWS_WITH(
+      document_from_json(std::string_view(R"({"tensor": {"dtype": "float64", "shape": [8888888885, 0], "data": []}})")),
+      "field 'tensor.data': shape 8888888885x0 has no values but 8888888885 nested lists, and data has 1");
+  Document d;
+  d.tensor = at::empty({3, 0});
+  const std::string json = to_json(d);
+  CHECK_THAT(json, testing::contains(R"("shape":[3,0],"data":[[],[],[]])"));
+  CHECK(document_from_json(json).tensor.sizes() == at::IntArrayRef{3, 0});
+  CHECK(document_from_json(std::string_view(R"({"tensor": {"dtype": "float32", "shape": [0, 7], "data": []}})"))
+            .tensor.sizes() == at::IntArrayRef{0, 7});
+}
+
 TEST_CASE("half and bfloat16 tensors round trip exactly through JSON", "[io]") {
   for (auto dtype : {at::kHalf, at::kBFloat16, at::kDouble}) {
     Document d;
