@@ -130,10 +130,23 @@ struct DeviceStats {
   }
 };
 
+// One host of a remote executor (`hosts:`): its connection and what failover did.
+struct RemoteHostStats {
+  std::string executor;
+  std::string address;  // host:port
+  bool connected = false;
+  std::uint64_t requests = 0;          // answered
+  std::uint64_t lost = 0;              // times the connection was lost (closed, timed out, bad frame)
+  std::uint64_t reconnects = 0;        // times it came back after being lost
+  std::uint64_t requeued_batches = 0;  // batches that could not run there and went to other replicas
+  std::string last_error;              // why it was last lost or unreachable
+};
+
 struct FlowStats {
   std::vector<ReplicaStats> replicas;
-  std::vector<DeviceStats> devices;  // GPUs only; empty when every executor runs on the CPU
-  double host_peak_rss_mb = 0;       // of the whole process
+  std::vector<RemoteHostStats> remote_hosts;  // in flow order, then host order
+  std::vector<DeviceStats> devices;           // GPUs only; empty when every executor runs on the CPU
+  double host_peak_rss_mb = 0;                // of the whole process
   // Requests waiting in each executor's queue now, in flow order (empty while the flow is not started,
   // or while start() or close() holds the flow).
   std::vector<std::pair<std::string, std::size_t>> queued_requests;

@@ -50,9 +50,24 @@ struct BatchingOptions {
   std::chrono::microseconds max_delay{0};
 };
 
+// How a flow reaches an executor that runs on other machines (`hosts:`; docs/remote-executors.md). Each
+// host is served by `in_flight` replica threads of this flow sharing one connection, all fed from the
+// executor's one queue, so a faster host takes more work.
+struct RemoteOptions {
+  std::size_t in_flight = 4;                         // requests in flight per host (its replicas here)
+  std::chrono::milliseconds timeout{60'000};         // a request unanswered this long: the host is lost
+  std::chrono::milliseconds connect_timeout{5'000};  // connect and handshake
+  std::chrono::milliseconds retry_max{2'000};        // reconnect backoff: 100 ms doubling up to this
+  std::chrono::milliseconds give_up{60'000};         // no replica reachable this long: requests fail
+  std::size_t max_frame_bytes = 256u << 20;          // larger frames close the connection
+  std::string token;                                 // the executor server's token, when it asks for one
+  bool start_degraded = false;                       // start when hosts are unreachable (they join when they come up)
+  int local_replicas = 0;                            // replicas in this process beside the hosts (needs `uses`)
+};
+
 struct ExecutorConfig {
   std::string name;                               // unique in the flow
-  std::string uses;                               // registered type name
+  std::string uses;                               // registered type name (optional with `hosts`)
   boost::json::object with;                       // parameters; validation fills in defaults
   std::optional<std::vector<std::string>> needs;  // unset: the executor before it (none for the first)
   int replicas = 1;
@@ -64,6 +79,12 @@ struct ExecutorConfig {
   // it replaces `device`.
   std::vector<std::string> devices;
   BatchingOptions batching;
+  // Executor servers that run this executor (`flowline serve FLOW --executor NAME`), as "host:port". When
+  // set, this flow runs the executor remotely: `replicas`, `device(s)` and `with` are the server's
+  // settings, and only remote.local_replicas run here.
+  std::vector<std::string> hosts;
+  RemoteOptions remote;
+  bool is_remote() const noexcept { return !hosts.empty(); }
 
   // Where things were written (empty when built in code). Keys: "" for the entry itself, a field name
   // ("uses", "needs", ...) or "with.PARAM".
@@ -138,6 +159,7 @@ enum class SchemaValue {
   String,        // a scalar
   StringList,    // a list of scalars
   StringOrList,  // a scalar (a list of one) or a list of scalars
+  Bool,          // true or false
   Special,       // read by its own code (the executor list, an executor's parameters)
 };
 
@@ -154,8 +176,8 @@ struct SchemaKey {
   std::string example;
   SchemaValue value = SchemaValue::Special;
   double minimum = 0;       // Int, Number
-  Assign assign = nullptr;  // executor is null for flow-level keys; the value is an int64, double, string or
-                            // array of strings as `value` says
+  Assign assign = nullptr;  // executor is null for flow-level keys; the value is an int64, double, bool, string
+                            // or array of strings as `value` says
 };
 const std::vector<SchemaKey>& flow_schema();
 

@@ -34,6 +34,7 @@ struct ReplicaPlacement {
   std::string type;      // its spec name ("SentenceEncoder")
   int replica = 0;
   c10::Device device{c10::kCPU};
+  std::string host;  // "host:port" of a remote replica (its device is the server's); empty here
 };
 
 // What start() is about to run: every replica, in executor order, then replica order.

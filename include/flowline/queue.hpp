@@ -44,6 +44,17 @@ class BoundedQueue {
   }
   bool push(T&& item) { return push(item); }
 
+  // Puts an item taken from this queue back at its front, to be taken next: room was made for it when it
+  // was taken, so this never waits and may exceed the capacity by the items being put back. Works after
+  // close() too (the closed queue drains it).
+  void push_front(T item) {
+    {
+      std::lock_guard lock(mutex_);
+      items_.push_front(std::move(item));
+    }
+    not_empty_.notify_one();
+  }
+
   // Takes the oldest item, waiting for one. std::nullopt once the queue is closed and empty.
   std::optional<T> pop() {
     std::unique_lock lock(mutex_);

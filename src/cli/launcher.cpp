@@ -55,6 +55,11 @@ void print_stats(const FlowStats& stats, const PostSummary& summary) {
                r.has_gpu_memory ? megabytes(r.gpu_peak_allocated_bytes) : "n/a",
                r.has_gpu_memory ? megabytes(r.gpu_peak_reserved_bytes) : "n/a");
   }
+  for (const auto& h : stats.remote_hosts) {
+    fmt::print(stderr, "{} host {}: {}, {} requests answered, lost {}x, back {}x, {} batches re-queued{}\n", h.executor,
+               h.address, h.connected ? "connected" : "down", h.requests, h.lost, h.reconnects, h.requeued_batches,
+               h.last_error.empty() ? "" : fmt::format(" (last error: {})", h.last_error));
+  }
   for (const auto& d : stats.devices) {
     fmt::print(stderr, "{}: allocator load {} MiB, peak allocated {} MiB, peak reserved {} MiB", d.device,
                megabytes(d.load_bytes), megabytes(d.peak_allocated_bytes), megabytes(d.peak_reserved_bytes));
@@ -135,7 +140,19 @@ void write_stats_json(const std::string& path, const FlowStats& stats, const Pos
     }
     devices.push_back(std::move(o));
   }
+  boost::json::array hosts;
+  for (const auto& h : stats.remote_hosts) {
+    hosts.push_back(boost::json::object{{"executor", h.executor},
+                                        {"address", h.address},
+                                        {"connected", h.connected},
+                                        {"requests", h.requests},
+                                        {"lost", h.lost},
+                                        {"reconnects", h.reconnects},
+                                        {"requeued_batches", h.requeued_batches},
+                                        {"last_error", h.last_error}});
+  }
   boost::json::object root{{"replicas", std::move(replicas)},
+                           {"remote_hosts", std::move(hosts)},
                            {"devices", std::move(devices)},
                            {"host_peak_rss_mb", stats.host_peak_rss_mb},
                            {"documents", summary.documents},
@@ -288,6 +305,12 @@ int command_validate(const std::string& file) {
         needs = fmt::format("{}", fmt::join(*e.needs, ", "));
       else if (!e.needs && &e != &config.executors.front())
         needs = (&e - 1)->name;
+      if (e.is_remote()) {
+        fmt::print("  {} ({}) remote, {} in flight on each of {}{} <- {}\n", e.name, e.uses.empty() ? "?" : e.uses,
+                   e.remote.in_flight, fmt::join(e.hosts, ", "),
+                   e.remote.local_replicas > 0 ? fmt::format(" + {} here", e.remote.local_replicas) : "", needs);
+        continue;
+      }
       fmt::print("  {} ({}) x{} on {} <- {}\n", e.name, e.uses, e.replicas,
                  fmt::format("{}", fmt::join(replica_devices(e), ", ")), needs);
     }

@@ -4,6 +4,7 @@
 #include "launcher.hpp"
 
 #include "flowline/error.hpp"
+#include "flowline/executor_server.hpp"
 #include "flowline/flow.hpp"
 #include "flowline/io.hpp"
 
@@ -89,8 +90,84 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& o) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--ready-file", o.ready_file, "once serving, write the bound port to this file");
   cmd->add_option("--set", o.sets, "override an executor parameter, EXECUTOR.PARAM=VALUE; repeatable");
+  cmd->add_option("--executor", o.executor,
+                  "serve this executor alone to other flows (their `hosts:`) over the binary protocol on --port "
+                  "(default 9000); see docs/remote-executors.md");
+  cmd->add_option("--http-port", o.http_port, "with --executor: also serve HTTP (health, ready, metrics) on this port")
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--max-frame-bytes", o.max_frame_bytes, "with --executor: larger frames close the connection")
+      ->check(CLI::Range(std::size_t{64}, std::size_t{0xFFFFFFFFu}))
+      ->default_str(std::to_string(o.max_frame_bytes));
   return cmd;
 }
+
+namespace {
+
+void write_ready_file(const std::string& file, std::uint16_t port) {
+  if (file.empty()) return;
+  const std::string partial = file + ".partial";  // written whole, then renamed: never seen half-written
+  std::ofstream(partial) << port << "\n";
+  std::error_code ignored;
+  std::filesystem::rename(partial, file, ignored);
+}
+
+// `flowline serve FLOW --executor NAME`: the executor alone behind an ExecutorServer (and a Gateway on
+// --http-port), until a stop signal.
+int serve_executor(ServeOptions& o, FlowConfig config, const sigset_t& stop_signals) {
+  ExecutorServerOptions options;
+  GatewayOptions http;
+  try {
+    config = executor_flow(config, o.executor);
+    if (config.options.serve.host) options.host = *config.options.serve.host;
+    if (o.given.host) options.host = *o.given.host;
+    options.port = static_cast<std::uint16_t>(o.given.port.value_or(9000));
+    if (o.given.threads && *o.given.threads > 0) options.threads = *o.given.threads;
+    if (o.given.max_in_flight && *o.given.max_in_flight > 0) options.max_in_flight = *o.given.max_in_flight;
+    if (o.given.max_connections) options.max_connections = *o.given.max_connections;
+    options.max_frame_bytes = o.max_frame_bytes;
+    options.token = read_token(o.token_file);
+    http.host = options.host;
+    http.token = options.token;
+    http.port = static_cast<std::uint16_t>(o.http_port.value_or(0));
+    // Requests of every connection wait in the executor's queue: room for them all, so that reading a
+    // connection never blocks on another's backlog.
+    config.options.queue_capacity = std::max(config.options.queue_capacity, options.max_in_flight * 16);
+  } catch (const Error& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return kExitUsage;
+  }
+  Flow flow(std::move(config));
+  std::shared_ptr<Gateway> gateway;
+  if (o.http_port) gateway = Gateway::attach_to(flow);
+  if (const int failed = start_flow(flow); failed != kExitOk) return failed;
+  ExecutorServer server(flow, o.executor);
+  try {
+    server.start(options);
+    if (gateway) gateway->start(http);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    server.stop();
+    flow.close();
+    return kExitUsage;
+  }
+  fmt::print(stderr, "flowline: serving executor '{}' of {} on {}:{}{}\n", o.executor, o.flow, options.host,
+             server.port(), gateway ? fmt::format(" (HTTP on port {})", gateway->port()) : "");
+  write_ready_file(o.ready_file, server.port());
+  int signal = 0;
+  sigwait(&stop_signals, &signal);
+  const ExecutorServerStats before = server.stats();
+  fmt::print(stderr, "flowline: {} received: draining ({} requests in flight)\n",
+             signal == SIGINT ? "SIGINT" : "SIGTERM", before.in_flight);
+  if (gateway) gateway->stop();
+  server.stop();
+  flow.close();
+  const ExecutorServerStats stats = server.stats();
+  fmt::print(stderr, "flowline: stopped after {} requests ({} documents); {} connections closed for protocol errors\n",
+             stats.requests, stats.documents, stats.protocol_errors);
+  return kExitOk;
+}
+
+}  // namespace
 
 int command_serve(ServeOptions o) {
   // SIGINT and SIGTERM are taken by sigwait() below: blocked here, before any thread exists, so that every
@@ -105,6 +182,7 @@ int command_serve(ServeOptions o) {
   GatewayOptions options;
   try {
     config = load_flow_with_sets(o.flow, o.sets);
+    if (!o.executor.empty()) return serve_executor(o, std::move(config), stop_signals);
     options.apply(config.options.serve);
     options.apply(o.given);
     options.token = read_token(o.token_file);
@@ -127,12 +205,7 @@ int command_serve(ServeOptions o) {
     return kExitUsage;
   }
   fmt::print(stderr, "flowline: serving {} on http://{}:{}\n", o.flow, options.host, gateway->port());
-  if (!o.ready_file.empty()) {  // written whole, then renamed: a reader never sees it half-written
-    const std::string partial = o.ready_file + ".partial";
-    std::ofstream(partial) << gateway->port() << "\n";
-    std::error_code ignored;
-    std::filesystem::rename(partial, o.ready_file, ignored);
-  }
+  write_ready_file(o.ready_file, gateway->port());
   int signal = 0;
   sigwait(&stop_signals, &signal);
   fmt::print(stderr, "flowline: {} received: draining ({} requests in flight)\n",

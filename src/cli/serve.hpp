@@ -1,10 +1,12 @@
 // `flowline serve FLOW.yml`: starts a flow and serves it over HTTP with flowline::Gateway until SIGINT or
-// SIGTERM, then drains (answers what is in flight) and exits 0.
+// SIGTERM, then drains (answers what is in flight) and exits 0. With --executor NAME it serves that one
+// executor to other flows (flowline::ExecutorServer, the binary protocol) instead.
 #pragma once
 
 #include "flowline/flow_config.hpp"
 #include "flowline/gateway.hpp"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,11 @@ struct ServeOptions {
   std::vector<std::string> sets;  // --set EXECUTOR.PARAM=VALUE
   std::string token_file;         // --token-file; else FLOWLINE_TOKEN
   std::string ready_file;         // --ready-file: written with the bound port once serving
+  // --executor NAME: serve that executor alone over the binary protocol (ExecutorServer) on --port, and over
+  // HTTP on --http-port when given (health, readiness, metrics, Jina's API).
+  std::string executor;
+  std::optional<int> http_port;
+  std::size_t max_frame_bytes = 256u << 20;
   // The options given on the command line; they override the flow file's `with:` settings, which override
   // GatewayOptions' defaults.
   ServeSettings given;

@@ -14,6 +14,7 @@
 #include "runtime/poster.hpp"
 #include "runtime/replica.hpp"
 #include "runtime/request.hpp"
+#include "remote/remote_replica.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -46,6 +47,7 @@ struct Stage {
   std::unique_ptr<runtime::JoinPoint> join;
   std::unique_ptr<runtime::RequestQueue> queue;
   std::vector<std::unique_ptr<runtime::Replica>> replicas;
+  std::unique_ptr<remote::RemoteGroup> remote;  // the hosts of a remote executor
   std::vector<std::thread> threads;
 };
 
@@ -100,6 +102,9 @@ class Flow::Impl {
   std::vector<std::unique_ptr<Stage>> stages_;
   std::unique_ptr<runtime::JoinPoint> sink_join_;
 
+  std::mutex remote_stats_mutex_;
+  std::vector<RemoteHostStats> last_remote_stats_;  // the remote hosts as close() left them
+
   std::mutex start_errors_mutex_;
   std::vector<std::pair<std::string, std::string>> start_errors_;  // executor name, message
 
@@ -120,20 +125,36 @@ void Flow::Impl::build_stages() {
     const ExecutorConfig& e = config_.executors[i];
     auto stage = std::make_unique<Stage>();
     stage->config = &e;
-    stage->entry = &registry_.get(e.uses);
     stage->node = i;
-    stage->params = stage_params(e);
     stage->first_replica = topology_.replicas.size();
-    for (const auto& name : replica_devices(e)) stage->devices.push_back(resolve_device(name));
-    for (int r = 0; r < e.replicas; ++r) {
+    const int local = e.is_remote() ? e.remote.local_replicas : e.replicas;
+    if (local > 0) {
+      stage->entry = &registry_.get(e.uses);
+      stage->params = stage_params(e);
+      ExecutorConfig sized = e;
+      sized.replicas = local;
+      for (const auto& name : replica_devices(sized)) stage->devices.push_back(resolve_device(name));
+    }
+    for (int r = 0; r < local; ++r) {
       const c10::Device device = stage->devices[static_cast<std::size_t>(r)];
       const int on_device = static_cast<int>(std::count(stage->devices.begin(), stage->devices.end(), device));
-      RuntimeInfo info{e.name, stage->entry->spec.name, r, e.replicas, device, on_device, config_.options.request_size};
+      RuntimeInfo info{e.name, stage->entry->spec.name, r, local, device, on_device, config_.options.request_size};
       stage->replicas.push_back(std::make_unique<runtime::LocalReplica>(*stage->entry, stage->params, std::move(info)));
-      topology_.replicas.push_back(ReplicaPlacement{e.name, stage->entry->spec.name, r, device});
+      topology_.replicas.push_back(ReplicaPlacement{e.name, stage->entry->spec.name, r, device, {}});
       const auto& gpus = topology_.gpus;
       if (device.is_cuda() && std::find(gpus.begin(), gpus.end(), device) == gpus.end()) {
         topology_.gpus.push_back(device);
+      }
+    }
+    if (e.is_remote()) {
+      stage->remote = std::make_unique<remote::RemoteGroup>(e);
+      const std::string type = e.uses.empty() ? std::string("remote") : e.uses;
+      int r = local;
+      for (const auto& host : stage->remote->hosts()) {
+        for (std::size_t k = 0; k < e.remote.in_flight; ++k, ++r) {
+          stage->replicas.push_back(std::make_unique<remote::RemoteReplica>(*host, *stage->remote));
+          topology_.replicas.push_back(ReplicaPlacement{e.name, type, r, c10::Device(c10::kCPU), host->address()});
+        }
       }
     }
     stage->join = std::make_unique<runtime::JoinPoint>(graph_.nodes[i].inputs);
@@ -146,8 +167,22 @@ void Flow::Impl::build_stages() {
 void Flow::Impl::start() {
   std::lock_guard lock(lifecycle_mutex_);
   if (started_) return;
+  {
+    std::lock_guard stats_lock(remote_stats_mutex_);
+    last_remote_stats_.clear();
+  }
   validate_flow_config(config_, registry_);
   build_stages();
+  for (auto& stage : stages_) {
+    if (!stage->remote) continue;
+    try {
+      stage->remote->start();
+    } catch (const Error& e) {
+      const std::string name = stage->config->name;
+      stages_.clear();
+      throw ExecutorError(name, fmt::format("the flow could not start: {}", e.what()));
+    }
+  }
   observers_.flow_start(topology_);
   std::latch constructed(static_cast<std::ptrdiff_t>(topology_.replicas.size()));
   for (auto& stage : stages_) {
@@ -186,7 +221,8 @@ void Flow::Impl::replica_thread(Stage& stage, std::size_t r, std::latch& constru
   const std::vector<Edge>& outputs = graph_.nodes[stage.node].outputs;
   runtime::ReplicaWorker worker(
       replica, runtime::Batcher(*stage.queue, e.batching),
-      [this, &outputs](RequestPtr request) { route(outputs, std::move(request)); }, observers_, placement, index);
+      [this, &outputs](RequestPtr request) { route(outputs, std::move(request)); }, observers_, placement, index,
+      [&stage](RequestPtr request) { stage.queue->push_front(std::move(request)); });
   worker.run();
   replica.close();
 }
@@ -204,6 +240,11 @@ void Flow::Impl::close_locked() {
     for (auto& t : stage->threads) t.join();
     stage->threads.clear();
     stage->replicas.clear();
+    if (stage->remote) {
+      std::lock_guard stats_lock(remote_stats_mutex_);
+      for (auto& host : stage->remote->stats()) last_remote_stats_.push_back(std::move(host));
+    }
+    stage->remote.reset();
   }
   observers_.flow_stop();
   start_errors_.clear();
@@ -336,8 +377,15 @@ FlowStats Flow::stats() const {
   out.host_peak_rss_mb = host_peak_rss_mb();
   std::unique_lock lock(impl_->lifecycle_mutex_, std::try_to_lock);
   if (lock && impl_->started_) {
-    for (const auto& stage : impl_->stages_)
+    for (const auto& stage : impl_->stages_) {
       out.queued_requests.emplace_back(stage->config->name, stage->queue->size());
+      if (stage->remote) {
+        for (auto& host : stage->remote->stats()) out.remote_hosts.push_back(std::move(host));
+      }
+    }
+  } else if (lock) {
+    std::lock_guard stats_lock(impl_->remote_stats_mutex_);
+    out.remote_hosts = impl_->last_remote_stats_;
   }
   return out;
 }

@@ -223,6 +223,13 @@ class YamlReader {
       case SchemaValue::String:
         if (auto s = string(node, what)) return boost::json::value(*s);
         return std::nullopt;
+      case SchemaValue::Bool: {
+        const boost::json::value v = to_json(node);
+        if (node.IsScalar() && v.is_bool()) return v;
+        error(node, fmt::format("{}: expected true or false, got {}", what,
+                                node.IsScalar() ? fmt::format("'{}'", node.Scalar()) : std::string("a collection")));
+        return std::nullopt;
+      }
       case SchemaValue::StringList:
         return list(false);
       case SchemaValue::StringOrList:
@@ -287,7 +294,15 @@ void parse_executor(YamlReader& reader, const YAML::Node& node, std::size_t posi
   reader.check_keys(node, schema_keys("executors[]"), context);
   reader.read_map(node, "executors[]", name && name.IsScalar() ? context : fallback_name + ".", config, &executor);
   if (!name) reader.error(node, fallback_name + ": missing required key 'name'");
-  if (!node["uses"]) reader.error(node, context + "missing required key 'uses'");
+  const bool remote = node["hosts"] || node["host"];
+  if (!node["uses"] && !remote)
+    reader.error(node, context + "missing required key 'uses' (or 'hosts' for a remote executor)");
+  if (node["hosts"] && node["host"])
+    reader.error(node["host"], context + "give either hosts or host and port, not both");
+  if (node["host"] && !node["port"])
+    reader.error(node["host"], context + "host: needs a port (or write hosts: [HOST:PORT])");
+  if (node["port"] && !node["host"])
+    reader.error(node["port"], context + "port: needs a host (Jina's external executor)");
   if (const auto with = node["with"]) {
     executor.locations["with"] = reader.at(with);
     if (with.IsMap()) {
@@ -302,6 +317,9 @@ void parse_executor(YamlReader& reader, const YAML::Node& node, std::size_t posi
   }
   if (node["devices"] && node["device"])
     reader.error(node["devices"], context + "give either device or devices, not both");
+  if (executor.hosts.size() == 1 && executor.hosts[0].find(':') == std::string::npos && node["port"]) {
+    executor.hosts[0] = fmt::format("{}:{}", executor.hosts[0], reader.scalar(node["port"]));  // Jina's host + port
+  }
   config.executors.push_back(std::move(executor));
 }
 

@@ -157,6 +157,12 @@ std::vector<SchemaKey> serve_keys() {
   };
 }
 
+template <std::chrono::milliseconds RemoteOptions::*field>
+Result set_remote_millis(FlowConfig&, ExecutorConfig* e, const boost::json::value& v) {
+  e->remote.*field = std::chrono::milliseconds(v.get_int64());
+  return std::nullopt;
+}
+
 // The keys of one executor.
 std::vector<SchemaKey> executor_keys() {
   return {
@@ -230,6 +236,94 @@ std::vector<SchemaKey> executor_keys() {
   };
 }
 
+// The keys of an executor that runs on other machines (`hosts:`, Jina's host/port/external, `remote:`).
+std::vector<SchemaKey> remote_executor_keys() {
+  return {
+      key("executors[].hosts", V::StringOrList, 0, "list of host:port", "[]",
+          "Executor servers that run this executor (`flowline serve FLOW --executor NAME --port P` on each), as "
+          "HOST:PORT. Each host is served by remote.in_flight replicas of this flow, all fed from the executor's "
+          "one queue; a host that is lost has its batches re-queued to the others and rejoins when it is back. "
+          "replicas, device(s) and with are then the server's settings (see docs/remote-executors.md).",
+          "hosts: [gpu-a:9000, gpu-b:9000]",
+          [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {
+            e->hosts = strings(v);
+            if (e->hosts.empty()) return std::string("name at least one host");
+            for (const auto& h : e->hosts) {
+              const auto colon = h.rfind(':');
+              const std::string port = colon == std::string::npos ? "" : h.substr(colon + 1);
+              const bool digits = !port.empty() && port.size() <= 5 &&
+                                  std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; });
+              if (colon == 0 || !digits || std::stoi(port) < 1 || std::stoi(port) > 65535)
+                return fmt::format("'{}': expected HOST:PORT with a port from 1 to 65535", h);
+            }
+            return std::nullopt;
+          }),
+      key("executors[].host", V::String, 0, "string", "", "Jina's external executor: its host (with port).",
+          "host: 10.0.0.5",
+          [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {
+            e->hosts = {std::string(v.get_string())};
+            return std::nullopt;
+          }),
+      key("executors[].port", V::Int, 1, "", "", "Jina's external executor: its port (with host).", "port: 9000",
+          [](FlowConfig&, ExecutorConfig*, const boost::json::value& v) -> Result {
+            if (v.get_int64() > 65535) return fmt::format("expected a port of at most 65535, got {}", v.get_int64());
+            return std::nullopt;
+          }),
+      key("executors[].external", V::Bool, 0, "bool", "false",
+          "Accepted for Jina compatibility: an executor with host and port runs elsewhere.", "external: true",
+          [](FlowConfig&, ExecutorConfig*, const boost::json::value&) -> Result { return std::nullopt; }),
+      key("executors[].remote", V::Map, 0, "map", "{}", "How this flow talks to the executor's hosts (the keys below).",
+          "remote: {in_flight: 8, timeout_ms: 10000}", nullptr),
+      key("executors[].remote.in_flight", V::Int, 1, "", "4",
+          "Requests in flight per host (replicas of this flow sharing the host's connection).", "in_flight: 8",
+          [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {
+            if (v.get_int64() > 1024) return fmt::format("expected at most 1024, got {}", v.get_int64());
+            e->remote.in_flight = static_cast<std::size_t>(v.get_int64());
+            return std::nullopt;
+          }),
+      key("executors[].remote.timeout_ms", V::Int, 1, "", "60000",
+          "A request unanswered this long means the host is lost: its batches go to the other hosts.",
+          "timeout_ms: 10000", &set_remote_millis<&RemoteOptions::timeout>),
+      key("executors[].remote.connect_timeout_ms", V::Int, 1, "", "5000", "Connecting and the handshake.",
+          "connect_timeout_ms: 2000", &set_remote_millis<&RemoteOptions::connect_timeout>),
+      key("executors[].remote.retry_max_ms", V::Int, 1, "", "2000",
+          "A lost host is retried after 100 ms, doubling up to this.", "retry_max_ms: 1000",
+          &set_remote_millis<&RemoteOptions::retry_max>),
+      key("executors[].remote.give_up_ms", V::Int, 1, "", "60000",
+          "When no replica of the executor has been reachable this long, waiting requests fail with an error "
+          "naming the hosts.",
+          "give_up_ms: 30000", &set_remote_millis<&RemoteOptions::give_up>),
+      key("executors[].remote.max_frame_bytes", V::Int, 1024, "", "268435456",
+          "Larger frames (a request or an answer) close the connection.", "max_frame_bytes: 67108864",
+          [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {
+            if (v.get_int64() > 0xFFFFFFFFLL) return std::string("expected at most 4294967295");
+            e->remote.max_frame_bytes = static_cast<std::size_t>(v.get_int64());
+            return std::nullopt;
+          }),
+      key("executors[].remote.token", V::String, 0, "string", "",
+          "The token the executor servers were started with (--token-file); use ${{ ENV.NAME }}.",
+          "token: ${{ ENV.FLOWLINE_TOKEN }}",
+          [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {
+            e->remote.token = v.get_string();
+            return std::nullopt;
+          }),
+      key("executors[].remote.start_degraded", V::Bool, 0, "bool", "false",
+          "Start even when hosts cannot be reached (they join when they come up); else start fails naming them.",
+          "start_degraded: true",
+          [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {
+            e->remote.start_degraded = v.get_bool();
+            return std::nullopt;
+          }),
+      key("executors[].remote.local_replicas", V::Int, 0, "", "0",
+          "Replicas of `uses` in this process besides the hosts, fed from the same queue.", "local_replicas: 1",
+          [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {
+            if (v.get_int64() > 1024) return fmt::format("expected at most 1024, got {}", v.get_int64());
+            e->remote.local_replicas = static_cast<int>(v.get_int64());
+            return std::nullopt;
+          }),
+  };
+}
+
 }  // namespace
 
 const std::vector<SchemaKey>& flow_schema() {
@@ -240,6 +334,7 @@ const std::vector<SchemaKey>& flow_schema() {
     std::vector<SchemaKey> serve = serve_keys();
     all.insert(plugins, std::make_move_iterator(serve.begin()), std::make_move_iterator(serve.end()));
     for (auto& k : executor_keys()) all.push_back(std::move(k));
+    for (auto& k : remote_executor_keys()) all.push_back(std::move(k));
     return all;
   }();
   return schema;

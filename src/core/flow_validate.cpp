@@ -147,13 +147,20 @@ int auto_replica_count(const ExecutorConfig& e, const ExecutorSpec& spec) {
 }
 
 void check_executor_type(const FlowConfig& config, ExecutorConfig& e, const Registry& registry, Diagnostics& out) {
+  if (e.is_remote() && e.uses.empty()) {  // the servers validate their own settings
+    if (!e.with.empty())
+      report(out, e.location_of("with"), context_of(e) + "with: parameters need `uses` (the servers have their own)");
+    if (e.remote.local_replicas > 0)
+      report(out, e.location_of("remote.local_replicas"), context_of(e) + "remote.local_replicas needs `uses`");
+    return;
+  }
   const Registry::Entry* entry = e.uses.empty() ? nullptr : registry.find(e.uses);
   if (!entry) {
     if (!e.uses.empty()) report(out, e.location_of("uses"), context_of(e) + registry.unknown_message(e.uses));
     return;
   }
   const ExecutorSpec& spec = entry->spec;
-  if (e.auto_replicas) e.replicas = auto_replica_count(e, spec);
+  if (e.auto_replicas && (!e.is_remote() || e.remote.local_replicas > 0)) e.replicas = auto_replica_count(e, spec);
   if (spec.max_replicas > 0 && e.replicas > spec.max_replicas) {
     report(out, e.location_of("replicas"),
            fmt::format("{}{} runs with at most {} replica{} (it owns its output), got {}", context_of(e), spec.name,
@@ -209,7 +216,8 @@ void validate_collect(FlowConfig& config, const Registry& registry, Diagnostics&
   std::vector<std::string> names;
   for (const auto& e : config.executors) names.push_back(e.name);
   for (auto& e : config.executors) {
-    check_devices(e, out);
+    // A remote executor's devices are its servers' (this machine may have no GPU), unless it runs some here.
+    if (!e.is_remote() || e.remote.local_replicas > 0) check_devices(e, out);
     check_needs(e, seen, names, out);
     check_executor_type(config, e, registry, out);
   }

@@ -168,6 +168,20 @@ std::string GatewayMetrics::scrape(const Flow& flow) {
       nvml_total.Add(labels).Set(static_cast<double>(d.nvml_total_bytes));
     }
   }
+  auto& host_up = gauge("flowline_remote_host_up", "1 while the flow is connected to a remote executor's host");
+  auto& host_requests = gauge("flowline_remote_host_requests", "Requests a remote host answered");
+  auto& host_lost = gauge("flowline_remote_host_lost", "Times the connection to a remote host was lost");
+  auto& host_back = gauge("flowline_remote_host_reconnects", "Times a lost remote host came back");
+  auto& host_requeued =
+      gauge("flowline_remote_host_requeued_batches", "Batches a lost remote host could not run, re-queued");
+  for (const auto& h : stats.remote_hosts) {
+    const prometheus::Labels labels{{"executor", h.executor}, {"host", h.address}};
+    host_up.Add(labels).Set(h.connected ? 1 : 0);
+    host_requests.Add(labels).Set(static_cast<double>(h.requests));
+    host_lost.Add(labels).Set(static_cast<double>(h.lost));
+    host_back.Add(labels).Set(static_cast<double>(h.reconnects));
+    host_requeued.Add(labels).Set(static_cast<double>(h.requeued_batches));
+  }
   gauge("flowline_process_peak_rss_bytes", "Peak resident memory of the serving process")
       .Add({})
       .Set(stats.host_peak_rss_mb * 1024 * 1024);

@@ -50,7 +50,7 @@ TEST_CASE("every config error is reported at once in file order", "[config]") {
         "unit, output, min_chars\n"
         "flow.yml:9:7: executor 'a': parameter 'min_chars': expected int, got string \"many\"\n"
         "flow.yml:10:5: executor 'a': unknown key 'replica' (did you mean 'replicas'?); expected one of: name, uses, "
-        "with, replicas, device, devices, needs, batching\n"
+        "with, replicas, device, devices, needs, batching, hosts, host, port, external, remote\n"
         "flow.yml:11:5: executor 'b': missing required parameter 'path' (path: output file, truncated at start)\n"
         "flow.yml:13:12: executor 'b': needs unknown executor 'aa' (did you mean 'a'?)\n"
         "flow.yml:14:32: executor 'b': batching.max_batch_size: expected an integer >= 0, got -1");
@@ -330,4 +330,35 @@ TEST_CASE("the flow schema lists every key the parser reads, with its type", "[c
   CHECK(e.batching.max_batch_size == 10);
   CHECK(e.batching.max_delay == std::chrono::microseconds(1500));
   CHECK(e.location_of("batching.max_delay_ms").line == 8);
+}
+
+TEST_CASE("a remote executor names its hosts as HOST:PORT or Jina's host and port, and needs no uses",
+          "[config][remote]") {
+  const FlowConfig config = load_flow_config_text(
+      "executors:\n"
+      "  - name: enc\n"
+      "    hosts: [gpu-a:9000, 10.0.0.2:9001]\n"
+      "    devices: [cuda:7]\n"  // the servers' GPUs, not this machine's
+      "    remote: {in_flight: 8, timeout_ms: 500, start_degraded: true}\n"
+      "  - {name: jina, host: 10.0.0.5, port: 9002, external: true}\n",
+      "flow.yml");
+  REQUIRE(config.executors.size() == 2);
+  CHECK(config.executors[0].hosts == std::vector<std::string>{"gpu-a:9000", "10.0.0.2:9001"});
+  CHECK(config.executors[0].remote.in_flight == 8);
+  CHECK(config.executors[0].remote.timeout == std::chrono::milliseconds(500));
+  CHECK(config.executors[0].remote.start_degraded);
+  CHECK(config.executors[1].hosts == std::vector<std::string>{"10.0.0.5:9002"});
+
+  CHECK(errors_of("executors:\n  - {name: a, hosts: [gpu-a]}\n") ==
+        "flow.yml:2:22: executor 'a': hosts: 'gpu-a': expected HOST:PORT with a port from 1 to 65535");
+  CHECK(errors_of("executors:\n  - {name: a, hosts: ['h:70000']}\n") ==
+        "flow.yml:2:22: executor 'a': hosts: 'h:70000': expected HOST:PORT with a port from 1 to 65535");
+  CHECK(errors_of("executors:\n  - {name: a, host: h}\n") ==
+        "flow.yml:2:21: executor 'a': host: needs a port (or write hosts: [HOST:PORT])");
+  CHECK(errors_of("executors:\n  - {name: a, hosts: ['h:1'], with: {x: 1}}\n") ==
+        "flow.yml:2:37: executor 'a': with: parameters need `uses` (the servers have their own)");
+  CHECK(errors_of("executors:\n  - {name: a, hosts: ['h:1'], remote: {start_degraded: maybe}}\n") ==
+        "flow.yml:2:56: executor 'a': remote.start_degraded: expected true or false, got 'maybe'");
+  CHECK(errors_of("executors:\n  - {name: a}\n") ==
+        "flow.yml:2:5: executor 'a': missing required key 'uses' (or 'hosts' for a remote executor)");
 }

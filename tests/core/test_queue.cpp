@@ -43,6 +43,21 @@ TEST_CASE("closing a queue lets consumers drain it and then stop", "[queue]") {
   CHECK_FALSE(queue.pop().has_value());
 }
 
+TEST_CASE("an item put back goes to the front, past the capacity and after close", "[queue]") {
+  BoundedQueue<int> queue(2);
+  queue.push(1);
+  queue.push(2);
+  queue.push_front(0);  // full, yet it never waits
+  CHECK(queue.size() == 3);
+  queue.close();
+  queue.push_front(-1);
+  CHECK(queue.pop() == -1);
+  CHECK(queue.pop() == 0);
+  CHECK(queue.pop() == 1);
+  CHECK(queue.pop() == 2);
+  CHECK_FALSE(queue.pop().has_value());
+}
+
 TEST_CASE("pop_until gives up at the deadline", "[queue]") {
   BoundedQueue<int> queue(1);
   const auto start = std::chrono::steady_clock::now();

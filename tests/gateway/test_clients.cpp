@@ -2,6 +2,7 @@
 // package and a real Prometheus server, each against the launcher run as a child process on a loopback port
 // it picks itself (--port 0 --ready-file). The Python clients live in .venv-clients (scripts/setup-clients.sh)
 // and Prometheus is Debian's package; without them the tests skip, except under CI=true, where they fail.
+#include "child_process.hpp"
 #include "test_support.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
@@ -28,6 +29,9 @@
 #include <thread>
 
 using namespace flowline;
+using testing::ChildProcess;
+using testing::describe_status;
+using testing::eventually;
 using namespace std::chrono_literals;
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -92,103 +96,6 @@ std::string why_not_skipped() {
   } while (false)
 
 namespace {
-
-// ---- child processes ---------------------------------------------------------------------------------------
-
-std::string describe_status(int status) {
-  if (WIFEXITED(status)) return fmt::format("exit code {}", WEXITSTATUS(status));
-  if (WIFSIGNALED(status))
-    return fmt::format("killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
-  return fmt::format("wait status {}", status);
-}
-
-// In the child between fork() and exec(), so async-signal-safe calls only: its own process group, killed
-// when the test process dies (a crash or ctest's timeout included), stdin from /dev/null, stdout and stderr to
-// the log, signals as a fresh process has them.
-[[noreturn]] void exec_child(char* const* argv, const char* log, pid_t test_process) {
-  ::setpgid(0, 0);
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() != test_process) ::_exit(127);  // the test process died before prctl
-  const int in = ::open("/dev/null", O_RDONLY);
-  const int out = ::open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (in < 0 || out < 0) ::_exit(127);
-  ::dup2(in, STDIN_FILENO);
-  ::dup2(out, STDOUT_FILENO);
-  ::dup2(out, STDERR_FILENO);
-  struct sigaction default_action {};
-  default_action.sa_handler = SIG_DFL;
-  for (const int signal : {SIGTERM, SIGINT, SIGPIPE, SIGCHLD, SIGQUIT}) ::sigaction(signal, &default_action, nullptr);
-  sigset_t none;
-  sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  ::execv(argv[0], argv);
-  const char message[] = "test_clients: execv failed\n";
-  [[maybe_unused]] const auto written = ::write(STDERR_FILENO, message, sizeof message - 1);
-  ::_exit(127);
-}
-
-// A program run in its own process group, stdout and stderr to a log file. The destructor stops it (SIGTERM
-// to the group, SIGKILL after a bound), so a failed REQUIRE never leaves it running.
-class ChildProcess {
- public:
-  ChildProcess(const std::vector<std::string>& args, const fs::path& log) : log_(log) {
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    const std::string log_path = log.string();
-    const pid_t test_process = ::getpid();
-    pid_ = ::fork();
-    if (pid_ < 0) throw std::runtime_error(fmt::format("cannot start {}: fork: {}", args[0], std::strerror(errno)));
-    if (pid_ == 0) exec_child(argv.data(), log_path.c_str(), test_process);
-    ::setpgid(pid_, pid_);  // as the child does, so that kill(-pid) reaches it whichever runs first
-  }
-  ChildProcess(const ChildProcess&) = delete;
-  ChildProcess& operator=(const ChildProcess&) = delete;
-  ~ChildProcess() { stop(10s); }
-
-  bool running() {
-    if (pid_ < 0 || status_) return false;
-    int status = 0;
-    if (::waitpid(pid_, &status, WNOHANG) == pid_) status_ = status;
-    return !status_;
-  }
-  // SIGTERM to the process group, then SIGKILL when it has not ended within `grace`. Returns the wait status.
-  int stop(std::chrono::milliseconds grace) {
-    if (pid_ < 0) return -1;
-    if (running()) {
-      ::kill(-pid_, SIGTERM);
-      const auto deadline = std::chrono::steady_clock::now() + grace;
-      while (running() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(20ms);
-      if (running()) {
-        ::kill(-pid_, SIGKILL);
-        int status = 0;
-        ::waitpid(pid_, &status, 0);
-        status_ = status;
-        killed_ = true;
-      }
-    }
-    return *status_;
-  }
-  bool was_killed() const { return killed_; }
-  std::string log() const { return testing::read_text(log_); }
-  std::string ended() const { return status_ ? describe_status(*status_) : "still running"; }
-
- private:
-  fs::path log_;
-  pid_t pid_ = -1;
-  std::optional<int> status_;
-  bool killed_ = false;
-};
-
-// Calls f every 100 ms until it returns true or `bound` has passed; returns its last answer.
-bool eventually(std::chrono::milliseconds bound, const std::function<bool()>& f) {
-  const auto deadline = std::chrono::steady_clock::now() + bound;
-  while (!f()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(100ms);
-  }
-  return true;
-}
 
 // `flowline serve FLOW --port 0 --ready-file FILE`, waited for until the ready file holds the port.
 class Server {

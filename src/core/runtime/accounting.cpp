@@ -52,7 +52,7 @@ void ReplicaAccounting::on_flow_start(const FlowTopology& topology) {
     account->stats.executor = placement.executor;
     account->stats.type = placement.type;
     account->stats.replica = placement.replica;
-    account->stats.device = placement.device.str();
+    account->stats.device = placement.host.empty() ? placement.device.str() : "remote " + placement.host;
     account->device = placement.device;
     accounts.push_back(std::move(account));
   }

@@ -37,6 +37,8 @@ class Batcher {
 
   // The next batch; empty once the queue is closed and drained (and nothing is carried over).
   std::vector<RequestPtr> take();
+  // Whether the queue is closed (and nothing is carried over): take() would return no batch.
+  bool closed() const { return !carry_ && queue_.closed(); }
 
  private:
   RequestQueue& queue_;

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
 
 namespace flowline::runtime {
 
@@ -98,11 +99,30 @@ std::shared_ptr<const ExecutorMetrics> LocalReplica::metrics() const {
 }
 
 void ReplicaWorker::run() {
+  const auto closed = [this] { return batcher_.closed(); };
   while (true) {
+    const Availability availability = replica_.wait_available(closed);
+    if (availability == Availability::Stop) break;
     std::vector<RequestPtr> batch = batcher_.take();
     if (batch.empty()) break;
+    if (availability == Availability::GiveUp) {
+      const std::string message = replica_.unavailable_message();
+      for (auto& r : batch) {
+        if (!r->failed() && r->session->targets(placement_.executor)) {
+          r->error = message;
+          r->error_executor = placement_.executor;
+        }
+        forward_(std::move(r));
+      }
+      continue;
+    }
     process(std::move(batch));
   }
+}
+
+void ReplicaWorker::requeue(std::vector<RequestPtr> requests) {
+  // Back to the front in reverse, so the queue holds them in their order again.
+  for (auto it = requests.rbegin(); it != requests.rend(); ++it) requeue_(std::move(*it));
 }
 
 void ReplicaWorker::process(std::vector<RequestPtr> batch) {
@@ -120,12 +140,24 @@ void ReplicaWorker::process(std::vector<RequestPtr> batch) {
   std::size_t documents = 0;
   for (const auto& r : live) documents += r->docs.size();
 
+  std::vector<RequestPtr> not_run;
   if (live.size() == 1) {
-    std::string error = replica_.run(session.endpoint, live[0]->docs, session.parameters);
-    if (!error.empty()) live[0]->error = std::move(error);
+    try {
+      std::string error = replica_.run(session.endpoint, live[0]->docs, session.parameters);
+      if (!error.empty()) live[0]->error = std::move(error);
+    } catch (const ReplicaUnavailable&) {
+      not_run = std::move(live);
+      live.clear();
+    }
   } else {
-    run_merged(live, session);
+    run_merged(live, session, not_run);
   }
+  if (!not_run.empty()) {
+    spdlog::debug("executor '{}' replica {}: {} request(s) re-queued", placement_.executor, placement_.replica,
+                  not_run.size());
+    requeue(std::move(not_run));
+  }
+  if (live.empty()) return;
   bool failed = false;
   for (auto& r : live) {
     if (r->failed()) {
@@ -138,10 +170,19 @@ void ReplicaWorker::process(std::vector<RequestPtr> batch) {
   for (auto& r : live) forward_(std::move(r));
 }
 
-void ReplicaWorker::run_merged(std::vector<RequestPtr>& live, const PostSession& session) {
+void ReplicaWorker::run_merged(std::vector<RequestPtr>& live, const PostSession& session,
+                               std::vector<RequestPtr>& not_run) {
   MergedBatch merged = merge_requests(live);
   std::size_t total = merged.docs.size();
-  const std::string error = replica_.run(session.endpoint, merged.docs, session.parameters);
+  std::string error;
+  try {
+    error = replica_.run(session.endpoint, merged.docs, session.parameters);
+  } catch (const ReplicaUnavailable&) {
+    split_results(merged, live);  // the documents are untouched: back to their requests by position
+    not_run = std::move(live);
+    live.clear();
+    return;
+  }
   const bool same_count = merged.docs.size() == total;
   if (!error.empty() && !same_count) {
     for (auto& r : live) r->error = error;
@@ -154,9 +195,15 @@ void ReplicaWorker::run_merged(std::vector<RequestPtr>& live, const PostSession&
   }
   if (error.empty()) return;
   // Isolate the failure: each request runs on its own, so only the bad one fails.
-  for (auto& r : live) {
-    std::string own = replica_.run(session.endpoint, r->docs, session.parameters);
-    if (!own.empty()) r->error = std::move(own);
+  for (std::size_t i = 0; i < live.size(); ++i) {
+    try {
+      std::string own = replica_.run(session.endpoint, live[i]->docs, session.parameters);
+      if (!own.empty()) live[i]->error = std::move(own);
+    } catch (const ReplicaUnavailable&) {  // those not run yet go to another replica
+      std::move(live.begin() + static_cast<std::ptrdiff_t>(i), live.end(), std::back_inserter(not_run));
+      live.resize(i);
+      return;
+    }
   }
 }
 

@@ -1,7 +1,8 @@
 // A replica: one worker of an executor. The Replica interface is what the runtime needs of it (open, run a
-// batch, close); LocalReplica runs an Executor in this process; a replica in another process is a second
-// implementation of the same interface. ReplicaWorker is the loop every replica thread runs: batches from
-// the executor's queue, failures isolated, results split back and forwarded. Private to flowline::core.
+// batch, close); LocalReplica runs an Executor in this process; RemoteReplica (src/core/remote/) runs it on
+// an executor server. ReplicaWorker is the loop every replica thread runs: batches from the executor's
+// queue, failures isolated, results split back and forwarded, batches a lost replica could not run put back
+// in the queue for the others. Private to flowline::core.
 #pragma once
 
 #include "batcher.hpp"
@@ -14,10 +15,26 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace flowline::runtime {
+
+// Thrown by Replica::run() when the batch did not run because the replica cannot be reached (a remote host
+// lost); the documents are untouched and the worker re-queues the batch for another replica.
+class ReplicaUnavailable : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// What Replica::wait_available() found.
+enum class Availability {
+  Ready,   // take a batch
+  Stop,    // the queue is closed: end the loop
+  GiveUp,  // no replica of the executor is reachable for too long: fail the batches taken, with
+           // unavailable_message()
+};
 
 // Threads: every method is called on the replica's own thread, never concurrently.
 class Replica {
@@ -25,9 +42,16 @@ class Replica {
   virtual ~Replica() = default;
   // Before the first batch. Throws to fail the flow's start (the message names what went wrong).
   virtual void open() = 0;
-  // Runs the executor on `docs` for `endpoint`. Returns the error text, empty on success; never throws.
-  // On failure `docs` holds what the handler left in it.
+  // Runs the executor on `docs` for `endpoint`. Returns the error text, empty on success. On failure `docs`
+  // holds what the handler left in it. Throws only ReplicaUnavailable (documents untouched).
   virtual std::string run(const std::string& endpoint, DocumentArray& docs, const boost::json::object& parameters) = 0;
+  // Before each batch: blocks while the replica cannot take work (a remote host being reconnected);
+  // `stop()` says the queue is closed. A local replica is always Ready.
+  virtual Availability wait_available(const std::function<bool()>& stop) {
+    (void)stop;
+    return Availability::Ready;
+  }
+  virtual std::string unavailable_message() const { return {}; }
   // After the last batch, only when open() succeeded. Never throws (failures are logged).
   virtual void close() noexcept = 0;
   // Filled in by open().
@@ -67,12 +91,15 @@ void check_bound_endpoints(const ExecutorSpec& spec, const Executor& executor);
 class ReplicaWorker {
  public:
   using Forward = std::function<void(RequestPtr)>;
+  // Puts a request that could not run back at the front of the executor's queue.
+  using Requeue = std::function<void(RequestPtr)>;
 
   ReplicaWorker(Replica& replica, Batcher batcher, Forward forward, const ObserverList& observers,
-                const ReplicaPlacement& placement, std::size_t index)
+                const ReplicaPlacement& placement, std::size_t index, Requeue requeue = {})
       : replica_(replica),
         batcher_(std::move(batcher)),
         forward_(std::move(forward)),
+        requeue_(std::move(requeue)),
         observers_(observers),
         placement_(placement),
         index_(index) {}
@@ -81,15 +108,18 @@ class ReplicaWorker {
   void run();
   // One batch: requests that failed upstream, or target another executor, pass straight through; the others run as one
   // handler call, and when that fails with the count unchanged, each request runs again on its own so only the bad one
-  // fails.
+  // fails. Requests the replica could not run (ReplicaUnavailable) are re-queued, in order, untouched.
   void process(std::vector<RequestPtr> batch);
 
  private:
-  void run_merged(std::vector<RequestPtr>& live, const PostSession& session);
+  // Runs `live` as one batch; moves the requests that did not run into `not_run`.
+  void run_merged(std::vector<RequestPtr>& live, const PostSession& session, std::vector<RequestPtr>& not_run);
+  void requeue(std::vector<RequestPtr> requests);
 
   Replica& replica_;
   Batcher batcher_;
   Forward forward_;
+  Requeue requeue_;
   const ObserverList& observers_;
   const ReplicaPlacement& placement_;
   const std::size_t index_;

@@ -1,0 +1,440 @@
+// The executor server (include/flowline/executor_server.hpp): an acceptor, and one Session per client
+// connection reading frames, submitting requests to the flow and writing answers as they come.
+#include "flowline/executor_server.hpp"
+
+#include "wire.hpp"
+
+#include "flowline/error.hpp"
+#include "flowline/flow.hpp"
+
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/json/parse.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <deque>
+#include <list>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+namespace flowline {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Compares without leaking where the first difference is through timing.
+bool same_token(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+}  // namespace
+
+class ServerSession;
+
+struct ExecutorServer::Impl {
+  Impl(Flow& flow, std::string executor) : flow(flow), executor(std::move(executor)) {}
+
+  void accept();
+  void forget(ServerSession* session);
+
+  Flow& flow;
+  const std::string executor;
+  std::string executor_type;
+  ExecutorServerOptions options;
+  std::atomic<bool> stopping{false};
+  std::atomic<std::uint64_t> open{0}, accepted{0}, requests{0}, documents{0}, protocol_errors{0}, in_flight{0};
+  std::mutex sessions_mutex;
+  std::list<std::weak_ptr<ServerSession>> sessions;
+
+  asio::io_context io;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  std::optional<tcp::acceptor> acceptor;
+  std::vector<std::thread> threads;
+  std::uint16_t port = 0;
+};
+
+// One client connection. Its handlers run on its strand; the flow's completions post back to it.
+class ServerSession : public std::enable_shared_from_this<ServerSession> {
+ public:
+  ServerSession(ExecutorServer::Impl& server, tcp::socket socket)
+      : server_(server),
+        socket_(std::move(socket)),
+        strand_(asio::make_strand(server.io)),
+        handshake_timer_(strand_),
+        frame_timer_(strand_) {
+    boost::system::error_code ec;
+    const auto remote = socket_.remote_endpoint(ec);
+    peer_ = ec ? std::string("?") : fmt::format("{}:{}", remote.address().to_string(), remote.port());
+  }
+  ~ServerSession() { server_.forget(this); }
+
+  void start() {
+    asio::dispatch(strand_, [self = shared_from_this()] {
+      boost::system::error_code ignored;
+      self->socket_.set_option(tcp::no_delay(true), ignored);
+      self->handshake_timer_.expires_after(self->server_.options.handshake_timeout);
+      self->handshake_timer_.async_wait([self](const boost::system::error_code& ec) {
+        if (!ec && !self->greeted_) self->refuse("no Hello frame within the handshake timeout");
+      });
+      self->read_frame();
+    });
+  }
+
+  // Closes once what is in flight has been answered (stop()); on the strand.
+  void drain() {
+    asio::dispatch(strand_, [self = shared_from_this()] {
+      self->draining_ = true;
+      if (self->in_flight_ == 0) self->close_after_writes();
+    });
+  }
+  std::uint64_t in_flight() const { return in_flight_.load(); }
+
+ private:
+  void read_frame() {
+    if (closed_ || closing_) return;
+    if (in_flight_ >= server_.options.max_in_flight) {  // resumed by an answer
+      paused_ = true;
+      return;
+    }
+    asio::async_read(socket_, asio::buffer(prefix_),
+                     asio::bind_executor(strand_, [self = shared_from_this()](const boost::system::error_code& ec,
+                                                                              std::size_t) { self->on_prefix(ec); }));
+  }
+
+  void on_prefix(const boost::system::error_code& ec) {
+    if (ec) return close();
+    std::uint32_t length = 0;
+    try {
+      length = wire::read_length(prefix_, server_.options.max_frame_bytes);
+    } catch (const wire::WireError& e) {
+      return refuse(e.what());
+    }
+    body_.resize(length);
+    frame_timer_.expires_after(server_.options.frame_timeout);
+    frame_timer_.async_wait([self = shared_from_this(), length](const boost::system::error_code& ec2) {
+      if (!ec2) {
+        self->refuse(fmt::format("a frame of {} bytes did not arrive within {} ms", length,
+                                 self->server_.options.frame_timeout.count()));
+        self->close();
+      }
+    });
+    asio::async_read(
+        socket_, asio::buffer(body_),
+        asio::bind_executor(strand_, [self = shared_from_this()](const boost::system::error_code& ec2, std::size_t) {
+          self->frame_timer_.cancel();
+          if (ec2) {
+            if (ec2 == asio::error::eof) self->refuse("the connection ended inside a frame");
+            return self->close();
+          }
+          self->on_frame();
+        }));
+  }
+
+  void on_frame() {
+    try {
+      const wire::FrameType type = wire::frame_type(body_);
+      if (!greeted_ && type != wire::FrameType::Hello) return refuse("expected a Hello frame first");
+      switch (type) {
+        case wire::FrameType::Hello:
+          if (greeted_) return refuse("a second Hello frame");
+          if (!hello(wire::decode_hello(body_))) return;
+          break;
+        case wire::FrameType::Request:
+          request(wire::decode_request(body_));
+          break;
+        case wire::FrameType::Ping:
+          send(wire::encode_ping(wire::FrameType::Pong, wire::decode_ping(body_)));
+          break;
+        case wire::FrameType::Pong:
+          break;
+        case wire::FrameType::Error:
+          spdlog::warn("executor server: {} sent an error: {}", peer_, wire::decode_error(body_));
+          return close();
+        default:
+          return refuse(fmt::format("a client may not send frame type {}", static_cast<int>(type)));
+      }
+    } catch (const wire::WireError& e) {
+      return refuse(e.what());
+    }
+    read_frame();
+  }
+
+  bool hello(const wire::Hello& h) {
+    if (h.min_version > wire::kVersion || h.max_version < wire::kVersion) {
+      refuse(fmt::format("unsupported protocol version {}..{}: this server speaks version {}", h.min_version,
+                         h.max_version, wire::kVersion));
+      return false;
+    }
+    if (!server_.options.token.empty() && !same_token(h.token, server_.options.token)) {
+      refuse(h.token.empty() ? "this server needs a token" : "wrong token");
+      return false;
+    }
+    greeted_ = true;
+    handshake_timer_.cancel();
+    wire::Welcome welcome;
+    welcome.executor = server_.executor;
+    welcome.executor_type = server_.executor_type;
+    welcome.max_frame_bytes =
+        static_cast<std::uint32_t>(std::min<std::size_t>(server_.options.max_frame_bytes, 0xFFFFFFFFu));
+    welcome.max_in_flight = static_cast<std::uint32_t>(server_.options.max_in_flight);
+    send(wire::encode_welcome(welcome));
+    return true;
+  }
+
+  void request(wire::RequestFrame frame) {
+    boost::json::object parameters;
+    if (!frame.parameters.empty()) {
+      boost::system::error_code ec;
+      boost::json::value v = boost::json::parse(frame.parameters, ec);
+      if (ec || !v.is_object()) throw wire::WireError("parameters: expected a JSON object");
+      parameters = std::move(v.get_object());
+    }
+    ++in_flight_;
+    ++server_.in_flight;
+    const std::uint64_t id = frame.id;
+    const std::size_t count = frame.docs.size();
+    auto done = [self = shared_from_this(), id, count](Response&& r) {
+      std::string answer;
+      try {
+        answer = wire::encode_response(id, r.ok(), r.error, r.error_executor, r.docs);
+      } catch (const std::exception& e) {
+        answer = wire::encode_response(id, false, fmt::format("cannot encode the answer: {}", e.what()),
+                                       self->server_.executor, DocumentArray());
+      }
+      asio::post(self->strand_,
+                 [self, answer = std::move(answer), count]() mutable { self->answered(std::move(answer), count); });
+    };
+    try {
+      server_.flow.submit(frame.endpoint, std::move(frame.docs), std::move(parameters), {}, std::move(done));
+    } catch (const std::exception& e) {  // the flow is closing
+      --in_flight_;
+      --server_.in_flight;
+      send(wire::encode_response(id, false, e.what(), server_.executor, DocumentArray()));
+    }
+  }
+
+  void answered(std::string answer, std::size_t documents) {
+    --in_flight_;
+    --server_.in_flight;
+    ++server_.requests;
+    server_.documents += documents;
+    if (closed_) return;
+    send(std::move(answer));
+    if (draining_ && in_flight_ == 0) return close_after_writes();
+    if (paused_ && in_flight_ < server_.options.max_in_flight) {
+      paused_ = false;
+      read_frame();
+    }
+  }
+
+  // A protocol error: say why, log it, close once the Error frame is written.
+  void refuse(const std::string& why) {
+    if (closing_ || closed_) return;
+    ++server_.protocol_errors;
+    spdlog::warn("executor server: closing the connection from {}: {}", peer_, why);
+    send(wire::encode_error(why));
+    close_after_writes();
+  }
+
+  void close_after_writes() {
+    closing_ = true;
+    if (!writing_) close();
+  }
+
+  void send(std::string frame) {
+    if (closed_) return;
+    writes_.push_back(std::move(frame));
+    if (!writing_) write_next();
+  }
+
+  void write_next() {
+    if (writes_.empty()) {
+      writing_ = false;
+      if (closing_) close();
+      return;
+    }
+    writing_ = true;
+    auto frame = std::make_shared<std::string>(std::move(writes_.front()));
+    writes_.pop_front();
+    asio::async_write(socket_, asio::buffer(*frame),
+                      asio::bind_executor(strand_, [self = shared_from_this(), frame](
+                                                       const boost::system::error_code& ec, std::size_t) {
+                        if (ec) return self->close();
+                        self->write_next();
+                      }));
+  }
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    writes_.clear();
+    handshake_timer_.cancel();
+    frame_timer_.cancel();
+    boost::system::error_code ignored;
+    socket_.shutdown(tcp::socket::shutdown_both, ignored);
+    socket_.close(ignored);
+  }
+
+  ExecutorServer::Impl& server_;
+  tcp::socket socket_;
+  asio::strand<asio::io_context::executor_type> strand_;
+  asio::steady_timer handshake_timer_;
+  asio::steady_timer frame_timer_;  // a frame's body, once its length has arrived
+  std::string peer_;
+  unsigned char prefix_[wire::kLengthBytes] = {};
+  std::string body_;
+  std::deque<std::string> writes_;
+  std::atomic<std::uint64_t> in_flight_{0};
+  bool greeted_ = false, paused_ = false, writing_ = false, closing_ = false, closed_ = false, draining_ = false;
+};
+
+void ExecutorServer::Impl::accept() {
+  acceptor->async_accept(asio::make_strand(io), [this](const boost::system::error_code& ec, tcp::socket socket) {
+    if (stopping) return;
+    if (!ec) {
+      ++accepted;
+      if (open >= options.max_connections) {
+        spdlog::warn("executor server: {} connections open, closing a new one", open.load());
+        boost::system::error_code ignored;
+        socket.close(ignored);
+      } else {
+        ++open;
+        auto session = std::make_shared<ServerSession>(*this, std::move(socket));
+        {
+          std::lock_guard lock(sessions_mutex);
+          sessions.push_back(session);
+        }
+        session->start();
+      }
+    } else if (ec == asio::error::operation_aborted) {
+      return;
+    }
+    accept();
+  });
+}
+
+void ExecutorServer::Impl::forget(ServerSession* session) {
+  std::lock_guard lock(sessions_mutex);
+  sessions.remove_if([&](const std::weak_ptr<ServerSession>& w) {
+    auto s = w.lock();
+    return !s || s.get() == session;
+  });
+  --open;
+}
+
+ExecutorServer::ExecutorServer(Flow& flow, std::string executor)
+    : impl_(std::make_unique<Impl>(flow, std::move(executor))) {
+  for (const auto& e : flow.config().executors) {
+    if (e.name == impl_->executor) impl_->executor_type = e.uses;
+  }
+}
+
+ExecutorServer::~ExecutorServer() { stop(); }
+
+void ExecutorServer::start(ExecutorServerOptions options) {
+  Impl& s = *impl_;
+  if (!s.threads.empty()) throw Error("ExecutorServer::start(): already serving");
+  if (!s.flow.started()) throw Error("ExecutorServer::start(): the flow is not started");
+  if (options.max_in_flight == 0 || options.max_connections == 0 || options.max_frame_bytes < 64)
+    throw Error("ExecutorServer::start(): max_in_flight and max_connections must be positive, max_frame_bytes >= 64");
+  s.options = std::move(options);
+  boost::system::error_code ec;
+  const auto address = asio::ip::make_address(s.options.host, ec);
+  if (ec) throw Error(fmt::format("--host '{}': not an IP address ({})", s.options.host, ec.message()));
+  const tcp::endpoint where(address, s.options.port);
+  s.acceptor.emplace(s.io);
+  auto check = [&](const char* step) {
+    if (!ec) return;
+    const std::string message = fmt::format("{}:{}: {} failed: {}", s.options.host, s.options.port, step, ec.message());
+    s.acceptor.reset();
+    throw Error(message);
+  };
+  s.acceptor->open(where.protocol(), ec);
+  check("open");
+  s.acceptor->set_option(asio::socket_base::reuse_address(true), ec);
+  s.acceptor->bind(where, ec);
+  check("bind");
+  s.acceptor->listen(asio::socket_base::max_listen_connections, ec);
+  check("listen");
+  s.port = s.acceptor->local_endpoint().port();
+  s.stopping = false;
+  s.work.emplace(s.io.get_executor());
+  s.accept();
+  for (int i = 0; i < std::max(1, s.options.threads); ++i) s.threads.emplace_back([&s] { s.io.run(); });
+}
+
+std::uint16_t ExecutorServer::port() const { return impl_->port; }
+
+void ExecutorServer::stop() {
+  Impl& s = *impl_;
+  if (s.threads.empty()) return;
+  s.stopping = true;
+  asio::post(s.io, [&s] {
+    boost::system::error_code ignored;
+    if (s.acceptor) s.acceptor->close(ignored);
+  });
+  std::vector<std::shared_ptr<ServerSession>> open_sessions;
+  {
+    std::lock_guard lock(s.sessions_mutex);
+    for (auto& w : s.sessions)
+      if (auto session = w.lock()) open_sessions.push_back(std::move(session));
+  }
+  for (auto& session : open_sessions) session->drain();
+  open_sessions.clear();
+  // Answers in flight are written, then each connection closes itself (bounded: a client that stops
+  // reading cannot hold the server).
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while ((s.in_flight > 0 || s.open > 0) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(10ms);
+  s.work.reset();
+  s.io.stop();
+  for (auto& t : s.threads) t.join();
+  s.threads.clear();
+  s.acceptor.reset();
+}
+
+ExecutorServerStats ExecutorServer::stats() const {
+  const Impl& s = *impl_;
+  return ExecutorServerStats{s.open.load(),      s.accepted.load(),        s.requests.load(),
+                             s.documents.load(), s.protocol_errors.load(), s.in_flight.load()};
+}
+
+FlowConfig executor_flow(const FlowConfig& config, const std::string& name) {
+  FlowConfig out;
+  out.options = config.options;
+  out.plugins = config.plugins;
+  out.source = config.source;
+  out.locations = config.locations;
+  std::vector<std::string> names;
+  for (const auto& e : config.executors) {
+    names.push_back(e.name);
+    if (e.name != name) continue;
+    if (e.uses.empty())
+      throw Error(
+          fmt::format("executor '{}' has no `uses`: it names only its hosts, so it cannot be served here", name));
+    ExecutorConfig served = e;
+    served.needs = std::vector<std::string>{};
+    served.hosts.clear();
+    out.executors.push_back(std::move(served));
+    return out;
+  }
+  throw Error(fmt::format("the flow has no executor '{}' (it has: {})", name, fmt::join(names, ", ")));
+}
+
+}  // namespace flowline

