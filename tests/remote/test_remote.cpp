@@ -221,17 +221,17 @@ TEST_CASE("malformed frames are refused with the field and offset that is wrong"
   for (std::size_t cut = 0; cut < frame.size(); ++cut) {
     CHECK_THROWS_AS(wire::decode_request(std::string_view(frame).substr(0, cut)), wire::WireError);
   }
-  CHECK_THROWS_WITH(wire::decode_request(frame + "zz"), Catch::Contains("2 bytes after the last field"));
+  CHECK_THROWS_WITH(wire::decode_request(frame + "zz"), testing::contains("2 bytes after the last field"));
   std::string shape = frame;  // the tensor's first dimension is the 8 bytes after dtype and rank
   const auto at = shape.find(std::string("\x01\x02", 2));
   REQUIRE(at != std::string::npos);
   shape[at + 2] = 5;  // 5 x 4 floats, but 64 bytes of data follow
-  CHECK_THROWS_WITH(wire::decode_request(shape), Catch::Contains("has 80 bytes, not 64"));
+  CHECK_THROWS_WITH(wire::decode_request(shape), testing::contains("has 80 bytes, not 64"));
   unsigned char big[4] = {0xff, 0xff, 0xff, 0x7f};
-  CHECK_THROWS_WITH(wire::read_length(big, 1 << 20), Catch::Contains("above the maximum frame size"));
+  CHECK_THROWS_WITH(wire::read_length(big, 1 << 20), testing::contains("above the maximum frame size"));
   unsigned char zero[4] = {0, 0, 0, 0};
-  CHECK_THROWS_WITH(wire::read_length(zero, 1 << 20), Catch::Contains("length 0"));
-  CHECK_THROWS_WITH(wire::frame_type(std::string("\x63", 1)), Catch::Contains("unknown frame type 99"));
+  CHECK_THROWS_WITH(wire::read_length(zero, 1 << 20), testing::contains("length 0"));
+  CHECK_THROWS_WITH(wire::frame_type(std::string("\x63", 1)), testing::contains("unknown frame type 99"));
 }
 
 TEST_CASE("a flow runs its middle executor on an executor server and gets every document back in order", "[remote]") {
@@ -275,7 +275,7 @@ TEST_CASE("an executor error on a server fails that request only and is not retr
     CHECK(r.ok() == (r.index != 2));
   }
   CHECK(responses[2].error_executor == "mid");
-  CHECK_THAT(responses[2].error, Catch::Contains("contains 'FAIL'"));
+  CHECK_THAT(responses[2].error, testing::contains("contains 'FAIL'"));
   CHECK(server.server->stats().requests == 5);  // once each: the failure was not retried
   CHECK(flow.stats().remote_hosts.at(0).requeued_batches == 0);
 }
@@ -294,13 +294,13 @@ TEST_CASE("an executor server closes a connection that sends a bad frame, says w
     return refusal(client.frames_until_closed());
   };
   const std::string hello = hello_frame(wire::kVersion, wire::kVersion, "s3cret");
-  CHECK_THAT(refused(std::string("\xff\xff\xff\x7f", 4)), Catch::Contains("above the maximum frame size"));
-  CHECK_THAT(refused("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), Catch::Contains("above the maximum frame size"));
-  CHECK_THAT(refused(hello_frame(7, 9, "s3cret")), Catch::Contains("unsupported protocol version 7..9"));
-  CHECK_THAT(refused(hello_frame()), Catch::Contains("needs a token"));
-  CHECK_THAT(refused(hello_frame(wire::kVersion, wire::kVersion, "guess")), Catch::Contains("wrong token"));
-  CHECK_THAT(refused(wire::encode_ping(wire::FrameType::Ping, 1)), Catch::Contains("expected a Hello frame first"));
-  CHECK_THAT(refused(hello + std::string("\x01\x00\x00\x00\x63", 5)), Catch::Contains("unknown frame type 99"));
+  CHECK_THAT(refused(std::string("\xff\xff\xff\x7f", 4)), testing::contains("above the maximum frame size"));
+  CHECK_THAT(refused("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), testing::contains("above the maximum frame size"));
+  CHECK_THAT(refused(hello_frame(7, 9, "s3cret")), testing::contains("unsupported protocol version 7..9"));
+  CHECK_THAT(refused(hello_frame()), testing::contains("needs a token"));
+  CHECK_THAT(refused(hello_frame(wire::kVersion, wire::kVersion, "guess")), testing::contains("wrong token"));
+  CHECK_THAT(refused(wire::encode_ping(wire::FrameType::Ping, 1)), testing::contains("expected a Hello frame first"));
+  CHECK_THAT(refused(hello + std::string("\x01\x00\x00\x00\x63", 5)), testing::contains("unknown frame type 99"));
   {  // a tensor whose data is cut short, in a frame whose length matches what was sent
     DocumentArray docs;
     Document d("x");
@@ -310,12 +310,12 @@ TEST_CASE("an executor server closes a connection that sends a bad frame, says w
     request.resize(request.size() - 8);
     const auto n = static_cast<std::uint32_t>(request.size() - 4);
     std::memcpy(request.data(), &n, 4);
-    CHECK_THAT(refused(hello + request), Catch::Contains("tensor data needs 64 bytes, 56 left"));
+    CHECK_THAT(refused(hello + request), testing::contains("tensor data needs 64 bytes, 56 left"));
   }
   {  // a frame that never completes is cut off by the frame timeout... here the handshake timeout
     RawClient silent(port);
     const auto started = std::chrono::steady_clock::now();
-    CHECK_THAT(refusal(silent.frames_until_closed()), Catch::Contains("no Hello frame within the handshake timeout"));
+    CHECK_THAT(refusal(silent.frames_until_closed()), testing::contains("no Hello frame within the handshake timeout"));
     CHECK(std::chrono::steady_clock::now() - started < 10s);
   }
   CHECK(server.server->stats().protocol_errors == 9);
@@ -337,8 +337,8 @@ TEST_CASE("a flow whose host cannot be reached fails to start naming it, or star
   }();
   {
     Flow flow(client_flow({port}, "connect_timeout_ms: 1000"));
-    CHECK_THROWS_WITH(flow.start(), Catch::Contains(fmt::format("cannot reach host 127.0.0.1:{}", port)) &&
-                                        Catch::Contains("executor 'mid'"));
+    CHECK_THROWS_WITH(flow.start(), testing::contains(fmt::format("cannot reach host 127.0.0.1:{}", port)) &&
+                                        testing::contains("executor 'mid'"));
   }
   // Degraded: the flow starts; the server comes up on that port later and the host joins by itself.
   Flow flow(client_flow({port}, "start_degraded: true, retry_max_ms: 200"));
