@@ -393,6 +393,31 @@ class ServerProcess {
   std::uint16_t port_ = 0;
 };
 
+// Posts `documents` generated documents on a thread of its own, checking order as they come back.
+class BackgroundPost {
+ public:
+  BackgroundPost(Flow& flow, std::size_t documents)
+      : source_(documents), thread_([this, &flow] { summary_ = flow.post("/", source_, std::ref(check)); }) {}
+  ~BackgroundPost() {
+    if (thread_.joinable()) thread_.join();
+  }
+  // Whether `documents` have come back within `bound`.
+  bool reached(std::size_t documents, std::chrono::milliseconds bound) {
+    return testing::eventually(
+        bound, [&] { return check.documents >= documents; }, 1ms);
+  }
+  PostSummary finish() {
+    thread_.join();
+    return summary_;
+  }
+  OrderCheck check;
+
+ private:
+  CountingSource source_;
+  PostSummary summary_;
+  std::thread thread_;  // last: it uses the members above
+};
+
 }  // namespace
 
 TEST_CASE(
@@ -406,19 +431,9 @@ TEST_CASE(
   flow.start();
 
   constexpr std::size_t kDocuments = 1'000'000;
-  OrderCheck check;
-  CountingSource source(kDocuments);
-  PostSummary summary;
-  std::thread poster([&] { summary = flow.post("/", source, std::ref(check)); });
-  struct Join {
-    std::thread& t;
-    ~Join() {
-      if (t.joinable()) t.join();
-    }
-  } join{poster};
-
-  REQUIRE(testing::eventually(
-      120s, [&] { return check.documents >= kDocuments / 3; }, 1ms));
+  BackgroundPost post(flow, kDocuments);
+  OrderCheck& check = post.check;
+  REQUIRE(post.reached(kDocuments / 3, 120s));
   servers[1]->process().signal(SIGKILL);
   const std::size_t killed_at = check.documents;
   REQUIRE(testing::eventually(10s, [&] { return flow.stats().remote_hosts.at(1).lost >= 1; }));
@@ -429,7 +444,7 @@ TEST_CASE(
   CHECK(testing::eventually(
       5s, [&] { return flow.stats().remote_hosts.at(1).connected; }, 10ms));
   const double rejoin_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - restarted).count();
-  poster.join();
+  const PostSummary summary = post.finish();
 
   INFO(check.first_problem);
   INFO("killed at document " << killed_at << "; rejoined " << rejoin_s << " s after the restart was ready");
@@ -458,24 +473,15 @@ TEST_CASE("an executor server that hangs (SIGSTOP) is detected by the timeout an
   Flow flow(client_flow({a.port(), b.port()}, "in_flight: 2, timeout_ms: 1000, retry_max_ms: 300"));
   flow.start();
   constexpr std::size_t kDocuments = 100'000;
-  OrderCheck check;
-  CountingSource source(kDocuments);
-  PostSummary summary;
-  std::thread poster([&] { summary = flow.post("/", source, std::ref(check)); });
-  struct Join {
-    std::thread& t;
-    ~Join() {
-      if (t.joinable()) t.join();
-    }
-  } join{poster};
-  REQUIRE(testing::eventually(
-      60s, [&] { return check.documents >= kDocuments / 3; }, 1ms));
+  BackgroundPost post(flow, kDocuments);
+  OrderCheck& check = post.check;
+  REQUIRE(post.reached(kDocuments / 3, 60s));
   a.process().signal(SIGSTOP);
   const auto stopped = std::chrono::steady_clock::now();
   REQUIRE(testing::eventually(
       10s, [&] { return flow.stats().remote_hosts.at(0).lost >= 1; }, 10ms));
   const double detected_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
-  poster.join();
+  const PostSummary summary = post.finish();
   INFO(check.first_problem);
   CHECK(check.first_problem.empty());
   CHECK(check.documents == kDocuments);
