@@ -227,6 +227,14 @@ TEST_CASE("malformed frames are refused with the field and offset that is wrong"
   REQUIRE(at != std::string::npos);
   shape[at + 2] = 5;  // 5 x 4 floats, but 64 bytes of data follow
   CHECK_THROWS_WITH(wire::decode_request(shape), testing::contains("has 80 bytes, not 64"));
+  {  // an empty tensor whose other sizes overflow LibTorch's strides (found by fuzz_wire_frames)
+    std::string bytes("\x01\x00\x00\x00\x01\x03\x01\x03", 8);  // 1 document, 1 field: tensor, float32, rank 3
+    for (const std::uint64_t size :
+         {std::uint64_t{2}, std::uint64_t{0x0600000000000000}, std::uint64_t{0}, std::uint64_t{0}})
+      bytes.append(reinterpret_cast<const char*>(&size), 8);  // the sizes, then a byte count of 0
+    CHECK_THROWS_WITH(wire::decode_documents(bytes),
+                      testing::contains("tensor dimension 1 (432345564227567616) overflows"));
+  }
   unsigned char big[4] = {0xff, 0xff, 0xff, 0x7f};
   CHECK_THROWS_WITH(wire::read_length(big, 1 << 20), testing::contains("above the maximum frame size"));
   unsigned char zero[4] = {0, 0, 0, 0};

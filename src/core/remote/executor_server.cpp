@@ -171,6 +171,8 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
       }
     } catch (const wire::WireError& e) {
       return refuse(e.what());
+    } catch (const std::exception& e) {  // nothing a client sends may end the I/O thread
+      return refuse(fmt::format("cannot read the frame: {}", e.what()));
     }
     read_frame();
   }

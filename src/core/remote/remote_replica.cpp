@@ -155,7 +155,7 @@ struct RemoteHost::Io {
         default:
           throw wire::WireError(fmt::format("unexpected frame type {} from a server", static_cast<int>(body[0])));
       }
-    } catch (const wire::WireError& e) {
+    } catch (const std::exception& e) {  // a WireError, or anything else a bad frame provokes
       fail(mine, e.what());
       return false;
     }
@@ -398,7 +398,7 @@ std::string RemoteReplica::run(const std::string& endpoint, DocumentArray& docs,
   wire::ResponseFrame response;
   try {
     response = wire::decode_response(answer);
-  } catch (const wire::WireError& e) {
+  } catch (const std::exception& e) {
     return fmt::format("host {} answered with a bad frame: {}", host_.address(), e.what());
   }
   docs = std::move(response.docs);
