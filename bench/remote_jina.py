@@ -11,13 +11,14 @@ over gRPC with 100-document requests. Prints docs/s; run it beside remote_flow.p
 import argparse
 import time
 
-from docarray import Document, DocumentArray
+from docarray import DocList
+from docarray.documents import TextDoc
 from jina import Executor, Flow, requests
 
 
 class NoOp(Executor):
     @requests
-    def f(self, docs, **kwargs):
+    def f(self, docs: DocList[TextDoc], **kwargs) -> DocList[TextDoc]:
         return docs
 
 
@@ -27,13 +28,13 @@ def main():
     a.add_argument("--request-size", type=int, default=100)
     a.add_argument("--runs", type=int, default=2)
     o = a.parse_args()
-    docs = DocumentArray([Document(text=f"document {i} of the remote benchmark") for i in range(o.docs)])
+    docs = DocList[TextDoc]([TextDoc(text=f"document {i} of the remote benchmark") for i in range(o.docs)])
     flow = Flow(protocol="grpc").add(uses=NoOp, name="first").add(uses=NoOp, name="mid").add(uses=NoOp, name="last")
     with flow:
-        flow.post("/", inputs=docs[:1000], request_size=o.request_size)  # warm-up
+        flow.post("/", inputs=docs[:1000], request_size=o.request_size, return_type=DocList[TextDoc])  # warm-up
         for r in range(o.runs):
             started = time.time()
-            out = flow.post("/", inputs=docs, request_size=o.request_size)
+            out = flow.post("/", inputs=docs, request_size=o.request_size, return_type=DocList[TextDoc])
             seconds = time.time() - started
             if len(out) != o.docs:
                 raise SystemExit(f"Jina returned {len(out)} of {o.docs} documents")
