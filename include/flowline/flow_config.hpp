@@ -51,10 +51,12 @@ struct BatchingOptions {
 };
 
 // How a flow reaches an executor that runs on other machines (`hosts:`; docs/remote-executors.md). Each
-// host is served by `in_flight` replica threads of this flow sharing one connection, all fed from the
-// executor's one queue, so a faster host takes more work.
+// host is served by `connections` connections (one by default), each shared by `in_flight` replica threads
+// of this flow, all fed from the executor's one queue, so a faster host takes more work.
 struct RemoteOptions {
-  std::size_t in_flight = 4;                         // requests in flight per host (its replicas here)
+  std::size_t in_flight = 4;                         // requests in flight per connection (its replicas here)
+  std::size_t connections = 1;                       // connections to each host; behind a load balancer
+                                                     // (a Kubernetes Service) each may reach another server
   std::chrono::milliseconds timeout{60'000};         // a request unanswered this long: the host is lost
   std::chrono::milliseconds connect_timeout{5'000};  // connect and handshake
   std::chrono::milliseconds retry_max{2'000};        // reconnect backoff: 100 ms doubling up to this
@@ -131,13 +133,19 @@ struct FlowConfig {
 // is used in messages and to resolve relative plugin paths. Throws ConfigError with every problem.
 FlowConfig parse_flow_config(std::string_view yaml_text, const std::filesystem::path& file_name);
 
+// Where a flow's devices are. Here: on this machine, so validation checks that every cuda device exists
+// (loading CUDA). Elsewhere: on the machines a deployment will run the executors on (`flowline export`),
+// so only their names are checked (cpu, cuda, cuda:N, auto, all).
+enum class DeviceCheck { Here, Elsewhere };
+
 // Reads and parses a flow file, loads the plugins it lists (and those in FLOWLINE_PLUGIN_PATH) into
 // `registry`, then validates it. Every problem, from syntax to validation, is reported in one
 // ConfigError, in file order.
-FlowConfig load_flow_config(const std::filesystem::path& file, Registry& registry = Registry::global());
+FlowConfig load_flow_config(const std::filesystem::path& file, Registry& registry = Registry::global(),
+                            DeviceCheck devices = DeviceCheck::Here);
 // The same for YAML text; `file` names it in messages and anchors relative plugin paths.
 FlowConfig load_flow_config_text(std::string_view yaml_text, const std::filesystem::path& file,
-                                 Registry& registry = Registry::global());
+                                 Registry& registry = Registry::global(), DeviceCheck devices = DeviceCheck::Here);
 
 // Sets one executor parameter from the command line: "NAME.PARAM=VALUE", VALUE typed as a YAML plain
 // scalar (42 is an int, auto a string). Messages about the value then name the assignment as their

@@ -17,7 +17,8 @@ bool parse_collect(std::string_view yaml_text, const std::filesystem::path& file
                    std::vector<Diagnostic>& diagnostics);
 
 // Validates `config`, appending problems to `diagnostics` (flow_validate.cpp).
-void validate_collect(FlowConfig& config, const Registry& registry, std::vector<Diagnostic>& diagnostics);
+void validate_collect(FlowConfig& config, const Registry& registry, std::vector<Diagnostic>& diagnostics,
+                      DeviceCheck devices = DeviceCheck::Here);
 
 // File order: by line, then column; problems without a line first.
 void sort_diagnostics(std::vector<Diagnostic>& diagnostics);

@@ -281,6 +281,15 @@ std::vector<SchemaKey> remote_executor_keys() {
             e->remote.in_flight = static_cast<std::size_t>(v.get_int64());
             return std::nullopt;
           }),
+      key("executors[].remote.connections", V::Int, 1, "", "1",
+          "Connections to each host, each with `in_flight` replicas and its own failover. Behind a load "
+          "balancer (a Kubernetes Service in front of several pods) each connection may reach another server.",
+          "connections: 4",
+          [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {
+            if (v.get_int64() > 64) return fmt::format("expected at most 64, got {}", v.get_int64());
+            e->remote.connections = static_cast<std::size_t>(v.get_int64());
+            return std::nullopt;
+          }),
       key("executors[].remote.timeout_ms", V::Int, 1, "", "60000",
           "A request unanswered this long means the host is lost: its batches go to the other hosts.",
           "timeout_ms: 10000", &set_remote_millis<&RemoteOptions::timeout>),

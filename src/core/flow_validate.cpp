@@ -49,6 +49,19 @@ std::set<std::string> check_names(const FlowConfig& config, Diagnostics& out) {
   return seen;
 }
 
+// Devices on other machines (DeviceCheck::Elsewhere): their names only.
+void check_device_names(const ExecutorConfig& e, Diagnostics& out) {
+  if (e.replicas < 1) report(out, e.location_of("replicas"), context_of(e) + "replicas must be at least 1");
+  if (e.devices.empty()) {
+    if (auto problem = check_device_syntax(e.device)) report(out, e.location_of("device"), context_of(e) + *problem);
+    return;
+  }
+  for (const auto& d : e.devices) {
+    if (d == "all" && e.devices.size() == 1) continue;
+    if (auto problem = check_device_syntax(d)) report(out, e.location_of("devices"), context_of(e) + *problem);
+  }
+}
+
 void check_devices(const ExecutorConfig& e, Diagnostics& out) {
   const std::string context = context_of(e);
   if (e.replicas < 1) report(out, e.location_of("replicas"), context + "replicas must be at least 1");
@@ -210,14 +223,17 @@ void check_cycles(const FlowConfig& config, const std::set<std::string>& seen, D
 
 namespace detail {
 
-void validate_collect(FlowConfig& config, const Registry& registry, Diagnostics& out) {
+void validate_collect(FlowConfig& config, const Registry& registry, Diagnostics& out, DeviceCheck devices) {
   check_options(config, out);
   const std::set<std::string> seen = check_names(config, out);
   std::vector<std::string> names;
   for (const auto& e : config.executors) names.push_back(e.name);
   for (auto& e : config.executors) {
     // A remote executor's devices are its servers' (this machine may have no GPU), unless it runs some here.
-    if (!e.is_remote() || e.remote.local_replicas > 0) check_devices(e, out);
+    if (devices == DeviceCheck::Elsewhere)
+      check_device_names(e, out);
+    else if (!e.is_remote() || e.remote.local_replicas > 0)
+      check_devices(e, out);
     check_needs(e, seen, names, out);
     check_executor_type(config, e, registry, out);
   }
@@ -254,7 +270,8 @@ void validate_flow_config(FlowConfig& config, const Registry& registry) {
   }
 }
 
-FlowConfig load_flow_config_text(std::string_view yaml_text, const std::filesystem::path& file, Registry& registry) {
+FlowConfig load_flow_config_text(std::string_view yaml_text, const std::filesystem::path& file, Registry& registry,
+                                 DeviceCheck devices) {
   FlowConfig config;
   Diagnostics diagnostics;
   if (!detail::parse_collect(yaml_text, file, config, diagnostics)) throw ConfigError(std::move(diagnostics));
@@ -271,7 +288,7 @@ FlowConfig load_flow_config_text(std::string_view yaml_text, const std::filesyst
   } catch (const Error& e) {
     diagnostics.push_back(Diagnostic{SourceLocation{}, e.what()});
   }
-  detail::validate_collect(config, registry, diagnostics);
+  detail::validate_collect(config, registry, diagnostics, devices);
   if (!diagnostics.empty()) {
     detail::sort_diagnostics(diagnostics);
     throw ConfigError(std::move(diagnostics));
@@ -279,14 +296,14 @@ FlowConfig load_flow_config_text(std::string_view yaml_text, const std::filesyst
   return config;
 }
 
-FlowConfig load_flow_config(const std::filesystem::path& file, Registry& registry) {
+FlowConfig load_flow_config(const std::filesystem::path& file, Registry& registry, DeviceCheck devices) {
   std::string text;
   try {
     text = read_file(file);
   } catch (const InputError& e) {
     throw ConfigError({Diagnostic{SourceLocation{}, e.what()}});
   }
-  return load_flow_config_text(text, file, registry);
+  return load_flow_config_text(text, file, registry, devices);
 }
 
 }  // namespace flowline

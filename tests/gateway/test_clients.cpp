@@ -104,15 +104,10 @@ class Server {
       : process_({FLOWLINE_LAUNCHER, "serve", flow.string(), "--port", "0", "--ready-file", (dir / "port").string()},
                  dir / "serve.log") {
     const fs::path ready = dir / "port";
-    const bool up = eventually(120s, [&] {
-      if (!process_.running()) return true;
-      const std::string text = testing::read_text(ready);
-      return !text.empty() && text.back() == '\n';
-    });
+    port_ = static_cast<std::uint16_t>(testing::wait_for_port(process_, ready, 120s));
     INFO("flowline serve's output:\n" << process_.log());
     if (!process_.running()) FAIL("flowline serve ended before it was ready (" << process_.ended() << ")");
-    if (!up) FAIL("flowline serve did not write its ready file " << ready << " within 120 s");
-    port_ = static_cast<std::uint16_t>(std::stoi(testing::read_text(ready)));
+    if (port_ == 0) FAIL("flowline serve did not write its ready file " << ready << " within 120 s");
   }
   std::uint16_t port() const { return port_; }
   std::string url() const { return fmt::format("http://127.0.0.1:{}", port_); }

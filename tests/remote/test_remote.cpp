@@ -266,6 +266,30 @@ TEST_CASE("a flow runs its middle executor on an executor server and gets every 
   CHECK(a.server->stats().requests + b.server->stats().requests == 200);
 }
 
+TEST_CASE("remote.connections opens that many connections to one host, each counted apart in the stats", "[remote]") {
+  InProcessServer a("a");
+  Flow flow(client_flow({a.port()}, "in_flight: 2, connections: 3"));
+  flow.start();
+  OrderCheck check;
+  CountingSource source(10'000);
+  const PostSummary summary = flow.post("/", source, std::ref(check));
+  INFO(check.first_problem);
+  CHECK(check.first_problem.empty());
+  CHECK(check.documents == 10'000);
+  CHECK(summary.failed_requests == 0);
+  const FlowStats stats = flow.stats();
+  REQUIRE(stats.remote_hosts.size() == 3);
+  std::uint64_t requests = 0;
+  for (std::size_t k = 0; k < 3; ++k) {
+    CHECK(stats.remote_hosts[k].address == fmt::format("127.0.0.1:{}#{}", a.port(), k + 1));
+    CHECK(stats.remote_hosts[k].connected);
+    requests += stats.remote_hosts[k].requests;
+  }
+  CHECK(requests == 100);
+  flow.close();
+  CHECK(a.server->stats().accepted == 3);
+}
+
 TEST_CASE("an executor error on a server fails that request only and is not retried", "[remote]") {
   InProcessServer server("s", {}, "executors:\n  - {name: mid, uses: FailIf}\n");
   Flow flow(client_flow({server.port()}, "in_flight: 2"));

@@ -206,9 +206,11 @@ struct RemoteHost::Io {
   bool writing = false;
 };
 
-RemoteHost::RemoteHost(std::string executor, std::string address, const RemoteOptions& options, RemoteGroup& group)
+RemoteHost::RemoteHost(std::string executor, std::string address, std::string label, const RemoteOptions& options,
+                       RemoteGroup& group)
     : executor_(std::move(executor)),
       address_(std::move(address)),
+      label_(std::move(label)),
       options_(options),
       group_(group),
       io_(std::make_unique<Io>(*this)) {}
@@ -244,22 +246,23 @@ void RemoteHost::lost(const std::string& why) {
     up_ = false;
     attempted_ = true;
     last_error_ = why;
-    for (auto& [id, pending] : pending_) pending->lost = why;
+    for (auto& [id, pending] : pending_) {
+      pending->lost = why;
+      pending->ready.notify_one();  // under the lock: the call may return and destroy it once unlocked
+    }
     pending_.clear();
   }
   changed_.notify_all();
 }
 
 void RemoteHost::answered(std::uint64_t id, std::string frame) {
-  {
-    std::lock_guard lock(mutex_);
-    const auto it = pending_.find(id);
-    if (it == pending_.end()) return;  // a call that timed out has gone: its answer is dropped
-    it->second->answer = std::move(frame);
-    it->second->done = true;
-    pending_.erase(it);
-  }
-  changed_.notify_all();
+  std::lock_guard lock(mutex_);
+  const auto it = pending_.find(id);
+  if (it == pending_.end()) return;  // a call that timed out has gone: its answer is dropped
+  it->second->answer = std::move(frame);
+  it->second->done = true;
+  it->second->ready.notify_one();  // under the lock: the call may return and destroy it once unlocked
+  pending_.erase(it);
 }
 
 RemoteHost::Wait RemoteHost::wait_up(const std::function<bool()>& stop) {
@@ -287,7 +290,7 @@ std::string RemoteHost::call(std::uint64_t id, std::string frame) {
   });
   lock.lock();
   const bool finished =
-      changed_.wait_for(lock, options_.timeout, [&] { return pending.done || !pending.lost.empty(); });
+      pending.ready.wait_for(lock, options_.timeout, [&] { return pending.done || !pending.lost.empty(); });
   if (pending.done) {
     requests_.fetch_add(1, std::memory_order_relaxed);
     return std::move(pending.answer);
@@ -313,7 +316,7 @@ std::string RemoteHost::last_error() const {
 RemoteHostStats RemoteHost::stats() const {
   RemoteHostStats s;
   s.executor = executor_;
-  s.address = address_;
+  s.address = label_;
   {
     std::lock_guard lock(mutex_);
     s.connected = up_;
@@ -333,8 +336,13 @@ RemoteGroup::RemoteGroup(const ExecutorConfig& executor)
       local_replicas_(executor.remote.local_replicas),
       give_up_(executor.remote.give_up),
       start_degraded_(executor.remote.start_degraded) {
-  for (const auto& address : executor.hosts)
-    hosts_.push_back(std::make_unique<RemoteHost>(executor.name, address, executor.remote, *this));
+  const std::size_t connections = std::max<std::size_t>(executor.remote.connections, 1);
+  for (const auto& address : executor.hosts) {
+    for (std::size_t k = 1; k <= connections; ++k) {
+      std::string label = connections == 1 ? address : fmt::format("{}#{}", address, k);
+      hosts_.push_back(std::make_unique<RemoteHost>(executor.name, address, std::move(label), executor.remote, *this));
+    }
+  }
 }
 
 void RemoteGroup::start() {

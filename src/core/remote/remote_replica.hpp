@@ -38,7 +38,10 @@ class RemoteGroup;
 
 class RemoteHost {
  public:
-  RemoteHost(std::string executor, std::string address, const RemoteOptions& options, RemoteGroup& group);
+  // `label` names this connection in stats and metrics: the address, or "address#k" when remote.connections
+  // opens several to it.
+  RemoteHost(std::string executor, std::string address, std::string label, const RemoteOptions& options,
+             RemoteGroup& group);
   ~RemoteHost();  // stops the I/O thread, closing the connection
   RemoteHost(const RemoteHost&) = delete;
   RemoteHost& operator=(const RemoteHost&) = delete;
@@ -70,6 +73,7 @@ class RemoteHost {
     std::string answer;
     std::string lost;  // why the host was lost while this call waited
     bool done = false;
+    std::condition_variable ready;  // its own: an answer wakes only the call that waits for it
   };
   friend struct Io;
 
@@ -79,11 +83,12 @@ class RemoteHost {
 
   const std::string executor_;
   const std::string address_;
+  const std::string label_;
   const RemoteOptions options_;
   RemoteGroup& group_;
 
   mutable std::mutex mutex_;
-  std::condition_variable changed_;  // state, answers, losses
+  std::condition_variable changed_;  // connected or lost (wait_up, start)
   bool up_ = false;
   bool ever_up_ = false;
   bool attempted_ = false;        // the first connection attempt has ended
@@ -96,7 +101,8 @@ class RemoteHost {
   std::unique_ptr<Io> io_;  // last: its thread is stopped first
 };
 
-// The hosts of one executor, and whether any of its replicas can take work.
+// The hosts of one executor (a RemoteHost per connection: remote.connections to each `hosts:` entry), and
+// whether any of its replicas can take work.
 class RemoteGroup {
  public:
   RemoteGroup(const ExecutorConfig& executor);
