@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up .venv-clients: the Python clients the gateway's compatibility tests and bench/serve_http.py use,
 # i.e. Jina 3.34.0 (its HTTP Client and, for the side-by-side bench, a real Flow) with docarray v2, and the
-# openai package. Safe to re-run: when the venv exists and holds exactly the pinned set it says so and stops.
+# openai package; and kubernetes-validate, which checks what `flowline export kubernetes` writes
+# (tests/deploy). Safe to re-run: when the venv exists and holds exactly the pinned set it says so and stops.
 #
 #   scripts/setup-clients.sh            create or complete .venv-clients
 #   scripts/setup-clients.sh --force    delete .venv-clients and install it again
@@ -25,6 +26,12 @@ PINS="
 jina==3.34.0
 docarray==0.40.0
 openai==3.54.0
+kubernetes-validate==1.37.0
+jsonschema==4.26.0
+jsonschema-specifications==2025.9.1
+referencing==0.37.0
+rpds-py==2026.9.1
+importlib_resources==7.1.0
 pydantic==2.10.6
 pydantic_core==2.27.2
 fastapi==0.115.12
@@ -115,7 +122,8 @@ from jina import Client, Flow, Executor, requests
 from docarray import DocList
 from docarray.documents import TextDoc
 assert jina.__version__ == "3.34.0", jina.__version__
-import google.protobuf; assert google.protobuf.__version__.startswith("4."), google.protobuf.__version__'
+import google.protobuf; assert google.protobuf.__version__.startswith("4."), google.protobuf.__version__
+import kubernetes_validate'
 
 step() { printf 'setup-clients: %s\n' "$*"; }
 die() { printf 'setup-clients: FAILED: %s\n' "$*" >&2; exit 1; }
@@ -179,4 +187,4 @@ if ! "$PY" -m pip check >"$LOG" 2>&1; then
 fi
 "$PY" -c "$SMOKE" >"$LOG" 2>&1 || { cat "$LOG" >&2; die "the installed clients do not import"; }
 echo "$PIN_HASH" >"$MARKER"
-step "done: $VENV/bin/python has jina 3.34.0 (HTTP Client, Flow), docarray 0.40.0, openai 3.54.0"
+step "done: $VENV/bin/python has jina 3.34.0 (HTTP Client, Flow), docarray 0.40.0, openai 3.54.0, kubernetes-validate 1.37.0"

@@ -4,6 +4,7 @@
 #include "profile.hpp"
 #include "progress.hpp"
 #include "run_output.hpp"
+#include "export.hpp"
 #include "serve.hpp"
 
 #include "flowline/flowline.hpp"
@@ -491,6 +492,8 @@ int run(int argc, char** argv) {
       app.add_subcommand("schema", "Print the YAML reference (flow keys and executor parameters) as Markdown");
   ServeOptions serve_options;
   auto* serve_cmd = add_serve_command(app, serve_options);
+  ExportCommand export_command;
+  auto* export_cmd = add_export_command(app, export_command);
 
   try {
     app.parse(argc, argv);
@@ -509,6 +512,7 @@ int run(int argc, char** argv) {
     if (*executors_cmd) return command_executors();
     if (*schema_cmd) return command_schema();
     if (*serve_cmd) return command_serve(std::move(serve_options));
+    if (*export_cmd) return command_export(std::move(export_command));
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", e.what());
     return kExitFailure;
