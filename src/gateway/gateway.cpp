@@ -25,11 +25,13 @@
 #include <boost/beast/http.hpp>
 #include <boost/json/serialize.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <atomic>
 #include <list>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -38,6 +40,25 @@
 namespace flowline {
 
 namespace {
+
+// Why the flow cannot take work although it is serving: a remote executor none of whose hosts is
+// connected and that runs no replica here (the reason /ready gives); nullopt when every executor can.
+std::optional<std::string> unreachable_executor(const Flow& flow) {
+  std::set<std::string> with_local;
+  for (const auto& e : flow.config().executors)
+    if (e.is_remote() && e.remote.local_replicas > 0) with_local.insert(e.name);
+  const FlowStats stats = flow.stats();
+  std::map<std::string, std::vector<std::string>> down;  // executor -> its hosts, when none is up
+  std::set<std::string> up;
+  for (const auto& h : stats.remote_hosts) {
+    if (h.connected) up.insert(h.executor);
+    down[h.executor].push_back(h.last_error.empty() ? h.address : fmt::format("{}: {}", h.address, h.last_error));
+  }
+  for (const auto& [executor, hosts] : down)
+    if (!up.count(executor) && !with_local.count(executor))
+      return fmt::format("no host of executor '{}' is reachable ({})", executor, fmt::join(hosts, "; "));
+  return std::nullopt;
+}
 
 constexpr std::size_t kMaxHeaderBytes = 16 * 1024;
 
@@ -229,8 +250,11 @@ void Connection::handle() {
   if (path == "/ready") {
     route_ = Route::Ready;
     if (!get) return wrong_method();
-    if (gw_.serving) return json_reply(200, json::object{{"ready", true}});
-    return json_reply(503, json::object{{"ready", false}, {"reason", gw_.draining ? "draining" : "starting"}});
+    if (!gw_.serving)
+      return json_reply(503, json::object{{"ready", false}, {"reason", gw_.draining ? "draining" : "starting"}});
+    if (auto unreachable = unreachable_executor(gw_.flow))
+      return json_reply(503, json::object{{"ready", false}, {"reason", *unreachable}});
+    return json_reply(200, json::object{{"ready", true}});
   }
   if (!authorized()) {
     route_ = Route::Other;

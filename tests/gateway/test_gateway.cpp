@@ -3,6 +3,9 @@
 // batching across clients, every limit, readiness and the drain on stop().
 #include "gateway_fixtures.hpp"
 
+#include "child_process.hpp"
+#include "flowline/executor_server.hpp"
+
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -250,6 +253,41 @@ TEST_CASE("stopping the gateway answers the requests in flight and turns /ready 
   CHECK(status == 200);
   flow.close();
   CHECK_THROWS(Client(port));  // nothing listens any more
+}
+
+TEST_CASE("/ready is 503 naming a remote executor none of whose hosts is reachable, and 200 once one is", "[gateway]") {
+  const std::uint16_t port = [] {  // a loopback port nobody listens on: bound, read back, closed
+    asio::io_context io;
+    tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    return acceptor.local_endpoint().port();
+  }();
+  Flow flow(load_flow_config_text(fmt::format("executors:\n"
+                                              "  - name: mid\n"
+                                              "    uses: NoOp\n"
+                                              "    hosts: [127.0.0.1:{}]\n"
+                                              "    remote: {{start_degraded: true, retry_max_ms: 200}}\n",
+                                              port),
+                                  "gateway.yml"));
+  auto gateway = Gateway::attach_to(flow);
+  flow.start();
+  gateway->start(GatewayOptions{.port = 0});
+  Client client(gateway->port());
+  const Reply down = client.get("/ready");
+  CHECK(down.status == 503);
+  CHECK_THAT(down.body, testing::contains(fmt::format("no host of executor 'mid' is reachable (127.0.0.1:{}", port)));
+  CHECK(client.get("/health").status == 200);  // alive all the same
+
+  Flow served(executor_flow(load_flow_config_text("executors:\n  - {name: mid, uses: NoOp}\n", "s.yml"), "mid"));
+  served.start();
+  ExecutorServer server(served, "mid");
+  ExecutorServerOptions options;
+  options.port = port;
+  server.start(options);
+  CHECK(testing::eventually(5s, [&] { return client.get("/ready").status == 200; }));
+  gateway->stop();
+  flow.close();
+  server.stop();
+  served.close();
 }
 
 TEST_CASE("/metrics reports requests, batches and queues in Prometheus' text format", "[gateway]") {
