@@ -11,7 +11,8 @@ costs in docs/s and saves in memory.
   python3 bench/cpu_allocator.py --flowline build/src/flowline --model models/all-MiniLM-L6-v2 \\
       --corpus ../shared/data/corpus [--rounds 2] [--settings default,mmap_threshold=131072,...] [--docs 2000]
 
-Each setting is "default" (glibc's own behaviour, no tunables) or a ':'-separated list of
+Each setting is "default" (glibc's own behaviour, no tunables), "jemalloc" (Debian's libjemalloc2
+preloaded, with its defaults; "jemalloc:OPTS" sets MALLOC_CONF=OPTS with '+' between options), or a ':'-separated list of
 glibc.malloc tunables without the prefix. Prints docs/s (from --stats) and peak RSS (ru_maxrss) per run
 and the best of each setting.
 """
@@ -27,6 +28,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 from corpus import corpus  # noqa: E402
 
+JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"  # Debian's libjemalloc2
 DEFAULT_SETTINGS = "default,mmap_threshold=131072,mmap_threshold=1048576,mmap_threshold=4194304,arena_max=2"
 
 
@@ -34,7 +36,13 @@ def run_once(args, flow, input_path, setting):
     env = dict(os.environ)
     env.pop("GLIBC_TUNABLES", None)
     env.pop("MALLOC_MMAP_THRESHOLD_", None)
-    if setting != "default":
+    env.pop("LD_PRELOAD", None)
+    env.pop("MALLOC_CONF", None)
+    if setting.startswith("jemalloc"):
+        env["LD_PRELOAD"] = JEMALLOC
+        if ":" in setting:
+            env["MALLOC_CONF"] = setting.split(":", 1)[1].replace("+", ",")
+    elif setting != "default":
         env["GLIBC_TUNABLES"] = ":".join("glibc.malloc." + t for t in setting.split(":"))
     proc = subprocess.Popen([args.flowline, "run", str(flow), "--input", str(input_path), "--input-format", "lines",
                              "--progress", "never", "--stats"], env=env, stdout=subprocess.DEVNULL,

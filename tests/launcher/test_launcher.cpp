@@ -266,3 +266,13 @@ TEST_CASE("flowline profile rejects bad batch sizes and flows without a batch si
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, testing::contains("no executor of this flow has a batch_size parameter to profile"));
 }
+
+TEST_CASE("the launcher allocates with jemalloc and its settings where the build found jemalloc", "[launcher]") {
+  if (!FLOWLINE_LAUNCHER_JEMALLOC) FLOWLINE_SKIP("this build's launcher links glibc's malloc (no libjemalloc-dev)");
+  // confirm_conf makes jemalloc print where each setting came from as it starts.
+  const auto r = testing::run_process(fmt::format("MALLOC_CONF=confirm_conf:true '{}' --version", FLOWLINE_LAUNCHER));
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.err, testing::contains("global variable malloc_conf): \"oversize_threshold:0,background_thread:true\""));
+  CHECK_THAT(r.err, testing::contains("Set conf value: background_thread:true"));
+}
