@@ -13,10 +13,12 @@ mkdir -p .device
 if [ ! -f .device/model/all-MiniLM-L6-v2/model.safetensors ]; then
   .venv/bin/python - <<'PY'
 import pathlib, shutil
-from safetensors.torch import load_file, save_file
+import numpy as np
+from safetensors.numpy import load_file, save_file  # not safetensors.torch: the light install cannot import torch
 src = pathlib.Path("models/all-MiniLM-L6-v2"); dst = pathlib.Path(".device/model/all-MiniLM-L6-v2")
 shutil.copytree(src, dst, dirs_exist_ok=True, ignore=shutil.ignore_patterns("model.safetensors", "*.onnx", "*.bin"))
-tensors = {k: (v.half() if v.is_floating_point() else v).contiguous() for k, v in load_file(src / "model.safetensors").items()}
+tensors = {k: np.ascontiguousarray(v.astype(np.float16) if np.issubdtype(v.dtype, np.floating) else v)
+           for k, v in load_file(src / "model.safetensors").items()}
 save_file(tensors, str(dst / "model.safetensors"), metadata={"format": "pt"})
 PY
 fi
@@ -34,10 +36,11 @@ if [ ! -d .device/prometheus/usr ]; then
 fi
 # The device copy of the tree drops symbolic links (libutf8proc.so -> libutf8proc.so.2 -> ...): replace each
 # link by a copy of the file it points to, so CMake's find_library finds a real libutf8proc.so there.
+# Links into packages not unpacked here (prometheus-cpp's pull and push libraries) are dropped.
 find .device/utf8proc .device/prometheus -type l | while read -r link; do
   target="$(readlink -f "$link")"
   rm "$link"
-  cp "$target" "$link"
+  if [ -f "$target" ]; then cp "$target" "$link"; fi
 done
 if [ ! -f .device/stb/usr/include/stb/stb_image_write.h ]; then
   tmp="$(mktemp -d)"
