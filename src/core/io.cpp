@@ -118,11 +118,17 @@ class LineSource : public DocumentSource {
                                                   ? std::string("is a folder, not a file")
                                                   : fmt::format("cannot open file: {}", std::strerror(errno)));
     }
+    if (std::filesystem::is_regular_file(path, ec)) size_at_open_ = std::filesystem::file_size(path, ec);
+    if (ec) size_at_open_ = 0;
   }
 
   std::size_t read(DocumentArray& out, std::size_t max) override {
     std::size_t n = 0;
     while (n < max && std::getline(in_, line_)) {
+      consumed_ += line_.size() + (in_.eof() ? 0 : 1);
+      // The end of a regular file before the size it had when opened: it was truncated under the reader, and
+      // the last line may be cut anywhere. Said, rather than that fragment passed on as a document.
+      if (in_.eof()) check_not_truncated();
       ++line_number_;
       if (!line_.empty() && line_.back() == '\r') line_.pop_back();
       if (line_number_ == 1 && line_.compare(0, 3, "\xEF\xBB\xBF") == 0) line_.erase(0, 3);
@@ -145,15 +151,26 @@ class LineSource : public DocumentSource {
       ++n;
     }
     if (in_.bad()) throw InputError(SourceLocation{path_, static_cast<int>(line_number_)}, "read failed");
+    if (in_.eof()) check_not_truncated();
     return n;
   }
 
  private:
+  void check_not_truncated() const {
+    if (consumed_ >= size_at_open_) return;
+    throw InputError(SourceLocation{path_, static_cast<int>(line_number_ + 1)},
+                     fmt::format("the file ended after {} of the {} bytes it had when it was opened: it was truncated "
+                                 "while being read",
+                                 consumed_, size_at_open_));
+  }
+
   std::string path_;
   bool jsonl_;
   std::ifstream in_;
   std::string line_;
   std::size_t line_number_ = 0;
+  std::uintmax_t size_at_open_ = 0;  // a regular file's size when opened (0: a pipe, a FIFO, a device)
+  std::uintmax_t consumed_ = 0;      // bytes read so far, newlines included
 };
 
 // paragraphs and text: the file is read whole (a paragraph needs the lines around it).
