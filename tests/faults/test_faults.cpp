@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <fstream>
 #include <mutex>
+#include <new>
 #include <set>
 #include <thread>
 
@@ -53,10 +54,16 @@ class Allocator : public Executor {
     bind_default([](DocumentArray& docs, const RequestInfo&) {
       for (auto& doc : docs) {
         if (doc.text != "ALLOC") continue;
+#if defined(__SANITIZE_ADDRESS__)
+        // ASan's operator new reports an allocation it cannot make and ends the program instead of throwing
+        // (allocator_may_return_null covers malloc only): throw what operator new throws.
+        throw std::bad_alloc();
+#else
         // 1 PiB: beyond the 128 TiB a process can address on x86-64, so refused whatever the machine's overcommit
         // setting (1 TiB was granted where overcommit is always on, then zero-filled into the OOM killer).
         std::vector<char> huge(std::size_t{1} << 50);
         doc.tags["size"] = static_cast<std::uint64_t>(huge.size());
+#endif
       }
     });
   }
