@@ -112,11 +112,8 @@ int command_export(ExportCommand c) {
     const std::string text = read_file(c.flow);
     const FlowConfig config = load_flow_config(c.flow, Registry::global(), DeviceCheck::Elsewhere);
     plan = deploy::make_plan(c.target, config, text, c.flow, c.options);
-  } catch (const ConfigError& e) {
-    print_config_error(e);
-    return kExitUsage;
   } catch (const Error& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
+    print_load_error(e);
     return kExitUsage;
   }
   // Compose mounts the flow files from the folder; Kubernetes carries them in its ConfigMap, and the folder

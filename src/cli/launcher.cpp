@@ -420,6 +420,13 @@ void print_config_error(const ConfigError& e) {
              e.diagnostics().size() == 1 ? "" : "s");
 }
 
+void print_load_error(const Error& e) {
+  if (const auto* config = dynamic_cast<const ConfigError*>(&e))
+    print_config_error(*config);
+  else
+    fmt::print(stderr, "error: {}\n", e.what());
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"flowline: run executor pipelines defined in YAML"};
   app.require_subcommand(1);

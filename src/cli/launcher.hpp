@@ -19,6 +19,9 @@ int run(int argc, char** argv);
 
 // Prints a flow configuration's diagnostics (file:line:column: message) and their count to stderr.
 void print_config_error(const ConfigError& e);
+// Prints what went wrong loading a flow or reading a command's options: a ConfigError as
+// print_config_error() does, any other flowline::Error as "error: MESSAGE".
+void print_load_error(const Error& e);
 // Loads a flow file and applies --set overrides (EXECUTOR.PARAM=VALUE), validating again when there are
 // any. Throws ConfigError.
 FlowConfig load_flow_with_sets(const std::string& file, const std::vector<std::string>& sets);

@@ -186,11 +186,8 @@ int command_serve(ServeOptions o) {
     options.apply(config.options.serve);
     options.apply(o.given);
     options.token = read_token(o.token_file);
-  } catch (const ConfigError& e) {
-    print_config_error(e);
-    return kExitUsage;
   } catch (const Error& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
+    print_load_error(e);
     return kExitUsage;
   }
 

@@ -35,20 +35,20 @@ std::string dns_label(const std::string& name, const std::string& what) {
   return out;
 }
 
+std::vector<std::string> ExecutorService::container_names(Target target) const {
+  if (target == Target::Kubernetes || containers == 1) return {service};
+  std::vector<std::string> names;
+  for (int k = 0; k < containers; ++k) names.push_back(fmt::format("{}-{}", service, k));
+  return names;
+}
+
 namespace {
 
 // The executors that --scale, --gpus, --local and --hpa name must be in the flow.
-template <class Keys>
-void check_names(const FlowConfig& config, const Keys& keys, const char* option) {
+void check_names(const FlowConfig& config, const std::vector<std::string>& given, const char* option) {
   std::vector<std::string> names;
   for (const auto& e : config.executors) names.push_back(e.name);
-  for (const auto& item : keys) {
-    const std::string& name = [&]() -> const std::string& {
-      if constexpr (std::is_same_v<std::decay_t<decltype(item)>, std::string>)
-        return item;
-      else
-        return item.first;
-    }();
+  for (const auto& name : given) {
     if (std::find(names.begin(), names.end(), name) != names.end()) continue;
     const std::string hint = closest_match(name, names);
     throw Error(fmt::format("{} names executor '{}', which the flow does not have{} (it has: {})", option, name,
@@ -179,10 +179,15 @@ std::vector<std::string> env_names(const std::string& yaml_text) {
 }
 
 void check_options(const FlowConfig& config, const ExportOptions& o) {
-  check_names(config, o.scale, "--scale");
-  check_names(config, o.gpus, "--gpus");
-  check_names(config, o.local, "--local");
-  check_names(config, o.hpa, "--hpa");
+  auto keys = [](const auto& map) {
+    std::vector<std::string> out;
+    for (const auto& [name, value] : map) out.push_back(name);
+    return out;
+  };
+  check_names(config, keys(o.scale), "--scale");
+  check_names(config, keys(o.gpus), "--gpus");
+  check_names(config, {o.local.begin(), o.local.end()}, "--local");
+  check_names(config, keys(o.hpa), "--hpa");
   for (const auto& [name, n] : o.scale)
     if (n < 1) throw Error(fmt::format("--scale {}={}: at least one container", name, n));
   for (const auto& [name, n] : o.gpus)
@@ -216,13 +221,9 @@ ExecutorService plan_service(Target target, DeployPlan& plan, const ExecutorConf
     s.flow_file = fmt::format("{}.{}.yml", std::filesystem::path(plan.flow_file).stem().string(), label);
     plan.files[s.flow_file] = renumbered_flow(yaml_text, e, use.ids, plan.flow_file);
   }
-  if (target == Target::Kubernetes || s.containers == 1) {
-    s.hosts.push_back(fmt::format("{}:{}", s.service, kWirePort));
-    const int pods = std::max(s.containers, s.hpa.second);
-    if (target == Target::Kubernetes && pods > 1) s.connections = std::min(2 * pods, 64);
-  } else {
-    for (int k = 0; k < s.containers; ++k) s.hosts.push_back(fmt::format("{}-{}:{}", s.service, k, kWirePort));
-  }
+  for (const auto& name : s.container_names(target)) s.hosts.push_back(fmt::format("{}:{}", name, kWirePort));
+  const int pods = std::max(s.containers, s.hpa.second);
+  if (target == Target::Kubernetes && pods > 1) s.connections = std::min(2 * pods, 64);
   return s;
 }
 
@@ -231,13 +232,7 @@ void check_unique(const DeployPlan& plan) {
       {plan.target == Target::Kubernetes ? plan.name + "-gateway" : "gateway", "the gateway"}};
   if (plan.target == Target::Kubernetes) taken.emplace(plan.name + "-flow", "the flow's ConfigMap");
   for (const auto& s : plan.executors) {
-    std::vector<std::string> names;
-    if (plan.target == Target::Kubernetes || s.containers == 1) {
-      names.push_back(s.service);
-    } else {
-      for (int k = 0; k < s.containers; ++k) names.push_back(fmt::format("{}-{}", s.service, k));
-    }
-    for (const auto& n : names) {
+    for (const auto& n : s.container_names(plan.target)) {
       const auto [it, fresh] = taken.emplace(n, fmt::format("executor '{}'", s.executor));
       if (!fresh)
         throw Error(

@@ -65,6 +65,10 @@ struct ExecutorService {
   // connection to one of the ready pods, so two per pod spread the work over the pods.
   int connections = 1;
   std::pair<int, int> hpa{0, 0};  // min and max pods; {0, 0}: none
+
+  // The names its containers are reached by: compose names each (`service`, or `service-0`, `service-1`,
+  // ... with --scale); on Kubernetes the pods share the Service's name.
+  std::vector<std::string> container_names(Target target) const;
 };
 
 struct DeployPlan {

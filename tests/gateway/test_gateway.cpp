@@ -256,11 +256,7 @@ TEST_CASE("stopping the gateway answers the requests in flight and turns /ready 
 }
 
 TEST_CASE("/ready is 503 naming a remote executor none of whose hosts is reachable, and 200 once one is", "[gateway]") {
-  const std::uint16_t port = [] {  // a loopback port nobody listens on: bound, read back, closed
-    asio::io_context io;
-    tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
-    return acceptor.local_endpoint().port();
-  }();
+  const std::uint16_t port = testing::unused_loopback_port();
   Flow flow(load_flow_config_text(fmt::format("executors:\n"
                                               "  - name: mid\n"
                                               "    uses: NoOp\n"

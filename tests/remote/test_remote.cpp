@@ -362,11 +362,7 @@ TEST_CASE("an executor server closes a connection that sends a bad frame, says w
 }
 
 TEST_CASE("a flow whose host cannot be reached fails to start naming it, or starts degraded when told to", "[remote]") {
-  const std::uint16_t port = [] {  // a loopback port nobody listens on: bound, read back, closed
-    asio::io_context io;
-    tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
-    return acceptor.local_endpoint().port();
-  }();
+  const std::uint16_t port = testing::unused_loopback_port();
   {
     Flow flow(client_flow({port}, "connect_timeout_ms: 1000"));
     CHECK_THROWS_WITH(flow.start(), testing::contains(fmt::format("cannot reach host 127.0.0.1:{}", port)) &&

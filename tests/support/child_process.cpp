@@ -5,9 +5,12 @@
 
 #include <fmt/format.h>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -126,6 +129,20 @@ int wait_for_port(ChildProcess& process, const std::filesystem::path& ready_file
     return true;
   });
   return process.running() ? port : 0;
+}
+
+std::uint16_t unused_loopback_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw std::runtime_error(fmt::format("socket: {}", std::strerror(errno)));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t size = sizeof(address);
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&address), size) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) == 0;
+  ::close(fd);
+  if (!ok) throw std::runtime_error(fmt::format("bind to a loopback port: {}", std::strerror(errno)));
+  return ntohs(address.sin_port);
 }
 
 }  // namespace flowline::testing

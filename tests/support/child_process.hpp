@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <optional>
@@ -53,5 +54,9 @@ bool eventually(std::chrono::milliseconds bound, const std::function<bool()>& f,
 // Waits (up to `bound`) for `ready_file` to hold a port followed by a newline, as `flowline serve
 // --ready-file` writes it; returns it, or 0 when the process ended or the bound passed.
 int wait_for_port(ChildProcess& process, const std::filesystem::path& ready_file, std::chrono::milliseconds bound);
+
+// A loopback port nobody listens on: bound, read back and closed (another process could take it meanwhile,
+// as with any such port; tests use it for a server that is not there yet).
+std::uint16_t unused_loopback_port();
 
 }  // namespace flowline::testing
