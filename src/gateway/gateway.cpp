@@ -45,8 +45,12 @@ namespace {
 // connected and that runs no replica here (the reason /ready gives); nullopt when every executor can.
 std::optional<std::string> unreachable_executor(const Flow& flow) {
   std::set<std::string> with_local;
-  for (const auto& e : flow.config().executors)
+  bool remote = false;
+  for (const auto& e : flow.config().executors) {
+    remote |= e.is_remote();
     if (e.is_remote() && e.remote.local_replicas > 0) with_local.insert(e.name);
+  }
+  if (!remote) return std::nullopt;  // a probe of a flow all in this process gathers no stats
   const FlowStats stats = flow.stats();
   std::map<std::string, std::vector<std::string>> down;  // executor -> its hosts, when none is up
   std::set<std::string> up;
