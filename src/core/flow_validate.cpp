@@ -49,25 +49,16 @@ std::set<std::string> check_names(const FlowConfig& config, Diagnostics& out) {
   return seen;
 }
 
-// Devices on other machines (DeviceCheck::Elsewhere): their names only.
-void check_device_names(const ExecutorConfig& e, Diagnostics& out) {
-  if (e.replicas < 1) report(out, e.location_of("replicas"), context_of(e) + "replicas must be at least 1");
-  if (e.devices.empty()) {
-    if (auto problem = check_device_syntax(e.device)) report(out, e.location_of("device"), context_of(e) + *problem);
-    return;
-  }
-  for (const auto& d : e.devices) {
-    if (d == "all" && e.devices.size() == 1) continue;
-    if (auto problem = check_device_syntax(d)) report(out, e.location_of("devices"), context_of(e) + *problem);
-  }
-}
-
-void check_devices(const ExecutorConfig& e, Diagnostics& out) {
+// An executor's devices: their names always; with DeviceCheck::Here also that they exist on this machine
+// (Elsewhere: on the machines a deployment runs the executor on).
+void check_devices(const ExecutorConfig& e, DeviceCheck where, Diagnostics& out) {
   const std::string context = context_of(e);
+  const auto check = where == DeviceCheck::Here ? check_device : check_device_syntax;
   if (e.replicas < 1) report(out, e.location_of("replicas"), context + "replicas must be at least 1");
   if (e.devices.empty()) {
-    if (auto problem = check_device(e.device)) report(out, e.location_of("device"), context + *problem);
+    if (auto problem = check(e.device)) report(out, e.location_of("device"), context + *problem);
   } else if (e.devices.size() == 1 && e.devices[0] == "all") {
+    if (where == DeviceCheck::Elsewhere) return;
     if (auto missing = load_cuda()) {
       report(out, e.location_of("devices"),
              fmt::format("{}devices: all needs {}: set up with GPU support (scripts/setup.sh --gpu), or use cpu",
@@ -79,7 +70,7 @@ void check_devices(const ExecutorConfig& e, Diagnostics& out) {
     }
   } else {
     for (const auto& d : e.devices) {
-      if (auto problem = check_device(d)) report(out, e.location_of("devices"), context + *problem);
+      if (auto problem = check(d)) report(out, e.location_of("devices"), context + *problem);
     }
   }
 }
@@ -230,10 +221,8 @@ void validate_collect(FlowConfig& config, const Registry& registry, Diagnostics&
   for (const auto& e : config.executors) names.push_back(e.name);
   for (auto& e : config.executors) {
     // A remote executor's devices are its servers' (this machine may have no GPU), unless it runs some here.
-    if (devices == DeviceCheck::Elsewhere)
-      check_device_names(e, out);
-    else if (!e.is_remote() || e.remote.local_replicas > 0)
-      check_devices(e, out);
+    if (devices == DeviceCheck::Elsewhere || !e.is_remote() || e.remote.local_replicas > 0)
+      check_devices(e, devices, out);
     check_needs(e, seen, names, out);
     check_executor_type(config, e, registry, out);
   }
