@@ -8,7 +8,7 @@
 #include "flowline/device.hpp"
 #include "flowline/torch_support.hpp"
 #include "flowline/io.hpp"
-#include "flowline/sentence_encoder/bert.hpp"
+#include "flowline/models/embedding_model.hpp"
 #include "flowline/sentence_encoder/wordpiece_tokenizer.hpp"
 
 #include <ATen/ATen.h>
@@ -25,6 +25,7 @@
 
 using namespace flowline;
 using namespace flowline::sentence_encoder;
+using namespace flowline::models;
 using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
@@ -56,17 +57,17 @@ int main(int argc, char** argv) {
   set_thread_device(device);
   const c10::ScalarType dtype = dtype_name == "fp16" ? c10::kHalf : dtype_name == "bf16" ? c10::kBFloat16 : c10::kFloat;
   const auto tokenizer = WordPieceTokenizer::from_model_folder(model);
-  const auto shared = std::make_shared<const BertEncoder>(model, device, dtype);
-  const BertEncoder& encoder = *shared;
-  const auto max_len = static_cast<std::size_t>(encoder.config().max_seq_length);
+  const auto shared = std::make_shared<const EmbeddingModel>(model, device, dtype);
+  const EmbeddingModel& encoder = *shared;
+  const auto max_len = static_cast<std::size_t>(encoder.checkpoint().max_seq_length);
   c10::InferenceMode guard;
   // A stream of its own (CUDA graphs cannot be captured on the default stream).
   std::optional<c10::StreamGuard> on_stream;
   if (auto stream = replica_stream(device)) on_stream.emplace(*stream);
-  std::unique_ptr<GraphedBertEncoder> graphs;
+  std::unique_ptr<GraphedEmbeddingModel> graphs;
   if (graph_tokens > 0) {
-    graphs = std::make_unique<GraphedBertEncoder>(shared, static_cast<int64_t>(batch_size),
-                                                  static_cast<int64_t>(graph_tokens), static_cast<int64_t>(max_len));
+    graphs = std::make_unique<GraphedEmbeddingModel>(shared, static_cast<int64_t>(batch_size),
+                                                     static_cast<int64_t>(graph_tokens), static_cast<int64_t>(max_len));
     graphs->capture_all();
     fmt::print("bare_encode: {} CUDA graphs captured in {:.2f} s\n", graphs->graph_count(), graphs->capture_seconds());
   }
@@ -86,7 +87,7 @@ int main(int argc, char** argv) {
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(),
                      [&](auto a, auto b) { return offsets[a + 1] - offsets[a] > offsets[b + 1] - offsets[b]; });
-    at::Tensor host = at::empty({static_cast<int64_t>(texts.size()), encoder.config().bert.hidden_size});
+    at::Tensor host = at::empty({static_cast<int64_t>(texts.size()), encoder.dimension()});
     std::vector<std::int32_t> packed;
     std::vector<int64_t> lengths;
     for (std::size_t b = 0; b < order.size(); b += batch_size) {

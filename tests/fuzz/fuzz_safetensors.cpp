@@ -2,7 +2,7 @@
 // header length, JSON header, dtypes, shapes and data offsets. Properties: a bad file is a flowline::Error;
 // naming the file; every tensor of a file that opens can be read whole, with as many bytes as its shape and dtype say.
 #include "flowline/error.hpp"
-#include "flowline/sentence_encoder/safetensors.hpp"
+#include "flowline/models/safetensors.hpp"
 
 #include "fuzz_support.hpp"
 
@@ -15,7 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   static flowline::fuzz::MemoryFile file;
   const std::string& path = file.hold(data, size);
   try {
-    const flowline::sentence_encoder::SafetensorsFile weights(path);
+    const flowline::models::SafetensorsFile weights(path);
     for (const auto& name : weights.names()) {
       const at::Tensor t = weights.get(name);
       if (!t.is_contiguous()) flowline::fuzz::broken("a tensor that is not contiguous");

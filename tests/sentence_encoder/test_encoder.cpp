@@ -1,9 +1,9 @@
-// Tests of the SentenceEncoder and its BERT model: goldens, batching, safetensors, auto sizes, GPU, CUDA graphs.
+// Tests of the SentenceEncoder executor over flowline::models: goldens, batching, auto sizes, GPU, CUDA graphs.
 #include "test_support.hpp"
 
 #include "flowline/device.hpp"
-#include "flowline/sentence_encoder/bert.hpp"
-#include "flowline/sentence_encoder/safetensors.hpp"
+#include "flowline/models/embedding_model.hpp"
+#include "flowline/models/safetensors.hpp"
 #include "flowline/sentence_encoder/sentence_encoder.hpp"
 #include "flowline/sentence_encoder/wordpiece_tokenizer.hpp"
 
@@ -14,6 +14,7 @@
 
 using namespace flowline;
 using namespace flowline::sentence_encoder;
+using flowline::models::SafetensorsFile;
 
 namespace {
 const std::filesystem::path kData = std::filesystem::path(FLOWLINE_SOURCE_DIR) / "tests/data";
@@ -108,85 +109,20 @@ TEST_CASE("the encoder keeps input order whatever the batch size and token budge
   CHECK(at::allclose(encode_with_flow(model, texts, {{"max_batch_tokens", 100}}), reference, 1e-5, 1e-6));
 }
 
-TEST_CASE("a file that is not safetensors is rejected with a clear error", "[encoder][safetensors]") {
-  const auto dir = testing::scratch_dir("bad safetensors");
-  testing::write_text(dir / "short.safetensors", "abc");
-  CHECK_THROWS_WITH(
-      SafetensorsFile(dir / "short.safetensors"),
-      "safetensors file '" + (dir / "short.safetensors").string() + "': too short (3 bytes) to hold a header");
-  testing::write_text(dir / "text.safetensors", "this is just a text file, not weights");
-  CHECK_THROWS_WITH(SafetensorsFile(dir / "text.safetensors"), testing::contains("does not fit the file"));
-  std::string header = R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 8]}})";
-  std::string bytes(8, '\0');
-  bytes[0] = static_cast<char>(header.size());
-  testing::write_text(dir / "bad.safetensors", bytes + header + std::string(8, '\0'));
-  CHECK_THROWS_WITH(SafetensorsFile(dir / "bad.safetensors"),
-                    testing::ends_with("tensor 'w': 8 bytes of data for shape [4] of F32 (16 expected)"));
-}
-
-TEST_CASE("safetensors written by flowline read back exactly", "[encoder][safetensors]") {
-  const auto dir = testing::scratch_dir("safetensors roundtrip");
-  const at::Tensor a = at::randn({3, 5}), b = at::arange(7, at::kLong);
-  save_safetensors(dir / "x.safetensors", {{"a", a}, {"b", b}});
-  const SafetensorsFile file(dir / "x.safetensors");
-  CHECK(file.names() == std::vector<std::string>{"a", "b"});
-  CHECK(at::equal(file.get("a"), a));
-  CHECK(at::equal(file.get("b"), b));
-}
-
-TEST_CASE("an empty tensor at an unaligned offset reads as an empty tensor", "[encoder][safetensors]") {
-  // Found by tests/fuzz/fuzz_safetensors: the unaligned path copied zero bytes from a null pointer, which
-  // UBSan reports (scripts/sanitize.sh address runs this test under it).
-  const auto dir = testing::scratch_dir("safetensors empty unaligned");
-  std::string header = R"({"e": {"dtype": "BF16", "shape": [0, 4], "data_offsets": [1, 1]}, )"
-                       R"("b": {"dtype": "BOOL", "shape": [2], "data_offsets": [0, 2]}})";
-  header += std::string((8 - header.size() % 8) % 8, ' ');
-  std::string bytes(8, '\0');
-  bytes[0] = static_cast<char>(header.size());
-  testing::write_text(dir / "e.safetensors", bytes + header + std::string("\x01\x00", 2));
-  const SafetensorsFile file(dir / "e.safetensors");
-  const at::Tensor e = file.get("e");
-  CHECK(e.sizes() == at::IntArrayRef{0, 4});
-  CHECK(e.scalar_type() == at::kBFloat16);
-  CHECK(file.get("b").sum().item<int64_t>() == 1);
-}
-
-TEST_CASE("safetensors offsets that are negative and shapes that overflow are errors naming the tensor",
-          "[encoder][safetensors]") {
-  // Found by tests/fuzz/fuzz_safetensors: a negative offset escaped as Boost.JSON's "not exact" error; a
-  // shape whose element count overflows could wrap around to the size of the data.
-  const auto dir = testing::scratch_dir("safetensors bad offsets");
-  auto write = [&](const std::string& name, std::string header, std::size_t data_bytes) {
-    header += std::string((8 - header.size() % 8) % 8, ' ');
-    std::string bytes(8, '\0');
-    bytes[0] = static_cast<char>(header.size());
-    testing::write_text(dir / name, bytes + header + std::string(data_bytes, '\0'));
-    return dir / name;
-  };
-  const auto negative =
-      write("negative.safetensors", R"({"h": {"dtype": "F16", "shape": [4], "data_offsets": [-2, 8]}})", 8);
-  CHECK_THROWS_WITH(SafetensorsFile(negative),
-                    testing::ends_with("tensor 'h': data_offsets must be two non-negative integers"));
-  const auto huge = write("huge.safetensors",
-                          R"({"w": {"dtype": "F32", "shape": [4611686018427387904, 4], "data_offsets": [0, 0]}})", 8);
-  CHECK_THROWS_WITH(SafetensorsFile(huge),
-                    testing::ends_with("tensor 'w': shape [4611686018427387904, 4] is too large"));
-}
-
 TEST_CASE("unsupported model configs are rejected naming the file and key", "[encoder]") {
   const auto dir = tiny_variant("unsupported", "mean", true);
   auto config = boost::json::parse(read_file(dir / "config.json")).as_object();
-  config["model_type"] = "roberta";
+  config["model_type"] = "gpt2";
   testing::write_text(dir / "config.json", boost::json::serialize(config));
-  CHECK_THROWS_WITH(SentenceModelConfig::from_folder(dir),
+  CHECK_THROWS_WITH(models::Checkpoint::read(dir),
                     "'" + (dir / "config.json").string() +
-                        "': model_type 'roberta' is not supported; flowline's encoder runs BERT checkpoints");
-  CHECK_THROWS_WITH(SentenceModelConfig::from_folder(dir / "nowhere"), testing::contains("no such folder"));
-  testing::write_text(dir / "1_Pooling/config.json", "{\"pooling_mode\": \"weightedmean\"}");
+                        "': model_type 'gpt2' is not supported (supported: bert, camembert, modernbert, mpnet, "
+                        "roberta, xlm-roberta)");
+  CHECK_THROWS_WITH(models::Checkpoint::read(dir / "nowhere"), testing::contains("no such folder"));
+  testing::write_text(dir / "1_Pooling/config.json", "{\"pooling_mode\": \"median\"}");
   config["model_type"] = "bert";
   testing::write_text(dir / "config.json", boost::json::serialize(config));
-  CHECK_THROWS_WITH(SentenceModelConfig::from_folder(dir),
-                    testing::contains("pooling_mode 'weightedmean' is not supported"));
+  CHECK_THROWS_WITH(models::Checkpoint::read(dir), testing::contains("pooling_mode 'median' is not supported"));
 }
 
 TEST_CASE("every flow shipped in flows/ is valid", "[config][encoder]") {
@@ -339,14 +275,14 @@ TEST_CASE("on the GPU an out-of-memory batch is split and every document comes b
 }
 
 TEST_CASE("CUDA graph buckets pad a pass by at most an eighth and grow monotonically", "[encoder][graphs]") {
-  CHECK(GraphedBertEncoder::bucket(1) == 256);
-  CHECK(GraphedBertEncoder::bucket(256) == 256);
-  CHECK(GraphedBertEncoder::bucket(257) == 288);
-  CHECK(GraphedBertEncoder::bucket(1000) == 1024);
-  CHECK(GraphedBertEncoder::bucket(1025) == 1152);
+  CHECK(models::GraphedEmbeddingModel::bucket(1) == 256);
+  CHECK(models::GraphedEmbeddingModel::bucket(256) == 256);
+  CHECK(models::GraphedEmbeddingModel::bucket(257) == 288);
+  CHECK(models::GraphedEmbeddingModel::bucket(1000) == 1024);
+  CHECK(models::GraphedEmbeddingModel::bucket(1025) == 1152);
   std::int64_t previous = 0;
   for (std::int64_t tokens = 1; tokens <= 200000; ++tokens) {
-    const std::int64_t b = GraphedBertEncoder::bucket(tokens);
+    const std::int64_t b = models::GraphedEmbeddingModel::bucket(tokens);
     REQUIRE(b >= tokens);
     REQUIRE(b >= previous);
     if (tokens > 256) REQUIRE(static_cast<double>(b - tokens) <= tokens / 8.0);
@@ -355,10 +291,12 @@ TEST_CASE("CUDA graph buckets pad a pass by at most an eighth and grow monotonic
 }
 
 TEST_CASE("CUDA graphs refuse an encoder without flash attention, naming what they need", "[encoder][graphs]") {
-  const auto encoder = std::make_shared<const BertEncoder>(kData / "tiny-bert", c10::Device(c10::kCPU), c10::kFloat);
-  CHECK_FALSE(encoder->uses_flash_attention());
-  CHECK_THROWS_WITH(GraphedBertEncoder(encoder, 64, 4096, 128),
-                    "CUDA graphs need the encoder on a GPU in fp16 or bf16 (flash attention over packed tokens)");
+  const auto encoder =
+      std::make_shared<const models::EmbeddingModel>(kData / "tiny-bert", c10::Device(c10::kCPU), c10::kFloat);
+  CHECK_FALSE(encoder->graphable());
+  CHECK_THROWS_WITH(models::GraphedEmbeddingModel(encoder, 64, 4096, 128),
+                    "CUDA graphs need a model whose attention runs as flash attention over packed tokens (a GPU in "
+                    "fp16 or bf16; not cpu in Float)");
 }
 
 TEST_CASE("on the CPU cuda_graphs and keep_on_device change nothing", "[encoder]") {
@@ -440,4 +378,31 @@ TEST_CASE("keep_on_device leaves the encoder's embeddings on its GPU, equal to t
   CHECK(on_host.device().is_cpu());
   REQUIRE(on_gpu.device() == c10::Device(c10::kCUDA, 0));
   CHECK(at::equal(on_gpu.cpu(), on_host));
+}
+
+TEST_CASE("prompts are put before the texts as sentence-transformers does, per executor and per request",
+          "[encoder][prompts]") {
+  // The checkpoint's Pooling leaves prompts out (include_prompt: false), so the prompt changes which tokens
+  // are pooled as well as the token states.
+  const auto tiny = std::filesystem::path(FLOWLINE_SOURCE_DIR) / "tests/data/tiny-models";
+  const auto texts = read_texts(tiny / "bert-prompt-excluded.prompted.jsonl");
+  const SafetensorsFile expected(tiny / "bert-prompt-excluded.prompted.safetensors");
+  auto encode = [&](boost::json::object with, boost::json::object parameters) {
+    with["model"] = (tiny / "bert-prompt-excluded").string();
+    Flow flow(FlowOptions{}, encoder_registry());
+    flow.add({.name = "encoder", .uses = "SentenceEncoder", .with = with, .device = "cpu"});
+    DocumentArray docs;
+    for (const auto& t : texts) docs.push_back(Document(t));
+    return flow.post("/encode", std::move(docs), PostOptions{.parameters = parameters}).embeddings();
+  };
+  CHECK(row_cosines(encode({}, {}), expected.get("none")).min().item<double>() >= 0.99999);
+  CHECK(row_cosines(encode({}, {{"prompt_name", "query"}}), expected.get("query")).min().item<double>() >= 0.99999);
+  CHECK(row_cosines(encode({{"prompt_name", "passage"}}, {}), expected.get("passage")).min().item<double>() >= 0.99999);
+  // A request's literal prompt overrides the executor's prompt name.
+  CHECK(row_cosines(encode({{"prompt_name", "passage"}}, {{"prompt", "query: "}}), expected.get("query"))
+            .min()
+            .item<double>() >= 0.99999);
+  CHECK_THROWS_WITH(encode({{"prompt_name", "question"}}, {}),
+                    testing::contains("prompt_name 'question': the model '" + (tiny / "bert-prompt-excluded").string() +
+                                      "' has the prompts document, passage, query"));
 }

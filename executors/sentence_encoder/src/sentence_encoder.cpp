@@ -6,7 +6,7 @@
 #include "flowline/error.hpp"
 #include "flowline/executor.hpp"
 #include "flowline/torch_support.hpp"
-#include "flowline/sentence_encoder/bert.hpp"
+#include "flowline/models/embedding_model.hpp"
 #include "flowline/sentence_encoder/wordpiece_tokenizer.hpp"
 
 #include <ATen/ATen.h>
@@ -14,6 +14,7 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/core/InferenceMode.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -37,7 +38,8 @@ class SentenceEncoder : public Executor {
   static ExecutorSpec spec() {
     ExecutorSpec spec{
         "SentenceEncoder",
-        "Encode texts into sentence embeddings with a BERT sentence-transformers checkpoint (LibTorch)",
+        "Encode texts into sentence embeddings with a sentence-transformers checkpoint: BERT, RoBERTa/XLM-R, MPNet, "
+        "ModernBERT (LibTorch)",
         {ParamSpec::required_param("model", ParamType::Path, "sentence-transformers checkpoint folder"),
          ParamSpec::optional("device", ParamType::String, "",
                              "cpu, cuda, cuda:N or auto; empty: the executor's device in the flow"),
@@ -70,6 +72,10 @@ class SentenceEncoder : public Executor {
          ParamSpec::optional("keep_on_device", ParamType::Bool, false,
                              "leave embeddings on the executor's GPU for a next executor on the same device; "
                              "they are copied to the host only where an output needs them"),
+         ParamSpec::optional("prompt_name", ParamType::String, "",
+                             "a prompt of the checkpoint's config_sentence_transformers.json put before every text "
+                             "(e5's query, passage); empty: the checkpoint's default_prompt_name, if it has one. A "
+                             "request's parameters prompt_name (a name) or prompt (the text) override it"),
          ParamSpec::optional("tokenizer_threads", ParamType::Int, 0,
                              "threads that tokenize one request (0: one when the executor has several replicas, "
                              "which tokenize side by side, else ATen's intra-op threads)")
@@ -93,23 +99,24 @@ class SentenceEncoder : public Executor {
       throw Error("parameter 'dtype': fp16 needs a GPU device; use fp32 or bf16 on the CPU");
     }
     tokenizer_ = std::make_unique<WordPieceTokenizer>(WordPieceTokenizer::from_model_folder(model));
-    auto load = [&]() -> std::shared_ptr<const BertEncoder> {
-      return std::make_shared<const BertEncoder>(model, device_, dtype_);
+    auto load = [&]() -> std::shared_ptr<const models::EmbeddingModel> {
+      return std::make_shared<const models::EmbeddingModel>(model, device_, dtype_);
     };
     // Replicas on one device share one copy of the weights.
-    encoder_ =
-        params().get<bool>("share_weights") ? shared_per_device<BertEncoder>(model, device_, dtype_, load) : load();
+    encoder_ = params().get<bool>("share_weights")
+                   ? shared_per_device<models::EmbeddingModel>(model, device_, dtype_, load)
+                   : load();
     if (device_.is_cuda()) {
       stream_ = replica_stream(device_);
       index_staging_ = HostStaging(/*pinned=*/true);
       output_staging_ = HostStaging(/*pinned=*/true);
     }
-    const auto& config = encoder_->config();
+    const auto& info = encoder_->info();
+    const auto& checkpoint = encoder_->checkpoint();
     max_seq_length_ = params().get<std::size_t>("max_seq_length");
-    if (max_seq_length_ == 0) max_seq_length_ = static_cast<std::size_t>(config.max_seq_length);
-    if (max_seq_length_ < 2 || max_seq_length_ > static_cast<std::size_t>(config.bert.max_position_embeddings)) {
-      throw Error(fmt::format("parameter 'max_seq_length': {} is outside 2..{}", max_seq_length_,
-                              config.bert.max_position_embeddings));
+    if (max_seq_length_ == 0) max_seq_length_ = static_cast<std::size_t>(checkpoint.max_seq_length);
+    if (max_seq_length_ < 2 || max_seq_length_ > static_cast<std::size_t>(info.max_positions)) {
+      throw Error(fmt::format("parameter 'max_seq_length': {} is outside 2..{}", max_seq_length_, info.max_positions));
     }
     const auto batch_size = size_or_auto("batch_size");
     const auto max_batch_tokens = size_or_auto("max_batch_tokens");
@@ -119,16 +126,27 @@ class SentenceEncoder : public Executor {
       throw Error(fmt::format("parameter 'max_batch_tokens': {} is less than max_seq_length {}", max_batch_tokens_,
                               max_seq_length_));
     }
+    const std::string prompt_name = params().get<std::string>("prompt_name");
+    if (!prompt_name.empty()) {
+      default_prompt_ = checkpoint.prompt(prompt_name);
+    } else if (!checkpoint.default_prompt_name.empty()) {
+      default_prompt_ = checkpoint.prompt(checkpoint.default_prompt_name);
+    }
     memory_fraction_ = params().get<double>("memory_fraction");
     if (!(memory_fraction_ > 0 && memory_fraction_ <= 1)) {
       throw Error(fmt::format("parameter 'memory_fraction': {} is outside (0, 1]", memory_fraction_));
     }
     const auto normalize = params().get<boost::json::value>("normalize");
     if (normalize.is_bool()) normalize_override_ = normalize.get_bool() ? 1 : 0;  // else "auto" (a declared choice)
-    spdlog::info("executor '{}' replica {}: {} ({} layers, hidden {}, {} pooling{}) on {} in {}, {:.1f} MB of weights",
-                 runtime().name, runtime().replica, model, config.bert.num_layers, config.bert.hidden_size,
-                 to_string(config.pooling), config.normalize ? " + normalize" : "", device_.str(),
-                 c10::toString(dtype_), encoder_->weight_bytes() / 1e6);
+    std::vector<std::string> pooling;
+    for (const auto p : checkpoint.modules.pooling) pooling.push_back(models::to_string(p));
+    spdlog::info(
+        "executor '{}' replica {}: {} ({}, {} layers, hidden {}, {} pooling{}{}) on {} in {}, {:.1f} MB of weights",
+        runtime().name, runtime().replica, model, info.model_type, info.num_layers, info.hidden_size,
+        fmt::join(pooling, "+"),
+        checkpoint.modules.dense.empty() ? "" : fmt::format(" + {} dense", checkpoint.modules.dense.size()),
+        checkpoint.modules.normalize ? " + normalize" : "", device_.str(), c10::toString(dtype_),
+        encoder_->weight_bytes() / 1e6);
     if (!batch_size || !max_batch_tokens) choose_batch_sizes(!batch_size, !max_batch_tokens);
     keep_on_device_ = params().get<bool>("keep_on_device");
     tokenizer_threads_ = params().get<std::size_t>("tokenizer_threads");
@@ -177,7 +195,7 @@ class SentenceEncoder : public Executor {
       const auto before = device_memory(device_)->allocated;
       std::vector<std::int32_t> ids(sequences * max_seq_length_, tokenizer_->unk_id());
       std::vector<int64_t> lengths(sequences, static_cast<int64_t>(max_seq_length_));
-      at::Tensor out = encoder_->encode(PackedBatch{ids, lengths});
+      at::Tensor out = encoder_->encode(models::PackedBatch{ids, lengths});
       stream_->synchronize();
       return static_cast<double>(device_memory(device_)->peak_allocated - before);
     };
@@ -227,7 +245,7 @@ class SentenceEncoder : public Executor {
   // in fp16 or bf16); elsewhere the parameter has no effect and the log says so.
   void set_up_graphs(std::size_t max_tokens) {
     if (max_tokens == 0) return;
-    if (!encoder_->uses_flash_attention()) {
+    if (!encoder_->graphable()) {
       if (device_.is_cuda()) {
         spdlog::info("executor '{}' replica {}: cuda_graphs apply to fp16 and bf16; {} passes run eagerly",
                      runtime().name, runtime().replica, c10::toString(dtype_));
@@ -236,9 +254,9 @@ class SentenceEncoder : public Executor {
     }
     std::size_t largest_pass = batch_size_ * max_seq_length_;
     if (max_batch_tokens_ != 0) largest_pass = std::min(largest_pass, max_batch_tokens_);
-    graphs_ = std::make_unique<GraphedBertEncoder>(encoder_, static_cast<int64_t>(batch_size_),
-                                                   static_cast<int64_t>(std::min(max_tokens, largest_pass)),
-                                                   static_cast<int64_t>(max_seq_length_));
+    graphs_ = std::make_unique<models::GraphedEmbeddingModel>(encoder_, static_cast<int64_t>(batch_size_),
+                                                              static_cast<int64_t>(std::min(max_tokens, largest_pass)),
+                                                              static_cast<int64_t>(max_seq_length_));
   }
 
   // Forward passes over dummy sequences of the sizes real batches will have, so CUDA context, cuBLAS and
@@ -265,7 +283,7 @@ class SentenceEncoder : public Executor {
       count = std::max<std::size_t>(1, std::min(count, kMaxWarmupTokens / length));  // auto sizes can be huge
       std::vector<std::int32_t> ids(count * length, tokenizer_->unk_id());
       std::vector<int64_t> lengths(count, static_cast<int64_t>(length));
-      encoder_->encode(PackedBatch{ids, lengths}).to(at::kCPU);
+      encoder_->encode(models::PackedBatch{ids, lengths}).to(at::kCPU);
     }
     if (graphs_) {
       graphs_->capture_all();
@@ -307,6 +325,7 @@ class SentenceEncoder : public Executor {
     const std::size_t n = docs.size();
     using Clock = std::chrono::steady_clock;
     const auto started = Clock::now();
+    set_prompt(request.parameters);
     tokenize(docs);
     const auto tokenized = Clock::now();
     if (const auto it = request.parameters.find("count_tokens");
@@ -321,7 +340,7 @@ class SentenceEncoder : public Executor {
     std::stable_sort(order_.begin(), order_.end(), [&](std::size_t a, std::size_t b) {
       return offsets_[a + 1] - offsets_[a] > offsets_[b + 1] - offsets_[b];
     });
-    const int64_t hidden = encoder_->config().bert.hidden_size;
+    const int64_t hidden = encoder_->dimension();
     at::Tensor result =
         at::empty({static_cast<int64_t>(n), hidden}, at::TensorOptions().dtype(at::kFloat).device(device_));
     // Where each pass's rows go: the whole order, copied up once without blocking.
@@ -336,6 +355,7 @@ class SentenceEncoder : public Executor {
     while (start < n) {
       packed_.clear();
       lengths_.clear();
+      skips_.clear();
       std::size_t end = start;
       while (end < n && end - start < batch_size_) {
         const std::size_t doc = order_[end];
@@ -344,18 +364,19 @@ class SentenceEncoder : public Executor {
         packed_.insert(packed_.end(), ids_.begin() + static_cast<std::ptrdiff_t>(offsets_[doc]),
                        ids_.begin() + static_cast<std::ptrdiff_t>(offsets_[doc + 1]));
         lengths_.push_back(static_cast<int64_t>(len));
+        if (prompt_skip_ > 0) skips_.push_back(std::min<int64_t>(prompt_skip_, static_cast<int64_t>(len) - 1));
         ++end;
       }
-      const PackedBatch batch{packed_, lengths_};
+      const models::PackedBatch batch{packed_, lengths_, {}, skips_};
       const bool graphed = graphs_ && graphs_->fits(batch);
       const auto launch_start = Clock::now();
       at::Tensor pooled = graphed ? graphs_->encode(batch) : encoder_->encode(batch);
       figures.launch_seconds += std::chrono::duration<double>(Clock::now() - launch_start).count();
       if (graphed) figures.graph_passes += 1;
-      if (normalize_override_ == 1 && !encoder_->config().normalize) {
+      if (normalize_override_ == 1 && !encoder_->checkpoint().modules.normalize) {
         pooled = pooled / pooled.norm(2, {1}, true).clamp_min(1e-12);
       }
-      if (normalize_override_ == 0 && encoder_->config().normalize) {
+      if (normalize_override_ == 0 && encoder_->checkpoint().modules.normalize) {
         throw Error("normalize: false cannot undo the Normalize module of this checkpoint");
       }
       result.index_copy_(0, rows.narrow(0, static_cast<int64_t>(start), static_cast<int64_t>(end - start)), pooled);
@@ -390,6 +411,29 @@ class SentenceEncoder : public Executor {
     metrics().add("wait_seconds", std::chrono::duration<double>(done - enqueued).count());
   }
 
+  // The prompt of this request: its parameters' prompt (a text) or prompt_name (the checkpoint's), else the
+  // executor's. With a Pooling module that leaves prompts out (include_prompt: false), the prompt's tokens
+  // but its closing special token are skipped by pooling, as sentence-transformers counts them.
+  void set_prompt(const boost::json::object& parameters) {
+    prompt_ = default_prompt_;
+    if (const auto* p = parameters.if_contains("prompt"); p && p->is_string()) {
+      prompt_ = std::string(p->get_string());
+    } else if (const auto* n = parameters.if_contains("prompt_name"); n && n->is_string()) {
+      prompt_ = encoder_->checkpoint().prompt(std::string(n->get_string()));
+    }
+    prompt_skip_ = 0;
+    if (prompt_.empty() || encoder_->checkpoint().modules.include_prompt) return;
+    const auto ids = tokenizer_->encode(prompt_);
+    prompt_skip_ = static_cast<int64_t>(ids.size()) - (!ids.empty() && ids.back() == tokenizer_->sep_id() ? 1 : 0);
+  }
+
+  // Document i's text, after the request's prompt.
+  std::string_view text_of(const DocumentArray& docs, std::size_t i, std::string& scratch) const {
+    if (prompt_.empty()) return docs[i].text;
+    scratch.assign(prompt_).append(docs[i].text);
+    return scratch;
+  }
+
   // Tokenizes every document into ids_ (offsets_[i] .. offsets_[i+1] are document i's ids). Large batches
   // are cut into up to tokenizer_threads contiguous chunks, tokenized in parallel on ATen's thread pool,
   // then joined in order.
@@ -400,8 +444,9 @@ class SentenceEncoder : public Executor {
     ids_.clear();
     offsets_.assign(n + 1, 0);
     if (chunks <= 1) {
+      std::string scratch;
       for (std::size_t i = 0; i < n; ++i) {
-        tokenizer_->encode_into(docs[i].text, max_seq_length_, ids_);
+        tokenizer_->encode_into(text_of(docs, i, scratch), max_seq_length_, ids_);
         offsets_[i + 1] = ids_.size();
       }
       return;
@@ -413,8 +458,9 @@ class SentenceEncoder : public Executor {
         auto& buffer = chunk_ids_[static_cast<std::size_t>(c)];
         buffer.clear();
         const std::size_t first = static_cast<std::size_t>(c) * per_chunk, last = std::min(n, first + per_chunk);
+        std::string scratch;
         for (std::size_t i = first; i < last; ++i) {
-          tokenizer_->encode_into(docs[i].text, max_seq_length_, buffer);
+          tokenizer_->encode_into(text_of(docs, i, scratch), max_seq_length_, buffer);
           offsets_[i + 1] = buffer.size();  // relative to the chunk; made absolute below
         }
       }
@@ -430,8 +476,8 @@ class SentenceEncoder : public Executor {
   c10::Device device_{c10::kCPU};
   c10::ScalarType dtype_ = c10::kFloat;
   std::unique_ptr<WordPieceTokenizer> tokenizer_;
-  std::shared_ptr<const BertEncoder> encoder_;
-  std::unique_ptr<GraphedBertEncoder> graphs_;  // this replica's CUDA graphs, when enabled
+  std::shared_ptr<const models::EmbeddingModel> encoder_;
+  std::unique_ptr<models::GraphedEmbeddingModel> graphs_;  // this replica's CUDA graphs, when enabled
   bool keep_on_device_ = false;
   std::size_t tokenizer_threads_ = 1;
   std::optional<c10::Stream> stream_;
@@ -444,7 +490,9 @@ class SentenceEncoder : public Executor {
   std::vector<std::vector<std::int32_t>> chunk_ids_;
   std::vector<std::size_t> offsets_, order_;
   std::vector<std::int32_t> packed_;
-  std::vector<int64_t> lengths_;
+  std::vector<int64_t> lengths_, skips_;
+  std::string default_prompt_, prompt_;  // the executor's prompt, and this request's
+  int64_t prompt_skip_ = 0;              // tokens pooling leaves out at each start (include_prompt: false)
   // Rows' order going up and embeddings coming down, through pinned buffers kept across requests.
   HostStaging index_staging_{false}, output_staging_{false};  // made pinned in the constructor on a GPU
   bool unfinished_ = false;  // the last request threw before its closing synchronisation

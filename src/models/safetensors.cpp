@@ -1,5 +1,5 @@
 // Reading .safetensors files: the JSON header, dtypes and shapes, tensors mapped from the file.
-#include "flowline/sentence_encoder/safetensors.hpp"
+#include "flowline/models/safetensors.hpp"
 
 #include "flowline/error.hpp"
 
@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-namespace flowline::sentence_encoder {
+namespace flowline::models {
 
 struct SafetensorsFile::Mapping {
   void* address = MAP_FAILED;
@@ -190,4 +190,4 @@ void save_safetensors(const std::filesystem::path& path, const std::map<std::str
   if (!out) throw Error(fmt::format("save_safetensors: writing '{}' failed", path.string()));
 }
 
-}  // namespace flowline::sentence_encoder
+}  // namespace flowline::models

@@ -1,4 +1,4 @@
-// flowline/sentence_encoder/safetensors.hpp — reading safetensors files (the Hugging Face weights format).
+// flowline/models/safetensors.hpp — reading safetensors files (the Hugging Face weights format).
 //
 // Format: 8 bytes little-endian header length N, N bytes of JSON {name: {dtype, shape, data_offsets}},
 // then the data. The file is memory-mapped; tensors returned by get() share that mapping (copy-on-write,
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-namespace flowline::sentence_encoder {
+namespace flowline::models {
 
 class SafetensorsFile {
  public:
@@ -46,4 +46,4 @@ class SafetensorsFile {
 // Writes tensors (moved to the CPU, made contiguous) as a safetensors file. For tools and tests.
 void save_safetensors(const std::filesystem::path& path, const std::map<std::string, at::Tensor>& tensors);
 
-}  // namespace flowline::sentence_encoder
+}  // namespace flowline::models

@@ -1,9 +1,7 @@
-// libflowline_sentence_encoder_cuda.so: the BERT encoder's forward passes captured as CUDA graphs, one
-// per token bucket, and replayed on padded copies of each batch's layout. GraphedBertEncoder (graphs.cpp,
+// libflowline_models_cuda.so: an embedding model's forward passes captured as CUDA graphs, one
+// per token bucket, and replayed on padded copies of each batch's layout. GraphedEmbeddingModel (graphs.cpp,
 // in the CPU library) loads this the first time a replica on a GPU sets up graphs.
-#include "flowline/sentence_encoder/bert.hpp"
-
-#include "bert_internal.hpp"
+#include "../graphs.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAEvent.h>
@@ -16,20 +14,20 @@
 #include <chrono>
 #include <map>
 
-namespace flowline::sentence_encoder {
+namespace flowline::models {
 namespace {
 
-using DeviceBatch = detail::GraphAccess::DeviceBatch;
+using detail::DeviceBatch;
 
-class CudaGraphs final : public GraphedBertEncoder::Impl {
+class CudaGraphs final : public GraphedEmbeddingModel::Impl {
  public:
-  CudaGraphs(std::shared_ptr<const BertEncoder> shared, int64_t sequences, int64_t tokens, int64_t length) {
+  CudaGraphs(std::shared_ptr<const EmbeddingModel> shared, int64_t sequences, int64_t tokens, int64_t length) {
     c10::InferenceMode guard;
-    encoder = std::move(shared);
+    model = std::move(shared);
     max_sequences = sequences;
     max_tokens = tokens;
     max_length = length;
-    const c10::Device device = encoder->device();
+    const c10::Device device = model->device();
     c10::cuda::CUDAGuard device_guard(device);
     // Zeros: valid ids and positions for the padding of every bucket.
     inputs_ = at::zeros({size()}, at::TensorOptions().dtype(at::kLong).device(device));
@@ -91,7 +89,8 @@ class CudaGraphs final : public GraphedBertEncoder::Impl {
   at::Tensor run(const DeviceBatch& b) const {
     DeviceBatch batch = b;
     batch.cu_seqlens = batch.offsets.to(at::kInt);
-    return detail::GraphAccess::forward_and_pool(*encoder, batch);
+    batch.flash = true;
+    return detail::GraphAccess::forward_and_pool(*model, batch);
   }
 
   Graph& graph_for(int64_t tokens) {
@@ -124,10 +123,10 @@ class CudaGraphs final : public GraphedBertEncoder::Impl {
 };
 
 }  // namespace
-}  // namespace flowline::sentence_encoder
+}  // namespace flowline::models
 
-extern "C" __attribute__((visibility("default"))) flowline::sentence_encoder::GraphedBertEncoder::Impl*
-flowline_sentence_encoder_make_graphs(std::shared_ptr<const flowline::sentence_encoder::BertEncoder> encoder,
-                                      int64_t max_sequences, int64_t max_tokens, int64_t max_length) {
-  return new flowline::sentence_encoder::CudaGraphs(std::move(encoder), max_sequences, max_tokens, max_length);
+extern "C" __attribute__((visibility("default"))) flowline::models::GraphedEmbeddingModel::Impl*
+flowline_models_make_graphs(std::shared_ptr<const flowline::models::EmbeddingModel> model, int64_t max_sequences,
+                            int64_t max_tokens, int64_t max_length) {
+  return new flowline::models::CudaGraphs(std::move(model), max_sequences, max_tokens, max_length);
 }

@@ -1,0 +1,81 @@
+// flowline/models/checkpoint.hpp — what a Hugging Face / sentence-transformers checkpoint folder declares,
+// read once before any weight is loaded.
+//
+// A checkpoint folder holds config.json (the transformer: model_type and its sizes), model.safetensors,
+// a tokenizer (tokenizer.json or vocab.txt) and, for sentence-transformers models, modules.json with the
+// modules after the transformer (Pooling, Dense, Normalize) in their own folders, sentence_bert_config.json
+// (max_seq_length) and config_sentence_transformers.json (prompts). Both module-name layouts are read:
+// sentence-transformers 2-5 (`sentence_transformers.models.Pooling`) and 6.x
+// (`sentence_transformers.sentence_transformer.modules.pooling.Pooling`, ...); both pooling spellings: the
+// `pooling_mode_*_tokens` booleans and 6.x's `pooling_mode`.
+//
+// Checkpoint::read() checks everything it can without loading weights: an unknown model_type, module or
+// pooling mode, a Dense activation flowline cannot run, a missing file — each a flowline::Error naming the
+// file, the key and what is supported. Validation calls it (flowline validate), so a bad checkpoint is
+// refused before a flow starts. A Checkpoint is a plain value: copy it, read it from any thread.
+#pragma once
+
+#include <boost/json/object.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace flowline::models {
+
+// sentence-transformers' pooling modes. Several may be on at once: the pooled vectors are concatenated in
+// sentence-transformers' order (cls, max, mean, mean_sqrt_len_tokens, weightedmean, lasttoken).
+enum class Pooling { Cls, Max, Mean, MeanSqrtLen, WeightedMean, LastToken };
+std::string to_string(Pooling pooling);
+
+// Activation functions of Dense modules and classifier heads.
+enum class Activation { Identity, Tanh, Relu, Gelu, Sigmoid };
+std::string to_string(Activation activation);
+
+// A sentence-transformers Dense module: y = activation(W x + b), weights in its folder's model.safetensors.
+struct DenseModule {
+  std::filesystem::path folder;
+  std::int64_t in_features = 0, out_features = 0;
+  bool bias = true;
+  Activation activation = Activation::Tanh;
+};
+
+// What comes after the transformer in a sentence-transformers model.
+struct SentenceModules {
+  std::vector<Pooling> pooling{Pooling::Mean};  // at least one; sentence-transformers' order
+  bool include_prompt = true;                   // false: prompt tokens are left out of the pooling
+  std::vector<DenseModule> dense;               // in order
+  bool normalize = false;
+};
+
+// A cross-encoder's head (`*ForSequenceClassification`), scores from the first token's state.
+struct ClassifierHead {
+  std::int64_t num_labels = 1;
+  // sentence-transformers' CrossEncoder activation: sigmoid for one label unless the checkpoint names
+  // another (config.json's sentence_transformers.activation_fn); identity for several labels.
+  Activation activation = Activation::Sigmoid;
+};
+
+struct Checkpoint {
+  std::filesystem::path folder;
+  std::filesystem::path config_file;  // folder/config.json
+  std::string model_type;             // as config.json says ("bert", "xlm-roberta", ...)
+  boost::json::object config;         // config.json, for the architecture to read its sizes from
+  SentenceModules modules;
+  std::optional<ClassifierHead> classifier;    // set for *ForSequenceClassification checkpoints
+  std::int64_t max_seq_length = 512;           // sentence_bert_config.json, tokenizer_config.json, or positions
+  std::map<std::string, std::string> prompts;  // config_sentence_transformers.json: name -> text
+  std::string default_prompt_name;             // empty: no prompt unless a request names one
+
+  // Reads and checks the folder (see above). Throws flowline::Error.
+  static Checkpoint read(const std::filesystem::path& folder);
+
+  // The text of prompt `name`; throws flowline::Error listing the checkpoint's prompts when it has none
+  // of that name.
+  const std::string& prompt(const std::string& name) const;
+};
+
+}  // namespace flowline::models

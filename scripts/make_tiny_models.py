@@ -1,0 +1,197 @@
+"""Makes tiny, randomly initialised checkpoints of every architecture flowline runs, each of its real
+configuration's shape family (small sizes), and the reference outputs the model tests compare against,
+computed by transformers and sentence-transformers on the CPU in fp32 from token ids (tokenizers are
+tested apart, tests/models/test_tokenizers.cpp).
+
+  .venv-ref/bin/python scripts/make_tiny_models.py        # scripts/setup-reference.sh makes .venv-ref
+
+Outputs (committed), in tests/data/tiny-models/:
+  <name>/                    a checkpoint folder: config.json, model.safetensors, sentence-transformers
+                             modules (Pooling, Dense, Normalize) or a *ForSequenceClassification head
+  <name>.goldens.safetensors ids [T] int32, lengths [n] int64 (and type_ids [T] int32 for pairs),
+                             then `embeddings` [n, d] (sentence-transformers) or `scores` [n, labels]
+                             (transformers' logits, then the CrossEncoder activation); `prompt_length`
+                             when the checkpoint leaves its prompt out of the pooling.
+"""
+import json
+import pathlib
+import shutil
+import tempfile
+
+import torch
+from safetensors.torch import save_file
+from sentence_transformers import SentenceTransformer
+from sentence_transformers.base.modules import Dense, Normalize, Transformer
+from sentence_transformers.sentence_transformer.modules import Pooling
+from transformers import (BertConfig, BertForSequenceClassification, BertModel, ModernBertConfig, ModernBertModel,
+                          MPNetConfig, MPNetModel, XLMRobertaConfig, XLMRobertaForSequenceClassification,
+                          XLMRobertaModel)
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+OUT = ROOT / "tests/data/tiny-models"
+VOCAB = 1600  # covers tests/data/tiny-bert's WordPiece vocabulary, which every checkpoint here carries
+TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"]
+
+
+def randomise(model, std=0.2):
+    # Larger than default weights, so the tests see real differences between tokens and positions.
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, std)
+
+
+def sequences(generator, count, longest, special_first=None):
+    lengths = torch.randint(1, longest + 1, (count,), generator=generator)
+    lengths[0], lengths[1] = longest, 1
+    seqs = [torch.randint(5, VOCAB, (int(n),), generator=generator) for n in lengths]
+    if special_first is not None:
+        for s in seqs:
+            s[0] = special_first
+    return seqs
+
+
+def padded(seqs, pad):
+    longest = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), longest), pad, dtype=torch.long)
+    mask = torch.zeros((len(seqs), longest), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = s
+        mask[i, : len(s)] = 1
+    return ids, mask
+
+
+def write_goldens(name, seqs, outputs, key, type_ids=None, extra=None):
+    tensors = {"ids": torch.cat(seqs).to(torch.int32), "lengths": torch.tensor([len(s) for s in seqs]),
+               key: outputs.float().contiguous()}
+    if type_ids is not None:
+        tensors["type_ids"] = torch.cat(type_ids).to(torch.int32)
+    tensors.update(extra or {})
+    save_file(tensors, str(OUT / f"{name}.goldens.safetensors"))
+
+
+def sentence_model(name, hf_model, pooling, dense=0, normalize=False, include_prompt=True, pad=0, longest=48,
+                   special_first=None, prompt_length=0, seed=0, prompts=None):
+    """Saves hf_model with sentence-transformers modules and the embeddings of random id sequences."""
+    with tempfile.TemporaryDirectory() as tmp:
+        hf_model.save_pretrained(tmp, safe_serialization=True)
+        for f in TOKENIZER_FILES:
+            if (ROOT / "tests/data/tiny-bert" / f).exists():
+                shutil.copy(ROOT / "tests/data/tiny-bert" / f, pathlib.Path(tmp) / f)
+        transformer = Transformer(tmp, max_seq_length=hf_model.config.max_position_embeddings)
+        hidden = hf_model.config.hidden_size
+        modules = [transformer, Pooling(hidden, pooling_mode=pooling, include_prompt=include_prompt)]
+        width = hidden * (1 if isinstance(pooling, str) else len(pooling))
+        for i in range(dense):
+            layer = Dense(width, 24 - 8 * i, activation_function=torch.nn.Tanh() if i == 0 else torch.nn.Identity())
+            randomise(layer, 0.3)
+            modules.append(layer)
+            width = 24 - 8 * i
+        if normalize:
+            modules.append(Normalize())
+        st = SentenceTransformer(modules=modules, device="cpu", prompts=prompts)
+        out = OUT / name
+        shutil.rmtree(out, ignore_errors=True)
+        st.save(str(out))
+    for extra in ["README.md"]:
+        (out / extra).unlink(missing_ok=True)
+    generator = torch.Generator().manual_seed(seed)
+    seqs = sequences(generator, 40, longest, special_first)
+    if prompt_length:
+        seqs = [s for s in seqs if len(s) > prompt_length]
+    ids, mask = padded(seqs, pad)
+    features = {"input_ids": ids, "attention_mask": mask}
+    if prompt_length:
+        features["prompt_length"] = prompt_length
+    with torch.inference_mode():
+        embeddings = st.forward(features)["sentence_embedding"]
+    extra = {"prompt_length": torch.tensor([prompt_length])} if prompt_length else None
+    write_goldens(name, seqs, embeddings, "embeddings", extra=extra)
+    print(f"{name}: {len(seqs)} sequences, embeddings {tuple(embeddings.shape)}")
+    if prompts:
+        # Texts encoded with each prompt, end to end (the checkpoint carries tests/data/tiny-bert's tokenizer).
+        texts = ["Alice was beginning to get very tired", "a whale hunt", "The Lost World", "x"]
+        out_texts, tensors = OUT / f"{name}.prompted.jsonl", {}
+        with open(out_texts, "w", encoding="utf-8") as f:
+            for t in texts:
+                f.write(json.dumps({"text": t}) + "\n")
+        for prompt_name in prompts:
+            tensors[prompt_name] = st.encode(texts, prompt_name=prompt_name, convert_to_tensor=True).float()
+        tensors["none"] = st.encode(texts, convert_to_tensor=True).float()
+        save_file(tensors, str(OUT / f"{name}.prompted.safetensors"))
+
+
+def cross_encoder(name, model, pad, cls, sep, pair_sep, typed):
+    out = OUT / name
+    shutil.rmtree(out, ignore_errors=True)
+    model.eval()  # constructed models train: dropout on
+    model.save_pretrained(str(out), safe_serialization=True)
+    for f in TOKENIZER_FILES:
+        if (ROOT / "tests/data/tiny-bert" / f).exists():
+            shutil.copy(ROOT / "tests/data/tiny-bert" / f, out / f)
+    generator = torch.Generator().manual_seed(7)
+    seqs, types = [], []
+    for a, b in zip(sequences(generator, 30, 20), sequences(generator, 30, 40)):
+        s = torch.cat([torch.tensor([cls]), a, torch.tensor(pair_sep), b, torch.tensor([sep])])
+        t = torch.cat([torch.zeros(len(a) + 1 + len(pair_sep)), torch.ones(len(b) + 1)]).long()
+        seqs.append(s)
+        types.append(t if typed else torch.zeros_like(t))
+    ids, mask = padded(seqs, pad)
+    type_ids, _ = padded(types, 0)
+    with torch.inference_mode():
+        logits = model(input_ids=ids, attention_mask=mask, token_type_ids=type_ids if typed else None).logits
+    scores = torch.sigmoid(logits) if model.config.num_labels == 1 else logits
+    write_goldens(name, seqs, scores, "scores", type_ids=types)
+    print(f"{name}: {len(seqs)} pairs, scores {tuple(scores.shape)}")
+
+
+def main():
+    torch.manual_seed(1234)
+    OUT.mkdir(parents=True, exist_ok=True)
+
+    bert = BertModel(BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                intermediate_size=64, max_position_embeddings=128), add_pooling_layer=False)
+    randomise(bert)
+    # Every pooling mode at once (concatenated in sentence-transformers' order), then two Dense layers.
+    sentence_model("bert-all-poolings-dense", bert, ["cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean",
+                                                     "lasttoken"], dense=2, normalize=True)
+    sentence_model("bert-prompt-excluded", bert, "mean", include_prompt=False, prompt_length=3, seed=3,
+                   prompts={"query": "query: ", "passage": "passage: "})
+
+    xlmr = XLMRobertaModel(XLMRobertaConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
+                                            num_attention_heads=4, intermediate_size=64,
+                                            max_position_embeddings=130, type_vocab_size=1, pad_token_id=1),
+                           add_pooling_layer=False)
+    randomise(xlmr)
+    sentence_model("xlm-roberta", xlmr, "mean", normalize=True, pad=1, special_first=0)
+
+    mpnet = MPNetModel(MPNetConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                                   intermediate_size=64, max_position_embeddings=514, pad_token_id=1),
+                       add_pooling_layer=False)
+    randomise(mpnet)
+    # Sequences past 128 tokens reach MPNet's logarithmic buckets' last one.
+    sentence_model("mpnet", mpnet, "mean", normalize=True, pad=1, longest=300, special_first=0)
+
+    modernbert = ModernBertModel(ModernBertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=4,
+                                                  num_attention_heads=4, intermediate_size=48,
+                                                  max_position_embeddings=512, local_attention=16,
+                                                  global_attn_every_n_layers=3, pad_token_id=0, bos_token_id=2,
+                                                  eos_token_id=3, cls_token_id=2, sep_token_id=3))
+    randomise(modernbert)
+    # Sequences longer than the local window (16) so sliding-window layers differ from global ones.
+    sentence_model("modernbert", modernbert, "cls", pad=0, longest=90, special_first=2)
+
+    bert_cross = BertForSequenceClassification(BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
+                                                          num_attention_heads=4, intermediate_size=64,
+                                                          max_position_embeddings=128, num_labels=1))
+    randomise(bert_cross)
+    cross_encoder("bert-cross-encoder", bert_cross, pad=0, cls=2, sep=3, pair_sep=[3], typed=True)
+
+    xlmr_cross = XLMRobertaForSequenceClassification(XLMRobertaConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=130, type_vocab_size=1, pad_token_id=1, num_labels=1))
+    randomise(xlmr_cross)
+    cross_encoder("xlm-roberta-cross-encoder", xlmr_cross, pad=1, cls=0, sep=2, pair_sep=[2, 2], typed=False)
+
+
+if __name__ == "__main__":
+    main()

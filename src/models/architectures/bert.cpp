@@ -1,0 +1,152 @@
+// BERT (model_type "bert"): post-LayerNorm encoder layers, learned absolute positions, token types.
+// The RoBERTa family runs the same stack with positions offset by padding_idx + 1 (roberta.cpp).
+#include "bert_family.hpp"
+
+#include "flowline/error.hpp"
+
+#include <c10/core/InferenceMode.h>
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace flowline::models::detail {
+
+namespace {
+
+class BertStack final : public Transformer {
+ public:
+  BertStack(const ArchitectureContext& context, const BertFamilyOptions& options);
+  at::Tensor forward(const DeviceBatch& batch) const override;
+
+ private:
+  struct Layer {
+    at::Tensor qkv_w, qkv_b;    // fused [3H, H], [3H]
+    at::Tensor out_w, out_b;    // attention output dense
+    at::Tensor ln1_w, ln1_b;    // attention output LayerNorm
+    at::Tensor up_w, up_b;      // intermediate dense
+    at::Tensor down_w, down_b;  // output dense
+    at::Tensor ln2_w, ln2_b;    // output LayerNorm
+  };
+  void read_config(const ArchitectureContext& context);
+  void load(const ArchitectureContext& context);
+
+  std::int64_t position_offset_ = 0;
+  double layer_norm_eps_ = 1e-12;
+  std::string hidden_act_ = "gelu";
+  at::Tensor word_, position_, token_type_, token_type0_;  // token_type0_: row 0 of token_type_
+  at::Tensor emb_ln_w_, emb_ln_b_;
+  std::vector<Layer> layers_;
+};
+
+BertStack::BertStack(const ArchitectureContext& context, const BertFamilyOptions& options)
+    : position_offset_(options.position_offset) {
+  info_.architecture = std::string(options.description);
+  read_config(context);
+  load(context);
+}
+
+void BertStack::read_config(const ArchitectureContext& context) {
+  const std::string position = context.text_or("position_embedding_type", "absolute");
+  if (position != "absolute")
+    context.fail("position_embedding_type", fmt::format("'{}' is not supported (only 'absolute')", position));
+  info_.vocab_size = context.require_int("vocab_size");
+  info_.hidden_size = context.require_int("hidden_size");
+  info_.num_layers = context.require_int("num_hidden_layers");
+  info_.num_heads = context.require_int("num_attention_heads");
+  info_.intermediate_size = context.require_int("intermediate_size");
+  const std::int64_t table = context.require_int("max_position_embeddings");
+  info_.max_positions = table - position_offset_;
+  info_.type_vocab_size = context.int_or("type_vocab_size", 2);
+  layer_norm_eps_ = context.number_or("layer_norm_eps", 1e-12);
+  hidden_act_ = context.text_or("hidden_act", "gelu");
+  if (!known_activation(hidden_act_) || hidden_act_ == "silu" || hidden_act_ == "swish") {
+    context.fail("hidden_act",
+                 fmt::format("'{}' is not supported (gelu, gelu_new, gelu_pytorch_tanh, relu)", hidden_act_));
+  }
+  if (info_.hidden_size <= 0 || info_.num_heads <= 0 || info_.hidden_size % info_.num_heads != 0) {
+    context.fail("hidden_size", fmt::format("{} must be a positive multiple of num_attention_heads {}",
+                                            info_.hidden_size, info_.num_heads));
+  }
+  if (info_.max_positions < 1) {
+    context.fail("max_position_embeddings",
+                 fmt::format("{} leaves no position after the offset {}", table, position_offset_));
+  }
+  if (info_.type_vocab_size < 1) context.fail("type_vocab_size", "must be at least 1");
+}
+
+void BertStack::load(const ArchitectureContext& context) {
+  c10::InferenceMode guard;
+  WeightLoader w(context.checkpoint.folder / "model.safetensors", "embeddings.word_embeddings.weight", context.device,
+                 context.dtype);
+  const std::int64_t H = info_.hidden_size, I = info_.intermediate_size;
+  word_ = w.load("embeddings.word_embeddings.weight", {info_.vocab_size, H});
+  position_ = w.load("embeddings.position_embeddings.weight", {info_.max_positions + position_offset_, H});
+  token_type_ = w.load("embeddings.token_type_embeddings.weight", {info_.type_vocab_size, H});
+  token_type0_ = token_type_[0].contiguous();
+  emb_ln_w_ = w.load("embeddings.LayerNorm.weight", {H});
+  emb_ln_b_ = w.load("embeddings.LayerNorm.bias", {H});
+  for (std::int64_t i = 0; i < info_.num_layers; ++i) {
+    const std::string p = fmt::format("encoder.layer.{}.", i);
+    Layer l;
+    l.qkv_w =
+        at::cat({w.load(p + "attention.self.query.weight", {H, H}), w.load(p + "attention.self.key.weight", {H, H}),
+                 w.load(p + "attention.self.value.weight", {H, H})});
+    l.qkv_b = at::cat({w.load(p + "attention.self.query.bias", {H}), w.load(p + "attention.self.key.bias", {H}),
+                       w.load(p + "attention.self.value.bias", {H})});
+    l.out_w = w.load(p + "attention.output.dense.weight", {H, H});
+    l.out_b = w.load(p + "attention.output.dense.bias", {H});
+    l.ln1_w = w.load(p + "attention.output.LayerNorm.weight", {H});
+    l.ln1_b = w.load(p + "attention.output.LayerNorm.bias", {H});
+    l.up_w = w.load(p + "intermediate.dense.weight", {I, H});
+    l.up_b = w.load(p + "intermediate.dense.bias", {I});
+    l.down_w = w.load(p + "output.dense.weight", {H, I});
+    l.down_b = w.load(p + "output.dense.bias", {H});
+    l.ln2_w = w.load(p + "output.LayerNorm.weight", {H});
+    l.ln2_b = w.load(p + "output.LayerNorm.bias", {H});
+    layers_.push_back(std::move(l));
+  }
+  // The separate q/k/v tensors were concatenated: count what is kept, not the loaded pieces.
+  auto bytes = [](const at::Tensor& t) { return static_cast<std::size_t>(t.numel() * t.element_size()); };
+  weight_bytes_ = bytes(word_) + bytes(position_) + bytes(token_type_) + bytes(emb_ln_w_) + bytes(emb_ln_b_);
+  for (const auto& l : layers_) {
+    for (const auto* t : {&l.qkv_w, &l.qkv_b, &l.out_w, &l.out_b, &l.ln1_w, &l.ln1_b, &l.up_w, &l.up_b, &l.down_w,
+                          &l.down_b, &l.ln2_w, &l.ln2_b}) {
+      weight_bytes_ += bytes(*t);
+    }
+  }
+}
+
+// The transformer over packed tokens. Enqueues work only: nothing here waits for the device.
+at::Tensor BertStack::forward(const DeviceBatch& batch) const {
+  const std::int64_t H = info_.hidden_size, heads = info_.num_heads, head_dim = H / heads;
+  const std::int64_t total = batch.ids.size(0);
+  const at::Tensor positions = position_offset_ == 0 ? batch.positions : batch.positions + position_offset_;
+  at::Tensor x = at::embedding(word_, batch.ids) + at::embedding(position_, positions);
+  x = batch.type_ids.defined() ? x + at::embedding(token_type_, batch.type_ids) : x + token_type0_;
+  x = at::layer_norm(x, {H}, emb_ln_w_, emb_ln_b_, layer_norm_eps_);
+  AttentionOptions attention;
+  attention.scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  for (const auto& l : layers_) {
+    at::Tensor qkv = at::linear(x, l.qkv_w, l.qkv_b);  // [T, 3H]
+    auto q = qkv.narrow(1, 0, H).view({total, heads, head_dim});
+    auto k = qkv.narrow(1, H, H).view({total, heads, head_dim});
+    auto v = qkv.narrow(1, 2 * H, H).view({total, heads, head_dim});
+    at::Tensor context = attend(q, k, v, batch, attention);
+    x = at::layer_norm(at::linear(context, l.out_w, l.out_b) + x, {H}, l.ln1_w, l.ln1_b, layer_norm_eps_);
+    at::Tensor hidden = activate(at::linear(x, l.up_w, l.up_b), hidden_act_);
+    x = at::layer_norm(at::linear(hidden, l.down_w, l.down_b) + x, {H}, l.ln2_w, l.ln2_b, layer_norm_eps_);
+  }
+  return x;
+}
+
+}  // namespace
+
+std::unique_ptr<Transformer> make_bert_family(const ArchitectureContext& context, const BertFamilyOptions& options) {
+  return std::make_unique<BertStack>(context, options);
+}
+
+std::unique_ptr<Transformer> make_bert(const ArchitectureContext& context) {
+  return make_bert_family(context, {.description = "BERT (post-LayerNorm, absolute positions)"});
+}
+
+}  // namespace flowline::models::detail

@@ -1,0 +1,190 @@
+// ModernBERT (model_type "modernbert"): pre-LayerNorm layers without biases, rotary position embeddings
+// (one theta for global layers, another for local ones), GeGLU feed-forward, and attention that
+// alternates between global and a sliding window (|query - key| <= local_attention / 2).
+#include "../transformer.hpp"
+
+#include <c10/core/InferenceMode.h>
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace flowline::models::detail {
+
+namespace {
+
+// cos and sin [positions, head_dim] as Hugging Face's ModernBertRotaryEmbedding makes them: float32
+// frequencies, then rounded to the model's dtype (and used in float32 by the rotation).
+std::pair<at::Tensor, at::Tensor> rotary_tables(double theta, std::int64_t head_dim, std::int64_t positions,
+                                                c10::ScalarType dtype, c10::Device device) {
+  const at::Tensor inv_freq =
+      1.0 / at::pow(theta, at::arange(0, head_dim, 2, at::kFloat) / static_cast<double>(head_dim));
+  const at::Tensor freqs = at::arange(positions, at::kFloat).unsqueeze(1) * inv_freq.unsqueeze(0);
+  const at::Tensor emb = at::cat({freqs, freqs}, -1);
+  return {emb.cos().to(dtype).to(at::kFloat).to(device), emb.sin().to(dtype).to(at::kFloat).to(device)};
+}
+
+// x [T, heads, d] rotated by cos/sin [T, d] in float32, back in x's dtype.
+at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const at::Tensor xf = x.to(at::kFloat);
+  const std::int64_t half = x.size(2) / 2;
+  const at::Tensor rotated = at::cat({-xf.narrow(2, half, half), xf.narrow(2, 0, half)}, 2);
+  return (xf * cos.unsqueeze(1) + rotated * sin.unsqueeze(1)).to(x.scalar_type());
+}
+
+class ModernBert final : public Transformer {
+ public:
+  explicit ModernBert(const ArchitectureContext& context) {
+    info_.architecture = "ModernBERT (rotary, GeGLU, local/global attention)";
+    info_.vocab_size = context.require_int("vocab_size");
+    info_.hidden_size = context.require_int("hidden_size");
+    info_.num_layers = context.require_int("num_hidden_layers");
+    info_.num_heads = context.require_int("num_attention_heads");
+    info_.intermediate_size = context.require_int("intermediate_size");
+    info_.max_positions = context.require_int("max_position_embeddings");
+    info_.type_vocab_size = 1;
+    eps_ = context.number_or("norm_eps", 1e-5);
+    act_ = context.text_or("hidden_activation", "gelu");
+    if (!known_activation(act_)) context.fail("hidden_activation", fmt::format("'{}' is not supported", act_));
+    if (info_.hidden_size % info_.num_heads != 0)
+      context.fail("hidden_size", "must be a multiple of num_attention_heads");
+    window_ = context.int_or("local_attention", 128) / 2;
+    read_layer_types(context);
+    read_rope(context);
+    load(context);
+  }
+
+  at::Tensor forward(const DeviceBatch& batch) const override {
+    const std::int64_t H = info_.hidden_size, heads = info_.num_heads, head_dim = H / heads;
+    const std::int64_t total = batch.ids.size(0);
+    at::Tensor x = at::layer_norm(at::embedding(word_, batch.ids), {H}, emb_norm_w_, emb_norm_b_, eps_);
+    const at::Tensor cos_global = global_cos_.index_select(0, batch.positions);
+    const at::Tensor sin_global = global_sin_.index_select(0, batch.positions);
+    const at::Tensor cos_local = local_cos_.index_select(0, batch.positions);
+    const at::Tensor sin_local = local_sin_.index_select(0, batch.positions);
+    AttentionOptions global, local;
+    global.scale = local.scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+    local.window = window_;
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      const auto& l = layers_[i];
+      const bool sliding = sliding_[i];
+      const at::Tensor normed = i == 0 ? x : at::layer_norm(x, {H}, l.attn_norm_w, l.attn_norm_b, eps_);
+      at::Tensor qkv = at::linear(normed, l.qkv_w, l.qkv_b);
+      auto q = qkv.narrow(1, 0, H).view({total, heads, head_dim});
+      auto k = qkv.narrow(1, H, H).view({total, heads, head_dim});
+      auto v = qkv.narrow(1, 2 * H, H).view({total, heads, head_dim});
+      q = rotate(q, sliding ? cos_local : cos_global, sliding ? sin_local : sin_global);
+      k = rotate(k, sliding ? cos_local : cos_global, sliding ? sin_local : sin_global);
+      at::Tensor context = attend(q, k, v, batch, sliding ? local : global);
+      x = x + at::linear(context, l.o_w, l.o_b);
+      at::Tensor up = at::linear(at::layer_norm(x, {H}, l.mlp_norm_w, l.mlp_norm_b, eps_), l.wi_w, l.wi_b);
+      const std::int64_t I = info_.intermediate_size;
+      x = x + at::linear(activate(up.narrow(1, 0, I), act_) * up.narrow(1, I, I), l.wo_w, l.wo_b);
+    }
+    return at::layer_norm(x, {H}, final_w_, final_b_, eps_);
+  }
+
+ private:
+  struct Layer {
+    at::Tensor attn_norm_w, attn_norm_b, qkv_w, qkv_b, o_w, o_b, mlp_norm_w, mlp_norm_b, wi_w, wi_b, wo_w, wo_b;
+  };
+
+  void read_layer_types(const ArchitectureContext& context) {
+    const auto* types = context.checkpoint.config.if_contains("layer_types");
+    if (types && types->is_array()) {
+      if (static_cast<std::int64_t>(types->get_array().size()) != info_.num_layers)
+        context.fail("layer_types", fmt::format("must list {} layers", info_.num_layers));
+      for (const auto& t : types->get_array()) {
+        if (t == "sliding_attention")
+          sliding_.push_back(true);
+        else if (t == "full_attention")
+          sliding_.push_back(false);
+        else
+          context.fail("layer_types", "each must be 'sliding_attention' or 'full_attention'");
+      }
+      return;
+    }
+    const std::int64_t every = context.int_or("global_attn_every_n_layers", 3);
+    if (every < 1) context.fail("global_attn_every_n_layers", "must be at least 1");
+    for (std::int64_t i = 0; i < info_.num_layers; ++i) sliding_.push_back(i % every != 0);
+  }
+
+  // rope_parameters (transformers 5: per layer type) or global_rope_theta / local_rope_theta.
+  void read_rope(const ArchitectureContext& context) {
+    double global_theta = context.number_or("global_rope_theta", 160000.0);
+    double local_theta = context.number_or("local_rope_theta", 10000.0);
+    if (const auto* rope = context.checkpoint.config.if_contains("rope_parameters"); rope && rope->is_object()) {
+      auto theta = [&](const char* type, double& out) {
+        const auto* p = rope->get_object().if_contains(type);
+        if (!p || !p->is_object()) return;
+        if (const auto* kind = p->get_object().if_contains("rope_type"); kind && *kind != "default")
+          context.fail("rope_parameters", "only rope_type 'default' is supported");
+        if (const auto* t = p->get_object().if_contains("rope_theta"); t && t->is_number())
+          out = t->to_number<double>();
+      };
+      theta("full_attention", global_theta);
+      theta("sliding_attention", local_theta);
+    }
+    const std::int64_t head_dim = info_.hidden_size / info_.num_heads;
+    std::tie(global_cos_, global_sin_) =
+        rotary_tables(global_theta, head_dim, info_.max_positions, context.dtype, context.device);
+    std::tie(local_cos_, local_sin_) =
+        rotary_tables(local_theta, head_dim, info_.max_positions, context.dtype, context.device);
+  }
+
+  void load(const ArchitectureContext& context) {
+    c10::InferenceMode guard;
+    WeightLoader w(context.checkpoint.folder / "model.safetensors", "embeddings.tok_embeddings.weight", context.device,
+                   context.dtype);
+    const std::int64_t H = info_.hidden_size, I = info_.intermediate_size;
+    const bool norm_bias =
+        context.checkpoint.config.if_contains("norm_bias") && context.checkpoint.config.at("norm_bias") == true;
+    const bool attention_bias = context.checkpoint.config.if_contains("attention_bias") &&
+                                context.checkpoint.config.at("attention_bias") == true;
+    const bool mlp_bias =
+        context.checkpoint.config.if_contains("mlp_bias") && context.checkpoint.config.at("mlp_bias") == true;
+    auto maybe = [&](bool present, const std::string& name, std::vector<std::int64_t> shape) {
+      return present ? w.load(name, std::move(shape)) : at::Tensor();
+    };
+    word_ = w.load("embeddings.tok_embeddings.weight", {info_.vocab_size, H});
+    emb_norm_w_ = w.load("embeddings.norm.weight", {H});
+    emb_norm_b_ = maybe(norm_bias, "embeddings.norm.bias", {H});
+    for (std::int64_t i = 0; i < info_.num_layers; ++i) {
+      const std::string p = fmt::format("layers.{}.", i);
+      Layer l;
+      if (i != 0) {  // layer 0's attention norm is the identity: the embeddings were just normed
+        l.attn_norm_w = w.load(p + "attn_norm.weight", {H});
+        l.attn_norm_b = maybe(norm_bias, p + "attn_norm.bias", {H});
+      }
+      l.qkv_w = w.load(p + "attn.Wqkv.weight", {3 * H, H});
+      l.qkv_b = maybe(attention_bias, p + "attn.Wqkv.bias", {3 * H});
+      l.o_w = w.load(p + "attn.Wo.weight", {H, H});
+      l.o_b = maybe(attention_bias, p + "attn.Wo.bias", {H});
+      l.mlp_norm_w = w.load(p + "mlp_norm.weight", {H});
+      l.mlp_norm_b = maybe(norm_bias, p + "mlp_norm.bias", {H});
+      l.wi_w = w.load(p + "mlp.Wi.weight", {2 * I, H});
+      l.wi_b = maybe(mlp_bias, p + "mlp.Wi.bias", {2 * I});
+      l.wo_w = w.load(p + "mlp.Wo.weight", {H, I});
+      l.wo_b = maybe(mlp_bias, p + "mlp.Wo.bias", {H});
+      layers_.push_back(std::move(l));
+    }
+    final_w_ = w.load("final_norm.weight", {H});
+    final_b_ = maybe(norm_bias, "final_norm.bias", {H});
+    weight_bytes_ = w.bytes();
+  }
+
+  double eps_ = 1e-5;
+  std::string act_ = "gelu";
+  std::int64_t window_ = 64;
+  std::vector<bool> sliding_;
+  at::Tensor word_, emb_norm_w_, emb_norm_b_, final_w_, final_b_;
+  at::Tensor global_cos_, global_sin_, local_cos_, local_sin_;
+  std::vector<Layer> layers_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transformer> make_modernbert(const ArchitectureContext& context) {
+  return std::make_unique<ModernBert>(context);
+}
+
+}  // namespace flowline::models::detail

@@ -1,0 +1,136 @@
+// MPNet (model_type "mpnet"): BERT-like post-LayerNorm layers whose attention scores get a relative
+// position bias, T5-style buckets of (key position - query position) looked up in one table that all
+// layers share; positions counted from padding_idx + 1; no token types.
+#include "../transformer.hpp"
+
+#include <c10/core/InferenceMode.h>
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace flowline::models::detail {
+
+namespace {
+
+// Hugging Face's MPNetEncoder.relative_position_bucket, op for op (float32 logarithm, truncation), so the
+// buckets are the reference's: half the buckets per direction, exact up to num_buckets / 4, logarithmic
+// up to max_distance.
+at::Tensor relative_buckets(std::int64_t length, std::int64_t num_buckets, std::int64_t max_distance) {
+  const at::Tensor context = at::arange(length, at::kLong).unsqueeze(1);
+  const at::Tensor memory = at::arange(length, at::kLong).unsqueeze(0);
+  const at::Tensor relative = memory - context;
+  at::Tensor n = -relative;
+  const std::int64_t half = num_buckets / 2;
+  at::Tensor ret = (n < 0).to(at::kLong) * half;
+  n = n.abs();
+  const std::int64_t max_exact = half / 2;
+  const at::Tensor is_small = n < max_exact;
+  at::Tensor large = max_exact + (at::log(n.to(at::kFloat) / static_cast<double>(max_exact)) /
+                                  std::log(static_cast<double>(max_distance) / static_cast<double>(max_exact)) *
+                                  static_cast<double>(half - max_exact))
+                                     .to(at::kLong);
+  large = at::minimum(large, at::full_like(large, half - 1));
+  return ret + at::where(is_small, n, large);
+}
+
+class MPNet final : public Transformer {
+ public:
+  explicit MPNet(const ArchitectureContext& context) {
+    info_.architecture = "MPNet (relative position bias)";
+    info_.vocab_size = context.require_int("vocab_size");
+    info_.hidden_size = context.require_int("hidden_size");
+    info_.num_layers = context.require_int("num_hidden_layers");
+    info_.num_heads = context.require_int("num_attention_heads");
+    info_.intermediate_size = context.require_int("intermediate_size");
+    position_offset_ = context.int_or("pad_token_id", 1) + 1;
+    const std::int64_t table = context.require_int("max_position_embeddings");
+    info_.max_positions = table - position_offset_;
+    info_.type_vocab_size = 1;
+    num_buckets_ = context.int_or("relative_attention_num_buckets", 32);
+    eps_ = context.number_or("layer_norm_eps", 1e-5);
+    act_ = context.text_or("hidden_act", "gelu");
+    if (!known_activation(act_)) context.fail("hidden_act", fmt::format("'{}' is not supported", act_));
+    if (info_.hidden_size % info_.num_heads != 0)
+      context.fail("hidden_size", "must be a multiple of num_attention_heads");
+    if (info_.max_positions < 1) context.fail("max_position_embeddings", "leaves no position after padding_idx + 1");
+    load(context);
+  }
+
+  // The relative-position buckets passed through the table exist for one fixed count of buckets (32, as
+  // Hugging Face's compute_position_bias calls it); a flash kernel cannot add a bias.
+  bool uses_flash(const ArchitectureContext&) const override { return false; }
+
+  at::Tensor forward(const DeviceBatch& batch) const override {
+    const std::int64_t H = info_.hidden_size, heads = info_.num_heads, head_dim = H / heads;
+    const std::int64_t total = batch.ids.size(0);
+    at::Tensor x = at::embedding(word_, batch.ids) + at::embedding(position_, batch.positions + position_offset_);
+    x = at::layer_norm(x, {H}, emb_ln_w_, emb_ln_b_, eps_);
+    AttentionOptions attention;
+    attention.scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+    attention.bias_for = [this](std::int64_t length) {
+      // [L, L, heads] -> [heads, L, L]
+      return at::embedding(bias_table_, buckets_.narrow(0, 0, length).narrow(1, 0, length)).permute({2, 0, 1});
+    };
+    for (const auto& l : layers_) {
+      at::Tensor qkv = at::linear(x, l.qkv_w, l.qkv_b);
+      auto q = qkv.narrow(1, 0, H).view({total, heads, head_dim});
+      auto k = qkv.narrow(1, H, H).view({total, heads, head_dim});
+      auto v = qkv.narrow(1, 2 * H, H).view({total, heads, head_dim});
+      at::Tensor context = attend(q, k, v, batch, attention);
+      x = at::layer_norm(at::linear(context, l.o_w, l.o_b) + x, {H}, l.ln1_w, l.ln1_b, eps_);
+      at::Tensor hidden = activate(at::linear(x, l.up_w, l.up_b), act_);
+      x = at::layer_norm(at::linear(hidden, l.down_w, l.down_b) + x, {H}, l.ln2_w, l.ln2_b, eps_);
+    }
+    return x;
+  }
+
+ private:
+  struct Layer {
+    at::Tensor qkv_w, qkv_b, o_w, o_b, ln1_w, ln1_b, up_w, up_b, down_w, down_b, ln2_w, ln2_b;
+  };
+
+  void load(const ArchitectureContext& context) {
+    c10::InferenceMode guard;
+    WeightLoader w(context.checkpoint.folder / "model.safetensors", "embeddings.word_embeddings.weight", context.device,
+                   context.dtype);
+    const std::int64_t H = info_.hidden_size, I = info_.intermediate_size;
+    word_ = w.load("embeddings.word_embeddings.weight", {info_.vocab_size, H});
+    position_ = w.load("embeddings.position_embeddings.weight", {info_.max_positions + position_offset_, H});
+    emb_ln_w_ = w.load("embeddings.LayerNorm.weight", {H});
+    emb_ln_b_ = w.load("embeddings.LayerNorm.bias", {H});
+    bias_table_ = w.load("encoder.relative_attention_bias.weight", {num_buckets_, info_.num_heads});
+    buckets_ = relative_buckets(info_.max_positions, 32, 128).to(context.device);
+    for (std::int64_t i = 0; i < info_.num_layers; ++i) {
+      const std::string p = fmt::format("encoder.layer.{}.", i);
+      Layer l;
+      l.qkv_w = at::cat({w.load(p + "attention.attn.q.weight", {H, H}), w.load(p + "attention.attn.k.weight", {H, H}),
+                         w.load(p + "attention.attn.v.weight", {H, H})});
+      l.qkv_b = at::cat({w.load(p + "attention.attn.q.bias", {H}), w.load(p + "attention.attn.k.bias", {H}),
+                         w.load(p + "attention.attn.v.bias", {H})});
+      l.o_w = w.load(p + "attention.attn.o.weight", {H, H});
+      l.o_b = w.load(p + "attention.attn.o.bias", {H});
+      l.ln1_w = w.load(p + "attention.LayerNorm.weight", {H});
+      l.ln1_b = w.load(p + "attention.LayerNorm.bias", {H});
+      l.up_w = w.load(p + "intermediate.dense.weight", {I, H});
+      l.up_b = w.load(p + "intermediate.dense.bias", {I});
+      l.down_w = w.load(p + "output.dense.weight", {H, I});
+      l.down_b = w.load(p + "output.dense.bias", {H});
+      l.ln2_w = w.load(p + "output.LayerNorm.weight", {H});
+      l.ln2_b = w.load(p + "output.LayerNorm.bias", {H});
+      layers_.push_back(std::move(l));
+    }
+    weight_bytes_ = w.bytes();  // the fused q/k/v copies replace the loaded pieces one for one
+  }
+
+  std::int64_t position_offset_ = 2, num_buckets_ = 32;
+  double eps_ = 1e-5;
+  std::string act_ = "gelu";
+  at::Tensor word_, position_, emb_ln_w_, emb_ln_b_, bias_table_, buckets_;
+  std::vector<Layer> layers_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transformer> make_mpnet(const ArchitectureContext& context) { return std::make_unique<MPNet>(context); }
+
+}  // namespace flowline::models::detail

@@ -1,0 +1,15 @@
+// RoBERTa, XLM-RoBERTa and CamemBERT (model_type "roberta", "xlm-roberta", "camembert"): BERT's stack with
+// positions counted from padding_idx + 1 (as Hugging Face's create_position_ids_from_input_ids does for
+// unpadded tokens) and, in practice, one token type.
+#include "bert_family.hpp"
+
+namespace flowline::models::detail {
+
+std::unique_ptr<Transformer> make_roberta(const ArchitectureContext& context) {
+  const std::int64_t padding_idx = context.int_or("pad_token_id", 1);
+  if (padding_idx < 0) context.fail("pad_token_id", "must not be negative");
+  return make_bert_family(context, {.description = "RoBERTa (BERT stack, positions from padding_idx + 1)",
+                                    .position_offset = padding_idx + 1});
+}
+
+}  // namespace flowline::models::detail

@@ -1,0 +1,278 @@
+// Reading a checkpoint folder's declarations: config.json, modules.json and the module configs,
+// sentence_bert_config.json, tokenizer_config.json and config_sentence_transformers.json.
+#include "flowline/models/checkpoint.hpp"
+
+#include "flowline/error.hpp"
+#include "flowline/io.hpp"
+#include "transformer.hpp"
+
+#include <boost/json.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+namespace flowline::models {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+boost::json::value read_json(const fs::path& path) {
+  boost::system::error_code ec;
+  auto value = boost::json::parse(read_file(path), ec);
+  if (ec) throw Error(fmt::format("'{}': invalid JSON: {}", path.string(), ec.message()));
+  return value;
+}
+
+boost::json::object read_json_object(const fs::path& path) {
+  auto value = read_json(path);
+  if (!value.is_object()) throw Error(fmt::format("'{}': not a JSON object", path.string()));
+  return std::move(value.get_object());
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool flag(const boost::json::object& o, const char* key) {
+  const auto* v = o.if_contains(key);
+  return v && v->is_bool() && v->get_bool();
+}
+
+Pooling parse_pooling(std::string_view name, const fs::path& file) {
+  static const std::pair<std::string_view, Pooling> names[] = {{"cls", Pooling::Cls},
+                                                               {"max", Pooling::Max},
+                                                               {"mean", Pooling::Mean},
+                                                               {"mean_sqrt_len_tokens", Pooling::MeanSqrtLen},
+                                                               {"weightedmean", Pooling::WeightedMean},
+                                                               {"lasttoken", Pooling::LastToken}};
+  for (const auto& [n, p] : names) {
+    if (n == name) return p;
+  }
+  throw Error(
+      fmt::format("'{}': pooling_mode '{}' is not supported (cls, max, mean, mean_sqrt_len_tokens, "
+                  "weightedmean, lasttoken)",
+                  file.string(), name));
+}
+
+// The Pooling module's config: sentence-transformers 6's pooling_mode (a name or a list), or the older
+// pooling_mode_*_tokens booleans, in sentence-transformers' order.
+void read_pooling(const fs::path& file, SentenceModules& modules) {
+  const auto o = read_json_object(file);
+  modules.pooling.clear();
+  if (const auto* mode = o.if_contains("pooling_mode"); mode && mode->is_string()) {
+    modules.pooling.push_back(parse_pooling(mode->get_string(), file));
+  } else if (mode && mode->is_array()) {
+    for (const auto& m : mode->get_array()) {
+      if (!m.is_string()) throw Error(fmt::format("'{}': pooling_mode: expected names", file.string()));
+      modules.pooling.push_back(parse_pooling(m.get_string(), file));
+    }
+  } else {
+    static const std::pair<const char*, Pooling> keys[] = {{"pooling_mode_cls_token", Pooling::Cls},
+                                                           {"pooling_mode_max_tokens", Pooling::Max},
+                                                           {"pooling_mode_mean_tokens", Pooling::Mean},
+                                                           {"pooling_mode_mean_sqrt_len_tokens", Pooling::MeanSqrtLen},
+                                                           {"pooling_mode_weightedmean_tokens", Pooling::WeightedMean},
+                                                           {"pooling_mode_lasttoken", Pooling::LastToken}};
+    for (const auto& [key, p] : keys) {
+      if (flag(o, key)) modules.pooling.push_back(p);
+    }
+  }
+  if (modules.pooling.empty()) throw Error(fmt::format("'{}': no pooling mode is on", file.string()));
+  if (const auto* v = o.if_contains("include_prompt"); v && v->is_bool()) modules.include_prompt = v->get_bool();
+}
+
+Activation parse_activation(std::string_view name, const fs::path& file, const char* key) {
+  static const std::pair<std::string_view, Activation> names[] = {
+      {"torch.nn.modules.activation.Tanh", Activation::Tanh},
+      {"torch.nn.modules.linear.Identity", Activation::Identity},
+      {"torch.nn.modules.activation.ReLU", Activation::Relu},
+      {"torch.nn.modules.activation.GELU", Activation::Gelu},
+      {"torch.nn.modules.activation.Sigmoid", Activation::Sigmoid}};
+  for (const auto& [n, a] : names) {
+    if (n == name) return a;
+  }
+  throw Error(fmt::format("'{}': {} '{}' is not supported (Tanh, Identity, ReLU, GELU, Sigmoid of torch.nn)",
+                          file.string(), key, name));
+}
+
+DenseModule read_dense(const fs::path& folder) {
+  const auto file = folder / "config.json";
+  const auto o = read_json_object(file);
+  DenseModule d;
+  d.folder = folder;
+  auto size = [&](const char* key) {
+    const auto* v = o.if_contains(key);
+    if (!v || !v->is_int64() || v->get_int64() < 1)
+      throw Error(fmt::format("'{}': {} must be a positive integer", file.string(), key));
+    return v->get_int64();
+  };
+  d.in_features = size("in_features");
+  d.out_features = size("out_features");
+  if (const auto* v = o.if_contains("bias"); v && v->is_bool()) d.bias = v->get_bool();
+  if (const auto* v = o.if_contains("activation_function"); v && v->is_string())
+    d.activation = parse_activation(v->get_string(), file, "activation_function");
+  if (flag(o, "use_residual")) throw Error(fmt::format("'{}': use_residual is not supported", file.string()));
+  if (!fs::exists(folder / "model.safetensors")) {
+    throw Error(
+        fmt::format("'{}': missing model.safetensors (flowline reads Dense weights only as safetensors; "
+                    "re-save the model with sentence-transformers 3 or later)",
+                    folder.string()));
+  }
+  return d;
+}
+
+// modules.json: Transformer first, then Pooling, Dense, Normalize as listed. Without it, plain mean
+// pooling (sentence-transformers' default for a bare transformer).
+void read_modules(const fs::path& folder, Checkpoint& c) {
+  const auto file = folder / "modules.json";
+  if (!fs::exists(file)) return;
+  const auto modules = read_json(file);
+  if (!modules.is_array()) throw Error(fmt::format("'{}': expected a JSON list", file.string()));
+  for (const auto& m : modules.get_array()) {
+    if (!m.is_object()) throw Error(fmt::format("'{}': each module must be a JSON object", file.string()));
+    const auto* type = m.get_object().if_contains("type");
+    const auto* path = m.get_object().if_contains("path");
+    if (!type || !type->is_string()) throw Error(fmt::format("'{}': a module without a type", file.string()));
+    const std::string t(type->get_string());
+    const fs::path dir = folder / (path && path->is_string() ? std::string(path->get_string()) : "");
+    if (ends_with(t, ".Transformer")) continue;
+    if (ends_with(t, ".Pooling")) {
+      if (fs::exists(dir / "config.json")) read_pooling(dir / "config.json", c.modules);
+    } else if (ends_with(t, ".Dense")) {
+      c.modules.dense.push_back(read_dense(dir));
+    } else if (ends_with(t, ".Normalize")) {
+      c.modules.normalize = true;
+    } else {
+      throw Error(fmt::format("'{}': module type '{}' is not supported (Transformer, Pooling, Dense, Normalize)",
+                              file.string(), t));
+    }
+  }
+}
+
+void read_classifier(const fs::path& folder, Checkpoint& c) {
+  const auto* archs = c.config.if_contains("architectures");
+  if (!archs || !archs->is_array()) return;
+  bool classifier = false;
+  for (const auto& a : archs->get_array())
+    classifier |= a.is_string() && ends_with(a.get_string(), "ForSequenceClassification");
+  if (!classifier) return;
+  ClassifierHead head;
+  if (const auto* labels = c.config.if_contains("id2label"); labels && labels->is_object())
+    head.num_labels = static_cast<std::int64_t>(labels->get_object().size());
+  if (const auto* n = c.config.if_contains("num_labels"); n && n->is_int64()) head.num_labels = n->get_int64();
+  head.activation = head.num_labels == 1 ? Activation::Sigmoid : Activation::Identity;
+  if (const auto* st = c.config.if_contains("sentence_transformers"); st && st->is_object()) {
+    if (const auto* fn = st->get_object().if_contains("activation_fn"); fn && fn->is_string())
+      head.activation =
+          parse_activation(fn->get_string(), folder / "config.json", "sentence_transformers.activation_fn");
+  }
+  c.classifier = head;
+}
+
+void read_lengths_and_prompts(const fs::path& folder, Checkpoint& c) {
+  if (const auto* v = c.config.if_contains("max_position_embeddings"); v && v->is_int64())
+    c.max_seq_length = v->get_int64();
+  for (const auto& [file, key] : {std::pair{"sentence_bert_config.json", "max_seq_length"},
+                                  std::pair{"tokenizer_config.json", "model_max_length"}}) {
+    if (!fs::exists(folder / file)) continue;
+    const auto o = read_json_object(folder / file);
+    if (const auto* v = o.if_contains(key); v && v->is_int64() && v->get_int64() > 0) {
+      c.max_seq_length = std::min(v->get_int64(), c.max_seq_length);
+      break;
+    }
+  }
+  const auto prompts_file = folder / "config_sentence_transformers.json";
+  if (!fs::exists(prompts_file)) return;
+  const auto o = read_json_object(prompts_file);
+  if (const auto* p = o.if_contains("prompts"); p && p->is_object()) {
+    for (const auto& [name, text] : p->get_object()) {
+      if (!text.is_string())
+        throw Error(fmt::format("'{}': prompts.{} must be a string", prompts_file.string(), std::string(name)));
+      c.prompts.emplace(std::string(name), std::string(text.get_string()));
+    }
+  }
+  if (const auto* d = o.if_contains("default_prompt_name"); d && d->is_string()) {
+    c.default_prompt_name = std::string(d->get_string());
+    if (!c.prompts.count(c.default_prompt_name))
+      throw Error(fmt::format("'{}': default_prompt_name '{}' is not among the prompts", prompts_file.string(),
+                              c.default_prompt_name));
+  }
+}
+
+}  // namespace
+
+std::string to_string(Pooling pooling) {
+  switch (pooling) {
+    case Pooling::Cls:
+      return "cls";
+    case Pooling::Max:
+      return "max";
+    case Pooling::Mean:
+      return "mean";
+    case Pooling::MeanSqrtLen:
+      return "mean_sqrt_len_tokens";
+    case Pooling::WeightedMean:
+      return "weightedmean";
+    case Pooling::LastToken:
+      return "lasttoken";
+  }
+  return "?";
+}
+
+std::string to_string(Activation activation) {
+  switch (activation) {
+    case Activation::Identity:
+      return "identity";
+    case Activation::Tanh:
+      return "tanh";
+    case Activation::Relu:
+      return "relu";
+    case Activation::Gelu:
+      return "gelu";
+    case Activation::Sigmoid:
+      return "sigmoid";
+  }
+  return "?";
+}
+
+Checkpoint Checkpoint::read(const fs::path& folder) {
+  if (!fs::is_directory(folder)) throw Error(fmt::format("model '{}': no such folder", folder.string()));
+  for (const char* needed : {"config.json", "model.safetensors"}) {
+    if (!fs::exists(folder / needed)) {
+      throw Error(
+          fmt::format("model '{}': missing {} (expected a Hugging Face / sentence-transformers checkpoint "
+                      "folder; docs/models.md says how to get one)",
+                      folder.string(), needed));
+    }
+  }
+  Checkpoint c;
+  c.folder = folder;
+  c.config_file = folder / "config.json";
+  c.config = read_json_object(c.config_file);
+  const auto* type = c.config.if_contains("model_type");
+  c.model_type = type && type->is_string() ? std::string(type->get_string()) : "bert";
+  if (!detail::find_architecture(c.model_type)) {
+    throw Error(fmt::format("'{}': model_type '{}' is not supported (supported: {})", c.config_file.string(),
+                            c.model_type, fmt::join(supported_model_types(), ", ")));
+  }
+  read_modules(folder, c);
+  read_classifier(folder, c);
+  read_lengths_and_prompts(folder, c);
+  return c;
+}
+
+const std::string& Checkpoint::prompt(const std::string& name) const {
+  const auto it = prompts.find(name);
+  if (it == prompts.end()) {
+    std::vector<std::string> names;
+    for (const auto& [n, _] : prompts) names.push_back(n);
+    throw Error(
+        fmt::format("prompt_name '{}': the model '{}' has {}", name, folder.string(),
+                    names.empty() ? std::string("no prompts") : fmt::format("the prompts {}", fmt::join(names, ", "))));
+  }
+  return it->second;
+}
+
+}  // namespace flowline::models

@@ -1,0 +1,150 @@
+// Internal to flowline::models: what an architecture implements and what it is given. Not installed.
+//
+// An architecture is a detail::Transformer: packed token ids in (a DeviceBatch), token states [T, H] out.
+// Each lives in its own file under architectures/ with a `make_<name>` function, and one line of the table
+// in architectures/table.cpp names it for the model_type values it runs. Everything around it — batch
+// upload and checks, pooling, Dense, Normalize, classifier heads, CUDA graphs — is shared and knows no
+// architecture. forward() is const and thread-safe (replicas share one Transformer) and only enqueues work
+// on the current stream.
+#pragma once
+
+#include "flowline/models/checkpoint.hpp"
+#include "flowline/models/embedding_model.hpp"
+#include "flowline/models/safetensors.hpp"
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace flowline::models::detail {
+
+// A run of equal-length sequences in a batch (attention outside flash attention works group by group).
+struct Group {
+  std::int64_t token_begin, count, length;
+};
+
+// A batch's index tensors on the model's device, and what the host knows of its shape.
+struct DeviceBatch {
+  at::Tensor ids;         // [T] int64
+  at::Tensor positions;   // [T] int64: 0, 1, ... within each sequence (architectures add their offset)
+  at::Tensor type_ids;    // [T] int64, or undefined for all 0
+  at::Tensor lengths;     // [n] int64
+  at::Tensor offsets;     // [n + 1] int64: where each sequence starts, then T
+  at::Tensor pool_skip;   // [n] int64 tokens pooling leaves out at each start, or undefined for none
+  at::Tensor cu_seqlens;  // [n + 1] int32 (flash attention only)
+  std::int64_t total = 0, longest = 0;
+  std::vector<Group> groups;  // runs of equal-length sequences (attention outside flash)
+  bool flash = false;         // attention runs as varlen flash attention over cu_seqlens
+};
+
+// Checks a batch (lengths 1..max_length, ids in the vocabulary, type ids in range, ids and lengths that
+// agree) before anything is enqueued. Returns (total tokens, longest sequence). Throws flowline::Error.
+std::pair<std::int64_t, std::int64_t> check_batch(const PackedBatch& batch, const ModelInfo& info);
+
+// Writes a checked batch into an int64 layout: ids at ids[0, T), positions at positions[0, T), lengths
+// at lengths[0, n) and offsets at offsets[0, n]. Slots past the batch (up to `slots` sequences) are
+// written as empty sequences, so a graph sized for more sequences reduces them to nothing.
+void write_layout(const PackedBatch& batch, std::int64_t* ids, std::int64_t* positions, std::int64_t* lengths,
+                  std::int64_t* offsets, std::int64_t slots);
+
+// Checks `batch` and moves it to `device` in one copy (pinned and non-blocking on a GPU).
+DeviceBatch upload(const PackedBatch& batch, const ModelInfo& info, c10::Device device, bool flash);
+
+// Loads a checkpoint's tensors onto the device: finds the name prefix the checkpoint uses ("bert.",
+// "0.auto_model.", "roberta.", ""), checks each tensor's shape against what config.json implies, and
+// counts the bytes kept on the device.
+class WeightLoader {
+ public:
+  // `anchor` is a tensor name every checkpoint of the architecture has (e.g.
+  // "embeddings.word_embeddings.weight"); the prefix is whatever comes before it.
+  WeightLoader(const std::filesystem::path& file, std::string_view anchor, c10::Device device, c10::ScalarType dtype);
+  // The tensor `name` (after the prefix) on the device in the model's dtype. Old checkpoints' LayerNorm
+  // gamma/beta are found for weight/bias. Throws naming the file and tensor when absent or misshapen.
+  at::Tensor load(const std::string& name, std::vector<std::int64_t> shape);
+  // As load(), in float32 whatever the model's dtype (position tables, biases added in float32).
+  at::Tensor load_float(const std::string& name, std::vector<std::int64_t> shape);
+  bool contains(const std::string& name) const;
+  const std::string& prefix() const noexcept { return prefix_; }
+  const SafetensorsFile& file() const noexcept { return file_; }
+  // Bytes of everything loaded so far; keep() adds a tensor made from loaded ones (a fused copy).
+  std::size_t bytes() const noexcept { return bytes_; }
+  void keep(const at::Tensor& fused) { bytes_ += fused.numel() * fused.element_size(); }
+
+ private:
+  at::Tensor read(const std::string& name, const std::vector<std::int64_t>& shape);
+  SafetensorsFile file_;
+  std::string prefix_;
+  c10::Device device_;
+  c10::ScalarType dtype_;
+  std::size_t bytes_ = 0;
+};
+
+// What make_<architecture> gets.
+struct ArchitectureContext {
+  const Checkpoint& checkpoint;
+  c10::Device device;
+  c10::ScalarType dtype;
+
+  bool flash() const noexcept { return device.is_cuda() && dtype != c10::kFloat; }
+  // config.json's integer `key`; throws naming the file and key when it is missing or not an integer.
+  std::int64_t require_int(const char* key) const;
+  std::int64_t int_or(const char* key, std::int64_t fallback) const;
+  double number_or(const char* key, double fallback) const;
+  std::string text_or(const char* key, const char* fallback) const;
+  // An error about config.json's `key`: "'.../config.json': key: message".
+  [[noreturn]] void fail(const char* key, const std::string& message) const;
+};
+
+class Transformer {
+ public:
+  virtual ~Transformer() = default;
+  // Token states [T, hidden] in the model's dtype for the packed batch. Enqueues work only.
+  virtual at::Tensor forward(const DeviceBatch& batch) const = 0;
+  // Whether forward() can run as varlen flash attention on this device and dtype (and so be graphed).
+  virtual bool uses_flash(const ArchitectureContext& context) const { return context.flash(); }
+
+  const ModelInfo& info() const noexcept { return info_; }
+  std::size_t weight_bytes() const noexcept { return weight_bytes_; }
+
+ protected:
+  ModelInfo info_;
+  std::size_t weight_bytes_ = 0;
+};
+
+// One line of the architecture table.
+struct Architecture {
+  std::vector<std::string_view> model_types;  // config.json's model_type values it runs
+  std::string_view description;
+  std::unique_ptr<Transformer> (*make)(const ArchitectureContext& context);
+};
+std::span<const Architecture> architectures();  // architectures/table.cpp
+const Architecture* find_architecture(std::string_view model_type);
+
+// ---- shared pieces of architectures -----------------------------------------------------------------
+
+// Self-attention over packed tokens. q, k, v: [T, heads, head_dim] (k and v may have fewer heads: grouped
+// queries). With flash: one varlen kernel. Otherwise per group of equal-length sequences with
+// scaled_dot_product_attention, `bias` (if defined: [heads, L, L] for a group of length L, from
+// bias_for(L)) added to the scores. `window` > 0: each token sees only tokens at most `window` away
+// (sliding-window attention). Returns [T, heads * head_dim].
+struct AttentionOptions {
+  double scale = 1.0;
+  bool causal = false;
+  std::int64_t window = 0;
+  std::function<at::Tensor(std::int64_t length)> bias_for;  // empty: no bias
+};
+at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const DeviceBatch& batch,
+                  const AttentionOptions& options);
+
+// Activations named in config.json (hidden_act / hidden_activation).
+at::Tensor activate(const at::Tensor& x, const std::string& name);
+bool known_activation(const std::string& name);
+
+}  // namespace flowline::models::detail

@@ -1,0 +1,147 @@
+// Tests of the models room: every architecture of the table against transformers / sentence-transformers
+// on tiny checkpoints of its shape (scripts/make_tiny_models.py), from token ids; checkpoint errors.
+#include "test_support.hpp"
+
+#include "flowline/error.hpp"
+#include "flowline/models/checkpoint.hpp"
+#include "flowline/models/cross_encoder.hpp"
+#include "flowline/models/embedding_model.hpp"
+#include "flowline/models/safetensors.hpp"
+
+#include <ATen/ATen.h>
+
+#include <fstream>
+
+using namespace flowline;
+using namespace flowline::models;
+
+namespace {
+
+const std::filesystem::path kTiny = std::filesystem::path(FLOWLINE_SOURCE_DIR) / "tests/data/tiny-models";
+
+struct Goldens {
+  std::vector<std::int32_t> ids, type_ids;
+  std::vector<std::int64_t> lengths;
+  at::Tensor expected;
+  std::int64_t prompt_length = 0;
+};
+
+Goldens read_goldens(const std::string& name, const char* key) {
+  const SafetensorsFile file(kTiny / (name + ".goldens.safetensors"));
+  Goldens g;
+  const at::Tensor ids = file.get("ids").contiguous(), lengths = file.get("lengths").contiguous();
+  g.ids.assign(ids.data_ptr<std::int32_t>(), ids.data_ptr<std::int32_t>() + ids.numel());
+  g.lengths.assign(lengths.data_ptr<std::int64_t>(), lengths.data_ptr<std::int64_t>() + lengths.numel());
+  if (file.contains("type_ids")) {
+    const at::Tensor t = file.get("type_ids").contiguous();
+    g.type_ids.assign(t.data_ptr<std::int32_t>(), t.data_ptr<std::int32_t>() + t.numel());
+  }
+  if (file.contains("prompt_length")) g.prompt_length = file.get("prompt_length").item<std::int64_t>();
+  g.expected = file.get(key).clone();
+  return g;
+}
+
+at::Tensor row_cosines(const at::Tensor& a, const at::Tensor& b) {
+  const auto a64 = a.to(at::kDouble), b64 = b.to(at::kDouble);
+  return (a64 * b64).sum(1) / (a64.norm(2, {1}) * b64.norm(2, {1})).clamp_min(1e-30);
+}
+
+// The golden sequences encoded by `model`, each batch cut at `batch_size` sequences (in the goldens' order).
+at::Tensor encode_goldens(const EmbeddingModel& model, const Goldens& g, std::size_t batch_size) {
+  std::vector<at::Tensor> parts;
+  std::size_t token = 0;
+  for (std::size_t s = 0; s < g.lengths.size(); s += batch_size) {
+    const std::size_t end = std::min(g.lengths.size(), s + batch_size);
+    std::size_t tokens = 0;
+    for (std::size_t i = s; i < end; ++i) tokens += static_cast<std::size_t>(g.lengths[i]);
+    std::vector<std::int64_t> skips(end - s, g.prompt_length);
+    PackedBatch batch{std::span(g.ids).subspan(token, tokens), std::span(g.lengths).subspan(s, end - s)};
+    if (g.prompt_length) batch.pooling_skip = skips;
+    parts.push_back(model.encode(batch));
+    token += tokens;
+  }
+  return at::cat(parts);
+}
+
+}  // namespace
+
+TEST_CASE("every architecture's embeddings equal sentence-transformers' on its tiny checkpoint", "[models]") {
+  const auto name = GENERATE(as<std::string>{}, "bert-all-poolings-dense", "bert-prompt-excluded", "xlm-roberta",
+                             "mpnet", "modernbert");
+  INFO(name);
+  const auto g = read_goldens(name, "embeddings");
+  const EmbeddingModel model(kTiny / name, c10::Device(c10::kCPU), c10::kFloat);
+  CHECK(model.dimension() == g.expected.size(1));
+  for (const std::size_t batch_size : {std::size_t{1}, std::size_t{7}, g.lengths.size()}) {
+    INFO("batch size " << batch_size);
+    const at::Tensor got = encode_goldens(model, g, batch_size);
+    REQUIRE(got.sizes() == g.expected.sizes());
+    CHECK(row_cosines(got, g.expected).min().item<double>() >= 0.99999);
+    CHECK((got - g.expected).abs().max().item<double>() < 1e-4);
+  }
+}
+
+TEST_CASE("cross-encoders' scores equal transformers' with the CrossEncoder activation", "[models]") {
+  const auto name = GENERATE(as<std::string>{}, "bert-cross-encoder", "xlm-roberta-cross-encoder");
+  INFO(name);
+  const auto g = read_goldens(name, "scores");
+  const CrossEncoderModel model(Checkpoint::read(kTiny / name), c10::Device(c10::kCPU), c10::kFloat);
+  CHECK(model.num_labels() == 1);
+  const PackedBatch batch{g.ids, g.lengths,
+                          model.info().type_vocab_size > 1 ? std::span(g.type_ids) : std::span<const std::int32_t>{}};
+  const at::Tensor scores = model.score(batch);
+  REQUIRE(scores.sizes() == g.expected.sizes());
+  CHECK((scores - g.expected).abs().max().item<double>() < 1e-5);
+  // Raw logits are the activation's inverse.
+  CHECK((at::sigmoid(model.score(batch, /*raw=*/true)) - scores).abs().max().item<double>() < 1e-6);
+}
+
+TEST_CASE("a checkpoint of an unsupported model_type is refused naming the file and what runs", "[models]") {
+  const auto dir = testing::scratch_dir("unsupported model type");
+  std::filesystem::copy(kTiny / "mpnet", dir, std::filesystem::copy_options::recursive);
+  auto config = testing::read_text(dir / "config.json");
+  const auto at = config.find("\"mpnet\"");
+  REQUIRE(at != std::string::npos);
+  config.replace(at, 7, "\"t5\"");
+  std::ofstream(dir / "config.json") << config;
+  CHECK_THROWS_WITH(Checkpoint::read(dir),
+                    testing::contains("config.json': model_type 't5' is not supported (supported: bert, "
+                                      "camembert, modernbert, mpnet, roberta, xlm-roberta)"));
+}
+
+TEST_CASE("a checkpoint's unknown module or pooling mode is refused naming the file", "[models]") {
+  const auto dir = testing::scratch_dir("unknown module");
+  std::filesystem::copy(kTiny / "bert-prompt-excluded", dir, std::filesystem::copy_options::recursive);
+  std::ofstream(dir / "1_Pooling/config.json") << R"({"pooling_mode": "median"})";
+  CHECK_THROWS_WITH(Checkpoint::read(dir), testing::contains("pooling_mode 'median' is not supported"));
+  std::ofstream(dir / "modules.json") << R"([{"idx": 0, "path": "", "type": "sentence_transformers.models.Transformer"},
+    {"idx": 1, "path": "1_X", "type": "sentence_transformers.models.WeightedLayerPooling"}])";
+  CHECK_THROWS_WITH(Checkpoint::read(dir),
+                    testing::contains("module type 'sentence_transformers.models.WeightedLayerPooling' is not "
+                                      "supported (Transformer, Pooling, Dense, Normalize)"));
+}
+
+TEST_CASE("a missing weight is refused naming the file and the tensor", "[models]") {
+  const auto dir = testing::scratch_dir("missing weight");
+  std::filesystem::copy(kTiny / "modernbert", dir, std::filesystem::copy_options::recursive);
+  const SafetensorsFile file(dir / "model.safetensors");
+  std::map<std::string, at::Tensor> tensors;
+  for (const auto& n : file.names()) {
+    if (n.find("layers.1.mlp.Wi") == std::string::npos) tensors[n] = file.get(n).clone();
+  }
+  save_safetensors(dir / "model.safetensors", tensors);
+  CHECK_THROWS_WITH(EmbeddingModel(dir, c10::Device(c10::kCPU), c10::kFloat),
+                    testing::contains("no tensor 'layers.1.mlp.Wi.weight'"));
+}
+
+TEST_CASE("prompts come from config_sentence_transformers.json and an unknown name lists the known ones", "[models]") {
+  const auto dir = testing::scratch_dir("prompts");
+  std::filesystem::copy(kTiny / "xlm-roberta", dir, std::filesystem::copy_options::recursive);
+  std::ofstream(dir / "config_sentence_transformers.json")
+      << R"({"prompts": {"query": "query: ", "passage": "passage: "}, "default_prompt_name": "query"})";
+  const auto checkpoint = Checkpoint::read(dir);
+  CHECK(checkpoint.prompt("passage") == "passage: ");
+  CHECK(checkpoint.default_prompt_name == "query");
+  CHECK_THROWS_WITH(checkpoint.prompt("doc"), testing::contains("prompt_name 'doc': the model '" + dir.string() +
+                                                                "' has the prompts passage, query"));
+}
