@@ -32,12 +32,54 @@ at::Tensor attend_flash(const at::Tensor& q, const at::Tensor& k, const at::Tens
 
 }  // namespace
 
+// The padded layout of a pass: token t of sequence s at position p is row s * longest + p.
+struct PaddedPass {
+  at::Tensor slot;  // [T] int64
+  at::Tensor mask;  // [n, heads, L, L]: the bias, -inf on padded keys (and above the diagonal when causal)
+  std::int64_t n = 0, longest = 0;
+};
+
+void prepare_attention(AttentionOptions& options, const DeviceBatch& batch, c10::ScalarType dtype, std::int64_t) {
+  if (batch.flash || !options.bias_for || !batch.ids.is_cuda()) return;
+  auto pass = std::make_shared<PaddedPass>();
+  pass->n = batch.lengths.size(0);
+  pass->longest = (batch.longest + 7) / 8 * 8;
+  const std::int64_t total = batch.ids.size(0), L = pass->longest;
+  const at::Tensor sequence =
+      at::repeat_interleave(at::arange(pass->n, batch.lengths.options()), batch.lengths, 0, total);
+  pass->slot = sequence * L + batch.positions;
+  const at::Tensor positions = at::arange(L, batch.lengths.options());
+  const at::Tensor padding = (positions.unsqueeze(0) >= batch.lengths.unsqueeze(1)).view({pass->n, 1, 1, L});
+  at::Tensor mask = options.bias_for(L).to(dtype).unsqueeze(0).masked_fill(padding, -INFINITY);
+  if (options.causal) mask = mask.masked_fill(~window_mask(L, L, true, batch.ids.device()), -INFINITY);
+  pass->mask = mask.contiguous();
+  options.padded = std::move(pass);
+}
+
+namespace {
+
+at::Tensor attend_padded(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const PaddedPass& pass,
+                         const AttentionOptions& options) {
+  const std::int64_t heads = q.size(1), head_dim = q.size(2), kv_heads = k.size(1);
+  auto pad = [&](const at::Tensor& t, std::int64_t h) {
+    at::Tensor out = at::zeros({pass.n * pass.longest, h, head_dim}, t.options());
+    out.index_copy_(0, pass.slot, t);
+    return out.view({pass.n, pass.longest, h, head_dim}).transpose(1, 2);
+  };
+  const at::Tensor attended = at::scaled_dot_product_attention(pad(q, heads), pad(k, kv_heads), pad(v, kv_heads),
+                                                               pass.mask, 0.0, false, options.scale, kv_heads != heads);
+  return attended.transpose(1, 2).reshape({pass.n * pass.longest, heads * head_dim}).index_select(0, pass.slot);
+}
+
+}  // namespace
+
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const DeviceBatch& batch,
                   const AttentionOptions& options) {
   if (batch.flash) {
     if (options.bias_for) throw Error("attention with a score bias cannot run as flash attention");
     return attend_flash(q, k, v, batch, options);
   }
+  if (options.padded) return attend_padded(q, k, v, *options.padded, options);
   const std::int64_t total = q.size(0), heads = q.size(1), head_dim = q.size(2), kv_heads = k.size(1);
   at::Tensor context = at::empty({total, heads * head_dim}, q.options());
   for (const auto& g : batch.groups) {

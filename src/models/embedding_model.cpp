@@ -143,12 +143,15 @@ at::Tensor detail::GraphAccess::forward_and_pool(const EmbeddingModel& model, co
                                            batch.offsets, 0, /*unsafe=*/true));
         break;
       case Pooling::Cls: {
+        // Clamped: a graph's empty slots start where the tokens end (their rows are never read).
         at::Tensor first = batch.offsets.narrow(0, 0, n);
-        parts.push_back(tokens.index_select(0, skipping ? first + batch.pool_skip : first));
+        if (skipping) first = first + batch.pool_skip;
+        parts.push_back(tokens.index_select(0, first.clamp_max(tokens.size(0) - 1)));
         break;
       }
       case Pooling::LastToken:
-        parts.push_back(tokens.index_select(0, batch.offsets.narrow(0, 1, n) - 1));
+        // Clamped: an empty slot (a graph's, or every slot of the zeroed inputs it is captured on) has none.
+        parts.push_back(tokens.index_select(0, (batch.offsets.narrow(0, 1, n) - 1).clamp_min(0)));
         break;
       case Pooling::WeightedMean: {
         at::Tensor weights = (batch.positions + 1).to(at::kFloat).unsqueeze(1);

@@ -134,12 +134,21 @@ const Architecture* find_architecture(std::string_view model_type);
 // scaled_dot_product_attention, `bias` (if defined: [heads, L, L] for a group of length L, from
 // bias_for(L)) added to the scores. `window` > 0: each token sees only tokens at most `window` away
 // (sliding-window attention). Returns [T, heads * head_dim].
+//
+// Attention with a bias on a GPU runs padded instead: the pass padded to its longest sequence (rounded up
+// to 8 for the memory-efficient kernel), one scaled_dot_product_attention call with the bias and the
+// padding as its mask. prepare_attention() builds that layout and mask once per forward pass; every
+// layer's attend() then shares them.
+struct PaddedPass;
 struct AttentionOptions {
   double scale = 1.0;
   bool causal = false;
   std::int64_t window = 0;
   std::function<at::Tensor(std::int64_t length)> bias_for;  // empty: no bias
+  std::shared_ptr<const PaddedPass> padded;                 // set by prepare_attention()
 };
+void prepare_attention(AttentionOptions& options, const DeviceBatch& batch, c10::ScalarType dtype,
+                       std::int64_t kv_heads);
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const DeviceBatch& batch,
                   const AttentionOptions& options);
 

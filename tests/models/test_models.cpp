@@ -2,13 +2,16 @@
 // on tiny checkpoints of its shape (scripts/make_tiny_models.py), from token ids; checkpoint errors.
 #include "test_support.hpp"
 
+#include "flowline/device.hpp"
 #include "flowline/error.hpp"
+#include "flowline/torch_support.hpp"
 #include "flowline/models/checkpoint.hpp"
 #include "flowline/models/cross_encoder.hpp"
 #include "flowline/models/embedding_model.hpp"
 #include "flowline/models/safetensors.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/StreamGuard.h>
 
 #include <fstream>
 
@@ -144,4 +147,39 @@ TEST_CASE("prompts come from config_sentence_transformers.json and an unknown na
   CHECK(checkpoint.default_prompt_name == "query");
   CHECK_THROWS_WITH(checkpoint.prompt("doc"), testing::contains("prompt_name 'doc': the model '" + dir.string() +
                                                                 "' has the prompts passage, query"));
+}
+
+TEST_CASE("on the GPU every architecture stays within the fp16 and bf16 bounds, and its CUDA graphs agree",
+          "[models][gpu]") {
+  if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
+  const c10::Device gpu(c10::kCUDA, 0);
+  const auto stream = replica_stream(gpu);  // CUDA graphs are not captured on the default stream
+  c10::StreamGuard on_stream(*stream);
+  for (const char* name : {"bert-all-poolings-dense", "bert-prompt-excluded", "xlm-roberta", "mpnet", "modernbert"}) {
+    const auto g = read_goldens(name, "embeddings");
+    for (const auto& [dtype, bound] : {std::pair{c10::kHalf, 0.999}, std::pair{c10::kBFloat16, 0.995}}) {
+      const auto model = std::make_shared<const EmbeddingModel>(kTiny / name, gpu, dtype);
+      const at::Tensor got = encode_goldens(*model, g, 7).cpu();
+      const double worst = row_cosines(got, g.expected).min().item<double>();
+      WARN(name << " on the GPU in " << c10::toString(dtype) << ": worst cosine " << worst << " over "
+                << g.lengths.size() << " sequences" << (model->graphable() ? "; graphed" : ""));
+      CHECK(worst >= bound);
+      if (!model->graphable() || g.prompt_length) continue;
+      GraphedEmbeddingModel graphs(model, 64, 8192, model->checkpoint().max_seq_length);
+      const PackedBatch batch{g.ids, g.lengths};
+      REQUIRE(graphs.fits(batch));
+      const at::Tensor graphed = graphs.encode(batch).cpu();
+      const at::Tensor eager = model->encode(batch).cpu();
+      CHECK(row_cosines(graphed, eager).min().item<double>() >= 0.99999);
+    }
+  }
+  for (const char* name : {"bert-cross-encoder", "xlm-roberta-cross-encoder"}) {
+    const auto g = read_goldens(name, "scores");
+    const CrossEncoderModel model(Checkpoint::read(kTiny / name), gpu, c10::kHalf);
+    const PackedBatch batch{g.ids, g.lengths, model.info().type_vocab_size > 1 ? std::span(g.type_ids)
+                                                                               : std::span<const std::int32_t>{}};
+    const double worst = (model.score(batch).cpu() - g.expected).abs().max().item<double>();
+    WARN(name << " on the GPU in fp16: largest score difference " << worst);
+    CHECK(worst < 5e-3);
+  }
 }

@@ -71,6 +71,7 @@ class MPNet final : public Transformer {
       // [L, L, heads] -> [heads, L, L]
       return at::embedding(bias_table_, buckets_.narrow(0, 0, length).narrow(1, 0, length)).permute({2, 0, 1});
     };
+    prepare_attention(attention, batch, x.scalar_type(), heads);  // one padded mask per pass, on a GPU
     for (const auto& l : layers_) {
       at::Tensor qkv = at::linear(x, l.qkv_w, l.qkv_b);
       auto q = qkv.narrow(1, 0, H).view({total, heads, head_dim});
