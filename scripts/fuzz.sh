@@ -59,9 +59,13 @@ printf '\n%-22s %8s %12s %10s %8s %8s %8s  %s\n' target seconds executions exec/
 for t in "${TARGETS[@]}"; do
   seeds="$ROOT/tests/fuzz/corpus/${t#fuzz_}" corpus="$BUILD/corpus/$t" log="$BUILD/logs/$t.log"
   mkdir -p "$corpus"
+  # A target's dictionary of tokens (tests/fuzz/<name>.dict), where it has one.
+  dict=()
+  [ -f "$ROOT/tests/fuzz/${t#fuzz_}.dict" ] && dict=(-dict="$ROOT/tests/fuzz/${t#fuzz_}.dict")
   set +e
   (cd "$BUILD/tests/fuzz" && "./$t" -max_total_time="$SECONDS_EACH" -timeout="$TIMEOUT" -rss_limit_mb=4096 \
-    -max_len=65536 -print_final_stats=1 -artifact_prefix="$BUILD/findings/$t-" "$corpus" "$seeds") >"$log" 2>&1
+    -max_len=65536 -print_final_stats=1 -artifact_prefix="$BUILD/findings/$t-" "${dict[@]}" "$corpus" "$seeds") \
+    >"$log" 2>&1
   rc=$?
   set -e
   execs="$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | tail -n 1 | grep -o '[0-9]*$' || echo 0)"

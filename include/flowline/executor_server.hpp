@@ -39,12 +39,15 @@ struct ExecutorServerOptions {
   std::string host = "127.0.0.1";            // the address to bind; "0.0.0.0" or "::" to serve other machines
   std::uint16_t port = 9000;                 // 0: a free port (port() says which)
   int threads = 2;                           // I/O threads
-  std::size_t max_frame_bytes = 256u << 20;  // larger frames close the connection
-  std::size_t max_in_flight = 64;            // requests per connection inside the flow at once
-  std::size_t max_connections = 1024;        // more are closed at once
-  std::chrono::milliseconds handshake_timeout{10'000};  // from accept to the Hello frame
-  std::chrono::milliseconds frame_timeout{30'000};      // from a frame's length to its last byte
-  std::string token;                                    // when not empty, clients must present it in their Hello frame
+  std::size_t max_frame_bytes = 256u << 20;  // larger frames close the connection (before the Hello: 4 KiB)
+  // What all connections' partly read frames may hold together. A frame's buffer grows with the bytes that
+  // arrive, never by its declared length; past this budget reads wait (TCP backpressure) until frames finish.
+  std::size_t max_partial_frame_bytes = std::size_t{1} << 30;  // 1 GiB
+  std::size_t max_in_flight = 64;                              // requests per connection inside the flow at once
+  std::size_t max_connections = 1024;                          // more are closed at once
+  std::chrono::milliseconds handshake_timeout{10'000};         // from accept to the Hello frame
+  std::chrono::milliseconds frame_timeout{30'000};             // from a frame's length to its last byte
+  std::string token;  // when not empty, clients must present it in their Hello frame
 };
 
 struct ExecutorServerStats {

@@ -6,6 +6,7 @@
 #include "flowline/executor.hpp"
 #include "flowline/flow.hpp"
 #include "flowline/flow_config.hpp"
+#include "flowline/flow_file_limits.hpp"
 #include "flowline/io.hpp"
 #include "flowline/params.hpp"
 #include "flowline/plugin.hpp"

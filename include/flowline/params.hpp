@@ -18,6 +18,7 @@
 #include <boost/json/object.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -52,6 +53,12 @@ struct ParamSpec {
   // Inclusive bounds of an Int, Double or IntOrAuto (the number) value.
   std::optional<double> minimum, maximum;
 
+  // A check of the value's content that needs this machine, e.g. that a model folder holds a checkpoint
+  // flowline runs. Validation calls it after the type, choices and bounds held (a Path already made
+  // absolute), when the executor is to run on this machine: not for `flowline export`, nor for the
+  // parameters of an executor whose replicas all run on remote hosts. Returns what is wrong, or nullopt.
+  std::function<std::optional<std::string>(const boost::json::value& value)> check_here;
+
   static ParamSpec optional(std::string name, ParamType type, boost::json::value default_value, std::string help);
   static ParamSpec required_param(std::string name, ParamType type, std::string help);
   // A string that is one of `choices` (text), e.g. choice("unit", {"paragraph", "sentence"}, "paragraph", ...).
@@ -67,6 +74,10 @@ struct ParamSpec {
   }
   ParamSpec& max(double value) {
     maximum = value;
+    return *this;
+  }
+  ParamSpec& check(std::function<std::optional<std::string>(const boost::json::value&)> f) {
+    check_here = std::move(f);
     return *this;
   }
 };

@@ -427,13 +427,24 @@ void print_load_error(const Error& e) {
     fmt::print(stderr, "error: {}\n", e.what());
 }
 
-int run(int argc, char** argv) {
-  CLI::App app{"flowline: run executor pipelines defined in YAML"};
+// The launcher's own options. Any flow file is read within bounds (flowline/flow_file_limits.hpp); the size
+// limit can be raised, before or after the command (subcommands fall through to these options).
+void add_global_options(CLI::App& app, std::string& log_level, FlowFileLimits& limits) {
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(version()));
-  std::string log_level = "warn";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+  app.add_option("--max-flow-bytes", limits.max_bytes,
+                 "the largest flow file read (bytes; default 8 MiB); also FLOWLINE_MAX_FLOW_BYTES")
+      ->envname("FLOWLINE_MAX_FLOW_BYTES")
+      ->check(CLI::PositiveNumber);
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"flowline: run executor pipelines defined in YAML"};
+  std::string log_level = "warn";
+  FlowFileLimits flow_limits;
+  add_global_options(app, log_level, flow_limits);
 
   std::vector<std::string> format_names;
   for (const auto& [name, format] : input_formats()) format_names.push_back(name);
@@ -502,6 +513,7 @@ int run(int argc, char** argv) {
   ExportCommand export_command;
   auto* export_cmd = add_export_command(app, export_command);
 
+  for (auto* command : app.get_subcommands([](CLI::App*) { return true; })) command->fallthrough();  // see above
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -509,6 +521,7 @@ int run(int argc, char** argv) {
     return code == 0 ? kExitOk : kExitUsage;
   }
   spdlog::set_level(spdlog::level::from_str(log_level));
+  set_flow_file_limits(flow_limits);
   try {
     if (*run_cmd) return command_run(run_options);
     if (*profile_cmd) {

@@ -98,6 +98,11 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& o) {
   cmd->add_option("--max-frame-bytes", o.max_frame_bytes, "with --executor: larger frames close the connection")
       ->check(CLI::Range(std::size_t{64}, std::size_t{0xFFFFFFFFu}))
       ->default_str(std::to_string(o.max_frame_bytes));
+  cmd->add_option("--max-partial-frame-bytes", o.max_partial_frame_bytes,
+                  "with --executor: what all connections' partly read frames may hold together; past it reads "
+                  "wait (at least a quarter of --max-frame-bytes)")
+      ->check(CLI::PositiveNumber)
+      ->default_str(std::to_string(o.max_partial_frame_bytes));
   return cmd;
 }
 
@@ -125,6 +130,7 @@ int serve_executor(ServeOptions& o, FlowConfig config, const sigset_t& stop_sign
     if (o.given.max_in_flight && *o.given.max_in_flight > 0) options.max_in_flight = *o.given.max_in_flight;
     if (o.given.max_connections) options.max_connections = *o.given.max_connections;
     options.max_frame_bytes = o.max_frame_bytes;
+    options.max_partial_frame_bytes = o.max_partial_frame_bytes;
     options.token = read_token(o.token_file);
     http.host = options.host;
     http.token = options.token;

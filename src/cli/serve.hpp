@@ -26,6 +26,7 @@ struct ServeOptions {
   std::string executor;
   std::optional<int> http_port;
   std::size_t max_frame_bytes = 256u << 20;
+  std::size_t max_partial_frame_bytes = std::size_t{1} << 30;  // the executor server's partial-frame budget
   // The options given on the command line; they override the flow file's `with:` settings, which override
   // GatewayOptions' defaults.
   ServeSettings given;

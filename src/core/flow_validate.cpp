@@ -1,10 +1,12 @@
 // Validating a parsed FlowConfig against a Registry, as named checks that each append diagnostics, and
 // loading a flow file (parse, plugins, validation) into one ConfigError with every problem in file order.
+#include "flow_budget.hpp"
 #include "flow_config_internal.hpp"
 
 #include "flowline/device.hpp"
 #include "flowline/error.hpp"
 #include "flowline/flow_config.hpp"
+#include "flowline/flow_file_limits.hpp"
 #include "flowline/io.hpp"
 #include "flowline/plugin.hpp"
 
@@ -13,6 +15,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <mutex>
 #include <set>
 #include <tuple>
 
@@ -104,7 +107,10 @@ void resolve_path(const FlowConfig& config, const ExecutorConfig& e, const std::
 
 // Parameters: declared, of their type, choice and bounds; paths resolved; required ones present;
 // defaults filled in.
-void check_parameters(const FlowConfig& config, ExecutorConfig& e, const ExecutorSpec& spec, Diagnostics& out) {
+void check_parameters(const FlowConfig& config, ExecutorConfig& e, const ExecutorSpec& spec, DeviceCheck where,
+                      Diagnostics& out) {
+  // Content checks (a model folder's checkpoint) where the executor runs here.
+  const bool here = where == DeviceCheck::Here && (!e.is_remote() || e.remote.local_replicas > 0);
   const std::string context = context_of(e);
   std::vector<std::string> declared;
   for (const auto& p : spec.params) declared.push_back(p.name);
@@ -121,8 +127,13 @@ void check_parameters(const FlowConfig& config, ExecutorConfig& e, const Executo
     }
     if (auto problem = check_param_value(*p, value)) {
       report(out, e.location_of("with." + name), fmt::format("{}parameter '{}': {}", context, name, *problem));
-    } else if (p->type == ParamType::Path) {
-      resolve_path(config, e, name, value);
+    } else {
+      if (p->type == ParamType::Path) resolve_path(config, e, name, value);
+      if (here && p->check_here) {
+        if (auto problem = p->check_here(value)) {
+          report(out, e.location_of("with." + name), fmt::format("{}parameter '{}': {}", context, name, *problem));
+        }
+      }
     }
   }
   for (const auto& p : spec.params) {
@@ -150,7 +161,8 @@ int auto_replica_count(const ExecutorConfig& e, const ExecutorSpec& spec) {
   return spec.max_replicas > 0 ? std::clamp(count, 1, spec.max_replicas) : std::max(count, 1);
 }
 
-void check_executor_type(const FlowConfig& config, ExecutorConfig& e, const Registry& registry, Diagnostics& out) {
+void check_executor_type(const FlowConfig& config, ExecutorConfig& e, const Registry& registry, DeviceCheck where,
+                         Diagnostics& out) {
   if (e.is_remote() && e.uses.empty()) {  // the servers validate their own settings
     if (!e.with.empty())
       report(out, e.location_of("with"), context_of(e) + "with: parameters need `uses` (the servers have their own)");
@@ -170,7 +182,7 @@ void check_executor_type(const FlowConfig& config, ExecutorConfig& e, const Regi
            fmt::format("{}{} runs with at most {} replica{} (it owns its output), got {}", context_of(e), spec.name,
                        spec.max_replicas, spec.max_replicas == 1 ? "" : "s", e.replicas));
   }
-  check_parameters(config, e, spec, out);
+  check_parameters(config, e, spec, where, out);
 }
 
 // The DAG of needs (default: the executor before) must have no cycle; reports the first one found.
@@ -224,7 +236,7 @@ void validate_collect(FlowConfig& config, const Registry& registry, Diagnostics&
     if (devices == DeviceCheck::Elsewhere || !e.is_remote() || e.remote.local_replicas > 0)
       check_devices(e, devices, out);
     check_needs(e, seen, names, out);
-    check_executor_type(config, e, registry, out);
+    check_executor_type(config, e, registry, devices, out);
   }
   check_cycles(config, seen, out);
 }
@@ -259,10 +271,41 @@ void validate_flow_config(FlowConfig& config, const Registry& registry) {
   }
 }
 
+namespace {
+
+std::mutex limits_mutex;
+FlowFileLimits limits_in_force;
+
+// A flow file (or text) over the size limit, refused before it is read or parsed.
+void check_flow_size(std::uintmax_t bytes, const std::filesystem::path& file, const FlowFileLimits& limits) {
+  if (bytes <= limits.max_bytes) return;
+  throw ConfigError(
+      {Diagnostic{SourceLocation{file.string(), 1, 1},
+                  fmt::format("the flow file is {:.1f} MiB ({} bytes); flow files may be at most {:.1f} MiB ({} bytes; "
+                              "--max-flow-bytes or FLOWLINE_MAX_FLOW_BYTES raises the limit)",
+                              static_cast<double>(bytes) / (1 << 20), bytes,
+                              static_cast<double>(limits.max_bytes) / (1 << 20), limits.max_bytes)}});
+}
+
+}  // namespace
+
+FlowFileLimits flow_file_limits() {
+  std::lock_guard lock(limits_mutex);
+  return limits_in_force;
+}
+
+void set_flow_file_limits(const FlowFileLimits& limits) {
+  std::lock_guard lock(limits_mutex);
+  limits_in_force = limits;
+}
+
 FlowConfig load_flow_config_text(std::string_view yaml_text, const std::filesystem::path& file, Registry& registry,
                                  DeviceCheck devices) {
   FlowConfig config;
   Diagnostics diagnostics;
+  const FlowFileLimits limits = flow_file_limits();
+  check_flow_size(yaml_text.size(), file, limits);
+  if (auto over = detail::check_flow_budget(yaml_text, file.string(), limits)) throw ConfigError({std::move(*over)});
   if (!detail::parse_collect(yaml_text, file, config, diagnostics)) throw ConfigError(std::move(diagnostics));
   const auto base_dir = file.has_parent_path() ? file.parent_path() : std::filesystem::path(".");
   for (std::size_t i = 0; i < config.plugins.size(); ++i) {
@@ -288,6 +331,9 @@ FlowConfig load_flow_config_text(std::string_view yaml_text, const std::filesyst
 FlowConfig load_flow_config(const std::filesystem::path& file, Registry& registry, DeviceCheck devices) {
   std::string text;
   try {
+    std::error_code ec;
+    const auto bytes = std::filesystem::file_size(file, ec);
+    if (!ec) check_flow_size(bytes, file, flow_file_limits());
     text = read_file(file);
   } catch (const InputError& e) {
     throw ConfigError({Diagnostic{SourceLocation{}, e.what()}});

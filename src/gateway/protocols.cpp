@@ -392,7 +392,11 @@ Call parse_tei(const json::value& body, std::string endpoint, const ParseLimits&
   Call call;
   call.endpoint = std::move(endpoint);
   call.docs = text_documents(field(o, "inputs"), "inputs", limits);
-  for (const char* setting : {"normalize", "truncate", "truncation_direction", "prompt_name"}) {
+  if (const json::value* prompt = field(o, "prompt_name")) {
+    if (!prompt->is_string()) throw plain_error(400, "invalid_request_error", "'prompt_name': expected a string");
+    call.parameters["prompt_name"] = prompt->get_string();
+  }
+  for (const char* setting : {"normalize", "truncate", "truncation_direction"}) {
     if (field(o, setting)) {
       throw plain_error(400, "invalid_request_error",
                         fmt::format("'{}' is not supported per request: the flow's encoder settles it (its parameters "

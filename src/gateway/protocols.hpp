@@ -75,8 +75,9 @@ EmbeddingsCall parse_openai(const boost::json::value& body, std::string endpoint
 // (parse_openai sets it).
 std::string openai_response(const EmbeddingsCall& call, const DocumentArray& docs);
 
-// TEI: POST /embed {"inputs": str | [str]} -> [[floats], ...]. TEI's per-request settings (normalize,
-// truncate, ...) are refused with 400: the flow's encoder parameters settle them.
+// TEI: POST /embed {"inputs": str | [str], "prompt_name"?} -> [[floats], ...]. prompt_name goes to the
+// encoder as a request parameter; TEI's other per-request settings (normalize, truncate, ...) are refused
+// with 400: the flow's encoder parameters settle them.
 Call parse_tei(const boost::json::value& body, std::string endpoint, const ParseLimits& limits);
 std::string tei_response(const DocumentArray& docs);
 

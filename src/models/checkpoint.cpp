@@ -263,6 +263,28 @@ Checkpoint Checkpoint::read(const fs::path& folder) {
   return c;
 }
 
+std::optional<std::string> Checkpoint::problem(const fs::path& folder, Use use) {
+  try {
+    const Checkpoint c = read(folder);
+    if (!fs::exists(folder / "tokenizer.json") && !fs::exists(folder / "vocab.txt")) {
+      return fmt::format("model '{}': no tokenizer (tokenizer.json, or vocab.txt for BERT)", folder.string());
+    }
+    if (use == Use::CrossEncoder && !c.classifier) {
+      return fmt::format("'{}': not a cross-encoder (config.json's architectures name no *ForSequenceClassification)",
+                         c.config_file.string());
+    }
+    if (use == Use::Embedding && c.classifier && !fs::exists(folder / "modules.json")) {
+      return fmt::format(
+          "'{}': a cross-encoder (*ForSequenceClassification), not a sentence embedding model: run it "
+          "as a cross-encoder (CrossEncoderModel)",
+          c.config_file.string());
+    }
+    return std::nullopt;
+  } catch (const Error& e) {
+    return std::string(e.what());
+  }
+}
+
 const std::string& Checkpoint::prompt(const std::string& name) const {
   const auto it = prompts.find(name);
   if (it == prompts.end()) {

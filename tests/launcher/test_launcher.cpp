@@ -129,7 +129,7 @@ TEST_CASE("flowline validate knows SentenceEncoder from its plugin, and the laun
   CHECK_THAT(needed.out, !testing::contains("libflowline_sentence_encoder"));
   CHECK_THAT(needed.out, !testing::contains("libflowline_torch_module"));
   const auto r = testing::run_process(
-      fmt::format("cd '{}' && FLOWLINE_MODEL_DIR=models FLOWLINE_OUT_DIR=/tmp '{}' validate flows/encode.yml",
+      fmt::format("cd '{0}' && FLOWLINE_MODEL_DIR='{0}/models' FLOWLINE_OUT_DIR=/tmp '{1}' validate flows/encode.yml",
                   FLOWLINE_SOURCE_DIR, FLOWLINE_LAUNCHER));
   INFO(r.err);
   REQUIRE(r.exit_code == 0);

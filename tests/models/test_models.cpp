@@ -176,8 +176,8 @@ TEST_CASE("on the GPU every architecture stays within the fp16 and bf16 bounds, 
   for (const char* name : {"bert-cross-encoder", "xlm-roberta-cross-encoder"}) {
     const auto g = read_goldens(name, "scores");
     const CrossEncoderModel model(Checkpoint::read(kTiny / name), gpu, c10::kHalf);
-    const PackedBatch batch{g.ids, g.lengths, model.info().type_vocab_size > 1 ? std::span(g.type_ids)
-                                                                               : std::span<const std::int32_t>{}};
+    const PackedBatch batch{g.ids, g.lengths,
+                            model.info().type_vocab_size > 1 ? std::span(g.type_ids) : std::span<const std::int32_t>{}};
     const double worst = (model.score(batch).cpu() - g.expected).abs().max().item<double>();
     WARN(name << " on the GPU in fp16: largest score difference " << worst);
     CHECK(worst < 5e-3);

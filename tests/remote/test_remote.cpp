@@ -16,10 +16,14 @@
 #include <boost/asio/write.hpp>
 #include <fmt/format.h>
 
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 using namespace flowline;
@@ -394,7 +398,8 @@ namespace {
 // `flowline serve FLOW --executor mid --port PORT --ready-file F`, its `mid` tagging documents with `name`.
 class ServerProcess {
  public:
-  ServerProcess(const fs::path& dir, const std::string& name, std::uint16_t port = 0) {
+  ServerProcess(const fs::path& dir, const std::string& name, std::uint16_t port = 0,
+                const std::vector<std::string>& extra = {}) {
     const fs::path flow = dir / fmt::format("{}.yml", name);
     testing::write_text(flow, fmt::format("plugins: ['{}/libflowline_testing_executors.so']\n"
                                           "executors:\n"
@@ -405,10 +410,10 @@ class ServerProcess {
                                           FLOWLINE_TEST_PLUGIN_DIR, name));
     const fs::path ready = dir / fmt::format("{}.port", name);
     fs::remove(ready);
-    process_ = std::make_unique<testing::ChildProcess>(
-        std::vector<std::string>{FLOWLINE_LAUNCHER, "serve", flow.string(), "--executor", "mid", "--port",
-                                 std::to_string(port), "--ready-file", ready.string()},
-        dir / fmt::format("{}.log", name));
+    std::vector<std::string> args{FLOWLINE_LAUNCHER,    "serve",        flow.string(), "--executor", "mid", "--port",
+                                  std::to_string(port), "--ready-file", ready.string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    process_ = std::make_unique<testing::ChildProcess>(args, dir / fmt::format("{}.log", name));
     port_ = static_cast<std::uint16_t>(testing::wait_for_port(*process_, ready, 60s));
     INFO("server " << name << ": " << process_->log());
     REQUIRE(port_ != 0);
@@ -524,4 +529,108 @@ TEST_CASE("an executor server that hangs (SIGSTOP) is detected by the timeout an
   a.process().signal(SIGCONT);
   CHECK(testing::eventually(5s, [&] { return flow.stats().remote_hosts.at(0).connected; }));
   flow.close();
+}
+
+namespace {
+
+// The resident set of process `pid` in MB, from /proc.
+double rss_mb(pid_t pid) {
+  std::ifstream status(fmt::format("/proc/{}/status", pid));
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  }
+  return -1;
+}
+
+std::string length_prefix(std::uint32_t n) {
+  std::string out(4, '\0');
+  std::memcpy(out.data(), &n, 4);
+  return out;
+}
+
+// A plain blocking socket to the server (a thousand of them: no io_context each).
+int open_connection(std::uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  return fd;
+}
+
+void send_all(int fd, const std::string& bytes) {
+  std::size_t sent = 0;
+  while (sent < bytes.size()) {
+    const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) return;  // the server closed it: what the caller checks
+    sent += static_cast<std::size_t>(n);
+  }
+}
+
+// Posts 1,000 documents through a flow whose `mid` is the server; all must come back from it.
+void well_behaved_client_is_answered(std::uint16_t port) {
+  Flow flow(client_flow({port}, "timeout_ms: 20000"));
+  flow.start();
+  const DocumentArray out = flow.post("/", testing::numbered_docs(1000));
+  REQUIRE(out.size() == 1000);
+  CHECK(out[999].text == "999");
+  CHECK(out[0].tags.at("server").as_string() == "m");
+  flow.close();
+}
+
+}  // namespace
+
+TEST_CASE("an executor server's memory is bounded by the bytes that arrived, not the frame lengths peers declare",
+          "[remote][memory]") {
+  rlimit files{};
+  getrlimit(RLIMIT_NOFILE, &files);
+  files.rlim_cur = std::min<rlim_t>(files.rlim_max, 8192);  // a thousand sockets here and in the server
+  setrlimit(RLIMIT_NOFILE, &files);
+  REQUIRE(files.rlim_cur >= 2100);
+  const auto dir = testing::scratch_dir("remote memory");
+  // 64 MiB for partly read frames (a quarter of the 256 MiB frame limit), so a thousand peers reach it.
+  ServerProcess server(dir, "m", 0, {"--max-partial-frame-bytes", std::to_string(64u << 20)});
+  const pid_t pid = server.process().pid();
+  const double start_rss = rss_mb(pid);
+
+  // Before the Hello a frame may be 4 KiB: a declared 256 MiB closes the connection, saying why.
+  {
+    RawClient c(server.port());
+    c.write(length_prefix(256u << 20));
+    CHECK_THAT(refusal(c.frames_until_closed()), testing::contains("above the maximum frame size of 4096 bytes "
+                                                                   "(before the Hello frame)"));
+  }
+  // After the Hello, 16 connections each declare a 256 MiB frame and send nothing.
+  std::vector<int> quiet;
+  for (int i = 0; i < 16; ++i) {
+    quiet.push_back(open_connection(server.port()));
+    send_all(quiet.back(), hello_frame() + length_prefix(256u << 20));
+  }
+  std::this_thread::sleep_for(500ms);
+  const double quiet_rss = rss_mb(pid);
+  well_behaved_client_is_answered(server.port());
+  // A thousand more declare 256 MiB and trickle 192 KiB each: 188 MiB in all, past the 64 MiB budget, so
+  // most wait with part of it unread (it stays in the sockets' buffers).
+  std::vector<int> trickling;
+  const std::string trickle(192 << 10, '\x02');
+  for (int i = 0; i < 1000; ++i) {
+    trickling.push_back(open_connection(server.port()));
+    send_all(trickling.back(), hello_frame() + length_prefix(256u << 20) + trickle);
+  }
+  std::this_thread::sleep_for(1s);
+  const double busy_rss = rss_mb(pid);
+  well_behaved_client_is_answered(server.port());
+  WARN(
+      fmt::format("executor server RSS: {:.0f} MB at start, {:.0f} MB with 16 quiet 256 MiB frames, {:.0f} MB with "
+                  "1,000 more trickling 192 KiB each",
+                  start_rss, quiet_rss, busy_rss));
+  CHECK(quiet_rss < 400);
+  // The budget (64 MiB) plus a first 64 KiB step per connection (64 MB), above where the server started.
+  CHECK(busy_rss < start_rss + 64 + 70 + 40);
+  for (int fd : quiet) ::close(fd);
+  for (int fd : trickling) ::close(fd);
+  CHECK(server.process().running());
 }

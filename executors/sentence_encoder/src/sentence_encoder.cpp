@@ -40,7 +40,10 @@ class SentenceEncoder : public Executor {
         "SentenceEncoder",
         "Encode texts into sentence embeddings with a sentence-transformers checkpoint: BERT, RoBERTa/XLM-R, MPNet, "
         "ModernBERT (LibTorch)",
-        {ParamSpec::required_param("model", ParamType::Path, "sentence-transformers checkpoint folder"),
+        {ParamSpec::required_param("model", ParamType::Path, "sentence-transformers checkpoint folder")
+             .check([](const boost::json::value& v) {
+               return models::Checkpoint::problem(std::string(v.get_string()), models::Checkpoint::Use::Embedding);
+             }),
          ParamSpec::optional("device", ParamType::String, "",
                              "cpu, cuda, cuda:N or auto; empty: the executor's device in the flow"),
          ParamSpec::choice("dtype", {"fp32", "fp16", "bf16", "float32", "float16", "bfloat16"}, "fp32",

@@ -73,6 +73,12 @@ struct Checkpoint {
   // Reads and checks the folder (see above). Throws flowline::Error.
   static Checkpoint read(const std::filesystem::path& folder);
 
+  // What validation asks of a `model` parameter (ParamSpec::check): read() succeeds, a tokenizer is there
+  // (tokenizer.json or vocab.txt), and for a cross-encoder the head is one flowline runs. Returns the
+  // problem, or nullopt. Reads only JSON files; loads no weight.
+  enum class Use { Embedding, CrossEncoder };
+  static std::optional<std::string> problem(const std::filesystem::path& folder, Use use);
+
   // The text of prompt `name`; throws flowline::Error listing the checkpoint's prompts when it has none
   // of that name.
   const std::string& prompt(const std::string& name) const;

@@ -2,6 +2,7 @@
 // connection reading frames, submitting requests to the flow and writing answers as they come.
 #include "flowline/executor_server.hpp"
 
+#include "frame_body.hpp"
 #include "wire.hpp"
 
 #include "flowline/error.hpp"
@@ -50,6 +51,9 @@ class ServerSession;
 struct ExecutorServer::Impl {
   Impl(Flow& flow, std::string executor) : flow(flow), executor(std::move(executor)) {}
 
+  // Sized by start() from options.max_partial_frame_bytes.
+  std::unique_ptr<remote::PartialFrameBudget> partial;
+
   void accept();
   void forget(ServerSession* session);
 
@@ -77,7 +81,9 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
         socket_(std::move(socket)),
         strand_(asio::make_strand(server.io)),
         handshake_timer_(strand_),
-        frame_timer_(strand_) {
+        frame_timer_(strand_),
+        budget_timer_(strand_),
+        body_(*server.partial) {
     boost::system::error_code ec;
     const auto remote = socket_.remote_endpoint(ec);
     peer_ = ec ? std::string("?") : fmt::format("{}:{}", remote.address().to_string(), remote.port());
@@ -117,54 +123,75 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
                                                                               std::size_t) { self->on_prefix(ec); }));
   }
 
+  // Before the Hello a frame may be a few KiB at most: a Hello is tens of bytes, and the peer is not yet
+  // known to be a client. After it, the documented frame limit holds, and the body is read as it arrives.
+  static constexpr std::size_t kMaxFrameBeforeHello = 4096;
+
   void on_prefix(const boost::system::error_code& ec) {
     if (ec) return close();
     std::uint32_t length = 0;
     try {
-      length = wire::read_length(prefix_, server_.options.max_frame_bytes);
+      length = wire::read_length(prefix_, greeted_ ? server_.options.max_frame_bytes : kMaxFrameBeforeHello);
     } catch (const wire::WireError& e) {
-      return refuse(e.what());
+      return refuse(greeted_ ? std::string(e.what()) : fmt::format("{} (before the Hello frame)", e.what()));
     }
-    body_.resize(length);
+    body_.start(length);
     frame_timer_.expires_after(server_.options.frame_timeout);
     frame_timer_.async_wait([self = shared_from_this(), length](const boost::system::error_code& ec2) {
       if (!ec2) {
-        self->refuse(fmt::format("a frame of {} bytes did not arrive within {} ms", length,
-                                 self->server_.options.frame_timeout.count()));
+        self->refuse(fmt::format("a frame of {} bytes did not arrive within {} ms ({} arrived)", length,
+                                 self->server_.options.frame_timeout.count(), self->body_.received()));
         self->close();
       }
     });
-    asio::async_read(
-        socket_, asio::buffer(body_),
-        asio::bind_executor(strand_, [self = shared_from_this()](const boost::system::error_code& ec2, std::size_t) {
-          self->frame_timer_.cancel();
-          if (ec2) {
-            if (ec2 == asio::error::eof) self->refuse("the connection ended inside a frame");
+    read_body();
+  }
+
+  // Reads what has arrived of the body, growing the buffer with it. When every connection's partial frames
+  // together hold the budget, waits (the peer's sends stop at TCP's window) and tries again.
+  void read_body() {
+    if (closed_ || closing_) return;
+    const auto buffer = body_.next();
+    if (!buffer) {
+      budget_timer_.expires_after(std::chrono::milliseconds(5));
+      budget_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+        if (!ec) self->read_body();
+      });
+      return;
+    }
+    socket_.async_read_some(
+        *buffer,
+        asio::bind_executor(strand_, [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
+          if (ec) {
+            self->frame_timer_.cancel();
+            if (ec == asio::error::eof) self->refuse("the connection ended inside a frame");
             return self->close();
           }
+          if (!self->body_.arrived(n)) return self->read_body();
+          self->frame_timer_.cancel();
           self->on_frame();
         }));
   }
 
   void on_frame() {
     try {
-      const wire::FrameType type = wire::frame_type(body_);
+      const wire::FrameType type = wire::frame_type(body_.frame());
       if (!greeted_ && type != wire::FrameType::Hello) return refuse("expected a Hello frame first");
       switch (type) {
         case wire::FrameType::Hello:
           if (greeted_) return refuse("a second Hello frame");
-          if (!hello(wire::decode_hello(body_))) return;
+          if (!hello(wire::decode_hello(body_.frame()))) return;
           break;
         case wire::FrameType::Request:
-          request(wire::decode_request(body_));
+          request(wire::decode_request(body_.frame()));
           break;
         case wire::FrameType::Ping:
-          send(wire::encode_ping(wire::FrameType::Pong, wire::decode_ping(body_)));
+          send(wire::encode_ping(wire::FrameType::Pong, wire::decode_ping(body_.frame())));
           break;
         case wire::FrameType::Pong:
           break;
         case wire::FrameType::Error:
-          spdlog::warn("executor server: {} sent an error: {}", peer_, wire::decode_error(body_));
+          spdlog::warn("executor server: {} sent an error: {}", peer_, wire::decode_error(body_.frame()));
           return close();
         default:
           return refuse(fmt::format("a client may not send frame type {}", static_cast<int>(type)));
@@ -174,6 +201,7 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
     } catch (const std::exception& e) {  // nothing a client sends may end the I/O thread
       return refuse(fmt::format("cannot read the frame: {}", e.what()));
     }
+    body_.finish();  // decoded: the documents own their data now
     read_frame();
   }
 
@@ -288,6 +316,7 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
     writes_.clear();
     handshake_timer_.cancel();
     frame_timer_.cancel();
+    budget_timer_.cancel();
     boost::system::error_code ignored;
     socket_.shutdown(tcp::socket::shutdown_both, ignored);
     socket_.close(ignored);
@@ -297,10 +326,11 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
   tcp::socket socket_;
   asio::strand<asio::io_context::executor_type> strand_;
   asio::steady_timer handshake_timer_;
-  asio::steady_timer frame_timer_;  // a frame's body, once its length has arrived
+  asio::steady_timer frame_timer_;   // a frame's body, once its length has arrived
+  asio::steady_timer budget_timer_;  // waiting for room in the partial-frame budget
   std::string peer_;
   unsigned char prefix_[wire::kLengthBytes] = {};
-  std::string body_;
+  remote::FrameBody body_;
   std::deque<std::string> writes_;
   std::atomic<std::uint64_t> in_flight_{0};
   bool greeted_ = false, paused_ = false, writing_ = false, closing_ = false, closed_ = false, draining_ = false;
@@ -355,7 +385,13 @@ void ExecutorServer::start(ExecutorServerOptions options) {
   if (!s.flow.started()) throw Error("ExecutorServer::start(): the flow is not started");
   if (options.max_in_flight == 0 || options.max_connections == 0 || options.max_frame_bytes < 64)
     throw Error("ExecutorServer::start(): max_in_flight and max_connections must be positive, max_frame_bytes >= 64");
+  if (options.max_partial_frame_bytes < options.max_frame_bytes / 4)
+    throw Error(
+        fmt::format("ExecutorServer::start(): max_partial_frame_bytes {} is below a quarter of max_frame_bytes "
+                    "{}: a large frame could wait for room forever",
+                    options.max_partial_frame_bytes, options.max_frame_bytes));
   s.options = std::move(options);
+  s.partial = std::make_unique<remote::PartialFrameBudget>(s.options.max_partial_frame_bytes);
   boost::system::error_code ec;
   const auto address = asio::ip::make_address(s.options.host, ec);
   if (ec) throw Error(fmt::format("--host '{}': not an IP address ({})", s.options.host, ec.message()));

@@ -2,6 +2,8 @@
 // reconnection with backoff) and the Replica that runs batches through it. See remote_replica.hpp.
 #include "remote_replica.hpp"
 
+#include "frame_body.hpp"
+
 #include "flowline/error.hpp"
 
 #include <boost/asio/connect.hpp>
@@ -20,6 +22,7 @@
 #include <algorithm>
 #include <deque>
 #include <future>
+#include <limits>
 #include <optional>
 #include <thread>
 
@@ -33,7 +36,14 @@ using namespace std::chrono_literals;
 // Everything that runs on the host's I/O thread. Handlers check `attempt` (connection attempts) so that a
 // late completion of a closed connection changes nothing.
 struct RemoteHost::Io {
-  explicit Io(RemoteHost& host) : host(host), socket(io), resolver(io), timer(io), retry(io) {}
+  explicit Io(RemoteHost& host) : host(host), socket(io), resolver(io), timer(io), retry(io), body(answer_budget()) {}
+
+  // Answers are read as they arrive, never sized by their declared length up front (frame_body.hpp). The
+  // client's in-flight bound (remote.in_flight) bounds how many there are, so the budget is unlimited.
+  static PartialFrameBudget& answer_budget() {
+    static PartialFrameBudget budget(std::numeric_limits<std::size_t>::max() / 2);
+    return budget;
+  }
 
   void run() {
     thread = std::thread([this] { io.run(); });
@@ -108,22 +118,28 @@ struct RemoteHost::Io {
       } catch (const wire::WireError& e) {
         return fail(mine, e.what());
       }
-      body.resize(length);
-      asio::async_read(socket, asio::buffer(body), [this, mine](const boost::system::error_code& ec2, std::size_t) {
-        if (mine != attempt) return;
-        if (ec2) return fail(mine, ec2 == asio::error::eof ? "the server closed the connection" : ec2.message());
-        if (!handle(mine)) return;
-        read_frame(mine);
-      });
+      body.start(length);
+      read_body(mine);
+    });
+  }
+
+  void read_body(std::uint64_t mine) {
+    socket.async_read_some(*body.next(), [this, mine](const boost::system::error_code& ec, std::size_t n) {
+      if (mine != attempt) return;
+      if (ec) return fail(mine, ec == asio::error::eof ? "the server closed the connection" : ec.message());
+      if (!body.arrived(n)) return read_body(mine);
+      if (!handle(mine)) return;
+      body.finish();
+      read_frame(mine);
     });
   }
 
   // One frame from the server. Returns false when it ended the connection.
   bool handle(std::uint64_t mine) {
     try {
-      switch (wire::frame_type(body)) {
+      switch (wire::frame_type(body.frame())) {
         case wire::FrameType::Welcome: {
-          const wire::Welcome welcome = wire::decode_welcome(body);
+          const wire::Welcome welcome = wire::decode_welcome(body.frame());
           if (welcome.version != wire::kVersion) {
             fail(mine,
                  fmt::format("the server speaks protocol version {}, this flow {}", welcome.version, wire::kVersion));
@@ -139,21 +155,22 @@ struct RemoteHost::Io {
         }
         case wire::FrameType::Response: {
           if (!connected) throw wire::WireError("an answer before the handshake");
-          const std::uint64_t id = wire::frame_id(body);
-          host.answered(id, std::move(body));
-          body = std::string();
+          const std::uint64_t id = wire::frame_id(body.frame());
+          host.answered(id, body.take());
           return true;
         }
         case wire::FrameType::Error:
-          fail(mine, fmt::format("the server refused: {}", wire::decode_error(body)));
+          fail(mine, fmt::format("the server refused: {}", wire::decode_error(body.frame())));
           return false;
         case wire::FrameType::Ping:
-          send(std::make_shared<std::string>(wire::encode_ping(wire::FrameType::Pong, wire::decode_ping(body))));
+          send(
+              std::make_shared<std::string>(wire::encode_ping(wire::FrameType::Pong, wire::decode_ping(body.frame()))));
           return true;
         case wire::FrameType::Pong:
           return true;
         default:
-          throw wire::WireError(fmt::format("unexpected frame type {} from a server", static_cast<int>(body[0])));
+          throw wire::WireError(
+              fmt::format("unexpected frame type {} from a server", static_cast<int>(body.frame()[0])));
       }
     } catch (const std::exception& e) {  // a WireError, or anything else a bad frame provokes
       fail(mine, e.what());
@@ -201,7 +218,7 @@ struct RemoteHost::Io {
   bool stopping = false;
   std::chrono::milliseconds backoff{100};
   unsigned char prefix[wire::kLengthBytes] = {};
-  std::string body;
+  FrameBody body;
   std::deque<std::shared_ptr<std::string>> writes;
   bool writing = false;
 };

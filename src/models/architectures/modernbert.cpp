@@ -72,8 +72,8 @@ class ModernBert final : public Transformer {
       const bool sliding = sliding_[i];
       const at::Tensor normed = i == 0 ? x : at::layer_norm(x, {H}, l.attn_norm_w, l.attn_norm_b, eps_);
       at::Tensor qkv = at::linear(normed, l.qkv_w, l.qkv_b);
-      const at::Tensor qk = rotate_queries_and_keys(qkv, heads, sliding ? cos_local : cos_global,
-                                                    sliding ? sin_local : sin_global);
+      const at::Tensor qk =
+          rotate_queries_and_keys(qkv, heads, sliding ? cos_local : cos_global, sliding ? sin_local : sin_global);
       const at::Tensor q = qk.narrow(1, 0, heads), k = qk.narrow(1, heads, heads);
       const at::Tensor v = qkv.narrow(1, 2 * H, H).view({total, heads, head_dim});
       at::Tensor context = attend(q, k, v, batch, sliding ? local : global);
