@@ -43,7 +43,8 @@ struct TokenizerFile {
   fs::path json;
 };
 std::vector<TokenizerFile> tokenizer_files() {
-  std::vector<TokenizerFile> files = {{"minilm", kSource / "models/all-MiniLM-L6-v2/tokenizer.json"}};
+  std::vector<TokenizerFile> files = {{"minilm", kSource / "models/all-MiniLM-L6-v2/tokenizer.json"},
+                                      {"tiny-bert", kSource / "tests/data/tiny-bert/tokenizer.json"}};
   for (const char* kind : {"wordpiece-cased", "wordpiece-lower"})
     files.push_back({kind, kSource / "tests/data/tokenizers" / kind / "tokenizer.json"});
   return files;
@@ -219,6 +220,13 @@ TEST_CASE("a WordPiece with NFD, Lowercase, StripAccents, NFC and RobertaProcess
           "[tokenizers][parity]") {
   const auto tok = Tokenizer::from_folder(kSource / "tests/data/tokenizers/wordpiece-lower");
   check_parity(*tok, "wordpiece-lower");
+}
+
+TEST_CASE("the tokenizer.json of the tiny test checkpoints gives the ids of Python tokenizers",
+          "[tokenizers][parity]") {
+  // tests/data/tiny-models/* carry this same file.
+  const auto tok = Tokenizer::from_folder(kSource / "tests/data/tiny-bert");
+  check_parity(*tok, "tiny-bert");
 }
 
 TEST_CASE("the MiniLM tokenizer answers ids, sizes and special-token counts", "[tokenizers]") {
