@@ -57,27 +57,47 @@ class BertNormalizer final : public Normalizer {
   BertNormalizer(bool clean, bool chinese, bool strip_accents, bool lowercase)
       : clean_(clean), chinese_(chinese), strip_accents_(strip_accents), lowercase_(lowercase) {}
 
+  // One pass cleans, pads CJK and lower-cases. Stripping accents needs NFD before lower-casing; text that
+  // is all ASCII has no accents and is its own NFD, so only text with other characters takes the long way.
   void normalize(Scratch& s) const override {
+    const bool ascii = clean_and_pad(s, lowercase_);
+    if (!strip_accents_ || ascii) return;
+    if (lowercase_) clean_and_pad(s, false);  // the lower-casing pass left s.text as it was
+    normalize_form(s.text, NormalForm::nfd, s.utf8);
+    std::erase_if(s.text, is_nonspacing_mark);
+    if (lowercase_) lowercase(s);
+  }
+  std::string name() const override { return "BertNormalizer"; }
+
+  // Cleans and pads s.text into s.other (lower-cased when asked) and swaps them, unless stripping accents
+  // must go back to the original text: then s.text stays. Returns whether the text was all ASCII.
+  bool clean_and_pad(Scratch& s, bool lower) const {
     s.other.clear();
+    bool ascii = true;
     for (const char32_t c : s.text) {
-      if (clean_ && (c == 0 || c == 0xFFFD || is_control(c))) continue;
+      if (c < 0x80) {
+        if (clean_ && c < 0x20 && c != '\t' && c != '\n' && c != '\r') continue;
+        if (clean_ && c == 0x7F) continue;
+        s.other.push_back(clean_ && c < 0x20 ? U' ' : lower && c >= 'A' && c <= 'Z' ? c + 32 : c);
+        continue;
+      }
+      ascii = false;
+      if (clean_ && (c == 0xFFFD || is_control(c))) continue;
       const char32_t d = clean_ && is_whitespace(c) ? U' ' : c;
       if (chinese_ && is_chinese_char(d)) {
         s.other.push_back(U' ');
         s.other.push_back(d);
         s.other.push_back(U' ');
+      } else if (lower) {
+        append_lowercase(d, s.other);
       } else {
         s.other.push_back(d);
       }
     }
+    if (!ascii && strip_accents_ && lower) return false;  // the caller starts again from s.text
     s.text.swap(s.other);
-    if (strip_accents_ && !is_ascii(s.text)) {
-      normalize_form(s.text, NormalForm::nfd, s.utf8);
-      std::erase_if(s.text, is_nonspacing_mark);
-    }
-    if (lowercase_) lowercase(s);
+    return ascii;
   }
-  std::string name() const override { return "BertNormalizer"; }
 
   static void lowercase(Scratch& s) {
     s.other.clear();
@@ -511,6 +531,11 @@ void build_components(const json::object& root, const std::string& file, Pipelin
       refuse(origin,
              fmt::format("post-processor '{}' is not supported (supported: {})", post_type, names_of(post_table())));
     p.post = found->second(po, origin);
+    const auto sequences = std::count_if(p.post.single.begin(), p.post.single.end(),
+                                         [](const TemplatePiece& piece) { return piece.is_sequence; });
+    const auto a = std::count_if(p.post.single.begin(), p.post.single.end(),
+                                 [](const TemplatePiece& piece) { return piece.is_sequence && piece.sequence == 0; });
+    if (sequences != 1 || a != 1) refuse(origin, "the single template must hold the sequence A once, and not B");
   } else {
     p.post = PostProcessor{"none", {sequence(0, 0)}, {sequence(0, 0), sequence(1, 1)}};
   }

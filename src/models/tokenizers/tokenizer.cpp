@@ -300,17 +300,24 @@ std::unique_ptr<Tokenizer> Tokenizer::from_folder(const std::filesystem::path& f
   return std::unique_ptr<Tokenizer>(new Tokenizer(tokenizers::build_pipeline(root, (folder / "vocab.txt").string())));
 }
 
+// The single template holds sequence A once: its tokens go straight into `ids`, between the special
+// tokens before and after it, without a copy.
 std::size_t Tokenizer::encode_into(std::string_view text, std::size_t max_length,
                                    std::vector<std::int32_t>& ids) const {
-  tokenizers::Scratch& s = tokenizers::scratch();
-  std::vector<std::int32_t>& first = s.first;
-  first.clear();
-  pipeline_->tokens(text, first);
-  if (max_length != 0) {
-    const std::size_t added = pipeline_->post.added(false);
-    first.resize(std::min(first.size(), max_length > added ? max_length - added : 0));
+  const std::size_t before = ids.size();
+  const std::size_t added = pipeline_->post.added(false);
+  const std::size_t budget =
+      max_length == 0 ? std::numeric_limits<std::size_t>::max() : (max_length > added ? max_length - added : 0);
+  for (const tokenizers::TemplatePiece& piece : pipeline_->post.single) {
+    if (!piece.is_sequence) {
+      ids.insert(ids.end(), piece.ids.begin(), piece.ids.end());
+      continue;
+    }
+    const std::size_t start = ids.size();
+    pipeline_->tokens(text, ids);
+    if (ids.size() - start > budget) ids.resize(start + budget);
   }
-  return pipeline_->frame(first, nullptr, ids, nullptr);
+  return ids.size() - before;
 }
 
 std::size_t Tokenizer::encode_pair_into(std::string_view a, std::string_view b, std::size_t max_length,
