@@ -50,6 +50,15 @@ def main():
             pre_tokenizers.BertPreTokenizer(),
             lambda t: processors.RobertaProcessing(("[SEP]", t.token_to_id("[SEP]")),
                                                    ("[CLS]", t.token_to_id("[CLS]")))),
+        # The Whitespace pre-tokenizer (\\w+|[^\\w\\s]+) after BERT's normalizer without lower-casing;
+        # TemplateProcessing.
+        "wordpiece-whitespace": wordpiece(
+            args.corpus,
+            normalizers.BertNormalizer(lowercase=False, strip_accents=False),
+            pre_tokenizers.Whitespace(),
+            lambda t: processors.TemplateProcessing(
+                single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+                special_tokens=[("[CLS]", t.token_to_id("[CLS]")), ("[SEP]", t.token_to_id("[SEP]"))])),
     }
     for kind, tok in kinds.items():
         (OUT / kind).mkdir(parents=True, exist_ok=True)

@@ -45,7 +45,7 @@ struct TokenizerFile {
 std::vector<TokenizerFile> tokenizer_files() {
   std::vector<TokenizerFile> files = {{"minilm", kSource / "models/all-MiniLM-L6-v2/tokenizer.json"},
                                       {"tiny-bert", kSource / "tests/data/tiny-bert/tokenizer.json"}};
-  for (const char* kind : {"wordpiece-cased", "wordpiece-lower"})
+  for (const char* kind : {"wordpiece-cased", "wordpiece-lower", "wordpiece-whitespace"})
     files.push_back({kind, kSource / "tests/data/tokenizers" / kind / "tokenizer.json"});
   return files;
 }
@@ -220,6 +220,13 @@ TEST_CASE("a WordPiece with NFD, Lowercase, StripAccents, NFC and RobertaProcess
           "[tokenizers][parity]") {
   const auto tok = Tokenizer::from_folder(kSource / "tests/data/tokenizers/wordpiece-lower");
   check_parity(*tok, "wordpiece-lower");
+}
+
+TEST_CASE("a WordPiece with the Whitespace pre-tokenizer and TemplateProcessing gives the ids of Python tokenizers",
+          "[tokenizers][parity]") {
+  const auto tok = Tokenizer::from_folder(kSource / "tests/data/tokenizers/wordpiece-whitespace");
+  CHECK(tok->describe() == "WordPiece (BertNormalizer, Whitespace, TemplateProcessing)");
+  check_parity(*tok, "wordpiece-whitespace");
 }
 
 TEST_CASE("the tokenizer.json of the tiny test checkpoints gives the ids of Python tokenizers",

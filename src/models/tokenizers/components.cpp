@@ -299,6 +299,27 @@ class WhitespaceSplit final : public PreTokenizer {
   std::string name() const override { return "WhitespaceSplit"; }
 };
 
+// Whitespace: the regex \w+|[^\w\s]+ — runs of word characters and runs of other non-space characters.
+class WhitespacePreTokenizer final : public PreTokenizer {
+ public:
+  void pre_tokenize(Scratch& s) const override {
+    s.other_words.clear();
+    for (const Span word : s.words) {
+      std::size_t start = word.begin;
+      int run = 0;  // 0: spaces, 1: word characters, 2: others
+      for (std::size_t i = word.begin; i <= word.end; ++i) {
+        const int kind = i == word.end ? 0 : is_word_char(s.text[i]) ? 1 : is_regex_space(s.text[i]) ? 0 : 2;
+        if (kind == run) continue;
+        if (run != 0) s.other_words.push_back({start, i});
+        run = kind;
+        start = i;
+      }
+    }
+    s.words.swap(s.other_words);
+  }
+  std::string name() const override { return "Whitespace"; }
+};
+
 using PreTokenizerList = std::vector<std::unique_ptr<PreTokenizer>>;
 void add_pre_tokenizer(const json::value& v, const Origin& origin, PreTokenizerList& out);
 
@@ -307,6 +328,8 @@ const std::map<std::string, PreTokenizerBuilder, std::less<>>& pre_tokenizer_tab
   static const std::map<std::string, PreTokenizerBuilder, std::less<>> table = {
       {"BertPreTokenizer", [](const json::object&, const Origin&,
                               PreTokenizerList& out) { out.push_back(std::make_unique<BertPreTokenizer>()); }},
+      {"Whitespace", [](const json::object&, const Origin&,
+                        PreTokenizerList& out) { out.push_back(std::make_unique<WhitespacePreTokenizer>()); }},
       {"WhitespaceSplit", [](const json::object&, const Origin&,
                              PreTokenizerList& out) { out.push_back(std::make_unique<WhitespaceSplit>()); }},
       {"Sequence",

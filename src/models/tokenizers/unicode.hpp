@@ -13,6 +13,9 @@ bool is_whitespace(char32_t c);
 bool is_control(char32_t c);
 // BERT's punctuation: ASCII punctuation or general category P*.
 bool is_bert_punctuation(char32_t c);
+// The Whitespace pre-tokenizer's regex classes: \w (a word character) and \s.
+bool is_word_char(char32_t c);
+bool is_regex_space(char32_t c);
 // The CJK ideograph blocks BERT pads with spaces.
 bool is_chinese_char(char32_t c);
 // A nonspacing mark (Mn: what BertNormalizer's strip_accents removes).
