@@ -9,7 +9,7 @@
 #   scripts/fuzz.sh --seconds 20          # CI's smoke: every target 20 s (the README's test command runs it)
 #   scripts/fuzz.sh --seconds 600 fuzz_flow_config
 #
-# Targets: fuzz_flow_config fuzz_input_readers fuzz_document_json fuzz_safetensors fuzz_tokenizer
+# Targets: fuzz_flow_config fuzz_input_readers fuzz_document_json fuzz_safetensors fuzz_tokenizer fuzz_tokenizer_wordpiece
 # fuzz_gateway_bodies fuzz_wire_frames. What a run adds to a target's corpus stays in build-fuzz/corpus/<target>; only the
 # seeds in tests/fuzz/corpus are committed. Needs scripts/setup.sh first (LibTorch, clang-14).
 set -euo pipefail
@@ -25,8 +25,8 @@ while (($#)); do
     *) TARGETS+=("$1"); shift ;;
   esac
 done
-ALL=(fuzz_flow_config fuzz_input_readers fuzz_document_json fuzz_safetensors fuzz_tokenizer fuzz_gateway_bodies
-  fuzz_wire_frames)
+ALL=(fuzz_flow_config fuzz_input_readers fuzz_document_json fuzz_safetensors fuzz_tokenizer fuzz_tokenizer_wordpiece
+  fuzz_gateway_bodies fuzz_wire_frames)
 ((${#TARGETS[@]})) || TARGETS=("${ALL[@]}")
 for t in "${TARGETS[@]}"; do
   [[ " ${ALL[*]} " == *" $t "* ]] || { echo "fuzz.sh: no target '$t'; the targets: ${ALL[*]}" >&2; exit 2; }

@@ -82,6 +82,13 @@ if ! .venv/bin/python -c "import numpy, safetensors" 2>/dev/null; then
   step "installing numpy and safetensors into .venv"
   .venv/bin/pip install -q --disable-pip-version-check numpy safetensors
 fi
+# Hugging Face `tokenizers`: the reference ids of the tokenizer parity test (tests/models/test_tokenizers.cpp,
+# scripts/tokenizer_reference.py) and the generator of its small tokenizer files. Pinned: the character
+# tables (src/models/tokenizers/char_tables.inc, scripts/make_char_tables.py) are read from this version.
+if ! .venv/bin/python -c "import tokenizers; assert tokenizers.__version__.startswith('0.22.')" 2>/dev/null; then
+  step "installing tokenizers into .venv"
+  .venv/bin/pip install -q --disable-pip-version-check "tokenizers==0.22.2"
+fi
 TORCH_PREFIX="$(.venv/bin/python -c 'import importlib.util, pathlib; print(pathlib.Path(importlib.util.find_spec("torch").origin).parent / "share/cmake")')"
 # flowline's CUDA parts only where LibTorch's CUDA library can load.
 if [ "$INSTALL" = full ]; then FLOWLINE_CUDA=AUTO; else FLOWLINE_CUDA=OFF; fi

@@ -1,0 +1,114 @@
+// Tokenization speed, one thread: flowline::models::Tokenizer on each tokenizer file given, beside today's
+// WordPieceTokenizer of the SentenceEncoder on the MiniLM vocabulary, over the corpus's paragraphs.
+// Prints ids/s and paragraphs/s, best of --rounds passes over the corpus (docs/benchmarks.md).
+//
+//   build/bench/tokenizers_bench --corpus /work/shared/data/corpus --model models/all-MiniLM-L6-v2 \
+//     tests/data/tokenizers/wordpiece-cased/tokenizer.json ...
+#include "flowline/models/tokenizer.hpp"
+#include "flowline/sentence_encoder/wordpiece_tokenizer.hpp"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<std::string> corpus_paragraphs(const fs::path& corpus) {
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(corpus))
+    if (entry.path().extension() == ".txt") files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  std::vector<std::string> paragraphs;
+  for (const fs::path& file : files) {
+    std::ifstream in(file);
+    std::string line, paragraph;
+    const auto flush = [&] {
+      if (!paragraph.empty()) paragraphs.push_back(paragraph);
+      paragraph.clear();
+    };
+    while (std::getline(in, line)) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (line.empty())
+        flush();
+      else
+        paragraph += (paragraph.empty() ? "" : " ") + line;
+    }
+    flush();
+  }
+  return paragraphs;
+}
+
+using Encode = std::function<std::size_t(std::string_view, std::vector<std::int32_t>&)>;
+
+struct Candidate {
+  std::string name;
+  Encode encode;
+  double best = 1e30;  // seconds of the fastest pass
+  std::size_t ids = 0;
+};
+
+// Passes over the corpus taking turns, so that a busy moment of a shared machine falls on every candidate
+// alike; the fastest pass of each counts.
+void measure(std::vector<Candidate>& candidates, const std::vector<std::string>& texts, int rounds) {
+  std::vector<std::int32_t> ids;
+  ids.reserve(1 << 16);
+  for (int r = 0; r < rounds; ++r)
+    for (Candidate& c : candidates) {
+      std::size_t total = 0;
+      const auto start = std::chrono::steady_clock::now();
+      for (const std::string& text : texts) {
+        ids.clear();
+        total += c.encode(text, ids);
+      }
+      c.best = std::min(c.best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      c.ids = total;
+    }
+  for (const Candidate& c : candidates)
+    fmt::print("{:<44} {:>10} ids {:>12.0f} ids/s {:>10.0f} paragraphs/s\n", c.name, c.ids, c.ids / c.best,
+               texts.size() / c.best);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Single-thread tokenization speed of flowline's tokenizers and today's WordPieceTokenizer"};
+  fs::path corpus, model;
+  std::vector<fs::path> files;
+  int rounds = 5;
+  app.add_option("--corpus", corpus, "folder of .txt books")->required();
+  app.add_option("--model", model, "a BERT model folder (vocab.txt, tokenizer.json)")->required();
+  app.add_option("--rounds", rounds, "passes over the corpus; the best counts");
+  app.add_option("tokenizers", files, "more tokenizer.json files");
+  CLI11_PARSE(app, argc, argv);
+
+  const std::vector<std::string> texts = corpus_paragraphs(corpus);
+  fmt::print("{} paragraphs, one thread, best of {}\n", texts.size(), rounds);
+  const auto old = flowline::sentence_encoder::WordPieceTokenizer::from_model_folder(model);
+  std::vector<std::unique_ptr<flowline::models::Tokenizer>> tokenizers;
+  tokenizers.push_back(flowline::models::Tokenizer::from_folder(model));
+  for (const fs::path& file : files) tokenizers.push_back(flowline::models::Tokenizer::from_json_file(file));
+  std::vector<Candidate> candidates;
+  candidates.push_back(
+      {"today's WordPieceTokenizer (vocab.txt)",
+       [&](std::string_view t, std::vector<std::int32_t>& ids) { return old.encode_into(t, 0, ids); }});
+  for (std::size_t i = 0; i < tokenizers.size(); ++i) {
+    const auto* tok = tokenizers[i].get();
+    candidates.push_back(
+        {"Tokenizer, " +
+             (i == 0 ? model.filename().string() + "/tokenizer.json" : files[i - 1].parent_path().filename().string()),
+         [tok](std::string_view t, std::vector<std::int32_t>& ids) { return tok->encode_into(t, 0, ids); }});
+  }
+  measure(candidates, texts, rounds);
+  return 0;
+}

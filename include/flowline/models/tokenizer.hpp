@@ -1,0 +1,62 @@
+// flowline/models/tokenizer.hpp — text to token ids, read from a checkpoint's Hugging Face tokenizer.json.
+//
+// Contract: a Tokenizer is built once (from_folder / from_json_file, on any thread) and is immutable after
+// that: every const method may be called from many threads at once. It owns its vocabulary and pipeline;
+// callers own the id vectors they pass in. encode_into() is the hot path: it appends to the caller's
+// vector and keeps its working buffers in thread_local scratch, so a warmed thread allocates nothing per
+// call beyond what the caller's vector needs. Construction throws flowline::Error naming the file, the JSON
+// path of the component it cannot run exactly, and what is supported — never a tokenizer that would give
+// different ids than Python `tokenizers` (docs/models.md, "Tokenizers").
+// The library (flowline::tokenizers) links neither LibTorch nor the core: only utf8proc, Boost.JSON, fmt.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace flowline::models {
+
+namespace tokenizers {
+class Pipeline;  // src/models/tokenizers/pipeline.hpp
+}
+
+class Tokenizer {
+ public:
+  // Reads `folder`/tokenizer.json; without it, vocab.txt (+ tokenizer_config.json's do_lower_case,
+  // strip_accents, tokenize_chinese_chars) as a BERT WordPiece pipeline.
+  static std::unique_ptr<Tokenizer> from_folder(const std::filesystem::path& folder);
+  static std::unique_ptr<Tokenizer> from_json_file(const std::filesystem::path& tokenizer_json);
+  // The same from tokenizer.json's text; `origin` names it in errors.
+  static std::unique_ptr<Tokenizer> from_json_text(std::string_view json, const std::string& origin);
+
+  ~Tokenizer();
+  Tokenizer(const Tokenizer&) = delete;
+  Tokenizer& operator=(const Tokenizer&) = delete;
+
+  // Appends the ids of `text` (the post-processor's special tokens included, the text's tokens truncated
+  // so that the whole is at most max_length ids; 0: no limit) to `ids`; returns how many were appended.
+  // Bytes that are not UTF-8 read as U+FFFD.
+  std::size_t encode_into(std::string_view text, std::size_t max_length, std::vector<std::int32_t>& ids) const;
+  // A pair (query, document) for cross-encoders: the post-processor's pair template, truncation
+  // 'longest_first' to max_length as Hugging Face does; appends the type ids to `type_ids` when not null.
+  std::size_t encode_pair_into(std::string_view a, std::string_view b, std::size_t max_length,
+                               std::vector<std::int32_t>& ids, std::vector<std::int32_t>* type_ids) const;
+  std::vector<std::int32_t> encode(std::string_view text, std::size_t max_length = 0) const;
+
+  std::int32_t token_id(std::string_view token) const;  // -1 when absent
+  std::int32_t pad_id() const;                          // -1 when the tokenizer names no padding token
+  std::int32_t unk_id() const;                          // -1 when the model has no unknown token
+  std::size_t vocab_size() const;                       // the model's vocabulary plus added tokens
+  std::size_t special_tokens_count(bool pair) const;    // what the post-processor adds
+  std::string describe() const;  // "WordPiece (BertNormalizer, BertPreTokenizer, TemplateProcessing)"
+
+ private:
+  explicit Tokenizer(std::unique_ptr<tokenizers::Pipeline> pipeline);
+  std::unique_ptr<tokenizers::Pipeline> pipeline_;
+};
+
+}  // namespace flowline::models

@@ -1,0 +1,127 @@
+// The tokenizer's pipeline, private to flowline::tokenizers: added tokens are split out of the raw text,
+// each remaining stretch is normalized, pre-tokenized into words and cut into ids by the model; then the
+// post-processor frames the sequences with special tokens. Each step is a small class behind its own
+// interface, built from its tokenizer.json object by a table (components.cpp: type name -> builder), so a
+// new component is one class and one table line. Components are immutable after construction and
+// called from many threads at once; the working buffers live in a thread_local Scratch.
+#pragma once
+
+#include <boost/json.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace flowline::models::tokenizers {
+
+// A word: [begin, end) in the normalized text's code points.
+struct Span {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+};
+
+// One thread's working buffers, reused call after call.
+struct Scratch {
+  std::u32string text;   // the stretch being tokenized, code points
+  std::u32string other;  // a normalizer's output before it is swapped into `text`
+  std::vector<Span> words, other_words;
+  std::string utf8;                         // a word in UTF-8, for vocabulary look-ups
+  std::vector<std::int32_t> first, second;  // a pair's two sequences before truncation
+};
+Scratch& scratch();
+
+// Where a component came from in error messages: the file and the JSON path ("normalizer.normalizers[1]").
+struct Origin {
+  std::string file;
+  std::string path;
+  std::string at(const std::string& sub) const { return path + sub; }
+};
+[[noreturn]] void refuse(const Origin& origin, const std::string& what);
+
+class Normalizer {
+ public:
+  virtual ~Normalizer() = default;
+  // Rewrites s.text in place (or through s.other).
+  virtual void normalize(Scratch& s) const = 0;
+  virtual std::string name() const = 0;
+};
+
+class PreTokenizer {
+ public:
+  virtual ~PreTokenizer() = default;
+  // Splits each of s.words further (the first pre-tokenizer sees one word: the whole text).
+  virtual void pre_tokenize(Scratch& s) const = 0;
+  virtual std::string name() const = 0;
+};
+
+// Hash for look-ups by string_view without building a string.
+struct StringHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+};
+using Vocabulary = std::unordered_map<std::string, std::int32_t, StringHash, std::equal_to<>>;
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  // Appends the ids of one word (text[word.begin, word.end)) to `ids`.
+  virtual void tokenize(Scratch& s, Span word, std::vector<std::int32_t>& ids) const = 0;
+  virtual std::int32_t token_id(std::string_view token) const = 0;
+  virtual std::int32_t unk_id() const = 0;
+  virtual std::size_t size() const = 0;
+  virtual std::string name() const = 0;
+};
+
+// The post-processor as a template: special tokens and the sequences A and B, each with its type id.
+struct TemplatePiece {
+  bool is_sequence = false;
+  int sequence = 0;               // 0: A, 1: B
+  std::vector<std::int32_t> ids;  // a special token's ids
+  std::int32_t type_id = 0;
+};
+struct PostProcessor {
+  std::string name = "none";
+  std::vector<TemplatePiece> single, pair;
+  std::size_t added(bool for_pair) const;
+};
+
+// A token matched in the raw text before normalization (HF's added_tokens with normalized: false).
+struct AddedToken {
+  std::string content;
+  std::int32_t id = 0;
+};
+
+class Pipeline {
+ public:
+  std::vector<std::unique_ptr<Normalizer>> normalizers;
+  std::vector<std::unique_ptr<PreTokenizer>> pre_tokenizers;
+  std::unique_ptr<Model> model;
+  PostProcessor post;
+  std::vector<AddedToken> added;  // longest first
+  bool added_first_byte[256] = {};
+  std::int32_t pad = -1;
+  std::size_t added_vocab = 0;  // added tokens whose ids lie outside the model's vocabulary
+
+  // Appends the ids of `text` without special tokens.
+  void tokens(std::string_view text, std::vector<std::int32_t>& ids) const;
+  // The post-processor's frame around one or two sequences; appends ids (and type ids when asked).
+  std::size_t frame(const std::vector<std::int32_t>& a, const std::vector<std::int32_t>* b,
+                    std::vector<std::int32_t>& ids, std::vector<std::int32_t>* type_ids) const;
+  std::string describe() const;
+
+ private:
+  void tokens_of_stretch(std::string_view stretch, std::vector<std::int32_t>& ids) const;
+};
+
+// Fills normalizers, pre-tokenizers, model and post-processor from tokenizer.json's object (components.cpp).
+void build_components(const boost::json::object& root, const std::string& file, Pipeline& pipeline);
+
+// UTF-8 to code points (invalid bytes read as U+FFFD) and back.
+void decode_utf8(std::string_view in, std::u32string& out);
+void encode_utf8(std::u32string_view in, std::string& out);
+
+}  // namespace flowline::models::tokenizers

@@ -1,0 +1,354 @@
+// Tokenizer: reading tokenizer.json (or vocab.txt), splitting out added tokens, truncation and framing.
+#include "flowline/models/tokenizer.hpp"
+
+#include "flowline/error.hpp"
+#include "pipeline.hpp"
+
+#include <boost/json.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+namespace flowline::models {
+
+namespace tokenizers {
+
+namespace json = boost::json;
+
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+void refuse(const Origin& origin, const std::string& what) {
+  throw Error(fmt::format("tokenizer '{}': {}{}", origin.file, origin.path.empty() ? "" : origin.path + ": ", what));
+}
+
+void decode_utf8(std::string_view in, std::u32string& out) {
+  out.clear();
+  const auto* p = reinterpret_cast<const unsigned char*>(in.data());
+  const std::size_t n = in.size();
+  for (std::size_t i = 0; i < n;) {
+    const unsigned char b = p[i];
+    if (b < 0x80) {
+      out.push_back(b);
+      ++i;
+      continue;
+    }
+    std::size_t len = 0;
+    char32_t c = 0, min = 0;
+    if ((b & 0xE0) == 0xC0)
+      len = 2, c = b & 0x1F, min = 0x80;
+    else if ((b & 0xF0) == 0xE0)
+      len = 3, c = b & 0x0F, min = 0x800;
+    else if ((b & 0xF8) == 0xF0)
+      len = 4, c = b & 0x07, min = 0x10000;
+    bool ok = len != 0 && i + len <= n;
+    for (std::size_t k = 1; ok && k < len; ++k) {
+      ok = (p[i + k] & 0xC0) == 0x80;
+      c = (c << 6) | (p[i + k] & 0x3F);
+    }
+    ok = ok && c >= min && c <= 0x10FFFF && (c < 0xD800 || c > 0xDFFF);
+    out.push_back(ok ? c : 0xFFFD);
+    i += ok ? len : 1;
+  }
+}
+
+void encode_utf8(std::u32string_view in, std::string& out) {
+  out.clear();
+  for (const char32_t c : in) {
+    if (c < 0x80) {
+      out.push_back(static_cast<char>(c));
+    } else if (c < 0x800) {
+      out.push_back(static_cast<char>(0xC0 | (c >> 6)));
+      out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
+    } else if (c < 0x10000) {
+      out.push_back(static_cast<char>(0xE0 | (c >> 12)));
+      out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
+      out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
+    } else {
+      out.push_back(static_cast<char>(0xF0 | (c >> 18)));
+      out.push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
+      out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
+      out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
+    }
+  }
+}
+
+void Pipeline::tokens(std::string_view text, std::vector<std::int32_t>& ids) const {
+  // Added tokens are matched in the raw text, leftmost and then longest first, as Hugging Face does.
+  std::size_t stretch = 0;
+  for (std::size_t i = 0; i < text.size();) {
+    const AddedToken* match = nullptr;
+    if (added_first_byte[static_cast<unsigned char>(text[i])])
+      for (const AddedToken& t : added)
+        if (text.compare(i, t.content.size(), t.content) == 0) {
+          match = &t;
+          break;
+        }
+    if (match == nullptr) {
+      ++i;
+      continue;
+    }
+    if (i > stretch) tokens_of_stretch(text.substr(stretch, i - stretch), ids);
+    ids.push_back(match->id);
+    i += match->content.size();
+    stretch = i;
+  }
+  if (text.size() > stretch) tokens_of_stretch(text.substr(stretch), ids);
+}
+
+void Pipeline::tokens_of_stretch(std::string_view stretch, std::vector<std::int32_t>& ids) const {
+  Scratch& s = scratch();
+  decode_utf8(stretch, s.text);
+  for (const auto& n : normalizers) n->normalize(s);
+  s.words.assign(1, Span{0, s.text.size()});
+  if (s.text.empty()) s.words.clear();
+  for (const auto& p : pre_tokenizers) p->pre_tokenize(s);
+  for (const Span word : s.words)
+    if (word.end > word.begin) model->tokenize(s, word, ids);
+}
+
+std::size_t Pipeline::frame(const std::vector<std::int32_t>& a, const std::vector<std::int32_t>* b,
+                            std::vector<std::int32_t>& ids, std::vector<std::int32_t>* type_ids) const {
+  const std::size_t before = ids.size();
+  for (const TemplatePiece& piece : b == nullptr ? post.single : post.pair) {
+    const std::vector<std::int32_t>& part = !piece.is_sequence ? piece.ids : piece.sequence == 0 ? a : *b;
+    ids.insert(ids.end(), part.begin(), part.end());
+    if (type_ids != nullptr) type_ids->insert(type_ids->end(), part.size(), piece.type_id);
+  }
+  return ids.size() - before;
+}
+
+std::string Pipeline::describe() const {
+  std::vector<std::string> parts;
+  for (const auto& n : normalizers) parts.push_back(n->name());
+  for (const auto& p : pre_tokenizers) parts.push_back(p->name());
+  parts.push_back(post.name);
+  return fmt::format("{} ({})", model->name(), fmt::join(parts, ", "));
+}
+
+namespace {
+
+const json::value* field(const json::object& o, std::string_view key) {
+  const auto it = o.find(key);
+  return it == o.end() || it->value().is_null() ? nullptr : &it->value();
+}
+
+// added_tokens: those matched in the raw text. Options that change matching (lstrip, rstrip, single_word,
+// normalized) are refused until implemented: a silent difference would change ids.
+void read_added_tokens(const json::object& root, const std::string& file, Pipeline& p) {
+  const json::value* list = field(root, "added_tokens");
+  if (list == nullptr) return;
+  if (!list->is_array()) refuse({file, "added_tokens"}, "must be a list");
+  for (std::size_t i = 0; i < list->as_array().size(); ++i) {
+    const Origin origin{file, fmt::format("added_tokens[{}]", i)};
+    const json::value& v = list->as_array()[i];
+    if (!v.is_object() || !v.as_object().contains("content") || !v.as_object().at("content").is_string() ||
+        !v.as_object().contains("id") || !v.as_object().at("id").is_number())
+      refuse(origin, "an added token needs 'content' (a string) and 'id' (a number)");
+    const json::object& o = v.as_object();
+    for (const char* option : {"lstrip", "rstrip", "single_word", "normalized"}) {
+      const json::value* set = field(o, option);
+      if (set != nullptr && set->is_bool() && set->as_bool())
+        refuse(origin, fmt::format("'{}': true is not supported (only false)", option));
+    }
+    AddedToken t{std::string(o.at("content").as_string()),
+                 static_cast<std::int32_t>(o.at("id").to_number<std::int64_t>())};
+    if (t.content.empty()) refuse(origin, "an empty added token");
+    if (p.model->token_id(t.content) != t.id && t.id >= 0 && static_cast<std::size_t>(t.id) >= p.model->size())
+      ++p.added_vocab;
+    p.added_first_byte[static_cast<unsigned char>(t.content[0])] = true;
+    p.added.push_back(std::move(t));
+  }
+  std::stable_sort(p.added.begin(), p.added.end(),
+                   [](const AddedToken& x, const AddedToken& y) { return x.content.size() > y.content.size(); });
+}
+
+void read_padding(const json::object& root, Pipeline& p) {
+  if (const json::value* padding = field(root, "padding"); padding != nullptr && padding->is_object())
+    if (const json::value* id = field(padding->as_object(), "pad_id"); id != nullptr && id->is_number()) {
+      p.pad = static_cast<std::int32_t>(id->to_number<std::int64_t>());
+      return;
+    }
+  for (const char* name : {"[PAD]", "<pad>"})
+    if (const std::int32_t id = p.model->token_id(name); id >= 0) {
+      p.pad = id;
+      return;
+    }
+}
+
+std::unique_ptr<Pipeline> build_pipeline(const json::object& root, const std::string& file) {
+  auto p = std::make_unique<Pipeline>();
+  build_components(root, file, *p);
+  read_added_tokens(root, file, *p);
+  read_padding(root, *p);
+  return p;
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(fmt::format("tokenizer '{}': cannot be read", path.string()));
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+json::value parse_json(std::string_view text, const std::string& origin) {
+  boost::system::error_code ec;
+  json::value v = json::parse(text, ec);
+  if (ec) throw Error(fmt::format("tokenizer '{}': not valid JSON: {}", origin, ec.message()));
+  return v;
+}
+
+// The tokenizer.json that transformers' BertTokenizerFast converter writes for a vocab.txt.
+json::object bert_json_from_vocab(const std::filesystem::path& folder) {
+  const std::filesystem::path vocab_file = folder / "vocab.txt";
+  bool lowercase = true, chinese = true;
+  json::value strip_accents = nullptr;
+  if (std::filesystem::exists(folder / "tokenizer_config.json")) {
+    const std::string config_file = (folder / "tokenizer_config.json").string();
+    const json::value config = parse_json(read_file(config_file), config_file);
+    if (config.is_object()) {
+      const json::object& c = config.as_object();
+      if (const json::value* v = field(c, "do_lower_case"); v != nullptr && v->is_bool()) lowercase = v->as_bool();
+      if (const json::value* v = field(c, "tokenize_chinese_chars"); v != nullptr && v->is_bool())
+        chinese = v->as_bool();
+      if (const json::value* v = field(c, "strip_accents"); v != nullptr && v->is_bool()) strip_accents = v->as_bool();
+    }
+  }
+  json::object vocab;
+  std::ifstream in(vocab_file, std::ios::binary);
+  if (!in)
+    throw Error(
+        fmt::format("tokenizer folder '{}': neither tokenizer.json nor vocab.txt can be read", folder.string()));
+  std::string line;
+  for (std::int64_t id = 0; std::getline(in, line); ++id) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    vocab[line] = id;  // a repeated token keeps its last id, as transformers' load_vocab does
+  }
+  if (vocab.empty()) throw Error(fmt::format("tokenizer '{}': the vocabulary is empty", vocab_file.string()));
+  const auto id_of = [&](const char* token) -> json::value {
+    const auto it = vocab.find(token);
+    if (it == vocab.end())
+      throw Error(fmt::format("tokenizer '{}': '{}' is not in the vocabulary", vocab_file.string(), token));
+    return it->value();
+  };
+  json::array added;
+  for (const char* token : {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"})
+    if (vocab.contains(token))
+      added.push_back(json::object{{"content", token}, {"id", id_of(token)}, {"special", true}, {"normalized", false}});
+  const json::value sep = id_of("[SEP]"), cls = id_of("[CLS]");
+  json::object root;
+  root["normalizer"] = json::object{{"type", "BertNormalizer"},
+                                    {"clean_text", true},
+                                    {"handle_chinese_chars", chinese},
+                                    {"strip_accents", strip_accents},
+                                    {"lowercase", lowercase}};
+  root["pre_tokenizer"] = json::object{{"type", "BertPreTokenizer"}};
+  root["model"] = json::object{{"type", "WordPiece"},
+                               {"unk_token", "[UNK]"},
+                               {"continuing_subword_prefix", "##"},
+                               {"max_input_chars_per_word", 100},
+                               {"vocab", std::move(vocab)}};
+  root["post_processor"] =
+      json::object{{"type", "BertProcessing"}, {"sep", json::array{"[SEP]", sep}}, {"cls", json::array{"[CLS]", cls}}};
+  root["added_tokens"] = std::move(added);
+  return root;
+}
+
+// Truncation 'longest_first' of a pair to `budget` tokens, as tokenizers' truncate_encodings does.
+void truncate_pair(std::vector<std::int32_t>& a, std::vector<std::int32_t>& b, std::size_t budget) {
+  if (a.size() + b.size() <= budget) return;
+  std::size_t n1 = a.size(), n2 = b.size();
+  const bool swap = n1 > n2;
+  if (swap) std::swap(n1, n2);
+  n2 = n1 > budget ? n1 : std::max(n1, budget - n1);
+  if (n1 + n2 > budget) {
+    n1 = budget / 2;
+    n2 = n1 + budget % 2;
+  }
+  if (swap) std::swap(n1, n2);
+  if (a.size() > n1) a.resize(n1);
+  if (b.size() > n2) b.resize(n2);
+}
+
+}  // namespace
+}  // namespace tokenizers
+
+using tokenizers::Pipeline;
+
+Tokenizer::Tokenizer(std::unique_ptr<Pipeline> pipeline) : pipeline_(std::move(pipeline)) {}
+Tokenizer::~Tokenizer() = default;
+
+std::unique_ptr<Tokenizer> Tokenizer::from_json_text(std::string_view json_text, const std::string& origin) {
+  const boost::json::value root = tokenizers::parse_json(json_text, origin);
+  if (!root.is_object()) throw Error(fmt::format("tokenizer '{}': expected a JSON object", origin));
+  return std::unique_ptr<Tokenizer>(new Tokenizer(tokenizers::build_pipeline(root.as_object(), origin)));
+}
+
+std::unique_ptr<Tokenizer> Tokenizer::from_json_file(const std::filesystem::path& tokenizer_json) {
+  return from_json_text(tokenizers::read_file(tokenizer_json), tokenizer_json.string());
+}
+
+std::unique_ptr<Tokenizer> Tokenizer::from_folder(const std::filesystem::path& folder) {
+  if (std::filesystem::exists(folder / "tokenizer.json")) return from_json_file(folder / "tokenizer.json");
+  const boost::json::object root = tokenizers::bert_json_from_vocab(folder);
+  return std::unique_ptr<Tokenizer>(new Tokenizer(tokenizers::build_pipeline(root, (folder / "vocab.txt").string())));
+}
+
+// The single template holds sequence A once: its tokens go straight into `ids`, between the special
+// tokens before and after it, without a copy.
+std::size_t Tokenizer::encode_into(std::string_view text, std::size_t max_length,
+                                   std::vector<std::int32_t>& ids) const {
+  const std::size_t before = ids.size();
+  const std::size_t added = pipeline_->post.added(false);
+  const std::size_t budget =
+      max_length == 0 ? std::numeric_limits<std::size_t>::max() : (max_length > added ? max_length - added : 0);
+  for (const tokenizers::TemplatePiece& piece : pipeline_->post.single) {
+    if (!piece.is_sequence) {
+      ids.insert(ids.end(), piece.ids.begin(), piece.ids.end());
+      continue;
+    }
+    const std::size_t start = ids.size();
+    pipeline_->tokens(text, ids);
+    if (ids.size() - start > budget) ids.resize(start + budget);
+  }
+  return ids.size() - before;
+}
+
+std::size_t Tokenizer::encode_pair_into(std::string_view a, std::string_view b, std::size_t max_length,
+                                        std::vector<std::int32_t>& ids, std::vector<std::int32_t>* type_ids) const {
+  tokenizers::Scratch& s = tokenizers::scratch();
+  s.first.clear();
+  s.second.clear();
+  pipeline_->tokens(a, s.first);
+  pipeline_->tokens(b, s.second);
+  if (max_length != 0) {
+    const std::size_t added = pipeline_->post.added(true);
+    tokenizers::truncate_pair(s.first, s.second, max_length > added ? max_length - added : 0);
+  }
+  return pipeline_->frame(s.first, &s.second, ids, type_ids);
+}
+
+std::vector<std::int32_t> Tokenizer::encode(std::string_view text, std::size_t max_length) const {
+  std::vector<std::int32_t> ids;
+  encode_into(text, max_length, ids);
+  return ids;
+}
+
+std::int32_t Tokenizer::token_id(std::string_view token) const {
+  for (const tokenizers::AddedToken& t : pipeline_->added)
+    if (t.content == token) return t.id;
+  return pipeline_->model->token_id(token);
+}
+std::int32_t Tokenizer::pad_id() const { return pipeline_->pad; }
+std::int32_t Tokenizer::unk_id() const { return pipeline_->model->unk_id(); }
+std::size_t Tokenizer::vocab_size() const { return pipeline_->model->size() + pipeline_->added_vocab; }
+std::size_t Tokenizer::special_tokens_count(bool pair) const { return pipeline_->post.added(pair); }
+std::string Tokenizer::describe() const { return pipeline_->describe(); }
+
+}  // namespace flowline::models

@@ -1,0 +1,286 @@
+// Tests of flowline::models::Tokenizer: token ids identical to Python `tokenizers` on 20,000 texts
+// (scripts/tokenizer_reference.py writes them and the reference ids) for every tokenizer file, singles and
+// pairs, with and without truncation; and clear errors for what it cannot run. LibTorch-free: this program
+// links flowline::tokenizers only. Without the project venv's `tokenizers` the parity cases skip, and
+// fail instead under CI=true.
+#if defined(FLOWLINE_CATCH3) || __has_include(<catch2/catch_all.hpp>)
+#include <catch2/catch_all.hpp>
+#define FLOWLINE_SKIP_TOKENIZERS(reason) SKIP(reason)
+#else
+#define CATCH_CONFIG_MAIN
+#include <catch2/catch.hpp>
+#define FLOWLINE_SKIP_TOKENIZERS(reason) \
+  do {                                   \
+    WARN(reason);                        \
+    return;                              \
+  } while (false)
+#endif
+
+#include "flowline/error.hpp"
+#include "flowline/models/tokenizer.hpp"
+
+#include <boost/json.hpp>
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+using flowline::models::Tokenizer;
+
+namespace {
+
+const fs::path kSource(FLOWLINE_SOURCE_DIR);
+const fs::path kReferences = fs::path(FLOWLINE_BINARY_DIR) / "tokenizer-parity";
+
+// The tokenizer files compared, by name: the real MiniLM one and the generated ones (scripts/make_tokenizers.py).
+struct TokenizerFile {
+  std::string name;
+  fs::path json;
+};
+std::vector<TokenizerFile> tokenizer_files() {
+  std::vector<TokenizerFile> files = {{"minilm", kSource / "models/all-MiniLM-L6-v2/tokenizer.json"},
+                                      {"tiny-bert", kSource / "tests/data/tiny-bert/tokenizer.json"}};
+  for (const char* kind : {"wordpiece-cased", "wordpiece-lower", "wordpiece-whitespace"})
+    files.push_back({kind, kSource / "tests/data/tokenizers" / kind / "tokenizer.json"});
+  return files;
+}
+
+bool running_in_ci() {
+  const char* ci = std::getenv("CI");
+  return ci != nullptr && (std::string(ci) == "true" || std::string(ci) == "1");
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+// Each ctest entry is a process of its own: references newer than the script and every tokenizer file
+// are reused rather than asked of Python again.
+bool references_are_current() {
+  std::error_code ec;
+  const auto made = fs::last_write_time(kReferences / "texts.json", ec);
+  if (ec) return false;
+  std::vector<fs::path> inputs = {kSource / "scripts/tokenizer_reference.py"};
+  for (const TokenizerFile& f : tokenizer_files()) {
+    if (!fs::exists(kReferences / (f.name + ".json"))) return false;
+    inputs.push_back(f.json);
+  }
+  for (const fs::path& input : inputs)
+    if (fs::last_write_time(input, ec) > made || ec) return false;
+  return true;
+}
+
+// Runs the reference script once per program; returns why it could not, empty when the references exist.
+std::string make_references() {
+  static const std::string failure = [] {
+    if (!fs::exists(kSource / "models/all-MiniLM-L6-v2/tokenizer.json"))
+      return std::string("models/all-MiniLM-L6-v2/tokenizer.json is missing (run scripts/setup.sh)");
+    if (references_are_current()) return std::string();
+    std::string command =
+        fmt::format("'{}' '{}' --corpus '{}' --out '{}'", FLOWLINE_TEST_PYTHON,
+                    (kSource / "scripts/tokenizer_reference.py").string(), FLOWLINE_CORPUS_DIR, kReferences.string());
+    for (const TokenizerFile& f : tokenizer_files()) command += fmt::format(" '{}={}'", f.name, f.json.string());
+    if (std::system((command + " > '" + (kReferences.string() + ".log") + "' 2>&1").c_str()) != 0)
+      return fmt::format("the reference script failed (is `tokenizers` in {}?): {}", FLOWLINE_TEST_PYTHON,
+                         read_text(kReferences.string() + ".log"));
+    return std::string();
+  }();
+  return failure;
+}
+
+std::vector<std::vector<std::int32_t>> id_lists(const boost::json::value& v) {
+  std::vector<std::vector<std::int32_t>> out;
+  for (const auto& list : v.as_array()) {
+    out.emplace_back();
+    for (const auto& id : list.as_array())
+      out.back().push_back(static_cast<std::int32_t>(id.to_number<std::int64_t>()));
+  }
+  return out;
+}
+
+std::string escaped(const std::string& text) {
+  std::string out;
+  for (const unsigned char c : text)
+    out += c < 0x20 || c == 0x7F || c == '\\' ? fmt::format("\\x{:02x}", c) : std::string(1, static_cast<char>(c));
+  return out.size() > 300 ? out.substr(0, 300) + "..." : out;
+}
+
+std::string first_difference(const std::vector<std::int32_t>& got, const std::vector<std::int32_t>& want) {
+  std::size_t i = 0;
+  while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
+  const auto window = [i](const std::vector<std::int32_t>& v) {
+    const std::size_t from = i < 4 ? 0 : i - 4;
+    return fmt::format("{}[{}]", from == 0 ? "" : "... ",
+                       fmt::join(v.begin() + static_cast<std::ptrdiff_t>(std::min(from, v.size())),
+                                 v.begin() + static_cast<std::ptrdiff_t>(std::min(i + 6, v.size())), " "));
+  };
+  return fmt::format("first difference at id {} of {} / {}: flowline {}, tokenizers {}", i, got.size(), want.size(),
+                     window(got), window(want));
+}
+
+// Compares every id of every text; reports at most a few mismatches in full, and counts them all.
+void check_parity(const Tokenizer& tok, const std::string& reference_name) {
+  if (const std::string why = make_references(); !why.empty()) {
+    if (running_in_ci()) FAIL(why);
+    FLOWLINE_SKIP_TOKENIZERS(why);
+  }
+  const boost::json::value input = boost::json::parse(read_text(kReferences / "texts.json"));
+  const boost::json::value ref = boost::json::parse(read_text(kReferences / (reference_name + ".json")));
+  std::vector<std::string> texts;
+  for (const auto& t : input.at("texts").as_array()) texts.emplace_back(t.as_string());
+  const std::size_t single_max = input.at("single_truncation").to_number<std::size_t>();
+  const std::size_t pair_max = input.at("pair_truncation").to_number<std::size_t>();
+  const auto single = id_lists(ref.at("single")), single_truncated = id_lists(ref.at("single_truncated"));
+  const auto pair = id_lists(ref.at("pair")), pair_types = id_lists(ref.at("pair_types"));
+  const auto pair_truncated = id_lists(ref.at("pair_truncated"));
+  const auto pair_truncated_types = id_lists(ref.at("pair_truncated_types"));
+  REQUIRE(texts.size() == 20000);
+
+  std::size_t mismatches = 0, compared = 0;
+  const auto compare = [&](const char* mode, const std::string& text, const std::vector<std::int32_t>& got,
+                           const std::vector<std::int32_t>& want) {
+    ++compared;
+    if (got == want) return;
+    if (++mismatches <= 5)
+      UNSCOPED_INFO(
+          fmt::format("{} {}: text \"{}\": {}", reference_name, mode, escaped(text), first_difference(got, want)));
+  };
+  std::vector<std::int32_t> ids, types;
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    compare("single", texts[i], tok.encode(texts[i]), single[i]);
+    compare("single truncated", texts[i], tok.encode(texts[i], single_max), single_truncated[i]);
+    const auto& p = input.at("pairs").as_array()[i].as_array();
+    const std::string& a = texts[p[0].to_number<std::size_t>()];
+    const std::string& b = texts[p[1].to_number<std::size_t>()];
+    const std::string both = a + " ||| " + b;
+    ids.clear(), types.clear();
+    tok.encode_pair_into(a, b, 0, ids, &types);
+    compare("pair", both, ids, pair[i]);
+    compare("pair type ids", both, types, pair_types[i]);
+    ids.clear(), types.clear();
+    tok.encode_pair_into(a, b, pair_max, ids, &types);
+    compare("pair truncated", both, ids, pair_truncated[i]);
+    compare("pair truncated type ids", both, types, pair_truncated_types[i]);
+  }
+  INFO(fmt::format("{} of {} id lists differ", mismatches, compared));
+  CHECK(mismatches == 0);
+  CHECK(compared == 6 * texts.size());
+}
+
+fs::path scratch_dir(const std::string& name) {
+  const fs::path dir = fs::path(FLOWLINE_BINARY_DIR) / "tokenizer-tests" / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+void write_text(const fs::path& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+
+std::string error_of(const std::string& json) {
+  try {
+    Tokenizer::from_json_text(json, "t.json");
+  } catch (const flowline::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST_CASE("the MiniLM tokenizer.json gives the ids of Python tokenizers", "[tokenizers][parity]") {
+  const auto tok = Tokenizer::from_folder(kSource / "models/all-MiniLM-L6-v2");
+  CHECK(tok->describe() == "WordPiece (BertNormalizer, BertPreTokenizer, TemplateProcessing)");
+  check_parity(*tok, "minilm");
+}
+
+TEST_CASE("a folder with only vocab.txt gives the ids of the BERT tokenizer.json", "[tokenizers][parity]") {
+  const fs::path dir = scratch_dir("vocab only");
+  fs::copy_file(kSource / "models/all-MiniLM-L6-v2/vocab.txt", dir / "vocab.txt");
+  write_text(dir / "tokenizer_config.json", R"({"do_lower_case": true, "tokenize_chinese_chars": true})");
+  const auto tok = Tokenizer::from_folder(dir);
+  CHECK(tok->describe() == "WordPiece (BertNormalizer, BertPreTokenizer, BertProcessing)");
+  check_parity(*tok, "minilm");
+}
+
+TEST_CASE("a cased WordPiece with NFKC, Strip, Replace and WhitespaceSplit gives the ids of Python tokenizers",
+          "[tokenizers][parity]") {
+  const auto tok = Tokenizer::from_folder(kSource / "tests/data/tokenizers/wordpiece-cased");
+  check_parity(*tok, "wordpiece-cased");
+}
+
+TEST_CASE("a WordPiece with NFD, Lowercase, StripAccents, NFC and RobertaProcessing gives the ids of Python tokenizers",
+          "[tokenizers][parity]") {
+  const auto tok = Tokenizer::from_folder(kSource / "tests/data/tokenizers/wordpiece-lower");
+  check_parity(*tok, "wordpiece-lower");
+}
+
+TEST_CASE("a WordPiece with the Whitespace pre-tokenizer and TemplateProcessing gives the ids of Python tokenizers",
+          "[tokenizers][parity]") {
+  const auto tok = Tokenizer::from_folder(kSource / "tests/data/tokenizers/wordpiece-whitespace");
+  CHECK(tok->describe() == "WordPiece (BertNormalizer, Whitespace, TemplateProcessing)");
+  check_parity(*tok, "wordpiece-whitespace");
+}
+
+TEST_CASE("the tokenizer.json of the tiny test checkpoints gives the ids of Python tokenizers",
+          "[tokenizers][parity]") {
+  // tests/data/tiny-models/* carry this same file.
+  const auto tok = Tokenizer::from_folder(kSource / "tests/data/tiny-bert");
+  check_parity(*tok, "tiny-bert");
+}
+
+TEST_CASE("the MiniLM tokenizer answers ids, sizes and special-token counts", "[tokenizers]") {
+  const auto tok = Tokenizer::from_folder(kSource / "models/all-MiniLM-L6-v2");
+  CHECK(tok->vocab_size() == 30522);
+  CHECK(tok->pad_id() == 0);
+  CHECK(tok->unk_id() == 100);
+  CHECK(tok->token_id("[CLS]") == 101);
+  CHECK(tok->token_id("hello") == 7592);
+  CHECK(tok->token_id("no such token") == -1);
+  CHECK(tok->special_tokens_count(false) == 2);
+  CHECK(tok->special_tokens_count(true) == 3);
+  CHECK(tok->encode("") == std::vector<std::int32_t>{101, 102});
+  CHECK(tok->encode("Hello, world!") == std::vector<std::int32_t>{101, 7592, 1010, 2088, 999, 102});
+  CHECK(tok->encode("Hello, world!", 4) == std::vector<std::int32_t>{101, 7592, 1010, 102});
+  std::vector<std::int32_t> ids{7};
+  CHECK(tok->encode_into("hello", 0, ids) == 3);
+  CHECK(ids == std::vector<std::int32_t>{7, 101, 7592, 102});
+}
+
+TEST_CASE("a tokenizer it cannot run exactly is refused naming the file, the JSON path and what is supported",
+          "[tokenizers]") {
+  CHECK_THAT(error_of(R"({"model": {"type": "Nonsense", "vocab": {}}})"),
+             Catch::Matchers::StartsWith("tokenizer 't.json': model.type: model 'Nonsense' is not supported "
+                                         "(supported: WordPiece"));
+  CHECK_THAT(error_of(R"({"normalizer": {"type": "Sequence", "normalizers": [{"type": "Lowercase"},
+             {"type": "Fancy"}]}, "model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"[UNK]": 0}}})"),
+             Catch::Matchers::StartsWith("tokenizer 't.json': normalizer.normalizers[1]: normalizer 'Fancy' is not "
+                                         "supported (supported: BertNormalizer"));
+  CHECK_THAT(error_of(R"({"pre_tokenizer": {"type": "Punctuation"}, "model": {"type": "WordPiece",
+             "unk_token": "[UNK]", "vocab": {"[UNK]": 0}}})"),
+             Catch::Matchers::StartsWith("tokenizer 't.json': pre_tokenizer: pre-tokenizer 'Punctuation' is not "
+                                         "supported"));
+  CHECK(error_of(R"({"model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"a": 0}}})") ==
+        "tokenizer 't.json': model: the unknown token '[UNK]' is not in the vocabulary");
+  CHECK(error_of(R"({"model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"[UNK]": 0}},
+        "added_tokens": [{"id": 0, "content": "[UNK]", "lstrip": true}]})") ==
+        "tokenizer 't.json': added_tokens[0]: 'lstrip': true is not supported (only false)");
+  CHECK_THAT(error_of("{not json"), Catch::Matchers::StartsWith("tokenizer 't.json': not valid JSON"));
+  const fs::path dir = scratch_dir("empty folder");
+  CHECK_THROWS_WITH(
+      Tokenizer::from_folder(dir),
+      fmt::format("tokenizer folder '{}': neither tokenizer.json nor vocab.txt can be read", dir.string()));
+}
+
+TEST_CASE("bytes that are not UTF-8 read as U+FFFD, which BERT's normalizer drops", "[tokenizers]") {
+  const auto tok = Tokenizer::from_folder(kSource / "models/all-MiniLM-L6-v2");
+  CHECK(tok->encode("hello\xff\xfeworld") == tok->encode("helloworld"));
+  CHECK(tok->encode("\xe2\x82") == std::vector<std::int32_t>{101, 102});
+}
