@@ -269,6 +269,13 @@ std::optional<std::string> Checkpoint::problem(const fs::path& folder, Use use) 
     if (!fs::exists(folder / "tokenizer.json") && !fs::exists(folder / "vocab.txt")) {
       return fmt::format("model '{}': no tokenizer (tokenizer.json, or vocab.txt for BERT)", folder.string());
     }
+    if (use == Use::Embedding && !fs::exists(folder / "vocab.txt")) {
+      // The SentenceEncoder tokenizes with BERT's WordPiece vocab.txt until it moves to flowline::tokenizers.
+      return fmt::format(
+          "model '{}': no vocab.txt; the SentenceEncoder runs checkpoints with a BERT-style WordPiece "
+          "vocabulary so far (docs/models.md, \"Tokenizers\")",
+          folder.string());
+    }
     if (use == Use::CrossEncoder && !c.classifier) {
       return fmt::format("'{}': not a cross-encoder (config.json's architectures name no *ForSequenceClassification)",
                          c.config_file.string());
