@@ -72,20 +72,7 @@ at::Tensor CrossEncoderModel::score(const PackedBatch& batch, bool raw) const {
       states.index_select(0, device_batch.offsets.narrow(0, 0, device_batch.lengths.size(0))).to(at::kFloat);
   at::Tensor logits =
       at::linear(at::tanh(at::linear(first, head_->dense_w, head_->dense_b)), head_->out_w, head_->out_b);
-  if (raw) return logits;
-  switch (head_->activation) {
-    case Activation::Sigmoid:
-      return at::sigmoid(logits);
-    case Activation::Tanh:
-      return at::tanh(logits);
-    case Activation::Relu:
-      return at::relu(logits);
-    case Activation::Gelu:
-      return at::gelu(logits);
-    case Activation::Identity:
-      return logits;
-  }
-  return logits;
+  return raw ? logits : detail::apply_activation(head_->activation, logits);
 }
 
 }  // namespace flowline::models

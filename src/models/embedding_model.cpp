@@ -14,7 +14,18 @@ namespace flowline::models {
 
 namespace {
 
-at::Tensor apply(Activation activation, const at::Tensor& x) {
+// Per token: whether pooling counts it (prompt tokens are left out when the batch says so), as float32.
+// Never in a CUDA graph (GraphedEmbeddingModel::fits() refuses batches with pooling skips).
+at::Tensor pooled_tokens(const detail::DeviceBatch& batch) {
+  const at::Tensor sequence =
+      at::repeat_interleave(at::arange(batch.lengths.size(0), batch.lengths.options()), batch.lengths, 0, batch.total);
+  const at::Tensor skip = batch.pool_skip.index_select(0, sequence);
+  return (batch.positions >= skip).to(at::kFloat).unsqueeze(1);
+}
+
+}  // namespace
+
+at::Tensor detail::apply_activation(Activation activation, const at::Tensor& x) {
   switch (activation) {
     case Activation::Identity:
       return x;
@@ -29,17 +40,6 @@ at::Tensor apply(Activation activation, const at::Tensor& x) {
   }
   return x;
 }
-
-// Per token: whether pooling counts it (prompt tokens are left out when the batch says so), as float32.
-// Never in a CUDA graph (GraphedEmbeddingModel::fits() refuses batches with pooling skips).
-at::Tensor pooled_tokens(const detail::DeviceBatch& batch) {
-  const at::Tensor sequence =
-      at::repeat_interleave(at::arange(batch.lengths.size(0), batch.lengths.options()), batch.lengths, 0, batch.total);
-  const at::Tensor skip = batch.pool_skip.index_select(0, sequence);
-  return (batch.positions >= skip).to(at::kFloat).unsqueeze(1);
-}
-
-}  // namespace
 
 struct EmbeddingModel::Modules {
   struct Dense {
@@ -164,7 +164,8 @@ at::Tensor detail::GraphAccess::forward_and_pool(const EmbeddingModel& model, co
     }
   }
   at::Tensor pooled = parts.size() == 1 ? parts.front() : at::cat(parts, 1);
-  for (const auto& d : model.modules_->dense) pooled = apply(d.activation, at::linear(pooled, d.weight, d.bias));
+  for (const auto& d : model.modules_->dense)
+    pooled = detail::apply_activation(d.activation, at::linear(pooled, d.weight, d.bias));
   if (modules.normalize) {
     pooled = pooled / pooled.norm(2, {1}, /*keepdim=*/true).clamp_min(1e-12);
   }

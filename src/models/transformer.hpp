@@ -152,6 +152,9 @@ void prepare_attention(AttentionOptions& options, const DeviceBatch& batch, c10:
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const DeviceBatch& batch,
                   const AttentionOptions& options);
 
+// A module's activation (Dense, classifier heads): embedding_model.cpp.
+at::Tensor apply_activation(Activation activation, const at::Tensor& x);
+
 // Activations named in config.json (hidden_act / hidden_activation).
 at::Tensor activate(const at::Tensor& x, const std::string& name);
 bool known_activation(const std::string& name);
