@@ -435,7 +435,7 @@ void add_global_options(CLI::App& app, std::string& log_level, FlowFileLimits& l
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
   app.add_option("--max-flow-bytes", limits.max_bytes,
-                 "the largest flow file read (bytes; default 8 MiB); also FLOWLINE_MAX_FLOW_BYTES")
+                 "the largest flow file read (bytes; default 2 MiB); also FLOWLINE_MAX_FLOW_BYTES")
       ->envname("FLOWLINE_MAX_FLOW_BYTES")
       ->check(CLI::PositiveNumber);
 }

@@ -165,4 +165,20 @@ std::optional<Diagnostic> check_flow_budget(std::string_view yaml_text, const st
   return std::nullopt;
 }
 
+void check_flow_size(std::uintmax_t bytes, const std::filesystem::path& file, const FlowFileLimits& limits) {
+  if (bytes <= limits.max_bytes) return;
+  throw ConfigError(
+      {Diagnostic{SourceLocation{file.string(), 1, 1},
+                  fmt::format("the flow file is {:.1f} MiB ({} bytes); flow files may be at most {:.1f} MiB ({} bytes; "
+                              "--max-flow-bytes or FLOWLINE_MAX_FLOW_BYTES raises the limit)",
+                              static_cast<double>(bytes) / (1 << 20), bytes,
+                              static_cast<double>(limits.max_bytes) / (1 << 20), limits.max_bytes)}});
+}
+
+void check_flow_bounds(std::string_view yaml_text, const std::filesystem::path& file) {
+  const FlowFileLimits limits = flow_file_limits();
+  check_flow_size(yaml_text.size(), file, limits);
+  if (auto over = check_flow_budget(yaml_text, file.string(), limits)) throw ConfigError({std::move(*over)});
+}
+
 }  // namespace flowline::detail

@@ -12,7 +12,8 @@
 namespace flowline::detail {
 
 // Parses into `config`, appending problems to `diagnostics`. Returns false when the text is not YAML at
-// all (nothing more can be checked then).
+// all (nothing more can be checked then). Throws ConfigError first when the text breaks the bounds of
+// flow_file_limits() (check_flow_bounds).
 bool parse_collect(std::string_view yaml_text, const std::filesystem::path& file_name, FlowConfig& config,
                    std::vector<Diagnostic>& diagnostics);
 

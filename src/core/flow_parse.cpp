@@ -1,5 +1,6 @@
 // Parsing flow YAML into a FlowConfig: ${{ ENV.NAME:-default }} substitution, YAML typing of scalars, and
 // one loop over flow_schema() that checks key names and reads every value into its target.
+#include "flow_budget.hpp"
 #include "flow_config_internal.hpp"
 
 #include "flowline/error.hpp"
@@ -10,9 +11,11 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <limits>
-#include <regex>
+#include <optional>
+#include <string_view>
 
 namespace flowline {
 
@@ -30,6 +33,84 @@ SourceLocation FlowConfig::location_of(const std::string& key) const {
 }
 
 namespace {
+
+// Scanners for scalars, linear in the text's length (std::regex recursed once per character and overflowed the
+// stack on a multi-megabyte scalar).
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_name_start(char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_'; }
+
+std::size_t skip_spaces(std::string_view text, std::size_t at) {
+  while (at < text.size() && is_space(text[at])) ++at;
+  return at;
+}
+
+std::size_t skip_digits(std::string_view text, std::size_t at) {
+  while (at < text.size() && is_digit(text[at])) ++at;
+  return at;
+}
+
+// `${{ ENV.NAME }}` or `${{ ENV.NAME:-default }}` starting at text[at], with optional spaces around the parts;
+// the default runs to the first '}' less its trailing spaces.
+struct EnvReference {
+  std::size_t length = 0;
+  std::string_view name;
+  std::optional<std::string_view> fallback;
+};
+
+std::optional<EnvReference> env_reference_at(std::string_view text, std::size_t at) {
+  if (text.compare(at, 3, "${{") != 0) return std::nullopt;
+  std::size_t i = skip_spaces(text, at + 3);
+  if (text.compare(i, 4, "ENV.") != 0) return std::nullopt;
+  i += 4;
+  const std::size_t name_start = i;
+  if (i >= text.size() || !is_name_start(text[i])) return std::nullopt;
+  while (i < text.size() && (is_name_start(text[i]) || is_digit(text[i]))) ++i;
+  EnvReference ref;
+  ref.name = text.substr(name_start, i - name_start);
+  i = skip_spaces(text, i);
+  if (text.compare(i, 2, ":-") == 0) {
+    const std::size_t start = skip_spaces(text, i + 2);
+    const std::size_t close = text.find('}', start);
+    if (close == std::string_view::npos) return std::nullopt;
+    std::size_t end = close;
+    while (end > start && is_space(text[end - 1])) --end;
+    ref.fallback = text.substr(start, end - start);
+    i = close;
+  }
+  if (text.compare(i, 2, "}}") != 0) return std::nullopt;
+  ref.length = i + 2 - at;
+  return ref;
+}
+
+// YAML 1.2 core schema numbers: [-+]?[0-9]+ is an integer; [-+]?(.[0-9]+|[0-9]+(.[0-9]*)?)([eE][-+]?[0-9]+)?
+// a float.
+enum class NumberKind { None, Integer, Float };
+
+NumberKind number_kind(std::string_view text) {
+  std::size_t i = (!text.empty() && (text[0] == '-' || text[0] == '+')) ? 1 : 0;
+  const std::size_t int_end = skip_digits(text, i);
+  bool is_float = false;
+  std::size_t end = int_end;
+  if (end < text.size() && text[end] == '.') {
+    const std::size_t frac_end = skip_digits(text, end + 1);
+    if (int_end == i && frac_end == end + 1) return NumberKind::None;  // "." or "-." alone
+    end = frac_end;
+    is_float = true;
+  } else if (int_end == i) {
+    return NumberKind::None;
+  }
+  if (end < text.size() && (text[end] == 'e' || text[end] == 'E')) {
+    std::size_t e = end + 1;
+    if (e < text.size() && (text[e] == '-' || text[e] == '+')) ++e;
+    const std::size_t exp_end = skip_digits(text, e);
+    if (exp_end == e) return NumberKind::None;
+    end = exp_end;
+    is_float = true;
+  }
+  if (end != text.size()) return NumberKind::None;
+  return is_float ? NumberKind::Float : NumberKind::Integer;
+}
 
 // Keys allowed under `prefix` ("" for the top level, "with", "executors[]", "executors[].batching").
 std::vector<const SchemaKey*> schema_children(const std::string& prefix) {
@@ -69,16 +150,21 @@ class YamlReader {
   // The scalar's text with ${{ ENV.NAME }} and ${{ ENV.NAME:-default }} substituted. The default is used
   // when the variable is unset or empty; an unset variable without a default is an error.
   std::string scalar(const YAML::Node& node) {
-    static const std::regex pattern(R"(\$\{\{\s*ENV\.([A-Za-z_][A-Za-z0-9_]*)\s*(:-\s*([^}]*?))?\s*\}\})");
-    const std::string raw = node.Scalar();
+    const std::string& raw = node.Scalar();
+    if (raw.find("${{") == std::string::npos) return raw;
     std::string out;
     std::size_t last = 0;
-    for (auto it = std::sregex_iterator(raw.begin(), raw.end(), pattern); it != std::sregex_iterator(); ++it) {
-      out.append(raw, last, static_cast<std::size_t>(it->position()) - last);
-      const std::string name = (*it)[1].str();
+    for (std::size_t at = raw.find("${{"); at != std::string::npos; at = raw.find("${{", at)) {
+      const auto ref = env_reference_at(raw, at);
+      if (!ref) {
+        ++at;
+        continue;
+      }
+      out.append(raw, last, at - last);
+      const std::string name(ref->name);
       const char* value = std::getenv(name.c_str());
-      if ((*it)[2].matched && (value == nullptr || *value == '\0')) {
-        out += (*it)[3].str();
+      if (ref->fallback && (value == nullptr || *value == '\0')) {
+        out += *ref->fallback;
       } else if (value != nullptr) {
         out += value;
       } else {
@@ -86,7 +172,8 @@ class YamlReader {
                                 "${{{{ ENV.{}:-default }}}} gives it a default)",
                                 name, name, name));
       }
-      last = static_cast<std::size_t>(it->position() + it->length());
+      at += ref->length;
+      last = at;
     }
     out.append(raw, last, std::string::npos);
     return out;
@@ -119,19 +206,21 @@ class YamlReader {
   }
 
   static boost::json::value typed_scalar(const std::string& text) {
-    static const std::regex int_pattern(R"([-+]?[0-9]+)");
-    static const std::regex float_pattern(R"([-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?)");
     if (text.empty() || text == "~" || text == "null" || text == "Null" || text == "NULL") return nullptr;
     if (text == "true" || text == "True" || text == "TRUE") return true;
     if (text == "false" || text == "False" || text == "FALSE") return false;
-    if (std::regex_match(text, int_pattern)) {
-      try {
-        return static_cast<std::int64_t>(std::stoll(text));
-      } catch (const std::out_of_range&) {
-        return boost::json::value(text);
+    switch (number_kind(text)) {
+      case NumberKind::Integer: {
+        errno = 0;
+        const long long value = std::strtoll(text.c_str(), nullptr, 10);
+        if (errno == ERANGE) return boost::json::value(text);
+        return static_cast<std::int64_t>(value);
       }
+      case NumberKind::Float:
+        return std::strtod(text.c_str(), nullptr);  // out of range: ±inf or 0, as YAML's float type reads it
+      case NumberKind::None:
+        break;
     }
-    if (std::regex_match(text, float_pattern)) return std::stod(text);
     if (text == ".inf" || text == "+.inf") return std::numeric_limits<double>::infinity();
     if (text == "-.inf") return -std::numeric_limits<double>::infinity();
     if (text == ".nan") return std::numeric_limits<double>::quiet_NaN();
@@ -329,6 +418,7 @@ namespace detail {
 
 bool parse_collect(std::string_view yaml_text, const std::filesystem::path& file_name, FlowConfig& config,
                    std::vector<Diagnostic>& diagnostics) {
+  check_flow_bounds(yaml_text, file_name);  // before yaml-cpp builds a tree
   YamlReader reader(file_name.string());
   config.source = file_name;
   YAML::Node root;

@@ -276,17 +276,6 @@ namespace {
 std::mutex limits_mutex;
 FlowFileLimits limits_in_force;
 
-// A flow file (or text) over the size limit, refused before it is read or parsed.
-void check_flow_size(std::uintmax_t bytes, const std::filesystem::path& file, const FlowFileLimits& limits) {
-  if (bytes <= limits.max_bytes) return;
-  throw ConfigError(
-      {Diagnostic{SourceLocation{file.string(), 1, 1},
-                  fmt::format("the flow file is {:.1f} MiB ({} bytes); flow files may be at most {:.1f} MiB ({} bytes; "
-                              "--max-flow-bytes or FLOWLINE_MAX_FLOW_BYTES raises the limit)",
-                              static_cast<double>(bytes) / (1 << 20), bytes,
-                              static_cast<double>(limits.max_bytes) / (1 << 20), limits.max_bytes)}});
-}
-
 }  // namespace
 
 FlowFileLimits flow_file_limits() {
@@ -303,9 +292,6 @@ FlowConfig load_flow_config_text(std::string_view yaml_text, const std::filesyst
                                  DeviceCheck devices) {
   FlowConfig config;
   Diagnostics diagnostics;
-  const FlowFileLimits limits = flow_file_limits();
-  check_flow_size(yaml_text.size(), file, limits);
-  if (auto over = detail::check_flow_budget(yaml_text, file.string(), limits)) throw ConfigError({std::move(*over)});
   if (!detail::parse_collect(yaml_text, file, config, diagnostics)) throw ConfigError(std::move(diagnostics));
   const auto base_dir = file.has_parent_path() ? file.parent_path() : std::filesystem::path(".");
   for (std::size_t i = 0; i < config.plugins.size(); ++i) {
@@ -333,7 +319,7 @@ FlowConfig load_flow_config(const std::filesystem::path& file, Registry& registr
   try {
     std::error_code ec;
     const auto bytes = std::filesystem::file_size(file, ec);
-    if (!ec) check_flow_size(bytes, file, flow_file_limits());
+    if (!ec) detail::check_flow_size(bytes, file, flow_file_limits());
     text = read_file(file);
   } catch (const InputError& e) {
     throw ConfigError({Diagnostic{SourceLocation{}, e.what()}});

@@ -4,6 +4,7 @@
 #include "flowline/device.hpp"
 
 #include <cstdlib>
+#include <limits>
 
 using namespace flowline;
 
@@ -138,6 +139,26 @@ TEST_CASE("quoted scalars stay strings while plain ones are typed", "[config]") 
   CHECK(tags.at("c").is_double());
   CHECK(tags.at("d").is_null());
   CHECK(tags.at("e").is_string());  // YAML 1.2: only true/false are booleans
+}
+
+TEST_CASE("plain scalars are typed by YAML 1.2's core schema number forms", "[config]") {
+  FlowConfig config = parse_flow_config(
+      "executors:\n  - name: t\n    uses: SetTags\n    with:\n      tags: "
+      "{i: -7, p: +3, f1: .5, f2: 1., f3: -2.5e3, f4: 1E-2, f5: 1e400, "
+      "big: 99999999999999999999, s1: ., s2: 1e, s3: 1.2.3, s4: -, s5: 0x10, "
+      "inf: -.inf}\n",
+      "flow.yml");
+  const auto& tags = config.executors[0].with.at("tags").as_object();
+  CHECK(tags.at("i").as_int64() == -7);
+  CHECK(tags.at("p").as_int64() == 3);
+  CHECK(tags.at("f1").as_double() == 0.5);
+  CHECK(tags.at("f2").as_double() == 1.0);
+  CHECK(tags.at("f3").as_double() == -2500.0);
+  CHECK(tags.at("f4").as_double() == 0.01);
+  CHECK(tags.at("f5").as_double() == std::numeric_limits<double>::infinity());
+  CHECK(tags.at("big").as_string() == "99999999999999999999");  // past int64: kept as written
+  for (const char* text : {"s1", "s2", "s3", "s4", "s5"}) CHECK(tags.at(text).is_string());
+  CHECK(tags.at("inf").as_double() == -std::numeric_limits<double>::infinity());
 }
 
 TEST_CASE("replicas are spread over a device list round-robin", "[config][device]") {
@@ -361,4 +382,26 @@ TEST_CASE("a remote executor names its hosts as HOST:PORT or Jina's host and por
         "flow.yml:2:56: executor 'a': remote.start_degraded: expected true or false, got 'maybe'");
   CHECK(errors_of("executors:\n  - {name: a}\n") ==
         "flow.yml:2:5: executor 'a': missing required key 'uses' (or 'hosts' for a remote executor)");
+}
+
+TEST_CASE("every reader of flow text refuses an alias bomb by the node budget, before building a tree",
+          "[config][limits]") {
+  std::string yaml = "executors:\n  - name: t\n    uses: SetTags\n    with:\n      tags:\n        a: &a [x, x, x, x]\n";
+  for (char name = 'b'; name <= 'p'; ++name) {
+    const char before = static_cast<char>(name - 1);
+    yaml += fmt::format("        {0}: &{0} [*{1}, *{1}, *{1}, *{1}]\n", name, before);
+  }
+  // 4^16 = 4.3 billion nodes once expanded: parse_flow_config (the fuzz target's entry) and
+  // load_flow_config_text both refuse it at the alias that passes the budget.
+  const auto over = [](auto&& read) {
+    try {
+      read();
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  CHECK_THAT(over([&] { parse_flow_config(yaml, "flow.yml"); }),
+             testing::contains("would expand to more than 75000 nodes"));
+  CHECK_THAT(errors_of(yaml), testing::contains("would expand to more than 75000 nodes"));
 }
