@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
-#include <regex>
 
 namespace flowline::deploy {
 
@@ -169,10 +168,20 @@ std::string gateway_flow(const std::string& yaml_text, const std::vector<Executo
 }
 
 std::vector<std::string> env_names(const std::string& yaml_text) {
-  static const std::regex env(R"(\$\{\{\s*ENV\.([A-Za-z_][A-Za-z0-9_]*))");
+  // Every `${{ ENV.NAME` (spaces allowed after the braces), scanned linearly.
+  auto is_name_char = [](char c, bool first) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_' || (!first && c >= '0' && c <= '9');
+  };
   std::vector<std::string> names;
-  for (auto it = std::sregex_iterator(yaml_text.begin(), yaml_text.end(), env); it != std::sregex_iterator(); ++it)
-    names.push_back((*it)[1].str());
+  for (std::size_t at = yaml_text.find("${{"); at != std::string::npos; at = yaml_text.find("${{", at + 3)) {
+    std::size_t i = at + 3;
+    while (i < yaml_text.size() && std::isspace(static_cast<unsigned char>(yaml_text[i]))) ++i;
+    if (yaml_text.compare(i, 4, "ENV.") != 0) continue;
+    const std::size_t start = i + 4;
+    std::size_t end = start;
+    while (end < yaml_text.size() && is_name_char(yaml_text[end], end == start)) ++end;
+    if (end > start) names.push_back(yaml_text.substr(start, end - start));
+  }
   std::sort(names.begin(), names.end());
   names.erase(std::unique(names.begin(), names.end()), names.end());
   return names;

@@ -3,7 +3,9 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include <regex>
+#include <algorithm>
+#include <set>
+#include <string_view>
 #include <sstream>
 
 namespace flowline::deploy {
@@ -34,11 +36,22 @@ Yaml& Yaml::push(Yaml item) {
 }
 
 struct YamlWriter {
-  // Whether YAML 1.1 or 1.2 would read this plain scalar as something other than a string.
-  static bool needs_quotes(const std::string& s) {
-    static const std::regex typed(
-        R"(^([-+]?[0-9][0-9_.:eE+-]*|[-+]?\.?(inf|Inf|INF|nan|NaN|NAN)|~|null|Null|NULL|true|True|TRUE|false|False|FALSE|yes|Yes|YES|no|No|NO|on|On|ON|off|Off|OFF|y|Y|n|N)$)");
-    return s.empty() || std::regex_match(s, typed);
+  // Whether YAML 1.1 or 1.2 would read this plain scalar as something other than a string: a number-like
+  // text ([-+]?[0-9][0-9_.:eE+-]*), an infinity or NaN, a null or a boolean. Linear in the text's length.
+  static bool needs_quotes(std::string_view s) {
+    static const std::set<std::string_view> words{
+        "~",  "null", "Null", "NULL", "true", "True", "TRUE", "false", "False", "FALSE", "yes", "Yes", "YES",
+        "no", "No",   "NO",   "on",   "On",   "ON",   "off",  "Off",   "OFF",   "y",     "Y",   "n",   "N"};
+    if (s.empty() || words.count(s) != 0) return true;
+    std::string_view rest = s;
+    if (rest.front() == '-' || rest.front() == '+') rest.remove_prefix(1);
+    if (!rest.empty() && rest.front() >= '0' && rest.front() <= '9') {
+      return std::all_of(rest.begin(), rest.end(), [](char c) {
+        return (c >= '0' && c <= '9') || std::string_view("_.:eE+-").find(c) != std::string_view::npos;
+      });
+    }
+    if (!rest.empty() && rest.front() == '.') rest.remove_prefix(1);
+    return rest == "inf" || rest == "Inf" || rest == "INF" || rest == "nan" || rest == "NaN" || rest == "NAN";
   }
 
   static void write(YAML::Emitter& out, const Yaml& y) {
