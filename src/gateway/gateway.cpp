@@ -278,33 +278,19 @@ void Connection::handle() {
   }
 
   const auto body = std::string_view(request_.body());
-  if (path == "/v1/embeddings" || path == "/embeddings") {
-    route_ = Route::OpenAI;
+  // OpenAI's and TEI's embeddings, TEI's /rerank (unless the body is Jina's, {"data": ...}, for a flow
+  // endpoint of that name), Jina's and Cohere's /v1/rerank.
+  static const std::map<std::string_view, Route> kModelRoutes{{"/v1/embeddings", Route::OpenAI},
+                                                              {"/embeddings", Route::OpenAI},
+                                                              {"/embed", Route::TEI},
+                                                              {"/rerank", Route::TEIRerank},
+                                                              {"/v1/rerank", Route::Rerank}};
+  if (const auto it = kModelRoutes.find(path); it != kModelRoutes.end()) {
+    route_ = it->second;
     if (!post) return wrong_method();
-    auto call = std::make_shared<gateway::EmbeddingsCall>(gateway::parse_openai(
-        gateway::parse_body(body, gw_.limits, false), gw_.options.embeddings_endpoint, gw_.limits));
-    gateway::Call flow_call = std::move(call->call);
-    return call_flow(
-        std::move(flow_call), route_,
-        [call](const DocumentArray& docs) { return gateway::openai_response(*call, docs); },
-        [](const Response& r) {
-          return gateway::plain_error(500, "server_error",
-                                      fmt::format("executor '{}' failed: {}", r.error_executor, r.error))
-              .body;
-        });
-  }
-  if (path == "/embed") {
-    route_ = Route::TEI;
-    if (!post) return wrong_method();
-    gateway::Call call =
-        gateway::parse_tei(gateway::parse_body(body, gw_.limits, false), gw_.options.embeddings_endpoint, gw_.limits);
-    return call_flow(
-        std::move(call), route_, [](const DocumentArray& docs) { return gateway::tei_response(docs); },
-        [](const Response& r) {
-          return gateway::plain_error(500, "server_error",
-                                      fmt::format("executor '{}' failed: {}", r.error_executor, r.error))
-              .body;
-        });
+    json::value parsed = gateway::parse_body(body, gw_.limits, false);
+    const bool jina_body = parsed.is_object() && parsed.get_object().contains("data");
+    if (route_ != Route::TEIRerank || !jina_body) return handle_model_route(parsed);
   }
   // Jina: /post names the endpoint in its body; every flow endpoint has a route of its own.
   std::string endpoint;

@@ -29,6 +29,10 @@ const char* route_name(Route route) noexcept {
       return "openai_embeddings";
     case Route::TEI:
       return "tei_embed";
+    case Route::TEIRerank:
+      return "tei_rerank";
+    case Route::Rerank:
+      return "rerank";
     case Route::Health:
       return "health";
     case Route::Ready:

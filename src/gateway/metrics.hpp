@@ -27,7 +27,21 @@
 namespace flowline::gateway {
 
 // The routes the metrics tell apart (a fixed set, so that clients cannot create series at will).
-enum class Route { Jina, JinaPost, JinaStream, OpenAI, TEI, Health, Ready, Metrics, Info, Other, kCount };
+enum class Route {
+  Jina,
+  JinaPost,
+  JinaStream,
+  OpenAI,
+  TEI,
+  TEIRerank,
+  Rerank,
+  Health,
+  Ready,
+  Metrics,
+  Info,
+  Other,
+  kCount
+};
 const char* route_name(Route route) noexcept;
 
 class GatewayMetrics final : public FlowObserver {

@@ -91,12 +91,33 @@ json::object schemas() {
       {"type", "object"},
       {"required", json::array{"inputs"}},
       {"title", "EmbedRequest"}};
+  json::object rerank_request{{"properties", json::object{{"query", string},
+                                                          {"texts", json::object{{"items", string}, {"type", "array"}}},
+                                                          {"raw_scores", json::object{{"type", "boolean"}}},
+                                                          {"return_text", json::object{{"type", "boolean"}}}}},
+                              {"type", "object"},
+                              {"required", json::array{"query", "texts"}},
+                              {"title", "RerankRequest"}};
+  const json::object text_object{{"type", "object"}, {"properties", json::object{{"text", string}}}};
+  json::object v1_rerank_request{
+      {"properties",
+       json::object{{"model", string},
+                    {"query", json::object{{"anyOf", json::array{string, text_object}}}},
+                    {"documents", json::object{{"items", json::object{{"anyOf", json::array{string, text_object}}}},
+                                               {"type", "array"}}},
+                    {"top_n", json::object{{"type", "integer"}, {"minimum", 1}}},
+                    {"return_documents", json::object{{"type", "boolean"}}}}},
+      {"type", "object"},
+      {"required", json::array{"query", "documents"}},
+      {"title", "V1RerankRequest"}};
   return json::object{{"TextDoc", std::move(text_doc)},
                       {"Header", std::move(header)},
                       {"ValidationError", std::move(validation_error)},
                       {"HTTPValidationError", std::move(http_validation_error)},
                       {"EmbeddingsRequest", std::move(embeddings_request)},
-                      {"EmbedRequest", std::move(embed_request)}};
+                      {"EmbedRequest", std::move(embed_request)},
+                      {"RerankRequest", std::move(rerank_request)},
+                      {"V1RerankRequest", std::move(v1_rerank_request)}};
 }
 
 }  // namespace
@@ -128,6 +149,14 @@ std::string openapi_document(const std::string& title, const std::set<std::strin
                                       json::object{{"type", "object"}})}};
   paths["/embed"] = json::object{
       {"post", operation("TEI embed", "embed", schema_ref("EmbedRequest"), json::object{{"type", "array"}})}};
+  paths["/v1/rerank"] =
+      json::object{{"post", operation("Jina's and Cohere's rerank", "v1_rerank", schema_ref("V1RerankRequest"),
+                                      json::object{{"type", "object"}})}};
+  // A flow endpoint /rerank keeps its Jina operation: the gateway tells the two apart by the body.
+  if (!paths.contains("/rerank")) {
+    paths["/rerank"] = json::object{
+        {"post", operation("TEI rerank", "rerank", schema_ref("RerankRequest"), json::object{{"type", "array"}})}};
+  }
   for (const char* probe : {"/health", "/ready", "/metrics", "/status", "/dry_run", "/"}) {
     paths[probe] = json::object{{"get", operation(fmt::format("GET {}", probe), fmt::format("get_{}", probe), nullptr,
                                                   json::object{{"type", "object"}})}};

@@ -69,8 +69,6 @@ json::value parse_body(std::string_view body, const ParseLimits& limits, bool ji
   throw plain_error(400, "invalid_request_error", message);
 }
 
-namespace {
-
 const json::value* field(const json::object& object, std::string_view name) {
   const auto it = object.find(name);
   return it == object.end() || it->value().is_null() ? nullptr : &it->value();
@@ -83,6 +81,8 @@ void check_count(std::size_t n, const ParseLimits& limits, std::string_view what
         fmt::format("{} {} in one request; the limit is {} (--max-documents)", n, what, limits.max_documents));
   }
 }
+
+namespace {
 
 // One Jina document: {"id", "text", "embedding", "url", "tags"}; other fields (bytes_, ...) are ignored,
 // as Jina ignores fields its document type lacks.
@@ -116,6 +116,8 @@ void append_embedding(std::string& out, const at::Tensor& embedding) {
   const at::Tensor row = float_row(embedding);
   append_json_floats(out, row.data_ptr<float>(), static_cast<std::size_t>(row.numel()));
 }
+
+}  // namespace
 
 // Texts from OpenAI's "input" or TEI's "inputs": a string or a list of strings.
 DocumentArray text_documents(const json::value* v, std::string_view name, const ParseLimits& limits) {
@@ -151,8 +153,6 @@ const json::object& body_object(const json::value& body) {
   if (!body.is_object()) throw plain_error(400, "invalid_request_error", "the request body must be a JSON object");
   return body.get_object();
 }
-
-}  // namespace
 
 Document jina_document(const json::value& v, std::size_t i) {
   auto loc = [&](std::string_view name) { return json::array{"body", "data", i, name}; };

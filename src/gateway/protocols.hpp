@@ -1,4 +1,5 @@
-// The request and response bodies of the gateway's APIs — Jina's, OpenAI's embeddings and TEI's embed —
+// The request and response bodies of the gateway's APIs — Jina's, OpenAI's embeddings, TEI's embed and the
+// rerank routes (TEI's, Jina's/Cohere's) —
 // as plain functions from text to documents and back. No sockets here: the server (gateway.cpp) calls
 // them on its I/O threads, and tests call them directly. Private to flowline::gateway.
 #pragma once
@@ -39,6 +40,14 @@ struct ParseLimits {
 
 // Parses a JSON body within the limits. Errors name the byte offset: 400 (`jina`: 422 as Jina answers).
 boost::json::value parse_body(std::string_view body, const ParseLimits& limits, bool jina);
+
+// Pieces the OpenAI-shaped routes share (errors are plain_error 400, 413 beyond max_documents):
+const boost::json::object& body_object(const boost::json::value& body);  // the body, which must be an object
+// The member `name` of `object`, or null when absent or JSON null.
+const boost::json::value* field(const boost::json::object& object, std::string_view name);
+void check_count(std::size_t n, const ParseLimits& limits, std::string_view what);
+// Documents from a string or a non-empty list of strings (OpenAI's "input", TEI's "inputs" and "texts").
+DocumentArray text_documents(const boost::json::value* v, std::string_view name, const ParseLimits& limits);
 
 // What a client asked the flow to do, whatever the API.
 struct Call {
@@ -81,7 +90,29 @@ std::string openai_response(const EmbeddingsCall& call, const DocumentArray& doc
 Call parse_tei(const boost::json::value& body, std::string endpoint, const ParseLimits& limits);
 std::string tei_response(const DocumentArray& docs);
 
-// The request parameter that asks the SentenceEncoder to count each document's tokens (tags["tokens"]).
+// Reranking: one query and its candidate texts become one document whose matches are the candidates,
+// posted to the flow endpoint kRerankEndpoint, where a Reranker scores and sorts them (each match gets
+// scores["relevance_score"] and tags["index"], its place in the request). rerank.cpp.
+inline constexpr const char* kRerankEndpoint = "/rerank";
+struct RerankCall {
+  Call call;               // moved into the flow; what the answer needs is kept beside it
+  std::string model;       // Jina/Cohere: echoed
+  std::string request_id;  // Jina/Cohere: the answer's "id"
+  std::size_t candidates = 0;
+  bool return_text = false;  // TEI's return_text; Jina's return_documents (default true)
+};
+// TEI: POST /rerank {"query": str, "texts": [str], "raw_scores"?, "return_text"?} -> [{"index", "score",
+// "text"?}], best first. TEI's truncate settings are refused with 400, as on /embed.
+RerankCall parse_tei_rerank(const boost::json::value& body, const ParseLimits& limits);
+std::string tei_rerank_response(const RerankCall& call, const DocumentArray& docs);
+// Jina's and Cohere's: POST /v1/rerank {"model", "query": str | {"text"}, "documents": [str | {"text"}],
+// "top_n"?, "return_documents"? (default true)} -> {"id", "model", "results": [{"index",
+// "relevance_score", "document"?: {"text"}}], "usage": {"total_tokens"}}, best first.
+RerankCall parse_v1_rerank(const boost::json::value& body, const ParseLimits& limits);
+std::string v1_rerank_response(const RerankCall& call, const DocumentArray& docs);
+
+// The request parameter that asks the SentenceEncoder (and the Reranker) to count each document's tokens
+// (tags["tokens"]).
 inline constexpr const char* kCountTokens = "count_tokens";
 
 }  // namespace flowline::gateway

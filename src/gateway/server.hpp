@@ -111,6 +111,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void begin_body();  // after the header: read the body whole, or stream it (NDJSON)
   void handle();
   void handle_info(std::string_view path);
+  // The routes of model APIs (route_: OpenAI, TEI, TEIRerank, Rerank) with the parsed body (model_routes.cpp).
+  void handle_model_route(const boost::json::value& body);
   void call_flow(gateway::Call call, Route route, std::function<std::string(const DocumentArray&)> answer,
                  std::function<std::string(const Response&)> failure);
 

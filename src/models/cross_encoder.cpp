@@ -31,9 +31,8 @@ CrossEncoderModel::CrossEncoderModel(const Checkpoint& checkpoint, c10::Device d
     throw Error(fmt::format("'{}': a {} cross-encoder is not supported (bert, roberta, xlm-roberta, camembert heads)",
                             checkpoint.config_file.string(), checkpoint.model_type));
   }
-  const auto* architecture = detail::find_architecture(checkpoint.model_type);
   const detail::ArchitectureContext context{checkpoint_, device, dtype};
-  transformer_ = architecture->make(context);
+  transformer_ = detail::make_transformer(context);
   flash_ = transformer_->uses_flash(context);
   checkpoint_.max_seq_length = std::min(checkpoint_.max_seq_length, transformer_->info().max_positions);
   c10::InferenceMode guard;

@@ -58,10 +58,8 @@ EmbeddingModel::EmbeddingModel(const Checkpoint& checkpoint, c10::Device device,
   if (dtype != c10::kFloat && dtype != c10::kHalf && dtype != c10::kBFloat16) {
     throw Error(fmt::format("model '{}': dtype must be float32, float16 or bfloat16", checkpoint.folder.string()));
   }
-  const auto* architecture = detail::find_architecture(checkpoint.model_type);
-  if (!architecture) throw Error(fmt::format("model_type '{}' is not supported", checkpoint.model_type));
   const detail::ArchitectureContext context{checkpoint_, device, dtype};
-  transformer_ = architecture->make(context);
+  transformer_ = detail::make_transformer(context);
   flash_ = transformer_->uses_flash(context);
   checkpoint_.max_seq_length = std::min(checkpoint_.max_seq_length, transformer_->info().max_positions);
   const std::int64_t hidden = transformer_->info().hidden_size;

@@ -114,6 +114,7 @@ class Transformer {
   std::size_t weight_bytes() const noexcept { return weight_bytes_; }
 
  protected:
+  friend std::unique_ptr<Transformer> make_transformer(const ArchitectureContext& context);
   ModelInfo info_;
   std::size_t weight_bytes_ = 0;
 };
@@ -126,6 +127,9 @@ struct Architecture {
 };
 std::span<const Architecture> architectures();  // architectures/table.cpp
 const Architecture* find_architecture(std::string_view model_type);
+// The transformer of context.checkpoint's model_type, from the table, with info().model_type set; throws
+// when the table has no such architecture.
+std::unique_ptr<Transformer> make_transformer(const ArchitectureContext& context);
 
 // ---- shared pieces of architectures -----------------------------------------------------------------
 

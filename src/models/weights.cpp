@@ -115,6 +115,14 @@ const Architecture* find_architecture(std::string_view model_type) {
   return nullptr;
 }
 
+std::unique_ptr<Transformer> make_transformer(const ArchitectureContext& context) {
+  const auto* architecture = find_architecture(context.checkpoint.model_type);
+  if (!architecture) throw Error(fmt::format("model_type '{}' is not supported", context.checkpoint.model_type));
+  auto transformer = architecture->make(context);
+  transformer->info_.model_type = context.checkpoint.model_type;
+  return transformer;
+}
+
 }  // namespace flowline::models::detail
 
 namespace flowline::models {

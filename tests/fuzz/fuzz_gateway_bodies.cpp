@@ -1,8 +1,8 @@
 // Fuzz target: the HTTP gateway's request bodies — Jina's /post and /<endpoint>, OpenAI's /v1/embeddings,
-// TEI's /embed, and one line of an NDJSON stream — as the server parses them after Beast has read the
-// HTTP message. The first byte picks the API, the rest is the body. Properties: a bad body is an HttpError
-// with a 4xx status and a JSON body; a good one yields at most max_documents documents and an answer
-// that is valid JSON with one entry per document.
+// TEI's /embed, one line of an NDJSON stream, TEI's /rerank and Jina's/Cohere's /v1/rerank — as the server
+// parses them after Beast has read the HTTP message. The first byte picks the API, the rest is the body. Properties: a
+// bad body is an HttpError with a 4xx status and a JSON body; a good one yields at most max_documents documents and an
+// answer that is valid JSON with one entry per document.
 #include "protocols.hpp"
 
 #include "fuzz_support.hpp"
@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 #include <boost/json/parse.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -44,6 +45,27 @@ void with_embeddings(flowline::DocumentArray& docs) {
   for (auto& doc : docs) doc.embedding = at::ones({3});
 }
 
+// What a Reranker leaves: every candidate scored and numbered, in reverse order.
+void check_rerank(gw::RerankCall& call, bool tei) {
+  if (call.call.docs.size() != 1 || call.call.docs[0].matches.size() != call.candidates) {
+    flowline::fuzz::broken("a rerank call that is not one query with its candidates");
+  }
+  if (call.candidates > kLimits.max_documents) flowline::fuzz::broken("more candidates than max_documents");
+  flowline::DocumentArray docs = std::move(call.call.docs);
+  auto& matches = docs[0].matches;
+  for (std::size_t i = 0; i < matches.size(); ++i) {
+    matches[i].scores["relevance_score"] = static_cast<float>(i) / 3.0f;
+    matches[i].tags["index"] = static_cast<std::int64_t>(i);
+  }
+  std::reverse(matches.docs().begin(), matches.docs().end());
+  const std::string answer = tei ? gw::tei_rerank_response(call, docs) : gw::v1_rerank_response(call, docs);
+  boost::system::error_code ec;
+  const boost::json::value v = parse_answer(answer, ec);
+  if (ec) flowline::fuzz::broken(fmt::format("a rerank answer that is not JSON: {}", answer));
+  const auto& results = tei ? v.as_array() : v.at("results").as_array();
+  if (results.size() != call.candidates) flowline::fuzz::broken("a rerank answer without one entry per candidate");
+}
+
 void parse(unsigned api, std::string_view body) {
   switch (api) {
     case 0: {  // Jina: POST /post, the endpoint in the body
@@ -65,7 +87,17 @@ void parse(unsigned api, std::string_view body) {
       check_answer(gw::tei_response(call.docs), call.docs.size());
       break;
     }
-    default: {  // one line of an NDJSON stream: a Jina document or a string
+    case 4: {  // TEI's /rerank
+      gw::RerankCall call = gw::parse_tei_rerank(gw::parse_body(body, kLimits, false), kLimits);
+      check_rerank(call, true);
+      break;
+    }
+    case 5: {  // Jina's and Cohere's /v1/rerank
+      gw::RerankCall call = gw::parse_v1_rerank(gw::parse_body(body, kLimits, false), kLimits);
+      check_rerank(call, false);
+      break;
+    }
+    default: {  // 3: one line of an NDJSON stream, a Jina document or a string
       const boost::json::value v = gw::parse_body(body, kLimits, false);
       flowline::Document doc;
       if (v.is_string())
@@ -86,7 +118,7 @@ void parse(unsigned api, std::string_view body) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
   try {
-    parse(data[0] % 4, std::string_view(reinterpret_cast<const char*>(data + 1), size - 1));
+    parse(data[0] % 6, std::string_view(reinterpret_cast<const char*>(data + 1), size - 1));
   } catch (const gw::HttpError& e) {
     if (e.status < 400 || e.status > 499) flowline::fuzz::broken(fmt::format("status {}: {}", e.status, e.what()));
     boost::system::error_code ec;

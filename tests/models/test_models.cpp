@@ -90,6 +90,7 @@ TEST_CASE("cross-encoders' scores equal transformers' with the CrossEncoder acti
   const auto g = read_goldens(name, "scores");
   const CrossEncoderModel model(Checkpoint::read(kTiny / name), c10::Device(c10::kCPU), c10::kFloat);
   CHECK(model.num_labels() == 1);
+  CHECK(model.info().model_type == (name == "bert-cross-encoder" ? "bert" : "xlm-roberta"));
   const PackedBatch batch{g.ids, g.lengths,
                           model.info().type_vocab_size > 1 ? std::span(g.type_ids) : std::span<const std::int32_t>{}};
   const at::Tensor scores = model.score(batch);

@@ -1,0 +1,209 @@
+// The Reranker executor: gathers each query's candidates, scores every (query, candidate) pair with the
+// cross-encoder in length-sorted packed passes, then sorts and cuts each query's matches.
+#include "flowline/reranker/reranker.hpp"
+
+#include "flowline/error.hpp"
+#include "flowline/executor.hpp"
+#include "flowline/models/cross_encoder.hpp"
+#include "flowline/models/tokenizer.hpp"
+#include "flowline/torch_support.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <c10/core/StreamGuard.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <numeric>
+#include <optional>
+
+namespace flowline::reranker {
+namespace {
+
+// One (query, candidate) pair of a request.
+struct Pair {
+  std::size_t query = 0, match = 0;  // document index, match index within it
+};
+
+class Reranker : public Executor {
+ public:
+  static ExecutorSpec spec() {
+    ExecutorSpec spec{
+        "Reranker",
+        "Score and sort each query's candidates with a cross-encoder checkpoint (BERT, RoBERTa/XLM-R; LibTorch)",
+        {ParamSpec::required_param("model", ParamType::Path, "cross-encoder checkpoint folder (one label)")
+             .check([](const boost::json::value& v) {
+               return models::Checkpoint::problem(std::string(v.get_string()), models::Checkpoint::Use::CrossEncoder);
+             }),
+         ParamSpec::optional("device", ParamType::String, "",
+                             "cpu, cuda, cuda:N or auto; empty: the executor's device in the flow"),
+         ParamSpec::choice("dtype", {"fp32", "fp16", "bf16", "float32", "float16", "bfloat16"}, "fp32",
+                           "weights and activations (fp16 needs a GPU)"),
+         ParamSpec::optional("max_seq_length", ParamType::Int, 0, "truncate pairs to this many tokens (0: the model's)")
+             .min(0),
+         ParamSpec::optional("batch_size", ParamType::Int, 128, "pairs per forward pass").min(1),
+         ParamSpec::optional("top_n", ParamType::Int, 0, "matches kept per query, best first (0: all)").min(0),
+         ParamSpec::optional("raw_scores", ParamType::Bool, false,
+                             "the cross-encoder's logits instead of its activation (sigmoid for one label)")},
+        {"/rerank"},
+    };
+    spec.replicas_per_gpu = 2;
+    return spec;
+  }
+
+  explicit Reranker(const ExecutorContext& context) : Executor(context) {
+    const std::string folder = params().get<std::string>("model");
+    device_ = executor_device(params().get<std::string>("device"), runtime().device);
+    dtype_ = parse_dtype(params().get<std::string>("dtype"));
+    if (device_.is_cpu() && dtype_ == c10::kHalf) {
+      throw Error("parameter 'dtype': fp16 needs a GPU device; use fp32 or bf16 on the CPU");
+    }
+    const auto checkpoint = models::Checkpoint::read(folder);
+    tokenizer_ = models::Tokenizer::from_folder(folder);
+    model_ = shared_per_device<models::CrossEncoderModel>(folder, device_, dtype_, [&] {
+      return std::make_shared<const models::CrossEncoderModel>(checkpoint, device_, dtype_);
+    });
+    if (model_->num_labels() != 1) {
+      throw Error(fmt::format("model '{}': {} labels; a reranker needs a cross-encoder with one", folder,
+                              model_->num_labels()));
+    }
+    max_length_ = params().get<std::size_t>("max_seq_length");
+    const auto model_max = static_cast<std::size_t>(model_->checkpoint().max_seq_length);
+    if (max_length_ == 0) max_length_ = model_max;
+    if (max_length_ < tokenizer_->special_tokens_count(true) + 2 || max_length_ > model_max) {
+      throw Error(fmt::format("parameter 'max_seq_length': {} is outside {}..{}", max_length_,
+                              tokenizer_->special_tokens_count(true) + 2, model_max));
+    }
+    typed_ = model_->info().type_vocab_size > 1;
+    batch_size_ = params().get<std::size_t>("batch_size");
+    top_n_ = params().get<std::size_t>("top_n");
+    raw_ = params().get<bool>("raw_scores");
+    if (device_.is_cuda()) stream_ = replica_stream(device_);
+    spdlog::info("executor '{}' replica {}: cross-encoder {} ({}, {} layers, hidden {}; tokenizer {}) on {} in {}",
+                 runtime().name, runtime().replica, folder, model_->info().model_type, model_->info().num_layers,
+                 model_->info().hidden_size, tokenizer_->describe(), device_.str(), c10::toString(dtype_));
+    bind("/rerank", &Reranker::rerank);
+    bind_default(&Reranker::rerank);
+  }
+
+ private:
+  void rerank(DocumentArray& docs, const RequestInfo& request) {
+    const std::size_t top_n = parameter_or(request, "top_n", top_n_);
+    const bool raw = bool_parameter_or(request, "raw_scores", raw_);
+    std::vector<Pair> pairs;
+    for (std::size_t q = 0; q < docs.size(); ++q) {
+      take_candidates(docs[q]);
+      for (std::size_t m = 0; m < docs[q].matches.size(); ++m) pairs.push_back({q, m});
+    }
+    const std::vector<float> scores = score(docs, pairs, raw);
+    const bool count_tokens = bool_parameter_or(request, "count_tokens", false);
+    std::vector<std::int64_t> tokens(count_tokens ? docs.size() : 0);
+    for (std::size_t i = 0; i < pairs.size(); ++i) {
+      Document& match = docs[pairs[i].query].matches[pairs[i].match];
+      match.scores["relevance_score"] = scores[i];
+      match.tags["index"] = static_cast<std::int64_t>(pairs[i].match);
+      if (count_tokens) tokens[pairs[i].query] += static_cast<std::int64_t>(offsets_[i + 1] - offsets_[i]);
+    }
+    for (std::size_t q = 0; q < tokens.size(); ++q) docs[q].tags["tokens"] = tokens[q];
+    for (auto& doc : docs) {
+      auto& matches = doc.matches.docs();
+      std::stable_sort(matches.begin(), matches.end(), [](const Document& a, const Document& b) {
+        return a.scores.at("relevance_score") > b.scores.at("relevance_score");
+      });
+      if (top_n != 0 && matches.size() > top_n) matches.resize(top_n);
+    }
+    metrics().add("pairs", static_cast<double>(pairs.size()));
+  }
+
+  // A query without matches takes its candidates from tags["documents"] or tags["texts"] (strings).
+  static void take_candidates(Document& query) {
+    if (!query.matches.empty()) return;
+    for (const char* key : {"documents", "texts"}) {
+      const auto* list = query.tags.if_contains(key);
+      if (!list) continue;
+      if (!list->is_array())
+        throw Error(fmt::format("document '{}': tags.{} must be a list of strings", query.id, key));
+      for (const auto& item : list->get_array()) {
+        if (!item.is_string()) {
+          throw Error(fmt::format("document '{}': tags.{} must be a list of strings", query.id, key));
+        }
+        query.matches.push_back(Document(std::string(item.get_string())));
+      }
+      query.tags.erase(key);
+      return;
+    }
+  }
+
+  // Tokenizes every pair, then scores them in passes of batch_size pairs of similar length.
+  std::vector<float> score(const DocumentArray& docs, const std::vector<Pair>& pairs, bool raw) {
+    std::vector<float> out(pairs.size());
+    if (pairs.empty()) return out;
+    c10::InferenceMode guard;
+    std::optional<c10::StreamGuard> on_stream;
+    if (stream_) on_stream.emplace(*stream_);
+    ids_.clear();
+    types_.clear();
+    offsets_.assign(1, 0);
+    for (const auto& p : pairs) {
+      tokenizer_->encode_pair_into(docs[p.query].text, docs[p.query].matches[p.match].text, max_length_, ids_,
+                                   typed_ ? &types_ : nullptr);
+      offsets_.push_back(ids_.size());
+    }
+    std::vector<std::size_t> order(pairs.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return offsets_[a + 1] - offsets_[a] > offsets_[b + 1] - offsets_[b];
+    });
+    for (std::size_t start = 0; start < order.size(); start += batch_size_) {
+      const std::size_t end = std::min(order.size(), start + batch_size_);
+      packed_.clear();
+      packed_types_.clear();
+      lengths_.clear();
+      for (std::size_t i = start; i < end; ++i) {
+        const std::size_t p = order[i];
+        packed_.insert(packed_.end(), ids_.begin() + offsets_[p], ids_.begin() + offsets_[p + 1]);
+        if (typed_)
+          packed_types_.insert(packed_types_.end(), types_.begin() + offsets_[p], types_.begin() + offsets_[p + 1]);
+        lengths_.push_back(static_cast<std::int64_t>(offsets_[p + 1] - offsets_[p]));
+      }
+      const at::Tensor scores =
+          model_->score(models::PackedBatch{packed_, lengths_, packed_types_}, raw).select(1, 0).to(at::kCPU);
+      const float* s = scores.data_ptr<float>();
+      for (std::size_t i = start; i < end; ++i) out[order[i]] = s[i - start];
+    }
+    return out;
+  }
+
+  static std::size_t parameter_or(const RequestInfo& request, const char* key, std::size_t fallback) {
+    const auto* v = request.parameters.if_contains(key);
+    if (!v) return fallback;
+    if (!v->is_int64() || v->get_int64() < 0) throw Error(fmt::format("parameter '{}': expected an integer >= 0", key));
+    return static_cast<std::size_t>(v->get_int64());
+  }
+
+  static bool bool_parameter_or(const RequestInfo& request, const char* key, bool fallback) {
+    const auto* v = request.parameters.if_contains(key);
+    if (!v) return fallback;
+    if (!v->is_bool()) throw Error(fmt::format("parameter '{}': expected true or false", key));
+    return v->get_bool();
+  }
+
+  c10::Device device_{c10::kCPU};
+  c10::ScalarType dtype_ = c10::kFloat;
+  std::unique_ptr<models::Tokenizer> tokenizer_;
+  std::shared_ptr<const models::CrossEncoderModel> model_;
+  std::optional<c10::Stream> stream_;
+  std::size_t max_length_ = 512, batch_size_ = 128, top_n_ = 0;
+  bool raw_ = false, typed_ = false;
+  // Buffers reused across requests.
+  std::vector<std::int32_t> ids_, types_, packed_, packed_types_;
+  std::vector<std::size_t> offsets_;
+  std::vector<std::int64_t> lengths_;
+};
+
+}  // namespace
+
+void register_reranker(Registry& registry) { registry.add<Reranker>("flowline::reranker"); }
+
+}  // namespace flowline::reranker
