@@ -9,7 +9,6 @@
 
 namespace flowline {
 
-
 void Connection::handle_model_route(const json::value& body) {
   auto failure = [](const Response& r) {
     return gateway::plain_error(500, "server_error", fmt::format("executor '{}' failed: {}", r.error_executor, r.error))
@@ -24,10 +23,13 @@ void Connection::handle_model_route(const json::value& body) {
           std::move(flow_call), route_,
           [call](const DocumentArray& docs) { return gateway::openai_response(*call, docs); }, failure);
     }
-    case Route::TEI:
+    case Route::TEI: {
+      auto call = std::make_shared<gateway::EmbeddingsCall>(gateway::parse_tei(body, endpoint, gw_.limits));
+      gateway::Call flow_call = std::move(call->call);
       return call_flow(
-          gateway::parse_tei(body, endpoint, gw_.limits), route_,
-          [](const DocumentArray& docs) { return gateway::tei_response(docs); }, failure);
+          std::move(flow_call), route_,
+          [call](const DocumentArray& docs) { return gateway::tei_response(*call, docs); }, failure);
+    }
     default: {
       const bool tei = route_ == Route::TEIRerank;
       auto call = std::make_shared<gateway::RerankCall>(tei ? gateway::parse_tei_rerank(body, gw_.limits)

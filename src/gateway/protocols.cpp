@@ -8,9 +8,12 @@
 #include <boost/json/serialize.hpp>
 #include <boost/json/stream_parser.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <unordered_map>
 #include <vector>
 
 namespace flowline::gateway {
@@ -28,16 +31,40 @@ HttpError jina_validation_error(std::string_view type, const json::array& loc, c
   return HttpError(422, json::serialize(json::object{{"detail", json::array{std::move(item)}}}), message);
 }
 
-// Whether `v` holds a number beyond a double's range (parsed as an infinity, which JSON cannot write back:
-// an answer echoing it would not be JSON). Depth is bounded by max_json_depth.
-static bool has_infinity(const json::value& v) {
+// Where `v` holds a number beyond a double's range (parsed as an infinity, which JSON cannot write back: an
+// answer echoing it would not be JSON), as Jina's loc path (appended to `loc`); false when nowhere. Depth is
+// bounded by max_json_depth.
+static bool find_infinity(const json::value& v, json::array& loc) {
   if (v.is_double()) return !std::isfinite(v.get_double());
-  if (v.is_array()) return std::any_of(v.get_array().begin(), v.get_array().end(), has_infinity);
-  if (v.is_object()) {
-    for (const auto& kv : v.get_object())
-      if (has_infinity(kv.value())) return true;
+  if (v.is_array()) {
+    const json::array& items = v.get_array();
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      loc.emplace_back(i);
+      if (find_infinity(items[i], loc)) return true;
+      loc.pop_back();
+    }
+  } else if (v.is_object()) {
+    for (const auto& kv : v.get_object()) {
+      loc.emplace_back(kv.key());
+      if (find_infinity(kv.value(), loc)) return true;
+      loc.pop_back();
+    }
   }
   return false;
+}
+
+// "data[0].embedding[1]" for the loc ["body", "data", 0, "embedding", 1].
+static std::string loc_text(const json::array& loc) {
+  std::string out;
+  for (std::size_t i = 1; i < loc.size(); ++i) {
+    if (loc[i].is_string()) {
+      if (!out.empty()) out += '.';
+      out += loc[i].get_string();
+    } else {
+      out += fmt::format("[{}]", json::serialize(loc[i]));
+    }
+  }
+  return out;
 }
 
 json::value parse_body(std::string_view body, const ParseLimits& limits, bool jina) {
@@ -49,9 +76,11 @@ json::value parse_body(std::string_view body, const ParseLimits& limits, bool ji
   if (!ec) parser.finish(ec);
   if (!ec) {
     json::value v = parser.release();
-    if (!has_infinity(v)) return v;
-    const std::string message = "a number beyond the range of a double (JSON has no infinity)";
-    if (jina) throw jina_validation_error("json_invalid", json::array{"body"}, message);
+    json::array loc{"body"};
+    if (!find_infinity(v, loc)) return v;
+    const std::string message =
+        fmt::format("{}: a number beyond the range of a double (JSON has no infinity)", loc_text(loc));
+    if (jina) throw jina_validation_error("json_invalid", loc, message);
     throw plain_error(400, "invalid_request_error", message);
   }
   const std::size_t at = std::min(used, body.size());
@@ -149,6 +178,45 @@ DocumentArray text_documents(const json::value* v, std::string_view name, const 
   return docs;
 }
 
+namespace {
+
+std::vector<std::string> ids_of(const DocumentArray& docs) {
+  std::vector<std::string> ids;
+  ids.reserve(docs.size());
+  for (const auto& doc : docs) ids.push_back(doc.id);
+  return ids;
+}
+
+// The flow's answer in input order, matched by id; HttpError 500 naming the inputs without a document.
+std::vector<const Document*> by_input(const std::vector<std::string>& ids, const DocumentArray& docs) {
+  std::vector<const Document*> out(ids.size(), nullptr);
+  bool in_order = docs.size() == ids.size();
+  for (std::size_t i = 0; in_order && i < ids.size(); ++i) {
+    in_order = docs[i].id == ids[i];
+    out[i] = &docs[i];
+  }
+  if (in_order) return out;
+  std::unordered_map<std::string_view, const Document*> answered;
+  for (const auto& doc : docs) answered.emplace(doc.id, &doc);
+  std::vector<std::size_t> missing;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const auto it = answered.find(ids[i]);
+    out[i] = it == answered.end() ? nullptr : it->second;
+    if (!out[i]) missing.push_back(i);
+  }
+  if (missing.empty()) return out;
+  const std::size_t shown = std::min<std::size_t>(missing.size(), 20);
+  throw plain_error(500, "server_error",
+                    fmt::format("the flow answered {} of {} inputs: no document came back for input{} {}{} (an "
+                                "executor dropped or replaced them); this route answers each input at its index, "
+                                "so it cannot answer",
+                                ids.size() - missing.size(), ids.size(), missing.size() == 1 ? "" : "s",
+                                fmt::join(missing.begin(), missing.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+                                missing.size() > shown ? fmt::format(" and {} more", missing.size() - shown) : ""));
+}
+
+}  // namespace
+
 const json::object& body_object(const json::value& body) {
   if (!body.is_object()) throw plain_error(400, "invalid_request_error", "the request body must be a JSON object");
   return body.get_object();
@@ -197,7 +265,17 @@ Document jina_document(const json::value& v, std::size_t i) {
           values = nullptr;
           break;
         }
-        row.push_back(static_cast<float>(x.to_number<double>()));
+        const double value = x.to_number<double>();
+        if (std::abs(value) > static_cast<double>(std::numeric_limits<float>::max())) {
+          json::array at = loc("embedding");
+          at.emplace_back(row.size());
+          throw jina_validation_error(
+              "float_type", at,
+              fmt::format("data[{}].embedding[{}]: {} is beyond float32's range (±3.4028235e38)", i, row.size(),
+                          json::serialize(x)),
+              x);
+        }
+        row.push_back(static_cast<float>(value));
       }
     }
     if (!values) {
@@ -350,16 +428,18 @@ EmbeddingsCall parse_openai(const json::value& body, std::string endpoint, const
                                   json::serialize(*dimensions)));
   }
   out.call.parameters[kCountTokens] = true;
+  out.input_ids = ids_of(out.call.docs);
   return out;
 }
 
-std::string openai_response(const EmbeddingsCall& call, const DocumentArray& docs) {
+std::string openai_response(const EmbeddingsCall& call, const DocumentArray& flow_docs) {
+  const std::vector<const Document*> docs = by_input(call.input_ids, flow_docs);
   std::string out;
   out.reserve(64 + docs.size() * (call.base64 ? 600 : 4200));
   out += "{\"object\":\"list\",\"data\":[";
   std::int64_t tokens = 0;
   for (std::size_t i = 0; i < docs.size(); ++i) {
-    const Document& doc = docs[i];
+    const Document& doc = *docs[i];
     if (!doc.embedding.defined()) {
       throw plain_error(
           500, "server_error",
@@ -387,11 +467,13 @@ std::string openai_response(const EmbeddingsCall& call, const DocumentArray& doc
   return out;
 }
 
-Call parse_tei(const json::value& body, std::string endpoint, const ParseLimits& limits) {
+EmbeddingsCall parse_tei(const json::value& body, std::string endpoint, const ParseLimits& limits) {
   const json::object& o = body_object(body);
-  Call call;
+  EmbeddingsCall out;
+  Call& call = out.call;
   call.endpoint = std::move(endpoint);
   call.docs = text_documents(field(o, "inputs"), "inputs", limits);
+  out.input_ids = ids_of(call.docs);
   if (const json::value* prompt = field(o, "prompt_name")) {
     if (!prompt->is_string()) throw plain_error(400, "invalid_request_error", "'prompt_name': expected a string");
     call.parameters["prompt_name"] = prompt->get_string();
@@ -404,21 +486,22 @@ Call parse_tei(const json::value& body, std::string endpoint, const ParseLimits&
                                     setting));
     }
   }
-  return call;
+  return out;
 }
 
-std::string tei_response(const DocumentArray& docs) {
+std::string tei_response(const EmbeddingsCall& call, const DocumentArray& flow_docs) {
+  const std::vector<const Document*> docs = by_input(call.input_ids, flow_docs);
   std::string out;
   out.reserve(2 + docs.size() * 4200);
   out += '[';
   for (std::size_t i = 0; i < docs.size(); ++i) {
-    if (!docs[i].embedding.defined()) {
+    if (!docs[i]->embedding.defined()) {
       throw plain_error(
           500, "server_error",
           fmt::format("document {} came out of the flow without an embedding: does the flow end with an encoder?", i));
     }
     if (i) out += ',';
-    append_embedding(out, docs[i].embedding);
+    append_embedding(out, docs[i]->embedding);
   }
   out += ']';
   return out;

@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace flowline::gateway {
 
@@ -72,8 +73,13 @@ std::string jina_failure(const Call& call, const Response& response);
 
 // OpenAI: POST /v1/embeddings {"input": str | [str], "model", "encoding_format": "float" | "base64",
 // "dimensions", "user"}. Token arrays as input are refused (400): flowline tokenizes itself.
+// Both embeddings routes answer by position: each input's embedding at its index. The flow's documents are
+// matched to the inputs by id (inputs_ids, kept when `call` moves into the flow), so a flow that drops or
+// reorders documents cannot shift an embedding to another input's index: an input without its document
+// is HttpError 500 naming the inputs.
 struct EmbeddingsCall {
   Call call;
+  std::vector<std::string> input_ids;  // the inputs' document ids, in request order
   std::string model;
   bool base64 = false;
 };
@@ -87,8 +93,8 @@ std::string openai_response(const EmbeddingsCall& call, const DocumentArray& doc
 // TEI: POST /embed {"inputs": str | [str], "prompt_name"?} -> [[floats], ...]. prompt_name goes to the
 // encoder as a request parameter; TEI's other per-request settings (normalize, truncate, ...) are refused
 // with 400: the flow's encoder parameters settle them.
-Call parse_tei(const boost::json::value& body, std::string endpoint, const ParseLimits& limits);
-std::string tei_response(const DocumentArray& docs);
+EmbeddingsCall parse_tei(const boost::json::value& body, std::string endpoint, const ParseLimits& limits);
+std::string tei_response(const EmbeddingsCall& call, const DocumentArray& docs);
 
 // Reranking: one query and its candidate texts become one document whose matches are the candidates,
 // posted to the flow endpoint kRerankEndpoint, where a Reranker scores and sorts them (each match gets

@@ -82,9 +82,9 @@ void parse(unsigned api, std::string_view body) {
       break;
     }
     case 2: {  // TEI
-      gw::Call call = gw::parse_tei(gw::parse_body(body, kLimits, false), "/encode", kLimits);
-      with_embeddings(call.docs);
-      check_answer(gw::tei_response(call.docs), call.docs.size());
+      gw::EmbeddingsCall call = gw::parse_tei(gw::parse_body(body, kLimits, false), "/encode", kLimits);
+      with_embeddings(call.call.docs);
+      check_answer(gw::tei_response(call, call.call.docs), call.call.docs.size());
       break;
     }
     case 4: {  // TEI's /rerank

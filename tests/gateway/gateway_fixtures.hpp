@@ -17,6 +17,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
 
+#include <algorithm>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -117,6 +118,21 @@ class Client {
   beast::flat_buffer buffer_;
 };
 
+// A filter before the encoder: drops documents whose text starts with "drop" and reverses the order of the
+// rest (so routes that answer by position must match documents to inputs by id).
+class DropAndReverse : public Executor {
+ public:
+  static ExecutorSpec spec() { return ExecutorSpec{"DropAndReverse", "drops texts starting with drop", {}, {}}; }
+  explicit DropAndReverse(const ExecutorContext& c) : Executor(c) {
+    bind_default([](DocumentArray& docs, const RequestInfo&) {
+      auto& all = docs.docs();
+      all.erase(std::remove_if(all.begin(), all.end(), [](const Document& d) { return d.text.rfind("drop", 0) == 0; }),
+                all.end());
+      std::reverse(all.begin(), all.end());
+    });
+  }
+};
+
 // A JSON array of numbers (integers or not) as doubles.
 inline std::vector<double> numbers(const json::value& v) {
   std::vector<double> out;
@@ -158,6 +174,20 @@ inline Flow fake_encoder_flow(BatchingOptions batching = {}) {
   Flow flow;
   flow.add({.name = "encoder", .uses = "FakeEncoder", .batching = batching});
   return flow;
+}
+
+// DropAndReverse, then FakeEncoder.
+inline Flow dropping_flow() {
+  static const bool registered = [] {
+    Registry::global().add<DropAndReverse>();
+    (void)fake_encoder_flow();  // registers FakeEncoder
+    return true;
+  }();
+  (void)registered;
+  Flow out;
+  out.add({.name = "filter", .uses = "DropAndReverse"});
+  out.add({.name = "encoder", .uses = "FakeEncoder"});
+  return out;
 }
 
 inline Flow delay_flow(double batch_ms) {

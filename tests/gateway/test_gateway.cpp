@@ -70,7 +70,17 @@ TEST_CASE("the gateway answers Jina's validation errors as Jina does: 422 naming
   // A number beyond a double's range would be echoed as "Infinity", which is not JSON (found by fuzzing).
   r = client.post("/default", R"({"data":[{"text":"a","tags":{"x":-1e400}}]})");
   CHECK(r.status == 422);
-  CHECK_THAT(r.body, testing::contains("beyond the range of a double"));
+  CHECK_THAT(r.body, testing::contains("data[0].tags.x: a number beyond the range of a double"));
+  CHECK(r.json().at("detail").at(0).at("loc") == json::array{"body", "data", 0, "tags", "x"});
+  // An embedding value float32 cannot hold was answered as "inf" in a numeric array; both are refused.
+  r = client.post("/default", R"({"data":[{"text":"a","embedding":[0.5,1e300]}]})");
+  CHECK(r.status == 422);
+  CHECK_THAT(r.body, testing::contains("data[0].embedding[1]: 1E300 is beyond float32's range"));
+  CHECK(r.json().at("detail").at(0).at("loc") == json::array{"body", "data", 0, "embedding", 1});
+  r = client.post("/default", R"({"data":[{"text":"a"},{"text":"b","embedding":[-1e400]}]})");
+  CHECK(r.status == 422);
+  CHECK_THAT(r.body, testing::contains("data[1].embedding[0]: a number beyond the range of a double"));
+  CHECK(client.post("/default", R"({"data":[{"text":"a","embedding":[3.4e38,-3.4e38]}]})").status == 200);
   CHECK(client.post("/v1/embeddings", R"({"input":"a","dimensions":1e999})").status == 400);
   CHECK(client.post("/nowhere", jina_body(1)).status == 404);
   CHECK(client.get("/default").status == 405);
@@ -334,4 +344,30 @@ TEST_CASE("the flow file's serving settings configure the gateway, and settings 
                     testing::contains("g.yml:1:18: with.protocol: 'grpc' is not served"));
   CHECK_THROWS_WITH(parse_flow_config("with: {port: 65536}\nexecutors: [{name: e, uses: NoOp}]\n", "g.yml"),
                     testing::contains("at most 65535"));
+}
+
+TEST_CASE("the embeddings routes answer each input at its own index, or name the inputs a flow dropped", "[gateway]") {
+  Served served(dropping_flow());
+  Client client(served.port());
+  // Reordered by the filter: each embedding still comes back at its input's index.
+  Reply r = client.post("/v1/embeddings", R"({"input":["a","bbb","cc"]})");
+  REQUIRE(r.status == 200);
+  const json::value openai = r.json();
+  for (std::size_t i = 0; i < 3; ++i) {
+    CHECK(openai.at("data").at(i).at("index").as_int64() == static_cast<std::int64_t>(i));
+    CHECK(openai.at("data").at(i).at("embedding").at(0).to_number<double>() == std::vector<double>{1, 3, 2}[i]);
+  }
+  r = client.post("/embed", R"({"inputs":["a","bbb","cc"]})");
+  REQUIRE(r.status == 200);
+  CHECK(numbers(r.json().at(1)) == std::vector<double>{3, 0.5, -2});
+  // The middle input dropped: an error naming it, not the third input's vector at index 1.
+  for (const char* route : {"/v1/embeddings", "/embed"}) {
+    INFO(route);
+    const std::string key = std::string(route) == "/embed" ? "inputs" : "input";
+    r = client.post(route, R"({")" + key + R"(":["a","drop me","cc"]})");
+    CHECK(r.status == 500);
+    CHECK_THAT(r.body, testing::contains("the flow answered 2 of 3 inputs: no document came back for input 1 "));
+    r = client.post(route, R"({")" + key + R"(":["drop","drop","x","drop"]})");
+    CHECK_THAT(r.body, testing::contains("answered 1 of 4 inputs: no document came back for inputs 0, 1, 3 "));
+  }
 }
