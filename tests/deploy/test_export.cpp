@@ -238,3 +238,40 @@ TEST_CASE("export kubernetes writes manifests that Kubernetes 1.30's schemas acc
   CHECK(check.out.find("INFO") != std::string::npos);  // it printed a verdict per resource
   CHECK(check.out.find("ERROR") == std::string::npos);
 }
+
+TEST_CASE("export keeps replicas: auto, device: auto and batch_size: auto for the machines that run the flow") {
+  // Resolved on the exporting machine, auto would carry this machine's GPU count into every container.
+  const std::string model = (kSource / "tests/data/tiny-models/bert-prompt-excluded").string();
+  const fs::path dir = write_flow("export_auto", fmt::format(R"(executors:
+  - name: encoder
+    uses: SentenceEncoder
+    replicas: auto
+    device: auto
+    with: {{model: {}, batch_size: auto, max_batch_tokens: auto}}
+  - name: pass
+    uses: NoOp
+    replicas: auto
+)",
+                                                             model));
+  for (const char* target : {"compose", "kubernetes"}) {
+    INFO(target);
+    const fs::path out = dir / target;
+    const auto r = flowline_cli(
+        fmt::format("export {} {} -o {} --gpus encoder=2", target, (dir / "flow.yml").string(), out.string()));
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    YAML::Node flow;
+    if (std::string(target) == "compose") {
+      flow = load(out / "flow.yml");
+    } else {
+      for (const auto& doc : YAML::LoadAllFromFile((out / "configmap.yaml").string())) {
+        if (doc["data"] && doc["data"]["flow.yml"]) flow = YAML::Load(doc["data"]["flow.yml"].as<std::string>());
+      }
+    }
+    REQUIRE(flow["executors"]);
+    for (const auto& e : flow["executors"]) CHECK(e["replicas"].as<std::string>() == "auto");
+    CHECK(flow["executors"][0]["device"].as<std::string>() == "auto");
+    CHECK(flow["executors"][0]["with"]["batch_size"].as<std::string>() == "auto");
+    CHECK(flow["executors"][0]["with"]["max_batch_tokens"].as<std::string>() == "auto");
+  }
+}
