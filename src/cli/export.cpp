@@ -10,6 +10,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <filesystem>
 #include <fstream>
@@ -52,6 +54,21 @@ void parse_assignments(ExportCommand& c) {
     c.options.hpa[name] = {parse_int(value.substr(0, colon), "--hpa " + item),
                            parse_int(value.substr(colon + 1), "--hpa " + item)};
   }
+  const std::string& secret = c.options.token_secret;
+  if (!secret.empty()) {
+    const bool dns_name = secret.size() <= 253 && std::isalnum(static_cast<unsigned char>(secret.front())) &&
+                          std::isalnum(static_cast<unsigned char>(secret.back())) &&
+                          std::all_of(secret.begin(), secret.end(), [](char ch) {
+                            return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-' || ch == '.';
+                          });
+    if (!dns_name) {
+      throw Error(
+          fmt::format("--token-secret '{}': expected a Secret name (lowercase letters, digits, '-' and '.', "
+                      "starting and ending with a letter or digit)",
+                      secret));
+    }
+    c.options.token = true;
+  }
 }
 
 void write_text(const fs::path& file, const std::string& text) {
@@ -87,6 +104,17 @@ CLI::App* add_target(CLI::App& parent, ExportCommand& c, deploy::Target target, 
   }
   cmd->add_option("--port", c.options.gateway_port, "the gateway's port (default: the flow's with.port, else 8080)")
       ->check(CLI::Range(1, 65535));
+  if (target == deploy::Target::Compose) {
+    cmd->add_flag("--token", c.options.token,
+                  "the gateway requires a bearer token: FLOWLINE_TOKEN from the environment compose runs in "
+                  "(never written into a file)");
+  } else {
+    cmd->add_flag("--token", c.options.token,
+                  "the gateway requires a bearer token: FLOWLINE_TOKEN from a Secret's key `token` (never "
+                  "written into a file)");
+    cmd->add_option("--token-secret", c.options.token_secret,
+                    "the Secret that holds the token (default: NAME-token); implies --token");
+  }
   cmd->callback([&c, target] { c.target = target; });
   return cmd;
 }

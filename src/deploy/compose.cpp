@@ -21,12 +21,14 @@ Yaml healthcheck() {
 
 Yaml flow_volume(const std::string& file) { return fmt::format("./{}:{}/{}:ro", file, kFlowDir, file); }
 
-// The ${{ ENV.NAME }} variables the flow reads, passed through from the shell where compose runs.
-void pass_environment(const DeployPlan& plan, Yaml& container) {
-  if (plan.env.empty()) return;
+// The ${{ ENV.NAME }} variables the flow reads, passed through from the shell where compose runs; with
+// `token`, the gateway's FLOWLINE_TOKEN too, which compose substitutes when it starts the container (the
+// file holds only the name) and refuses to start without.
+void pass_environment(const DeployPlan& plan, Yaml& container, bool token = false) {
   Yaml env = Yaml::list();
   for (const auto& name : plan.env) env.push(name);
-  container["environment"] = env;
+  if (token) env.push("FLOWLINE_TOKEN=${FLOWLINE_TOKEN:?set FLOWLINE_TOKEN to the gateway's bearer token}");
+  if (!env.empty()) container["environment"] = env;
 }
 
 Yaml gpu_reservation(const GpuRequest& gpu) {
@@ -69,7 +71,7 @@ Yaml gateway_container(const DeployPlan& plan, const std::vector<std::string>& n
   if (!plan.options.models.empty() && plan.executors.empty())
     volumes.push(fmt::format("{}:{}:ro", plan.options.models, kModelDir));
   c["volumes"] = volumes;
-  pass_environment(plan, c);
+  pass_environment(plan, c, plan.options.token);
   c["healthcheck"] = healthcheck();
   if (!needs.empty()) {
     Yaml after = Yaml::list();

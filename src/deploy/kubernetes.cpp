@@ -134,10 +134,19 @@ std::string gateway_manifests(const DeployPlan& plan) {
                      Yaml::list({"serve", fmt::format("{}/{}", kFlowDir, plan.gateway_file), "--host", "0.0.0.0",
                                  "--port", std::to_string(kHttpPort)}),
                      Yaml::list({port("http", kHttpPort)}));
-  return deployment(plan, name, "gateway", 1, c)
-             .to_text(fmt::format("The gateway of {}: Jina's, OpenAI's and TEI's HTTP APIs on port {} of Service {}.",
-                                  plan.flow_file, plan.gateway_port, name)) +
-         "---\n" +
+  std::string about = fmt::format("The gateway of {}: Jina's, OpenAI's and TEI's HTTP APIs on port {} of Service {}.",
+                                  plan.flow_file, plan.gateway_port, name);
+  if (plan.options.token) {
+    const std::string secret = plan.options.token_secret.empty() ? plan.name + "-token" : plan.options.token_secret;
+    c["env"] = Yaml::list(
+        {Yaml::map({{"name", "FLOWLINE_TOKEN"},
+                    {"valueFrom", Yaml::map({{"secretKeyRef", Yaml::map({{"name", secret}, {"key", "token"}})}})}})});
+    about += fmt::format(
+        "\nRequests need its bearer token, from Secret {0} (key token): kubectl create secret generic {0} "
+        "--from-literal=token=...\n(Prometheus then scrapes /metrics with that token: set it in the scrape config.)",
+        secret);
+  }
+  return deployment(plan, name, "gateway", 1, c).to_text(about) + "---\n" +
          service(plan, name, "gateway", Yaml::list({service_port("http", plan.gateway_port, kHttpPort)})).to_text();
 }
 

@@ -45,6 +45,11 @@ struct ExportOptions {
   int gateway_port = 0;                    // published port; 0: the flow's with.port, else 8080
   std::map<std::string, std::pair<int, int>> hpa;  // --hpa EXECUTOR=MIN:MAX (Kubernetes)
   int hpa_cpu_percent = 70;
+  // --token: the gateway requires a bearer token, never written into a file. Compose: FLOWLINE_TOKEN from
+  // the environment compose runs in (it refuses to start without one). Kubernetes: FLOWLINE_TOKEN from the
+  // Secret token_secret (default NAME-token), key "token".
+  bool token = false;
+  std::string token_secret;
 };
 
 // The GPUs one container of an executor asks for.

@@ -192,7 +192,7 @@ TEST_CASE("export kubernetes writes manifests that Kubernetes 1.30's schemas acc
   const fs::path dir = write_flow("export_kubernetes", kFlow);
   const auto r =
       flowline_cli(fmt::format("export kubernetes {} -o {} --scale prepare=3 --hpa pair=2:6 --models "
-                               "minilm-weights --image registry.example/flowline:0.1",
+                               "minilm-weights --image registry.example/flowline:0.1 --token-secret flowline-auth",
                                (dir / "flow.yml").string(), (dir / "out").string()));
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
@@ -274,4 +274,46 @@ TEST_CASE("export keeps replicas: auto, device: auto and batch_size: auto for th
     CHECK(flow["executors"][0]["with"]["batch_size"].as<std::string>() == "auto");
     CHECK(flow["executors"][0]["with"]["max_batch_tokens"].as<std::string>() == "auto");
   }
+}
+
+TEST_CASE("export wires the gateway's bearer token by reference, never its value") {
+  const fs::path dir = write_flow("export_token", kFlow);
+  const std::string secret_value = "s3cr3t-token-value-never-in-files";
+  ::setenv("FLOWLINE_TOKEN", secret_value.c_str(), 1);  // what a careless export could copy
+  const auto compose = flowline_cli(
+      fmt::format("export compose {} -o {} --token", (dir / "flow.yml").string(), (dir / "compose").string()));
+  const auto k8s = flowline_cli(
+      fmt::format("export kubernetes {} -o {} --token", (dir / "flow.yml").string(), (dir / "k8s").string()));
+  const auto named = flowline_cli(fmt::format("export kubernetes {} -o {} --token-secret api-auth",
+                                              (dir / "flow.yml").string(), (dir / "named").string()));
+  const auto bad = flowline_cli(fmt::format("export kubernetes {} -o {} --token-secret Bad_Name",
+                                            (dir / "flow.yml").string(), (dir / "bad").string()));
+  ::unsetenv("FLOWLINE_TOKEN");
+  INFO(compose.out << compose.err << k8s.out << k8s.err);
+  REQUIRE(compose.exit_code == 0);
+  REQUIRE(k8s.exit_code == 0);
+  REQUIRE(named.exit_code == 0);
+  CHECK(bad.exit_code != 0);
+  CHECK(bad.err.find("--token-secret 'Bad_Name': expected a Secret name") != std::string::npos);
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    if (entry.is_regular_file()) CHECK(testing::read_text(entry.path()).find(secret_value) == std::string::npos);
+  }
+  // Compose: the gateway's environment names the variable, which compose substitutes at `up`.
+  const YAML::Node gateway = load(dir / "compose/compose.yaml")["services"]["gateway"];
+  CHECK(seq_text(gateway["environment"])
+            .find("FLOWLINE_TOKEN=${FLOWLINE_TOKEN:?set FLOWLINE_TOKEN to the gateway's bearer token}") !=
+        std::string::npos);
+  // Kubernetes: a secretKeyRef, to the default Secret NAME-token or the one named.
+  auto token_ref = [&](const fs::path& file) {
+    const YAML::Node env = YAML::LoadAllFromFile(file.string())[0]["spec"]["template"]["spec"]["containers"][0]["env"];
+    REQUIRE(env.size() == 1);
+    CHECK(env[0]["name"].as<std::string>() == "FLOWLINE_TOKEN");
+    CHECK(env[0]["valueFrom"]["secretKeyRef"]["key"].as<std::string>() == "token");
+    return env[0]["valueFrom"]["secretKeyRef"]["name"].as<std::string>();
+  };
+  CHECK(token_ref(dir / "k8s/gateway.yaml") == "flow-token");
+  CHECK(token_ref(dir / "named/gateway.yaml") == "api-auth");
+  // Executors' pods serve no client: no token there.
+  CHECK_FALSE(YAML::LoadAllFromFile(
+      (dir / "k8s/flow-pair.yaml").string())[0]["spec"]["template"]["spec"]["containers"][0]["env"]);
 }
