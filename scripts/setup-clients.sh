@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up .venv-clients: the Python clients the gateway's compatibility tests and bench/serve_http.py use,
-# i.e. Jina 3.34.0 (its HTTP Client and, for the side-by-side bench, a real Flow) with docarray v2, and the
-# openai package; and kubernetes-validate, which checks what `flowline export kubernetes` writes
+# i.e. Jina 3.34.0 (its HTTP Client and, for the side-by-side bench, a real Flow) with docarray v2, the
+# openai package and cohere's (its rerank clients); and kubernetes-validate, which checks what `flowline export kubernetes` writes
 # (tests/deploy). Safe to re-run: when the venv exists and holds exactly the pinned set it says so and stops.
 #
 #   scripts/setup-clients.sh            create or complete .venv-clients
@@ -27,6 +27,15 @@ jina==3.34.0
 docarray==0.40.0
 openai==3.54.0
 kubernetes-validate==1.37.0
+cohere==7.3.1
+fastavro==1.13.1
+fsspec==2026.9.0
+hf-xet==1.8.0
+httpcore==1.0.9
+httpx==0.28.1
+huggingface_hub==2.4.0
+tokenizers==0.23.3
+tqdm==4.70.1
 jsonschema==4.26.0
 jsonschema-specifications==2025.9.1
 referencing==0.37.0
@@ -123,7 +132,8 @@ from docarray import DocList
 from docarray.documents import TextDoc
 assert jina.__version__ == "3.34.0", jina.__version__
 import google.protobuf; assert google.protobuf.__version__.startswith("4."), google.protobuf.__version__
-import kubernetes_validate'
+import kubernetes_validate
+import cohere; assert cohere.__version__ == "7.3.1", cohere.__version__'
 
 step() { printf 'setup-clients: %s\n' "$*"; }
 die() { printf 'setup-clients: FAILED: %s\n' "$*" >&2; exit 1; }
@@ -148,7 +158,7 @@ fi
 
 # 1. Already complete? (venv's python runs, the marker names this pin set, the imports work)
 if [ -x "$PY" ] && [ "$(cat "$MARKER" 2>/dev/null)" = "$PIN_HASH" ] && "$PY" -c "$SMOKE" >/dev/null 2>&1; then
-  step "$VENV is up to date (jina 3.34.0, docarray 0.40.0, openai 3.54.0); nothing to do"
+  step "$VENV is up to date (jina 3.34.0, docarray 0.40.0, openai 3.54.0, cohere 7.3.1); nothing to do"
   exit 0
 fi
 
@@ -173,7 +183,7 @@ LOG="$(mktemp -t setup-clients.XXXXXX.log)"
 REQ="$(mktemp -t setup-clients.XXXXXX.txt)"
 trap 'rm -f "$LOG" "$REQ"' EXIT
 printf '%s\n' "$PINS" | sed '/^$/d' >"$REQ"
-step "installing $(wc -l <"$REQ") pinned packages (jina 3.34.0, docarray 0.40.0, openai 3.54.0) into $VENV"
+step "installing $(wc -l <"$REQ") pinned packages (jina 3.34.0, docarray 0.40.0, openai 3.54.0, cohere 7.3.1) into $VENV"
 if ! "$PY" -m pip install --disable-pip-version-check --no-input -q -r "$REQ" >"$LOG" 2>&1; then
   tail -n 30 "$LOG" >&2
   die "pip install failed (log above); is PyPI reachable?"
@@ -187,4 +197,4 @@ if ! "$PY" -m pip check >"$LOG" 2>&1; then
 fi
 "$PY" -c "$SMOKE" >"$LOG" 2>&1 || { cat "$LOG" >&2; die "the installed clients do not import"; }
 echo "$PIN_HASH" >"$MARKER"
-step "done: $VENV/bin/python has jina 3.34.0 (HTTP Client, Flow), docarray 0.40.0, openai 3.54.0, kubernetes-validate 1.37.0"
+step "done: $VENV/bin/python has jina 3.34.0 (HTTP Client, Flow), docarray 0.40.0, openai 3.54.0, cohere 7.3.1, kubernetes-validate 1.37.0"

@@ -279,12 +279,11 @@ void Connection::handle() {
 
   const auto body = std::string_view(request_.body());
   // OpenAI's and TEI's embeddings, TEI's /rerank (unless the body is Jina's, {"data": ...}, for a flow
-  // endpoint of that name), Jina's and Cohere's /v1/rerank.
-  static const std::map<std::string_view, Route> kModelRoutes{{"/v1/embeddings", Route::OpenAI},
-                                                              {"/embeddings", Route::OpenAI},
-                                                              {"/embed", Route::TEI},
-                                                              {"/rerank", Route::TEIRerank},
-                                                              {"/v1/rerank", Route::Rerank}};
+  // endpoint of that name), Jina's and Cohere's /v1/rerank (and Cohere's /v2/rerank, which its ClientV2
+  // posts the same body to).
+  static const std::map<std::string_view, Route> kModelRoutes{
+      {"/v1/embeddings", Route::OpenAI}, {"/embeddings", Route::OpenAI}, {"/embed", Route::TEI},
+      {"/rerank", Route::TEIRerank},     {"/v1/rerank", Route::Rerank},  {"/v2/rerank", Route::Rerank}};
   if (const auto it = kModelRoutes.find(path); it != kModelRoutes.end()) {
     route_ = it->second;
     if (!post) return wrong_method();

@@ -149,9 +149,11 @@ std::string openapi_document(const std::string& title, const std::set<std::strin
                                       json::object{{"type", "object"}})}};
   paths["/embed"] = json::object{
       {"post", operation("TEI embed", "embed", schema_ref("EmbedRequest"), json::object{{"type", "array"}})}};
-  paths["/v1/rerank"] =
-      json::object{{"post", operation("Jina's and Cohere's rerank", "v1_rerank", schema_ref("V1RerankRequest"),
-                                      json::object{{"type", "object"}})}};
+  for (const char* route : {"/v1/rerank", "/v2/rerank"}) {
+    const std::string id = std::string(route + 1, 2) + "_rerank";  // v1_rerank, v2_rerank
+    paths[route] = json::object{{"post", operation("Jina's and Cohere's rerank", id, schema_ref("V1RerankRequest"),
+                                                   json::object{{"type", "object"}})}};
+  }
   // A flow endpoint /rerank keeps its Jina operation: the gateway tells the two apart by the body.
   if (!paths.contains("/rerank")) {
     paths["/rerank"] = json::object{

@@ -107,11 +107,13 @@ struct RerankCall {
   std::size_t candidates = 0;
   bool return_text = false;  // TEI's return_text; Jina's return_documents (default true)
 };
-// TEI: POST /rerank {"query": str, "texts": [str], "raw_scores"?, "return_text"?} -> [{"index", "score",
-// "text"?}], best first. TEI's truncate settings are refused with 400, as on /embed.
+// TEI: POST /rerank {"query": str, "texts": [str], "raw_scores"?, "return_text"?, "truncate"?,
+// "truncation_direction"?} -> [{"index", "score", "text"?}], best first. Pairs are always truncated from the
+// right: truncate false or direction Left is 400.
 RerankCall parse_tei_rerank(const boost::json::value& body, const ParseLimits& limits);
 std::string tei_rerank_response(const RerankCall& call, const DocumentArray& docs);
-// Jina's and Cohere's: POST /v1/rerank {"model", "query": str | {"text"}, "documents": [str | {"text"}],
+// Jina's and Cohere's: POST /v1/rerank (and Cohere's /v2/rerank) {"model", "query": str | {"text"},
+// "documents": [str | {"text"}],
 // "top_n"?, "return_documents"? (default true)} -> {"id", "model", "results": [{"index",
 // "relevance_score", "document"?: {"text"}}], "usage": {"total_tokens"}}, best first.
 RerankCall parse_v1_rerank(const boost::json::value& body, const ParseLimits& limits);

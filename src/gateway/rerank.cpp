@@ -89,12 +89,19 @@ RerankCall parse_tei_rerank(const json::value& body, const ParseLimits& limits) 
   RerankCall out = rerank_call(std::string(query->get_string()), text_documents(field(o, "texts"), "texts", limits));
   out.return_text = bool_field(o, "return_text", false);
   if (bool_field(o, "raw_scores", false)) out.call.parameters["raw_scores"] = true;
-  for (const char* setting : {"truncate", "truncation_direction"}) {
-    if (field(o, setting)) {
+  // The reranker always truncates each pair, from the end of its longer text, to its max_seq_length: what
+  // TEI does with truncate: true and truncation_direction Right.
+  if (!bool_field(o, "truncate", true)) {
+    throw plain_error(400, "invalid_request_error",
+                      "'truncate': false is not supported: the flow's reranker truncates every pair to its "
+                      "max_seq_length (a parameter in the flow YAML)");
+  }
+  if (const json::value* direction = field(o, "truncation_direction")) {
+    const json::string* name = direction->if_string();
+    if (!name || (*name != "Right" && *name != "right")) {
       throw plain_error(400, "invalid_request_error",
-                        fmt::format("'{}' is not supported per request: the flow's reranker truncates pairs to its "
-                                    "max_seq_length (its parameters in the flow YAML)",
-                                    setting));
+                        "'truncation_direction': only \"Right\" is supported (pairs lose the end of their longer "
+                        "text)");
     }
   }
   return out;

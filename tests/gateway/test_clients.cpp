@@ -1,5 +1,5 @@
-// Compatibility of `flowline serve` with software it did not write: Jina's own Python client, the openai
-// package and a real Prometheus server, each against the launcher run as a child process on a loopback port
+// Compatibility of `flowline serve` with software it did not write: Jina's own Python client, the openai and
+// cohere packages and a real Prometheus server, each against the launcher run as a child process on a loopback port
 // it picks itself (--port 0 --ready-file). The Python clients live in .venv-clients (scripts/setup-clients.sh)
 // and Prometheus is Debian's package; without them the tests skip, except under CI=true, where they fail.
 #include "child_process.hpp"
@@ -281,6 +281,30 @@ TEST_CASE("the openai package's embeddings.create works against flowline serve, 
           "[gateway][clients][openai]") {
   SKIP_OR_FAIL_WHEN_MISSING(missing_for_python_clients());
   check_python_client("openai", "--expect-tokens");
+}
+
+TEST_CASE("Cohere's Python package and requests rerank through flowline serve in CrossEncoder's order",
+          "[gateway][clients][rerank]") {
+  SKIP_OR_FAIL_WHEN_MISSING(missing_for_python_clients());
+  const fs::path tiny = kSource / "tests/data/tiny-models";
+  const auto dir = testing::scratch_dir("clients rerank");
+  const fs::path flow = dir / "flow.yml";
+  testing::write_text(flow, fmt::format("executors:\n"
+                                        "  - name: reranker\n"
+                                        "    uses: Reranker\n"
+                                        "    device: cpu\n"
+                                        "    with: {{model: '{}'}}\n",
+                                        (tiny / "bert-cross-encoder").string()));
+  Server server(flow, dir);
+  const auto r =
+      run_client_script("rerank_client_test.py", server,
+                        fmt::format("--pairs '{}' --scores '{}'", (tiny / "bert-cross-encoder.pairs.jsonl").string(),
+                                    (tiny / "bert-cross-encoder.pairs.safetensors").string()));
+  INFO("rerank_client_test.py (exit code " << r.exit_code << "):\n" << r.out << r.err);
+  INFO("flowline serve's output:\n" << server.log());
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, testing::contains("rerank_client_test: PASSED"));
+  server.stop_and_check_clean_exit();
 }
 
 namespace {

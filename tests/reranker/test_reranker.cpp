@@ -190,7 +190,12 @@ TEST_CASE("TEI's /rerank answers every candidate's index and CrossEncoder's scor
   // Bad requests name the field.
   CHECK_THAT(client.post("/rerank", R"({"texts":["a"]})").body, testing::contains("'query': expected a string"));
   CHECK(client.post("/rerank", R"({"query":"q","texts":[]})").status == 400);
-  CHECK(client.post("/rerank", R"({"query":"q","texts":["a"],"truncate":true})").status == 400);
+  CHECK(
+      client.post("/rerank", R"({"query":"q","texts":["a"],"truncate":true,"truncation_direction":"Right"})").status ==
+      200);
+  CHECK_THAT(client.post("/rerank", R"({"query":"q","texts":["a"],"truncate":false})").body,
+             testing::contains("'truncate': false is not supported"));
+  CHECK(client.post("/rerank", R"({"query":"q","texts":["a"],"truncation_direction":"Left"})").status == 400);
   CHECK(client.get("/rerank").status == 405);
 }
 
