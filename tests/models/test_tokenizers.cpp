@@ -169,10 +169,19 @@ void check_parity(const Tokenizer& tok, const std::string& reference_name) {
     tok.encode_pair_into(a, b, pair_max, ids, &types);
     compare("pair truncated", both, ids, pair_truncated[i]);
     compare("pair truncated type ids", both, types, pair_truncated_types[i]);
+    // The reranker's path: the query tokenized once for a list of documents (here b and b again).
+    ids.clear(), types.clear();
+    std::vector<std::size_t> lengths;
+    const std::string_view documents[] = {b, b};
+    tok.encode_pairs_into(a, documents, pair_max, ids, &types, lengths);
+    std::vector<std::int32_t> twice = pair_truncated[i];
+    twice.insert(twice.end(), pair_truncated[i].begin(), pair_truncated[i].end());
+    compare("pairs of one query, truncated", both, ids, twice);
+    if (lengths.size() != 2 || lengths[0] != pair_truncated[i].size() || lengths[1] != lengths[0]) ++mismatches;
   }
   INFO(fmt::format("{} of {} id lists differ", mismatches, compared));
   CHECK(mismatches == 0);
-  CHECK(compared == 6 * texts.size());
+  CHECK(compared == 7 * texts.size());
 }
 
 fs::path scratch_dir(const std::string& name) {

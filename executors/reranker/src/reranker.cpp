@@ -17,6 +17,8 @@
 #include <algorithm>
 #include <numeric>
 #include <optional>
+#include <string_view>
+#include <vector>
 
 namespace flowline::reranker {
 namespace {
@@ -144,12 +146,22 @@ class Reranker : public Executor {
     if (stream_) on_stream.emplace(*stream_);
     ids_.clear();
     types_.clear();
-    offsets_.assign(1, 0);
-    for (const auto& p : pairs) {
-      tokenizer_->encode_pair_into(docs[p.query].text, docs[p.query].matches[p.match].text, max_length_, ids_,
-                                   typed_ ? &types_ : nullptr);
-      offsets_.push_back(ids_.size());
+    lengths_of_pairs_.clear();
+    // Pairs come query by query: each query is tokenized once for all its candidates.
+    for (std::size_t first = 0; first < pairs.size();) {
+      const Document& query = docs[pairs[first].query];
+      std::size_t last = first;
+      candidates_.clear();
+      while (last < pairs.size() && pairs[last].query == pairs[first].query) {
+        candidates_.push_back(query.matches[pairs[last].match].text);
+        ++last;
+      }
+      tokenizer_->encode_pairs_into(query.text, candidates_, max_length_, ids_, typed_ ? &types_ : nullptr,
+                                    lengths_of_pairs_);
+      first = last;
     }
+    offsets_.assign(1, 0);
+    for (const std::size_t n : lengths_of_pairs_) offsets_.push_back(offsets_.back() + n);
     std::vector<std::size_t> order(pairs.size());
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
@@ -198,7 +210,8 @@ class Reranker : public Executor {
   bool raw_ = false, typed_ = false;
   // Buffers reused across requests.
   std::vector<std::int32_t> ids_, types_, packed_, packed_types_;
-  std::vector<std::size_t> offsets_;
+  std::vector<std::size_t> offsets_, lengths_of_pairs_;
+  std::vector<std::string_view> candidates_;
   std::vector<std::int64_t> lengths_;
 };
 

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -45,6 +46,12 @@ class Tokenizer {
   // 'longest_first' to max_length as Hugging Face does; appends the type ids to `type_ids` when not null.
   std::size_t encode_pair_into(std::string_view a, std::string_view b, std::size_t max_length,
                                std::vector<std::int32_t>& ids, std::vector<std::int32_t>* type_ids) const;
+  // One query with many documents (a reranker's candidates): the same ids as encode_pair_into(query, d) for
+  // each d in turn, with the query tokenized once. Appends each pair's length to `lengths`; returns the ids
+  // appended in all.
+  std::size_t encode_pairs_into(std::string_view query, std::span<const std::string_view> documents,
+                                std::size_t max_length, std::vector<std::int32_t>& ids,
+                                std::vector<std::int32_t>* type_ids, std::vector<std::size_t>& lengths) const;
   std::vector<std::int32_t> encode(std::string_view text, std::size_t max_length = 0) const;
 
   std::int32_t token_id(std::string_view token) const;  // -1 when absent

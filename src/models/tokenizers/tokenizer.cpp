@@ -334,6 +334,26 @@ std::size_t Tokenizer::encode_pair_into(std::string_view a, std::string_view b, 
   return pipeline_->frame(s.first, &s.second, ids, type_ids);
 }
 
+std::size_t Tokenizer::encode_pairs_into(std::string_view query, std::span<const std::string_view> documents,
+                                         std::size_t max_length, std::vector<std::int32_t>& ids,
+                                         std::vector<std::int32_t>* type_ids, std::vector<std::size_t>& lengths) const {
+  tokenizers::Scratch& s = tokenizers::scratch();
+  std::vector<std::int32_t> query_tokens;
+  pipeline_->tokens(query, query_tokens);
+  const std::size_t added = pipeline_->post.added(true);
+  std::size_t total = 0;
+  for (const std::string_view document : documents) {
+    s.first.assign(query_tokens.begin(), query_tokens.end());
+    s.second.clear();
+    pipeline_->tokens(document, s.second);
+    if (max_length != 0) tokenizers::truncate_pair(s.first, s.second, max_length > added ? max_length - added : 0);
+    const std::size_t n = pipeline_->frame(s.first, &s.second, ids, type_ids);
+    lengths.push_back(n);
+    total += n;
+  }
+  return total;
+}
+
 std::vector<std::int32_t> Tokenizer::encode(std::string_view text, std::size_t max_length) const {
   std::vector<std::int32_t> ids;
   encode_into(text, max_length, ids);
