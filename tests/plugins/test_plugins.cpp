@@ -132,7 +132,8 @@ TEST_CASE("a searching registry loads an unknown executor from the executor fold
   CHECK(searching.find_registered("TorchModule") == nullptr);  // only what was asked for is loaded
   CHECK(searching.find("NoSuchThing") == nullptr);
   CHECK(searching.unknown_message("TorchModul") ==
-        "unknown executor type 'TorchModul' (did you mean 'TorchModule'?); known types: Reranker, SentenceEncoder, TorchModule");
+        "unknown executor type 'TorchModul' (did you mean 'TorchModule'?); known types: Reranker, SentenceEncoder, "
+        "TorchModule");
 }
 
 TEST_CASE("FLOWLINE_EXECUTOR_DIR replaces the executor folder", "[plugin]") {
