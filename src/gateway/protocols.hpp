@@ -74,7 +74,7 @@ std::string jina_failure(const Call& call, const Response& response);
 // OpenAI: POST /v1/embeddings {"input": str | [str], "model", "encoding_format": "float" | "base64",
 // "dimensions", "user"}. Token arrays as input are refused (400): flowline tokenizes itself.
 // Both embeddings routes answer by position: each input's embedding at its index. The flow's documents are
-// matched to the inputs by id (inputs_ids, kept when `call` moves into the flow), so a flow that drops or
+// matched to the inputs by id (input_ids, kept when `call` moves into the flow), so a flow that drops or
 // reorders documents cannot shift an embedding to another input's index: an input without its document
 // is HttpError 500 naming the inputs.
 struct EmbeddingsCall {
@@ -113,9 +113,8 @@ struct RerankCall {
 RerankCall parse_tei_rerank(const boost::json::value& body, const ParseLimits& limits);
 std::string tei_rerank_response(const RerankCall& call, const DocumentArray& docs);
 // Jina's and Cohere's: POST /v1/rerank (and Cohere's /v2/rerank) {"model", "query": str | {"text"},
-// "documents": [str | {"text"}],
-// "top_n"?, "return_documents"? (default true)} -> {"id", "model", "results": [{"index",
-// "relevance_score", "document"?: {"text"}}], "usage": {"total_tokens"}}, best first.
+// "documents": [str | {"text"}], "top_n"?, "return_documents"? (default true)} -> {"id", "model",
+// "results": [{"index", "relevance_score", "document"?: {"text"}}], "usage": {"total_tokens"}}, best first.
 RerankCall parse_v1_rerank(const boost::json::value& body, const ParseLimits& limits);
 std::string v1_rerank_response(const RerankCall& call, const DocumentArray& docs);
 
