@@ -21,13 +21,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "bench"))
 from corpus import corpus  # noqa: E402
 from gpu_bench import gpu_parser  # noqa: E402
+from serve_gpu import post, start_server  # noqa: E402
 
 TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"]
 
@@ -44,22 +44,6 @@ def make_cross_encoder(tokenizer_dir, folder):
             shutil.copy(tokenizer_dir / f, folder / f)
 
 
-def start_server(build, flow, tmp):
-    ready = tmp / "port.txt"
-    log = open(tmp / "serve.log", "w")
-    proc = subprocess.Popen([str(build / "src/flowline"), "serve", str(flow), "--port", "0", "--ready-file",
-                             str(ready), "--max-documents", "100000"], stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    deadline = time.time() + 180
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"flowline serve exited with {proc.returncode}:\n{(tmp / 'serve.log').read_text()[-3000:]}")
-        if ready.exists() and ready.read_text().endswith("\n"):
-            return proc, int(ready.read_text())
-        time.sleep(0.2)
-    raise SystemExit("flowline serve did not become ready within 180 s")
-
-
 def run_flowline(args, folder, body, tmp):
     flow = tmp / "rerank.yml"
     flow.write_text(json.dumps({"jtype": "Flow", "executors": [{
@@ -67,12 +51,10 @@ def run_flowline(args, folder, body, tmp):
         "replicas": int(args.replicas) if args.replicas.isdigit() else args.replicas,
         "batching": {"max_batch_size": args.max_batch, "max_delay_ms": args.delay_ms},
         "with": {"model": str(folder), "dtype": "fp16", "batch_size": args.batch_size}}]}))
-    proc, port = start_server(pathlib.Path(args.build), flow, tmp)
+    proc, port = start_server(args, flow, tmp)
     try:
         url = f"http://127.0.0.1:{port}/rerank"
-        req = urllib.request.Request(url, data=body.encode(), headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=120) as r:
-            answer = json.loads(r.read())
+        answer = json.loads(post(url, body)[1])
         if len(answer) != args.candidates:
             raise SystemExit(f"/rerank answered {len(answer)} results, want {args.candidates}")
         body_file = tmp / "body.json"
