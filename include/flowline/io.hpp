@@ -35,6 +35,11 @@ std::string to_json(const Document& doc);
 void append_json_text(std::string& out, std::string_view text);
 void append_json_floats(std::string& out, const float* values, std::size_t n);
 void append_json_base64(std::string& out, const void* data, std::size_t size);
+// One field's value in the JSON form, for codecs that name or shape some fields their own way (the gateway's
+// Jina codec) and take the rest as they are: append_json_field appends the value only (no name);
+// read_json_field sets the field from `value`, throwing flowline::Error as document_from_json does.
+void append_json_field(std::string& out, const Document& doc, DocumentField field);
+void read_json_field(Document& doc, DocumentField field, const boost::json::value& value);
 // Parses a document from JSON. Throws flowline::Error describing the bad field ("field 'tensor.shape':
 // expected a list of integers").
 Document document_from_json(const boost::json::value& json);

@@ -416,6 +416,18 @@ void append_json(std::string& out, const Document& doc, FieldSet fields) {
 
 void append_json(std::string& out, const Document& doc) { append_json(out, doc, FieldSet::all()); }
 
+void append_json_field(std::string& out, const Document& doc, DocumentField field) {
+  for_each_document_field([&](DocumentField f, std::string_view, auto member) {
+    if (f == field) append_field_value(out, doc.*member);
+  });
+}
+
+void read_json_field(Document& doc, DocumentField field, const boost::json::value& value) {
+  for_each_document_field([&](DocumentField f, std::string_view name, auto member) {
+    if (f == field) read_field_value(doc.*member, value, std::string(name));
+  });
+}
+
 void append_json_text(std::string& out, std::string_view text) { append_json_string(out, text); }
 void append_json_floats(std::string& out, const float* values, std::size_t n) { append_float_row(out, values, n); }
 void append_json_base64(std::string& out, const void* data, std::size_t size) {

@@ -51,14 +51,26 @@ json::object data_model(std::string title) {
 
 json::object schemas() {
   const json::object string{{"type", "string"}};
+  const json::object number{{"type", "number"}};
   json::object text_doc{
-      {"properties", json::object{{"id", nullable(string)},
-                                  {"text", nullable(string)},
-                                  {"bytes_", nullable(json::object{{"type", "string"}, {"format", "binary"}})},
-                                  {"embedding", nullable(json::object{{"items", json::object{{"type", "number"}}},
-                                                                      {"type", "array"}})},
-                                  {"url", nullable(string)},
-                                  {"tags", nullable(json::object{{"type", "object"}})}}},
+      {"properties",
+       json::object{
+           {"id", nullable(string)},
+           {"text", nullable(string)},
+           {"bytes_", nullable(json::object{{"type", "string"}, {"format", "binary"}})},
+           {"embedding", nullable(json::object{{"items", json::object{{"type", "number"}}}, {"type", "array"}})},
+           {"url", nullable(string)},
+           {"tags", nullable(json::object{{"type", "object"}})},
+           // Set by executors (an index's matches and scores, a splitter's chunks):
+           {"tensor", json::object{{"type", "object"}}},
+           {"mime_type", string},
+           {"scores",
+            json::object{{"type", "object"},
+                         {"additionalProperties",
+                          json::object{{"type", "object"}, {"properties", json::object{{"value", number}}}}}}},
+           {"chunks", json::object{{"items", schema_ref("TextDoc")}, {"type", "array"}}},
+           {"matches", json::object{{"items", schema_ref("TextDoc")}, {"type", "array"}}},
+           {"parent_id", string}}},
       {"type", "object"},
       {"title", "TextDoc"}};
   json::object header{

@@ -113,9 +113,6 @@ void check_count(std::size_t n, const ParseLimits& limits, std::string_view what
 
 namespace {
 
-// One Jina document: {"id", "text", "embedding", "url", "tags"}; other fields (bytes_, ...) are ignored,
-// as Jina ignores fields its document type lacks.
-
 std::string string_field(const json::object& o, std::string_view name, const json::array& loc_prefix) {
   const json::value* v = field(o, name);
   if (!v) return {};
@@ -141,12 +138,12 @@ at::Tensor float_row(const at::Tensor& embedding) {
   return row.contiguous().reshape({-1});
 }
 
-void append_embedding(std::string& out, const at::Tensor& embedding) {
+}  // namespace
+
+void append_float_embedding(std::string& out, const at::Tensor& embedding) {
   const at::Tensor row = float_row(embedding);
   append_json_floats(out, row.data_ptr<float>(), static_cast<std::size_t>(row.numel()));
 }
-
-}  // namespace
 
 // Texts from OpenAI's "input" or TEI's "inputs": a string or a list of strings.
 DocumentArray text_documents(const json::value* v, std::string_view name, const ParseLimits& limits) {
@@ -222,72 +219,6 @@ const json::object& body_object(const json::value& body) {
   return body.get_object();
 }
 
-Document jina_document(const json::value& v, std::size_t i) {
-  auto loc = [&](std::string_view name) { return json::array{"body", "data", i, name}; };
-  if (!v.is_object()) {
-    throw jina_validation_error("model_attributes_type", json::array{"body", "data", i},
-                                fmt::format("data[{}]: expected a document (a JSON object)", i), v);
-  }
-  const json::object& o = v.get_object();
-  Document doc;
-  doc.id.clear();
-  if (const auto* id = field(o, "id")) {
-    if (!id->is_string())
-      throw jina_validation_error("string_type", loc("id"), fmt::format("data[{}].id: expected a string", i), *id);
-    doc.id = std::string(id->get_string());
-  }
-  if (doc.id.empty()) doc.id = generate_id();
-  if (const auto* text = field(o, "text")) {
-    if (!text->is_string()) {
-      throw jina_validation_error("string_type", loc("text"), fmt::format("data[{}].text: expected a string", i),
-                                  *text);
-    }
-    doc.text = std::string(text->get_string());
-  }
-  if (const auto* url = field(o, "url")) {
-    if (!url->is_string())
-      throw jina_validation_error("string_type", loc("url"), fmt::format("data[{}].url: expected a string", i), *url);
-    doc.uri = std::string(url->get_string());
-  }
-  if (const auto* tags = field(o, "tags")) {
-    if (!tags->is_object()) {
-      throw jina_validation_error("dict_type", loc("tags"), fmt::format("data[{}].tags: expected an object", i), *tags);
-    }
-    doc.tags = tags->get_object();
-  }
-  if (const auto* embedding = field(o, "embedding")) {
-    const json::array* values = embedding->if_array();
-    std::vector<float> row;
-    if (values) {
-      row.reserve(values->size());
-      for (const auto& x : *values) {
-        if (!x.is_number()) {
-          values = nullptr;
-          break;
-        }
-        const double value = x.to_number<double>();
-        if (std::abs(value) > static_cast<double>(std::numeric_limits<float>::max())) {
-          json::array at = loc("embedding");
-          at.emplace_back(row.size());
-          throw jina_validation_error(
-              "float_type", at,
-              fmt::format("data[{}].embedding[{}]: {} is beyond float32's range (±3.4028235e38)", i, row.size(),
-                          json::serialize(x)),
-              x);
-        }
-        row.push_back(static_cast<float>(value));
-      }
-    }
-    if (!values) {
-      throw jina_validation_error("list_type", loc("embedding"),
-                                  fmt::format("data[{}].embedding: expected a list of numbers", i), *embedding);
-    }
-    doc.embedding = at::empty({static_cast<int64_t>(row.size())}, at::kFloat);
-    std::copy(row.begin(), row.end(), doc.embedding.data_ptr<float>());
-  }
-  return doc;
-}
-
 Call parse_jina(const json::value& body, std::string endpoint, const ParseLimits& limits) {
   if (!body.is_object()) {
     throw jina_validation_error("model_attributes_type", json::array{"body"}, "the request body must be a JSON object",
@@ -346,34 +277,6 @@ Call parse_jina(const json::value& body, std::string endpoint, const ParseLimits
   }
   if (call.request_id.empty()) call.request_id = generate_id();
   return call;
-}
-
-void append_jina_document(std::string& out, const Document& doc) {
-  out += "{\"id\":";
-  append_json_text(out, doc.id);
-  out += ",\"text\":";
-  if (doc.text.empty() && !doc.uri.empty()) {
-    out += "null";
-  } else {
-    append_json_text(out, doc.text);
-  }
-  out += ",\"bytes_\":null,\"embedding\":";
-  if (doc.embedding.defined()) {
-    append_embedding(out, doc.embedding);
-  } else {
-    out += "null";
-  }
-  out += ",\"url\":";
-  if (doc.uri.empty()) {
-    out += "null";
-  } else {
-    append_json_text(out, doc.uri);
-  }
-  if (!doc.tags.empty()) {
-    out += ",\"tags\":";
-    out += json::serialize(doc.tags);
-  }
-  out += '}';
 }
 
 std::string jina_response(const Call& call, const DocumentArray& docs) {
@@ -501,7 +404,7 @@ std::string tei_response(const EmbeddingsCall& call, const DocumentArray& flow_d
           fmt::format("document {} came out of the flow without an embedding: does the flow end with an encoder?", i));
     }
     if (i) out += ',';
-    append_embedding(out, docs[i]->embedding);
+    append_float_embedding(out, docs[i]->embedding);
   }
   out += ']';
   return out;

@@ -7,6 +7,8 @@
 #include "flowline/document.hpp"
 #include "flowline/flow.hpp"
 
+#include <ATen/core/Tensor.h>
+
 #include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
 
@@ -65,9 +67,13 @@ Call parse_jina(const boost::json::value& body, std::string endpoint, const Pars
 // Jina's answer: {"data": [docs], "parameters", "header": {"request_id", "target_executor": ""}}.
 std::string jina_response(const Call& call, const DocumentArray& docs);
 // One document of Jina's request (`data[index]`, named so in messages) and of its answer (appended to `out`
-// as one JSON object). Throws HttpError 422 as parse_jina does.
+// as one JSON object), every field of the Document table: Jina's "bytes_" and "url" for blob and uri, an
+// embedding as a list of numbers, scores as {"name": {"value": number}}, matches and chunks as documents
+// (jina_document.cpp). Fields Jina's documents lack are ignored. Throws HttpError 422 as parse_jina does.
 Document jina_document(const boost::json::value& value, std::size_t index);
 void append_jina_document(std::string& out, const Document& doc);
+// A float embedding's values as a JSON list (cast from any floating dtype, copied from a GPU if needed).
+void append_float_embedding(std::string& out, const at::Tensor& embedding);
 // A request the flow failed, in Jina's shape (500): the header carries status code 1 and the exception.
 std::string jina_failure(const Call& call, const Response& response);
 

@@ -1,0 +1,267 @@
+// One document of Jina's HTTP bodies, read and written by walking the one table of Document fields
+// (flowline/document_fields.hpp), so that nothing a flow returns — matches, scores, chunks, tensors — is
+// lost on the way to the client (protocols.hpp).
+//
+// Jina's names differ from flowline's in two places (blob is "bytes_", uri is "url") and its shapes in two
+// (an embedding is a plain list of numbers; a score is {"value": number}, docarray's NamedScore). Every other
+// field is flowline's JSON form (io.hpp). "id", "text", "bytes_", "embedding" and "url" are always written
+// (null when unset), as Jina's TextDoc answers; the others only when set.
+#include "protocols.hpp"
+
+#include "flowline/document_fields.hpp"
+#include "flowline/error.hpp"
+#include "flowline/io.hpp"
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <boost/json/serialize.hpp>
+#include <fmt/format.h>
+
+#include <array>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <vector>
+
+namespace flowline::gateway {
+
+namespace json = boost::json;
+
+namespace {
+
+// Jina's name of each field, in the order of flowline's table.
+constexpr std::array<std::string_view, kDocumentFieldNames.size()> kJinaNames = {
+    "id",        "text", "bytes_", "tensor", "embedding", "tags",
+    "mime_type", "url",  "scores", "chunks", "matches",   "parent_id"};
+
+constexpr std::string_view jina_name(DocumentField field) { return kJinaNames[static_cast<std::size_t>(field)]; }
+
+// Fields Jina's TextDoc always carries, null when unset.
+constexpr bool always_written(DocumentField field) {
+  return field == DocumentField::id || field == DocumentField::text || field == DocumentField::blob ||
+         field == DocumentField::embedding || field == DocumentField::uri;
+}
+
+// The field a Jina body names `name` (flowline's own names are accepted too); nothing for a name Jina's
+// document types lack, which is ignored as Jina ignores it.
+std::optional<DocumentField> field_named(std::string_view name) {
+  for (std::size_t i = 0; i < kJinaNames.size(); ++i) {
+    if (kJinaNames[i] == name) return static_cast<DocumentField>(i);
+  }
+  return find_document_field(name);
+}
+
+// "data[0].matches[2]" for messages.
+struct Where {
+  json::array loc;   // FastAPI's loc: ["body", "data", 0, "matches", 2]
+  std::string path;  // the same, as text
+
+  Where at(std::string_view name) const {
+    Where w{loc, fmt::format("{}.{}", path, name)};
+    w.loc.emplace_back(name);
+    return w;
+  }
+  Where at(std::size_t index) const {
+    Where w{loc, fmt::format("{}[{}]", path, index)};
+    w.loc.emplace_back(index);
+    return w;
+  }
+};
+
+[[noreturn]] void invalid(std::string_view type, const Where& where, std::string_view expected,
+                          const json::value& input) {
+  throw jina_validation_error(type, where.loc, fmt::format("{}: {}", where.path, expected), input);
+}
+
+std::string string_value(const json::value& v, const Where& where) {
+  if (!v.is_string()) invalid("string_type", where, "expected a string", v);
+  return std::string(v.get_string());
+}
+
+at::Tensor embedding_value(const json::value& v, const Where& where) {
+  const json::array* values = v.if_array();
+  if (!values) invalid("list_type", where, "expected a list of numbers", v);
+  at::Tensor row = at::empty({static_cast<int64_t>(values->size())}, at::kFloat);
+  float* out = row.data_ptr<float>();
+  for (std::size_t j = 0; j < values->size(); ++j) {
+    const json::value& x = (*values)[j];
+    if (!x.is_number()) invalid("list_type", where, "expected a list of numbers", v);
+    const double value = x.to_number<double>();
+    if (std::abs(value) > static_cast<double>(std::numeric_limits<float>::max())) {
+      invalid("float_type", where.at(j),
+              fmt::format("{} is beyond float32's range (±3.4028235e38)", json::serialize(x)), x);
+    }
+    out[j] = static_cast<float>(value);
+  }
+  return row;
+}
+
+// A score: a number, or docarray's NamedScore {"value": number, ...}.
+float score_value(const json::value& v, const Where& where) {
+  const json::value* number = &v;
+  if (const json::object* named = v.if_object()) {
+    const auto it = named->find("value");
+    number = it == named->end() ? nullptr : &it->value();
+  }
+  if (!number || !number->is_number()) invalid("float_type", where, "expected a number or {\"value\": number}", v);
+  return static_cast<float>(number->to_number<double>());
+}
+
+// A tensor in flowline's form {"dtype", "shape", "data"}, or a (nested) list of numbers as float32.
+void read_tensor(Document& doc, const json::value& v, const Where& where) {
+  json::value form = v;
+  if (v.is_array()) {
+    json::array shape;
+    for (const json::value* level = &v; level->is_array(); level = &level->get_array().front()) {
+      shape.emplace_back(static_cast<std::int64_t>(level->get_array().size()));
+      if (level->get_array().empty()) break;
+    }
+    form = json::object{{"dtype", "float32"}, {"shape", std::move(shape)}, {"data", v}};
+  }
+  try {
+    read_json_field(doc, DocumentField::tensor, form);
+  } catch (const Error& e) {
+    invalid("value_error", where, fmt::format("expected a tensor ({})", e.what()), v);
+  }
+}
+
+Document read_document(const json::value& v, const Where& where);
+
+DocumentArray documents_value(const json::value& v, const Where& where) {
+  if (!v.is_array()) invalid("list_type", where, "expected a list of documents", v);
+  DocumentArray docs;
+  const json::array& items = v.get_array();
+  docs.reserve(items.size());
+  for (std::size_t j = 0; j < items.size(); ++j) docs.push_back(read_document(items[j], where.at(j)));
+  return docs;
+}
+
+void read_field(Document& doc, DocumentField field, const json::value& v, const Where& where) {
+  switch (field) {
+    case DocumentField::id:
+      doc.id = string_value(v, where);
+      return;
+    case DocumentField::text:
+      doc.text = string_value(v, where);
+      return;
+    case DocumentField::mime_type:
+      doc.mime_type = string_value(v, where);
+      return;
+    case DocumentField::uri:
+      doc.uri = string_value(v, where);
+      return;
+    case DocumentField::parent_id:
+      doc.parent_id = string_value(v, where);
+      return;
+    case DocumentField::embedding:
+      doc.embedding = embedding_value(v, where);
+      return;
+    case DocumentField::tensor:
+      read_tensor(doc, v, where);
+      return;
+    case DocumentField::chunks:
+      doc.chunks = documents_value(v, where);
+      return;
+    case DocumentField::matches:
+      doc.matches = documents_value(v, where);
+      return;
+    case DocumentField::tags:
+      if (!v.is_object()) invalid("dict_type", where, "expected an object", v);
+      doc.tags = v.get_object();
+      return;
+    case DocumentField::scores:
+      if (!v.is_object()) invalid("dict_type", where, "expected an object of scores", v);
+      for (const auto& kv : v.get_object()) {
+        doc.scores[std::string(kv.key())] = score_value(kv.value(), where.at(kv.key()));
+      }
+      return;
+    case DocumentField::blob:
+      try {
+        read_json_field(doc, field, v);
+      } catch (const Error& e) {
+        invalid("bytes_type", where, fmt::format("expected base64 text ({})", e.what()), v);
+      }
+      return;
+  }
+}
+
+Document read_document(const json::value& v, const Where& where) {
+  if (!v.is_object()) invalid("model_attributes_type", where, "expected a document (a JSON object)", v);
+  Document doc;
+  doc.id.clear();
+  for (const auto& kv : v.get_object()) {
+    if (kv.value().is_null()) continue;
+    if (const auto field = field_named(kv.key())) read_field(doc, *field, kv.value(), where.at(kv.key()));
+  }
+  if (doc.id.empty()) doc.id = generate_id();
+  return doc;
+}
+
+void append_scores(std::string& out, const Document& doc) {
+  out += '{';
+  bool first = true;
+  for (const auto& [name, value] : doc.scores) {
+    if (!first) out += ',';
+    first = false;
+    append_json_text(out, name);
+    std::string number;  // "[0.93]": the float in its shortest exact form
+    append_json_floats(number, &value, 1);
+    out += ":{\"value\":";
+    out.append(number, 1, number.size() - 2);
+    out += '}';
+  }
+  out += '}';
+}
+
+void append_documents(std::string& out, const DocumentArray& docs) {
+  out += '[';
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    if (i) out += ',';
+    append_jina_document(out, docs[i]);
+  }
+  out += ']';
+}
+
+}  // namespace
+
+Document jina_document(const json::value& value, std::size_t index) {
+  return read_document(value, Where{json::array{"body", "data", index}, fmt::format("data[{}]", index)});
+}
+
+void append_jina_document(std::string& out, const Document& doc) {
+  out += '{';
+  bool first = true;
+  for_each_document_field([&](DocumentField field, std::string_view, auto member) {
+    const bool unset = field_is_empty(doc.*member);
+    if (unset && !always_written(field)) return;
+    if (!first) out += ',';
+    first = false;
+    out += '"';
+    out += jina_name(field);
+    out += "\":";
+    // Jina writes a document with a url but no text as text null.
+    if (unset && (field != DocumentField::text || !doc.uri.empty())) {
+      out += "null";
+      return;
+    }
+    switch (field) {
+      case DocumentField::embedding:
+        append_float_embedding(out, doc.embedding);
+        break;
+      case DocumentField::scores:
+        append_scores(out, doc);
+        break;
+      case DocumentField::chunks:
+        append_documents(out, doc.chunks);
+        break;
+      case DocumentField::matches:
+        append_documents(out, doc.matches);
+        break;
+      default:
+        append_json_field(out, doc, field);
+    }
+  });
+  out += '}';
+}
+
+}  // namespace flowline::gateway
