@@ -115,6 +115,7 @@ struct ServeSettings {
 
 struct FlowOptions {
   std::size_t request_size = 100;  // client side: documents per request
+  std::string endpoint = "/";      // what `flowline run` posts to when its --endpoint is not given
   std::size_t max_in_flight = 64;  // requests posted but not yet answered, per post() call
   std::size_t queue_capacity = 0;  // requests waiting per executor; 0: max_in_flight
   ServeSettings serve;             // `flowline serve` only

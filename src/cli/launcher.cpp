@@ -34,7 +34,7 @@ struct RunOptions {
   std::string input;
   std::string input_format = "lines";
   std::string output;
-  std::string endpoint = "/";
+  std::string endpoint;  // empty: the flow's with.endpoint
   std::size_t request_size = 0;
   std::string progress = "auto";
   bool stats = false;
@@ -238,12 +238,13 @@ int command_run(const RunOptions& o) {
   RunSetup setup;
   if (!prepare_run(o, setup)) return kExitUsage;
   std::optional<RunOutput>& output = setup.output;
+  const std::string endpoint = o.endpoint.empty() ? setup.config.options.endpoint : o.endpoint;
   Flow flow(std::move(setup.config));
   if (const int failed = start_flow(flow); failed != kExitOk) return failed;
 
   const bool interactive = o.progress == "always" || (o.progress == "auto" && isatty(STDERR_FILENO));
   const char* clear_line = interactive ? "\r\x1b[2K" : "";
-  ProgressLine progress(fmt::format("[{}]", o.endpoint), interactive);
+  ProgressLine progress(fmt::format("[{}]", endpoint), interactive);
   PostOptions post_options;
   post_options.on_progress = [&](const Progress& p) { progress.update(p); };
   std::uint64_t reported_failures = 0;
@@ -254,7 +255,7 @@ int command_run(const RunOptions& o) {
   StoppableSource stoppable(*setup.source, interrupt.stop());
   try {
     summary = flow.post(
-        o.endpoint, stoppable,
+        endpoint, stoppable,
         [&](Response&& r) {
           if (!r.ok()) {
             if (reported_failures++ < 20) {
@@ -463,7 +464,8 @@ int run(int argc, char** argv) {
       "--output,-o", run_options.output,
       "write the resulting documents here; the extension picks the format: .jsonl, .npy or "
       ".safetensors (the last two: the embeddings, with ids, texts and tags in NAME.docs.jsonl beside them)");
-  run_cmd->add_option("--endpoint,-e", run_options.endpoint, "endpoint to post to")->capture_default_str();
+  run_cmd->add_option("--endpoint,-e", run_options.endpoint,
+                      "endpoint to post to (default: the flow's with.endpoint, which defaults to /)");
   run_cmd->add_option("--request-size", run_options.request_size, "documents per request (default: the flow's)")
       ->check(CLI::PositiveNumber);
   run_cmd->add_option("--progress", run_options.progress, "auto (on a terminal), always or never")

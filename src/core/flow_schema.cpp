@@ -48,6 +48,16 @@ std::vector<SchemaKey> flow_keys() {
             f.options.request_size = static_cast<std::size_t>(v.get_int64());
             return std::nullopt;
           }),
+      key("with.endpoint", V::String, 0, "string", "/",
+          "The endpoint `flowline run` posts the input to (an indexing flow's /index); its --endpoint overrides it.",
+          "endpoint: /index",
+          [](FlowConfig& f, ExecutorConfig*, const boost::json::value& v) -> Result {
+            std::string endpoint(v.get_string());
+            if (endpoint.empty() || endpoint.front() != '/')
+              return fmt::format("expected an endpoint starting with '/', got '{}'", endpoint);
+            f.options.endpoint = std::move(endpoint);
+            return std::nullopt;
+          }),
       key("with.max_in_flight", V::Int, 1, "", "64",
           "Requests of one post inside the flow at once (Jina's prefetch); bounds memory on endless inputs.",
           "max_in_flight: 16",

@@ -271,7 +271,11 @@ void Connection::handle() {
     if (!get) return wrong_method();
     return reply(200, gw_.metrics->scrape(gw_.flow), "text/plain; version=0.0.4; charset=utf-8");
   }
-  if (path == "/" || path == "/dry_run" || path == "/status" || path == "/openapi.json" || path == "/docs") {
+  // GET /status and the other probes are the gateway's; a POST to a flow endpoint of that name (an index's
+  // /status) goes to the flow.
+  const bool probe =
+      path == "/" || path == "/dry_run" || path == "/status" || path == "/openapi.json" || path == "/docs";
+  if (probe && !(post && gw_.endpoints.count(std::string(path)))) {
     route_ = Route::Info;
     if (!get) return wrong_method();
     return handle_info(path);

@@ -172,8 +172,11 @@ std::string openapi_document(const std::string& title, const std::set<std::strin
         {"post", operation("TEI rerank", "rerank", schema_ref("RerankRequest"), json::object{{"type", "array"}})}};
   }
   for (const char* probe : {"/health", "/ready", "/metrics", "/status", "/dry_run", "/"}) {
-    paths[probe] = json::object{{"get", operation(fmt::format("GET {}", probe), fmt::format("get_{}", probe), nullptr,
-                                                  json::object{{"type", "object"}})}};
+    // A flow endpoint of the same name (an index's /status) keeps its post operation beside the probe.
+    json::value& entry = paths[probe];
+    if (!entry.is_object()) entry = json::object{};
+    entry.as_object()["get"] = operation(fmt::format("GET {}", probe), fmt::format("get_{}", probe), nullptr,
+                                         json::object{{"type", "object"}});
   }
   json::object document{{"openapi", "3.1.0"},
                         {"info", json::object{{"title", title}, {"version", FLOWLINE_VERSION_STRING}}},

@@ -26,7 +26,7 @@ TEST_CASE("a misspelt executor type is reported at its line and column with a su
                   "    uses: TextSpliter\n") ==
         "flow.yml:3:11: executor 'splitter': unknown executor type 'TextSpliter' (did you mean 'TextSplitter'?); "
         "known types: Delay, FailIf, JsonlWriter, NoOp, Reranker, SentenceEncoder, SetTags, TextSplitter, TextStats, "
-        "TorchModule, TsvWriter");
+        "TorchModule, TsvWriter, VectorIndex");
 }
 
 TEST_CASE("every config error is reported at once in file order", "[config]") {

@@ -6,6 +6,7 @@
 #include "flowline/models/safetensors.hpp"
 #include "flowline/sentence_encoder/sentence_encoder.hpp"
 #include "flowline/sentence_encoder/wordpiece_tokenizer.hpp"
+#include "flowline/vector_index/vector_index.hpp"
 
 #include <ATen/ATen.h>
 #include <boost/json.hpp>
@@ -33,6 +34,7 @@ Registry& encoder_registry() {
     auto* r = new Registry();
     register_builtin_executors(*r);
     register_sentence_encoder(*r);
+    vector_index::register_vector_index(*r);  // flows/index.yml and flows/search.yml end with an index
     return r;
   }();
   return *registry;

@@ -1,0 +1,178 @@
+// The exact backend: every stored row scored against every query with one matrix product per block of
+// queries, then top-k — on the CPU (BLAS through LibTorch) or resident on a GPU (cuBLAS, fp16 or fp32).
+#include "backend.hpp"
+
+#include "flowline/error.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace flowline::vector_index {
+
+const char* metric_name(Metric metric) {
+  switch (metric) {
+    case Metric::cosine:
+      return "cosine";
+    case Metric::inner_product:
+      return "inner_product";
+    case Metric::l2:
+      return "l2";
+  }
+  return "?";
+}
+
+namespace {
+
+// Scores computed at once per block of queries: queries x rows at most this many elements.
+constexpr std::int64_t kBlockElements = std::int64_t{1} << 27;
+
+class ExactBackend : public VectorBackend {
+ public:
+  ExactBackend(Metric metric, std::size_t dim, const ExactOptions& options)
+      : metric_(metric), dim_(static_cast<std::int64_t>(dim)), device_(options.device) {
+    if (options.half && device_.is_cpu()) {
+      throw Error("the exact backend stores fp16 only on a GPU (on the CPU fp16 products are slow): use fp32");
+    }
+    dtype_ = options.half ? at::kHalf : at::kFloat;
+    c10::InferenceMode guard;
+    reserve(1024);
+  }
+
+  const char* name() const override { return "exact"; }
+  std::string where() const override {
+    return fmt::format("{}, {}", device_.str(), dtype_ == at::kHalf ? "fp16" : "fp32");
+  }
+
+  void set(const std::vector<std::uint32_t>& slots, const at::Tensor& rows) override {
+    if (slots.empty()) return;
+    c10::InferenceMode guard;
+    const std::uint32_t top = *std::max_element(slots.begin(), slots.end());
+    reserve(static_cast<std::int64_t>(top) + 1);
+    used_ = std::max<std::int64_t>(used_, static_cast<std::int64_t>(top) + 1);
+    const at::Tensor index = slot_tensor(slots);
+    const at::Tensor values = rows.to(device_, dtype_);
+    rows_.index_copy_(0, index, values);
+    live_.index_fill_(0, index, true);
+    if (metric_ == Metric::l2) norms_.index_copy_(0, index, rows.to(device_).pow(2).sum(1));
+  }
+
+  void remove(const std::vector<std::uint32_t>& slots) override {
+    if (slots.empty()) return;
+    c10::InferenceMode guard;
+    live_.index_fill_(0, slot_tensor(slots), false);
+  }
+
+  void clear() override {
+    c10::InferenceMode guard;
+    live_.zero_();
+    used_ = 0;
+  }
+
+  at::Tensor get(const std::vector<std::uint32_t>& slots) const override {
+    c10::InferenceMode guard;
+    if (slots.empty()) return at::empty({0, dim_}, at::kFloat);
+    return rows_.index_select(0, slot_tensor(slots)).to(at::kCPU, at::kFloat);
+  }
+
+  std::vector<std::vector<Hit>> search(const at::Tensor& queries, std::size_t k, const SlotMask* allowed,
+                                       std::size_t allowed_count) override {
+    c10::InferenceMode guard;
+    const std::int64_t n = queries.size(0);
+    std::vector<std::vector<Hit>> hits(static_cast<std::size_t>(n));
+    if (used_ == 0 || k == 0 || n == 0) return hits;
+    at::Tensor usable = live_.narrow(0, 0, used_);
+    if (allowed) usable = usable.logical_and(mask_tensor(*allowed));
+    const std::int64_t kk = std::min<std::int64_t>(static_cast<std::int64_t>(k),
+                                                   allowed ? static_cast<std::int64_t>(allowed_count) : used_);
+    if (kk == 0) return hits;
+    const at::Tensor rows = rows_.narrow(0, 0, used_);
+    const at::Tensor blocked = usable.logical_not();
+    const std::int64_t block = std::max<std::int64_t>(1, kBlockElements / used_);
+    for (std::int64_t first = 0; first < n; first += block) {
+      const std::int64_t count = std::min(block, n - first);
+      const at::Tensor q = queries.narrow(0, first, count).to(device_, dtype_);
+      at::Tensor scores = at::mm(q, rows.t()).to(at::kFloat);
+      if (metric_ == Metric::l2) scores = scores.mul_(2).sub_(norms_.narrow(0, 0, used_));  // -(|v|^2 - 2 q.v)
+      scores.masked_fill_(blocked, -std::numeric_limits<float>::infinity());
+      auto [values, indices] = at::topk(scores, kk, 1, /*largest=*/true, /*sorted=*/true);
+      const at::Tensor v = values.to(at::kCPU).contiguous(), i = indices.to(at::kCPU).contiguous();
+      at::Tensor query_norms;
+      if (metric_ == Metric::l2) query_norms = queries.narrow(0, first, count).pow(2).sum(1).contiguous();
+      collect(v, i, query_norms, hits, static_cast<std::size_t>(first));
+    }
+    return hits;
+  }
+
+  std::size_t bytes() const override {
+    return static_cast<std::size_t>(rows_.numel() * rows_.element_size() + live_.numel() + norms_.numel() * 4);
+  }
+
+ private:
+  void collect(const at::Tensor& values, const at::Tensor& indices, const at::Tensor& query_norms,
+               std::vector<std::vector<Hit>>& hits, std::size_t first) const {
+    const auto* v = values.data_ptr<float>();
+    const auto* idx = indices.data_ptr<std::int64_t>();
+    const std::int64_t kk = values.size(1);
+    for (std::int64_t r = 0; r < values.size(0); ++r) {
+      auto& out = hits[first + static_cast<std::size_t>(r)];
+      for (std::int64_t c = 0; c < kk; ++c) {
+        float score = v[r * kk + c];
+        if (score == -std::numeric_limits<float>::infinity()) break;  // fewer usable rows than k
+        if (metric_ == Metric::l2) score = std::sqrt(std::max(0.0f, query_norms.data_ptr<float>()[r] - score));
+        out.push_back({static_cast<std::uint32_t>(idx[r * kk + c]), score});
+      }
+    }
+  }
+
+  at::Tensor slot_tensor(const std::vector<std::uint32_t>& slots) const {
+    at::Tensor index = at::empty({static_cast<std::int64_t>(slots.size())}, at::kLong);
+    std::copy(slots.begin(), slots.end(), index.data_ptr<std::int64_t>());
+    return index.to(device_);
+  }
+
+  at::Tensor mask_tensor(const SlotMask& allowed) const {
+    at::Tensor mask = at::zeros({used_}, at::kBool);
+    const std::int64_t n = std::min<std::int64_t>(used_, static_cast<std::int64_t>(allowed.size()));
+    std::copy_n(allowed.data(), n, reinterpret_cast<std::uint8_t*>(mask.data_ptr<bool>()));
+    return mask.to(device_);
+  }
+
+  // Storage for at least `rows` rows (doubling, so that n inserts copy O(n) rows in all).
+  void reserve(std::int64_t rows) {
+    const std::int64_t capacity = rows_.defined() ? rows_.size(0) : 0;
+    if (rows <= capacity) return;
+    const std::int64_t grown = std::max(rows, capacity * 2);
+    const auto options = at::TensorOptions().device(device_);
+    at::Tensor new_rows = at::zeros({grown, dim_}, options.dtype(dtype_));
+    at::Tensor new_live = at::zeros({grown}, options.dtype(at::kBool));
+    at::Tensor new_norms = at::zeros({metric_ == Metric::l2 ? grown : 0}, options.dtype(at::kFloat));
+    if (capacity) {
+      new_rows.narrow(0, 0, capacity).copy_(rows_);
+      new_live.narrow(0, 0, capacity).copy_(live_);
+      if (metric_ == Metric::l2) new_norms.narrow(0, 0, capacity).copy_(norms_);
+    }
+    rows_ = std::move(new_rows);
+    live_ = std::move(new_live);
+    norms_ = std::move(new_norms);
+  }
+
+  Metric metric_;
+  std::int64_t dim_;
+  c10::Device device_;
+  at::ScalarType dtype_ = at::kFloat;
+  at::Tensor rows_, live_, norms_;  // [capacity, dim], [capacity] bool, [capacity] |row|^2 (l2 only)
+  std::int64_t used_ = 0;           // rows [0, used_) may be live
+};
+
+}  // namespace
+
+std::unique_ptr<VectorBackend> make_exact_backend(Metric metric, std::size_t dim, const ExactOptions& options) {
+  return std::make_unique<ExactBackend>(metric, dim, options);
+}
+
+}  // namespace flowline::vector_index

@@ -1,0 +1,184 @@
+// The hnsw backend: hnswlib's graph (Debian's libhnswlib-dev, header-only) on the CPU, labels = slots.
+// Updates re-insert a label (hnswlib updates its vector and links); deletes mark it deleted, so it is never
+// returned, and a later set() of the slot revives it.
+//
+// Filters: hnswlib 0.6 searches without a predicate, so a filter is applied after the search (post-filter),
+// widening the search (k x 4 each round) until k allowed rows are found or the whole index was asked for.
+// When the filter allows few rows (at most a tenth of the live ones, or fewer than 4,096), those rows are
+// scored exactly instead: recall 1 and cheaper than a wide graph search.
+#include "backend.hpp"
+
+#include "flowline/error.hpp"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#if FLOWLINE_HAVE_HNSWLIB
+#include <hnswlib/hnswlib.h>
+#endif
+
+#include <algorithm>
+#include <cmath>
+
+namespace flowline::vector_index {
+
+#if FLOWLINE_HAVE_HNSWLIB
+
+bool hnsw_available() { return true; }
+
+namespace {
+
+class HnswBackend : public VectorBackend {
+ public:
+  HnswBackend(Metric metric, std::size_t dim, const HnswOptions& options)
+      : metric_(metric), dim_(dim), options_(options) {
+    if (metric == Metric::l2) {
+      space_ = std::make_unique<hnswlib::L2Space>(dim);
+    } else {
+      space_ = std::make_unique<hnswlib::InnerProductSpace>(dim);
+    }
+    reset();
+  }
+
+  const char* name() const override { return "hnsw"; }
+  std::string where() const override {
+    return fmt::format("cpu, fp32, M {}, ef_construction {}, ef_search {}", options_.m, options_.ef_construction,
+                       options_.ef_search);
+  }
+
+  void set(const std::vector<std::uint32_t>& slots, const at::Tensor& rows) override {
+    const at::Tensor r = rows.contiguous();
+    const std::size_t needed = graph_->cur_element_count + slots.size();
+    if (needed > graph_->max_elements_) graph_->resizeIndex(std::max(needed, graph_->max_elements_ * 2));
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      graph_->addPoint(r[static_cast<std::int64_t>(i)].data_ptr<float>(), slots[i]);
+      if (slots[i] >= live_.size()) live_.resize(slots[i] + 1, 0);
+      live_count_ += live_[slots[i]] ? 0 : 1;
+      live_[slots[i]] = 1;
+    }
+  }
+
+  void remove(const std::vector<std::uint32_t>& slots) override {
+    for (const std::uint32_t slot : slots) {
+      if (slot >= live_.size() || !live_[slot]) continue;
+      graph_->markDelete(slot);
+      live_[slot] = 0;
+      --live_count_;
+    }
+  }
+
+  void clear() override { reset(); }
+
+  at::Tensor get(const std::vector<std::uint32_t>& slots) const override {
+    at::Tensor out = at::empty({static_cast<std::int64_t>(slots.size()), static_cast<std::int64_t>(dim_)}, at::kFloat);
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      const std::vector<float> row = graph_->template getDataByLabel<float>(slots[i]);
+      std::copy(row.begin(), row.end(), out[static_cast<std::int64_t>(i)].data_ptr<float>());
+    }
+    return out;
+  }
+
+  std::vector<std::vector<Hit>> search(const at::Tensor& queries, std::size_t k, const SlotMask* allowed,
+                                       std::size_t allowed_count) override {
+    const at::Tensor q = queries.contiguous();
+    std::vector<std::vector<Hit>> hits(static_cast<std::size_t>(q.size(0)));
+    if (live_count_ == 0 || k == 0) return hits;
+    const bool few = allowed && (allowed_count * 10 <= live_count_ || allowed_count < 4096);
+    for (std::int64_t i = 0; i < q.size(0); ++i) {
+      const float* query = q[i].data_ptr<float>();
+      hits[static_cast<std::size_t>(i)] = few ? scan(query, k, *allowed) : graph_search(query, k, allowed);
+    }
+    return hits;
+  }
+
+  std::size_t bytes() const override {
+    // The level-0 block (vectors and links) plus the upper levels' links, as hnswlib allocates them.
+    std::size_t total = graph_->max_elements_ * graph_->size_data_per_element_;
+    for (std::size_t i = 0; i < graph_->cur_element_count; ++i) {
+      if (graph_->element_levels_[i] > 0) {
+        total += graph_->size_links_per_element_ * static_cast<std::size_t>(graph_->element_levels_[i]);
+      }
+    }
+    return total + live_.size();
+  }
+
+ private:
+  float score_of(float distance) const {
+    // hnswlib's distances: 1 - q.v for the inner product, the squared distance for l2.
+    return metric_ == Metric::l2 ? std::sqrt(std::max(0.0f, distance)) : 1.0f - distance;
+  }
+
+  std::vector<Hit> graph_search(const float* query, std::size_t k, const SlotMask* allowed) {
+    for (std::size_t asked = k;; asked = std::min(asked * 4, live_count_)) {
+      graph_->setEf(std::max(options_.ef_search, asked));
+      auto found = graph_->searchKnn(query, asked);
+      std::vector<Hit> out;
+      out.reserve(found.size());
+      for (; !found.empty(); found.pop()) {
+        const auto [distance, label] = found.top();
+        const auto slot = static_cast<std::uint32_t>(label);
+        if (!allowed || (slot < allowed->size() && (*allowed)[slot])) out.push_back({slot, score_of(distance)});
+      }
+      std::reverse(out.begin(), out.end());  // the queue pops the farthest first
+      if (out.size() >= k || asked >= live_count_) {
+        if (out.size() > k) out.resize(k);
+        return out;
+      }
+    }
+  }
+
+  // Exact scores of the allowed live rows.
+  std::vector<Hit> scan(const float* query, std::size_t k, const SlotMask& allowed) const {
+    std::vector<Hit> out;
+    const auto distance = space_->get_dist_func();
+    void* param = space_->get_dist_func_param();
+    for (std::size_t slot = 0; slot < std::min(allowed.size(), live_.size()); ++slot) {
+      if (!allowed[slot] || !live_[slot]) continue;
+      const auto internal = graph_->label_lookup_.at(slot);
+      out.push_back(
+          {static_cast<std::uint32_t>(slot), score_of(distance(query, graph_->getDataByInternalId(internal), param))});
+    }
+    const bool higher = higher_is_better(metric_);
+    const auto better = [higher](const Hit& a, const Hit& b) { return higher ? a.score > b.score : a.score < b.score; };
+    const std::size_t kept = std::min(k, out.size());
+    std::partial_sort(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(kept), out.end(), better);
+    out.resize(kept);
+    return out;
+  }
+
+  void reset() {
+    graph_ =
+        std::make_unique<hnswlib::HierarchicalNSW<float>>(space_.get(), 1024, options_.m, options_.ef_construction);
+    graph_->setEf(options_.ef_search);
+    live_.clear();
+    live_count_ = 0;
+  }
+
+  Metric metric_;
+  std::size_t dim_;
+  HnswOptions options_;
+  std::unique_ptr<hnswlib::SpaceInterface<float>> space_;
+  std::unique_ptr<hnswlib::HierarchicalNSW<float>> graph_;
+  SlotMask live_;
+  std::size_t live_count_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<VectorBackend> make_hnsw_backend(Metric metric, std::size_t dim, const HnswOptions& options) {
+  return std::make_unique<HnswBackend>(metric, dim, options);
+}
+
+#else
+
+bool hnsw_available() { return false; }
+
+std::unique_ptr<VectorBackend> make_hnsw_backend(Metric, std::size_t, const HnswOptions&) {
+  throw Error(
+      "backend 'hnsw': this flowline was built without hnswlib (Debian: apt-get install libhnswlib-dev, then "
+      "rebuild); use backend 'exact'");
+}
+
+#endif
+
+}  // namespace flowline::vector_index

@@ -1,0 +1,235 @@
+// One index replica's documents, vectors and workspace (store.hpp).
+#include "store.hpp"
+
+#include "flowline/error.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <unordered_set>
+
+namespace flowline::vector_index {
+
+class Store::Replayer : public Replay {
+ public:
+  explicit Replayer(Store& store) : store_(store) {}
+  void header(std::size_t dim, Metric) override { store_.ensure_backend(dim); }
+  void upsert(std::vector<Entry> entries, const at::Tensor& rows) override {
+    store_.apply_upsert(std::move(entries), store_.prepared(rows));
+  }
+  void remove(const std::vector<std::string>& ids) override { store_.apply_remove(ids); }
+  void clear() override { store_.apply_clear(); }
+
+ private:
+  Store& store_;
+};
+
+Store::Store(StoreOptions options) : options_(std::move(options)) {
+  if (options_.backend != "exact" && options_.backend != "hnsw") {
+    throw Error(fmt::format("backend '{}': expected exact or hnsw", options_.backend));
+  }
+  if (options_.backend == "hnsw") make_hnsw_backend(options_.metric, 1, options_.hnsw);  // fails early if absent
+  if (options_.dim) ensure_backend(options_.dim);
+  if (!options_.workspace) return;
+  const auto started = std::chrono::steady_clock::now();
+  workspace_ = std::make_unique<Workspace>(*options_.workspace);
+  Replayer replayer(*this);
+  workspace_->load(replayer, options_.dim, options_.metric);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  spdlog::info("workspace {}: {} documents of {} dimensions loaded in {:.2f} s", workspace_->folder().string(), size(),
+               dim_, s);
+}
+
+Store::~Store() = default;
+
+void Store::ensure_backend(std::size_t dim) {
+  if (backend_) {
+    if (dim != dim_) throw Error(fmt::format("vectors of {} dimensions in an index of {}", dim, dim_));
+    return;
+  }
+  if (dim == 0) throw Error("a vector of 0 dimensions");
+  dim_ = dim;
+  backend_ = options_.backend == "hnsw" ? make_hnsw_backend(options_.metric, dim, options_.hnsw)
+                                        : make_exact_backend(options_.metric, dim, options_.exact);
+}
+
+at::Tensor Store::prepared(at::Tensor rows) const {
+  c10::InferenceMode guard;
+  rows = rows.to(at::kCPU, at::kFloat).contiguous();
+  if (options_.metric == Metric::cosine) {
+    rows = rows / rows.norm(2, {1}, /*keepdim=*/true).clamp_min(1e-12);
+  }
+  return rows.contiguous();
+}
+
+void Store::upsert(std::vector<Entry> entries, at::Tensor rows) {
+  if (entries.empty()) return;
+  if (rows.dim() != 2 || rows.size(0) != static_cast<std::int64_t>(entries.size())) {
+    throw Error("upsert: one row per document expected");
+  }
+  ensure_backend(static_cast<std::size_t>(rows.size(1)));
+  std::unordered_set<std::string_view> seen;
+  for (const Entry& e : entries) {
+    if (!seen.insert(e.id).second) {
+      throw Error(
+          fmt::format("document id '{}' appears twice in one request: an index holds one document per id", e.id));
+    }
+  }
+  rows = prepared(std::move(rows));
+  if (!rows.isfinite().all().item<bool>()) throw Error("an embedding holds NaN or infinity: nothing was indexed");
+  if (workspace_) {
+    std::vector<const Entry*> logged;
+    logged.reserve(entries.size());
+    for (const Entry& e : entries) logged.push_back(&e);
+    workspace_->log_upsert(logged, rows);
+  }
+  apply_upsert(std::move(entries), rows);
+  maybe_snapshot();
+}
+
+void Store::apply_upsert(std::vector<Entry> entries, const at::Tensor& rows) {
+  if (!backend_) ensure_backend(static_cast<std::size_t>(rows.size(1)));
+  std::vector<std::uint32_t> slots;
+  slots.reserve(entries.size());
+  for (Entry& e : entries) {
+    std::uint32_t slot = 0;
+    if (const auto it = by_id_.find(e.id); it != by_id_.end()) {
+      slot = it->second;
+    } else if (!free_.empty()) {
+      slot = free_.back();
+      free_.pop_back();
+    } else {
+      slot = static_cast<std::uint32_t>(slots_.size());
+      slots_.emplace_back();
+    }
+    by_id_[e.id] = slot;
+    slots_[slot] = std::move(e);
+    slots.push_back(slot);
+  }
+  backend_->set(slots, rows);
+}
+
+const Entry* Store::find(const std::string& id) const {
+  const auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : &*slots_[it->second];
+}
+
+at::Tensor Store::vector_of(const std::string& id) const { return backend_->get({by_id_.at(id)})[0]; }
+
+std::vector<bool> Store::remove(const std::vector<std::string>& ids) {
+  std::vector<bool> found(ids.size());
+  std::vector<std::string> present;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    found[i] = by_id_.contains(ids[i]);
+    if (found[i]) present.push_back(ids[i]);
+  }
+  if (present.empty()) return found;
+  if (workspace_) workspace_->log_remove(present);
+  apply_remove(present);
+  maybe_snapshot();
+  return found;
+}
+
+void Store::apply_remove(const std::vector<std::string>& ids) {
+  std::vector<std::uint32_t> slots;
+  for (const auto& id : ids) {
+    const auto it = by_id_.find(id);
+    if (it == by_id_.end()) continue;
+    slots.push_back(it->second);
+    slots_[it->second].reset();
+    free_.push_back(it->second);
+    by_id_.erase(it);
+  }
+  if (backend_) backend_->remove(slots);
+}
+
+void Store::clear() {
+  if (workspace_) workspace_->log_clear();
+  apply_clear();
+}
+
+void Store::apply_clear() {
+  slots_.clear();
+  free_.clear();
+  by_id_.clear();
+  if (backend_) backend_->clear();
+}
+
+std::vector<std::vector<Match>> Store::search(at::Tensor queries, std::size_t k, const Filter* filter) {
+  const auto n = static_cast<std::size_t>(queries.size(0));
+  std::vector<std::vector<Match>> out(n);
+  if (!backend_ || by_id_.empty()) return out;
+  if (queries.size(1) != static_cast<std::int64_t>(dim_)) {
+    throw Error(fmt::format("a query of {} dimensions; the index holds vectors of {}", queries.size(1), dim_));
+  }
+  queries = prepared(std::move(queries));
+  SlotMask allowed;
+  std::size_t allowed_count = 0;
+  const bool filtered = filter && !filter->empty();
+  if (filtered) {
+    allowed.assign(slots_.size(), 0);
+    for (std::size_t slot = 0; slot < slots_.size(); ++slot) {
+      const auto& e = slots_[slot];
+      if (e && filter->matches(FilterTarget{e->id, e->text, e->uri, e->tags})) {
+        allowed[slot] = 1;
+        ++allowed_count;
+      }
+    }
+    if (allowed_count == 0) return out;
+  }
+  const auto hits = backend_->search(queries, k, filtered ? &allowed : nullptr, allowed_count);
+  for (std::size_t q = 0; q < n; ++q) {
+    for (const Hit& hit : hits[q]) {
+      if (hit.slot < slots_.size() && slots_[hit.slot]) out[q].push_back({&*slots_[hit.slot], hit.slot, hit.score});
+    }
+  }
+  return out;
+}
+
+at::Tensor Store::rows_of(const std::vector<Match>& matches) const {
+  std::vector<std::uint32_t> slots;
+  slots.reserve(matches.size());
+  for (const Match& m : matches) slots.push_back(m.slot);
+  return backend_->get(slots);
+}
+
+void Store::snapshot() {
+  if (!workspace_) return;
+  const auto started = std::chrono::steady_clock::now();
+  workspace_->snapshot(dim_, options_.metric, [&](const Workspace::Emit& emit) {
+    std::vector<const Entry*> entries;
+    std::vector<std::uint32_t> slots;
+    const auto flush = [&] {
+      if (entries.empty()) return;
+      emit(entries, backend_->get(slots));
+      entries.clear();
+      slots.clear();
+    };
+    for (std::size_t slot = 0; slot < slots_.size(); ++slot) {
+      if (!slots_[slot]) continue;
+      entries.push_back(&*slots_[slot]);
+      slots.push_back(static_cast<std::uint32_t>(slot));
+      if (entries.size() == 4096) flush();
+    }
+    flush();
+  });
+  spdlog::info("workspace {}: snapshot of {} documents written in {:.2f} s", workspace_->folder().string(), size(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+}
+
+void Store::maybe_snapshot() {
+  if (workspace_ && workspace_->log_bytes() >= options_.snapshot_log_bytes) snapshot();
+}
+
+std::size_t Store::bytes() const {
+  std::size_t total = backend_ ? backend_->bytes() : 0;
+  for (const auto& e : slots_) {
+    if (e) total += sizeof(Entry) + e->id.capacity() + e->text.capacity() + e->uri.capacity() + e->tags.size() * 64;
+  }
+  return total + by_id_.size() * 64;
+}
+
+}  // namespace flowline::vector_index

@@ -1,0 +1,251 @@
+// The VectorIndex executor: Jina's indexer endpoints over a Store (store.hpp), which holds the documents,
+// their vectors in a backend, and the workspace that makes changes durable.
+#include "flowline/vector_index/vector_index.hpp"
+
+#include "store.hpp"
+
+#include "flowline/error.hpp"
+#include "flowline/executor.hpp"
+#include "flowline/torch_support.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+
+namespace flowline::vector_index {
+namespace {
+
+Metric parse_metric(const std::string& name) {
+  if (name == "cosine") return Metric::cosine;
+  if (name == "inner_product" || name == "ip") return Metric::inner_product;
+  return Metric::l2;  // "l2", "euclidean" (the spec's choices allow nothing else)
+}
+
+// A request's integer parameter: Jina's clients send integers as JSON numbers that may arrive as doubles
+// (they pass through protobuf's Struct), so a whole double is accepted.
+std::size_t count_parameter(const RequestInfo& request, const char* key, std::size_t fallback, std::size_t min) {
+  const auto* v = request.parameters.if_contains(key);
+  if (!v || v->is_null()) return fallback;
+  double value = -1;
+  if (v->is_int64()) value = static_cast<double>(v->get_int64());
+  if (v->is_uint64()) value = static_cast<double>(v->get_uint64());
+  if (v->is_double()) value = v->get_double();
+  if (value < static_cast<double>(min) || value > 1e9 || std::floor(value) != value) {
+    throw Error(fmt::format("parameter '{}': expected an integer from {} to 1000000000", key, min));
+  }
+  return static_cast<std::size_t>(value);
+}
+
+bool bool_parameter(const RequestInfo& request, const char* key, bool fallback) {
+  const auto* v = request.parameters.if_contains(key);
+  if (!v || v->is_null()) return fallback;
+  if (!v->is_bool()) throw Error(fmt::format("parameter '{}': expected true or false", key));
+  return v->get_bool();
+}
+
+// Document i's embedding as a float row; a clear error when it has none.
+at::Tensor embedding_row(const Document& doc, std::size_t i, std::string_view endpoint) {
+  if (!doc.embedding.defined()) {
+    throw Error(
+        fmt::format("document {} ('{}') has no embedding: {} needs one (put an encoder before the index, "
+                    "or send embeddings)",
+                    i, doc.id, endpoint));
+  }
+  if (doc.embedding.numel() == 0 || doc.embedding.numel() != doc.embedding.size(-1)) {
+    throw Error(fmt::format("document {} ('{}'): its embedding must be one vector, not of shape {}", i, doc.id,
+                            fmt::join(doc.embedding.sizes(), "x")));
+  }
+  return doc.embedding.reshape({-1});
+}
+
+at::Tensor rows_of(const DocumentArray& docs, std::string_view endpoint) {
+  std::vector<at::Tensor> rows;
+  rows.reserve(docs.size());
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    rows.push_back(embedding_row(docs[i], i, endpoint).to(at::kCPU, at::kFloat));
+    if (rows.back().size(0) != rows.front().size(0)) {
+      throw Error(fmt::format("document {} ('{}'): an embedding of {} dimensions after ones of {}", i, docs[i].id,
+                              rows.back().size(0), rows.front().size(0)));
+    }
+  }
+  return at::stack(rows);
+}
+
+class VectorIndex : public Executor {
+ public:
+  static ExecutorSpec spec() {
+    ExecutorSpec spec{
+        "VectorIndex",
+        "Index documents' embeddings and find each query's nearest (exact on a GPU or CPU, or HNSW), durably",
+        {ParamSpec::optional("workspace", ParamType::Path, "",
+                             "folder holding the index (log and snapshots); empty: in memory only, lost at exit"),
+         ParamSpec::choice("metric", {"cosine", "inner_product", "ip", "l2", "euclidean"}, "cosine",
+                           "how matches are scored (cosine and inner_product: higher is better; l2: a distance)"),
+         ParamSpec::choice("backend", {"exact", "hnsw"}, "exact",
+                           "exact: every vector scored (GPU or CPU); hnsw: hnswlib's graph on the CPU"),
+         ParamSpec::optional("device", ParamType::String, "",
+                             "exact backend: cpu, cuda, cuda:N or auto; empty: the executor's device in the flow"),
+         ParamSpec::choice("dtype", {"auto", "fp32", "fp16"}, "auto",
+                           "exact backend: how vectors are stored (auto: fp16 on a GPU, fp32 on the CPU)"),
+         ParamSpec::optional("dim", ParamType::Int, 0, "vector size (0: the first indexed vectors settle it)").min(0),
+         ParamSpec::optional("limit", ParamType::Int, 10, "matches per query (a request's 'limit' overrides it)")
+             .min(1),
+         ParamSpec::optional("return_embeddings", ParamType::Bool, false, "matches carry their embeddings"),
+         ParamSpec::optional("m", ParamType::Int, 16, "hnsw: graph degree").min(2),
+         ParamSpec::optional("ef_construction", ParamType::Int, 200, "hnsw: candidates while inserting").min(1),
+         ParamSpec::optional("ef_search", ParamType::Int, 64, "hnsw: candidates while searching (at least limit)")
+             .min(1),
+         ParamSpec::optional("snapshot_mb", ParamType::Int, 256,
+                             "write a snapshot (and empty the log) once the log holds this many MiB")
+             .min(1)},
+        {"/index", "/search", "/update", "/delete", "/clear", "/status"},
+    };
+    spec.default_endpoint = false;
+    spec.max_replicas = 1;
+    return spec;
+  }
+
+  explicit VectorIndex(const ExecutorContext& context) : Executor(context) {
+    StoreOptions options;
+    options.metric = parse_metric(params().get<std::string>("metric"));
+    options.dim = params().get<std::size_t>("dim");
+    options.backend = params().get<std::string>("backend");
+    const c10::Device device = executor_device(params().get<std::string>("device"), runtime().device);
+    options.exact.device = device.str();
+    const std::string dtype = params().get<std::string>("dtype");
+    options.exact.half = dtype == "fp16" || (dtype == "auto" && device.is_cuda());
+    if (options.backend == "hnsw" && device.is_cuda()) {
+      spdlog::warn("executor '{}': the hnsw backend runs on the CPU; its device {} is not used", runtime().name,
+                   device.str());
+    }
+    options.hnsw.m = params().get<std::size_t>("m");
+    options.hnsw.ef_construction = params().get<std::size_t>("ef_construction");
+    options.hnsw.ef_search = params().get<std::size_t>("ef_search");
+    options.snapshot_log_bytes = params().get<std::uint64_t>("snapshot_mb") << 20;
+    const std::string workspace = params().get<std::string>("workspace");
+    if (!workspace.empty()) options.workspace = workspace;
+    limit_ = params().get<std::size_t>("limit");
+    return_embeddings_ = params().get<bool>("return_embeddings");
+    store_ = std::make_unique<Store>(std::move(options));
+    spdlog::info("executor '{}': {} index, metric {}{}, {} documents, {}", runtime().name, store_->backend_name(),
+                 metric_name(store_->metric()), store_->dim() ? fmt::format(", {} dimensions", store_->dim()) : "",
+                 store_->size(), workspace.empty() ? "in memory only" : fmt::format("workspace {}", workspace));
+    bind("/index", &VectorIndex::index);
+    bind("/search", &VectorIndex::search);
+    bind("/update", &VectorIndex::update);
+    bind("/delete", &VectorIndex::remove);
+    bind("/clear", &VectorIndex::clear);
+    bind("/status", &VectorIndex::status);
+  }
+
+  void close() override { store_->snapshot(); }
+
+ private:
+  static Entry entry_of(const Document& doc) { return Entry{doc.id, doc.text, doc.uri, doc.tags}; }
+
+  void index(DocumentArray& docs) {
+    if (docs.empty()) return;
+    at::Tensor rows = rows_of(docs, "/index");
+    std::vector<Entry> entries;
+    entries.reserve(docs.size());
+    for (const Document& doc : docs) entries.push_back(entry_of(doc));
+    store_->upsert(std::move(entries), std::move(rows));
+    metrics().add("indexed", static_cast<double>(docs.size()));
+  }
+
+  // Changes stored documents: the fields a document carries (text, uri, tags, embedding) replace the stored
+  // ones; the others stay. Every id must be in the index, or nothing changes.
+  void update(DocumentArray& docs) {
+    std::vector<std::string> missing;
+    for (const Document& doc : docs) {
+      if (!store_->find(doc.id)) missing.push_back(doc.id);
+    }
+    if (!missing.empty()) {
+      throw Error(fmt::format(
+          "/update: {} of {} documents are not in the index (ids {}); nothing was changed", missing.size(), docs.size(),
+          fmt::join(missing.begin(),
+                    missing.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(missing.size(), 10)), ", ")));
+    }
+    std::vector<Entry> entries;
+    std::vector<at::Tensor> rows;
+    for (std::size_t i = 0; i < docs.size(); ++i) {
+      const Document& doc = docs[i];
+      Entry e = *store_->find(doc.id);
+      if (!doc.text.empty()) e.text = doc.text;
+      if (!doc.uri.empty()) e.uri = doc.uri;
+      if (!doc.tags.empty()) e.tags = doc.tags;
+      rows.push_back(doc.embedding.defined() ? embedding_row(doc, i, "/update").to(at::kCPU, at::kFloat)
+                                             : store_->vector_of(doc.id));
+      entries.push_back(std::move(e));
+    }
+    if (!entries.empty()) store_->upsert(std::move(entries), at::stack(rows));
+  }
+
+  void remove(DocumentArray& docs) {
+    std::vector<std::string> ids;
+    ids.reserve(docs.size());
+    for (const Document& doc : docs) ids.push_back(doc.id);
+    const std::vector<bool> found = store_->remove(ids);
+    for (std::size_t i = 0; i < docs.size(); ++i) docs[i].tags["deleted"] = static_cast<bool>(found[i]);
+  }
+
+  void clear(DocumentArray&) { store_->clear(); }
+
+  void search(DocumentArray& docs, const RequestInfo& request) {
+    if (docs.empty()) return;
+    const std::size_t limit = count_parameter(request, "limit", limit_, 1);
+    const bool with_embeddings = bool_parameter(request, "return_embeddings", return_embeddings_);
+    std::optional<Filter> filter;
+    if (const auto* spec = request.parameters.if_contains("filter"); spec && !spec->is_null()) {
+      filter = Filter::parse(*spec, "parameter 'filter'");
+    }
+    const auto found = store_->search(rows_of(docs, "/search"), limit, filter ? &*filter : nullptr);
+    const char* score_name = metric_name(store_->metric());
+    for (std::size_t q = 0; q < docs.size(); ++q) {
+      DocumentArray matches;
+      matches.reserve(found[q].size());
+      const at::Tensor rows = with_embeddings ? store_->rows_of(found[q]) : at::Tensor();
+      for (std::size_t j = 0; j < found[q].size(); ++j) {
+        const Match& m = found[q][j];
+        Document& match = matches.push_back(Document());
+        match.id = m.entry->id;
+        match.text = m.entry->text;
+        match.uri = m.entry->uri;
+        match.tags = m.entry->tags;
+        match.scores[score_name] = m.score;
+        if (with_embeddings) match.embedding = rows[static_cast<std::int64_t>(j)];
+      }
+      docs[q].matches = std::move(matches);
+    }
+    metrics().add("queries", static_cast<double>(docs.size()));
+  }
+
+  // One document whose tags describe the index (or, when the request carries documents, those tags on each).
+  void status(DocumentArray& docs) {
+    boost::json::object tags{{"count", store_->size()},
+                             {"dimension", store_->dim()},
+                             {"metric", metric_name(store_->metric())},
+                             {"backend", store_->backend_name()},
+                             {"where", store_->backend() ? store_->backend()->where() : std::string("(empty)")},
+                             {"bytes", store_->bytes()},
+                             {"workspace", store_->workspace() ? store_->workspace()->folder().string() : ""}};
+    if (docs.empty()) docs.push_back(Document());
+    for (Document& doc : docs) {
+      for (const auto& kv : tags) doc.tags[kv.key()] = kv.value();
+    }
+  }
+
+  std::unique_ptr<Store> store_;
+  std::size_t limit_ = 10;
+  bool return_embeddings_ = false;
+};
+
+}  // namespace
+
+void register_vector_index(Registry& registry) { registry.add<VectorIndex>("flowline::vector_index"); }
+
+}  // namespace flowline::vector_index

@@ -1,0 +1,275 @@
+// The VectorIndex's behaviours, the same for every backend (exact on the CPU, hnsw, and exact on a GPU when
+// there is one): add, search against brute force, filter, update, delete, clear, restart on a workspace; and
+// its workspace's guarantees: damaged files named with their offset, a torn log tail cut, one writer.
+#include "index_fixtures.hpp"
+
+#include <ATen/ATen.h>
+#include <boost/json.hpp>
+
+#include <fstream>
+
+using namespace flowline;
+using namespace index_test;
+using flowline::testing::contains;
+namespace fs = std::filesystem;
+namespace json = boost::json;
+
+TEST_CASE("every backend finds the true nearest documents, best first, with the metric's score", "[index]") {
+  const Backend backend = GENERATE(from_range(backends()));
+  const Corpus corpus(2000, 32);
+  IndexFlow index(backend);
+  index.post("/index", corpus.documents());
+  const DocumentArray queries = corpus.queries(20);
+  const DocumentArray out = index.post("/search", queries, json::object{{"limit", 10}});
+  REQUIRE(out.size() == 20);
+  std::size_t found = 0;
+  for (std::size_t q = 0; q < out.size(); ++q) {
+    const std::vector<std::string> truth = corpus.nearest(queries[q].embedding, 10);
+    REQUIRE(out[q].matches.size() == 10);
+    float previous = 2;
+    for (const Document& match : out[q].matches) {
+      const float score = match.scores.at("cosine");
+      CHECK(score <= previous + 1e-6f);  // best first
+      previous = score;
+      found += std::count(truth.begin(), truth.end(), match.id);
+      // The stored text and tags come back with the match.
+      const std::size_t i = std::stoul(match.id.substr(4));
+      CHECK(match.text == corpus.text(i));
+      CHECK(match.tags.at("group").as_int64() == static_cast<std::int64_t>(i % 5));
+    }
+  }
+  const double recall = static_cast<double>(found) / (10.0 * out.size());
+  INFO(backend.name << " recall@10 " << recall);
+  CHECK(recall >= (backend.exact ? 1.0 : 0.95));
+}
+
+TEST_CASE("a filter on tags returns only the documents it matches, on every backend", "[index]") {
+  const Backend backend = GENERATE(from_range(backends()));
+  const Corpus corpus(2000, 32);
+  IndexFlow index(backend);
+  index.post("/index", corpus.documents());
+  const json::value filter = json::parse(R"({"group": {"$in": [1, 3]}, "$or": [{"even": true}, {"n": {"$lt": 100}}]})");
+  const auto allowed = [](std::size_t i) { return (i % 5 == 1 || i % 5 == 3) && (i % 2 == 0 || i < 100); };
+  const DocumentArray queries = corpus.queries(10);
+  const DocumentArray out = index.post("/search", queries, json::object{{"limit", 5}, {"filter", filter}});
+  for (std::size_t q = 0; q < out.size(); ++q) {
+    const auto truth = corpus.nearest(queries[q].embedding, 5, allowed);
+    REQUIRE(out[q].matches.size() == 5);
+    std::size_t found = 0;
+    for (const Document& match : out[q].matches) {
+      CHECK(allowed(std::stoul(match.id.substr(4))));
+      found += std::count(truth.begin(), truth.end(), match.id);
+    }
+    CHECK(found >= (backend.exact ? 5u : 4u));
+  }
+  // A narrow filter (one document) and one that matches nothing.
+  const DocumentArray one = index.post("/search", queries, json::object{{"filter", json::object{{"tags.n", 7}}}});
+  REQUIRE(one[0].matches.size() == 1);
+  CHECK(one[0].matches[0].id == "doc-7");
+  const DocumentArray none = index.post("/search", queries, json::object{{"filter", json::object{{"n", -1}}}});
+  CHECK(none[0].matches.empty());
+}
+
+TEST_CASE("update, delete and clear change what a search finds, on every backend", "[index]") {
+  const Backend backend = GENERATE(from_range(backends()));
+  const Corpus corpus(500, 16);
+  IndexFlow index(backend);
+  index.post("/index", corpus.documents());
+  DocumentArray query = corpus.queries(1);
+  // Move doc-3 onto the query: it becomes the best match.
+  Document moved("moved text");
+  moved.id = "doc-3";
+  moved.embedding = query[0].embedding.clone();
+  index.post("/update", one_document(moved));
+  DocumentArray out = index.post("/search", query, json::object{{"limit", 3}});
+  REQUIRE(!out[0].matches.empty());
+  CHECK(out[0].matches[0].id == "doc-3");
+  CHECK(out[0].matches[0].text == "moved text");
+  CHECK(std::abs(out[0].matches[0].scores.at("cosine") - 1.0f) < 1e-3f);
+  CHECK(out[0].matches[0].tags.at("group").as_int64() == 3);  // tags not sent: kept
+  // Tags alone: the vector stays.
+  Document retagged;
+  retagged.id = "doc-3";
+  retagged.tags["group"] = 42;
+  index.post("/update", one_document(retagged));
+  out = index.post("/search", query, json::object{{"limit", 1}, {"filter", json::object{{"group", 42}}}});
+  REQUIRE(out[0].matches.size() == 1);
+  CHECK(out[0].matches[0].id == "doc-3");
+  CHECK(out[0].matches[0].text == "moved text");
+  // An update of an unknown id changes nothing.
+  Document unknown;
+  unknown.id = "nope";
+  CHECK_THROWS_WITH(index.post("/update", one_document(unknown)),
+                    contains("not in the index (ids nope); nothing was changed"));
+  // Delete: gone from searches, and each document says whether it was there.
+  DocumentArray doomed;
+  for (const char* id : {"doc-3", "never-indexed"}) {
+    doomed.push_back(Document()).id = id;
+  }
+  const DocumentArray deleted = index.post("/delete", doomed);
+  CHECK(deleted[0].tags.at("deleted").as_bool());
+  CHECK_FALSE(deleted[1].tags.at("deleted").as_bool());
+  out = index.post("/search", query, json::object{{"limit", 500}});
+  CHECK(out[0].matches.size() == 499);
+  for (const Document& m : out[0].matches) CHECK(m.id != "doc-3");
+  CHECK(index.status().at("count").as_uint64() == 499);
+  // Re-indexing a deleted id brings it back, once.
+  index.post("/index", one_document(moved));
+  out = index.post("/search", query, json::object{{"limit", 500}});
+  CHECK(out[0].matches.size() == 500);
+  CHECK(out[0].matches[0].id == "doc-3");
+  // Indexing an id again replaces it: still one document per id.
+  index.post("/index", corpus.documents());
+  CHECK(index.status().at("count").as_uint64() == 500);
+  index.post("/clear", one_document(Document()));
+  CHECK(index.status().at("count").as_uint64() == 0);
+  CHECK(index.post("/search", query)[0].matches.empty());
+}
+
+TEST_CASE("/status reports count, dimension, metric and backend; other endpoints pass through", "[index]") {
+  const Corpus corpus(100, 8);
+  IndexFlow index(backends().front(), json::object{{"metric", "l2"}});
+  index.post("/index", corpus.documents());
+  const json::object status = index.status();
+  CHECK(status.at("count").as_uint64() == 100);
+  CHECK(status.at("dimension").as_uint64() == 8);
+  CHECK(status.at("metric").as_string() == "l2");
+  CHECK(status.at("backend").as_string() == "exact");
+  CHECK(status.at("bytes").as_uint64() >= 100 * 8 * 4);
+  // l2: the score is a distance, smallest first; the nearest of a stored vector is itself at distance 0.
+  const DocumentArray out = index.post("/search", one_document(corpus.documents()[5]), json::object{{"limit", 3}});
+  CHECK(out[0].matches[0].id == "doc-5");
+  CHECK(out[0].matches[0].scores.at("l2") < 1e-3f);
+  CHECK(out[0].matches[1].scores.at("l2") >= out[0].matches[0].scores.at("l2"));
+  const DocumentArray passed = index.post("/encode", corpus.queries(2));
+  CHECK(passed.size() == 2);
+  CHECK(passed[0].matches.empty());
+}
+
+TEST_CASE("bad requests to the index fail naming the document or the filter, and store nothing", "[index]") {
+  const Corpus corpus(10, 8);
+  IndexFlow index(backends().front());
+  DocumentArray docs = corpus.documents();
+  docs[4].embedding = at::Tensor();
+  CHECK_THROWS_WITH(index.post("/index", docs), contains("document 4 ('doc-4') has no embedding"));
+  CHECK(index.status().at("count").as_uint64() == 0);
+  docs = corpus.documents();
+  docs[2].id = docs[1].id;
+  CHECK_THROWS_WITH(index.post("/index", docs), contains("'doc-1' appears twice in one request"));
+  index.post("/index", corpus.documents());
+  CHECK_THROWS_WITH(index.post("/index", one_document(Corpus(1, 9).documents()[0])),
+                    contains("vectors of 9 dimensions in an index of 8"));
+  const auto search_with = [&](const char* filter) {
+    index.post("/search", corpus.queries(1), json::object{{"filter", json::parse(filter)}});
+  };
+  CHECK_THROWS_WITH(search_with(R"({"group": {"$regex": "a"}})"),
+                    contains("parameter 'filter'.group: unknown operator '$regex'; expected one of $eq $ne"));
+  CHECK_THROWS_WITH(search_with(R"({"$or": [{"n": 1}, 3]})"),
+                    contains("parameter 'filter'.$or[1]: expected an object"));
+  CHECK_THROWS_WITH(search_with(R"({"n": {"$in": 3}})"), contains("parameter 'filter'.n.$in: expected a list"));
+  CHECK_THROWS_WITH(index.post("/search", corpus.queries(1), json::object{{"limit", 0}}),
+                    contains("parameter 'limit': expected an integer from 1"));
+  CHECK(index.status().at("count").as_uint64() == 10);
+}
+
+TEST_CASE("an index restarted on its workspace answers as before, every change replayed", "[index]") {
+  const Backend backend = GENERATE(from_range(backends()));
+  const fs::path workspace = fresh_workspace("restart-" + backend.name);
+  const Corpus corpus(1500, 256);  // 1.5 MiB of vectors
+  const DocumentArray queries = corpus.queries(5);
+  DocumentArray before;
+  // snapshot_mb 1: the log passes a snapshot on the way, so both the snapshot and the log are replayed.
+  const json::object with{{"workspace", workspace.string()}, {"snapshot_mb", 1}};
+  {
+    IndexFlow index(backend, with);
+    for (std::size_t first = 0; first < 1500; first += 100) index.post("/index", corpus.documents(first, 100));
+    DocumentArray gone;
+    for (int i = 0; i < 50; ++i) gone.push_back(Document()).id = fmt::format("doc-{}", i * 7);
+    index.post("/delete", gone);
+    Document changed("changed");
+    changed.id = "doc-1";
+    index.post("/update", one_document(changed));
+    before = index.post("/search", queries, json::object{{"limit", 10}});
+    CHECK(fs::exists(workspace / "index.snapshot"));
+  }
+  IndexFlow again(backend, with);
+  CHECK(again.status().at("count").as_uint64() == 1450);
+  const DocumentArray after = again.post("/search", queries, json::object{{"limit", 10}});
+  for (std::size_t q = 0; q < queries.size(); ++q) {
+    REQUIRE(after[q].matches.size() == before[q].matches.size());
+    for (std::size_t j = 0; j < after[q].matches.size(); ++j) {
+      CHECK(after[q].matches[j].id == before[q].matches[j].id);
+      CHECK(after[q].matches[j].text == before[q].matches[j].text);
+    }
+  }
+  const DocumentArray one = again.post("/search", queries, json::object{{"filter", json::object{{"id", "doc-1"}}}});
+  REQUIRE(one[0].matches.size() == 1);
+  CHECK(one[0].matches[0].text == "changed");
+}
+
+TEST_CASE("a damaged workspace stops the index's start naming the file and the byte offset", "[index]") {
+  const Corpus corpus(300, 8);
+  const auto build = [&](const std::string& name) {
+    const fs::path workspace = fresh_workspace(name);
+    IndexFlow index(backends().front(), json::object{{"workspace", workspace.string()}});
+    index.post("/index", corpus.documents(0, 200));  // closed: into the snapshot
+    return workspace;
+  };
+  const auto start_error = [](const fs::path& workspace) -> std::string {
+    try {
+      IndexFlow index(backends().front(), json::object{{"workspace", workspace.string()}});
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "started";
+  };
+  SECTION("a flipped byte in the snapshot") {
+    const fs::path w = build("flipped");
+    flip_byte(w / "index.snapshot", 5000);
+    CHECK_THAT(start_error(w), contains((w / "index.snapshot").string() + ": a record fails its checksum at byte"));
+  }
+  SECTION("a snapshot cut short") {
+    const fs::path w = build("cut");
+    fs::resize_file(w / "index.snapshot", fs::file_size(w / "index.snapshot") - 30);
+    CHECK_THAT(start_error(w), contains("index.snapshot: a record cut short at byte"));
+  }
+  SECTION("a damaged record in the middle of the log") {
+    const fs::path w = build("log-middle");
+    {
+      IndexFlow index(backends().front(), json::object{{"workspace", w.string()}, {"snapshot_mb", 64}});
+      index.post("/index", corpus.documents(200, 50));
+      index.post("/index", corpus.documents(250, 50));
+      // Keep the log: copy it before close() writes a snapshot and empties it.
+      fs::copy_file(w / "index.wal", w / "wal.copy");
+    }
+    fs::rename(w / "wal.copy", w / "index.wal");
+    flip_byte(w / "index.wal", 100);
+    CHECK_THAT(start_error(w), contains("index.wal: a record fails its checksum at byte"));
+  }
+  SECTION("a log whose last record was never finished loses that record only") {
+    const fs::path w = build("torn");
+    {
+      IndexFlow index(backends().front(), json::object{{"workspace", w.string()}, {"snapshot_mb", 64}});
+      index.post("/index", corpus.documents(200, 50));
+      fs::copy_file(w / "index.wal", w / "wal.copy");
+    }
+    fs::rename(w / "wal.copy", w / "index.wal");
+    const auto size = fs::file_size(w / "index.wal");
+    std::ofstream(w / "index.wal", std::ios::app) << std::string("\x40\x00\x00\x00garbage", 11);
+    IndexFlow index(backends().front(), json::object{{"workspace", w.string()}});
+    CHECK(index.status().at("count").as_uint64() == 250);
+    CHECK(fs::file_size(w / "index.wal") <= size + 64);  // cut, then the close's snapshot emptied it
+  }
+}
+
+TEST_CASE("two indexes cannot write one workspace, and the error names the holder", "[index]") {
+  const fs::path w = fresh_workspace("locked");
+  IndexFlow first(backends().front(), json::object{{"workspace", w.string()}});
+  try {
+    IndexFlow second(backends().front(), json::object{{"workspace", w.string()}});
+    FAIL("the second index started");
+  } catch (const std::exception& e) {
+    CHECK_THAT(std::string(e.what()),
+               contains(fmt::format("workspace {} is in use by another index (process {}", w.string(), ::getpid())));
+  }
+}
