@@ -277,6 +277,31 @@ TEST_CASE("Jina's own Python HTTP client posts to flowline serve and gets the en
   check_python_client("jina", "--require-openapi");
 }
 
+TEST_CASE("Jina's own Python client indexes, searches, filters, deletes and updates through an index flow",
+          "[gateway][clients][jina][index]") {
+  SKIP_OR_FAIL_WHEN_MISSING(missing_for_python_clients());
+  const auto dir = testing::scratch_dir("clients jina search");
+  const fs::path flow = dir / "flow.yml";
+  testing::write_text(flow, fmt::format("executors:\n"
+                                        "  - name: encoder\n"
+                                        "    uses: SentenceEncoder\n"
+                                        "    device: cpu\n"
+                                        "    with: {{model: '{}'}}\n"
+                                        "  - name: index\n"
+                                        "    uses: VectorIndex\n"
+                                        "    with: {{workspace: '{}'}}\n",
+                                        kModel.string(), (dir / "workspace").string()));
+  Server server(flow, dir);
+  const auto r = run_client_script(
+      "jina_search_test.py", server,
+      fmt::format("--expect-dim {} --corpus '{}'", kDim, testing::corpus_file("alice-in-wonderland.txt").string()));
+  INFO("jina_search_test.py (exit code " << r.exit_code << "):\n" << r.out << r.err);
+  INFO("flowline serve's output:\n" << server.log());
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, testing::contains("jina_search_test: PASSED"));
+  server.stop_and_check_clean_exit();
+}
+
 TEST_CASE("the openai package's embeddings.create works against flowline serve, float and base64",
           "[gateway][clients][openai]") {
   SKIP_OR_FAIL_WHEN_MISSING(missing_for_python_clients());
