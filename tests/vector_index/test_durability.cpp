@@ -83,6 +83,7 @@ TEST_CASE("an index killed with SIGKILL mid-stream keeps every acknowledged docu
                                         workspace.string(), kDim));
   std::atomic<int> acknowledged{0};  // batches 0 .. acknowledged-1 were answered 200
   std::atomic<bool> failed_early{false};
+  bool writing_snapshot = false;
   {
     IndexServer server(flow, dir, "first");
     std::thread client([&] {
@@ -106,14 +107,22 @@ TEST_CASE("an index killed with SIGKILL mid-stream keeps every acknowledged docu
     const int batches = std::max(1, (wanted ? std::atoi(wanted) : 100000) / kBatch);
     const bool enough = testing::eventually(
         600s, [&] { return acknowledged.load() >= batches || failed_early; }, 5ms);
-    std::this_thread::sleep_for(std::chrono::microseconds(std::random_device()() % 20000));
+    // While a snapshot is being written (index.wal.old exists), the hardest moment: two logs and a
+    // snapshot on the way.
+    const auto step = std::chrono::microseconds(std::random_device()() % 500 + 100);
+    for (const auto until = std::chrono::steady_clock::now() + 10s;
+         !writing_snapshot && std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(step)) {
+      writing_snapshot = fs::exists(workspace / "index.wal.old");
+    }
     server.process().signal(SIGKILL);
     client.join();
     REQUIRE(enough);
     REQUIRE_FALSE(failed_early);
   }
   const int acked = acknowledged.load();
-  INFO(acked << " batches of " << kBatch << " acknowledged before SIGKILL");
+  INFO(acked << " batches of " << kBatch << " acknowledged before SIGKILL"
+             << (writing_snapshot ? ", while a snapshot was being written" : ""));
+  CHECK(writing_snapshot);
   IndexServer restarted(flow, dir, "second");
   const std::uint64_t count = count_of(restarted.port());
   // Every acknowledged batch, plus the one in flight wholly or not at all.

@@ -190,8 +190,9 @@ TEST_CASE("an index restarted on its workspace answers as before, every change r
     changed.id = "doc-1";
     index.post("/update", one_document(changed));
     before = index.post("/search", queries, json::object{{"limit", 10}});
-    CHECK(fs::exists(workspace / "index.snapshot"));
   }
+  CHECK(fs::exists(workspace / "index.snapshot"));
+  CHECK_FALSE(fs::exists(workspace / "index.wal.old"));
   IndexFlow again(backend, with);
   CHECK(again.status().at("count").as_uint64() == 1450);
   const DocumentArray after = again.post("/search", queries, json::object{{"limit", 10}});

@@ -48,9 +48,10 @@ class VectorBackend {
   virtual at::Tensor get(const std::vector<std::uint32_t>& slots) const = 0;
 
   // The best `k` live rows for each query of `queries` (float32 [n, dim], CPU, normalised for cosine), best
-  // first; `allowed` (nullptr: every live row) restricts them. A query gets fewer than k when fewer match.
+  // first; `allowed` (nullptr: every live row; else `allowed_count` rows) restricts them. A query gets fewer
+  // than k when fewer match. `ef`: hnsw's candidate list for this search (0: its ef_search); exact ignores it.
   virtual std::vector<std::vector<Hit>> search(const at::Tensor& queries, std::size_t k, const SlotMask* allowed,
-                                               std::size_t allowed_count) = 0;
+                                               std::size_t allowed_count, std::size_t ef) = 0;
 
   // Memory the vectors and the structure take (device or host), in bytes.
   virtual std::size_t bytes() const = 0;

@@ -28,8 +28,10 @@ const char* metric_name(Metric metric) {
 
 namespace {
 
-// Scores computed at once per block of queries: queries x rows at most this many elements.
-constexpr std::int64_t kBlockElements = std::int64_t{1} << 27;
+// Scores computed at once per block of queries: queries x rows at most this many elements (2 GiB of fp16
+// scores on a GPU, where larger blocks read the stored rows fewer times; 256 MiB on the CPU).
+constexpr std::int64_t kGpuBlockElements = std::int64_t{1} << 30;
+constexpr std::int64_t kCpuBlockElements = std::int64_t{1} << 26;
 
 class ExactBackend : public VectorBackend {
  public:
@@ -53,7 +55,7 @@ class ExactBackend : public VectorBackend {
     c10::InferenceMode guard;
     const std::uint32_t top = *std::max_element(slots.begin(), slots.end());
     reserve(static_cast<std::int64_t>(top) + 1);
-    used_ = std::max<std::int64_t>(used_, static_cast<std::int64_t>(top) + 1);
+    mark(slots, 1);
     const at::Tensor index = slot_tensor(slots);
     const at::Tensor values = rows.to(device_, dtype_);
     rows_.index_copy_(0, index, values);
@@ -64,13 +66,16 @@ class ExactBackend : public VectorBackend {
   void remove(const std::vector<std::uint32_t>& slots) override {
     if (slots.empty()) return;
     c10::InferenceMode guard;
+    mark(slots, 0);
     live_.index_fill_(0, slot_tensor(slots), false);
   }
 
   void clear() override {
     c10::InferenceMode guard;
     live_.zero_();
+    live_host_.clear();
     used_ = 0;
+    dead_ = 0;
   }
 
   at::Tensor get(const std::vector<std::uint32_t>& slots) const override {
@@ -80,30 +85,30 @@ class ExactBackend : public VectorBackend {
   }
 
   std::vector<std::vector<Hit>> search(const at::Tensor& queries, std::size_t k, const SlotMask* allowed,
-                                       std::size_t allowed_count) override {
+                                       std::size_t allowed_count, std::size_t /*ef*/) override {
     c10::InferenceMode guard;
     const std::int64_t n = queries.size(0);
     std::vector<std::vector<Hit>> hits(static_cast<std::size_t>(n));
-    if (used_ == 0 || k == 0 || n == 0) return hits;
-    at::Tensor usable = live_.narrow(0, 0, used_);
-    if (allowed) usable = usable.logical_and(mask_tensor(*allowed));
-    const std::int64_t kk = std::min<std::int64_t>(static_cast<std::int64_t>(k),
-                                                   allowed ? static_cast<std::int64_t>(allowed_count) : used_);
-    if (kk == 0) return hits;
-    const at::Tensor rows = rows_.narrow(0, 0, used_);
-    const at::Tensor blocked = usable.logical_not();
-    const std::int64_t block = std::max<std::int64_t>(1, kBlockElements / used_);
+    const std::int64_t live = used_ - dead_;
+    const std::int64_t usable = allowed ? static_cast<std::int64_t>(allowed_count) : live;
+    const std::int64_t kk = std::min<std::int64_t>(static_cast<std::int64_t>(k), usable);
+    if (kk <= 0 || n == 0) return hits;
+    at::Tensor blocked;  // rows a search must not return; undefined when every stored row may be returned
+    if (allowed) {
+      blocked = live_.narrow(0, 0, used_).logical_and(mask_tensor(*allowed)).logical_not_();
+    } else if (dead_ > 0) {
+      blocked = live_.narrow(0, 0, used_).logical_not();
+    }
+    const std::int64_t block =
+        std::max<std::int64_t>(1, (device_.is_cpu() ? kCpuBlockElements : kGpuBlockElements) / used_);
     for (std::int64_t first = 0; first < n; first += block) {
       const std::int64_t count = std::min(block, n - first);
-      const at::Tensor q = queries.narrow(0, first, count).to(device_, dtype_);
-      at::Tensor scores = at::mm(q, rows.t()).to(at::kFloat);
-      if (metric_ == Metric::l2) scores = scores.mul_(2).sub_(norms_.narrow(0, 0, used_));  // -(|v|^2 - 2 q.v)
-      scores.masked_fill_(blocked, -std::numeric_limits<float>::infinity());
-      auto [values, indices] = at::topk(scores, kk, 1, /*largest=*/true, /*sorted=*/true);
-      const at::Tensor v = values.to(at::kCPU).contiguous(), i = indices.to(at::kCPU).contiguous();
+      const at::Tensor q = queries.narrow(0, first, count).to(device_, at::kFloat);
+      auto [values, indices] = top(q, kk, blocked, usable);
       at::Tensor query_norms;
       if (metric_ == Metric::l2) query_norms = queries.narrow(0, first, count).pow(2).sum(1).contiguous();
-      collect(v, i, query_norms, hits, static_cast<std::size_t>(first));
+      collect(values.to(at::kCPU).contiguous(), indices.to(at::kCPU).contiguous(), query_norms, hits,
+              static_cast<std::size_t>(first));
     }
     return hits;
   }
@@ -113,6 +118,44 @@ class ExactBackend : public VectorBackend {
   }
 
  private:
+  // The best kk rows for each query of `q` (float [count, dim] on the device): their scores (higher is
+  // better; l2: 2 q.v - |v|^2) and slots. One matrix product in the storage dtype, then top-k; with fp16
+  // storage the top 2 kk are scored again in fp32 (the stored rows against the fp32 query) and cut to kk,
+  // so that the order and the scores do not carry fp16's rounding of the products.
+  std::pair<at::Tensor, at::Tensor> top(const at::Tensor& q, std::int64_t kk, const at::Tensor& blocked,
+                                        std::int64_t usable) const {
+    const at::Tensor rows = rows_.narrow(0, 0, used_);
+    at::Tensor scores = at::mm(q.to(dtype_), rows.t());
+    if (metric_ == Metric::l2) scores = scores.to(at::kFloat).mul_(2).sub_(norms_.narrow(0, 0, used_));
+    if (blocked.defined()) scores.masked_fill_(blocked, -std::numeric_limits<float>::infinity());
+    const bool rescore = dtype_ == at::kHalf;
+    const std::int64_t wide = rescore ? std::min(usable, std::max(2 * kk, kk + 8)) : kk;
+    auto [values, indices] = at::topk(scores, wide, 1, /*largest=*/true, /*sorted=*/true);
+    if (!rescore) return {values.to(at::kFloat), indices};
+    const at::Tensor candidates = rows.index_select(0, indices.reshape({-1})).view({q.size(0), wide, dim_});
+    at::Tensor exact = at::bmm(candidates.to(at::kFloat), q.unsqueeze(2)).squeeze(2);
+    if (metric_ == Metric::l2) exact = exact.mul_(2).sub_(norms_.index_select(0, indices.reshape({-1})).view_as(exact));
+    exact.masked_fill_(values.isneginf(), -std::numeric_limits<float>::infinity());
+    auto [best, order] = at::topk(exact, kk, 1, /*largest=*/true, /*sorted=*/true);
+    return {best, indices.gather(1, order)};
+  }
+
+  // Host-side liveness, so that a search knows without the device whether any stored row is dead.
+  void mark(const std::vector<std::uint32_t>& slots, std::uint8_t alive) {
+    for (const std::uint32_t slot : slots) {
+      if (slot >= live_host_.size()) {
+        // New slots beyond the end: any gap between is dead until set.
+        dead_ += static_cast<std::int64_t>(slot - live_host_.size());
+        live_host_.resize(slot + 1, 0);
+        used_ = static_cast<std::int64_t>(live_host_.size());
+        dead_ += alive ? 0 : 1;
+      } else if (live_host_[slot] != alive) {
+        dead_ += alive ? -1 : 1;
+      }
+      live_host_[slot] = alive;
+    }
+  }
+
   void collect(const at::Tensor& values, const at::Tensor& indices, const at::Tensor& query_norms,
                std::vector<std::vector<Hit>>& hits, std::size_t first) const {
     const auto* v = values.data_ptr<float>();
@@ -165,8 +208,10 @@ class ExactBackend : public VectorBackend {
   std::int64_t dim_;
   c10::Device device_;
   at::ScalarType dtype_ = at::kFloat;
-  at::Tensor rows_, live_, norms_;  // [capacity, dim], [capacity] bool, [capacity] |row|^2 (l2 only)
-  std::int64_t used_ = 0;           // rows [0, used_) may be live
+  at::Tensor rows_, live_, norms_;       // [capacity, dim], [capacity] bool, [capacity] |row|^2 (l2 only)
+  std::vector<std::uint8_t> live_host_;  // live_ of rows [0, used_), on the host
+  std::int64_t used_ = 0;                // rows [0, used_) may be live
+  std::int64_t dead_ = 0;                // rows of [0, used_) that are not
 };
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "flowline/error.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <fmt/format.h>
 
 #if FLOWLINE_HAVE_HNSWLIB
@@ -19,6 +20,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <queue>
 
 namespace flowline::vector_index {
 
@@ -48,13 +50,18 @@ class HnswBackend : public VectorBackend {
 
   void set(const std::vector<std::uint32_t>& slots, const at::Tensor& rows) override {
     const at::Tensor r = rows.contiguous();
+    const float* data = r.data_ptr<float>();
     const std::size_t needed = graph_->cur_element_count + slots.size();
     if (needed > graph_->max_elements_) graph_->resizeIndex(std::max(needed, graph_->max_elements_ * 2));
-    for (std::size_t i = 0; i < slots.size(); ++i) {
-      graph_->addPoint(r[static_cast<std::int64_t>(i)].data_ptr<float>(), slots[i]);
-      if (slots[i] >= live_.size()) live_.resize(slots[i] + 1, 0);
-      live_count_ += live_[slots[i]] ? 0 : 1;
-      live_[slots[i]] = 1;
+    // hnswlib inserts concurrently (per-element locks): the rows are spread over LibTorch's CPU threads.
+    const auto n = static_cast<std::int64_t>(slots.size());
+    at::parallel_for(0, n, 64, [&](std::int64_t first, std::int64_t end) {
+      for (std::int64_t i = first; i < end; ++i) graph_->addPoint(data + i * static_cast<std::int64_t>(dim_), slots[i]);
+    });
+    for (const std::uint32_t slot : slots) {
+      if (slot >= live_.size()) live_.resize(slot + 1, 0);
+      live_count_ += live_[slot] ? 0 : 1;
+      live_[slot] = 1;
     }
   }
 
@@ -79,15 +86,20 @@ class HnswBackend : public VectorBackend {
   }
 
   std::vector<std::vector<Hit>> search(const at::Tensor& queries, std::size_t k, const SlotMask* allowed,
-                                       std::size_t allowed_count) override {
+                                       std::size_t allowed_count, std::size_t ef_asked) override {
     const at::Tensor q = queries.contiguous();
     std::vector<std::vector<Hit>> hits(static_cast<std::size_t>(q.size(0)));
     if (live_count_ == 0 || k == 0) return hits;
     const bool few = allowed && (allowed_count * 10 <= live_count_ || allowed_count < 4096);
-    for (std::int64_t i = 0; i < q.size(0); ++i) {
-      const float* query = q[i].data_ptr<float>();
-      hits[static_cast<std::size_t>(i)] = few ? scan(query, k, *allowed) : graph_search(query, k, allowed);
-    }
+    const float* data = q.data_ptr<float>();
+    const std::size_t ef = std::max(ef_asked ? ef_asked : options_.ef_search, k);
+    // Queries are spread over LibTorch's CPU threads; hnswlib's search is safe to run concurrently.
+    at::parallel_for(0, q.size(0), 1, [&](std::int64_t first, std::int64_t end) {
+      for (std::int64_t i = first; i < end; ++i) {
+        const float* query = data + i * static_cast<std::int64_t>(dim_);
+        hits[static_cast<std::size_t>(i)] = few ? scan(query, k, *allowed) : graph_search(query, k, ef, allowed);
+      }
+    });
     return hits;
   }
 
@@ -108,10 +120,19 @@ class HnswBackend : public VectorBackend {
     return metric_ == Metric::l2 ? std::sqrt(std::max(0.0f, distance)) : 1.0f - distance;
   }
 
-  std::vector<Hit> graph_search(const float* query, std::size_t k, const SlotMask* allowed) {
+  // The `asked` nearest, found with a candidate list of `width`. hnswlib 0.6 takes the list size from the index
+  // (setEf, shared by concurrent searches) or k, whichever is larger: asking for `width` results and keeping
+  // the best `asked` sets it per call without touching shared state.
+  std::priority_queue<std::pair<float, hnswlib::labeltype>> search_knn(const float* query, std::size_t asked,
+                                                                       std::size_t width) const {
+    auto found = graph_->searchKnn(query, width);
+    while (found.size() > asked) found.pop();  // the farthest first
+    return found;
+  }
+
+  std::vector<Hit> graph_search(const float* query, std::size_t k, std::size_t ef, const SlotMask* allowed) {
     for (std::size_t asked = k;; asked = std::min(asked * 4, live_count_)) {
-      graph_->setEf(std::max(options_.ef_search, asked));
-      auto found = graph_->searchKnn(query, asked);
+      auto found = search_knn(query, asked, std::max(ef, asked));
       std::vector<Hit> out;
       out.reserve(found.size());
       for (; !found.empty(); found.pop()) {

@@ -106,7 +106,7 @@ void Store::apply_upsert(std::vector<Entry> entries, const at::Tensor& rows) {
       slots_.emplace_back();
     }
     by_id_[e.id] = slot;
-    slots_[slot] = std::move(e);
+    slots_[slot] = std::make_shared<const Entry>(std::move(e));
     slots.push_back(slot);
   }
   backend_->set(slots, rows);
@@ -114,7 +114,7 @@ void Store::apply_upsert(std::vector<Entry> entries, const at::Tensor& rows) {
 
 const Entry* Store::find(const std::string& id) const {
   const auto it = by_id_.find(id);
-  return it == by_id_.end() ? nullptr : &*slots_[it->second];
+  return it == by_id_.end() ? nullptr : slots_[it->second].get();
 }
 
 at::Tensor Store::vector_of(const std::string& id) const { return backend_->get({by_id_.at(id)})[0]; }
@@ -158,7 +158,7 @@ void Store::apply_clear() {
   if (backend_) backend_->clear();
 }
 
-std::vector<std::vector<Match>> Store::search(at::Tensor queries, std::size_t k, const Filter* filter) {
+std::vector<std::vector<Match>> Store::search(at::Tensor queries, std::size_t k, const Filter* filter, std::size_t ef) {
   const auto n = static_cast<std::size_t>(queries.size(0));
   std::vector<std::vector<Match>> out(n);
   if (!backend_ || by_id_.empty()) return out;
@@ -180,10 +180,10 @@ std::vector<std::vector<Match>> Store::search(at::Tensor queries, std::size_t k,
     }
     if (allowed_count == 0) return out;
   }
-  const auto hits = backend_->search(queries, k, filtered ? &allowed : nullptr, allowed_count);
+  const auto hits = backend_->search(queries, k, filtered ? &allowed : nullptr, allowed_count, ef);
   for (std::size_t q = 0; q < n; ++q) {
     for (const Hit& hit : hits[q]) {
-      if (hit.slot < slots_.size() && slots_[hit.slot]) out[q].push_back({&*slots_[hit.slot], hit.slot, hit.score});
+      if (hit.slot < slots_.size() && slots_[hit.slot]) out[q].push_back({slots_[hit.slot].get(), hit.slot, hit.score});
     }
   }
   return out;
@@ -196,32 +196,28 @@ at::Tensor Store::rows_of(const std::vector<Match>& matches) const {
   return backend_->get(slots);
 }
 
-void Store::snapshot() {
+void Store::snapshot(bool wait) {
   if (!workspace_) return;
-  const auto started = std::chrono::steady_clock::now();
-  workspace_->snapshot(dim_, options_.metric, [&](const Workspace::Emit& emit) {
-    std::vector<const Entry*> entries;
-    std::vector<std::uint32_t> slots;
-    const auto flush = [&] {
-      if (entries.empty()) return;
-      emit(entries, backend_->get(slots));
-      entries.clear();
-      slots.clear();
-    };
-    for (std::size_t slot = 0; slot < slots_.size(); ++slot) {
-      if (!slots_[slot]) continue;
-      entries.push_back(&*slots_[slot]);
-      slots.push_back(static_cast<std::uint32_t>(slot));
-      if (entries.size() == 4096) flush();
-    }
-    flush();
-  });
-  spdlog::info("workspace {}: snapshot of {} documents written in {:.2f} s", workspace_->folder().string(), size(),
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  if (wait) workspace_->finish_snapshot();
+  if (!workspace_->has_changes() || workspace_->snapshot_running()) return;
+  Workspace::State state;
+  state.dim = dim_;
+  state.metric = options_.metric;
+  std::vector<std::uint32_t> slots;
+  slots.reserve(by_id_.size());
+  state.entries.reserve(by_id_.size());
+  for (std::size_t slot = 0; slot < slots_.size(); ++slot) {
+    if (!slots_[slot]) continue;
+    state.entries.push_back(slots_[slot]);
+    slots.push_back(static_cast<std::uint32_t>(slot));
+  }
+  state.rows = backend_ ? backend_->get(slots) : at::empty({0, static_cast<std::int64_t>(dim_)}, at::kFloat);
+  workspace_->begin_snapshot(std::move(state));
+  if (wait) workspace_->finish_snapshot();
 }
 
 void Store::maybe_snapshot() {
-  if (workspace_ && workspace_->log_bytes() >= options_.snapshot_log_bytes) snapshot();
+  if (workspace_ && workspace_->log_bytes() >= options_.snapshot_log_bytes) snapshot(false);
 }
 
 std::size_t Store::bytes() const {

@@ -55,11 +55,14 @@ class Store {
 
   // The best `k` stored documents for each query row (float [n, dim], CPU), best first; with `filter`, only
   // the documents it matches.
-  std::vector<std::vector<Match>> search(at::Tensor queries, std::size_t k, const Filter* filter);
+  // `ef`: hnsw's candidate list for this search (0: the index's ef_search).
+  std::vector<std::vector<Match>> search(at::Tensor queries, std::size_t k, const Filter* filter, std::size_t ef = 0);
   at::Tensor rows_of(const std::vector<Match>& matches) const;  // their vectors, float [m, dim]
 
-  // Writes a snapshot now (when there is a workspace).
-  void snapshot();
+  // Writes a snapshot of the index as it is now (when there is a workspace and it changed since the last):
+  // `wait` false starts it in the background (the workspace's thread) unless one is being written; `wait`
+  // true writes it before returning (close).
+  void snapshot(bool wait);
 
   std::size_t size() const noexcept { return by_id_.size(); }
   std::size_t dim() const noexcept { return dim_; }
@@ -83,8 +86,8 @@ class Store {
   std::size_t dim_ = 0;
   std::unique_ptr<VectorBackend> backend_;
   std::unique_ptr<Workspace> workspace_;
-  std::vector<std::optional<Entry>> slots_;  // slot -> entry (empty: free)
-  std::vector<std::uint32_t> free_;          // free slots, reused first
+  std::vector<std::shared_ptr<const Entry>> slots_;  // slot -> entry (null: free); snapshots share them
+  std::vector<std::uint32_t> free_;                  // free slots, reused first
   std::unordered_map<std::string, std::uint32_t> by_id_;
 };
 

@@ -142,7 +142,7 @@ class VectorIndex : public Executor {
     bind("/status", &VectorIndex::status);
   }
 
-  void close() override { store_->snapshot(); }
+  void close() override { store_->snapshot(true); }
 
  private:
   static Entry entry_of(const Document& doc) { return Entry{doc.id, doc.text, doc.uri, doc.tags}; }
@@ -203,7 +203,8 @@ class VectorIndex : public Executor {
     if (const auto* spec = request.parameters.if_contains("filter"); spec && !spec->is_null()) {
       filter = Filter::parse(*spec, "parameter 'filter'");
     }
-    const auto found = store_->search(rows_of(docs, "/search"), limit, filter ? &*filter : nullptr);
+    const std::size_t ef = count_parameter(request, "ef_search", 0, 1);
+    const auto found = store_->search(rows_of(docs, "/search"), limit, filter ? &*filter : nullptr, ef);
     const char* score_name = metric_name(store_->metric());
     for (std::size_t q = 0; q < docs.size(); ++q) {
       DocumentArray matches;

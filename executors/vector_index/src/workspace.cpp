@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
@@ -263,6 +264,7 @@ Workspace::Workspace(fs::path folder) : folder_(std::move(folder)) {
 }
 
 Workspace::~Workspace() {
+  if (writer_.joinable()) writer_.join();
   if (log_fd_ >= 0) ::close(log_fd_);
   if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
 }
@@ -328,10 +330,21 @@ void Workspace::load(Replay& replay, std::size_t dim, Metric metric) {
           fmt::format("{}: the snapshot is cut short at byte {} (no end mark)", snapshot.string(), end));
     }
   }
+  const fs::path old = folder_ / "index.wal.old";
+  if (fs::exists(old)) {
+    // A snapshot was being written (or failed): its changes are replayed, and kept until the next snapshot.
+    bool header = false;
+    const std::uint64_t end = read_frames(old, true, [&](Kind kind, Cursor& c) { visit(kind, c, header, nullptr); });
+    if (end < fs::file_size(old)) fs::resize_file(old, end);
+    old_log_ = true;
+  }
   std::uint64_t good = 0;
   if (fs::exists(log)) {
     bool header = false;
-    good = read_frames(log, true, [&](Kind kind, Cursor& c) { visit(kind, c, header, nullptr); });
+    good = read_frames(log, true, [&](Kind kind, Cursor& c) {
+      visit(kind, c, header, nullptr);
+      changes_ += kind == Kind::header ? 0 : 1;
+    });
     if (good < fs::file_size(log)) fs::resize_file(log, good);
   }
   log_fd_ = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -358,6 +371,7 @@ void Workspace::log_upsert(const std::vector<const Entry*>& entries, const at::T
     append(header_body(dim_, metric_));
   }
   append(upsert_body(entries, rows));
+  ++changes_;
 }
 
 void Workspace::log_remove(const std::vector<std::string>& ids) {
@@ -366,31 +380,30 @@ void Workspace::log_remove(const std::vector<std::string>& ids) {
   put_u32(body, static_cast<std::uint32_t>(ids.size()));
   for (const auto& id : ids) put_string(body, id);
   append(body);
+  ++changes_;
 }
 
-void Workspace::log_clear() { append(std::string(1, static_cast<char>(Kind::clear))); }
+void Workspace::log_clear() {
+  append(std::string(1, static_cast<char>(Kind::clear)));
+  ++changes_;
+}
 
-void Workspace::snapshot(std::size_t dim, Metric metric, const std::function<void(const Emit&)>& chunks) {
+void Workspace::write_snapshot(const State& state) {
   const fs::path tmp = folder_ / "index.snapshot.tmp", snapshot = folder_ / "index.snapshot";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw Error(system_error("cannot create", tmp));
-  std::uint64_t count = 0;
   try {
-    write_all(fd, frame(header_body(dim, metric)), tmp);
-    chunks([&](const std::vector<const Entry*>& entries, const at::Tensor& rows) {
-      for (std::size_t first = 0; first < entries.size(); first += kSnapshotChunk) {
-        const std::size_t n = std::min(kSnapshotChunk, entries.size() - first);
-        const std::vector<const Entry*> part(entries.begin() + static_cast<std::ptrdiff_t>(first),
-                                             entries.begin() + static_cast<std::ptrdiff_t>(first + n));
-        write_all(
-            fd,
-            frame(upsert_body(part, rows.narrow(0, static_cast<std::int64_t>(first), static_cast<std::int64_t>(n)))),
-            tmp);
-      }
-      count += entries.size();
-    });
+    write_all(fd, frame(header_body(state.dim, state.metric)), tmp);
+    std::vector<const Entry*> part;
+    for (std::size_t first = 0; first < state.entries.size(); first += kSnapshotChunk) {
+      const std::size_t n = std::min(kSnapshotChunk, state.entries.size() - first);
+      part.clear();
+      for (std::size_t i = first; i < first + n; ++i) part.push_back(state.entries[i].get());
+      const at::Tensor rows = state.rows.narrow(0, static_cast<std::int64_t>(first), static_cast<std::int64_t>(n));
+      write_all(fd, frame(upsert_body(part, rows)), tmp);
+    }
     std::string end(1, static_cast<char>(Kind::end));
-    put_u64(end, count);
+    put_u64(end, state.entries.size());
     write_all(fd, frame(end), tmp);
     sync(fd, tmp);
   } catch (...) {
@@ -400,11 +413,77 @@ void Workspace::snapshot(std::size_t dim, Metric metric, const std::function<voi
   ::close(fd);
   fs::rename(tmp, snapshot);
   sync_folder(folder_);
-  // The snapshot holds every change: the log starts again.
-  if (::ftruncate(log_fd_, 0) != 0) throw Error(system_error("cannot truncate", folder_ / "index.wal"));
+}
+
+bool Workspace::begin_snapshot(State state) {
+  if (writer_.joinable()) {
+    if (!writer_done_) return false;  // still writing the previous one
+    finish_snapshot_quietly();
+  }
+  const fs::path log = folder_ / "index.wal", old = folder_ / "index.wal.old";
+  if (old_log_) {
+    // The previous snapshot failed: index.wal.old and index.wal both hold changes the snapshot on disk
+    // lacks. `state` holds them all, so write it here, then drop both logs.
+    write_snapshot(state);
+    fs::remove(old);
+    old_log_ = false;
+    if (::ftruncate(log_fd_, 0) != 0) throw Error(system_error("cannot truncate", log));
+    log_bytes_ = 0;
+    start_log(state.dim, state.metric);
+    return true;
+  }
+  // The current log becomes index.wal.old (what the snapshot will hold); new changes go to a new log.
+  sync(log_fd_, log);
+  ::close(log_fd_);
+  log_fd_ = -1;
+  fs::rename(log, old);
+  old_log_ = true;
+  log_fd_ = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  if (log_fd_ < 0) throw Error(system_error("cannot open", log));
   log_bytes_ = 0;
-  dim_ = dim;
-  start_log(dim, metric);
+  start_log(state.dim, state.metric);
+  sync_folder(folder_);
+  writer_done_ = false;
+  writer_error_ = nullptr;
+  writer_ = std::thread([this, state = std::move(state), old] {
+    try {
+      const auto started = std::chrono::steady_clock::now();
+      write_snapshot(state);
+      fs::remove(old);
+      sync_folder(folder_);
+      spdlog::info("workspace {}: snapshot of {} documents written in {:.2f} s", folder_.string(), state.entries.size(),
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    } catch (...) {
+      writer_error_ = std::current_exception();
+    }
+    writer_done_ = true;
+  });
+  return true;
+}
+
+// Joins a finished writer; a failure is logged and leaves index.wal.old in place (old_log_ stays true), so
+// the next snapshot is written before begin_snapshot returns.
+void Workspace::finish_snapshot_quietly() {
+  writer_.join();
+  if (!writer_error_) {
+    old_log_ = false;
+    return;
+  }
+  try {
+    std::rethrow_exception(writer_error_);
+  } catch (const std::exception& e) {
+    spdlog::error(
+        "workspace {}: a snapshot failed: {}; the logs keep every change, and the next snapshot is "
+        "written before the request that starts it is answered",
+        folder_.string(), e.what());
+  }
+}
+
+void Workspace::finish_snapshot() {
+  if (!writer_.joinable()) return;
+  writer_.join();
+  if (writer_error_) std::rethrow_exception(std::exchange(writer_error_, nullptr));
+  old_log_ = false;
 }
 
 }  // namespace flowline::vector_index

@@ -1,0 +1,258 @@
+// The VectorIndex's figures, through a real Flow in this process (docs/benchmarks.md, "Index and search"):
+//
+//   vector_index_bench --mode index  --count 1000000 --dim 384 --workspace /tmp/ws
+//       documents/minute into a durable workspace (one /index request of --request documents at a time, each
+//       synced before the next), the process's RSS per vector, and the restart (replay) time;
+//   vector_index_bench --mode search --count 1000000 --dim 384 --backend exact --device cuda --batch 1024
+//       queries/s of /search with --batch queries per request, and recall@limit against brute force in fp32
+//       (--ef 64,128,256 sweeps hnsw's ef_search, a request parameter).
+//
+// Vectors (--vectors/--queries FILE: raw float32, row-major; else generated): 1,000 centres drawn uniformly on
+// the unit sphere, each vector a random centre plus Gaussian noise of norm about 0.5 (sigma 0.5/sqrt(dim)),
+// seed 1 for the vectors and 2 for the queries. --save DIR writes them (vectors.f32, queries.f32, truth.i64:
+// the exact top-limit ids) for bench/index_peers.py, which runs hnswlib and FAISS on the same files.
+#include "flowline/flow.hpp"
+#include "flowline/registry.hpp"
+#include "flowline/vector_index/vector_index.hpp"
+
+#include <ATen/ATen.h>
+#include <CLI/CLI.hpp>
+#include <c10/core/InferenceMode.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+using namespace flowline;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Options {
+  std::string mode = "search";
+  std::int64_t count = 100000, dim = 384, queries = 1000, batch = 1024, request = 1024, limit = 10;
+  std::string backend = "exact", device = "cpu", dtype = "auto", workspace, vectors, query_file, save;
+  std::vector<int> ef{64};
+  int m = 16, ef_construction = 200, repeats = 3, snapshot_mb = 256;
+};
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+double rss_mib() {
+  std::ifstream statm("/proc/self/statm");
+  long pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return static_cast<double>(resident) * static_cast<double>(::sysconf(_SC_PAGESIZE)) / (1 << 20);
+}
+
+at::Tensor generate(std::int64_t n, std::int64_t dim, std::uint64_t seed) {
+  at::manual_seed(1000);  // the same centres for vectors and queries
+  at::Tensor centres = at::randn({1000, dim});
+  centres = centres / centres.norm(2, {1}, true);
+  at::manual_seed(seed);
+  const at::Tensor which = at::randint(1000, {n});
+  return (centres.index_select(0, which) + at::randn({n, dim}) * (0.5 / std::sqrt(static_cast<double>(dim))))
+      .contiguous();
+}
+
+at::Tensor read_raw(const std::string& file, std::int64_t dim) {
+  const auto bytes = static_cast<std::int64_t>(fs::file_size(file));
+  if (bytes % (dim * 4) != 0)
+    throw std::runtime_error(fmt::format("{}: {} bytes are not rows of {} floats", file, bytes, dim));
+  at::Tensor t = at::empty({bytes / (dim * 4), dim}, at::kFloat);
+  std::ifstream(file, std::ios::binary).read(reinterpret_cast<char*>(t.data_ptr<float>()), bytes);
+  return t;
+}
+
+void write_raw(const fs::path& file, const at::Tensor& t) {
+  std::ofstream(file, std::ios::binary)
+      .write(reinterpret_cast<const char*>(t.contiguous().data_ptr()), static_cast<std::streamsize>(t.nbytes()));
+}
+
+// The exact top-`limit` ids by cosine similarity, in fp32 on the CPU.
+at::Tensor truth(const at::Tensor& vectors, const at::Tensor& queries, std::int64_t limit) {
+  c10::InferenceMode guard;
+  const at::Tensor v = vectors / vectors.norm(2, {1}, true);
+  const at::Tensor q = queries / queries.norm(2, {1}, true);
+  std::vector<at::Tensor> parts;
+  for (std::int64_t first = 0; first < q.size(0); first += 64) {
+    const at::Tensor block = q.narrow(0, first, std::min<std::int64_t>(64, q.size(0) - first));
+    parts.push_back(std::get<1>(at::topk(at::mm(block, v.t()), limit, 1)));
+  }
+  return at::cat(parts);
+}
+
+DocumentArray documents(const at::Tensor& vectors, std::int64_t first, std::int64_t n, bool with_text) {
+  DocumentArray docs;
+  docs.reserve(static_cast<std::size_t>(n));
+  for (std::int64_t i = first; i < first + n; ++i) {
+    Document& d = docs.push_back(Document());
+    d.id = std::to_string(i);
+    if (with_text) {
+      d.text = fmt::format("document {}", i);
+      d.tags["n"] = i;
+    }
+    d.embedding = vectors[i];
+  }
+  return docs;
+}
+
+Registry& registry() {
+  static Registry* r = [] {
+    auto* out = new Registry();
+    vector_index::register_vector_index(*out);
+    return out;
+  }();
+  return *r;
+}
+
+Flow index_flow(const Options& o) {
+  boost::json::object with{{"backend", o.backend},     {"device", o.device}, {"dtype", o.dtype},
+                           {"limit", o.limit},         {"m", o.m},           {"ef_construction", o.ef_construction},
+                           {"ef_search", o.ef.front()}};
+  if (!o.workspace.empty()) with["workspace"] = o.workspace;
+  with["snapshot_mb"] = o.snapshot_mb;
+  Flow flow(FlowOptions{.request_size = static_cast<std::size_t>(o.request)}, registry());
+  flow.add({.name = "index", .uses = "VectorIndex", .with = with, .device = o.device});
+  flow.start();
+  return flow;
+}
+
+std::uint64_t status_bytes(Flow& flow) {
+  DocumentArray one;
+  one.push_back(Document());
+  return flow.post("/status", std::move(one))[0].tags.at("bytes").to_number<std::uint64_t>();
+}
+
+// Indexes every vector, one request at a time; returns seconds.
+double index_all(Flow& flow, const at::Tensor& vectors, std::int64_t request, bool with_text) {
+  const auto started = Clock::now();
+  for (std::int64_t first = 0; first < vectors.size(0); first += request) {
+    flow.post("/index", documents(vectors, first, std::min(request, vectors.size(0) - first), with_text));
+  }
+  return seconds_since(started);
+}
+
+int run_index(const Options& o) {
+  if (o.workspace.empty()) throw std::runtime_error("--mode index needs --workspace");
+  fs::remove_all(o.workspace);
+  const at::Tensor vectors = o.vectors.empty() ? generate(o.count, o.dim, 1) : read_raw(o.vectors, o.dim);
+  const double rss_before = rss_mib();
+  double s = 0;
+  {
+    Flow flow = index_flow(o);
+    s = index_all(flow, vectors, o.request, true);
+    const double rss_after = rss_mib();
+    fmt::print(
+        "index: {} documents of {} dims ({} backend, {}) in {:.1f} s: {:.0f} documents/min, {:.0f} documents/s, "
+        "one request of {} synced at a time ({:.1f} syncs/s)\n",
+        vectors.size(0), o.dim, o.backend, o.device, s, vectors.size(0) / s * 60, vectors.size(0) / s, o.request,
+        std::ceil(static_cast<double>(vectors.size(0)) / static_cast<double>(o.request)) / s);
+    fmt::print(
+        "memory: RSS +{:.0f} MiB ({:.0f} bytes per document, the vectors alone {} bytes); the index's own count "
+        "{:.0f} bytes per document\n",
+        rss_after - rss_before, (rss_after - rss_before) * (1 << 20) / static_cast<double>(vectors.size(0)), o.dim * 4,
+        static_cast<double>(status_bytes(flow)) / static_cast<double>(vectors.size(0)));
+    const auto closing = Clock::now();
+    flow.close();
+    fmt::print("close (snapshot): {:.1f} s\n", seconds_since(closing));
+  }
+  std::uintmax_t on_disk = 0;
+  for (const auto& entry : fs::directory_iterator(o.workspace))
+    on_disk += entry.is_regular_file() ? entry.file_size() : 0;
+  const auto reopening = Clock::now();
+  Flow again = index_flow(o);
+  fmt::print("restart: {:.1f} s to load {:.0f} MiB of workspace ({} documents)\n", seconds_since(reopening),
+             static_cast<double>(on_disk) / (1 << 20), vectors.size(0));
+  return 0;
+}
+
+int run_search(const Options& o) {
+  const at::Tensor vectors = o.vectors.empty() ? generate(o.count, o.dim, 1) : read_raw(o.vectors, o.dim);
+  const at::Tensor queries = o.query_file.empty() ? generate(o.queries, o.dim, 2) : read_raw(o.query_file, o.dim);
+  const auto t0 = Clock::now();
+  const at::Tensor expected = truth(vectors, queries, o.limit);
+  fmt::print("truth: exact fp32 top-{} of {} queries over {} vectors in {:.1f} s\n", o.limit, queries.size(0),
+             vectors.size(0), seconds_since(t0));
+  if (!o.save.empty()) {
+    fs::create_directories(o.save);
+    write_raw(fs::path(o.save) / "vectors.f32", vectors);
+    write_raw(fs::path(o.save) / "queries.f32", queries);
+    write_raw(fs::path(o.save) / "truth.i64", expected);
+  }
+  Flow flow = index_flow(o);
+  const double build = index_all(flow, vectors, o.request, false);
+  fmt::print(
+      "{} {} on {}: built from {} vectors of {} dims in {:.1f} s ({:.0f} vectors/s); index bytes {:.0f} per "
+      "vector\n",
+      o.backend, o.dtype, o.device, vectors.size(0), o.dim, build, vectors.size(0) / build,
+      static_cast<double>(status_bytes(flow)) / static_cast<double>(vectors.size(0)));
+  for (const int ef : o.ef) {
+    const boost::json::object parameters{{"limit", o.limit}, {"ef_search", ef}};
+    std::vector<double> rates;
+    DocumentArray answers;
+    for (int r = 0; r < o.repeats; ++r) {
+      answers = DocumentArray();
+      const auto started = Clock::now();
+      for (std::int64_t first = 0; first < queries.size(0); first += o.batch) {
+        answers.append(
+            flow.post("/search", documents(queries, first, std::min(o.batch, queries.size(0) - first), false),
+                      PostOptions{.request_size = static_cast<std::size_t>(o.batch), .parameters = parameters}));
+      }
+      rates.push_back(static_cast<double>(queries.size(0)) / seconds_since(started));
+    }
+    std::int64_t found = 0;
+    const auto* truth_ids = expected.data_ptr<std::int64_t>();
+    for (std::int64_t q = 0; q < queries.size(0); ++q) {
+      for (const Document& m : answers[static_cast<std::size_t>(q)].matches) {
+        const std::int64_t id = std::stoll(m.id);
+        for (std::int64_t j = 0; j < o.limit; ++j) found += truth_ids[q * o.limit + j] == id;
+      }
+    }
+    std::sort(rates.begin(), rates.end());
+    fmt::print(
+        "search {}{}: {} queries in requests of {}: {:.0f} queries/s (median of {}; {:.0f}..{:.0f}), "
+        "recall@{} {:.4f}\n",
+        o.backend, o.backend == "hnsw" ? fmt::format(" ef {}", ef) : "", queries.size(0), o.batch,
+        rates[rates.size() / 2], rates.size(), rates.front(), rates.back(), o.limit,
+        static_cast<double>(found) / static_cast<double>(queries.size(0) * o.limit));
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"VectorIndex figures: indexing into a durable workspace, search speed and recall"};
+  Options o;
+  app.add_option("--mode", o.mode, "index or search")->check(CLI::IsMember({"index", "search"}));
+  app.add_option("--count", o.count, "vectors generated");
+  app.add_option("--dim", o.dim, "their dimension");
+  app.add_option("--queries", o.queries, "queries generated");
+  app.add_option("--batch", o.batch, "queries per /search request");
+  app.add_option("--request", o.request, "documents per /index request");
+  app.add_option("--limit", o.limit, "matches per query");
+  app.add_option("--backend", o.backend, "exact or hnsw");
+  app.add_option("--device", o.device, "cpu, cuda, cuda:N");
+  app.add_option("--dtype", o.dtype, "auto, fp32 or fp16 (exact)");
+  app.add_option("--workspace", o.workspace, "workspace folder (index mode; emptied first)");
+  app.add_option("--vectors", o.vectors, "raw float32 vectors instead of generated ones");
+  app.add_option("--query-file", o.query_file, "raw float32 queries instead of generated ones");
+  app.add_option("--save", o.save, "write vectors.f32, queries.f32 and truth.i64 here");
+  app.add_option("--ef", o.ef, "hnsw ef_search values to sweep")->delimiter(',');
+  app.add_option("--m", o.m, "hnsw M");
+  app.add_option("--ef-construction", o.ef_construction, "hnsw ef_construction");
+  app.add_option("--repeats", o.repeats, "timed passes over the queries");
+  app.add_option("--snapshot-mb", o.snapshot_mb, "the index's snapshot_mb (a snapshot once the log is this large)");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return o.mode == "index" ? run_index(o) : run_search(o);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "vector_index_bench: {}\n", e.what());
+    return 1;
+  }
+}
