@@ -11,6 +11,7 @@
 // the unit sphere, each vector a random centre plus Gaussian noise of norm about 0.5 (sigma 0.5/sqrt(dim)),
 // seed 1 for the vectors and 2 for the queries. --save DIR writes them (vectors.f32, queries.f32, truth.i64:
 // the exact top-limit ids) for bench/index_peers.py, which runs hnswlib and FAISS on the same files.
+#include "flowline/device.hpp"
 #include "flowline/flow.hpp"
 #include "flowline/registry.hpp"
 #include "flowline/vector_index/vector_index.hpp"
@@ -249,6 +250,10 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", o.repeats, "timed passes over the queries");
   app.add_option("--snapshot-mb", o.snapshot_mb, "the index's snapshot_mb (a snapshot once the log is this large)");
   CLI11_PARSE(app, argc, argv);
+  // Before any tensor: at::manual_seed would look for CUDA generators, too early for a CUDA device later.
+  if (o.device != "cpu") {
+    if (const auto problem = load_cuda()) fmt::print(stderr, "vector_index_bench: {}\n", *problem);
+  }
   try {
     return o.mode == "index" ? run_index(o) : run_search(o);
   } catch (const std::exception& e) {
