@@ -156,7 +156,8 @@ class ExactBackend : public VectorBackend {
     const at::Tensor best_chunks = std::get<1>(at::topk(body.amax(2), k, 1, /*largest=*/true, /*sorted=*/false));
     const at::Tensor picked = body.gather(1, best_chunks.unsqueeze(2).expand({n, k, kChunk})).view({n, k * kChunk});
     auto [values, at_picked] = at::topk(picked, k, 1, /*largest=*/true, /*sorted=*/false);
-    at::Tensor columns_of = best_chunks.gather(1, at::div(at_picked, kChunk, "floor")).mul_(kChunk).add_(at_picked.remainder(kChunk));
+    at::Tensor columns_of =
+        best_chunks.gather(1, at::div(at_picked, kChunk, "floor")).mul_(kChunk).add_(at_picked.remainder(kChunk));
     if (whole < columns) {
       const std::int64_t rest = std::min(k, columns - whole);
       auto [tail_values, tail_columns] = at::topk(scores.narrow(1, whole, columns - whole), rest, 1, true, false);
