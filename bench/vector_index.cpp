@@ -17,6 +17,7 @@
 #include "flowline/vector_index/vector_index.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <CLI/CLI.hpp>
 #include <c10/core/InferenceMode.h>
 #include <fmt/format.h>
@@ -188,9 +189,9 @@ int run_search(const Options& o) {
   Flow flow = index_flow(o);
   const double build = index_all(flow, vectors, o.request, false);
   fmt::print(
-      "{} {} on {}: built from {} vectors of {} dims in {:.1f} s ({:.0f} vectors/s); index bytes {:.0f} per "
-      "vector\n",
-      o.backend, o.dtype, o.device, vectors.size(0), o.dim, build, vectors.size(0) / build,
+      "{} {} on {} ({} CPU threads): built from {} vectors of {} dims in {:.1f} s ({:.0f} vectors/s); index bytes "
+      "{:.0f} per vector\n",
+      o.backend, o.dtype, o.device, at::get_num_threads(), vectors.size(0), o.dim, build, vectors.size(0) / build,
       static_cast<double>(status_bytes(flow)) / static_cast<double>(vectors.size(0)));
   for (const int ef : o.ef) {
     const boost::json::object parameters{{"limit", o.limit}, {"ef_search", ef}};
