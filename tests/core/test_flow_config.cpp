@@ -45,7 +45,8 @@ TEST_CASE("every config error is reported at once in file order", "[config]") {
                   "    needs: [aa]\n"
                   "    batching: {max_batch_size: -1}\n") ==
         "flow.yml:2:17: with.request_size: expected an integer >= 1, got 0\n"
-        "flow.yml:3:3: with: unknown key 'prefetch'; expected one of: request_size, max_in_flight, queue_capacity, "
+        "flow.yml:3:3: with: unknown key 'prefetch'; expected one of: request_size, endpoint, max_in_flight, "
+        "queue_capacity, "
         "port, host, protocol, title, gateway\n"
         "flow.yml:8:7: executor 'a': unknown parameter 'unt' for TextSplitter (did you mean 'unit'?); its parameters: "
         "unit, output, min_chars\n"

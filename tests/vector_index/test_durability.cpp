@@ -150,3 +150,37 @@ TEST_CASE("an index killed with SIGKILL mid-stream keeps every acknowledged docu
     CHECK(best.at("scores").at("cosine").at("value").to_number<double>() > 0.9999);
   }
 }
+
+TEST_CASE("flowline run posts to the flow's with.endpoint: an index flow fills its workspace, once per id",
+          "[index][launcher]") {
+  const fs::path dir = testing::scratch_dir("index run endpoint");
+  const fs::path workspace = dir / "workspace";
+  std::string lines;
+  for (int i = 0; i < 300; ++i) {
+    json::array embedding;
+    for (int d = 0; d < kDim; ++d) embedding.emplace_back(component(0, i, d));
+    lines += json::serialize(json::object{
+                 {"id", fmt::format("d{}", i)},
+                 {"text", fmt::format("text {}", i)},
+                 {"embedding",
+                  json::object{{"dtype", "float32"}, {"shape", json::array{kDim}}, {"data", std::move(embedding)}}}}) +
+             "\n";
+  }
+  testing::write_text(dir / "docs.jsonl", lines);
+  testing::write_text(dir / "index.yml", fmt::format("with: {{endpoint: /index, request_size: 64}}\n"
+                                                     "executors:\n"
+                                                     "  - name: index\n"
+                                                     "    uses: VectorIndex\n"
+                                                     "    with: {{workspace: '{}'}}\n",
+                                                     workspace.string()));
+  const std::string run = fmt::format("'{}' run '{}' --input '{}' --input-format jsonl --progress never",
+                                      FLOWLINE_LAUNCHER, (dir / "index.yml").string(), (dir / "docs.jsonl").string());
+  for (int twice = 0; twice < 2; ++twice) {
+    const auto r = testing::run_process(run);
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK_THAT(r.out + r.err, testing::contains("[/index] 300 docs"));
+  }
+  IndexServer server(dir / "index.yml", dir, "serve");
+  CHECK(count_of(server.port()) == 300);  // indexed twice, held once
+}
