@@ -79,7 +79,6 @@ void Store::upsert(std::vector<Entry> entries, at::Tensor rows) {
   if (rows.dim() != 2 || rows.size(0) != static_cast<std::int64_t>(entries.size())) {
     throw Error("upsert: one row per document expected");
   }
-  ensure_backend(static_cast<std::size_t>(rows.size(1)));
   std::unordered_set<std::string_view> seen;
   for (const Entry& e : entries) {
     if (!seen.insert(e.id).second) {
@@ -89,6 +88,7 @@ void Store::upsert(std::vector<Entry> entries, at::Tensor rows) {
   }
   rows = prepared(std::move(rows));
   if (!rows.isfinite().all().item<bool>()) throw Error("an embedding holds NaN or infinity: nothing was indexed");
+  ensure_backend(static_cast<std::size_t>(rows.size(1)));  // the first valid rows settle the dimension
   if (workspace_) {
     std::vector<const Entry*> logged;
     logged.reserve(entries.size());
