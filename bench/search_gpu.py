@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Search served on one GPU (issue 30's target: >= 20,000 queries/s end to end, p99 stated, with 64 clients
+each posting one query text), one command on the GPU machine after scripts/gpu-run.sh.
+
+1. `flowline run flows/index.yml` indexes the corpus' paragraphs (encoder and exact index on the GPU) into a
+   workspace in a temporary folder.
+2. `flowline serve` of a search flow (flows/search.yml's shape: SentenceEncoder in --dtype with --replicas
+   replicas and queries batched across clients, then the VectorIndex on the same workspace, exact, fp16 on
+   the GPU, batched up to --index-batch queries) answers POST /search {"data": [{"text"}], "parameters":
+   {"limit": 10}}; bench/http_load's --connections keep-alive connections post it in a closed loop.
+Prints queries/s and latency percentiles, and the answer's first match, and writes search_gpu.json to --out.
+
+  python3 bench/search_gpu.py --build build-gpu --model models/all-MiniLM-L6-v2 --corpus .device/corpus --out $OUT
+"""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from gpu_bench import gpu_parser  # noqa: E402
+from serve_gpu import post, start_server  # noqa: E402
+
+FLOW = """executors:
+  - name: encoder
+    uses: SentenceEncoder
+    device: cuda
+    replicas: {replicas}
+    with: {{model: {model}, dtype: {dtype}}}
+    batching: {{max_batch_size: 256, max_delay_ms: {delay}}}
+  - name: index
+    uses: VectorIndex
+    device: cuda
+    with: {{workspace: {workspace}, limit: 10}}
+    batching: {{max_batch_size: {index_batch}, max_delay_ms: {delay}}}
+"""
+
+
+def main():
+    parser = gpu_parser()
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--duration", type=float, default=10)
+    parser.add_argument("--replicas", type=int, default=4)
+    parser.add_argument("--dtype", default="fp16")
+    parser.add_argument("--delay-ms", type=float, default=2)
+    parser.add_argument("--index-batch", type=int, default=1024)
+    args = parser.parse_args()
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    flowline = str(pathlib.Path(args.build) / "src/flowline")
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = pathlib.Path(tmp_name)
+        workspace = tmp / "workspace"
+        env = dict(os.environ, FLOWLINE_MODEL_DIR=str(pathlib.Path(args.model).parent))
+        run = subprocess.run([flowline, "run", str(ROOT / "flows/index.yml"), "--input", args.corpus, "--input-format",
+                              "paragraphs", "--progress", "never", "--set", f"index.workspace={workspace}"],
+                             capture_output=True, text=True, env=env)
+        print(run.stderr.strip().splitlines()[-1] if run.stderr.strip() else "", flush=True)
+        if run.returncode != 0:
+            raise SystemExit(f"flowline run flows/index.yml failed ({run.returncode}):\n{run.stderr[-3000:]}")
+        flow = tmp / "search.yml"
+        flow.write_text(FLOW.format(replicas=args.replicas, model=args.model, dtype=args.dtype, delay=args.delay_ms,
+                                    workspace=workspace, index_batch=args.index_batch))
+        proc, port = start_server(args, flow, tmp)
+        try:
+            url = f"http://127.0.0.1:{port}/search"
+            body = json.dumps({"data": [{"text": "a whale hunt"}], "parameters": {"limit": 10}})
+            answer = json.loads(post(url, body)[1])
+            matches = answer["data"][0]["matches"]
+            if len(matches) != 10:
+                raise SystemExit(f"/search answered {len(matches)} matches, want 10")
+            print(f"best match: {matches[0]['scores']} {matches[0]['text'][:80]!r}", flush=True)
+            body_file = tmp / "body.json"
+            body_file.write_text(body)
+            out_json = tmp / "load.json"
+            cmd = [str(pathlib.Path(args.build) / "bench/http_load"), "--url", url, "--body-file", str(body_file),
+                   "--connections", str(args.connections), "--duration", str(args.duration), "--warmup", "2",
+                   "--json", str(out_json)]
+            print(f"==> {' '.join(cmd)}", flush=True)
+            load = subprocess.run(cmd, capture_output=True, text=True)
+            print(load.stdout + load.stderr, flush=True)
+            if not out_json.exists():
+                raise SystemExit(f"http_load wrote no figures (exit {load.returncode})")
+            figures = json.loads(out_json.read_text())
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+    (out / "search_gpu.json").write_text(json.dumps(figures, indent=1))
+    lat = figures.get("latency_ms", {})
+    print(f"search served: {figures['requests_per_s']:.0f} queries/s, p50 {lat.get('p50', 0):.2f} ms, "
+          f"p99 {lat.get('p99', 0):.2f} ms, errors {figures.get('errors', {}).get('total', 0)}")
+
+
+if __name__ == "__main__":
+    main()
