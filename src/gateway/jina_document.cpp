@@ -109,17 +109,17 @@ float score_value(const json::value& v, const Where& where) {
 
 // A tensor in flowline's form {"dtype", "shape", "data"}, or a (nested) list of numbers as float32.
 void read_tensor(Document& doc, const json::value& v, const Where& where) {
-  json::value form = v;
+  json::value listed;  // a plain list, wrapped in flowline's form (the list is copied once, into it)
   if (v.is_array()) {
     json::array shape;
     for (const json::value* level = &v; level->is_array(); level = &level->get_array().front()) {
       shape.emplace_back(static_cast<std::int64_t>(level->get_array().size()));
       if (level->get_array().empty()) break;
     }
-    form = json::object{{"dtype", "float32"}, {"shape", std::move(shape)}, {"data", v}};
+    listed = json::object{{"dtype", "float32"}, {"shape", std::move(shape)}, {"data", v}};
   }
   try {
-    read_json_field(doc, DocumentField::tensor, form);
+    read_json_field(doc, DocumentField::tensor, v.is_array() ? listed : v);
   } catch (const Error& e) {
     invalid("value_error", where, fmt::format("expected a tensor ({})", e.what()), v);
   }

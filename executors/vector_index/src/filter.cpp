@@ -66,6 +66,15 @@ bool equal(const json::value& a, const json::value& b) {
   return a == b;  // bools, null, lists and objects: structural equality
 }
 
+// The same for a document's string field (id, text, uri), read in place rather than copied into JSON.
+std::optional<int> compare(std::string_view a, const json::value& b) {
+  if (!b.is_string()) return std::nullopt;
+  const int c = a.compare(std::string_view(b.get_string()));
+  return c < 0 ? -1 : (c > 0 ? 1 : 0);
+}
+
+bool equal(std::string_view a, const json::value& b) { return b.is_string() && std::string_view(b.get_string()) == a; }
+
 }  // namespace
 
 struct Filter::Node {
@@ -78,23 +87,12 @@ struct Filter::Node {
   json::value operand;
 
   bool matches(const FilterTarget& doc) const;
-  const json::value* lookup(const FilterTarget& doc, json::value& scratch) const;
+  const json::value* lookup(const FilterTarget& doc) const;  // the tag at `path`, or nullptr
+  template <class V>
+  bool test(const V& v) const;  // `op` on a present value: a JSON value or a string field
 };
 
-const json::value* Filter::Node::lookup(const FilterTarget& doc, json::value& scratch) const {
-  switch (root) {
-    case Root::id:
-      scratch = json::string(doc.id);
-      return &scratch;
-    case Root::text:
-      scratch = json::string(doc.text);
-      return &scratch;
-    case Root::uri:
-      scratch = json::string(doc.uri);
-      return &scratch;
-    case Root::tags:
-      break;
-  }
+const json::value* Filter::Node::lookup(const FilterTarget& doc) const {
   const json::object* object = &doc.tags;
   const json::value* v = nullptr;
   for (const std::string& key : path) {
@@ -121,24 +119,38 @@ bool Filter::Node::matches(const FilterTarget& doc) const {
     case Kind::test:
       break;
   }
-  json::value scratch;
-  const json::value* v = lookup(doc, scratch);
+  switch (root) {
+    case Root::id:
+      return test(doc.id);
+    case Root::text:
+      return test(doc.text);
+    case Root::uri:
+      return test(doc.uri);
+    case Root::tags:
+      break;
+  }
+  const json::value* v = lookup(doc);
   if (!v) return op == Op::ne || op == Op::nin;
+  return test(*v);
+}
+
+template <class V>
+bool Filter::Node::test(const V& v) const {
   const auto ordered = [&](auto accept) {
-    const auto c = compare(*v, operand);
+    const auto c = compare(v, operand);
     return c && accept(*c);
   };
   const auto listed = [&] {
     for (const json::value& item : operand.get_array()) {
-      if (equal(*v, item)) return true;
+      if (equal(v, item)) return true;
     }
     return false;
   };
   switch (op) {
     case Op::eq:
-      return equal(*v, operand);
+      return equal(v, operand);
     case Op::ne:
-      return !equal(*v, operand);
+      return !equal(v, operand);
     case Op::gt:
       return ordered([](int c) { return c > 0; });
     case Op::gte:
