@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <tuple>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -85,7 +86,8 @@ std::string frame(const std::string& body) {
   put_u32(out, static_cast<std::uint32_t>(body.size()));
   put_u32(out, crc32(body.data(), body.size()));
   put_u32(out, crc32(out.data(), 8));
-  return out + body;
+  out += body;  // into the reserved space: the body is copied once
+  return out;
 }
 
 void write_all(int fd, const std::string& bytes, const fs::path& path) {
@@ -330,23 +332,25 @@ void Workspace::load(Replay& replay, std::size_t dim, Metric metric) {
           fmt::format("{}: the snapshot is cut short at byte {} (no end mark)", snapshot.string(), end));
     }
   }
+  // A log, replayed with its torn tail cut off: {the bytes kept, its change records}.
+  const auto replay_log = [&](const fs::path& path) {
+    bool header = false;
+    std::uint64_t changes = 0;
+    const std::uint64_t good = read_frames(path, true, [&](Kind kind, Cursor& c) {
+      visit(kind, c, header, nullptr);
+      changes += kind == Kind::header ? 0 : 1;
+    });
+    if (good < fs::file_size(path)) fs::resize_file(path, good);
+    return std::pair{good, changes};
+  };
   const fs::path old = folder_ / "index.wal.old";
   if (fs::exists(old)) {
     // A snapshot was being written (or failed): its changes are replayed, and kept until the next snapshot.
-    bool header = false;
-    const std::uint64_t end = read_frames(old, true, [&](Kind kind, Cursor& c) { visit(kind, c, header, nullptr); });
-    if (end < fs::file_size(old)) fs::resize_file(old, end);
+    replay_log(old);
     old_log_ = true;
   }
   std::uint64_t good = 0;
-  if (fs::exists(log)) {
-    bool header = false;
-    good = read_frames(log, true, [&](Kind kind, Cursor& c) {
-      visit(kind, c, header, nullptr);
-      changes_ += kind == Kind::header ? 0 : 1;
-    });
-    if (good < fs::file_size(log)) fs::resize_file(log, good);
-  }
+  if (fs::exists(log)) std::tie(good, changes_) = replay_log(log);
   log_fd_ = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log_fd_ < 0) throw Error(system_error("cannot open", log));
   log_bytes_ = good;
