@@ -13,7 +13,9 @@
 set -euo pipefail
 mode=$1 src=$2 build=$3 torch_prefix=$4 work=$5
 # On failure, show the end of the log of the step that failed.
-trap 'status=$?; if [ $status -ne 0 ]; then for log in "$work"/*.log; do echo "--- $log"; tail -n 30 "$log"; done; fi' EXIT
+# On success, remove WORK: a consumer build holds a copy of flowline's objects (hundreds of MB) that nothing
+# reads afterwards.
+trap 'status=$?; if [ $status -ne 0 ]; then for log in "$work"/*.log; do echo "--- $log"; tail -n 30 "$log"; done; else rm -rf "$work"; fi' EXIT
 rm -rf "$work"
 mkdir -p "$work"
 generator=()
