@@ -45,7 +45,8 @@ struct TokenizerFile {
 std::vector<TokenizerFile> tokenizer_files() {
   std::vector<TokenizerFile> files = {{"minilm", kSource / "models/all-MiniLM-L6-v2/tokenizer.json"},
                                       {"tiny-bert", kSource / "tests/data/tiny-bert/tokenizer.json"}};
-  for (const char* kind : {"wordpiece-cased", "wordpiece-lower", "wordpiece-whitespace"})
+  for (const char* kind :
+       {"wordpiece-cased", "wordpiece-lower", "wordpiece-whitespace", "unigram-xlmr", "unigram-byte-fallback"})
     files.push_back({kind, kSource / "tests/data/tokenizers" / kind / "tokenizer.json"});
   return files;
 }
@@ -238,6 +239,23 @@ TEST_CASE("a WordPiece with the Whitespace pre-tokenizer and TemplateProcessing 
   check_parity(*tok, "wordpiece-whitespace");
 }
 
+TEST_CASE(
+    "XLM-RoBERTa's layout (Precompiled, Metaspace, Unigram, <mask> with lstrip) gives the ids of Python tokenizers",
+    "[tokenizers][parity]") {
+  const auto tok = Tokenizer::from_folder(kSource / "tests/data/tokenizers/unigram-xlmr");
+  CHECK(tok->describe() == "Unigram (Precompiled, Replace, Metaspace, TemplateProcessing)");
+  check_parity(*tok, "unigram-xlmr");
+}
+
+TEST_CASE(
+    "a Unigram with byte fallback, Metaspace without prepending or splitting and an added token with lstrip "
+    "and rstrip gives the ids of Python tokenizers",
+    "[tokenizers][parity]") {
+  const auto tok = Tokenizer::from_folder(kSource / "tests/data/tokenizers/unigram-byte-fallback");
+  CHECK(tok->describe() == "Unigram (NFKC, Lowercase, Metaspace, none)");
+  check_parity(*tok, "unigram-byte-fallback");
+}
+
 TEST_CASE("the tokenizer.json of the tiny test checkpoints gives the ids of Python tokenizers",
           "[tokenizers][parity]") {
   // tests/data/tiny-models/* carry this same file.
@@ -267,7 +285,7 @@ TEST_CASE("a tokenizer it cannot run exactly is refused naming the file, the JSO
           "[tokenizers]") {
   CHECK_THAT(error_of(R"({"model": {"type": "Nonsense", "vocab": {}}})"),
              Catch::Matchers::StartsWith("tokenizer 't.json': model.type: model 'Nonsense' is not supported "
-                                         "(supported: WordPiece"));
+                                         "(supported: Unigram, WordPiece"));
   CHECK_THAT(error_of(R"({"normalizer": {"type": "Sequence", "normalizers": [{"type": "Lowercase"},
              {"type": "Fancy"}]}, "model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"[UNK]": 0}}})"),
              Catch::Matchers::StartsWith("tokenizer 't.json': normalizer.normalizers[1]: normalizer 'Fancy' is not "
@@ -279,8 +297,23 @@ TEST_CASE("a tokenizer it cannot run exactly is refused naming the file, the JSO
   CHECK(error_of(R"({"model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"a": 0}}})") ==
         "tokenizer 't.json': model: the unknown token '[UNK]' is not in the vocabulary");
   CHECK(error_of(R"({"model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"[UNK]": 0}},
-        "added_tokens": [{"id": 0, "content": "[UNK]", "lstrip": true}]})") ==
-        "tokenizer 't.json': added_tokens[0]: 'lstrip': true is not supported (only false)");
+        "added_tokens": [{"id": 0, "content": "[UNK]", "single_word": true}]})") ==
+        "tokenizer 't.json': added_tokens[0]: 'single_word': true is not supported (only false)");
+  // Unigram and Metaspace: what they cannot run exactly, and damaged fields.
+  CHECK(error_of(R"({"pre_tokenizer": {"type": "Metaspace", "replacement": "_", "prepend_scheme": "first"},
+        "model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0]]}})") ==
+        "tokenizer 't.json': pre_tokenizer: prepend_scheme 'first' is not supported (supported: always, never): it "
+        "depends on offsets into the original text that flowline's pipeline does not keep");
+  CHECK(error_of(R"({"model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0], ["a"]]}})") ==
+        "tokenizer 't.json': model: vocab[1] must be [piece, score]");
+  CHECK(error_of(R"({"model": {"type": "Unigram", "unk_id": 5, "vocab": [["<unk>", 0.0]]}})") ==
+        "tokenizer 't.json': model: 'unk_id' 5 is outside the vocabulary of 1 pieces");
+  CHECK(error_of(R"({"normalizer": {"type": "Precompiled", "precompiled_charsmap": "AAAAAAAA"},
+        "model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0]]}})") ==
+        "tokenizer 't.json': normalizer: 'precompiled_charsmap': a trie of 0 bytes does not fit in 6 bytes");
+  CHECK(error_of(R"({"normalizer": {"type": "Precompiled", "precompiled_charsmap": "#!"},
+        "model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0]]}})") ==
+        "tokenizer 't.json': normalizer: 'precompiled_charsmap' is not base64");
   CHECK_THAT(error_of("{not json"), Catch::Matchers::StartsWith("tokenizer 't.json': not valid JSON"));
   const fs::path dir = scratch_dir("empty folder");
   CHECK_THROWS_WITH(

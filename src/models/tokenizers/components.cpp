@@ -1,5 +1,6 @@
 // The pipeline's components and the tables that build them from tokenizer.json: normalizers,
-// pre-tokenizers, models and post-processors. Adding a component: a class here and a line in its table.
+// pre-tokenizers, models and post-processors. Adding a component: a class here (or in a file of its own,
+// its builder declared in pipeline.hpp) and a line in its table.
 #include "pipeline.hpp"
 #include "unicode.hpp"
 
@@ -14,9 +15,7 @@ namespace flowline::models::tokenizers {
 
 namespace json = boost::json;
 
-namespace {
-
-// ---- reading JSON fields, each error naming the JSON path ----
+// ---- reading JSON fields (pipeline.hpp) ----
 
 const json::value* field(const json::object& o, std::string_view key) {
   const auto it = o.find(key);
@@ -47,6 +46,8 @@ const json::object& object_of(const json::value& v, const Origin& origin) {
   if (!v.is_object()) refuse(origin, "expected an object");
   return v.as_object();
 }
+
+namespace {
 
 std::string type_of(const json::object& o, const Origin& origin) { return text_field(o, "type", origin); }
 
@@ -229,6 +230,8 @@ const std::map<std::string, NormalizerBuilder, std::less<>>& normalizer_table() 
          if (literal.empty()) refuse(origin, "an empty pattern");
          out.push_back(std::make_unique<Replace>(code_points(literal), code_points(text_field(o, "content", origin))));
        }},
+      {"Precompiled", [](const json::object& o, const Origin& origin,
+                         NormalizerList& out) { out.push_back(make_precompiled(o, origin)); }},
       {"Prepend",
        [](const json::object& o, const Origin& origin, NormalizerList& out) {
          out.push_back(std::make_unique<Prepend>(code_points(text_field(o, "prepend", origin))));
@@ -332,6 +335,8 @@ const std::map<std::string, PreTokenizerBuilder, std::less<>>& pre_tokenizer_tab
                         PreTokenizerList& out) { out.push_back(std::make_unique<WhitespacePreTokenizer>()); }},
       {"WhitespaceSplit", [](const json::object&, const Origin&,
                              PreTokenizerList& out) { out.push_back(std::make_unique<WhitespaceSplit>()); }},
+      {"Metaspace", [](const json::object& o, const Origin& origin,
+                       PreTokenizerList& out) { out.push_back(make_metaspace(o, origin)); }},
       {"Sequence",
        [](const json::object& o, const Origin& origin, PreTokenizerList& out) {
          const json::value* list = field(o, "pretokenizers");
@@ -442,6 +447,7 @@ const std::map<std::string, ModelBuilder, std::less<>>& model_table() {
              text_field(o, "unk_token", origin),
              static_cast<std::size_t>(int_field(o, "max_input_chars_per_word", 100, origin)), origin);
        }},
+      {"Unigram", make_unigram},
   };
   return table;
 }

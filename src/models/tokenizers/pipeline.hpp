@@ -31,6 +31,9 @@ struct Scratch {
   std::vector<Span> words, other_words;
   std::string utf8;                         // a word in UTF-8, for vocabulary look-ups
   std::vector<std::int32_t> first, second;  // a pair's two sequences before truncation
+  // Unigram's Viterbi over a word's bytes: the best path's score, last piece and its start at each byte.
+  std::vector<double> best_score;
+  std::vector<std::int32_t> best_id, best_start;
 };
 Scratch& scratch();
 
@@ -89,10 +92,13 @@ struct PostProcessor {
   std::size_t added(bool for_pair) const;
 };
 
-// A token matched in the raw text before normalization (HF's added_tokens with normalized: false).
+// A token matched in the raw text before normalization (HF's added_tokens with normalized: false);
+// lstrip/rstrip: it takes the whitespace before/after it along.
 struct AddedToken {
   std::string content;
   std::int32_t id = 0;
+  bool lstrip = false;
+  bool rstrip = false;
 };
 
 class Pipeline {
@@ -119,6 +125,19 @@ class Pipeline {
 
 // Fills normalizers, pre-tokenizers, model and post-processor from tokenizer.json's object (components.cpp).
 void build_components(const boost::json::object& root, const std::string& file, Pipeline& pipeline);
+
+// Reading tokenizer.json's fields (components.cpp); errors name `origin`. field() is null when the key is
+// absent or null; the others refuse a value of the wrong type.
+const boost::json::value* field(const boost::json::object& o, std::string_view key);
+bool flag(const boost::json::object& o, std::string_view key, bool fallback, const Origin& origin);
+std::string text_field(const boost::json::object& o, std::string_view key, const Origin& origin);
+std::int64_t int_field(const boost::json::object& o, std::string_view key, std::int64_t fallback, const Origin& origin);
+const boost::json::object& object_of(const boost::json::value& v, const Origin& origin);
+
+// Components in files of their own, built from their tokenizer.json object; components.cpp's tables name them.
+std::unique_ptr<Normalizer> make_precompiled(const boost::json::object& o, const Origin& origin);  // sentencepiece.cpp
+std::unique_ptr<PreTokenizer> make_metaspace(const boost::json::object& o, const Origin& origin);  // sentencepiece.cpp
+std::unique_ptr<Model> make_unigram(const boost::json::object& o, const Origin& origin);           // unigram.cpp
 
 // UTF-8 to code points (invalid bytes read as U+FFFD) and back.
 void decode_utf8(std::string_view in, std::u32string& out);

@@ -3,6 +3,7 @@
 
 #include "flowline/error.hpp"
 #include "pipeline.hpp"
+#include "unicode.hpp"
 
 #include <boost/json.hpp>
 #include <fmt/format.h>
@@ -78,6 +79,22 @@ void encode_utf8(std::u32string_view in, std::string& out) {
   }
 }
 
+namespace {
+
+std::size_t utf8_length_at(std::string_view text, std::size_t at) {
+  const auto lead = static_cast<unsigned char>(text[at]);
+  const std::size_t n = lead < 0x80 ? 1 : (lead & 0xE0) == 0xC0 ? 2 : (lead & 0xF0) == 0xE0 ? 3 : 4;
+  return std::min(n, text.size() - at);
+}
+
+char32_t code_point_at(std::string_view text, std::size_t at) {
+  std::u32string one;
+  decode_utf8(text.substr(at, utf8_length_at(text, at)), one);
+  return one.empty() ? U'\uFFFD' : one[0];
+}
+
+}  // namespace
+
 void Pipeline::tokens(std::string_view text, std::vector<std::int32_t>& ids) const {
   // Added tokens are matched in the raw text, leftmost and then longest first, as Hugging Face does.
   std::size_t stretch = 0;
@@ -93,10 +110,21 @@ void Pipeline::tokens(std::string_view text, std::vector<std::int32_t>& ids) con
       ++i;
       continue;
     }
-    if (i > stretch) tokens_of_stretch(text.substr(stretch, i - stretch), ids);
+    // lstrip and rstrip: the token takes the whitespace before or after it along (not whitespace that an
+    // earlier token took).
+    std::size_t start = i, stop = i + match->content.size();
+    if (match->lstrip)
+      for (std::size_t at = start; at > stretch;) {
+        std::size_t lead = at - 1;
+        while (lead > stretch && (static_cast<unsigned char>(text[lead]) & 0xC0) == 0x80) --lead;
+        if (!is_whitespace(code_point_at(text, lead))) break;
+        start = at = lead;
+      }
+    if (match->rstrip)
+      while (stop < text.size() && is_whitespace(code_point_at(text, stop))) stop += utf8_length_at(text, stop);
+    if (start > stretch) tokens_of_stretch(text.substr(stretch, start - stretch), ids);
     ids.push_back(match->id);
-    i += match->content.size();
-    stretch = i;
+    i = stretch = stop;
   }
   if (text.size() > stretch) tokens_of_stretch(text.substr(stretch), ids);
 }
@@ -138,8 +166,8 @@ const json::value* field(const json::object& o, std::string_view key) {
   return it == o.end() || it->value().is_null() ? nullptr : &it->value();
 }
 
-// added_tokens: those matched in the raw text. Options that change matching (lstrip, rstrip, single_word,
-// normalized) are refused until implemented: a silent difference would change ids.
+// added_tokens: those matched in the raw text, with lstrip and rstrip. The options single_word and
+// normalized are refused until implemented: a silent difference would change ids.
 void read_added_tokens(const json::object& root, const std::string& file, Pipeline& p) {
   const json::value* list = field(root, "added_tokens");
   if (list == nullptr) return;
@@ -151,13 +179,17 @@ void read_added_tokens(const json::object& root, const std::string& file, Pipeli
         !v.as_object().contains("id") || !v.as_object().at("id").is_number())
       refuse(origin, "an added token needs 'content' (a string) and 'id' (a number)");
     const json::object& o = v.as_object();
-    for (const char* option : {"lstrip", "rstrip", "single_word", "normalized"}) {
+    for (const char* option : {"single_word", "normalized"}) {
       const json::value* set = field(o, option);
       if (set != nullptr && set->is_bool() && set->as_bool())
         refuse(origin, fmt::format("'{}': true is not supported (only false)", option));
     }
+    const auto strip = [&](const char* option) {
+      const json::value* set = field(o, option);
+      return set != nullptr && set->is_bool() && set->as_bool();
+    };
     AddedToken t{std::string(o.at("content").as_string()),
-                 static_cast<std::int32_t>(o.at("id").to_number<std::int64_t>())};
+                 static_cast<std::int32_t>(o.at("id").to_number<std::int64_t>()), strip("lstrip"), strip("rstrip")};
     if (t.content.empty()) refuse(origin, "an empty added token");
     if (p.model->token_id(t.content) != t.id && t.id >= 0 && static_cast<std::size_t>(t.id) >= p.model->size())
       ++p.added_vocab;

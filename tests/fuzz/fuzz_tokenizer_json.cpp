@@ -1,8 +1,9 @@
-// Fuzz target: flowline::models::Tokenizer (tokenizer.json pipelines, WordPiece kind) on arbitrary bytes
-// (invalid UTF-8, control and format characters, combining marks, CJK, very long words, special tokens).
-// The first byte picks the tokenizer file and the length limit. Properties: no exception, ids inside the
-// vocabulary, at most max_length ids, the post-processor's frame around singles and pairs, encode() and
-// encode_into() agree, pair type ids one per id.
+// Fuzz targets: flowline::models::Tokenizer (tokenizer.json pipelines) on arbitrary bytes (invalid UTF-8,
+// control and format characters, combining marks, CJK, very long words, special tokens), one program per
+// model kind: FLOWLINE_FUZZ_KIND names it and picks its tokenizer files (tests/fuzz/CMakeLists.txt). The
+// first byte picks the file and the length limit. Properties: no exception, ids inside the vocabulary, at
+// most max_length ids, the post-processor's frame around singles and pairs, encode() and encode_into()
+// agree, pair type ids one per id.
 #include "flowline/models/tokenizer.hpp"
 
 #include "fuzz_support.hpp"
@@ -10,25 +11,35 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
-#ifndef FLOWLINE_FUZZ_SOURCE
-#error "FLOWLINE_FUZZ_SOURCE names the source tree that holds the tokenizer files"
+#if !defined(FLOWLINE_FUZZ_SOURCE) || !defined(FLOWLINE_FUZZ_KIND)
+#error "FLOWLINE_FUZZ_SOURCE names the source tree that holds the tokenizer files, FLOWLINE_FUZZ_KIND the kind"
 #endif
 
 namespace {
 
 using flowline::models::Tokenizer;
 
-const Tokenizer& tokenizer(unsigned variant) {
-  static const std::unique_ptr<Tokenizer> variants[3] = {
-      Tokenizer::from_json_file(FLOWLINE_FUZZ_SOURCE "/tests/data/tokenizers/wordpiece-cased/tokenizer.json"),
-      Tokenizer::from_json_file(FLOWLINE_FUZZ_SOURCE "/tests/data/tokenizers/wordpiece-lower/tokenizer.json"),
-      Tokenizer::from_folder(FLOWLINE_FUZZ_SOURCE "/tests/data/tiny-bert"),
-  };
-  return *variants[variant % 3];
+// The tokenizer folders of each kind, under the source tree.
+const std::map<std::string_view, std::vector<std::string_view>> kKinds = {
+    {"wordpiece",
+     {"tests/data/tokenizers/wordpiece-cased", "tests/data/tokenizers/wordpiece-lower", "tests/data/tiny-bert"}},
+    {"unigram", {"tests/data/tokenizers/unigram-xlmr", "tests/data/tokenizers/unigram-byte-fallback"}},
+};
+
+const std::vector<std::unique_ptr<Tokenizer>>& tokenizers() {
+  static const std::vector<std::unique_ptr<Tokenizer>> all = [] {
+    std::vector<std::unique_ptr<Tokenizer>> out;
+    for (const std::string_view folder : kKinds.at(FLOWLINE_FUZZ_KIND))
+      out.push_back(Tokenizer::from_folder(std::string(FLOWLINE_FUZZ_SOURCE "/") + std::string(folder)));
+    return out;
+  }();
+  return all;
 }
 
 void check_ids(const Tokenizer& tok, const std::vector<std::int32_t>& ids, std::size_t max_length, bool pair) {
@@ -44,8 +55,9 @@ void check_ids(const Tokenizer& tok, const std::vector<std::int32_t>& ids, std::
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
-  const Tokenizer& tok = tokenizer(data[0] % 3u);
-  const std::size_t limit = data[0] / 3u;  // 0: no limit, else 5..89
+  const auto& all = tokenizers();
+  const Tokenizer& tok = *all[data[0] % all.size()];
+  const std::size_t limit = data[0] / all.size();  // 0: no limit, else from 5 up
   const std::size_t max_length = limit == 0 ? 0 : 4 + limit;
   const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
 
