@@ -9,7 +9,7 @@
 #include "flowline/torch_support.hpp"
 #include "flowline/io.hpp"
 #include "flowline/models/embedding_model.hpp"
-#include "flowline/sentence_encoder/wordpiece_tokenizer.hpp"
+#include "flowline/models/tokenizer.hpp"
 
 #include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
@@ -24,7 +24,6 @@
 #include <optional>
 
 using namespace flowline;
-using namespace flowline::sentence_encoder;
 using namespace flowline::models;
 using Clock = std::chrono::steady_clock;
 
@@ -56,7 +55,7 @@ int main(int argc, char** argv) {
   const c10::Device device = resolve_device(device_name);
   set_thread_device(device);
   const c10::ScalarType dtype = dtype_name == "fp16" ? c10::kHalf : dtype_name == "bf16" ? c10::kBFloat16 : c10::kFloat;
-  const auto tokenizer = WordPieceTokenizer::from_model_folder(model);
+  const auto tokenizer = flowline::models::Tokenizer::from_folder(model);
   const auto shared = std::make_shared<const EmbeddingModel>(model, device, dtype);
   const EmbeddingModel& encoder = *shared;
   const auto max_len = static_cast<std::size_t>(encoder.checkpoint().max_seq_length);
@@ -79,7 +78,7 @@ int main(int argc, char** argv) {
     std::vector<std::int32_t> ids;
     std::vector<std::size_t> offsets{0};
     for (auto text : texts) {
-      tokenizer.encode_into(text, max_len, ids);
+      tokenizer->encode_into(text, max_len, ids);
       offsets.push_back(ids.size());
     }
     const double tokenize_s = std::chrono::duration<double>(Clock::now() - start).count();

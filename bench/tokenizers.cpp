@@ -1,11 +1,10 @@
-// Tokenization speed, one thread: flowline::models::Tokenizer on each tokenizer file given, beside today's
-// WordPieceTokenizer of the SentenceEncoder on the MiniLM vocabulary, over the corpus's paragraphs.
+// Tokenization speed, one thread: flowline::models::Tokenizer on each tokenizer file given, beside the
+// MiniLM model's (WordPiece, what the SentenceEncoder ran first), over the corpus's paragraphs.
 // Prints ids/s and paragraphs/s, best of --rounds passes over the corpus (docs/benchmarks.md).
 //
 //   build/bench/tokenizers_bench --corpus /work/shared/data/corpus --model models/all-MiniLM-L6-v2 \
 //     tests/data/tokenizers/wordpiece-cased/tokenizer.json ...
 #include "flowline/models/tokenizer.hpp"
-#include "flowline/sentence_encoder/wordpiece_tokenizer.hpp"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -82,26 +81,23 @@ void measure(std::vector<Candidate>& candidates, const std::vector<std::string>&
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Single-thread tokenization speed of flowline's tokenizers and today's WordPieceTokenizer"};
+  CLI::App app{"Single-thread tokenization speed of flowline's tokenizers"};
   fs::path corpus, model;
   std::vector<fs::path> files;
   int rounds = 5;
   app.add_option("--corpus", corpus, "folder of .txt books")->required();
-  app.add_option("--model", model, "a BERT model folder (vocab.txt, tokenizer.json)")->required();
+  app.add_option("--model", model, "a model folder whose tokenizer is the baseline (tokenizer.json or vocab.txt)")
+      ->required();
   app.add_option("--rounds", rounds, "passes over the corpus; the best counts");
   app.add_option("tokenizers", files, "more tokenizer.json files");
   CLI11_PARSE(app, argc, argv);
 
   const std::vector<std::string> texts = corpus_paragraphs(corpus);
   fmt::print("{} paragraphs, one thread, best of {}\n", texts.size(), rounds);
-  const auto old = flowline::sentence_encoder::WordPieceTokenizer::from_model_folder(model);
   std::vector<std::unique_ptr<flowline::models::Tokenizer>> tokenizers;
   tokenizers.push_back(flowline::models::Tokenizer::from_folder(model));
   for (const fs::path& file : files) tokenizers.push_back(flowline::models::Tokenizer::from_json_file(file));
   std::vector<Candidate> candidates;
-  candidates.push_back(
-      {"today's WordPieceTokenizer (vocab.txt)",
-       [&](std::string_view t, std::vector<std::int32_t>& ids) { return old.encode_into(t, 0, ids); }});
   for (std::size_t i = 0; i < tokenizers.size(); ++i) {
     const auto* tok = tokenizers[i].get();
     candidates.push_back(

@@ -4,6 +4,7 @@ computed by transformers and sentence-transformers on the CPU in fp32 from token
 tested apart, tests/models/test_tokenizers.cpp).
 
   .venv-ref/bin/python scripts/make_tiny_models.py        # scripts/setup-reference.sh makes .venv-ref
+  .venv-ref/bin/python scripts/make_tiny_models.py --only xlm-roberta-unigram   # that one alone
 
 Outputs (committed), in tests/data/tiny-models/:
   <name>/                    a checkpoint folder: config.json, model.safetensors, sentence-transformers
@@ -13,6 +14,7 @@ Outputs (committed), in tests/data/tiny-models/:
                              (transformers' logits, then the CrossEncoder activation); `prompt_length`
                              when the checkpoint leaves its prompt out of the pooling.
 """
+import argparse
 import json
 import pathlib
 import shutil
@@ -161,7 +163,58 @@ def cross_encoder(name, model, pad, cls, sep, pair_sep, typed):
     save_file({"scores": scores.reshape(-1), "raw": raw.reshape(-1)}, str(OUT / f"{name}.pairs.safetensors"))
 
 
+def text_model(name, tokenizer_dir, texts):
+    """An XLM-RoBERTa checkpoint carrying a real sentencepiece tokenizer.json (Unigram, Precompiled, Metaspace)
+    and the embeddings sentence-transformers gives `texts` end to end, tokenizer included (<name>.texts.*)."""
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+    torch.manual_seed(29)
+    vocab = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json")).get_vocab_size()
+    model = XLMRobertaModel(XLMRobertaConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2,
+                                             num_attention_heads=4, intermediate_size=64, max_position_embeddings=130,
+                                             type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2),
+                            add_pooling_layer=False)
+    randomise(model)
+    out = OUT / name
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        shutil.copy(tokenizer_dir / "tokenizer.json", pathlib.Path(tmp) / "tokenizer.json")
+        (pathlib.Path(tmp) / "tokenizer_config.json").write_text(json.dumps({
+            "tokenizer_class": "XLMRobertaTokenizer", "model_max_length": 128, "bos_token": "<s>", "eos_token": "</s>",
+            "cls_token": "<s>", "sep_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>", "mask_token": "<mask>"}))
+        st = SentenceTransformer(modules=[Transformer(tmp, max_seq_length=128), Pooling(32, pooling_mode="mean"),
+                                          Normalize()], device="cpu")
+        shutil.rmtree(out, ignore_errors=True)
+        st.save(str(out))
+    (out / "README.md").unlink(missing_ok=True)
+    # transformers must tokenize as the file says (flowline's parity test checks that file against tokenizers).
+    fast, plain = AutoTokenizer.from_pretrained(str(out)), Tokenizer.from_file(str(out / "tokenizer.json"))
+    assert [fast(t)["input_ids"] for t in texts] == [e.ids for e in plain.encode_batch(texts)]
+    with open(OUT / f"{name}.texts.jsonl", "w", encoding="utf-8") as f:
+        for t in texts:
+            f.write(json.dumps({"text": t}, ensure_ascii=False) + "\n")
+    embeddings = st.encode(texts, convert_to_tensor=True, batch_size=8).float()
+    save_file({"embeddings": embeddings.contiguous()}, str(OUT / f"{name}.texts.safetensors"))
+    print(f"{name}: {len(texts)} texts end to end, embeddings {tuple(embeddings.shape)}")
+
+
+def unigram_texts(corpus):
+    paragraphs = [" ".join(p.split()) for path in sorted(corpus.glob("*.txt"))
+                  for p in path.read_text(encoding="utf-8").split("\n\n") if p.strip()]
+    return paragraphs[100:112] + [  # a few of them past 128 tokens: truncated
+        "Alice was beginning to get very tired", "  two  spaces,\ttab and\nnew line  ", "ﬁne ｆｕｌｌ-width ①",
+        "Ein Fluß, déjà vu, Ångström", "Москва — столица России", "東京は日本の首都です", "😀 👩‍👩‍👧‍👦 ❤️ 🇫🇷",
+        "The <mask> sat on the mat", "<s> inside </s> text", "", "x", "e\u0301 combining", "\u200bzero\u200dwidth"]
+
+
 def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", choices=["xlm-roberta-unigram"], help="make only this checkpoint")
+    parser.add_argument("--corpus", type=pathlib.Path, default=ROOT.parent / "shared/data/corpus")
+    args = parser.parse_args()
+    if args.only == "xlm-roberta-unigram":
+        text_model("xlm-roberta-unigram", ROOT / "tests/data/tokenizers/unigram-xlmr", unigram_texts(args.corpus))
+        return
     torch.manual_seed(1234)
     OUT.mkdir(parents=True, exist_ok=True)
 
@@ -208,6 +261,7 @@ def main():
         max_position_embeddings=514, type_vocab_size=1, pad_token_id=1, num_labels=1))
     randomise(xlmr_cross)
     cross_encoder("xlm-roberta-cross-encoder", xlmr_cross, pad=1, cls=0, sep=2, pair_sep=[2, 2], typed=False)
+    text_model("xlm-roberta-unigram", ROOT / "tests/data/tokenizers/unigram-xlmr", unigram_texts(args.corpus))
 
 
 if __name__ == "__main__":

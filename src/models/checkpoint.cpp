@@ -1,6 +1,7 @@
 // Reading a checkpoint folder's declarations: config.json, modules.json and the module configs,
 // sentence_bert_config.json, tokenizer_config.json and config_sentence_transformers.json.
 #include "flowline/models/checkpoint.hpp"
+#include "flowline/models/tokenizer.hpp"
 
 #include "flowline/error.hpp"
 #include "flowline/io.hpp"
@@ -269,13 +270,8 @@ std::optional<std::string> Checkpoint::problem(const fs::path& folder, Use use) 
     if (!fs::exists(folder / "tokenizer.json") && !fs::exists(folder / "vocab.txt")) {
       return fmt::format("model '{}': no tokenizer (tokenizer.json, or vocab.txt for BERT)", folder.string());
     }
-    if (use == Use::Embedding && !fs::exists(folder / "vocab.txt")) {
-      // The SentenceEncoder tokenizes with BERT's WordPiece vocab.txt until it moves to flowline::tokenizers.
-      return fmt::format(
-          "model '{}': no vocab.txt; the SentenceEncoder runs checkpoints with a BERT-style WordPiece "
-          "vocabulary so far (docs/models.md, \"Tokenizers\")",
-          folder.string());
-    }
+    // A tokenizer that flowline::tokenizers cannot run exactly is refused here, naming its file and part.
+    Tokenizer::from_folder(folder);
     if (use == Use::CrossEncoder && !c.classifier) {
       return fmt::format("'{}': not a cross-encoder (config.json's architectures name no *ForSequenceClassification)",
                          c.config_file.string());

@@ -5,7 +5,7 @@
 #include "flowline/models/embedding_model.hpp"
 #include "flowline/models/safetensors.hpp"
 #include "flowline/sentence_encoder/sentence_encoder.hpp"
-#include "flowline/sentence_encoder/wordpiece_tokenizer.hpp"
+#include "flowline/models/tokenizer.hpp"
 #include "flowline/vector_index/vector_index.hpp"
 
 #include <ATen/ATen.h>
@@ -168,12 +168,12 @@ TEST_CASE("a bad encoder parameter fails the flow's start naming the parameter",
 }
 
 TEST_CASE("the encoder reports its tokens and largest forward pass in the flow's stats", "[encoder][stats]") {
-  const auto tokenizer = WordPieceTokenizer::from_model_folder(kData / "tiny-bert");
+  const auto tokenizer = models::Tokenizer::from_folder(kData / "tiny-bert");
   std::vector<std::string> texts;
   std::size_t tokens = 0;
   for (int i = 0; i < 10; ++i) {
     texts.push_back(std::string(static_cast<std::size_t>(i + 1), 'a') + " b c");
-    tokens += tokenizer.encode(texts.back(), 512).size();
+    tokens += tokenizer->encode(texts.back(), 512).size();
   }
   Flow flow(FlowOptions{.request_size = 10}, encoder_registry());
   flow.add({.name = "encoder",
@@ -337,9 +337,9 @@ TEST_CASE("on the GPU CUDA graphs give the eager passes' embeddings and count th
           "[encoder][model][gpu][graphs]") {
   if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
   const auto texts = read_texts(kData / "goldens/embedding_texts.jsonl");
-  const auto tokenizer = WordPieceTokenizer::from_model_folder(kModel);
+  const auto tokenizer = models::Tokenizer::from_folder(kModel);
   std::size_t expected_tokens = 0;
-  for (const auto& t : texts) expected_tokens += tokenizer.encode(t, 256).size();
+  for (const auto& t : texts) expected_tokens += tokenizer->encode(t, 256).size();
   for (const auto& [dtype, bound] : {std::pair{"fp16", 0.99999}, std::pair{"bf16", 0.9999}}) {
     const at::Tensor eager =
         encode_with_flow(kModel, texts, {{"dtype", dtype}, {"batch_size", 64}, {"cuda_graphs", false}}, "cuda");
@@ -381,6 +381,25 @@ TEST_CASE("keep_on_device leaves the encoder's embeddings on its GPU, equal to t
   CHECK(on_host.device().is_cpu());
   REQUIRE(on_gpu.device() == c10::Device(c10::kCUDA, 0));
   CHECK(at::equal(on_gpu.cpu(), on_host));
+}
+
+TEST_CASE("an XLM-RoBERTa checkpoint with a sentencepiece tokenizer.json encodes texts as sentence-transformers does",
+          "[encoder][tokenizers]") {
+  // Unigram, Precompiled (nmt_nfkc), Metaspace and <mask> with lstrip, end to end: texts in, embeddings out,
+  // some truncated at max_seq_length 128 (scripts/make_tiny_models.py --only xlm-roberta-unigram).
+  const auto tiny = std::filesystem::path(FLOWLINE_SOURCE_DIR) / "tests/data/tiny-models";
+  const auto texts = read_texts(tiny / "xlm-roberta-unigram.texts.jsonl");
+  const SafetensorsFile expected(tiny / "xlm-roberta-unigram.texts.safetensors");
+  Flow flow(FlowOptions{}, encoder_registry());
+  flow.add({.name = "encoder",
+            .uses = "SentenceEncoder",
+            .with = {{"model", (tiny / "xlm-roberta-unigram").string()}},
+            .device = "cpu"});
+  DocumentArray docs;
+  for (const auto& t : texts) docs.push_back(Document(t));
+  const at::Tensor got = flow.post("/encode", std::move(docs)).embeddings();
+  REQUIRE(got.size(0) == static_cast<int64_t>(texts.size()));
+  CHECK(row_cosines(got, expected.get("embeddings")).min().item<double>() >= 0.99999);
 }
 
 TEST_CASE("prompts are put before the texts as sentence-transformers does, per executor and per request",

@@ -1,14 +1,15 @@
-// Tests of the WordPiece tokenizer against the reference tokenizer's token ids.
+// The SentenceEncoder's tokenizer (flowline::models::Tokenizer) on all-MiniLM-L6-v2 against the ids the
+// Hugging Face fast tokenizer gave every corpus paragraph (tests/data/goldens/tokens.jsonl).
 #include "test_support.hpp"
 
-#include "flowline/sentence_encoder/wordpiece_tokenizer.hpp"
+#include "flowline/models/tokenizer.hpp"
 
 #include <boost/json.hpp>
 
 #include <fstream>
 
 using namespace flowline;
-using flowline::sentence_encoder::WordPieceTokenizer;
+using flowline::models::Tokenizer;
 
 namespace {
 const std::filesystem::path kGoldens = std::filesystem::path(FLOWLINE_SOURCE_DIR) / "tests/data/goldens";
@@ -37,14 +38,14 @@ std::vector<TokenGolden> token_goldens(std::size_t& max_length) {
 }  // namespace
 
 TEST_CASE("tokenizer gives the fast tokenizer's ids for every corpus paragraph and hard case", "[tokenizer]") {
-  REQUIRE(std::filesystem::exists(kModel / "vocab.txt"));
-  const auto tokenizer = WordPieceTokenizer::from_model_folder(kModel);
+  REQUIRE(std::filesystem::exists(kModel / "tokenizer.json"));
+  const auto tokenizer = Tokenizer::from_folder(kModel);
   std::size_t max_length = 0;
   const auto goldens = token_goldens(max_length);
   REQUIRE(goldens.size() == 6001 + 22);
   std::size_t mismatches = 0, tokens = 0;
   for (const auto& g : goldens) {
-    const auto ids = tokenizer.encode(g.text, max_length);
+    const auto ids = tokenizer->encode(g.text, max_length);
     tokens += ids.size();
     if (ids != g.ids) {
       ++mismatches;
@@ -75,19 +76,25 @@ TEST_CASE("corpus paragraphs split by flowline are the texts the goldens were ma
 }
 
 TEST_CASE("tokenizer handles accents, CJK, control characters and long words like BERT", "[tokenizer]") {
-  const auto tokenizer = WordPieceTokenizer::from_model_folder(kModel);
-  CHECK(tokenizer.tokenize("Crème BRÛLÉE") == std::vector<std::string>{"cr", "##eme", "br", "##ule", "##e"});
-  CHECK(tokenizer.tokenize("日本") == std::vector<std::string>{"日", "本"});
-  CHECK(tokenizer.tokenize("a\u200bb") == std::vector<std::string>{"ab"});
-  CHECK(tokenizer.tokenize(std::string(101, 'a')) == std::vector<std::string>{"[UNK]"});
-  CHECK(tokenizer.encode("", 256) == std::vector<std::int32_t>{tokenizer.cls_id(), tokenizer.sep_id()});
-  CHECK(tokenizer.encode("word word word word", 4).size() == 4);
+  const auto tokenizer = Tokenizer::from_folder(kModel);
+  const auto ids = [&](std::initializer_list<const char*> tokens) {
+    std::vector<std::int32_t> out{tokenizer->token_id("[CLS]")};
+    for (const char* t : tokens) out.push_back(tokenizer->token_id(t));
+    out.push_back(tokenizer->token_id("[SEP]"));
+    return out;
+  };
+  CHECK(tokenizer->encode("Crème BRÛLÉE") == ids({"cr", "##eme", "br", "##ule", "##e"}));
+  CHECK(tokenizer->encode("日本") == ids({"日", "本"}));
+  CHECK(tokenizer->encode("a\u200bb") == ids({"ab"}));
+  CHECK(tokenizer->encode(std::string(101, 'a')) == ids({"[UNK]"}));
+  CHECK(tokenizer->encode("", 256) == ids({}));
+  CHECK(tokenizer->encode("word word word word", 4).size() == 4);
 }
 
 TEST_CASE("a vocabulary without the special tokens is rejected", "[tokenizer]") {
   const auto dir = testing::scratch_dir("vocab without specials");
   testing::write_text(dir / "vocab.txt", "[PAD]\nhello\n");
-  CHECK_THROWS_WITH(WordPieceTokenizer(dir / "vocab.txt"),
-                    "tokenizer: vocabulary '" + (dir / "vocab.txt").string() + "' has no token '[UNK]'");
-  CHECK_THROWS_WITH(WordPieceTokenizer(dir / "missing.txt"), testing::contains("cannot open vocabulary"));
+  CHECK_THROWS_WITH(Tokenizer::from_folder(dir), testing::contains("tokenizer '" + (dir / "vocab.txt").string() +
+                                                                   "': '[SEP]' is not in the vocabulary"));
+  CHECK_THROWS_WITH(Tokenizer::from_folder(dir / "missing"), testing::contains("neither tokenizer.json nor vocab.txt"));
 }

@@ -7,7 +7,7 @@
 #include "flowline/executor.hpp"
 #include "flowline/torch_support.hpp"
 #include "flowline/models/embedding_model.hpp"
-#include "flowline/sentence_encoder/wordpiece_tokenizer.hpp"
+#include "flowline/models/tokenizer.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -101,7 +101,8 @@ class SentenceEncoder : public Executor {
     if (device_.is_cpu() && dtype_ == c10::kHalf) {
       throw Error("parameter 'dtype': fp16 needs a GPU device; use fp32 or bf16 on the CPU");
     }
-    tokenizer_ = std::make_unique<WordPieceTokenizer>(WordPieceTokenizer::from_model_folder(model));
+    // tokenizer.json (any kind flowline::tokenizers runs), else vocab.txt as BERT's WordPiece.
+    tokenizer_ = models::Tokenizer::from_folder(model);
     auto load = [&]() -> std::shared_ptr<const models::EmbeddingModel> {
       return std::make_shared<const models::EmbeddingModel>(model, device_, dtype_);
     };
@@ -196,7 +197,7 @@ class SentenceEncoder : public Executor {
       stream_->synchronize();
       reset_device_peaks(device_);
       const auto before = device_memory(device_)->allocated;
-      std::vector<std::int32_t> ids(sequences * max_seq_length_, tokenizer_->unk_id());
+      std::vector<std::int32_t> ids(sequences * max_seq_length_, filler_id());
       std::vector<int64_t> lengths(sequences, static_cast<int64_t>(max_seq_length_));
       at::Tensor out = encoder_->encode(models::PackedBatch{ids, lengths});
       stream_->synchronize();
@@ -284,7 +285,7 @@ class SentenceEncoder : public Executor {
     }
     for (auto [count, length] : shapes) {
       count = std::max<std::size_t>(1, std::min(count, kMaxWarmupTokens / length));  // auto sizes can be huge
-      std::vector<std::int32_t> ids(count * length, tokenizer_->unk_id());
+      std::vector<std::int32_t> ids(count * length, filler_id());
       std::vector<int64_t> lengths(count, static_cast<int64_t>(length));
       encoder_->encode(models::PackedBatch{ids, lengths}).to(at::kCPU);
     }
@@ -426,8 +427,12 @@ class SentenceEncoder : public Executor {
     }
     prompt_skip_ = 0;
     if (prompt_.empty() || encoder_->checkpoint().modules.include_prompt) return;
+    // As sentence-transformers counts a prompt: its ids less the closing special token ([SEP], </s>) that
+    // the post-processor puts after the text; the frame of an empty text shows which that is.
     const auto ids = tokenizer_->encode(prompt_);
-    prompt_skip_ = static_cast<int64_t>(ids.size()) - (!ids.empty() && ids.back() == tokenizer_->sep_id() ? 1 : 0);
+    const auto frame = tokenizer_->encode("");
+    prompt_skip_ =
+        static_cast<int64_t>(ids.size()) - (!ids.empty() && !frame.empty() && ids.back() == frame.back() ? 1 : 0);
   }
 
   // Document i's text, after the request's prompt.
@@ -478,7 +483,10 @@ class SentenceEncoder : public Executor {
 
   c10::Device device_{c10::kCPU};
   c10::ScalarType dtype_ = c10::kFloat;
-  std::unique_ptr<WordPieceTokenizer> tokenizer_;
+  // A token id that every vocabulary has, to fill the batches that measure memory and warm up.
+  std::int32_t filler_id() const { return std::max<std::int32_t>(0, tokenizer_->unk_id()); }
+
+  std::unique_ptr<models::Tokenizer> tokenizer_;
   std::shared_ptr<const models::EmbeddingModel> encoder_;
   std::unique_ptr<models::GraphedEmbeddingModel> graphs_;  // this replica's CUDA graphs, when enabled
   bool keep_on_device_ = false;
