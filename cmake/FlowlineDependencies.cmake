@@ -101,6 +101,10 @@ function(flowline_find_unpacked target prefix header library_names package)
 endfunction()
 
 flowline_find_unpacked(flowline_utf8proc FLOWLINE_UTF8PROC utf8proc.h utf8proc libutf8proc-dev)
+# PCRE2 (its 32-bit library, matching the tokenizers' UTF-32 text in place; UTF, Unicode properties, JIT):
+# the regular expressions of tokenizer.json (ByteLevel's and Split's patterns, Replace with a Regex); only
+# flowline::tokenizers uses it.
+flowline_find_unpacked(flowline_pcre2 FLOWLINE_PCRE2 pcre2.h pcre2-32 libpcre2-dev)
 # prometheus-cpp's core only (the metrics and their text format, not its HTTP exposer); only
 # flowline::gateway uses it.
 flowline_find_unpacked(flowline_prometheus FLOWLINE_PROMETHEUS prometheus/registry.h

@@ -9,6 +9,7 @@ OUT="${OUT:-$ROOT/out-gpu}"
 mkdir -p "$OUT" models
 ln -sfn "$ROOT/.device/model/all-MiniLM-L6-v2" models/all-MiniLM-L6-v2
 export FLOWLINE_UTF8PROC_ROOT="$ROOT/.device/utf8proc"
+export FLOWLINE_PCRE2_ROOT="$ROOT/.device/pcre2"
 export FLOWLINE_STB_ROOT="$ROOT/.device/stb"
 export FLOWLINE_PROMETHEUS_ROOT="$ROOT/.device/prometheus"
 TORCH_PREFIX="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')"
@@ -16,7 +17,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 start=$(date +%s)
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
   -DTORCH_CUDA_ARCH_LIST=9.0 -DFLOWLINE_CUDA=ON -DFLOWLINE_UTF8PROC_ROOT="$FLOWLINE_UTF8PROC_ROOT" -DFLOWLINE_STB_ROOT="$FLOWLINE_STB_ROOT" \
-  -DFLOWLINE_PROMETHEUS_ROOT="$FLOWLINE_PROMETHEUS_ROOT" \
+  -DFLOWLINE_PROMETHEUS_ROOT="$FLOWLINE_PROMETHEUS_ROOT" -DFLOWLINE_PCRE2_ROOT="$FLOWLINE_PCRE2_ROOT" \
   -DFLOWLINE_CORPUS_DIR="$ROOT/.device/corpus" -Wno-dev >"$OUT/configure.log" 2>&1 || { tail -40 "$OUT/configure.log"; exit 1; }
 cmake --build build-gpu -j"$(nproc)" >"$OUT/build.log" 2>&1 || { grep -E -A5 "error|FAILED" "$OUT/build.log" | head -60; exit 1; }
 echo "built in $(( $(date +%s) - start )) s"

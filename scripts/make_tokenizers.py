@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Small tokenizer.json files of the pipeline configurations flowline's tokenizers must run exactly, for
 the parity test (tests/models/test_tokenizers.cpp). Trained with Hugging Face `tokenizers` on the corpus,
-vocabularies of a few thousand, written to tests/data/tokenizers/<kind>/tokenizer.json (committed).
-The XLM-RoBERTa kind is trained by `sentencepiece` (its nmt_nfkc rules become the Precompiled normalizer)
-and converted as transformers converts XLM-R's sentencepiece model, so run that one from .venv-ref
+vocabularies of a few thousand (BPE: two thousand), written to tests/data/tokenizers/<kind>/tokenizer.json
+(committed). The XLM-RoBERTa kind is trained by `sentencepiece` (its nmt_nfkc rules become the Precompiled
+normalizer) and converted as transformers converts XLM-R's sentencepiece model, so run that one from .venv-ref
 (scripts/setup-reference.sh), which has sentencepiece and transformers:
 
   .venv/bin/python scripts/make_tokenizers.py --corpus /work/shared/data/corpus --kinds wordpiece-cased ...
@@ -15,7 +15,7 @@ import json
 import pathlib
 import tempfile
 
-from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
 
 OUT = pathlib.Path(__file__).resolve().parent.parent / "tests/data/tokenizers"
 
@@ -90,6 +90,59 @@ def unigram_byte_fallback(corpus):
     return Tokenizer.from_str(json.dumps(data))
 
 
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                 r"\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def byte_level_bpe(corpus, normalizer, pre_tokenizer, specials, post, vocab_size=2000, **options):
+    tok = Tokenizer(models.BPE(**options))
+    tok.normalizer = normalizer
+    tok.pre_tokenizer = pre_tokenizer
+    tok.train_from_iterator(corpus_lines(corpus), trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.post_processor = post(tok)
+    return tok
+
+
+def sentencepiece_bpe(corpus, vocab_size=2000):
+    """Llama/Mistral's sentencepiece-converted layout: Prepend("▁") and Replace(" ", "▁"), no
+    pre-tokenizer, BPE with byte_fallback and fuse_unk, <0xNN> tokens in the model's vocabulary. The bytes
+    that lead 4-byte UTF-8 (F0 to F4) are left out, so that emoji and CJK extension B fall to the fused
+    unknown token instead."""
+    specials = ["<unk>", "<s>", "</s>"]
+    tok = Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=True, byte_fallback=True))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    # Trained on words ("▁the"), then run as sentencepiece does: the whole text as one word.
+    tok.pre_tokenizer = pre_tokenizers.Split("▁", "merged_with_next")
+    tok.train_from_iterator(corpus_lines(corpus), trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=specials, limit_alphabet=150))
+    tok.pre_tokenizer = None
+    data = json.loads(tok.to_str())
+    trained = sorted(data["model"]["vocab"].items(), key=lambda item: item[1])
+    tokens = specials + [f"<0x{b:02X}>" for b in range(256) if not 0xF0 <= b <= 0xF4]
+    tokens += [token for token, _ in trained if token not in specials]
+    data["model"]["vocab"] = {token: i for i, token in enumerate(tokens)}
+    for added in data["added_tokens"]:
+        added["id"] = data["model"]["vocab"][added["content"]]
+    data["post_processor"] = {
+        "type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                 {"SpecialToken": {"id": "<s>", "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}}
+    return Tokenizer.from_str(json.dumps(data))
+
+
+def legacy_merges(tok):
+    """The tokenizer.json text with the merges written as "a b" strings, as older files (RoBERTa's) have
+    them (tokenizers reads both forms but writes pairs)."""
+    data = json.loads(tok.to_str())
+    data["model"]["merges"] = [f"{a} {b}" for a, b in data["model"]["merges"]]
+    text = json.dumps(data, ensure_ascii=False, indent=2)
+    Tokenizer.from_str(text)  # still a tokenizer tokenizers reads
+    return text
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", type=pathlib.Path, required=True)
@@ -123,11 +176,42 @@ def main():
                 special_tokens=[("[CLS]", t.token_to_id("[CLS]")), ("[SEP]", t.token_to_id("[SEP]"))])),
         "unigram-xlmr": lambda: unigram_xlmr(args.corpus),
         "unigram-byte-fallback": lambda: unigram_byte_fallback(args.corpus),
+        # RoBERTa's layout: ByteLevel with a prefix space, RobertaProcessing; merges as "a b" strings.
+        "bpe-bytelevel-roberta": lambda: legacy_merges(byte_level_bpe(
+            args.corpus, None, pre_tokenizers.ByteLevel(add_prefix_space=True),
+            ["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+            lambda t: processors.RobertaProcessing(("</s>", t.token_to_id("</s>")), ("<s>", t.token_to_id("<s>"))))),
+        # ModernBERT's (GPT-NeoX's) layout: ByteLevel without a prefix space, [CLS] $A [SEP].
+        "bpe-bytelevel-modernbert": lambda: byte_level_bpe(
+            args.corpus, None, pre_tokenizers.ByteLevel(add_prefix_space=False),
+            ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"],
+            lambda t: processors.TemplateProcessing(
+                single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]",
+                special_tokens=[("[CLS]", t.token_to_id("[CLS]")), ("[SEP]", t.token_to_id("[SEP]"))])),
+        # Qwen2/3's layout: NFC, Split with Qwen2's pattern, ByteLevel without its own regex; the post-processor
+        # of Llama-3 (Sequence of ByteLevel and a template appending <|endoftext|>, as Qwen3-Embedding does) and
+        # Llama-3's ignore_merges.
+        "bpe-split-qwen": lambda: byte_level_bpe(
+            args.corpus, normalizers.NFC(),
+            pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(QWEN2_PATTERN), "isolated", invert=False),
+                                     pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]),
+            ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+            lambda t: processors.Sequence([
+                processors.ByteLevel(trim_offsets=False),
+                processors.TemplateProcessing(
+                    single="$A <|endoftext|>", pair="$A <|endoftext|> $B:1 <|endoftext|>:1",
+                    special_tokens=[("<|endoftext|>", t.token_to_id("<|endoftext|>"))])]),
+            ignore_merges=True),
+        "bpe-bytefallback-llama": lambda: sentencepiece_bpe(args.corpus),
     }
     for kind in args.kinds or makers:
         tok = makers[kind]()
         (OUT / kind).mkdir(parents=True, exist_ok=True)
-        tok.save(str(OUT / kind / "tokenizer.json"))
+        if isinstance(tok, str):
+            (OUT / kind / "tokenizer.json").write_text(tok, encoding="utf-8")
+            tok = Tokenizer.from_str(tok)
+        else:
+            tok.save(str(OUT / kind / "tokenizer.json"))
         print(kind, tok.get_vocab_size(), "tokens")
 
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Prepares .device/ for runs on the GPU machine (which has no network, no utf8proc and no model):
+# Prepares .device/ for runs on the GPU machine (which has no network, no utf8proc, no PCRE2 headers and no
+# model):
 #   .device/model/all-MiniLM-L6-v2   the model with fp16 weights (45 MB instead of 90, to fit the 64 MiB tree)
 #   .device/utf8proc                 Debian's utf8proc packages unpacked (dpkg -x)
+#   .device/pcre2                    Debian's PCRE2 32-bit library and headers unpacked (dpkg -x)
 #   .device/prometheus               Debian's prometheus-cpp core library and headers unpacked (dpkg -x)
 #   .device/stb                      Debian's stb headers unpacked (for the profile plots)
 #   .device/corpus                   the five books (../shared does not travel)
@@ -28,6 +30,12 @@ if [ ! -d .device/utf8proc/usr ]; then
   for deb in "$tmp"/*.deb; do dpkg -x "$deb" .device/utf8proc; done
   rm -rf "$tmp"
 fi
+if [ ! -d .device/pcre2/usr ]; then
+  tmp="$(mktemp -d)"
+  (cd "$tmp" && apt-get download -qq libpcre2-32-0 libpcre2-dev)
+  for deb in "$tmp"/*.deb; do dpkg -x "$deb" .device/pcre2; done
+  rm -rf "$tmp"
+fi
 if [ ! -d .device/prometheus/usr ]; then
   tmp="$(mktemp -d)"
   (cd "$tmp" && apt-get download -qq libprometheus-cpp-core1.0 prometheus-cpp-dev)
@@ -36,8 +44,9 @@ if [ ! -d .device/prometheus/usr ]; then
 fi
 # The device copy of the tree drops symbolic links (libutf8proc.so -> libutf8proc.so.2 -> ...): replace each
 # link by a copy of the file it points to, so CMake's find_library finds a real libutf8proc.so there.
-# Links into packages not unpacked here (prometheus-cpp's pull and push libraries) are dropped.
-find .device/utf8proc .device/prometheus -type l | while read -r link; do
+# Links into packages not unpacked here (prometheus-cpp's pull and push libraries, PCRE2's 8- and 16-bit
+# and POSIX libraries) are dropped.
+find .device/utf8proc .device/pcre2 .device/prometheus -type l | while read -r link; do
   target="$(readlink -f "$link")"
   rm "$link"
   if [ -f "$target" ]; then cp "$target" "$link"; fi

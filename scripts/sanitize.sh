@@ -15,8 +15,8 @@
 # tests/sanitizers/lsan.supp lists LibTorch's process-lifetime registries.
 #
 # Needs scripts/setup.sh first (or, on the GPU machine, python3 with torch and FLOWLINE_*_ROOT as in
-# scripts/gpu-run.sh). Environment: FLOWLINE_CORPUS_DIR, FLOWLINE_UTF8PROC_ROOT, FLOWLINE_STB_ROOT,
-# FLOWLINE_PROMETHEUS_ROOT are passed to CMake when set; CXX picks the compiler.
+# scripts/gpu-run.sh). Environment: FLOWLINE_CORPUS_DIR, FLOWLINE_UTF8PROC_ROOT, FLOWLINE_PCRE2_ROOT,
+# FLOWLINE_STB_ROOT, FLOWLINE_PROMETHEUS_ROOT are passed to CMake when set; CXX picks the compiler.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 KIND="${1:-}"
@@ -31,7 +31,7 @@ TORCH_PREFIX="$("$PY" -c 'import importlib.util, pathlib; print(pathlib.Path(imp
 args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DFLOWLINE_CUDA=OFF
   -DFLOWLINE_SANITIZE="$SAN" -DFLOWLINE_BUILD_BENCH=OFF -Wno-dev)
 [ -n "${CXX:-}" ] && args+=(-DCMAKE_CXX_COMPILER="$CXX")
-for v in FLOWLINE_CORPUS_DIR FLOWLINE_UTF8PROC_ROOT FLOWLINE_STB_ROOT FLOWLINE_PROMETHEUS_ROOT; do
+for v in FLOWLINE_CORPUS_DIR FLOWLINE_UTF8PROC_ROOT FLOWLINE_PCRE2_ROOT FLOWLINE_STB_ROOT FLOWLINE_PROMETHEUS_ROOT; do
   [ -n "${!v:-}" ] && args+=("-D$v=${!v}")
 done
 if [ -z "${FLOWLINE_CORPUS_DIR:-}" ] && [ -x "$ROOT/scripts/find-corpus.sh" ]; then

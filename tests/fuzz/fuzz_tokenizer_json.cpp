@@ -30,6 +30,11 @@ const std::map<std::string_view, std::vector<std::string_view>> kKinds = {
     {"wordpiece",
      {"tests/data/tokenizers/wordpiece-cased", "tests/data/tokenizers/wordpiece-lower", "tests/data/tiny-bert"}},
     {"unigram", {"tests/data/tokenizers/unigram-xlmr", "tests/data/tokenizers/unigram-byte-fallback"}},
+    // Byte-level BPE with GPT-2's pattern (RoBERTa's and ModernBERT's layouts), with Qwen2's Split pattern,
+    // and sentencepiece-style BPE with byte_fallback and fuse_unk.
+    {"bpe",
+     {"tests/data/tokenizers/bpe-bytelevel-roberta", "tests/data/tokenizers/bpe-bytelevel-modernbert",
+      "tests/data/tokenizers/bpe-split-qwen", "tests/data/tokenizers/bpe-bytefallback-llama"}},
 };
 
 const std::vector<std::unique_ptr<Tokenizer>>& tokenizers() {

@@ -46,7 +46,8 @@ std::vector<TokenizerFile> tokenizer_files() {
   std::vector<TokenizerFile> files = {{"minilm", kSource / "models/all-MiniLM-L6-v2/tokenizer.json"},
                                       {"tiny-bert", kSource / "tests/data/tiny-bert/tokenizer.json"}};
   for (const char* kind :
-       {"wordpiece-cased", "wordpiece-lower", "wordpiece-whitespace", "unigram-xlmr", "unigram-byte-fallback"})
+       {"wordpiece-cased", "wordpiece-lower", "wordpiece-whitespace", "unigram-xlmr", "unigram-byte-fallback",
+        "bpe-bytelevel-roberta", "bpe-bytelevel-modernbert", "bpe-split-qwen", "bpe-bytefallback-llama"})
     files.push_back({kind, kSource / "tests/data/tokenizers" / kind / "tokenizer.json"});
   return files;
 }
@@ -263,6 +264,77 @@ TEST_CASE("the tokenizer.json of the tiny test checkpoints gives the ids of Pyth
   check_parity(*tok, "tiny-bert");
 }
 
+TEST_CASE("a byte-level BPE in RoBERTa's layout (prefix space, \"a b\" merges) gives the ids of Python tokenizers",
+          "[tokenizers][parity]") {
+  const auto tok = Tokenizer::from_folder(kSource / "tests/data/tokenizers/bpe-bytelevel-roberta");
+  CHECK(tok->describe() == "BPE (ByteLevel, RobertaProcessing)");
+  check_parity(*tok, "bpe-bytelevel-roberta");
+}
+
+TEST_CASE("a byte-level BPE in ModernBERT's layout gives the ids of Python tokenizers", "[tokenizers][parity]") {
+  const auto tok = Tokenizer::from_folder(kSource / "tests/data/tokenizers/bpe-bytelevel-modernbert");
+  CHECK(tok->describe() == "BPE (ByteLevel, TemplateProcessing)");
+  check_parity(*tok, "bpe-bytelevel-modernbert");
+}
+
+TEST_CASE(
+    "a BPE in Qwen2's layout (NFC, Split with its pattern, ByteLevel, ignore_merges, a Sequence of "
+    "post-processors) gives the ids of Python tokenizers",
+    "[tokenizers][parity]") {
+  const auto tok = Tokenizer::from_folder(kSource / "tests/data/tokenizers/bpe-split-qwen");
+  CHECK(tok->describe() == "BPE (NFC, Split, ByteLevel, Sequence[ByteLevel, TemplateProcessing])");
+  CHECK(tok->special_tokens_count(false) == 1);
+  check_parity(*tok, "bpe-split-qwen");
+}
+
+TEST_CASE("a sentencepiece-style BPE with byte_fallback and fuse_unk gives the ids of Python tokenizers",
+          "[tokenizers][parity]") {
+  const auto tok = Tokenizer::from_folder(kSource / "tests/data/tokenizers/bpe-bytefallback-llama");
+  CHECK(tok->describe() == "BPE (Prepend, Replace, TemplateProcessing)");
+  check_parity(*tok, "bpe-bytefallback-llama");
+}
+
+TEST_CASE("BPE follows tokenizers' merge queue, prefix, suffix and unknown-token rules", "[tokenizers]") {
+  // a+b and b+c are both merges; the lower rank wins, then ab+c makes abc.
+  const auto tok = Tokenizer::from_json_text(R"({"model": {"type": "BPE", "unk_token": "?", "fuse_unk": false,
+      "vocab": {"?": 0, "a": 1, "b": 2, "c": 3, "ab": 4, "bc": 5, "abc": 6},
+      "merges": [["a", "b"], "b c", ["ab", "c"]]}})",
+                                             "t.json");
+  CHECK(tok->encode("abc") == std::vector<std::int32_t>{6});
+  CHECK(tok->encode("bca") == std::vector<std::int32_t>{5, 1});
+  CHECK(tok->encode("axxb") == std::vector<std::int32_t>{1, 0, 0, 2});
+  const auto fused = Tokenizer::from_json_text(R"({"model": {"type": "BPE", "unk_token": "?", "fuse_unk": true,
+      "continuing_subword_prefix": "##", "end_of_word_suffix": "</w>",
+      "vocab": {"?": 0, "a": 1, "##b": 2, "##c</w>": 3, "a##b": 4}, "merges": []}})",
+                                               "t.json");
+  CHECK(fused->encode("abc") == std::vector<std::int32_t>{1, 2, 3});
+  CHECK(fused->encode("axxc") == std::vector<std::int32_t>{1, 0, 3});
+}
+
+TEST_CASE("Split's delimiter behaviours and Replace's Regex pattern cut text as tokenizers does", "[tokenizers]") {
+  const auto split = [](const std::string& behavior, bool invert) {
+    return Tokenizer::from_json_text(
+        R"({"pre_tokenizer": {"type": "Split", "pattern": {"String": "-"}, "behavior": ")" + behavior +
+            R"(", "invert": )" + (invert ? "true" : "false") +
+            R"(}, "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "-": 2, "a-": 3, "-b": 4, "--": 5, "a--": 6,
+            "--b": 7}, "merges": [["a", "-"], ["-", "b"], ["-", "-"], ["a", "--"], ["--", "b"]]}})",
+        "t.json");
+  };
+  using Ids = std::vector<std::int32_t>;
+  CHECK(split("Removed", false)->encode("a--b") == Ids{0, 1});
+  CHECK(split("Isolated", false)->encode("a--b") == Ids{0, 2, 2, 1});
+  CHECK(split("MergedWithPrevious", false)->encode("a--b") == Ids{3, 2, 1});
+  CHECK(split("MergedWithNext", false)->encode("a--b") == Ids{0, 2, 4});
+  CHECK(split("Contiguous", false)->encode("a--b") == Ids{0, 5, 1});
+  CHECK(split("Removed", true)->encode("a--b") == Ids{2, 2});
+  const auto replace = Tokenizer::from_json_text(
+      R"({"normalizer": {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "},
+      "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\\s"}, "behavior": "Isolated", "invert": false},
+      "model": {"type": "BPE", "unk_token": "?", "vocab": {"?": 0, "a": 1, " ": 2}, "merges": []}})",
+      "t.json");
+  CHECK(replace->encode("a    a  a a") == Ids{1, 2, 1, 2, 1, 2, 1});
+}
+
 TEST_CASE("the MiniLM tokenizer answers ids, sizes and special-token counts", "[tokenizers]") {
   const auto tok = Tokenizer::from_folder(kSource / "models/all-MiniLM-L6-v2");
   CHECK(tok->vocab_size() == 30522);
@@ -285,7 +357,7 @@ TEST_CASE("a tokenizer it cannot run exactly is refused naming the file, the JSO
           "[tokenizers]") {
   CHECK_THAT(error_of(R"({"model": {"type": "Nonsense", "vocab": {}}})"),
              Catch::Matchers::StartsWith("tokenizer 't.json': model.type: model 'Nonsense' is not supported "
-                                         "(supported: Unigram, WordPiece"));
+                                         "(supported: BPE, Unigram, WordPiece"));
   CHECK_THAT(error_of(R"({"normalizer": {"type": "Sequence", "normalizers": [{"type": "Lowercase"},
              {"type": "Fancy"}]}, "model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"[UNK]": 0}}})"),
              Catch::Matchers::StartsWith("tokenizer 't.json': normalizer.normalizers[1]: normalizer 'Fancy' is not "
@@ -315,6 +387,19 @@ TEST_CASE("a tokenizer it cannot run exactly is refused naming the file, the JSO
         "model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0]]}})") ==
         "tokenizer 't.json': normalizer: 'precompiled_charsmap' is not base64");
   CHECK_THAT(error_of("{not json"), Catch::Matchers::StartsWith("tokenizer 't.json': not valid JSON"));
+  CHECK(error_of(R"({"model": {"type": "BPE", "dropout": 0.1, "vocab": {}, "merges": []}})") ==
+        "tokenizer 't.json': model: 'dropout' must be null (BPE dropout samples merges at random; flowline "
+        "tokenizes exactly)");
+  CHECK(error_of(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}})") ==
+        "tokenizer 't.json': model.merges[0]: the merge token 'b' is not in the vocabulary");
+  CHECK_THAT(error_of(R"({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\\w+"}, "behavior": "Isolated",
+             "invert": false}, "model": {"type": "BPE", "vocab": {}, "merges": []}})"),
+             Catch::Matchers::StartsWith("tokenizer 't.json': pre_tokenizer: pattern '\\w+': \\w (Oniguruma's and "
+                                         "PCRE2's differ)"));
+  CHECK_THAT(error_of(R"({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(a"}, "behavior": "Isolated",
+             "invert": false}, "model": {"type": "BPE", "vocab": {}, "merges": []}})"),
+             Catch::Matchers::StartsWith("tokenizer 't.json': pre_tokenizer: pattern '(a' does not compile with "
+                                         "PCRE2: missing closing parenthesis"));
   const fs::path dir = scratch_dir("empty folder");
   CHECK_THROWS_WITH(
       Tokenizer::from_folder(dir),

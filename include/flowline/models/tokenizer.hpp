@@ -7,7 +7,7 @@
 // call beyond what the caller's vector needs. Construction throws flowline::Error naming the file, the JSON
 // path of the component it cannot run exactly, and what is supported — never a tokenizer that would give
 // different ids than Python `tokenizers` (docs/models.md, "Tokenizers").
-// The library (flowline::tokenizers) links neither LibTorch nor the core: only utf8proc, Boost.JSON, fmt.
+// The library (flowline::tokenizers) links neither LibTorch nor the core: only utf8proc, PCRE2, Boost.JSON, fmt.
 #pragma once
 
 #include <cstddef>

@@ -224,8 +224,10 @@ const std::map<std::string, NormalizerBuilder, std::less<>>& normalizer_table() 
       {"Replace",
        [](const json::object& o, const Origin& origin, NormalizerList& out) {
          const json::value* pattern = field(o, "pattern");
+         if (pattern != nullptr && pattern->is_object() && pattern->as_object().contains("Regex"))
+           return out.push_back(make_regex_replace(o, origin));
          if (pattern == nullptr || !pattern->is_object() || !pattern->as_object().contains("String"))
-           refuse(origin, "only a literal pattern ({\"String\": ...}) is supported; a Regex pattern is not");
+           refuse(origin, "'pattern' must be {\"String\": ...} or {\"Regex\": ...}");
          const std::string literal = text_field(pattern->as_object(), "String", origin);
          if (literal.empty()) refuse(origin, "an empty pattern");
          out.push_back(std::make_unique<Replace>(code_points(literal), code_points(text_field(o, "content", origin))));
@@ -331,6 +333,10 @@ const std::map<std::string, PreTokenizerBuilder, std::less<>>& pre_tokenizer_tab
   static const std::map<std::string, PreTokenizerBuilder, std::less<>> table = {
       {"BertPreTokenizer", [](const json::object&, const Origin&,
                               PreTokenizerList& out) { out.push_back(std::make_unique<BertPreTokenizer>()); }},
+      {"ByteLevel", [](const json::object& o, const Origin& origin,
+                       PreTokenizerList& out) { out.push_back(make_byte_level(o, origin)); }},
+      {"Split", [](const json::object& o, const Origin& origin,
+                   PreTokenizerList& out) { out.push_back(make_split(o, origin)); }},
       {"Whitespace", [](const json::object&, const Origin&,
                         PreTokenizerList& out) { out.push_back(std::make_unique<WhitespacePreTokenizer>()); }},
       {"WhitespaceSplit", [](const json::object&, const Origin&,
@@ -438,6 +444,7 @@ Vocabulary read_vocab_object(const json::object& o, const Origin& origin) {
 using ModelBuilder = std::function<std::unique_ptr<Model>(const json::object&, const Origin&)>;
 const std::map<std::string, ModelBuilder, std::less<>>& model_table() {
   static const std::map<std::string, ModelBuilder, std::less<>> table = {
+      {"BPE", make_bpe},
       {"WordPiece",
        [](const json::object& o, const Origin& origin) -> std::unique_ptr<Model> {
          return std::make_unique<WordPiece>(
@@ -506,6 +513,32 @@ const std::map<std::string, PostBuilder, std::less<>>& post_table() {
          return PostProcessor{"BertProcessing",
                               {special(cls, 0), sequence(0, 0), special(sep, 0)},
                               {special(cls, 0), sequence(0, 0), special(sep, 0), sequence(1, 1), special(sep, 1)}};
+       }},
+      {"ByteLevel",  // it changes offsets only
+       [](const json::object&, const Origin&) {
+         return PostProcessor{"ByteLevel", {sequence(0, 0)}, {sequence(0, 0), sequence(1, 1)}};
+       }},
+      {"Sequence",  // ByteLevel steps (offsets only) and at most one that adds special tokens
+       [](const json::object& o, const Origin& origin) {
+         const json::value* list = field(o, "processors");
+         if (list == nullptr || !list->is_array()) refuse(origin, "'processors' must be a list");
+         PostProcessor framing{"ByteLevel", {sequence(0, 0)}, {sequence(0, 0), sequence(1, 1)}};
+         std::vector<std::string> names;
+         for (std::size_t i = 0; i < list->as_array().size(); ++i) {
+           const Origin here{origin.file, origin.at(fmt::format(".processors[{}]", i))};
+           const json::object& po = object_of(list->as_array()[i], here);
+           const std::string type = type_of(po, here);
+           const auto found = post_table().find(type);
+           if (found == post_table().end() || type == "Sequence")
+             refuse(here, fmt::format("post-processor '{}' is not supported in a Sequence", type));
+           PostProcessor p = found->second(po, here);
+           if (type != "ByteLevel" && framing.name != "ByteLevel")
+             refuse(here, "a Sequence with more than one post-processor that adds special tokens");
+           if (type != "ByteLevel") framing = std::move(p);
+           names.push_back(type);
+         }
+         framing.name = fmt::format("Sequence[{}]", fmt::join(names, ", "));
+         return framing;
        }},
       {"RobertaProcessing",
        [](const json::object& o, const Origin& origin) {

@@ -123,6 +123,13 @@ class Pipeline {
   void tokens_of_stretch(std::string_view stretch, std::vector<std::int32_t>& ids) const;
 };
 
+// Builders of the components that live in files of their own; components.cpp's tables name them. Each reads
+// its tokenizer.json object and refuses (refuse()) what it cannot run exactly.
+std::unique_ptr<Model> make_bpe(const boost::json::object& o, const Origin& origin);                 // bpe.cpp
+std::unique_ptr<PreTokenizer> make_byte_level(const boost::json::object& o, const Origin& origin);   // byte_level.cpp
+std::unique_ptr<PreTokenizer> make_split(const boost::json::object& o, const Origin& origin);        // byte_level.cpp
+std::unique_ptr<Normalizer> make_regex_replace(const boost::json::object& o, const Origin& origin);  // byte_level.cpp
+
 // Fills normalizers, pre-tokenizers, model and post-processor from tokenizer.json's object (components.cpp).
 void build_components(const boost::json::object& root, const std::string& file, Pipeline& pipeline);
 

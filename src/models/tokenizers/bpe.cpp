@@ -1,0 +1,265 @@
+// The BPE model: each word's characters looked up in the vocabulary (with the continuing-subword prefix
+// and end-of-word suffix where they apply, bytes as <0xNN> tokens under byte_fallback, the unknown token,
+// fused or not, for the rest), then merged pair by pair, lowest merge rank first, exactly as Hugging Face
+// `tokenizers` does (its Word::merge_all, priority queue of (rank, position) and all). Immutable once
+// built; the symbols and the queue are the calling thread's (thread_local), so a warmed thread allocates
+// nothing per word.
+#include "pipeline.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace flowline::models::tokenizers {
+
+namespace json = boost::json;
+
+namespace {
+
+struct MergeRule {
+  std::uint32_t rank;
+  std::int32_t new_id;
+};
+
+std::uint64_t pair_key(std::int32_t a, std::int32_t b) {
+  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) | static_cast<std::uint32_t>(b);
+}
+
+struct BpeOptions {
+  std::optional<std::string> unk;
+  std::string prefix, suffix;
+  bool fuse_unk = false, byte_fallback = false, ignore_merges = false;
+};
+
+class Bpe final : public Model {
+ public:
+  Bpe(Vocabulary vocab, const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions options,
+      const Origin& origin)
+      : vocab_(std::move(vocab)), options_(std::move(options)) {
+    if (options_.unk) {
+      const auto it = vocab_.find(*options_.unk);
+      if (it == vocab_.end())
+        refuse(origin, fmt::format("the unknown token '{}' is not in the vocabulary", *options_.unk));
+      unk_ = it->second;
+    }
+    merges_.reserve(merges.size());
+    for (std::size_t rank = 0; rank < merges.size(); ++rank) {
+      const auto& [a, b] = merges[rank];
+      const Origin here{origin.file, origin.at(fmt::format(".merges[{}]", rank))};
+      if (b.size() < options_.prefix.size())
+        refuse(here, fmt::format("'{}' is shorter than the continuing subword prefix", b));
+      const std::int32_t a_id = id_or_refuse(a, here), b_id = id_or_refuse(b, here);
+      const std::int32_t new_id = id_or_refuse(a + b.substr(options_.prefix.size()), here);
+      merges_.insert_or_assign(pair_key(a_id, b_id), MergeRule{static_cast<std::uint32_t>(rank), new_id});
+    }
+    std::string key;
+    for (char32_t c = 0; c < plain_.size(); ++c) {
+      encode_utf8(std::u32string_view(&c, 1), key);
+      plain_[c] = token_id(key);
+    }
+    for (unsigned byte = 0; byte < 256; ++byte) byte_ids_[byte] = token_id(fmt::format("<0x{:02X}>", byte));
+  }
+
+  void tokenize(Scratch& s, Span word, std::vector<std::int32_t>& ids) const override {
+    const std::u32string_view w = std::u32string_view(s.text).substr(word.begin, word.end - word.begin);
+    if (options_.ignore_merges) {
+      encode_utf8(w, s.utf8);
+      if (const std::int32_t id = token_id(s.utf8); id >= 0) {
+        ids.push_back(id);
+        return;
+      }
+    }
+    Work& work = this_thread_work();
+    work.symbols.clear();
+    bool pending_unk = false;
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      const bool first = i == 0, last = i + 1 == w.size();
+      std::int32_t id = -1;
+      const bool plain = (first || options_.prefix.empty()) && (!last || options_.suffix.empty());
+      if (plain && w[i] < plain_.size()) {
+        id = plain_[w[i]];
+      } else {
+        key_of(w[i], first, last, s.utf8);
+        id = token_id(s.utf8);
+      }
+      if (id >= 0) {
+        if (pending_unk) add(work, unk_);
+        pending_unk = false;
+        add(work, id);
+        continue;
+      }
+      if (options_.byte_fallback && byte_fallback(w[i], first, last, s.utf8, work)) continue;
+      if (options_.unk) {
+        if (pending_unk && !options_.fuse_unk) add(work, unk_);
+        pending_unk = true;  // fused: the pending unknown token grows over this character too
+      }
+    }
+    if (pending_unk) add(work, unk_);
+    merge_all(work);
+    for (const Symbol& symbol : work.symbols)
+      if (symbol.alive) ids.push_back(symbol.id);
+  }
+
+  std::int32_t token_id(std::string_view token) const override {
+    const auto it = vocab_.find(token);
+    return it == vocab_.end() ? -1 : it->second;
+  }
+  std::int32_t unk_id() const override { return unk_; }
+  std::size_t size() const override { return vocab_.size(); }
+  std::string name() const override { return "BPE"; }
+
+ private:
+  struct Symbol {
+    std::int32_t id;
+    std::int32_t prev, next;  // -1: none
+    bool alive;
+  };
+  struct Merge {
+    std::uint32_t rank;
+    std::uint32_t pos;
+    std::int32_t new_id;
+    // The heap's top is the lowest rank, then the leftmost position.
+    bool operator<(const Merge& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  struct Work {
+    std::vector<Symbol> symbols;
+    std::vector<Merge> queue;
+  };
+  static Work& this_thread_work() {
+    thread_local Work work;
+    return work;
+  }
+
+  std::int32_t id_or_refuse(const std::string& token, const Origin& origin) const {
+    const std::int32_t id = token_id(token);
+    if (id < 0) refuse(origin, fmt::format("the merge token '{}' is not in the vocabulary", token));
+    return id;
+  }
+
+  static void add(Work& work, std::int32_t id) {
+    const auto n = static_cast<std::int32_t>(work.symbols.size());
+    if (n > 0) work.symbols.back().next = n;
+    work.symbols.push_back({id, n - 1, -1, true});
+  }
+
+  // The vocabulary key of a character: the prefix unless it starts the word, the suffix if it ends it.
+  void key_of(char32_t c, bool first, bool last, std::string& key) const {
+    encode_utf8(std::u32string_view(&c, 1), key);
+    if (!first) key.insert(0, options_.prefix);
+    if (last) key.append(options_.suffix);
+  }
+
+  // The bytes of the character's key as <0xNN> tokens, all or none (Hugging Face's byte_fallback). A
+  // pending unknown token stays pending, as there.
+  bool byte_fallback(char32_t c, bool first, bool last, std::string& key, Work& work) const {
+    key_of(c, first, last, key);
+    for (const char b : key)
+      if (byte_ids_[static_cast<unsigned char>(b)] < 0) return false;
+    for (const char b : key) add(work, byte_ids_[static_cast<unsigned char>(b)]);
+    return true;
+  }
+
+  void push(Work& work, std::int32_t left, std::int32_t right, std::uint32_t pos) const {
+    const auto it = merges_.find(pair_key(left, right));
+    if (it == merges_.end()) return;
+    work.queue.push_back({it->second.rank, pos, it->second.new_id});
+    std::push_heap(work.queue.begin(), work.queue.end());
+  }
+
+  void merge_all(Work& work) const {
+    std::vector<Symbol>& sym = work.symbols;
+    work.queue.clear();
+    for (std::size_t i = 0; i + 1 < sym.size(); ++i)
+      push(work, sym[i].id, sym[i + 1].id, static_cast<std::uint32_t>(i));
+    while (!work.queue.empty()) {
+      std::pop_heap(work.queue.begin(), work.queue.end());
+      const Merge top = work.queue.back();
+      work.queue.pop_back();
+      Symbol& current = sym[top.pos];
+      if (!current.alive || current.next < 0) continue;
+      Symbol& right = sym[static_cast<std::size_t>(current.next)];
+      // A queued merge whose pair has changed since is stale, unless the pair now there makes the same token.
+      const auto rule = merges_.find(pair_key(current.id, right.id));
+      if (rule == merges_.end() || rule->second.new_id != top.new_id) continue;
+      current.id = top.new_id;
+      current.next = right.next;
+      right.alive = false;
+      if (right.next >= 0) sym[static_cast<std::size_t>(right.next)].prev = static_cast<std::int32_t>(top.pos);
+      if (current.prev >= 0)
+        push(work, sym[static_cast<std::size_t>(current.prev)].id, current.id,
+             static_cast<std::uint32_t>(current.prev));
+      if (current.next >= 0) push(work, current.id, sym[static_cast<std::size_t>(current.next)].id, top.pos);
+    }
+  }
+
+  Vocabulary vocab_;
+  BpeOptions options_;
+  std::int32_t unk_ = -1;
+  std::unordered_map<std::uint64_t, MergeRule> merges_;
+  std::array<std::int32_t, 0x800> plain_{};  // the id of each character below U+0800 on its own, or -1
+  std::array<std::int32_t, 256> byte_ids_{};
+};
+
+Vocabulary read_vocab(const json::object& o, const Origin& origin) {
+  const json::value* v = field(o, "vocab");
+  if (v == nullptr || !v->is_object()) refuse(origin, "'vocab' must be an object of token -> id");
+  Vocabulary vocab;
+  vocab.reserve(v->as_object().size());
+  for (const auto& [token, id] : v->as_object()) {
+    if (!id.is_int64() && !id.is_uint64()) refuse(origin, fmt::format("the id of '{}' is not an integer", token));
+    vocab.insert_or_assign(std::string(token), static_cast<std::int32_t>(id.to_number<std::int64_t>()));
+  }
+  return vocab;
+}
+
+// Both of tokenizer.json's forms: ["a b", ...] (split at the one space) and [["a", "b"], ...].
+std::vector<std::pair<std::string, std::string>> read_merges(const json::object& o, const Origin& origin) {
+  const json::value* v = field(o, "merges");
+  if (v == nullptr || !v->is_array()) refuse(origin, "'merges' must be a list");
+  std::vector<std::pair<std::string, std::string>> merges;
+  merges.reserve(v->as_array().size());
+  for (std::size_t i = 0; i < v->as_array().size(); ++i) {
+    const json::value& m = v->as_array()[i];
+    const Origin here{origin.file, origin.at(fmt::format(".merges[{}]", i))};
+    if (m.is_string()) {
+      const std::string_view line = m.as_string();
+      if (line.starts_with("#version")) continue;
+      const std::size_t space = line.find(' ');
+      if (space == std::string_view::npos || line.find(' ', space + 1) != std::string_view::npos)
+        refuse(here, "a merge must be two tokens separated by one space");
+      merges.emplace_back(line.substr(0, space), line.substr(space + 1));
+    } else if (m.is_array() && m.as_array().size() == 2 && m.as_array()[0].is_string() && m.as_array()[1].is_string()) {
+      merges.emplace_back(m.as_array()[0].as_string(), m.as_array()[1].as_string());
+    } else {
+      refuse(here, "a merge must be \"a b\" or [\"a\", \"b\"]");
+    }
+  }
+  return merges;
+}
+
+}  // namespace
+
+std::unique_ptr<Model> make_bpe(const json::object& o, const Origin& origin) {
+  if (const json::value* dropout = field(o, "dropout");
+      dropout != nullptr && !(dropout->is_number() && dropout->to_number<double>() == 0.0))
+    refuse(origin, "'dropout' must be null (BPE dropout samples merges at random; flowline tokenizes exactly)");
+  BpeOptions options;
+  if (field(o, "unk_token") != nullptr) options.unk = text_field(o, "unk_token", origin);
+  // Null or absent: empty.
+  if (field(o, "continuing_subword_prefix") != nullptr)
+    options.prefix = text_field(o, "continuing_subword_prefix", origin);
+  if (field(o, "end_of_word_suffix") != nullptr) options.suffix = text_field(o, "end_of_word_suffix", origin);
+  options.fuse_unk = flag(o, "fuse_unk", false, origin);
+  options.byte_fallback = flag(o, "byte_fallback", false, origin);
+  options.ignore_merges = flag(o, "ignore_merges", false, origin);
+  return std::make_unique<Bpe>(read_vocab(o, origin), read_merges(o, origin), std::move(options), origin);
+}
+
+}  // namespace flowline::models::tokenizers

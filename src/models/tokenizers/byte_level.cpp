@@ -1,0 +1,272 @@
+// The pre-tokenizers that cut text with a regular expression -- ByteLevel (GPT-2's pattern, then every
+// UTF-8 byte as one of 256 printable characters) and Split (a tokenizer.json pattern and a delimiter
+// behaviour) -- and the Replace normalizer with a Regex pattern. Each is immutable once built; the
+// per-thread buffers are the Scratch's and this file's thread_local ones.
+#include "pipeline.hpp"
+#include "regex.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <memory>
+#include <utility>
+#include <vector>
+
+namespace flowline::models::tokenizers {
+
+namespace json = boost::json;
+
+namespace {
+
+// GPT-2's bytes_to_unicode: the printable bytes (! to ~, ¡ to ¬, ® to ÿ) stand for themselves, the other
+// 68 bytes for U+0100 onwards, in byte order.
+std::array<char32_t, 256> make_byte_chars() {
+  std::array<char32_t, 256> chars{};
+  char32_t next = 0x100;
+  for (unsigned b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+    chars[b] = printable ? static_cast<char32_t>(b) : next++;
+  }
+  return chars;
+}
+const std::array<char32_t, 256> k_byte_chars = make_byte_chars();
+
+// Appends the byte-level form of `piece` to `out`: each byte of its UTF-8 as one character.
+void append_byte_level(std::u32string_view piece, std::u32string& out) {
+  for (const char32_t c : piece) {
+    if (c < 0x80) {
+      out.push_back(k_byte_chars[c]);
+    } else if (c < 0x800) {
+      out.push_back(k_byte_chars[0xC0 | (c >> 6)]);
+      out.push_back(k_byte_chars[0x80 | (c & 0x3F)]);
+    } else if (c < 0x10000) {
+      out.push_back(k_byte_chars[0xE0 | (c >> 12)]);
+      out.push_back(k_byte_chars[0x80 | ((c >> 6) & 0x3F)]);
+      out.push_back(k_byte_chars[0x80 | (c & 0x3F)]);
+    } else {
+      out.push_back(k_byte_chars[0xF0 | (c >> 18)]);
+      out.push_back(k_byte_chars[0x80 | ((c >> 12) & 0x3F)]);
+      out.push_back(k_byte_chars[0x80 | ((c >> 6) & 0x3F)]);
+      out.push_back(k_byte_chars[0x80 | (c & 0x3F)]);
+    }
+  }
+}
+
+constexpr std::string_view k_gpt2_pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+// ByteLevel: a space before each word that does not start with one (add_prefix_space), GPT-2's pattern
+// isolating its pieces (use_regex), then the bytes of each piece as characters. It rewrites the text:
+// s.other and s.other_words receive the pieces, then are swapped in.
+class ByteLevel final : public PreTokenizer {
+ public:
+  ByteLevel(bool add_prefix_space, bool use_regex, const Origin& origin)
+      : add_prefix_space_(add_prefix_space),
+        regex_(use_regex ? std::make_unique<Regex>(k_gpt2_pattern, origin) : nullptr) {}
+
+  void pre_tokenize(Scratch& s) const override {
+    thread_local std::u32string prefixed;
+    s.other.clear();
+    s.other_words.clear();
+    for (const Span word : s.words) {
+      std::u32string_view piece = std::u32string_view(s.text).substr(word.begin, word.end - word.begin);
+      if (add_prefix_space_ && (piece.empty() || piece.front() != U' ')) {
+        prefixed.assign(1, U' ');
+        prefixed.append(piece);
+        piece = prefixed;
+      }
+      if (!regex_) {
+        emit(piece, s);
+        continue;
+      }
+      std::size_t previous = 0;  // Isolated: the matches and what lies between them, each a word
+      regex_->for_each_match(piece, [&](std::size_t begin, std::size_t end) {
+        if (begin > previous) emit(piece.substr(previous, begin - previous), s);
+        if (end > begin) emit(piece.substr(begin, end - begin), s);
+        previous = end;
+      });
+      if (piece.size() > previous) emit(piece.substr(previous), s);
+    }
+    s.text.swap(s.other);
+    s.words.swap(s.other_words);
+  }
+  std::string name() const override { return "ByteLevel"; }
+
+ private:
+  static void emit(std::u32string_view piece, Scratch& s) {
+    const std::size_t begin = s.other.size();
+    append_byte_level(piece, s.other);
+    s.other_words.push_back({begin, s.other.size()});
+  }
+
+  bool add_prefix_space_;
+  std::unique_ptr<Regex> regex_;
+};
+
+enum class Behavior { removed, isolated, merged_with_previous, merged_with_next, contiguous };
+
+// Split: each word cut at a pattern's matches, the matches kept, dropped or merged as `behavior` says
+// (Hugging Face's SplitDelimiterBehavior); invert swaps what counts as a match. The text stays as it is.
+class Split final : public PreTokenizer {
+ public:
+  Split(std::string_view pattern, Behavior behavior, bool invert, const Origin& origin)
+      : regex_(pattern, origin), behavior_(behavior), invert_(invert) {}
+
+  void pre_tokenize(Scratch& s) const override {
+    thread_local std::vector<Piece> pieces, kept;
+    s.other_words.clear();
+    for (const Span word : s.words) {
+      const std::u32string_view text = std::u32string_view(s.text).substr(word.begin, word.end - word.begin);
+      pieces.clear();
+      std::size_t previous = 0;
+      regex_.for_each_match(text, [&](std::size_t begin, std::size_t end) {
+        if (begin != previous) pieces.push_back({previous, begin, invert_});
+        pieces.push_back({begin, end, !invert_});
+        previous = end;
+      });
+      if (previous != text.size()) pieces.push_back({previous, text.size(), invert_});
+      apply_behavior(pieces, kept);
+      for (const Piece& p : kept)
+        if (p.end > p.begin) s.other_words.push_back({word.begin + p.begin, word.begin + p.end});
+    }
+    s.words.swap(s.other_words);
+  }
+  std::string name() const override { return "Split"; }
+
+ private:
+  struct Piece {
+    std::size_t begin, end;
+    bool match;
+  };
+
+  // Hugging Face's NormalizedString::split, piece by piece: `kept` receives the words.
+  void apply_behavior(const std::vector<Piece>& pieces, std::vector<Piece>& kept) const {
+    kept.clear();
+    bool previous_match = false;
+    switch (behavior_) {
+      case Behavior::isolated:
+        kept = pieces;
+        break;
+      case Behavior::removed:
+        for (const Piece& p : pieces)
+          if (!p.match) kept.push_back(p);
+        break;
+      case Behavior::contiguous:
+        for (const Piece& p : pieces) {
+          if (p.match == previous_match && !kept.empty())
+            kept.back().end = p.end;
+          else
+            kept.push_back(p);
+          previous_match = p.match;
+        }
+        break;
+      case Behavior::merged_with_previous:
+        for (const Piece& p : pieces) {
+          if (p.match && !previous_match && !kept.empty())
+            kept.back().end = p.end;
+          else
+            kept.push_back(p);
+          previous_match = p.match;
+        }
+        break;
+      case Behavior::merged_with_next:
+        for (auto it = pieces.rbegin(); it != pieces.rend(); ++it) {
+          if (it->match && !previous_match && !kept.empty())
+            kept.back().begin = it->begin;
+          else
+            kept.push_back(*it);
+          previous_match = it->match;
+        }
+        std::reverse(kept.begin(), kept.end());
+        break;
+    }
+  }
+
+  Regex regex_;
+  Behavior behavior_;
+  bool invert_;
+};
+
+// Replace with a Regex pattern: every match (Oniguruma's find_iter) replaced by `content`.
+class RegexReplace final : public Normalizer {
+ public:
+  RegexReplace(std::string_view pattern, const std::string& content, const Origin& origin) : regex_(pattern, origin) {
+    decode_utf8(content, content_);
+  }
+  void normalize(Scratch& s) const override {
+    s.other.clear();
+    std::size_t previous = 0;
+    bool matched = false;
+    regex_.for_each_match(s.text, [&](std::size_t begin, std::size_t end) {
+      s.other.append(s.text, previous, begin - previous);
+      s.other.append(content_);
+      previous = end;
+      matched = true;
+    });
+    if (!matched) return;
+    s.other.append(s.text, previous);
+    s.text.swap(s.other);
+  }
+  std::string name() const override { return "Replace"; }
+
+ private:
+  Regex regex_;
+  std::u32string content_;
+};
+
+// A literal as a pattern that matches it exactly (Hugging Face escapes String patterns the same way).
+std::string escaped_literal(std::string_view literal) {
+  std::string out;
+  for (const char c : literal) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x80 && !std::isalnum(u)) out.push_back('\\');
+    out.push_back(c);
+  }
+  return out;
+}
+
+Behavior behavior_of(const std::string& name, const Origin& origin) {
+  if (name == "Removed") return Behavior::removed;
+  if (name == "Isolated") return Behavior::isolated;
+  if (name == "MergedWithPrevious") return Behavior::merged_with_previous;
+  if (name == "MergedWithNext") return Behavior::merged_with_next;
+  if (name == "Contiguous") return Behavior::contiguous;
+  refuse(origin, fmt::format("behavior '{}' is not one of Removed, Isolated, MergedWithPrevious, MergedWithNext, "
+                             "Contiguous",
+                             name));
+}
+
+// {"String": literal} or {"Regex": pattern} as a pattern for Regex.
+std::string pattern_of(const json::object& o, const Origin& origin) {
+  const json::value* v = field(o, "pattern");
+  if (v == nullptr || !v->is_object()) refuse(origin, "'pattern' must be {\"String\": ...} or {\"Regex\": ...}");
+  const json::object& p = v->as_object();
+  if (field(p, "Regex") != nullptr) return text_field(p, "Regex", origin);
+  if (field(p, "String") != nullptr) {
+    const std::string literal = text_field(p, "String", origin);
+    if (literal.empty()) refuse(origin, "an empty pattern");
+    return escaped_literal(literal);
+  }
+  refuse(origin, "'pattern' must be {\"String\": ...} or {\"Regex\": ...}");
+}
+
+}  // namespace
+
+std::unique_ptr<PreTokenizer> make_byte_level(const json::object& o, const Origin& origin) {
+  // trim_offsets changes offsets only, which flowline does not report.
+  return std::make_unique<ByteLevel>(flag(o, "add_prefix_space", true, origin), flag(o, "use_regex", true, origin),
+                                     origin);
+}
+
+std::unique_ptr<PreTokenizer> make_split(const json::object& o, const Origin& origin) {
+  return std::make_unique<Split>(pattern_of(o, origin), behavior_of(text_field(o, "behavior", origin), origin),
+                                 flag(o, "invert", false, origin), origin);
+}
+
+std::unique_ptr<Normalizer> make_regex_replace(const json::object& o, const Origin& origin) {
+  return std::make_unique<RegexReplace>(pattern_of(o, origin), text_field(o, "content", origin), origin);
+}
+
+}  // namespace flowline::models::tokenizers

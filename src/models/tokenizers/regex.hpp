@@ -1,0 +1,66 @@
+// The regular expressions of tokenizer.json (ByteLevel's GPT-2 pattern, Split's and Replace's patterns),
+// private to flowline::tokenizers: PCRE2 in UTF-32 mode with Unicode properties (UTF + UCP), JIT-compiled
+// where PCRE2 has a JIT, matching Hugging Face `tokenizers`, which uses Oniguruma (Ruby syntax).
+//
+// Contract: a Regex is compiled once, when its component is built (on any thread), and is immutable after
+// that; for_each_match() may be called from many threads at once: the match data it needs is the calling
+// thread's own (thread_local), so a warmed thread allocates nothing per call. A pattern PCRE2 cannot
+// compile, or one whose meaning differs between Oniguruma and PCRE2 and that the wrapper cannot translate
+// exactly (\w, \b, \h, \v, \p{...} other than L and N, nested classes, (?m), (?s)), is refused with a
+// flowline::Error naming the file and the JSON path (refuse() in pipeline.hpp).
+//
+// Oniguruma's classes differ from PCRE2 10.42's: its Unicode tables are newer (letters and numbers added
+// since) and its \s lacks U+180E. The pattern is translated before it is compiled: \s and \S become
+// Oniguruma's exact set, \p{L}, \p{N} and \d get the code points Oniguruma adds (regex_tables.inc, made by
+// scripts/make_regex_tables.py).
+#pragma once
+
+#include "pipeline.hpp"
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+struct pcre2_real_code_32;
+
+namespace flowline::models::tokenizers {
+
+class Regex {
+ public:
+  // `pattern` in UTF-8, as tokenizer.json writes it; `origin` names it in errors.
+  Regex(std::string_view pattern, const Origin& origin);
+  ~Regex();
+  Regex(const Regex&) = delete;
+  Regex& operator=(const Regex&) = delete;
+
+  // Calls found(begin, end) for each match in `text`, left to right, offsets in code points: the matches
+  // of Oniguruma's find_iter (after a match, the search goes on at its end; an empty match right where the
+  // last match ended is skipped, one character further on).
+  template <class Found>
+  void for_each_match(std::u32string_view text, Found&& found) const {
+    std::size_t from = 0, begin = 0, end = 0;
+    bool matched_before = false;
+    std::size_t last_end = 0;
+    while (from <= text.size() && search(text, from, begin, end)) {
+      if (begin == end && matched_before && last_end == end) {
+        ++from;
+        continue;
+      }
+      from = last_end = end;
+      matched_before = true;
+      found(begin, end);
+    }
+  }
+
+  // The pattern PCRE2 compiled (after translation), for tests and error messages.
+  const std::string& translated() const { return translated_; }
+
+ private:
+  // The first match at or after `from`; false when there is none.
+  bool search(std::u32string_view text, std::size_t from, std::size_t& begin, std::size_t& end) const;
+
+  pcre2_real_code_32* code_ = nullptr;
+  std::string translated_;
+};
+
+}  // namespace flowline::models::tokenizers
