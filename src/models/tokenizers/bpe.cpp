@@ -207,18 +207,6 @@ class Bpe final : public Model {
   std::array<std::int32_t, 256> byte_ids_{};
 };
 
-Vocabulary read_vocab(const json::object& o, const Origin& origin) {
-  const json::value* v = field(o, "vocab");
-  if (v == nullptr || !v->is_object()) refuse(origin, "'vocab' must be an object of token -> id");
-  Vocabulary vocab;
-  vocab.reserve(v->as_object().size());
-  for (const auto& [token, id] : v->as_object()) {
-    if (!id.is_int64() && !id.is_uint64()) refuse(origin, fmt::format("the id of '{}' is not an integer", token));
-    vocab.insert_or_assign(std::string(token), static_cast<std::int32_t>(id.to_number<std::int64_t>()));
-  }
-  return vocab;
-}
-
 // Both of tokenizer.json's forms: ["a b", ...] (split at the one space) and [["a", "b"], ...].
 std::vector<std::pair<std::string, std::string>> read_merges(const json::object& o, const Origin& origin) {
   const json::value* v = field(o, "merges");
@@ -259,7 +247,7 @@ std::unique_ptr<Model> make_bpe(const json::object& o, const Origin& origin) {
   options.fuse_unk = flag(o, "fuse_unk", false, origin);
   options.byte_fallback = flag(o, "byte_fallback", false, origin);
   options.ignore_merges = flag(o, "ignore_merges", false, origin);
-  return std::make_unique<Bpe>(read_vocab(o, origin), read_merges(o, origin), std::move(options), origin);
+  return std::make_unique<Bpe>(read_vocab_object(o, origin), read_merges(o, origin), std::move(options), origin);
 }
 
 }  // namespace flowline::models::tokenizers

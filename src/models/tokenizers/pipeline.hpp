@@ -140,11 +140,14 @@ bool flag(const boost::json::object& o, std::string_view key, bool fallback, con
 std::string text_field(const boost::json::object& o, std::string_view key, const Origin& origin);
 std::int64_t int_field(const boost::json::object& o, std::string_view key, std::int64_t fallback, const Origin& origin);
 const boost::json::object& object_of(const boost::json::value& v, const Origin& origin);
+// A model's "vocab" object of token -> id (WordPiece, BPE).
+Vocabulary read_vocab_object(const boost::json::object& o, const Origin& origin);
 
 // Components in files of their own, built from their tokenizer.json object; components.cpp's tables name them.
 std::unique_ptr<Normalizer> make_precompiled(const boost::json::object& o, const Origin& origin);  // sentencepiece.cpp
 std::unique_ptr<PreTokenizer> make_metaspace(const boost::json::object& o, const Origin& origin);  // sentencepiece.cpp
 std::unique_ptr<Model> make_unigram(const boost::json::object& o, const Origin& origin);           // unigram.cpp
+std::unique_ptr<Model> make_wordpiece(const boost::json::object& o, const Origin& origin);         // wordpiece.cpp
 
 // UTF-8 to code points (invalid bytes read as U+FFFD) and back.
 void decode_utf8(std::string_view in, std::u32string& out);
