@@ -35,6 +35,10 @@ if [ ! -d .device/pcre2/usr ]; then
   (cd "$tmp" && apt-get download -qq libpcre2-32-0 libpcre2-dev)
   for deb in "$tmp"/*.deb; do dpkg -x "$deb" .device/pcre2; done
   rm -rf "$tmp"
+  # Only the 32-bit shared library and the header travel (the tree and .device share 64 MiB).
+  rm -rf .device/pcre2/usr/share .device/pcre2/usr/bin
+  find .device/pcre2 -name '*.a' -delete
+  find .device/pcre2 -name 'libpcre2-*.so*' ! -name 'libpcre2-32.so*' -delete
 fi
 if [ ! -d .device/prometheus/usr ]; then
   tmp="$(mktemp -d)"
@@ -51,6 +55,7 @@ find .device/utf8proc .device/pcre2 .device/prometheus -type l | while read -r l
   rm "$link"
   if [ -f "$target" ]; then cp "$target" "$link"; fi
 done
+rm -f .device/pcre2/usr/lib/x86_64-linux-gnu/libpcre2-32.so.0.*  # copied to the two names that are used
 if [ ! -f .device/stb/usr/include/stb/stb_image_write.h ]; then
   tmp="$(mktemp -d)"
   (cd "$tmp" && apt-get download -qq libstb-dev)
