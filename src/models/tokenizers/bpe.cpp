@@ -69,6 +69,10 @@ class Bpe final : public Model {
 
   void tokenize(Scratch& s, Span word, std::vector<std::int32_t>& ids) const override {
     const std::u32string_view w = std::u32string_view(s.text).substr(word.begin, word.end - word.begin);
+    WordCache::cut(serial_, w, ids, [&] { merge_word(s, w, ids); });
+  }
+
+  void merge_word(Scratch& s, std::u32string_view w, std::vector<std::int32_t>& ids) const {
     if (options_.ignore_merges) {
       encode_utf8(w, s.utf8);
       if (const std::int32_t id = token_id(s.utf8); id >= 0) {
@@ -136,6 +140,8 @@ class Bpe final : public Model {
     thread_local Work work;
     return work;
   }
+
+  const std::uint64_t serial_ = WordCache::next_serial();
 
   std::int32_t id_or_refuse(const std::string& token, const Origin& origin) const {
     const std::int32_t id = token_id(token);

@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace flowline::models::tokenizers {
@@ -77,6 +78,38 @@ class Model {
   virtual std::int32_t unk_id() const = 0;
   virtual std::size_t size() const = 0;
   virtual std::string name() const = 0;
+};
+
+// The ids of the words a model cut last, per thread (words repeat; tokenizers keeps such a cache too): BPE
+// and Unigram look a word up before cutting it. A thread's cache belongs to the model it served last,
+// named by a serial that is never reused (an address could be); it empties when it is full.
+class WordCache {
+ public:
+  static std::uint64_t next_serial();
+  // Appends `word`'s ids to `ids`: from this thread's cache, else by calling cut() (which appends them) and
+  // keeping what it appended.
+  template <class Cut>
+  static void cut(std::uint64_t model, std::u32string_view word, std::vector<std::int32_t>& ids, Cut&& cut) {
+    if (word.size() > kLongestWord) return cut();
+    WordCache& cache = of_thread(model);
+    if (cache.append(word, ids)) return;
+    const std::size_t first = ids.size();
+    cut();
+    cache.keep(word, ids.data() + first, ids.data() + ids.size());
+  }
+
+ private:
+  static constexpr std::size_t kLongestWord = 48, kWords = 16384;
+  static WordCache& of_thread(std::uint64_t model);
+  bool append(std::u32string_view word, std::vector<std::int32_t>& ids) const;
+  void keep(std::u32string_view word, const std::int32_t* first, const std::int32_t* last);
+  struct Hash {
+    using is_transparent = void;
+    std::size_t operator()(std::u32string_view v) const noexcept { return std::hash<std::u32string_view>{}(v); }
+  };
+  std::uint64_t model_ = 0;
+  std::unordered_map<std::u32string, std::pair<std::size_t, std::size_t>, Hash, std::equal_to<>> words_;
+  std::vector<std::int32_t> ids_;  // every cached word's ids, [first, second) each
 };
 
 // The post-processor as a template: special tokens and the sequences A and B, each with its type id.

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -22,6 +23,39 @@ namespace json = boost::json;
 Scratch& scratch() {
   thread_local Scratch s;
   return s;
+}
+
+std::uint64_t WordCache::next_serial() {
+  static std::atomic<std::uint64_t> serial{0};
+  return ++serial;
+}
+
+WordCache& WordCache::of_thread(std::uint64_t model) {
+  thread_local WordCache cache;
+  if (cache.model_ != model) {
+    cache.words_.clear();
+    cache.ids_.clear();
+    cache.model_ = model;
+  }
+  return cache;
+}
+
+bool WordCache::append(std::u32string_view word, std::vector<std::int32_t>& ids) const {
+  const auto it = words_.find(word);
+  if (it == words_.end()) return false;
+  ids.insert(ids.end(), ids_.begin() + static_cast<std::ptrdiff_t>(it->second.first),
+             ids_.begin() + static_cast<std::ptrdiff_t>(it->second.second));
+  return true;
+}
+
+void WordCache::keep(std::u32string_view word, const std::int32_t* first, const std::int32_t* last) {
+  if (words_.size() >= kWords) {
+    words_.clear();
+    ids_.clear();
+  }
+  const std::size_t begin = ids_.size();
+  ids_.insert(ids_.end(), first, last);
+  words_.emplace(std::u32string(word), std::pair{begin, ids_.size()});
 }
 
 void refuse(const Origin& origin, const std::string& what) {

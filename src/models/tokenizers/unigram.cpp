@@ -60,7 +60,21 @@ class Unigram final : public Model {
   }
 
   void tokenize(Scratch& s, Span word, std::vector<std::int32_t>& ids) const override {
-    encode_utf8(std::u32string_view(s.text).substr(word.begin, word.end - word.begin), s.utf8);
+    const std::u32string_view w = std::u32string_view(s.text).substr(word.begin, word.end - word.begin);
+    WordCache::cut(serial_, w, ids, [&] { cut(s, w, ids); });
+  }
+
+  std::int32_t token_id(std::string_view token) const override {
+    const auto it = vocab_.find(token);
+    return it == vocab_.end() ? -1 : it->second;
+  }
+  std::int32_t unk_id() const override { return unk_; }
+  std::size_t size() const override { return scores_.size(); }
+  std::string name() const override { return "Unigram"; }
+
+ private:
+  void cut(Scratch& s, std::u32string_view word, std::vector<std::int32_t>& ids) const {
+    encode_utf8(word, s.utf8);
     const std::string_view w = s.utf8;
     const std::size_t n = w.size();
     s.best_score.assign(n + 1, 0.0);
@@ -111,15 +125,6 @@ class Unigram final : public Model {
     std::reverse(ids.begin() + static_cast<std::ptrdiff_t>(first), ids.end());
   }
 
-  std::int32_t token_id(std::string_view token) const override {
-    const auto it = vocab_.find(token);
-    return it == vocab_.end() ? -1 : it->second;
-  }
-  std::int32_t unk_id() const override { return unk_; }
-  std::size_t size() const override { return scores_.size(); }
-  std::string name() const override { return "Unigram"; }
-
- private:
   // A run of unknown characters, fused: its own piece if the vocabulary has it, else its bytes (byte
   // fallback), else the unknown token. Pushed in reverse order (the caller reverses the whole).
   void push_unknown(std::string_view run, std::vector<std::int32_t>& ids) const {
@@ -181,6 +186,7 @@ class Unigram final : public Model {
   std::vector<unsigned char> labels_;
   std::array<std::int32_t, 256> byte_ids_{};
   std::int32_t unk_;
+  const std::uint64_t serial_ = WordCache::next_serial();
   double unk_score_ = 0;
   bool byte_fallback_;
 };

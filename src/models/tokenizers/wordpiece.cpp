@@ -82,8 +82,8 @@ std::unique_ptr<Model> make_wordpiece(const json::object& o, const Origin& origi
       read_vocab_object(o, origin),
       field(o, "continuing_subword_prefix") == nullptr ? std::string("##")
                                                        : text_field(o, "continuing_subword_prefix", origin),
-      text_field(o, "unk_token", origin), static_cast<std::size_t>(int_field(o, "max_input_chars_per_word", 100, origin)),
-      origin);
+      text_field(o, "unk_token", origin),
+      static_cast<std::size_t>(int_field(o, "max_input_chars_per_word", 100, origin)), origin);
 }
 
 }  // namespace flowline::models::tokenizers
