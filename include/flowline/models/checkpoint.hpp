@@ -73,9 +73,10 @@ struct Checkpoint {
   // Reads and checks the folder (see above). Throws flowline::Error.
   static Checkpoint read(const std::filesystem::path& folder);
 
-  // What validation asks of a `model` parameter (ParamSpec::check): read() succeeds, a tokenizer is there
-  // (tokenizer.json or vocab.txt), and for a cross-encoder the head is one flowline runs. Returns the
-  // problem, or nullopt. Reads only JSON files; loads no weight.
+  // What validation asks of a `model` parameter (ParamSpec::check): read() succeeds, the tokenizer
+  // (tokenizer.json, or vocab.txt) is one flowline::tokenizers runs exactly (it is built, so a component it
+  // cannot run is named), and for a cross-encoder the head is one flowline runs. Returns the problem, or
+  // nullopt. Reads only JSON and vocabulary files; loads no weight.
   enum class Use { Embedding, CrossEncoder };
   static std::optional<std::string> problem(const std::filesystem::path& folder, Use use);
 
