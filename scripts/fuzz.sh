@@ -10,7 +10,7 @@
 #   scripts/fuzz.sh --seconds 600 fuzz_flow_config
 #
 # Targets: fuzz_flow_config fuzz_input_readers fuzz_document_json fuzz_safetensors fuzz_tokenizer_wordpiece
-# fuzz_tokenizer_unigram fuzz_tokenizer_bpe fuzz_gateway_bodies fuzz_wire_frames fuzz_workspace. What a run adds to a target's corpus stays in build-fuzz/corpus/<target>; only the
+# fuzz_tokenizer_unigram fuzz_tokenizer_bpe fuzz_gateway_bodies fuzz_wire_frames fuzz_workspace fuzz_grpc_requests. What a run adds to a target's corpus stays in build-fuzz/corpus/<target>; only the
 # seeds in tests/fuzz/corpus are committed. Needs scripts/setup.sh first (LibTorch, clang-14).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,7 +26,8 @@ while (($#)); do
   esac
 done
 ALL=(fuzz_flow_config fuzz_input_readers fuzz_document_json fuzz_safetensors fuzz_tokenizer_wordpiece
-  fuzz_tokenizer_unigram fuzz_tokenizer_bpe fuzz_gateway_bodies fuzz_wire_frames fuzz_workspace)
+  fuzz_tokenizer_unigram fuzz_tokenizer_bpe fuzz_gateway_bodies fuzz_wire_frames fuzz_workspace
+  fuzz_grpc_requests)
 ((${#TARGETS[@]})) || TARGETS=("${ALL[@]}")
 for t in "${TARGETS[@]}"; do
   [[ " ${ALL[*]} " == *" $t "* ]] || { echo "fuzz.sh: no target '$t'; the targets: ${ALL[*]}" >&2; exit 2; }
@@ -44,6 +45,13 @@ if [ ! -f "$BUILD/CMakeCache.txt" ]; then
     -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DFLOWLINE_CUDA=OFF -DFLOWLINE_FUZZ=ON -DFLOWLINE_BUILD_TESTS=OFF \
     -DFLOWLINE_BUILD_BENCH=OFF -DFLOWLINE_BUILD_EXAMPLES=OFF -Wno-dev >"$BUILD/configure.log" 2>&1 \
     || { cat "$BUILD/configure.log"; exit 1; }
+fi
+# The gRPC front is optional (built where gRPC C++ is found): without it, its target is left out, saying so.
+if ! grep -q '^FLOWLINE_HAS_GRPC:INTERNAL=ON' "$BUILD/CMakeCache.txt"; then
+  for i in "${!TARGETS[@]}"; do
+    [ "${TARGETS[$i]}" = fuzz_grpc_requests ] && unset 'TARGETS[i]' && echo "fuzz.sh: no gRPC front in this build: fuzz_grpc_requests left out"
+  done
+  TARGETS=("${TARGETS[@]}")
 fi
 cmake --build "$BUILD" --target "${TARGETS[@]}" -- -j"$(nproc)" >"$BUILD/build.log" 2>&1 \
   || { grep -E -A5 'error|FAILED' "$BUILD/build.log" | head -60; exit 1; }

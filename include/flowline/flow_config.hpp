@@ -99,7 +99,9 @@ struct ExecutorConfig {
 // command line overrides what is set here. Plain data: the core only parses it, the gateway applies it.
 struct ServeSettings {
   std::optional<std::string> host;
-  std::optional<int> port;  // 0..65535
+  std::optional<int> port;       // HTTP's, 0..65535
+  std::optional<bool> http;      // serve HTTP (with.protocol lists http, or lists no protocol)
+  std::optional<int> grpc_port;  // serve Jina's gRPC on this port (with.protocol lists grpc; --grpc-port)
   std::optional<std::string> title;
   std::optional<int> threads;
   std::optional<std::size_t> max_body_bytes;

@@ -1,5 +1,5 @@
-// flowline/gateway.hpp — serving a started Flow over HTTP/1.1: Jina's, OpenAI's and TEI's APIs, health,
-// readiness and Prometheus metrics. Link flowline::gateway.
+// flowline/gateway.hpp — serving a started Flow over HTTP/1.1 (Jina's, OpenAI's and TEI's APIs, health,
+// readiness and Prometheus metrics) and, when asked for, Jina's gRPC protocol. Link flowline::gateway.
 //
 //   flowline::Flow flow = flowline::Flow::from_yaml("flows/encode.yml");
 //   auto gateway = flowline::Gateway::attach_to(flow);   // before start(): its metrics observe the flow
@@ -16,6 +16,12 @@
 //   POST /embed       TEI: {"inputs": str | [str]} -> [[float, ...], ...]
 //   GET  /health (alive), /ready (503 while starting or draining), /metrics (Prometheus text format),
 //        / and /dry_run (Jina's health checks), /status, /openapi.json, /docs
+// gRPC (GatewayOptions::grpc_port; Jina's Client(port=...) speaks it by default): jina.JinaRPC/Call (a
+//   stream of DataRequestProto, answered in request order), JinaSingleDataRequestRPC/process_single_data,
+//   JinaGatewayDryRunRPC/dry_run, JinaDiscoverEndpointsRPC/endpoint_discovery, JinaInfoRPC/_status, and
+//   grpc.health.v1.Health; documents as docarray's DocListProto. The same limits, token and metrics (route
+//   label "grpc"); refusals are gRPC status codes (RESOURCE_EXHAUSTED, UNAVAILABLE, DEADLINE_EXCEEDED,
+//   UNAUTHENTICATED, INVALID_ARGUMENT), an executor's failure is Jina's header status ERROR.
 //
 // Every request's documents go to the flow as one Flow::submit(); requests of the same endpoint and
 // parameters from any number of clients share the executors' batches. Limits, each answered with a status
@@ -35,6 +41,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace flowline {
@@ -44,7 +51,9 @@ struct ServeSettings;
 
 struct GatewayOptions {
   std::string host = "127.0.0.1";          // the address to bind; "0.0.0.0" or "::" to serve other machines
-  std::uint16_t port = 8080;               // 0: a free port, chosen by the system (Gateway::port() says which)
+  std::uint16_t port = 8080;               // HTTP's; 0: a free port, chosen by the system (Gateway::port() says which)
+  bool http = true;                        // serve HTTP on `port`
+  std::optional<std::uint16_t> grpc_port;  // serve Jina's gRPC on this port too (0: a free one); see grpc_available()
   int threads = 0;                         // I/O threads; 0: one per core
   std::size_t max_body_bytes = 32u << 20;  // larger request bodies get 413
   std::size_t max_documents = 4096;        // documents (or inputs) per request; more get 413
@@ -84,8 +93,12 @@ class Gateway {
   // started. Throws flowline::Error when the address cannot be bound ("127.0.0.1:8080: Address already in
   // use") or an option is out of range.
   void start(GatewayOptions options);
-  // The port bound by start() (the chosen one when options.port was 0).
+  // The port bound by start() (the chosen one when options.port was 0); 0 when HTTP is not served.
   std::uint16_t port() const noexcept;
+  // The gRPC port bound by start(); 0 when gRPC is not served.
+  std::uint16_t grpc_port() const noexcept;
+  // Whether this build has the gRPC front (an optional component: gRPC C++ must be found at build time).
+  static bool grpc_available() noexcept;
   // Graceful stop: /ready turns 503, no new connection is accepted, every request already inside the flow
   // is answered (one the flow takes longer than request_timeout over has had its 504; stop() still waits
   // for the flow to give it back), then idle connections close and the threads are joined. Idempotent.

@@ -60,6 +60,11 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& o) {
   given(g.host, "--host", "address to bind (0.0.0.0 to serve other machines); flow file: with.host", d.host);
   given(g.port, "--port,-p", "port to bind (0: any free port, see --ready-file); flow file: with.port", d.port)
       ->check(CLI::Range(0, 65535));
+  given(g.grpc_port, "--grpc-port",
+        "also serve Jina's gRPC protocol (what Jina's Client speaks by default) on this port (0: any free one); "
+        "flow file: with.protocol and with.port",
+        "off")
+      ->check(CLI::Range(0, 65535));
   given(g.threads, "--threads", "I/O threads (0: one per core)", d.threads)->check(CLI::Range(0, 1024));
   given(g.max_body_bytes, "--max-body-bytes", "larger request bodies get 413", d.max_body_bytes)
       ->check(CLI::PositiveNumber);
@@ -108,10 +113,14 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& o) {
 
 namespace {
 
-void write_ready_file(const std::string& file, std::uint16_t port) {
+// The bound port, and a second line with the gRPC port when the gateway serves both.
+void write_ready_file(const std::string& file, std::uint16_t port, std::uint16_t grpc_port = 0) {
   if (file.empty()) return;
   const std::string partial = file + ".partial";  // written whole, then renamed: never seen half-written
-  std::ofstream(partial) << port << "\n";
+  std::ofstream out(partial);
+  out << port << "\n";
+  if (grpc_port) out << grpc_port << "\n";
+  out.close();
   std::error_code ignored;
   std::filesystem::rename(partial, file, ignored);
 }
@@ -207,8 +216,13 @@ int command_serve(ServeOptions o) {
     flow.close();
     return kExitUsage;
   }
-  fmt::print(stderr, "flowline: serving {} on http://{}:{}\n", o.flow, options.host, gateway->port());
-  write_ready_file(o.ready_file, gateway->port());
+  if (options.http) fmt::print(stderr, "flowline: serving {} on http://{}:{}\n", o.flow, options.host, gateway->port());
+  if (options.grpc_port)
+    fmt::print(stderr, "flowline: serving {} on grpc://{}:{}\n", o.flow, options.host, gateway->grpc_port());
+  if (options.http)
+    write_ready_file(o.ready_file, gateway->port(), gateway->grpc_port());
+  else
+    write_ready_file(o.ready_file, gateway->grpc_port());
   int signal = 0;
   sigwait(&stop_signals, &signal);
   fmt::print(stderr, "flowline: {} received: draining ({} requests in flight)\n",

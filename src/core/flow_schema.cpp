@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <iterator>
 
 namespace flowline {
@@ -97,15 +98,67 @@ Result set_millis(FlowConfig& f, ExecutorConfig*, const boost::json::value& v) {
   return std::nullopt;
 }
 
+// with.protocol: which fronts `flowline serve` runs, each on the with.port entry of its place (read
+// before this key, in schema order).
+Result set_protocols(FlowConfig& f, ExecutorConfig*, const boost::json::value& v) {
+  ServeSettings& serve = f.options.serve;
+  std::vector<int> ports;  // as with.port gave them, in order
+  if (serve.port) ports.push_back(*serve.port);
+  if (serve.grpc_port) ports.push_back(*serve.grpc_port);
+  const auto& list = v.get_array();
+  if (list.empty()) return std::string("expected http, grpc or a list of them, got an empty list");
+  if (ports.size() > 1 && ports.size() != list.size())
+    return fmt::format("{} protocols but {} ports in with.port: give one port per protocol, in the same order",
+                       list.size(), ports.size());
+  serve.http = false;
+  serve.port.reset();
+  serve.grpc_port.reset();
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    std::string name(list[i].get_string());
+    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+    const std::optional<int> port = i < ports.size() ? std::optional<int>(ports[i]) : std::nullopt;
+    if (name == "http") {
+      if (*serve.http) return std::string("http is listed twice");
+      serve.http = true;
+      serve.port = port;
+    } else if (name == "grpc") {
+      if (serve.grpc_port) return std::string("grpc is listed twice");
+      if (!port) return std::string("grpc needs its port: with.port lists one port per protocol, in the same order");
+      serve.grpc_port = port;
+    } else {
+      return fmt::format("'{}' is not served: flowline speaks http and grpc (no websocket)", name);
+    }
+  }
+  return std::nullopt;
+}
+
 // The keys `flowline serve` reads (ServeSettings): Jina's flow-level port, host and protocol, and the
 // gateway's limits under with.gateway. The command line overrides each.
 std::vector<SchemaKey> serve_keys() {
   return {
-      key("with.port", V::Int, 0, "", "8080", "Port `flowline serve` binds (0: any free one). --port overrides it.",
-          "port: 8080",
+      key("with.port", V::StringOrList, 0, "port or list of ports", "8080",
+          "Port `flowline serve` binds (0: any free one), or one port per entry of with.protocol, in its order "
+          "(Jina's form). --port and --grpc-port override them.",
+          "port: [8080, 12345]",
           [](FlowConfig& f, ExecutorConfig*, const boost::json::value& v) -> Result {
-            if (v.get_int64() > 65535) return fmt::format("expected a port of at most 65535, got {}", v.get_int64());
-            f.options.serve.port = static_cast<int>(v.get_int64());
+            const auto& list = v.get_array();
+            if (list.empty()) return std::string("expected a port or a list of ports, got an empty list");
+            f.options.serve.port.reset();
+            f.options.serve.grpc_port.reset();
+            std::vector<int> ports;
+            for (const auto& p : list) {
+              const std::string_view text = p.get_string();
+              int port = -1;
+              const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), port);
+              if (ec != std::errc() || end != text.data() + text.size() || port < 0 || port > 65535)
+                return fmt::format("expected a port from 0 to 65535, got '{}'", text);
+              ports.push_back(port);
+            }
+            // Paired with with.protocol's entries when it is read (it comes after this key); without it,
+            // the first port is HTTP's and a second gRPC's.
+            f.options.serve.port = ports[0];
+            if (ports.size() > 1) f.options.serve.grpc_port = ports[1];
+            if (ports.size() > 2) return fmt::format("expected at most 2 ports (http and grpc), got {}", ports.size());
             return std::nullopt;
           }),
       key("with.host", V::String, 0, "string", "127.0.0.1",
@@ -115,15 +168,9 @@ std::vector<SchemaKey> serve_keys() {
             return std::nullopt;
           }),
       key("with.protocol", V::StringOrList, 0, "string or list", "http",
-          "Accepted for Jina compatibility: flowline serves HTTP, so it must be http (or [http]).", "protocol: http",
-          [](FlowConfig&, ExecutorConfig*, const boost::json::value& v) -> Result {
-            for (const auto& p : v.get_array()) {
-              const std::string_view name = p.get_string();
-              if (name != "http" && name != "HTTP")
-                return fmt::format("'{}' is not served: flowline serves http only (no grpc or websocket)", name);
-            }
-            return std::nullopt;
-          }),
+          "Protocols `flowline serve` speaks: http, grpc (Jina's gRPC, which Jina's Client uses by default) or both; "
+          "with.port lists their ports in the same order.",
+          "protocol: [http, grpc]", &set_protocols),
       key("with.title", V::String, 0, "string", "flowline", "Title of the API in /openapi.json and /docs.",
           "title: Embeddings",
           [](FlowConfig& f, ExecutorConfig*, const boost::json::value& v) -> Result {

@@ -41,6 +41,8 @@ const char* route_name(Route route) noexcept {
       return "metrics";
     case Route::Info:
       return "info";
+    case Route::Grpc:
+      return "grpc";
     default:
       return "other";
   }

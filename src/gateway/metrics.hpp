@@ -1,7 +1,7 @@
-// The gateway's Prometheus metrics: HTTP requests by route and status, their latency, documents, requests
-// in flight and connections (counted by the server), and the flow's own figures — batches and their
-// latency per executor (a FlowObserver), queue depths, per-replica work, weights and GPU memory (read from
-// Flow::stats() at each scrape). Private to flowline::gateway.
+// The gateway's Prometheus metrics: requests by route (HTTP routes, and "grpc") and status, their latency, documents,
+// requests in flight and connections (counted by the server), and the flow's own figures — batches and their latency
+// per executor (a FlowObserver), queue depths, per-replica work, weights and GPU memory (read from Flow::stats() at
+// each scrape). Private to flowline::gateway.
 //
 // Threads: on_batch() runs on replica threads, the record_*() calls on the gateway's I/O threads, scrape()
 // on whichever I/O thread serves /metrics; prometheus-cpp's metrics are thread-safe, and the per-route and
@@ -39,6 +39,7 @@ enum class Route {
   Ready,
   Metrics,
   Info,
+  Grpc,  // Jina's gRPC data requests (each request of a stream counts as one); status: the HTTP equivalent
   Other,
   kCount
 };

@@ -406,3 +406,34 @@ TEST_CASE("every reader of flow text refuses an alias bomb by the node budget, b
              testing::contains("would expand to more than 75000 nodes"));
   CHECK_THAT(errors_of(yaml), testing::contains("would expand to more than 75000 nodes"));
 }
+
+TEST_CASE("Jina's protocol and port lists pair each protocol with its port, http and grpc", "[config]") {
+  auto serve_of = [](const std::string& with) {
+    return load_flow_config_text("with:\n" + with + "executors:\n  - name: s\n    uses: TextSplitter\n", "flow.yml")
+        .options.serve;
+  };
+  const ServeSettings both = serve_of("  protocol: [http, grpc]\n  port: [8080, 12345]\n");
+  CHECK(both.http == true);
+  CHECK(both.port == 8080);
+  CHECK(both.grpc_port == 12345);
+  const ServeSettings reversed = serve_of("  protocol: [GRPC, http]\n  port: [12345, 8080]\n");
+  CHECK(reversed.port == 8080);
+  CHECK(reversed.grpc_port == 12345);
+  const ServeSettings grpc_only = serve_of("  protocol: grpc\n  port: 12345\n");
+  CHECK(grpc_only.http == false);
+  CHECK(grpc_only.grpc_port == 12345);
+  CHECK_FALSE(grpc_only.port.has_value());
+  const ServeSettings http_only = serve_of("  port: 9000\n");
+  CHECK(http_only.port == 9000);
+  CHECK_FALSE(http_only.grpc_port.has_value());
+
+  const std::string tail = "executors:\n  - name: s\n    uses: TextSplitter\n";
+  CHECK(errors_of("with:\n  protocol: [http, grpc]\n  port: 8080\n" + tail) ==
+        "flow.yml:2:13: with.protocol: grpc needs its port: with.port lists one port per protocol, in the same order");
+  CHECK(errors_of("with:\n  protocol: [http, grpc]\n  port: [1, 2, 3]\n" + tail) ==
+        "flow.yml:3:9: with.port: expected at most 2 ports (http and grpc), got 3");
+  CHECK(errors_of("with:\n  protocol: [http, websocket]\n  port: [1, 2]\n" + tail) ==
+        "flow.yml:2:13: with.protocol: 'websocket' is not served: flowline speaks http and grpc (no websocket)");
+  CHECK(errors_of("with:\n  port: [8080, 99999]\n" + tail) ==
+        "flow.yml:2:9: with.port: expected a port from 0 to 65535, got '99999'");
+}

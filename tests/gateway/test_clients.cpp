@@ -3,6 +3,7 @@
 // it picks itself (--port 0 --ready-file). The Python clients live in .venv-clients (scripts/setup-clients.sh)
 // and Prometheus is Debian's package; without them the tests skip, except under CI=true, where they fail.
 #include "child_process.hpp"
+#include "flowline/gateway.hpp"
 #include "test_support.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
@@ -100,16 +101,21 @@ namespace {
 // `flowline serve FLOW --port 0 --ready-file FILE`, waited for until the ready file holds the port.
 class Server {
  public:
-  Server(const fs::path& flow, const fs::path& dir)
-      : process_({FLOWLINE_LAUNCHER, "serve", flow.string(), "--port", "0", "--ready-file", (dir / "port").string()},
-                 dir / "serve.log") {
+  // With `grpc`, also Jina's gRPC on a free port (--grpc-port 0), which the ready file's second line gives.
+  Server(const fs::path& flow, const fs::path& dir, bool grpc = false)
+      : process_(arguments(flow, dir, grpc), dir / "serve.log") {
     const fs::path ready = dir / "port";
     port_ = static_cast<std::uint16_t>(testing::wait_for_port(process_, ready, 120s));
     INFO("flowline serve's output:\n" << process_.log());
     if (!process_.running()) FAIL("flowline serve ended before it was ready (" << process_.ended() << ")");
     if (port_ == 0) FAIL("flowline serve did not write its ready file " << ready << " within 120 s");
+    if (grpc) {
+      const std::string text = testing::read_text(ready);
+      grpc_port_ = static_cast<std::uint16_t>(std::stoi(text.substr(text.find('\n') + 1)));
+    }
   }
   std::uint16_t port() const { return port_; }
+  std::uint16_t grpc_port() const { return grpc_port_; }
   std::string url() const { return fmt::format("http://127.0.0.1:{}", port_); }
   std::string log() const { return process_.log(); }
   // SIGTERM: the server drains and must exit 0 within 30 s.
@@ -123,8 +129,16 @@ class Server {
   }
 
  private:
+  static std::vector<std::string> arguments(const fs::path& flow, const fs::path& dir, bool grpc) {
+    std::vector<std::string> args{FLOWLINE_LAUNCHER,      "serve", flow.string(), "--port", "0", "--ready-file",
+                                  (dir / "port").string()};
+    if (grpc) args.insert(args.end(), {"--grpc-port", "0"});
+    return args;
+  }
+
   ChildProcess process_;
   std::uint16_t port_ = 0;
+  std::uint16_t grpc_port_ = 0;
 };
 
 // A loopback TCP port that was free a moment ago: bound with port 0, read back, closed.
@@ -299,6 +313,61 @@ TEST_CASE("Jina's own Python client indexes, searches, filters, deletes and upda
   INFO("flowline serve's output:\n" << server.log());
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, testing::contains("jina_search_test: PASSED"));
+  server.stop_and_check_clean_exit();
+}
+
+TEST_CASE("Jina's own Python client speaks gRPC to flowline serve: streams, unary, parameters, errors and limits",
+          "[gateway][clients][jina][grpc]") {
+  SKIP_OR_FAIL_WHEN_MISSING(missing_for_python_clients());
+  if (!Gateway::grpc_available()) FLOWLINE_SKIP("this build has no gRPC front (gRPC C++ was not found)");
+  const auto dir = testing::scratch_dir("clients jina grpc");
+  write_reference(dir / "reference.json", kReferenceRows);
+  const fs::path flow = dir / "flow.yml";
+  testing::write_text(flow, fmt::format("plugins: ['{}/libflowline_testing_executors.so']\n"
+                                        "executors:\n"
+                                        "  - name: failer\n"
+                                        "    uses: FailIf\n"
+                                        "    with: {{contains: FAIL}}\n"
+                                        "  - name: encoder\n"
+                                        "    uses: SentenceEncoder\n"
+                                        "    device: cpu\n"
+                                        "    with: {{model: '{}', batch_size: 64}}\n",
+                                        FLOWLINE_TEST_PLUGIN_DIR, kModel.string()));
+  Server server(flow, dir, /*grpc=*/true);
+  const auto r = testing::run_process(fmt::format(
+      "NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost '{}' '{}' --url grpc://127.0.0.1:{} --timeout 240 "
+      "--expect-dim {} --reference '{}' --fail-marker FAIL",
+      kClientsPython.string(), (kClientScripts / "jina_grpc_client_test.py").string(), server.grpc_port(), kDim,
+      (dir / "reference.json").string()));
+  INFO("jina_grpc_client_test.py (exit code " << r.exit_code << "):\n" << r.out << r.err);
+  INFO("flowline serve's output:\n" << server.log());
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, testing::contains("jina_grpc_client_test: PASSED"));
+  // The same requests are in /metrics under the route label "grpc", and none is left in flight.
+  const Reply metrics = http_call(server.port(), http::verb::get, "/metrics");
+  CHECK_THAT(metrics.body, testing::contains("flowline_http_requests_total{route=\"grpc\",status=\"200\"}"));
+  CHECK_THAT(metrics.body, testing::contains("flowline_http_in_flight_requests 0"));
+  server.stop_and_check_clean_exit();
+}
+
+TEST_CASE("flowline serve's gRPC front refuses Jina's client without the bearer token and answers it with one",
+          "[gateway][clients][jina][grpc]") {
+  SKIP_OR_FAIL_WHEN_MISSING(missing_for_python_clients());
+  if (!Gateway::grpc_available()) FLOWLINE_SKIP("this build has no gRPC front (gRPC C++ was not found)");
+  const auto dir = testing::scratch_dir("clients jina grpc token");
+  const fs::path flow = write_encoder_flow(dir);
+  // The token comes from FLOWLINE_TOKEN, which the child inherits.
+  ::setenv("FLOWLINE_TOKEN", "s3cret-grpc-token", 1);
+  Server server(flow, dir, /*grpc=*/true);
+  ::unsetenv("FLOWLINE_TOKEN");
+  const auto r = testing::run_process(fmt::format(
+      "NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost '{}' '{}' --url grpc://127.0.0.1:{} --timeout 120 "
+      "--expect-dim {} --token s3cret-grpc-token",
+      kClientsPython.string(), (kClientScripts / "jina_grpc_client_test.py").string(), server.grpc_port(), kDim));
+  INFO("jina_grpc_client_test.py (exit code " << r.exit_code << "):\n" << r.out << r.err);
+  INFO("flowline serve's output:\n" << server.log());
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, testing::contains("jina_grpc_client_test: PASSED"));
   server.stop_and_check_clean_exit();
 }
 

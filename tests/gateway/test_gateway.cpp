@@ -341,9 +341,9 @@ TEST_CASE("the flow file's serving settings configure the gateway, and settings 
   CHECK_THAT(client.get("/openapi.json").body, testing::contains("\"title\":\"Mine\""));
 
   CHECK_THROWS_WITH(parse_flow_config("with: {protocol: grpc}\nexecutors: [{name: e, uses: NoOp}]\n", "g.yml"),
-                    testing::contains("g.yml:1:18: with.protocol: 'grpc' is not served"));
+                    testing::contains("g.yml:1:18: with.protocol: grpc needs its port"));
   CHECK_THROWS_WITH(parse_flow_config("with: {port: 65536}\nexecutors: [{name: e, uses: NoOp}]\n", "g.yml"),
-                    testing::contains("at most 65535"));
+                    testing::contains("expected a port from 0 to 65535, got '65536'"));
 }
 
 TEST_CASE("the embeddings routes answer each input at its own index, or name the inputs a flow dropped", "[gateway]") {

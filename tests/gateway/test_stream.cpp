@@ -1,4 +1,4 @@
-// NDJSON streams through the gateway (src/gateway/stream.cpp): documents in as lines of a chunked body,
+// NDJSON streams through the gateway (src/gateway/http_stream.cpp): documents in as lines of a chunked body,
 // answers out as lines of a chunked response, in input order, with backpressure, and errors that end a
 // stream at the line that caused them.
 #include "gateway_fixtures.hpp"

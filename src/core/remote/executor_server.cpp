@@ -1,9 +1,12 @@
-// The executor server (include/flowline/executor_server.hpp): an acceptor, and one Session per client
-// connection reading frames, submitting requests to the flow and writing answers as they come.
+// The executor server (include/flowline/executor_server.hpp): a listener (net/tcp_server.hpp, the skeleton
+// the gateway's HTTP front shares), and one Session per client connection reading frames, submitting
+// requests to the flow and writing answers as they come.
 #include "flowline/executor_server.hpp"
 
 #include "frame_body.hpp"
 #include "wire.hpp"
+
+#include "../net/tcp_server.hpp"
 
 #include "flowline/error.hpp"
 #include "flowline/flow.hpp"
@@ -54,28 +57,27 @@ struct ExecutorServer::Impl {
   // Sized by start() from options.max_partial_frame_bytes.
   std::unique_ptr<remote::PartialFrameBudget> partial;
 
-  void accept();
   void forget(ServerSession* session);
 
   Flow& flow;
   const std::string executor;
   std::string executor_type;
   ExecutorServerOptions options;
-  std::atomic<bool> stopping{false};
-  std::atomic<std::uint64_t> open{0}, accepted{0}, requests{0}, documents{0}, protocol_errors{0}, in_flight{0};
-  std::mutex sessions_mutex;
-  std::list<std::weak_ptr<ServerSession>> sessions;
+  std::atomic<std::uint64_t> requests{0}, documents{0}, protocol_errors{0}, in_flight{0};
 
-  asio::io_context io;
-  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
-  std::optional<tcp::acceptor> acceptor;
-  std::vector<std::thread> threads;
+  // The listener before the threads, so that the io_context goes first: handlers still queued in it hold
+  // sessions, which unregister from the listener when destroyed.
+  net::Listener<ServerSession> listener;
+  net::IoThreads threads;
+  asio::io_context& io = threads.context();
   std::uint16_t port = 0;
 };
 
 // One client connection. Its handlers run on its strand; the flow's completions post back to it.
 class ServerSession : public std::enable_shared_from_this<ServerSession> {
  public:
+  net::Listener<ServerSession>::Registration registration;  // set by the listener
+
   ServerSession(ExecutorServer::Impl& server, tcp::socket socket)
       : server_(server),
         socket_(std::move(socket)),
@@ -336,39 +338,7 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
   bool greeted_ = false, paused_ = false, writing_ = false, closing_ = false, closed_ = false, draining_ = false;
 };
 
-void ExecutorServer::Impl::accept() {
-  acceptor->async_accept(asio::make_strand(io), [this](const boost::system::error_code& ec, tcp::socket socket) {
-    if (stopping) return;
-    if (!ec) {
-      ++accepted;
-      if (open >= options.max_connections) {
-        spdlog::warn("executor server: {} connections open, closing a new one", open.load());
-        boost::system::error_code ignored;
-        socket.close(ignored);
-      } else {
-        ++open;
-        auto session = std::make_shared<ServerSession>(*this, std::move(socket));
-        {
-          std::lock_guard lock(sessions_mutex);
-          sessions.push_back(session);
-        }
-        session->start();
-      }
-    } else if (ec == asio::error::operation_aborted) {
-      return;
-    }
-    accept();
-  });
-}
-
-void ExecutorServer::Impl::forget(ServerSession* session) {
-  std::lock_guard lock(sessions_mutex);
-  sessions.remove_if([&](const std::weak_ptr<ServerSession>& w) {
-    auto s = w.lock();
-    return !s || s.get() == session;
-  });
-  --open;
-}
+void ExecutorServer::Impl::forget(ServerSession* session) { listener.forget(session->registration); }
 
 ExecutorServer::ExecutorServer(Flow& flow, std::string executor)
     : impl_(std::make_unique<Impl>(flow, std::move(executor))) {
@@ -381,7 +351,7 @@ ExecutorServer::~ExecutorServer() { stop(); }
 
 void ExecutorServer::start(ExecutorServerOptions options) {
   Impl& s = *impl_;
-  if (!s.threads.empty()) throw Error("ExecutorServer::start(): already serving");
+  if (s.threads.running()) throw Error("ExecutorServer::start(): already serving");
   if (!s.flow.started()) throw Error("ExecutorServer::start(): the flow is not started");
   if (options.max_in_flight == 0 || options.max_connections == 0 || options.max_frame_bytes < 64)
     throw Error("ExecutorServer::start(): max_in_flight and max_connections must be positive, max_frame_bytes >= 64");
@@ -392,64 +362,34 @@ void ExecutorServer::start(ExecutorServerOptions options) {
                     options.max_partial_frame_bytes, options.max_frame_bytes));
   s.options = std::move(options);
   s.partial = std::make_unique<remote::PartialFrameBudget>(s.options.max_partial_frame_bytes);
-  boost::system::error_code ec;
-  const auto address = asio::ip::make_address(s.options.host, ec);
-  if (ec) throw Error(fmt::format("--host '{}': not an IP address ({})", s.options.host, ec.message()));
-  const tcp::endpoint where(address, s.options.port);
-  s.acceptor.emplace(s.io);
-  auto check = [&](const char* step) {
-    if (!ec) return;
-    const std::string message = fmt::format("{}:{}: {} failed: {}", s.options.host, s.options.port, step, ec.message());
-    s.acceptor.reset();
-    throw Error(message);
-  };
-  s.acceptor->open(where.protocol(), ec);
-  check("open");
-  s.acceptor->set_option(asio::socket_base::reuse_address(true), ec);
-  s.acceptor->bind(where, ec);
-  check("bind");
-  s.acceptor->listen(asio::socket_base::max_listen_connections, ec);
-  check("listen");
-  s.port = s.acceptor->local_endpoint().port();
-  s.stopping = false;
-  s.work.emplace(s.io.get_executor());
-  s.accept();
-  for (int i = 0; i < std::max(1, s.options.threads); ++i) s.threads.emplace_back([&s] { s.io.run(); });
+  s.port = s.listener.bind(s.io, s.options.host, s.options.port);
+  s.listener.accept(
+      s.options.max_connections,
+      [&s](tcp::socket socket) { return std::make_shared<ServerSession>(s, std::move(socket)); },
+      [](ServerSession& session) { session.start(); },
+      [&s] { spdlog::warn("executor server: {} connections open, closing a new one", s.listener.open()); });
+  s.threads.start(s.options.threads);
 }
 
 std::uint16_t ExecutorServer::port() const { return impl_->port; }
 
 void ExecutorServer::stop() {
   Impl& s = *impl_;
-  if (s.threads.empty()) return;
-  s.stopping = true;
-  asio::post(s.io, [&s] {
-    boost::system::error_code ignored;
-    if (s.acceptor) s.acceptor->close(ignored);
-  });
-  std::vector<std::shared_ptr<ServerSession>> open_sessions;
-  {
-    std::lock_guard lock(s.sessions_mutex);
-    for (auto& w : s.sessions)
-      if (auto session = w.lock()) open_sessions.push_back(std::move(session));
-  }
-  for (auto& session : open_sessions) session->drain();
-  open_sessions.clear();
+  if (!s.threads.running()) return;
+  s.listener.close();
+  for (auto& session : s.listener.sessions()) session->drain();
   // Answers in flight are written, then each connection closes itself (bounded: a client that stops
   // reading cannot hold the server).
   const auto deadline = std::chrono::steady_clock::now() + 30s;
-  while ((s.in_flight > 0 || s.open > 0) && std::chrono::steady_clock::now() < deadline)
+  while ((s.in_flight > 0 || s.listener.open() > 0) && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(10ms);
-  s.work.reset();
-  s.io.stop();
-  for (auto& t : s.threads) t.join();
-  s.threads.clear();
-  s.acceptor.reset();
+  s.threads.stop();
+  s.listener.release();
 }
 
 ExecutorServerStats ExecutorServer::stats() const {
   const Impl& s = *impl_;
-  return ExecutorServerStats{s.open.load(),      s.accepted.load(),        s.requests.load(),
+  return ExecutorServerStats{s.listener.open(),  s.listener.accepted(),    s.requests.load(),
                              s.documents.load(), s.protocol_errors.load(), s.in_flight.load()};
 }
 

@@ -20,7 +20,7 @@
 // answered, then one line {"error": {"message", "type", "code", "line"}} ends the answer and the
 // connection closes. Before anything was written, the error is a plain answer with its status instead.
 // A client silent (not sending, or not reading) for idle_timeout is disconnected.
-#include "server.hpp"
+#include "http_front.hpp"
 
 #include "flowline/flow_config.hpp"
 #include "flowline/io.hpp"
@@ -126,23 +126,24 @@ void Connection::start_stream() {
                                              "missing or wrong bearer token (send \"Authorization: Bearer <token>\")")
                             .body);
     }
-    if (path != "/default" && !gw_.endpoints.count(path)) {
+    if (path != "/default" && !gw_.core.endpoints.count(path)) {
       throw gateway::plain_error(404, "not_found",
                                  fmt::format("'{}' is not an endpoint of the flow: NDJSON streams go to "
                                              "POST /default or POST /<endpoint>",
                                              path));
     }
-    if (!gw_.serving) throw gateway::plain_error(503, "unavailable", "the gateway is draining: try another replica");
+    if (!gw_.core.serving)
+      throw gateway::plain_error(503, "unavailable", "the gateway is draining: try another replica");
     auto st = std::make_shared<NdjsonStream>(stream_.get_executor());
     st->endpoint = path == "/default" ? "/" : path;
     st->target = std::string(request_["Flowline-Target-Executor"]);
     if (const std::string_view p = request_["Flowline-Parameters"]; !p.empty()) {
-      const json::value v = gateway::parse_body(p, gw_.limits, false);
+      const json::value v = gateway::parse_body(p, gw_.core.limits, false);
       if (!v.is_object())
         throw gateway::plain_error(400, "invalid_request_error", "Flowline-Parameters: expected a JSON object");
       st->parameters = v.get_object();
     }
-    st->chunk_size = std::max<std::size_t>(1, gw_.flow.config().options.request_size);
+    st->chunk_size = std::max<std::size_t>(1, gw_.core.flow.config().options.request_size);
     st->parser.emplace(std::move(*parser_));
     parser_.reset();
     st->parser->body_limit(boost::none);  // bounded per line and by max_stream_documents instead
@@ -172,7 +173,7 @@ void Connection::stream_pump() {
   while (!st->waiting.empty() && stream_submit(*st)) {
   }
   if (!st->reading && !st->input_done && !st->stopped() && st->waiting.empty() && st->held() < kStreamWindow) {
-    if (gw_.draining) {
+    if (gw_.core.draining) {
       stream_error(*st, 503, "unavailable",
                    fmt::format("the gateway is stopping: lines from {} on were not read", st->lines + 1));
     } else {
@@ -228,10 +229,10 @@ void Connection::stream_lines(NdjsonStream& st, const char* data, std::size_t si
   while (size > 0 && !st.stopped()) {
     const char* newline = static_cast<const char*>(std::memchr(data, '\n', size));
     const std::size_t take = newline ? static_cast<std::size_t>(newline - data) : size;
-    if (st.line.size() + take > gw_.options.max_body_bytes) {
-      return stream_error(
-          st, 413, "request_too_large",
-          fmt::format("line {} is longer than {} bytes (--max-body-bytes)", st.lines + 1, gw_.options.max_body_bytes));
+    if (st.line.size() + take > gw_.core.options.max_body_bytes) {
+      return stream_error(st, 413, "request_too_large",
+                          fmt::format("line {} is longer than {} bytes (--max-body-bytes)", st.lines + 1,
+                                      gw_.core.options.max_body_bytes));
     }
     if (!newline) {
       st.line.append(data, size);
@@ -253,13 +254,13 @@ void Connection::stream_line(NdjsonStream& st, std::string_view line) {
   ++st.lines;
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
   if (line.find_first_not_of(" \t") == std::string_view::npos) return;
-  if (st.documents >= gw_.options.max_stream_documents) {
+  if (st.documents >= gw_.core.options.max_stream_documents) {
     return stream_error(st, 413, "request_too_large",
                         fmt::format("line {}: more than {} documents in one stream (--max-stream-documents)", st.lines,
-                                    gw_.options.max_stream_documents));
+                                    gw_.core.options.max_stream_documents));
   }
   try {
-    const json::value v = gateway::parse_body(line, gw_.limits, false);
+    const json::value v = gateway::parse_body(line, gw_.core.limits, false);
     Document doc;
     if (v.is_string()) {
       doc.text = std::string(v.get_string());
@@ -285,25 +286,22 @@ void Connection::stream_close_chunk(NdjsonStream& st) {
 
 // Submits the oldest waiting chunk when an in-flight slot is free; false when none is.
 bool Connection::stream_submit(NdjsonStream& st) {
-  if (gw_.in_flight.fetch_add(1) >= gw_.max_in_flight) {
-    gw_.in_flight--;
-    return false;
-  }
+  if (!gw_.core.try_enter()) return false;
   NdjsonStream::Closed c = std::move(st.waiting.front());
   st.waiting.pop_front();
-  gw_.metrics->set_in_flight(static_cast<double>(gw_.in_flight.load()));
   st.in_flow[c.seq] = NdjsonStream::Submitted{Clock::now(), c.first_line, c.first_line + c.docs.size() - 1};
   auto self = shared_from_this();
   auto owner = ndjson_;
   const std::uint64_t seq = c.seq;
   try {
-    gw_.flow.submit(st.endpoint, std::move(c.docs), st.parameters, st.target, [self, owner, seq](Response&& response) {
-      asio::post(self->stream_.get_executor(), [self, owner, seq, response = std::move(response)]() mutable {
-        self->stream_done(owner, seq, std::move(response));
-      });
-    });
+    gw_.core.flow.submit(
+        st.endpoint, std::move(c.docs), st.parameters, st.target, [self, owner, seq](Response&& response) {
+          asio::post(self->stream_.get_executor(), [self, owner, seq, response = std::move(response)]() mutable {
+            self->stream_done(owner, seq, std::move(response));
+          });
+        });
   } catch (const std::exception& e) {
-    gw_.in_flight--;
+    gw_.core.leave();
     st.in_flow.erase(seq);
     stream_error(st, 503, "unavailable", e.what());
   }
@@ -311,8 +309,7 @@ bool Connection::stream_submit(NdjsonStream& st) {
 }
 
 void Connection::stream_done(const std::shared_ptr<NdjsonStream>& st, std::uint64_t seq, Response&& response) {
-  gw_.in_flight--;
-  gw_.metrics->set_in_flight(static_cast<double>(gw_.in_flight.load()));
+  gw_.core.leave();
   const auto it = st->in_flow.find(seq);
   if (it == st->in_flow.end()) return;
   const NdjsonStream::Submitted where = it->second;
@@ -405,7 +402,7 @@ void Connection::stream_finish(NdjsonStream& st) {
     return reply(200, "", "application/x-ndjson");
   }
   count_answer(st.stopped() ? 500 : 200, st.written_documents);
-  if (gw_.draining) keep_alive_ = false;
+  if (gw_.core.draining) keep_alive_ = false;
   auto self = shared_from_this();
   auto owner = ndjson_;
   st.writing = true;
@@ -426,18 +423,18 @@ void Connection::stream_watch(const std::shared_ptr<NdjsonStream>& st) {
   st->ticker.async_wait([self = shared_from_this(), st](beast::error_code ec) {
     if (ec || st->finished || self->ndjson_ != st) return;
     const auto now = Clock::now();
-    const auto idle = self->gw_.options.idle_timeout;
+    const auto idle = self->gw_.core.options.idle_timeout;
     if ((st->reading && now - st->read_since > idle) || (st->writing && now - st->write_since > idle)) {
       return self->stream_abort();
     }
     if (!st->in_flow.empty()) {
       const auto& [seq, oldest] = *st->in_flow.begin();
       const bool before_end = !st->end_seq || seq < *st->end_seq;
-      if (before_end && now - oldest.at > self->gw_.options.request_timeout) {
-        self->gw_.timed_out++;
+      if (before_end && now - oldest.at > self->gw_.core.options.request_timeout) {
+        self->gw_.core.timed_out++;
         const std::string message =
             fmt::format("lines {}-{}: the flow did not answer within {} ms (--request-timeout)", oldest.first_line,
-                        oldest.last_line, self->gw_.options.request_timeout.count());
+                        oldest.last_line, self->gw_.core.options.request_timeout.count());
         self->stream_end_at(*st, seq, 504, "timeout", message, oldest.first_line);
       }
     }
@@ -452,7 +449,7 @@ void Connection::stream_abort() {
   if (const auto st = ndjson_) {
     st->finished = true;
     st->ticker.cancel();
-    gw_.metrics->record_request(route_, 499, 0, elapsed_seconds());  // not answered: not in stats()
+    gw_.core.metrics->record_request(route_, 499, 0, elapsed_seconds());  // not answered: not in stats()
   }
   ndjson_.reset();
   shutdown();

@@ -1,21 +1,23 @@
-// The HTTP server behind flowline::Gateway (include/flowline/gateway.hpp): Gateway::Impl, which owns the
-// I/O threads, the acceptor and the list of connections, and Connection, one client's keep-alive
-// connection. gateway.cpp has the request/response path, stream.cpp the NDJSON streams. Private to
-// flowline::gateway.
+// The HTTP front of flowline::Gateway (include/flowline/gateway.hpp): HttpFront, which owns the acceptor and
+// the list of connections, and Connection, one client's keep-alive connection. http_front.cpp has the
+// request/response path, http_stream.cpp the NDJSON streams, model_routes.cpp the model APIs; admission,
+// timeouts, the token and the counters are the gateway core's (core.hpp). Private to flowline::gateway.
 //
-// Threads: the Impl's io_context runs on GatewayOptions::threads threads; each Connection's handlers run on
-// its own strand (so a Connection's members need no lock); the flow's completion callbacks post to that
-// strand. A Connection lives as long as an operation (read, write, timer, flow callback) holds a
-// shared_ptr to it; it unregisters itself from the Impl when destroyed.
+// Threads: the core's io_context runs on the gateway's I/O threads; each Connection's handlers run on its
+// own strand (so a Connection's members need no lock); the core's callbacks post to that strand. A
+// Connection lives as long as an operation (read, write, timer, flow callback) holds a shared_ptr to it;
+// it unregisters itself from the HttpFront when destroyed.
 #pragma once
 
+#include "core.hpp"
 #include "metrics.hpp"
 #include "protocols.hpp"
+
+#include "../core/net/tcp_server.hpp"
 
 #include "flowline/flow.hpp"
 #include "flowline/gateway.hpp"
 
-#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
@@ -28,10 +30,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
-#include <thread>
-#include <vector>
 
 namespace flowline {
 
@@ -46,46 +45,34 @@ using gateway::Route;
 class Connection;
 struct NdjsonStream;
 
-class Gateway::Impl {
+class HttpFront {
  public:
-  Impl(Flow& flow) : flow(flow), metrics(std::make_shared<gateway::GatewayMetrics>()) {}
+  // Only stores `core` (Gateway::Impl constructs the front before the core: see there).
+  explicit HttpFront(gateway::Core& core) : core(core) {}
 
-  void start(GatewayOptions o);
-  void stop();
-  void accept();
+  // Binds and listens on options.host:options.port and starts accepting on the core's io_context (whose
+  // threads the caller runs). Throws flowline::Error when the address cannot be bound.
+  void start();
+  // stop(), after the flow gave every request back: no new connection; idle ones close (waits up to 5 s).
+  void stop_accepting() { listener_.close(); }
+  // After the I/O threads stopped.
+  void release() { listener_.release(); }
+  void close_connections();
   void forget(Connection* connection);
+  std::uint64_t open_connections() const noexcept { return listener_.open(); }
 
-  Flow& flow;
-  std::shared_ptr<gateway::GatewayMetrics> metrics;
-  GatewayOptions options;
-  gateway::ParseLimits limits;
-  std::size_t max_in_flight = 0;
-  std::set<std::string> endpoints;  // the flow's endpoints, as Jina routes ("/encode"; "/default" is "/")
-  std::string openapi;              // /openapi.json, made at start()
-
-  std::atomic<bool> serving{false};   // started and not draining: /ready is 200
-  std::atomic<bool> draining{false};  // stop() began: answer what is in flight, take nothing new
-  std::atomic<std::uint64_t> in_flight{0}, requests{0}, documents{0}, rejected_busy{0}, timed_out{0};
-
-  std::mutex connections_mutex;
-  std::list<std::weak_ptr<Connection>> connections;  // open ones, for stop()
-  std::atomic<std::uint64_t> open_connections{0};
-
-  // Last, so that they go first: handlers still queued in the io_context hold connections, which
-  // unregister themselves from the list above when destroyed.
-  asio::io_context io;
-  // Keeps the I/O threads running while no socket operation is pending, for the flow's callbacks.
-  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
-  std::optional<tcp::acceptor> acceptor;
-  std::vector<std::thread> threads;
+  gateway::Core& core;
+  std::string openapi;  // /openapi.json, made at start()
   std::uint16_t bound_port = 0;
+
+ private:
+  net::Listener<Connection> listener_;
 };
 
 // One client connection. Lives as long as an operation (read, write, timer, flow callback) holds it.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(Gateway::Impl& gateway, tcp::socket socket)
-      : gw_(gateway), stream_(std::move(socket)), timer_(stream_.get_executor()) {}
+  Connection(HttpFront& front, tcp::socket socket) : gw_(front), stream_(std::move(socket)) {}
   ~Connection() { gw_.forget(this); }
 
   void start() { read_header(); }
@@ -94,7 +81,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // after answering the one it has.
   void close_when_idle();
 
-  std::list<std::weak_ptr<Connection>>::iterator registration;
+  net::Listener<Connection>::Registration registration;
 
  private:
   void read_header();
@@ -113,8 +100,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void handle_info(std::string_view path);
   // The routes of model APIs (route_: OpenAI, TEI, TEIRerank, Rerank) with the parsed body (model_routes.cpp).
   void handle_model_route(const boost::json::value& body);
+  // Submits `call` through the core; answers with answer(docs), failure(response) when an executor failed,
+  // or the core's refusal in the gateway's error shape.
   void call_flow(gateway::Call call, Route route, std::function<std::string(const DocumentArray&)> answer,
                  std::function<std::string(const Response&)> failure);
+  void answer_call(gateway::Outcome&& outcome, const std::function<std::string(const DocumentArray&)>& answer,
+                   const std::function<std::string(const Response&)>& failure);
 
   void reply(int status, std::string body, std::string_view content_type = "application/json");
   // Counts an answered request in the metrics and stats(); its documents only when the status is below 400.
@@ -126,7 +117,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void shutdown();
   void linger_close();  // after an answer that ends the connection
 
-  // NDJSON streams (stream.cpp): POST /<endpoint> or /default with Content-Type application/x-ndjson, one
+  // NDJSON streams (http_stream.cpp): POST /<endpoint> or /default with Content-Type application/x-ndjson, one
   // document per line in, one per line out, in input order, in chunks of the flow's request_size with at
   // most kStreamWindow chunks held at a time. Every member runs on the connection's strand.
   bool stream_requested() const;
@@ -149,19 +140,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   bool authorized() const;
 
-  Gateway::Impl& gw_;
+  HttpFront& gw_;
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_{8192};
   std::optional<http::request_parser<http::string_body>> parser_;
   http::request<http::string_body> request_;
   http::response<http::string_body> response_;
-  asio::steady_timer timer_;
   Clock::time_point started_;
   Route route_ = Route::Other;
   std::size_t documents_ = 0;
   bool keep_alive_ = true;
   bool busy_ = false;                     // between the first byte of a request and its answer written
-  std::uint64_t generation_ = 0;          // the request being answered; a timed-out request's callback is dropped
   std::shared_ptr<NdjsonStream> ndjson_;  // the NDJSON stream being answered, if any
 };
 

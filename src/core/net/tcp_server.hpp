@@ -1,0 +1,196 @@
+// The Asio skeleton of flowline's TCP servers — the executor server (src/core/remote/executor_server.cpp) and
+// the gateway's HTTP front (src/gateway/http_front.cpp) — so that binding, the accept loop with its
+// connection bound, the list of open sessions for a drain and the I/O threads are written once. Header-only,
+// private to flowline (the gateway includes it from here).
+//
+//   net::Listener<Session> listener;             // declared before the threads: see below
+//   net::IoThreads threads;                      // owns the io_context
+//   port = listener.bind(threads.context(), host, port);  // throws "HOST:PORT: bind failed: ..."
+//   listener.accept(max_connections, [&](tcp::socket s) { return std::make_shared<Session>(..., std::move(s)); },
+//                   [](Session& s) { s.start(); });
+//   threads.start(n);
+//   ...
+//   listener.close();                           // no new connections
+//   for (auto& s : listener.sessions()) s->drain();
+//   threads.stop();
+//   listener.release();                         // the acceptor, before the io_context goes
+//
+// Threads and ownership: bind(), accept(), close() and IoThreads' start()/stop() are called from the
+// controlling thread; the accept loop runs on the io_context's threads, each accepted socket on a strand of
+// its own; forget(), sessions() and open() may be called from any thread. The listener registers each
+// session it accepts (Session::registration) and the session calls forget(registration) in its destructor,
+// so the Listener must outlive its sessions, which the io_context's queued handlers may hold until the
+// io_context is destroyed: declare the Listener before the IoThreads (members are destroyed in reverse).
+#pragma once
+
+#include "flowline/error.hpp"
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <fmt/format.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace flowline::net {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+// An io_context run by N threads until stop(); the work guard keeps them running while no socket operation
+// is pending (handlers posted from other threads, timers).
+class IoThreads {
+ public:
+  IoThreads() = default;
+  IoThreads(const IoThreads&) = delete;
+  IoThreads& operator=(const IoThreads&) = delete;
+  ~IoThreads() { stop(); }
+
+  asio::io_context& context() noexcept { return io_; }
+  bool running() const noexcept { return !threads_.empty(); }
+  // Starts max(n, 1) threads.
+  void start(int n) {
+    work_.emplace(io_.get_executor());
+    for (int i = 0; i < std::max(n, 1); ++i) threads_.emplace_back([this] { io_.run(); });
+  }
+  // Stops the io_context (handlers not yet run are dropped) and joins the threads. Idempotent.
+  void stop() {
+    work_.reset();
+    io_.stop();
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+  }
+
+ private:
+  asio::io_context io_;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
+  std::vector<std::thread> threads_;
+};
+
+// Session: any class with a public member `std::list<std::weak_ptr<Session>>::iterator registration`, whose
+// destructor calls listener.forget(registration).
+template <class Session>
+class Listener {
+ public:
+  using Registration = typename std::list<std::weak_ptr<Session>>::iterator;
+
+  Listener() = default;
+  Listener(const Listener&) = delete;
+  Listener& operator=(const Listener&) = delete;
+
+  // Binds host:port (port 0: a free one) and listens; returns the bound port. Throws flowline::Error
+  // naming the address and the step that failed ("127.0.0.1:8080: bind failed: Address already in use").
+  std::uint16_t bind(asio::io_context& io, const std::string& host, std::uint16_t port) {
+    io_ = &io;
+    boost::system::error_code ec;
+    const auto address = asio::ip::make_address(host, ec);
+    if (ec) throw Error(fmt::format("--host '{}': not an IP address ({})", host, ec.message()));
+    const tcp::endpoint where(address, port);
+    acceptor_.emplace(io);
+    auto check = [&](const char* step) {
+      if (!ec) return;
+      const std::string message = fmt::format("{}:{}: {} failed: {}", host, port, step, ec.message());
+      acceptor_.reset();
+      throw Error(message);
+    };
+    acceptor_->open(where.protocol(), ec);
+    check("open");
+    acceptor_->set_option(asio::socket_base::reuse_address(true), ec);
+    acceptor_->bind(where, ec);
+    check("bind");
+    acceptor_->listen(asio::socket_base::max_listen_connections, ec);
+    check("listen");
+    return acceptor_->local_endpoint().port();
+  }
+
+  // Accepts connections until close(): while `max_connections` are open a new one is closed at once
+  // (`on_refused` is told); otherwise make(socket) builds its session, which is registered and then given
+  // to start(). Each socket gets a strand of its own.
+  void accept(std::size_t max_connections, std::function<std::shared_ptr<Session>(tcp::socket)> make,
+              std::function<void(Session&)> start, std::function<void()> on_refused = {}) {
+    max_connections_ = max_connections;
+    make_ = std::move(make);
+    start_ = std::move(start);
+    on_refused_ = std::move(on_refused);
+    accept_next();
+  }
+
+  // Stops accepting (posted to the io_context, so callable from any thread).
+  void close() {
+    closing_ = true;
+    if (!io_) return;
+    asio::post(*io_, [this] {
+      boost::system::error_code ignored;
+      if (acceptor_) acceptor_->close(ignored);
+    });
+  }
+
+  // After the io_context's threads stopped: the acceptor goes, before the io_context it belongs to.
+  void release() { acceptor_.reset(); }
+
+  void forget(Registration registration) {
+    std::lock_guard lock(mutex_);
+    sessions_.erase(registration);
+    --open_;
+  }
+  // The sessions open now (taken under the lock; the caller drops them outside any lock of theirs, since
+  // dropping the last reference runs the destructor, which calls forget()).
+  std::vector<std::shared_ptr<Session>> sessions() {
+    std::vector<std::shared_ptr<Session>> out;
+    std::lock_guard lock(mutex_);
+    for (auto& weak : sessions_) {
+      if (auto session = weak.lock()) out.push_back(std::move(session));
+    }
+    return out;
+  }
+  std::uint64_t open() const noexcept { return open_; }
+  std::uint64_t accepted() const noexcept { return accepted_; }
+
+ private:
+  void accept_next() {
+    acceptor_->async_accept(asio::make_strand(*io_), [this](const boost::system::error_code& ec, tcp::socket socket) {
+      if (ec == asio::error::operation_aborted || closing_ || !acceptor_->is_open()) return;
+      if (!ec) {
+        ++accepted_;
+        if (open_ >= max_connections_) {
+          boost::system::error_code ignored;
+          socket.close(ignored);
+          if (on_refused_) on_refused_();
+        } else {
+          auto session = make_(std::move(socket));
+          {
+            std::lock_guard lock(mutex_);
+            session->registration = sessions_.insert(sessions_.end(), session);
+            ++open_;
+          }
+          start_(*session);
+        }
+      }
+      accept_next();
+    });
+  }
+
+  asio::io_context* io_ = nullptr;
+  std::optional<tcp::acceptor> acceptor_;
+  std::size_t max_connections_ = 0;
+  std::function<std::shared_ptr<Session>(tcp::socket)> make_;
+  std::function<void(Session&)> start_;
+  std::function<void()> on_refused_;
+  std::atomic<bool> closing_{false};
+  std::mutex mutex_;
+  std::list<std::weak_ptr<Session>> sessions_;
+  std::atomic<std::uint64_t> open_{0}, accepted_{0};
+};
+
+}  // namespace flowline::net

@@ -1,0 +1,270 @@
+// The gateway's protocol-neutral core (core.hpp): admission, the request timeout, the token, readiness
+// and the counters every front shares.
+#include "core.hpp"
+
+#include "flowline/error.hpp"
+#include "flowline/flow_config.hpp"
+#include "flowline/registry.hpp"
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <map>
+#include <thread>
+#include <vector>
+
+namespace flowline::gateway {
+
+namespace asio = boost::asio;
+
+namespace {
+
+// Why the flow cannot take work although it is serving: a remote executor none of whose hosts is
+// connected and that runs no replica here; nullopt when every executor can.
+std::optional<std::string> unreachable_executor(const Flow& flow) {
+  std::set<std::string> with_local;
+  bool remote = false;
+  for (const auto& e : flow.config().executors) {
+    remote |= e.is_remote();
+    if (e.is_remote() && e.remote.local_replicas > 0) with_local.insert(e.name);
+  }
+  if (!remote) return std::nullopt;  // a probe of a flow all in this process gathers no stats
+  const FlowStats stats = flow.stats();
+  std::map<std::string, std::vector<std::string>> down;  // executor -> its hosts, when none is up
+  std::set<std::string> up;
+  for (const auto& h : stats.remote_hosts) {
+    if (h.connected) up.insert(h.executor);
+    down[h.executor].push_back(h.last_error.empty() ? h.address : fmt::format("{}: {}", h.address, h.last_error));
+  }
+  for (const auto& [executor, hosts] : down)
+    if (!up.count(executor) && !with_local.count(executor))
+      return fmt::format("no host of executor '{}' is reachable ({})", executor, fmt::join(hosts, "; "));
+  return std::nullopt;
+}
+
+// Compares two strings in time that depends only on their lengths, not on where they differ.
+bool same_secret(std::string_view a, std::string_view b) {
+  volatile unsigned char diff = a.size() == b.size() ? 0 : 1;
+  const std::size_t n = std::max(a.size(), b.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff = diff | (x ^ y);
+  }
+  return diff == 0;
+}
+
+// One submitted call: whichever of the flow's answer and the timer comes first delivers the outcome.
+struct Pending {
+  explicit Pending(asio::io_context& io) : timer(io) {}
+  std::atomic<bool> delivered{false};
+  asio::steady_timer timer;
+  std::function<void(Outcome&&)> done;
+};
+
+}  // namespace
+
+int http_status(Refusal kind) noexcept {
+  switch (kind) {
+    case Refusal::BadRequest:
+      return 400;
+    case Refusal::Unauthenticated:
+      return 401;
+    case Refusal::NotFound:
+      return 404;
+    case Refusal::TooLarge:
+      return 413;
+    case Refusal::Busy:
+    case Refusal::Unavailable:
+      return 503;
+    case Refusal::Timeout:
+      return 504;
+    case Refusal::Failed:
+      break;
+  }
+  return 500;
+}
+
+const char* error_type(Refusal kind) noexcept {
+  switch (kind) {
+    case Refusal::BadRequest:
+      return "invalid_request_error";
+    case Refusal::Unauthenticated:
+      return "authentication_error";
+    case Refusal::NotFound:
+      return "not_found";
+    case Refusal::TooLarge:
+      return "request_too_large";
+    case Refusal::Busy:
+      return "overloaded";
+    case Refusal::Unavailable:
+      return "unavailable";
+    case Refusal::Timeout:
+      return "timeout";
+    case Refusal::Failed:
+      break;
+  }
+  return "server_error";
+}
+
+void Core::configure(GatewayOptions o) {
+  if (!flow.started()) throw Error("Gateway::start(): start the flow first");
+  if (o.max_body_bytes == 0 || o.max_documents == 0 || o.max_json_depth == 0 || o.max_connections == 0) {
+    throw Error(
+        "Gateway::start(): max_body_bytes, max_documents, max_json_depth and max_connections must be at least 1");
+  }
+  if (o.request_timeout.count() <= 0 || o.idle_timeout.count() <= 0) {
+    throw Error("Gateway::start(): request_timeout and idle_timeout must be positive");
+  }
+  options = std::move(o);
+  limits = ParseLimits{options.max_documents, options.max_json_depth};
+  const FlowOptions& flow_options = flow.config().options;
+  max_in_flight = options.max_in_flight;
+  if (max_in_flight == 0) {
+    max_in_flight = flow_options.queue_capacity > 0 ? flow_options.queue_capacity : flow_options.max_in_flight;
+  }
+  max_in_flight = std::max<std::size_t>(max_in_flight, 1);
+  endpoints.clear();
+  for (const auto& e : flow.config().executors) {
+    const Registry::Entry* entry = Registry::global().find_registered(e.uses);
+    if (!entry) continue;
+    for (const auto& endpoint : entry->spec.endpoints) endpoints.insert(endpoint);
+  }
+}
+
+bool Core::try_enter() {
+  if (in_flight.fetch_add(1) >= max_in_flight) {
+    in_flight--;
+    return false;
+  }
+  metrics->set_in_flight(static_cast<double>(in_flight.load()));
+  return true;
+}
+
+void Core::leave() {
+  in_flight--;
+  metrics->set_in_flight(static_cast<double>(in_flight.load()));
+  // A call waiting for this slot starts on an I/O thread: leave() runs on replica threads, where
+  // Flow::submit() could block on a full queue.
+  if (waiting_count_ > 0) asio::post(io, [this] { admit_waiting(); });
+}
+
+void Core::submit(Call call, std::chrono::milliseconds timeout, std::function<void(Outcome&&)> done) {
+  auto refuse = [&](Refusal kind, std::string message) { done(Outcome{Refused{kind, std::move(message)}, {}}); };
+  if (!serving) return refuse(Refusal::Unavailable, "the gateway is draining: try another replica");
+  if (!try_enter()) {
+    rejected_busy++;
+    return refuse(Refusal::Busy, fmt::format("{} requests are in the flow already (--max-in-flight): retry after a "
+                                             "second",
+                                             max_in_flight));
+  }
+  start_call(std::move(call), timeout, std::move(done));
+}
+
+void Core::submit_or_wait(Call call, std::chrono::milliseconds timeout, std::function<void(Outcome&&)> done) {
+  if (!serving) {
+    return done(Outcome{Refused{Refusal::Unavailable, "the gateway is draining: try another replica"}, {}});
+  }
+  bool admitted = false;
+  {
+    std::lock_guard lock(waiting_mutex_);
+    if (waiting_.empty() && try_enter()) {
+      admitted = true;  // a slot, and nobody before this call
+    } else {
+      waiting_.push_back(Waiting{std::move(call), timeout, std::move(done)});
+      waiting_count_++;
+    }
+  }
+  if (admitted) return start_call(std::move(call), timeout, std::move(done));
+  admit_waiting();  // a slot may have come free between the try and the queueing
+}
+
+void Core::admit_waiting() {
+  for (;;) {
+    Waiting next;
+    {
+      std::lock_guard lock(waiting_mutex_);
+      if (waiting_.empty()) return;
+      if (serving && !try_enter()) return;
+      next = std::move(waiting_.front());
+      waiting_.pop_front();
+      waiting_count_--;
+    }
+    if (!serving) {
+      next.done(Outcome{Refused{Refusal::Unavailable, "the gateway is draining: try another replica"}, {}});
+      continue;
+    }
+    start_call(std::move(next.call), next.timeout, std::move(next.done));
+  }
+}
+
+void Core::start_call(Call call, std::chrono::milliseconds timeout, std::function<void(Outcome&&)> done) {
+  auto pending = std::make_shared<Pending>(io);
+  pending->done = std::move(done);
+  pending->timer.expires_after(timeout);
+  pending->timer.async_wait([this, pending, timeout](const boost::system::error_code& ec) {
+    if (ec || pending->delivered.exchange(true)) return;
+    timed_out++;
+    pending->done(
+        Outcome{Refused{Refusal::Timeout,
+                        fmt::format("the flow did not answer within {} ms (--request-timeout)", timeout.count())},
+                {}});
+  });
+  auto on_done = [this, pending](Response&& response) {
+    // On the replica thread that finished the request.
+    leave();
+    if (pending->delivered.exchange(true)) return;  // answered as timed out already
+    asio::post(io, [pending] { pending->timer.cancel(); });
+    pending->done(Outcome{std::nullopt, std::move(response)});
+  };
+  try {
+    flow.submit(call.endpoint, std::move(call.docs), std::move(call.parameters), std::move(call.target),
+                std::move(on_done));
+  } catch (const std::exception& e) {
+    leave();
+    if (pending->delivered.exchange(true)) return;
+    asio::post(io, [pending] { pending->timer.cancel(); });
+    pending->done(Outcome{Refused{Refusal::Unavailable, e.what()}, {}});
+  }
+}
+
+bool Core::authorized(std::string_view header) const {
+  if (options.token.empty()) return true;
+  constexpr std::string_view kBearer = "Bearer ";
+  if (header.size() < kBearer.size()) return false;
+  for (std::size_t i = 0; i < kBearer.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(header[i])) != std::tolower(static_cast<unsigned char>(kBearer[i])))
+      return false;
+  }
+  return same_secret(header.substr(kBearer.size()), options.token);
+}
+
+std::optional<std::string> Core::not_ready() const {
+  if (!serving) return std::string(draining ? "draining" : "starting");
+  return unreachable_executor(flow);
+}
+
+void Core::count_answer(Route route, int status, std::size_t documents_answered, double seconds) {
+  const std::size_t counted = status < 400 ? documents_answered : 0;
+  metrics->record_request(route, status, counted, seconds);
+  requests++;
+  documents += counted;
+}
+
+void Core::wait_for_flow() {
+  admit_waiting();  // serving is false: the waiting calls are refused
+  auto warn_at = std::chrono::steady_clock::now() + options.request_timeout;
+  while (in_flight > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (std::chrono::steady_clock::now() > warn_at) {
+      spdlog::warn("stopping: still waiting for {} requests inside the flow", in_flight.load());
+      warn_at = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    }
+  }
+}
+
+}  // namespace flowline::gateway

@@ -1,0 +1,451 @@
+// The gRPC front (grpc_front.hpp): Jina's services on gRPC's callback API, every data request handed to
+// the gateway core.
+//
+// jina.JinaRPC/Call, a bidirectional stream: requests are read while fewer than kStreamWindow of the
+// stream's are unanswered (in the flow, or answered and not yet written), so a client that sends faster
+// than the flow encodes, or does not read, is slowed by HTTP/2 flow control; answers are written in request
+// order. A request past the core's in-flight bound waits for a slot instead of being refused (the window is
+// the stream's backpressure). A request the gateway refuses (malformed, too many documents, a timeout,
+// draining) ends the stream with that status once the answers before it are written; an executor's failure
+// is answered in Jina's way (header status ERROR) and the stream goes on. A client that goes away cancels
+// the stream: its requests still in the flow are dropped when they come back.
+#include "../grpc_front.hpp"
+
+#include "../core.hpp"
+#include "jina.grpc.pb.h"
+#include "jina_proto.hpp"
+
+#include "flowline/error.hpp"
+#include "flowline/version.hpp"
+
+#include <fmt/format.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <chrono>
+#include <map>
+#include <mutex>
+
+namespace flowline::gateway {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Request = jina::DataRequestProto;
+
+// Requests of one stream unanswered at once.
+constexpr std::size_t kStreamWindow = 16;
+
+grpc::StatusCode grpc_code(Refusal kind) {
+  switch (kind) {
+    case Refusal::BadRequest:
+      return grpc::StatusCode::INVALID_ARGUMENT;
+    case Refusal::Unauthenticated:
+      return grpc::StatusCode::UNAUTHENTICATED;
+    case Refusal::NotFound:
+      return grpc::StatusCode::NOT_FOUND;
+    case Refusal::TooLarge:
+      return grpc::StatusCode::RESOURCE_EXHAUSTED;
+    case Refusal::Busy:
+    case Refusal::Unavailable:
+      return grpc::StatusCode::UNAVAILABLE;
+    case Refusal::Timeout:
+      return grpc::StatusCode::DEADLINE_EXCEEDED;
+    case Refusal::Failed:
+      break;
+  }
+  return grpc::StatusCode::INTERNAL;
+}
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// The bearer token from the call's metadata ("authorization: Bearer <token>").
+bool authorized(const Core& core, const grpc::CallbackServerContext* context) {
+  const auto& metadata = context->client_metadata();
+  const auto it = metadata.find("authorization");
+  return core.authorized(it == metadata.end() ? std::string_view()
+                                              : std::string_view(it->second.data(), it->second.size()));
+}
+
+// What a call may take: the request timeout, or less when the client's deadline is nearer.
+std::chrono::milliseconds call_timeout(const Core& core, const grpc::CallbackServerContext* context) {
+  auto timeout = core.options.request_timeout;
+  const auto deadline = context->deadline();
+  if (deadline != std::chrono::system_clock::time_point::max()) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::system_clock::now());
+    timeout = std::max(std::chrono::milliseconds(1), std::min(timeout, left));
+  }
+  return timeout;
+}
+
+// One jina.JinaRPC/Call stream. Every member below mutex_ is guarded by it; the reactor's Start* and
+// Finish are called outside it. Finish waits until no request of the stream is in the flow. The stream is
+// deleted when gRPC has called OnDone and no thread is inside one of its reactions or flow callbacks
+// (refs_: one for gRPC, one per thread inside; a thread may still be in a reaction when another one's
+// Finish lets gRPC call OnDone).
+class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
+ public:
+  CallStream(Core& core, grpc::CallbackServerContext* context) : core_(core), context_(context) {
+    Hold hold(this);
+    if (!authorized(core_, context_)) {
+      Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "missing or wrong bearer token (send metadata \"authorization: Bearer <token>\")"));
+      return;
+    }
+    if (!core_.serving) {
+      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the gateway is draining: try another replica"));
+      return;
+    }
+    std::unique_lock lock(mutex_);
+    read_next(lock);
+  }
+
+  void OnReadDone(bool ok) override {
+    Hold hold(this);
+    std::unique_lock lock(mutex_);
+    reading_ = false;
+    if (!ok || stopped_) {  // the client's half closed, or the stream ended at a refused request
+      reads_done_ = true;
+      return settle(lock);
+    }
+    auto request = std::move(next_);
+    const std::uint64_t seq = next_seq_++;
+    ++held_;
+    lock.unlock();
+    handle(seq, std::move(request));
+    lock.lock();
+    read_next(lock);
+  }
+
+  void OnWriteDone(bool ok) override {
+    Hold hold(this);
+    std::unique_lock lock(mutex_);
+    writing_ = false;
+    written_.reset();
+    --held_;
+    if (!ok) stop(std::nullopt);  // the client is gone
+    read_next(lock);
+  }
+
+  void OnCancel() override {
+    Hold hold(this);
+    std::unique_lock lock(mutex_);
+    stop(std::nullopt);
+    settle(lock);
+  }
+
+  void OnDone() override { release(); }
+
+ private:
+  // A thread inside the stream: it stays alive until the thread leaves.
+  struct Hold {
+    explicit Hold(CallStream* stream) : stream(stream) { stream->refs_++; }
+    ~Hold() { stream->release(); }
+    CallStream* stream;
+  };
+  void release() {
+    if (--refs_ == 0) delete this;
+  }
+
+  // Ends the stream: no more reads; `status` is sent once the answers before it are written (nullopt:
+  // cancelled, nothing more is written).
+  void stop(std::optional<grpc::Status> status) {
+    if (stopped_) return;
+    stopped_ = true;
+    final_ = std::move(status);
+    if (!final_) ready_.clear();
+  }
+
+  // Under the lock: reads the next request when the window has room, else writes or finishes.
+  void read_next(std::unique_lock<std::mutex>& lock) {
+    if (!reading_ && !reads_done_ && !stopped_ && held_ < kStreamWindow) {
+      reading_ = true;
+      starting_read_ = true;  // no Finish before StartRead was called
+      next_ = std::make_unique<Request>();
+      Request* target = next_.get();
+      lock.unlock();
+      StartRead(target);
+      lock.lock();
+      starting_read_ = false;
+      return settle(lock);
+    }
+    settle(lock);
+  }
+
+  // Under the lock: writes the next answer in order, or finishes when nothing is left to do.
+  void settle(std::unique_lock<std::mutex>& lock) {
+    if (finished_) return;
+    if (!writing_ && (final_ || !stopped_)) {
+      const auto it = ready_.find(next_write_);
+      if (it != ready_.end()) {
+        writing_ = true;
+        written_ = std::move(it->second.answer);
+        ready_.erase(it);
+        ++next_write_;
+        const Request* answer = written_.get();
+        lock.unlock();
+        StartWrite(answer);
+        lock.lock();
+        return;
+      }
+    }
+    const bool input_over = reads_done_ || stopped_;
+    const bool answers_over = (ready_.empty() || (stopped_ && !final_)) && !writing_;
+    if (input_over && answers_over && in_flow_ == 0 && !starting_read_ && (!final_ || next_write_ >= end_seq_)) {
+      finished_ = true;
+      grpc::Status status = final_ ? *final_ : (stopped_ ? grpc::Status::CANCELLED : grpc::Status::OK);
+      lock.unlock();
+      Finish(std::move(status));  // the lock stays released: callers return at once
+    }
+  }
+
+  void handle(std::uint64_t seq, std::unique_ptr<Request> request) {
+    const auto started = Clock::now();
+    Call call;
+    try {
+      call = call_from_proto(*request, core_.limits);
+    } catch (const RefusedError& e) {
+      return refuse(seq, e.kind, e.what(), started);
+    }
+    const std::size_t documents = call.docs.size();
+    {
+      std::lock_guard lock(mutex_);
+      ++in_flow_;
+    }
+    auto shared = std::shared_ptr<Request>(std::move(request));
+    core_.submit_or_wait(std::move(call), call_timeout(core_, context_),
+                         [this, seq, shared, documents, started](Outcome&& outcome) mutable {
+                           answered(seq, std::move(shared), documents, started, std::move(outcome));
+                         });
+  }
+
+  // On a replica thread (the flow's answer) or an I/O thread (a timeout, a refusal).
+  void answered(std::uint64_t seq, std::shared_ptr<Request> request, std::size_t documents, Clock::time_point started,
+                Outcome&& outcome) {
+    Hold hold(this);
+    if (outcome.refused) {
+      refuse(seq, outcome.refused->kind, outcome.refused->message, started);
+    } else {
+      // Serialized here, on the replica's thread, off the gRPC threads.
+      if (outcome.response.ok()) {
+        write_answer(*request, outcome.response.docs);
+      } else {
+        write_failure(*request, outcome.response);
+      }
+      core_.count_answer(Route::Grpc, outcome.response.ok() ? 200 : 500, documents, seconds_since(started));
+      std::unique_lock lock(mutex_);
+      if (!stopped_ || (final_ && seq < end_seq_)) {
+        ready_.emplace(seq, Ready{std::make_unique<Request>(std::move(*request))});
+      } else {
+        --held_;
+      }
+      --in_flow_;
+      return read_next(lock);
+    }
+    std::unique_lock lock(mutex_);
+    --in_flow_;
+    read_next(lock);
+  }
+
+  // The stream ends at request `seq`: the answers before it are written, then `kind`'s status.
+  void refuse(std::uint64_t seq, Refusal kind, const std::string& message, Clock::time_point started) {
+    core_.count_answer(Route::Grpc, http_status(kind), 0, seconds_since(started));
+    std::unique_lock lock(mutex_);
+    --held_;
+    if (!stopped_ || (final_ && seq < end_seq_)) {
+      stopped_ = true;
+      end_seq_ = seq;
+      final_ = grpc::Status(grpc_code(kind), fmt::format("request {} of the stream: {}", seq + 1, message));
+      for (auto it = ready_.lower_bound(seq); it != ready_.end();) {
+        it = ready_.erase(it);
+        --held_;
+      }
+    }
+    settle(lock);
+  }
+
+  struct Ready {
+    std::unique_ptr<Request> answer;
+  };
+
+  Core& core_;
+  grpc::CallbackServerContext* context_;
+  std::mutex mutex_;
+  std::unique_ptr<Request> next_;     // the request being read
+  std::unique_ptr<Request> written_;  // the answer being written
+  std::map<std::uint64_t, Ready> ready_;
+  std::uint64_t next_seq_ = 0;                                         // of the next request read
+  std::uint64_t next_write_ = 0;                                       // of the next answer to write
+  std::uint64_t end_seq_ = std::numeric_limits<std::uint64_t>::max();  // the refused request, when one was
+  std::size_t held_ = 0;                                               // requests read and not yet written (or dropped)
+  std::size_t in_flow_ = 0;                                            // requests handed to the core and not yet back
+  bool reading_ = false, starting_read_ = false, writing_ = false, reads_done_ = false, stopped_ = false,
+       finished_ = false;
+  std::atomic<int> refs_{1};  // gRPC's, until OnDone
+  std::optional<grpc::Status> final_;
+};
+
+class JinaRpc final : public jina::JinaRPC::CallbackService {
+ public:
+  explicit JinaRpc(Core& core) : core_(core) {}
+  grpc::ServerBidiReactor<Request, Request>* Call(grpc::CallbackServerContext* context) override {
+    return new CallStream(core_, context);
+  }
+
+ private:
+  Core& core_;
+};
+
+class SingleRequest final : public jina::JinaSingleDataRequestRPC::CallbackService {
+ public:
+  explicit SingleRequest(Core& core) : core_(core) {}
+  grpc::ServerUnaryReactor* process_single_data(grpc::CallbackServerContext* context, const Request* request,
+                                                Request* answer) override {
+    auto* reactor = context->DefaultReactor();
+    const auto started = Clock::now();
+    auto refuse = [&](Refusal kind, const std::string& message) {
+      core_.count_answer(Route::Grpc, http_status(kind), 0, seconds_since(started));
+      reactor->Finish(grpc::Status(grpc_code(kind), message));
+      return reactor;
+    };
+    if (!authorized(core_, context))
+      return refuse(Refusal::Unauthenticated,
+                    "missing or wrong bearer token (send metadata \"authorization: Bearer <token>\")");
+    *answer = *request;
+    Call call;
+    try {
+      call = call_from_proto(*answer, core_.limits);
+    } catch (const RefusedError& e) {
+      return refuse(e.kind, e.what());
+    }
+    const std::size_t documents = call.docs.size();
+    core_.submit(
+        std::move(call), call_timeout(core_, context), [this, reactor, answer, documents, started](Outcome&& outcome) {
+          if (outcome.refused) {
+            core_.count_answer(Route::Grpc, http_status(outcome.refused->kind), 0, seconds_since(started));
+            return reactor->Finish(grpc::Status(grpc_code(outcome.refused->kind), outcome.refused->message));
+          }
+          if (outcome.response.ok()) {
+            write_answer(*answer, outcome.response.docs);
+          } else {
+            write_failure(*answer, outcome.response);
+          }
+          core_.count_answer(Route::Grpc, outcome.response.ok() ? 200 : 500, documents, seconds_since(started));
+          reactor->Finish(grpc::Status::OK);
+        });
+    return reactor;
+  }
+
+ private:
+  Core& core_;
+};
+
+// Readiness, endpoints and versions, as Jina's Client asks for them.
+class Info final : public jina::JinaGatewayDryRunRPC::CallbackService,
+                   public jina::JinaDiscoverEndpointsRPC::CallbackService,
+                   public jina::JinaInfoRPC::CallbackService {
+ public:
+  explicit Info(Core& core) : core_(core) {}
+
+  grpc::ServerUnaryReactor* dry_run(grpc::CallbackServerContext* context, const google::protobuf::Empty*,
+                                    jina::StatusProto* status) override {
+    if (const auto reason = core_.not_ready()) {
+      status->set_code(jina::StatusProto::ERROR);
+      status->set_description(*reason);
+      status->mutable_exception()->set_name("FlowNotReady");
+      status->mutable_exception()->add_args(*reason);
+    } else {
+      status->set_code(jina::StatusProto::SUCCESS);
+    }
+    return finish(context);
+  }
+
+  grpc::ServerUnaryReactor* endpoint_discovery(grpc::CallbackServerContext* context, const google::protobuf::Empty*,
+                                               jina::EndpointsProto* endpoints) override {
+    if (!authorized(core_, context)) return refuse(context);
+    for (const auto& e : core_.endpoints) endpoints->add_endpoints(e);
+    return finish(context);
+  }
+
+  grpc::ServerUnaryReactor* _status(grpc::CallbackServerContext* context, const google::protobuf::Empty*,
+                                    jina::JinaInfoProto* info) override {
+    if (!authorized(core_, context)) return refuse(context);
+    (*info->mutable_jina())["flowline"] = version();
+    (*info->mutable_jina())["protocol"] = "jina 3.34 gRPC";
+    return finish(context);
+  }
+
+ private:
+  grpc::ServerUnaryReactor* finish(grpc::CallbackServerContext* context) {
+    core_.count_answer(Route::Info, 200, 0, 0);
+    auto* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+  grpc::ServerUnaryReactor* refuse(grpc::CallbackServerContext* context) {
+    core_.count_answer(Route::Info, 401, 0, 0);
+    auto* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong bearer token"));
+    return reactor;
+  }
+  Core& core_;
+};
+
+class Front final : public GrpcFront {
+ public:
+  Front(Core& core, const std::string& host, std::uint16_t port) : jina_(core), single_(core), info_(core) {
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::ServerBuilder builder;
+    const std::string address =
+        host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port) : fmt::format("{}:{}", host, port);
+    int bound = 0;
+    builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound);
+    const GatewayOptions& o = core.options;
+    builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<std::size_t>(o.max_body_bytes, INT32_MAX)));
+    // Jina's Client pings every 10 s, with or without calls; gRPC's default would answer with GOAWAY.
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 4000);
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, static_cast<int>(o.idle_timeout.count()));
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 256);
+    builder.RegisterService(&jina_);
+    builder.RegisterService(&single_);
+    builder.RegisterService(static_cast<jina::JinaGatewayDryRunRPC::CallbackService*>(&info_));
+    builder.RegisterService(static_cast<jina::JinaDiscoverEndpointsRPC::CallbackService*>(&info_));
+    builder.RegisterService(static_cast<jina::JinaInfoRPC::CallbackService*>(&info_));
+    server_ = builder.BuildAndStart();
+    if (!server_ || bound == 0)
+      throw Error(fmt::format("{}: cannot serve gRPC there (in use, or not an address)", address));
+    port_ = static_cast<std::uint16_t>(bound);
+    if (auto* health = server_->GetHealthCheckService()) health->SetServingStatus(true);
+  }
+
+  ~Front() override { stop(); }
+
+  std::uint16_t port() const noexcept override { return port_; }
+
+  void stop() override {
+    if (!server_) return;
+    if (auto* health = server_->GetHealthCheckService()) health->SetServingStatus(false);
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    server_->Wait();
+    server_.reset();
+  }
+
+ private:
+  JinaRpc jina_;
+  SingleRequest single_;
+  Info info_;
+  std::unique_ptr<grpc::Server> server_;
+  std::uint16_t port_ = 0;
+};
+
+}  // namespace
+
+bool GrpcFront::available() noexcept { return true; }
+
+std::unique_ptr<GrpcFront> GrpcFront::start(Core& core, const std::string& host, std::uint16_t port) {
+  return std::make_unique<Front>(core, host, port);
+}
+
+}  // namespace flowline::gateway

@@ -1,0 +1,342 @@
+// The HTTP front of flowline::Gateway (http_front.hpp): Boost.Beast over Boost.Asio, one strand per
+// connection, requests handed to the gateway core (core.hpp) and answered when it calls back.
+//
+// A connection's life: read the header (answering "Expect: 100-continue"), read the body within
+// max_body_bytes, route, then either answer at once or submit to the core and wait for its callback (the
+// flow's answer, or the request timeout), write the answer, and read the next request when the connection
+// is kept alive. One request at a time per connection, so pipelined requests are answered in order.
+#include "http_front.hpp"
+
+#include "openapi.hpp"
+
+#include "flowline/error.hpp"
+#include "flowline/flow_config.hpp"
+#include "flowline/version.hpp"
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/json/serialize.hpp>
+#include <fmt/format.h>
+
+#include <map>
+#include <thread>
+#include <vector>
+
+namespace flowline {
+
+namespace {
+
+constexpr std::size_t kMaxHeaderBytes = 16 * 1024;
+
+}  // namespace
+
+void Connection::close_when_idle() {
+  asio::post(stream_.get_executor(), [self = shared_from_this()] {
+    if (!self->busy_) self->shutdown();
+  });
+}
+
+void Connection::read_header() {
+  busy_ = false;
+  parser_.emplace();
+  parser_->body_limit(gw_.core.options.max_body_bytes);
+  parser_->header_limit(kMaxHeaderBytes);
+  stream_.expires_after(gw_.core.options.idle_timeout);
+  http::async_read_header(stream_, buffer_, *parser_,
+                          beast::bind_front_handler(&Connection::on_header, shared_from_this()));
+}
+
+void Connection::on_header(beast::error_code ec, std::size_t) {
+  busy_ = true;
+  started_ = Clock::now();
+  if (ec) return read_failed(ec);
+  const auto& request = parser_->get();
+  if (beast::iequals(request[http::field::expect], "100-continue")) {
+    if (const auto length = parser_->content_length(); length && *length > gw_.core.options.max_body_bytes) {
+      return read_failed(http::error::body_limit);
+    }
+    auto reply = std::make_shared<http::response<http::empty_body>>(http::status::continue_, request.version());
+    http::async_write(stream_, *reply, [self = shared_from_this(), reply](beast::error_code ec, std::size_t) {
+      if (ec) return self->shutdown();
+      self->begin_body();
+    });
+    return;
+  }
+  begin_body();
+}
+
+void Connection::begin_body() {
+  if (stream_requested()) return start_stream();
+  read_body();
+}
+
+void Connection::read_body() {
+  http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&Connection::on_read, shared_from_this()));
+}
+
+void Connection::on_read(beast::error_code ec, std::size_t) {
+  if (ec) return read_failed(ec);
+  stream_.expires_never();
+  request_ = parser_->release();
+  parser_.reset();
+  keep_alive_ = request_.keep_alive();
+  try {
+    handle();
+  } catch (const gateway::HttpError& e) {
+    reply(e.status, e.body);
+  } catch (const std::exception& e) {
+    reply(500, gateway::plain_error(500, "server_error", e.what()).body);
+  }
+}
+
+void Connection::read_failed(beast::error_code ec) {
+  keep_alive_ = false;
+  route_ = Route::Other;
+  if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::operation_aborted ||
+      ec == asio::error::connection_reset || ec == asio::error::eof || ec == http::error::partial_message) {
+    // The client went away, or fell silent mid-request for idle_timeout.
+    return shutdown();
+  }
+  if (ec == http::error::body_limit) {
+    return reply(413, gateway::plain_error(413, "request_too_large",
+                                           fmt::format("the request body is larger than {} bytes (--max-body-bytes)",
+                                                       gw_.core.options.max_body_bytes))
+                          .body);
+  }
+  if (ec == http::error::header_limit) {
+    return reply(431, gateway::plain_error(431, "invalid_request_error",
+                                           fmt::format("the request header is larger than {} bytes", kMaxHeaderBytes))
+                          .body);
+  }
+  reply(
+      400,
+      gateway::plain_error(400, "invalid_request_error", fmt::format("malformed HTTP request: {}", ec.message())).body);
+}
+
+void Connection::reply(int status, std::string body, std::string_view content_type) {
+  response_ = {};
+  response_.result(static_cast<unsigned>(status));
+  response_.version(request_.version() ? request_.version() : 11);
+  response_.set(http::field::server, "flowline/" FLOWLINE_VERSION_STRING);
+  response_.set(http::field::content_type, content_type);
+  if (status == 503) response_.set(http::field::retry_after, "1");
+  if (status == 401) response_.set(http::field::www_authenticate, "Bearer");
+  if (gw_.core.draining) keep_alive_ = false;
+  response_.keep_alive(keep_alive_);
+  response_.body() = std::move(body);
+  response_.prepare_payload();
+  count_answer(status, documents_);
+  http::async_write(stream_, response_, beast::bind_front_handler(&Connection::on_write, shared_from_this()));
+}
+
+double Connection::elapsed_seconds() const { return std::chrono::duration<double>(Clock::now() - started_).count(); }
+
+void Connection::count_answer(int status, std::size_t documents) {
+  gw_.core.count_answer(route_, status, documents, elapsed_seconds());
+}
+
+void Connection::on_write(beast::error_code ec, std::size_t) {
+  if (ec) return shutdown();
+  if (!keep_alive_) return linger_close();
+  request_ = {};
+  documents_ = 0;
+  read_header();
+}
+
+void Connection::shutdown() {
+  beast::error_code ignored;
+  stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  stream_.close();
+}
+
+// Closing while the client still sends (an answer given before its body was read) would reset the
+// connection and could destroy the answer in the client's buffers; so the sending side closes first and
+// what the client still sends is read and dropped, for at most a second and 1 MiB, before the close.
+void Connection::linger_close() {
+  beast::error_code ignored;
+  stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  stream_.expires_after(std::chrono::seconds(1));
+  auto scratch = std::make_shared<std::vector<char>>(64 * 1024);
+  auto drain = std::make_shared<std::function<void(std::size_t)>>();
+  *drain = [self = shared_from_this(), scratch, drain](std::size_t budget) {
+    self->stream_.async_read_some(asio::buffer(*scratch),
+                                  [self, scratch, drain, budget](beast::error_code ec, std::size_t n) {
+                                    if (ec || n >= budget) {
+                                      *drain = nullptr;  // breaks the cycle
+                                      return self->shutdown();
+                                    }
+                                    (*drain)(budget - n);
+                                  });
+  };
+  (*drain)(1u << 20);
+}
+
+bool Connection::authorized() const { return gw_.core.authorized(request_[http::field::authorization]); }
+
+void Connection::handle() {
+  const std::string_view target = request_.target();
+  const std::string_view path = target.substr(0, target.find('?'));
+  const http::verb method = request_.method();
+  const bool get = method == http::verb::get;
+  const bool post = method == http::verb::post;
+  auto json_reply = [&](int status, const json::value& v) { reply(status, json::serialize(v)); };
+  auto wrong_method = [&] {
+    route_ = Route::Other;
+    reply(405, R"({"detail":"Method Not Allowed"})");
+  };
+
+  // Probes answer without a token, as orchestrators call them.
+  if (path == "/health") {
+    route_ = Route::Health;
+    if (!get) return wrong_method();
+    return json_reply(200, json::object{{"status", "ok"}});
+  }
+  if (path == "/ready") {
+    route_ = Route::Ready;
+    if (!get) return wrong_method();
+    if (auto reason = gw_.core.not_ready()) return json_reply(503, json::object{{"ready", false}, {"reason", *reason}});
+    return json_reply(200, json::object{{"ready", true}});
+  }
+  if (!authorized()) {
+    route_ = Route::Other;
+    return reply(401, gateway::plain_error(401, "authentication_error",
+                                           "missing or wrong bearer token (send \"Authorization: Bearer <token>\")")
+                          .body);
+  }
+  if (path == "/metrics") {
+    route_ = Route::Metrics;
+    if (!get) return wrong_method();
+    return reply(200, gw_.core.metrics->scrape(gw_.core.flow), "text/plain; version=0.0.4; charset=utf-8");
+  }
+  // GET /status and the other probes are the gateway's; a POST to a flow endpoint of that name (an index's
+  // /status) goes to the flow.
+  const bool probe =
+      path == "/" || path == "/dry_run" || path == "/status" || path == "/openapi.json" || path == "/docs";
+  if (probe && !(post && gw_.core.endpoints.count(std::string(path)))) {
+    route_ = Route::Info;
+    if (!get) return wrong_method();
+    return handle_info(path);
+  }
+
+  const auto body = std::string_view(request_.body());
+  // OpenAI's and TEI's embeddings, TEI's /rerank (unless the body is Jina's, {"data": ...}, for a flow
+  // endpoint of that name), Jina's and Cohere's /v1/rerank (and Cohere's /v2/rerank, which its ClientV2
+  // posts the same body to).
+  static const std::map<std::string_view, Route> kModelRoutes{
+      {"/v1/embeddings", Route::OpenAI}, {"/embeddings", Route::OpenAI}, {"/embed", Route::TEI},
+      {"/rerank", Route::TEIRerank},     {"/v1/rerank", Route::Rerank},  {"/v2/rerank", Route::Rerank}};
+  if (const auto it = kModelRoutes.find(path); it != kModelRoutes.end()) {
+    route_ = it->second;
+    if (!post) return wrong_method();
+    json::value parsed = gateway::parse_body(body, gw_.core.limits, false);
+    const bool jina_body = parsed.is_object() && parsed.get_object().contains("data");
+    if (route_ != Route::TEIRerank || !jina_body) return handle_model_route(parsed);
+  }
+  // Jina: /post names the endpoint in its body; every flow endpoint has a route of its own.
+  std::string endpoint;
+  if (path == "/post") {
+    route_ = Route::JinaPost;
+  } else if (path == "/default" || gw_.core.endpoints.count(std::string(path))) {
+    route_ = Route::Jina;
+    endpoint = path == "/default" ? "/" : std::string(path);
+  } else {
+    route_ = Route::Other;
+    return reply(404, R"({"detail":"Not Found"})");
+  }
+  if (!post) return wrong_method();
+  gateway::Call call =
+      gateway::parse_jina(gateway::parse_body(body, gw_.core.limits, true), std::move(endpoint), gw_.core.limits);
+  auto shared = std::make_shared<gateway::Call>();
+  shared->parameters = call.parameters;
+  shared->request_id = call.request_id;
+  call_flow(
+      std::move(call), route_, [shared](const DocumentArray& docs) { return gateway::jina_response(*shared, docs); },
+      [shared](const Response& r) { return gateway::jina_failure(*shared, r); });
+}
+
+// Jina's health and status routes, and the API description.
+void Connection::handle_info(std::string_view path) {
+  auto json_reply = [&](int status, const json::value& v) { reply(status, json::serialize(v)); };
+  if (path == "/") return reply(200, "{}");
+  if (path == "/dry_run") {
+    if (gw_.core.serving) return reply(200, R"({"code":0,"description":"","exception":null})");
+    return json_reply(503,
+                      json::object{{"code", 1}, {"description", "the flow is not serving"}, {"exception", nullptr}});
+  }
+  if (path == "/status") {
+    json::array executors;
+    for (const auto& e : gw_.core.flow.config().executors) {
+      executors.push_back(json::object{{"name", e.name}, {"uses", e.uses}, {"replicas", e.replicas}});
+    }
+    return json_reply(200, json::object{{"jina", json::object{{"flowline", version()}}},
+                                        {"envs", json::object{}},
+                                        {"executors", std::move(executors)}});
+  }
+  if (path == "/openapi.json") return reply(200, gw_.openapi);
+  return reply(200, gateway::docs_page(gw_.core.options.title), "text/html; charset=utf-8");
+}
+
+void Connection::call_flow(gateway::Call call, Route route, std::function<std::string(const DocumentArray&)> answer,
+                           std::function<std::string(const Response&)> failure) {
+  route_ = route;
+  documents_ = call.docs.size();
+  auto self = shared_from_this();
+  gw_.core.submit(std::move(call), gw_.core.options.request_timeout,
+                  [self, answer = std::move(answer), failure = std::move(failure)](gateway::Outcome&& outcome) mutable {
+                    // On a replica thread (the flow's answer) or an I/O thread: hand over to the strand.
+                    asio::post(self->stream_.get_executor(),
+                               [self, answer = std::move(answer), failure = std::move(failure),
+                                outcome = std::move(outcome)]() mutable {
+                                 self->answer_call(std::move(outcome), answer, failure);
+                               });
+                  });
+}
+
+void Connection::answer_call(gateway::Outcome&& outcome, const std::function<std::string(const DocumentArray&)>& answer,
+                             const std::function<std::string(const Response&)>& failure) {
+  try {
+    if (outcome.refused) {
+      const int status = gateway::http_status(outcome.refused->kind);
+      return reply(
+          status,
+          gateway::plain_error(status, gateway::error_type(outcome.refused->kind), outcome.refused->message).body);
+    }
+    if (outcome.response.ok()) return reply(200, answer(outcome.response.docs));
+    reply(500, failure(outcome.response));
+  } catch (const gateway::HttpError& e) {
+    reply(e.status, e.body);
+  } catch (const std::exception& e) {
+    reply(500, gateway::plain_error(500, "server_error", e.what()).body);
+  }
+}
+
+// ---- HttpFront ----
+
+void HttpFront::start() {
+  openapi = gateway::openapi_document(core.options.title, core.endpoints);
+  bound_port = listener_.bind(core.io, core.options.host, core.options.port);
+  listener_.accept(
+      core.options.max_connections,
+      [this](tcp::socket socket) {
+        beast::error_code ignored;
+        socket.set_option(tcp::no_delay(true), ignored);
+        return std::make_shared<Connection>(*this, std::move(socket));
+      },
+      [this](Connection& connection) {
+        core.metrics->set_connections(static_cast<double>(listener_.open()));
+        connection.start();
+      });
+}
+
+void HttpFront::forget(Connection* connection) {
+  listener_.forget(connection->registration);
+  core.metrics->set_connections(static_cast<double>(listener_.open()));
+}
+
+void HttpFront::close_connections() {
+  for (auto& connection : listener_.sessions()) connection->close_when_idle();
+  const auto closing = Clock::now() + std::chrono::seconds(5);
+  while (listener_.open() > 0 && Clock::now() < closing) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+}
+
+}  // namespace flowline
