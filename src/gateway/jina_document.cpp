@@ -34,22 +34,23 @@ constexpr std::array<std::string_view, kDocumentFieldNames.size()> kJinaNames = 
     "id",        "text", "bytes_", "tensor", "embedding", "tags",
     "mime_type", "url",  "scores", "chunks", "matches",   "parent_id"};
 
-constexpr std::string_view jina_name(DocumentField field) { return kJinaNames[static_cast<std::size_t>(field)]; }
+}  // namespace
 
-// Fields Jina's TextDoc always carries, null when unset.
-constexpr bool always_written(DocumentField field) {
+std::string_view jina_name(DocumentField field) noexcept { return kJinaNames[static_cast<std::size_t>(field)]; }
+
+bool jina_always_written(DocumentField field) noexcept {
   return field == DocumentField::id || field == DocumentField::text || field == DocumentField::blob ||
          field == DocumentField::embedding || field == DocumentField::uri;
 }
 
-// The field a Jina body names `name` (flowline's own names are accepted too); nothing for a name Jina's
-// document types lack, which is ignored as Jina ignores it.
-std::optional<DocumentField> field_named(std::string_view name) {
+std::optional<DocumentField> jina_field_named(std::string_view name) noexcept {
   for (std::size_t i = 0; i < kJinaNames.size(); ++i) {
     if (kJinaNames[i] == name) return static_cast<DocumentField>(i);
   }
   return find_document_field(name);
 }
+
+namespace {
 
 // "data[0].matches[2]" for messages.
 struct Where {
@@ -191,7 +192,7 @@ Document read_document(const json::value& v, const Where& where) {
   doc.id.clear();
   for (const auto& kv : v.get_object()) {
     if (kv.value().is_null()) continue;
-    if (const auto field = field_named(kv.key())) read_field(doc, *field, kv.value(), where.at(kv.key()));
+    if (const auto field = jina_field_named(kv.key())) read_field(doc, *field, kv.value(), where.at(kv.key()));
   }
   if (doc.id.empty()) doc.id = generate_id();
   return doc;
@@ -233,7 +234,7 @@ void append_jina_document(std::string& out, const Document& doc) {
   bool first = true;
   for_each_document_field([&](DocumentField field, std::string_view, auto member) {
     const bool unset = field_is_empty(doc.*member);
-    if (unset && !always_written(field)) return;
+    if (unset && !jina_always_written(field)) return;
     if (!first) out += ',';
     first = false;
     out += '"';

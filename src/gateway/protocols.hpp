@@ -5,6 +5,7 @@
 #pragma once
 
 #include "flowline/document.hpp"
+#include "flowline/document_fields.hpp"
 #include "flowline/flow.hpp"
 
 #include <ATen/core/Tensor.h>
@@ -13,6 +14,7 @@
 #include <boost/json/value.hpp>
 
 #include <cstddef>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -72,6 +74,13 @@ std::string jina_response(const Call& call, const DocumentArray& docs);
 // (jina_document.cpp). Fields Jina's documents lack are ignored. Throws HttpError 422 as parse_jina does.
 Document jina_document(const boost::json::value& value, std::size_t index);
 void append_jina_document(std::string& out, const Document& doc);
+// Jina's names of the Document table's fields ("bytes_" for blob, "url" for uri; the others as flowline
+// names them), shared by its JSON codec and its gRPC one (docarray's DocProto): the name of a field, the
+// field of a name (flowline's own names accepted too; nothing for a name Jina's documents lack), and the
+// fields Jina's TextDoc always carries (null, or an empty node, when unset).
+std::string_view jina_name(DocumentField field) noexcept;
+std::optional<DocumentField> jina_field_named(std::string_view name) noexcept;
+bool jina_always_written(DocumentField field) noexcept;
 // A float embedding's values as a JSON list (cast from any floating dtype, copied from a GPU if needed).
 void append_float_embedding(std::string& out, const at::Tensor& embedding);
 // A request the flow failed, in Jina's shape (500): the header carries status code 1 and the exception.

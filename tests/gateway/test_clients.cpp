@@ -283,6 +283,19 @@ void check_python_client(const std::string& client, const std::string& extra_arg
   server.stop_and_check_clean_exit();
 }
 
+// Runs tests/gateway/clients/jina_grpc_client_test.py against `server`'s gRPC port with `args` and requires
+// it to pass.
+void check_grpc_client(const Server& server, const std::string& args) {
+  const auto r = testing::run_process(fmt::format(
+      "NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost '{}' '{}' --url grpc://127.0.0.1:{} --expect-dim {} "
+      "{}",
+      kClientsPython.string(), (kClientScripts / "jina_grpc_client_test.py").string(), server.grpc_port(), kDim, args));
+  INFO("jina_grpc_client_test.py (exit code " << r.exit_code << "):\n" << r.out << r.err);
+  INFO("flowline serve's output:\n" << server.log());
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, testing::contains("jina_grpc_client_test: PASSED"));
+}
+
 }  // namespace
 
 TEST_CASE("Jina's own Python HTTP client posts to flowline serve and gets the encoder's embeddings back",
@@ -334,15 +347,8 @@ TEST_CASE("Jina's own Python client speaks gRPC to flowline serve: streams, unar
                                         "    with: {{model: '{}', batch_size: 64}}\n",
                                         FLOWLINE_TEST_PLUGIN_DIR, kModel.string()));
   Server server(flow, dir, /*grpc=*/true);
-  const auto r = testing::run_process(fmt::format(
-      "NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost '{}' '{}' --url grpc://127.0.0.1:{} --timeout 240 "
-      "--expect-dim {} --reference '{}' --fail-marker FAIL",
-      kClientsPython.string(), (kClientScripts / "jina_grpc_client_test.py").string(), server.grpc_port(), kDim,
-      (dir / "reference.json").string()));
-  INFO("jina_grpc_client_test.py (exit code " << r.exit_code << "):\n" << r.out << r.err);
-  INFO("flowline serve's output:\n" << server.log());
-  REQUIRE(r.exit_code == 0);
-  CHECK_THAT(r.out, testing::contains("jina_grpc_client_test: PASSED"));
+  check_grpc_client(
+      server, fmt::format("--timeout 240 --reference '{}' --fail-marker FAIL", (dir / "reference.json").string()));
   // The same requests are in /metrics under the route label "grpc", and none is left in flight.
   const Reply metrics = http_call(server.port(), http::verb::get, "/metrics");
   CHECK_THAT(metrics.body, testing::contains("flowline_http_requests_total{route=\"grpc\",status=\"200\"}"));
@@ -360,14 +366,7 @@ TEST_CASE("flowline serve's gRPC front refuses Jina's client without the bearer 
   ::setenv("FLOWLINE_TOKEN", "s3cret-grpc-token", 1);
   Server server(flow, dir, /*grpc=*/true);
   ::unsetenv("FLOWLINE_TOKEN");
-  const auto r = testing::run_process(fmt::format(
-      "NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost '{}' '{}' --url grpc://127.0.0.1:{} --timeout 120 "
-      "--expect-dim {} --token s3cret-grpc-token",
-      kClientsPython.string(), (kClientScripts / "jina_grpc_client_test.py").string(), server.grpc_port(), kDim));
-  INFO("jina_grpc_client_test.py (exit code " << r.exit_code << "):\n" << r.out << r.err);
-  INFO("flowline serve's output:\n" << server.log());
-  REQUIRE(r.exit_code == 0);
-  CHECK_THAT(r.out, testing::contains("jina_grpc_client_test: PASSED"));
+  check_grpc_client(server, "--timeout 120 --token s3cret-grpc-token");
   server.stop_and_check_clean_exit();
 }
 

@@ -21,24 +21,6 @@ using docarray::NodeProto;
 
 namespace {
 
-// docarray's names of each field (Jina's TextDoc: "bytes_" for blob, "url" for uri), in table order.
-constexpr std::array<std::string_view, kDocumentFieldNames.size()> kDocarrayNames = {
-    "id",        "text", "bytes_", "tensor", "embedding", "tags",
-    "mime_type", "url",  "scores", "chunks", "matches",   "parent_id"};
-
-// Fields a TextDoc always carries, an empty node when unset (as Jina's gateway answers).
-constexpr bool always_written(DocumentField field) {
-  return field == DocumentField::id || field == DocumentField::text || field == DocumentField::blob ||
-         field == DocumentField::embedding || field == DocumentField::uri;
-}
-
-std::optional<DocumentField> field_named(std::string_view name) {
-  for (std::size_t i = 0; i < kDocarrayNames.size(); ++i) {
-    if (kDocarrayNames[i] == name) return static_cast<DocumentField>(i);
-  }
-  return find_document_field(name);
-}
-
 [[noreturn]] void bad(const std::string& where, const std::string& expected) {
   throw RefusedError(Refusal::BadRequest, fmt::format("{}: {}", where, expected));
 }
@@ -334,7 +316,7 @@ void write_documents(docarray::DocListProto& out, const DocumentArray& docs) {
 Document read_document(const docarray::DocProto& in, const std::string& where, const ParseLimits& limits) {
   Document doc;
   for (const auto& [name, node] : in.data()) {
-    const std::optional<DocumentField> field = field_named(name);
+    const std::optional<DocumentField> field = jina_field_named(name);
     // Fields flowline's documents lack are ignored, as Jina's TextDoc ignores them; unset ones stay unset.
     if (!field || node.content_case() == NodeProto::CONTENT_NOT_SET) continue;
     read_field(doc, *field, node, fmt::format("{}.{}", where, name), limits);
@@ -346,8 +328,8 @@ void write_document(docarray::DocProto& out, const Document& doc) {
   auto& data = *out.mutable_data();
   for_each_document_field([&](DocumentField field, std::string_view, auto member) {
     const auto& value = doc.*member;
-    if (field_is_empty(value) && !always_written(field)) return;
-    NodeProto& node = data[std::string(kDocarrayNames[static_cast<std::size_t>(field)])];
+    if (field_is_empty(value) && !jina_always_written(field)) return;
+    NodeProto& node = data[std::string(jina_name(field))];
     if (field_is_empty(value)) return;  // an empty node: None
     using T = std::decay_t<decltype(value)>;
     if constexpr (std::is_same_v<T, std::string>) {
