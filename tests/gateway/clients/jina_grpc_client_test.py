@@ -20,8 +20,10 @@ does without ever naming a protocol, and checks:
      stream after it still works;
   7. a 100 MB message is refused with RESOURCE_EXHAUSTED (raised by the client), and the server serves on;
   8. a raw gRPC client that opens a stream, sends requests and goes away after the first answer leaves the
-     server serving (the next post works), and malformed bytes on the unary method get a gRPC error, not a
-     crash.
+     server serving (the next post works); malformed bytes on the unary method get a gRPC error, not a
+     crash; a big-endian embedding is INVALID_ARGUMENT naming docs[1].embedding; 5,000 documents in one
+     request (over --max-documents) RESOURCE_EXHAUSTED; documents sent as docs_bytes are read, and the
+     client's request id is echoed.
 
 With --token T the server requires a bearer token, and only that is checked: a post without it raises
 UNAUTHENTICATED, one with metadata ('authorization', 'Bearer T') is answered.
@@ -180,10 +182,46 @@ def main():
         # gRPC C++ answers a message it cannot parse before any flowline code runs (1.51: UNIMPLEMENTED).
         check(e.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNIMPLEMENTED),
               f'malformed bytes: {e.code()} {e.details()}')
+
+    def request_of(texts_, request_id=''):
+        r = DataRequest()
+        r.header.exec_endpoint = args.endpoint
+        if request_id:
+            r.header.request_id = request_id
+        r.document_array_cls = DocList[TextDoc]
+        r.data.docs = DocList[TextDoc]([TextDoc(text=t) for t in texts_])
+        return r.proto
+
+    def refused(proto, code, words, what):
+        try:
+            unary(proto.SerializeToString(), timeout=30)
+            check(False, f'{what} was answered')
+        except grpc.RpcError as e:
+            check(e.code() == code and all(w in e.details() for w in words),
+                  f'{what}: {e.code()} {e.details()!r}, expected {code} with {words}')
+
+    # docs_bytes (a serialized DocListProto) instead of docs; the client's request id is echoed.
+    proto = request_of(['as bytes one', 'as bytes two'], request_id='my-request-7')
+    proto.data.docs_bytes = proto.data.docs.SerializeToString()  # the oneof: docs is cleared
+    answer = jina_pb2.DataRequestProto.FromString(unary(proto.SerializeToString(), timeout=30))
+    check(answer.header.request_id == 'my-request-7', f'request id came back as {answer.header.request_id!r}')
+    got = [d.data['text'].text for d in answer.data.docs.docs]
+    check(got == ['as bytes one', 'as bytes two'], f'docs_bytes: {got} came back')
+    check(all(d.data['embedding'].ndarray.dense.dtype == '<f4' and d.data['embedding'].type == 'ndarray'
+              for d in answer.data.docs.docs), 'docs_bytes: embeddings not as docarray ndarrays of <f4')
+    # A document flowline cannot read is named; too many documents are RESOURCE_EXHAUSTED.
+    proto = request_of(['x', 'y'])
+    emb = proto.data.docs.docs[1].data['embedding'].ndarray.dense
+    emb.buffer, emb.dtype = b'\0' * 8, '>f4'
+    emb.shape.append(2)
+    refused(proto, grpc.StatusCode.INVALID_ARGUMENT, ['docs[1].embedding', "'>f4'"], 'a big-endian embedding')
+    refused(request_of([f't{i}' for i in range(5000)]), grpc.StatusCode.RESOURCE_EXHAUSTED,
+            ['5000 documents', '--max-documents'], '5,000 documents in one request')
     channel.close()
     post(texts, request_size=1)
     check(client.is_flow_ready(), 'is_flow_ready() is False after a client went away')
-    log('8. a client gone mid-stream and malformed bytes leave the server serving')
+    log('8. a client gone mid-stream, malformed bytes, an unreadable document and 5,000 documents: refused '
+        'with their codes, the server serving on; docs_bytes read, request ids echoed')
     log('PASSED')
     return 0
 
