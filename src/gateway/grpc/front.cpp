@@ -2,7 +2,8 @@
 // the gateway core.
 //
 // jina.JinaRPC/Call, a bidirectional stream: requests are read while fewer than kStreamWindow of the
-// stream's are unanswered (in the flow, or answered and not yet written), so a client that sends faster
+// stream's are unanswered (in the flow, or answered and not yet written) and their messages hold less than
+// twice --max-body-bytes, so a client that sends faster
 // than the flow encodes, or does not read, is slowed by HTTP/2 flow control; answers are written in request
 // order. A request past the core's in-flight bound waits for a slot instead of being refused (the window is
 // the stream's backpressure). A request the gateway refuses (malformed, too many documents, a timeout,
@@ -33,7 +34,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Request = jina::DataRequestProto;
 
-// Requests of one stream unanswered at once.
+// Requests of one stream unanswered at once (and at most twice --max-body-bytes of their messages).
 constexpr std::size_t kStreamWindow = 16;
 
 grpc::StatusCode grpc_code(Refusal kind) {
@@ -111,7 +112,7 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
     }
     auto request = std::move(next_);
     const std::uint64_t seq = next_seq_++;
-    ++held_;
+    hold_request(seq, request->ByteSizeLong());
     lock.unlock();
     handle(seq, std::move(request));
     lock.lock();
@@ -123,7 +124,7 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
     std::unique_lock lock(mutex_);
     writing_ = false;
     written_.reset();
-    --held_;
+    drop_request(next_write_ - 1);
     if (!ok) stop(std::nullopt);  // the client is gone
     read_next(lock);
   }
@@ -148,6 +149,18 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
     if (--refs_ == 0) delete this;
   }
 
+  // Under the lock: a request read (its message's bytes), and one written or dropped.
+  void hold_request(std::uint64_t seq, std::size_t bytes) {
+    sizes_.emplace(seq, bytes);
+    held_bytes_ += bytes;
+  }
+  void drop_request(std::uint64_t seq) {
+    const auto it = sizes_.find(seq);
+    if (it == sizes_.end()) return;
+    held_bytes_ -= it->second;
+    sizes_.erase(it);
+  }
+
   // Ends the stream: no more reads; `status` is sent once the answers before it are written (nullopt:
   // cancelled, nothing more is written).
   void stop(std::optional<grpc::Status> status) {
@@ -159,7 +172,8 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
 
   // Under the lock: reads the next request when the window has room, else writes or finishes.
   void read_next(std::unique_lock<std::mutex>& lock) {
-    if (!reading_ && !reads_done_ && !stopped_ && held_ < kStreamWindow) {
+    const bool room = sizes_.empty() || (sizes_.size() < kStreamWindow && held_bytes_ < max_held_bytes_);
+    if (!reading_ && !reads_done_ && !stopped_ && room) {
       reading_ = true;
       starting_read_ = true;  // no Finish before StartRead was called
       next_ = std::make_unique<Request>();
@@ -238,7 +252,7 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
       if (!stopped_ || (final_ && seq < end_seq_)) {
         ready_.emplace(seq, Ready{std::make_unique<Request>(std::move(*request))});
       } else {
-        --held_;
+        drop_request(seq);
       }
       --in_flow_;
       return read_next(lock);
@@ -252,14 +266,14 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
   void refuse(std::uint64_t seq, Refusal kind, const std::string& message, Clock::time_point started) {
     core_.count_answer(Route::Grpc, http_status(kind), 0, seconds_since(started));
     std::unique_lock lock(mutex_);
-    --held_;
+    drop_request(seq);
     if (!stopped_ || (final_ && seq < end_seq_)) {
       stopped_ = true;
       end_seq_ = seq;
       final_ = grpc::Status(grpc_code(kind), fmt::format("request {} of the stream: {}", seq + 1, message));
       for (auto it = ready_.lower_bound(seq); it != ready_.end();) {
+        drop_request(it->first);
         it = ready_.erase(it);
-        --held_;
       }
     }
     settle(lock);
@@ -278,8 +292,13 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
   std::uint64_t next_seq_ = 0;                                         // of the next request read
   std::uint64_t next_write_ = 0;                                       // of the next answer to write
   std::uint64_t end_seq_ = std::numeric_limits<std::uint64_t>::max();  // the refused request, when one was
-  std::size_t held_ = 0;                                               // requests read and not yet written (or dropped)
-  std::size_t in_flow_ = 0;                                            // requests handed to the core and not yet back
+  // The requests read and not yet written (or dropped), by number: their messages' bytes.
+  std::map<std::uint64_t, std::size_t> sizes_;
+  std::size_t held_bytes_ = 0;
+  // A stream reads on while it holds fewer than kStreamWindow requests and fewer bytes than this (twice
+  // the largest message), and always when it holds none.
+  std::size_t max_held_bytes_ = 2 * core_.options.max_body_bytes;
+  std::size_t in_flow_ = 0;  // requests handed to the core and not yet back
   bool reading_ = false, starting_read_ = false, writing_ = false, reads_done_ = false, stopped_ = false,
        finished_ = false;
   std::atomic<int> refs_{1};  // gRPC's, until OnDone
