@@ -18,7 +18,7 @@
 #include "../runtime/replica.hpp"
 #include "wire.hpp"
 
-#include "flowline/flow.hpp"
+#include "flowline/flow_results.hpp"
 #include "flowline/flow_config.hpp"
 
 #include <atomic>
