@@ -88,8 +88,11 @@ class Flow {
               std::function<void(Response&&)> done);
 
   // Waits for posts in flight, closes executors (each on its own thread) and joins all threads.
-  // Idempotent. Errors thrown by executors' close() are logged, not thrown.
-  void close();
+  // Idempotent. Errors thrown by executors' close() are logged, not thrown. `outcome` is what the executors
+  // learn (Executor::run_outcome()): Incomplete when the run did not end well (interrupted, requests
+  // failed), so writers leave their files marked partial instead of completing them. A start that fails
+  // closes with Incomplete.
+  void close(RunOutcome outcome = RunOutcome::Complete);
 
   const FlowConfig& config() const noexcept;
 

@@ -46,7 +46,8 @@ struct PostOptions {
 };
 
 struct PostSummary {
-  std::uint64_t documents = 0;
+  std::uint64_t input_documents = 0;  // read from the source
+  std::uint64_t documents = 0;        // in the responses: executors may have dropped or added documents
   std::uint64_t requests = 0;
   std::uint64_t failed_requests = 0;
   std::uint64_t failed_documents = 0;

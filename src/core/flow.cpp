@@ -38,12 +38,12 @@ using runtime::Stage;
 class Flow::Impl {
  public:
   Impl(FlowConfig config, Registry& registry) : config_(std::move(config)), registry_(registry) {}
-  ~Impl() { close(); }
+  ~Impl() { close(RunOutcome::Complete); }
 
   void start();
-  void close() {
+  void close(RunOutcome outcome) {
     std::lock_guard lock(lifecycle_mutex_);
-    close_locked();
+    close_locked(outcome);
   }
   PostSummary post(std::string_view endpoint, DocumentSource& source, const ResponseCallback& on_response,
                    const PostOptions& options);
@@ -58,7 +58,7 @@ class Flow::Impl {
 
  private:
   void replica_thread(Stage& stage, std::size_t replica, std::latch& constructed);
-  void close_locked();
+  void close_locked(RunOutcome outcome);
   void route(const std::vector<Edge>& outputs, RequestPtr request);
   void deliver(const Edge& edge, RequestPtr request);
   void enter_post(const char* what);
@@ -79,6 +79,7 @@ class Flow::Impl {
   std::condition_variable posts_cv_;
   int active_posts_ = 0;
   bool closing_ = false;
+  std::atomic<RunOutcome> outcome_{RunOutcome::Complete};  // what close() tells the executors
 };
 
 void Flow::Impl::start() {
@@ -115,7 +116,7 @@ void Flow::Impl::start() {
   std::vector<std::string> lines;
   for (const auto& [name, message] : start_errors_) lines.push_back(message);
   const std::string first = start_errors_.front().first;
-  close_locked();
+  close_locked(RunOutcome::Incomplete);
   throw ExecutorError(first, fmt::format("the flow could not start:\n  {}", fmt::join(lines, "\n  ")));
 }
 
@@ -142,11 +143,12 @@ void Flow::Impl::replica_thread(Stage& stage, std::size_t r, std::latch& constru
       [this, &outputs](RequestPtr request) { route(outputs, std::move(request)); }, observers_, placement, index,
       [&stage](RequestPtr request) { stage.queue->push_front(std::move(request)); });
   worker.run();
-  replica.close();
+  replica.close(outcome_.load());
 }
 
-void Flow::Impl::close_locked() {
+void Flow::Impl::close_locked(RunOutcome outcome) {
   if (!started_) return;
+  outcome_ = outcome;  // read by each replica thread once its queue is closed and drained
   {
     std::unique_lock lock(posts_mutex_);
     closing_ = true;
@@ -282,7 +284,7 @@ Flow& Flow::attach(std::shared_ptr<FlowObserver> observer) {
 
 void Flow::start() { impl_->start(); }
 bool Flow::started() const noexcept { return impl_->started_; }
-void Flow::close() { impl_->close(); }
+void Flow::close(RunOutcome outcome) { impl_->close(outcome); }
 const FlowConfig& Flow::config() const noexcept { return impl_->config_; }
 
 FlowStats Flow::stats() const {
