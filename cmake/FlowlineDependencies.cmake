@@ -3,27 +3,49 @@
 include_guard(GLOBAL)
 include(CMakeFindDependencyMacro)
 
-# LibTorch comes from the PyPI torch wheel; CMAKE_PREFIX_PATH must contain its share/cmake folder
-# (scripts/setup.sh passes it), or FLOWLINE_TORCH_DIR the wheel's torch folder.
+# LibTorch comes from the PyPI torch wheel. Where, in this order: FLOWLINE_TORCH_DIR (the wheel's torch
+# folder), Torch_DIR (its share/cmake/Torch folder, as for find_package(Torch)), the share/cmake folder on
+# CMAKE_PREFIX_PATH (scripts/setup.sh passes it), and, for the installed package, the LibTorch flowline was
+# built against (FLOWLINE_BUILT_TORCH_DIR, set by flowlineConfig.cmake).
 #
 # flowline_torch_cpu is LibTorch without CUDA: c10 and torch_cpu. flowline::core, the launcher and the
 # executors' CPU parts link only this, so a process maps no CUDA library until a flow names a GPU.
 # Found here rather than through TorchConfig.cmake, which needs a CUDA toolkit for the CUDA wheel.
 if(NOT TARGET flowline_torch_cpu)
+  if(NOT FLOWLINE_TORCH_DIR AND Torch_DIR AND EXISTS "${Torch_DIR}/TorchConfig.cmake")
+    get_filename_component(_torch_dir "${Torch_DIR}/../../.." ABSOLUTE)
+    set(FLOWLINE_TORCH_DIR "${_torch_dir}" CACHE PATH "The torch folder of the PyPI wheel (LibTorch)" FORCE)
+  endif()
   if(NOT FLOWLINE_TORCH_DIR)
     foreach(_prefix IN LISTS CMAKE_PREFIX_PATH)
       if(EXISTS "${_prefix}/Torch/TorchConfig.cmake")
         get_filename_component(_torch_dir "${_prefix}/../.." ABSOLUTE)
-        set(FLOWLINE_TORCH_DIR "${_torch_dir}" CACHE PATH "The torch folder of the PyPI wheel (LibTorch)")
+        set(FLOWLINE_TORCH_DIR "${_torch_dir}" CACHE PATH "The torch folder of the PyPI wheel (LibTorch)" FORCE)
         break()
       endif()
     endforeach()
   endif()
-  find_library(FLOWLINE_TORCH_CPU_LIBRARY torch_cpu PATHS "${FLOWLINE_TORCH_DIR}/lib" NO_DEFAULT_PATH)
-  find_library(FLOWLINE_C10_LIBRARY c10 PATHS "${FLOWLINE_TORCH_DIR}/lib" NO_DEFAULT_PATH)
+  if(NOT FLOWLINE_TORCH_DIR AND FLOWLINE_BUILT_TORCH_DIR AND EXISTS "${FLOWLINE_BUILT_TORCH_DIR}/lib")
+    set(FLOWLINE_TORCH_DIR "${FLOWLINE_BUILT_TORCH_DIR}" CACHE PATH "The torch folder of the PyPI wheel (LibTorch)"
+      FORCE)
+  endif()
+  if(FLOWLINE_TORCH_DIR)
+    find_library(FLOWLINE_TORCH_CPU_LIBRARY torch_cpu PATHS "${FLOWLINE_TORCH_DIR}/lib" NO_DEFAULT_PATH)
+    find_library(FLOWLINE_C10_LIBRARY c10 PATHS "${FLOWLINE_TORCH_DIR}/lib" NO_DEFAULT_PATH)
+  endif()
   if(NOT FLOWLINE_TORCH_CPU_LIBRARY OR NOT FLOWLINE_C10_LIBRARY)
-    message(FATAL_ERROR "LibTorch not found: put the torch wheel's share/cmake folder on CMAKE_PREFIX_PATH "
-      "(scripts/setup.sh does), or set FLOWLINE_TORCH_DIR to its torch folder; searched '${FLOWLINE_TORCH_DIR}/lib'")
+    string(CONCAT _torch_how "Point CMake at the torch wheel of a Python environment: -DTorch_DIR=<venv>/lib/python3.X/"
+      "site-packages/torch/share/cmake/Torch, or add <venv>/lib/python3.X/site-packages/torch/share/cmake to "
+      "CMAKE_PREFIX_PATH (`python -c 'import torch; print(torch.utils.cmake_prefix_path)'` prints it; "
+      "scripts/setup.sh passes it).")
+    if(FLOWLINE_TORCH_DIR)
+      set(_torch_what "'${FLOWLINE_TORCH_DIR}/lib' holds no libtorch_cpu.so and libc10.so.")
+    elseif(FLOWLINE_BUILT_TORCH_DIR)
+      set(_torch_what "flowline was built against LibTorch in '${FLOWLINE_BUILT_TORCH_DIR}', which is no longer there.")
+    else()
+      set(_torch_what "Neither Torch_DIR nor CMAKE_PREFIX_PATH names one.")
+    endif()
+    message(FATAL_ERROR "LibTorch not found. ${_torch_what} ${_torch_how}")
   endif()
   add_library(flowline_torch_cpu INTERFACE IMPORTED GLOBAL)
   set_target_properties(flowline_torch_cpu PROPERTIES

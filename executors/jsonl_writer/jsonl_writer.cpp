@@ -1,6 +1,8 @@
 // JsonlWriter: appends every document it sees to one JSONL file, which it alone owns (one replica), as
 // the scenarios advise for output files. Documents pass on unchanged. Formatting runs on a pool of threads
-// (the library's JSONL DocumentWriter, writers.hpp), so the file keeps up with a GPU encoder.
+// (the library's JSONL DocumentWriter, writers.hpp), so the file keeps up with a GPU encoder. The file is
+// written as PATH.partial and renamed to PATH when the run ends well; after a run cut short it stays
+// PATH.partial (a warning says so), or is removed when no document reached it.
 //
 //   with:
 //     path: out.jsonl
@@ -13,6 +15,7 @@
 #include "flowline/writers.hpp"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 namespace flowline::builtin {
 namespace {
@@ -23,7 +26,8 @@ class JsonlWriter : public Executor {
     ExecutorSpec s{
         "JsonlWriter",
         "Write every document to one JSONL file (the single owner of that file); documents pass on unchanged",
-        {ParamSpec::required_param("path", ParamType::Path, "output file, truncated at start"),
+        {ParamSpec::required_param("path", ParamType::Path,
+                                   "output file, written as PATH.partial and renamed when the run completes"),
          ParamSpec::choice_list("fields", {kDocumentFieldNames.begin(), kDocumentFieldNames.end()}, {},
                                 "fields to write (empty: all); id is always written"),
          ParamSpec::optional("threads", ParamType::Int, 0, "formatting threads; 0: one per hardware thread (at most 8)")
@@ -48,7 +52,12 @@ class JsonlWriter : public Executor {
   }
 
   void close() override {
-    writer_->close();
+    if (run_outcome() == RunOutcome::Complete) {
+      writer_->close();
+    } else if (const auto left = writer_->close_partial(); !left.empty()) {
+      spdlog::warn("executor '{}': the run did not complete; what was written is in '{}'", runtime().name,
+                   left.string());
+    }
     report();
   }
 

@@ -1,6 +1,8 @@
 // TsvWriter: writes chosen fields of documents (or of their chunks) as rows of one TSV file, which it
 // alone owns (one replica). Documents pass on unchanged. Tabs and newlines inside values are escaped as
-// \t and \n so every row stays one line.
+// \t and \n so every row stays one line. The file is an OutputFile (flowline/output_file.hpp): written as
+// PATH.partial, renamed when the run ends well, left PATH.partial after a run cut short (removed when no
+// row reached it).
 //
 //   with:
 //     path: entities.tsv
@@ -11,16 +13,15 @@
 #include "flowline/document_fields.hpp"
 #include "flowline/error.hpp"
 #include "flowline/executor.hpp"
+#include "flowline/output_file.hpp"
 
 #include <boost/json/serialize.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
+#include <memory>
 
 namespace flowline::builtin {
 namespace {
@@ -31,7 +32,8 @@ class TsvWriter : public Executor {
     ExecutorSpec s{
         "TsvWriter",
         "Write chosen fields of documents or their chunks as TSV rows (single owner of the file)",
-        {ParamSpec::required_param("path", ParamType::Path, "output file, truncated at start"),
+        {ParamSpec::required_param("path", ParamType::Path,
+                                   "output file, written as PATH.partial and renamed when the run completes"),
          ParamSpec::required_param("columns", ParamType::StringList,
                                    "fields: id, text, uri, mime_type, parent_id, tags.KEY, scores.NAME; with "
                                    "rows: chunks also parent.FIELD"),
@@ -49,18 +51,17 @@ class TsvWriter : public Executor {
     if (columns_.empty()) throw Error("parameter 'columns': name at least one column");
     chunks_ = params().get<std::string>("rows") == "chunks";  // a declared choice, checked by validation
     for (const auto& c : columns_) check_column(c);
-    const std::filesystem::path parent = std::filesystem::path(path_).parent_path();
-    std::error_code ec;
-    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-    out_.open(path_, std::ios::binary | std::ios::trunc);
-    if (!out_) throw Error(fmt::format("cannot write '{}': {}", path_, std::strerror(errno)));
-    if (params().get<bool>("header")) out_ << fmt::format("{}\n", fmt::join(columns_, "\t"));
+    out_ = std::make_unique<OutputFile>(path_);
+    if (params().get<bool>("header")) fail_on(out_->write(fmt::format("{}\n", fmt::join(columns_, "\t"))));
     bind_default(&TsvWriter::write);
   }
 
   void close() override {
-    out_.flush();
-    if (!out_) throw Error(fmt::format("writing '{}' failed", path_));
+    if (run_outcome() == RunOutcome::Complete) return out_->commit();
+    if (const auto left = out_->leave_partial(rows_ > 0); !left.empty()) {
+      spdlog::warn("executor '{}': the run did not complete; what was written is in '{}'", runtime().name,
+                   left.string());
+    }
   }
 
  private:
@@ -125,7 +126,12 @@ class TsvWriter : public Executor {
     if (it != doc.scores.end()) fmt::format_to(std::back_inserter(out), "{}", it->second);
   }
 
+  static void fail_on(const std::string& error) {
+    if (!error.empty()) throw Error(error);
+  }
+
   void append_row(const Document& row, const Document* parent) {
+    ++rows_;
     for (std::size_t i = 0; i < columns_.size(); ++i) {
       if (i) buffer_ += '\t';
       std::string_view c = columns_[i];
@@ -147,15 +153,15 @@ class TsvWriter : public Executor {
         append_row(doc, nullptr);
       }
     }
-    out_.write(buffer_.data(), static_cast<std::streamsize>(buffer_.size()));
-    if (!out_) throw Error(fmt::format("writing '{}' failed: {}", path_, std::strerror(errno)));
+    fail_on(out_->write(buffer_));
   }
 
   std::string path_;
   std::vector<std::string> columns_;
   bool chunks_ = false;
-  std::ofstream out_;
+  std::unique_ptr<OutputFile> out_;
   std::string buffer_;
+  std::uint64_t rows_ = 0;  // rows handed to the file (the header not counted)
 };
 
 }  // namespace

@@ -64,6 +64,10 @@ class DocumentArray {
   void append(DocumentArray&& other);
   // Removes and returns documents [first, first + count) as a new array (moved, not copied).
   DocumentArray take(std::size_t first, std::size_t count);
+  // Removes every document for which `pred(const Document&)` is true, keeping the others in order: how a
+  // filter executor drops documents. Returns how many were removed.
+  template <class Pred>
+  std::size_t erase_if(Pred pred);
 
   // The underlying storage, for algorithms that need a std::vector.
   std::vector<Document>& docs() noexcept { return docs_; }
@@ -124,6 +128,12 @@ inline DocumentArray::iterator DocumentArray::begin() noexcept { return docs_.be
 inline DocumentArray::iterator DocumentArray::end() noexcept { return docs_.end(); }
 inline DocumentArray::const_iterator DocumentArray::begin() const noexcept { return docs_.begin(); }
 inline DocumentArray::const_iterator DocumentArray::end() const noexcept { return docs_.end(); }
+template <class Pred>
+std::size_t DocumentArray::erase_if(Pred pred) {
+  const std::size_t removed = std::erase_if(docs_, [&pred](const Document& doc) { return pred(doc); });
+  if (removed > 0) index_.clear();  // positions moved: find() rebuilds its index
+  return removed;
+}
 
 // Deep copy: like a copy, but tensors and embeddings are cloned too.
 Document deep_copy(const Document& doc);

@@ -20,7 +20,9 @@
 //      synchronised that stream) before it returns. Tensors it leaves in documents on a GPU are then
 //      complete, and the next executor on that device can read them from its own stream without events.
 //   4. Close. close() is called once on the executor's thread after its last batch, then it is destroyed
-//      there. Release files, flush output.
+//      there. Release files, flush output. run_outcome() says whether the run ended well: a writer
+//      completes its file (OutputFile::commit(), flowline/output_file.hpp) only then, and otherwise leaves
+//      what it wrote marked partial. A replica whose constructor threw is not closed.
 //
 // Ownership: the Flow owns executor instances. A handler borrows the batch; it may modify, add or remove
 // documents. Documents it keeps beyond the call must be copied.
@@ -42,6 +44,11 @@
 #include <vector>
 
 namespace flowline {
+
+// How a flow's run ended, as the executors learn it in close(): complete, or cut short (the flow could not
+// start, it was interrupted, a request failed). Flow::close() says which; a flow closed by its destructor
+// ended complete.
+enum class RunOutcome { Complete, Incomplete };
 
 // Name of the endpoint handler used when a request's endpoint has no handler of its own.
 inline constexpr std::string_view kDefaultEndpoint = "*";
@@ -106,6 +113,8 @@ class Executor {
 
   // Called once on the executor's thread after its last batch. Default: nothing.
   virtual void close() {}
+  // In close(): how the run ended (Complete before the flow says otherwise).
+  RunOutcome run_outcome() const noexcept { return run_outcome_; }
 
   const RuntimeInfo& runtime() const noexcept { return runtime_; }
   const Params& params() const noexcept { return params_; }
@@ -120,6 +129,8 @@ class Executor {
   // Endpoints bound so far, default excluded, sorted.
   std::vector<std::string> bound_endpoints() const;
   bool has_default_handler() const noexcept { return static_cast<bool>(default_handler_); }
+  // Set by the flow before close().
+  void set_run_outcome(RunOutcome outcome) noexcept { run_outcome_ = outcome; }
 
  protected:
   // Binds a handler to an endpoint name such as "/encode". Binding a name twice is an error.
@@ -159,6 +170,7 @@ class Executor {
   std::shared_ptr<ExecutorMetrics> metrics_ = std::make_shared<ExecutorMetrics>();
   std::map<std::string, Handler, std::less<>> handlers_;
   Handler default_handler_;
+  RunOutcome run_outcome_ = RunOutcome::Complete;
 };
 
 }  // namespace flowline

@@ -7,6 +7,7 @@
 #include "flowline/flow.hpp"
 #include "flowline/flow_config.hpp"
 #include "flowline/flow_file_limits.hpp"
+#include "flowline/flow_results.hpp"
 #include "flowline/io.hpp"
 #include "flowline/params.hpp"
 #include "flowline/plugin.hpp"

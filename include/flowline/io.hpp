@@ -109,5 +109,8 @@ InputFormat parse_input_format(std::string_view name);
 // Every document gets uri = the path; paragraphs and lines also get tags "line" (1-based first line).
 // Invalid UTF-8 or a bad JSONL line throws InputError with the line number.
 std::unique_ptr<DocumentSource> open_file_source(const std::filesystem::path& path, InputFormat format);
+// The same for standard input (`flowline run --input -`), streamed as a pipe is; errors and documents' uri
+// call it "<stdin>".
+std::unique_ptr<DocumentSource> open_stdin_source(InputFormat format);
 
 }  // namespace flowline

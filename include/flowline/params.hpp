@@ -58,6 +58,10 @@ struct ParamSpec {
   // absolute), when the executor is to run on this machine: not for `flowline export`, nor for the
   // parameters of an executor whose replicas all run on remote hosts. Returns what is wrong, or nullopt.
   std::function<std::optional<std::string>(const boost::json::value& value)> check_here;
+  // A Path that may also be a Hugging Face model name, ORG/NAME: where the executor runs here and no
+  // folder of that name exists, validation replaces it with the model's folder in the local Hugging Face
+  // cache, or reports where it looked (flowline/model_folder.hpp), before check_here runs.
+  bool hub_model = false;
 
   static ParamSpec optional(std::string name, ParamType type, boost::json::value default_value, std::string help);
   static ParamSpec required_param(std::string name, ParamType type, std::string help);
@@ -78,6 +82,10 @@ struct ParamSpec {
   }
   ParamSpec& check(std::function<std::optional<std::string>(const boost::json::value&)> f) {
     check_here = std::move(f);
+    return *this;
+  }
+  ParamSpec& hub_model_name() {
+    hub_model = true;
     return *this;
   }
 };

@@ -10,9 +10,12 @@
 //   .npy         an [N, D] float32 or float16 array of the embeddings (numpy.load), plus a sidecar JSONL
 //                (PATH without .npy + ".docs.jsonl") with id, text and tags of each row, in the same order.
 //   .safetensors one tensor "embedding" [N, D] (safetensors.numpy.load_file), plus the same sidecar.
-// Binary outputs are written to PATH.partial (and the sidecar to SIDECAR.partial) and renamed when close()
-// completes; abandon() removes them, so an interrupted run leaves nothing under the final names. Every
-// document of a binary output must have an embedding with D values; one without is an Error naming its id.
+// Every output is written under a temporary name, PATH.partial (and the sidecar SIDECAR.partial), through an
+// OutputFile (flowline/output_file.hpp), and renamed to PATH when close() completes it. A run that ends
+// badly calls close_partial() (everything handed over is written, the file stays PATH.partial, saying it
+// is incomplete) or abandon(): either removes the file when no document reached it, so a run that fails
+// before its first document leaves nothing. Every document of a binary output must have an embedding with
+// D values; one without is an Error naming its id.
 //
 // Errors (a file that cannot be written, a missing embedding) are flowline::Error, thrown by write() or
 // close(); a writer whose write() threw must not be written again (abandon() it).
@@ -20,6 +23,7 @@
 
 #include "flowline/document.hpp"
 #include "flowline/document_fields.hpp"
+#include "flowline/output_file.hpp"
 
 #include <cstdint>
 #include <filesystem>
@@ -52,14 +56,22 @@ class DocumentWriter {
   // them and may return before they are formatted (bounded: it waits when too much is queued).
   virtual void write(const DocumentArray& docs) = 0;
   virtual void write(DocumentArray&& docs) { write(static_cast<const DocumentArray&>(docs)); }
-  // Completes the output: everything written reaches the file, binary files get their final header and
-  // name. Throws flowline::Error on failure.
+  // Completes the output: everything written reaches the file, binary files get their final header, and
+  // the file its final name. Throws flowline::Error on failure (the file then stays PATH.partial).
   virtual void close() = 0;
-  // Gives up: JSONL keeps the whole lines already written; binary outputs remove their .partial files.
-  // Never throws. No effect after close().
+  // Ends an output that is not complete (the run was interrupted, a request failed): everything handed
+  // over is written as close() would, but the file stays PATH.partial, or is removed when no document
+  // reached it. Returns the path left behind, empty when none. Throws flowline::Error when writing fails
+  // (what was written stays in PATH.partial). No effect after close().
+  virtual std::filesystem::path close_partial() = 0;
+  // Gives up at once (an error, the destructor): documents not yet written are dropped; JSONL keeps the
+  // whole lines already in the file, a binary file the rows it holds (its header patched to count them),
+  // under PATH.partial; nothing is left when no document was written. Never throws. No effect after
+  // close() or close_partial().
   virtual void abandon() noexcept = 0;
   virtual WriterStats stats() const = 0;
-  // The final path and, for binary outputs, the sidecar's (else empty).
+  // The final path ("-" for standard output) and, for binary outputs, the sidecar's (else empty). While
+  // the output is not complete it is at partial_path_for(path()).
   virtual const std::filesystem::path& path() const = 0;
   virtual std::filesystem::path sidecar_path() const { return {}; }
 };
@@ -74,10 +86,13 @@ std::string known_output_extensions();
 // The sidecar of a binary output: "emb.npy" -> "emb.docs.jsonl".
 std::filesystem::path sidecar_path_for(const std::filesystem::path& path);
 
-// Opens (creating parent folders, truncating) a writer for `path` in the format its extension names.
+// Opens (creating parent folders; PATH.partial truncated) a writer for `path` in the format its extension names.
 // Throws flowline::Error when the extension is unknown, an option is bad or the file cannot be created.
 std::unique_ptr<DocumentWriter> open_writer(const std::filesystem::path& path, const WriterOptions& options = {});
 std::unique_ptr<DocumentWriter> open_jsonl_writer(const std::filesystem::path& path, const WriterOptions& options = {});
+// JSONL on standard output (`flowline run --output -`): written in place, never renamed; close_partial()
+// and abandon() leave what was written. Whoever uses it keeps everything else off standard output.
+std::unique_ptr<DocumentWriter> open_jsonl_stdout_writer(const WriterOptions& options = {});
 std::unique_ptr<DocumentWriter> open_npy_writer(const std::filesystem::path& path, const WriterOptions& options = {});
 std::unique_ptr<DocumentWriter> open_safetensors_writer(const std::filesystem::path& path,
                                                         const WriterOptions& options = {});

@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <boost/json.hpp>
@@ -198,7 +199,8 @@ bool prepare_run(const RunOptions& o, RunSetup& setup) {
     return false;
   }
   try {
-    setup.source = open_file_source(o.input, parse_input_format(o.input_format));
+    const InputFormat format = parse_input_format(o.input_format);
+    setup.source = o.input == "-" ? open_stdin_source(format) : open_file_source(o.input, format);
   } catch (const Error& e) {
     fmt::print(stderr, "error: input: {}\n", e.what());
     return false;
@@ -234,13 +236,26 @@ void report_run(const RunOptions& o, const Flow& flow, const PostSummary& summar
   }
 }
 
+// The documents go to standard output with `--output -`: everything else the run says (the log included)
+// goes to standard error then.
+void keep_standard_output_for(const std::optional<RunOutput>& output) {
+  if (!output || !output->to_standard_output()) return;
+  auto logger = spdlog::stderr_color_mt("flowline-stderr");
+  logger->set_level(spdlog::default_logger()->level());
+  spdlog::set_default_logger(std::move(logger));
+}
+
 int command_run(const RunOptions& o) {
   RunSetup setup;
   if (!prepare_run(o, setup)) return kExitUsage;
   std::optional<RunOutput>& output = setup.output;
+  keep_standard_output_for(output);
   const std::string endpoint = o.endpoint.empty() ? setup.config.options.endpoint : o.endpoint;
   Flow flow(std::move(setup.config));
-  if (const int failed = start_flow(flow); failed != kExitOk) return failed;
+  if (const int failed = start_flow(flow); failed != kExitOk) {
+    if (output) output->finish(false);  // no document reached it: nothing is left
+    return failed;
+  }
 
   const bool interactive = o.progress == "always" || (o.progress == "auto" && isatty(STDERR_FILENO));
   const char* clear_line = interactive ? "\r\x1b[2K" : "";
@@ -273,24 +288,30 @@ int command_run(const RunOptions& o) {
     status = kExitFailure;
   }
   const auto post_ended = std::chrono::system_clock::now();
-  flow.close();
   const int signal = interrupt.signal();
+  // The run ended well only when every document was read and answered: executors that write files (and
+  // --output) complete them only then, and otherwise leave them marked partial.
+  const bool complete = signal == 0 && status == kExitOk && summary.failed_requests == 0;
+  flow.close(complete ? RunOutcome::Complete : RunOutcome::Incomplete);
   std::string written;
   try {
-    if (output) written = output->finish(signal != 0 || status != kExitOk);
+    if (output) written = output->finish(complete);
   } catch (const std::exception& e) {
     // A writer's failure surfaces in the response callback and again when it finishes: say it once.
     if (post_error != e.what()) fmt::print(stderr, "error: {}\n", e.what());
+    written = output->left_after_failure();
     status = kExitFailure;
   }
   const double after_post = std::chrono::duration<double>(std::chrono::system_clock::now() - post_ended).count();
   interrupt.finished();
   if (signal != 0) {
     fmt::print(stderr, "{}interrupted by {}: stopped reading input after {} documents; {}\n", clear_line,
-               signal_name(signal), summary.documents, written.empty() ? "no output file" : written);
+               signal_name(signal), summary.input_documents, written.empty() ? "no output file" : written);
     return 128 + signal;
   }
   if (status == kExitOk) progress.finish(summary);
+  // Whatever cut the run short (a failed request, the input, the output), say what is on disk.
+  if (!complete && !written.empty()) fmt::print(stderr, "output: {}\n", written);
   report_run(o, flow, summary, output, written, post_ended, after_post);
   if (reported_failures > 20) fmt::print(stderr, "... and {} more failed requests\n", reported_failures - 20);
   if (summary.failed_requests > 0) status = kExitFailure;
@@ -441,6 +462,12 @@ void add_global_options(CLI::App& app, std::string& log_level, FlowFileLimits& l
       ->check(CLI::PositiveNumber);
 }
 
+constexpr const char* kOutputHelp =
+    "write the resulting documents here; the extension picks the format: .jsonl, .npy or .safetensors (the last "
+    "two: the embeddings, with ids, texts and tags in NAME.docs.jsonl beside them); - writes JSONL to standard "
+    "output (everything else then goes to standard error). Written as NAME.partial, renamed to NAME when the run "
+    "completes";
+
 int run(int argc, char** argv) {
   CLI::App app{"flowline: run executor pipelines defined in YAML"};
   std::string log_level = "warn";
@@ -453,17 +480,14 @@ int run(int argc, char** argv) {
   RunOptions run_options;
   auto* run_cmd = app.add_subcommand("run", "Post the documents of an input file through a flow");
   run_cmd->add_option("flow", run_options.flow, "flow file (YAML)")->required()->check(CLI::ExistingFile);
-  run_cmd->add_option("--input,-i", run_options.input, "input file")->required();
+  run_cmd->add_option("--input,-i", run_options.input, "input file or folder; - reads standard input")->required();
   run_cmd
       ->add_option("--input-format", run_options.input_format,
                    "lines: a document per line; paragraphs: per blank-line separated paragraph; jsonl: a JSON "
                    "document per line; text: the whole file")
       ->check(CLI::IsMember(format_names))
       ->capture_default_str();
-  run_cmd->add_option(
-      "--output,-o", run_options.output,
-      "write the resulting documents here; the extension picks the format: .jsonl, .npy or "
-      ".safetensors (the last two: the embeddings, with ids, texts and tags in NAME.docs.jsonl beside them)");
+  run_cmd->add_option("--output,-o", run_options.output, kOutputHelp);
   run_cmd->add_option("--endpoint,-e", run_options.endpoint,
                       "endpoint to post to (default: the flow's with.endpoint, which defaults to /)");
   run_cmd->add_option("--request-size", run_options.request_size, "documents per request (default: the flow's)")

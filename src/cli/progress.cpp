@@ -31,10 +31,14 @@ void ProgressLine::update(const Progress& p) {
 
 void ProgressLine::finish(const PostSummary& s) {
   if (interactive_ && drawn_) fmt::print(out_, "\r\x1b[2K");
-  fmt::print(out_, "{} {} docs in {} steps done in {} ({:.0f} docs/s, {:.1f} step/s){}\n", label_, s.documents,
-             s.requests, format_duration(s.seconds), s.docs_per_second(), s.seconds > 0 ? s.requests / s.seconds : 0.0,
+  // Documents out: those of the answered requests (an executor may drop or add documents).
+  const std::uint64_t out = s.documents - s.failed_documents;
+  fmt::print(out_, "{} {} docs in {} steps done in {} ({:.0f} docs/s, {:.1f} step/s){}; {} documents in, {} out\n",
+             label_, s.documents, s.requests, format_duration(s.seconds), s.docs_per_second(),
+             s.seconds > 0 ? s.requests / s.seconds : 0.0,
              s.failed_requests ? fmt::format(", {} requests ({} docs) FAILED", s.failed_requests, s.failed_documents)
-                               : std::string());
+                               : std::string(),
+             s.input_documents, out);
   std::fflush(out_);
 }
 

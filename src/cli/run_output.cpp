@@ -78,32 +78,61 @@ void InterruptGuard::finished() noexcept {
   wake_.notify_all();
 }
 
-RunOutput::RunOutput(const std::string& path) : format_(output_format_for(path)) { writer_ = open_writer(path); }
-
-std::string RunOutput::give_up() const {
-  const std::filesystem::path& path = writer_->path();
-  if (format_ == OutputFormat::Jsonl) return fmt::format("'{}' holds whole lines only", path.string());
-  std::error_code ec;
-  for (const auto& p : {path, writer_->sidecar_path()}) std::filesystem::remove(p.string() + ".partial", ec);
-  return fmt::format("'{}' was not written (a binary output is written only when the run completes)", path.string());
+RunOutput::RunOutput(const std::string& path) {
+  if (path == "-") {
+    standard_output_ = true;
+    writer_ = open_jsonl_stdout_writer();
+    return;
+  }
+  format_ = output_format_for(path);
+  writer_ = open_writer(path);
 }
 
-std::string RunOutput::finish(bool interrupted) {
-  const std::string path = writer_->path().string();
-  if (interrupted && format_ != OutputFormat::Jsonl) {
-    const std::uint64_t documents = writer_->stats().documents;
-    writer_->abandon();
-    return fmt::format(
-        "'{}' was not written ({} documents received; a binary output is written only when the run "
-        "completes)",
-        path, documents);
+std::string RunOutput::give_up() const {
+  if (standard_output_) return "standard output holds whole lines only";
+  const std::filesystem::path partial = partial_path_for(writer_->path());
+  if (format_ == OutputFormat::Jsonl) return fmt::format("'{}' holds whole lines only", partial.string());
+  std::error_code ec;
+  for (const auto& p : {writer_->path(), writer_->sidecar_path()}) std::filesystem::remove(partial_path_for(p), ec);
+  return fmt::format("'{}' was not written (a binary output is written only when the work in flight ends)",
+                     writer_->path().string());
+}
+
+std::string RunOutput::left_behind(const std::filesystem::path& partial) const {
+  if (partial.empty())
+    return fmt::format("nothing was written to '{}' (no document reached it)", writer_->path().string());
+  std::string out = fmt::format("'{}'", partial.string());
+  if (format_ != OutputFormat::Jsonl)
+    out += fmt::format(" and '{}'", partial_path_for(writer_->sidecar_path()).string());
+  return out + " (partial: the run did not complete)";
+}
+
+std::string RunOutput::left_after_failure() const {
+  if (standard_output_) return "standard output holds whole lines only";
+  std::error_code ec;
+  const std::filesystem::path partial = partial_path_for(writer_->path());
+  return left_behind(std::filesystem::exists(partial, ec) ? partial : std::filesystem::path());
+}
+
+std::string RunOutput::finish(bool complete) {
+  if (standard_output_) {
+    // Standard output is never renamed: what was written stays, complete or not.
+    writer_->close();
+    return fmt::format("wrote {} documents to standard output{}", writer_->stats().documents,
+                       complete ? "" : " (partial: the run did not complete)");
   }
-  writer_->close();
+  if (complete) {
+    writer_->close();
+    const WriterStats s = writer_->stats();
+    std::string summary =
+        fmt::format("wrote {} documents ({:.1f} MB) to '{}'", s.documents, s.bytes / 1e6, writer_->path().string());
+    if (format_ != OutputFormat::Jsonl) summary += fmt::format(" and '{}'", writer_->sidecar_path().string());
+    return summary;
+  }
+  const std::filesystem::path partial = writer_->close_partial();
+  if (partial.empty()) return left_behind(partial);
   const WriterStats s = writer_->stats();
-  std::string summary = fmt::format("wrote {} documents ({:.1f} MB) to '{}'", s.documents, s.bytes / 1e6, path);
-  if (format_ != OutputFormat::Jsonl) summary += fmt::format(" and '{}'", writer_->sidecar_path().string());
-  if (interrupted) summary += ", whole lines only";
-  return summary;
+  return fmt::format("wrote {} documents ({:.1f} MB) to {}", s.documents, s.bytes / 1e6, left_behind(partial));
 }
 
 }  // namespace flowline::cli

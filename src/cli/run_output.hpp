@@ -1,6 +1,8 @@
 // The output side of `flowline run`: the --output writer chosen by extension (the library's DocumentWriters,
-// writers.hpp) and the handling of SIGINT / SIGTERM (stop reading input, close the output, exit 130 / 143).
-// Used by command_run on the main thread only.
+// writers.hpp; `-` is JSONL on standard output) and the handling of SIGINT / SIGTERM (stop reading input,
+// close the output, exit 130 / 143). The output is written as NAME.partial and renamed to NAME only when the
+// run ends well; otherwise NAME.partial stays with what was written (nothing when no document was), and the
+// summary says so. Used by command_run on the main thread only.
 #pragma once
 
 #include "flowline/io.hpp"
@@ -51,24 +53,30 @@ std::string signal_name(int signal);
 // The --output file of `flowline run`: opened before the flow starts, fed from the response callback.
 class RunOutput {
  public:
-  // Opens the writer for `path` by its extension; throws flowline::Error (an unknown extension names the
-  // known ones; a path that cannot be created names the reason).
+  // Opens the writer for `path` by its extension ("-": JSONL on standard output); throws flowline::Error
+  // (an unknown extension names the known ones; a path that cannot be created names the reason).
   explicit RunOutput(const std::string& path);
 
   // Hands a response's documents to the writer (formatted on its threads).
   void write(DocumentArray&& docs) { writer_->write(std::move(docs)); }
-  // Completes the file. When `interrupted`, a binary output is abandoned (no file under its final name)
-  // while JSONL keeps the whole lines of every delivered document. Returns a one-line summary of what was
-  // written. Throws flowline::Error when completing the file fails.
-  std::string finish(bool interrupted);
+  // Ends the file: renamed to its name when `complete`, else left as NAME.partial with every delivered
+  // document (removed when there is none). Returns a one-line summary of what was written and where.
+  // Throws flowline::Error when writing fails; left_after_failure() then says what is on disk.
+  std::string finish(bool complete);
+  std::string left_after_failure() const;
   // For the watchdog, while another thread may still be writing: removes a binary output's .partial files
-  // (by name) and says what is left on disk.
+  // (their header is not final) and says what is left on disk.
   std::string give_up() const;
   WriterStats stats() const { return writer_->stats(); }
+  bool to_standard_output() const noexcept { return standard_output_; }
 
  private:
+  // "'out.jsonl.partial' (incomplete: ...)" or "nothing (no document reached 'out.jsonl')".
+  std::string left_behind(const std::filesystem::path& partial) const;
+
   std::unique_ptr<DocumentWriter> writer_;
-  OutputFormat format_;
+  OutputFormat format_ = OutputFormat::Jsonl;
+  bool standard_output_ = false;
 };
 
 }  // namespace flowline::cli

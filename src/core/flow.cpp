@@ -1,19 +1,17 @@
 // The Flow's public front: start (build the graph, construct the replicas), post (stream a source through
 // and deliver responses in order), close (drain and join). The rooms it uses live in src/core/runtime/:
-// graph (DAG and join), batcher, replica (worker loop), observers (accounting, device monitor).
+// stages (building each executor's queue, join and replicas; gathering stats()), graph (DAG and join),
+// batcher, replica (worker loop), observers (accounting, device monitor).
 #include "flowline/flow.hpp"
-#include "flowline/device.hpp"
 #include "flowline/error.hpp"
 #include "flowline/io.hpp"
 
-#include "runtime/accounting.hpp"
-#include "runtime/batcher.hpp"
-#include "runtime/device_monitor.hpp"
 #include "runtime/graph.hpp"
 #include "runtime/observers.hpp"
 #include "runtime/poster.hpp"
 #include "runtime/replica.hpp"
 #include "runtime/request.hpp"
+#include "runtime/stages.hpp"
 #include "remote/remote_replica.hpp"
 
 #include <fmt/format.h>
@@ -33,46 +31,19 @@ using runtime::Edge;
 using runtime::RequestPtr;
 
 namespace {
-
 using Clock = std::chrono::steady_clock;
-
-// One executor of the running flow: where its requests wait (join, queue) and who serves them.
-struct Stage {
-  const ExecutorConfig* config = nullptr;
-  const Registry::Entry* entry = nullptr;
-  Params params;
-  std::vector<c10::Device> devices;  // one per replica
-  std::size_t node = 0;              // its position in the flow (and the graph)
-  std::size_t first_replica = 0;     // its first replica's position in the topology
-  std::unique_ptr<runtime::JoinPoint> join;
-  std::unique_ptr<runtime::RequestQueue> queue;
-  std::vector<std::unique_ptr<runtime::Replica>> replicas;
-  std::unique_ptr<remote::RemoteGroup> remote;  // the hosts of a remote executor
-  std::vector<std::thread> threads;
-};
-
-Params stage_params(const ExecutorConfig& e) {
-  std::map<std::string, SourceLocation> locations;
-  for (const auto& [key, where] : e.locations) {
-    if (key.rfind("with.", 0) == 0) locations[key.substr(5)] = where;
-  }
-  return Params(e.name, e.with, std::move(locations));
-}
-
+using runtime::Stage;
 }  // namespace
 
 class Flow::Impl {
  public:
-  Impl(FlowConfig config, Registry& registry) : config_(std::move(config)), registry_(registry) {
-    observers_.add(accounting_);
-    observers_.add(monitor_);
-  }
-  ~Impl() { close(); }
+  Impl(FlowConfig config, Registry& registry) : config_(std::move(config)), registry_(registry) {}
+  ~Impl() { close(RunOutcome::Complete); }
 
   void start();
-  void close() {
+  void close(RunOutcome outcome) {
     std::lock_guard lock(lifecycle_mutex_);
-    close_locked();
+    close_locked(outcome);
   }
   PostSummary post(std::string_view endpoint, DocumentSource& source, const ResponseCallback& on_response,
                    const PostOptions& options);
@@ -83,13 +54,11 @@ class Flow::Impl {
   Registry& registry_;
   std::atomic<bool> started_{false};
   runtime::ObserverList observers_;
-  std::shared_ptr<runtime::ReplicaAccounting> accounting_ = std::make_shared<runtime::ReplicaAccounting>();
-  std::shared_ptr<runtime::DeviceMonitor> monitor_ = std::make_shared<runtime::DeviceMonitor>(observers_);
+  runtime::FlowFigures figures_{observers_};  // attaches the accounting and the device monitor first
 
  private:
-  void build_stages();
   void replica_thread(Stage& stage, std::size_t replica, std::latch& constructed);
-  void close_locked();
+  void close_locked(RunOutcome outcome);
   void route(const std::vector<Edge>& outputs, RequestPtr request);
   void deliver(const Edge& edge, RequestPtr request);
   void enter_post(const char* what);
@@ -102,9 +71,6 @@ class Flow::Impl {
   std::vector<std::unique_ptr<Stage>> stages_;
   std::unique_ptr<runtime::JoinPoint> sink_join_;
 
-  std::mutex remote_stats_mutex_;
-  std::vector<RemoteHostStats> last_remote_stats_;  // the remote hosts as close() left them
-
   std::mutex start_errors_mutex_;
   std::vector<std::pair<std::string, std::string>> start_errors_;  // executor name, message
 
@@ -113,66 +79,19 @@ class Flow::Impl {
   std::condition_variable posts_cv_;
   int active_posts_ = 0;
   bool closing_ = false;
+  std::atomic<RunOutcome> outcome_{RunOutcome::Complete};  // what close() tells the executors
 };
-
-void Flow::Impl::build_stages() {
-  graph_ = runtime::build_flow_graph(config_);
-  stages_.clear();
-  topology_ = FlowTopology{};
-  const std::size_t capacity =
-      config_.options.queue_capacity > 0 ? config_.options.queue_capacity : config_.options.max_in_flight;
-  for (std::size_t i = 0; i < config_.executors.size(); ++i) {
-    const ExecutorConfig& e = config_.executors[i];
-    auto stage = std::make_unique<Stage>();
-    stage->config = &e;
-    stage->node = i;
-    stage->first_replica = topology_.replicas.size();
-    const int local = e.is_remote() ? e.remote.local_replicas : e.replicas;
-    if (local > 0) {
-      stage->entry = &registry_.get(e.uses);
-      stage->params = stage_params(e);
-      ExecutorConfig sized = e;
-      sized.replicas = local;
-      for (const auto& name : replica_devices(sized)) stage->devices.push_back(resolve_device(name));
-    }
-    for (int r = 0; r < local; ++r) {
-      const c10::Device device = stage->devices[static_cast<std::size_t>(r)];
-      const int on_device = static_cast<int>(std::count(stage->devices.begin(), stage->devices.end(), device));
-      RuntimeInfo info{e.name, stage->entry->spec.name, r, local, device, on_device, config_.options.request_size};
-      stage->replicas.push_back(std::make_unique<runtime::LocalReplica>(*stage->entry, stage->params, std::move(info)));
-      topology_.replicas.push_back(ReplicaPlacement{e.name, stage->entry->spec.name, r, device, {}});
-      const auto& gpus = topology_.gpus;
-      if (device.is_cuda() && std::find(gpus.begin(), gpus.end(), device) == gpus.end()) {
-        topology_.gpus.push_back(device);
-      }
-    }
-    if (e.is_remote()) {
-      stage->remote = std::make_unique<remote::RemoteGroup>(e);
-      const std::string type = e.uses.empty() ? std::string("remote") : e.uses;
-      int r = local;
-      for (const auto& host : stage->remote->hosts()) {
-        for (std::size_t k = 0; k < e.remote.in_flight; ++k, ++r) {
-          stage->replicas.push_back(std::make_unique<remote::RemoteReplica>(*host, *stage->remote));
-          topology_.replicas.push_back(ReplicaPlacement{e.name, type, r, c10::Device(c10::kCPU), host->address()});
-        }
-      }
-    }
-    stage->join = std::make_unique<runtime::JoinPoint>(graph_.nodes[i].inputs);
-    stage->queue = std::make_unique<runtime::RequestQueue>(std::max<std::size_t>(capacity, 1));
-    stages_.push_back(std::move(stage));
-  }
-  sink_join_ = std::make_unique<runtime::JoinPoint>(graph_.sink_inputs);
-}
 
 void Flow::Impl::start() {
   std::lock_guard lock(lifecycle_mutex_);
   if (started_) return;
-  {
-    std::lock_guard stats_lock(remote_stats_mutex_);
-    last_remote_stats_.clear();
-  }
+  figures_.forget_remote_hosts();
   validate_flow_config(config_, registry_);
-  build_stages();
+  runtime::Stages built = runtime::build_stages(config_, registry_);
+  graph_ = std::move(built.graph);
+  topology_ = std::move(built.topology);
+  stages_ = std::move(built.stages);
+  sink_join_ = std::move(built.sink_join);
   for (auto& stage : stages_) {
     if (!stage->remote) continue;
     try {
@@ -197,7 +116,7 @@ void Flow::Impl::start() {
   std::vector<std::string> lines;
   for (const auto& [name, message] : start_errors_) lines.push_back(message);
   const std::string first = start_errors_.front().first;
-  close_locked();
+  close_locked(RunOutcome::Incomplete);
   throw ExecutorError(first, fmt::format("the flow could not start:\n  {}", fmt::join(lines, "\n  ")));
 }
 
@@ -224,11 +143,12 @@ void Flow::Impl::replica_thread(Stage& stage, std::size_t r, std::latch& constru
       [this, &outputs](RequestPtr request) { route(outputs, std::move(request)); }, observers_, placement, index,
       [&stage](RequestPtr request) { stage.queue->push_front(std::move(request)); });
   worker.run();
-  replica.close();
+  replica.close(outcome_.load());
 }
 
-void Flow::Impl::close_locked() {
+void Flow::Impl::close_locked(RunOutcome outcome) {
   if (!started_) return;
+  outcome_ = outcome;  // read by each replica thread once its queue is closed and drained
   {
     std::unique_lock lock(posts_mutex_);
     closing_ = true;
@@ -240,10 +160,7 @@ void Flow::Impl::close_locked() {
     for (auto& t : stage->threads) t.join();
     stage->threads.clear();
     stage->replicas.clear();
-    if (stage->remote) {
-      std::lock_guard stats_lock(remote_stats_mutex_);
-      for (auto& host : stage->remote->stats()) last_remote_stats_.push_back(std::move(host));
-    }
+    if (stage->remote) figures_.keep_remote_hosts(*stage->remote);
     stage->remote.reset();
   }
   observers_.flow_stop();
@@ -367,27 +284,13 @@ Flow& Flow::attach(std::shared_ptr<FlowObserver> observer) {
 
 void Flow::start() { impl_->start(); }
 bool Flow::started() const noexcept { return impl_->started_; }
-void Flow::close() { impl_->close(); }
+void Flow::close(RunOutcome outcome) { impl_->close(outcome); }
 const FlowConfig& Flow::config() const noexcept { return impl_->config_; }
 
 FlowStats Flow::stats() const {
-  FlowStats out;
-  out.replicas = impl_->accounting_->snapshot();
-  out.devices = impl_->monitor_->snapshot();
-  out.host_peak_rss_mb = host_peak_rss_mb();
+  // try_to_lock: while start() or close() holds the flow, the figures without its stages rather than a wait.
   std::unique_lock lock(impl_->lifecycle_mutex_, std::try_to_lock);
-  if (lock && impl_->started_) {
-    for (const auto& stage : impl_->stages_) {
-      out.queued_requests.emplace_back(stage->config->name, stage->queue->size());
-      if (stage->remote) {
-        for (auto& host : stage->remote->stats()) out.remote_hosts.push_back(std::move(host));
-      }
-    }
-  } else if (lock) {
-    std::lock_guard stats_lock(impl_->remote_stats_mutex_);
-    out.remote_hosts = impl_->last_remote_stats_;
-  }
-  return out;
+  return impl_->figures_.snapshot(impl_->started_ ? &impl_->stages_ : nullptr, lock.owns_lock());
 }
 
 PostSummary Flow::post(std::string_view endpoint, DocumentSource& source, const ResponseCallback& on_response,

@@ -8,6 +8,7 @@
 #include "flowline/flow_config.hpp"
 #include "flowline/flow_file_limits.hpp"
 #include "flowline/io.hpp"
+#include "flowline/model_folder.hpp"
 #include "flowline/plugin.hpp"
 
 #include <fmt/format.h>
@@ -105,6 +106,16 @@ void resolve_path(const FlowConfig& config, const ExecutorConfig& e, const std::
   value = std::filesystem::absolute(folder / path).lexically_normal().string();
 }
 
+// A model parameter that names no folder but is written as a Hugging Face name (ORG/NAME): its folder in the
+// local Hugging Face cache, or what is wrong. `value` is the path resolve_path() made of `written`.
+std::optional<std::string> resolve_hub_model(const boost::json::value& written, boost::json::value& value) {
+  if (!written.is_string() || !value.is_string()) return std::nullopt;
+  const ModelLocation location = locate_model(written.get_string(), std::string(value.get_string()));
+  if (!location.problem.empty()) return location.problem;
+  value = location.folder.string();
+  return std::nullopt;
+}
+
 // Parameters: declared, of their type, choice and bounds; paths resolved; required ones present;
 // defaults filled in.
 void check_parameters(const FlowConfig& config, ExecutorConfig& e, const ExecutorSpec& spec, DeviceCheck where,
@@ -128,7 +139,14 @@ void check_parameters(const FlowConfig& config, ExecutorConfig& e, const Executo
     if (auto problem = check_param_value(*p, value)) {
       report(out, e.location_of("with." + name), fmt::format("{}parameter '{}': {}", context, name, *problem));
     } else {
+      const boost::json::value written = value;
       if (p->type == ParamType::Path) resolve_path(config, e, name, value);
+      if (here && p->hub_model) {
+        if (auto problem = resolve_hub_model(written, value)) {
+          report(out, e.location_of("with." + name), fmt::format("{}parameter '{}': {}", context, name, *problem));
+          continue;
+        }
+      }
       if (here && p->check_here) {
         if (auto problem = p->check_here(value)) {
           report(out, e.location_of("with." + name), fmt::format("{}parameter '{}': {}", context, name, *problem));

@@ -110,8 +110,9 @@ void check_utf8(const std::string& path, std::string_view text, std::size_t firs
 // lines and jsonl: streamed one line at a time.
 class LineSource : public DocumentSource {
  public:
-  LineSource(const std::filesystem::path& path, bool jsonl)
-      : path_(path.string()), jsonl_(jsonl), in_(path, std::ios::binary) {
+  // `name`: what errors and documents' uri call it (the path, or "<stdin>").
+  LineSource(const std::filesystem::path& path, bool jsonl, std::string name = {})
+      : path_(name.empty() ? path.string() : std::move(name)), jsonl_(jsonl), in_(path, std::ios::binary) {
     std::error_code ec;
     if (!in_ || std::filesystem::is_directory(path, ec)) {
       throw InputError(SourceLocation{path_}, std::filesystem::is_directory(path, ec)
@@ -176,7 +177,8 @@ class LineSource : public DocumentSource {
 // paragraphs and text: the file is read whole (a paragraph needs the lines around it).
 class WholeFileSource : public DocumentSource {
  public:
-  WholeFileSource(const std::filesystem::path& path, bool paragraphs) : path_(path.string()) {
+  WholeFileSource(const std::filesystem::path& path, bool paragraphs, std::string name = {})
+      : path_(name.empty() ? path.string() : std::move(name)) {
     text_ = read_file(path);
     check_utf8(path_, text_, 1);
     if (paragraphs) {
@@ -260,6 +262,23 @@ std::unique_ptr<DocumentSource> open_file_source(const std::filesystem::path& pa
       return std::make_unique<WholeFileSource>(path, true);
     case InputFormat::Text:
       return std::make_unique<WholeFileSource>(path, false);
+  }
+  throw Error("unknown input format");
+}
+
+std::unique_ptr<DocumentSource> open_stdin_source(InputFormat format) {
+  // /dev/stdin reopens descriptor 0 whatever it is (a pipe, a terminal, a redirected file).
+  const std::filesystem::path stdin_path = "/dev/stdin";
+  const std::string name = "<stdin>";
+  switch (format) {
+    case InputFormat::Lines:
+      return std::make_unique<LineSource>(stdin_path, false, name);
+    case InputFormat::Jsonl:
+      return std::make_unique<LineSource>(stdin_path, true, name);
+    case InputFormat::Paragraphs:
+      return std::make_unique<WholeFileSource>(stdin_path, true, name);
+    case InputFormat::Text:
+      return std::make_unique<WholeFileSource>(stdin_path, false, name);
   }
   throw Error("unknown input format");
 }

@@ -239,7 +239,13 @@ std::string to_string(Activation activation) {
 }
 
 Checkpoint Checkpoint::read(const fs::path& folder) {
-  if (!fs::is_directory(folder)) throw Error(fmt::format("model '{}': no such folder", folder.string()));
+  if (!fs::is_directory(folder)) {
+    throw Error(
+        fmt::format("model '{}': no such folder (expected a Hugging Face / sentence-transformers checkpoint "
+                    "folder, or in a flow a model name ORG/NAME found in the local Hugging Face cache; "
+                    "docs/models.md says how to get one)",
+                    folder.string()));
+  }
   for (const char* needed : {"config.json", "model.safetensors"}) {
     if (!fs::exists(folder / needed)) {
       throw Error(

@@ -22,8 +22,9 @@ generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 if [ "$mode" = find_package ]; then
   cmake --install "$build" --prefix "$work/prefix" >"$work/install.log"
+  # No torch folder given: the package remembers the LibTorch it was built against.
   cmake -S "$src/tests/consumers/find_package" -B "$work/consumer" "${generator[@]}" \
-    -DCMAKE_PREFIX_PATH="$work/prefix;$torch_prefix" >"$work/configure.log"
+    -DCMAKE_PREFIX_PATH="$work/prefix" >"$work/configure.log"
   cmake --build "$work/consumer" >"$work/build.log"
   "$work/consumer/consumer"
   cmake -S "$src/examples/custom_executor" -B "$work/shout" "${generator[@]}" \
@@ -49,6 +50,19 @@ if [ "$mode" = find_package ]; then
     "$work/encode.log"
   test "$(grep -c '"embedding":{"dtype":"float32","shape":\[32\]' "$work/embeddings.jsonl")" = 2
   echo "installed SentenceEncoder ok: 2 embeddings from $work/prefix/lib/flowline/executors"
+  # When that LibTorch is gone, the error says what to set (and no stray "searched '/lib'").
+  sed -i 's|^set(FLOWLINE_BUILT_TORCH_DIR .*|set(FLOWLINE_BUILT_TORCH_DIR "/nonexistent/torch")|' \
+    "$work/prefix/lib/cmake/flowline/flowlineConfig.cmake"
+  if cmake -S "$src/tests/consumers/find_package" -B "$work/gone" "${generator[@]}" \
+    -DCMAKE_PREFIX_PATH="$work/prefix" >"$work/gone.txt" 2>&1; then
+    echo "find_package(flowline) succeeded with its LibTorch gone" >&2
+    exit 1
+  fi
+  tr -s ' \n' ' ' <"$work/gone.txt" >"$work/gone-flat.txt"
+  grep -q "built against LibTorch in '/nonexistent/torch', which is no longer there" "$work/gone-flat.txt"
+  grep -q -- "-DTorch_DIR=<venv>/lib/python3.X/site-packages/torch/share/cmake/Torch" "$work/gone-flat.txt"
+  if grep -q "searched '/lib'" "$work/gone-flat.txt"; then exit 1; fi
+  echo "LibTorch gone: find_package(flowline) says what to set"
 else
   # The same FLOWLINE_CUDA as the build under test: the light install has no CUDA parts to build.
   cuda="$(sed -n 's/^FLOWLINE_CUDA:STRING=//p' "$build/CMakeCache.txt")"

@@ -1,7 +1,65 @@
-// Tests of the first-party executors without a model: TextSplitter, JsonlWriter, TsvWriter.
+// Tests of the first-party executors without a model: TextSplitter, JsonlWriter, TsvWriter; and the
+// filter executor docs/plugins.md shows (drops documents, reads and sets tags, tensor maths).
 #include "test_support.hpp"
 
+#include <ATen/ATen.h>
+
 using namespace flowline;
+
+namespace {
+
+// docs/plugins.md, "Dropping documents, tags, tensor maths", as it is written there.
+class KeepLong : public flowline::Executor {
+ public:
+  static flowline::ExecutorSpec spec() {
+    return {
+        "KeepLong",
+        "Drop short texts, tag the others, scale embeddings to unit length",
+        {flowline::ParamSpec::optional("min_chars", flowline::ParamType::Int, 10, "shorter texts are dropped").min(0)},
+        {}};
+  }
+  explicit KeepLong(const flowline::ExecutorContext& context) : Executor(context) {
+    min_chars_ = params().get<std::int64_t>("min_chars");
+    bind_default(&KeepLong::filter);
+  }
+
+ private:
+  void filter(flowline::DocumentArray& docs) {
+    docs.erase_if([&](const flowline::Document& d) { return static_cast<std::int64_t>(d.text.size()) < min_chars_; });
+    for (auto& d : docs) {
+      d.tags["chars"] = static_cast<std::int64_t>(d.text.size());  // set a tag
+      if (const auto* lang = d.tags.if_contains("lang"); lang && lang->is_string()) {
+        d.tags["english"] = lang->get_string() == "en";  // read one
+      }
+      if (d.embedding.defined()) d.embedding = d.embedding / d.embedding.norm();
+    }
+  }
+  std::int64_t min_chars_ = 10;
+};
+
+}  // namespace
+
+TEST_CASE("the filter executor of docs/plugins.md drops short texts, tags the others and scales embeddings",
+          "[executors]") {
+  Registry registry;
+  registry.add<KeepLong>();
+  Flow flow(FlowOptions{}, registry);
+  flow.add({.name = "keep", .uses = "KeepLong", .with = {{"min_chars", 5}}});
+  DocumentArray in;
+  for (const std::string text : {"tiny", "long enough", "no", "also long"}) {
+    Document doc(text);
+    doc.tags["lang"] = text == "also long" ? "de" : "en";
+    doc.embedding = at::full({2}, 3.0f);
+    in.push_back(std::move(doc));
+  }
+  const DocumentArray out = flow.post("/", std::move(in));
+  REQUIRE(out.size() == 2);
+  CHECK(out[0].text == "long enough");
+  CHECK(out[0].tags.at("chars").as_int64() == 11);
+  CHECK(out[0].tags.at("english").as_bool());
+  CHECK_FALSE(out[1].tags.at("english").as_bool());
+  CHECK(std::abs(out[1].embedding[0].item<float>() - std::sqrt(0.5f)) < 1e-6f);
+}
 
 TEST_CASE("text splitter replaces documents with paragraphs linked to their parent", "[executors]") {
   Flow flow;

@@ -61,6 +61,22 @@ TEST_CASE("document array finds documents by id after changes", "[document]") {
   CHECK(docs.find("missing") == nullptr);
 }
 
+TEST_CASE("erase_if drops the documents a filter rejects, keeps the rest in order and finds them by id", "[document]") {
+  DocumentArray docs = testing::numbered_docs(10);
+  const std::string kept_id = docs[7].id;
+  const std::string dropped_id = docs[3].id;
+  REQUIRE(docs.find(dropped_id) != nullptr);  // the id index is built
+  CHECK(docs.erase_if([](const Document& d) { return std::stoi(d.text) % 3 == 0; }) == 4);
+  REQUIRE(docs.size() == 6);
+  std::vector<std::string> texts;
+  for (const auto& d : docs) texts.push_back(d.text);
+  CHECK(texts == std::vector<std::string>{"1", "2", "4", "5", "7", "8"});
+  CHECK(docs.find(dropped_id) == nullptr);
+  REQUIRE(docs.find(kept_id) != nullptr);
+  CHECK(docs.find(kept_id)->text == "7");
+  CHECK(docs.erase_if([](const Document&) { return false; }) == 0);
+}
+
 TEST_CASE("merging a document from another branch fills empty fields and unites tags", "[document]") {
   Document a("text");
   a.tags["a"] = 1;

@@ -249,7 +249,7 @@ class ScriptedReplica : public Replica {
     for (auto& d : docs) d.text += "+";
     return {};
   }
-  void close() noexcept override {}
+  void close(RunOutcome) noexcept override {}
   int calls = 0;
 };
 

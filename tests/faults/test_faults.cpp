@@ -169,12 +169,15 @@ TEST_CASE("a writer whose file hits its size limit stops the run with the file a
       FLOWLINE_LAUNCHER, dir.string(), dir.string(), dir.string()));
   INFO(r.err);
   CHECK(r.exit_code == 1);  // a failure while running, not a signal
-  const auto size = std::filesystem::file_size(dir / "out.jsonl");
+  // Incomplete, so never under its name: what was written stays in out.jsonl.partial, as the summary says.
+  CHECK_FALSE(std::filesystem::exists(dir / "out.jsonl"));
+  const auto size = std::filesystem::file_size(dir / "out.jsonl.partial");
   CHECK((size == 51200 || size == 102400));
   // The message names the file and says how much of it is there.
   const std::string expected = fmt::format(
       "error: writing '{}/out.jsonl' failed after {} bytes had been written: File too large", dir.string(), size);
   CHECK_THAT(r.err, testing::contains(expected));
+  CHECK_THAT(r.err, testing::contains(fmt::format("output: '{}/out.jsonl.partial' (partial", dir.string())));
   // Said once, not once per place that notices.
   CHECK(r.err.find("File too large") == r.err.rfind("File too large"));
 }
@@ -244,6 +247,7 @@ TEST_CASE("a plugin executor whose constructor throws stops flowline run naming 
   CHECK_THAT(r.err, testing::contains("the flow could not start"));
   CHECK_THAT(r.err, testing::contains("executor 'broken' replica 0: asked to fail in the constructor"));
   CHECK_THAT(r.err, testing::contains("executor 'broken' replica 1: asked to fail in the constructor"));
-  // Nothing was processed, so nothing was written (the JSONL file may exist, empty).
-  CHECK((!std::filesystem::exists(dir / "out.jsonl") || std::filesystem::file_size(dir / "out.jsonl") == 0));
+  // Nothing was processed, so nothing is left: no empty file, no NAME.partial.
+  CHECK_FALSE(std::filesystem::exists(dir / "out.jsonl"));
+  CHECK_FALSE(std::filesystem::exists(dir / "out.jsonl.partial"));
 }

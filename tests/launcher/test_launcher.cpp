@@ -88,7 +88,9 @@ TEST_CASE("flowline exits with 1 when requests fail and reports each failure", "
       launch(fmt::format("run '{0}/flow.yml' -i '{0}/in.txt' --request-size 1 -o '{0}/out.jsonl'", dir.string()));
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, testing::contains("request 1 (1 documents) failed in executor 'check': document "));
-  CHECK(read_jsonl(dir / "out.jsonl").size() == 2);
+  // The good documents are written, under a name that says the run did not complete.
+  CHECK_FALSE(std::filesystem::exists(dir / "out.jsonl"));
+  CHECK(read_jsonl(dir / "out.jsonl.partial").size() == 2);
 }
 
 TEST_CASE("flowline exits with 1 for a bad JSONL line in the middle of the input", "[launcher]") {
@@ -275,4 +277,45 @@ TEST_CASE("the launcher allocates with jemalloc and its settings where the build
   CHECK(r.exit_code == 0);
   CHECK_THAT(r.err, testing::contains("global variable malloc_conf): \"oversize_threshold:0,background_thread:true\""));
   CHECK_THAT(r.err, testing::contains("Set conf value: background_thread:true"));
+}
+
+TEST_CASE("a model given as a Hugging Face name is found in the local cache; one that is not says where it looked",
+          "[launcher][models]") {
+  const auto dir = testing::scratch_dir("launcher hub model name");
+  // The cache as huggingface_hub leaves it: a snapshot per revision (files as links), refs/main naming one.
+  const auto repo = dir / "hf" / "hub" / "models--tiny-org--tiny-bert";
+  const auto snapshot = repo / "snapshots" / "abc123";
+  std::filesystem::create_directories(snapshot);
+  for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::path(FLOWLINE_SOURCE_DIR) / "tests" /
+                                                               "data" / "tiny-bert")) {
+    std::filesystem::create_symlink(entry.path(), snapshot / entry.path().filename());
+  }
+  std::filesystem::create_directories(repo / "snapshots" / "zzz-newer-but-empty");  // refs/main decides
+  testing::write_text(repo / "refs" / "main", "abc123");
+  const std::string env = fmt::format("HF_HUB_CACHE= HF_HOME='{}/hf'", dir.string());
+  testing::write_text(
+      dir / "flow.yml",
+      "executors:\n  - name: encoder\n    uses: SentenceEncoder\n    with: {model: tiny-org/tiny-bert}\n");
+  testing::write_text(dir / "in.txt", "The rabbit ran.\nThe queen shouted.\n");
+  auto r = testing::run_process(fmt::format("{} '{}' validate '{}/flow.yml'", env, FLOWLINE_LAUNCHER, dir.string()));
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  r = testing::run_process(fmt::format("{} '{}' run '{}/flow.yml' -i '{}/in.txt' -o '{}/out.jsonl' --progress never",
+                                       env, FLOWLINE_LAUNCHER, dir.string(), dir.string(), dir.string()));
+  REQUIRE(r.exit_code == 0);
+  const DocumentArray out = read_jsonl(dir / "out.jsonl");
+  REQUIRE(out.size() == 2);
+  CHECK(out[1].embedding.numel() == 32);
+
+  testing::write_text(
+      dir / "missing.yml",
+      "executors:\n  - name: encoder\n    uses: SentenceEncoder\n    with: {model: tiny-org/not-there}\n");
+  r = testing::run_process(fmt::format("{} '{}' validate '{}/missing.yml'", env, FLOWLINE_LAUNCHER, dir.string()));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, testing::contains(fmt::format("{}/missing.yml:4:", dir.string())));
+  CHECK_THAT(r.err, testing::contains(fmt::format(
+                        "'tiny-org/not-there' is neither a folder (no '{}/tiny-org/not-there')", dir.string())));
+  CHECK_THAT(r.err, testing::contains(
+                        fmt::format("no snapshot in '{}/hf/hub/models--tiny-org--not-there/snapshots'", dir.string())));
+  CHECK_THAT(r.err, testing::contains("hf download tiny-org/not-there"));
 }

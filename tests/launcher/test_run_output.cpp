@@ -1,12 +1,15 @@
-// `flowline run --output` as users see it: the writer picked by the extension, clear errors, and Ctrl-C /
-// SIGTERM mid-run (exit 130 / 143, a summary, JSONL with whole lines only, no binary file under its name).
+// `flowline run --output` as users see it: the writer picked by the extension, clear errors, outputs under
+// NAME.partial until the run ends well (nothing left by a run that fails before its first document; NAME.partial
+// and a nonzero exit after an executor error or Ctrl-C / SIGTERM: 1, 130, 143), standard input and output.
 #include "test_support.hpp"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <regex>
+#include <sstream>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -107,7 +110,9 @@ TEST_CASE("flowline run --output picks the writer from the extension", "[launche
     INFO(r.err);
     REQUIRE(r.exit_code == 0);
     CHECK(std::filesystem::exists(dir / name));
+    CHECK_FALSE(std::filesystem::exists(dir / (name + ".partial")));  // renamed, no temporary name left
   }
+  CHECK_FALSE(std::filesystem::exists(dir / "out.docs.jsonl.partial"));
   const DocumentArray jsonl = read_jsonl(dir / "out.jsonl");
   REQUIRE(jsonl.size() == 500);
   CHECK(jsonl[499].id == "d499");
@@ -152,7 +157,8 @@ TEST_CASE("flowline run --output with an unknown extension or documents without 
   CHECK_FALSE(std::filesystem::exists(dir / "out.npy.partial"));
 }
 
-TEST_CASE("Ctrl-C during flowline run exits 130 and leaves JSONL with whole lines only", "[launcher][interrupt]") {
+TEST_CASE("Ctrl-C during flowline run exits 130 and leaves NAME.partial with whole lines only",
+          "[launcher][interrupt]") {
   const auto dir = testing::scratch_dir("run interrupt jsonl");
   const auto [code, err] = interrupt_run(dir, "out.jsonl", SIGINT);
   INFO(err);
@@ -160,11 +166,13 @@ TEST_CASE("Ctrl-C during flowline run exits 130 and leaves JSONL with whole line
   std::smatch m;
   REQUIRE(std::regex_search(err, m,
                             std::regex("interrupted by SIGINT: stopped reading input after (\\d+) documents; "
-                                       "wrote (\\d+) documents \\(.* MB\\) to '.*out.jsonl', whole lines only")));
-  const std::string text = testing::read_text(dir / "out.jsonl");
+                                       "wrote (\\d+) documents \\(.* MB\\) to '.*out.jsonl.partial' "
+                                       "\\(partial: the run did not complete\\)")));
+  CHECK_FALSE(std::filesystem::exists(dir / "out.jsonl"));  // never under its name: it is not complete
+  const std::string text = testing::read_text(dir / "out.jsonl.partial");
   REQUIRE(!text.empty());
   CHECK(text.back() == '\n');
-  const DocumentArray docs = read_jsonl(dir / "out.jsonl");  // every line parses
+  const DocumentArray docs = read_jsonl(dir / "out.jsonl.partial");  // every line parses
   CHECK(docs.size() == std::stoul(m[2]));
   CHECK(docs.size() == std::stoul(m[1]));
   CHECK(docs.size() < 300000);
@@ -172,18 +180,116 @@ TEST_CASE("Ctrl-C during flowline run exits 130 and leaves JSONL with whole line
   CHECK(docs[0].embedding.defined());
 }
 
-TEST_CASE("SIGTERM during flowline run exits 143 and leaves no binary file under its name", "[launcher][interrupt]") {
+TEST_CASE("SIGTERM during flowline run exits 143 and leaves a binary NAME.partial whose header counts its rows",
+          "[launcher][interrupt]") {
   for (const std::string name : {"out.npy", "out.safetensors"}) {
     DYNAMIC_SECTION(name) {
       const auto dir = testing::scratch_dir("run interrupt binary");
       const auto [code, err] = interrupt_run(dir, name, SIGTERM);
       INFO(err);
       CHECK(code == 143);
-      CHECK_THAT(err, testing::contains(fmt::format("interrupted by SIGTERM: stopped reading input after")));
-      CHECK_THAT(err, testing::contains(fmt::format("'{}/{}' was not written (", dir.string(), name)));
+      std::smatch m;
+      REQUIRE(std::regex_search(err, m,
+                                std::regex("interrupted by SIGTERM: stopped reading input after (\\d+) "
+                                           "documents; wrote (\\d+) documents .* to '.*\\.partial' and "
+                                           "'.*out.docs.jsonl.partial' \\(partial")));
       CHECK_FALSE(std::filesystem::exists(dir / name));
-      CHECK_FALSE(std::filesystem::exists(dir / (name + ".partial")));
       CHECK_FALSE(std::filesystem::exists(dir / "out.docs.jsonl"));
+      const std::uint64_t rows = std::stoull(m[2]);
+      CHECK(rows == std::stoull(m[1]));
+      // The tiny encoder's 32 float32 values per row, behind the format's fixed header.
+      const std::uint64_t header = name == "out.npy" ? 128 : 256;
+      CHECK(std::filesystem::file_size(dir / (name + ".partial")) == header + rows * 32 * 4);
+      const std::string head = testing::read_text(dir / (name + ".partial")).substr(0, header);
+      CHECK_THAT(head, testing::contains(name == "out.npy" ? fmt::format("'shape': ({}, 32)", rows)
+                                                           : fmt::format("\"shape\":[{},32]", rows)));
+      CHECK(read_jsonl(dir / "out.docs.jsonl.partial").size() == rows);
     }
   }
+}
+
+TEST_CASE("a run that fails before its first document leaves no output file", "[launcher][output]") {
+  const auto dir = testing::scratch_dir("run output start fails");
+  testing::write_text(dir / "in.txt", "a\nb\n");
+  SECTION("a missing model folder is refused before anything is opened") {
+    testing::write_text(dir / "flow.yml",
+                        "executors:\n  - name: encoder\n    uses: SentenceEncoder\n"
+                        "    with: {model: no-such-model}\n");
+    const auto r = launch(fmt::format("run '{0}/flow.yml' -i '{0}/in.txt' -o '{0}/out.jsonl'", dir.string()));
+    INFO(r.err);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, testing::contains("flow.yml:4:") && testing::contains("no such folder"));
+  }
+  SECTION("an executor whose constructor throws, beside a JsonlWriter and --output") {
+    testing::write_text(dir / "flow.yml",
+                        fmt::format("plugins: ['{}/libflowline_testing_executors.so']\nexecutors:\n"
+                                    "  - {{name: write, uses: JsonlWriter, with: {{path: written.jsonl}}}}\n"
+                                    "  - {{name: broken, uses: FailIf, with: {{fail_in_constructor: true}}}}\n",
+                                    FLOWLINE_TEST_PLUGIN_DIR));
+    for (const std::string name : {"out.jsonl", "out.npy"}) {
+      const auto r = launch(fmt::format("run '{0}/flow.yml' -i '{0}/in.txt' -o '{0}/{1}'", dir.string(), name));
+      INFO(r.err);
+      CHECK(r.exit_code == 1);
+      CHECK_THAT(r.err, testing::contains("asked to fail in the constructor"));
+    }
+  }
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) left.push_back(entry.path().filename().string());
+  std::sort(left.begin(), left.end());
+  CHECK(left == std::vector<std::string>{"flow.yml", "in.txt"});
+}
+
+TEST_CASE("an executor error midway leaves every output as NAME.partial and exits 1", "[launcher][output]") {
+  const auto dir = testing::scratch_dir("run output executor error");
+  testing::write_text(dir / "flow.yml",
+                      fmt::format("plugins: ['{}/libflowline_testing_executors.so']\nexecutors:\n"
+                                  "  - {{name: check, uses: FailIf, with: {{contains: BAD}}}}\n"
+                                  "  - {{name: write, uses: JsonlWriter, with: {{path: written.jsonl}}}}\n"
+                                  "  - {{name: rows, uses: TsvWriter, with: {{path: rows.tsv, columns: [text]}}}}\n",
+                                  FLOWLINE_TEST_PLUGIN_DIR));
+  std::string input;
+  for (int i = 0; i < 40; ++i) input += i == 25 ? "a BAD line\n" : fmt::format("line {}\n", i);
+  testing::write_text(dir / "in.txt", input);
+  const auto r = launch(fmt::format(
+      "run '{0}/flow.yml' -i '{0}/in.txt' --request-size 5 --progress never -o '{0}/out.jsonl'", dir.string()));
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, testing::contains("failed in executor 'check'"));
+  CHECK_THAT(r.err, testing::contains(fmt::format("output: wrote 35 documents (0.0 MB) to '{}/out.jsonl.partial' "
+                                                  "(partial: the run did not complete)",
+                                                  dir.string())));
+  // The writer executors say it in the log (standard output unless --output -).
+  CHECK_THAT(r.out + r.err, testing::contains("executor 'write': the run did not complete; what was written is in"));
+  for (const std::string name : {"out.jsonl", "written.jsonl", "rows.tsv"}) {
+    CHECK_FALSE(std::filesystem::exists(dir / name));
+    CHECK(std::filesystem::exists(dir / (name + ".partial")));
+  }
+  CHECK(read_jsonl(dir / "out.jsonl.partial").size() == 35);
+  CHECK(read_jsonl(dir / "written.jsonl.partial").size() == 35);
+  const std::string tsv = testing::read_text(dir / "rows.tsv.partial");
+  CHECK(std::count(tsv.begin(), tsv.end(), '\n') == 36);  // the header and 35 rows
+}
+
+TEST_CASE("flowline run reads standard input with --input - and writes JSONL to standard output with --output -",
+          "[launcher][output]") {
+  const auto dir = testing::scratch_dir("run stdin stdout");
+  testing::write_text(dir / "flow.yml", "executors:\n  - {name: n, uses: NoOp}\n");
+  const auto r = testing::run_process(
+      // The group: run_process's own </dev/null applies to it, the pipe to the launcher inside.
+      fmt::format("{{ printf 'first\\nsecond\\nthird\\n' | '{}' --log-level info run '{}/flow.yml' -i - -o - "
+                  "--progress never; }}",
+                  FLOWLINE_LAUNCHER, dir.string()));
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  // Standard output holds the documents and nothing else: every line is one.
+  std::vector<std::string> lines;
+  std::istringstream out(r.out);
+  for (std::string line; std::getline(out, line);) lines.push_back(line);
+  REQUIRE(lines.size() == 3);
+  CHECK(document_from_json(lines[0]).text == "first");
+  CHECK(document_from_json(lines[2]).text == "third");
+  CHECK(document_from_json(lines[2]).uri == "<stdin>");
+  CHECK_THAT(r.err, testing::contains("3 documents in, 3 out"));
+  CHECK_FALSE(std::filesystem::exists(dir / "-"));
+  CHECK_FALSE(std::filesystem::exists("-.partial"));
 }

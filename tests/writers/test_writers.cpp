@@ -204,9 +204,41 @@ TEST_CASE("a binary output without an embedding or with another dimension names 
                                                       "document's has 4",
                                                       (dir / "out.npy").string(), wider[0].id));
   writer->abandon();
-  CHECK(std::filesystem::is_empty(dir));  // nothing under the final names, no .partial left
+  // The one good row reached the file: it stays as out.npy.partial, its header counting that row, never
+  // under the final name.
+  CHECK_FALSE(std::filesystem::exists(dir / "out.npy"));
+  CHECK_THAT(testing::read_text(dir / "out.npy.partial"), testing::contains("'shape': (1, 4)"));
+  CHECK(read_jsonl(dir / "out.docs.jsonl.partial").size() == 1);
   CHECK_THROWS_WITH(open_writer(dir / "out.npy", WriterOptions{.dtype = "int8"}),
                     "dtype: expected float32 or float16, got 'int8'");
+}
+
+TEST_CASE("an output is NAME.partial until closed; left incomplete it stays so, or goes when no document reached it",
+          "[writers]") {
+  const auto dir = testing::scratch_dir("writers partial");
+  for (const std::string name : {"out.jsonl", "out.npy", "out.safetensors"}) {
+    DYNAMIC_SECTION(name) {
+      auto empty = open_writer(dir / name);
+      CHECK(std::filesystem::exists(dir / (name + ".partial")));
+      CHECK(empty->close_partial().empty());
+      CHECK(std::filesystem::is_empty(dir));  // a run that wrote no document leaves nothing
+      open_writer(dir / name).reset();        // destroyed unclosed: abandoned, and empty, so removed
+      CHECK(std::filesystem::is_empty(dir));
+      auto writer = open_writer(dir / name);
+      writer->write(embedded_docs(3, 4));
+      CHECK(writer->close_partial() == dir / (name + ".partial"));
+      CHECK_FALSE(std::filesystem::exists(dir / name));
+      const auto docs = dir / (name == "out.jsonl" ? "out.jsonl.partial" : "out.docs.jsonl.partial");
+      CHECK(read_jsonl(docs).size() == 3);
+      auto complete = open_writer(dir / name);
+      complete->write(embedded_docs(2, 4));
+      complete->close();
+      CHECK(std::filesystem::exists(dir / name));
+      CHECK_FALSE(std::filesystem::exists(dir / (name + ".partial")));  // the new run's file was renamed
+      std::filesystem::remove_all(dir);
+      std::filesystem::create_directories(dir);
+    }
+  }
 }
 
 TEST_CASE("an unknown output extension or an unwritable path gives a clear error", "[writers]") {
@@ -217,9 +249,8 @@ TEST_CASE("an unknown output extension or an unwritable path gives a clear error
   testing::write_text(dir / "file", "x");
   CHECK_THROWS_WITH(open_writer(dir / "file" / "out.jsonl"),
                     fmt::format("cannot write '{}': Not a directory", (dir / "file" / "out.jsonl").string()));
-  CHECK_THROWS_WITH(
-      open_writer(dir / "file" / "out.safetensors"),
-      fmt::format("cannot write '{}': Not a directory", (dir / "file" / "out.safetensors.partial").string()));
+  CHECK_THROWS_WITH(open_writer(dir / "file" / "out.safetensors"),
+                    fmt::format("cannot write '{}': Not a directory", (dir / "file" / "out.safetensors").string()));
   std::filesystem::create_directories(dir / "folder.jsonl");
   CHECK_THROWS_WITH(open_writer(dir / "folder.jsonl"),
                     fmt::format("cannot write '{}': it is a folder", (dir / "folder.jsonl").string()));

@@ -34,7 +34,10 @@ class Reranker : public Executor {
     ExecutorSpec spec{
         "Reranker",
         "Score and sort each query's candidates with a cross-encoder checkpoint (BERT, RoBERTa/XLM-R; LibTorch)",
-        {ParamSpec::required_param("model", ParamType::Path, "cross-encoder checkpoint folder (one label)")
+        {ParamSpec::required_param("model", ParamType::Path,
+                                   "cross-encoder checkpoint folder (one label), or a model name ORG/NAME in the "
+                                   "local Hugging Face cache ($HF_HOME/hub)")
+             .hub_model_name()
              .check([](const boost::json::value& v) {
                return models::Checkpoint::problem(std::string(v.get_string()), models::Checkpoint::Use::CrossEncoder);
              }),

@@ -40,7 +40,10 @@ class SentenceEncoder : public Executor {
         "SentenceEncoder",
         "Encode texts into sentence embeddings with a sentence-transformers checkpoint: BERT, RoBERTa/XLM-R, MPNet, "
         "ModernBERT (LibTorch)",
-        {ParamSpec::required_param("model", ParamType::Path, "sentence-transformers checkpoint folder")
+        {ParamSpec::required_param("model", ParamType::Path,
+                                   "sentence-transformers checkpoint folder, or a model name ORG/NAME in the local "
+                                   "Hugging Face cache ($HF_HOME/hub)")
+             .hub_model_name()
              .check([](const boost::json::value& v) {
                return models::Checkpoint::problem(std::string(v.get_string()), models::Checkpoint::Use::Embedding);
              }),

@@ -18,7 +18,7 @@
 #include "../runtime/replica.hpp"
 #include "wire.hpp"
 
-#include "flowline/flow.hpp"
+#include "flowline/flow_results.hpp"
 #include "flowline/flow_config.hpp"
 
 #include <atomic>
@@ -132,7 +132,8 @@ class RemoteReplica final : public runtime::Replica {
   RemoteReplica(RemoteHost& host, RemoteGroup& group) : host_(host), group_(group) {}
   void open() override {}
   std::string run(const std::string& endpoint, DocumentArray& docs, const boost::json::object& parameters) override;
-  void close() noexcept override {}
+  // The executor server's own executors close when that server stops; the outcome is not sent there.
+  void close(RunOutcome) noexcept override {}
   runtime::Availability wait_available(const std::function<bool()>& stop) override;
   std::string unavailable_message() const override { return group_.unreachable_message(); }
 

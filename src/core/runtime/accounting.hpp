@@ -4,7 +4,7 @@
 // also after the flow closed (the figures of the last run stay until the next start).
 #pragma once
 
-#include "flowline/flow.hpp"
+#include "flowline/flow_results.hpp"
 #include "flowline/observer.hpp"
 
 #include <cstdint>

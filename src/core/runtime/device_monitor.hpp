@@ -6,7 +6,7 @@
 
 #include "observers.hpp"
 
-#include "flowline/flow.hpp"
+#include "flowline/flow_results.hpp"
 #include "flowline/observer.hpp"
 
 #include <atomic>

@@ -10,6 +10,7 @@ RequestPtr Poster::read() {
     const std::size_t got = source_.read(request->docs, request_size_);
     summary.source_seconds += std::chrono::duration<double>(Clock::now() - started).count();
     if (got == 0) return nullptr;
+    summary.input_documents += got;
   } catch (...) {
     failure = std::current_exception();
     return nullptr;

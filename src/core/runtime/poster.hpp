@@ -5,7 +5,7 @@
 
 #include "request.hpp"
 
-#include "flowline/flow.hpp"
+#include "flowline/flow_results.hpp"
 #include "flowline/io.hpp"
 
 #include <chrono>

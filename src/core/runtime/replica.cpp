@@ -84,8 +84,9 @@ std::string LocalReplica::run(const std::string& endpoint, DocumentArray& docs, 
   return run_handler(*executor_, endpoint, docs, parameters);
 }
 
-void LocalReplica::close() noexcept {
+void LocalReplica::close(RunOutcome outcome) noexcept {
   if (!executor_) return;
+  executor_->set_run_outcome(outcome);
   try {
     executor_->close();
   } catch (const std::exception& e) {

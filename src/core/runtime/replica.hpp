@@ -52,8 +52,9 @@ class Replica {
     return Availability::Ready;
   }
   virtual std::string unavailable_message() const { return {}; }
-  // After the last batch, only when open() succeeded. Never throws (failures are logged).
-  virtual void close() noexcept = 0;
+  // After the last batch, only when open() succeeded, with how the run ended (Executor::run_outcome()).
+  // Never throws (failures are logged).
+  virtual void close(RunOutcome outcome) noexcept = 0;
   // Filled in by open().
   virtual std::shared_ptr<const ExecutorMetrics> metrics() const { return nullptr; }
   virtual std::optional<std::int64_t> gpu_load_bytes() const { return std::nullopt; }
@@ -70,7 +71,7 @@ class LocalReplica final : public Replica {
 
   void open() override;
   std::string run(const std::string& endpoint, DocumentArray& docs, const boost::json::object& parameters) override;
-  void close() noexcept override;
+  void close(RunOutcome outcome) noexcept override;
   std::shared_ptr<const ExecutorMetrics> metrics() const override;
   std::optional<std::int64_t> gpu_load_bytes() const override { return gpu_load_bytes_; }
 

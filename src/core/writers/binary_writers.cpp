@@ -1,9 +1,9 @@
 // The .npy and .safetensors DocumentWriters (writers.hpp): embeddings as one [N, D] array behind a header of
-// fixed size that is patched with N at the end, written to PATH.partial and renamed; ids, texts and tags go
-// to a JSONL sidecar through the JSONL writer.
+// fixed size that is patched with N at the end, written to PATH.partial (an OutputFile) and renamed; ids,
+// texts and tags go to a JSONL sidecar through the JSONL writer.
 #include "flowline/error.hpp"
 #include "flowline/writers.hpp"
-#include "file_output.hpp"
+#include "flowline/output_file.hpp"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -20,12 +20,6 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 constexpr std::size_t kBlockBytes = 1 << 20;
-
-std::filesystem::path partial_path(const std::filesystem::path& path) {
-  std::filesystem::path p = path;
-  p += ".partial";
-  return p;
-}
 
 // How a format lays out its header for N rows of D values of `element_bytes` each.
 class BinaryLayout {
@@ -84,12 +78,12 @@ class EmbeddingFileWriter final : public DocumentWriter {
         sidecar_(sidecar_path_for(path)),
         layout_(std::move(layout)),
         half_(check_dtype(options.dtype)),
-        file_(partial_path(path)) {
+        file_(path) {
     WriterOptions sidecar_options;
     sidecar_options.threads = options.threads;
     sidecar_options.fields = FieldSet().insert(DocumentField::id).insert(DocumentField::text);
     if (options.sidecar_tags) sidecar_options.fields.insert(DocumentField::tags);
-    sidecar_writer_ = open_jsonl_writer(partial_path(sidecar_), sidecar_options);
+    sidecar_writer_ = open_jsonl_writer(sidecar_, sidecar_options);
     fail_on(file_.write(layout_->header(0, 0, half_)));
   }
 
@@ -109,25 +103,39 @@ class EmbeddingFileWriter final : public DocumentWriter {
     done_ = true;
     const auto start = Clock::now();
     try {
-      flush();
-      fail_on(file_.write_at(0, layout_->header(rows_, dim_.value_or(0), half_)));
-      file_.close();
+      finish_writing();
       sidecar_writer_->close();
-      rename(partial_path(sidecar_), sidecar_);
-      rename(partial_path(path_), path_);
+      file_.commit();
     } catch (...) {
-      remove_partials();
+      leave_partial();
       throw;
     }
     write_seconds_ += seconds_since(start);
   }
 
+  std::filesystem::path close_partial() override {
+    if (done_) return {};
+    done_ = true;
+    try {
+      finish_writing();
+      sidecar_writer_->close_partial();
+    } catch (...) {
+      leave_partial();
+      throw;
+    }
+    return leave_partial();
+  }
+
   void abandon() noexcept override {
     if (done_) return;
     done_ = true;
-    sidecar_writer_->abandon();
-    file_.close_quietly();
-    remove_partials();
+    try {
+      flush();
+      patch_header();
+    } catch (...) {
+      // The rows already in the file stay; the header may then count none of them.
+    }
+    leave_partial();
   }
 
   WriterStats stats() const override {
@@ -189,34 +197,39 @@ class EmbeddingFileWriter final : public DocumentWriter {
   void flush() {
     const auto start = Clock::now();
     fail_on(file_.write(block_));
+    rows_in_file_ = rows_;
     block_.clear();
     write_seconds_ += seconds_since(start);
+  }
+
+  // The header, counting the rows in the file.
+  void patch_header() { fail_on(file_.write_at(0, layout_->header(rows_in_file_, dim_.value_or(0), half_))); }
+
+  void finish_writing() {
+    flush();
+    patch_header();
+  }
+
+  // Leaves both files as .partial when rows reached the file (the sidecar keeps its own whole lines), else
+  // removes both. Returns the binary file's path left behind, empty when none.
+  std::filesystem::path leave_partial() noexcept {
+    sidecar_writer_->abandon();
+    return file_.leave_partial(rows_in_file_ > 0);
   }
 
   static void fail_on(const std::string& error) {
     if (!error.empty()) throw Error(error);
   }
 
-  static void rename(const std::filesystem::path& from, const std::filesystem::path& to) {
-    std::error_code ec;
-    std::filesystem::rename(from, to, ec);
-    if (ec) throw Error(fmt::format("cannot rename '{}' to '{}': {}", from.string(), to.string(), ec.message()));
-  }
-
-  void remove_partials() noexcept {
-    std::error_code ec;
-    std::filesystem::remove(partial_path(path_), ec);
-    std::filesystem::remove(partial_path(sidecar_), ec);
-  }
-
   const std::filesystem::path path_, sidecar_;
   std::unique_ptr<BinaryLayout> layout_;
   const bool half_;
-  detail::OutputFile file_;
+  OutputFile file_;
   std::unique_ptr<DocumentWriter> sidecar_writer_;
   std::string block_;
   std::optional<std::int64_t> dim_;
-  std::uint64_t rows_ = 0;
+  std::uint64_t rows_ = 0;          // rows appended (some perhaps still in block_)
+  std::uint64_t rows_in_file_ = 0;  // rows written to the file
   double convert_seconds_ = 0, write_seconds_ = 0;
   bool done_ = false;
 };

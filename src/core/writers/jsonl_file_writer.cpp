@@ -3,7 +3,7 @@
 #include "flowline/error.hpp"
 #include "flowline/io.hpp"
 #include "flowline/writers.hpp"
-#include "file_output.hpp"
+#include "flowline/output_file.hpp"
 
 #include <fmt/format.h>
 
@@ -48,8 +48,9 @@ struct Piece {
 
 class JsonlFileWriter final : public DocumentWriter {
  public:
-  JsonlFileWriter(const std::filesystem::path& path, const WriterOptions& options)
-      : path_(path), fields_(options.fields), file_(path) {
+  // `file` is PATH.partial, or standard output.
+  JsonlFileWriter(std::unique_ptr<OutputFile> file, const WriterOptions& options)
+      : path_(file->path()), fields_(options.fields), file_(std::move(file)) {
     std::size_t threads = options.threads;
     if (threads == 0) threads = std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, 8);
     threads_ = threads;
@@ -80,22 +81,16 @@ class JsonlFileWriter final : public DocumentWriter {
   }
 
   void close() override {
-    {
-      std::unique_lock lock(mutex_);
-      if (closed_) return;
-      closing_ = true;
-      work_.notify_all();
-      done_.notify_all();
-    }
-    join();
-    std::unique_lock lock(mutex_);
-    closed_ = true;
-    throw_if_failed(lock);
+    if (!finish_writing()) return;
     const auto start = Clock::now();
-    lock.unlock();
-    file_.close();
-    lock.lock();
+    file_->commit();
+    std::lock_guard lock(mutex_);
     stats_.write_seconds += seconds_since(start);
+  }
+
+  std::filesystem::path close_partial() override {
+    if (!finish_writing()) return {};
+    return file_->leave_partial(file_->bytes() > 0);
   }
 
   void abandon() noexcept override {
@@ -110,19 +105,41 @@ class JsonlFileWriter final : public DocumentWriter {
     join();
     std::lock_guard lock(mutex_);
     closed_ = true;
-    file_.close_quietly();
+    file_->leave_partial(file_->bytes() > 0);
   }
 
   WriterStats stats() const override {
     std::lock_guard lock(mutex_);
     WriterStats s = stats_;
-    s.bytes = file_.bytes();
+    s.bytes = file_->bytes();
     return s;
   }
 
   const std::filesystem::path& path() const override { return path_; }
 
  private:
+  // Writes everything handed over and ends the writer's threads. Returns false when the writer had already
+  // ended. On a write error the file is left partial (with the whole lines it holds) and the error thrown.
+  // Otherwise nothing is renamed here: the caller commits the file or leaves it partial.
+  bool finish_writing() {
+    {
+      std::unique_lock lock(mutex_);
+      if (closed_) return false;
+      closing_ = true;
+      work_.notify_all();
+      done_.notify_all();
+    }
+    join();
+    std::unique_lock lock(mutex_);
+    closed_ = true;
+    if (!error_.empty()) {
+      // Bytes, not documents: a write that failed midway leaves the lines before it and part of one more.
+      file_->leave_partial(file_->bytes() > 0);
+      throw_if_failed(lock);
+    }
+    return true;
+  }
+
   void enqueue(std::shared_ptr<const DocumentArray> owned, const DocumentArray* docs, std::size_t* pending) {
     if (docs->empty()) return;
     const std::size_t n = docs->size();
@@ -217,7 +234,7 @@ class JsonlFileWriter final : public DocumentWriter {
       if (!block.empty() && (block.size() >= kBlockBytes || !woke || finished)) {
         lock.unlock();
         const auto start = Clock::now();
-        std::string error = file_.write(block);
+        std::string error = file_->write(block);
         const double seconds = seconds_since(start);
         lock.lock();
         stats_.write_seconds += seconds;
@@ -247,7 +264,7 @@ class JsonlFileWriter final : public DocumentWriter {
   const std::filesystem::path path_;
   const FieldSet fields_;
   std::size_t threads_ = 1;
-  detail::OutputFile file_;
+  std::unique_ptr<OutputFile> file_;
   mutable std::mutex mutex_;
   std::condition_variable work_;              // todo_ has pieces, or closing
   std::condition_variable done_;              // a piece was formatted or written, or closing
@@ -265,7 +282,11 @@ class JsonlFileWriter final : public DocumentWriter {
 }  // namespace
 
 std::unique_ptr<DocumentWriter> open_jsonl_writer(const std::filesystem::path& path, const WriterOptions& options) {
-  return std::make_unique<JsonlFileWriter>(path, options);
+  return std::make_unique<JsonlFileWriter>(std::make_unique<OutputFile>(path), options);
+}
+
+std::unique_ptr<DocumentWriter> open_jsonl_stdout_writer(const WriterOptions& options) {
+  return std::make_unique<JsonlFileWriter>(std::make_unique<OutputFile>(OutputFile::StandardOutput{}), options);
 }
 
 }  // namespace flowline

@@ -1,0 +1,94 @@
+// The running flow's executors as the Flow front uses them: a Stage per executor (where its requests wait,
+// who serves them), built from a validated FlowConfig in one go with the graph and the topology the
+// observers see; and FlowFigures, which gathers Flow::stats() from the accounting observers, the stages'
+// queues and the remote hosts. Private to flowline::core.
+//
+// Threads and ownership. build_stages() runs under the Flow's lifecycle lock (start()); the Stages it
+// returns belong to the Flow and live until close() clears them. A Stage's replicas and threads are
+// touched only by start() and close(); its join and queue are thread-safe. FlowFigures is thread-safe:
+// snapshot() may run on any thread while the flow serves, the caller holding the lifecycle lock so that
+// the stages it reads are not being built or torn down.
+#pragma once
+
+#include "accounting.hpp"
+#include "device_monitor.hpp"
+#include "graph.hpp"
+#include "observers.hpp"
+#include "replica.hpp"
+
+#include "flowline/flow_config.hpp"
+#include "flowline/flow_results.hpp"
+#include "flowline/observer.hpp"
+#include "flowline/registry.hpp"
+
+#include <c10/core/Device.h>
+
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace flowline::remote {
+class RemoteGroup;
+}
+
+namespace flowline::runtime {
+
+// One executor of the running flow: where its requests wait (join, queue) and who serves them.
+struct Stage {
+  Stage();
+  ~Stage();  // out of line: RemoteGroup is complete only in stages.cpp
+  Stage(const Stage&) = delete;
+  Stage& operator=(const Stage&) = delete;
+
+  const ExecutorConfig* config = nullptr;
+  const Registry::Entry* entry = nullptr;
+  Params params;
+  std::vector<c10::Device> devices;  // one per replica
+  std::size_t node = 0;              // its position in the flow (and the graph)
+  std::size_t first_replica = 0;     // its first replica's position in the topology
+  std::unique_ptr<JoinPoint> join;
+  std::unique_ptr<RequestQueue> queue;
+  std::vector<std::unique_ptr<Replica>> replicas;
+  std::unique_ptr<remote::RemoteGroup> remote;  // the hosts of a remote executor
+  std::vector<std::thread> threads;
+};
+
+// Everything start() builds before any replica is constructed.
+struct Stages {
+  FlowGraph graph;
+  FlowTopology topology;
+  std::vector<std::unique_ptr<Stage>> stages;  // in flow order
+  std::unique_ptr<JoinPoint> sink_join;
+};
+
+// The stages of a validated config: replicas (local ones not yet opened, remote ones on hosts not yet
+// connected), queues sized by queue_capacity (else max_in_flight), joins from the graph. `config` and
+// `registry` must outlive the result (stages point into them).
+Stages build_stages(const FlowConfig& config, Registry& registry);
+
+// Flow::stats()'s sources: the per-replica accounting and the device monitor (both attached to the flow's
+// observers here), the remote hosts as the last close() left them, and, while the flow runs, the stages.
+class FlowFigures {
+ public:
+  // Adds the accounting and the device monitor to `observers`, which must outlive this.
+  explicit FlowFigures(ObserverList& observers);
+
+  // At start(): the previous run's remote hosts are forgotten.
+  void forget_remote_hosts();
+  // At close(), for each remote stage before it is torn down: its hosts' figures are kept for stats().
+  void keep_remote_hosts(const remote::RemoteGroup& group);
+
+  // The figures now. `running`: the stages while the flow runs (queues and live remote hosts are read from
+  // them), or nullptr when it is not running (the remote hosts as close() left them). `stages_readable`:
+  // false while start() or close() holds the flow, when neither is read.
+  FlowStats snapshot(const std::vector<std::unique_ptr<Stage>>* running, bool stages_readable) const;
+
+ private:
+  std::shared_ptr<ReplicaAccounting> accounting_ = std::make_shared<ReplicaAccounting>();
+  std::shared_ptr<DeviceMonitor> monitor_;
+  mutable std::mutex remote_mutex_;
+  std::vector<RemoteHostStats> last_remote_hosts_;
+};
+
+}  // namespace flowline::runtime
