@@ -58,6 +58,21 @@ grpc::StatusCode grpc_code(Refusal kind) {
   return grpc::StatusCode::INTERNAL;
 }
 
+// Fills `answer` with the flow's response: its documents, or Jina's error header when an executor failed.
+// A refusal (Failed) when the answer could not be written (an embedding that could not be read back).
+std::optional<Refused> fill_answer(Request& answer, const Response& response) noexcept {
+  try {
+    if (response.ok()) {
+      write_answer(answer, response.docs);
+    } else {
+      write_failure(answer, response);
+    }
+    return std::nullopt;
+  } catch (const std::exception& e) {
+    return Refused{Refusal::Failed, fmt::format("the answer could not be written: {}", e.what())};
+  }
+}
+
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // The bearer token from the call's metadata ("authorization: Bearer <token>").
@@ -221,6 +236,8 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
       call = call_from_proto(*request, core_.limits);
     } catch (const RefusedError& e) {
       return refuse(seq, e.kind, e.what(), started);
+    } catch (const std::exception& e) {
+      return refuse(seq, Refusal::Failed, e.what(), started);
     }
     const std::size_t documents = call.docs.size();
     {
@@ -238,15 +255,12 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
   void answered(std::uint64_t seq, std::shared_ptr<Request> request, std::size_t documents, Clock::time_point started,
                 Outcome&& outcome) {
     Hold hold(this);
-    if (outcome.refused) {
-      refuse(seq, outcome.refused->kind, outcome.refused->message, started);
+    std::optional<Refused> refused = std::move(outcome.refused);
+    // Serialized here, on the replica's thread, off the gRPC threads.
+    if (!refused) refused = fill_answer(*request, outcome.response);
+    if (refused) {
+      refuse(seq, refused->kind, refused->message, started);
     } else {
-      // Serialized here, on the replica's thread, off the gRPC threads.
-      if (outcome.response.ok()) {
-        write_answer(*request, outcome.response.docs);
-      } else {
-        write_failure(*request, outcome.response);
-      }
       core_.count_answer(Route::Grpc, outcome.response.ok() ? 200 : 500, documents, seconds_since(started));
       std::unique_lock lock(mutex_);
       if (!stopped_ || (final_ && seq < end_seq_)) {
@@ -337,18 +351,17 @@ class SingleRequest final : public jina::JinaSingleDataRequestRPC::CallbackServi
       call = call_from_proto(*answer, core_.limits);
     } catch (const RefusedError& e) {
       return refuse(e.kind, e.what());
+    } catch (const std::exception& e) {
+      return refuse(Refusal::Failed, e.what());
     }
     const std::size_t documents = call.docs.size();
     core_.submit(
         std::move(call), call_timeout(core_, context), [this, reactor, answer, documents, started](Outcome&& outcome) {
-          if (outcome.refused) {
-            core_.count_answer(Route::Grpc, http_status(outcome.refused->kind), 0, seconds_since(started));
-            return reactor->Finish(grpc::Status(grpc_code(outcome.refused->kind), outcome.refused->message));
-          }
-          if (outcome.response.ok()) {
-            write_answer(*answer, outcome.response.docs);
-          } else {
-            write_failure(*answer, outcome.response);
+          std::optional<Refused> refused = std::move(outcome.refused);
+          if (!refused) refused = fill_answer(*answer, outcome.response);
+          if (refused) {
+            core_.count_answer(Route::Grpc, http_status(refused->kind), 0, seconds_since(started));
+            return reactor->Finish(grpc::Status(grpc_code(refused->kind), refused->message));
           }
           core_.count_answer(Route::Grpc, outcome.response.ok() ? 200 : 500, documents, seconds_since(started));
           reactor->Finish(grpc::Status::OK);
