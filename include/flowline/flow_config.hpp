@@ -65,6 +65,12 @@ struct RemoteOptions {
   std::string token;                                 // the executor server's token, when it asks for one
   bool start_degraded = false;                       // start when hosts are unreachable (they join when they come up)
   int local_replicas = 0;                            // replicas in this process beside the hosts (needs `uses`)
+  // Each `hosts:` entry is one server (None), or every address its name resolves to (Dns: a Kubernetes
+  // headless Service's pods), looked up again every discovery_interval, at most max_servers of them.
+  enum class Discovery { None, Dns };
+  Discovery discovery = Discovery::None;
+  std::chrono::milliseconds discovery_interval{5'000};
+  std::size_t max_servers = 16;
 };
 
 struct ExecutorConfig {

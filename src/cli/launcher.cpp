@@ -329,8 +329,10 @@ int command_validate(const std::string& file) {
       else if (!e.needs && &e != &config.executors.front())
         needs = (&e - 1)->name;
       if (e.is_remote()) {
-        fmt::print("  {} ({}) remote, {} in flight on each of {}{} <- {}\n", e.name, e.uses.empty() ? "?" : e.uses,
-                   e.remote.in_flight, fmt::join(e.hosts, ", "),
+        const bool dns = e.remote.discovery == RemoteOptions::Discovery::Dns;
+        fmt::print("  {} ({}) remote, {} in flight on each {}{}{} <- {}\n", e.name, e.uses.empty() ? "?" : e.uses,
+                   e.remote.in_flight, dns ? "server of (DNS, at most " : "of ",
+                   dns ? fmt::format("{} each) ", e.remote.max_servers) : "", fmt::join(e.hosts, ", "),
                    e.remote.local_replicas > 0 ? fmt::format(" + {} here", e.remote.local_replicas) : "", needs);
         continue;
       }

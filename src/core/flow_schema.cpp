@@ -366,6 +366,12 @@ std::vector<SchemaKey> remote_executor_keys() {
             e->remote.max_frame_bytes = static_cast<std::size_t>(v.get_int64());
             return std::nullopt;
           }),
+  };
+}
+
+// The remote keys on which servers a flow may use, and how it joins them.
+std::vector<SchemaKey> remote_membership_keys() {
+  return {
       key("executors[].remote.token", V::String, 0, "string", "",
           "The token the executor servers were started with (--token-file); use ${{ ENV.NAME }}.",
           "token: ${{ ENV.FLOWLINE_TOKEN }}",
@@ -378,6 +384,34 @@ std::vector<SchemaKey> remote_executor_keys() {
           "start_degraded: true",
           [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {
             e->remote.start_degraded = v.get_bool();
+            return std::nullopt;
+          }),
+      key("executors[].remote.discovery", V::String, 0, "none | dns", "none",
+          "dns: each entry of `hosts:` is every address its name resolves to (a Kubernetes headless Service's "
+          "ready pods, a Compose service's containers), each server with its own connections and failover. The "
+          "name is looked up again every discovery_interval_ms: new servers take work, gone ones finish what "
+          "they have and are dropped.",
+          "discovery: dns",
+          [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {
+            const std::string_view s = v.get_string();
+            if (s == "none")
+              e->remote.discovery = RemoteOptions::Discovery::None;
+            else if (s == "dns")
+              e->remote.discovery = RemoteOptions::Discovery::Dns;
+            else
+              return fmt::format("expected none or dns, got '{}'", s);
+            return std::nullopt;
+          }),
+      key("executors[].remote.discovery_interval_ms", V::Int, 100, "", "5000",
+          "How often remote.discovery: dns looks the names up again.", "discovery_interval_ms: 2000",
+          &set_remote_millis<&RemoteOptions::discovery_interval>),
+      key("executors[].remote.max_servers", V::Int, 1, "", "16",
+          "remote.discovery: dns uses at most this many servers per name (each has `connections` x `in_flight` "
+          "replica threads here, made at start).",
+          "max_servers: 32",
+          [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {
+            if (v.get_int64() > 256) return fmt::format("expected at most 256, got {}", v.get_int64());
+            e->remote.max_servers = static_cast<std::size_t>(v.get_int64());
             return std::nullopt;
           }),
       key("executors[].remote.local_replicas", V::Int, 0, "", "0",
@@ -401,6 +435,7 @@ const std::vector<SchemaKey>& flow_schema() {
     all.insert(plugins, std::make_move_iterator(serve.begin()), std::make_move_iterator(serve.end()));
     for (auto& k : executor_keys()) all.push_back(std::move(k));
     for (auto& k : remote_executor_keys()) all.push_back(std::move(k));
+    for (auto& k : remote_membership_keys()) all.push_back(std::move(k));
     return all;
   }();
   return schema;

@@ -240,6 +240,21 @@ void check_cycles(const FlowConfig& config, const std::set<std::string>& seen, D
   }
 }
 
+// remote.discovery: dns makes its replica threads up front, for the most servers it may find.
+void check_remote(const ExecutorConfig& e, Diagnostics& out) {
+  if (!e.is_remote() || e.remote.discovery != RemoteOptions::Discovery::Dns) return;
+  constexpr std::size_t kMaxThreads = 4096;
+  const std::size_t threads =
+      e.hosts.size() * e.remote.max_servers * std::max<std::size_t>(e.remote.connections, 1) * e.remote.in_flight;
+  if (threads > kMaxThreads) {
+    report(out, e.location_of("remote"),
+           fmt::format("{}remote.discovery: dns with {} host name{} x max_servers {} x connections {} x in_flight {} "
+                       "needs {} replica threads; at most {}: lower max_servers or in_flight",
+                       context_of(e), e.hosts.size(), e.hosts.size() == 1 ? "" : "s", e.remote.max_servers,
+                       e.remote.connections, e.remote.in_flight, threads, kMaxThreads));
+  }
+}
+
 }  // namespace
 
 namespace detail {
@@ -255,6 +270,7 @@ void validate_collect(FlowConfig& config, const Registry& registry, Diagnostics&
       check_devices(e, devices, out);
     check_needs(e, seen, names, out);
     check_executor_type(config, e, registry, devices, out);
+    check_remote(e, out);
   }
   check_cycles(config, seen, out);
 }

@@ -72,12 +72,16 @@ Yaml deployment(const DeployPlan& plan, const std::string& name, const char* com
                            {"template", Yaml::map({{"metadata", pod}, {"spec", spec}})}})}});
 }
 
-Yaml service(const DeployPlan& plan, const std::string& name, const char* component, Yaml ports) {
+// A headless Service (clusterIP: None) resolves to its ready pods' addresses instead of one virtual IP.
+Yaml service(const DeployPlan& plan, const std::string& name, const char* component, Yaml ports,
+             bool headless = false) {
+  Yaml spec = Yaml::map({{"selector", Yaml::map({{"app.kubernetes.io/name", name}})}});
+  if (headless) spec["clusterIP"] = "None";
+  spec["ports"] = std::move(ports);
   return Yaml::map({{"apiVersion", "v1"},
                     {"kind", "Service"},
                     {"metadata", Yaml::map({{"name", name}, {"labels", labels(plan, name, component)}})},
-                    {"spec", Yaml::map({{"selector", Yaml::map({{"app.kubernetes.io/name", name}})},
-                                        {"ports", std::move(ports)}})}});
+                    {"spec", spec}});
 }
 
 Yaml port(const char* name, int number) {
@@ -120,10 +124,13 @@ std::string executor_manifests(const DeployPlan& plan, const ExecutorService& s)
                          .to_text(fmt::format("Executor '{}' of {}: its server (flowline serve --executor), "
                                               "reached by the gateway on port {}.",
                                               s.executor, plan.flow_file, kWirePort));
+  // Headless: the gateway looks its name up (remote.discovery: dns) and spreads requests over the ready
+  // pods itself, re-resolving as they come and go; a virtual IP would balance connections, not requests.
   text += "---\n" +
           service(plan, s.service, "executor",
-                  Yaml::list({service_port("wire", kWirePort, kWirePort), service_port("http", kHttpPort, kHttpPort)}))
-              .to_text();
+                  Yaml::list({service_port("wire", kWirePort, kWirePort), service_port("http", kHttpPort, kHttpPort)}),
+                  true)
+              .to_text("Headless: its name resolves to the ready pods, which the gateway spreads requests over.");
   if (s.hpa.second > 0) text += "---\n" + autoscaler(plan, s).to_text();
   return text;
 }

@@ -66,9 +66,9 @@ struct ExecutorService {
   int containers = 1;
   GpuRequest gpu;
   std::vector<std::string> hosts;  // what the gateway's flow lists for it (host:port)
-  // Kubernetes: the gateway's connections to the Service (remote.connections). kube-proxy sends each new
-  // connection to one of the ready pods, so two per pod spread the work over the pods.
-  int connections = 1;
+  // Kubernetes: the most pods the gateway spreads requests over (remote.max_servers of remote.discovery:
+  // dns on the headless Service, whose name resolves to the ready pods); 0 elsewhere.
+  int max_servers = 0;
   std::pair<int, int> hpa{0, 0};  // min and max pods; {0, 0}: none
 
   // The names its containers are reached by: compose names each (`service`, or `service-0`, `service-1`,

@@ -386,6 +386,25 @@ TEST_CASE("a remote executor names its hosts as HOST:PORT or Jina's host and por
         "flow.yml:2:5: executor 'a': missing required key 'uses' (or 'hosts' for a remote executor)");
 }
 
+TEST_CASE("remote.discovery takes none or dns, and bounds the replica threads it makes for the servers it may find",
+          "[config][remote]") {
+  const FlowConfig config = load_flow_config_text(
+      "executors:\n  - name: enc\n    hosts: [enc-pods:9000]\n"
+      "    remote: {discovery: dns, discovery_interval_ms: 2000, max_servers: 32}\n",
+      "flow.yml");
+  CHECK(config.executors[0].remote.discovery == RemoteOptions::Discovery::Dns);
+  CHECK(config.executors[0].remote.discovery_interval == std::chrono::milliseconds(2000));
+  CHECK(config.executors[0].remote.max_servers == 32);
+  CHECK(errors_of("executors:\n  - {name: a, hosts: ['h:1'], remote: {discovery: consul}}\n") ==
+        "flow.yml:2:51: executor 'a': remote.discovery: expected none or dns, got 'consul'");
+  CHECK(errors_of("executors:\n  - {name: a, hosts: ['h:1'], remote: {max_servers: 1000}}\n") ==
+        "flow.yml:2:53: executor 'a': remote.max_servers: expected at most 256, got 1000");
+  CHECK(errors_of("executors:\n  - {name: a, hosts: ['h:1'], remote: {discovery: dns, max_servers: 256, "
+                  "in_flight: 32}}\n") ==
+        "flow.yml:2:39: executor 'a': remote.discovery: dns with 1 host name x max_servers 256 x connections 1 x "
+        "in_flight 32 needs 8192 replica threads; at most 4096: lower max_servers or in_flight");
+}
+
 TEST_CASE("every reader of flow text refuses an alias bomb by the node budget, before building a tree",
           "[config][limits]") {
   std::string yaml = "executors:\n  - name: t\n    uses: SetTags\n    with:\n      tags:\n        a: &a [x, x, x, x]\n";

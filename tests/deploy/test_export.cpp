@@ -219,10 +219,17 @@ TEST_CASE("export kubernetes writes manifests that Kubernetes 1.30's schemas acc
   const YAML::Node config = load(dir / "out/configmap.yaml");
   const YAML::Node gateway_flow = YAML::Load(config["data"]["flow.gateway.yml"].as<std::string>());
   CHECK(seq_text(gateway_flow["executors"][2]["hosts"]) == "flow-pair:9000");
-  // Through the Service, two connections per pod (at most the autoscaler's maximum) spread the work.
-  CHECK(gateway_flow["executors"][0]["remote"]["connections"].as<int>() == 6);
-  CHECK(gateway_flow["executors"][2]["remote"]["connections"].as<int>() == 12);
-  CHECK_FALSE(gateway_flow["executors"][1]["remote"]["connections"]);
+  // The executors' Services are headless: the gateway resolves each to its ready pods and spreads requests
+  // over them, with room for twice the pods (or the autoscaler's maximum), at least 8.
+  CHECK(docs[1]["kind"].as<std::string>() == "Service");
+  CHECK(docs[1]["spec"]["clusterIP"].as<std::string>() == "None");
+  CHECK_FALSE(YAML::LoadAllFromFile((dir / "out/gateway.yaml").string())[1]["spec"]["clusterIP"]);
+  for (int i : {0, 1, 2}) {
+    CHECK(gateway_flow["executors"][i]["remote"]["discovery"].as<std::string>() == "dns");
+    CHECK_FALSE(gateway_flow["executors"][i]["remote"]["connections"]);
+  }
+  CHECK(gateway_flow["executors"][0]["remote"]["max_servers"].as<int>() == 8);
+  CHECK(gateway_flow["executors"][2]["remote"]["max_servers"].as<int>() == 12);
   CHECK(config["data"]["flow.yml"].as<std::string>() == kFlow);
 
   if (::access(kClientsPython.c_str(), X_OK) != 0) {

@@ -4,6 +4,7 @@
 #include "child_process.hpp"
 #include "test_support.hpp"
 
+#include "remote/remote_replica.hpp"
 #include "remote/wire.hpp"
 
 #include "flowline/executor_server.hpp"
@@ -24,6 +25,8 @@
 #include <atomic>
 #include <cstring>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <thread>
 
 using namespace flowline;
@@ -86,9 +89,11 @@ FlowConfig client_flow(const std::vector<std::uint16_t>& ports, const std::strin
                                "client.yml");
 }
 
-// An executor `mid` served in this process: SetTags marking documents with `server`.
+// An executor `mid` served in this process: SetTags marking documents with `server`. On `options.host`, at
+// `port` (0: a free one).
 struct InProcessServer {
-  explicit InProcessServer(const std::string& name, ExecutorServerOptions options = {}, const std::string& uses = "")
+  explicit InProcessServer(const std::string& name, ExecutorServerOptions options = {}, const std::string& uses = "",
+                           std::uint16_t port = 0)
       : flow(executor_flow(
             load_flow_config_text(uses.empty() ? fmt::format("executors:\n  - name: mid\n    uses: SetTags\n"
                                                              "    with: {{tags: {{server: {}}}}}\n",
@@ -98,7 +103,7 @@ struct InProcessServer {
             "mid")) {
     flow.start();
     server = std::make_unique<ExecutorServer>(flow, "mid");
-    options.port = 0;
+    options.port = port;
     server->start(options);
   }
   ~InProcessServer() {
@@ -451,7 +456,167 @@ class BackgroundPost {
   std::thread thread_;  // last: it uses the members above
 };
 
+// Stands in for DNS under remote.discovery: dns: the addresses `encoder-pods` resolves to, changed by the
+// test while the flow runs (as a headless Service's answer changes when pods come and go).
+class FakeDns {
+ public:
+  FakeDns() {
+    remote::set_server_resolver([this](const std::string& name, const std::string& port) {
+      lookups_.fetch_add(1);
+      std::lock_guard lock(mutex_);
+      if (name != "encoder-pods" || failing_) throw std::runtime_error(fmt::format("cannot resolve {}", name));
+      std::vector<std::string> out;
+      for (const auto& ip : ips_) out.push_back(fmt::format("{}:{}", ip, port));
+      return out;
+    });
+  }
+  ~FakeDns() { remote::set_server_resolver({}); }
+  void answer(std::vector<std::string> ips) {
+    std::lock_guard lock(mutex_);
+    ips_ = std::move(ips);
+    failing_ = false;
+  }
+  void fail() {
+    std::lock_guard lock(mutex_);
+    failing_ = true;
+  }
+  int lookups() const { return lookups_.load(); }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::string> ips_;
+  bool failing_ = false;
+  std::atomic<int> lookups_{0};
+};
+
+// Every remote host the stats list, for a failure's message.
+std::string hosts_text(Flow& flow) {
+  std::string out;
+  for (const auto& h : flow.stats().remote_hosts)
+    out += fmt::format("{} connected={} requests={} error='{}'; ", h.address, h.connected, h.requests, h.last_error);
+  return out;
+}
+
+// The servers the flow's stats list as connected, by address (without the entry's name).
+std::set<std::string> connected_servers(Flow& flow) {
+  std::set<std::string> out;
+  for (const auto& h : flow.stats().remote_hosts) {
+    if (h.connected) out.insert(h.address.substr(0, h.address.find(' ')));
+  }
+  return out;
+}
+
 }  // namespace
+
+TEST_CASE("remote.discovery: dns spreads requests over every server a name resolves to, as servers come and go",
+          "[remote]") {
+  // Three servers on one port at three loopback addresses, as a headless Service's pods are.
+  ExecutorServerOptions at;
+  at.host = "127.0.0.2";
+  InProcessServer a("a", at);
+  const std::uint16_t port = a.port();
+  at.host = "127.0.0.3";
+  InProcessServer b("b", at, "", port);
+  at.host = "127.0.0.4";
+  InProcessServer c("c", at, "", port);
+  const auto addr = [port](const char* ip) { return fmt::format("{}:{}", ip, port); };
+  FakeDns dns;
+  dns.answer({"127.0.0.2", "127.0.0.3"});
+  Flow flow(load_flow_config_text(
+      fmt::format("with: {{request_size: 100, max_in_flight: 64}}\n"
+                  "executors:\n"
+                  "  - name: mid\n"
+                  "    hosts: [encoder-pods:{}]\n"
+                  "    remote: {{discovery: dns, discovery_interval_ms: 100, max_servers: 4, in_flight: 2}}\n",
+                  port),
+      "client.yml"));
+  flow.start();
+  CHECK(connected_servers(flow) == std::set<std::string>{addr("127.0.0.2"), addr("127.0.0.3")});
+  // Posts `n` documents; how many each server handled.
+  const auto post = [&flow](std::size_t n) {
+    OrderCheck check;
+    CountingSource source(n);
+    const PostSummary summary = flow.post("/", source, std::ref(check));
+    INFO(check.first_problem);
+    CHECK(check.first_problem.empty());
+    CHECK(check.documents == n);
+    CHECK(summary.failed_requests == 0);
+    CHECK(check.by_server.count("none") == 0);
+    return check.by_server;
+  };
+  auto by_server = post(20'000);
+  CHECK(by_server["a"] > 0);
+  CHECK(by_server["b"] > 0);
+  CHECK(by_server["c"] == 0);
+
+  // Under load the answer changes twice: a goes and c comes, then b goes and a comes back. Every document
+  // is answered once and in order, and none fails.
+  constexpr std::size_t kDocuments = 300'000;
+  {
+    BackgroundPost load(flow, kDocuments);
+    REQUIRE(load.reached(kDocuments / 4, 60s));
+    dns.answer({"127.0.0.3", "127.0.0.4"});
+    INFO(hosts_text(flow));
+    REQUIRE(testing::eventually(10s, [&] {
+      return connected_servers(flow) == std::set<std::string>{addr("127.0.0.3"), addr("127.0.0.4")};
+    }));
+    dns.answer({"127.0.0.2", "127.0.0.4"});
+    REQUIRE(testing::eventually(10s, [&] {
+      return connected_servers(flow) == std::set<std::string>{addr("127.0.0.2"), addr("127.0.0.4")};
+    }));
+    const PostSummary summary = load.finish();
+    INFO(load.check.first_problem);
+    CHECK(load.check.first_problem.empty());
+    CHECK(load.check.documents == kDocuments);
+    CHECK(summary.failed_requests == 0);
+    fmt::print("discovery test under load: a {}, b {}, c {} documents; {} lookups\n", load.check.by_server["a"],
+               load.check.by_server["b"], load.check.by_server["c"], dns.lookups());
+  }
+  // Now a and c take the work, and nothing goes to b, which left the answer.
+  const std::uint64_t b_when_gone = b.server->stats().requests;
+  by_server = post(20'000);
+  CHECK(by_server["a"] > 0);
+  CHECK(by_server["b"] == 0);
+  CHECK(by_server["c"] > 0);
+  CHECK(b.server->stats().requests == b_when_gone);
+
+  // A failed lookup keeps the servers known before.
+  dns.fail();
+  const int lookups = dns.lookups();
+  REQUIRE(testing::eventually(5s, [&] { return dns.lookups() > lookups + 1; }));
+  CHECK(connected_servers(flow) == std::set<std::string>{addr("127.0.0.2"), addr("127.0.0.4")});
+  DocumentArray docs = testing::numbered_docs(10);
+  CHECK(flow.post("/", docs).size() == 10);
+  flow.close();
+}
+
+TEST_CASE("remote.discovery: dns asks the system's resolver, and a name it cannot resolve fails the start naming it",
+          "[remote]") {
+  InProcessServer a("a");
+  Flow flow(load_flow_config_text(fmt::format("executors:\n  - name: mid\n    hosts: [localhost:{}]\n"
+                                              "    remote: {{discovery: dns}}\n",
+                                              a.port()),
+                                  "client.yml"));
+  flow.start();
+  const FlowStats stats = flow.stats();
+  REQUIRE(stats.remote_hosts.size() == 1);
+  CHECK(stats.remote_hosts[0].address == fmt::format("127.0.0.1:{} (localhost:{})", a.port(), a.port()));
+  CHECK(stats.remote_hosts[0].connected);
+  DocumentArray docs = testing::numbered_docs(10);
+  CHECK(flow.post("/", docs).size() == 10);
+  flow.close();
+
+  Flow nowhere(
+      load_flow_config_text("executors:\n  - name: mid\n    hosts: [no-such-host.invalid:9000]\n"
+                            "    remote: {discovery: dns, connect_timeout_ms: 500}\n",
+                            "client.yml"));
+  try {
+    nowhere.start();
+    FAIL("the flow started without its host");
+  } catch (const Error& e) {
+    CHECK_THAT(e.what(), testing::contains("no-such-host.invalid:9000 (cannot resolve no-such-host.invalid"));
+  }
+}
 
 TEST_CASE(
     "a million documents through three executor servers, one killed a third of the way: each answered once, in order",

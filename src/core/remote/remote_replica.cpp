@@ -7,6 +7,7 @@
 #include "flowline/error.hpp"
 
 #include <boost/asio/connect.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -16,12 +17,10 @@
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <deque>
-#include <future>
 #include <limits>
 #include <optional>
 #include <thread>
@@ -36,7 +35,8 @@ using namespace std::chrono_literals;
 // Everything that runs on the host's I/O thread. Handlers check `attempt` (connection attempts) so that a
 // late completion of a closed connection changes nothing.
 struct RemoteHost::Io {
-  explicit Io(RemoteHost& host) : host(host), socket(io), resolver(io), timer(io), retry(io), body(answer_budget()) {}
+  explicit Io(RemoteHost& host)
+      : host(host), work(io.get_executor()), socket(io), resolver(io), timer(io), retry(io), body(answer_budget()) {}
 
   // Answers are read as they arrive, never sized by their declared length up front (frame_body.hpp). The
   // client's in-flight bound (remote.in_flight) bounds how many there are, so the budget is unlimited.
@@ -55,16 +55,32 @@ struct RemoteHost::Io {
       retry.cancel();
       timer.cancel();
       resolver.cancel();
+      work.reset();
     });
     if (thread.joinable()) thread.join();
+  }
+
+  // Forgets the connection (if any) without counting a loss: a slot given another server, or released.
+  void reset() {
+    ++attempt;
+    close_socket();
+    timer.cancel();
+    retry.cancel();
+    connected = false;
+    writes.clear();
+    writing = false;
+    backoff = 100ms;
   }
 
   void connect() {
     const std::uint64_t mine = ++attempt;
     close_socket();
-    const auto colon = host.address_.rfind(':');
-    const std::string name = host.address_.substr(0, colon);
-    const std::string port = host.address_.substr(colon + 1);
+    std::string address = host.address();
+    if (address.empty()) return;  // a released slot
+    const auto colon = address.rfind(':');
+    std::string name = address.substr(0, colon);
+    const std::string port = address.substr(colon + 1);
+    if (name.size() > 2 && name.front() == '[' && name.back() == ']') name = name.substr(1, name.size() - 2);
     timer.expires_after(host.options_.connect_timeout);
     timer.async_wait([this, mine](const boost::system::error_code& ec) {
       if (ec || mine != attempt || connected) return;
@@ -97,8 +113,9 @@ struct RemoteHost::Io {
     writes.clear();
     writing = false;
     host.lost(why);
+    if (!host.assigned()) return;  // a released slot: no retry
     if (was_connected) {
-      spdlog::warn("executor '{}': host {} lost: {}; reconnecting", host.executor_, host.address_, why);
+      spdlog::warn("executor '{}': host {} lost: {}; reconnecting", host.executor_, host.address(), why);
       backoff = 100ms;
     }
     retry.expires_after(backoff);
@@ -208,6 +225,8 @@ struct RemoteHost::Io {
 
   RemoteHost& host;
   asio::io_context io;
+  // Keeps run() going while a discovery slot waits for a server (it has no connection to wait on).
+  asio::executor_work_guard<asio::io_context::executor_type> work;
   tcp::socket socket;
   tcp::resolver resolver;
   asio::steady_timer timer;  // connect and handshake
@@ -226,26 +245,84 @@ struct RemoteHost::Io {
 RemoteHost::RemoteHost(std::string executor, std::string address, std::string label, const RemoteOptions& options,
                        RemoteGroup& group)
     : executor_(std::move(executor)),
-      address_(std::move(address)),
-      label_(std::move(label)),
       options_(options),
       group_(group),
+      address_(std::move(address)),
+      label_(std::move(label)),
+      assigned_(!address_.empty()),
       io_(std::make_unique<Io>(*this)) {}
 
 RemoteHost::~RemoteHost() { io_->stop(); }
 
 std::string RemoteHost::start() {
-  asio::post(io_->io, [this] { io_->connect(); });
+  if (assigned()) asio::post(io_->io, [this] { io_->connect(); });
   io_->run();
+  return assigned() ? wait_attempt() : std::string();
+}
+
+std::string RemoteHost::wait_attempt() {
   std::unique_lock lock(mutex_);
   changed_.wait_for(lock, options_.connect_timeout + 1s, [&] { return up_ || attempted_; });
   if (up_) return {};
   return last_error_.empty() ? "no answer" : last_error_;
 }
 
+void RemoteHost::assign(std::string address, std::string label) {
+  {
+    std::lock_guard lock(mutex_);
+    address_ = std::move(address);
+    label_ = std::move(label);
+    assigned_ = true;
+    draining_ = false;
+    up_ = ever_up_ = attempted_ = false;
+    last_error_.clear();
+    for (auto* counter : {&reconnects_, &requeued_batches_, &lost_, &requests_}) counter->store(0);
+  }
+  asio::post(io_->io, [this] {
+    io_->reset();
+    io_->connect();
+  });
+}
+
+void RemoteHost::release() {
+  std::lock_guard lock(mutex_);
+  assigned_ = false;
+  up_ = false;  // no new calls; those in flight still get their answers
+  draining_ = true;
+  if (pending_.empty()) end_drain_locked();
+}
+
+void RemoteHost::end_drain_locked() {
+  if (!draining_ || !pending_.empty()) return;
+  draining_ = false;
+  address_.clear();
+  asio::post(io_->io, [this] { io_->reset(); });
+}
+
+bool RemoteHost::free() const {
+  std::lock_guard lock(mutex_);
+  return !assigned_ && !draining_;
+}
+
+bool RemoteHost::assigned() const {
+  std::lock_guard lock(mutex_);
+  return assigned_;
+}
+
+std::string RemoteHost::address() const {
+  std::lock_guard lock(mutex_);
+  return address_;
+}
+
+std::string RemoteHost::label() const {
+  std::lock_guard lock(mutex_);
+  return label_;
+}
+
 void RemoteHost::connected(std::uint64_t generation) {
   {
     std::lock_guard lock(mutex_);
+    if (!assigned_) return;  // released while connecting: the reset that follows closes it
     up_ = true;
     attempted_ = true;
     generation_ = generation;
@@ -268,6 +345,10 @@ void RemoteHost::lost(const std::string& why) {
       pending->ready.notify_one();  // under the lock: the call may return and destroy it once unlocked
     }
     pending_.clear();
+    if (draining_) {
+      draining_ = false;
+      address_.clear();
+    }
   }
   changed_.notify_all();
 }
@@ -280,6 +361,7 @@ void RemoteHost::answered(std::uint64_t id, std::string frame) {
   it->second->done = true;
   it->second->ready.notify_one();  // under the lock: the call may return and destroy it once unlocked
   pending_.erase(it);
+  end_drain_locked();
 }
 
 RemoteHost::Wait RemoteHost::wait_up(const std::function<bool()>& stop) {
@@ -298,7 +380,11 @@ RemoteHost::Wait RemoteHost::wait_up(const std::function<bool()>& stop) {
 std::string RemoteHost::call(std::uint64_t id, std::string frame) {
   Pending pending;
   std::unique_lock lock(mutex_);
-  if (!up_) throw runtime::ReplicaUnavailable(fmt::format("host {} is unreachable: {}", address_, last_error_));
+  if (!up_) {
+    throw runtime::ReplicaUnavailable(assigned_ ? fmt::format("host {} is unreachable: {}", address_, last_error_)
+                                                : fmt::format("{} has no server now", label_));
+  }
+  const std::string address = address_;
   const std::uint64_t generation = generation_;
   pending_.emplace(id, &pending);
   lock.unlock();
@@ -313,11 +399,11 @@ std::string RemoteHost::call(std::uint64_t id, std::string frame) {
     return std::move(pending.answer);
   }
   pending_.erase(id);  // no answer may reach `pending` after this
-  if (finished) throw runtime::ReplicaUnavailable(fmt::format("host {} lost: {}", address_, pending.lost));
+  if (finished) throw runtime::ReplicaUnavailable(fmt::format("host {} lost: {}", address, pending.lost));
   lock.unlock();
   const std::string why = fmt::format("no answer within {} ms", options_.timeout.count());
   asio::post(io_->io, [this, generation, why] { io_->fail(generation, why); });
-  throw runtime::ReplicaUnavailable(fmt::format("host {}: {}", address_, why));
+  throw runtime::ReplicaUnavailable(fmt::format("host {}: {}", address, why));
 }
 
 bool RemoteHost::up() const {
@@ -333,9 +419,9 @@ std::string RemoteHost::last_error() const {
 RemoteHostStats RemoteHost::stats() const {
   RemoteHostStats s;
   s.executor = executor_;
-  s.address = label_;
   {
     std::lock_guard lock(mutex_);
+    s.address = label_;
     s.connected = up_;
     s.last_error = last_error_;
   }
@@ -344,65 +430,6 @@ RemoteHostStats RemoteHost::stats() const {
   s.requeued_batches = requeued_batches_.load();
   s.requests = requests_.load();
   return s;
-}
-
-// ---- RemoteGroup ----------------------------------------------------------------------------------------
-
-RemoteGroup::RemoteGroup(const ExecutorConfig& executor)
-    : executor_(executor.name),
-      local_replicas_(executor.remote.local_replicas),
-      give_up_(executor.remote.give_up),
-      start_degraded_(executor.remote.start_degraded) {
-  const std::size_t connections = std::max<std::size_t>(executor.remote.connections, 1);
-  for (const auto& address : executor.hosts) {
-    for (std::size_t k = 1; k <= connections; ++k) {
-      std::string label = connections == 1 ? address : fmt::format("{}#{}", address, k);
-      hosts_.push_back(std::make_unique<RemoteHost>(executor.name, address, std::move(label), executor.remote, *this));
-    }
-  }
-}
-
-void RemoteGroup::start() {
-  std::vector<std::future<std::string>> outcomes;
-  for (auto& host : hosts_) outcomes.push_back(std::async(std::launch::async, [&host] { return host->start(); }));
-  std::vector<std::string> problems;
-  for (std::size_t i = 0; i < hosts_.size(); ++i) {
-    const std::string error = outcomes[i].get();
-    if (!error.empty()) problems.push_back(fmt::format("{} ({})", hosts_[i]->address(), error));
-  }
-  if (problems.empty()) return;
-  if (!start_degraded_) {
-    throw Error(
-        fmt::format("cannot reach host{} {}; start the executor servers (flowline serve FLOW --executor {} "
-                    "--port PORT) or set remote.start_degraded",
-                    problems.size() == 1 ? "" : "s", fmt::join(problems, ", "), executor_));
-  }
-  spdlog::warn("executor '{}': starting without {}; they join when they come up", executor_, fmt::join(problems, ", "));
-}
-
-bool RemoteGroup::given_up() {
-  if (local_replicas_ > 0) return false;
-  const bool any_up = std::any_of(hosts_.begin(), hosts_.end(), [](const auto& h) { return h->up(); });
-  std::lock_guard lock(mutex_);
-  if (any_up) {
-    none_up_since_ = {};
-    return false;
-  }
-  const auto now = Clock::now();
-  if (none_up_since_ == Clock::time_point{}) none_up_since_ = now;
-  return now - none_up_since_ >= give_up_;
-}
-
-std::string RemoteGroup::unreachable_message() const {
-  std::vector<std::string> hosts;
-  for (const auto& h : hosts_) hosts.push_back(fmt::format("{} ({})", h->address(), h->last_error()));
-  return fmt::format("no host reachable for {} ms: {}", give_up_.count(), fmt::join(hosts, ", "));
-}
-
-std::vector<RemoteHostStats> RemoteGroup::stats() const {
-  std::vector<RemoteHostStats> out;
-  for (const auto& h : hosts_) out.push_back(h->stats());
-  return out;
 }
 
 // ---- RemoteReplica --------------------------------------------------------------------------------------

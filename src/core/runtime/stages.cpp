@@ -44,7 +44,8 @@ void add_local_replicas(Stage& stage, const ExecutorConfig& e, const FlowConfig&
   }
 }
 
-// The replicas on executor servers (`hosts:`): remote.in_flight per host, after the local ones.
+// The replicas on executor servers (`hosts:`): remote.in_flight per host (per discovery slot), after the
+// local ones.
 void add_remote_replicas(Stage& stage, const ExecutorConfig& e, FlowTopology& topology) {
   if (!e.is_remote()) return;
   stage.remote = std::make_unique<remote::RemoteGroup>(e);
@@ -53,7 +54,7 @@ void add_remote_replicas(Stage& stage, const ExecutorConfig& e, FlowTopology& to
   for (const auto& host : stage.remote->hosts()) {
     for (std::size_t k = 0; k < e.remote.in_flight; ++k, ++r) {
       stage.replicas.push_back(std::make_unique<remote::RemoteReplica>(*host, *stage.remote));
-      topology.replicas.push_back(ReplicaPlacement{e.name, type, r, c10::Device(c10::kCPU), host->address()});
+      topology.replicas.push_back(ReplicaPlacement{e.name, type, r, c10::Device(c10::kCPU), host->label()});
     }
   }
 }
