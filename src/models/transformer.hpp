@@ -124,6 +124,9 @@ struct Architecture {
   std::vector<std::string_view> model_types;  // config.json's model_type values it runs
   std::string_view description;
   std::unique_ptr<Transformer> (*make)(const ArchitectureContext& context);
+  // config.json's checks that need no weights, or null: Checkpoint::read() (so validation) runs them, on
+  // a context for the CPU in float32, and throws what they throw (naming the file and key).
+  void (*check)(const ArchitectureContext& context) = nullptr;
 };
 std::span<const Architecture> architectures();  // architectures/table.cpp
 const Architecture* find_architecture(std::string_view model_type);
