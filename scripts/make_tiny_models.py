@@ -5,6 +5,7 @@ tested apart, tests/models/test_tokenizers.cpp).
 
   .venv-ref/bin/python scripts/make_tiny_models.py        # scripts/setup-reference.sh makes .venv-ref
   .venv-ref/bin/python scripts/make_tiny_models.py --only xlm-roberta-unigram   # that one alone
+  .venv-ref/bin/python scripts/make_tiny_models.py --only qwen3 xlm-roberta-unigram   # these
 
 Outputs (committed), in tests/data/tiny-models/:
   <name>/                    a checkpoint folder: config.json, model.safetensors, sentence-transformers
@@ -13,6 +14,8 @@ Outputs (committed), in tests/data/tiny-models/:
                              then `embeddings` [n, d] (sentence-transformers) or `scores` [n, labels]
                              (transformers' logits, then the CrossEncoder activation); `prompt_length`
                              when the checkpoint leaves its prompt out of the pooling.
+  <name>.texts.jsonl and .texts.safetensors (xlm-roberta-unigram, qwen3): texts encoded end to end, tokenizer
+                             included (qwen3: without a prompt as `embeddings`, with its "query" prompt as `query`).
 """
 import argparse
 import json
@@ -26,8 +29,8 @@ from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import Dense, Normalize, Transformer
 from sentence_transformers.sentence_transformer.modules import Pooling
 from transformers import (BertConfig, BertForSequenceClassification, BertModel, ModernBertConfig, ModernBertModel,
-                          MPNetConfig, MPNetModel, XLMRobertaConfig, XLMRobertaForSequenceClassification,
-                          XLMRobertaModel)
+                          MPNetConfig, MPNetModel, Qwen3Config, Qwen3Model, XLMRobertaConfig,
+                          XLMRobertaForSequenceClassification, XLMRobertaModel)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUT = ROOT / "tests/data/tiny-models"
@@ -207,16 +210,118 @@ def unigram_texts(corpus):
         "The <mask> sat on the mat", "<s> inside </s> text", "", "x", "e\u0301 combining", "\u200bzero\u200dwidth"]
 
 
+QWEN3_QUERY = "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:"
+
+
+def qwen3_model(name, tokenizer_dir, texts):
+    """Qwen3-Embedding's layout at tiny sizes: a Qwen3Model (RMSNorm, RMSNorm of each query and key head,
+    rotary positions with rope_theta 1e6, SwiGLU, grouped-query causal attention, head_dim * heads != hidden as
+    in Qwen3-Embedding-0.6B), sentence-transformers' Transformer + Pooling(lasttoken) + Normalize, the
+    tokenizer padding on the left and appending <|endoftext|> (tests/data/tokenizers/bpe-split-qwen), the
+    "query" prompt of config_sentence_transformers.json. sdpa attention in float32, checked against eager.
+    Goldens from token ids (left-padded batches) and end to end from texts, with and without the prompt."""
+    from tokenizers import Tokenizer
+    torch.manual_seed(3)
+    plain = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
+    eos = plain.token_to_id("<|endoftext|>")
+    config = Qwen3Config(vocab_size=plain.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
+                         rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                         hidden_act="silu", attention_bias=False, use_sliding_window=False, tie_word_embeddings=True,
+                         bos_token_id=eos, eos_token_id=eos, pad_token_id=eos)
+    model = Qwen3Model(config)
+    randomise(model)
+    with torch.no_grad():  # norms around 1, as trained ones are, so that q_norm and k_norm matter
+        for n, p in model.named_parameters():
+            if n.endswith("norm.weight"):
+                p.add_(1.0)
+    out = OUT / name
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        shutil.copy(tokenizer_dir / "tokenizer.json", pathlib.Path(tmp) / "tokenizer.json")
+        (pathlib.Path(tmp) / "tokenizer_config.json").write_text(json.dumps({
+            "tokenizer_class": "Qwen2Tokenizer", "model_max_length": 131072, "padding_side": "left",
+            "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>", "bos_token": None, "unk_token": None,
+            "add_prefix_space": False, "clean_up_tokenization_spaces": False, "errors": "replace"}))
+        def load(attention):
+            return SentenceTransformer(
+                modules=[Transformer(tmp, max_seq_length=128,
+                                     model_kwargs={"attn_implementation": attention, "dtype": torch.float32}),
+                         Pooling(32, pooling_mode="lasttoken"), Normalize()],
+                device="cpu", prompts={"query": QWEN3_QUERY, "document": ""})
+        st, eager = load("sdpa"), load("eager")
+        shutil.rmtree(out, ignore_errors=True)
+        st.save(str(out))
+    (out / "README.md").unlink(missing_ok=True)
+    assert st.tokenizer.padding_side == "left", st.tokenizer.padding_side
+    # transformers must tokenize as the files say: tokenizers' parity-tested one, and the one transformers'
+    # Qwen2Tokenizer saves (it sets its own decoder and ignore_merges; flowline reads that one).
+    saved = Tokenizer.from_file(str(out / "tokenizer.json"))
+    for reference in (plain, saved):
+        assert [st.tokenizer(t)["input_ids"] for t in texts] == [e.ids for e in reference.encode_batch(texts)]
+
+    # From token ids: sequences ending in <|endoftext|>, left-padded as Qwen3-Embedding's tokenizer pads.
+    generator = torch.Generator().manual_seed(5)
+    seqs = sequences(generator, 40, 90)
+    for s in seqs:
+        s[-1] = eos
+    longest = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), longest), eos, dtype=torch.long)
+    mask = torch.zeros((len(seqs), longest), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, longest - len(s):] = s
+        mask[i, longest - len(s):] = 1
+    with torch.inference_mode():
+        embeddings = st.forward({"input_ids": ids, "attention_mask": mask})["sentence_embedding"]
+        by_eager = eager.forward({"input_ids": ids, "attention_mask": mask})["sentence_embedding"]
+        one_by_one = torch.cat([st.forward({"input_ids": s.unsqueeze(0), "attention_mask": torch.ones(1, len(s),
+                                            dtype=torch.long)})["sentence_embedding"] for s in seqs])
+    assert torch.isfinite(embeddings).all()
+    assert (embeddings - by_eager).abs().max() < 1e-5, (embeddings - by_eager).abs().max()
+    assert (embeddings - one_by_one).abs().max() < 1e-5, (embeddings - one_by_one).abs().max()
+    write_goldens(name, seqs, embeddings, "embeddings")
+    print(f"{name}: {len(seqs)} sequences, embeddings {tuple(embeddings.shape)}")
+
+    # Texts end to end, in one batch (left padding, some truncated at max_seq_length 128), with and without
+    # the query prompt.
+    with open(OUT / f"{name}.texts.jsonl", "w", encoding="utf-8") as f:
+        for t in texts:
+            f.write(json.dumps({"text": t}, ensure_ascii=False) + "\n")
+    plain_texts = st.encode(texts, convert_to_tensor=True, batch_size=len(texts)).float()
+    query = st.encode(texts, prompt_name="query", convert_to_tensor=True, batch_size=len(texts)).float()
+    assert (plain_texts - eager.encode(texts, convert_to_tensor=True, batch_size=len(texts))).abs().max() < 1e-5
+    save_file({"embeddings": plain_texts.contiguous(), "query": query.contiguous()},
+              str(OUT / f"{name}.texts.safetensors"))
+    print(f"{name}: {len(texts)} texts end to end, embeddings {tuple(plain_texts.shape)}, with the query prompt too")
+
+
+def qwen3_texts(corpus):
+    paragraphs = [" ".join(p.split()) for path in sorted(corpus.glob("*.txt"))
+                  for p in path.read_text(encoding="utf-8").split("\n\n") if p.strip()]
+    long = [p for p in paragraphs if len(p) > 800][:3]  # past 128 tokens: truncated, <|endoftext|> kept last
+    return paragraphs[200:206] + long + [
+        "What is the capital of China?", "Explain gravity", "Alice was beginning to get very tired",
+        "  two  spaces,\ttab and\nnew line  ", "Москва — столица России", "東京は日本の首都です", "😀 👩‍👩‍👧‍👦 ❤️",
+        "<|im_start|>user\nhello<|im_end|>", "<|endoftext|> inside text", "", "x"]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", choices=["xlm-roberta-unigram"], help="make only this checkpoint")
+    parser.add_argument("--only", nargs="+", choices=["xlm-roberta-unigram", "qwen3"],
+                        help="make only these checkpoints")
     parser.add_argument("--corpus", type=pathlib.Path, default=ROOT.parent / "shared/data/corpus")
     args = parser.parse_args()
-    if args.only == "xlm-roberta-unigram":
-        text_model("xlm-roberta-unigram", ROOT / "tests/data/tokenizers/unigram-xlmr", unigram_texts(args.corpus))
+    OUT.mkdir(parents=True, exist_ok=True)
+    separate = {
+        "xlm-roberta-unigram": lambda: text_model("xlm-roberta-unigram", ROOT / "tests/data/tokenizers/unigram-xlmr",
+                                                  unigram_texts(args.corpus)),
+        "qwen3": lambda: qwen3_model("qwen3", ROOT / "tests/data/tokenizers/bpe-split-qwen", qwen3_texts(args.corpus)),
+    }
+    if args.only:
+        for name in args.only:
+            separate[name]()
         return
     torch.manual_seed(1234)
-    OUT.mkdir(parents=True, exist_ok=True)
 
     bert = BertModel(BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                 intermediate_size=64, max_position_embeddings=128), add_pooling_layer=False)
@@ -261,7 +366,8 @@ def main():
         max_position_embeddings=514, type_vocab_size=1, pad_token_id=1, num_labels=1))
     randomise(xlmr_cross)
     cross_encoder("xlm-roberta-cross-encoder", xlmr_cross, pad=1, cls=0, sep=2, pair_sep=[2, 2], typed=False)
-    text_model("xlm-roberta-unigram", ROOT / "tests/data/tokenizers/unigram-xlmr", unigram_texts(args.corpus))
+    for make in separate.values():
+        make()
 
 
 if __name__ == "__main__":

@@ -260,10 +260,12 @@ Checkpoint Checkpoint::read(const fs::path& folder) {
   c.config = read_json_object(c.config_file);
   const auto* type = c.config.if_contains("model_type");
   c.model_type = type && type->is_string() ? std::string(type->get_string()) : "bert";
-  if (!detail::find_architecture(c.model_type)) {
+  const auto* architecture = detail::find_architecture(c.model_type);
+  if (!architecture) {
     throw Error(fmt::format("'{}': model_type '{}' is not supported (supported: {})", c.config_file.string(),
                             c.model_type, fmt::join(supported_model_types(), ", ")));
   }
+  if (architecture->check) architecture->check({c, c10::Device(c10::kCPU), c10::kFloat});
   read_modules(folder, c);
   read_classifier(folder, c);
   read_lengths_and_prompts(folder, c);

@@ -124,6 +124,9 @@ struct Architecture {
   std::vector<std::string_view> model_types;  // config.json's model_type values it runs
   std::string_view description;
   std::unique_ptr<Transformer> (*make)(const ArchitectureContext& context);
+  // config.json's checks that need no weights, or null: Checkpoint::read() (so validation) runs them, on
+  // a context for the CPU in float32, and throws what they throw (naming the file and key).
+  void (*check)(const ArchitectureContext& context) = nullptr;
 };
 std::span<const Architecture> architectures();  // architectures/table.cpp
 const Architecture* find_architecture(std::string_view model_type);
@@ -155,6 +158,16 @@ void prepare_attention(AttentionOptions& options, const DeviceBatch& batch, c10:
                        std::int64_t kv_heads);
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const DeviceBatch& batch,
                   const AttentionOptions& options);
+
+// Rotary position embeddings (rotary.cpp), as Hugging Face's default RoPE makes them: cos and sin
+// [positions, head_dim / 2] from float32 frequencies theta^(-2i / head_dim), rounded to the model's dtype
+// (Hugging Face's tables repeat each half, so half of each suffices).
+std::pair<at::Tensor, at::Tensor> rotary_tables(double theta, std::int64_t head_dim, std::int64_t positions,
+                                                c10::ScalarType dtype, c10::Device device);
+// x [T, heads, head_dim] rotated at each token's position, cos and sin [T, head_dim / 2] being the tables'
+// rows at the tokens' positions: each head's halves (x1, x2) become (x1 cos - x2 sin, x2 cos + x1 sin) —
+// Hugging Face's x * cos + rotate_half(x) * sin — in the model's dtype. Returns a new [T, heads, head_dim].
+at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
 // A module's activation (Dense, classifier heads): embedding_model.cpp.
 at::Tensor apply_activation(Activation activation, const at::Tensor& x);

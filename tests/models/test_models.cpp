@@ -1,5 +1,6 @@
 // Tests of the models room: every architecture of the table against transformers / sentence-transformers
-// on tiny checkpoints of its shape (scripts/make_tiny_models.py), from token ids; checkpoint errors.
+// on tiny checkpoints of its shape (scripts/make_tiny_models.py), from token ids (and Qwen3 from texts, through
+// its tokenizer); checkpoint errors.
 #include "test_support.hpp"
 
 #include "flowline/device.hpp"
@@ -9,8 +10,10 @@
 #include "flowline/models/cross_encoder.hpp"
 #include "flowline/models/embedding_model.hpp"
 #include "flowline/models/safetensors.hpp"
+#include "flowline/models/tokenizer.hpp"
 
 #include <ATen/ATen.h>
+#include <boost/json.hpp>
 #include <c10/core/StreamGuard.h>
 
 #include <algorithm>
@@ -71,7 +74,7 @@ at::Tensor encode_goldens(const EmbeddingModel& model, const Goldens& g, std::si
 
 TEST_CASE("every architecture's embeddings equal sentence-transformers' on its tiny checkpoint", "[models]") {
   const auto name = GENERATE(as<std::string>{}, "bert-all-poolings-dense", "bert-prompt-excluded", "xlm-roberta",
-                             "mpnet", "modernbert");
+                             "mpnet", "modernbert", "qwen3");
   INFO(name);
   const auto g = read_goldens(name, "embeddings");
   const EmbeddingModel model(kTiny / name, c10::Device(c10::kCPU), c10::kFloat);
@@ -83,6 +86,83 @@ TEST_CASE("every architecture's embeddings equal sentence-transformers' on its t
     CHECK(row_cosines(got, g.expected).min().item<double>() >= 0.99999);
     CHECK((got - g.expected).abs().max().item<double>() < 1e-4);
   }
+}
+
+TEST_CASE("Qwen3 embeds texts as sentence-transformers does: its tokenizer, last-token pooling, the query prompt",
+          "[models][qwen3]") {
+  // Qwen3-Embedding's layout (scripts/make_tiny_models.py --only qwen3): the tokenizer appends <|endoftext|>
+  // (after truncation too), sentence-transformers pads on the left and pools the last token; flowline packs
+  // the texts without padding and pools each sequence's last token. All texts in one batch, of 1 to 128
+  // tokens (three paragraphs cut at max_seq_length 128), without a prompt and with the "query" one.
+  const auto dir = kTiny / "qwen3";
+  const EmbeddingModel model(dir, c10::Device(c10::kCPU), c10::kFloat);
+  CHECK(model.info().model_type == "qwen3");
+  CHECK(model.checkpoint().max_seq_length == 128);
+  const auto tokenizer = Tokenizer::from_folder(dir);
+  const std::int32_t end_of_text = 0;  // <|endoftext|>
+  std::vector<std::string> texts;
+  {
+    std::ifstream in(kTiny / "qwen3.texts.jsonl");
+    for (std::string line; std::getline(in, line);) texts.emplace_back(boost::json::parse(line).at("text").as_string());
+  }
+  REQUIRE(texts.size() == 20);
+  const SafetensorsFile expected(kTiny / "qwen3.texts.safetensors");
+  for (const auto& [prompt_name, key] : {std::pair{"", "embeddings"}, std::pair{"query", "query"}}) {
+    INFO("prompt " << prompt_name);
+    const std::string prompt = *prompt_name ? model.checkpoint().prompt(prompt_name) : "";
+    std::vector<std::int32_t> ids;
+    std::vector<std::int64_t> lengths;
+    for (const auto& t : texts) {
+      const auto encoded = tokenizer->encode(prompt + t, static_cast<std::size_t>(model.checkpoint().max_seq_length));
+      CHECK(encoded.back() == end_of_text);
+      ids.insert(ids.end(), encoded.begin(), encoded.end());
+      lengths.push_back(static_cast<std::int64_t>(encoded.size()));
+    }
+    CHECK(*std::max_element(lengths.begin(), lengths.end()) == 128);
+    const at::Tensor got = model.encode(PackedBatch{ids, lengths});
+    const at::Tensor want = expected.get(key);
+    REQUIRE(got.sizes() == want.sizes());
+    CHECK(row_cosines(got, want).min().item<double>() >= 0.99999);
+    CHECK((got - want).abs().max().item<double>() < 1e-4);
+  }
+}
+
+TEST_CASE("a Qwen3 variant flowline does not run is refused when the checkpoint is read, naming file and key",
+          "[models][qwen3]") {
+  const auto dir = testing::scratch_dir("qwen3 variants");
+  std::filesystem::copy(kTiny / "qwen3", dir, std::filesystem::copy_options::recursive);
+  const auto original = boost::json::parse(testing::read_text(dir / "config.json")).as_object();
+  const std::string file = (dir / "config.json").string();
+  auto refused = [&](const char* key, boost::json::value value, const std::string& message) {
+    auto config = original;
+    config[key] = std::move(value);
+    std::ofstream(dir / "config.json", std::ios::trunc) << boost::json::serialize(config);
+    CHECK_THROWS_WITH(Checkpoint::read(dir), testing::contains("'" + file + "': " + message));
+    CHECK(Checkpoint::problem(dir, Checkpoint::Use::Embedding).value_or("").find(message) != std::string::npos);
+  };
+  refused("use_sliding_window", true, "use_sliding_window: true is not supported");
+  refused("layer_types", boost::json::array{"full_attention", "sliding_attention"},
+          "layer_types: only 'full_attention' layers are supported");
+  refused("attention_bias", true, "attention_bias: true is not supported");
+  refused("rope_scaling", boost::json::object{{"rope_type", "yarn"}, {"factor", 4.0}},
+          "rope_scaling: only rope_type 'default' is supported");
+  refused("num_key_value_heads", 3, "num_key_value_heads: must divide num_attention_heads (4)");
+  refused("hidden_act", "tanh", "hidden_act: 'tanh' is not supported");
+  // transformers 4's keys (Qwen3-Embedding's config.json): rope_theta beside rope_scaling null.
+  auto config = original;
+  config.erase("rope_parameters");
+  config.erase("layer_types");
+  config["rope_theta"] = 1000000.0;
+  config["rope_scaling"] = nullptr;
+  config["sliding_window"] = nullptr;
+  std::ofstream(dir / "config.json", std::ios::trunc) << boost::json::serialize(config);
+  const auto g = read_goldens("qwen3", "embeddings");
+  const EmbeddingModel model(dir, c10::Device(c10::kCPU), c10::kFloat);
+  CHECK(row_cosines(encode_goldens(model, g, 7), g.expected).min().item<double>() >= 0.99999);
+  config["rope_theta"] = 10000.0;  // another theta: other embeddings (the test sees the rotary positions)
+  std::ofstream(dir / "config.json", std::ios::trunc) << boost::json::serialize(config);
+  const EmbeddingModel other(dir, c10::Device(c10::kCPU), c10::kFloat);
+  CHECK(row_cosines(encode_goldens(other, g, 7), g.expected).min().item<double>() < 0.999);
 }
 
 TEST_CASE("cross-encoders' scores equal transformers' with the CrossEncoder activation", "[models]") {
@@ -111,7 +191,7 @@ TEST_CASE("a checkpoint of an unsupported model_type is refused naming the file 
   std::ofstream(dir / "config.json") << config;
   CHECK_THROWS_WITH(Checkpoint::read(dir),
                     testing::contains("config.json': model_type 't5' is not supported (supported: bert, "
-                                      "camembert, modernbert, mpnet, roberta, xlm-roberta)"));
+                                      "camembert, modernbert, mpnet, qwen3, roberta, xlm-roberta)"));
 }
 
 TEST_CASE("a checkpoint's unknown module or pooling mode is refused naming the file", "[models]") {
@@ -157,7 +237,8 @@ TEST_CASE("on the GPU every architecture stays within the fp16 and bf16 bounds, 
   const c10::Device gpu(c10::kCUDA, 0);
   const auto stream = replica_stream(gpu);  // CUDA graphs are not captured on the default stream
   c10::StreamGuard on_stream(*stream);
-  for (const char* name : {"bert-all-poolings-dense", "bert-prompt-excluded", "xlm-roberta", "mpnet", "modernbert"}) {
+  for (const char* name :
+       {"bert-all-poolings-dense", "bert-prompt-excluded", "xlm-roberta", "mpnet", "modernbert", "qwen3"}) {
     const auto g = read_goldens(name, "embeddings");
     for (const auto& [dtype, bound] : {std::pair{c10::kHalf, 0.999}, std::pair{c10::kBFloat16, 0.995}}) {
       const auto model = std::make_shared<const EmbeddingModel>(kTiny / name, gpu, dtype);

@@ -119,7 +119,7 @@ TEST_CASE("unsupported model configs are rejected naming the file and key", "[en
   CHECK_THROWS_WITH(models::Checkpoint::read(dir),
                     "'" + (dir / "config.json").string() +
                         "': model_type 'gpt2' is not supported (supported: bert, camembert, modernbert, mpnet, "
-                        "roberta, xlm-roberta)");
+                        "qwen3, roberta, xlm-roberta)");
   CHECK_THROWS_WITH(models::Checkpoint::read(dir / "nowhere"), testing::contains("no such folder"));
   testing::write_text(dir / "1_Pooling/config.json", "{\"pooling_mode\": \"median\"}");
   config["model_type"] = "bert";
@@ -400,6 +400,27 @@ TEST_CASE("an XLM-RoBERTa checkpoint with a sentencepiece tokenizer.json encodes
   const at::Tensor got = flow.post("/encode", std::move(docs)).embeddings();
   REQUIRE(got.size(0) == static_cast<int64_t>(texts.size()));
   CHECK(row_cosines(got, expected.get("embeddings")).min().item<double>() >= 0.99999);
+}
+
+TEST_CASE("a Qwen3-Embedding-shaped checkpoint encodes texts as sentence-transformers does, query prompt included",
+          "[encoder][tokenizers][qwen3]") {
+  // Byte-level BPE with Qwen2's Split pattern, <|endoftext|> appended, last-token pooling, the query prompt
+  // by name (scripts/make_tiny_models.py --only qwen3); the executor's batches, not the goldens' one.
+  const auto tiny = std::filesystem::path(FLOWLINE_SOURCE_DIR) / "tests/data/tiny-models";
+  const auto texts = read_texts(tiny / "qwen3.texts.jsonl");
+  const SafetensorsFile expected(tiny / "qwen3.texts.safetensors");
+  for (const auto& [prompt_name, key] : {std::pair{"", "embeddings"}, std::pair{"query", "query"}}) {
+    INFO("prompt_name " << prompt_name);
+    boost::json::object with{{"model", (tiny / "qwen3").string()}, {"batch_size", 8}};
+    if (*prompt_name) with["prompt_name"] = prompt_name;
+    Flow flow(FlowOptions{}, encoder_registry());
+    flow.add({.name = "encoder", .uses = "SentenceEncoder", .with = with, .device = "cpu"});
+    DocumentArray docs;
+    for (const auto& t : texts) docs.push_back(Document(t));
+    const at::Tensor got = flow.post("/encode", std::move(docs)).embeddings();
+    REQUIRE(got.size(0) == static_cast<int64_t>(texts.size()));
+    CHECK(row_cosines(got, expected.get(key)).min().item<double>() >= 0.99999);
+  }
 }
 
 TEST_CASE("prompts are put before the texts as sentence-transformers does, per executor and per request",

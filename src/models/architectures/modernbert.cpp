@@ -12,28 +12,6 @@ namespace flowline::models::detail {
 
 namespace {
 
-// cos and sin [positions, head_dim / 2] as Hugging Face's ModernBertRotaryEmbedding makes them (float32
-// frequencies, rounded to the model's dtype); its tables repeat each half, so half of each suffices.
-std::pair<at::Tensor, at::Tensor> rotary_tables(double theta, std::int64_t head_dim, std::int64_t positions,
-                                                c10::ScalarType dtype, c10::Device device) {
-  const at::Tensor inv_freq =
-      1.0 / at::pow(theta, at::arange(0, head_dim, 2, at::kFloat) / static_cast<double>(head_dim));
-  const at::Tensor freqs = at::arange(positions, at::kFloat).unsqueeze(1) * inv_freq.unsqueeze(0);
-  return {freqs.cos().to(dtype).to(device), freqs.sin().to(dtype).to(device)};
-}
-
-// Queries and keys rotated together: qkv's first 2H columns as [T, 2 * heads, d], each head's halves
-// (x1, x2) becoming (x1 cos - x2 sin, x2 cos + x1 sin) — Hugging Face's q * cos + rotate_half(q) * sin —
-// in the model's dtype. Returns [T, 2 * heads, d].
-at::Tensor rotate_queries_and_keys(const at::Tensor& qkv, std::int64_t heads, const at::Tensor& cos,
-                                   const at::Tensor& sin) {
-  const std::int64_t total = qkv.size(0), hidden = qkv.size(1) / 3, half = hidden / heads / 2;
-  const at::Tensor qk = qkv.narrow(1, 0, 2 * hidden).view({total, 2 * heads, 2 * half});
-  const at::Tensor x1 = qk.narrow(2, 0, half), x2 = qk.narrow(2, half, half);
-  const at::Tensor c = cos.unsqueeze(1), s = sin.unsqueeze(1);
-  return at::cat({x1 * c - x2 * s, x2 * c + x1 * s}, 2);
-}
-
 class ModernBert final : public Transformer {
  public:
   explicit ModernBert(const ArchitectureContext& context) {
@@ -72,8 +50,9 @@ class ModernBert final : public Transformer {
       const bool sliding = sliding_[i];
       const at::Tensor normed = i == 0 ? x : at::layer_norm(x, {H}, l.attn_norm_w, l.attn_norm_b, eps_);
       at::Tensor qkv = at::linear(normed, l.qkv_w, l.qkv_b);
-      const at::Tensor qk =
-          rotate_queries_and_keys(qkv, heads, sliding ? cos_local : cos_global, sliding ? sin_local : sin_global);
+      // Queries and keys rotated together: qkv's first 2H columns as [T, 2 * heads, head_dim].
+      const at::Tensor qk = rotate(qkv.narrow(1, 0, 2 * H).view({total, 2 * heads, head_dim}),
+                                   sliding ? cos_local : cos_global, sliding ? sin_local : sin_global);
       const at::Tensor q = qk.narrow(1, 0, heads), k = qk.narrow(1, heads, heads);
       const at::Tensor v = qkv.narrow(1, 2 * H, H).view({total, heads, head_dim});
       at::Tensor context = attend(q, k, v, batch, sliding ? local : global);

@@ -8,6 +8,8 @@ std::unique_ptr<Transformer> make_bert(const ArchitectureContext& context);     
 std::unique_ptr<Transformer> make_roberta(const ArchitectureContext& context);     // roberta.cpp
 std::unique_ptr<Transformer> make_mpnet(const ArchitectureContext& context);       // mpnet.cpp
 std::unique_ptr<Transformer> make_modernbert(const ArchitectureContext& context);  // modernbert.cpp
+std::unique_ptr<Transformer> make_qwen3(const ArchitectureContext& context);       // qwen3.cpp
+void check_qwen3(const ArchitectureContext& context);
 
 std::span<const Architecture> architectures() {
   static const Architecture table[] = {
@@ -15,6 +17,7 @@ std::span<const Architecture> architectures() {
       {{"roberta", "xlm-roberta", "camembert"}, "RoBERTa / XLM-RoBERTa / CamemBERT", &make_roberta},
       {{"mpnet"}, "MPNet (relative position bias)", &make_mpnet},
       {{"modernbert"}, "ModernBERT (rotary, GeGLU, local/global attention)", &make_modernbert},
+      {{"qwen3"}, "Qwen3 (RMSNorm, rotary, SwiGLU, grouped-query causal attention)", &make_qwen3, &check_qwen3},
   };
   return table;
 }
