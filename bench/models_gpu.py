@@ -1,6 +1,6 @@
 """Architectures on one GPU (issue 29's targets), one command on the GPU machine after scripts/gpu-run.sh:
-for each base-size shape (all-mpnet-base-v2's MPNet, XLM-R base, ModernBERT base, and MiniLM-L6 as the
-anchor), a checkpoint with random weights of the real configuration is made with transformers (real weights
+for each base-size shape (all-mpnet-base-v2's MPNet, XLM-R base, ModernBERT base, Qwen3-Embedding-0.6B, and
+MiniLM-L6 as the anchor), a checkpoint with random weights of the real configuration is made with transformers (real weights
 of that size do not travel), then, side by side on the same GPU in fp16:
   flowline   `flowline run` of a SentenceEncoder flow (replicas and batch sizes auto, CUDA graphs where the
              architecture's attention is flash), text to embeddings on the host, corpus x COPIES;
@@ -34,7 +34,7 @@ TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "vocab.txt", "spec
 
 
 def shapes():
-    from transformers import (BertConfig, ModernBertConfig, MPNetConfig, XLMRobertaConfig)
+    from transformers import (BertConfig, ModernBertConfig, MPNetConfig, Qwen3Config, XLMRobertaConfig)
     return {
         "minilm-l6": BertConfig(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
                                 intermediate_size=1536, max_position_embeddings=512),
@@ -46,6 +46,10 @@ def shapes():
         "modernbert-base": ModernBertConfig(vocab_size=50368, hidden_size=768, num_hidden_layers=22,
                                             num_attention_heads=12, intermediate_size=1152,
                                             max_position_embeddings=8192),
+        # Qwen3-Embedding-0.6B's shape: a decoder (causal attention, 8 key/value heads), last-token pooling
+        "qwen3-0.6b": Qwen3Config(vocab_size=151669, hidden_size=1024, num_hidden_layers=28, num_attention_heads=16,
+                                  num_key_value_heads=8, head_dim=128, intermediate_size=3072,
+                                  max_position_embeddings=32768, rope_theta=1000000.0, tie_word_embeddings=True),
     }
 
 
@@ -54,6 +58,9 @@ def linear_params(config):
     h, i, n = config.hidden_size, config.intermediate_size, config.num_hidden_layers
     if config.model_type == "modernbert":
         return n * (3 * h * h + h * h + 2 * i * h + i * h)  # Wqkv, Wo, Wi (GeGLU: 2I), Wo
+    if config.model_type == "qwen3":
+        q, kv = config.num_attention_heads * config.head_dim, config.num_key_value_heads * config.head_dim
+        return n * (h * q + 2 * h * kv + q * h + 3 * h * i)  # q, k, v, o; gate, up, down
     return n * (4 * h * h + 2 * h * i)
 
 
@@ -71,7 +78,8 @@ def make_checkpoint(name, config, tokenizer_dir, folder):
             if (tokenizer_dir / f).exists():
                 shutil.copy(tokenizer_dir / f, pathlib.Path(tmp) / f)
         transformer = Transformer(tmp, max_seq_length=256)
-        st = SentenceTransformer(modules=[transformer, Pooling(config.hidden_size, "mean"), Normalize()], device="cpu")
+        pooling = "lasttoken" if config.model_type == "qwen3" else "mean"
+        st = SentenceTransformer(modules=[transformer, Pooling(config.hidden_size, pooling), Normalize()], device="cpu")
         st.save(str(folder))
     for f in TOKENIZER_FILES:  # transformers 5 saves a generic tokenizer config; keep the WordPiece files
         if (tokenizer_dir / f).exists():

@@ -19,7 +19,9 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=
   -DTORCH_CUDA_ARCH_LIST=9.0 -DFLOWLINE_CUDA=ON -DFLOWLINE_UTF8PROC_ROOT="$FLOWLINE_UTF8PROC_ROOT" -DFLOWLINE_STB_ROOT="$FLOWLINE_STB_ROOT" \
   -DFLOWLINE_PROMETHEUS_ROOT="$FLOWLINE_PROMETHEUS_ROOT" -DFLOWLINE_PCRE2_ROOT="$FLOWLINE_PCRE2_ROOT" \
   -DFLOWLINE_CORPUS_DIR="$ROOT/.device/corpus" -Wno-dev >"$OUT/configure.log" 2>&1 || { tail -40 "$OUT/configure.log"; exit 1; }
-cmake --build build-gpu -j"$(nproc)" >"$OUT/build.log" 2>&1 || { grep -E -A5 "error|FAILED" "$OUT/build.log" | head -60; exit 1; }
+# FLOWLINE_GPU_TARGETS="t1 t2" builds only those targets and the GPU part (a short run); the default builds
+# everything.
+cmake --build build-gpu -j"$(nproc)" ${FLOWLINE_GPU_TARGETS:+--target $FLOWLINE_GPU_TARGETS flowline_models_cuda} >"$OUT/build.log" 2>&1 || { grep -E -A5 "error|FAILED" "$OUT/build.log" | head -60; exit 1; }
 echo "built in $(( $(date +%s) - start )) s"
 # The CPU fp32 golden test needs the fp32 weights, which do not travel; the GPU test covers fp16/bf16.
 # FLOWLINE_CTEST=0 skips the whole suite (the GPU tests below still run).
