@@ -32,13 +32,22 @@ struct Backend {
   bool exact = true;
 };
 
-// exact on the CPU; hnsw when flowline was built with hnswlib; exact on the GPU when there is one.
+// exact on the CPU, and sharded over three CPU "devices" (the merge of sharded_backend.cpp, as on several
+// GPUs); hnsw when flowline was built with hnswlib; exact on the GPU when there is one, and sharded twice
+// over it.
 inline std::vector<Backend> backends() {
-  std::vector<Backend> out{{"exact-cpu", {{"backend", "exact"}, {"device", "cpu"}}, true}};
+  std::vector<Backend> out{
+      {"exact-cpu", {{"backend", "exact"}, {"device", "cpu"}}, true},
+      {"exact-sharded-cpu", {{"backend", "exact"}, {"devices", boost::json::array{"cpu", "cpu", "cpu"}}}, true}};
 #if FLOWLINE_HAVE_HNSWLIB
   out.push_back({"hnsw", {{"backend", "hnsw"}, {"ef_search", 100}}, false});
 #endif
-  if (cuda_device_count() > 0) out.push_back({"exact-cuda", {{"backend", "exact"}, {"device", "cuda"}}, true});
+  if (cuda_device_count() > 0) {
+    out.push_back({"exact-cuda", {{"backend", "exact"}, {"device", "cuda"}}, true});
+    const boost::json::array gpus =
+        cuda_device_count() > 1 ? boost::json::array{"cuda:0", "cuda:1"} : boost::json::array{"cuda:0", "cuda:0"};
+    out.push_back({"exact-sharded-cuda", {{"backend", "exact"}, {"devices", gpus}}, true});
+  }
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <boost/json.hpp>
 
+#include <cmath>
 #include <fstream>
 
 using namespace flowline;
@@ -171,6 +172,37 @@ TEST_CASE("/status reports count, dimension, metric and backend; other endpoints
   const DocumentArray passed = index.post("/encode", corpus.queries(2));
   CHECK(passed.size() == 2);
   CHECK(passed[0].matches.empty());
+}
+
+TEST_CASE("devices shards the exact backend's vectors: /status says where, results are the unsharded ones", "[index]") {
+  const Corpus corpus(1000, 16);
+  IndexFlow one(backends().front(), json::object{{"metric", "l2"}});
+  IndexFlow sharded({"sharded", {{"backend", "exact"}, {"devices", json::array{"cpu", "cpu", "cpu"}}}},
+                    json::object{{"metric", "l2"}});
+  one.post("/index", corpus.documents());
+  sharded.post("/index", corpus.documents());
+  const json::object status = sharded.status();
+  CHECK(status.at("count").as_uint64() == 1000);
+  CHECK(status.at("where").as_string() == "cpu + cpu + cpu (3 shards), fp32");
+  CHECK(status.at("bytes").as_uint64() >= 1000 * 16 * 4);
+  const json::object limit{{"limit", 7}};
+  const DocumentArray a = one.post("/search", corpus.queries(20), limit);
+  const DocumentArray b = sharded.post("/search", corpus.queries(20), limit);
+  REQUIRE(a.size() == b.size());
+  for (std::size_t q = 0; q < a.size(); ++q) {
+    REQUIRE(a[q].matches.size() == 7);
+    REQUIRE(b[q].matches.size() == 7);
+    for (std::size_t m = 0; m < 7; ++m) {
+      CHECK(a[q].matches[m].id == b[q].matches[m].id);
+      CHECK(std::abs(a[q].matches[m].scores.at("l2") - b[q].matches[m].scores.at("l2")) < 1e-4f);
+    }
+  }
+  try {
+    IndexFlow both({"both", {{"device", "cpu"}, {"devices", json::array{"cpu", "cpu"}}}});
+    FAIL("an index with both device and devices started");
+  } catch (const std::exception& e) {
+    CHECK_THAT(e.what(), testing::contains("give either device or devices, not both"));
+  }
 }
 
 TEST_CASE("bad requests to the index fail naming the document or the filter, and store nothing", "[index]") {

@@ -58,10 +58,13 @@ class VectorBackend {
 };
 
 struct ExactOptions {
-  std::string device = "cpu";  // a LibTorch device: "cpu", "cuda", "cuda:1"
-  bool half = false;           // store fp16 (GPU) instead of fp32
+  std::string device = "cpu";        // a LibTorch device: "cpu", "cuda", "cuda:1"
+  std::vector<std::string> devices;  // two or more: the vectors sharded over them (replaces `device`)
+  bool half = false;                 // store fp16 (GPU) instead of fp32
 };
+// One device, or sharded over `devices` when there are two or more (sharded_backend.cpp).
 std::unique_ptr<VectorBackend> make_exact_backend(Metric metric, std::size_t dim, const ExactOptions& options);
+std::unique_ptr<VectorBackend> make_sharded_backend(Metric metric, std::size_t dim, const ExactOptions& options);
 
 struct HnswOptions {
   std::size_t m = 16;                 // graph degree

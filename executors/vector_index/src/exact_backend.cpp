@@ -245,6 +245,7 @@ class ExactBackend : public VectorBackend {
 }  // namespace
 
 std::unique_ptr<VectorBackend> make_exact_backend(Metric metric, std::size_t dim, const ExactOptions& options) {
+  if (options.devices.size() > 1) return make_sharded_backend(metric, dim, options);
   return std::make_unique<ExactBackend>(metric, dim, options);
 }
 

@@ -89,6 +89,10 @@ class VectorIndex : public Executor {
                            "exact: every vector scored (GPU or CPU); hnsw: hnswlib's graph on the CPU"),
          ParamSpec::optional("device", ParamType::String, "",
                              "exact backend: cpu, cuda, cuda:N or auto; empty: the executor's device in the flow"),
+         ParamSpec::optional("devices", ParamType::StringList, boost::json::array{},
+                             "exact backend: shard the vectors over these devices (e.g. [cuda:0, cuda:1]; each "
+                             "holds every Nth vector, a query searches all at once and their top matches merge); "
+                             "replaces device"),
          ParamSpec::choice("dtype", {"auto", "fp32", "fp16"}, "auto",
                            "exact backend: how vectors are stored (auto: fp16 on a GPU, fp32 on the CPU)"),
          ParamSpec::optional("dim", ParamType::Int, 0, "vector size (0: the first indexed vectors settle it)").min(0),
@@ -114,8 +118,14 @@ class VectorIndex : public Executor {
     options.metric = parse_metric(params().get<std::string>("metric"));
     options.dim = params().get<std::size_t>("dim");
     options.backend = params().get<std::string>("backend");
-    const c10::Device device = executor_device(params().get<std::string>("device"), runtime().device);
+    const auto devices = params().get<std::vector<std::string>>("devices");
+    if (!devices.empty() && !params().get<std::string>("device").empty())
+      throw Error(fmt::format("executor '{}': give either device or devices, not both", runtime().name));
+    const c10::Device device =
+        executor_device(devices.empty() ? params().get<std::string>("device") : devices.front(), runtime().device);
     options.exact.device = device.str();
+    for (const auto& d : devices) options.exact.devices.push_back(executor_device(d, runtime().device).str());
+    if (options.exact.devices.size() == 1) options.exact.devices.clear();
     const std::string dtype = params().get<std::string>("dtype");
     options.exact.half = dtype == "fp16" || (dtype == "auto" && device.is_cuda());
     if (options.backend == "hnsw" && device.is_cuda()) {
