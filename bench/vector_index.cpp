@@ -193,6 +193,17 @@ int run_search(const Options& o) {
       "{:.0f} per vector\n",
       o.backend, o.dtype, o.device, at::get_num_threads(), vectors.size(0), o.dim, build, vectors.size(0) / build,
       static_cast<double>(status_bytes(flow)) / static_cast<double>(vectors.size(0)));
+  // GPU memory as measured, not counted: the caching allocator's peak while indexing (the storage doubles as it
+  // grows, so old and new are both held once), and what NVML saw the process take above its start.
+  for (const auto& d : flow.stats().devices) {
+    const double n = static_cast<double>(vectors.size(0));
+    fmt::print("GPU memory on {}: allocator peak {:.0f} MiB ({:.0f} bytes per vector); NVML peak used {:.0f} MiB "
+               "above the start ({:.0f} bytes per vector, the CUDA context included)\n",
+               d.device, static_cast<double>(d.peak_allocated_bytes) / (1 << 20),
+               static_cast<double>(d.peak_allocated_bytes) / n,
+               static_cast<double>(d.nvml_peak_used_bytes - d.nvml_used_at_start_bytes) / (1 << 20),
+               static_cast<double>(d.nvml_peak_used_bytes - d.nvml_used_at_start_bytes) / n);
+  }
   for (const int ef : o.ef) {
     const boost::json::object parameters{{"limit", o.limit}, {"ef_search", ef}};
     std::vector<double> rates;
