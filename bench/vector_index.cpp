@@ -197,12 +197,13 @@ int run_search(const Options& o) {
   // grows, so old and new are both held once), and what NVML saw the process take above its start.
   for (const auto& d : flow.stats().devices) {
     const double n = static_cast<double>(vectors.size(0));
-    fmt::print("GPU memory on {}: allocator peak {:.0f} MiB ({:.0f} bytes per vector); NVML peak used {:.0f} MiB "
-               "above the start ({:.0f} bytes per vector, the CUDA context included)\n",
-               d.device, static_cast<double>(d.peak_allocated_bytes) / (1 << 20),
-               static_cast<double>(d.peak_allocated_bytes) / n,
-               static_cast<double>(d.nvml_peak_used_bytes - d.nvml_used_at_start_bytes) / (1 << 20),
-               static_cast<double>(d.nvml_peak_used_bytes - d.nvml_used_at_start_bytes) / n);
+    fmt::print(
+        "GPU memory on {}: allocator peak {:.0f} MiB ({:.0f} bytes per vector); NVML peak used {:.0f} MiB "
+        "above the start ({:.0f} bytes per vector, the CUDA context included)\n",
+        d.device, static_cast<double>(d.peak_allocated_bytes) / (1 << 20),
+        static_cast<double>(d.peak_allocated_bytes) / n,
+        static_cast<double>(d.nvml_peak_used_bytes - d.nvml_used_at_start_bytes) / (1 << 20),
+        static_cast<double>(d.nvml_peak_used_bytes - d.nvml_used_at_start_bytes) / n);
   }
   for (const int ef : o.ef) {
     const boost::json::object parameters{{"limit", o.limit}, {"ef_search", ef}};

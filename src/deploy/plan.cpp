@@ -235,8 +235,12 @@ ExecutorService plan_service(Target target, DeployPlan& plan, const ExecutorConf
   }
   for (const auto& name : s.container_names(target)) s.hosts.push_back(fmt::format("{}:{}", name, kWirePort));
   const int pods = std::max(s.containers, s.hpa.second);
-  // Room for twice the pods it starts with (or its autoscaler's maximum), for `kubectl scale` later.
-  if (target == Target::Kubernetes) s.max_servers = std::min(std::max(2 * pods, 8), 256);
+  // Room for twice the pods it starts with (or its autoscaler's maximum), for `kubectl scale` later, within
+  // the replica threads validation allows the gateway (4,096 per executor: servers x connections x in_flight).
+  if (target == Target::Kubernetes) {
+    const int per_server = static_cast<int>(std::max<std::size_t>(e.remote.connections, 1) * e.remote.in_flight);
+    s.max_servers = std::max(1, std::min({std::max(2 * pods, 8), 256, 4096 / std::max(per_server, 1)}));
+  }
   return s;
 }
 

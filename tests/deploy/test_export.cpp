@@ -30,6 +30,7 @@ executors:
   - name: Encoder_A
     uses: NoOp
     device: cuda:1
+    remote: {in_flight: 1024}
   - name: pair
     uses: NoOp
     devices: [cuda:2, cuda:3, cuda:2]
@@ -229,6 +230,8 @@ TEST_CASE("export kubernetes writes manifests that Kubernetes 1.30's schemas acc
     CHECK_FALSE(gateway_flow["executors"][i]["remote"]["connections"]);
   }
   CHECK(gateway_flow["executors"][0]["remote"]["max_servers"].as<int>() == 8);
+  CHECK(gateway_flow["executors"][1]["remote"]["max_servers"].as<int>() ==
+        4);  // in_flight 1024: 4 x 1024 = 4,096 threads
   CHECK(gateway_flow["executors"][2]["remote"]["max_servers"].as<int>() == 12);
   CHECK(config["data"]["flow.yml"].as<std::string>() == kFlow);
 
