@@ -28,6 +28,7 @@
 #pragma once
 
 #include "flowline/error.hpp"
+#include "flowline/serve_settings.hpp"
 #include "flowline/registry.hpp"
 
 #include <boost/json/object.hpp>
@@ -100,37 +101,16 @@ struct ExecutorConfig {
   SourceLocation location_of(const std::string& key) const;
 };
 
-// How the flow is served over HTTP (`flowline serve`, flowline::Gateway): the flow file's `with: {port, host,
-// protocol, title, gateway: {...}}`. Unset fields leave the gateway's defaults (GatewayOptions); the
-// command line overrides what is set here. Plain data: the core only parses it, the gateway applies it.
-struct ServeSettings {
-  std::optional<std::string> host;
-  std::optional<int> port;       // HTTP's, 0..65535
-  std::optional<bool> http;      // serve HTTP (with.protocol lists http, or lists no protocol)
-  std::optional<int> grpc_port;  // serve Jina's gRPC on this port (with.protocol lists grpc; --grpc-port)
-  std::optional<std::string> title;
-  std::optional<int> threads;
-  std::optional<std::size_t> max_body_bytes;
-  std::optional<std::size_t> max_documents;
-  std::optional<std::size_t> max_json_depth;
-  std::optional<std::size_t> max_in_flight;  // requests inside the flow at once (not FlowOptions::max_in_flight)
-  std::optional<std::size_t> max_connections;
-  std::optional<std::size_t> max_stream_documents;
-  std::optional<std::chrono::milliseconds> request_timeout;
-  std::optional<std::chrono::milliseconds> idle_timeout;
-  std::optional<std::string> embeddings_endpoint;
-};
-
 struct FlowOptions {
   std::size_t request_size = 100;  // client side: documents per request
   std::string endpoint = "/";      // what `flowline run` posts to when its --endpoint is not given
   std::size_t max_in_flight = 64;  // requests posted but not yet answered, per post() call
   std::size_t queue_capacity = 0;  // requests waiting per executor; 0: max_in_flight
-  ServeSettings serve;             // `flowline serve` only
 };
 
 struct FlowConfig {
-  FlowOptions options;
+  FlowOptions options;               // how the flow runs
+  ServeSettings serve;               // how `flowline serve` serves it (the gateway's settings); the Flow ignores them
   std::vector<std::string> plugins;  // as written; resolved against the YAML file's folder
   std::vector<ExecutorConfig> executors;
   std::filesystem::path source;  // the YAML file, when there is one; its folder anchors relative paths

@@ -74,8 +74,11 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& o) {
   given(g.max_in_flight, "--max-in-flight",
         "requests inside the flow at once; more get 503 with Retry-After (0: the flow's queue capacity)",
         d.max_in_flight);
-  given(g.max_connections, "--max-connections", "open connections; more are closed at once", d.max_connections)
+  given(g.max_connections, "--max-connections", "open HTTP connections; more are closed at once", d.max_connections)
       ->check(CLI::PositiveNumber);
+  given(g.grpc_memory_bytes, "--grpc-memory-bytes",
+        "memory the gRPC front's connections and messages may use (0: no bound); at least 2 x --max-body-bytes",
+        d.grpc_memory_bytes);
   given(g.max_stream_documents, "--max-stream-documents", "documents in one NDJSON stream", d.max_stream_documents)
       ->check(CLI::PositiveNumber);
   cmd->add_option_function<long long>(
@@ -132,7 +135,7 @@ int serve_executor(ServeOptions& o, FlowConfig config, const sigset_t& stop_sign
   GatewayOptions http;
   try {
     config = executor_flow(config, o.executor);
-    if (config.options.serve.host) options.host = *config.options.serve.host;
+    if (config.serve.host) options.host = *config.serve.host;
     if (o.given.host) options.host = *o.given.host;
     options.port = static_cast<std::uint16_t>(o.given.port.value_or(9000));
     if (o.given.threads && *o.given.threads > 0) options.threads = *o.given.threads;
@@ -198,7 +201,7 @@ int command_serve(ServeOptions o) {
   try {
     config = load_flow_with_sets(o.flow, o.sets);
     if (!o.executor.empty()) return serve_executor(o, std::move(config), stop_signals);
-    options.apply(config.options.serve);
+    options.apply(config.serve);
     options.apply(o.given);
     options.token = read_token(o.token_file);
   } catch (const Error& e) {

@@ -89,19 +89,19 @@ std::vector<SchemaKey> flow_keys() {
 // Numeric gateway settings that are a count or a size: with.gateway.NAME into ServeSettings::*field.
 template <std::optional<std::size_t> ServeSettings::*field>
 Result set_size(FlowConfig& f, ExecutorConfig*, const boost::json::value& v) {
-  f.options.serve.*field = static_cast<std::size_t>(v.get_int64());
+  f.serve.*field = static_cast<std::size_t>(v.get_int64());
   return std::nullopt;
 }
 template <std::optional<std::chrono::milliseconds> ServeSettings::*field>
 Result set_millis(FlowConfig& f, ExecutorConfig*, const boost::json::value& v) {
-  f.options.serve.*field = std::chrono::milliseconds(v.get_int64());
+  f.serve.*field = std::chrono::milliseconds(v.get_int64());
   return std::nullopt;
 }
 
 // with.protocol: which fronts `flowline serve` runs, each on the with.port entry of its place (read
 // before this key, in schema order).
 Result set_protocols(FlowConfig& f, ExecutorConfig*, const boost::json::value& v) {
-  ServeSettings& serve = f.options.serve;
+  ServeSettings& serve = f.serve;
   std::vector<int> ports;  // as with.port gave them, in order
   if (serve.port) ports.push_back(*serve.port);
   if (serve.grpc_port) ports.push_back(*serve.grpc_port);
@@ -143,8 +143,8 @@ std::vector<SchemaKey> serve_keys() {
           [](FlowConfig& f, ExecutorConfig*, const boost::json::value& v) -> Result {
             const auto& list = v.get_array();
             if (list.empty()) return std::string("expected a port or a list of ports, got an empty list");
-            f.options.serve.port.reset();
-            f.options.serve.grpc_port.reset();
+            f.serve.port.reset();
+            f.serve.grpc_port.reset();
             std::vector<int> ports;
             for (const auto& p : list) {
               const std::string_view text = p.get_string();
@@ -156,15 +156,15 @@ std::vector<SchemaKey> serve_keys() {
             }
             // Paired with with.protocol's entries when it is read (it comes after this key); without it,
             // the first port is HTTP's and a second gRPC's.
-            f.options.serve.port = ports[0];
-            if (ports.size() > 1) f.options.serve.grpc_port = ports[1];
+            f.serve.port = ports[0];
+            if (ports.size() > 1) f.serve.grpc_port = ports[1];
             if (ports.size() > 2) return fmt::format("expected at most 2 ports (http and grpc), got {}", ports.size());
             return std::nullopt;
           }),
       key("with.host", V::String, 0, "string", "127.0.0.1",
           "Address `flowline serve` binds; 0.0.0.0 or :: serves other machines. --host overrides it.", "host: 0.0.0.0",
           [](FlowConfig& f, ExecutorConfig*, const boost::json::value& v) -> Result {
-            f.options.serve.host = std::string(v.get_string());
+            f.serve.host = std::string(v.get_string());
             return std::nullopt;
           }),
       key("with.protocol", V::StringOrList, 0, "string or list", "http",
@@ -174,7 +174,7 @@ std::vector<SchemaKey> serve_keys() {
       key("with.title", V::String, 0, "string", "flowline", "Title of the API in /openapi.json and /docs.",
           "title: Embeddings",
           [](FlowConfig& f, ExecutorConfig*, const boost::json::value& v) -> Result {
-            f.options.serve.title = std::string(v.get_string());
+            f.serve.title = std::string(v.get_string());
             return std::nullopt;
           }),
       key("with.gateway", V::Map, 0, "map", "{}",
@@ -183,7 +183,7 @@ std::vector<SchemaKey> serve_keys() {
       key("with.gateway.threads", V::Int, 0, "", "0", "I/O threads; 0: one per core.", "threads: 4",
           [](FlowConfig& f, ExecutorConfig*, const boost::json::value& v) -> Result {
             if (v.get_int64() > 1024) return fmt::format("expected at most 1024 threads, got {}", v.get_int64());
-            f.options.serve.threads = static_cast<int>(v.get_int64());
+            f.serve.threads = static_cast<int>(v.get_int64());
             return std::nullopt;
           }),
       key("with.gateway.max_body_bytes", V::Int, 1, "", "33554432", "Larger request bodies get 413.",
@@ -195,8 +195,9 @@ std::vector<SchemaKey> serve_keys() {
       key("with.gateway.max_in_flight", V::Int, 0, "", "0",
           "Requests inside the flow at once; more get 503 with Retry-After. 0: the flow's queue capacity.",
           "max_in_flight: 256", &set_size<&ServeSettings::max_in_flight>),
-      key("with.gateway.max_connections", V::Int, 1, "", "10000", "Open connections; more are closed at once.",
-          "max_connections: 1000", &set_size<&ServeSettings::max_connections>),
+      key("with.gateway.max_connections", V::Int, 1, "", "10000",
+          "Open HTTP connections; more are closed at once (gRPC: see grpc_memory_bytes).", "max_connections: 1000",
+          &set_size<&ServeSettings::max_connections>),
       key("with.gateway.max_stream_documents", V::Int, 1, "", "10000000",
           "Documents in one streamed (NDJSON) request; the stream ends with an error line beyond it.",
           "max_stream_documents: 1000000", &set_size<&ServeSettings::max_stream_documents>),
@@ -208,9 +209,14 @@ std::vector<SchemaKey> serve_keys() {
       key("with.gateway.embeddings_endpoint", V::String, 0, "string", "/encode",
           "The flow endpoint that /v1/embeddings and /embed post to.", "embeddings_endpoint: /encode",
           [](FlowConfig& f, ExecutorConfig*, const boost::json::value& v) -> Result {
-            f.options.serve.embeddings_endpoint = std::string(v.get_string());
+            f.serve.embeddings_endpoint = std::string(v.get_string());
             return std::nullopt;
           }),
+      key("with.gateway.grpc_memory_bytes", V::Int, 0, "", "1073741824",
+          "Memory the gRPC front's connections and messages may use (gRPC's resource quota; 0: no bound). "
+          "Under it gRPC shrinks their buffers and closes idle connections; it must hold two messages of "
+          "max_body_bytes.",
+          "grpc_memory_bytes: 268435456", &set_size<&ServeSettings::grpc_memory_bytes>),
   };
 }
 

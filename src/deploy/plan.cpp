@@ -271,7 +271,7 @@ DeployPlan make_plan(Target target, const FlowConfig& config, const std::string&
   plan.flow_file = path.filename().string();
   plan.gateway_file = path.stem().string() + ".gateway.yml";
   if (plan.gateway_file == plan.flow_file) plan.gateway_file = path.stem().string() + ".gateway-flow.yml";
-  plan.gateway_port = options.gateway_port > 0 ? options.gateway_port : config.options.serve.port.value_or(kHttpPort);
+  plan.gateway_port = options.gateway_port > 0 ? options.gateway_port : config.serve.port.value_or(kHttpPort);
   if (plan.gateway_port <= 0) plan.gateway_port = kHttpPort;
   plan.env = env_names(yaml_text);
   plan.files[plan.flow_file] = yaml_text;

@@ -120,6 +120,10 @@ void Core::configure(GatewayOptions o) {
   if (o.request_timeout.count() <= 0 || o.idle_timeout.count() <= 0) {
     throw Error("Gateway::start(): request_timeout and idle_timeout must be positive");
   }
+  if (o.grpc_port && o.grpc_memory_bytes != 0 && o.grpc_memory_bytes / 2 < o.max_body_bytes) {
+    throw Error(fmt::format("Gateway::start(): grpc_memory_bytes ({}) must hold two messages of max_body_bytes ({})",
+                            o.grpc_memory_bytes, o.max_body_bytes));
+  }
   options = std::move(o);
   limits = ParseLimits{options.max_documents, options.max_json_depth};
   const FlowOptions& flow_options = flow.config().options;

@@ -88,6 +88,7 @@ void GatewayOptions::apply(const ServeSettings& s) {
   if (s.request_timeout) request_timeout = *s.request_timeout;
   if (s.idle_timeout) idle_timeout = *s.idle_timeout;
   if (s.embeddings_endpoint) embeddings_endpoint = *s.embeddings_endpoint;
+  if (s.grpc_memory_bytes) grpc_memory_bytes = *s.grpc_memory_bytes;
 }
 
 Gateway::Gateway(Flow& flow) : impl_(std::make_unique<Impl>(flow)) {}

@@ -430,7 +430,7 @@ TEST_CASE("every reader of flow text refuses an alias bomb by the node budget, b
 TEST_CASE("Jina's protocol and port lists pair each protocol with its port, http and grpc", "[config]") {
   auto serve_of = [](const std::string& with) {
     return load_flow_config_text("with:\n" + with + "executors:\n  - name: s\n    uses: TextSplitter\n", "flow.yml")
-        .options.serve;
+        .serve;
   };
   const ServeSettings both = serve_of("  protocol: [http, grpc]\n  port: [8080, 12345]\n");
   CHECK(both.http == true);

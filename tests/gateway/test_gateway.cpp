@@ -317,15 +317,17 @@ TEST_CASE("the flow file's serving settings configure the gateway, and settings 
           "[gateway][config]") {
   (void)fake_encoder_flow();  // registers FakeEncoder
   FlowConfig config = parse_flow_config(
-      "with:\n  port: 0\n  protocol: [http]\n  title: Mine\n  gateway: {max_documents: 2, request_timeout_ms: 1500}\n"
+      "with:\n  port: 0\n  protocol: [http]\n  title: Mine\n"
+      "  gateway: {max_documents: 2, request_timeout_ms: 1500, grpc_memory_bytes: 67108864}\n"
       "executors:\n  - {name: encoder, uses: FakeEncoder}\n",
       "serve.yml");
   GatewayOptions options;
-  options.apply(config.options.serve);
+  options.apply(config.serve);
   CHECK(options.port == 0);
   CHECK(options.title == "Mine");
   CHECK(options.max_documents == 2);
   CHECK(options.request_timeout == 1500ms);
+  CHECK(options.grpc_memory_bytes == 64u << 20);
   CHECK(options.host == "127.0.0.1");  // not set: the default stays
   ServeSettings command_line;
   command_line.max_documents = 3;
@@ -339,6 +341,9 @@ TEST_CASE("the flow file's serving settings configure the gateway, and settings 
   CHECK(r.status == 413);
   CHECK_THAT(r.body, testing::contains("the limit is 3"));
   CHECK_THAT(client.get("/openapi.json").body, testing::contains("\"title\":\"Mine\""));
+  // gRPC's memory bound must hold two of the largest messages (whether or not this build has the gRPC front).
+  CHECK_THROWS_WITH(Served(fake_encoder_flow(), GatewayOptions{.grpc_port = 0, .grpc_memory_bytes = 1000}),
+                    testing::contains("grpc_memory_bytes (1000) must hold two messages of max_body_bytes"));
 
   CHECK_THROWS_WITH(parse_flow_config("with: {protocol: grpc}\nexecutors: [{name: e, uses: NoOp}]\n", "g.yml"),
                     testing::contains("g.yml:1:18: with.protocol: grpc needs its port"));

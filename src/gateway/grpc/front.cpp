@@ -20,8 +20,10 @@
 #include "flowline/version.hpp"
 
 #include <fmt/format.h>
+#include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 
 #include <chrono>
 #include <map>
@@ -36,6 +38,9 @@ using Request = jina::DataRequestProto;
 
 // Requests of one stream unanswered at once (and at most twice --max-body-bytes of their messages).
 constexpr std::size_t kStreamWindow = 16;
+
+// How long a stream refused at its start drops what the client sends before its status goes out.
+constexpr std::chrono::milliseconds kRefusalDrain(2000);
 
 grpc::StatusCode grpc_code(Refusal kind) {
   switch (kind) {
@@ -104,26 +109,30 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
  public:
   CallStream(Core& core, grpc::CallbackServerContext* context) : core_(core), context_(context) {
     Hold hold(this);
-    if (!authorized(core_, context_)) {
-      Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                          "missing or wrong bearer token (send metadata \"authorization: Bearer <token>\")"));
-      return;
-    }
-    if (!core_.serving) {
-      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the gateway is draining: try another replica"));
-      return;
-    }
     std::unique_lock lock(mutex_);
-    read_next(lock);
+    if (!authorized(core_, context_)) {
+      refuse_at_start(lock, grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                                         "missing or wrong bearer token (send metadata \"authorization: Bearer "
+                                         "<token>\")"));
+    } else if (!core_.serving) {
+      refuse_at_start(lock,
+                      grpc::Status(grpc::StatusCode::UNAVAILABLE, "the gateway is draining: try another replica"));
+    } else {
+      read_next(lock);
+    }
   }
 
   void OnReadDone(bool ok) override {
     Hold hold(this);
     std::unique_lock lock(mutex_);
     reading_ = false;
+    if (ok && draining_) {  // refused at its start: what the client sends is dropped
+      next_.reset();
+      return read_next(lock);
+    }
     if (!ok || stopped_) {  // the client's half closed, or the stream ended at a refused request
       reads_done_ = true;
-      return settle(lock);
+      return end_drain(lock);
     }
     auto request = std::move(next_);
     const std::uint64_t seq = next_seq_++;
@@ -148,7 +157,7 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
     Hold hold(this);
     std::unique_lock lock(mutex_);
     stop(std::nullopt);
-    settle(lock);
+    end_drain(lock);
   }
 
   void OnDone() override { release(); }
@@ -185,10 +194,41 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
     if (!final_) ready_.clear();
   }
 
+  // Under the lock: a stream refused before its first request (no token, a draining gateway) reads and
+  // drops what the client sends until it half-closes, or for kRefusalDrain, before `status` goes out. A
+  // status sent while the client's first message is still on its way fails that write on the client's
+  // side, and Jina's client then reports INTERNAL ("Failed execute_batch SendMessageOperation") instead
+  // of the refusal.
+  void refuse_at_start(std::unique_lock<std::mutex>& lock, grpc::Status status) {
+    stop(std::move(status));
+    end_seq_ = 0;  // no answer goes before the status
+    draining_ = true;
+    refs_++;  // the alarm's, released when it has fired or was cancelled
+    drain_alarm_.Set(std::chrono::system_clock::now() + kRefusalDrain, [this](bool) {
+      {
+        std::unique_lock alarm_lock(mutex_);
+        draining_ = false;
+        settle(alarm_lock);
+      }
+      release();
+    });
+    read_next(lock);
+  }
+
+  // Under the lock: no more reads to drop (the client half-closed, or the stream was cancelled), then
+  // settle(); the lock is released on return.
+  void end_drain(std::unique_lock<std::mutex>& lock) {
+    const bool was_draining = draining_;
+    draining_ = false;
+    settle(lock);
+    if (lock.owns_lock()) lock.unlock();
+    if (was_draining) drain_alarm_.Cancel();  // its callback runs on another thread, later
+  }
+
   // Under the lock: reads the next request when the window has room, else writes or finishes.
   void read_next(std::unique_lock<std::mutex>& lock) {
     const bool room = sizes_.empty() || (sizes_.size() < kStreamWindow && held_bytes_ < max_held_bytes_);
-    if (!reading_ && !reads_done_ && !stopped_ && room) {
+    if (!reading_ && !reads_done_ && (!stopped_ || draining_) && room) {
       reading_ = true;
       starting_read_ = true;  // no Finish before StartRead was called
       next_ = std::make_unique<Request>();
@@ -219,7 +259,7 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
         return;
       }
     }
-    const bool input_over = reads_done_ || stopped_;
+    const bool input_over = reads_done_ || (stopped_ && !draining_);
     const bool answers_over = (ready_.empty() || (stopped_ && !final_)) && !writing_;
     if (input_over && answers_over && in_flow_ == 0 && !starting_read_ && (!final_ || next_write_ >= end_seq_)) {
       finished_ = true;
@@ -315,6 +355,8 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
   std::size_t in_flow_ = 0;  // requests handed to the core and not yet back
   bool reading_ = false, starting_read_ = false, writing_ = false, reads_done_ = false, stopped_ = false,
        finished_ = false;
+  bool draining_ = false;     // refused at its start: reads are dropped until the client half-closes
+  grpc::Alarm drain_alarm_;   // ends the drain after kRefusalDrain
   std::atomic<int> refs_{1};  // gRPC's, until OnDone
   std::optional<grpc::Status> final_;
 };
@@ -440,6 +482,12 @@ class Front final : public GrpcFront {
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, static_cast<int>(o.idle_timeout.count()));
     builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 256);
+    if (o.grpc_memory_bytes != 0) {
+      // gRPC 1.51 bounds no count of connections; its resource quota bounds what they hold.
+      grpc::ResourceQuota quota("flowline-gateway-grpc");
+      quota.Resize(o.grpc_memory_bytes);
+      builder.SetResourceQuota(quota);
+    }
     builder.RegisterService(&jina_);
     builder.RegisterService(&single_);
     builder.RegisterService(static_cast<jina::JinaGatewayDryRunRPC::CallbackService*>(&info_));
