@@ -4,7 +4,10 @@
 // Python's cost, to tell the server's ceiling from the Jina client's (bench/serve_grpc.py runs both).
 //
 //   build/bench/grpc_load --target 127.0.0.1:PORT [--streams 8] [--window 8] [--docs-per-request 100]
-//       [--duration 10] [--warmup 1] [--endpoint /] [--json out.json]
+//       [--duration 10] [--warmup 1] [--endpoint /] [--texts FILE] [--json out.json]
+//
+// Every request carries the same --docs-per-request documents: the first lines of --texts (one text per
+// line, repeated when there are fewer), or made-up short sentences without it.
 //
 // Contract: every stream opens at start; answers arriving in the first --warmup seconds are not counted;
 // then --duration seconds are measured and answers inside that window count. Per stream one thread writes
@@ -23,7 +26,10 @@
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
+#include <fstream>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -39,6 +45,7 @@ struct Options {
   double duration = 10;
   double warmup = 1;
   std::string endpoint = "/";
+  std::string texts;  // a file, one text per line
   std::string json;
 };
 
@@ -48,7 +55,19 @@ struct StreamResult {
   std::string status;  // how the stream ended, when not OK
 };
 
+std::vector<std::string> read_texts(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(fmt::format("--texts: cannot open '{}'", path));
+  std::vector<std::string> texts;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) texts.push_back(line);
+  }
+  if (texts.empty()) throw std::runtime_error(fmt::format("--texts: '{}' holds no text", path));
+  return texts;
+}
+
 jina::DataRequestProto make_request(const Options& o) {
+  const std::vector<std::string> texts = o.texts.empty() ? std::vector<std::string>() : read_texts(o.texts);
   jina::DataRequestProto r;
   r.mutable_header()->set_exec_endpoint(o.endpoint);
   auto* docs = r.mutable_data()->mutable_docs();
@@ -56,7 +75,8 @@ jina::DataRequestProto make_request(const Options& o) {
     auto& data = *docs->add_docs()->mutable_data();
     data["id"].set_text(fmt::format("doc-{}", i));
     data["id"].set_type("id");
-    data["text"].set_text(fmt::format("sentence number {} is a short piece of text used for testing", i));
+    data["text"].set_text(texts.empty() ? fmt::format("sentence number {} is a short piece of text used for testing", i)
+                                        : texts[static_cast<std::size_t>(i) % texts.size()]);
   }
   return r;
 }
@@ -125,10 +145,17 @@ int main(int argc, char** argv) {
   app.add_option("--duration", o.duration, "measured seconds");
   app.add_option("--warmup", o.warmup, "seconds before measuring");
   app.add_option("--endpoint", o.endpoint, "exec_endpoint of the requests");
+  app.add_option("--texts", o.texts, "the documents' texts: a file, one per line")->check(CLI::ExistingFile);
   app.add_option("--json", o.json, "write the figures as JSON here too");
   CLI11_PARSE(app, argc, argv);
 
-  const jina::DataRequestProto request = make_request(o);
+  jina::DataRequestProto request;
+  try {
+    request = make_request(o);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "grpc_load: {}\n", e.what());
+    return 2;
+  }
   const auto start = Clock::now();
   const auto measure_from =
       start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.warmup));

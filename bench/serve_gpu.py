@@ -12,12 +12,16 @@ theirs in a closed loop (the next as soon as the answer arrived, every answer re
   openai_base64  POST /v1/embeddings {"input": [...], "encoding_format": "base64"}
   openai_float   POST /v1/embeddings {"input": [...]} (JSON floats)
   in_process     `flowline run` of the same flow over 400,000 of the same sentences (no HTTP)
+  grpc           with --grpc: Jina's gRPC (jina.JinaRPC/Call), --connections streams of bench/grpc_load, one
+                 request of the same --docs sentences unanswered per stream (as http_load's closed loop);
+                 needs a build with the gateway's gRPC front (the GPU machine: prepare-device.sh --grpc)
 
 The server is `flowline serve` of a SentenceEncoder flow on cuda (--dtype) with server-side batching
 (max_batch_size --max-batch, --delay-ms) and --replicas (8) replicas, started once and warmed up; http_load's first second is warm-up.
 Prints docs/s per load, latency percentiles, each load's docs/s as a share of the in-process figure, and
 the mean batch the encoder ran during the load (documents / batches, from /metrics): how well requests of
-different clients were merged.
+different clients were merged; and where the CPU went during each load (the machine's busy share, and the
+server's cores by thread: I/O threads, replicas, the rest).
 Every process started here is killed on exit.
 """
 import json
@@ -59,17 +63,23 @@ def sentences(corpus_dir, n):
 
 
 def start_server(args, flow_path, tmp):
+    """The server and its ports: [HTTP] or, with --grpc, [HTTP, gRPC]."""
     ready = tmp / "port.txt"
     log = open(tmp / "serve.log", "w")
+    extra = ["--grpc-port", "0"] if args.grpc else []
+    if args.io_threads:
+        extra += ["--threads", str(args.io_threads)]
     proc = subprocess.Popen([str(pathlib.Path(args.build) / "src/flowline"), "serve", str(flow_path), "--port", "0",
-                             "--ready-file", str(ready), "--max-documents", "100000"],
+                             *extra, "--ready-file", str(ready), "--max-documents", "100000"],
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.time() + 180
     while time.time() < deadline:
         if proc.poll() is not None:
             raise SystemExit(f"flowline serve exited with {proc.returncode}:\n{(tmp / 'serve.log').read_text()[-3000:]}")
-        if ready.exists() and ready.read_text().endswith("\n"):
-            return proc, int(ready.read_text())
+        if ready.exists():
+            ports = [int(x) for x in ready.read_text().split()]
+            if len(ports) == (2 if args.grpc else 1):
+                return proc, ports
         time.sleep(0.2)
     raise SystemExit("flowline serve did not become ready within 180 s")
 
@@ -93,6 +103,74 @@ def batch_totals(base):
     return docs, batches
 
 
+def cpu_snapshot(pid):
+    """The machine's CPU ticks (busy, total) and the server's CPU seconds by thread group: its I/O threads
+    ("io"), its replicas ("EXECUTOR/R") and the rest (flowline names its threads)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    idle = ticks[3] + ticks[4]
+    groups = {"io": 0.0, "replicas": 0.0, "other": 0.0}
+    hz = os.sysconf("SC_CLK_TCK")
+    for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:  # the thread ended
+            continue
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        rest = stat[stat.rindex(")") + 2:].split()
+        seconds = (int(rest[11]) + int(rest[12])) / hz
+        groups["io" if name == "io" else "replicas" if "/" in name else "other"] += seconds
+    return sum(ticks) - idle, sum(ticks), groups
+
+
+def cpu_use(before, after, seconds):
+    """Busy share of the machine, and the server's cores per thread group, between two snapshots."""
+    busy = (after[0] - before[0]) / max(after[1] - before[1], 1)
+    return {"machine_busy": busy, **{f"server_{k}_cores": (after[2][k] - before[2][k]) / seconds for k in after[2]}}
+
+
+SYSCALLS = {0: "read", 1: "write", 7: "poll", 20: "writev", 23: "select", 44: "sendto", 45: "recvfrom",
+            46: "sendmsg", 47: "recvmsg", 202: "futex", 232: "epoll_wait", 281: "epoll_pwait", 230: "nanosleep",
+            35: "nanosleep", 16: "ioctl", 270: "pselect6", 271: "ppoll"}
+
+
+class ThreadSampler:
+    """With --thread-states: what the server's threads are doing, sampled every 10 ms during a load — running
+    (R), or asleep in which system call (futex: a lock or condition variable; epoll_wait: waiting for I/O;
+    ioctl: the GPU driver) — counted per thread group (io, replicas, other)."""
+
+    def __init__(self, pid):
+        import collections
+        import threading
+        self.pid, self.counts, self.stop = pid, collections.Counter(), threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not self.stop.wait(0.01):
+            for task in pathlib.Path(f"/proc/{self.pid}/task").iterdir():
+                try:
+                    stat = (task / "stat").read_text()
+                    name = stat[stat.index("(") + 1:stat.rindex(")")]
+                    state = stat[stat.rindex(")") + 2]
+                    what = "running"
+                    if state != "R":
+                        nr = (task / "syscall").read_text().split()[0]
+                        what = SYSCALLS.get(int(nr), f"syscall {nr}") if nr.lstrip("-").isdigit() else nr
+                except (OSError, ValueError, IndexError):
+                    continue
+                group = "io" if name == "io" else "replicas" if "/" in name else "other"
+                self.counts[(group, what)] += 1
+
+    def finish(self):
+        self.stop.set()
+        self.thread.join()
+        out = {}
+        for (group, what), n in self.counts.items():
+            out.setdefault(group, {})[what] = n
+        return out
+
+
 def load(args, name, url, body, tmp):
     body_file = tmp / f"{name}.json"
     body_file.write_text(body)
@@ -110,6 +188,22 @@ def load(args, name, url, body, tmp):
     print(run.stdout + run.stderr, flush=True)
     if not out_json.exists():
         raise SystemExit(f"{name}: http_load wrote no figures (exit {run.returncode})")
+    return json.loads(out_json.read_text())
+
+
+def grpc_load(args, port, batch, tmp):
+    texts_file = tmp / "grpc-texts.txt"
+    texts_file.write_text("\n".join(batch) + "\n")
+    out_json = tmp / "grpc-load.json"
+    cmd = [str(pathlib.Path(args.build) / "bench/grpc_load"), "--target", f"127.0.0.1:{port}",
+           "--streams", str(args.connections), "--window", "1", "--docs-per-request", str(args.docs),
+           "--texts", str(texts_file), "--endpoint", "/encode", "--duration", str(args.duration), "--warmup", "2",
+           "--json", str(out_json)]
+    print(f"==> grpc: {' '.join(cmd)}", flush=True)
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    print(run.stdout + run.stderr, flush=True)
+    if run.returncode != 0 or not out_json.exists():
+        raise SystemExit(f"grpc: grpc_load failed (exit {run.returncode})")
     return json.loads(out_json.read_text())
 
 
@@ -136,6 +230,12 @@ def main():
     p.add_argument("--max-batch", type=int, default=1024)
     p.add_argument("--replicas", type=int, default=8, help="encoder replicas on the GPU (weights shared)")
     p.add_argument("--delay-ms", type=float, default=1, help="server-side batching: max_delay_ms")
+    p.add_argument("--io-threads", type=int, default=0, help="the gateway's I/O threads (0: one per core)")
+    p.add_argument("--thread-states", action="store_true",
+                   help="sample what the server's threads do during each load (running, or in which system call)")
+    p.add_argument("--grpc", action="store_true", help="also load Jina's gRPC route (bench/grpc_load)")
+    p.add_argument("--loads", default="jina_post,openai_base64,openai_float",
+                   help="the HTTP loads to run, comma-separated")
     args = p.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -146,7 +246,8 @@ def main():
                                      dtype=args.dtype, batch=args.max_batch, replicas=args.replicas,
                                      delay=args.delay_ms))
     figures = {"in_process": in_process(args, flow_path, texts, tmp)}
-    proc, port = start_server(args, flow_path, tmp)
+    proc, ports = start_server(args, flow_path, tmp)
+    port = ports[0]
     try:
         base = f"http://127.0.0.1:{port}"
         batch = texts[:args.docs]
@@ -156,9 +257,18 @@ def main():
                                                                    "encoding_format": "base64"})),
             "openai_float": (f"{base}/v1/embeddings", json.dumps({"input": batch, "model": "all-MiniLM-L6-v2"})),
         }
-        for name, (url, body) in bodies.items():
+        names = [n for n in args.loads.split(",") if n] + (["grpc"] if args.grpc else [])
+        for name in names:
+            if name != "grpc" and name not in bodies:
+                raise SystemExit(f"--loads: no load '{name}' (expected some of {', '.join(bodies)})")
             docs0, batches0 = batch_totals(base)
-            figures[name] = load(args, name, url, body, tmp)
+            cpu0, t0 = cpu_snapshot(proc.pid), time.monotonic()
+            sampler = ThreadSampler(proc.pid) if args.thread_states else None
+            figures[name] = (grpc_load(args, ports[1], batch, tmp) if name == "grpc"
+                             else load(args, name, *bodies[name], tmp))
+            figures[name]["cpu"] = cpu_use(cpu0, cpu_snapshot(proc.pid), time.monotonic() - t0)
+            if sampler:
+                figures[name]["thread_states"] = sampler.finish()
             docs1, batches1 = batch_totals(base)
             figures[name]["mean_batch"] = (docs1 - docs0) / max(batches1 - batches0, 1)
     finally:
@@ -176,11 +286,29 @@ def main():
     print(f"{'load':<14} {'docs/s':>10} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7} {'of in-process':>14} "
           f"{'mean batch':>11}")
     print(f"{'in_process':<14} {ref:>10.0f}")
-    for name in ("jina_post", "openai_base64", "openai_float"):
-        f = figures[name]
-        lat = f.get("latency_ms", {})
-        print(f"{name:<14} {f['docs_per_s']:>10.0f} {f['requests_per_s']:>9.0f} {lat.get('p50', 0):>8.2f} "
-              f"{lat.get('p99', 0):>8.2f} {f['errors']['total']:>7} {f['docs_per_s'] / ref:>13.0%} {f['mean_batch']:>11.0f}")
+    for name, f in figures.items():
+        if name == "in_process":
+            continue
+        if name == "grpc":  # grpc_load's figures: flat quantiles, a count of errors
+            p50, p99, errors = f["p50_ms"], f["p99_ms"], f["errors"]
+        else:
+            lat = f.get("latency_ms", {})
+            p50, p99, errors = lat.get("p50", 0), lat.get("p99", 0), f["errors"]["total"]
+        print(f"{name:<14} {f['docs_per_s']:>10.0f} {f['requests_per_s']:>9.0f} {p50:>8.2f} {p99:>8.2f} {errors:>7} "
+              f"{f['docs_per_s'] / ref:>13.0%} {f['mean_batch']:>11.0f}")
+    print("\nCPU during each load (warm-up included; 100% = every core of the machine busy):")
+    for name, f in figures.items():
+        if name != "in_process":
+            c = f["cpu"]
+            print(f"{name:<14} machine {c['machine_busy']:>5.0%}  server cores: I/O {c['server_io_cores']:.1f}, "
+                  f"replicas {c['server_replicas_cores']:.1f}, other {c['server_other_cores']:.1f}")
+        if args.thread_states and name != "in_process":
+            for group, states in sorted(f["thread_states"].items()):
+                total = sum(states.values())
+                top = sorted(states.items(), key=lambda kv: -kv[1])[:5]
+                print(f"{'':<14}   {group:<9} " + ", ".join(f"{w} {n / total:.0%}" for w, n in top))
+    if "grpc" in figures and "openai_base64" in figures:
+        print(f"gRPC / OpenAI base64: {figures['grpc']['docs_per_s'] / figures['openai_base64']['docs_per_s']:.0%}")
     (out / "serve_gpu.json").write_text(json.dumps(figures, indent=1))
 
 

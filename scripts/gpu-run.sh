@@ -14,11 +14,22 @@ export FLOWLINE_STB_ROOT="$ROOT/.device/stb"
 export FLOWLINE_PROMETHEUS_ROOT="$ROOT/.device/prometheus"
 TORCH_PREFIX="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+# gRPC: the machine has none; .device/grpc.tar.xz (scripts/prepare-device.sh --grpc) brings Debian's, and
+# the gateway's gRPC front and bench/grpc_load are then built too.
+grpc_args=()
+if [ -f .device/grpc.tar.xz ]; then
+  bundle="$ROOT/build-gpu-grpc"
+  if [ ! -f "$bundle/lib/libgrpc++.so.1.51" ]; then mkdir -p "$bundle" && tar -xJf .device/grpc.tar.xz -C "$bundle"; fi
+  export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  grpc_args=(-DFLOWLINE_GRPC=ON -DgRPC_DIR="$ROOT/scripts/gpu-grpc" -DFLOWLINE_GRPC_BUNDLE="$bundle"
+    -DProtobuf_INCLUDE_DIR="$bundle/include" -DProtobuf_LIBRARY="$bundle/lib/libprotobuf.so.32"
+    -DProtobuf_PROTOC_LIBRARY="$bundle/lib/libprotoc.so.32" -DProtobuf_PROTOC_EXECUTABLE="$bundle/bin/protoc")
+fi
 start=$(date +%s)
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
   -DTORCH_CUDA_ARCH_LIST=9.0 -DFLOWLINE_CUDA=ON -DFLOWLINE_UTF8PROC_ROOT="$FLOWLINE_UTF8PROC_ROOT" -DFLOWLINE_STB_ROOT="$FLOWLINE_STB_ROOT" \
   -DFLOWLINE_PROMETHEUS_ROOT="$FLOWLINE_PROMETHEUS_ROOT" -DFLOWLINE_PCRE2_ROOT="$FLOWLINE_PCRE2_ROOT" \
-  -DFLOWLINE_CORPUS_DIR="$ROOT/.device/corpus" -Wno-dev >"$OUT/configure.log" 2>&1 || { tail -40 "$OUT/configure.log"; exit 1; }
+  -DFLOWLINE_CORPUS_DIR="$ROOT/.device/corpus" "${grpc_args[@]}" -Wno-dev >"$OUT/configure.log" 2>&1 || { tail -40 "$OUT/configure.log"; exit 1; }
 # FLOWLINE_GPU_TARGETS="t1 t2" builds only those targets and the GPU part (a short run); the default builds
 # everything.
 cmake --build build-gpu -j"$(nproc)" ${FLOWLINE_GPU_TARGETS:+--target $FLOWLINE_GPU_TARGETS flowline_models_cuda} >"$OUT/build.log" 2>&1 || { grep -E -A5 "error|FAILED" "$OUT/build.log" | head -60; exit 1; }

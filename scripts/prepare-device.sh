@@ -7,8 +7,13 @@
 #   .device/prometheus               Debian's prometheus-cpp core library and headers unpacked (dpkg -x)
 #   .device/stb                      Debian's stb headers unpacked (for the profile plots)
 #   .device/corpus                   the five books (../shared does not travel)
+#   .device/grpc.tar.xz              with --grpc only: Debian's gRPC C++ 1.51 and protobuf 3.21 (libraries,
+#                                    headers, protoc and its gRPC plugin; 5.5 MB packed), so that the GPU
+#                                    machine, which has no gRPC, builds the gateway's gRPC front too
 # Carry .device with the device tool; scripts/gpu-run.sh uses it.
 set -euo pipefail
+grpc=0
+if [ "${1:-}" = --grpc ]; then grpc=1; fi
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 mkdir -p .device
@@ -63,6 +68,23 @@ if [ ! -f .device/stb/usr/include/stb/stb_image_write.h ]; then
   mkdir -p .device/stb/usr/include/stb
   cp .device/stb.full/usr/include/stb/stb_image_write.h .device/stb.full/usr/include/stb/stb_easy_font.h .device/stb/usr/include/stb/
   rm -rf "$tmp" .device/stb.full
+fi
+if ((grpc)) && [ ! -f .device/grpc.tar.xz ]; then
+  # The installed packages' files (setup.sh installs them), not .debs: the libraries gRPC++ needs at run
+  # time beyond glibc, zlib and OpenSSL (which the GPU machine has), found with ldd.
+  tmp="$(mktemp -d)"
+  mkdir -p "$tmp/lib" "$tmp/bin" "$tmp/include/google"
+  lib=/usr/lib/x86_64-linux-gnu
+  for so in libgrpc++.so.1.51 libgrpc.so.29 libgpr.so.29 libupb.so.29 libaddress_sorting.so.29 libre2.so.9 \
+    libcares.so.2 libprotobuf.so.32 libprotoc.so.32 libgrpc_plugin_support.so.1.51; do
+    cp -L "$lib/$so" "$tmp/lib/"
+  done
+  ldd "$lib/libgrpc++.so.1.51" | awk '$3 ~ /libabsl_/ {print $3}' | xargs -I{} cp -L {} "$tmp/lib/"
+  cp -L /usr/bin/protoc /usr/bin/grpc_cpp_plugin "$tmp/bin/"
+  cp -rL /usr/include/grpc /usr/include/grpcpp /usr/include/absl "$tmp/include/"
+  cp -rL /usr/include/google/protobuf "$tmp/include/google/"
+  tar -cJf .device/grpc.tar.xz -C "$tmp" .
+  rm -rf "$tmp"
 fi
 mkdir -p .device/corpus
 cp -u "$("$ROOT/scripts/find-corpus.sh")"/*.txt .device/corpus/

@@ -12,6 +12,7 @@
 #include "runtime/replica.hpp"
 #include "runtime/request.hpp"
 #include "runtime/stages.hpp"
+#include "runtime/thread_name.hpp"
 #include "remote/remote_replica.hpp"
 
 #include <fmt/format.h>
@@ -125,6 +126,7 @@ void Flow::Impl::replica_thread(Stage& stage, std::size_t r, std::latch& constru
   runtime::Replica& replica = *stage.replicas[r];
   const std::size_t index = stage.first_replica + r;
   const ReplicaPlacement& placement = topology_.replicas[index];
+  runtime::name_this_thread(fmt::format("{}/{}", e.name, r));
   bool opened = false;
   try {
     replica.open();

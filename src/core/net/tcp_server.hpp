@@ -24,6 +24,7 @@
 #pragma once
 
 #include "flowline/error.hpp"
+#include "../runtime/thread_name.hpp"
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -62,7 +63,12 @@ class IoThreads {
   // Starts max(n, 1) threads.
   void start(int n) {
     work_.emplace(io_.get_executor());
-    for (int i = 0; i < std::max(n, 1); ++i) threads_.emplace_back([this] { io_.run(); });
+    for (int i = 0; i < std::max(n, 1); ++i) {
+      threads_.emplace_back([this] {
+        runtime::name_this_thread("io");
+        io_.run();
+      });
+    }
   }
   // Stops the io_context (handlers not yet run are dropped) and joins the threads. Idempotent.
   void stop() {
