@@ -11,12 +11,14 @@ theirs in a closed loop (the next as soon as the answer arrived, every answer re
   jina_post      POST /post  {"data": [{"text"}...], "execEndpoint": "/encode"}, JSON embeddings back
   openai_base64  POST /v1/embeddings {"input": [...], "encoding_format": "base64"}
   openai_float   POST /v1/embeddings {"input": [...]} (JSON floats)
-  in_process     `flowline run` of the same flow over 400,000 of the same sentences (no HTTP)
+  tei_embed      POST /embed {"inputs": [...]} (TEI's: an array of float arrays)
+  in_process     `flowline run` of the same flow over --in-process-docs (400,000) of the same sentences (no HTTP)
   grpc           with --grpc: Jina's gRPC (jina.JinaRPC/Call), --connections streams of bench/grpc_load, one
                  request of the same --docs sentences unanswered per stream (as http_load's closed loop);
                  needs a build with the gateway's gRPC front (the GPU machine: prepare-device.sh --grpc)
 
-The server is `flowline serve` of a SentenceEncoder flow on cuda (--dtype) with server-side batching
+The server is `flowline serve` of a SentenceEncoder flow on --device (cuda; cpu for this bench's figures on
+a machine without a GPU, where --dtype is ignored: fp32) with server-side batching
 (max_batch_size --max-batch, --delay-ms) and --replicas (8) replicas, started once and warmed up; http_load's first second is warm-up.
 Prints docs/s per load, latency percentiles, each load's docs/s as a share of the in-process figure, and
 the mean batch the encoder ran during the load (documents / batches, from /metrics): how well requests of
@@ -46,7 +48,7 @@ FLOW = """with:
 executors:
   - name: encoder
     uses: SentenceEncoder
-    device: cuda
+    device: {device}
     replicas: {replicas}
     with: {{model: {model}, dtype: {dtype}, batch_size: {batch}}}
     batching: {{max_batch_size: {batch}, max_delay_ms: {delay}}}
@@ -91,16 +93,24 @@ def post(url, body):
 
 
 def batch_totals(base):
-    """(documents, batches) the executors have done so far, from GET /metrics."""
+    """(documents, batches, figures) the executors have done so far, from GET /metrics; figures: the replicas'
+    seconds in their handlers ("handler") and the encoder's own seconds by name (tokenize_seconds, ...)."""
     with urllib.request.urlopen(f"{base}/metrics", timeout=30) as r:
         text = r.read().decode()
     docs = batches = 0.0
+    figures = {"handler": 0.0}
     for line in text.splitlines():
         if line.startswith("flowline_executor_documents_total{"):
             docs += float(line.rsplit(" ", 1)[1])
         elif line.startswith("flowline_executor_batch_duration_seconds_count{"):
             batches += float(line.rsplit(" ", 1)[1])
-    return docs, batches
+        elif line.startswith("flowline_executor_batch_duration_seconds_sum{"):
+            figures["handler"] += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("flowline_executor_metric{"):
+            m = re.search(r'name="([a-z_]+_seconds)"', line)
+            if m:
+                figures[m.group(1)] = figures.get(m.group(1), 0.0) + float(line.rsplit(" ", 1)[1])
+    return docs, batches, figures
 
 
 def cpu_snapshot(pid):
@@ -176,7 +186,7 @@ def load(args, name, url, body, tmp):
     body_file.write_text(body)
     status, answer = post(url, body)  # checked by hand first: 200 and --docs embeddings back
     parsed = json.loads(answer)
-    got = len(parsed["data"])
+    got = len(parsed["data"]) if isinstance(parsed, dict) else len(parsed)  # TEI answers a bare array
     if status != 200 or got != args.docs:
         raise SystemExit(f"{name}: {status}, {got} documents back (want {args.docs})")
     out_json = tmp / f"{name}-load.json"
@@ -234,17 +244,19 @@ def main():
     p.add_argument("--thread-states", action="store_true",
                    help="sample what the server's threads do during each load (running, or in which system call)")
     p.add_argument("--grpc", action="store_true", help="also load Jina's gRPC route (bench/grpc_load)")
-    p.add_argument("--loads", default="jina_post,openai_base64,openai_float",
+    p.add_argument("--device", default="cuda", help="the encoder's device: cuda, or cpu")
+    p.add_argument("--in-process-docs", type=int, default=400_000, help="sentences of the in-process run")
+    p.add_argument("--loads", default="jina_post,openai_base64,openai_float,tei_embed",
                    help="the HTTP loads to run, comma-separated")
     args = p.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="serve_gpu."))
-    texts = sentences(args.corpus, 400_000)
+    texts = sentences(args.corpus, args.in_process_docs)
     flow_path = tmp / "encode-serve.yml"
     flow_path.write_text(FLOW.format(request_size=args.max_batch, model=pathlib.Path(args.model).resolve(),
-                                     dtype=args.dtype, batch=args.max_batch, replicas=args.replicas,
-                                     delay=args.delay_ms))
+                                     dtype=args.dtype if args.device != "cpu" else "fp32", batch=args.max_batch,
+                                     replicas=args.replicas, delay=args.delay_ms, device=args.device))
     figures = {"in_process": in_process(args, flow_path, texts, tmp)}
     proc, ports = start_server(args, flow_path, tmp)
     port = ports[0]
@@ -256,12 +268,13 @@ def main():
             "openai_base64": (f"{base}/v1/embeddings", json.dumps({"input": batch, "model": "all-MiniLM-L6-v2",
                                                                    "encoding_format": "base64"})),
             "openai_float": (f"{base}/v1/embeddings", json.dumps({"input": batch, "model": "all-MiniLM-L6-v2"})),
+            "tei_embed": (f"{base}/embed", json.dumps({"inputs": batch})),
         }
         names = [n for n in args.loads.split(",") if n] + (["grpc"] if args.grpc else [])
         for name in names:
             if name != "grpc" and name not in bodies:
                 raise SystemExit(f"--loads: no load '{name}' (expected some of {', '.join(bodies)})")
-            docs0, batches0 = batch_totals(base)
+            docs0, batches0, seconds0 = batch_totals(base)
             cpu0, t0 = cpu_snapshot(proc.pid), time.monotonic()
             sampler = ThreadSampler(proc.pid) if args.thread_states else None
             figures[name] = (grpc_load(args, ports[1], batch, tmp) if name == "grpc"
@@ -269,8 +282,12 @@ def main():
             figures[name]["cpu"] = cpu_use(cpu0, cpu_snapshot(proc.pid), time.monotonic() - t0)
             if sampler:
                 figures[name]["thread_states"] = sampler.finish()
-            docs1, batches1 = batch_totals(base)
+            docs1, batches1, seconds1 = batch_totals(base)
             figures[name]["mean_batch"] = (docs1 - docs0) / max(batches1 - batches0, 1)
+            # The replicas' busy share: seconds in their handlers over replicas x the load's wall time.
+            wall = time.monotonic() - t0
+            figures[name]["replica_seconds"] = {k: seconds1[k] - seconds0.get(k, 0.0) for k in seconds1}
+            figures[name]["replica_busy"] = figures[name]["replica_seconds"]["handler"] / (args.replicas * wall)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -281,8 +298,9 @@ def main():
         print(f"flowline serve exited with {rc} after SIGTERM", flush=True)
         (out / "serve_gpu.log").write_text((tmp / "serve.log").read_text())
     ref = figures["in_process"]
-    print(f"\n{args.connections} connections x {args.docs} sentences per request, {args.dtype}, {args.replicas} "
-          f"replicas, server batches up to {args.max_batch} (max_delay_ms {args.delay_ms})")
+    dtype = args.dtype if args.device != "cpu" else "fp32"
+    print(f"\n{args.connections} connections x {args.docs} sentences per request, {args.device} {dtype}, "
+          f"{args.replicas} replicas, server batches up to {args.max_batch} (max_delay_ms {args.delay_ms})")
     print(f"{'load':<14} {'docs/s':>10} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7} {'of in-process':>14} "
           f"{'mean batch':>11}")
     print(f"{'in_process':<14} {ref:>10.0f}")
@@ -300,8 +318,12 @@ def main():
     for name, f in figures.items():
         if name != "in_process":
             c = f["cpu"]
+            rs = f["replica_seconds"]
+            split = ", ".join(f"{k.removesuffix('_seconds')} {v / max(rs['handler'], 1e-9):.0%}"
+                              for k, v in rs.items() if k != "handler" and k != "launch_seconds")
             print(f"{name:<14} machine {c['machine_busy']:>5.0%}  server cores: I/O {c['server_io_cores']:.1f}, "
-                  f"replicas {c['server_replicas_cores']:.1f}, other {c['server_other_cores']:.1f}")
+                  f"replicas {c['server_replicas_cores']:.1f}, other {c['server_other_cores']:.1f}; "
+                  f"replicas in their handlers {f['replica_busy']:.0%} of the time ({split})")
         if args.thread_states and name != "in_process":
             for group, states in sorted(f["thread_states"].items()):
                 total = sum(states.values())
