@@ -9,6 +9,7 @@
 #include <fstream>
 #include <ftw.h>
 #include <sstream>
+#include <stdexcept>
 #include <sys/wait.h>
 
 namespace flowline::testing {
@@ -42,8 +43,11 @@ std::filesystem::path scratch_dir(const std::string& test_name) {
 }
 
 void write_text(const std::filesystem::path& path, const std::string& text) {
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
   std::ofstream out(path, std::ios::binary);
   out << text;
+  out.close();
+  if (!out) throw std::runtime_error("write_text: cannot write " + path.string());
 }
 
 std::string read_text(const std::filesystem::path& path) {

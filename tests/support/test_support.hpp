@@ -16,6 +16,7 @@ std::filesystem::path corpus_dir();
 std::filesystem::path corpus_file(const std::string& name);  // e.g. "alice-in-wonderland.txt"
 // A fresh empty folder for one test, under the build tree.
 std::filesystem::path scratch_dir(const std::string& test_name);
+// Writes `text` to `path`, creating its folders; throws std::runtime_error when the file cannot be written.
 void write_text(const std::filesystem::path& path, const std::string& text);
 std::string read_text(const std::filesystem::path& path);
 
