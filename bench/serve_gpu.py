@@ -26,6 +26,7 @@ different clients were merged; and where the CPU went during each load (the mach
 server's cores by thread: I/O threads, replicas, the rest).
 Every process started here is killed on exit.
 """
+import collections
 import json
 import os
 import pathlib
@@ -34,6 +35,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -113,23 +115,28 @@ def batch_totals(base):
     return docs, batches, figures
 
 
-def cpu_snapshot(pid):
-    """The machine's CPU ticks (busy, total) and the server's CPU seconds by thread group: its I/O threads
-    ("io"), its replicas ("EXECUTOR/R") and the rest (flowline names its threads)."""
-    with open("/proc/stat") as f:
-        ticks = [int(x) for x in f.readline().split()[1:]]
-    idle = ticks[3] + ticks[4]
-    groups = {"io": 0.0, "replicas": 0.0, "other": 0.0}
-    hz = os.sysconf("SC_CLK_TCK")
+def server_threads(pid):
+    """(task folder, group, the fields of its stat after the name) for each thread of process `pid`. Groups:
+    its I/O threads ("io"), its replicas ("EXECUTOR/R") and the rest (flowline names its threads)."""
     for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
         try:
             stat = (task / "stat").read_text()
         except OSError:  # the thread ended
             continue
         name = stat[stat.index("(") + 1:stat.rindex(")")]
-        rest = stat[stat.rindex(")") + 2:].split()
-        seconds = (int(rest[11]) + int(rest[12])) / hz
-        groups["io" if name == "io" else "replicas" if "/" in name else "other"] += seconds
+        group = "io" if name == "io" else "replicas" if "/" in name else "other"
+        yield task, group, stat[stat.rindex(")") + 2:].split()
+
+
+def cpu_snapshot(pid):
+    """The machine's CPU ticks (busy, total) and the server's CPU seconds by thread group."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    idle = ticks[3] + ticks[4]
+    groups = {"io": 0.0, "replicas": 0.0, "other": 0.0}
+    hz = os.sysconf("SC_CLK_TCK")
+    for _, group, fields in server_threads(pid):
+        groups[group] += (int(fields[11]) + int(fields[12])) / hz  # utime + stime
     return sum(ticks) - idle, sum(ticks), groups
 
 
@@ -150,26 +157,20 @@ class ThreadSampler:
     ioctl: the GPU driver) — counted per thread group (io, replicas, other)."""
 
     def __init__(self, pid):
-        import collections
-        import threading
         self.pid, self.counts, self.stop = pid, collections.Counter(), threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
 
     def run(self):
         while not self.stop.wait(0.01):
-            for task in pathlib.Path(f"/proc/{self.pid}/task").iterdir():
-                try:
-                    stat = (task / "stat").read_text()
-                    name = stat[stat.index("(") + 1:stat.rindex(")")]
-                    state = stat[stat.rindex(")") + 2]
-                    what = "running"
-                    if state != "R":
+            for task, group, fields in server_threads(self.pid):
+                what = "running"
+                if fields[0] != "R":
+                    try:
                         nr = (task / "syscall").read_text().split()[0]
-                        what = SYSCALLS.get(int(nr), f"syscall {nr}") if nr.lstrip("-").isdigit() else nr
-                except (OSError, ValueError, IndexError):
-                    continue
-                group = "io" if name == "io" else "replicas" if "/" in name else "other"
+                    except (OSError, IndexError):
+                        continue
+                    what = SYSCALLS.get(int(nr), f"syscall {nr}") if nr.lstrip("-").isdigit() else nr
                 self.counts[(group, what)] += 1
 
     def finish(self):
@@ -254,9 +255,10 @@ def main():
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="serve_gpu."))
     texts = sentences(args.corpus, args.in_process_docs)
     flow_path = tmp / "encode-serve.yml"
+    dtype = args.dtype if args.device != "cpu" else "fp32"
     flow_path.write_text(FLOW.format(request_size=args.max_batch, model=pathlib.Path(args.model).resolve(),
-                                     dtype=args.dtype if args.device != "cpu" else "fp32", batch=args.max_batch,
-                                     replicas=args.replicas, delay=args.delay_ms, device=args.device))
+                                     dtype=dtype, batch=args.max_batch, replicas=args.replicas, delay=args.delay_ms,
+                                     device=args.device))
     figures = {"in_process": in_process(args, flow_path, texts, tmp)}
     proc, ports = start_server(args, flow_path, tmp)
     port = ports[0]
@@ -298,7 +300,6 @@ def main():
         print(f"flowline serve exited with {rc} after SIGTERM", flush=True)
         (out / "serve_gpu.log").write_text((tmp / "serve.log").read_text())
     ref = figures["in_process"]
-    dtype = args.dtype if args.device != "cpu" else "fp32"
     print(f"\n{args.connections} connections x {args.docs} sentences per request, {args.device} {dtype}, "
           f"{args.replicas} replicas, server batches up to {args.max_batch} (max_delay_ms {args.delay_ms})")
     print(f"{'load':<14} {'docs/s':>10} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7} {'of in-process':>14} "
