@@ -102,6 +102,11 @@ class Document {
   Document();
   // A text document with a freshly generated id.
   explicit Document(std::string text);
+  // A document with this id and nothing else (no id generated): Document(Document::WithId{"doc-1"}).
+  struct WithId {
+    std::string id;
+  };
+  explicit Document(WithId with);
 
   std::string id;
   std::string text;

@@ -41,6 +41,8 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <typeindex>
+#include <typeinfo>
 #include <vector>
 
 namespace flowline {
@@ -64,6 +66,27 @@ struct ExecutorSpec {
   int replicas_per_gpu = 1;            // what `replicas: auto` gives on each GPU (one on a CPU)
 };
 
+// What the replicas of one executor in one flow share: at most one object of each type, made by the first
+// replica that asks (under a lock, so replicas constructed at once make it once) and kept for as long as a
+// replica holds it. For state that must not be copied per replica, e.g. an index every replica searches.
+// Thread-safe; what the object does under concurrent use is its own business (replicas run at once).
+class ReplicaGroup {
+ public:
+  template <class T>
+  std::shared_ptr<T> shared(const std::function<std::shared_ptr<T>()>& make) {
+    std::lock_guard lock(mutex_);
+    std::weak_ptr<void>& slot = objects_[std::type_index(typeid(T))];
+    if (auto existing = slot.lock()) return std::static_pointer_cast<T>(existing);
+    std::shared_ptr<T> made = make();
+    slot = made;
+    return made;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::type_index, std::weak_ptr<void>> objects_;
+};
+
 // What an executor replica knows about where it runs. Set by the Flow before construction.
 struct RuntimeInfo {
   std::string name;  // the executor's name in the flow, e.g. "encoder"
@@ -74,6 +97,9 @@ struct RuntimeInfo {
   int replicas_on_device = 1;      // replicas of this executor sharing `device` (for memory budgets)
   std::size_t request_size = 100;  // documents per request the flow posts by default (post() may ask for
                                    // others): for sizing buffers ahead of the first request
+  // Shared by this executor's replicas in this process (one per executor per flow); null for an executor
+  // constructed outside a flow.
+  std::shared_ptr<ReplicaGroup> group;
 };
 
 // Figures an executor reports about its own work ("tokens", "max_forward_tokens", ...), shown per replica

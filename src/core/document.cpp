@@ -158,6 +158,7 @@ Document* DocumentArray::find(std::string_view id) {
 
 Document::Document() : id(generate_id()) {}
 Document::Document(std::string text_) : id(generate_id()), text(std::move(text_)) {}
+Document::Document(WithId with) : id(std::move(with.id)) {}
 
 void Document::merge_from(Document&& other) {
   for_each_document_field([&](DocumentField field, std::string_view, auto member) {

@@ -32,10 +32,11 @@ void add_local_replicas(Stage& stage, const ExecutorConfig& e, const FlowConfig&
   ExecutorConfig sized = e;
   sized.replicas = local;
   for (const auto& name : replica_devices(sized)) stage.devices.push_back(resolve_device(name));
+  const auto group = std::make_shared<ReplicaGroup>();
   for (int r = 0; r < local; ++r) {
     const c10::Device device = stage.devices[static_cast<std::size_t>(r)];
     const int on_device = static_cast<int>(std::count(stage.devices.begin(), stage.devices.end(), device));
-    RuntimeInfo info{e.name, stage.entry->spec.name, r, local, device, on_device, config.options.request_size};
+    RuntimeInfo info{e.name, stage.entry->spec.name, r, local, device, on_device, config.options.request_size, group};
     stage.replicas.push_back(std::make_unique<LocalReplica>(*stage.entry, stage.params, std::move(info)));
     topology.replicas.push_back(ReplicaPlacement{e.name, stage.entry->spec.name, r, device, {}});
     if (device.is_cuda() && std::find(topology.gpus.begin(), topology.gpus.end(), device) == topology.gpus.end()) {
