@@ -70,16 +70,20 @@ inline DocumentArray one_document(const Document& doc) {
 // A flow of one VectorIndex named "index", started; closed (snapshot written) on destruction.
 class IndexFlow {
  public:
-  explicit IndexFlow(const Backend& backend, boost::json::object with = {}) : flow_(FlowOptions{}, index_registry()) {
+  explicit IndexFlow(const Backend& backend, boost::json::object with = {}, int replicas = 1)
+      : flow_(FlowOptions{}, index_registry()) {
     for (const auto& kv : backend.with) {
       if (!with.contains(kv.key())) with[kv.key()] = kv.value();
     }
-    flow_.add({.name = "index", .uses = "VectorIndex", .with = with, .device = "cpu"});
+    flow_.add({.name = "index", .uses = "VectorIndex", .with = with, .replicas = replicas, .device = "cpu"});
     flow_.start();
   }
-  DocumentArray post(std::string_view endpoint, DocumentArray docs, boost::json::object parameters = {}) {
-    return flow_.post(endpoint, std::move(docs), PostOptions{.parameters = std::move(parameters)});
+  DocumentArray post(std::string_view endpoint, DocumentArray docs, boost::json::object parameters = {},
+                     std::size_t request_size = 0) {
+    return flow_.post(endpoint, std::move(docs),
+                      PostOptions{.request_size = request_size, .parameters = std::move(parameters)});
   }
+  Flow& flow() { return flow_; }
   boost::json::object status() {
     const DocumentArray out = post("/status", one_document(Document()));
     REQUIRE(out.size() == 1);

@@ -205,6 +205,41 @@ TEST_CASE("devices shards the exact backend's vectors: /status says where, resul
   }
 }
 
+TEST_CASE("an index's replicas are copies of one store: searches spread over them, changes seen by all", "[index]") {
+  const Corpus corpus(2000, 16);
+  for (const Backend& backend : backends()) {
+    SECTION(backend.name) {
+      // One workspace for four replicas: were each to open its own store, the second would meet the lock.
+      const fs::path w = fresh_workspace("replicas-" + backend.name);
+      IndexFlow one(backend);
+      IndexFlow four(backend, json::object{{"workspace", w.string()}}, 4);
+      one.post("/index", corpus.documents());
+      four.post("/index", corpus.documents(), {}, 100);  // 20 requests, taken by whichever replica is free
+      CHECK(four.status().at("count").as_uint64() == 2000);
+      // 300 queries in requests of 5: many in flight at once over the four replicas, each answered as one
+      // replica alone answers it.
+      const DocumentArray a = one.post("/search", corpus.queries(300));
+      const DocumentArray b = four.post("/search", corpus.queries(300), {}, 5);
+      REQUIRE(a.size() == b.size());
+      for (std::size_t q = 0; q < a.size(); ++q) {
+        REQUIRE(a[q].matches.size() == b[q].matches.size());
+        for (std::size_t m = 0; m < a[q].matches.size(); ++m) CHECK(a[q].matches[m].id == b[q].matches[m].id);
+      }
+      int searched = 0;
+      for (const auto& r : four.flow().stats().replicas) searched += r.metrics.count("queries") ? 1 : 0;
+      CHECK(searched >= 2);
+      // A delete made through one replica is gone for every replica's search.
+      DocumentArray doomed;
+      for (std::size_t i = 0; i < 2000; i += 2) doomed.push_back(Document(Document::WithId{fmt::format("doc-{}", i)}));
+      four.post("/delete", std::move(doomed), {}, 50);
+      CHECK(four.status().at("count").as_uint64() == 1000);
+      for (const Document& query : four.post("/search", corpus.queries(100), {}, 5)) {
+        for (const Document& m : query.matches) CHECK(std::stoi(m.id.substr(4)) % 2 == 1);
+      }
+    }
+  }
+}
+
 TEST_CASE("bad requests to the index fail naming the document or the filter, and store nothing", "[index]") {
   const Corpus corpus(10, 8);
   IndexFlow index(backends().front());

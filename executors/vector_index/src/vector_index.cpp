@@ -10,14 +10,27 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
 
 namespace flowline::vector_index {
 namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_between(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
 
 Metric parse_metric(const std::string& name) {
   if (name == "cosine") return Metric::cosine;
@@ -62,17 +75,30 @@ at::Tensor embedding_row(const Document& doc, std::size_t i, std::string_view en
   return doc.embedding.reshape({-1});
 }
 
+// The documents' embeddings as one float [n, dim] matrix on the CPU. Embeddings that already are contiguous
+// float CPU vectors (what encoders and the gateway's codecs give) are copied row by row without a tensor
+// operation each; any other is converted.
 at::Tensor rows_of(const DocumentArray& docs, std::string_view endpoint) {
-  std::vector<at::Tensor> rows;
-  rows.reserve(docs.size());
+  if (docs.empty()) return at::empty({0, 0}, at::kFloat);
+  const std::int64_t dim = embedding_row(docs[0], 0, endpoint).size(0);
+  at::Tensor rows = at::empty({static_cast<std::int64_t>(docs.size()), dim}, at::kFloat);
+  auto* out = rows.data_ptr<float>();
   for (std::size_t i = 0; i < docs.size(); ++i) {
-    rows.push_back(embedding_row(docs[i], i, endpoint).to(at::kCPU, at::kFloat));
-    if (rows.back().size(0) != rows.front().size(0)) {
+    const at::Tensor& e = docs[i].embedding;
+    const bool plain =
+        e.defined() && e.dim() == 1 && e.scalar_type() == at::kFloat && e.device().is_cpu() && e.is_contiguous();
+    const at::Tensor row = plain ? e : embedding_row(docs[i], i, endpoint);
+    if (row.size(0) != dim) {
       throw Error(fmt::format("document {} ('{}'): an embedding of {} dimensions after ones of {}", i, docs[i].id,
-                              rows.back().size(0), rows.front().size(0)));
+                              row.size(0), dim));
+    }
+    if (plain) {
+      std::memcpy(out + static_cast<std::int64_t>(i) * dim, e.data_ptr<float>(), sizeof(float) * dim);
+    } else {
+      rows[static_cast<std::int64_t>(i)].copy_(row);
     }
   }
-  return at::stack(rows);
+  return rows;
 }
 
 class VectorIndex : public Executor {
@@ -109,7 +135,6 @@ class VectorIndex : public Executor {
         {"/index", "/search", "/update", "/delete", "/clear", "/status"},
     };
     spec.default_endpoint = false;
-    spec.max_replicas = 1;
     return spec;
   }
 
@@ -140,10 +165,35 @@ class VectorIndex : public Executor {
     if (!workspace.empty()) options.workspace = workspace;
     limit_ = params().get<std::size_t>("limit");
     return_embeddings_ = params().get<bool>("return_embeddings");
-    store_ = std::make_unique<Store>(std::move(options));
-    spdlog::info("executor '{}': {} index, metric {}{}, {} documents, {}", runtime().name, store_->backend_name(),
-                 metric_name(store_->metric()), store_->dim() ? fmt::format(", {} dimensions", store_->dim()) : "",
-                 store_->size(), workspace.empty() ? "in memory only" : fmt::format("workspace {}", workspace));
+    // The replicas of an index are copies of one store: the first replica opens it, the others share it, so
+    // every replica holds every document, queries spread over them and run at once, and changes are made
+    // one at a time (shared_). Copies on different devices would each need their own vectors: refused.
+    const auto open = [&] {
+      auto made = std::make_shared<SharedStore>();
+      made->device = device;
+      made->store = std::make_unique<Store>(std::move(options));
+      spdlog::info("executor '{}': {} index, metric {}{}, {} documents, {}{}", runtime().name,
+                   made->store->backend_name(), metric_name(made->store->metric()),
+                   made->store->dim() ? fmt::format(", {} dimensions", made->store->dim()) : "", made->store->size(),
+                   workspace.empty() ? "in memory only" : fmt::format("workspace {}", workspace),
+                   runtime().replicas > 1 ? fmt::format(", shared by {} replicas", runtime().replicas) : "");
+      return made;
+    };
+    shared_ = runtime().group ? runtime().group->shared<SharedStore>(open) : open();
+    if (shared_->device != device) {
+      throw Error(fmt::format(
+          "executor '{}': its replicas share one index on {}, but replica {} is placed on {}: put every replica "
+          "on one device (devices: at the executor's level), or shard the vectors over GPUs with with.devices",
+          runtime().name, shared_->device.str(), runtime().replica, device.str()));
+    }
+    store_ = shared_->store.get();
+    // Each replica searches on a stream of its own, so that one replica's wait for its results is not a wait
+    // for every replica's queued work. Changes finish on their stream before the lock is released; the
+    // store's replay ran on this thread's current stream, finished here before any replica reads it.
+    if (device.is_cuda()) {
+      wait_for_stream(c10::impl::getDeviceGuardImpl(device.type())->getStream(device));
+      stream_ = replica_stream(device);
+    }
     bind("/index", &VectorIndex::index);
     bind("/search", &VectorIndex::search);
     bind("/update", &VectorIndex::update);
@@ -152,24 +202,38 @@ class VectorIndex : public Executor {
     bind("/status", &VectorIndex::status);
   }
 
-  void close() override { store_->snapshot(true); }
+  void close() override {
+    const c10::OptionalStreamGuard on(stream_);
+    std::unique_lock lock(shared_->mutex);
+    store_->snapshot(true);
+  }
 
  private:
   static Entry entry_of(const Document& doc) { return Entry{doc.id, doc.text, doc.uri, doc.tags}; }
 
+  // Called at the end of a change, under the exclusive lock: its GPU work done before another replica reads.
+  void finish_change() const {
+    if (stream_) wait_for_stream(*stream_);
+  }
+
   void index(DocumentArray& docs) {
     if (docs.empty()) return;
     at::Tensor rows = rows_of(docs, "/index");
+    const c10::OptionalStreamGuard on(stream_);
+    std::unique_lock lock(shared_->mutex);
     std::vector<Entry> entries;
     entries.reserve(docs.size());
     for (const Document& doc : docs) entries.push_back(entry_of(doc));
     store_->upsert(std::move(entries), std::move(rows));
+    finish_change();
     metrics().add("indexed", static_cast<double>(docs.size()));
   }
 
   // Changes stored documents: the fields a document carries (text, uri, tags, embedding) replace the stored
   // ones; the others stay. Every id must be in the index, or nothing changes.
   void update(DocumentArray& docs) {
+    const c10::OptionalStreamGuard on(stream_);
+    std::unique_lock lock(shared_->mutex);
     std::vector<std::string> missing;
     for (const Document& doc : docs) {
       if (!store_->find(doc.id)) missing.push_back(doc.id);
@@ -193,17 +257,26 @@ class VectorIndex : public Executor {
       entries.push_back(std::move(e));
     }
     if (!entries.empty()) store_->upsert(std::move(entries), at::stack(rows));
+    finish_change();
   }
 
   void remove(DocumentArray& docs) {
     std::vector<std::string> ids;
     ids.reserve(docs.size());
     for (const Document& doc : docs) ids.push_back(doc.id);
+    const c10::OptionalStreamGuard on(stream_);
+    std::unique_lock lock(shared_->mutex);
     const std::vector<bool> found = store_->remove(ids);
+    finish_change();
     for (std::size_t i = 0; i < docs.size(); ++i) docs[i].tags["deleted"] = static_cast<bool>(found[i]);
   }
 
-  void clear(DocumentArray&) { store_->clear(); }
+  void clear(DocumentArray&) {
+    const c10::OptionalStreamGuard on(stream_);
+    std::unique_lock lock(shared_->mutex);
+    store_->clear();
+    finish_change();
+  }
 
   void search(DocumentArray& docs, const RequestInfo& request) {
     if (docs.empty()) return;
@@ -214,29 +287,40 @@ class VectorIndex : public Executor {
       filter = Filter::parse(*spec, "parameter 'filter'");
     }
     const std::size_t ef = count_parameter(request, "ef_search", 0, 1);
-    const auto found = store_->search(rows_of(docs, "/search"), limit, filter ? &*filter : nullptr, ef);
-    const char* score_name = metric_name(store_->metric());
+    const auto started = Clock::now();
+    at::Tensor queries = rows_of(docs, "/search");
+    const c10::OptionalStreamGuard on(stream_);
+    const auto gathered = Clock::now();
+    std::shared_lock lock(shared_->mutex);  // matches point into the store: held until they are copied out
+    const auto found = store_->search(std::move(queries), limit, filter ? &*filter : nullptr, ef);
+    const auto searched = Clock::now();
+    const std::string score_name = metric_name(store_->metric());
     for (std::size_t q = 0; q < docs.size(); ++q) {
       DocumentArray matches;
       matches.reserve(found[q].size());
       const at::Tensor rows = with_embeddings ? store_->rows_of(found[q]) : at::Tensor();
       for (std::size_t j = 0; j < found[q].size(); ++j) {
         const Match& m = found[q][j];
-        Document& match = matches.push_back(Document());
-        match.id = m.entry->id;
+        Document& match = matches.push_back(Document(Document::WithId{m.entry->id}));
         match.text = m.entry->text;
         match.uri = m.entry->uri;
-        match.tags = m.entry->tags;
-        match.scores[score_name] = m.score;
+        if (!m.entry->tags.empty()) match.tags = m.entry->tags;
+        match.scores.emplace(score_name, m.score);
         if (with_embeddings) match.embedding = rows[static_cast<std::int64_t>(j)];
       }
       docs[q].matches = std::move(matches);
     }
+    // Where a request's time goes (seconds, running totals; Flow::stats() and /metrics show them): the
+    // queries gathered into one matrix, the backend's search, the matches written into the documents.
     metrics().add("queries", static_cast<double>(docs.size()));
+    metrics().add("gather_seconds", seconds_between(started, gathered));
+    metrics().add("search_seconds", seconds_between(gathered, searched));
+    metrics().add("matches_seconds", seconds_between(searched, Clock::now()));
   }
 
   // One document whose tags describe the index (or, when the request carries documents, those tags on each).
   void status(DocumentArray& docs) {
+    std::shared_lock lock(shared_->mutex);
     boost::json::object tags{{"count", store_->size()},
                              {"dimension", store_->dim()},
                              {"metric", metric_name(store_->metric())},
@@ -250,7 +334,16 @@ class VectorIndex : public Executor {
     }
   }
 
-  std::unique_ptr<Store> store_;
+  // One store and the lock its replicas take: shared for /search and /status, exclusive for changes.
+  struct SharedStore {
+    std::shared_mutex mutex;
+    std::unique_ptr<Store> store;
+    c10::Device device{c10::kCPU};
+  };
+
+  std::shared_ptr<SharedStore> shared_;
+  Store* store_ = nullptr;             // shared_->store
+  std::optional<c10::Stream> stream_;  // this replica's, on a GPU: current in every handler (OptionalStreamGuard)
   std::size_t limit_ = 10;
   bool return_embeddings_ = false;
 };

@@ -27,7 +27,8 @@
 // Durability: with a `workspace`, a change is in the workspace's log, synced to disk, before the request is
 // answered; snapshots replace the log as it grows and at close; a restart replays them. Damaged files stop
 // the start with the file and byte offset. One process writes a workspace (a lock). Without a workspace
-// the index lives in memory only. One replica (max_replicas 1): it owns its workspace.
+// the index lives in memory only. Replicas in one process are copies sharing one store (ReplicaGroup): they
+// search at once and make changes one at a time; they must sit on one device.
 #pragma once
 
 #include "flowline/registry.hpp"
