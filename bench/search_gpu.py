@@ -11,9 +11,16 @@ each posting one query text), one command on the GPU machine after scripts/gpu-r
 Prints queries/s and latency percentiles, and the answer's first match, and writes search_gpu.json to --out.
 
   python3 bench/search_gpu.py --build build-gpu --model models/all-MiniLM-L6-v2 --corpus .device/corpus --out $OUT
+
+Also prints where the time went during the load: each executor's handler time per batch with its own figures
+(the index's gather/search/matches seconds), and the server's CPU by thread group (I/O threads, replicas).
 """
+import collections
 import json
 import os
+import re
+import time
+import urllib.request
 import pathlib
 import subprocess
 import sys
@@ -22,7 +29,29 @@ import tempfile
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 from gpu_bench import gpu_parser  # noqa: E402
-from serve_gpu import post, start_server  # noqa: E402
+from serve_gpu import cpu_snapshot, cpu_use, post, start_server  # noqa: E402
+
+
+def executor_seconds(base):
+    """Per executor, from GET /metrics: seconds in its handlers and its own *_seconds figures (the index's
+    gather/search/matches, the encoder's tokenize/...), summed over its replicas, and batches."""
+    with urllib.request.urlopen(f"{base}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    out = collections.defaultdict(float)
+    for line in text.splitlines():
+        executor = re.search(r'executor="([^"]+)"', line)
+        if not executor:
+            continue
+        value = float(line.rsplit(" ", 1)[1])
+        if line.startswith("flowline_executor_batch_duration_seconds_sum{"):
+            out[(executor.group(1), "handler")] += value
+        elif line.startswith("flowline_executor_batch_duration_seconds_count{"):
+            out[(executor.group(1), "batches")] += value
+        elif line.startswith("flowline_executor_metric{"):
+            name = re.search(r'name="([a-z_]+_seconds)"', line)
+            if name:
+                out[(executor.group(1), name.group(1))] += value
+    return out
 
 FLOW = """executors:
   - name: encoder
@@ -34,8 +63,9 @@ FLOW = """executors:
   - name: index
     uses: VectorIndex
     device: cuda
+    replicas: {index_replicas}
     with: {{workspace: {workspace}, limit: 10}}
-    batching: {{max_batch_size: {index_batch}, max_delay_ms: {delay}}}
+    batching: {{max_batch_size: {index_batch}, max_delay_ms: {index_delay}}}
 """
 
 
@@ -47,6 +77,9 @@ def main():
     parser.add_argument("--dtype", default="fp16")
     parser.add_argument("--delay-ms", type=float, default=2)
     parser.add_argument("--index-batch", type=int, default=1024)
+    parser.add_argument("--io-threads", type=int, default=0, help="the gateway's I/O threads (0: one per core)")
+    parser.add_argument("--index-delay-ms", type=float, default=None, help="the index's max_delay_ms (default: --delay-ms)")
+    parser.add_argument("--index-replicas", type=int, default=1, help="the index's replicas (copies of one store)")
     args = parser.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -63,8 +96,11 @@ def main():
             raise SystemExit(f"flowline run flows/index.yml failed ({run.returncode}):\n{run.stderr[-3000:]}")
         flow = tmp / "search.yml"
         flow.write_text(FLOW.format(replicas=args.replicas, model=args.model, dtype=args.dtype, delay=args.delay_ms,
-                                    workspace=workspace, index_batch=args.index_batch))
-        proc, port = start_server(args, flow, tmp)
+                                    workspace=workspace, index_batch=args.index_batch,
+                                    index_replicas=args.index_replicas,
+                                    index_delay=args.delay_ms if args.index_delay_ms is None else args.index_delay_ms))
+        args.grpc = False  # start_server serves HTTP only then
+        proc, (port,) = start_server(args, flow, tmp)
         try:
             url = f"http://127.0.0.1:{port}/search"
             body = json.dumps({"data": [{"text": "a whale hunt"}], "parameters": {"limit": 10}})
@@ -80,11 +116,27 @@ def main():
                    "--connections", str(args.connections), "--duration", str(args.duration), "--warmup", "2",
                    "--json", str(out_json)]
             print(f"==> {' '.join(cmd)}", flush=True)
+            base = f"http://127.0.0.1:{port}"
+            seconds_before, cpu_before, started = executor_seconds(base), cpu_snapshot(proc.pid), time.monotonic()
             load = subprocess.run(cmd, capture_output=True, text=True)
+            wall = time.monotonic() - started
+            cpu, seconds_after = cpu_use(cpu_before, cpu_snapshot(proc.pid), wall), executor_seconds(base)
             print(load.stdout + load.stderr, flush=True)
             if not out_json.exists():
                 raise SystemExit(f"http_load wrote no figures (exit {load.returncode})")
             figures = json.loads(out_json.read_text())
+            # Where the time went over the load (warm-up included): each executor's handler seconds per
+            # batch and its own figures, and the server's CPU by thread group.
+            spent = {f"{e} {k}": seconds_after[(e, k)] - seconds_before.get((e, k), 0.0) for e, k in seconds_after}
+            figures["executor_seconds"] = spent
+            figures["cpu"] = cpu
+            for executor in sorted({e for e, _ in seconds_after}):
+                batches = spent.get(f"{executor} batches", 0.0)
+                parts = ", ".join(f"{k.split(' ', 1)[1]} {v / max(batches, 1) * 1e3:.2f} ms"
+                                  for k, v in sorted(spent.items())
+                                  if k.startswith(executor + " ") and not k.endswith(" batches"))
+                print(f"  {executor}: {batches:.0f} batches; per batch {parts}", flush=True)
+            print("  cpu: " + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items()), flush=True)
         finally:
             proc.terminate()
             proc.wait(timeout=60)

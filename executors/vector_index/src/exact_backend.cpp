@@ -191,6 +191,7 @@ class ExactBackend : public VectorBackend {
     const std::int64_t kk = values.size(1);
     for (std::int64_t r = 0; r < values.size(0); ++r) {
       auto& out = hits[first + static_cast<std::size_t>(r)];
+      out.reserve(static_cast<std::size_t>(kk));
       for (std::int64_t c = 0; c < kk; ++c) {
         float score = v[r * kk + c];
         if (score == -std::numeric_limits<float>::infinity()) break;  // fewer usable rows than k

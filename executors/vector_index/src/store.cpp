@@ -191,6 +191,7 @@ std::vector<std::vector<Match>> Store::search(at::Tensor queries, std::size_t k,
   }
   const auto hits = backend_->search(queries, k, filtered ? &allowed : nullptr, allowed_count, ef);
   for (std::size_t q = 0; q < n; ++q) {
+    out[q].reserve(hits[q].size());
     for (const Hit& hit : hits[q]) {
       if (hit.slot < slots_.size() && slots_[hit.slot]) out[q].push_back({slots_[hit.slot].get(), hit.slot, hit.score});
     }
