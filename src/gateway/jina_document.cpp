@@ -52,26 +52,35 @@ std::optional<DocumentField> jina_field_named(std::string_view name) noexcept {
 
 namespace {
 
-// "data[0].matches[2]" for messages.
+// Where a value sits in the body, for messages: "data[0].matches[2]", and FastAPI's loc ["body", "data", 0,
+// "matches", 2]. A chain of links on the reader's stack, each naming its parent: nothing is made unless a
+// message needs it (the reader walks every document and field of every request).
 struct Where {
-  json::array loc;   // FastAPI's loc: ["body", "data", 0, "matches", 2]
-  std::string path;  // the same, as text
+  const Where* parent = nullptr;  // none: the root, a field of the body
+  std::string_view name;          // a field's name (a key of the body, alive while it is read)
+  std::size_t index = 0;          // else a position in a list
+  bool is_index = false;
 
-  Where at(std::string_view name) const {
-    Where w{loc, fmt::format("{}.{}", path, name)};
-    w.loc.emplace_back(name);
-    return w;
+  Where at(std::string_view field) const { return Where{this, field, 0, false}; }
+  Where at(std::size_t position) const { return Where{this, {}, position, true}; }
+  json::array loc() const {
+    json::array out = parent ? parent->loc() : json::array{"body"};
+    if (is_index) {
+      out.emplace_back(index);
+    } else {
+      out.emplace_back(name);
+    }
+    return out;
   }
-  Where at(std::size_t index) const {
-    Where w{loc, fmt::format("{}[{}]", path, index)};
-    w.loc.emplace_back(index);
-    return w;
+  std::string path() const {
+    if (is_index) return fmt::format("{}[{}]", parent ? parent->path() : std::string(), index);
+    return parent ? fmt::format("{}.{}", parent->path(), name) : std::string(name);
   }
 };
 
 [[noreturn]] void invalid(std::string_view type, const Where& where, std::string_view expected,
                           const json::value& input) {
-  throw jina_validation_error(type, where.loc, fmt::format("{}: {}", where.path, expected), input);
+  throw jina_validation_error(type, where.loc(), fmt::format("{}: {}", where.path(), expected), input);
 }
 
 std::string string_value(const json::value& v, const Where& where) {
@@ -188,8 +197,7 @@ void read_field(Document& doc, DocumentField field, const json::value& v, const 
 
 Document read_document(const json::value& v, const Where& where) {
   if (!v.is_object()) invalid("model_attributes_type", where, "expected a document (a JSON object)", v);
-  Document doc;
-  doc.id.clear();
+  Document doc(Document::WithId{});  // an id is generated below only when the body gives none
   for (const auto& kv : v.get_object()) {
     if (kv.value().is_null()) continue;
     if (const auto field = jina_field_named(kv.key())) read_field(doc, *field, kv.value(), where.at(kv.key()));
@@ -226,7 +234,21 @@ void append_documents(std::string& out, const DocumentArray& docs) {
 }  // namespace
 
 Document jina_document(const json::value& value, std::size_t index) {
-  return read_document(value, Where{json::array{"body", "data", index}, fmt::format("data[{}]", index)});
+  const Where data{nullptr, "data"};
+  return read_document(value, data.at(index));
+}
+
+std::size_t jina_size_hint(const Document& doc) {
+  // Names, punctuation and nulls; the strings (escapes aside); a float in at most 15 characters and its comma;
+  // base64 for the blob; a guess per tag and score; then chunks and matches.
+  std::size_t n = 128 + doc.id.size() + doc.text.size() + doc.uri.size() + doc.mime_type.size() +
+                  doc.parent_id.size() + doc.blob.size() * 4 / 3;
+  if (doc.embedding.defined()) n += static_cast<std::size_t>(doc.embedding.numel()) * 16;
+  if (doc.tensor.defined()) n += 64 + static_cast<std::size_t>(doc.tensor.numel()) * 16;
+  n += doc.tags.size() * 32 + doc.scores.size() * 48;
+  for (const Document& chunk : doc.chunks) n += jina_size_hint(chunk);
+  for (const Document& match : doc.matches) n += jina_size_hint(match);
+  return n;
 }
 
 void append_jina_document(std::string& out, const Document& doc) {

@@ -281,7 +281,9 @@ Call parse_jina(const json::value& body, std::string endpoint, const ParseLimits
 
 std::string jina_response(const Call& call, const DocumentArray& docs) {
   std::string out;
-  out.reserve(64 + docs.size() * 128);
+  std::size_t expected = 256;  // room for the answer at once: no regrowth (and copy) of a large string
+  for (const Document& doc : docs) expected += jina_size_hint(doc);
+  out.reserve(expected);
   out += "{\"data\":[";
   bool first = true;
   for (const Document& doc : docs) {

@@ -74,6 +74,9 @@ std::string jina_response(const Call& call, const DocumentArray& docs);
 // (jina_document.cpp). Fields Jina's documents lack are ignored. Throws HttpError 422 as parse_jina does.
 Document jina_document(const boost::json::value& value, std::size_t index);
 void append_jina_document(std::string& out, const Document& doc);
+// About as many bytes as append_jina_document writes for `doc` (a little more where numbers are short), to
+// reserve an answer's string once.
+std::size_t jina_size_hint(const Document& doc);
 // Jina's names of the Document table's fields ("bytes_" for blob, "url" for uri; the others as flowline
 // names them), shared by its JSON codec and its gRPC one (docarray's DocProto): the name of a field, the
 // field of a name (flowline's own names accepted too; nothing for a name Jina's documents lack), and the
