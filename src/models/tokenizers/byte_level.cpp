@@ -200,6 +200,7 @@ class RegexReplace final : public Normalizer {
     std::size_t previous = 0;
     bool matched = false;
     regex_.for_each_match(s.text, [&](std::size_t begin, std::size_t end) {
+      if (begin == 0 && replaced_head(end, content_)) s.head = false;
       s.other.append(s.text, previous, begin - previous);
       s.other.append(content_);
       previous = end;

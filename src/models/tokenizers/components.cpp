@@ -73,10 +73,12 @@ class BertNormalizer final : public Normalizer {
   // One pass cleans, pads CJK and lower-cases. Stripping accents needs NFD before lower-casing; text that
   // is all ASCII has no accents and is its own NFD, so only text with other characters takes the long way.
   void normalize(Scratch& s) const override {
+    if (clean_ && !s.text.empty() && cleaned_away(s.text[0])) s.head = false;
     const bool ascii = clean_and_pad(s, lowercase_);
     if (!strip_accents_ || ascii) return;
     if (lowercase_) clean_and_pad(s, false);  // the lower-casing pass left s.text as it was
     normalize_form(s.text, NormalForm::nfd, s.utf8);
+    if (!s.text.empty() && is_nonspacing_mark(s.text[0])) s.head = false;
     std::erase_if(s.text, is_nonspacing_mark);
     if (lowercase_) lowercase(s);
   }
@@ -112,6 +114,11 @@ class BertNormalizer final : public Normalizer {
     return ascii;
   }
 
+  // What clean_text drops (the loop in clean_and_pad tests the same, inline).
+  static bool cleaned_away(char32_t c) {
+    return c < 0x80 ? (c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7F : c == 0xFFFD || is_control(c);
+  }
+
   static void lowercase(Scratch& s) {
     s.other.clear();
     for (const char32_t c : s.text) append_lowercase(c, s.other);
@@ -130,7 +137,10 @@ class Lowercase final : public Normalizer {
 
 class StripAccents final : public Normalizer {
  public:
-  void normalize(Scratch& s) const override { std::erase_if(s.text, is_combining_mark); }
+  void normalize(Scratch& s) const override {
+    if (!s.text.empty() && is_combining_mark(s.text[0])) s.head = false;
+    std::erase_if(s.text, is_combining_mark);
+  }
   std::string name() const override { return "StripAccents"; }
 };
 
@@ -145,6 +155,7 @@ class Strip final : public Normalizer {
       while (begin < end && is_whitespace(s.text[begin])) ++begin;
     s.text.erase(end);
     s.text.erase(0, begin);
+    if (begin > 0) s.head = false;
   }
   std::string name() const override { return "Strip"; }
 
@@ -163,13 +174,17 @@ class UnicodeForm final : public Normalizer {
   std::string name_;
 };
 
-// Replace with a literal pattern: every non-overlapping occurrence, left to right.
+// Replace with a literal pattern: every non-overlapping occurrence, left to right. In tokenizers, the
+// replacement of a match takes the offsets of the match's last character: a match at the start longer than
+// one character, or one replaced by nothing, leaves the head behind (replaced_head()).
 class Replace final : public Normalizer {
  public:
   Replace(std::u32string pattern, std::u32string content)
       : pattern_(std::move(pattern)), content_(std::move(content)) {}
   void normalize(Scratch& s) const override {
-    if (s.text.find(pattern_) == std::u32string::npos) return;
+    const std::size_t first = s.text.find(pattern_);
+    if (first == std::u32string::npos) return;
+    if (first == 0 && replaced_head(pattern_.size(), content_)) s.head = false;
     s.other.clear();
     std::size_t at = 0;
     for (std::size_t hit; (hit = s.text.find(pattern_, at)) != std::u32string::npos; at = hit + pattern_.size()) {

@@ -1,6 +1,7 @@
 // The tokenizer's pipeline, private to flowline::tokenizers: added tokens are split out of the raw text,
-// each remaining stretch is normalized, pre-tokenized into words and cut into ids by the model; then the
-// post-processor frames the sequences with special tokens. Each step is a small class behind its own
+// each remaining stretch is normalized, the added tokens matched in normalized text are split out of it,
+// and each piece left is pre-tokenized into words and cut into ids by the model; then the post-processor
+// frames the sequences with special tokens. Each step is a small class behind its own
 // interface, built from its tokenizer.json object by a table (components.cpp: type name -> builder), so a
 // new component is one class and one table line. Components are immutable after construction and
 // called from many threads at once; the working buffers live in a thread_local Scratch.
@@ -27,8 +28,15 @@ struct Span {
 
 // One thread's working buffers, reused call after call.
 struct Scratch {
-  std::u32string text;   // the stretch being tokenized, code points
-  std::u32string other;  // a normalizer's output before it is swapped into `text`
+  std::u32string text;        // the stretch (then the piece) being tokenized, code points
+  std::u32string other;       // a normalizer's output before it is swapped into `text`
+  std::u32string normalized;  // the normalized stretch while its pieces are tokenized one by one
+  // Offsets into the original text, as far as Metaspace's prepend scheme "first" needs them. head: text[0]
+  // still comes from the stretch's first character (a normalizer that drops that character clears it, as
+  // tokenizers' alignments then start further on). origin: the piece being pre-tokenized starts at offset 0
+  // of the original text (at the start of the first stretch, its head kept).
+  bool head = true;
+  bool origin = false;
   std::vector<Span> words, other_words;
   std::string utf8;                         // a word in UTF-8, for vocabulary look-ups
   std::vector<std::int32_t> first, second;  // a pair's two sequences before truncation
@@ -49,10 +57,16 @@ struct Origin {
 class Normalizer {
  public:
   virtual ~Normalizer() = default;
-  // Rewrites s.text in place (or through s.other).
+  // Rewrites s.text in place (or through s.other); clears s.head when it drops s.text's first character.
   virtual void normalize(Scratch& s) const = 0;
   virtual std::string name() const = 0;
 };
+
+// Whether a Replace normalizer's match at the start of the text, `length` code points long and replaced by
+// `content`, clears s.head: tokenizers gives the replacement the offsets of the match's last character.
+inline bool replaced_head(std::size_t length, std::u32string_view content) {
+  return length > 0 && (content.empty() || length > 1);
+}
 
 class PreTokenizer {
  public:
@@ -125,13 +139,29 @@ struct PostProcessor {
   std::size_t added(bool for_pair) const;
 };
 
-// A token matched in the raw text before normalization (HF's added_tokens with normalized: false);
-// lstrip/rstrip: it takes the whitespace before/after it along.
+// One of tokenizer.json's added_tokens. normalized: false, matched in the raw text before normalization;
+// true, its content normalized is matched in each normalized stretch. lstrip/rstrip: it takes the
+// whitespace before/after it along. single_word: a match with a word character (Rust regex's \w) right
+// before or after it is no match.
 struct AddedToken {
   std::string content;
   std::int32_t id = 0;
   bool lstrip = false;
   bool rstrip = false;
+  bool single_word = false;
+  bool normalized = false;
+};
+
+// The added tokens matched in one kind of text, longest first: in the raw text (UTF-8 bytes) or in the
+// normalized text (code points). first[c]: some token starts with c (a code point's low byte).
+template <class Char>
+struct AddedMatcher {
+  struct Entry {
+    std::basic_string<Char> content;
+    AddedToken token;
+  };
+  std::vector<Entry> entries;
+  bool first[256] = {};
 };
 
 class Pipeline {
@@ -140,8 +170,9 @@ class Pipeline {
   std::vector<std::unique_ptr<PreTokenizer>> pre_tokenizers;
   std::unique_ptr<Model> model;
   PostProcessor post;
-  std::vector<AddedToken> added;  // longest first
-  bool added_first_byte[256] = {};
+  std::vector<AddedToken> added;      // in the file's order
+  AddedMatcher<char> raw_added;       // those with normalized: false
+  AddedMatcher<char32_t> norm_added;  // those with normalized: true, their content normalized
   std::int32_t pad = -1;
   std::size_t added_vocab = 0;  // added tokens whose ids lie outside the model's vocabulary
 
@@ -153,7 +184,10 @@ class Pipeline {
   std::string describe() const;
 
  private:
-  void tokens_of_stretch(std::string_view stretch, std::vector<std::int32_t>& ids) const;
+  // A stretch between raw added tokens; `origin`: it starts at offset 0 of the text.
+  void tokens_of_stretch(std::string_view stretch, bool origin, std::vector<std::int32_t>& ids) const;
+  // s.text, a piece of a normalized stretch without added tokens: pre-tokenized and cut into ids.
+  void tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids) const;
 };
 
 // Builders of the components that live in files of their own; components.cpp's tables name them. Each reads

@@ -5,7 +5,9 @@
 //   grapheme cluster: a cluster shorter than 6 bytes is replaced whole when the trie matches a prefix of
 //   it (the shortest match, as tokenizers' spm_precompiled takes it); otherwise each character on its own.
 // - Metaspace: spaces become the replacement character (▁), a ▁ is put in front of each word (prepend
-//   scheme "always"; "never" leaves it), and words are split before every ▁.
+//   scheme "always"; "first": only in front of a word that starts at offset 0 of the original text, so not
+//   after an added token nor where a normalizer or an earlier pre-tokenizer dropped the first character;
+//   "never" leaves it), and words are split before every ▁.
 #include "flowline/error.hpp"
 #include "pipeline.hpp"
 
@@ -161,9 +163,11 @@ class Precompiled final : public Normalizer {
   std::array<const std::u32string*, 128> ascii_{};
 };
 
+enum class PrependScheme { always, first, never };
+
 class Metaspace final : public PreTokenizer {
  public:
-  Metaspace(char32_t replacement, bool prepend, bool split)
+  Metaspace(char32_t replacement, PrependScheme prepend, bool split)
       : replacement_(replacement), prepend_(prepend), split_(split) {}
 
   void pre_tokenize(Scratch& s) const override {
@@ -173,7 +177,9 @@ class Metaspace final : public PreTokenizer {
       if (word.end == word.begin) continue;
       std::size_t start = s.other.size();
       const char32_t head = s.text[word.begin];
-      if (prepend_ && head != U' ' && head != replacement_) s.other.push_back(replacement_);
+      const bool prepend =
+          prepend_ == PrependScheme::always || (prepend_ == PrependScheme::first && s.origin && word.begin == 0);
+      if (prepend && head != U' ' && head != replacement_) s.other.push_back(replacement_);
       for (std::size_t i = word.begin; i < word.end; ++i) {
         const char32_t c = s.text[i] == U' ' ? replacement_ : s.text[i];
         if (split_ && c == replacement_ && s.other.size() > start) {  // a new word before every ▁
@@ -191,7 +197,8 @@ class Metaspace final : public PreTokenizer {
 
  private:
   char32_t replacement_;
-  bool prepend_, split_;
+  PrependScheme prepend_;
+  bool split_;
 };
 
 }  // namespace
@@ -207,13 +214,12 @@ std::unique_ptr<PreTokenizer> make_metaspace(const json::object& o, const Origin
   // Older files say add_prefix_space; newer ones prepend_scheme.
   std::string scheme = flag(o, "add_prefix_space", true, origin) ? "always" : "never";
   if (field(o, "prepend_scheme") != nullptr) scheme = text_field(o, "prepend_scheme", origin);
-  if (scheme == "first")
-    refuse(origin,
-           "prepend_scheme 'first' is not supported (supported: always, never): it depends on offsets into "
-           "the original text that flowline's pipeline does not keep");
-  if (scheme != "always" && scheme != "never")
+  if (scheme != "always" && scheme != "first" && scheme != "never")
     refuse(origin, fmt::format("prepend_scheme '{}' is not one of always, first, never", scheme));
-  return std::make_unique<Metaspace>(replacement[0], scheme == "always", flag(o, "split", true, origin));
+  const PrependScheme prepend = scheme == "always"  ? PrependScheme::always
+                                : scheme == "first" ? PrependScheme::first
+                                                    : PrependScheme::never;
+  return std::make_unique<Metaspace>(replacement[0], prepend, flag(o, "split", true, origin));
 }
 
 }  // namespace flowline::models::tokenizers
