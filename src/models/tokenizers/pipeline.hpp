@@ -31,12 +31,13 @@ struct Scratch {
   std::u32string text;        // the stretch (then the piece) being tokenized, code points
   std::u32string other;       // a normalizer's output before it is swapped into `text`
   std::u32string normalized;  // the normalized stretch while its pieces are tokenized one by one
-  // Offsets into the original text, as far as Metaspace's prepend scheme "first" needs them. head: text[0]
-  // still comes from the stretch's first character (a normalizer that drops that character clears it, as
-  // tokenizers' alignments then start further on). origin: the piece being pre-tokenized starts at offset 0
-  // of the original text (at the start of the first stretch, its head kept).
-  bool head = true;
-  bool origin = false;
+  // Offsets into the original text, as far as Metaspace's prepend scheme "first" needs them. head: how many
+  // code points at the start of `text` tokenizers' alignments put at offset 0 of the original text (none
+  // in a stretch after an added token; each normalizer carries it over: one that drops the first character
+  // leaves none, NFKC's "⑴" -> "(1)" or BERT's CJK padding make several). origin: the same for the piece
+  // being pre-tokenized.
+  std::size_t head = 0;
+  std::size_t origin = 0;
   std::vector<Span> words, other_words;
   std::string utf8;                         // a word in UTF-8, for vocabulary look-ups
   std::vector<std::int32_t> first, second;  // a pair's two sequences before truncation
@@ -57,16 +58,23 @@ struct Origin {
 class Normalizer {
  public:
   virtual ~Normalizer() = default;
-  // Rewrites s.text in place (or through s.other); clears s.head when it drops s.text's first character.
+  // Rewrites s.text in place (or through s.other) and carries s.head over.
   virtual void normalize(Scratch& s) const = 0;
   virtual std::string name() const = 0;
 };
 
-// Whether a Replace normalizer's match at the start of the text, `length` code points long and replaced by
-// `content`, clears s.head: tokenizers gives the replacement the offsets of the match's last character.
-inline bool replaced_head(std::size_t length, std::u32string_view content) {
-  return length > 0 && (content.empty() || length > 1);
-}
+// A Replace normalizer's new s.head: the text it copies from inside the old head, and a replacement whose
+// match ends inside it (tokenizers gives a replacement the offsets of the match's last character).
+struct HeadCount {
+  std::size_t head;
+  std::size_t kept = 0;
+  void copied(std::size_t from, std::size_t to) {
+    if (from < head) kept += std::min(to, head) - from;
+  }
+  void replaced(std::size_t end, std::size_t content) {
+    if (head > 0 && end <= head) kept += content;
+  }
+};
 
 class PreTokenizer {
  public:

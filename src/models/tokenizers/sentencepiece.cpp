@@ -93,7 +93,9 @@ class Precompiled final : public Normalizer {
     s.other.clear();
     bool modified = false;
     utf8proc_int32_t state = 0;
+    std::size_t head = s.head == 0 ? 0 : std::string::npos;  // what the head becomes (Scratch::head)
     for (std::size_t begin = 0; begin < text.size();) {
+      if (head == std::string::npos && begin >= s.head) head = s.other.size();
       // An ASCII character followed by another (not CR LF) is a grapheme of its own: its rule is looked up
       // once, at construction.
       if (text[begin] < 0x80 && (begin + 1 == text.size() || (text[begin + 1] < 0x80 && text[begin] != U'\r'))) {
@@ -131,7 +133,12 @@ class Precompiled final : public Normalizer {
         }
       }
     }
-    if (modified) s.text.swap(s.other);
+    if (!modified) return;
+    // A character replaced by nothing leaves no trace in tokenizers' alignments, so the next one takes
+    // its offsets: a first character dropped leaves the head where it was.
+    head = std::min(head, s.other.size());
+    s.head = head == 0 && s.head > 0 ? std::min<std::size_t>(1, s.other.size()) : head;
+    s.text.swap(s.other);
   }
   std::string name() const override { return "Precompiled"; }
 
@@ -178,7 +185,7 @@ class Metaspace final : public PreTokenizer {
       std::size_t start = s.other.size();
       const char32_t head = s.text[word.begin];
       const bool prepend =
-          prepend_ == PrependScheme::always || (prepend_ == PrependScheme::first && s.origin && word.begin == 0);
+          prepend_ == PrependScheme::always || (prepend_ == PrependScheme::first && word.begin < s.origin);
       if (prepend && head != U' ' && head != replacement_) s.other.push_back(replacement_);
       for (std::size_t i = word.begin; i < word.end; ++i) {
         const char32_t c = s.text[i] == U' ' ? replacement_ : s.text[i];

@@ -196,19 +196,19 @@ void Pipeline::tokens(std::string_view text, std::vector<std::int32_t>& ids) con
 void Pipeline::tokens_of_stretch(std::string_view stretch, bool origin, std::vector<std::int32_t>& ids) const {
   Scratch& s = scratch();
   decode_utf8(stretch, s.text);
-  s.head = true;
+  s.head = origin && !s.text.empty() ? 1 : 0;
   for (const auto& n : normalizers) n->normalize(s);
-  origin = origin && s.head;
   if (norm_added.entries.empty()) {
-    s.origin = origin;
+    s.origin = s.head;
     tokens_of_piece(s, ids);
     return;
   }
   s.normalized.swap(s.text);
   const std::u32string_view text = s.normalized;
+  const std::size_t head = s.head;
   split_added(text, norm_added, ids, [&](std::size_t begin, std::size_t end) {
     s.text.assign(text.substr(begin, end - begin));
-    s.origin = origin && begin == 0;
+    s.origin = head > begin ? head - begin : 0;
     tokens_of_piece(s, ids);
   });
 }
