@@ -46,8 +46,9 @@ std::vector<TokenizerFile> tokenizer_files() {
   std::vector<TokenizerFile> files = {{"minilm", kSource / "models/all-MiniLM-L6-v2/tokenizer.json"},
                                       {"tiny-bert", kSource / "tests/data/tiny-bert/tokenizer.json"}};
   for (const char* kind :
-       {"wordpiece-cased", "wordpiece-lower", "wordpiece-whitespace", "unigram-xlmr", "unigram-byte-fallback",
-        "bpe-bytelevel-roberta", "bpe-bytelevel-modernbert", "bpe-split-qwen", "bpe-bytefallback-llama"})
+       {"wordpiece-cased", "wordpiece-lower", "wordpiece-whitespace", "wordpiece-added-options", "unigram-xlmr",
+        "unigram-byte-fallback", "unigram-prepend-first", "unigram-whitespace-first", "bpe-bytelevel-roberta",
+        "bpe-bytelevel-modernbert", "bpe-split-qwen", "bpe-bytefallback-llama"})
     files.push_back({kind, kSource / "tests/data/tokenizers" / kind / "tokenizer.json"});
   return files;
 }
@@ -255,6 +256,34 @@ TEST_CASE(
   const auto tok = Tokenizer::from_folder(kSource / "tests/data/tokenizers/unigram-byte-fallback");
   CHECK(tok->describe() == "Unigram (NFKC, Lowercase, Metaspace, none)");
   check_parity(*tok, "unigram-byte-fallback");
+}
+
+TEST_CASE(
+    "added tokens with single_word, normalized, lstrip and rstrip, alone and together, give the ids of Python "
+    "tokenizers",
+    "[tokenizers][parity]") {
+  const auto tok = Tokenizer::from_folder(kSource / "tests/data/tokenizers/wordpiece-added-options");
+  CHECK(tok->describe() == "WordPiece (BertNormalizer, BertPreTokenizer, BertProcessing)");
+  CHECK(tok->token_id("ion") == 3001);
+  check_parity(*tok, "wordpiece-added-options");
+}
+
+TEST_CASE(
+    "Metaspace with prepend_scheme first (after added tokens, normalizers that drop the first character) gives "
+    "the ids of Python tokenizers",
+    "[tokenizers][parity]") {
+  const auto tok = Tokenizer::from_folder(kSource / "tests/data/tokenizers/unigram-prepend-first");
+  CHECK(tok->describe() ==
+        "Unigram (NFD, StripAccents, Lowercase, NFC, Replace, Replace, Metaspace, "
+        "TemplateProcessing)");
+  check_parity(*tok, "unigram-prepend-first");
+}
+
+TEST_CASE("Metaspace with prepend_scheme first after WhitespaceSplit gives the ids of Python tokenizers",
+          "[tokenizers][parity]") {
+  const auto tok = Tokenizer::from_folder(kSource / "tests/data/tokenizers/unigram-whitespace-first");
+  CHECK(tok->describe() == "Unigram (BertNormalizer, WhitespaceSplit, Metaspace, TemplateProcessing)");
+  check_parity(*tok, "unigram-whitespace-first");
 }
 
 TEST_CASE("the tokenizer.json of the tiny test checkpoints gives the ids of Python tokenizers",
