@@ -390,6 +390,20 @@ TEST_CASE("added tokens' options and Metaspace's prepend scheme first follow tok
         Ids{1, 6, 3, 4});
   CHECK(unigram(R"({"type": "Replace", "pattern": {"Regex": "x{2,}"}, "content": "…"})", "")->encode("xxa") ==
         Ids{7, 2});
+  // A first character that grows: every word inside it is at offset 0.
+  const auto split_first = [](const std::string& normalizer, const std::string& pre_tokenizer) {
+    return Tokenizer::from_json_text(R"({"normalizer": )" + normalizer + R"(, "pre_tokenizer": {"type": "Sequence",
+        "pretokenizers": [{"type": ")" + pre_tokenizer +
+                                         R"j("}, {"type": "Metaspace", "replacement": "▁",
+        "prepend_scheme": "first", "split": true}]}, "model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0],
+        ["▁", -1], ["a", -1], ["b", -1], ["c", -1], ["x", -1], ["(", -1], [")", -1], ["1", -1], ["中", -1]]}})j",
+                                     "t.json");
+  };
+  CHECK(split_first(R"({"type": "NFKC"})", "BertPreTokenizer")->encode("\u2474abc") == Ids{1, 6, 1, 8, 1, 7, 2, 3, 4});
+  const std::string bert = R"({"type": "BertNormalizer", "clean_text": true, "handle_chinese_chars": true,
+      "strip_accents": false, "lowercase": false})";
+  CHECK(split_first(bert, "WhitespaceSplit")->encode("中abc") == Ids{1, 9, 2, 3, 4});
+  CHECK(split_first(bert, "WhitespaceSplit")->encode("\x01中abc") == Ids{9, 2, 3, 4});
 }
 
 TEST_CASE("the MiniLM tokenizer answers ids, sizes and special-token counts", "[tokenizers]") {
