@@ -111,6 +111,15 @@ def unigram_prepend_first(corpus):
     return tok
 
 
+def xlmr_prepend_first():
+    """unigram-xlmr's file (made first) with Metaspace's prepend_scheme "first": Precompiled (nmt_nfkc) before
+    it, whose characters replaced by nothing (control characters, U+200B, ...) keep the text's start at
+    offset 0 in tokenizers' alignments."""
+    data = json.loads((OUT / "unigram-xlmr/tokenizer.json").read_text(encoding="utf-8"))
+    data["pre_tokenizer"]["prepend_scheme"] = "first"
+    return Tokenizer.from_str(json.dumps(data))
+
+
 def unigram_whitespace_first(corpus):
     """Metaspace with prepend_scheme "first" and without splitting after WhitespaceSplit: only a first word
     at offset 0 of the text gets the ▁ (none where the text starts with whitespace or with a control
@@ -242,6 +251,7 @@ def main():
         "unigram-byte-fallback": lambda: unigram_byte_fallback(args.corpus),
         "unigram-prepend-first": lambda: unigram_prepend_first(args.corpus),
         "unigram-whitespace-first": lambda: unigram_whitespace_first(args.corpus),
+        "unigram-xlmr-first": xlmr_prepend_first,
         "wordpiece-added-options": lambda: wordpiece_added_options(args.corpus),
         # RoBERTa's layout: ByteLevel with a prefix space, RobertaProcessing; merges as "a b" strings.
         "bpe-bytelevel-roberta": lambda: legacy_merges(byte_level_bpe(

@@ -47,8 +47,8 @@ std::vector<TokenizerFile> tokenizer_files() {
                                       {"tiny-bert", kSource / "tests/data/tiny-bert/tokenizer.json"}};
   for (const char* kind :
        {"wordpiece-cased", "wordpiece-lower", "wordpiece-whitespace", "wordpiece-added-options", "unigram-xlmr",
-        "unigram-byte-fallback", "unigram-prepend-first", "unigram-whitespace-first", "bpe-bytelevel-roberta",
-        "bpe-bytelevel-modernbert", "bpe-split-qwen", "bpe-bytefallback-llama"})
+        "unigram-byte-fallback", "unigram-prepend-first", "unigram-whitespace-first", "unigram-xlmr-first",
+        "bpe-bytelevel-roberta", "bpe-bytelevel-modernbert", "bpe-split-qwen", "bpe-bytefallback-llama"})
     files.push_back({kind, kSource / "tests/data/tokenizers" / kind / "tokenizer.json"});
   return files;
 }
@@ -284,6 +284,11 @@ TEST_CASE("Metaspace with prepend_scheme first after WhitespaceSplit gives the i
   const auto tok = Tokenizer::from_folder(kSource / "tests/data/tokenizers/unigram-whitespace-first");
   CHECK(tok->describe() == "Unigram (BertNormalizer, WhitespaceSplit, Metaspace, TemplateProcessing)");
   check_parity(*tok, "unigram-whitespace-first");
+}
+
+TEST_CASE("XLM-RoBERTa's layout with prepend_scheme first gives the ids of Python tokenizers", "[tokenizers][parity]") {
+  const auto tok = Tokenizer::from_folder(kSource / "tests/data/tokenizers/unigram-xlmr-first");
+  check_parity(*tok, "unigram-xlmr-first");
 }
 
 TEST_CASE("the tokenizer.json of the tiny test checkpoints gives the ids of Python tokenizers",
