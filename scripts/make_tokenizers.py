@@ -90,6 +90,79 @@ def unigram_byte_fallback(corpus):
     return Tokenizer.from_str(json.dumps(data))
 
 
+def unigram_prepend_first(corpus):
+    """The Metaspace of T5's and Llama's converted tokenizers (legacy=False): prepend_scheme "first", a ▁ in
+    front of the first word of a text only, not after an added token nor where a normalizer dropped the
+    text's first character (StripAccents a leading mark; a Regex Replace whose match at the start is longer
+    than one character). NFD, StripAccents, Lowercase, NFC, Replace(Regex "\\.{2,}" -> "…"), Replace("’",
+    "'"); Unigram; <mask> with lstrip, [mask] matched in normalized text; <s> A </s> </s> B </s>."""
+    tok = Tokenizer(models.Unigram())
+    tok.normalizer = normalizers.Sequence([
+        normalizers.NFD(), normalizers.StripAccents(), normalizers.Lowercase(), normalizers.NFC(),
+        normalizers.Replace(Regex(r"\.{2,}"), "…"), normalizers.Replace("’", "'")])
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=True)
+    tok.train_from_iterator(corpus_lines(corpus), trainers.UnigramTrainer(
+        vocab_size=3000, special_tokens=["<s>", "<pad>", "</s>", "<unk>"], unk_token="<unk>", max_piece_length=12))
+    tok.add_special_tokens([AddedToken("<mask>", special=True, normalized=False, lstrip=True)])
+    tok.add_tokens([AddedToken("[MASK]", special=False, normalized=True)])
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>",
+        special_tokens=[("<s>", tok.token_to_id("<s>")), ("</s>", tok.token_to_id("</s>"))])
+    return tok
+
+
+def xlmr_prepend_first():
+    """unigram-xlmr's file (made first) with Metaspace's prepend_scheme "first": Precompiled (nmt_nfkc) before
+    it, whose characters replaced by nothing (control characters, U+200B, ...) keep the text's start at
+    offset 0 in tokenizers' alignments."""
+    data = json.loads((OUT / "unigram-xlmr/tokenizer.json").read_text(encoding="utf-8"))
+    data["pre_tokenizer"]["prepend_scheme"] = "first"
+    return Tokenizer.from_str(json.dumps(data))
+
+
+def unigram_whitespace_first(corpus):
+    """Metaspace with prepend_scheme "first" and without splitting after WhitespaceSplit: only a first word
+    at offset 0 of the text gets the ▁ (none where the text starts with whitespace or with a control
+    character that BERT's normalizer drops). BertNormalizer (clean_text, CJK padding, cased), Unigram,
+    [CLS] $A [SEP]."""
+    tok = Tokenizer(models.Unigram())
+    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=False,
+                                                lowercase=False)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.WhitespaceSplit(),
+        pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)])
+    tok.train_from_iterator(corpus_lines(corpus), trainers.UnigramTrainer(
+        vocab_size=3000, special_tokens=["[UNK]", "[CLS]", "[SEP]", "[MASK]"], unk_token="[UNK]",
+        max_piece_length=12))
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))])
+    return tok
+
+
+def wordpiece_added_options(corpus):
+    """Added tokens with every option: single_word (no match with a word character, Rust regex's \\w, right
+    before or after), normalized (matched in the lower-cased text: [MASK], [Mask] and [mask] alike), lstrip
+    and rstrip, alone and together; special ones and words of the vocabulary (the, and) and pieces of words
+    (ing, ion). BertNormalizer (lower-casing), BertPreTokenizer, BertProcessing."""
+    tok = wordpiece(corpus, normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer(),
+                    lambda t: processors.BertProcessing(("[SEP]", t.token_to_id("[SEP]")),
+                                                        ("[CLS]", t.token_to_id("[CLS]"))))
+    tok.add_tokens([AddedToken("the", normalized=True, single_word=True),
+                    AddedToken("and", normalized=True, rstrip=True),
+                    AddedToken("ing", normalized=False),
+                    AddedToken("ion", normalized=False, single_word=True),
+                    AddedToken("<s>", normalized=False, single_word=True, lstrip=True),
+                    AddedToken("</s>", normalized=True, lstrip=True, rstrip=True)])
+    data = json.loads(tok.to_str())
+    options = {"[MASK]": dict(normalized=True, lstrip=True),
+               "[SEP]": dict(single_word=True, rstrip=True),
+               "[CLS]": dict(normalized=True, single_word=True, lstrip=True, rstrip=True)}
+    for added in data["added_tokens"]:
+        added.update(options.get(added["content"], {}))
+    return Tokenizer.from_str(json.dumps(data))
+
+
 QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
                  r"\s*[\r\n]+|\s+(?!\S)|\s+")
 
@@ -176,6 +249,10 @@ def main():
                 special_tokens=[("[CLS]", t.token_to_id("[CLS]")), ("[SEP]", t.token_to_id("[SEP]"))])),
         "unigram-xlmr": lambda: unigram_xlmr(args.corpus),
         "unigram-byte-fallback": lambda: unigram_byte_fallback(args.corpus),
+        "unigram-prepend-first": lambda: unigram_prepend_first(args.corpus),
+        "unigram-whitespace-first": lambda: unigram_whitespace_first(args.corpus),
+        "unigram-xlmr-first": xlmr_prepend_first,
+        "wordpiece-added-options": lambda: wordpiece_added_options(args.corpus),
         # RoBERTa's layout: ByteLevel with a prefix space, RobertaProcessing; merges as "a b" strings.
         "bpe-bytelevel-roberta": lambda: legacy_merges(byte_level_bpe(
             args.corpus, None, pre_tokenizers.ByteLevel(add_prefix_space=True),

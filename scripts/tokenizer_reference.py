@@ -3,7 +3,8 @@
 
 Writes 20,000 deterministic texts (the corpus's paragraphs and sentences, non-Latin scripts, emoji with
 ZWJ sequences and skin tones, combining marks, control characters, very long words, empty and
-whitespace-only strings, mixed case, accents, numbers, punctuation runs, special tokens inside text) and,
+whitespace-only strings, mixed case, accents, numbers, punctuation runs, special tokens inside text, added
+tokens glued to words, inside them and alone, at the start and the end, in other cases) and,
 for each tokenizer file given, the ids Hugging Face `tokenizers` gives them: singles and pairs, without
 and with truncation. Output: OUT/texts.json and OUT/<name>.json.
 
@@ -20,6 +21,7 @@ SEED = 29
 COUNT = 20_000
 SINGLE_TRUNCATION = 20
 PAIR_TRUNCATION = 32
+CHUNK = 500
 
 SCRIPTS = [
     (0x4E00, 0x9FFF),  # CJK
@@ -43,6 +45,10 @@ CONTROL = ["\x00", "\x01", "\x07", "\x1b", "\x7f", "\x85", "\u200b", "\u200d", "
            "\u2028", "\u00a0", "\u3000", "\ue000", "\U000e0041"]
 SPECIALS = ["[CLS]", "[SEP]", "[MASK]", "[PAD]", "[UNK]", "<s>", "</s>", "<mask>", "<pad>", "<unk>",
             "<|endoftext|>", "<|im_start|>", "[cls]", "[ SEP ]"]
+# Added tokens of the generated tokenizers (scripts/make_tokenizers.py) and their cases, glued into a quarter
+# of the texts (glue()).
+GLUED = ["[MASK]", "[mask]", "[Mask]", "[CLS]", "[cls]", "[SEP]", "<s>", "</s>", "<mask>", "<S>", "the", "The",
+         "THE", "and", "And", "ing", "ion", "ION", "[MASK][MASK]", "the the"]
 PUNCTUATION = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~«»“”‘’—–…¿¡·•"
 
 
@@ -93,10 +99,35 @@ def mutate(rng, text):
     return rng.choice([" ", " ", "  ", "\t"]).join(pieces)
 
 
+def glue(rng, text):
+    """Puts added tokens into a text where single_word, lstrip and rstrip decide: inside a word, glued to its
+    start or end, alone between spaces or other whitespace, next to punctuation, marks, digits, CJK or emoji,
+    at the very start or end."""
+    for _ in range(rng.randint(1, 3)):
+        token = rng.choice(GLUED)
+        where = rng.randrange(7)
+        if where == 0:
+            at = rng.randrange(len(text) + 1)  # anywhere: often inside a word
+            text = text[:at] + token + text[at:]
+        elif where == 1:
+            text = token + rng.choice(["", " ", "  ", "x", "é", ".", "\u00a0", "\u0301", "9"]) + text
+        elif where == 2:
+            text = text + rng.choice(["", " ", "\t", "s", "_", "中", "😀", ","]) + token
+        else:
+            words = text.split(" ")
+            at = rng.randrange(len(words))
+            before, after = rng.choice(["", " ", "  ", "(", "-", "\n", "ß", "٣"]), rng.choice(["", " ", ")", ".", "'s", "x"])
+            words[at] = (words[at] + before + token + after) if where < 5 else (before + token + after + words[at])
+            text = " ".join(words)
+    return text
+
+
 def make_texts(corpus: pathlib.Path):
     rng = random.Random(SEED)
     paragraphs, sentences = corpus_pieces(corpus)
-    texts = ["", " ", "   ", "\n\t ", "\u3000", "[CLS]", "[SEP][SEP]", "<s></s>", "a", "A.", "..."]
+    texts = ["", " ", "   ", "\n\t ", "\u3000", "[CLS]", "[SEP][SEP]", "<s></s>", "a", "A.", "...",
+             "<s>hello", "[MASK]hello", "[mask] the", "the", "The theory", " [CLS] ", "a[CLS]b", "..x", "\u0301x",
+             "\x01x", "ing", "nothing ion"]
     while len(texts) < COUNT:
         kind = rng.randrange(8)
         if kind == 0:
@@ -111,24 +142,33 @@ def make_texts(corpus: pathlib.Path):
             texts.append(mutate(rng, random_script_text(rng)))
         else:
             texts.append(rng.choice(["", " ", "\n", "\t\t", " \u00a0 "]) + mutate(rng, rng.choice(paragraphs))[:300])
-    return texts
+    glued = random.Random(SEED + 2)
+    return [glue(glued, text) if glued.random() < 0.25 else text for text in texts]
+
+
+def encoded(tok, inputs, *fields):
+    """The fields of each encoding, encoded in chunks: a truncated encoding keeps its overflowing pieces
+    (for a pair, combinations of both sides'), and all 20,000 at once took more than 11 GB."""
+    lists = [[] for _ in fields]
+    for start in range(0, len(inputs), CHUNK):
+        for e in tok.encode_batch(inputs[start:start + CHUNK]):
+            for values, name in zip(lists, fields):
+                values.append(getattr(e, name))
+    return lists
 
 
 def references(path, texts, pairs):
     tok = Tokenizer.from_file(str(path))
     tok.no_padding()
     out = {}
+    pair_texts = [(texts[a], texts[b]) for a, b in pairs]
     tok.no_truncation()
-    out["single"] = [e.ids for e in tok.encode_batch(texts)]
-    batch = tok.encode_batch([(texts[a], texts[b]) for a, b in pairs])
-    out["pair"] = [e.ids for e in batch]
-    out["pair_types"] = [e.type_ids for e in batch]
+    out["single"], = encoded(tok, texts, "ids")
+    out["pair"], out["pair_types"] = encoded(tok, pair_texts, "ids", "type_ids")
     tok.enable_truncation(SINGLE_TRUNCATION, strategy="longest_first")
-    out["single_truncated"] = [e.ids for e in tok.encode_batch(texts)]
+    out["single_truncated"], = encoded(tok, texts, "ids")
     tok.enable_truncation(PAIR_TRUNCATION, strategy="longest_first")
-    batch = tok.encode_batch([(texts[a], texts[b]) for a, b in pairs])
-    out["pair_truncated"] = [e.ids for e in batch]
-    out["pair_truncated_types"] = [e.type_ids for e in batch]
+    out["pair_truncated"], out["pair_truncated_types"] = encoded(tok, pair_texts, "ids", "type_ids")
     return out
 
 

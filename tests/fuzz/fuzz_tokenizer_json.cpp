@@ -28,8 +28,12 @@ using flowline::models::Tokenizer;
 // The tokenizer folders of each kind, under the source tree.
 const std::map<std::string_view, std::vector<std::string_view>> kKinds = {
     {"wordpiece",
-     {"tests/data/tokenizers/wordpiece-cased", "tests/data/tokenizers/wordpiece-lower", "tests/data/tiny-bert"}},
-    {"unigram", {"tests/data/tokenizers/unigram-xlmr", "tests/data/tokenizers/unigram-byte-fallback"}},
+     {"tests/data/tokenizers/wordpiece-cased", "tests/data/tokenizers/wordpiece-lower", "tests/data/tiny-bert",
+      "tests/data/tokenizers/wordpiece-added-options"}},
+    {"unigram",
+     {"tests/data/tokenizers/unigram-xlmr", "tests/data/tokenizers/unigram-byte-fallback",
+      "tests/data/tokenizers/unigram-prepend-first", "tests/data/tokenizers/unigram-whitespace-first",
+      "tests/data/tokenizers/unigram-xlmr-first"}},
     // Byte-level BPE with GPT-2's pattern (RoBERTa's and ModernBERT's layouts), with Qwen2's Split pattern,
     // and sentencepiece-style BPE with byte_fallback and fuse_unk.
     {"bpe",

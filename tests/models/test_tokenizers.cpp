@@ -46,7 +46,8 @@ std::vector<TokenizerFile> tokenizer_files() {
   std::vector<TokenizerFile> files = {{"minilm", kSource / "models/all-MiniLM-L6-v2/tokenizer.json"},
                                       {"tiny-bert", kSource / "tests/data/tiny-bert/tokenizer.json"}};
   for (const char* kind :
-       {"wordpiece-cased", "wordpiece-lower", "wordpiece-whitespace", "unigram-xlmr", "unigram-byte-fallback",
+       {"wordpiece-cased", "wordpiece-lower", "wordpiece-whitespace", "wordpiece-added-options", "unigram-xlmr",
+        "unigram-byte-fallback", "unigram-prepend-first", "unigram-whitespace-first", "unigram-xlmr-first",
         "bpe-bytelevel-roberta", "bpe-bytelevel-modernbert", "bpe-split-qwen", "bpe-bytefallback-llama"})
     files.push_back({kind, kSource / "tests/data/tokenizers" / kind / "tokenizer.json"});
   return files;
@@ -257,6 +258,39 @@ TEST_CASE(
   check_parity(*tok, "unigram-byte-fallback");
 }
 
+TEST_CASE(
+    "added tokens with single_word, normalized, lstrip and rstrip, alone and together, give the ids of Python "
+    "tokenizers",
+    "[tokenizers][parity]") {
+  const auto tok = Tokenizer::from_folder(kSource / "tests/data/tokenizers/wordpiece-added-options");
+  CHECK(tok->describe() == "WordPiece (BertNormalizer, BertPreTokenizer, BertProcessing)");
+  CHECK(tok->token_id("ion") == 3001);
+  check_parity(*tok, "wordpiece-added-options");
+}
+
+TEST_CASE(
+    "Metaspace with prepend_scheme first (after added tokens, normalizers that drop the first character) gives "
+    "the ids of Python tokenizers",
+    "[tokenizers][parity]") {
+  const auto tok = Tokenizer::from_folder(kSource / "tests/data/tokenizers/unigram-prepend-first");
+  CHECK(tok->describe() ==
+        "Unigram (NFD, StripAccents, Lowercase, NFC, Replace, Replace, Metaspace, "
+        "TemplateProcessing)");
+  check_parity(*tok, "unigram-prepend-first");
+}
+
+TEST_CASE("Metaspace with prepend_scheme first after WhitespaceSplit gives the ids of Python tokenizers",
+          "[tokenizers][parity]") {
+  const auto tok = Tokenizer::from_folder(kSource / "tests/data/tokenizers/unigram-whitespace-first");
+  CHECK(tok->describe() == "Unigram (BertNormalizer, WhitespaceSplit, Metaspace, TemplateProcessing)");
+  check_parity(*tok, "unigram-whitespace-first");
+}
+
+TEST_CASE("XLM-RoBERTa's layout with prepend_scheme first gives the ids of Python tokenizers", "[tokenizers][parity]") {
+  const auto tok = Tokenizer::from_folder(kSource / "tests/data/tokenizers/unigram-xlmr-first");
+  check_parity(*tok, "unigram-xlmr-first");
+}
+
 TEST_CASE("the tokenizer.json of the tiny test checkpoints gives the ids of Python tokenizers",
           "[tokenizers][parity]") {
   // tests/data/tiny-models/* carry this same file.
@@ -335,6 +369,48 @@ TEST_CASE("Split's delimiter behaviours and Replace's Regex pattern cut text as 
   CHECK(replace->encode("a    a  a a") == Ids{1, 2, 1, 2, 1, 2, 1});
 }
 
+TEST_CASE("added tokens' options and Metaspace's prepend scheme first follow tokenizers' rules", "[tokenizers]") {
+  // The ids Python tokenizers 0.22.2 gives for this file and these texts.
+  const auto unigram = [](const std::string& normalizer, const std::string& added) {
+    return Tokenizer::from_json_text(R"({"normalizer": )" + normalizer + R"(, "added_tokens": [)" + added +
+                                         R"(], "pre_tokenizer": {"type": "Metaspace", "replacement": "▁",
+        "prepend_scheme": "first", "split": true}, "model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0],
+        ["▁", -1], ["a", -1], ["b", -1], ["c", -1], ["x", -1], ["X", -1], ["…", -1]]}})",
+                                     "t.json");
+  };
+  using Ids = std::vector<std::int32_t>;
+  const auto tok = unigram(R"({"type": "Lowercase"})", R"({"id": 8, "content": "ab", "single_word": true},
+      {"id": 9, "content": "bc"}, {"id": 10, "content": "<x>", "normalized": true, "lstrip": true})");
+  CHECK(tok->encode("xabc") == Ids{1, 5, 2, 3, 4});  // "ab" inside a word: no match, and no "bc" after it
+  CHECK(tok->encode("ab c") == Ids{8, 1, 4});
+  CHECK(tok->encode("ab\u0301") == Ids{1, 2, 3, 0});  // a mark is a word character
+  CHECK(tok->encode("ab\U0001F600") == Ids{8, 0});
+  CHECK(tok->encode("<X>abc") == Ids{10, 2, 3, 4});  // no ▁ after an added token at the start
+  CHECK(tok->encode(" <X> a") == Ids{10, 1, 2});
+  CHECK(tok->encode("a\u00a0<X>c") == Ids{1, 2, 10, 4});
+  // A normalizer that drops the first character: no ▁.
+  CHECK(unigram(R"({"type": "StripAccents"})", "")->encode("\u0301a") == Ids{2});
+  CHECK(unigram(R"({"type": "Replace", "pattern": {"String": "ab"}, "content": "X"})", "")->encode("abc") == Ids{6, 4});
+  CHECK(unigram(R"({"type": "Replace", "pattern": {"String": "a"}, "content": "X"})", "")->encode("abc") ==
+        Ids{1, 6, 3, 4});
+  CHECK(unigram(R"({"type": "Replace", "pattern": {"Regex": "x{2,}"}, "content": "…"})", "")->encode("xxa") ==
+        Ids{7, 2});
+  // A first character that grows: every word inside it is at offset 0.
+  const auto split_first = [](const std::string& normalizer, const std::string& pre_tokenizer) {
+    return Tokenizer::from_json_text(R"({"normalizer": )" + normalizer + R"(, "pre_tokenizer": {"type": "Sequence",
+        "pretokenizers": [{"type": ")" + pre_tokenizer +
+                                         R"j("}, {"type": "Metaspace", "replacement": "▁",
+        "prepend_scheme": "first", "split": true}]}, "model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0],
+        ["▁", -1], ["a", -1], ["b", -1], ["c", -1], ["x", -1], ["(", -1], [")", -1], ["1", -1], ["中", -1]]}})j",
+                                     "t.json");
+  };
+  CHECK(split_first(R"({"type": "NFKC"})", "BertPreTokenizer")->encode("\u2474abc") == Ids{1, 6, 1, 8, 1, 7, 2, 3, 4});
+  const std::string bert = R"({"type": "BertNormalizer", "clean_text": true, "handle_chinese_chars": true,
+      "strip_accents": false, "lowercase": false})";
+  CHECK(split_first(bert, "WhitespaceSplit")->encode("中abc") == Ids{1, 9, 2, 3, 4});
+  CHECK(split_first(bert, "WhitespaceSplit")->encode("\x01中abc") == Ids{9, 2, 3, 4});
+}
+
 TEST_CASE("the MiniLM tokenizer answers ids, sizes and special-token counts", "[tokenizers]") {
   const auto tok = Tokenizer::from_folder(kSource / "models/all-MiniLM-L6-v2");
   CHECK(tok->vocab_size() == 30522);
@@ -369,13 +445,18 @@ TEST_CASE("a tokenizer it cannot run exactly is refused naming the file, the JSO
   CHECK(error_of(R"({"model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"a": 0}}})") ==
         "tokenizer 't.json': model: the unknown token '[UNK]' is not in the vocabulary");
   CHECK(error_of(R"({"model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"[UNK]": 0}},
-        "added_tokens": [{"id": 0, "content": "[UNK]", "single_word": true}]})") ==
-        "tokenizer 't.json': added_tokens[0]: 'single_word': true is not supported (only false)");
+        "added_tokens": [{"id": 0, "content": "[UNK]"}, {"id": "1", "content": "x"}]})") ==
+        "tokenizer 't.json': added_tokens[1]: an added token needs 'content' (a string) and 'id' (a number)");
+  CHECK(error_of(R"({"normalizer": {"type": "Replace", "pattern": {"String": "x"}, "content": ""},
+        "model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {"[UNK]": 0}},
+        "added_tokens": [{"id": 1, "content": "xx", "normalized": true}]})") ==
+        "tokenizer 't.json': added_tokens[0]: 'normalized': true, and the normalizer leaves nothing of its content");
   // Unigram and Metaspace: what they cannot run exactly, and damaged fields.
-  CHECK(error_of(R"({"pre_tokenizer": {"type": "Metaspace", "replacement": "_", "prepend_scheme": "first"},
+  CHECK(error_of(R"({"pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"},
+        {"type": "Metaspace", "replacement": "_", "prepend_scheme": "sometimes"}]},
         "model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0]]}})") ==
-        "tokenizer 't.json': pre_tokenizer: prepend_scheme 'first' is not supported (supported: always, never): it "
-        "depends on offsets into the original text that flowline's pipeline does not keep");
+        "tokenizer 't.json': pre_tokenizer.pretokenizers[1]: prepend_scheme 'sometimes' is not one of always, first, "
+        "never");
   CHECK(error_of(R"({"model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0], ["a"]]}})") ==
         "tokenizer 't.json': model: vocab[1] must be [piece, score]");
   CHECK(error_of(R"({"model": {"type": "Unigram", "unk_id": 5, "vocab": [["<unk>", 0.0]]}})") ==

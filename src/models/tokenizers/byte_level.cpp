@@ -199,13 +199,18 @@ class RegexReplace final : public Normalizer {
     s.other.clear();
     std::size_t previous = 0;
     bool matched = false;
+    HeadCount head{s.head};
     regex_.for_each_match(s.text, [&](std::size_t begin, std::size_t end) {
+      head.copied(previous, begin);
+      head.replaced(end, content_.size());
       s.other.append(s.text, previous, begin - previous);
       s.other.append(content_);
       previous = end;
       matched = true;
     });
     if (!matched) return;
+    head.copied(previous, s.text.size());
+    s.head = head.kept;
     s.other.append(s.text, previous);
     s.text.swap(s.other);
   }

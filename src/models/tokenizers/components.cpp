@@ -65,6 +65,22 @@ std::string type_of(const json::object& o, const Origin& origin) { return text_f
 
 // ---- normalizers ----
 
+// s.head after removing the characters `removed` picks: those of the head that stay.
+template <class Removed>
+std::size_t kept_head(const std::u32string& text, std::size_t head, Removed removed) {
+  head = std::min(head, text.size());
+  return head - static_cast<std::size_t>(
+                    std::count_if(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(head), removed));
+}
+
+// s.head after a normal form: the head's own normal form (an ASCII character is its own).
+std::size_t form_head(const std::u32string& text, std::size_t head, NormalForm form, std::string& scratch) {
+  if (head == 0 || head > text.size() || (head == 1 && text[0] < 0x80)) return std::min(head, text.size());
+  std::u32string first = text.substr(0, head);
+  normalize_form(first, form, scratch);
+  return first.size();
+}
+
 class BertNormalizer final : public Normalizer {
  public:
   BertNormalizer(bool clean, bool chinese, bool strip_accents, bool lowercase)
@@ -76,7 +92,9 @@ class BertNormalizer final : public Normalizer {
     const bool ascii = clean_and_pad(s, lowercase_);
     if (!strip_accents_ || ascii) return;
     if (lowercase_) clean_and_pad(s, false);  // the lower-casing pass left s.text as it was
+    s.head = form_head(s.text, s.head, NormalForm::nfd, s.utf8);
     normalize_form(s.text, NormalForm::nfd, s.utf8);
+    s.head = kept_head(s.text, s.head, is_nonspacing_mark);
     std::erase_if(s.text, is_nonspacing_mark);
     if (lowercase_) lowercase(s);
   }
@@ -87,7 +105,10 @@ class BertNormalizer final : public Normalizer {
   bool clean_and_pad(Scratch& s, bool lower) const {
     s.other.clear();
     bool ascii = true;
-    for (const char32_t c : s.text) {
+    std::size_t head = s.head == 0 ? 0 : std::string::npos;
+    for (std::size_t i = 0; i < s.text.size(); ++i) {
+      if (i == s.head) head = s.other.size();
+      const char32_t c = s.text[i];
       if (c < 0x80) {
         if (clean_ && c < 0x20 && c != '\t' && c != '\n' && c != '\r') continue;
         if (clean_ && c == 0x7F) continue;
@@ -108,13 +129,18 @@ class BertNormalizer final : public Normalizer {
       }
     }
     if (!ascii && strip_accents_ && lower) return false;  // the caller starts again from s.text
+    s.head = std::min(head, s.other.size());
     s.text.swap(s.other);
     return ascii;
   }
 
   static void lowercase(Scratch& s) {
     s.other.clear();
-    for (const char32_t c : s.text) append_lowercase(c, s.other);
+    for (std::size_t i = 0; i < s.text.size(); ++i) {
+      if (i == s.head) s.head = s.other.size();
+      append_lowercase(s.text[i], s.other);
+    }
+    s.head = std::min(s.head, s.other.size());
     s.text.swap(s.other);
   }
 
@@ -130,7 +156,10 @@ class Lowercase final : public Normalizer {
 
 class StripAccents final : public Normalizer {
  public:
-  void normalize(Scratch& s) const override { std::erase_if(s.text, is_combining_mark); }
+  void normalize(Scratch& s) const override {
+    s.head = kept_head(s.text, s.head, is_combining_mark);
+    std::erase_if(s.text, is_combining_mark);
+  }
   std::string name() const override { return "StripAccents"; }
 };
 
@@ -145,6 +174,7 @@ class Strip final : public Normalizer {
       while (begin < end && is_whitespace(s.text[begin])) ++begin;
     s.text.erase(end);
     s.text.erase(0, begin);
+    s.head = std::min(s.head, end) > begin ? std::min(s.head, end) - begin : 0;
   }
   std::string name() const override { return "Strip"; }
 
@@ -155,7 +185,10 @@ class Strip final : public Normalizer {
 class UnicodeForm final : public Normalizer {
  public:
   UnicodeForm(NormalForm form, std::string name) : form_(form), name_(std::move(name)) {}
-  void normalize(Scratch& s) const override { normalize_form(s.text, form_, s.utf8); }
+  void normalize(Scratch& s) const override {
+    s.head = form_head(s.text, s.head, form_, s.utf8);
+    normalize_form(s.text, form_, s.utf8);
+  }
   std::string name() const override { return name_; }
 
  private:
@@ -171,11 +204,16 @@ class Replace final : public Normalizer {
   void normalize(Scratch& s) const override {
     if (s.text.find(pattern_) == std::u32string::npos) return;
     s.other.clear();
+    HeadCount head{s.head};
     std::size_t at = 0;
     for (std::size_t hit; (hit = s.text.find(pattern_, at)) != std::u32string::npos; at = hit + pattern_.size()) {
+      head.copied(at, hit);
+      head.replaced(hit + pattern_.size(), content_.size());
       s.other.append(s.text, at, hit - at);
       s.other.append(content_);
     }
+    head.copied(at, s.text.size());
+    s.head = head.kept;
     s.other.append(s.text, at);
     s.text.swap(s.other);
   }
@@ -189,7 +227,9 @@ class Prepend final : public Normalizer {
  public:
   explicit Prepend(std::u32string prefix) : prefix_(std::move(prefix)) {}
   void normalize(Scratch& s) const override {
-    if (!s.text.empty()) s.text.insert(0, prefix_);
+    if (s.text.empty()) return;
+    s.text.insert(0, prefix_);
+    if (s.head > 0) s.head += prefix_.size();
   }
   std::string name() const override { return "Prepend"; }
 

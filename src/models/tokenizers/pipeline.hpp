@@ -1,6 +1,7 @@
 // The tokenizer's pipeline, private to flowline::tokenizers: added tokens are split out of the raw text,
-// each remaining stretch is normalized, pre-tokenized into words and cut into ids by the model; then the
-// post-processor frames the sequences with special tokens. Each step is a small class behind its own
+// each remaining stretch is normalized, the added tokens matched in normalized text are split out of it,
+// and each piece left is pre-tokenized into words and cut into ids by the model; then the post-processor
+// frames the sequences with special tokens. Each step is a small class behind its own
 // interface, built from its tokenizer.json object by a table (components.cpp: type name -> builder), so a
 // new component is one class and one table line. Components are immutable after construction and
 // called from many threads at once; the working buffers live in a thread_local Scratch.
@@ -27,8 +28,16 @@ struct Span {
 
 // One thread's working buffers, reused call after call.
 struct Scratch {
-  std::u32string text;   // the stretch being tokenized, code points
-  std::u32string other;  // a normalizer's output before it is swapped into `text`
+  std::u32string text;        // the stretch (then the piece) being tokenized, code points
+  std::u32string other;       // a normalizer's output before it is swapped into `text`
+  std::u32string normalized;  // the normalized stretch while its pieces are tokenized one by one
+  // Offsets into the original text, as far as Metaspace's prepend scheme "first" needs them. head: how many
+  // code points at the start of `text` tokenizers' alignments put at offset 0 of the original text (none
+  // in a stretch after an added token; each normalizer carries it over: one that drops the first character
+  // leaves none, NFKC's "⑴" -> "(1)" or BERT's CJK padding make several). origin: the same for the piece
+  // being pre-tokenized.
+  std::size_t head = 0;
+  std::size_t origin = 0;
   std::vector<Span> words, other_words;
   std::string utf8;                         // a word in UTF-8, for vocabulary look-ups
   std::vector<std::int32_t> first, second;  // a pair's two sequences before truncation
@@ -49,9 +58,22 @@ struct Origin {
 class Normalizer {
  public:
   virtual ~Normalizer() = default;
-  // Rewrites s.text in place (or through s.other).
+  // Rewrites s.text in place (or through s.other) and carries s.head over.
   virtual void normalize(Scratch& s) const = 0;
   virtual std::string name() const = 0;
+};
+
+// A Replace normalizer's new s.head: the text it copies from inside the old head, and a replacement whose
+// match ends inside it (tokenizers gives a replacement the offsets of the match's last character).
+struct HeadCount {
+  std::size_t head;
+  std::size_t kept = 0;
+  void copied(std::size_t from, std::size_t to) {
+    if (from < head) kept += std::min(to, head) - from;
+  }
+  void replaced(std::size_t end, std::size_t content) {
+    if (head > 0 && end <= head) kept += content;
+  }
 };
 
 class PreTokenizer {
@@ -125,13 +147,29 @@ struct PostProcessor {
   std::size_t added(bool for_pair) const;
 };
 
-// A token matched in the raw text before normalization (HF's added_tokens with normalized: false);
-// lstrip/rstrip: it takes the whitespace before/after it along.
+// One of tokenizer.json's added_tokens. normalized: false, matched in the raw text before normalization;
+// true, its content normalized is matched in each normalized stretch. lstrip/rstrip: it takes the
+// whitespace before/after it along. single_word: a match with a word character (Rust regex's \w) right
+// before or after it is no match.
 struct AddedToken {
   std::string content;
   std::int32_t id = 0;
   bool lstrip = false;
   bool rstrip = false;
+  bool single_word = false;
+  bool normalized = false;
+};
+
+// The added tokens matched in one kind of text, longest first: in the raw text (UTF-8 bytes) or in the
+// normalized text (code points). first[c]: some token starts with c (a code point's low byte).
+template <class Char>
+struct AddedMatcher {
+  struct Entry {
+    std::basic_string<Char> content;
+    AddedToken token;
+  };
+  std::vector<Entry> entries;
+  bool first[256] = {};
 };
 
 class Pipeline {
@@ -140,8 +178,9 @@ class Pipeline {
   std::vector<std::unique_ptr<PreTokenizer>> pre_tokenizers;
   std::unique_ptr<Model> model;
   PostProcessor post;
-  std::vector<AddedToken> added;  // longest first
-  bool added_first_byte[256] = {};
+  std::vector<AddedToken> added;      // in the file's order
+  AddedMatcher<char> raw_added;       // those with normalized: false
+  AddedMatcher<char32_t> norm_added;  // those with normalized: true, their content normalized
   std::int32_t pad = -1;
   std::size_t added_vocab = 0;  // added tokens whose ids lie outside the model's vocabulary
 
@@ -153,7 +192,10 @@ class Pipeline {
   std::string describe() const;
 
  private:
-  void tokens_of_stretch(std::string_view stretch, std::vector<std::int32_t>& ids) const;
+  // A stretch between raw added tokens; `origin`: it starts at offset 0 of the text.
+  void tokens_of_stretch(std::string_view stretch, bool origin, std::vector<std::int32_t>& ids) const;
+  // s.text, a piece of a normalized stretch without added tokens: pre-tokenized and cut into ids.
+  void tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids) const;
 };
 
 // Builders of the components that live in files of their own; components.cpp's tables name them. Each reads

@@ -5,7 +5,9 @@
 //   grapheme cluster: a cluster shorter than 6 bytes is replaced whole when the trie matches a prefix of
 //   it (the shortest match, as tokenizers' spm_precompiled takes it); otherwise each character on its own.
 // - Metaspace: spaces become the replacement character (▁), a ▁ is put in front of each word (prepend
-//   scheme "always"; "never" leaves it), and words are split before every ▁.
+//   scheme "always"; "first": only in front of a word that starts at offset 0 of the original text, so not
+//   after an added token nor where a normalizer or an earlier pre-tokenizer dropped the first character;
+//   "never" leaves it), and words are split before every ▁.
 #include "flowline/error.hpp"
 #include "pipeline.hpp"
 
@@ -91,7 +93,9 @@ class Precompiled final : public Normalizer {
     s.other.clear();
     bool modified = false;
     utf8proc_int32_t state = 0;
+    std::size_t head = s.head == 0 ? 0 : std::string::npos;  // what the head becomes (Scratch::head)
     for (std::size_t begin = 0; begin < text.size();) {
+      if (head == std::string::npos && begin >= s.head) head = s.other.size();
       // An ASCII character followed by another (not CR LF) is a grapheme of its own: its rule is looked up
       // once, at construction.
       if (text[begin] < 0x80 && (begin + 1 == text.size() || (text[begin + 1] < 0x80 && text[begin] != U'\r'))) {
@@ -129,7 +133,12 @@ class Precompiled final : public Normalizer {
         }
       }
     }
-    if (modified) s.text.swap(s.other);
+    if (!modified) return;
+    // A character replaced by nothing leaves no trace in tokenizers' alignments, so the next one takes
+    // its offsets: a first character dropped leaves the head where it was.
+    head = std::min(head, s.other.size());
+    s.head = head == 0 && s.head > 0 ? std::min<std::size_t>(1, s.other.size()) : head;
+    s.text.swap(s.other);
   }
   std::string name() const override { return "Precompiled"; }
 
@@ -161,9 +170,11 @@ class Precompiled final : public Normalizer {
   std::array<const std::u32string*, 128> ascii_{};
 };
 
+enum class PrependScheme { always, first, never };
+
 class Metaspace final : public PreTokenizer {
  public:
-  Metaspace(char32_t replacement, bool prepend, bool split)
+  Metaspace(char32_t replacement, PrependScheme prepend, bool split)
       : replacement_(replacement), prepend_(prepend), split_(split) {}
 
   void pre_tokenize(Scratch& s) const override {
@@ -173,7 +184,9 @@ class Metaspace final : public PreTokenizer {
       if (word.end == word.begin) continue;
       std::size_t start = s.other.size();
       const char32_t head = s.text[word.begin];
-      if (prepend_ && head != U' ' && head != replacement_) s.other.push_back(replacement_);
+      const bool prepend =
+          prepend_ == PrependScheme::always || (prepend_ == PrependScheme::first && word.begin < s.origin);
+      if (prepend && head != U' ' && head != replacement_) s.other.push_back(replacement_);
       for (std::size_t i = word.begin; i < word.end; ++i) {
         const char32_t c = s.text[i] == U' ' ? replacement_ : s.text[i];
         if (split_ && c == replacement_ && s.other.size() > start) {  // a new word before every ▁
@@ -191,7 +204,8 @@ class Metaspace final : public PreTokenizer {
 
  private:
   char32_t replacement_;
-  bool prepend_, split_;
+  PrependScheme prepend_;
+  bool split_;
 };
 
 }  // namespace
@@ -207,13 +221,12 @@ std::unique_ptr<PreTokenizer> make_metaspace(const json::object& o, const Origin
   // Older files say add_prefix_space; newer ones prepend_scheme.
   std::string scheme = flag(o, "add_prefix_space", true, origin) ? "always" : "never";
   if (field(o, "prepend_scheme") != nullptr) scheme = text_field(o, "prepend_scheme", origin);
-  if (scheme == "first")
-    refuse(origin,
-           "prepend_scheme 'first' is not supported (supported: always, never): it depends on offsets into "
-           "the original text that flowline's pipeline does not keep");
-  if (scheme != "always" && scheme != "never")
+  if (scheme != "always" && scheme != "first" && scheme != "never")
     refuse(origin, fmt::format("prepend_scheme '{}' is not one of always, first, never", scheme));
-  return std::make_unique<Metaspace>(replacement[0], scheme == "always", flag(o, "split", true, origin));
+  const PrependScheme prepend = scheme == "always"  ? PrependScheme::always
+                                : scheme == "first" ? PrependScheme::first
+                                                    : PrependScheme::never;
+  return std::make_unique<Metaspace>(replacement[0], prepend, flag(o, "split", true, origin));
 }
 
 }  // namespace flowline::models::tokenizers

@@ -127,46 +127,93 @@ char32_t code_point_at(std::string_view text, std::size_t at) {
   return one.empty() ? U'\uFFFD' : one[0];
 }
 
-}  // namespace
+// Walking a text by code points, in UTF-8 (the raw text) or in code points (normalized text).
+char32_t point_at(std::string_view text, std::size_t at) { return code_point_at(text, at); }
+char32_t point_at(std::u32string_view text, std::size_t at) { return text[at]; }
+std::size_t point_length(std::string_view text, std::size_t at) { return utf8_length_at(text, at); }
+std::size_t point_length(std::u32string_view, std::size_t) { return 1; }
+std::size_t point_before(std::string_view text, std::size_t at) {
+  std::size_t lead = at - 1;
+  while (lead > 0 && (static_cast<unsigned char>(text[lead]) & 0xC0) == 0x80) --lead;
+  return lead;
+}
+std::size_t point_before(std::u32string_view, std::size_t at) { return at - 1; }
+std::size_t low_byte(char c) { return static_cast<unsigned char>(c); }
+std::size_t low_byte(char32_t c) { return c & 0xFF; }
 
-void Pipeline::tokens(std::string_view text, std::vector<std::int32_t>& ids) const {
-  // Added tokens are matched in the raw text, leftmost and then longest first, as Hugging Face does.
-  std::size_t stretch = 0;
+// Splits `text` on the added tokens of `m` as tokenizers' AddedVocabulary does (find_matches): the
+// leftmost match, the longest there, and the search goes on after it, also after a match that single_word
+// rejects (a word character just before or after it); lstrip and rstrip take the whitespace before and
+// after along (not whitespace that an earlier token took). Appends each token's id to `ids` and calls
+// piece(begin, end) for the text between tokens.
+template <class Char, class Piece>
+void split_added(std::basic_string_view<Char> text, const AddedMatcher<Char>& m, std::vector<std::int32_t>& ids,
+                 Piece&& piece) {
+  std::size_t taken = 0;  // where the last token taken ends, with its whitespace
   for (std::size_t i = 0; i < text.size();) {
     const AddedToken* match = nullptr;
-    if (added_first_byte[static_cast<unsigned char>(text[i])])
-      for (const AddedToken& t : added)
-        if (text.compare(i, t.content.size(), t.content) == 0) {
-          match = &t;
+    std::size_t length = 0;
+    if (m.first[low_byte(text[i])])
+      for (const auto& e : m.entries)
+        if (text.compare(i, e.content.size(), e.content) == 0) {
+          match = &e.token;
+          length = e.content.size();
           break;
         }
     if (match == nullptr) {
       ++i;
       continue;
     }
-    // lstrip and rstrip: the token takes the whitespace before or after it along (not whitespace that an
-    // earlier token took).
-    std::size_t start = i, stop = i + match->content.size();
-    if (match->lstrip)
-      for (std::size_t at = start; at > stretch;) {
-        std::size_t lead = at - 1;
-        while (lead > stretch && (static_cast<unsigned char>(text[lead]) & 0xC0) == 0x80) --lead;
-        if (!is_whitespace(code_point_at(text, lead))) break;
-        start = at = lead;
-      }
+    std::size_t start = i, stop = i + length;
+    i = stop;
+    if (match->single_word && ((start > 0 && is_word_char(point_at(text, point_before(text, start)))) ||
+                               (stop < text.size() && is_word_char(point_at(text, stop)))))
+      continue;
+    if (match->lstrip) {
+      std::size_t left = start;
+      while (left > 0 && is_whitespace(point_at(text, point_before(text, left)))) left = point_before(text, left);
+      start = std::max(left, taken);
+    }
     if (match->rstrip)
-      while (stop < text.size() && is_whitespace(code_point_at(text, stop))) stop += utf8_length_at(text, stop);
-    if (start > stretch) tokens_of_stretch(text.substr(stretch, start - stretch), ids);
+      while (stop < text.size() && is_whitespace(point_at(text, stop))) stop += point_length(text, stop);
+    if (start > taken) piece(taken, start);
     ids.push_back(match->id);
-    i = stretch = stop;
+    taken = stop;
   }
-  if (text.size() > stretch) tokens_of_stretch(text.substr(stretch), ids);
+  if (text.size() > taken) piece(taken, text.size());
 }
 
-void Pipeline::tokens_of_stretch(std::string_view stretch, std::vector<std::int32_t>& ids) const {
+}  // namespace
+
+// Added tokens with normalized: false are matched in the raw text; each stretch between them is normalized,
+// then those with normalized: true are matched in it (tokenizers' extract_and_normalize).
+void Pipeline::tokens(std::string_view text, std::vector<std::int32_t>& ids) const {
+  split_added(text, raw_added, ids, [&](std::size_t begin, std::size_t end) {
+    tokens_of_stretch(text.substr(begin, end - begin), begin == 0, ids);
+  });
+}
+
+void Pipeline::tokens_of_stretch(std::string_view stretch, bool origin, std::vector<std::int32_t>& ids) const {
   Scratch& s = scratch();
   decode_utf8(stretch, s.text);
+  s.head = origin && !s.text.empty() ? 1 : 0;
   for (const auto& n : normalizers) n->normalize(s);
+  if (norm_added.entries.empty()) {
+    s.origin = s.head;
+    tokens_of_piece(s, ids);
+    return;
+  }
+  s.normalized.swap(s.text);
+  const std::u32string_view text = s.normalized;
+  const std::size_t head = s.head;
+  split_added(text, norm_added, ids, [&](std::size_t begin, std::size_t end) {
+    s.text.assign(text.substr(begin, end - begin));
+    s.origin = head > begin ? head - begin : 0;
+    tokens_of_piece(s, ids);
+  });
+}
+
+void Pipeline::tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids) const {
   s.words.assign(1, Span{0, s.text.size()});
   if (s.text.empty()) s.words.clear();
   for (const auto& p : pre_tokenizers) p->pre_tokenize(s);
@@ -200,8 +247,8 @@ const json::value* field(const json::object& o, std::string_view key) {
   return it == o.end() || it->value().is_null() ? nullptr : &it->value();
 }
 
-// added_tokens: those matched in the raw text, with lstrip and rstrip. The options single_word and
-// normalized are refused until implemented: a silent difference would change ids.
+// added_tokens with their options lstrip, rstrip, single_word and normalized. A normalized one is matched
+// as the normalizer writes its content (tokenizers' refresh_added_tokens).
 void read_added_tokens(const json::object& root, const std::string& file, Pipeline& p) {
   const json::value* list = field(root, "added_tokens");
   if (list == nullptr) return;
@@ -213,25 +260,35 @@ void read_added_tokens(const json::object& root, const std::string& file, Pipeli
         !v.as_object().contains("id") || !v.as_object().at("id").is_number())
       refuse(origin, "an added token needs 'content' (a string) and 'id' (a number)");
     const json::object& o = v.as_object();
-    for (const char* option : {"single_word", "normalized"}) {
-      const json::value* set = field(o, option);
-      if (set != nullptr && set->is_bool() && set->as_bool())
-        refuse(origin, fmt::format("'{}': true is not supported (only false)", option));
-    }
-    const auto strip = [&](const char* option) {
-      const json::value* set = field(o, option);
+    const auto option = [&](const char* name) {
+      const json::value* set = field(o, name);
       return set != nullptr && set->is_bool() && set->as_bool();
     };
     AddedToken t{std::string(o.at("content").as_string()),
-                 static_cast<std::int32_t>(o.at("id").to_number<std::int64_t>()), strip("lstrip"), strip("rstrip")};
+                 static_cast<std::int32_t>(o.at("id").to_number<std::int64_t>()),
+                 option("lstrip"),
+                 option("rstrip"),
+                 option("single_word"),
+                 option("normalized")};
     if (t.content.empty()) refuse(origin, "an empty added token");
     if (p.model->token_id(t.content) != t.id && t.id >= 0 && static_cast<std::size_t>(t.id) >= p.model->size())
       ++p.added_vocab;
-    p.added_first_byte[static_cast<unsigned char>(t.content[0])] = true;
+    if (!t.normalized) {
+      p.raw_added.first[static_cast<unsigned char>(t.content[0])] = true;
+      p.raw_added.entries.push_back({t.content, t});
+    } else {
+      Scratch s;
+      decode_utf8(t.content, s.text);
+      for (const auto& n : p.normalizers) n->normalize(s);
+      if (s.text.empty()) refuse(origin, "'normalized': true, and the normalizer leaves nothing of its content");
+      p.norm_added.first[s.text[0] & 0xFF] = true;
+      p.norm_added.entries.push_back({s.text, t});
+    }
     p.added.push_back(std::move(t));
   }
-  std::stable_sort(p.added.begin(), p.added.end(),
-                   [](const AddedToken& x, const AddedToken& y) { return x.content.size() > y.content.size(); });
+  const auto longest_first = [](const auto& x, const auto& y) { return x.content.size() > y.content.size(); };
+  std::stable_sort(p.raw_added.entries.begin(), p.raw_added.entries.end(), longest_first);
+  std::stable_sort(p.norm_added.entries.begin(), p.norm_added.entries.end(), longest_first);
 }
 
 void read_padding(const json::object& root, Pipeline& p) {
