@@ -14,8 +14,9 @@
 //      an error naming the endpoint. A constructor that throws fails the flow's start.
 //   3. Processing. Handlers run one batch at a time: one instance is never called concurrently, so an
 //      executor needs no locking for its own members. Parallelism comes from replicas, each its own
-//      instance on its own thread (state they share goes through RuntimeInfo::group and locks its own). A handler that throws fails the requests of that batch only; the
-//      exception's message is reported with the executor's name and the flow keeps serving.
+//      instance on its own thread (state they share goes through RuntimeInfo::group and locks its own).
+//      A handler that throws fails the requests of that batch only; the exception's message is reported
+//      with the executor's name and the flow keeps serving.
 //      GPU work: a handler may enqueue work on its own CUDA stream, but must have finished it (e.g.
 //      synchronised that stream) before it returns. Tensors it leaves in documents on a GPU are then
 //      complete, and the next executor on that device can read them from its own stream without events.

@@ -241,8 +241,8 @@ Document jina_document(const json::value& value, std::size_t index) {
 std::size_t jina_size_hint(const Document& doc) {
   // Names, punctuation and nulls; the strings (escapes aside); a float in at most 15 characters and its comma;
   // base64 for the blob; a guess per tag and score; then chunks and matches.
-  std::size_t n = 128 + doc.id.size() + doc.text.size() + doc.uri.size() + doc.mime_type.size() +
-                  doc.parent_id.size() + doc.blob.size() * 4 / 3;
+  std::size_t n = 128 + doc.id.size() + doc.text.size() + doc.uri.size() + doc.mime_type.size() + doc.parent_id.size() +
+                  doc.blob.size() * 4 / 3;
   if (doc.embedding.defined()) n += static_cast<std::size_t>(doc.embedding.numel()) * 16;
   if (doc.tensor.defined()) n += 64 + static_cast<std::size_t>(doc.tensor.numel()) * 16;
   n += doc.tags.size() * 32 + doc.scores.size() * 48;
