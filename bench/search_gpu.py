@@ -15,43 +15,18 @@ Prints queries/s and latency percentiles, and the answer's first match, and writ
 Also prints where the time went during the load: each executor's handler time per batch with its own figures
 (the index's gather/search/matches seconds), and the server's CPU by thread group (I/O threads, replicas).
 """
-import collections
 import json
 import os
-import re
-import time
-import urllib.request
 import pathlib
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 from gpu_bench import gpu_parser  # noqa: E402
-from serve_gpu import cpu_snapshot, cpu_use, post, start_server  # noqa: E402
-
-
-def executor_seconds(base):
-    """Per executor, from GET /metrics: seconds in its handlers and its own *_seconds figures (the index's
-    gather/search/matches, the encoder's tokenize/...), summed over its replicas, and batches."""
-    with urllib.request.urlopen(f"{base}/metrics", timeout=30) as r:
-        text = r.read().decode()
-    out = collections.defaultdict(float)
-    for line in text.splitlines():
-        executor = re.search(r'executor="([^"]+)"', line)
-        if not executor:
-            continue
-        value = float(line.rsplit(" ", 1)[1])
-        if line.startswith("flowline_executor_batch_duration_seconds_sum{"):
-            out[(executor.group(1), "handler")] += value
-        elif line.startswith("flowline_executor_batch_duration_seconds_count{"):
-            out[(executor.group(1), "batches")] += value
-        elif line.startswith("flowline_executor_metric{"):
-            name = re.search(r'name="([a-z_]+_seconds)"', line)
-            if name:
-                out[(executor.group(1), name.group(1))] += value
-    return out
+from serve_gpu import cpu_snapshot, cpu_use, executor_totals, post, start_server  # noqa: E402
 
 FLOW = """executors:
   - name: encoder
@@ -117,17 +92,18 @@ def main():
                    "--json", str(out_json)]
             print(f"==> {' '.join(cmd)}", flush=True)
             base = f"http://127.0.0.1:{port}"
-            seconds_before, cpu_before, started = executor_seconds(base), cpu_snapshot(proc.pid), time.monotonic()
+            seconds_before, cpu_before, started = executor_totals(base), cpu_snapshot(proc.pid), time.monotonic()
             load = subprocess.run(cmd, capture_output=True, text=True)
             wall = time.monotonic() - started
-            cpu, seconds_after = cpu_use(cpu_before, cpu_snapshot(proc.pid), wall), executor_seconds(base)
+            cpu, seconds_after = cpu_use(cpu_before, cpu_snapshot(proc.pid), wall), executor_totals(base)
             print(load.stdout + load.stderr, flush=True)
             if not out_json.exists():
                 raise SystemExit(f"http_load wrote no figures (exit {load.returncode})")
             figures = json.loads(out_json.read_text())
             # Where the time went over the load (warm-up included): each executor's handler seconds per
             # batch and its own figures, and the server's CPU by thread group.
-            spent = {f"{e} {k}": seconds_after[(e, k)] - seconds_before.get((e, k), 0.0) for e, k in seconds_after}
+            spent = {f"{e} {k}": seconds_after[(e, k)] - seconds_before.get((e, k), 0.0) for e, k in seconds_after
+                     if k != "documents"}
             figures["executor_seconds"] = spent
             figures["cpu"] = cpu
             for executor in sorted({e for e, _ in seconds_after}):

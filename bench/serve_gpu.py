@@ -94,24 +94,41 @@ def post(url, body):
         return r.status, r.read()
 
 
-def batch_totals(base):
-    """(documents, batches, figures) the executors have done so far, from GET /metrics; figures: the replicas'
-    seconds in their handlers ("handler") and the encoder's own seconds by name (tokenize_seconds, ...)."""
+def executor_totals(base):
+    """What each executor has done so far, from GET /metrics, summed over its replicas: {(executor, name):
+    value} with name "documents", "batches", "handler" (seconds in its handlers) and its own *_seconds figures
+    (the encoder's tokenize_seconds, the index's search_seconds, ...)."""
     with urllib.request.urlopen(f"{base}/metrics", timeout=30) as r:
         text = r.read().decode()
+    totals = collections.defaultdict(float)
+    names = {"flowline_executor_documents_total{": "documents",
+             "flowline_executor_batch_duration_seconds_count{": "batches",
+             "flowline_executor_batch_duration_seconds_sum{": "handler"}
+    for line in text.splitlines():
+        executor = re.search(r'executor="([^"]+)"', line)
+        if not executor:
+            continue
+        name = next((n for prefix, n in names.items() if line.startswith(prefix)), None)
+        if name is None and line.startswith("flowline_executor_metric{"):
+            m = re.search(r'name="([a-z_]+_seconds)"', line)
+            name = m.group(1) if m else None
+        if name:
+            totals[(executor.group(1), name)] += float(line.rsplit(" ", 1)[1])
+    return totals
+
+
+def batch_totals(base):
+    """(documents, batches, figures) the executors have done so far, all together; figures: the replicas'
+    seconds in their handlers ("handler") and their own seconds by name (tokenize_seconds, ...)."""
     docs = batches = 0.0
     figures = {"handler": 0.0}
-    for line in text.splitlines():
-        if line.startswith("flowline_executor_documents_total{"):
-            docs += float(line.rsplit(" ", 1)[1])
-        elif line.startswith("flowline_executor_batch_duration_seconds_count{"):
-            batches += float(line.rsplit(" ", 1)[1])
-        elif line.startswith("flowline_executor_batch_duration_seconds_sum{"):
-            figures["handler"] += float(line.rsplit(" ", 1)[1])
-        elif line.startswith("flowline_executor_metric{"):
-            m = re.search(r'name="([a-z_]+_seconds)"', line)
-            if m:
-                figures[m.group(1)] = figures.get(m.group(1), 0.0) + float(line.rsplit(" ", 1)[1])
+    for (_, name), value in executor_totals(base).items():
+        if name == "documents":
+            docs += value
+        elif name == "batches":
+            batches += value
+        else:
+            figures[name] = figures.get(name, 0.0) + value
     return docs, batches, figures
 
 
