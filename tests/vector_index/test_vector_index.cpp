@@ -1,6 +1,7 @@
 // The VectorIndex's behaviours, the same for every backend (exact on the CPU, hnsw, and exact on a GPU when
 // there is one): add, search against brute force, filter, update, delete, clear, restart on a workspace; and
 // its workspace's guarantees: damaged files named with their offset, a torn log tail cut, one writer.
+#include "distance.hpp"
 #include "index_fixtures.hpp"
 
 #include <ATen/ATen.h>
@@ -366,5 +367,26 @@ TEST_CASE("two indexes cannot write one workspace, and the error names the holde
   } catch (const std::exception& e) {
     CHECK_THAT(std::string(e.what()),
                contains(fmt::format("workspace {} is in use by another index (process {}", w.string(), ::getpid())));
+  }
+}
+
+TEST_CASE("the hnsw distance kernels chosen for this CPU agree with the portable ones at every length", "[index]") {
+  const auto& chosen = vector_index::distance_kernels();
+  const auto& portable = vector_index::portable_distance_kernels();
+  INFO("kernels: " << chosen.isa);
+  at::manual_seed(7);
+  for (const std::size_t dim : {1, 3, 8, 15, 16, 17, 31, 33, 63, 64, 65, 100, 384, 385, 768, 1024}) {
+    const at::Tensor a = at::randn({static_cast<std::int64_t>(dim)});
+    const at::Tensor b = at::randn({static_cast<std::int64_t>(dim)});
+    const float* pa = a.data_ptr<float>();
+    const float* pb = b.data_ptr<float>();
+    const double dot = (a.to(at::kDouble) * b.to(at::kDouble)).sum().item<double>();
+    const double l2 = (a.to(at::kDouble) - b.to(at::kDouble)).pow(2).sum().item<double>();
+    const double tolerance = 1e-5 * static_cast<double>(dim) + 1e-6;
+    INFO("dim " << dim);
+    CHECK(std::abs(chosen.inner_product_distance(pa, pb, &dim) - (1.0 - dot)) <= tolerance);
+    CHECK(std::abs(portable.inner_product_distance(pa, pb, &dim) - (1.0 - dot)) <= tolerance);
+    CHECK(std::abs(chosen.l2_squared(pa, pb, &dim) - l2) <= tolerance * 4);
+    CHECK(std::abs(portable.l2_squared(pa, pb, &dim) - l2) <= tolerance * 4);
   }
 }

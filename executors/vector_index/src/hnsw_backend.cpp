@@ -6,7 +6,12 @@
 // widening the search (k x 4 each round) until k allowed rows are found or the whole index was asked for.
 // When the filter allows few rows (at most a tenth of the live ones, or fewer than 4,096), those rows are
 // scored exactly instead: recall 1 and cheaper than a wide graph search.
+//
+// Distances are distance.hpp's kernels, chosen for the CPU at run time (AVX-512, AVX2 or portable), given to
+// hnswlib as a space of their own: hnswlib 0.6.2 picks its kernels when it is compiled, and they run one
+// dependent add per step.
 #include "backend.hpp"
+#include "distance.hpp"
 
 #include "flowline/error.hpp"
 
@@ -30,22 +35,33 @@ bool hnsw_available() { return true; }
 
 namespace {
 
+// hnswlib's space (the size of a stored vector, its distance and the distance's parameter) over the chosen
+// kernels.
+class KernelSpace final : public hnswlib::SpaceInterface<float> {
+ public:
+  KernelSpace(Metric metric, std::size_t dim)
+      : dim_(dim),
+        distance_(metric == Metric::l2 ? distance_kernels().l2_squared : distance_kernels().inner_product_distance) {}
+  std::size_t get_data_size() override { return dim_ * sizeof(float); }
+  hnswlib::DISTFUNC<float> get_dist_func() override { return distance_; }
+  void* get_dist_func_param() override { return &dim_; }
+
+ private:
+  std::size_t dim_;
+  hnswlib::DISTFUNC<float> distance_;
+};
+
 class HnswBackend : public VectorBackend {
  public:
   HnswBackend(Metric metric, std::size_t dim, const HnswOptions& options)
-      : metric_(metric), dim_(dim), options_(options) {
-    if (metric == Metric::l2) {
-      space_ = std::make_unique<hnswlib::L2Space>(dim);
-    } else {
-      space_ = std::make_unique<hnswlib::InnerProductSpace>(dim);
-    }
+      : metric_(metric), dim_(dim), options_(options), space_(std::make_unique<KernelSpace>(metric, dim)) {
     reset();
   }
 
   const char* name() const override { return "hnsw"; }
   std::string where() const override {
-    return fmt::format("cpu, fp32, M {}, ef_construction {}, ef_search {}", options_.m, options_.ef_construction,
-                       options_.ef_search);
+    return fmt::format("cpu, fp32 ({}), M {}, ef_construction {}, ef_search {}", distance_kernels().isa, options_.m,
+                       options_.ef_construction, options_.ef_search);
   }
 
   void set(const std::vector<std::uint32_t>& slots, const at::Tensor& rows) override {
@@ -178,7 +194,7 @@ class HnswBackend : public VectorBackend {
   Metric metric_;
   std::size_t dim_;
   HnswOptions options_;
-  std::unique_ptr<hnswlib::SpaceInterface<float>> space_;
+  std::unique_ptr<KernelSpace> space_;
   std::unique_ptr<hnswlib::HierarchicalNSW<float>> graph_;
   SlotMask live_;
   std::size_t live_count_ = 0;

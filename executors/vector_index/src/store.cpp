@@ -32,13 +32,6 @@ Store::Store(StoreOptions options) : options_(std::move(options)) {
     throw Error(fmt::format("backend '{}': expected exact or hnsw", options_.backend));
   }
   if (options_.backend == "hnsw") {
-#if FLOWLINE_HNSW_AVX2
-    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
-      throw Error(
-          "backend 'hnsw': this flowline's hnsw backend was built for CPUs with AVX2 and FMA, which this one "
-          "lacks (rebuild with -DFLOWLINE_HNSW_AVX2=OFF), or use backend 'exact'");
-    }
-#endif
     make_hnsw_backend(options_.metric, 1, options_.hnsw);  // fails early when the build lacks hnswlib
   }
   if (options_.dim) ensure_backend(options_.dim);
