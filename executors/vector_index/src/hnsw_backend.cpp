@@ -23,8 +23,12 @@
 #include <hnswlib/hnswlib.h>
 #endif
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <queue>
 
 namespace flowline::vector_index {
@@ -68,7 +72,10 @@ class HnswBackend : public VectorBackend {
     const at::Tensor r = rows.contiguous();
     const float* data = r.data_ptr<float>();
     const std::size_t needed = graph_->cur_element_count + slots.size();
-    if (needed > graph_->max_elements_) graph_->resizeIndex(std::max(needed, graph_->max_elements_ * 2));
+    if (needed > graph_->max_elements_) {
+      graph_->resizeIndex(std::max(needed, graph_->max_elements_ * 2));
+      advise_huge_pages();
+    }
     // hnswlib inserts concurrently (per-element locks): the rows are spread over LibTorch's CPU threads.
     const auto n = static_cast<std::int64_t>(slots.size());
     at::parallel_for(0, n, 64, [&](std::int64_t first, std::int64_t end) {
@@ -109,13 +116,17 @@ class HnswBackend : public VectorBackend {
     const bool few = allowed && (allowed_count * 10 <= live_count_ || allowed_count < 4096);
     const float* data = q.data_ptr<float>();
     const std::size_t ef = std::max(ef_asked ? ef_asked : options_.ef_search, k);
-    // Queries are spread over LibTorch's CPU threads; hnswlib's search is safe to run concurrently.
-    at::parallel_for(0, q.size(0), 1, [&](std::int64_t first, std::int64_t end) {
-      for (std::int64_t i = first; i < end; ++i) {
+    // Queries are spread over LibTorch's CPU threads, each taking the next query as it finishes one (queries
+    // differ in cost: a graph walk is as long as its path); hnswlib's search is safe to run concurrently.
+    const std::int64_t n = q.size(0);
+    std::atomic<std::int64_t> next{0};
+    const auto run = [&](std::int64_t, std::int64_t) {
+      for (std::int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n;) {
         const float* query = data + i * static_cast<std::int64_t>(dim_);
         hits[static_cast<std::size_t>(i)] = few ? scan(query, k, *allowed) : graph_search(query, k, ef, allowed);
       }
-    });
+    };
+    at::parallel_for(0, std::min<std::int64_t>(n, at::get_num_threads()), 1, run);
     return hits;
   }
 
@@ -136,13 +147,41 @@ class HnswBackend : public VectorBackend {
     return metric_ == Metric::l2 ? std::sqrt(std::max(0.0f, distance)) : 1.0f - distance;
   }
 
-  // The `asked` nearest, found with a candidate list of `width`. hnswlib 0.6 takes the list size from the index
-  // (setEf, shared by concurrent searches) or k, whichever is larger: asking for `width` results and keeping
-  // the best `asked` sets it per call without touching shared state.
+  // The `asked` nearest, found with a candidate list of at least `width` (the index's ef_search or more).
+  // hnswlib's searchKnn is this walk, but it counts its hops in two atomics every concurrent search shares
+  // (its metrics), a cache line the threads pass back and forth at every hop; and it takes the list size
+  // from setEf, shared state. Here: the greedy descent through the upper levels, then hnswlib's own
+  // base-layer search without the counting.
   std::priority_queue<std::pair<float, hnswlib::labeltype>> search_knn(const float* query, std::size_t asked,
                                                                        std::size_t width) const {
-    auto found = graph_->searchKnn(query, width);
-    while (found.size() > asked) found.pop();  // the farthest first
+    const hnswlib::HierarchicalNSW<float>& g = *graph_;
+    std::priority_queue<std::pair<float, hnswlib::labeltype>> found;
+    if (g.cur_element_count == 0) return found;
+    const hnswlib::DISTFUNC<float> distance = space_->get_dist_func();
+    const void* param = space_->get_dist_func_param();
+    hnswlib::tableint current = g.enterpoint_node_;
+    float best = distance(query, g.getDataByInternalId(current), param);
+    for (int level = g.maxlevel_; level > 0; --level) {
+      for (bool closer = true; closer;) {
+        closer = false;
+        const hnswlib::linklistsizeint* links = g.get_linklist(current, level);
+        const auto* neighbours = reinterpret_cast<const hnswlib::tableint*>(links + 1);
+        const unsigned short count = g.getListCount(const_cast<hnswlib::linklistsizeint*>(links));
+        for (unsigned short i = 0; i < count; ++i) {
+          const float d = distance(query, g.getDataByInternalId(neighbours[i]), param);
+          if (d < best) {
+            best = d;
+            current = neighbours[i];
+            closer = true;
+          }
+        }
+      }
+    }
+    const std::size_t ef = std::max(g.ef_, width);
+    auto top = g.num_deleted_ ? g.template searchBaseLayerST<true, false>(current, query, ef)
+                              : g.template searchBaseLayerST<false, false>(current, query, ef);
+    while (top.size() > asked) top.pop();  // the farthest first
+    for (; !top.empty(); top.pop()) found.emplace(top.top().first, g.getExternalLabel(top.top().second));
     return found;
   }
 
@@ -181,6 +220,20 @@ class HnswBackend : public VectorBackend {
     std::partial_sort(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(kept), out.end(), better);
     out.resize(kept);
     return out;
+  }
+
+  // The graph's base layer (each vector with its links, ~1.6 KB at 384 dimensions) is read at random by every
+  // hop of a search: on 2 MiB pages the TLB covers a million vectors, on 4 KiB pages most hops miss it. Linux's
+  // transparent huge pages in `madvise` mode (Debian's default) give them only where asked; the advice is
+  // given again after every resize (hnswlib reallocates the block). Failure only means small pages.
+  void advise_huge_pages() const {
+#ifdef MADV_HUGEPAGE
+    constexpr std::uintptr_t kPage = 4096, kHuge = 2u << 20;
+    const auto begin = reinterpret_cast<std::uintptr_t>(graph_->data_level0_memory_);
+    const std::uintptr_t end = begin + graph_->max_elements_ * graph_->size_data_per_element_;
+    const std::uintptr_t first = (begin + kPage - 1) & ~(kPage - 1), last = end & ~(kPage - 1);
+    if (last > first + kHuge) madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+#endif
   }
 
   void reset() {
