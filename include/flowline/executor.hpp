@@ -56,15 +56,33 @@ enum class RunOutcome { Complete, Incomplete };
 // Name of the endpoint handler used when a request's endpoint has no handler of its own.
 inline constexpr std::string_view kDefaultEndpoint = "*";
 
+// How an executor's endpoints spread over shards (`shards: N` in a flow: N copies of the executor, each
+// holding part of the data, e.g. an index's documents). Set by executor types that can be sharded; the
+// runtime routes each request as it says.
+struct ShardPlan {
+  // Endpoints whose documents each go to one shard, chosen by a stable hash of the document's id (so a
+  // document always reaches the shard that holds it); the shards' answers are put back in request order.
+  // Every other endpoint goes, whole, to every shard, and `merge` makes one answer of theirs.
+  std::vector<std::string> by_id;
+  // parts[s]: shard s's answer (its documents, as the handler left them); `parameters`: the request's;
+  // `params`: the executor's `with:` in the flow. Runs on the replica thread of the last shard to answer,
+  // concurrently with other requests' merges: it must not keep state. Throws to fail the request (the
+  // message names what did not merge).
+  std::function<DocumentArray(std::string_view endpoint, const boost::json::object& parameters, const Params& params,
+                              std::vector<DocumentArray>& parts)>
+      merge;
+};
+
 // Static description of an executor type: what the registry lists, what the flow validator checks.
 struct ExecutorSpec {
-  std::string name;                    // the `uses:` name, e.g. "TextSplitter"
-  std::string help;                    // one line for `flowline executors`
-  std::vector<ParamSpec> params;       // its `with:` parameters
-  std::vector<std::string> endpoints;  // endpoints bound besides the default, e.g. {"/encode"}
-  bool default_endpoint = true;        // whether bind_default() is used
-  int max_replicas = 0;                // 0: any number; 1 for executors that own a file
-  int replicas_per_gpu = 1;            // what `replicas: auto` gives on each GPU (one on a CPU)
+  std::string name;                         // the `uses:` name, e.g. "TextSplitter"
+  std::string help;                         // one line for `flowline executors`
+  std::vector<ParamSpec> params;            // its `with:` parameters
+  std::vector<std::string> endpoints;       // endpoints bound besides the default, e.g. {"/encode"}
+  bool default_endpoint = true;             // whether bind_default() is used
+  int max_replicas = 0;                     // 0: any number; 1 for executors that own a file
+  int replicas_per_gpu = 1;                 // what `replicas: auto` gives on each GPU (one on a CPU)
+  std::shared_ptr<const ShardPlan> shards;  // null: `shards:` is refused for this type
 };
 
 // What the replicas of one executor in one flow share: at most one object of each type, made by the first
@@ -101,6 +119,11 @@ struct RuntimeInfo {
   // Shared by this executor's replicas in this process (one per executor per flow); null for an executor
   // constructed outside a flow.
   std::shared_ptr<ReplicaGroup> group;
+  // With `shards: N` (ExecutorSpec::shards): which shard this replica serves, 0 .. shards - 1. Each shard
+  // has `replicas` replicas and a group of its own; an executor keeps each shard's data apart (e.g. a
+  // folder per shard).
+  int shard = 0;
+  int shards = 1;
 };
 
 // Figures an executor reports about its own work ("tokens", "max_forward_tokens", ...), shown per replica

@@ -79,7 +79,11 @@ struct ExecutorConfig {
   std::string uses;                               // registered type name (optional with `hosts`)
   boost::json::object with;                       // parameters; validation fills in defaults
   std::optional<std::vector<std::string>> needs;  // unset: the executor before it (none for the first)
-  int replicas = 1;
+  int replicas = 1;                               // per shard
+  // Shards (`shards: N`, for types whose spec has a ShardPlan): N parts of the executor's data, each
+  // served by `replicas` replicas (or, with `hosts`, host i serves shard i); requests are routed by id or
+  // sent to every shard and merged, as the plan says.
+  int shards = 1;
   // replicas: auto. Validation sets `replicas` from the devices: ExecutorSpec::replicas_per_gpu on each GPU
   // of the pool, one on each CPU entry (capped at the spec's max_replicas).
   bool auto_replicas = false;

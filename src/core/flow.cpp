@@ -94,20 +94,23 @@ void Flow::Impl::start() {
   stages_ = std::move(built.stages);
   sink_join_ = std::move(built.sink_join);
   for (auto& stage : stages_) {
-    if (!stage->remote) continue;
-    try {
-      stage->remote->start();
-    } catch (const Error& e) {
-      const std::string name = stage->config->name;
-      stages_.clear();
-      throw ExecutorError(name, fmt::format("the flow could not start: {}", e.what()));
+    for (Stage* worker : stage->workers()) {
+      if (!worker->remote) continue;
+      try {
+        worker->remote->start();
+      } catch (const Error& e) {
+        const std::string name = stage->config->name;
+        stages_.clear();
+        throw ExecutorError(name, fmt::format("the flow could not start: {}", e.what()));
+      }
     }
   }
   observers_.flow_start(topology_);
   std::latch constructed(static_cast<std::ptrdiff_t>(topology_.replicas.size()));
   for (auto& stage : stages_) {
-    for (std::size_t r = 0; r < stage->replicas.size(); ++r) {
-      stage->threads.emplace_back([this, s = stage.get(), r, &constructed] { replica_thread(*s, r, constructed); });
+    for (Stage* w : stage->workers()) {
+      for (std::size_t r = 0; r < w->replicas.size(); ++r)
+        w->threads.emplace_back([this, w, r, &constructed] { replica_thread(*w, r, constructed); });
     }
   }
   constructed.wait();
@@ -126,7 +129,8 @@ void Flow::Impl::replica_thread(Stage& stage, std::size_t r, std::latch& constru
   runtime::Replica& replica = *stage.replicas[r];
   const std::size_t index = stage.first_replica + r;
   const ReplicaPlacement& placement = topology_.replicas[index];
-  runtime::name_this_thread(fmt::format("{}/{}", e.name, r));
+  runtime::name_this_thread(stage.sharded ? fmt::format("{}/{}.{}", e.name, stage.shard, r)
+                                          : fmt::format("{}/{}", e.name, r));
   bool opened = false;
   try {
     replica.open();
@@ -142,8 +146,11 @@ void Flow::Impl::replica_thread(Stage& stage, std::size_t r, std::latch& constru
   const std::vector<Edge>& outputs = graph_.nodes[stage.node].outputs;
   runtime::ReplicaWorker worker(
       replica, runtime::Batcher(*stage.queue, e.batching),
-      [this, &outputs](RequestPtr request) { route(outputs, std::move(request)); }, observers_, placement, index,
-      [&stage](RequestPtr request) { stage.queue->push_front(std::move(request)); });
+      [this, &outputs, &stage](RequestPtr request) {
+        if (stage.sharded) request = stage.sharded->router->gather(stage.shard, std::move(request));
+        if (request) route(outputs, std::move(request));
+      },
+      observers_, placement, index, [&stage](RequestPtr request) { stage.queue->push_front(std::move(request)); });
   worker.run();
   replica.close(outcome_.load());
 }
@@ -157,13 +164,17 @@ void Flow::Impl::close_locked(RunOutcome outcome) {
     posts_cv_.wait(lock, [&] { return active_posts_ == 0; });
   }
   // Nothing is in flight now: closing the queues lets every worker finish, close its executor and exit.
-  for (auto& stage : stages_) stage->queue->close();
   for (auto& stage : stages_) {
-    for (auto& t : stage->threads) t.join();
-    stage->threads.clear();
-    stage->replicas.clear();
-    if (stage->remote) figures_.keep_remote_hosts(*stage->remote);
-    stage->remote.reset();
+    for (Stage* w : stage->workers()) w->queue->close();
+  }
+  for (auto& stage : stages_) {
+    for (Stage* w : stage->workers()) {
+      for (auto& t : w->threads) t.join();
+      w->threads.clear();
+      w->replicas.clear();
+      if (w->remote) figures_.keep_remote_hosts(*w->remote);
+      w->remote.reset();
+    }
   }
   observers_.flow_stop();
   start_errors_.clear();
@@ -181,7 +192,17 @@ void Flow::Impl::deliver(const Edge& edge, RequestPtr request) {
   RequestPtr ready = join.arrive(edge.slot, std::move(request));
   if (!ready) return;
   if (!edge.to_sink()) {
-    stages_[edge.target]->queue->push(ready);
+    Stage& stage = *stages_[edge.target];
+    if (!stage.router) {
+      stage.queue->push(ready);
+    } else if (ready->failed() || !ready->session->targets(stage.config->name)) {
+      route(graph_.nodes[edge.target].outputs, std::move(ready));  // not for the sharded executor: passed on
+    } else {
+      auto parts = stage.router->scatter(std::move(ready));
+      for (std::size_t s = 0; s < parts.size(); ++s) {
+        if (parts[s]) stage.shards[s]->queue->push(parts[s]);
+      }
+    }
   } else {
     runtime::PostSession* session = ready->session;
     session->complete(std::move(ready));

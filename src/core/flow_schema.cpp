@@ -257,6 +257,18 @@ std::vector<SchemaKey> executor_keys() {
             e->replicas = static_cast<int>(v.get_int64());
             return std::nullopt;
           }),
+      key("executors[].shards", V::Int, 1, "", "1",
+          "Parts the executor's data is split into, for types that can be sharded (VectorIndex): each shard "
+          "has `replicas` replicas and its own data (an index's workspace gets a folder per shard). Documents "
+          "are routed to one shard by their id (VectorIndex: /index, /update, /delete); other requests go to "
+          "every shard and their answers merge (/search: the best matches of all). With `devices`, shard i runs "
+          "on devices[i % n]; with `hosts`, host i serves shard i (one host per shard).",
+          "shards: 2",
+          [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {
+            if (v.get_int64() > 1024) return std::string("expected at most 1024 shards");
+            e->shards = static_cast<int>(v.get_int64());
+            return std::nullopt;
+          }),
       key("executors[].device", V::String, 0, "string", "cpu", "Device of the executor: cpu, cuda, cuda:N or auto.",
           "device: cuda:0",
           [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {

@@ -179,6 +179,31 @@ int auto_replica_count(const ExecutorConfig& e, const ExecutorSpec& spec) {
   return spec.max_replicas > 0 ? std::clamp(count, 1, spec.max_replicas) : std::max(count, 1);
 }
 
+// shards: N needs a type with a shard plan; remote shards are one host each, found by their address.
+void check_shards(const ExecutorConfig& e, const ExecutorSpec& spec, Diagnostics& out) {
+  if (e.shards <= 1) return;
+  const SourceLocation where = e.location_of("shards");
+  if (!spec.shards) {
+    report(out, where,
+           fmt::format("{}{} cannot be sharded: it does not say how its requests spread over shards (VectorIndex "
+                       "can); use replicas",
+                       context_of(e), spec.name));
+    return;
+  }
+  if (!e.is_remote()) return;
+  if (e.hosts.size() != static_cast<std::size_t>(e.shards)) {
+    report(out, e.location_of("hosts"),
+           fmt::format("{}shards: {} with hosts: host i serves shard i, so give {} hosts (got {})", context_of(e),
+                       e.shards, e.shards, e.hosts.size()));
+  }
+  if (e.remote.discovery != RemoteOptions::Discovery::None)
+    report(out, e.location_of("remote.discovery"),
+           context_of(e) + "remote shards are one server each: remote.discovery must be none");
+  if (e.remote.local_replicas > 0)
+    report(out, e.location_of("remote.local_replicas"),
+           context_of(e) + "remote shards run on their hosts: remote.local_replicas must be 0");
+}
+
 void check_executor_type(const FlowConfig& config, ExecutorConfig& e, const Registry& registry, DeviceCheck where,
                          Diagnostics& out) {
   if (e.is_remote() && e.uses.empty()) {  // the servers validate their own settings
@@ -186,6 +211,8 @@ void check_executor_type(const FlowConfig& config, ExecutorConfig& e, const Regi
       report(out, e.location_of("with"), context_of(e) + "with: parameters need `uses` (the servers have their own)");
     if (e.remote.local_replicas > 0)
       report(out, e.location_of("remote.local_replicas"), context_of(e) + "remote.local_replicas needs `uses`");
+    if (e.shards > 1)
+      report(out, e.location_of("shards"), context_of(e) + "shards needs `uses` (its type says how requests spread)");
     return;
   }
   const Registry::Entry* entry = e.uses.empty() ? nullptr : registry.find(e.uses);
@@ -200,6 +227,7 @@ void check_executor_type(const FlowConfig& config, ExecutorConfig& e, const Regi
            fmt::format("{}{} runs with at most {} replica{} (it owns its output), got {}", context_of(e), spec.name,
                        spec.max_replicas, spec.max_replicas == 1 ? "" : "s", e.replicas));
   }
+  check_shards(e, spec, out);
   check_parameters(config, e, spec, where, out);
 }
 

@@ -283,6 +283,12 @@ DeployPlan make_plan(Target target, const FlowConfig& config, const std::string&
       continue;
     }
     if (options.local.count(e.name)) continue;
+    if (e.shards > 1) {
+      throw Error(fmt::format(
+          "executor '{}' has shards: {}: flowline export does not make a service per shard yet; keep it in the "
+          "gateway (--local {}), or run each shard as an executor server and name them in its hosts:",
+          e.name, e.shards, e.name));
+    }
     plan.executors.push_back(plan_service(target, plan, e, yaml_text));
   }
   check_unique(plan);

@@ -67,15 +67,21 @@ inline DocumentArray one_document(const Document& doc) {
   return docs;
 }
 
-// A flow of one VectorIndex named "index", started; closed (snapshot written) on destruction.
+// A flow of one VectorIndex named "index" (`replicas` per shard, `shards` of them), started; closed (snapshot written)
+// on destruction.
 class IndexFlow {
  public:
-  explicit IndexFlow(const Backend& backend, boost::json::object with = {}, int replicas = 1)
+  explicit IndexFlow(const Backend& backend, boost::json::object with = {}, int replicas = 1, int shards = 1)
       : flow_(FlowOptions{}, index_registry()) {
     for (const auto& kv : backend.with) {
       if (!with.contains(kv.key())) with[kv.key()] = kv.value();
     }
-    flow_.add({.name = "index", .uses = "VectorIndex", .with = with, .replicas = replicas, .device = "cpu"});
+    flow_.add({.name = "index",
+               .uses = "VectorIndex",
+               .with = with,
+               .replicas = replicas,
+               .shards = shards,
+               .device = "cpu"});
     flow_.start();
   }
   DocumentArray post(std::string_view endpoint, DocumentArray docs, boost::json::object parameters = {},

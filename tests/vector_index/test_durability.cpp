@@ -4,6 +4,7 @@
 // died is there entirely or not at all.
 #include "../gateway/gateway_fixtures.hpp"
 #include "child_process.hpp"
+#include "index_fixtures.hpp"
 
 #include <fmt/format.h>
 
@@ -183,4 +184,76 @@ TEST_CASE("flowline run posts to the flow's with.endpoint: an index flow fills i
   }
   IndexServer server(dir / "index.yml", dir, "serve");
   CHECK(count_of(server.port()) == 300);  // indexed twice, held once
+}
+
+TEST_CASE("an index sharded over two executor servers: documents routed by id, searches merged, restarts kept",
+          "[index][remote]") {
+  const fs::path dir = testing::scratch_dir("index remote shards");
+  testing::write_text(dir / "server.yml", fmt::format("executors:\n"
+                                                      "  - name: index\n"
+                                                      "    uses: VectorIndex\n"
+                                                      "    with: {{dim: {}}}\n",
+                                                      kDim));
+  // `flowline serve server.yml --executor index`, each shard on a workspace of its own.
+  const auto serve = [&](int shard) {
+    const fs::path ready = dir / fmt::format("shard{}.port", shard);
+    fs::remove(ready);
+    auto process = std::make_unique<ChildProcess>(
+        std::vector<std::string>{FLOWLINE_LAUNCHER, "serve", (dir / "server.yml").string(), "--executor", "index",
+                                 "--port", "0", "--ready-file", ready.string(), "--set",
+                                 fmt::format("index.workspace={}", (dir / fmt::format("w{}", shard)).string())},
+        dir / fmt::format("shard{}.log", shard));
+    const int port = testing::wait_for_port(*process, ready, 60s);
+    INFO(process->log());
+    REQUIRE(port != 0);
+    return std::make_pair(std::move(process), port);
+  };
+  const auto sharded_flow = [&](int port0, int port1) {
+    auto flow = std::make_unique<Flow>(FlowOptions{}, index_test::index_registry());
+    flow->add({.name = "index",
+               .uses = "VectorIndex",
+               .with = json::object{{"limit", 5}},
+               .shards = 2,
+               .hosts = {fmt::format("127.0.0.1:{}", port0), fmt::format("127.0.0.1:{}", port1)}});
+    flow->start();
+    return flow;
+  };
+  DocumentArray docs;
+  for (int i = 0; i < 400; ++i) {
+    Document& d = docs.push_back(Document(fmt::format("document {}", i)));
+    d.id = fmt::format("d{}", i);
+    std::vector<float> v(kDim);
+    for (int k = 0; k < kDim; ++k) v[static_cast<std::size_t>(k)] = component(0, i, k);
+    d.embedding = at::tensor(v);
+  }
+  {
+    auto [a, port0] = serve(0);
+    auto [b, port1] = serve(1);
+    auto flow = sharded_flow(port0, port1);
+    flow->post("/index", docs, PostOptions{.request_size = 50});
+    const DocumentArray status = flow->post("/status", index_test::one_document(Document()));
+    REQUIRE(status.size() == 1);
+    CHECK(status[0].tags.at("count").as_uint64() == 400);
+    CHECK(status[0].tags.at("shards").as_uint64() == 2);
+    // Each server holds a share of the documents: both workspaces were written.
+    CHECK(fs::file_size(dir / "w0" / "index.wal") > 0);
+    CHECK(fs::file_size(dir / "w1" / "index.wal") > 0);
+    // Each document's own vector finds it first, whichever shard holds it; five matches (the flow's limit).
+    DocumentArray queries;
+    for (int i = 0; i < 400; i += 37) queries.push_back(docs[static_cast<std::size_t>(i)]);
+    const DocumentArray found = flow->post("/search", queries);
+    REQUIRE(found.size() == queries.size());
+    for (std::size_t q = 0; q < found.size(); ++q) {
+      REQUIRE(found[q].matches.size() == 5);
+      CHECK(found[q].matches[0].id == queries[q].id);
+    }
+    flow->close();
+    a->stop(10s);
+    b->stop(10s);
+  }
+  // The servers start again on their workspaces: the same index.
+  auto [a, port0] = serve(0);
+  auto [b, port1] = serve(1);
+  auto flow = sharded_flow(port0, port1);
+  CHECK(flow->post("/status", index_test::one_document(Document()))[0].tags.at("count").as_uint64() == 400);
 }

@@ -4,6 +4,8 @@
 #include "distance.hpp"
 #include "index_fixtures.hpp"
 
+#include "flowline/flow_config.hpp"
+
 #include <ATen/ATen.h>
 #include <boost/json.hpp>
 
@@ -239,6 +241,85 @@ TEST_CASE("an index's replicas are copies of one store: searches spread over the
       }
     }
   }
+}
+
+TEST_CASE("an index in shards keeps each document in one shard and answers as one index, restarts included",
+          "[index]") {
+  const Corpus corpus(1500, 16);
+  for (const Backend& backend : backends()) {
+    SECTION(backend.name) {
+      const fs::path w = fresh_workspace("shards-" + backend.name);
+      IndexFlow one(backend);
+      one.post("/index", corpus.documents());
+      const DocumentArray expected = one.post("/search", corpus.queries(40), json::object{{"limit", 10}});
+      {
+        // Three shards of two replicas each, on one workspace: a folder per shard.
+        IndexFlow sharded(backend, json::object{{"workspace", w.string()}, {"limit", 7}}, 2, 3);
+        sharded.post("/index", corpus.documents(), {}, 100);
+        const json::object status = sharded.status();
+        CHECK(status.at("count").as_uint64() == 1500);
+        CHECK(status.at("shards").as_uint64() == 3);
+        for (int s = 0; s < 3; ++s) CHECK(fs::exists(w / fmt::format("shard-{}-of-3", s) / "LOCK"));
+        // Each query's matches are the best over all shards: the unsharded index's, best first; the request's
+        // limit, else the executor's (7).
+        const DocumentArray got = sharded.post("/search", corpus.queries(40), json::object{{"limit", 10}}, 8);
+        REQUIRE(got.size() == expected.size());
+        std::size_t same = 0;
+        for (std::size_t q = 0; q < got.size(); ++q) {
+          CHECK(got[q].text == expected[q].text);  // answers in request order
+          REQUIRE(got[q].matches.size() == 10);
+          for (std::size_t m = 0; m < 10; ++m) {
+            same += got[q].matches[m].id == expected[q].matches[m].id;
+            if (m > 0) CHECK(got[q].matches[m].scores.at("cosine") <= got[q].matches[m - 1].scores.at("cosine"));
+          }
+        }
+        CHECK(same >= (backend.exact ? 400u : 380u));
+        for (const Document& q : sharded.post("/search", corpus.queries(5))) CHECK(q.matches.size() == 7);
+        // Deletes and updates reach the shard holding the document; answers come back in request order.
+        DocumentArray doomed;
+        for (const char* id : {"doc-3", "missing", "doc-4", "doc-5"}) doomed.push_back(Document(Document::WithId{id}));
+        const DocumentArray deleted = sharded.post("/delete", std::move(doomed));
+        REQUIRE(deleted.size() == 4);
+        CHECK(deleted[0].id == "doc-3");
+        CHECK(deleted[0].tags.at("deleted").as_bool());
+        CHECK(deleted[1].id == "missing");
+        CHECK_FALSE(deleted[1].tags.at("deleted").as_bool());
+        CHECK(deleted[3].id == "doc-5");
+        DocumentArray changed;
+        changed.push_back(Document(Document::WithId{"doc-97"})).text = "a changed paragraph";
+        sharded.post("/update", std::move(changed));
+        CHECK(sharded.status().at("count").as_uint64() == 1497);
+      }
+      // Started again on its workspace with the same shards: the same documents, the changes kept.
+      IndexFlow again(backend, json::object{{"workspace", w.string()}}, 1, 3);
+      CHECK(again.status().at("count").as_uint64() == 1497);
+      const DocumentArray near97 = again.post("/search", one_document(corpus.documents(97, 1)[0]));
+      REQUIRE_FALSE(near97[0].matches.empty());
+      CHECK(near97[0].matches[0].id == "doc-97");
+      CHECK(near97[0].matches[0].text == "a changed paragraph");
+    }
+  }
+}
+
+TEST_CASE("an index's workspace opened with another number of shards is refused, naming both", "[index]") {
+  const Backend backend{"exact-cpu", {{"backend", "exact"}, {"device", "cpu"}}, true};
+  const fs::path w = fresh_workspace("reshard");
+  { IndexFlow(backend, json::object{{"workspace", w.string()}}, 1, 2).post("/index", Corpus(10, 8).documents()); }
+  CHECK_THROWS_WITH(IndexFlow(backend, json::object{{"workspace", w.string()}}, 1, 3),
+                    contains("shard-0-of-2, shard-1-of-2") && contains("shards: 3"));
+  CHECK_THROWS_WITH(IndexFlow(backend, json::object{{"workspace", w.string()}}), contains("no shards"));
+  const fs::path plain = fresh_workspace("reshard-plain");
+  { IndexFlow(backend, json::object{{"workspace", plain.string()}}).post("/index", Corpus(10, 8).documents()); }
+  CHECK_THROWS_WITH(IndexFlow(backend, json::object{{"workspace", plain.string()}}, 1, 2), contains("not sharded"));
+  // Only a type that says how its requests spread can be sharded; remote shards are one host each.
+  Registry& registry = index_registry();
+  CHECK_THROWS_WITH(
+      load_flow_config_text("executors:\n  - {name: s, uses: TextSplitter, shards: 2}\n", "f.yml", registry),
+      contains("f.yml:2") && contains("TextSplitter cannot be sharded"));
+  CHECK_THROWS_WITH(load_flow_config_text("executors:\n  - {name: i, uses: VectorIndex, shards: 2, hosts: "
+                                          "['127.0.0.1:1']}\n",
+                                          "f.yml", registry),
+                    contains("give 2 hosts (got 1)"));
 }
 
 TEST_CASE("bad requests to the index fail naming the document or the filter, and store nothing", "[index]") {

@@ -9,6 +9,7 @@
 #include "flowline/torch_support.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -16,8 +17,11 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -40,8 +44,9 @@ Metric parse_metric(const std::string& name) {
 
 // A request's integer parameter: Jina's clients send integers as JSON numbers that may arrive as doubles
 // (they pass through protobuf's Struct), so a whole double is accepted.
-std::size_t count_parameter(const RequestInfo& request, const char* key, std::size_t fallback, std::size_t min) {
-  const auto* v = request.parameters.if_contains(key);
+std::size_t count_parameter(const boost::json::object& parameters, const char* key, std::size_t fallback,
+                            std::size_t min) {
+  const auto* v = parameters.if_contains(key);
   if (!v || v->is_null()) return fallback;
   double value = -1;
   if (v->is_int64()) value = static_cast<double>(v->get_int64());
@@ -51,6 +56,10 @@ std::size_t count_parameter(const RequestInfo& request, const char* key, std::si
     throw Error(fmt::format("parameter '{}': expected an integer from {} to 1000000000", key, min));
   }
   return static_cast<std::size_t>(value);
+}
+
+std::size_t count_parameter(const RequestInfo& request, const char* key, std::size_t fallback, std::size_t min) {
+  return count_parameter(request.parameters, key, fallback, min);
 }
 
 bool bool_parameter(const RequestInfo& request, const char* key, bool fallback) {
@@ -101,6 +110,96 @@ at::Tensor rows_of(const DocumentArray& docs, std::string_view endpoint) {
   return rows;
 }
 
+// `shards: N`: where a shard keeps its workspace (FOLDER/shard-S-of-N), after checking that the folder holds
+// no index of another shape (unsharded, or in another number of shards): documents are routed by a hash of
+// their id modulo N, so an index cannot be read back with another N.
+std::string shard_workspace(const std::string& folder, int shard, int shards) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<std::string> other;
+  bool unsharded = false;
+  for (const auto& entry : fs::directory_iterator(folder, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name == "index.wal" || name == "index.snapshot") unsharded = true;
+    int s = 0, n = 0;
+    char tail = 0;
+    if (std::sscanf(name.c_str(), "shard-%d-of-%d%c", &s, &n, &tail) == 2 && n != shards) other.push_back(name);
+  }
+  std::sort(other.begin(), other.end());
+  if (shards > 1 && unsharded) {
+    throw Error(
+        fmt::format("workspace {} holds an index that is not sharded; this flow has shards: {}, which keep "
+                    "their data in {}/shard-S-of-{}: index into a new workspace (an index is not "
+                    "re-sharded in place)",
+                    folder, shards, folder, shards));
+  }
+  if (!other.empty()) {
+    throw Error(fmt::format(
+        "workspace {} holds an index in another number of shards ({}); this flow has {}: "
+        "index into a new workspace (an index is not re-sharded in place)",
+        folder, fmt::join(other, ", "), shards == 1 ? std::string("no shards") : fmt::format("shards: {}", shards)));
+  }
+  return shards > 1 ? (fs::path(folder) / fmt::format("shard-{}-of-{}", shard, shards)).string() : folder;
+}
+
+// One answer of a shard set: /search keeps each query's best matches over all shards (the request's limit,
+// else the executor's); /status adds the shards' counts and bytes; other endpoints answer as shard 0 did.
+DocumentArray merge_shards(std::string_view endpoint, const boost::json::object& parameters, const Params& params,
+                           std::vector<DocumentArray>& parts) {
+  DocumentArray out = std::move(parts.front());
+  for (std::size_t s = 1; s < parts.size(); ++s) {
+    if (parts[s].size() != out.size()) {
+      throw Error(
+          fmt::format("{}: shard 0 answered {} documents, shard {} {}", endpoint, out.size(), s, parts[s].size()));
+    }
+  }
+  if (endpoint == "/search") {
+    const std::size_t limit = count_parameter(parameters, "limit", params.get<std::size_t>("limit"), 1);
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      DocumentArray& matches = out[i].matches;
+      for (std::size_t s = 1; s < parts.size(); ++s) {
+        for (Document& m : parts[s][i].matches) matches.push_back(std::move(m));
+      }
+      if (matches.empty()) continue;
+      // Every match is scored under the metric's name; l2 is a distance (lower is better).
+      const std::string metric = matches[0].scores.empty() ? std::string() : matches[0].scores.begin()->first;
+      const bool higher = metric != "l2";
+      const auto score = [&](const Document& d) {
+        const auto it = d.scores.find(metric);
+        return it == d.scores.end() ? (higher ? -INFINITY : INFINITY) : it->second;
+      };
+      std::vector<std::size_t> order(matches.size());
+      for (std::size_t j = 0; j < order.size(); ++j) order[j] = j;
+      std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+        return higher ? score(matches[a]) > score(matches[b]) : score(matches[a]) < score(matches[b]);
+      });
+      DocumentArray best;
+      best.reserve(std::min(limit, order.size()));
+      for (std::size_t j = 0; j < order.size() && j < limit; ++j) best.push_back(std::move(matches[order[j]]));
+      matches = std::move(best);
+    }
+  } else if (endpoint == "/status") {
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      boost::json::object& tags = out[i].tags;
+      std::uint64_t count = 0, bytes = 0;
+      boost::json::array where, workspaces;
+      for (std::size_t s = 0; s < parts.size(); ++s) {
+        const boost::json::object& t = s == 0 ? tags : parts[s][i].tags;  // shard 0's answer is `out`
+        if (const auto* c = t.if_contains("count"); c && c->is_number()) count += c->to_number<std::uint64_t>();
+        if (const auto* b = t.if_contains("bytes"); b && b->is_number()) bytes += b->to_number<std::uint64_t>();
+        if (const auto* w = t.if_contains("where")) where.push_back(*w);
+        if (const auto* w = t.if_contains("workspace")) workspaces.push_back(*w);
+      }
+      tags["count"] = count;
+      tags["bytes"] = bytes;
+      tags["shards"] = parts.size();
+      tags["where"] = std::move(where);
+      tags["workspace"] = std::move(workspaces);
+    }
+  }
+  return out;
+}
+
 class VectorIndex : public Executor {
  public:
   static ExecutorSpec spec() {
@@ -135,6 +234,8 @@ class VectorIndex : public Executor {
         {"/index", "/search", "/update", "/delete", "/clear", "/status"},
     };
     spec.default_endpoint = false;
+    // Shards (`shards: N`): each holds the documents whose id hashes to it; a search asks every shard.
+    spec.shards = std::make_shared<ShardPlan>(ShardPlan{{"/index", "/update", "/delete"}, &merge_shards});
     return spec;
   }
 
@@ -161,7 +262,8 @@ class VectorIndex : public Executor {
     options.hnsw.ef_construction = params().get<std::size_t>("ef_construction");
     options.hnsw.ef_search = params().get<std::size_t>("ef_search");
     options.snapshot_log_bytes = params().get<std::uint64_t>("snapshot_mb") << 20;
-    const std::string workspace = params().get<std::string>("workspace");
+    std::string workspace = params().get<std::string>("workspace");
+    if (!workspace.empty()) workspace = shard_workspace(workspace, runtime().shard, runtime().shards);
     if (!workspace.empty()) options.workspace = workspace;
     limit_ = params().get<std::size_t>("limit");
     return_embeddings_ = params().get<bool>("return_embeddings");
@@ -172,11 +274,12 @@ class VectorIndex : public Executor {
       auto made = std::make_shared<SharedStore>();
       made->device = device;
       made->store = std::make_unique<Store>(std::move(options));
-      spdlog::info("executor '{}': {} index, metric {}{}, {} documents, {}{}", runtime().name,
+      spdlog::info("executor '{}': {} index, metric {}{}, {} documents, {}{}{}", runtime().name,
                    made->store->backend_name(), metric_name(made->store->metric()),
                    made->store->dim() ? fmt::format(", {} dimensions", made->store->dim()) : "", made->store->size(),
                    workspace.empty() ? "in memory only" : fmt::format("workspace {}", workspace),
-                   runtime().replicas > 1 ? fmt::format(", shared by {} replicas", runtime().replicas) : "");
+                   runtime().replicas > 1 ? fmt::format(", shared by {} replicas", runtime().replicas) : "",
+                   runtime().shards > 1 ? fmt::format(", shard {} of {}", runtime().shard, runtime().shards) : "");
       return made;
     };
     shared_ = runtime().group ? runtime().group->shared<SharedStore>(open) : open();
@@ -278,6 +381,24 @@ class VectorIndex : public Executor {
     finish_change();
   }
 
+  // One query's matches, from the store's entries (the caller holds the store's shared lock).
+  void write_matches(Document& query, const std::vector<Match>& found, const std::string& score_name,
+                     bool with_embeddings) const {
+    DocumentArray matches;
+    matches.reserve(found.size());
+    const at::Tensor rows = with_embeddings ? store_->rows_of(found) : at::Tensor();
+    for (std::size_t j = 0; j < found.size(); ++j) {
+      const Match& m = found[j];
+      Document& match = matches.push_back(Document(Document::WithId{m.entry->id}));
+      match.text = m.entry->text;
+      match.uri = m.entry->uri;
+      if (!m.entry->tags.empty()) match.tags = m.entry->tags;
+      match.scores.emplace(score_name, m.score);
+      if (with_embeddings) match.embedding = rows[static_cast<std::int64_t>(j)];
+    }
+    query.matches = std::move(matches);
+  }
+
   void search(DocumentArray& docs, const RequestInfo& request) {
     if (docs.empty()) return;
     const std::size_t limit = count_parameter(request, "limit", limit_, 1);
@@ -295,20 +416,19 @@ class VectorIndex : public Executor {
     const auto found = store_->search(std::move(queries), limit, filter ? &*filter : nullptr, ef);
     const auto searched = Clock::now();
     const std::string score_name = metric_name(store_->metric());
-    for (std::size_t q = 0; q < docs.size(); ++q) {
-      DocumentArray matches;
-      matches.reserve(found[q].size());
-      const at::Tensor rows = with_embeddings ? store_->rows_of(found[q]) : at::Tensor();
-      for (std::size_t j = 0; j < found[q].size(); ++j) {
-        const Match& m = found[q][j];
-        Document& match = matches.push_back(Document(Document::WithId{m.entry->id}));
-        match.text = m.entry->text;
-        match.uri = m.entry->uri;
-        if (!m.entry->tags.empty()) match.tags = m.entry->tags;
-        match.scores.emplace(score_name, m.score);
-        if (with_embeddings) match.embedding = rows[static_cast<std::int64_t>(j)];
+    // Matches are written on LibTorch's CPU threads, a block of queries each (the ids, texts and tags copied
+    // out of the store are independent per query); with their embeddings, on this thread alone, whose device
+    // and stream the store's rows are read on.
+    const auto write = [&](std::int64_t first, std::int64_t end) {
+      for (auto q = static_cast<std::size_t>(first); q < static_cast<std::size_t>(end); ++q) {
+        write_matches(docs[q], found[q], score_name, with_embeddings);
       }
-      docs[q].matches = std::move(matches);
+    };
+    const auto n = static_cast<std::int64_t>(docs.size());
+    if (with_embeddings) {
+      write(0, n);
+    } else {
+      at::parallel_for(0, n, 64, write);
     }
     // Where a request's time goes (seconds, running totals; Flow::stats() and /metrics show them): the
     // queries gathered into one matrix, the backend's search, the matches written into the documents.

@@ -408,6 +408,7 @@ FlowConfig executor_flow(const FlowConfig& config, const std::string& name) {
           fmt::format("executor '{}' has no `uses`: it names only its hosts, so it cannot be served here", name));
     ExecutorConfig served = e;
     served.needs = std::vector<std::string>{};
+    if (!served.hosts.empty()) served.shards = 1;  // one host serves one shard of a remote-sharded executor
     served.hosts.clear();
     out.executors.push_back(std::move(served));
     return out;

@@ -22,7 +22,8 @@ Params stage_params(const ExecutorConfig& e) {
   return Params(e.name, e.with, std::move(locations));
 }
 
-// The replicas that run in this process, on their devices.
+// The replicas that run in this process, on their devices. A shard's replicas all run on the shard's device
+// (devices[shard % n]); their numbers in the topology follow the shards before them.
 void add_local_replicas(Stage& stage, const ExecutorConfig& e, const FlowConfig& config, Registry& registry,
                         FlowTopology& topology) {
   const int local = e.is_remote() ? e.remote.local_replicas : e.replicas;
@@ -30,15 +31,21 @@ void add_local_replicas(Stage& stage, const ExecutorConfig& e, const FlowConfig&
   stage.entry = &registry.get(e.uses);
   stage.params = stage_params(e);
   ExecutorConfig sized = e;
+  if (e.shards > 1) {
+    sized.replicas = e.shards;
+    sized.devices = {replica_devices(sized)[stage.shard]};
+  }
   sized.replicas = local;
   for (const auto& name : replica_devices(sized)) stage.devices.push_back(resolve_device(name));
   const auto group = std::make_shared<ReplicaGroup>();
+  const int shard = static_cast<int>(stage.shard);
   for (int r = 0; r < local; ++r) {
     const c10::Device device = stage.devices[static_cast<std::size_t>(r)];
     const int on_device = static_cast<int>(std::count(stage.devices.begin(), stage.devices.end(), device));
-    RuntimeInfo info{e.name, stage.entry->spec.name, r, local, device, on_device, config.options.request_size, group};
+    RuntimeInfo info{e.name,    stage.entry->spec.name,      r,     local, device,
+                     on_device, config.options.request_size, group, shard, e.shards};
     stage.replicas.push_back(std::make_unique<LocalReplica>(*stage.entry, stage.params, std::move(info)));
-    topology.replicas.push_back(ReplicaPlacement{e.name, stage.entry->spec.name, r, device, {}});
+    topology.replicas.push_back(ReplicaPlacement{e.name, stage.entry->spec.name, shard * local + r, device, {}});
     if (device.is_cuda() && std::find(topology.gpus.begin(), topology.gpus.end(), device) == topology.gpus.end()) {
       topology.gpus.push_back(device);
     }
@@ -46,12 +53,15 @@ void add_local_replicas(Stage& stage, const ExecutorConfig& e, const FlowConfig&
 }
 
 // The replicas on executor servers (`hosts:`): remote.in_flight per host (per discovery slot), after the
-// local ones.
+// local ones. A remote shard is served by its one host, hosts[shard].
 void add_remote_replicas(Stage& stage, const ExecutorConfig& e, FlowTopology& topology) {
   if (!e.is_remote()) return;
-  stage.remote = std::make_unique<remote::RemoteGroup>(e);
+  ExecutorConfig shard = e;
+  if (e.shards > 1) shard.hosts = {e.hosts[stage.shard]};
+  stage.remote = std::make_unique<remote::RemoteGroup>(shard);
   const std::string type = e.uses.empty() ? std::string("remote") : e.uses;
-  int r = e.remote.local_replicas;
+  int r = e.remote.local_replicas +
+          static_cast<int>(stage.shard * e.remote.in_flight * std::max<std::size_t>(e.remote.connections, 1));
   for (const auto& host : stage.remote->hosts()) {
     for (std::size_t k = 0; k < e.remote.in_flight; ++k, ++r) {
       stage.replicas.push_back(std::make_unique<remote::RemoteReplica>(*host, *stage.remote));
@@ -65,6 +75,13 @@ void add_remote_replicas(Stage& stage, const ExecutorConfig& e, FlowTopology& to
 Stage::Stage() = default;
 Stage::~Stage() = default;
 
+std::vector<Stage*> Stage::workers() {
+  if (shards.empty()) return {this};
+  std::vector<Stage*> out;
+  for (auto& s : shards) out.push_back(s.get());
+  return out;
+}
+
 Stages build_stages(const FlowConfig& config, Registry& registry) {
   Stages out;
   out.graph = build_flow_graph(config);
@@ -76,10 +93,29 @@ Stages build_stages(const FlowConfig& config, Registry& registry) {
     stage->config = &e;
     stage->node = i;
     stage->first_replica = out.topology.replicas.size();
-    add_local_replicas(*stage, e, config, registry, out.topology);
-    add_remote_replicas(*stage, e, out.topology);
     stage->join = std::make_unique<JoinPoint>(out.graph.nodes[i].inputs);
     stage->queue = std::make_unique<RequestQueue>(std::max<std::size_t>(capacity, 1));
+    if (e.shards > 1) {
+      stage->entry = &registry.get(e.uses);
+      stage->params = stage_params(e);
+      stage->router = std::make_unique<ShardRouter>(e.name, e.shards, stage->entry->spec.shards, stage->params);
+      for (int s = 0; s < e.shards; ++s) {
+        auto shard = std::make_unique<Stage>();
+        shard->config = &e;
+        shard->node = i;
+        shard->shard = static_cast<std::size_t>(s);
+        shard->sharded = stage.get();
+        shard->first_replica = out.topology.replicas.size();
+        add_local_replicas(*shard, e, config, registry, out.topology);
+        add_remote_replicas(*shard, e, out.topology);
+        shard->queue = std::make_unique<RequestQueue>(std::max<std::size_t>(capacity, 1));
+        stage->shards.push_back(std::move(shard));
+      }
+      out.stages.push_back(std::move(stage));
+      continue;
+    }
+    add_local_replicas(*stage, e, config, registry, out.topology);
+    add_remote_replicas(*stage, e, out.topology);
     out.stages.push_back(std::move(stage));
   }
   out.sink_join = std::make_unique<JoinPoint>(out.graph.sink_inputs);
@@ -109,10 +145,13 @@ FlowStats FlowFigures::snapshot(const std::vector<std::unique_ptr<Stage>>* runni
   if (!stages_readable) return out;
   if (running) {
     for (const auto& stage : *running) {
-      out.queued_requests.emplace_back(stage->config->name, stage->queue->size());
-      if (stage->remote) {
-        for (auto& host : stage->remote->stats()) out.remote_hosts.push_back(std::move(host));
+      std::size_t queued = stage->queue->size();
+      for (Stage* worker : stage->workers()) {
+        if (worker != stage.get()) queued += worker->queue->size();
+        if (!worker->remote) continue;
+        for (auto& host : worker->remote->stats()) out.remote_hosts.push_back(std::move(host));
       }
+      out.queued_requests.emplace_back(stage->config->name, queued);
     }
   } else {
     std::lock_guard lock(remote_mutex_);

@@ -15,6 +15,7 @@
 #include "graph.hpp"
 #include "observers.hpp"
 #include "replica.hpp"
+#include "shards.hpp"
 
 #include "flowline/flow_config.hpp"
 #include "flowline/flow_results.hpp"
@@ -34,7 +35,9 @@ class RemoteGroup;
 
 namespace flowline::runtime {
 
-// One executor of the running flow: where its requests wait (join, queue) and who serves them.
+// One executor of the running flow: where its requests wait (join, queue) and who serves them. A sharded
+// executor (`shards: N`) is a Stage whose `router` splits each request over N shard Stages, each with its
+// own queue, replicas (or remote host) and threads; the executor's Stage then has no replicas of its own.
 struct Stage {
   Stage();
   ~Stage();  // out of line: RemoteGroup is complete only in stages.cpp
@@ -52,6 +55,13 @@ struct Stage {
   std::vector<std::unique_ptr<Replica>> replicas;
   std::unique_ptr<remote::RemoteGroup> remote;  // the hosts of a remote executor
   std::vector<std::thread> threads;
+  std::unique_ptr<ShardRouter> router;         // sharded: splits requests over `shards`, gathers answers
+  std::vector<std::unique_ptr<Stage>> shards;  // sharded: one Stage per shard
+  Stage* sharded = nullptr;                    // a shard: the executor's Stage (its router gathers)
+  std::size_t shard = 0;                       // a shard: which
+
+  // The Stages whose replicas run: the shards of a sharded executor, else this one.
+  std::vector<Stage*> workers();
 };
 
 // Everything start() builds before any replica is constructed.
