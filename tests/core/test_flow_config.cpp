@@ -52,7 +52,7 @@ TEST_CASE("every config error is reported at once in file order", "[config]") {
         "unit, output, min_chars\n"
         "flow.yml:9:7: executor 'a': parameter 'min_chars': expected int, got string \"many\"\n"
         "flow.yml:10:5: executor 'a': unknown key 'replica' (did you mean 'replicas'?); expected one of: name, uses, "
-        "with, replicas, device, devices, needs, batching, hosts, host, port, external, remote\n"
+        "with, replicas, shards, device, devices, needs, batching, hosts, host, port, external, remote\n"
         "flow.yml:11:5: executor 'b': missing required parameter 'path' (path: output file, written as PATH.partial "
         "and renamed when the run completes)\n"
         "flow.yml:13:12: executor 'b': needs unknown executor 'aa' (did you mean 'a'?)\n"

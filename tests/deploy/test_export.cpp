@@ -174,6 +174,14 @@ TEST_CASE("export refuses what it cannot deploy, saying where and what was expec
   CHECK(r.err.find("executor 'enc' uses `devices: all`: say how many GPUs each pod gets with --gpus enc=N") !=
         std::string::npos);
 
+  // A sharded index is not split into a service per shard (yet): said, with the two ways that work.
+  testing::write_text(dir / "shards.yml", "executors:\n  - name: index\n    uses: VectorIndex\n    shards: 2\n");
+  r = flowline_cli(fmt::format("export compose {} -o {}", (dir / "shards.yml").string(), out));
+  INFO(r.err);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("executor 'index' has shards: 2: flowline export does not make a service per shard yet; keep it "
+                   "in the gateway (--local index)") != std::string::npos);
+
   // A flow that is not valid is reported as validation does, line and column first.
   testing::write_text(dir / "bad.yml", "executors:\n  - name: enc\n    uses: NoOpp\n    device: cuda:x\n");
   r = flowline_cli(fmt::format("export compose {} -o {}", (dir / "bad.yml").string(), out));

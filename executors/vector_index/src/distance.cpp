@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#ifdef __x86_64__  // GCC and Clang, the compilers flowline builds with (target attributes, __builtin_cpu_supports)
 #define FLOWLINE_DISTANCE_X86 1
 #include <immintrin.h>
 #else

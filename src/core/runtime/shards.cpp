@@ -8,8 +8,7 @@
 
 namespace flowline::runtime {
 
-ShardRouter::ShardRouter(std::string executor, std::size_t shards, std::shared_ptr<const ShardPlan> plan,
-                         Params params)
+ShardRouter::ShardRouter(std::string executor, std::size_t shards, std::shared_ptr<const ShardPlan> plan, Params params)
     : executor_(std::move(executor)),
       shards_(std::max<std::size_t>(shards, 1)),
       plan_(std::move(plan)),

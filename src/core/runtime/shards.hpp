@@ -49,9 +49,9 @@ class ShardRouter {
  private:
   struct Pending {
     bool by_id = false;
-    std::size_t waiting = 0;                        // parts not yet answered
-    std::vector<RequestPtr> parts;                  // the answers so far, by shard
-    std::vector<std::vector<std::size_t>> places;   // by id: where shard s's documents were in the request
+    std::size_t waiting = 0;                       // parts not yet answered
+    std::vector<RequestPtr> parts;                 // the answers so far, by shard
+    std::vector<std::vector<std::size_t>> places;  // by id: where shard s's documents were in the request
   };
   RequestPtr combine(Pending& pending) const;
 
