@@ -130,9 +130,4 @@ RequestPtr ShardRouter::combine(Pending& pending) const {
   return whole;
 }
 
-std::size_t ShardRouter::pending() const {
-  std::lock_guard lock(mutex_);
-  return pending_.size();
-}
-
 }  // namespace flowline::runtime

@@ -43,9 +43,6 @@ class ShardRouter {
   // shard are merged by the plan.
   RequestPtr gather(std::size_t shard, RequestPtr part);
 
-  // Requests with some but not all parts answered (0 between posts).
-  std::size_t pending() const;
-
  private:
   struct Pending {
     bool by_id = false;
@@ -59,7 +56,7 @@ class ShardRouter {
   const std::size_t shards_;
   const std::shared_ptr<const ShardPlan> plan_;
   const Params params_;
-  mutable std::mutex mutex_;
+  std::mutex mutex_;
   std::map<std::pair<const PostSession*, std::uint64_t>, Pending> pending_;
 };
 
