@@ -161,17 +161,17 @@ DocumentArray merge_shards(std::string_view endpoint, const boost::json::object&
         for (Document& m : parts[s][i].matches) matches.push_back(std::move(m));
       }
       if (matches.empty()) continue;
-      // Every match is scored under the metric's name; l2 is a distance (lower is better).
+      // Every match is scored under the metric's name (one lookup each, before the sort).
       const std::string metric = matches[0].scores.empty() ? std::string() : matches[0].scores.begin()->first;
-      const bool higher = metric != "l2";
-      const auto score = [&](const Document& d) {
-        const auto it = d.scores.find(metric);
-        return it == d.scores.end() ? (higher ? -INFINITY : INFINITY) : it->second;
-      };
+      const bool higher = metric.empty() || higher_is_better(parse_metric(metric));
+      std::vector<float> score(matches.size(), higher ? -INFINITY : INFINITY);
+      for (std::size_t j = 0; j < matches.size(); ++j) {
+        if (const auto it = matches[j].scores.find(metric); it != matches[j].scores.end()) score[j] = it->second;
+      }
       std::vector<std::size_t> order(matches.size());
       for (std::size_t j = 0; j < order.size(); ++j) order[j] = j;
       std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-        return higher ? score(matches[a]) > score(matches[b]) : score(matches[a]) < score(matches[b]);
+        return higher ? score[a] > score[b] : score[a] < score[b];
       });
       DocumentArray best;
       best.reserve(std::min(limit, order.size()));
