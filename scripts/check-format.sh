@@ -10,7 +10,7 @@ if ! command -v "$CLANG_FORMAT" >/dev/null; then
   echo "check-format: $CLANG_FORMAT not found (Debian package clang-format-14; scripts/setup.sh installs it)" >&2
   exit 1
 fi
-mapfile -t files < <(git ls-files '*.cpp' '*.hpp' '*.h' '*.cc')
+mapfile -t files < <(git ls-files '*.cpp' '*.hpp' '*.h' '*.cc' '*.cu')
 if [ "${1:-}" = "--fix" ]; then
   "$CLANG_FORMAT" -i "${files[@]}"
   exit 0

@@ -1,5 +1,7 @@
 // Self-attention over packed tokens, shared by every architecture: one varlen flash-attention kernel on a
-// GPU in fp16/bf16, otherwise scaled_dot_product_attention per group of equal-length sequences.
+// GPU in fp16/bf16 (flowline's own kernel where the scores get a relative position bias), otherwise
+// scaled_dot_product_attention per group of equal-length sequences.
+#include "cuda_kernels.hpp"
 #include "transformer.hpp"
 
 #include "flowline/error.hpp"
@@ -76,6 +78,10 @@ at::Tensor attend_padded(const at::Tensor& q, const at::Tensor& k, const at::Ten
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const DeviceBatch& batch,
                   const AttentionOptions& options) {
   if (batch.flash) {
+    if (options.relative_bias.defined()) {
+      return cuda_kernels().relative_attention(q, k, v, batch.cu_seqlens, batch.longest, options.relative_bias,
+                                               options.scale);
+    }
     if (options.bias_for) throw Error("attention with a score bias cannot run as flash attention");
     return attend_flash(q, k, v, batch, options);
   }

@@ -26,10 +26,9 @@ GraphedEmbeddingModel::GraphedEmbeddingModel(std::shared_ptr<const EmbeddingMode
                                              std::int64_t max_tokens, std::int64_t max_length) {
   if (!model->graphable()) {
     throw Error(fmt::format(
-        "CUDA graphs need a model whose attention runs as flash attention over packed tokens "
-        "(a GPU in fp16 or bf16; not {})",
-        model->info().model_type == "mpnet" ? "MPNet, whose attention adds a position bias"
-                                            : model->device().str() + " in " + c10::toString(model->dtype())));
+        "CUDA graphs need a model whose attention runs over packed tokens in one kernel (a GPU in fp16 or bf16; "
+        "not {} in {})",
+        model->device().str(), c10::toString(model->dtype())));
   }
   if (max_sequences < 1 || max_tokens < 1 || max_length < 1) throw Error("CUDA graphs: sizes must be at least 1");
   const auto make = reinterpret_cast<MakeGraphs>(

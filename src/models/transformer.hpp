@@ -142,7 +142,7 @@ std::unique_ptr<Transformer> make_transformer(const ArchitectureContext& context
 // bias_for(L)) added to the scores. `window` > 0: each token sees only tokens at most `window` away
 // (sliding-window attention). Returns [T, heads * head_dim].
 //
-// Attention with a bias on a GPU runs padded instead: the pass padded to its longest sequence (rounded up
+// Attention with a bias on a GPU in float32 runs padded instead: the pass padded to its longest sequence (rounded up
 // to 8 for the memory-efficient kernel), one scaled_dot_product_attention call with the bias and the
 // padding as its mask. prepare_attention() builds that layout and mask once per forward pass; every
 // layer's attend() then shares them.
@@ -153,6 +153,11 @@ struct AttentionOptions {
   std::int64_t window = 0;
   std::function<at::Tensor(std::int64_t length)> bias_for;  // empty: no bias
   std::shared_ptr<const PaddedPass> padded;                 // set by prepare_attention()
+  // A bias that depends only on key position - query position (MPNet's): [heads, 2P - 1] float32, the
+  // bias of offset d at column d + P - 1. With flash (a GPU in fp16/bf16) attention then runs as
+  // flowline's own kernel over the packed tokens (cuda_kernels.hpp) instead of padded; bias_for is still
+  // what the other paths use.
+  at::Tensor relative_bias;
 };
 void prepare_attention(AttentionOptions& options, const DeviceBatch& batch, c10::ScalarType dtype,
                        std::int64_t kv_heads);

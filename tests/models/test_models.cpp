@@ -12,12 +12,17 @@
 #include "flowline/models/safetensors.hpp"
 #include "flowline/models/tokenizer.hpp"
 
+#include "cuda_kernels.hpp"
+
 #include <ATen/ATen.h>
 #include <boost/json.hpp>
 #include <c10/core/StreamGuard.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <fstream>
+#include <thread>
 
 using namespace flowline;
 using namespace flowline::models;
@@ -267,5 +272,85 @@ TEST_CASE("on the GPU every architecture stays within the fp16 and bf16 bounds, 
     const double worst = (model.score(batch).cpu() - g.expected).abs().max().item<double>();
     WARN(name << " on the GPU in fp16: largest score difference " << worst);
     CHECK(worst < 5e-3);
+  }
+}
+
+TEST_CASE("on the GPU flowline's relative-bias attention and fused add + LayerNorm agree with LibTorch's operations",
+          "[models][gpu]") {
+  if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
+  const c10::Device gpu(c10::kCUDA, 0);
+  const auto& kernels = models::detail::cuda_kernels();
+  at::manual_seed(0);
+  const std::vector<std::int64_t> lengths{1, 7, 63, 64, 65, 130, 300, 2};
+  std::vector<std::int32_t> starts{0};
+  for (const auto len : lengths) starts.push_back(starts.back() + static_cast<std::int32_t>(len));
+  const std::int64_t T = starts.back() + 5, heads = 3, positions = 320;  // 5 tokens of no sequence at the end
+  const at::Tensor cu = at::tensor(starts, at::kInt).to(gpu);
+  const at::Tensor bias = at::randn({heads, 2 * positions - 1}, at::kFloat).to(gpu);
+  for (const std::int64_t head_dim : {8, 24, 64, 128}) {
+    for (const auto& [dtype, tolerance] : {std::pair{c10::kHalf, 1e-2}, std::pair{c10::kBFloat16, 4e-2}}) {
+      // q, k, v as views of one [T, 3 * heads * head_dim] projection, as the architectures make them.
+      const at::Tensor qkv = (at::randn({T, 3 * heads * head_dim}, at::kFloat) * 0.5).to(gpu, dtype);
+      auto part = [&](std::int64_t i) {
+        return qkv.narrow(1, i * heads * head_dim, heads * head_dim).view({T, heads, head_dim});
+      };
+      const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+      const at::Tensor got = kernels.relative_attention(part(0), part(1), part(2), cu, 300, bias, scale).to(at::kFloat);
+      double worst = 0;
+      for (std::size_t s = 0; s < lengths.size(); ++s) {
+        const std::int64_t len = lengths[s];
+        auto rows = [&](std::int64_t i) { return part(i).narrow(0, starts[s], len).to(at::kFloat).transpose(0, 1); };
+        const at::Tensor offset = at::arange(len, at::kLong).unsqueeze(0) - at::arange(len, at::kLong).unsqueeze(1);
+        const at::Tensor b = bias.index({at::indexing::Slice(), (offset + positions - 1).to(gpu)});  // [heads, L, L]
+        const at::Tensor scores = at::matmul(rows(0), rows(1).transpose(1, 2)) * scale + b;
+        const at::Tensor expected = at::matmul(at::softmax(scores, -1), rows(2)).transpose(0, 1).reshape({len, -1});
+        worst = std::max(worst, (got.narrow(0, starts[s], len) - expected).abs().max().item<double>());
+      }
+      INFO("head_dim " << head_dim << " in " << c10::toString(dtype) << ": largest difference " << worst);
+      CHECK(worst < tolerance);
+    }
+  }
+  // Replicas launch side by side with different longest sequences (so different shared memory needs).
+  std::vector<std::thread> replicas;
+  std::atomic<int> failures{0};
+  for (const std::int64_t longest : {64, 300}) {
+    replicas.emplace_back([&, longest] {
+      const auto stream = replica_stream(gpu);
+      c10::StreamGuard on_stream(*stream);
+      const at::Tensor qkv = at::randn({T, 3 * heads * 64}, at::TensorOptions().dtype(c10::kHalf).device(gpu));
+      auto part = [&](std::int64_t i) { return qkv.narrow(1, i * heads * 64, heads * 64).view({T, heads, 64}); };
+      const at::Tensor short_cu = at::tensor(std::vector<std::int32_t>{0, 64, 128}, at::kInt).to(gpu);
+      try {
+        at::Tensor out;
+        for (int i = 0; i < 300; ++i)
+          out = kernels.relative_attention(part(0), part(1), part(2), longest == 64 ? short_cu : cu, longest, bias,
+                                           0.125);
+        out.cpu();  // waits for the stream
+      } catch (const std::exception& e) {
+        UNSCOPED_INFO(e.what());
+        ++failures;
+      }
+    });
+  }
+  for (auto& t : replicas) t.join();
+  CHECK(failures == 0);
+  for (const std::int64_t width : {8, 32, 384, 768, 1024, 2048}) {
+    for (const auto dtype : {c10::kHalf, c10::kBFloat16}) {
+      const auto options = at::TensorOptions().dtype(dtype).device(gpu);
+      const at::Tensor a = at::randn({1000, width}, options) * 3, b = at::randn({1000, width}, options) + 1;
+      const at::Tensor weight = at::randn({width}, options), shift = at::randn({width}, options);
+      for (const bool with_bias : {true, false}) {
+        const at::Tensor bias_or_none = with_bias ? shift : at::Tensor();
+        const at::Tensor sum = at::empty_like(a);
+        const at::Tensor got = kernels.add_layer_norm(a, b, weight, bias_or_none, 1e-5, sum);
+        const at::Tensor expected = at::layer_norm(a + b, {width}, weight, bias_or_none, 1e-5);
+        INFO("width " << width << " in " << c10::toString(dtype) << (with_bias ? " with" : " without") << " bias");
+        CHECK(at::equal(sum, a + b));
+        // One rounding of the dtype apart at most (float32 sums in another order).
+        const at::Tensor difference = (got.to(at::kFloat) - expected.to(at::kFloat)).abs();
+        const at::Tensor allowed = expected.to(at::kFloat).abs() * (dtype == c10::kHalf ? 1e-3 : 8e-3) + 1e-3;
+        CHECK((difference <= allowed).all().item<bool>());
+      }
+    }
   }
 }

@@ -298,8 +298,8 @@ TEST_CASE("CUDA graphs refuse an encoder without flash attention, naming what th
       std::make_shared<const models::EmbeddingModel>(kData / "tiny-bert", c10::Device(c10::kCPU), c10::kFloat);
   CHECK_FALSE(encoder->graphable());
   CHECK_THROWS_WITH(models::GraphedEmbeddingModel(encoder, 64, 4096, 128),
-                    "CUDA graphs need a model whose attention runs as flash attention over packed tokens (a GPU in "
-                    "fp16 or bf16; not cpu in Float)");
+                    "CUDA graphs need a model whose attention runs over packed tokens in one kernel (a GPU in fp16 "
+                    "or bf16; not cpu in Float)");
 }
 
 TEST_CASE("on the CPU cuda_graphs and keep_on_device change nothing", "[encoder]") {

@@ -2,6 +2,8 @@
 // The RoBERTa family runs the same stack with positions offset by padding_idx + 1 (roberta.cpp).
 #include "bert_family.hpp"
 
+#include "../cuda_kernels.hpp"
+
 #include "flowline/error.hpp"
 
 #include <c10/core/InferenceMode.h>
@@ -132,9 +134,9 @@ at::Tensor BertStack::forward(const DeviceBatch& batch) const {
     auto k = qkv.narrow(1, H, H).view({total, heads, head_dim});
     auto v = qkv.narrow(1, 2 * H, H).view({total, heads, head_dim});
     at::Tensor context = attend(q, k, v, batch, attention);
-    x = at::layer_norm(at::linear(context, l.out_w, l.out_b) + x, {H}, l.ln1_w, l.ln1_b, layer_norm_eps_);
+    x = add_layer_norm(at::linear(context, l.out_w, l.out_b), x, l.ln1_w, l.ln1_b, layer_norm_eps_);
     at::Tensor hidden = activate(at::linear(x, l.up_w, l.up_b), hidden_act_);
-    x = at::layer_norm(at::linear(hidden, l.down_w, l.down_b) + x, {H}, l.ln2_w, l.ln2_b, layer_norm_eps_);
+    x = add_layer_norm(at::linear(hidden, l.down_w, l.down_b), x, l.ln2_w, l.ln2_b, layer_norm_eps_);
   }
   return x;
 }

@@ -1,6 +1,7 @@
 // MPNet (model_type "mpnet"): BERT-like post-LayerNorm layers whose attention scores get a relative
 // position bias, T5-style buckets of (key position - query position) looked up in one table that all
 // layers share; positions counted from padding_idx + 1; no token types.
+#include "../cuda_kernels.hpp"
 #include "../transformer.hpp"
 
 #include <c10/core/InferenceMode.h>
@@ -14,11 +15,8 @@ namespace {
 
 // Hugging Face's MPNetEncoder.relative_position_bucket, op for op (float32 logarithm, truncation), so the
 // buckets are the reference's: half the buckets per direction, exact up to num_buckets / 4, logarithmic
-// up to max_distance.
-at::Tensor relative_buckets(std::int64_t length, std::int64_t num_buckets, std::int64_t max_distance) {
-  const at::Tensor context = at::arange(length, at::kLong).unsqueeze(1);
-  const at::Tensor memory = at::arange(length, at::kLong).unsqueeze(0);
-  const at::Tensor relative = memory - context;
+// up to max_distance. `relative` holds key position - query position.
+at::Tensor buckets_of(const at::Tensor& relative, std::int64_t num_buckets, std::int64_t max_distance) {
   at::Tensor n = -relative;
   const std::int64_t half = num_buckets / 2;
   at::Tensor ret = (n < 0).to(at::kLong) * half;
@@ -31,6 +29,13 @@ at::Tensor relative_buckets(std::int64_t length, std::int64_t num_buckets, std::
                                      .to(at::kLong);
   large = at::minimum(large, at::full_like(large, half - 1));
   return ret + at::where(is_small, n, large);
+}
+
+// [length, length]: the bucket of (key j - query i) at [i, j].
+at::Tensor relative_buckets(std::int64_t length, std::int64_t num_buckets, std::int64_t max_distance) {
+  const at::Tensor context = at::arange(length, at::kLong).unsqueeze(1);
+  const at::Tensor memory = at::arange(length, at::kLong).unsqueeze(0);
+  return buckets_of(memory - context, num_buckets, max_distance);
 }
 
 class MPNet final : public Transformer {
@@ -56,9 +61,12 @@ class MPNet final : public Transformer {
     load(context);
   }
 
-  // The relative-position buckets passed through the table exist for one fixed count of buckets (32, as
-  // Hugging Face's compute_position_bias calls it); a flash kernel cannot add a bias.
-  bool uses_flash(const ArchitectureContext&) const override { return false; }
+  // On a GPU in fp16/bf16 the attention runs as flowline's kernel with the bias by offset (packed, so
+  // graphable too); its head dimensions are multiples of 8 up to 128.
+  bool uses_flash(const ArchitectureContext& context) const override {
+    const std::int64_t head_dim = info_.hidden_size / info_.num_heads;
+    return context.flash() && head_dim % 8 == 0 && head_dim <= 128;
+  }
 
   at::Tensor forward(const DeviceBatch& batch) const override {
     const std::int64_t H = info_.hidden_size, heads = info_.num_heads, head_dim = H / heads;
@@ -71,16 +79,17 @@ class MPNet final : public Transformer {
       // [L, L, heads] -> [heads, L, L]
       return at::embedding(bias_table_, buckets_.narrow(0, 0, length).narrow(1, 0, length)).permute({2, 0, 1});
     };
-    prepare_attention(attention, batch, x.scalar_type(), heads);  // one padded mask per pass, on a GPU
+    if (batch.flash) attention.relative_bias = bias_by_offset_;
+    prepare_attention(attention, batch, x.scalar_type(), heads);  // one padded mask per pass (GPU, float32)
     for (const auto& l : layers_) {
       at::Tensor qkv = at::linear(x, l.qkv_w, l.qkv_b);
       auto q = qkv.narrow(1, 0, H).view({total, heads, head_dim});
       auto k = qkv.narrow(1, H, H).view({total, heads, head_dim});
       auto v = qkv.narrow(1, 2 * H, H).view({total, heads, head_dim});
       at::Tensor context = attend(q, k, v, batch, attention);
-      x = at::layer_norm(at::linear(context, l.o_w, l.o_b) + x, {H}, l.ln1_w, l.ln1_b, eps_);
+      x = add_layer_norm(at::linear(context, l.o_w, l.o_b), x, l.ln1_w, l.ln1_b, eps_);
       at::Tensor hidden = activate(at::linear(x, l.up_w, l.up_b), act_);
-      x = at::layer_norm(at::linear(hidden, l.down_w, l.down_b) + x, {H}, l.ln2_w, l.ln2_b, eps_);
+      x = add_layer_norm(at::linear(hidden, l.down_w, l.down_b), x, l.ln2_w, l.ln2_b, eps_);
     }
     return x;
   }
@@ -101,6 +110,12 @@ class MPNet final : public Transformer {
     emb_ln_b_ = w.load("embeddings.LayerNorm.bias", {H});
     bias_table_ = w.load("encoder.relative_attention_bias.weight", {num_buckets_, info_.num_heads});
     buckets_ = relative_buckets(info_.max_positions, 32, 128).to(context.device);
+    // The bias of every offset -(P - 1) .. P - 1 per head, [heads, 2P - 1] float32, for the GPU kernel:
+    // the table's values in the model's dtype, as the padded path adds them.
+    const std::int64_t P = info_.max_positions;
+    const at::Tensor offsets = at::arange(-(P - 1), P, at::kLong);
+    bias_by_offset_ =
+        at::embedding(bias_table_, buckets_of(offsets, 32, 128).to(context.device)).to(at::kFloat).t().contiguous();
     for (std::int64_t i = 0; i < info_.num_layers; ++i) {
       const std::string p = fmt::format("encoder.layer.{}.", i);
       Layer l;
@@ -126,7 +141,7 @@ class MPNet final : public Transformer {
   std::int64_t position_offset_ = 2, num_buckets_ = 32;
   double eps_ = 1e-5;
   std::string act_ = "gelu";
-  at::Tensor word_, position_, emb_ln_w_, emb_ln_b_, bias_table_, buckets_;
+  at::Tensor word_, position_, emb_ln_w_, emb_ln_b_, bias_table_, buckets_, bias_by_offset_;
   std::vector<Layer> layers_;
 };
 

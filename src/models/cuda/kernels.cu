@@ -1,0 +1,434 @@
+// flowline's own CUDA kernels (cuda_kernels.hpp says what each computes): attention with a relative position
+// bias over packed sequences, and a residual add fused with LayerNorm. Built with nvcc into
+// libflowline_models_cuda.so; the CPU library reaches them through flowline_models_cuda_kernels().
+#include "../cuda_kernels.hpp"
+
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mma.h>
+
+#include <cmath>
+#include <cstdint>
+
+namespace flowline::models::detail {
+namespace {
+
+template <typename T>
+struct Cvt;
+template <>
+struct Cvt<__half> {
+  static __device__ __forceinline__ float f(__half x) { return __half2float(x); }
+  static __device__ __forceinline__ __half t(float x) { return __float2half_rn(x); }
+};
+template <>
+struct Cvt<__nv_bfloat16> {
+  static __device__ __forceinline__ float f(__nv_bfloat16 x) { return __bfloat162float(x); }
+  static __device__ __forceinline__ __nv_bfloat16 t(float x) { return __float2bfloat16_rn(x); }
+};
+
+// ---- attention with a relative position bias -----------------------------------------------------------
+//
+// One block of 4 warps per (sequence, tile of 64 queries, head); each warp owns 16 query rows. For each
+// tile of 64 keys: S = Q K^T on tensor cores (WMMA 16x16x16, float accumulators) into shared memory, then
+// scale, bias and the online softmax in float32 (two lanes per row, 32 columns each; the running row
+// maximum and sum in registers), P rounded to the input type, P V on tensor cores, and the output rows
+// rescaled and accumulated in registers. Head dimensions are padded with zeros to DP (16..128) in shared
+// memory, which changes no dot product.
+
+constexpr int kRows = 64;  // queries per block
+constexpr int kKeys = 64;  // keys per tile
+constexpr int kWarps = 4;
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct AttentionParams {
+  const void *q, *k, *v;
+  std::int64_t q_token, q_head, k_token, k_head, v_token, v_head;  // strides in elements
+  int head_dim;
+  const int* cu_seqlens;
+  int tiles;  // query tiles per sequence
+  const float* bias;
+  int bias_row, bias_center;
+  float scale;
+  void* out;
+  std::int64_t out_token;
+};
+
+template <int DP>
+struct Layout {
+  static constexpr int LD = DP + 8;                             // halves per Q/K/V row in shared memory
+  static constexpr int SW = (DP > kKeys ? DP : kKeys) + 4;      // floats per row of a warp's S / PV
+  static constexpr int PL = kKeys + 8;                          // halves per row of a warp's P
+  static constexpr std::size_t qkv_bytes = 3 * kRows * LD * 2;  // Q, K, V tiles
+  static constexpr std::size_t s_bytes = kWarps * 16 * SW * 4;  // each warp's S, then its P V
+  static constexpr std::size_t p_bytes = kWarps * 16 * PL * 2;  // each warp's P
+  static std::size_t bytes(std::int64_t longest) { return qkv_bytes + s_bytes + p_bytes + 4 * (2 * longest); }
+};
+
+template <typename T, int DP>
+__device__ __forceinline__ void load_rows(T* dst, const T* src, std::int64_t token_stride, int first, int count,
+                                          int head_dim) {
+  using L = Layout<DP>;
+  constexpr int chunks = DP / 8;  // 16-byte pieces per row
+  for (int i = threadIdx.x; i < kRows * chunks; i += blockDim.x) {
+    const int r = i / chunks, c = i % chunks;
+    uint4 value = make_uint4(0, 0, 0, 0);
+    if (r < count && c * 8 < head_dim)
+      value = *reinterpret_cast<const uint4*>(src + static_cast<std::int64_t>(first + r) * token_stride + c * 8);
+    *reinterpret_cast<uint4*>(dst + r * L::LD + c * 8) = value;
+  }
+}
+
+template <typename T, int DP>
+__global__ void __launch_bounds__(kWarps * 32) relative_attention_kernel(AttentionParams p) {
+  using namespace nvcuda;
+  using L = Layout<DP>;
+  const int sequence = blockIdx.x / p.tiles, tile = blockIdx.x % p.tiles, head = blockIdx.y;
+  const int start = p.cu_seqlens[sequence], length = p.cu_seqlens[sequence + 1] - start;
+  const int q0 = tile * kRows;
+  if (q0 >= length) return;
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* sq = reinterpret_cast<T*>(smem);
+  T* sk = sq + kRows * L::LD;
+  T* sv = sk + kKeys * L::LD;
+  float* ss = reinterpret_cast<float*>(smem + L::qkv_bytes);
+  T* sp = reinterpret_cast<T*>(smem + L::qkv_bytes + L::s_bytes);
+  float* sbias = reinterpret_cast<float*>(smem + L::qkv_bytes + L::s_bytes + L::p_bytes);
+
+  const T* q = static_cast<const T*>(p.q) + head * p.q_head;
+  const T* k = static_cast<const T*>(p.k) + head * p.k_head;
+  const T* v = static_cast<const T*>(p.v) + head * p.v_head;
+  load_rows<T, DP>(sq, q, p.q_token, start + q0, length - q0, p.head_dim);
+  // This head's bias for key - query offsets -(length - 1) .. length - 1, at sbias[offset + length - 1].
+  const float* bias = p.bias + static_cast<std::int64_t>(head) * p.bias_row + p.bias_center - (length - 1);
+  for (int i = threadIdx.x; i < 2 * length - 1; i += blockDim.x) sbias[i] = bias[i];
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row = lane >> 1, side = lane & 1;   // two lanes per query row
+  const int query = q0 + warp * 16 + row;       // position in the sequence
+  const bool active = q0 + warp * 16 < length;  // the warp has at least one real query
+  float* ws = ss + warp * 16 * L::SW;
+  T* wp = sp + warp * 16 * L::PL;
+  constexpr int OC = DP / 2;  // output columns per lane
+  float o[OC];
+#pragma unroll
+  for (int i = 0; i < OC; ++i) o[i] = 0.f;
+  float row_max = -INFINITY, row_sum = 0.f;
+  const float scale = p.scale * kLog2e;
+
+  for (int k0 = 0; k0 < length; k0 += kKeys) {
+    __syncthreads();  // the previous tile's K and V are no longer read
+    load_rows<T, DP>(sk, k, p.k_token, start + k0, length - k0, p.head_dim);
+    load_rows<T, DP>(sv, v, p.v_token, start + k0, length - k0, p.head_dim);
+    __syncthreads();
+    if (!active) continue;
+
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kKeys / 16];
+#pragma unroll
+    for (int n = 0; n < kKeys / 16; ++n) wmma::fill_fragment(acc[n], 0.f);
+#pragma unroll
+    for (int d = 0; d < DP / 16; ++d) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+      wmma::load_matrix_sync(a, sq + warp * 16 * L::LD + d * 16, L::LD);
+#pragma unroll
+      for (int n = 0; n < kKeys / 16; ++n) {
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b;
+        wmma::load_matrix_sync(b, sk + n * 16 * L::LD + d * 16, L::LD);
+        wmma::mma_sync(acc[n], a, b, acc[n]);
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < kKeys / 16; ++n) wmma::store_matrix_sync(ws + n * 16, acc[n], L::SW, wmma::mem_row_major);
+    __syncwarp();
+
+    // Scores in log2 units, this lane's 32 columns of its row.
+    float x[32];
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      const int key = k0 + side * 32 + j;
+      float value = -INFINITY;
+      if (key < length) {
+        const float b = query < length ? sbias[key - query + length - 1] : 0.f;
+        value = ws[row * L::SW + side * 32 + j] * scale + b * kLog2e;
+      }
+      x[j] = value;
+      tile_max = fmaxf(tile_max, value);
+    }
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+    const float new_max = fmaxf(row_max, tile_max);  // finite: every tile holds a real key
+    const float alpha = exp2f(row_max - new_max);
+    float tile_sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      const T rounded = Cvt<T>::t(exp2f(x[j] - new_max));
+      tile_sum += Cvt<T>::f(rounded);
+      wp[row * L::PL + side * 32 + j] = rounded;
+    }
+    tile_sum += __shfl_xor_sync(0xffffffffu, tile_sum, 1);
+    row_sum = row_sum * alpha + tile_sum;
+    row_max = new_max;
+#pragma unroll
+    for (int i = 0; i < OC; ++i) o[i] *= alpha;
+    __syncwarp();
+
+#pragma unroll
+    for (int n = 0; n < DP / 16; ++n) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> pv;
+      wmma::fill_fragment(pv, 0.f);
+#pragma unroll
+      for (int j = 0; j < kKeys / 16; ++j) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> b;
+        wmma::load_matrix_sync(a, wp + j * 16, L::PL);
+        wmma::load_matrix_sync(b, sv + j * 16 * L::LD + n * 16, L::LD);
+        wmma::mma_sync(pv, a, b, pv);
+      }
+      wmma::store_matrix_sync(ws + n * 16, pv, L::SW, wmma::mem_row_major);
+    }
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < OC; ++i) o[i] += ws[row * L::SW + side * OC + i];
+    __syncwarp();
+  }
+
+  if (active && query < length) {
+    const float inverse = 1.f / row_sum;
+    T* out = static_cast<T*>(p.out) + static_cast<std::int64_t>(start + query) * p.out_token + head * p.head_dim;
+#pragma unroll
+    for (int i = 0; i < OC; ++i) {
+      const int column = side * OC + i;
+      if (column < p.head_dim) out[column] = Cvt<T>::t(o[i] * inverse);
+    }
+  }
+}
+
+// The device's largest opt-in shared memory per block. Every launch allows each kernel that much: the
+// attribute is global to the process, so setting it to each launch's own need would race between
+// replicas launching with different needs; one constant value, set by whoever comes, cannot.
+int shared_memory_optin(int device) {
+  int bytes = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return bytes;
+}
+
+template <typename T, int DP>
+void launch_attention(const AttentionParams& p, int sequences, int heads, std::int64_t longest, cudaStream_t stream,
+                      int device) {
+  const std::size_t bytes = Layout<DP>::bytes(longest);
+  const int allowed = shared_memory_optin(device);
+  TORCH_CHECK(bytes <= static_cast<std::size_t>(allowed), "relative_attention: sequences of ", longest, " tokens need ",
+              bytes, " bytes of shared memory per block; the GPU has ", allowed);
+  auto kernel = relative_attention_kernel<T, DP>;
+  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, allowed));
+  kernel<<<dim3(static_cast<unsigned>(sequences * p.tiles), static_cast<unsigned>(heads)), kWarps * 32, bytes,
+           stream>>>(p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+bool aligned16(const at::Tensor& t) { return reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 16 == 0; }
+
+at::Tensor relative_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                              const at::Tensor& cu_seqlens, std::int64_t longest, const at::Tensor& relative_bias,
+                              double scale) {
+  TORCH_CHECK(q.is_cuda() && q.dim() == 3 && k.sizes() == q.sizes() && v.sizes() == q.sizes(),
+              "relative_attention: q, k, v must be [T, heads, head_dim] on a GPU");
+  TORCH_CHECK(q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16,
+              "relative_attention: fp16 or bf16 only");
+  TORCH_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), "relative_attention: dtypes");
+  const std::int64_t T = q.size(0), heads = q.size(1), head_dim = q.size(2);
+  TORCH_CHECK(head_dim % 8 == 0 && head_dim >= 8 && head_dim <= 128,
+              "relative_attention: head_dim must be a multiple of 8 up to 128");
+  for (const at::Tensor* t : {&q, &k, &v}) {
+    TORCH_CHECK(t->stride(2) == 1 && t->stride(0) % 8 == 0 && t->stride(1) % 8 == 0 && aligned16(*t),
+                "relative_attention: rows must be contiguous and 16-byte aligned");
+  }
+  TORCH_CHECK(cu_seqlens.is_cuda() && cu_seqlens.scalar_type() == at::kInt && cu_seqlens.dim() == 1 &&
+                  cu_seqlens.is_contiguous() && cu_seqlens.size(0) >= 1,
+              "relative_attention: cu_seqlens must be [n + 1] int32 on the GPU");
+  TORCH_CHECK(relative_bias.scalar_type() == at::kFloat && relative_bias.dim() == 2 && relative_bias.size(0) == heads &&
+                  relative_bias.is_contiguous() && relative_bias.size(1) % 2 == 1,
+              "relative_attention: relative_bias must be [heads, 2P - 1] float32");
+  const std::int64_t positions = (relative_bias.size(1) + 1) / 2;
+  TORCH_CHECK(longest >= 1 && longest <= positions, "relative_attention: longest is outside the bias table");
+  const c10::cuda::CUDAGuard guard(q.device());
+  at::Tensor out = at::empty({T, heads * head_dim}, q.options());
+  const std::int64_t sequences = cu_seqlens.size(0) - 1;
+  if (sequences == 0 || T == 0) return out;
+  AttentionParams p{};
+  p.q = q.data_ptr();
+  p.k = k.data_ptr();
+  p.v = v.data_ptr();
+  p.q_token = q.stride(0);
+  p.q_head = q.stride(1);
+  p.k_token = k.stride(0);
+  p.k_head = k.stride(1);
+  p.v_token = v.stride(0);
+  p.v_head = v.stride(1);
+  p.head_dim = static_cast<int>(head_dim);
+  p.cu_seqlens = cu_seqlens.data_ptr<int>();
+  p.tiles = static_cast<int>((longest + kRows - 1) / kRows);
+  p.bias = relative_bias.data_ptr<float>();
+  p.bias_row = static_cast<int>(relative_bias.size(1));
+  p.bias_center = static_cast<int>(positions - 1);
+  p.scale = static_cast<float>(scale);
+  p.out = out.data_ptr();
+  p.out_token = out.stride(0);
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream(q.device().index());
+  const int n = static_cast<int>(sequences), h = static_cast<int>(heads), device = q.device().index();
+  auto run = [&](auto tag) {
+    using T_ = decltype(tag);
+    if (head_dim <= 16)
+      launch_attention<T_, 16>(p, n, h, longest, stream, device);
+    else if (head_dim <= 32)
+      launch_attention<T_, 32>(p, n, h, longest, stream, device);
+    else if (head_dim <= 64)
+      launch_attention<T_, 64>(p, n, h, longest, stream, device);
+    else
+      launch_attention<T_, 128>(p, n, h, longest, stream, device);
+  };
+  if (q.scalar_type() == at::kHalf)
+    run(__half{});
+  else
+    run(__nv_bfloat16{});
+  return out;
+}
+
+// ---- residual add + LayerNorm ---------------------------------------------------------------------------
+//
+// One warp per row; each lane holds up to CHUNKS pieces of 8 values in registers, so the row is read once:
+// the sum rounded to T (as a separate add would round it), mean, then the variance around it (two passes
+// over registers), then (x - mean) * rstd * weight + bias in float32.
+
+template <typename T, int CHUNKS>
+__global__ void __launch_bounds__(128)
+    add_layer_norm_kernel(const T* __restrict__ a, const T* __restrict__ b, const T* __restrict__ weight,
+                          const T* __restrict__ bias, T* __restrict__ out, T* __restrict__ sum_out, std::int64_t rows,
+                          int width, float eps) {
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * 4 + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x % 32;
+  const std::int64_t base = row * width;
+  float x[CHUNKS][8];
+  float total = 0.f;
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) {
+    const int column = (lane + 32 * c) * 8;
+    if (column < width) {
+      const uint4 ua = *reinterpret_cast<const uint4*>(a + base + column);
+      const uint4 ub = *reinterpret_cast<const uint4*>(b + base + column);
+      const T* ta = reinterpret_cast<const T*>(&ua);
+      const T* tb = reinterpret_cast<const T*>(&ub);
+      uint4 us;
+      T* ts = reinterpret_cast<T*>(&us);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        ts[e] = Cvt<T>::t(Cvt<T>::f(ta[e]) + Cvt<T>::f(tb[e]));
+        x[c][e] = Cvt<T>::f(ts[e]);
+        total += x[c][e];
+      }
+      if (sum_out != nullptr) *reinterpret_cast<uint4*>(sum_out + base + column) = us;
+    }
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(0xffffffffu, total, offset);
+  const float mean = total / static_cast<float>(width);
+  float squares = 0.f;
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) {
+    if ((lane + 32 * c) * 8 < width) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float d = x[c][e] - mean;
+        squares += d * d;
+      }
+    }
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) squares += __shfl_xor_sync(0xffffffffu, squares, offset);
+  const float rstd = rsqrtf(squares / static_cast<float>(width) + eps);
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) {
+    const int column = (lane + 32 * c) * 8;
+    if (column < width) {
+      const uint4 uw = *reinterpret_cast<const uint4*>(weight + column);
+      const T* tw = reinterpret_cast<const T*>(&uw);
+      uint4 ubias = make_uint4(0, 0, 0, 0);
+      if (bias != nullptr) ubias = *reinterpret_cast<const uint4*>(bias + column);
+      const T* tbias = reinterpret_cast<const T*>(&ubias);
+      uint4 uo;
+      T* to = reinterpret_cast<T*>(&uo);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        float y = (x[c][e] - mean) * rstd * Cvt<T>::f(tw[e]);
+        if (bias != nullptr) y += Cvt<T>::f(tbias[e]);
+        to[e] = Cvt<T>::t(y);
+      }
+      *reinterpret_cast<uint4*>(out + base + column) = uo;
+    }
+  }
+}
+
+at::Tensor add_layer_norm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& weight, const at::Tensor& bias,
+                          double eps, const at::Tensor& sum) {
+  TORCH_CHECK(a.is_cuda() && a.dim() == 2 && b.sizes() == a.sizes() && a.is_contiguous() && b.is_contiguous(),
+              "add_layer_norm: a and b must be contiguous [rows, H] on a GPU");
+  TORCH_CHECK(a.scalar_type() == at::kHalf || a.scalar_type() == at::kBFloat16, "add_layer_norm: fp16 or bf16 only");
+  const std::int64_t rows = a.size(0), width = a.size(1);
+  TORCH_CHECK(width % 8 == 0 && width >= 8 && width <= 2048, "add_layer_norm: H must be a multiple of 8 up to 2048");
+  TORCH_CHECK(weight.is_contiguous() && weight.numel() == width && weight.scalar_type() == a.scalar_type(),
+              "add_layer_norm: weight must be [H] in the input's dtype");
+  TORCH_CHECK(
+      !bias.defined() || (bias.is_contiguous() && bias.numel() == width && bias.scalar_type() == a.scalar_type()),
+      "add_layer_norm: bias must be [H] in the input's dtype");
+  TORCH_CHECK(
+      !sum.defined() || (sum.is_contiguous() && sum.sizes() == a.sizes() && sum.scalar_type() == a.scalar_type()),
+      "add_layer_norm: sum must be like a");
+  for (const at::Tensor* t : {&a, &b, &weight, &bias, &sum}) {
+    TORCH_CHECK(!t->defined() || aligned16(*t), "add_layer_norm: tensors must be 16-byte aligned");
+  }
+  const c10::cuda::CUDAGuard guard(a.device());
+  at::Tensor out = at::empty_like(a);
+  if (rows == 0) return out;
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream(a.device().index());
+  const unsigned blocks = static_cast<unsigned>((rows + 3) / 4);
+  const int chunks = static_cast<int>((width / 8 + 31) / 32);
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    const T* pa = static_cast<const T*>(a.data_ptr());
+    const T* pb = static_cast<const T*>(b.data_ptr());
+    const T* pw = static_cast<const T*>(weight.data_ptr());
+    const T* pbias = bias.defined() ? static_cast<const T*>(bias.data_ptr()) : nullptr;
+    T* po = static_cast<T*>(out.data_ptr());
+    T* ps = sum.defined() ? static_cast<T*>(sum.data_ptr()) : nullptr;
+    const float e = static_cast<float>(eps);
+    const int w = static_cast<int>(width);
+    if (chunks <= 1)
+      add_layer_norm_kernel<T, 1><<<blocks, 128, 0, stream>>>(pa, pb, pw, pbias, po, ps, rows, w, e);
+    else if (chunks <= 2)
+      add_layer_norm_kernel<T, 2><<<blocks, 128, 0, stream>>>(pa, pb, pw, pbias, po, ps, rows, w, e);
+    else if (chunks <= 4)
+      add_layer_norm_kernel<T, 4><<<blocks, 128, 0, stream>>>(pa, pb, pw, pbias, po, ps, rows, w, e);
+    else
+      add_layer_norm_kernel<T, 8><<<blocks, 128, 0, stream>>>(pa, pb, pw, pbias, po, ps, rows, w, e);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  };
+  if (a.scalar_type() == at::kHalf)
+    run(__half{});
+  else
+    run(__nv_bfloat16{});
+  return out;
+}
+
+const CudaKernels kKernels{&relative_attention, &add_layer_norm};
+
+}  // namespace
+}  // namespace flowline::models::detail
+
+extern "C" __attribute__((visibility("default"))) const flowline::models::detail::CudaKernels*
+flowline_models_cuda_kernels() {
+  return &flowline::models::detail::kKernels;
+}

@@ -1,0 +1,48 @@
+// Internal to flowline::models: flowline's own CUDA kernels, for what LibTorch has no single kernel for.
+// They live in libflowline_models_cuda.so (cuda/kernels.cu, built with nvcc) and are reached through
+// cuda_kernels(), which loads that library the first time a model on a GPU asks. Not installed.
+//
+// Both functions enqueue work on the current CUDA stream of the inputs' device and return at once; they
+// may be captured into CUDA graphs (no allocation outside the caching allocator, no synchronisation).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+
+namespace flowline::models::detail {
+
+struct CudaKernels {
+  // Self-attention over packed sequences with a score bias that depends only on (key position - query
+  // position), MPNet's relative position bias, in one kernel (no padding, no [L, L] bias in memory).
+  // q, k, v: [T, heads, head_dim] fp16 or bf16, last dimension contiguous, head_dim a multiple of 8 up to
+  // 128. cu_seqlens: [n + 1] int32 on the device, where each sequence starts; tokens past cu_seqlens[n]
+  // belong to no sequence and their rows of the result are left unwritten. longest: at least every
+  // sequence's length. relative_bias: [heads, 2P - 1] float32, the bias of key position - query position
+  // = d at column d + P - 1 (P >= longest). Scores are q.k * scale + bias, softmax in float32.
+  // Returns [T, heads * head_dim] in q's dtype.
+  at::Tensor (*relative_attention)(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                   const at::Tensor& cu_seqlens, std::int64_t longest, const at::Tensor& relative_bias,
+                                   double scale);
+  // layer_norm(a + b) over the last dimension in one pass: a, b [rows, H] contiguous fp16 or bf16, H a
+  // multiple of 8 up to 2048; weight [H] and bias [H] (bias may be undefined) in the same dtype. The sum
+  // is rounded to the dtype before it is normalised in float32, as at::layer_norm(a + b) does. When
+  // `sum` is defined ([rows, H], same dtype) the rounded sum is written there too (pre-norm layers keep it
+  // as their residual).
+  at::Tensor (*add_layer_norm)(const at::Tensor& a, const at::Tensor& b, const at::Tensor& weight,
+                               const at::Tensor& bias, double eps, const at::Tensor& sum);
+};
+
+// The kernels of libflowline_models_cuda.so, loaded on first use (once per process). Throws
+// flowline::Error when the library cannot be loaded (flowline built without CUDA, or no CUDA runtime).
+const CudaKernels& cuda_kernels();
+
+// Whether add_layer_norm() takes tensors of this shape and dtype on this device.
+bool fused_add_layer_norm_fits(const at::Tensor& a, const at::Tensor& weight);
+
+// layer_norm(a + b, {H}, weight, bias, eps), fused on a GPU in fp16/bf16 (add_layer_norm above), else
+// at::layer_norm(a + b) — the same values up to the order of float32 sums.
+at::Tensor add_layer_norm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& weight, const at::Tensor& bias,
+                          double eps);
+
+}  // namespace flowline::models::detail
