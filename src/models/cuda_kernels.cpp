@@ -3,13 +3,21 @@
 #include "cuda_kernels.hpp"
 
 #include "graphs.hpp"
+#include "transformer.hpp"
+
 #include "flowline/torch_support.hpp"
 
 namespace flowline::models::detail {
 
 namespace {
+
 constexpr const char* kKernelsEntry = "flowline_models_cuda_kernels";
+
+bool half_on_gpu(const at::Tensor& t) {
+  return t.is_cuda() && (t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16);
 }
+
+}  // namespace
 
 const CudaKernels& cuda_kernels() {
   using Entry = const CudaKernels* (*)();
@@ -20,9 +28,8 @@ const CudaKernels& cuda_kernels() {
 }
 
 bool fused_add_layer_norm_fits(const at::Tensor& a, const at::Tensor& weight) {
-  const auto dtype = a.scalar_type();
-  return a.is_cuda() && (dtype == at::kHalf || dtype == at::kBFloat16) && a.dim() == 2 && a.size(1) % 8 == 0 &&
-         a.size(1) <= 2048 && weight.scalar_type() == dtype;
+  return half_on_gpu(a) && a.dim() == 2 && a.size(1) % 8 == 0 && a.size(1) <= 2048 &&
+         weight.scalar_type() == a.scalar_type();
 }
 
 at::Tensor add_layer_norm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& weight, const at::Tensor& bias,
@@ -31,6 +38,39 @@ at::Tensor add_layer_norm(const at::Tensor& a, const at::Tensor& b, const at::Te
     return cuda_kernels().add_layer_norm(a.contiguous(), b.contiguous(), weight, bias, eps, at::Tensor());
   }
   return at::layer_norm(a + b, {a.size(-1)}, weight, bias, eps);
+}
+
+std::pair<at::Tensor, at::Tensor> add_then_layer_norm(const at::Tensor& a, const at::Tensor& b,
+                                                      const at::Tensor& weight, const at::Tensor& bias, double eps) {
+  if (fused_add_layer_norm_fits(a, weight)) {
+    at::Tensor sum = at::empty_like(a, at::MemoryFormat::Contiguous);
+    at::Tensor normed = cuda_kernels().add_layer_norm(a.contiguous(), b.contiguous(), weight, bias, eps, sum);
+    return {std::move(sum), std::move(normed)};
+  }
+  at::Tensor sum = a + b;
+  at::Tensor normed = at::layer_norm(sum, {sum.size(-1)}, weight, bias, eps);
+  return {std::move(sum), std::move(normed)};
+}
+
+at::Tensor rotate_at(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& positions) {
+  if (half_on_gpu(x) && x.stride(2) == 1 && cos.scalar_type() == x.scalar_type())
+    return cuda_kernels().rotate(x, cos, sin, positions.contiguous());
+  return rotate(x, cos.index_select(0, positions), sin.index_select(0, positions));
+}
+
+at::Tensor gated_activation(const at::Tensor& up, const std::string& name) {
+  const std::int64_t I = up.size(1) / 2;
+  if (half_on_gpu(up) && up.is_contiguous()) {
+    GatedActivation kind = GatedActivation::gelu_tanh;  // gelu_new, gelu_pytorch_tanh (as activate())
+    if (name == "gelu" || name == "gelu_python")
+      kind = GatedActivation::gelu;
+    else if (name == "relu")
+      kind = GatedActivation::relu;
+    else if (name == "silu" || name == "swish")
+      kind = GatedActivation::silu;
+    return cuda_kernels().gated(up, kind);
+  }
+  return activate(up.narrow(1, 0, I), name) * up.narrow(1, I, I);
 }
 
 }  // namespace flowline::models::detail

@@ -9,8 +9,13 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <string>
+#include <utility>
 
 namespace flowline::models::detail {
+
+// The activations of gated feed-forward layers: GeGLU (gelu, gelu_tanh), SwiGLU (silu), ReGLU (relu).
+enum class GatedActivation { gelu, gelu_tanh, silu, relu };
 
 struct CudaKernels {
   // Self-attention over packed sequences with a score bias that depends only on (key position - query
@@ -31,6 +36,13 @@ struct CudaKernels {
   // as their residual).
   at::Tensor (*add_layer_norm)(const at::Tensor& a, const at::Tensor& b, const at::Tensor& weight,
                                const at::Tensor& bias, double eps, const at::Tensor& sum);
+  // rotate() of transformer.hpp in one kernel, the table rows looked up by each token's position: x
+  // [T, heads, head_dim] fp16/bf16 (rows may be strided, last dimension contiguous), cos and sin
+  // [positions, head_dim / 2] in x's dtype, positions [T] int64. The same values to the bit.
+  at::Tensor (*rotate)(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& positions);
+  // act(up[:, :I]) * up[:, I:] for up [T, 2I] contiguous fp16/bf16, as activate() then a product would
+  // compute it. Returns [T, I].
+  at::Tensor (*gated)(const at::Tensor& up, GatedActivation activation);
 };
 
 // The kernels of libflowline_models_cuda.so, loaded on first use (once per process). Throws
@@ -44,5 +56,13 @@ bool fused_add_layer_norm_fits(const at::Tensor& a, const at::Tensor& weight);
 // at::layer_norm(a + b) — the same values up to the order of float32 sums.
 at::Tensor add_layer_norm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& weight, const at::Tensor& bias,
                           double eps);
+// Pre-norm layers: (a + b, layer_norm(a + b)), in one kernel where add_layer_norm() fuses.
+std::pair<at::Tensor, at::Tensor> add_then_layer_norm(const at::Tensor& a, const at::Tensor& b,
+                                                      const at::Tensor& weight, const at::Tensor& bias, double eps);
+// rotate(x, cos.index_select(0, positions), sin.index_select(0, positions)), in one kernel on a GPU in
+// fp16/bf16.
+at::Tensor rotate_at(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& positions);
+// activate(up[:, :I], name) * up[:, I:] (GeGLU, SwiGLU), in one kernel on a GPU in fp16/bf16.
+at::Tensor gated_activation(const at::Tensor& up, const std::string& name);
 
 }  // namespace flowline::models::detail

@@ -13,6 +13,7 @@
 #include "flowline/models/tokenizer.hpp"
 
 #include "cuda_kernels.hpp"
+#include "transformer.hpp"
 
 #include <ATen/ATen.h>
 #include <boost/json.hpp>
@@ -334,6 +335,27 @@ TEST_CASE("on the GPU flowline's relative-bias attention and fused add + LayerNo
   }
   for (auto& t : replicas) t.join();
   CHECK(failures == 0);
+  // Rotary embeddings and gated activations: the same values to the bit as the ATen operations.
+  for (const auto dtype : {c10::kHalf, c10::kBFloat16}) {
+    const auto options = at::TensorOptions().dtype(dtype).device(gpu);
+    const at::Tensor qkv = at::randn({T, 3 * 4 * 64}, options) * 2;
+    const at::Tensor qk = qkv.narrow(1, 0, 2 * 4 * 64).view({T, 8, 64});  // rows strided, as ModernBERT's
+    const auto [cos, sin] = models::detail::rotary_tables(10000.0, 64, 512, dtype, gpu);
+    const at::Tensor positions = at::randint(0, 512, {T}, at::TensorOptions().dtype(at::kLong).device(gpu));
+    CHECK(at::equal(kernels.rotate(qk, cos, sin, positions),
+                    models::detail::rotate(qk, cos.index_select(0, positions), sin.index_select(0, positions))));
+    const at::Tensor up = at::randn({T, 2 * 1152}, options) * 3;
+    for (const auto& [kind, name] : {std::pair{models::detail::GatedActivation::gelu, "gelu"},
+                                     std::pair{models::detail::GatedActivation::gelu_tanh, "gelu_pytorch_tanh"},
+                                     std::pair{models::detail::GatedActivation::silu, "silu"},
+                                     std::pair{models::detail::GatedActivation::relu, "relu"}}) {
+      const at::Tensor expected = models::detail::activate(up.narrow(1, 0, 1152), name) * up.narrow(1, 1152, 1152);
+      const at::Tensor got = kernels.gated(up, kind);
+      INFO(name << " in " << c10::toString(dtype) << ": "
+                << (got.to(at::kFloat) - expected.to(at::kFloat)).abs().max().item<double>());
+      CHECK(at::equal(got, expected));
+    }
+  }
   for (const std::int64_t width : {8, 32, 384, 768, 1024, 2048}) {
     for (const auto dtype : {c10::kHalf, c10::kBFloat16}) {
       const auto options = at::TensorOptions().dtype(dtype).device(gpu);

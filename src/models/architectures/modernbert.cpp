@@ -1,12 +1,14 @@
 // ModernBERT (model_type "modernbert"): pre-LayerNorm layers without biases, rotary position embeddings
 // (one theta for global layers, another for local ones), GeGLU feed-forward, and attention that
 // alternates between global and a sliding window (|query - key| <= local_attention / 2).
+#include "../cuda_kernels.hpp"
 #include "../transformer.hpp"
 
 #include <c10/core/InferenceMode.h>
 #include <fmt/format.h>
 
 #include <cmath>
+#include <tuple>
 
 namespace flowline::models::detail {
 
@@ -37,31 +39,32 @@ class ModernBert final : public Transformer {
   at::Tensor forward(const DeviceBatch& batch) const override {
     const std::int64_t H = info_.hidden_size, heads = info_.num_heads, head_dim = H / heads;
     const std::int64_t total = batch.ids.size(0);
+    // x: the residual stream; normed: its LayerNorm, the next sublayer's input (layer 0's attention norm is
+    // the identity: the embeddings were just normed). Each residual add and the norm after it run fused.
     at::Tensor x = at::layer_norm(at::embedding(word_, batch.ids), {H}, emb_norm_w_, emb_norm_b_, eps_);
-    const at::Tensor cos_global = global_cos_.index_select(0, batch.positions);
-    const at::Tensor sin_global = global_sin_.index_select(0, batch.positions);
-    const at::Tensor cos_local = local_cos_.index_select(0, batch.positions);
-    const at::Tensor sin_local = local_sin_.index_select(0, batch.positions);
+    at::Tensor normed = x;
     AttentionOptions global, local;
     global.scale = local.scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
     local.window = window_;
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       const auto& l = layers_[i];
       const bool sliding = sliding_[i];
-      const at::Tensor normed = i == 0 ? x : at::layer_norm(x, {H}, l.attn_norm_w, l.attn_norm_b, eps_);
       at::Tensor qkv = at::linear(normed, l.qkv_w, l.qkv_b);
       // Queries and keys rotated together: qkv's first 2H columns as [T, 2 * heads, head_dim].
-      const at::Tensor qk = rotate(qkv.narrow(1, 0, 2 * H).view({total, 2 * heads, head_dim}),
-                                   sliding ? cos_local : cos_global, sliding ? sin_local : sin_global);
+      const at::Tensor qk =
+          rotate_at(qkv.narrow(1, 0, 2 * H).view({total, 2 * heads, head_dim}), sliding ? local_cos_ : global_cos_,
+                    sliding ? local_sin_ : global_sin_, batch.positions);
       const at::Tensor q = qk.narrow(1, 0, heads), k = qk.narrow(1, heads, heads);
       const at::Tensor v = qkv.narrow(1, 2 * H, H).view({total, heads, head_dim});
       at::Tensor context = attend(q, k, v, batch, sliding ? local : global);
-      x = x + at::linear(context, l.o_w, l.o_b);
-      at::Tensor up = at::linear(at::layer_norm(x, {H}, l.mlp_norm_w, l.mlp_norm_b, eps_), l.wi_w, l.wi_b);
-      const std::int64_t I = info_.intermediate_size;
-      x = x + at::linear(activate(up.narrow(1, 0, I), act_) * up.narrow(1, I, I), l.wo_w, l.wo_b);
+      std::tie(x, normed) = add_then_layer_norm(x, at::linear(context, l.o_w, l.o_b), l.mlp_norm_w, l.mlp_norm_b, eps_);
+      const at::Tensor up = at::linear(normed, l.wi_w, l.wi_b);
+      const at::Tensor down = at::linear(gated_activation(up, act_), l.wo_w, l.wo_b);
+      const bool last = i + 1 == layers_.size();
+      std::tie(x, normed) = add_then_layer_norm(x, down, last ? final_w_ : layers_[i + 1].attn_norm_w,
+                                                last ? final_b_ : layers_[i + 1].attn_norm_b, eps_);
     }
-    return at::layer_norm(x, {H}, final_w_, final_b_, eps_);
+    return normed;
   }
 
  private:

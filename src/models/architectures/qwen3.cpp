@@ -5,6 +5,7 @@
 // Packed tokens need no padding, so the tokenizer's left padding has nothing to do here: rotary positions
 // count from each sequence's first real token, which gives the attention scores a left-padded batch gives
 // (they depend on the distance between positions only).
+#include "../cuda_kernels.hpp"
 #include "../transformer.hpp"
 
 #include <c10/core/InferenceMode.h>
@@ -128,20 +129,21 @@ class Qwen3 final : public Transformer {
     const std::int64_t heads = config_.heads, kv_heads = config_.kv_heads, d = config_.head_dim;
     const std::int64_t I = config_.intermediate, total = batch.ids.size(0);
     at::Tensor x = at::embedding(word_, batch.ids);
-    const at::Tensor cos = cos_.index_select(0, batch.positions), sin = sin_.index_select(0, batch.positions);
     AttentionOptions causal;
     causal.scale = 1.0 / std::sqrt(static_cast<double>(d));
     causal.causal = true;
     for (const auto& l : layers_) {
       const at::Tensor qkv = at::linear(rms_norm(x, l.input_norm, config_.eps), l.qkv_w);
       const at::Tensor q =
-          rotate(rms_norm(qkv.narrow(1, 0, heads * d).view({total, heads, d}), l.q_norm, config_.eps), cos, sin);
-      const at::Tensor k = rotate(
-          rms_norm(qkv.narrow(1, heads * d, kv_heads * d).view({total, kv_heads, d}), l.k_norm, config_.eps), cos, sin);
+          rotate_at(rms_norm(qkv.narrow(1, 0, heads * d).view({total, heads, d}), l.q_norm, config_.eps), cos_, sin_,
+                    batch.positions);
+      const at::Tensor k =
+          rotate_at(rms_norm(qkv.narrow(1, heads * d, kv_heads * d).view({total, kv_heads, d}), l.k_norm, config_.eps),
+                    cos_, sin_, batch.positions);
       const at::Tensor v = qkv.narrow(1, (heads + kv_heads) * d, kv_heads * d).view({total, kv_heads, d});
       x = x + at::linear(attend(q, k, v, batch, causal), l.o_w);
       const at::Tensor gate_up = at::linear(rms_norm(x, l.post_norm, config_.eps), l.gate_up_w);
-      x = x + at::linear(activate(gate_up.narrow(1, 0, I), config_.act) * gate_up.narrow(1, I, I), l.down_w);
+      x = x + at::linear(gated_activation(gate_up, config_.act), l.down_w);
     }
     return rms_norm(x, final_norm_, config_.eps);
   }

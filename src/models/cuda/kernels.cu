@@ -1,5 +1,6 @@
 // flowline's own CUDA kernels (cuda_kernels.hpp says what each computes): attention with a relative position
-// bias over packed sequences, and a residual add fused with LayerNorm. Built with nvcc into
+// bias over packed sequences, a residual add fused with LayerNorm, rotary embeddings and gated activations
+// in one pass each. Built with nvcc into
 // libflowline_models_cuda.so; the CPU library reaches them through flowline_models_cuda_kernels().
 #include "../cuda_kernels.hpp"
 
@@ -423,7 +424,130 @@ at::Tensor add_layer_norm(const at::Tensor& a, const at::Tensor& b, const at::Te
   return out;
 }
 
-const CudaKernels kKernels{&relative_attention, &add_layer_norm};
+// ---- rotary position embeddings ---------------------------------------------------------------------
+//
+// One thread per (token, head, i < head_dim / 2): the pair (x1, x2) = (x[i], x[i + half]) becomes
+// (x1 cos - x2 sin, x2 cos + x1 sin), each product and each sum rounded to T as the separate ATen
+// operations of rotate() round them, so the result is the same to the bit.
+
+template <typename T>
+__global__ void rotate_kernel(const T* __restrict__ x, std::int64_t token_stride, std::int64_t head_stride, int heads,
+                              int half, const T* __restrict__ cos, const T* __restrict__ sin,
+                              const std::int64_t* __restrict__ positions, T* __restrict__ out, std::int64_t count) {
+  const std::int64_t index = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (index >= count) return;
+  const int i = static_cast<int>(index % half);
+  const std::int64_t token_head = index / half;
+  const int head = static_cast<int>(token_head % heads);
+  const std::int64_t token = token_head / heads;
+  const T* row = x + token * token_stride + head * head_stride;
+  const std::int64_t table = positions[token] * half + i;
+  const float c = Cvt<T>::f(cos[table]), s = Cvt<T>::f(sin[table]);
+  const float x1 = Cvt<T>::f(row[i]), x2 = Cvt<T>::f(row[i + half]);
+  auto r = [](float v) { return Cvt<T>::f(Cvt<T>::t(v)); };
+  T* o = out + token_head * 2 * half;
+  o[i] = Cvt<T>::t(r(x1 * c) - r(x2 * s));
+  o[i + half] = Cvt<T>::t(r(x2 * c) + r(x1 * s));
+}
+
+at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& positions) {
+  TORCH_CHECK(x.is_cuda() && x.dim() == 3 && x.stride(2) == 1 && x.size(2) % 2 == 0,
+              "rotate: x must be [T, heads, head_dim] on a GPU, rows contiguous");
+  TORCH_CHECK(x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16, "rotate: fp16 or bf16 only");
+  const std::int64_t T = x.size(0), heads = x.size(1), half = x.size(2) / 2;
+  TORCH_CHECK(cos.dim() == 2 && cos.size(1) == half && cos.is_contiguous() && sin.sizes() == cos.sizes() &&
+                  sin.is_contiguous() && cos.scalar_type() == x.scalar_type() && sin.scalar_type() == x.scalar_type(),
+              "rotate: cos and sin must be [positions, head_dim / 2] in x's dtype");
+  TORCH_CHECK(positions.scalar_type() == at::kLong && positions.is_contiguous() && positions.numel() == T,
+              "rotate: positions must be [T] int64");
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor out = at::empty({T, heads, 2 * half}, x.options());
+  const std::int64_t count = T * heads * half;
+  if (count == 0) return out;
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream(x.device().index());
+  const unsigned blocks = static_cast<unsigned>((count + 255) / 256);
+  auto run = [&](auto tag) {
+    using T_ = decltype(tag);
+    rotate_kernel<T_><<<blocks, 256, 0, stream>>>(
+        static_cast<const T_*>(x.data_ptr()), x.stride(0), x.stride(1), static_cast<int>(heads), static_cast<int>(half),
+        static_cast<const T_*>(cos.data_ptr()), static_cast<const T_*>(sin.data_ptr()),
+        positions.data_ptr<std::int64_t>(), static_cast<T_*>(out.data_ptr()), count);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  };
+  if (x.scalar_type() == at::kHalf)
+    run(__half{});
+  else
+    run(__nv_bfloat16{});
+  return out;
+}
+
+// ---- gated activations (GeGLU, SwiGLU) -------------------------------------------------------------------
+//
+// out = act(up[:, :I]) * up[:, I:], the activation rounded to T before the product as two ATen operations
+// would round it; each activation in float32 with ATen's CUDA formula.
+
+template <typename T, GatedActivation kind>
+__global__ void gated_kernel(const T* __restrict__ up, std::int64_t width, T* __restrict__ out, std::int64_t count) {
+  const std::int64_t index = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (index >= count) return;
+  const std::int64_t row = index / width, column = index % width;
+  const float a = Cvt<T>::f(up[row * 2 * width + column]);
+  const float b = Cvt<T>::f(up[row * 2 * width + width + column]);
+  float activated;
+  if constexpr (kind == GatedActivation::gelu) {
+    activated = a * 0.5f * (1.f + erff(a * static_cast<float>(M_SQRT1_2)));
+  } else if constexpr (kind == GatedActivation::gelu_tanh) {
+    constexpr float kBeta = static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5);
+    constexpr float kKappa = 0.044715f;
+    const float cube = a * a * a;
+    activated = 0.5f * a * (1.f + tanhf(kBeta * (a + kKappa * cube)));
+  } else if constexpr (kind == GatedActivation::silu) {
+    activated = a / (1.f + expf(-a));
+  } else {
+    activated = a > 0.f ? a : 0.f;
+  }
+  out[index] = Cvt<T>::t(Cvt<T>::f(Cvt<T>::t(activated)) * b);
+}
+
+at::Tensor gated(const at::Tensor& up, GatedActivation kind) {
+  TORCH_CHECK(up.is_cuda() && up.dim() == 2 && up.is_contiguous() && up.size(1) % 2 == 0,
+              "gated: up must be contiguous [T, 2I] on a GPU");
+  TORCH_CHECK(up.scalar_type() == at::kHalf || up.scalar_type() == at::kBFloat16, "gated: fp16 or bf16 only");
+  const std::int64_t T = up.size(0), width = up.size(1) / 2;
+  const c10::cuda::CUDAGuard guard(up.device());
+  at::Tensor out = at::empty({T, width}, up.options());
+  const std::int64_t count = T * width;
+  if (count == 0) return out;
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream(up.device().index());
+  const unsigned blocks = static_cast<unsigned>((count + 255) / 256);
+  auto run = [&](auto tag) {
+    using T_ = decltype(tag);
+    const T_* in = static_cast<const T_*>(up.data_ptr());
+    T_* o = static_cast<T_*>(out.data_ptr());
+    switch (kind) {
+      case GatedActivation::gelu:
+        gated_kernel<T_, GatedActivation::gelu><<<blocks, 256, 0, stream>>>(in, width, o, count);
+        break;
+      case GatedActivation::gelu_tanh:
+        gated_kernel<T_, GatedActivation::gelu_tanh><<<blocks, 256, 0, stream>>>(in, width, o, count);
+        break;
+      case GatedActivation::silu:
+        gated_kernel<T_, GatedActivation::silu><<<blocks, 256, 0, stream>>>(in, width, o, count);
+        break;
+      case GatedActivation::relu:
+        gated_kernel<T_, GatedActivation::relu><<<blocks, 256, 0, stream>>>(in, width, o, count);
+        break;
+    }
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  };
+  if (up.scalar_type() == at::kHalf)
+    run(__half{});
+  else
+    run(__nv_bfloat16{});
+  return out;
+}
+
+const CudaKernels kKernels{&relative_attention, &add_layer_norm, &rotate, &gated};
 
 }  // namespace
 }  // namespace flowline::models::detail
