@@ -30,6 +30,15 @@ struct Cvt<__nv_bfloat16> {
   static __device__ __forceinline__ __nv_bfloat16 t(float x) { return __float2bfloat16_rn(x); }
 };
 
+// Calls run(T{}) with T the CUDA type of `type` (fp16 or bf16; the callers have checked which).
+template <typename Run>
+void with_type(at::ScalarType type, Run&& run) {
+  if (type == at::kHalf)
+    run(__half{});
+  else
+    run(__nv_bfloat16{});
+}
+
 // ---- attention with a relative position bias -----------------------------------------------------------
 //
 // One block of 4 warps per (sequence, tile of 64 queries, head); each warp owns 16 query rows. For each
@@ -291,10 +300,7 @@ at::Tensor relative_attention(const at::Tensor& q, const at::Tensor& k, const at
     else
       launch_attention<T_, 128>(p, n, h, longest, stream, device);
   };
-  if (q.scalar_type() == at::kHalf)
-    run(__half{});
-  else
-    run(__nv_bfloat16{});
+  with_type(q.scalar_type(), run);
   return out;
 }
 
@@ -417,10 +423,7 @@ at::Tensor add_layer_norm(const at::Tensor& a, const at::Tensor& b, const at::Te
       add_layer_norm_kernel<T, 8><<<blocks, 128, 0, stream>>>(pa, pb, pw, pbias, po, ps, rows, w, e);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
-  if (a.scalar_type() == at::kHalf)
-    run(__half{});
-  else
-    run(__nv_bfloat16{});
+  with_type(a.scalar_type(), run);
   return out;
 }
 
@@ -474,10 +477,7 @@ at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& 
         positions.data_ptr<std::int64_t>(), static_cast<T_*>(out.data_ptr()), count);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
-  if (x.scalar_type() == at::kHalf)
-    run(__half{});
-  else
-    run(__nv_bfloat16{});
+  with_type(x.scalar_type(), run);
   return out;
 }
 
@@ -524,26 +524,24 @@ at::Tensor gated(const at::Tensor& up, GatedActivation kind) {
     using T_ = decltype(tag);
     const T_* in = static_cast<const T_*>(up.data_ptr());
     T_* o = static_cast<T_*>(out.data_ptr());
+    auto launch = [&](auto kernel) { kernel<<<blocks, 256, 0, stream>>>(in, width, o, count); };
     switch (kind) {
       case GatedActivation::gelu:
-        gated_kernel<T_, GatedActivation::gelu><<<blocks, 256, 0, stream>>>(in, width, o, count);
+        launch(gated_kernel<T_, GatedActivation::gelu>);
         break;
       case GatedActivation::gelu_tanh:
-        gated_kernel<T_, GatedActivation::gelu_tanh><<<blocks, 256, 0, stream>>>(in, width, o, count);
+        launch(gated_kernel<T_, GatedActivation::gelu_tanh>);
         break;
       case GatedActivation::silu:
-        gated_kernel<T_, GatedActivation::silu><<<blocks, 256, 0, stream>>>(in, width, o, count);
+        launch(gated_kernel<T_, GatedActivation::silu>);
         break;
       case GatedActivation::relu:
-        gated_kernel<T_, GatedActivation::relu><<<blocks, 256, 0, stream>>>(in, width, o, count);
+        launch(gated_kernel<T_, GatedActivation::relu>);
         break;
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
-  if (up.scalar_type() == at::kHalf)
-    run(__half{});
-  else
-    run(__nv_bfloat16{});
+  with_type(up.scalar_type(), run);
   return out;
 }
 
