@@ -1,5 +1,6 @@
 // The host side of flowline's CUDA kernels (cuda_kernels.hpp): loading them from libflowline_models_cuda.so,
-// and the fused residual add + LayerNorm with its fallback for the CPU and float32.
+// and the helpers the architectures call (residual add + LayerNorm, rotation, gated activations), each
+// falling back to ATen's operations on the CPU and in float32.
 #include "cuda_kernels.hpp"
 
 #include "graphs.hpp"
