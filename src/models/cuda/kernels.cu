@@ -9,7 +9,6 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <mma.h>
 
 #include <cmath>
 #include <cstdint>
@@ -41,12 +40,15 @@ void with_type(at::ScalarType type, Run&& run) {
 
 // ---- attention with a relative position bias -----------------------------------------------------------
 //
-// One block of 4 warps per (sequence, tile of 64 queries, head); each warp owns 16 query rows. For each
-// tile of 64 keys: S = Q K^T on tensor cores (WMMA 16x16x16, float accumulators) into shared memory, then
-// scale, bias and the online softmax in float32 (two lanes per row, 32 columns each; the running row
-// maximum and sum in registers), P rounded to the input type, P V on tensor cores, and the output rows
-// rescaled and accumulated in registers. Head dimensions are padded with zeros to DP (16..128) in shared
-// memory, which changes no dot product.
+// FlashAttention-2's scheme with mma.sync m16n8k16 on tensor cores, everything between the loads and the
+// output in registers. One block of 4 warps per (sequence, tile of 64 queries, head); each warp owns 16
+// query rows, whose Q fragments it keeps. For each tile of 64 keys (K and V staged in shared memory):
+// S = Q K^T into float accumulators; scale, bias and the online softmax in float32 on the accumulators
+// (each row's values spread over the 4 lanes of a quad, reduced with shuffles); P rounded to the input
+// type and repacked in place as the A operand of P V (the accumulator layout of one m16n8k16 is the A
+// layout of the next); V read transposed with ldmatrix.trans; the output rows rescaled and accumulated
+// in registers. Head dimensions are padded with zeros to DP (16..128) in shared memory, which changes no
+// dot product. The fragment layouts are PTX's (mma.m16n8k16): lane = 4 * group + quad position.
 
 constexpr int kRows = 64;  // queries per block
 constexpr int kKeys = 64;  // keys per tile
@@ -68,13 +70,9 @@ struct AttentionParams {
 
 template <int DP>
 struct Layout {
-  static constexpr int LD = DP + 8;                             // halves per Q/K/V row in shared memory
-  static constexpr int SW = (DP > kKeys ? DP : kKeys) + 4;      // floats per row of a warp's S / PV
-  static constexpr int PL = kKeys + 8;                          // halves per row of a warp's P
+  static constexpr int LD = DP + 8;                             // elements per Q/K/V row in shared memory
   static constexpr std::size_t qkv_bytes = 3 * kRows * LD * 2;  // Q, K, V tiles
-  static constexpr std::size_t s_bytes = kWarps * 16 * SW * 4;  // each warp's S, then its P V
-  static constexpr std::size_t p_bytes = kWarps * 16 * PL * 2;  // each warp's P
-  static std::size_t bytes(std::int64_t longest) { return qkv_bytes + s_bytes + p_bytes + 4 * (2 * longest); }
+  static std::size_t bytes(std::int64_t longest) { return qkv_bytes + 4 * (2 * longest); }
 };
 
 template <typename T, int DP>
@@ -91,9 +89,61 @@ __device__ __forceinline__ void load_rows(T* dst, const T* src, std::int64_t tok
   }
 }
 
+// Two floats as one register of two T (the lower column first).
+template <typename T>
+__device__ __forceinline__ std::uint32_t pack(float lo, float hi);
+template <>
+__device__ __forceinline__ std::uint32_t pack<__half>(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const std::uint32_t*>(&h);
+}
+template <>
+__device__ __forceinline__ std::uint32_t pack<__nv_bfloat16>(float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const std::uint32_t*>(&h);
+}
+template <typename T>
+__device__ __forceinline__ float2 unpack(std::uint32_t v);
+template <>
+__device__ __forceinline__ float2 unpack<__half>(std::uint32_t v) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&v));
+}
+template <>
+__device__ __forceinline__ float2 unpack<__nv_bfloat16>(std::uint32_t v) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
+}
+
+// d += a b for one m16n8k16 tile: a 4 registers (16 x 16, row-major), b 2 (16 x 8, column-major), d 4 floats.
+template <typename T>
+__device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1);
+template <>
+__device__ __forceinline__ void mma<__half>(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                                            std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma<__nv_bfloat16>(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                                                   std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Four 8 x 8 matrices of 16-bit values from shared memory, transposed: lane l names the row address of
+// matrix l / 8, row l % 8.
+__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], const void* row) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
 template <typename T, int DP>
 __global__ void __launch_bounds__(kWarps * 32) relative_attention_kernel(AttentionParams p) {
-  using namespace nvcuda;
   using L = Layout<DP>;
   const int sequence = blockIdx.x / p.tiles, tile = blockIdx.x % p.tiles, head = blockIdx.y;
   const int start = p.cu_seqlens[sequence], length = p.cu_seqlens[sequence + 1] - start;
@@ -104,9 +154,7 @@ __global__ void __launch_bounds__(kWarps * 32) relative_attention_kernel(Attenti
   T* sq = reinterpret_cast<T*>(smem);
   T* sk = sq + kRows * L::LD;
   T* sv = sk + kKeys * L::LD;
-  float* ss = reinterpret_cast<float*>(smem + L::qkv_bytes);
-  T* sp = reinterpret_cast<T*>(smem + L::qkv_bytes + L::s_bytes);
-  float* sbias = reinterpret_cast<float*>(smem + L::qkv_bytes + L::s_bytes + L::p_bytes);
+  float* sbias = reinterpret_cast<float*>(smem + L::qkv_bytes);
 
   const T* q = static_cast<const T*>(p.q) + head * p.q_head;
   const T* k = static_cast<const T*>(p.k) + head * p.k_head;
@@ -115,18 +163,29 @@ __global__ void __launch_bounds__(kWarps * 32) relative_attention_kernel(Attenti
   // This head's bias for key - query offsets -(length - 1) .. length - 1, at sbias[offset + length - 1].
   const float* bias = p.bias + static_cast<std::int64_t>(head) * p.bias_row + p.bias_center - (length - 1);
   for (int i = threadIdx.x; i < 2 * length - 1; i += blockDim.x) sbias[i] = bias[i];
+  __syncthreads();
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int row = lane >> 1, side = lane & 1;   // two lanes per query row
-  const int query = q0 + warp * 16 + row;       // position in the sequence
-  const bool active = q0 + warp * 16 < length;  // the warp has at least one real query
-  float* ws = ss + warp * 16 * L::SW;
-  T* wp = sp + warp * 16 * L::PL;
-  constexpr int OC = DP / 2;  // output columns per lane
-  float o[OC];
+  const int group = lane >> 2, quad = lane & 3;  // fragment row (and row + 8), column pair
+  const int row0 = q0 + warp * 16;               // the warp's first query position
+  const bool active = row0 < length;             // the warp has at least one real query
+  const int query[2] = {row0 + group, row0 + group + 8};
+
+  // The warp's Q as A fragments, one per 16 dimensions.
+  std::uint32_t qa[DP / 16][4];
 #pragma unroll
-  for (int i = 0; i < OC; ++i) o[i] = 0.f;
-  float row_max = -INFINITY, row_sum = 0.f;
+  for (int d = 0; d < DP / 16; ++d) {
+    const T* base = sq + (warp * 16 + group) * L::LD + d * 16 + quad * 2;
+    qa[d][0] = *reinterpret_cast<const std::uint32_t*>(base);
+    qa[d][1] = *reinterpret_cast<const std::uint32_t*>(base + 8 * L::LD);
+    qa[d][2] = *reinterpret_cast<const std::uint32_t*>(base + 8);
+    qa[d][3] = *reinterpret_cast<const std::uint32_t*>(base + 8 * L::LD + 8);
+  }
+
+  float o[DP / 8][4];  // output rows group and group + 8, columns n * 8 + quad * 2 + {0, 1}
+#pragma unroll
+  for (int n = 0; n < DP / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
   const float scale = p.scale * kLog2e;
 
   for (int k0 = 0; k0 < length; k0 += kKeys) {
@@ -136,82 +195,101 @@ __global__ void __launch_bounds__(kWarps * 32) relative_attention_kernel(Attenti
     __syncthreads();
     if (!active) continue;
 
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kKeys / 16];
+    // S = Q K^T: 8 tiles of 8 keys; K's rows are B's columns, two dimensions per register.
+    float s[kKeys / 8][4];
 #pragma unroll
-    for (int n = 0; n < kKeys / 16; ++n) wmma::fill_fragment(acc[n], 0.f);
+    for (int n = 0; n < kKeys / 8; ++n) {
+      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+      const T* key_row = sk + (n * 8 + group) * L::LD + quad * 2;
 #pragma unroll
-    for (int d = 0; d < DP / 16; ++d) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
-      wmma::load_matrix_sync(a, sq + warp * 16 * L::LD + d * 16, L::LD);
-#pragma unroll
-      for (int n = 0; n < kKeys / 16; ++n) {
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b;
-        wmma::load_matrix_sync(b, sk + n * 16 * L::LD + d * 16, L::LD);
-        wmma::mma_sync(acc[n], a, b, acc[n]);
+      for (int d = 0; d < DP / 16; ++d) {
+        const std::uint32_t b0 = *reinterpret_cast<const std::uint32_t*>(key_row + d * 16);
+        const std::uint32_t b1 = *reinterpret_cast<const std::uint32_t*>(key_row + d * 16 + 8);
+        mma<T>(s[n], qa[d], b0, b1);
       }
     }
-#pragma unroll
-    for (int n = 0; n < kKeys / 16; ++n) wmma::store_matrix_sync(ws + n * 16, acc[n], L::SW, wmma::mem_row_major);
-    __syncwarp();
 
-    // Scores in log2 units, this lane's 32 columns of its row.
-    float x[32];
-    float tile_max = -INFINITY;
+    // Scores in log2 units, the bias added, keys past the sequence masked; the online softmax per row.
+    float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      const int key = k0 + side * 32 + j;
-      float value = -INFINITY;
-      if (key < length) {
-        const float b = query < length ? sbias[key - query + length - 1] : 0.f;
-        value = ws[row * L::SW + side * 32 + j] * scale + b * kLog2e;
+    for (int n = 0; n < kKeys / 8; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int key = k0 + n * 8 + quad * 2 + (i & 1), r = i >> 1;
+        float value = -INFINITY;
+        if (key < length) {
+          const float b = query[r] < length ? sbias[key - query[r] + length - 1] : 0.f;
+          value = s[n][i] * scale + b * kLog2e;
+        }
+        s[n][i] = value;
+        tile_max[r] = fmaxf(tile_max[r], value);
       }
-      x[j] = value;
-      tile_max = fmaxf(tile_max, value);
     }
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-    const float new_max = fmaxf(row_max, tile_max);  // finite: every tile holds a real key
-    const float alpha = exp2f(row_max - new_max);
-    float tile_sum = 0.f;
+    float alpha[2];
 #pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      const T rounded = Cvt<T>::t(exp2f(x[j] - new_max));
-      tile_sum += Cvt<T>::f(rounded);
-      wp[row * L::PL + side * 32 + j] = rounded;
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+      const float new_max = fmaxf(row_max[r], tile_max[r]);  // finite: every tile holds a real key
+      alpha[r] = exp2f(row_max[r] - new_max);
+      row_max[r] = new_max;
     }
-    tile_sum += __shfl_xor_sync(0xffffffffu, tile_sum, 1);
-    row_sum = row_sum * alpha + tile_sum;
-    row_max = new_max;
+    // P, rounded to T, packed as the A fragments of P V (one per 16 keys).
+    std::uint32_t pa[kKeys / 16][4];
+    float tile_sum[2] = {0.f, 0.f};
 #pragma unroll
-    for (int i = 0; i < OC; ++i) o[i] *= alpha;
-    __syncwarp();
+    for (int j = 0; j < kKeys / 16; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // the 8-key tiles 2j and 2j + 1
+        const float* t = s[2 * j + h];
+        const std::uint32_t top = pack<T>(exp2f(t[0] - row_max[0]), exp2f(t[1] - row_max[0]));
+        const std::uint32_t bottom = pack<T>(exp2f(t[2] - row_max[1]), exp2f(t[3] - row_max[1]));
+        pa[j][2 * h] = top;
+        pa[j][2 * h + 1] = bottom;
+        const float2 a = unpack<T>(top), b = unpack<T>(bottom);
+        tile_sum[0] += a.x + a.y;
+        tile_sum[1] += b.x + b.y;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_sum[r] += __shfl_xor_sync(0xffffffffu, tile_sum[r], 1);
+      tile_sum[r] += __shfl_xor_sync(0xffffffffu, tile_sum[r], 2);
+      row_sum[r] = row_sum[r] * alpha[r] + tile_sum[r];
+    }
+#pragma unroll
+    for (int n = 0; n < DP / 8; ++n) {
+      o[n][0] *= alpha[0];
+      o[n][1] *= alpha[0];
+      o[n][2] *= alpha[1];
+      o[n][3] *= alpha[1];
+    }
 
+    // O += P V: V's rows (keys) read transposed as B fragments, two 8-dimension tiles per ldmatrix.
 #pragma unroll
-    for (int n = 0; n < DP / 16; ++n) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> pv;
-      wmma::fill_fragment(pv, 0.f);
+    for (int j = 0; j < kKeys / 16; ++j) {
 #pragma unroll
-      for (int j = 0; j < kKeys / 16; ++j) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> b;
-        wmma::load_matrix_sync(a, wp + j * 16, L::PL);
-        wmma::load_matrix_sync(b, sv + j * 16 * L::LD + n * 16, L::LD);
-        wmma::mma_sync(pv, a, b, pv);
+      for (int n = 0; n < DP / 16; ++n) {
+        std::uint32_t b[4];
+        ldmatrix_x4_trans(b, sv + (j * 16 + (lane & 15)) * L::LD + n * 16 + (lane >> 4) * 8);
+        mma<T>(o[2 * n], pa[j], b[0], b[1]);
+        mma<T>(o[2 * n + 1], pa[j], b[2], b[3]);
       }
-      wmma::store_matrix_sync(ws + n * 16, pv, L::SW, wmma::mem_row_major);
     }
-    __syncwarp();
-#pragma unroll
-    for (int i = 0; i < OC; ++i) o[i] += ws[row * L::SW + side * OC + i];
-    __syncwarp();
   }
 
-  if (active && query < length) {
-    const float inverse = 1.f / row_sum;
-    T* out = static_cast<T*>(p.out) + static_cast<std::int64_t>(start + query) * p.out_token + head * p.head_dim;
+  if (!active) return;
+  T* out = static_cast<T*>(p.out) + head * p.head_dim;
 #pragma unroll
-    for (int i = 0; i < OC; ++i) {
-      const int column = side * OC + i;
-      if (column < p.head_dim) out[column] = Cvt<T>::t(o[i] * inverse);
+  for (int r = 0; r < 2; ++r) {
+    if (query[r] >= length) continue;
+    const float inverse = 1.f / row_sum[r];
+    T* row = out + static_cast<std::int64_t>(start + query[r]) * p.out_token;
+#pragma unroll
+    for (int n = 0; n < DP / 8; ++n) {
+      const int column = n * 8 + quad * 2;
+      if (column < p.head_dim)
+        *reinterpret_cast<std::uint32_t*>(row + column) = pack<T>(o[n][2 * r] * inverse, o[n][2 * r + 1] * inverse);
     }
   }
 }
