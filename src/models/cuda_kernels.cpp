@@ -53,10 +53,14 @@ std::pair<at::Tensor, at::Tensor> add_then_layer_norm(const at::Tensor& a, const
   return {std::move(sum), std::move(normed)};
 }
 
-at::Tensor rotate_at(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& positions) {
-  if (half_on_gpu(x) && x.stride(2) == 1 && cos.scalar_type() == x.scalar_type())
-    return cuda_kernels().rotate(x, cos, sin, positions.contiguous());
-  return rotate(x, cos.index_select(0, positions), sin.index_select(0, positions));
+RotaryRows rotary_rows(const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& positions) {
+  if (half_on_gpu(cos)) return {cos, sin, positions.contiguous()};
+  return {cos.index_select(0, positions), sin.index_select(0, positions), at::Tensor()};
+}
+
+at::Tensor rotate_at(const at::Tensor& x, const RotaryRows& rows) {
+  if (rows.positions.defined()) return cuda_kernels().rotate(x, rows.cos, rows.sin, rows.positions);
+  return rotate(x, rows.cos, rows.sin);
 }
 
 at::Tensor gated_activation(const at::Tensor& up, const std::string& name) {

@@ -59,9 +59,15 @@ at::Tensor add_layer_norm(const at::Tensor& a, const at::Tensor& b, const at::Te
 // Pre-norm layers: (a + b, layer_norm(a + b)), in one kernel where add_layer_norm() fuses.
 std::pair<at::Tensor, at::Tensor> add_then_layer_norm(const at::Tensor& a, const at::Tensor& b,
                                                       const at::Tensor& weight, const at::Tensor& bias, double eps);
-// rotate(x, cos.index_select(0, positions), sin.index_select(0, positions)), in one kernel on a GPU in
-// fp16/bf16.
-at::Tensor rotate_at(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& positions);
+// The rotary tables of one forward pass, made once per pass by rotary_rows(): on a GPU in fp16/bf16 the
+// tables themselves and the tokens' positions (the rotate kernel looks the rows up); elsewhere the rows at
+// the tokens' positions, looked up here (positions undefined).
+struct RotaryRows {
+  at::Tensor cos, sin, positions;
+};
+RotaryRows rotary_rows(const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& positions);
+// rotate(x, cos rows, sin rows) of transformer.hpp, in one kernel on a GPU in fp16/bf16.
+at::Tensor rotate_at(const at::Tensor& x, const RotaryRows& rows);
 // activate(up[:, :I], name) * up[:, I:] (GeGLU, SwiGLU), in one kernel on a GPU in fp16/bf16.
 at::Tensor gated_activation(const at::Tensor& up, const std::string& name);
 

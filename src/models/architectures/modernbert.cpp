@@ -43,6 +43,8 @@ class ModernBert final : public Transformer {
     // the identity: the embeddings were just normed). Each residual add and the norm after it run fused.
     at::Tensor x = at::layer_norm(at::embedding(word_, batch.ids), {H}, emb_norm_w_, emb_norm_b_, eps_);
     at::Tensor normed = x;
+    const RotaryRows global_rows = rotary_rows(global_cos_, global_sin_, batch.positions);
+    const RotaryRows local_rows = rotary_rows(local_cos_, local_sin_, batch.positions);
     AttentionOptions global, local;
     global.scale = local.scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
     local.window = window_;
@@ -52,8 +54,7 @@ class ModernBert final : public Transformer {
       at::Tensor qkv = at::linear(normed, l.qkv_w, l.qkv_b);
       // Queries and keys rotated together: qkv's first 2H columns as [T, 2 * heads, head_dim].
       const at::Tensor qk =
-          rotate_at(qkv.narrow(1, 0, 2 * H).view({total, 2 * heads, head_dim}), sliding ? local_cos_ : global_cos_,
-                    sliding ? local_sin_ : global_sin_, batch.positions);
+          rotate_at(qkv.narrow(1, 0, 2 * H).view({total, 2 * heads, head_dim}), sliding ? local_rows : global_rows);
       const at::Tensor q = qk.narrow(1, 0, heads), k = qk.narrow(1, heads, heads);
       const at::Tensor v = qkv.narrow(1, 2 * H, H).view({total, heads, head_dim});
       at::Tensor context = attend(q, k, v, batch, sliding ? local : global);

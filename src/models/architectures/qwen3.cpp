@@ -129,17 +129,16 @@ class Qwen3 final : public Transformer {
     const std::int64_t heads = config_.heads, kv_heads = config_.kv_heads, d = config_.head_dim;
     const std::int64_t I = config_.intermediate, total = batch.ids.size(0);
     at::Tensor x = at::embedding(word_, batch.ids);
+    const RotaryRows rows = rotary_rows(cos_, sin_, batch.positions);
     AttentionOptions causal;
     causal.scale = 1.0 / std::sqrt(static_cast<double>(d));
     causal.causal = true;
     for (const auto& l : layers_) {
       const at::Tensor qkv = at::linear(rms_norm(x, l.input_norm, config_.eps), l.qkv_w);
       const at::Tensor q =
-          rotate_at(rms_norm(qkv.narrow(1, 0, heads * d).view({total, heads, d}), l.q_norm, config_.eps), cos_, sin_,
-                    batch.positions);
-      const at::Tensor k =
-          rotate_at(rms_norm(qkv.narrow(1, heads * d, kv_heads * d).view({total, kv_heads, d}), l.k_norm, config_.eps),
-                    cos_, sin_, batch.positions);
+          rotate_at(rms_norm(qkv.narrow(1, 0, heads * d).view({total, heads, d}), l.q_norm, config_.eps), rows);
+      const at::Tensor k = rotate_at(
+          rms_norm(qkv.narrow(1, heads * d, kv_heads * d).view({total, kv_heads, d}), l.k_norm, config_.eps), rows);
       const at::Tensor v = qkv.narrow(1, (heads + kv_heads) * d, kv_heads * d).view({total, kv_heads, d});
       x = x + at::linear(attend(q, k, v, batch, causal), l.o_w);
       const at::Tensor gate_up = at::linear(rms_norm(x, l.post_norm, config_.eps), l.gate_up_w);
