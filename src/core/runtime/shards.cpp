@@ -97,16 +97,16 @@ RequestPtr ShardRouter::combine(Pending& pending) const {
       total += got;
     }
     std::vector<std::pair<std::size_t, std::size_t>> order;  // (shard, index in its answer) per place
-    order.reserve(total);
-    for (std::size_t s = 0; s < shards_; ++s) {
-      for (std::size_t j = 0; pending.parts[s] && j < pending.parts[s]->docs.size(); ++j) order.emplace_back(s, j);
-    }
     if (same) {
-      std::vector<std::pair<std::size_t, std::size_t>> placed(total);
+      order.resize(total);
       for (std::size_t s = 0; s < shards_; ++s) {
-        for (std::size_t j = 0; j < pending.places[s].size(); ++j) placed[pending.places[s][j]] = {s, j};
+        for (std::size_t j = 0; j < pending.places[s].size(); ++j) order[pending.places[s][j]] = {s, j};
       }
-      order = std::move(placed);
+    } else {
+      order.reserve(total);
+      for (std::size_t s = 0; s < shards_; ++s) {
+        for (std::size_t j = 0; pending.parts[s] && j < pending.parts[s]->docs.size(); ++j) order.emplace_back(s, j);
+      }
     }
     whole->docs.reserve(total);
     for (const auto& [s, j] : order) whole->docs.push_back(std::move(pending.parts[s]->docs[j]));
