@@ -54,9 +54,6 @@ void append_byte_level(std::u32string_view piece, std::u32string& out) {
   }
 }
 
-constexpr std::string_view k_gpt2_pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-
 // ByteLevel: a space before each word that does not start with one (add_prefix_space), GPT-2's pattern
 // isolating its pieces (use_regex), then the bytes of each piece as characters. It rewrites the text:
 // s.other and s.other_words receive the pieces, then are swapped in.

@@ -121,17 +121,26 @@ class WordCache {
   }
 
  private:
-  static constexpr std::size_t kLongestWord = 48, kWords = 16384;
+  // Open addressing over a power-of-two table twice the size of the most words kept: a look-up is one
+  // hash of the word's code points and, nearly always, one slot read (a node-based map's pointer chase and
+  // division were a sixth of a byte-level BPE's time). hash 0 marks an empty slot.
+  static constexpr std::size_t kLongestWord = 48, kWords = 32768, kSlots = 2 * kWords;
+  struct Slot {
+    std::uint32_t hash = 0;
+    std::uint32_t chars = 0;  // the word: chars_[chars, chars + length)
+    std::uint32_t ids = 0;    // its ids: ids_[ids, ids + count)
+    std::uint16_t length = 0, count = 0;
+  };
   static WordCache& of_thread(std::uint64_t model);
+  static std::uint32_t hash(std::u32string_view word) noexcept;
   bool append(std::u32string_view word, std::vector<std::int32_t>& ids) const;
   void keep(std::u32string_view word, const std::int32_t* first, const std::int32_t* last);
-  struct Hash {
-    using is_transparent = void;
-    std::size_t operator()(std::u32string_view v) const noexcept { return std::hash<std::u32string_view>{}(v); }
-  };
+  void clear();
   std::uint64_t model_ = 0;
-  std::unordered_map<std::u32string, std::pair<std::size_t, std::size_t>, Hash, std::equal_to<>> words_;
-  std::vector<std::int32_t> ids_;  // every cached word's ids, [first, second) each
+  std::size_t words_ = 0;
+  std::vector<Slot> slots_;
+  std::u32string chars_;           // every cached word's code points
+  std::vector<std::int32_t> ids_;  // every cached word's ids
 };
 
 // The post-processor as a template: special tokens and the sequences A and B, each with its type id.

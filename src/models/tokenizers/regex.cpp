@@ -196,7 +196,8 @@ MatchState& match_state() {
 
 }  // namespace
 
-Regex::Regex(std::string_view pattern, const Origin& origin) : translated_(Translator(pattern, origin).run()) {
+Regex::Regex(std::string_view pattern, const Origin& origin)
+    : translated_(Translator(pattern, origin).run()), known_(known_pattern(pattern)) {
   std::u32string units;
   decode_utf8(translated_, units);
   const std::unique_ptr<pcre2_compile_context, decltype(&pcre2_compile_context_free)> context(
@@ -217,6 +218,14 @@ Regex::Regex(std::string_view pattern, const Origin& origin) : translated_(Trans
 Regex::~Regex() { pcre2_code_free(code_); }
 
 bool Regex::search(std::u32string_view text, std::size_t from, std::size_t& begin, std::size_t& end) const {
+  if (known_ != KnownPattern::none) {
+    const std::size_t known_end = known_match_end(known_, text, from);
+    if (known_end != std::u32string_view::npos) {
+      begin = from;
+      end = known_end;
+      return true;
+    }
+  }
   static const PCRE2_UCHAR32 empty = 0;
   MatchState& state = match_state();
   const auto* subject = text.empty() ? &empty : reinterpret_cast<PCRE2_SPTR>(text.data());

@@ -2,6 +2,9 @@
 // private to flowline::tokenizers: PCRE2 in UTF-32 mode with Unicode properties (UTF + UCP), JIT-compiled
 // where PCRE2 has a JIT, matching Hugging Face `tokenizers`, which uses Oniguruma (Ruby syntax).
 //
+// GPT-2's, Qwen2's and Llama 3's patterns are matched by hand where the text is ASCII, PCRE2 elsewhere
+// (known_match_end below); the matches are PCRE2's either way.
+//
 // Contract: a Regex is compiled once, when its component is built (on any thread), and is immutable after
 // that; for_each_match() may be called from many threads at once: the match data it needs is the calling
 // thread's own (thread_local), so a warmed thread allocates nothing per call. A pattern PCRE2 cannot
@@ -24,6 +27,16 @@
 struct pcre2_real_code_32;
 
 namespace flowline::models::tokenizers {
+
+// The patterns matched by hand over ASCII text (regex_known.cpp): GPT-2's (ByteLevel's), Qwen2's and
+// Llama 3's (Split's), recognized by their exact text.
+enum class KnownPattern { none, gpt2, qwen2, llama3 };
+inline constexpr std::string_view k_gpt2_pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+KnownPattern known_pattern(std::string_view pattern);
+// Where `pattern`'s match at `at` ends, when ASCII code points alone decide it (every position of these
+// patterns starts a match); npos when PCRE2 must answer.
+std::size_t known_match_end(KnownPattern pattern, std::u32string_view text, std::size_t at);
 
 class Regex {
  public:
@@ -61,6 +74,7 @@ class Regex {
 
   pcre2_real_code_32* code_ = nullptr;
   std::string translated_;
+  KnownPattern known_ = KnownPattern::none;
 };
 
 }  // namespace flowline::models::tokenizers

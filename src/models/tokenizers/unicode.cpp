@@ -10,6 +10,8 @@
 #include <iterator>
 #include <memory>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 namespace flowline::models::tokenizers {
 
@@ -80,31 +82,119 @@ bool is_ascii(const std::u32string& text) {
   return true;
 }
 
-void normalize_form(std::u32string& text, NormalForm form, std::string& scratch) {
-  if (is_ascii(text)) return;  // every normal form leaves ASCII as it is
-  int options = UTF8PROC_STABLE;
+namespace {
+
+int form_options(NormalForm form) {
   switch (form) {
     case NormalForm::nfc:
-      options |= UTF8PROC_COMPOSE;
-      break;
+      return UTF8PROC_STABLE | UTF8PROC_COMPOSE;
     case NormalForm::nfd:
-      options |= UTF8PROC_DECOMPOSE;
-      break;
+      return UTF8PROC_STABLE | UTF8PROC_DECOMPOSE;
     case NormalForm::nfkc:
-      options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
-      break;
+      return UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
     case NormalForm::nfkd:
-      options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
-      break;
+      return UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
   }
+  return UTF8PROC_STABLE;
+}
+
+void map_form(std::u32string& text, NormalForm form, std::string& scratch) {
   encode_utf8(text, scratch);
   utf8proc_uint8_t* mapped = nullptr;
-  const auto n =
-      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(scratch.data()),
-                   static_cast<utf8proc_ssize_t>(scratch.size()), &mapped, static_cast<utf8proc_option_t>(options));
+  const auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(scratch.data()),
+                              static_cast<utf8proc_ssize_t>(scratch.size()), &mapped,
+                              static_cast<utf8proc_option_t>(form_options(form)));
   if (n < 0) throw std::runtime_error(utf8proc_errmsg(n));  // only on allocation failure: the input is valid
   const std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(mapped, &std::free);
   decode_utf8(std::string_view(reinterpret_cast<const char*>(mapped), static_cast<std::size_t>(n)), text);
+}
+
+// The code points a normal form leaves alone in any text made only of such code points, so that such a
+// text (most text: curly quotes, dashes, accented Latin letters, whole scripts) skips utf8proc. Derived
+// from utf8proc's own data, once per form, for [0, kLimit) (every decomposition lies there); beyond, none.
+// A code point c is inert when
+//  - its combining class is 0 (nothing reorders around it),
+//  - it is no later part of any code point's decomposition (so no composition takes it as the second
+//    element; Hangul's vowels and trailing consonants among them),
+//  - the form maps c alone to c (so singletons and composition exclusions are out), and
+//  - its decomposition does not begin with such a later part (it recomposes on its own).
+// Then decomposing, reordering and composing such a text gives it back: every code point is a starter
+// that nothing composes onto. The decomposition forms (NFD, NFKD) also need c to have no decomposition.
+class InertTable {
+ public:
+  static constexpr char32_t kLimit = 0x30000;
+
+  explicit InertTable(NormalForm form) : bits_(kLimit / 64, 0) {
+    const bool compat = form == NormalForm::nfkc || form == NormalForm::nfkd;
+    const bool composes = form == NormalForm::nfc || form == NormalForm::nfkc;
+    const int options = UTF8PROC_DECOMPOSE | (compat ? UTF8PROC_COMPAT : 0);
+    std::vector<bool> later(kLimit, false);
+    std::vector<char32_t> first(kLimit, 0);
+    std::vector<bool> decomposes(kLimit, false);
+    utf8proc_int32_t buffer[32];
+    for (char32_t c = 0; c < kLimit; ++c) {
+      if (c >= 0xD800 && c <= 0xDFFF) continue;
+      int boundclass = 0;
+      const auto n = utf8proc_decompose_char(static_cast<utf8proc_int32_t>(c), buffer, 32,
+                                             static_cast<utf8proc_option_t>(options), &boundclass);
+      if (n < 1 || n > 32) continue;
+      first[c] = static_cast<char32_t>(buffer[0]);
+      decomposes[c] = n != 1 || buffer[0] != static_cast<utf8proc_int32_t>(c);
+      for (utf8proc_ssize_t i = 1; i < n; ++i)
+        if (static_cast<char32_t>(buffer[i]) < kLimit) later[static_cast<std::size_t>(buffer[i])] = true;
+    }
+    for (char32_t c = 0x1161; c <= 0x1175; ++c) later[c] = true;  // Hangul vowels (L + V)
+    // Hangul trailing consonants (LV + T), and U+11A7 before them, which utf8proc also composes
+    for (char32_t c = 0x11A7; c <= 0x11C2; ++c) later[c] = true;
+    std::string scratch;
+    std::u32string alone;
+    for (char32_t c = 0; c < kLimit; ++c) {
+      if ((c >= 0xD800 && c <= 0xDFFF) || (first[c] == 0 && c != 0)) continue;
+      if (utf8proc_get_property(static_cast<utf8proc_int32_t>(c))->combining_class != 0 || later[c]) continue;
+      if (decomposes[c]) {
+        if (!composes || later[first[c]]) continue;
+        alone.assign(1, c);
+        map_form(alone, form, scratch);
+        if (alone.size() != 1 || alone[0] != c) continue;
+      }
+      bits_[c / 64] |= std::uint64_t{1} << (c % 64);
+    }
+  }
+
+  bool inert(char32_t c) const { return c < kLimit && ((bits_[c / 64] >> (c % 64)) & 1) != 0; }
+
+ private:
+  std::vector<std::uint64_t> bits_;
+};
+
+const InertTable& inert_table(NormalForm form) {
+  switch (form) {
+    case NormalForm::nfc: {
+      static const InertTable table(NormalForm::nfc);
+      return table;
+    }
+    case NormalForm::nfd: {
+      static const InertTable table(NormalForm::nfd);
+      return table;
+    }
+    case NormalForm::nfkc: {
+      static const InertTable table(NormalForm::nfkc);
+      return table;
+    }
+    case NormalForm::nfkd:
+      break;
+  }
+  static const InertTable table(NormalForm::nfkd);
+  return table;
+}
+
+}  // namespace
+
+void normalize_form(std::u32string& text, NormalForm form, std::string& scratch) {
+  if (is_ascii(text)) return;  // every normal form leaves ASCII as it is
+  const InertTable& table = inert_table(form);
+  if (std::all_of(text.begin(), text.end(), [&](char32_t c) { return c < 0x80 || table.inert(c); })) return;
+  map_form(text, form, scratch);
 }
 
 }  // namespace flowline::models::tokenizers
