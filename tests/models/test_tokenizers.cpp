@@ -343,6 +343,14 @@ TEST_CASE("BPE follows tokenizers' merge queue, prefix, suffix and unknown-token
                                                "t.json");
   CHECK(fused->encode("abc") == std::vector<std::int32_t>{1, 2, 3});
   CHECK(fused->encode("axxc") == std::vector<std::int32_t>{1, 0, 3});
+  // Without a pre-tokenizer a text is one word; it is merged part by part, cut before each '▁' that follows
+  // another character, only where no merge could join across such a place. Here "a" + "▁" can: one word.
+  const std::string across = R"({"model": {"type": "BPE", "vocab": {"▁": 0, "a": 1, "b": 2, "▁a": 3, "▁b": 4,
+      "a▁": 5, "a▁b": 6}, "merges": [["a", "▁"], ["a▁", "b"], ["▁", "a"], ["▁", "b"]]}})";
+  CHECK(Tokenizer::from_json_text(across, "t.json")->encode("▁a▁b") == std::vector<std::int32_t>{0, 6});
+  const std::string within = R"({"model": {"type": "BPE", "vocab": {"▁": 0, "a": 1, "b": 2, "▁a": 3, "▁b": 4},
+      "merges": [["▁", "a"], ["▁", "b"]]}})";
+  CHECK(Tokenizer::from_json_text(within, "t.json")->encode("▁a▁b▁▁a") == std::vector<std::int32_t>{3, 4, 0, 3});
 }
 
 TEST_CASE("Split's delimiter behaviours and Replace's Regex pattern cut text as tokenizers does", "[tokenizers]") {

@@ -13,7 +13,6 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -31,6 +30,44 @@ struct MergeRule {
 std::uint64_t pair_key(std::int32_t a, std::int32_t b) {
   return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) | static_cast<std::uint32_t>(b);
 }
+
+// The merge rules by pair, open addressing over a power-of-two table at most half full, Fibonacci-hashed:
+// merging looks a pair up for every neighbour it makes, and a node-based map's pointer chase was a third
+// of a long word's time. A key of two ids is never all ones (ids are not negative), which marks an empty
+// entry.
+class MergeTable {
+ public:
+  void reserve(std::size_t rules) {
+    std::size_t capacity = 16;
+    while (capacity < 2 * rules) capacity *= 2;
+    shift_ = 64;
+    for (std::size_t c = capacity; c > 1; c /= 2) --shift_;
+    entries_.assign(capacity, Entry{});
+  }
+  void insert_or_assign(std::uint64_t key, MergeRule rule) {
+    std::size_t i = index(key);
+    while (entries_[i].key != kEmpty && entries_[i].key != key) i = (i + 1) & (entries_.size() - 1);
+    entries_[i] = Entry{key, rule};
+  }
+  const MergeRule* find(std::uint64_t key) const {
+    for (std::size_t i = index(key);; i = (i + 1) & (entries_.size() - 1)) {
+      if (entries_[i].key == key) return &entries_[i].rule;
+      if (entries_[i].key == kEmpty) return nullptr;
+    }
+  }
+
+ private:
+  static constexpr std::uint64_t kEmpty = ~std::uint64_t{0};
+  struct Entry {
+    std::uint64_t key = kEmpty;
+    MergeRule rule{};
+  };
+  std::size_t index(std::uint64_t key) const {
+    return static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ULL) >> shift_);
+  }
+  std::vector<Entry> entries_;
+  int shift_ = 64;
+};
 
 struct BpeOptions {
   std::optional<std::string> unk;
@@ -65,11 +102,26 @@ class Bpe final : public Model {
       plain_[c] = token_id(key);
     }
     for (unsigned byte = 0; byte < 256; ++byte) byte_ids_[byte] = token_id(fmt::format("<0x{:02X}>", byte));
+    cut_at_metaspace_ = options_.prefix.empty() && options_.suffix.empty() && !options_.ignore_merges &&
+                        token_id(k_metaspace_utf8) >= 0 &&
+                        std::none_of(merges.begin(), merges.end(), [](const auto& m) {
+                          return !m.first.ends_with(k_metaspace_utf8) && m.second.starts_with(k_metaspace_utf8);
+                        });
   }
 
   void tokenize(Scratch& s, Span word, std::vector<std::int32_t>& ids) const override {
     const std::u32string_view w = std::u32string_view(s.text).substr(word.begin, word.end - word.begin);
-    WordCache::cut(serial_, w, ids, [&] { merge_word(s, w, ids); });
+    if (!cut_at_metaspace_) {
+      WordCache::cut(serial_, w, ids, [&] { merge_word(s, w, ids); });
+      return;
+    }
+    for (std::size_t begin = 0; begin < w.size();) {
+      std::size_t end = begin + 1;
+      while (end < w.size() && !(w[end] == k_metaspace && w[end - 1] != k_metaspace)) ++end;
+      const std::u32string_view part = w.substr(begin, end - begin);
+      WordCache::cut(serial_, part, ids, [&] { merge_word(s, part, ids); });
+      begin = end;
+    }
   }
 
   void merge_word(Scratch& s, std::u32string_view w, std::vector<std::int32_t>& ids) const {
@@ -142,6 +194,14 @@ class Bpe final : public Model {
   }
 
   const std::uint64_t serial_ = WordCache::next_serial();
+  // Sentencepiece-style BPE without a pre-tokenizer (Llama, Mistral) sees a whole paragraph as one word,
+  // too long to cache and slow to merge. Where no merge joins a token ending in anything but '▁' to one
+  // starting with '▁', no token can span the place before a '▁' that follows another character, so the
+  // word is merged part by part, each part cached: the same ids, since merges in different parts never
+  // meet (the merge order within each part is unchanged).
+  static constexpr char32_t k_metaspace = U'\u2581';
+  static constexpr std::string_view k_metaspace_utf8 = "\xE2\x96\x81";
+  bool cut_at_metaspace_ = false;
 
   std::int32_t id_or_refuse(const std::string& token, const Origin& origin) const {
     const std::int32_t id = token_id(token);
@@ -173,9 +233,9 @@ class Bpe final : public Model {
   }
 
   void push(Work& work, std::int32_t left, std::int32_t right, std::uint32_t pos) const {
-    const auto it = merges_.find(pair_key(left, right));
-    if (it == merges_.end()) return;
-    work.queue.push_back({it->second.rank, pos, it->second.new_id});
+    const MergeRule* rule = merges_.find(pair_key(left, right));
+    if (rule == nullptr) return;
+    work.queue.push_back({rule->rank, pos, rule->new_id});
     std::push_heap(work.queue.begin(), work.queue.end());
   }
 
@@ -192,8 +252,8 @@ class Bpe final : public Model {
       if (!current.alive || current.next < 0) continue;
       Symbol& right = sym[static_cast<std::size_t>(current.next)];
       // A queued merge whose pair has changed since is stale, unless the pair now there makes the same token.
-      const auto rule = merges_.find(pair_key(current.id, right.id));
-      if (rule == merges_.end() || rule->second.new_id != top.new_id) continue;
+      const MergeRule* rule = merges_.find(pair_key(current.id, right.id));
+      if (rule == nullptr || rule->new_id != top.new_id) continue;
       current.id = top.new_id;
       current.next = right.next;
       right.alive = false;
@@ -208,7 +268,7 @@ class Bpe final : public Model {
   Vocabulary vocab_;
   BpeOptions options_;
   std::int32_t unk_ = -1;
-  std::unordered_map<std::uint64_t, MergeRule> merges_;
+  MergeTable merges_;
   std::array<std::int32_t, 0x800> plain_{};  // the id of each character below U+0800 on its own, or -1
   std::array<std::int32_t, 256> byte_ids_{};
 };
