@@ -82,8 +82,9 @@ std::u32string utf8proc_form(const std::u32string& text, int options) {
   std::string utf8;
   encode_utf8(text, utf8);
   utf8proc_uint8_t* mapped = nullptr;
-  const auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(utf8.data()),
-                              static_cast<utf8proc_ssize_t>(utf8.size()), &mapped, static_cast<utf8proc_option_t>(options));
+  const auto n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(utf8.data()), static_cast<utf8proc_ssize_t>(utf8.size()),
+                   &mapped, static_cast<utf8proc_option_t>(options));
   if (n < 0) throw std::runtime_error(utf8proc_errmsg(n));
   const std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(mapped, &std::free);
   std::u32string out;
@@ -102,8 +103,10 @@ TEST_CASE("GPT-2's, Qwen2's and Llama 3's patterns matched by hand give PCRE2's 
   std::vector<std::u32string> texts = corpus_texts();
   REQUIRE(texts.size() > 6000);
   for (auto& text : random_texts(20000)) texts.push_back(std::move(text));
-  for (const auto& [pattern, known] : std::vector<std::pair<std::string, KnownPattern>>{
-           {std::string(k_gpt2_pattern), KnownPattern::gpt2}, {qwen2, KnownPattern::qwen2}, {llama3, KnownPattern::llama3}}) {
+  for (const auto& [pattern, known] :
+       std::vector<std::pair<std::string, KnownPattern>>{{std::string(k_gpt2_pattern), KnownPattern::gpt2},
+                                                         {qwen2, KnownPattern::qwen2},
+                                                         {llama3, KnownPattern::llama3}}) {
     INFO(pattern);
     REQUIRE(known_pattern(pattern) == known);
     const Regex by_hand(pattern, origin);

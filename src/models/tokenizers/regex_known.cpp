@@ -84,7 +84,8 @@ std::size_t gpt2(std::u32string_view t, std::size_t i) {
 }
 
 // Qwen2's (digits: 1) and Llama 3's (digits: 3):
-// (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,digits}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+// (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,digits}|
+// ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
 std::size_t qwen(std::u32string_view t, std::size_t i, std::size_t digits) {
   const Kind k0 = kind(t[i]);
   if (k0 == Kind::unknown) return npos;
