@@ -16,12 +16,10 @@ struct detail::GraphAccess {
 // batches against them before any call. Calls come from the replica's thread, on its stream.
 struct GraphedEmbeddingModel::Impl {
   virtual ~Impl() = default;
-  // Captures the graph for passes of `tokens` tokens (a bucket) and sequences up to max_length, unless it
-  // exists.
+  // Captures the graph for passes of `tokens` tokens (a bucket) unless it exists.
   virtual void capture(std::int64_t tokens) = 0;
-  // Replays the graph of `tokens` tokens (a bucket of the batch's `total`) for the batch's length class
-  // (its longest sequence rounded up to a power of two), capturing that graph first if it is new; the
-  // result is a view of the graph's output.
+  // Replays the graph of `tokens` tokens (a bucket of the batch's `total`) on the batch; the result is a
+  // view of the graph's output.
   virtual at::Tensor replay(const PackedBatch& batch, std::int64_t total, std::int64_t tokens) = 0;
   virtual std::size_t graph_count() const noexcept = 0;
   virtual double capture_seconds() const noexcept = 0;

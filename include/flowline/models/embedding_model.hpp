@@ -95,10 +95,7 @@ std::vector<std::string> supported_model_types();
 // about ten kernels per layer, which matters when passes are short (the GPU finishes a kernel faster
 // than the host launches the next). Passes are padded up to one of eight token counts per power of two
 // (at most 1/8 more tokens; the padding belongs to no sequence and changes no result), and each size is
-// captured the first time it is needed, or all at once by capture_all(). Each size also has a graph per
-// length class (the pass's longest sequence rounded up to a power of two, 128 at least), so the attention
-// kernels launch no tiles for tokens no sequence has; capture_all() captures the model's longest, the
-// shorter classes are captured when a pass first needs one.
+// captured the first time it is needed, or all at once by capture_all().
 //
 // One GraphedEmbeddingModel per replica: it is not thread-safe, and every call must come from the same
 // CUDA stream (the graphs share one memory pool, which is safe because their replays never overlap).
@@ -121,7 +118,7 @@ class GraphedEmbeddingModel {
   // As EmbeddingModel::encode(), enqueued on the current stream. The result is a view of the graph's
   // output: read it (in stream order) before the next encode() call.
   at::Tensor encode(const PackedBatch& batch);
-  // Captures every size for sequences up to max_length now (shorter length classes come when needed).
+  // Captures every size now, so no pass pays for a capture later.
   void capture_all();
 
   // The token count a pass of `tokens` tokens is padded to.

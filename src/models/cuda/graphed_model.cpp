@@ -1,5 +1,5 @@
 // libflowline_models_cuda.so: an embedding model's forward passes captured as CUDA graphs, one
-// per token bucket and length class, and replayed on padded copies of each batch's layout. GraphedEmbeddingModel (graphs.cpp,
+// per token bucket, and replayed on padded copies of each batch's layout. GraphedEmbeddingModel (graphs.cpp,
 // in the CPU library) loads this the first time a replica on a GPU sets up graphs.
 #include "../graphs.hpp"
 
@@ -11,10 +11,8 @@
 
 #include <algorithm>
 #include <array>
-#include <bit>
 #include <chrono>
 #include <map>
-#include <utility>
 
 namespace flowline::models {
 namespace {
@@ -38,11 +36,11 @@ class CudaGraphs final : public GraphedEmbeddingModel::Impl {
     pool_ = at::cuda::graph_pool_handle();
   }
 
-  void capture(int64_t tokens) override { graph_for(tokens, max_length); }
+  void capture(int64_t tokens) override { graph_for(tokens); }
 
   at::Tensor replay(const PackedBatch& batch, int64_t total, int64_t tokens) override {
     const int64_t T = max_tokens, S = max_sequences;
-    Graph& graph = graph_for(tokens, length_class(*std::max_element(batch.lengths.begin(), batch.lengths.end())));
+    Graph& graph = graph_for(tokens);
     // The inputs in pinned memory, laid out as on the device, then one asynchronous copy.
     auto& slot = staging_[next_staging_++ % staging_.size()];
     if (slot.pending) slot.copied.synchronize();  // almost always long done
@@ -76,28 +74,15 @@ class CudaGraphs final : public GraphedEmbeddingModel::Impl {
 
   int64_t size() const { return 2 * max_tokens + 2 * max_sequences + 1; }
 
-  // The attention kernels' grids are fixed when a graph is captured: a row of query tiles for as many
-  // tokens as the longest sequence may have, most of which end at once for shorter sequences. With the
-  // model's longest (512; ModernBERT's 8,192) and paragraphs of 70 tokens, those empty tiles took most of
-  // the attention's time. So graphs are also kept per length class: the longest sequence rounded up to a
-  // power of two, at least one tile of 128 queries, at most the model's longest. capture_all() captures
-  // the model's longest for every bucket; shorter classes are captured when a batch first needs one
-  // (the encoder sorts its documents by length, so a run needs few).
-  int64_t length_class(int64_t longest) const {
-    constexpr int64_t kShortest = 128;
-    const auto rounded = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(std::max(longest, kShortest))));
-    return std::min(rounded, max_length);
-  }
-
-  // The inputs as a DeviceBatch over `tokens` tokens (views of `inputs_`), for sequences up to `length`.
-  DeviceBatch views(int64_t tokens, int64_t length) const {
+  // The inputs as a DeviceBatch over `tokens` tokens (views of `inputs_`).
+  DeviceBatch views(int64_t tokens) const {
     DeviceBatch b;
     b.ids = inputs_.narrow(0, 0, tokens);
     b.positions = inputs_.narrow(0, max_tokens, tokens);
     b.lengths = inputs_.narrow(0, 2 * max_tokens, max_sequences);
     b.offsets = inputs_.narrow(0, 2 * max_tokens + max_sequences, max_sequences + 1);
     b.total = tokens;
-    b.longest = length;  // the attention kernels' grids cover this; shorter sequences end early
+    b.longest = max_length;  // flash attention's grid covers this; shorter sequences end early
     return b;
   }
 
@@ -108,11 +93,11 @@ class CudaGraphs final : public GraphedEmbeddingModel::Impl {
     return detail::GraphAccess::forward_and_pool(*model, batch);
   }
 
-  Graph& graph_for(int64_t tokens, int64_t length) {
-    auto& slot = graphs_[{tokens, length}];
+  Graph& graph_for(int64_t tokens) {
+    auto& slot = graphs_[tokens];
     if (slot) return *slot;
     const auto start = std::chrono::steady_clock::now();
-    const DeviceBatch batch = views(tokens, length);
+    const DeviceBatch batch = views(tokens);
     // Before the first capture, one eager pass on this thread and stream: library handles, workspaces
     // and kernels are set up outside the capture, where allocating and synchronising are allowed.
     if (graphs_.size() == 1) run(batch);
@@ -131,7 +116,7 @@ class CudaGraphs final : public GraphedEmbeddingModel::Impl {
   // lengths [max_sequences] | offsets [max_sequences + 1], int64.
   at::Tensor inputs_;
   at::cuda::MempoolId_t pool_;
-  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<Graph>> graphs_;  // by token bucket and length class
+  std::map<int64_t, std::unique_ptr<Graph>> graphs_;  // by token bucket
   double capture_seconds_ = 0;
   std::array<Staging, 4> staging_;
   std::size_t next_staging_ = 0;
