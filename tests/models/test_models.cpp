@@ -335,25 +335,31 @@ TEST_CASE("on the GPU flowline's relative-bias attention and fused add + LayerNo
   }
   for (auto& t : replicas) t.join();
   CHECK(failures == 0);
-  // Rotary embeddings and gated activations: the same values to the bit as the ATen operations.
+  // Rotary embeddings and gated activations: the same values to the bit as the ATen operations, by eight
+  // values per thread (head_dim 64, width 1152) and one (head_dim 12, width 20).
   for (const auto dtype : {c10::kHalf, c10::kBFloat16}) {
     const auto options = at::TensorOptions().dtype(dtype).device(gpu);
-    const at::Tensor qkv = at::randn({T, 3 * 4 * 64}, options) * 2;
-    const at::Tensor qk = qkv.narrow(1, 0, 2 * 4 * 64).view({T, 8, 64});  // rows strided, as ModernBERT's
-    const auto [cos, sin] = models::detail::rotary_tables(10000.0, 64, 512, dtype, gpu);
-    const at::Tensor positions = at::randint(0, 512, {T}, at::TensorOptions().dtype(at::kLong).device(gpu));
-    CHECK(at::equal(kernels.rotate(qk, cos, sin, positions),
-                    models::detail::rotate(qk, cos.index_select(0, positions), sin.index_select(0, positions))));
-    const at::Tensor up = at::randn({T, 2 * 1152}, options) * 3;
-    for (const auto& [kind, name] : {std::pair{models::detail::GatedActivation::gelu, "gelu"},
-                                     std::pair{models::detail::GatedActivation::gelu_tanh, "gelu_pytorch_tanh"},
-                                     std::pair{models::detail::GatedActivation::silu, "silu"},
-                                     std::pair{models::detail::GatedActivation::relu, "relu"}}) {
-      const at::Tensor expected = models::detail::activate(up.narrow(1, 0, 1152), name) * up.narrow(1, 1152, 1152);
-      const at::Tensor got = kernels.gated(up, kind);
-      INFO(name << " in " << c10::toString(dtype) << ": "
-                << (got.to(at::kFloat) - expected.to(at::kFloat)).abs().max().item<double>());
-      CHECK(at::equal(got, expected));
+    for (const std::int64_t head_dim : {64, 12}) {
+      const at::Tensor qkv = at::randn({T, 3 * 4 * head_dim}, options) * 2;
+      const at::Tensor qk = qkv.narrow(1, 0, 2 * 4 * head_dim).view({T, 8, head_dim});  // rows strided, as ModernBERT's
+      const auto [cos, sin] = models::detail::rotary_tables(10000.0, head_dim, 512, dtype, gpu);
+      const at::Tensor positions = at::randint(0, 512, {T}, at::TensorOptions().dtype(at::kLong).device(gpu));
+      INFO("rotate, head_dim " << head_dim << " in " << c10::toString(dtype));
+      CHECK(at::equal(kernels.rotate(qk, cos, sin, positions),
+                      models::detail::rotate(qk, cos.index_select(0, positions), sin.index_select(0, positions))));
+    }
+    for (const std::int64_t width : {1152, 20}) {
+      const at::Tensor up = at::randn({T, 2 * width}, options) * 3;
+      for (const auto& [kind, name] : {std::pair{models::detail::GatedActivation::gelu, "gelu"},
+                                       std::pair{models::detail::GatedActivation::gelu_tanh, "gelu_pytorch_tanh"},
+                                       std::pair{models::detail::GatedActivation::silu, "silu"},
+                                       std::pair{models::detail::GatedActivation::relu, "relu"}}) {
+        const at::Tensor expected = models::detail::activate(up.narrow(1, 0, width), name) * up.narrow(1, width, width);
+        const at::Tensor got = kernels.gated(up, kind);
+        INFO(name << ", width " << width << " in " << c10::toString(dtype) << ": "
+                  << (got.to(at::kFloat) - expected.to(at::kFloat)).abs().max().item<double>());
+        CHECK(at::equal(got, expected));
+      }
     }
   }
   for (const std::int64_t width : {8, 32, 384, 768, 1024, 2048}) {

@@ -507,10 +507,26 @@ at::Tensor add_layer_norm(const at::Tensor& a, const at::Tensor& b, const at::Te
 
 // ---- rotary position embeddings ---------------------------------------------------------------------
 //
-// One thread per (token, head, i < head_dim / 2): the pair (x1, x2) = (x[i], x[i + half]) becomes
-// (x1 cos - x2 sin, x2 cos + x1 sin), each product and each sum rounded to T as the separate ATen
-// operations of rotate() round them, so the result is the same to the bit.
+// The pair (x1, x2) = (x[i], x[i + half]) becomes (x1 cos - x2 sin, x2 cos + x1 sin), each product and each
+// sum rounded to T as the separate ATen operations of rotate() round them, so the result is the same to the
+// bit. Eight pairs per thread in 16-byte loads and stores where the rows allow (half a multiple of 8,
+// 16-byte aligned rows, a 32-bit count of threads): one element per thread with 64-bit index divisions ran
+// at a third of the memory's bandwidth on the H100 (ncu: 48 us for ModernBERT's 8,192-token pass).
 
+template <typename T>
+struct Rotated {
+  T first, second;
+};
+
+template <typename T>
+__device__ __forceinline__ Rotated<T> rotate_pair(T x1_, T x2_, T c_, T s_) {
+  const float c = Cvt<T>::f(c_), s = Cvt<T>::f(s_);
+  const float x1 = Cvt<T>::f(x1_), x2 = Cvt<T>::f(x2_);
+  auto r = [](float v) { return Cvt<T>::f(Cvt<T>::t(v)); };
+  return {Cvt<T>::t(r(x1 * c) - r(x2 * s)), Cvt<T>::t(r(x2 * c) + r(x1 * s))};
+}
+
+// One thread per (token, head, i < half).
 template <typename T>
 __global__ void rotate_kernel(const T* __restrict__ x, std::int64_t token_stride, std::int64_t head_stride, int heads,
                               int half, const T* __restrict__ cos, const T* __restrict__ sin,
@@ -523,13 +539,47 @@ __global__ void rotate_kernel(const T* __restrict__ x, std::int64_t token_stride
   const std::int64_t token = token_head / heads;
   const T* row = x + token * token_stride + head * head_stride;
   const std::int64_t table = positions[token] * half + i;
-  const float c = Cvt<T>::f(cos[table]), s = Cvt<T>::f(sin[table]);
-  const float x1 = Cvt<T>::f(row[i]), x2 = Cvt<T>::f(row[i + half]);
-  auto r = [](float v) { return Cvt<T>::f(Cvt<T>::t(v)); };
+  const Rotated<T> r = rotate_pair(row[i], row[i + half], cos[table], sin[table]);
   T* o = out + token_head * 2 * half;
-  o[i] = Cvt<T>::t(r(x1 * c) - r(x2 * s));
-  o[i + half] = Cvt<T>::t(r(x2 * c) + r(x1 * s));
+  o[i] = r.first;
+  o[i + half] = r.second;
 }
+
+// Eight values of T in one 16-byte load or store.
+template <typename T>
+struct alignas(16) Vec8 {
+  T v[8];
+};
+
+// One thread per (token, head, eight pairs i..i+7); half % 8 == 0, rows 16-byte aligned.
+template <typename T>
+__global__ void rotate8_kernel(const T* __restrict__ x, unsigned token_stride, unsigned head_stride, unsigned heads,
+                               unsigned half, const T* __restrict__ cos, const T* __restrict__ sin,
+                               const std::int64_t* __restrict__ positions, T* __restrict__ out, unsigned count) {
+  const unsigned index = blockIdx.x * blockDim.x + threadIdx.x;
+  if (index >= count) return;
+  const unsigned groups = half / 8;
+  const unsigned i = index % groups * 8, token_head = index / groups;
+  const unsigned head = token_head % heads, token = token_head / heads;
+  const T* row = x + static_cast<std::size_t>(token) * token_stride + static_cast<std::size_t>(head) * head_stride;
+  const std::size_t table = static_cast<std::size_t>(positions[token]) * half + i;
+  const Vec8<T> x1 = *reinterpret_cast<const Vec8<T>*>(row + i);
+  const Vec8<T> x2 = *reinterpret_cast<const Vec8<T>*>(row + i + half);
+  const Vec8<T> c = *reinterpret_cast<const Vec8<T>*>(cos + table);
+  const Vec8<T> s = *reinterpret_cast<const Vec8<T>*>(sin + table);
+  Vec8<T> first, second;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const Rotated<T> r = rotate_pair(x1.v[k], x2.v[k], c.v[k], s.v[k]);
+    first.v[k] = r.first;
+    second.v[k] = r.second;
+  }
+  T* o = out + static_cast<std::size_t>(token_head) * 2 * half;
+  *reinterpret_cast<Vec8<T>*>(o + i) = first;
+  *reinterpret_cast<Vec8<T>*>(o + i + half) = second;
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
 at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& positions) {
   TORCH_CHECK(x.is_cuda() && x.dim() == 3 && x.stride(2) == 1 && x.size(2) % 2 == 0,
@@ -546,13 +596,25 @@ at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& 
   const std::int64_t count = T * heads * half;
   if (count == 0) return out;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(x.device().index());
-  const unsigned blocks = static_cast<unsigned>((count + 255) / 256);
+  const bool by_eight = half % 8 == 0 && x.stride(0) % 8 == 0 && x.stride(1) % 8 == 0 && aligned16(x.data_ptr()) &&
+                        aligned16(cos.data_ptr()) && aligned16(sin.data_ptr()) && aligned16(out.data_ptr()) &&
+                        count / 8 < (std::int64_t{1} << 31) && x.stride(0) < (std::int64_t{1} << 31);
   auto run = [&](auto tag) {
     using T_ = decltype(tag);
-    rotate_kernel<T_><<<blocks, 256, 0, stream>>>(
-        static_cast<const T_*>(x.data_ptr()), x.stride(0), x.stride(1), static_cast<int>(heads), static_cast<int>(half),
-        static_cast<const T_*>(cos.data_ptr()), static_cast<const T_*>(sin.data_ptr()),
-        positions.data_ptr<std::int64_t>(), static_cast<T_*>(out.data_ptr()), count);
+    const auto* px = static_cast<const T_*>(x.data_ptr());
+    const auto* pc = static_cast<const T_*>(cos.data_ptr());
+    const auto* ps = static_cast<const T_*>(sin.data_ptr());
+    auto* po = static_cast<T_*>(out.data_ptr());
+    if (by_eight) {
+      const auto threads = static_cast<unsigned>(count / 8);
+      rotate8_kernel<T_><<<(threads + 255) / 256, 256, 0, stream>>>(
+          px, static_cast<unsigned>(x.stride(0)), static_cast<unsigned>(x.stride(1)), static_cast<unsigned>(heads),
+          static_cast<unsigned>(half), pc, ps, positions.data_ptr<std::int64_t>(), po, threads);
+    } else {
+      rotate_kernel<T_><<<static_cast<unsigned>((count + 255) / 256), 256, 0, stream>>>(
+          px, x.stride(0), x.stride(1), static_cast<int>(heads), static_cast<int>(half), pc, ps,
+          positions.data_ptr<std::int64_t>(), po, count);
+    }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
   with_type(x.scalar_type(), run);
@@ -562,15 +624,12 @@ at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& 
 // ---- gated activations (GeGLU, SwiGLU) -------------------------------------------------------------------
 //
 // out = act(up[:, :I]) * up[:, I:], the activation rounded to T before the product as two ATen operations
-// would round it; each activation in float32 with ATen's CUDA formula.
+// would round it; each activation in float32 with ATen's CUDA formula. Eight columns per thread in 16-byte
+// loads and stores where I % 8 == 0 (as for rotate above).
 
 template <typename T, GatedActivation kind>
-__global__ void gated_kernel(const T* __restrict__ up, std::int64_t width, T* __restrict__ out, std::int64_t count) {
-  const std::int64_t index = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (index >= count) return;
-  const std::int64_t row = index / width, column = index % width;
-  const float a = Cvt<T>::f(up[row * 2 * width + column]);
-  const float b = Cvt<T>::f(up[row * 2 * width + width + column]);
+__device__ __forceinline__ T gate(T a_, T b_) {
+  const float a = Cvt<T>::f(a_), b = Cvt<T>::f(b_);
   float activated;
   if constexpr (kind == GatedActivation::gelu) {
     activated = a * 0.5f * (1.f + erff(a * static_cast<float>(M_SQRT1_2)));
@@ -584,7 +643,29 @@ __global__ void gated_kernel(const T* __restrict__ up, std::int64_t width, T* __
   } else {
     activated = a > 0.f ? a : 0.f;
   }
-  out[index] = Cvt<T>::t(Cvt<T>::f(Cvt<T>::t(activated)) * b);
+  return Cvt<T>::t(Cvt<T>::f(Cvt<T>::t(activated)) * b);
+}
+
+template <typename T, GatedActivation kind>
+__global__ void gated_kernel(const T* __restrict__ up, std::int64_t width, T* __restrict__ out, std::int64_t count) {
+  const std::int64_t index = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (index >= count) return;
+  const std::int64_t row = index / width, column = index % width;
+  out[index] = gate<T, kind>(up[row * 2 * width + column], up[row * 2 * width + width + column]);
+}
+
+template <typename T, GatedActivation kind>
+__global__ void gated8_kernel(const T* __restrict__ up, unsigned width, T* __restrict__ out, unsigned count) {
+  const unsigned index = blockIdx.x * blockDim.x + threadIdx.x;
+  if (index >= count) return;
+  const unsigned groups = width / 8;
+  const std::size_t row = index / groups, column = index % groups * 8;
+  const Vec8<T> a = *reinterpret_cast<const Vec8<T>*>(up + row * 2 * width + column);
+  const Vec8<T> b = *reinterpret_cast<const Vec8<T>*>(up + row * 2 * width + width + column);
+  Vec8<T> o;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) o.v[k] = gate<T, kind>(a.v[k], b.v[k]);
+  *reinterpret_cast<Vec8<T>*>(out + row * width + column) = o;
 }
 
 at::Tensor gated(const at::Tensor& up, GatedActivation kind) {
@@ -597,24 +678,32 @@ at::Tensor gated(const at::Tensor& up, GatedActivation kind) {
   const std::int64_t count = T * width;
   if (count == 0) return out;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(up.device().index());
-  const unsigned blocks = static_cast<unsigned>((count + 255) / 256);
+  const bool by_eight = width % 8 == 0 && aligned16(up.data_ptr()) && aligned16(out.data_ptr()) &&
+                        count / 8 < (std::int64_t{1} << 31) && width < (std::int64_t{1} << 31);
   auto run = [&](auto tag) {
     using T_ = decltype(tag);
     const T_* in = static_cast<const T_*>(up.data_ptr());
     T_* o = static_cast<T_*>(out.data_ptr());
-    auto launch = [&](auto kernel) { kernel<<<blocks, 256, 0, stream>>>(in, width, o, count); };
+    auto launch = [&](auto scalar, auto eight) {
+      if (by_eight) {
+        const auto threads = static_cast<unsigned>(count / 8);
+        eight<<<(threads + 255) / 256, 256, 0, stream>>>(in, static_cast<unsigned>(width), o, threads);
+      } else {
+        scalar<<<static_cast<unsigned>((count + 255) / 256), 256, 0, stream>>>(in, width, o, count);
+      }
+    };
     switch (kind) {
       case GatedActivation::gelu:
-        launch(gated_kernel<T_, GatedActivation::gelu>);
+        launch(gated_kernel<T_, GatedActivation::gelu>, gated8_kernel<T_, GatedActivation::gelu>);
         break;
       case GatedActivation::gelu_tanh:
-        launch(gated_kernel<T_, GatedActivation::gelu_tanh>);
+        launch(gated_kernel<T_, GatedActivation::gelu_tanh>, gated8_kernel<T_, GatedActivation::gelu_tanh>);
         break;
       case GatedActivation::silu:
-        launch(gated_kernel<T_, GatedActivation::silu>);
+        launch(gated_kernel<T_, GatedActivation::silu>, gated8_kernel<T_, GatedActivation::silu>);
         break;
       case GatedActivation::relu:
-        launch(gated_kernel<T_, GatedActivation::relu>);
+        launch(gated_kernel<T_, GatedActivation::relu>, gated8_kernel<T_, GatedActivation::relu>);
         break;
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
