@@ -63,15 +63,21 @@ std::size_t spaces_end(std::u32string_view t, std::size_t i, std::size_t j) {
   return j == t.size() || j - i < 2 ? j : j - 1;
 }
 
+// What each pattern here begins with: the code point at i must be ASCII, and an apostrophe may start a
+// contraction. True when that decides the answer: `end` is then the match's end, or npos for PCRE2.
+bool decided_at_start(std::u32string_view t, std::size_t i, bool caseless, std::size_t& end) {
+  end = npos;
+  if (kind(t[i]) == Kind::unknown) return true;
+  if (t[i] != '\'') return false;
+  const int n = contraction(t, i, caseless);
+  if (n > 0) end = i + static_cast<std::size_t>(n);
+  return n != 0;
+}
+
 // GPT-2's: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 std::size_t gpt2(std::u32string_view t, std::size_t i) {
+  if (std::size_t end; decided_at_start(t, i, false, end)) return end;
   const Kind k0 = kind(t[i]);
-  if (k0 == Kind::unknown) return npos;
-  if (t[i] == '\'') {
-    const int n = contraction(t, i, false);
-    if (n < 0) return npos;
-    if (n > 0) return i + static_cast<std::size_t>(n);
-  }
   const std::size_t k = t[i] == ' ' ? i + 1 : i;
   if (k < t.size()) {
     const Kind kk = kind(t[k]);
@@ -83,17 +89,10 @@ std::size_t gpt2(std::u32string_view t, std::size_t i) {
   return j == npos ? npos : spaces_end(t, i, j);
 }
 
-// Qwen2's (digits: 1) and Llama 3's (digits: 3):
-// (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,digits}|
-// ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+// Qwen2's pattern (k_qwen2 above, digits 1) and Llama 3's (\p{N}{1,3}: digits 3).
 std::size_t qwen(std::u32string_view t, std::size_t i, std::size_t digits) {
+  if (std::size_t end; decided_at_start(t, i, true, end)) return end;
   const Kind k0 = kind(t[i]);
-  if (k0 == Kind::unknown) return npos;
-  if (t[i] == '\'') {
-    const int n = contraction(t, i, true);
-    if (n < 0) return npos;
-    if (n > 0) return i + static_cast<std::size_t>(n);
-  }
   if (k0 == Kind::letter) return run_end(t, i, Kind::letter);
   if (k0 != Kind::number && t[i] != '\r' && t[i] != '\n' && i + 1 < t.size()) {
     const Kind k1 = kind(t[i + 1]);
