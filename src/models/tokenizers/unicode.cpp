@@ -153,7 +153,7 @@ class InertTable {
       if ((c >= 0xD800 && c <= 0xDFFF) || (first[c] == 0 && c != 0)) continue;
       if (utf8proc_get_property(static_cast<utf8proc_int32_t>(c))->combining_class != 0 || later[c]) continue;
       if (decomposes[c]) {
-        if (!composes || later[first[c]]) continue;
+        if (!composes || first[c] >= kLimit || later[first[c]]) continue;
         alone.assign(1, c);
         map_form(alone, form, scratch);
         if (alone.size() != 1 || alone[0] != c) continue;
