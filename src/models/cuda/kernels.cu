@@ -12,6 +12,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <type_traits>
+#include <utility>
 
 namespace flowline::models::detail {
 namespace {
@@ -114,24 +118,20 @@ __device__ __forceinline__ float2 unpack<__nv_bfloat16>(std::uint32_t v) {
 }
 
 // d += a b for one m16n8k16 tile: a 4 registers (16 x 16, row-major), b 2 (16 x 8, column-major), d 4 floats.
+// TYPE: the PTX name of the inputs' type (f16, bf16).
+#define FLOWLINE_MMA_M16N8K16(TYPE)                                           \
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TYPE "." TYPE         \
+               ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n" \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])               \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
 template <typename T>
-__device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1);
-template <>
-__device__ __forceinline__ void mma<__half>(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
-                                            std::uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+__device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>)
+    FLOWLINE_MMA_M16N8K16("f16");
+  else
+    FLOWLINE_MMA_M16N8K16("bf16");
 }
-template <>
-__device__ __forceinline__ void mma<__nv_bfloat16>(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
-                                                   std::uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+#undef FLOWLINE_MMA_M16N8K16
 
 // Four 8 x 8 matrices of 16-bit values from shared memory, transposed: lane l names the row address of
 // matrix l / 8, row l % 8.
@@ -294,24 +294,32 @@ __global__ void __launch_bounds__(kWarps * 32) relative_attention_kernel(Attenti
   }
 }
 
-// The device's largest opt-in shared memory per block. Every launch allows each kernel that much: the
-// attribute is global to the process, so setting it to each launch's own need would race between
-// replicas launching with different needs; one constant value, set by whoever comes, cannot.
-int shared_memory_optin(int device) {
-  int bytes = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  return bytes;
+// Allows `kernel` the device's largest opt-in shared memory per block, once per kernel and device, and
+// returns that size. One constant value per kernel: setting each launch's own need would race between
+// replicas launching with different needs. Asked once, not on every launch (the attention runs once a
+// layer).
+int allow_optin_shared_memory(const void* kernel, int device) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, int> allowed;
+  const std::lock_guard lock(mutex);
+  const auto [it, fresh] = allowed.try_emplace({kernel, device}, 0);
+  if (fresh) {
+    int bytes = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    it->second = bytes;
+  }
+  return it->second;
 }
 
 template <typename T, int DP>
 void launch_attention(const AttentionParams& p, int sequences, int heads, std::int64_t longest, cudaStream_t stream,
                       int device) {
   const std::size_t bytes = Layout<DP>::bytes(longest);
-  const int allowed = shared_memory_optin(device);
+  auto kernel = relative_attention_kernel<T, DP>;
+  const int allowed = allow_optin_shared_memory(reinterpret_cast<const void*>(kernel), device);
   TORCH_CHECK(bytes <= static_cast<std::size_t>(allowed), "relative_attention: sequences of ", longest, " tokens need ",
               bytes, " bytes of shared memory per block; the GPU has ", allowed);
-  auto kernel = relative_attention_kernel<T, DP>;
-  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, allowed));
   kernel<<<dim3(static_cast<unsigned>(sequences * p.tiles), static_cast<unsigned>(heads)), kWarps * 32, bytes,
            stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -684,26 +692,29 @@ at::Tensor gated(const at::Tensor& up, GatedActivation kind) {
     using T_ = decltype(tag);
     const T_* in = static_cast<const T_*>(up.data_ptr());
     T_* o = static_cast<T_*>(out.data_ptr());
-    auto launch = [&](auto scalar, auto eight) {
+    // The activation as a template argument: `tag` is a std::integral_constant of it.
+    auto launch = [&](auto tag) {
+      constexpr GatedActivation K = decltype(tag)::value;
       if (by_eight) {
         const auto threads = static_cast<unsigned>(count / 8);
-        eight<<<(threads + 255) / 256, 256, 0, stream>>>(in, static_cast<unsigned>(width), o, threads);
+        gated8_kernel<T_, K><<<(threads + 255) / 256, 256, 0, stream>>>(in, static_cast<unsigned>(width), o, threads);
       } else {
-        scalar<<<static_cast<unsigned>((count + 255) / 256), 256, 0, stream>>>(in, width, o, count);
+        gated_kernel<T_, K><<<static_cast<unsigned>((count + 255) / 256), 256, 0, stream>>>(in, width, o, count);
       }
     };
+    using A = GatedActivation;
     switch (kind) {
-      case GatedActivation::gelu:
-        launch(gated_kernel<T_, GatedActivation::gelu>, gated8_kernel<T_, GatedActivation::gelu>);
+      case A::gelu:
+        launch(std::integral_constant<A, A::gelu>{});
         break;
-      case GatedActivation::gelu_tanh:
-        launch(gated_kernel<T_, GatedActivation::gelu_tanh>, gated8_kernel<T_, GatedActivation::gelu_tanh>);
+      case A::gelu_tanh:
+        launch(std::integral_constant<A, A::gelu_tanh>{});
         break;
-      case GatedActivation::silu:
-        launch(gated_kernel<T_, GatedActivation::silu>, gated8_kernel<T_, GatedActivation::silu>);
+      case A::silu:
+        launch(std::integral_constant<A, A::silu>{});
         break;
-      case GatedActivation::relu:
-        launch(gated_kernel<T_, GatedActivation::relu>, gated8_kernel<T_, GatedActivation::relu>);
+      case A::relu:
+        launch(std::integral_constant<A, A::relu>{});
         break;
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
