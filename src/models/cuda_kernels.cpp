@@ -63,18 +63,16 @@ at::Tensor rotate_at(const at::Tensor& x, const RotaryRows& rows) {
   return rotate(x, rows.cos, rows.sin);
 }
 
+GatedActivation activation_kind(const std::string& name) {
+  if (name == "gelu" || name == "gelu_python") return GatedActivation::gelu;
+  if (name == "relu") return GatedActivation::relu;
+  if (name == "silu" || name == "swish") return GatedActivation::silu;
+  return GatedActivation::gelu_tanh;
+}
+
 at::Tensor gated_activation(const at::Tensor& up, const std::string& name) {
   const std::int64_t I = up.size(1) / 2;
-  if (half_on_gpu(up) && up.is_contiguous()) {
-    GatedActivation kind = GatedActivation::gelu_tanh;  // gelu_new, gelu_pytorch_tanh (as activate())
-    if (name == "gelu" || name == "gelu_python")
-      kind = GatedActivation::gelu;
-    else if (name == "relu")
-      kind = GatedActivation::relu;
-    else if (name == "silu" || name == "swish")
-      kind = GatedActivation::silu;
-    return cuda_kernels().gated(up, kind);
-  }
+  if (half_on_gpu(up) && up.is_contiguous()) return cuda_kernels().gated(up, activation_kind(name));
   return activate(up.narrow(1, 0, I), name) * up.narrow(1, I, I);
 }
 

@@ -2,6 +2,8 @@
 // weight loader that finds a checkpoint's tensor prefix and checks each tensor's shape.
 #include "transformer.hpp"
 
+#include "cuda_kernels.hpp"
+
 #include "flowline/error.hpp"
 
 #include <c10/util/StringUtil.h>
@@ -100,10 +102,17 @@ bool known_activation(const std::string& name) {
 }
 
 at::Tensor activate(const at::Tensor& x, const std::string& name) {
-  if (name == "gelu" || name == "gelu_python") return at::gelu(x);
-  if (name == "relu") return at::relu(x);
-  if (name == "silu" || name == "swish") return at::silu(x);
-  return at::gelu(x, "tanh");  // gelu_new, gelu_pytorch_tanh
+  switch (activation_kind(name)) {
+    case GatedActivation::gelu:
+      return at::gelu(x);
+    case GatedActivation::relu:
+      return at::relu(x);
+    case GatedActivation::silu:
+      return at::silu(x);
+    case GatedActivation::gelu_tanh:
+      break;
+  }
+  return at::gelu(x, "tanh");
 }
 
 const Architecture* find_architecture(std::string_view model_type) {
