@@ -12,6 +12,7 @@ export FLOWLINE_UTF8PROC_ROOT="$ROOT/.device/utf8proc"
 export FLOWLINE_PCRE2_ROOT="$ROOT/.device/pcre2"
 export FLOWLINE_STB_ROOT="$ROOT/.device/stb"
 export FLOWLINE_PROMETHEUS_ROOT="$ROOT/.device/prometheus"
+export FLOWLINE_DRAGONBOX_ROOT="$ROOT/.device/dragonbox"
 TORCH_PREFIX="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 # gRPC: the machine has none; .device/grpc.tar.xz (scripts/prepare-device.sh --grpc) brings Debian's, and

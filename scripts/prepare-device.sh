@@ -6,6 +6,7 @@
 #   .device/pcre2                    Debian's PCRE2 32-bit library and headers unpacked (dpkg -x)
 #   .device/prometheus               Debian's prometheus-cpp core library and headers unpacked (dpkg -x)
 #   .device/stb                      Debian's stb headers unpacked (for the profile plots)
+#   .device/dragonbox                Debian's Dragonbox (header and static library) unpacked: JSON floats
 #   .device/corpus                   the five books (../shared does not travel)
 #   .device/grpc.tar.xz              with --grpc only: Debian's gRPC C++ 1.51 and protobuf 3.21 (libraries,
 #                                    headers, protoc and its gRPC plugin; 5.5 MB packed), so that the GPU
@@ -49,7 +50,13 @@ if [ ! -d .device/prometheus/usr ]; then
   tmp="$(mktemp -d)"
   (cd "$tmp" && apt-get download -qq libprometheus-cpp-core1.0 prometheus-cpp-dev)
   for deb in "$tmp"/*.deb; do dpkg -x "$deb" .device/prometheus; done
-  rm -rf "$tmp"
+  rm -rf "$tmp" .device/prometheus/usr/share  # its documentation: 1.1 MB of the 64 MiB
+fi
+if [ ! -d .device/dragonbox/usr ]; then
+  tmp="$(mktemp -d)"
+  (cd "$tmp" && apt-get download -qq libdragonbox-dev)
+  dpkg -x "$tmp"/libdragonbox-dev_*.deb .device/dragonbox
+  rm -rf "$tmp" .device/dragonbox/usr/share
 fi
 # The device copy of the tree drops symbolic links (libutf8proc.so -> libutf8proc.so.2 -> ...): replace each
 # link by a copy of the file it points to, so CMake's find_library finds a real libutf8proc.so there.

@@ -3,7 +3,12 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <cmath>
+#include <cstring>
+#include <random>
 
 using namespace flowline;
 
@@ -111,6 +116,52 @@ TEST_CASE("half and bfloat16 tensors round trip exactly through JSON", "[io]") {
       CHECK(false);
     }
   }
+}
+
+TEST_CASE("a row of floats is written in each value's shortest form and reads back to the same float32", "[io]") {
+  // Every exponent, denormals and the extremes: 200,000 finite bit patterns, written as one row.
+  std::mt19937 random(7);
+  std::vector<float> values = {0.0f,    -0.0f,           1.0f,          -1.0f,          0.1f,        1e-45f,
+                               -1e-45f, 1.17549435e-38f, 3.4028235e38f, -3.4028235e38f, 16777216.0f, 16777217.0f,
+                               1e7f,    1e-7f,           123456.0f};
+  while (values.size() < 200'000) {
+    const std::uint32_t bits = random();
+    float v;
+    std::memcpy(&v, &bits, sizeof v);
+    if (std::isfinite(v)) values.push_back(v);
+  }
+  std::string row;
+  append_json_floats(row, values.data(), values.size());
+  REQUIRE(row.front() == '[');
+  REQUIRE(row.back() == ']');
+
+  // Each value's text, read straight into a float, is the same float (sign of zero included), and has no
+  // more significant digits than std::to_chars' shortest form.
+  auto significant_digits = [](std::string_view text) {
+    std::size_t first = text.find_first_of("123456789"), last = text.find_first_of("eE");
+    if (first == std::string_view::npos) return std::size_t{1};
+    std::string_view mantissa = text.substr(0, last);
+    mantissa = mantissa.substr(first, mantissa.find_last_of("123456789") + 1 - first);
+    return static_cast<std::size_t>(std::count_if(mantissa.begin(), mantissa.end(), ::isdigit));
+  };
+  std::size_t i = 0, wrong = 0, longer = 0;
+  for (std::size_t start = 1; start < row.size(); ++i) {
+    const std::size_t end = std::min(row.find(',', start), row.size() - 1);
+    const std::string_view text(row.data() + start, end - start);
+    float back = 0;
+    const auto parsed = std::from_chars(text.data(), text.data() + text.size(), back);
+    if (parsed.ec != std::errc() || parsed.ptr != text.data() + text.size() ||
+        std::memcmp(&back, &values[i], sizeof back) != 0) {
+      if (++wrong <= 5) UNSCOPED_INFO(fmt::format("value {}: {} read back as {}", i, values[i], text));
+    }
+    char shortest[32];
+    const auto made = std::to_chars(shortest, shortest + sizeof shortest, values[i]);
+    if (significant_digits(text) > significant_digits(std::string_view(shortest, made.ptr - shortest))) ++longer;
+    start = end + 1;
+  }
+  CHECK(i == values.size());
+  CHECK(wrong == 0);
+  CHECK(longer == 0);  // (read back through the documents' reader: test_writers, JSONL floats)
 }
 
 TEST_CASE("a bad document field is named in the error", "[io]") {
