@@ -145,7 +145,7 @@ void Flow::Impl::replica_thread(Stage& stage, std::size_t r, std::latch& constru
   if (!opened) return;
   const std::vector<Edge>& outputs = graph_.nodes[stage.node].outputs;
   runtime::ReplicaWorker worker(
-      replica, runtime::Batcher(*stage.queue, e.batching),
+      replica, runtime::Batcher(*stage.batches, e.batching),
       [this, &outputs, &stage](RequestPtr request) {
         if (stage.sharded) request = stage.sharded->router->gather(stage.shard, std::move(request));
         if (request) route(outputs, std::move(request));

@@ -7,7 +7,9 @@
 #include "runtime/observers.hpp"
 #include "runtime/replica.hpp"
 
+#include <chrono>
 #include <ostream>
+#include <thread>
 
 using namespace flowline;
 using namespace flowline::runtime;
@@ -146,7 +148,8 @@ TEST_CASE("the batcher takes queued requests of one endpoint up to the batch siz
   queue.push(request(&first, 2, {"e", "f"}));
   queue.push(request(&second, 0, {"g"}));
   queue.push(request(&second, 1, {"h", "i", "j", "k", "l"}));
-  Batcher batcher(queue, BatchingOptions{5, std::chrono::microseconds(0)});
+  BatchSource source(queue);
+  Batcher batcher(source, BatchingOptions{5, std::chrono::microseconds(0)});
 
   auto b1 = batcher.take();  // 2 + 2 fit, 2 more would make 6
   REQUIRE(b1.size() == 2);
@@ -173,7 +176,8 @@ TEST_CASE("the batcher merges requests of different posts with the same endpoint
   queue.push(request(&b, 0, {"b"}));
   queue.push(request(&c, 0, {"c"}));  // other parameters
   queue.push(request(&d, 0, {"d"}));  // another target
-  Batcher batcher(queue, BatchingOptions{100, std::chrono::microseconds(0)});
+  BatchSource source(queue);
+  Batcher batcher(source, BatchingOptions{100, std::chrono::microseconds(0)});
   auto b1 = batcher.take();
   REQUIRE(b1.size() == 2);
   CHECK(b1[0]->session == &a);
@@ -187,9 +191,59 @@ TEST_CASE("without batching options every request is a batch of its own", "[runt
   RequestQueue queue(4);
   queue.push(request(&session, 0, {"a"}));
   queue.push(request(&session, 1, {"b"}));
-  Batcher batcher(queue, BatchingOptions{});
+  BatchSource source(queue);
+  Batcher batcher(source, BatchingOptions{});
   CHECK(batcher.take().size() == 1);
   CHECK(batcher.take().size() == 1);
+}
+
+TEST_CASE("an executor's replicas collect one batch at a time, so a burst fills one batch before the next starts",
+          "[runtime][batcher]") {
+  PostSession session("/", {});
+  RequestQueue queue(16);
+  BatchSource source(queue);
+  const BatchingOptions options{4, std::chrono::seconds(5)};  // full batches return long before the delay
+  Batcher first(source, options), second(source, options);
+  std::vector<RequestPtr> a, b;
+  queue.push(request(&session, 0, {"r0"}));
+  std::thread collecting([&] { a = first.take(); });
+  while (queue.size() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // r0 is taken
+  std::thread waiting([&] { b = second.take(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the second replica waits for its turn
+  for (std::uint64_t i = 1; i < 8; ++i) {                      // one at a time, as clients' requests arrive
+    queue.push(request(&session, i, {fmt::format("r{}", i)}));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  collecting.join();
+  waiting.join();
+  // Replicas racing for each request would have split r1..r3 between the two batches.
+  REQUIRE(a.size() == 4);
+  REQUIRE(b.size() == 4);
+  for (std::size_t i = 0; i < 4; ++i) {
+    CHECK(a[i]->index == i);
+    CHECK(b[i]->index == i + 4);
+  }
+}
+
+TEST_CASE("the request carried over starts the next batch of whichever replica collects next", "[runtime][batcher]") {
+  PostSession session("/", {});
+  RequestQueue queue(16);
+  BatchSource source(queue);
+  queue.push(request(&session, 0, {"a", "b"}));
+  queue.push(request(&session, 1, {"c", "d", "e"}));  // does not fit beside the first
+  Batcher first(source, BatchingOptions{4, std::chrono::microseconds(0)});
+  Batcher second(source, BatchingOptions{4, std::chrono::microseconds(0)});
+  const auto a = first.take();
+  REQUIRE(a.size() == 1);
+  CHECK(a[0]->index == 0);
+  CHECK_FALSE(second.closed());
+  queue.close();
+  CHECK_FALSE(second.closed());  // the carried request is still to be taken
+  const auto b = second.take();
+  REQUIRE(b.size() == 1);
+  CHECK(b[0]->index == 1);
+  CHECK(second.closed());
+  CHECK(first.take().empty());
 }
 
 TEST_CASE("merged results go back by position when the count is unchanged", "[runtime][batcher]") {
@@ -271,8 +325,9 @@ TEST_CASE("a replica worker isolates a failing request in a merged batch and for
   ObserverList observers;
   ReplicaPlacement placement{"check", "Scripted", 0, c10::Device(c10::kCPU)};
   std::vector<RequestPtr> forwarded;
+  BatchSource source(queue);
   ReplicaWorker worker(
-      replica, Batcher(queue, {}), [&](RequestPtr r) { forwarded.push_back(std::move(r)); }, observers, placement, 0);
+      replica, Batcher(source, {}), [&](RequestPtr r) { forwarded.push_back(std::move(r)); }, observers, placement, 0);
   std::vector<RequestPtr> batch;
   batch.push_back(text_request(&session, 0, {"ok"}));
   batch.push_back(text_request(&session, 1, {"bad"}));

@@ -9,23 +9,30 @@ namespace flowline::runtime {
 
 std::vector<RequestPtr> Batcher::take() {
   std::vector<RequestPtr> batch;
-  if (carry_) {
-    batch.push_back(std::move(carry_));
-  } else if (auto first = queue_.pop()) {
+  RequestQueue& queue = source_.queue_;
+  if (options_.max_batch_size == 0) {
+    if (auto first = queue.pop()) batch.push_back(std::move(*first));
+    return batch;
+  }
+  std::lock_guard turn(source_.turn_);
+  if (source_.carry_) {
+    batch.push_back(std::move(source_.carry_));
+    source_.carrying_ = false;
+  } else if (auto first = queue.pop()) {
     batch.push_back(std::move(*first));
   } else {
     return batch;
   }
-  if (options_.max_batch_size == 0) return batch;
   std::size_t size = batch.front()->docs.size();
   const auto deadline = std::chrono::steady_clock::now() + options_.max_delay;
   while (size < options_.max_batch_size) {
-    auto next = options_.max_delay.count() > 0 ? queue_.pop_until(deadline) : queue_.try_pop();
+    auto next = options_.max_delay.count() > 0 ? queue.pop_until(deadline) : queue.try_pop();
     if (!next) break;
     RequestPtr& request = *next;
     if (!request->session->batches_with(*batch.front()->session) ||
         size + request->docs.size() > options_.max_batch_size) {
-      carry_ = std::move(request);
+      source_.carry_ = std::move(request);
+      source_.carrying_ = true;
       break;
     }
     size += request->docs.size();

@@ -11,11 +11,17 @@
 //   documents, waiting up to max_delay after the first for more (0: only what is already queued). A
 //   request that does not fit, or belongs to another post, is carried over to start the next batch: no
 //   request is reordered or dropped. A single request larger than max_batch_size is a batch of its own.
+// - An executor's replicas collect one at a time (BatchSource): while one replica fills its batch, the
+//   others wait for their turn instead of taking requests as they arrive. Idle replicas racing for each
+//   request split a burst of small requests (a gateway's clients) into several part-filled batches; one
+//   collector fills a batch before the next replica starts its own. The request carried over belongs to
+//   the executor, not to the replica that took it: the next replica to collect starts with it.
 // - Splitting back: when the handler returns as many documents as went in, the results go back by
 //   position (request i gets its own count of documents, in order). When the count changed (a splitter, a
 //   filter), each result goes to the request that held its id, or its parent_id; a result that matches no
 //   input fails the whole batch with an error saying so.
-// One Batcher belongs to one replica thread; the queue it takes from is shared and thread-safe.
+// One Batcher belongs to one replica thread; the BatchSource (queue, turn, carried request) is shared by the
+// executor's replicas and thread-safe, and outlives them.
 #pragma once
 
 #include "request.hpp"
@@ -23,6 +29,8 @@
 #include "flowline/flow_config.hpp"
 #include "flowline/queue.hpp"
 
+#include <atomic>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -31,19 +39,37 @@ namespace flowline::runtime {
 
 using RequestQueue = BoundedQueue<RequestPtr>;
 
-class Batcher {
+// What an executor's replicas take their batches from: its queue, the turn to collect a batch and the
+// request carried over to the next batch.
+class BatchSource {
  public:
-  Batcher(RequestQueue& queue, BatchingOptions options) : queue_(queue), options_(options) {}
+  explicit BatchSource(RequestQueue& queue) : queue_(queue) {}
+  BatchSource(const BatchSource&) = delete;
+  BatchSource& operator=(const BatchSource&) = delete;
 
-  // The next batch; empty once the queue is closed and drained (and nothing is carried over).
-  std::vector<RequestPtr> take();
-  // Whether the queue is closed (and nothing is carried over): take() would return no batch.
-  bool closed() const { return !carry_ && queue_.closed(); }
+  // Whether the queue is closed and nothing is carried over: a take() would return no batch.
+  bool closed() const { return !carrying_.load() && queue_.closed(); }
 
  private:
+  friend class Batcher;
   RequestQueue& queue_;
+  std::mutex turn_;                    // held by the replica collecting a batch
+  RequestPtr carry_;                   // under turn_: taken from the queue, left for the next batch
+  std::atomic<bool> carrying_{false};  // carry_ is set (read by closed() without the turn)
+};
+
+class Batcher {
+ public:
+  Batcher(BatchSource& source, BatchingOptions options) : source_(source), options_(options) {}
+
+  // The next batch; empty once the queue is closed and drained (and nothing is carried over). Waits for
+  // this replica's turn to collect when batching is on (max_batch_size > 0).
+  std::vector<RequestPtr> take();
+  bool closed() const { return source_.closed(); }
+
+ private:
+  BatchSource& source_;
   const BatchingOptions options_;
-  RequestPtr carry_;  // taken from the queue but left for the next batch
 };
 
 // The documents of several requests, concatenated for one handler call, and what it takes to split the

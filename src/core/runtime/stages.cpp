@@ -95,6 +95,7 @@ Stages build_stages(const FlowConfig& config, Registry& registry) {
     stage->first_replica = out.topology.replicas.size();
     stage->join = std::make_unique<JoinPoint>(out.graph.nodes[i].inputs);
     stage->queue = std::make_unique<RequestQueue>(std::max<std::size_t>(capacity, 1));
+    stage->batches = std::make_unique<BatchSource>(*stage->queue);
     if (e.shards > 1) {
       stage->entry = &registry.get(e.uses);
       stage->params = stage_params(e);
@@ -109,6 +110,7 @@ Stages build_stages(const FlowConfig& config, Registry& registry) {
         add_local_replicas(*shard, e, config, registry, out.topology);
         add_remote_replicas(*shard, e, out.topology);
         shard->queue = std::make_unique<RequestQueue>(std::max<std::size_t>(capacity, 1));
+        shard->batches = std::make_unique<BatchSource>(*shard->queue);
         stage->shards.push_back(std::move(shard));
       }
       out.stages.push_back(std::move(stage));

@@ -52,6 +52,7 @@ struct Stage {
   std::size_t first_replica = 0;     // its first replica's position in the topology
   std::unique_ptr<JoinPoint> join;
   std::unique_ptr<RequestQueue> queue;
+  std::unique_ptr<BatchSource> batches;  // over `queue`: its replicas' turns to collect a batch
   std::vector<std::unique_ptr<Replica>> replicas;
   std::unique_ptr<remote::RemoteGroup> remote;  // the hosts of a remote executor
   std::vector<std::thread> threads;
