@@ -138,6 +138,18 @@ at::Tensor float_row(const at::Tensor& embedding) {
   return row.contiguous().reshape({-1});
 }
 
+// What an answer of `docs`' embeddings takes at most: `per_doc` bytes of names and punctuation each, and
+// each value as JSON text (at most 16 bytes with its comma) or as base64 (4 bytes of text for 3 of float),
+// so that the answer is written without growing (and copying) its buffer on the way.
+std::size_t answer_size(const std::vector<const Document*>& docs, std::size_t per_doc, bool base64) {
+  std::size_t n = 64;
+  for (const Document* doc : docs) {
+    const std::size_t values = doc->embedding.defined() ? static_cast<std::size_t>(doc->embedding.numel()) : 0;
+    n += per_doc + (base64 ? (values * 4 + 2) / 3 * 4 : values * 16);
+  }
+  return n;
+}
+
 }  // namespace
 
 void append_float_embedding(std::string& out, const at::Tensor& embedding) {
@@ -340,7 +352,7 @@ EmbeddingsCall parse_openai(const json::value& body, std::string endpoint, const
 std::string openai_response(const EmbeddingsCall& call, const DocumentArray& flow_docs) {
   const std::vector<const Document*> docs = by_input(call.input_ids, flow_docs);
   std::string out;
-  out.reserve(64 + docs.size() * (call.base64 ? 600 : 4200));
+  out.reserve(answer_size(docs, 64, call.base64));
   out += "{\"object\":\"list\",\"data\":[";
   std::int64_t tokens = 0;
   for (std::size_t i = 0; i < docs.size(); ++i) {
@@ -397,7 +409,7 @@ EmbeddingsCall parse_tei(const json::value& body, std::string endpoint, const Pa
 std::string tei_response(const EmbeddingsCall& call, const DocumentArray& flow_docs) {
   const std::vector<const Document*> docs = by_input(call.input_ids, flow_docs);
   std::string out;
-  out.reserve(2 + docs.size() * 4200);
+  out.reserve(answer_size(docs, 4, false));
   out += '[';
   for (std::size_t i = 0; i < docs.size(); ++i) {
     if (!docs[i]->embedding.defined()) {
