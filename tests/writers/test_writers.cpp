@@ -73,7 +73,7 @@ TEST_CASE("the table of document fields names each field once, in JSON order", "
                     "embedding, tags, mime_type, uri, scores, chunks, matches, parent_id");
 }
 
-TEST_CASE("an embedding with NaN, infinities and negative zero is written as strings and -0.0 and reads back",
+TEST_CASE("an embedding with NaN, infinities and negative zero is written as strings and a signed zero and reads back",
           "[writers][jsonl]") {
   Document d("special");
   const std::vector<float> values = {std::nanf(""), INFINITY, -INFINITY, -0.0f, 0.0f, 2.5f};
