@@ -8,6 +8,8 @@
 
 #include "flowline/torch_support.hpp"
 
+#include <string_view>
+
 namespace flowline::models::detail {
 
 namespace {
@@ -63,11 +65,34 @@ at::Tensor rotate_at(const at::Tensor& x, const RotaryRows& rows) {
   return rotate(x, rows.cos, rows.sin);
 }
 
+namespace {
+
+// Every hidden_act name the architectures run, and what it computes.
+struct ActivationName {
+  std::string_view name;
+  GatedActivation kind;
+};
+constexpr ActivationName kActivations[] = {
+    {"gelu", GatedActivation::gelu},          {"gelu_python", GatedActivation::gelu},
+    {"gelu_new", GatedActivation::gelu_tanh}, {"gelu_pytorch_tanh", GatedActivation::gelu_tanh},
+    {"relu", GatedActivation::relu},          {"silu", GatedActivation::silu},
+    {"swish", GatedActivation::silu},
+};
+
+const ActivationName* find_activation(std::string_view name) {
+  for (const ActivationName& a : kActivations) {
+    if (a.name == name) return &a;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+bool known_activation(const std::string& name) { return find_activation(name) != nullptr; }
+
 GatedActivation activation_kind(const std::string& name) {
-  if (name == "gelu" || name == "gelu_python") return GatedActivation::gelu;
-  if (name == "relu") return GatedActivation::relu;
-  if (name == "silu" || name == "swish") return GatedActivation::silu;
-  return GatedActivation::gelu_tanh;
+  const ActivationName* a = find_activation(name);
+  return a ? a->kind : GatedActivation::gelu_tanh;
 }
 
 at::Tensor gated_activation(const at::Tensor& up, const std::string& name) {

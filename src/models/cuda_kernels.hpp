@@ -17,7 +17,8 @@ namespace flowline::models::detail {
 // The activations of gated feed-forward layers: GeGLU (gelu, gelu_tanh), SwiGLU (silu), ReGLU (relu).
 enum class GatedActivation { gelu, gelu_tanh, silu, relu };
 // A config's hidden_act as one of them: gelu and gelu_python exact, relu, silu and swish, and the tanh form
-// for the rest (gelu_new, gelu_pytorch_tanh). activate() and gated_activation() both read names this way.
+// for the rest (gelu_new, gelu_pytorch_tanh). activate() and gated_activation() both read names this way;
+// known_activation() (transformer.hpp) says whether a name is one of these, from the same table.
 GatedActivation activation_kind(const std::string& name);
 
 struct CudaKernels {

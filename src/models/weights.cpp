@@ -96,11 +96,6 @@ at::Tensor WeightLoader::load_float(const std::string& name, std::vector<std::in
   return on_device;
 }
 
-bool known_activation(const std::string& name) {
-  return name == "gelu" || name == "gelu_new" || name == "gelu_pytorch_tanh" || name == "relu" || name == "silu" ||
-         name == "swish" || name == "gelu_python";
-}
-
 at::Tensor activate(const at::Tensor& x, const std::string& name) {
   switch (activation_kind(name)) {
     case GatedActivation::gelu:
