@@ -1,10 +1,12 @@
-// Self-attention over packed tokens, shared by every architecture: one varlen flash-attention kernel on a
-// GPU in fp16/bf16 (flowline's own kernel where the scores get a relative position bias), otherwise
-// scaled_dot_product_attention per group of equal-length sequences.
+// Self-attention over packed tokens, shared by every architecture: on a GPU in fp16/bf16 one kernel over
+// the packed sequences — flowline's own (cuda_kernels.hpp) where the head dimension allows, else LibTorch's
+// varlen FlashAttention-2 — otherwise scaled_dot_product_attention per group of equal-length sequences.
 #include "cuda_kernels.hpp"
 #include "transformer.hpp"
 
 #include "flowline/error.hpp"
+
+#include <fmt/format.h>
 
 namespace flowline::models::detail {
 
@@ -42,7 +44,7 @@ struct PaddedPass {
 };
 
 void prepare_attention(AttentionOptions& options, const DeviceBatch& batch, c10::ScalarType dtype, std::int64_t) {
-  if (batch.flash || !options.bias_for || !batch.ids.is_cuda()) return;
+  if (batch.packed || !options.bias_for || !batch.ids.is_cuda()) return;
   auto pass = std::make_shared<PaddedPass>();
   pass->n = batch.lengths.size(0);
   pass->longest = (batch.longest + 7) / 8 * 8;
@@ -77,12 +79,21 @@ at::Tensor attend_padded(const at::Tensor& q, const at::Tensor& k, const at::Ten
 
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const DeviceBatch& batch,
                   const AttentionOptions& options) {
-  if (batch.flash) {
-    if (options.relative_bias.defined()) {
-      return cuda_kernels().relative_attention(q, k, v, batch.cu_seqlens, batch.longest, options.relative_bias,
-                                               options.scale);
+  if (batch.packed) {
+    if (packed_attention_fits(q, k, v)) {
+      PackedAttention packed;
+      packed.scale = options.scale;
+      packed.relative_bias = options.relative_bias;
+      packed.window = options.window;
+      packed.causal = options.causal;
+      return cuda_kernels().attention(q, k, v, batch.attention_tiles, batch.longest, packed);
     }
-    if (options.bias_for) throw Error("attention with a score bias cannot run as flash attention");
+    if (options.bias_for) {
+      throw Error(
+          fmt::format("attention with a score bias runs packed only with head dimensions that are multiples "
+                      "of 8 up to 128 (this model's: {})",
+                      q.size(2)));
+    }
     return attend_flash(q, k, v, batch, options);
   }
   if (options.padded) return attend_padded(q, k, v, *options.padded, options);

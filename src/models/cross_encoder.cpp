@@ -33,7 +33,7 @@ CrossEncoderModel::CrossEncoderModel(const Checkpoint& checkpoint, c10::Device d
   }
   const detail::ArchitectureContext context{checkpoint_, device, dtype};
   transformer_ = detail::make_transformer(context);
-  flash_ = transformer_->uses_flash(context);
+  packed_ = transformer_->uses_packed_attention(context);
   checkpoint_.max_seq_length = std::min(checkpoint_.max_seq_length, transformer_->info().max_positions);
   c10::InferenceMode guard;
   const std::int64_t H = transformer_->info().hidden_size, labels = checkpoint.classifier->num_labels;
@@ -65,7 +65,7 @@ std::size_t CrossEncoderModel::weight_bytes() const noexcept { return transforme
 
 at::Tensor CrossEncoderModel::score(const PackedBatch& batch, bool raw) const {
   c10::InferenceMode guard;
-  const detail::DeviceBatch device_batch = detail::upload(batch, info(), device_, flash_);
+  const detail::DeviceBatch device_batch = detail::upload(batch, info(), device_, packed_);
   const at::Tensor states = transformer_->forward(device_batch);
   const at::Tensor first =
       states.index_select(0, device_batch.offsets.narrow(0, 0, device_batch.lengths.size(0))).to(at::kFloat);

@@ -6,8 +6,13 @@
 #include "graphs.hpp"
 #include "transformer.hpp"
 
+#include "flowline/error.hpp"
 #include "flowline/torch_support.hpp"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
 #include <string_view>
 
 namespace flowline::models::detail {
@@ -28,6 +33,43 @@ const CudaKernels& cuda_kernels() {
   static const CudaKernels* const kernels = reinterpret_cast<Entry>(
       load_gpu_part(reinterpret_cast<const void*>(&cuda_kernels), kGraphsLibrary, kKernelsEntry))();
   return *kernels;
+}
+
+std::int64_t attention_tiles_bound(std::int64_t tokens, std::int64_t sequences) {
+  return (tokens + kAttentionTile - 1) / kAttentionTile + sequences;
+}
+
+void write_attention_tiles(const std::int64_t* lengths, std::int64_t count, std::int64_t* out, std::int64_t slots) {
+  std::int64_t start = 0, next = 0;
+  for (std::int64_t s = 0; s < count; ++s) {
+    const std::int64_t length = lengths[s];
+    if (length >= (std::int64_t{1} << kAttentionLengthBits)) {
+      throw Error(fmt::format("packed attention: a sequence of {} tokens is over its {}", length,
+                              (std::int64_t{1} << kAttentionLengthBits) - 1));
+    }
+    const std::int64_t tiles = (length + kAttentionTile - 1) / kAttentionTile;
+    if (next + tiles > slots) throw Error(fmt::format("packed attention: more tiles than the {} slots", slots));
+    for (std::int64_t t = 0; t < tiles; ++t) out[next++] = start << 32 | length << kAttentionTileBits | t;
+    start += length;
+    if (start >= (std::int64_t{1} << 31)) throw Error("packed attention: a pass of 2^31 tokens or more");
+  }
+  std::fill(out + next, out + slots, std::int64_t{-1});
+}
+
+bool packed_attention_fits(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  if (!half_on_gpu(q) || q.dim() != 3 || k.dim() != 3 || v.sizes() != k.sizes() || k.size(0) != q.size(0) ||
+      k.size(2) != q.size(2) || k.scalar_type() != q.scalar_type() || v.scalar_type() != q.scalar_type()) {
+    return false;
+  }
+  const std::int64_t head_dim = q.size(2);
+  if (head_dim % 8 != 0 || head_dim > 128 || k.size(1) < 1 || q.size(1) % k.size(1) != 0) return false;
+  for (const at::Tensor* t : {&q, &k, &v}) {
+    if (t->stride(2) != 1 || t->stride(0) % 8 != 0 || t->stride(1) % 8 != 0 ||
+        reinterpret_cast<std::uintptr_t>(t->data_ptr()) % 16 != 0) {
+      return false;
+    }
+  }
+  return true;
 }
 
 bool fused_add_layer_norm_fits(const at::Tensor& a, const at::Tensor& weight) {

@@ -1,8 +1,9 @@
-// Internal to flowline::models: flowline's own CUDA kernels, for what LibTorch has no single kernel for.
+// Internal to flowline::models: flowline's own CUDA kernels, for what LibTorch has no single kernel for, and
+// attention over packed short sequences (faster there than LibTorch's FlashAttention-2).
 // They live in libflowline_models_cuda.so (cuda/kernels.cu, built with nvcc) and are reached through
 // cuda_kernels(), which loads that library the first time a model on a GPU asks. Not installed.
 //
-// Both functions enqueue work on the current CUDA stream of the inputs' device and return at once; they
+// The functions enqueue work on the current CUDA stream of the inputs' device and return at once; they
 // may be captured into CUDA graphs (no allocation outside the caching allocator, no synchronisation).
 #pragma once
 
@@ -21,18 +22,39 @@ enum class GatedActivation { gelu, gelu_tanh, silu, relu };
 // known_activation() (transformer.hpp) says whether a name is one of these, from the same table.
 GatedActivation activation_kind(const std::string& name);
 
+// Packed attention's work list: one int64 per tile of kAttentionTile queries of each sequence, so a pass
+// launches blocks for its real tiles only (a grid by the longest sequence a graph allows would be mostly
+// empty blocks: 128 per sequence for ModernBERT's 8,192 positions). An entry is the sequence's first token
+// << 32 | its length << kAttentionTileBits | the tile's index in it; -1 past the last tile.
+constexpr std::int64_t kAttentionTile = 64;
+constexpr int kAttentionTileBits = 14, kAttentionLengthBits = 18;  // sequences up to 262,143 tokens
+// Entries a pass of `tokens` tokens in at most `sequences` sequences needs at most (sum of ceil(len / 64)).
+std::int64_t attention_tiles_bound(std::int64_t tokens, std::int64_t sequences);
+// Writes the work list of `count` sequences of these lengths (packed one after another) to out[0, slots),
+// -1 after the last tile. Throws flowline::Error when slots are too few or a length or the total is out of
+// range. (Pointer and count: nvcc compiles this header as C++17.)
+void write_attention_tiles(const std::int64_t* lengths, std::int64_t count, std::int64_t* out, std::int64_t slots);
+
+// What CudaKernels::attention masks and adds to the scores q.k * scale.
+struct PackedAttention {
+  double scale = 1.0;
+  // Undefined, or a bias that depends only on key position - query position (MPNet's relative position
+  // bias): [heads, 2P - 1] float32, the bias of d at column d + P - 1, P at least the longest sequence.
+  at::Tensor relative_bias;
+  std::int64_t window = 0;  // > 0: query i sees keys j with |i - j| <= window only (sliding-window layers)
+  bool causal = false;      // query i sees keys j <= i only
+};
+
 struct CudaKernels {
-  // Self-attention over packed sequences with a score bias that depends only on (key position - query
-  // position), MPNet's relative position bias, in one kernel (no padding, no [L, L] bias in memory).
-  // q, k, v: [T, heads, head_dim] fp16 or bf16, last dimension contiguous, head_dim a multiple of 8 up to
-  // 128. cu_seqlens: [n + 1] int32 on the device, where each sequence starts; tokens past cu_seqlens[n]
-  // belong to no sequence and their rows of the result are left unwritten. longest: at least every
-  // sequence's length. relative_bias: [heads, 2P - 1] float32, the bias of key position - query position
-  // = d at column d + P - 1 (P >= longest). Scores are q.k * scale + bias, softmax in float32.
-  // Returns [T, heads * head_dim] in q's dtype.
-  at::Tensor (*relative_attention)(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                   const at::Tensor& cu_seqlens, std::int64_t longest, const at::Tensor& relative_bias,
-                                   double scale);
+  // Self-attention over packed sequences in one kernel (no padding, no [L, L] mask or bias in memory), for
+  // every architecture: q [T, heads, head_dim], k and v [T, kv_heads, head_dim] (heads a multiple of
+  // kv_heads: grouped-query attention), fp16 or bf16, rows 16-byte aligned with the last dimension
+  // contiguous, head_dim a multiple of 8 up to 128 (packed_attention_fits()). tiles: the pass's work list
+  // on the device (write_attention_tiles(): which tile of kAttentionTile queries of which sequence each
+  // block takes; tokens of no sequence are left unwritten). longest: at least every sequence's length.
+  // Softmax in float32. Returns [T, heads * head_dim] in q's dtype.
+  at::Tensor (*attention)(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& tiles,
+                          std::int64_t longest, const PackedAttention& options);
   // layer_norm(a + b) over the last dimension in one pass: a, b [rows, H] contiguous fp16 or bf16, H a
   // multiple of 8 up to 2048; weight [H] and bias [H] (bias may be undefined) in the same dtype. The sum
   // is rounded to the dtype before it is normalised in float32, as at::layer_norm(a + b) does. When
@@ -52,6 +74,9 @@ struct CudaKernels {
 // The kernels of libflowline_models_cuda.so, loaded on first use (once per process). Throws
 // flowline::Error when the library cannot be loaded (flowline built without CUDA, or no CUDA runtime).
 const CudaKernels& cuda_kernels();
+
+// Whether CudaKernels::attention takes q, k and v of these shapes, dtypes and layouts.
+bool packed_attention_fits(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 
 // Whether add_layer_norm() takes tensors of this shape and dtype on this device.
 bool fused_add_layer_norm_fits(const at::Tensor& a, const at::Tensor& weight);

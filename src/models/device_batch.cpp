@@ -1,5 +1,6 @@
 // Packed batches on their way to the device: the checks every batch gets, its int64 layout, and the one
 // copy that moves it up.
+#include "cuda_kernels.hpp"
 #include "transformer.hpp"
 
 #include "flowline/error.hpp"
@@ -72,21 +73,25 @@ void write_layout(const PackedBatch& batch, std::int64_t* ids, std::int64_t* pos
 
 // On a GPU the host side is pinned memory from the caching host allocator, which does not hand the block
 // out again before the copy has completed, so the copy is asynchronous and safe.
-DeviceBatch upload(const PackedBatch& batch, const ModelInfo& info, c10::Device device, bool flash) {
+DeviceBatch upload(const PackedBatch& batch, const ModelInfo& info, c10::Device device, bool packed) {
   const auto n = static_cast<std::int64_t>(batch.lengths.size());
   DeviceBatch out;
   std::tie(out.total, out.longest) = check_batch(batch, info);
   const std::int64_t total = out.total;
   const bool cuda = device.is_cuda();
   const bool typed = !batch.type_ids.empty(), skips = !batch.pooling_skip.empty();
-  // Layout: ids [T] | positions [T] | lengths [n] | offsets [n + 1] | type ids [T]? | pooling skips [n]?
-  const std::int64_t size = 2 * total + 2 * n + 1 + (typed ? total : 0) + (skips ? n : 0);
+  // Layout: ids [T] | positions [T] | lengths [n] | offsets [n + 1] | type ids [T]? | pooling skips [n]? |
+  // packed attention's work list?
+  const std::int64_t tiles = packed ? attention_tiles_bound(total, n) : 0;
+  const std::int64_t size = 2 * total + 2 * n + 1 + (typed ? total : 0) + (skips ? n : 0) + tiles;
   at::Tensor host = at::empty({size}, at::TensorOptions().dtype(at::kLong).pinned_memory(cuda));
   auto* ids = host.data_ptr<std::int64_t>();
   write_layout(batch, ids, ids + total, ids + 2 * total, ids + 2 * total + n, n);
   std::int64_t next = 2 * total + 2 * n + 1;
   if (typed) std::copy(batch.type_ids.begin(), batch.type_ids.end(), ids + next);
   if (skips) std::copy(batch.pooling_skip.begin(), batch.pooling_skip.end(), ids + next + (typed ? total : 0));
+  const std::int64_t tiles_at = size - tiles;
+  if (packed) write_attention_tiles(batch.lengths.data(), n, ids + tiles_at, tiles);
   at::Tensor on_device = cuda ? host.to(device, /*non_blocking=*/true) : host;
   out.ids = on_device.narrow(0, 0, total);
   out.positions = on_device.narrow(0, total, total);
@@ -94,9 +99,10 @@ DeviceBatch upload(const PackedBatch& batch, const ModelInfo& info, c10::Device 
   out.offsets = on_device.narrow(0, 2 * total + n, n + 1);
   if (typed) out.type_ids = on_device.narrow(0, next, total);
   if (skips) out.pool_skip = on_device.narrow(0, next + (typed ? total : 0), n);
-  out.flash = flash;
-  if (flash) {
+  out.packed = packed;
+  if (packed) {
     out.cu_seqlens = out.offsets.to(at::kInt);
+    out.attention_tiles = on_device.narrow(0, tiles_at, tiles);
   } else {
     std::int64_t t = 0;
     for (std::int64_t s = 0; s < n;) {

@@ -60,7 +60,7 @@ EmbeddingModel::EmbeddingModel(const Checkpoint& checkpoint, c10::Device device,
   }
   const detail::ArchitectureContext context{checkpoint_, device, dtype};
   transformer_ = detail::make_transformer(context);
-  flash_ = transformer_->uses_flash(context);
+  packed_ = transformer_->uses_packed_attention(context);
   checkpoint_.max_seq_length = std::min(checkpoint_.max_seq_length, transformer_->info().max_positions);
   const std::int64_t hidden = transformer_->info().hidden_size;
   std::int64_t dimension = hidden * static_cast<std::int64_t>(checkpoint_.modules.pooling.size());
@@ -94,7 +94,7 @@ EmbeddingModel::~EmbeddingModel() = default;
 
 const ModelInfo& EmbeddingModel::info() const noexcept { return transformer_->info(); }
 std::int64_t EmbeddingModel::dimension() const noexcept { return modules_->dimension; }
-bool EmbeddingModel::graphable() const noexcept { return flash_; }
+bool EmbeddingModel::graphable() const noexcept { return packed_; }
 
 std::size_t EmbeddingModel::weight_bytes() const noexcept {
   std::size_t bytes = transformer_->weight_bytes();
@@ -106,12 +106,12 @@ std::size_t EmbeddingModel::weight_bytes() const noexcept {
 
 at::Tensor EmbeddingModel::token_states(const PackedBatch& batch) const {
   c10::InferenceMode guard;
-  return transformer_->forward(detail::upload(batch, info(), device_, flash_));
+  return transformer_->forward(detail::upload(batch, info(), device_, packed_));
 }
 
 at::Tensor EmbeddingModel::encode(const PackedBatch& batch) const {
   c10::InferenceMode guard;
-  return detail::GraphAccess::forward_and_pool(*this, detail::upload(batch, info(), device_, flash_));
+  return detail::GraphAccess::forward_and_pool(*this, detail::upload(batch, info(), device_, packed_));
 }
 
 // Pooling, Dense and Normalize over packed token states, driven by the offsets on the device: no value is

@@ -25,23 +25,24 @@
 
 namespace flowline::models::detail {
 
-// A run of equal-length sequences in a batch (attention outside flash attention works group by group).
+// A run of equal-length sequences in a batch (attention that is not packed works group by group).
 struct Group {
   std::int64_t token_begin, count, length;
 };
 
 // A batch's index tensors on the model's device, and what the host knows of its shape.
 struct DeviceBatch {
-  at::Tensor ids;         // [T] int64
-  at::Tensor positions;   // [T] int64: 0, 1, ... within each sequence (architectures add their offset)
-  at::Tensor type_ids;    // [T] int64, or undefined for all 0
-  at::Tensor lengths;     // [n] int64
-  at::Tensor offsets;     // [n + 1] int64: where each sequence starts, then T
-  at::Tensor pool_skip;   // [n] int64 tokens pooling leaves out at each start, or undefined for none
-  at::Tensor cu_seqlens;  // [n + 1] int32 (flash attention only)
+  at::Tensor ids;              // [T] int64
+  at::Tensor positions;        // [T] int64: 0, 1, ... within each sequence (architectures add their offset)
+  at::Tensor type_ids;         // [T] int64, or undefined for all 0
+  at::Tensor lengths;          // [n] int64
+  at::Tensor offsets;          // [n + 1] int64: where each sequence starts, then T
+  at::Tensor pool_skip;        // [n] int64 tokens pooling leaves out at each start, or undefined for none
+  at::Tensor cu_seqlens;       // [n + 1] int32 (packed attention only)
+  at::Tensor attention_tiles;  // packed attention's work list (cuda_kernels.hpp; packed attention only)
   std::int64_t total = 0, longest = 0;
-  std::vector<Group> groups;  // runs of equal-length sequences (attention outside flash)
-  bool flash = false;         // attention runs as varlen flash attention over cu_seqlens
+  std::vector<Group> groups;  // runs of equal-length sequences (attention that is not packed)
+  bool packed = false;        // attention runs as one kernel over the packed sequences (cu_seqlens)
 };
 
 // Checks a batch (lengths 1..max_length, ids in the vocabulary, type ids in range, ids and lengths that
@@ -55,7 +56,7 @@ void write_layout(const PackedBatch& batch, std::int64_t* ids, std::int64_t* pos
                   std::int64_t* offsets, std::int64_t slots);
 
 // Checks `batch` and moves it to `device` in one copy (pinned and non-blocking on a GPU).
-DeviceBatch upload(const PackedBatch& batch, const ModelInfo& info, c10::Device device, bool flash);
+DeviceBatch upload(const PackedBatch& batch, const ModelInfo& info, c10::Device device, bool packed);
 
 // Loads a checkpoint's tensors onto the device: finds the name prefix the checkpoint uses ("bert.",
 // "0.auto_model.", "roberta.", ""), checks each tensor's shape against what config.json implies, and
@@ -92,7 +93,7 @@ struct ArchitectureContext {
   c10::Device device;
   c10::ScalarType dtype;
 
-  bool flash() const noexcept { return device.is_cuda() && dtype != c10::kFloat; }
+  bool packed_attention() const noexcept { return device.is_cuda() && dtype != c10::kFloat; }
   // config.json's integer `key`; throws naming the file and key when it is missing or not an integer.
   std::int64_t require_int(const char* key) const;
   std::int64_t int_or(const char* key, std::int64_t fallback) const;
@@ -107,8 +108,9 @@ class Transformer {
   virtual ~Transformer() = default;
   // Token states [T, hidden] in the model's dtype for the packed batch. Enqueues work only.
   virtual at::Tensor forward(const DeviceBatch& batch) const = 0;
-  // Whether forward() can run as varlen flash attention on this device and dtype (and so be graphed).
-  virtual bool uses_flash(const ArchitectureContext& context) const { return context.flash(); }
+  // Whether forward()'s attention can run as one kernel over the packed sequences on this device and dtype
+  // (and so be graphed).
+  virtual bool uses_packed_attention(const ArchitectureContext& context) const { return context.packed_attention(); }
 
   const ModelInfo& info() const noexcept { return info_; }
   std::size_t weight_bytes() const noexcept { return weight_bytes_; }
@@ -137,8 +139,9 @@ std::unique_ptr<Transformer> make_transformer(const ArchitectureContext& context
 // ---- shared pieces of architectures -----------------------------------------------------------------
 
 // Self-attention over packed tokens. q, k, v: [T, heads, head_dim] (k and v may have fewer heads: grouped
-// queries). With flash: one varlen kernel. Otherwise per group of equal-length sequences with
-// scaled_dot_product_attention, `bias` (if defined: [heads, L, L] for a group of length L, from
+// queries). Packed (a GPU in fp16/bf16): one kernel over all sequences, flowline's own where the head
+// dimension is a multiple of 8 up to 128, else LibTorch's varlen FlashAttention-2. Otherwise per group of equal-length
+// sequences with scaled_dot_product_attention, `bias` (if defined: [heads, L, L] for a group of length L, from
 // bias_for(L)) added to the scores. `window` > 0: each token sees only tokens at most `window` away
 // (sliding-window attention). Returns [T, heads * head_dim].
 //
@@ -154,9 +157,8 @@ struct AttentionOptions {
   std::function<at::Tensor(std::int64_t length)> bias_for;  // empty: no bias
   std::shared_ptr<const PaddedPass> padded;                 // set by prepare_attention()
   // A bias that depends only on key position - query position (MPNet's): [heads, 2P - 1] float32, the
-  // bias of offset d at column d + P - 1. With flash (a GPU in fp16/bf16) attention then runs as
-  // flowline's own kernel over the packed tokens (cuda_kernels.hpp) instead of padded; bias_for is still
-  // what the other paths use.
+  // bias of offset d at column d + P - 1. Packed (a GPU in fp16/bf16), flowline's kernel adds it
+  // (cuda_kernels.hpp) instead of running padded; bias_for is still what the other paths use.
   at::Tensor relative_bias;
 };
 void prepare_attention(AttentionOptions& options, const DeviceBatch& batch, c10::ScalarType dtype,

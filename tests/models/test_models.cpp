@@ -276,7 +276,7 @@ TEST_CASE("on the GPU every architecture stays within the fp16 and bf16 bounds, 
   }
 }
 
-TEST_CASE("on the GPU flowline's relative-bias attention and fused add + LayerNorm agree with LibTorch's operations",
+TEST_CASE("on the GPU flowline's packed attention and fused add + LayerNorm agree with LibTorch's operations",
           "[models][gpu]") {
   if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
   const c10::Device gpu(c10::kCUDA, 0);
@@ -285,30 +285,64 @@ TEST_CASE("on the GPU flowline's relative-bias attention and fused add + LayerNo
   const std::vector<std::int64_t> lengths{1, 7, 63, 64, 65, 130, 300, 2};
   std::vector<std::int32_t> starts{0};
   for (const auto len : lengths) starts.push_back(starts.back() + static_cast<std::int32_t>(len));
-  const std::int64_t T = starts.back() + 5, heads = 3, positions = 320;  // 5 tokens of no sequence at the end
-  const at::Tensor cu = at::tensor(starts, at::kInt).to(gpu);
+  const std::int64_t T = starts.back() + 5, heads = 4, positions = 320;  // 5 tokens of no sequence at the end
+  // The work list with spare slots (-1), as a CUDA graph's is.
+  auto work_list = [&](std::span<const std::int64_t> lens) {
+    std::vector<std::int64_t> list(static_cast<std::size_t>(models::detail::attention_tiles_bound(T, 12)));
+    models::detail::write_attention_tiles(lens.data(), static_cast<std::int64_t>(lens.size()), list.data(),
+                                          static_cast<std::int64_t>(list.size()));
+    return at::tensor(list, at::kLong).to(gpu);
+  };
+  const at::Tensor tiles = work_list(lengths);
   const at::Tensor bias = at::randn({heads, 2 * positions - 1}, at::kFloat).to(gpu);
-  for (const std::int64_t head_dim : {8, 24, 64, 128}) {
-    for (const auto& [dtype, tolerance] : {std::pair{c10::kHalf, 1e-2}, std::pair{c10::kBFloat16, 4e-2}}) {
-      // q, k, v as views of one [T, 3 * heads * head_dim] projection, as the architectures make them.
-      const at::Tensor qkv = (at::randn({T, 3 * heads * head_dim}, at::kFloat) * 0.5).to(gpu, dtype);
-      auto part = [&](std::int64_t i) {
-        return qkv.narrow(1, i * heads * head_dim, heads * head_dim).view({T, heads, head_dim});
-      };
-      const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
-      const at::Tensor got = kernels.relative_attention(part(0), part(1), part(2), cu, 300, bias, scale).to(at::kFloat);
-      double worst = 0;
-      for (std::size_t s = 0; s < lengths.size(); ++s) {
-        const std::int64_t len = lengths[s];
-        auto rows = [&](std::int64_t i) { return part(i).narrow(0, starts[s], len).to(at::kFloat).transpose(0, 1); };
-        const at::Tensor offset = at::arange(len, at::kLong).unsqueeze(0) - at::arange(len, at::kLong).unsqueeze(1);
-        const at::Tensor b = bias.index({at::indexing::Slice(), (offset + positions - 1).to(gpu)});  // [heads, L, L]
-        const at::Tensor scores = at::matmul(rows(0), rows(1).transpose(1, 2)) * scale + b;
-        const at::Tensor expected = at::matmul(at::softmax(scores, -1), rows(2)).transpose(0, 1).reshape({len, -1});
-        worst = std::max(worst, (got.narrow(0, starts[s], len) - expected).abs().max().item<double>());
+  struct Mask {
+    const char* name;
+    std::int64_t kv_heads, window;
+    bool causal, bias;
+  };
+  // Every mask the architectures use: none (BERT, XLM-R), a relative bias (MPNet), a sliding window
+  // (ModernBERT), causal with grouped key/value heads (Qwen3), and the combinations.
+  const std::vector<Mask> masks{{"none", 4, 0, false, false},
+                                {"relative bias", 4, 0, false, true},
+                                {"window 40", 4, 40, false, false},
+                                {"causal, 2 kv heads", 2, 0, true, false},
+                                {"causal, window 70", 1, 70, true, false},
+                                {"bias, window 100", 4, 100, false, true}};
+  for (const auto& mask : masks) {
+    for (const std::int64_t head_dim : {8, 24, 64, 128}) {
+      for (const auto& [dtype, tolerance] : {std::pair{c10::kHalf, 1e-2}, std::pair{c10::kBFloat16, 4e-2}}) {
+        // q, k, v as views of one [T, (heads + 2 kv_heads) * head_dim] projection, as the architectures make them.
+        const std::int64_t kv = mask.kv_heads, group = heads / kv;
+        const at::Tensor qkv = (at::randn({T, (heads + 2 * kv) * head_dim}, at::kFloat) * 0.5).to(gpu, dtype);
+        const at::Tensor q = qkv.narrow(1, 0, heads * head_dim).view({T, heads, head_dim});
+        const at::Tensor k = qkv.narrow(1, heads * head_dim, kv * head_dim).view({T, kv, head_dim});
+        const at::Tensor v = qkv.narrow(1, (heads + kv) * head_dim, kv * head_dim).view({T, kv, head_dim});
+        models::detail::PackedAttention options;
+        options.scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+        options.window = mask.window;
+        options.causal = mask.causal;
+        if (mask.bias) options.relative_bias = bias;
+        const at::Tensor got = kernels.attention(q, k, v, tiles, 300, options).to(at::kFloat);
+        double worst = 0;
+        for (std::size_t s = 0; s < lengths.size(); ++s) {
+          const std::int64_t len = lengths[s];
+          auto rows = [&](const at::Tensor& t) {  // [heads, len, head_dim] in float32, key/value heads repeated
+            return t.narrow(0, starts[s], len).to(at::kFloat).transpose(0, 1).repeat_interleave(heads / t.size(1), 0);
+          };
+          const at::Tensor offset = at::arange(len, at::kLong).unsqueeze(0) - at::arange(len, at::kLong).unsqueeze(1);
+          at::Tensor scores = at::matmul(rows(q), rows(k).transpose(1, 2)) * options.scale;
+          if (mask.bias) scores = scores + bias.index({at::indexing::Slice(), (offset + positions - 1).to(gpu)});
+          at::Tensor hidden = at::zeros({len, len}, at::kBool);  // key - query offsets the query may not see
+          if (mask.window > 0) hidden = hidden | (offset.abs() > mask.window);
+          if (mask.causal) hidden = hidden | (offset > 0);
+          scores = scores.masked_fill(hidden.to(gpu), -INFINITY);
+          const at::Tensor expected = at::matmul(at::softmax(scores, -1), rows(v)).transpose(0, 1).reshape({len, -1});
+          worst = std::max(worst, (got.narrow(0, starts[s], len) - expected).abs().max().item<double>());
+        }
+        INFO(mask.name << ", head_dim " << head_dim << " (" << group << " query heads a key head) in "
+                       << c10::toString(dtype) << ": largest difference " << worst);
+        CHECK(worst < tolerance);
       }
-      INFO("head_dim " << head_dim << " in " << c10::toString(dtype) << ": largest difference " << worst);
-      CHECK(worst < tolerance);
     }
   }
   // Replicas launch side by side with different longest sequences (so different shared memory needs).
@@ -320,12 +354,15 @@ TEST_CASE("on the GPU flowline's relative-bias attention and fused add + LayerNo
       c10::StreamGuard on_stream(*stream);
       const at::Tensor qkv = at::randn({T, 3 * heads * 64}, at::TensorOptions().dtype(c10::kHalf).device(gpu));
       auto part = [&](std::int64_t i) { return qkv.narrow(1, i * heads * 64, heads * 64).view({T, heads, 64}); };
-      const at::Tensor short_cu = at::tensor(std::vector<std::int32_t>{0, 64, 128}, at::kInt).to(gpu);
+      const std::vector<std::int64_t> two_of_64{64, 64};
+      const at::Tensor short_tiles = work_list(two_of_64);
+      models::detail::PackedAttention options;
+      options.scale = 0.125;
+      options.relative_bias = bias;
       try {
         at::Tensor out;
         for (int i = 0; i < 300; ++i)
-          out = kernels.relative_attention(part(0), part(1), part(2), longest == 64 ? short_cu : cu, longest, bias,
-                                           0.125);
+          out = kernels.attention(part(0), part(1), part(2), longest == 64 ? short_tiles : tiles, longest, options);
         out.cpu();  // waits for the stream
       } catch (const std::exception& e) {
         UNSCOPED_INFO(e.what());

@@ -293,7 +293,7 @@ TEST_CASE("CUDA graph buckets pad a pass by at most an eighth and grow monotonic
   }
 }
 
-TEST_CASE("CUDA graphs refuse an encoder without flash attention, naming what they need", "[encoder][graphs]") {
+TEST_CASE("CUDA graphs refuse an encoder without packed attention, naming what they need", "[encoder][graphs]") {
   const auto encoder =
       std::make_shared<const models::EmbeddingModel>(kData / "tiny-bert", c10::Device(c10::kCPU), c10::kFloat);
   CHECK_FALSE(encoder->graphable());

@@ -37,7 +37,7 @@ class CrossEncoderModel {
   c10::ScalarType dtype_;
   std::unique_ptr<detail::Transformer> transformer_;
   std::unique_ptr<Head> head_;
-  bool flash_ = false;
+  bool packed_ = false;
 };
 
 }  // namespace flowline::models

@@ -4,8 +4,8 @@
 // The architectures (BERT, RoBERTa/XLM-R/CamemBERT, MPNet, ModernBERT, ...) are a table in
 // src/models/architectures/ (docs/models.md: adding one is one file and one line). Every one runs on
 // packed tokens: the sequences of a batch are concatenated into one [T, H] matrix, so dense layers, norms
-// and activations never touch padding, and attention runs per sequence (a varlen flash-attention kernel
-// on a GPU in fp16/bf16, equal-length groups elsewhere). The sentence-transformers modules after the
+// and activations never touch padding, and attention runs per sequence (one kernel over the packed
+// sequences on a GPU in fp16/bf16, equal-length groups elsewhere). The sentence-transformers modules after the
 // transformer (Pooling, Dense, Normalize) follow the checkpoint (checkpoint.hpp).
 //
 // An EmbeddingModel holds its weights on one device. encode() is const and thread-safe: replicas on one
@@ -73,8 +73,8 @@ class EmbeddingModel {
   c10::Device device() const noexcept { return device_; }
   c10::ScalarType dtype() const noexcept { return dtype_; }
   std::size_t weight_bytes() const noexcept;  // on the device
-  // Whether a pass's work is independent of its sequence lengths on the host (flash attention over the
-  // packed tokens on a GPU in fp16/bf16, no host-side grouping): what GraphedEmbeddingModel needs.
+  // Whether a pass's work is independent of its sequence lengths on the host (one attention kernel over
+  // the packed tokens on a GPU in fp16/bf16, no host-side grouping): what GraphedEmbeddingModel needs.
   bool graphable() const noexcept;
 
  private:
@@ -85,7 +85,7 @@ class EmbeddingModel {
   c10::ScalarType dtype_;
   std::unique_ptr<detail::Transformer> transformer_;
   std::unique_ptr<Modules> modules_;
-  bool flash_ = false;  // the transformer's attention runs as varlen flash attention
+  bool packed_ = false;  // the transformer's attention runs as one kernel over the packed sequences
 };
 
 // The model types the table knows, e.g. {"bert", "camembert", "modernbert", "mpnet", ...}.

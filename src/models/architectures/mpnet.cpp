@@ -63,9 +63,9 @@ class MPNet final : public Transformer {
 
   // On a GPU in fp16/bf16 the attention runs as flowline's kernel with the bias by offset (packed, so
   // graphable too); its head dimensions are multiples of 8 up to 128.
-  bool uses_flash(const ArchitectureContext& context) const override {
+  bool uses_packed_attention(const ArchitectureContext& context) const override {
     const std::int64_t head_dim = info_.hidden_size / info_.num_heads;
-    return context.flash() && head_dim % 8 == 0 && head_dim <= 128;
+    return context.packed_attention() && head_dim % 8 == 0 && head_dim <= 128;
   }
 
   at::Tensor forward(const DeviceBatch& batch) const override {
@@ -79,7 +79,7 @@ class MPNet final : public Transformer {
       // [L, L, heads] -> [heads, L, L]
       return at::embedding(bias_table_, buckets_.narrow(0, 0, length).narrow(1, 0, length)).permute({2, 0, 1});
     };
-    if (batch.flash) attention.relative_bias = bias_by_offset_;
+    if (batch.packed) attention.relative_bias = bias_by_offset_;
     prepare_attention(attention, batch, x.scalar_type(), heads);  // one padded mask per pass (GPU, float32)
     for (const auto& l : layers_) {
       at::Tensor qkv = at::linear(x, l.qkv_w, l.qkv_b);

@@ -1,6 +1,7 @@
 // libflowline_models_cuda.so: an embedding model's forward passes captured as CUDA graphs, one
 // per token bucket, and replayed on padded copies of each batch's layout. GraphedEmbeddingModel (graphs.cpp,
 // in the CPU library) loads this the first time a replica on a GPU sets up graphs.
+#include "../cuda_kernels.hpp"
 #include "../graphs.hpp"
 
 #include <ATen/ATen.h>
@@ -46,6 +47,8 @@ class CudaGraphs final : public GraphedEmbeddingModel::Impl {
     if (slot.pending) slot.copied.synchronize();  // almost always long done
     auto* data = slot.host.data_ptr<int64_t>();
     detail::write_layout(batch, data, data + T, data + 2 * T, data + 2 * T + S, S);
+    detail::write_attention_tiles(batch.lengths.data(), static_cast<int64_t>(batch.lengths.size()),
+                                  data + 2 * T + 2 * S + 1, detail::attention_tiles_bound(tokens, S));
     std::fill(data + total, data + tokens, 0);          // padding ids
     std::fill(data + T + total, data + T + tokens, 0);  // padding positions
     inputs_.copy_(slot.host, /*non_blocking=*/true);
@@ -72,7 +75,9 @@ class CudaGraphs final : public GraphedEmbeddingModel::Impl {
     bool pending = false;
   };
 
-  int64_t size() const { return 2 * max_tokens + 2 * max_sequences + 1; }
+  int64_t size() const {
+    return 2 * max_tokens + 2 * max_sequences + 1 + detail::attention_tiles_bound(max_tokens, max_sequences);
+  }
 
   // The inputs as a DeviceBatch over `tokens` tokens (views of `inputs_`).
   DeviceBatch views(int64_t tokens) const {
@@ -81,15 +86,17 @@ class CudaGraphs final : public GraphedEmbeddingModel::Impl {
     b.positions = inputs_.narrow(0, max_tokens, tokens);
     b.lengths = inputs_.narrow(0, 2 * max_tokens, max_sequences);
     b.offsets = inputs_.narrow(0, 2 * max_tokens + max_sequences, max_sequences + 1);
+    b.attention_tiles =
+        inputs_.narrow(0, 2 * max_tokens + 2 * max_sequences + 1, detail::attention_tiles_bound(tokens, max_sequences));
     b.total = tokens;
-    b.longest = max_length;  // flash attention's grid covers this; shorter sequences end early
+    b.longest = max_length;  // the bias table of packed attention covers this
     return b;
   }
 
   at::Tensor run(const DeviceBatch& b) const {
     DeviceBatch batch = b;
     batch.cu_seqlens = batch.offsets.to(at::kInt);
-    batch.flash = true;
+    batch.packed = true;
     return detail::GraphAccess::forward_and_pool(*model, batch);
   }
 
@@ -113,7 +120,8 @@ class CudaGraphs final : public GraphedEmbeddingModel::Impl {
   }
 
   // Inputs every graph reads, at fixed addresses: ids [max_tokens] | positions [max_tokens] |
-  // lengths [max_sequences] | offsets [max_sequences + 1], int64.
+  // lengths [max_sequences] | offsets [max_sequences + 1] | packed attention's work list (as long as the
+  // largest graph needs; each graph reads its own bucket's bound), int64.
   at::Tensor inputs_;
   at::cuda::MempoolId_t pool_;
   std::map<int64_t, std::unique_ptr<Graph>> graphs_;  // by token bucket
