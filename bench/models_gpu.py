@@ -9,9 +9,11 @@ of that size do not travel), then, side by side on the same GPU in fp16:
 Every checkpoint carries all-MiniLM-L6-v2's WordPiece tokenizer, so both sides see the same ~70 tokens per
 paragraph whatever the shape (the embedding tables have the real vocabulary sizes). Prints docs/s, the
 linear layers' achieved TFLOP/s (2 x their parameters per token) and its fraction of the H100's dense
-fp16 peak (989 TFLOP/s); writes models_gpu.csv to --out.
+fp16 peak (989 TFLOP/s); writes models_gpu.csv to --out. With --before BUILD (an older tree built by
+bench/build_before.sh) the older build's flowline run alternates with this one's on the same checkpoint.
 
   python3 bench/models_gpu.py --build build-gpu --model models/all-MiniLM-L6-v2 --corpus .device/corpus --out $OUT
+      [--only mpnet-base,...] [--no-st] [--before /tmp/before/build --rounds 2]
 """
 import csv
 import json
@@ -129,6 +131,9 @@ def main():
     parser.add_argument("--no-st", action="store_true")
     parser.add_argument("--replicas", default="auto", help="the encoder's replicas (auto, or a number)")
     parser.add_argument("--batch-size", default="auto", help="the encoder's batch_size (auto, or a number)")
+    parser.add_argument("--before", default="", help="an older build (bench/build_before.sh): its flowline run "
+                        "on the same checkpoint, alternating with this build's, --rounds times")
+    parser.add_argument("--rounds", type=int, default=1, help="flowline runs per build (the best is reported)")
     args = parser.parse_args()
     build, out_dir = pathlib.Path(args.build), pathlib.Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -148,13 +153,24 @@ def main():
         make_checkpoint(name, config, pathlib.Path(args.model), folder)
         replicas = int(args.replicas) if args.replicas.isdigit() else args.replicas
         batch = int(args.batch_size) if args.batch_size.isdigit() else args.batch_size
-        flowline = run_flowline(build, folder, texts_file, len(lines) * args.copies, replicas, batch)
+        count = len(lines) * args.copies
+        runs, before_runs = [], []
+        for r in range(args.rounds):
+            if args.before:
+                before_runs.append(run_flowline(pathlib.Path(args.before), folder, texts_file, count, replicas, batch) or 0)
+                print(f"{name} round {r + 1}: before {before_runs[-1]:.0f} docs/s", flush=True)
+            runs.append(run_flowline(build, folder, texts_file, count, replicas, batch) or 0)
+            print(f"{name} round {r + 1}: flowline {runs[-1]:.0f} docs/s", flush=True)
+        flowline = max(runs)
         st = (0.0, 0) if args.no_st else run_sentence_transformers(folder, lines * args.st_copies)
         tflops = (flowline or 0) * tokens * 2 * linear_params(config) / 1e12
         row = {"shape": name, "replicas": args.replicas, "batch_size": args.batch_size, "flowline_docs_s": round(flowline or 0), "st_docs_s": round(st[0]),
                "st_batch": st[1], "speedup": round((flowline or 0) / st[0], 1) if st[0] else "",
                "tokens_per_doc": round(tokens, 1), "linear_tflops": round(tflops, 1),
                "fraction_of_peak": round(tflops / PEAK_TFLOPS, 3)}
+        if args.before:
+            row["before_docs_s"] = round(max(before_runs))
+            row["after_over_before"] = round(flowline / max(before_runs), 3) if max(before_runs) else ""
         print(json.dumps(row), flush=True)
         rows.append(row)
         shutil.rmtree(folder, ignore_errors=True)
