@@ -45,7 +45,7 @@ struct Shape {
 };
 
 const std::vector<Shape> kShapes{
-    {"minilm", 12, 12, 32, 0, false, false},  {"base", 12, 12, 64, 0, false, false},
+    {"minilm", 12, 12, 32, 0, false, false},   {"base", 12, 12, 64, 0, false, false},
     {"base-bias", 12, 12, 64, 0, false, true}, {"local", 12, 12, 64, 64, false, false},
     {"qwen3", 16, 8, 128, 0, true, false},
 };
@@ -146,8 +146,7 @@ int main(int argc, char** argv) {
     const double bytes = static_cast<double>(T) * static_cast<double>(width + s.heads * s.head_dim) * 2.0;
     for (const std::int64_t grid : grids) {
       at::Tensor ours, theirs;
-      const double us_ours =
-          time_us([&] { ours = kernels.attention(q, k, v, tiles, grid, options); }, iterations);
+      const double us_ours = time_us([&] { ours = kernels.attention(q, k, v, tiles, grid, options); }, iterations);
       std::optional<std::int64_t> left, right;
       if (s.window > 0) {
         left = s.window;
@@ -161,7 +160,8 @@ int main(int argc, char** argv) {
           },
           iterations);
       const std::string diff =
-          s.bias ? "-" : fmt::format("{:.2e}", (ours.to(at::kFloat) - theirs.to(at::kFloat)).abs().max().item<double>());
+          s.bias ? "-"
+                 : fmt::format("{:.2e}", (ours.to(at::kFloat) - theirs.to(at::kFloat)).abs().max().item<double>());
       fmt::print("{:<10} {:>8} {:>12.1f} {:>12.1f} {:>12.0f} {:>8.2f} {:>10}{}\n", s.name, grid, us_theirs, us_ours,
                  bytes / us_ours / 1e3, us_theirs / us_ours, diff, s.bias ? "   (flash without the bias)" : "");
     }

@@ -77,17 +77,34 @@ at::Tensor attend_padded(const at::Tensor& q, const at::Tensor& k, const at::Ten
 
 }  // namespace
 
-at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const DeviceBatch& batch,
+at::Tensor attend(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v, const DeviceBatch& batch,
                   const AttentionOptions& options) {
-  if (batch.packed) {
-    if (packed_attention_fits(q, k, v)) {
-      PackedAttention packed;
-      packed.scale = options.scale;
-      packed.relative_bias = options.relative_bias;
-      packed.window = options.window;
-      packed.causal = options.causal;
-      return cuda_kernels().attention(q, k, v, batch.attention_tiles, batch.longest, packed);
+  at::Tensor q = q_in, k = k_in;
+  const bool rotary = options.rotary_cos.defined();
+  if (batch.packed && packed_attention_fits(q, k, v)) {
+    PackedAttention packed;
+    packed.scale = options.scale;
+    packed.relative_bias = options.relative_bias;
+    packed.window = options.window;
+    packed.causal = options.causal;
+    const std::int64_t head_dim = q.size(2);
+    if (rotary && options.rotary_positions.defined() && options.rotary_cos.scalar_type() == q.scalar_type() &&
+        (head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128)) {
+      packed.rotary_cos = options.rotary_cos;  // the kernel rotates q and k as it loads them
+      packed.rotary_sin = options.rotary_sin;
+    } else if (rotary) {
+      const RotaryRows rows{options.rotary_cos, options.rotary_sin, options.rotary_positions};
+      q = rotate_at(q, rows);
+      k = rotate_at(k, rows);
     }
+    return cuda_kernels().attention(q, k, v, batch.attention_tiles, batch.longest, packed);
+  }
+  if (rotary) {
+    const RotaryRows rows{options.rotary_cos, options.rotary_sin, options.rotary_positions};
+    q = rotate_at(q, rows);
+    k = rotate_at(k, rows);
+  }
+  if (batch.packed) {
     if (options.bias_for) {
       throw Error(
           fmt::format("attention with a score bias runs packed only with head dimensions that are multiples "

@@ -41,6 +41,10 @@ struct PackedAttention {
   // Undefined, or a bias that depends only on key position - query position (MPNet's relative position
   // bias): [heads, 2P - 1] float32, the bias of d at column d + P - 1, P at least the longest sequence.
   at::Tensor relative_bias;
+  // Undefined, or rotary embeddings to apply to q and k first (ModernBERT, Qwen3): the tables [positions,
+  // head_dim / 2] of rotary_tables() in q's dtype, row p for the token at position p of its sequence
+  // (0-based); head_dim 16, 32, 64 or 128. The same values to the bit as rotate() before the kernel.
+  at::Tensor rotary_cos, rotary_sin;
   std::int64_t window = 0;  // > 0: query i sees keys j with |i - j| <= window only (sliding-window layers)
   bool causal = false;      // query i sees keys j <= i only
 };

@@ -160,6 +160,10 @@ struct AttentionOptions {
   // bias of offset d at column d + P - 1. Packed (a GPU in fp16/bf16), flowline's kernel adds it
   // (cuda_kernels.hpp) instead of running padded; bias_for is still what the other paths use.
   at::Tensor relative_bias;
+  // Rotary embeddings to apply to q and k before the scores (ModernBERT, Qwen3), as rotary_rows() made them for
+  // the pass (cuda_kernels.hpp); undefined: q and k come rotated. Packed on a GPU with head_dim 16, 32, 64
+  // or 128 the attention kernel applies them as it loads q and k; otherwise attend() rotates them first.
+  at::Tensor rotary_cos, rotary_sin, rotary_positions;
 };
 void prepare_attention(AttentionOptions& options, const DeviceBatch& batch, c10::ScalarType dtype,
                        std::int64_t kv_heads);

@@ -345,6 +345,34 @@ TEST_CASE("on the GPU flowline's packed attention and fused add + LayerNorm agre
       }
     }
   }
+  // Rotary embeddings applied by the kernel as it loads q and k: the same bits as rotating them first.
+  {
+    std::vector<std::int64_t> position_list;
+    for (const auto len : lengths)
+      for (std::int64_t p = 0; p < len; ++p) position_list.push_back(p);
+    position_list.resize(static_cast<std::size_t>(T), 0);
+    const at::Tensor token_positions = at::tensor(position_list, at::kLong).to(gpu);
+    for (const std::int64_t head_dim : {16, 64, 128}) {
+      for (const auto dtype : {c10::kHalf, c10::kBFloat16}) {
+        const at::Tensor qkv = (at::randn({T, 3 * heads * head_dim}, at::kFloat) * 0.5).to(gpu, dtype);
+        auto part = [&](std::int64_t i) {
+          return qkv.narrow(1, i * heads * head_dim, heads * head_dim).view({T, heads, head_dim});
+        };
+        const auto [cos, sin] = models::detail::rotary_tables(10000.0, head_dim, positions, dtype, gpu);
+        models::detail::PackedAttention options;
+        options.scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+        options.window = 50;
+        const at::Tensor expected =
+            kernels.attention(kernels.rotate(part(0), cos, sin, token_positions),
+                              kernels.rotate(part(1), cos, sin, token_positions), part(2), tiles, 300, options);
+        options.rotary_cos = cos;
+        options.rotary_sin = sin;
+        const at::Tensor got = kernels.attention(part(0), part(1), part(2), tiles, 300, options);
+        INFO("rotary in the kernel, head_dim " << head_dim << " in " << c10::toString(dtype));
+        CHECK(at::equal(got.narrow(0, 0, starts.back()), expected.narrow(0, 0, starts.back())));
+      }
+    }
+  }
   // Replicas launch side by side with different longest sequences (so different shared memory needs).
   std::vector<std::thread> replicas;
   std::atomic<int> failures{0};

@@ -48,14 +48,17 @@ class ModernBert final : public Transformer {
     AttentionOptions global, local;
     global.scale = local.scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
     local.window = window_;
+    // Queries and keys are rotated by attend() (on a GPU, as the attention kernel loads them).
+    std::tie(global.rotary_cos, global.rotary_sin, global.rotary_positions) =
+        std::tie(global_rows.cos, global_rows.sin, global_rows.positions);
+    std::tie(local.rotary_cos, local.rotary_sin, local.rotary_positions) =
+        std::tie(local_rows.cos, local_rows.sin, local_rows.positions);
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       const auto& l = layers_[i];
       const bool sliding = sliding_[i];
-      at::Tensor qkv = at::linear(normed, l.qkv_w, l.qkv_b);
-      // Queries and keys rotated together: qkv's first 2H columns as [T, 2 * heads, head_dim].
-      const at::Tensor qk =
-          rotate_at(qkv.narrow(1, 0, 2 * H).view({total, 2 * heads, head_dim}), sliding ? local_rows : global_rows);
-      const at::Tensor q = qk.narrow(1, 0, heads), k = qk.narrow(1, heads, heads);
+      const at::Tensor qkv = at::linear(normed, l.qkv_w, l.qkv_b);
+      const at::Tensor q = qkv.narrow(1, 0, H).view({total, heads, head_dim});
+      const at::Tensor k = qkv.narrow(1, H, H).view({total, heads, head_dim});
       const at::Tensor v = qkv.narrow(1, 2 * H, H).view({total, heads, head_dim});
       at::Tensor context = attend(q, k, v, batch, sliding ? local : global);
       std::tie(x, normed) = add_then_layer_norm(x, at::linear(context, l.o_w, l.o_b), l.mlp_norm_w, l.mlp_norm_b, eps_);

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <tuple>
 
 namespace flowline::models::detail {
 
@@ -133,12 +134,14 @@ class Qwen3 final : public Transformer {
     AttentionOptions causal;
     causal.scale = 1.0 / std::sqrt(static_cast<double>(d));
     causal.causal = true;
+    // Queries and keys are rotated by attend() (on a GPU, as the attention kernel loads them).
+    std::tie(causal.rotary_cos, causal.rotary_sin, causal.rotary_positions) =
+        std::tie(rows.cos, rows.sin, rows.positions);
     for (const auto& l : layers_) {
       const at::Tensor qkv = at::linear(rms_norm(x, l.input_norm, config_.eps), l.qkv_w);
-      const at::Tensor q =
-          rotate_at(rms_norm(qkv.narrow(1, 0, heads * d).view({total, heads, d}), l.q_norm, config_.eps), rows);
-      const at::Tensor k = rotate_at(
-          rms_norm(qkv.narrow(1, heads * d, kv_heads * d).view({total, kv_heads, d}), l.k_norm, config_.eps), rows);
+      const at::Tensor q = rms_norm(qkv.narrow(1, 0, heads * d).view({total, heads, d}), l.q_norm, config_.eps);
+      const at::Tensor k =
+          rms_norm(qkv.narrow(1, heads * d, kv_heads * d).view({total, kv_heads, d}), l.k_norm, config_.eps);
       const at::Tensor v = qkv.narrow(1, (heads + kv_heads) * d, kv_heads * d).view({total, kv_heads, d});
       x = x + at::linear(attend(q, k, v, batch, causal), l.o_w);
       const at::Tensor gate_up = at::linear(rms_norm(x, l.post_norm, config_.eps), l.gate_up_w);

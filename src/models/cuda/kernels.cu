@@ -42,6 +42,28 @@ void with_type(at::ScalarType type, Run&& run) {
     run(__nv_bfloat16{});
 }
 
+// The rotation of one pair (x1, x2) = (x[i], x[i + half]) of rotary embeddings: (x1 cos - x2 sin,
+// x2 cos + x1 sin), each product and each sum rounded to T as the separate ATen operations of rotate()
+// round them, so the result is the same to the bit (used by the attention and the rotary kernels).
+template <typename T>
+struct Rotated {
+  T first, second;
+};
+
+template <typename T>
+__device__ __forceinline__ Rotated<T> rotate_pair(T x1_, T x2_, T c_, T s_) {
+  const float c = Cvt<T>::f(c_), s = Cvt<T>::f(s_);
+  const float x1 = Cvt<T>::f(x1_), x2 = Cvt<T>::f(x2_);
+  auto r = [](float v) { return Cvt<T>::f(Cvt<T>::t(v)); };
+  return {Cvt<T>::t(r(x1 * c) - r(x2 * s)), Cvt<T>::t(r(x2 * c) + r(x1 * s))};
+}
+
+// Eight values of T in one 16-byte load or store.
+template <typename T>
+struct alignas(16) Vec8 {
+  T v[8];
+};
+
 // ---- attention over packed sequences ---------------------------------------------------------------------
 //
 // FlashAttention-2's scheme with mma.sync m16n8k16 on tensor cores, everything between the loads and the
@@ -118,7 +140,8 @@ struct PackedParams {
   const std::int64_t* tiles;  // the work list: one entry per block (write_attention_tiles in cuda_kernels.hpp)
   const float* bias;
   int bias_row, bias_center;
-  int window;  // > 0: keys with |key - query| > window are masked
+  const void *cos, *sin;  // rotary tables [positions, head_dim / 2] (head_dim = DP), or null
+  int window;             // > 0: keys with |key - query| > window are masked
   bool causal;
   float scale;
   void* out;
@@ -181,6 +204,29 @@ __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
+}
+
+// Rotary embeddings applied in shared memory to rows 0 .. count - 1 of a tile, row r at position first + r
+// in its sequence, by the block's threads, eight pairs each (head_dim = DP, so half = DP / 2).
+template <typename T, int DP>
+__device__ __forceinline__ void rotate_rows(T* tile, int first, int count, const T* cos, const T* sin) {
+  constexpr int half = DP / 2, chunks = half / 8;
+  for (int i = threadIdx.x; i < count * chunks; i += blockDim.x) {
+    const int r = i / chunks, c = i % chunks;
+    auto* x1 = reinterpret_cast<Vec8<T>*>(tile + r * PackedLayout<DP>::LD + c * 8);
+    auto* x2 = reinterpret_cast<Vec8<T>*>(tile + r * PackedLayout<DP>::LD + half + c * 8);
+    const std::int64_t at = static_cast<std::int64_t>(first + r) * half + c * 8;
+    const Vec8<T> cv = *reinterpret_cast<const Vec8<T>*>(cos + at), sv = *reinterpret_cast<const Vec8<T>*>(sin + at);
+    Vec8<T> a = *x1, b = *x2;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const Rotated<T> rotated = rotate_pair(a.v[e], b.v[e], cv.v[e], sv.v[e]);
+      a.v[e] = rotated.first;
+      b.v[e] = rotated.second;
+    }
+    *x1 = a;
+    *x2 = b;
+  }
 }
 
 // What one warp keeps between tiles of keys: its 16 queries as A fragments, their output rows and the
@@ -366,8 +412,15 @@ __global__ void __launch_bounds__(kWarps * 32, DP <= 64 ? 4 : 2) packed_attentio
     wait_async<1>();  // every group but the newest (tile j + 1's) has landed
     __syncthreads();
     const int k0 = k_begin + j * kKeys;
-    const T* sk = skv + (j & 1) * 2 * kRows * L::LD;
+    T* sk = skv + (j & 1) * 2 * kRows * L::LD;
     const T* sv = sk + kRows * L::LD;
+    if (p.cos != nullptr) {  // rotary embeddings of this tile's keys (and, first, of the queries)
+      const T* cos = static_cast<const T*>(p.cos);
+      const T* sin = static_cast<const T*>(p.sin);
+      if (j == 0) rotate_rows<T, DP>(sq, q0, min(kRows, length - q0), cos, sin);
+      rotate_rows<T, DP>(sk, k0, min(kKeys, k_end - k0), cos, sin);
+      __syncthreads();
+    }
     if (active) {
       if (j == 0) {
 #pragma unroll
@@ -485,6 +538,16 @@ at::Tensor packed_attention(const at::Tensor& q, const at::Tensor& k, const at::
     positions = (bias.size(1) + 1) / 2;
     TORCH_CHECK(longest <= positions, "attention: longest is outside the bias table");
   }
+  const at::Tensor &cos = options.rotary_cos, &sin = options.rotary_sin;
+  if (cos.defined()) {
+    TORCH_CHECK(head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128,
+                "attention: rotary embeddings need head_dim 16, 32, 64 or 128");
+    for (const at::Tensor* t : {&cos, &sin}) {
+      TORCH_CHECK(t->defined() && t->is_cuda() && t->scalar_type() == q.scalar_type() && t->dim() == 2 &&
+                      t->size(1) == head_dim / 2 && t->size(0) >= longest && t->is_contiguous() && aligned16(*t),
+                  "attention: rotary tables must be [positions >= longest, head_dim / 2] in q's dtype");
+    }
+  }
   const c10::cuda::CUDAGuard guard(q.device());
   at::Tensor out = at::empty({T, heads * head_dim}, q.options());
   if (tiles.size(0) == 0 || T == 0) return out;
@@ -505,6 +568,10 @@ at::Tensor packed_attention(const at::Tensor& q, const at::Tensor& k, const at::
     p.bias = bias.data_ptr<float>();
     p.bias_row = static_cast<int>(bias.size(1));
     p.bias_center = static_cast<int>(positions - 1);
+  }
+  if (cos.defined()) {
+    p.cos = cos.data_ptr();
+    p.sin = sin.data_ptr();
   }
   p.window = static_cast<int>(options.window);
   p.causal = options.causal;
@@ -666,19 +733,6 @@ at::Tensor add_layer_norm(const at::Tensor& a, const at::Tensor& b, const at::Te
 // 16-byte aligned rows, a 32-bit count of threads): one element per thread with 64-bit index divisions ran
 // at a third of the memory's bandwidth on the H100 (ncu: 48 us for ModernBERT's 8,192-token pass).
 
-template <typename T>
-struct Rotated {
-  T first, second;
-};
-
-template <typename T>
-__device__ __forceinline__ Rotated<T> rotate_pair(T x1_, T x2_, T c_, T s_) {
-  const float c = Cvt<T>::f(c_), s = Cvt<T>::f(s_);
-  const float x1 = Cvt<T>::f(x1_), x2 = Cvt<T>::f(x2_);
-  auto r = [](float v) { return Cvt<T>::f(Cvt<T>::t(v)); };
-  return {Cvt<T>::t(r(x1 * c) - r(x2 * s)), Cvt<T>::t(r(x2 * c) + r(x1 * s))};
-}
-
 // One thread per (token, head, i < half).
 template <typename T>
 __global__ void rotate_kernel(const T* __restrict__ x, std::int64_t token_stride, std::int64_t head_stride, int heads,
@@ -697,12 +751,6 @@ __global__ void rotate_kernel(const T* __restrict__ x, std::int64_t token_stride
   o[i] = r.first;
   o[i + half] = r.second;
 }
-
-// Eight values of T in one 16-byte load or store.
-template <typename T>
-struct alignas(16) Vec8 {
-  T v[8];
-};
 
 // One thread per (token, head, eight pairs i..i+7); half % 8 == 0, rows 16-byte aligned.
 template <typename T>
