@@ -87,8 +87,8 @@ struct alignas(16) Vec8 {
 // tile of 32 or 16 keys where that holds it, tiles whose keys every row sees skip the mask, and the output
 // rows are staged in the warp's own Q rows and written 16 bytes at a time.
 //
-// Measured on an H100 (bench/attention_gpu, docs/benchmarks.md): 1.9-2.1x LibTorch's FlashAttention-2 on
-// BERT-base's heads over the corpus's passes, 2.8-3.0x on ModernBERT's sliding-window layers.
+// Measured on an H100 (bench/attention_gpu, docs/benchmarks.md): 1.8-2.0x LibTorch's FlashAttention-2 on
+// BERT-base's heads over the corpus's passes, 2.8x on ModernBERT's sliding-window layers.
 
 constexpr int kRows = static_cast<int>(kAttentionTile);  // queries per block
 constexpr int kKeys = 64;                                // keys per tile
