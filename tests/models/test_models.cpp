@@ -276,6 +276,32 @@ TEST_CASE("on the GPU every architecture stays within the fp16 and bf16 bounds, 
   }
 }
 
+TEST_CASE("packed attention's work list names each tile of 64 queries of each sequence once, then -1",
+          "[models][attention]") {
+  namespace d = models::detail;
+  const std::vector<std::int64_t> lengths{1, 64, 65, 130};
+  const std::int64_t total = 1 + 64 + 65 + 130, slots = d::attention_tiles_bound(total, 4);
+  CHECK(slots >= 1 + 1 + 2 + 3);
+  std::vector<std::int64_t> list(static_cast<std::size_t>(slots), 7);
+  d::write_attention_tiles(lengths.data(), 4, list.data(), slots);
+  auto entry = [](std::int64_t start, std::int64_t length, std::int64_t tile) {
+    return start << 32 | length << d::kAttentionTileBits | tile;
+  };
+  const std::vector<std::int64_t> expected{entry(0, 1, 0),     entry(1, 64, 0),    entry(65, 65, 0),  entry(65, 65, 1),
+                                           entry(130, 130, 0), entry(130, 130, 1), entry(130, 130, 2)};
+  CHECK(std::vector<std::int64_t>(list.begin(), list.begin() + 7) == expected);
+  CHECK(std::all_of(list.begin() + 7, list.end(), [](std::int64_t e) { return e == -1; }));
+  // The bound holds however the tokens fall into sequences (each sequence adds at most one partial tile):
+  // 64 sequences of one token need 64 tiles, one of 64 tokens needs one.
+  const std::vector<std::int64_t> ones(64, 1);
+  std::vector<std::int64_t> room(static_cast<std::size_t>(d::attention_tiles_bound(64, 64)));
+  CHECK_NOTHROW(d::write_attention_tiles(ones.data(), 64, room.data(), static_cast<std::int64_t>(room.size())));
+  std::vector<std::int64_t> few(3);
+  CHECK_THROWS_WITH(d::write_attention_tiles(lengths.data(), 4, few.data(), 3), testing::contains("more tiles"));
+  const std::int64_t too_long = std::int64_t{1} << d::kAttentionLengthBits;
+  CHECK_THROWS_WITH(d::write_attention_tiles(&too_long, 1, list.data(), slots), testing::contains("tokens is over"));
+}
+
 TEST_CASE("on the GPU flowline's packed attention and fused add + LayerNorm agree with LibTorch's operations",
           "[models][gpu]") {
   if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
