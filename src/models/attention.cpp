@@ -79,30 +79,28 @@ at::Tensor attend_padded(const at::Tensor& q, const at::Tensor& k, const at::Ten
 
 at::Tensor attend(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v, const DeviceBatch& batch,
                   const AttentionOptions& options) {
-  at::Tensor q = q_in, k = k_in;
-  const bool rotary = options.rotary_cos.defined();
-  if (batch.packed && packed_attention_fits(q, k, v)) {
-    PackedAttention packed;
-    packed.scale = options.scale;
-    packed.relative_bias = options.relative_bias;
-    packed.window = options.window;
-    packed.causal = options.causal;
-    const std::int64_t head_dim = q.size(2);
-    if (rotary && options.rotary_positions.defined() && options.rotary_cos.scalar_type() == q.scalar_type() &&
-        (head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128)) {
-      packed.rotary_cos = options.rotary_cos;  // the kernel rotates q and k as it loads them
-      packed.rotary_sin = options.rotary_sin;
-    } else if (rotary) {
-      const RotaryRows rows{options.rotary_cos, options.rotary_sin, options.rotary_positions};
-      q = rotate_at(q, rows);
-      k = rotate_at(k, rows);
+  const RotaryRows& rotary = options.rotary;
+  const bool packed = batch.packed && packed_attention_fits(q_in, k_in, v);
+  const std::int64_t head_dim = q_in.size(2);
+  // The packed kernel rotates q and k as it loads them where it has the tables (GPU, same dtype) and the
+  // head dimension allows; elsewhere they are rotated here first.
+  const bool rotate_in_kernel = packed && rotary.cos.defined() && rotary.positions.defined() &&
+                                rotary.cos.scalar_type() == q_in.scalar_type() &&
+                                (head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128);
+  const bool rotate_first = rotary.cos.defined() && !rotate_in_kernel;
+  const at::Tensor q = rotate_first ? rotate_at(q_in, rotary) : q_in;
+  const at::Tensor k = rotate_first ? rotate_at(k_in, rotary) : k_in;
+  if (packed) {
+    PackedAttention kernel_options;
+    kernel_options.scale = options.scale;
+    kernel_options.relative_bias = options.relative_bias;
+    kernel_options.window = options.window;
+    kernel_options.causal = options.causal;
+    if (rotate_in_kernel) {
+      kernel_options.rotary_cos = rotary.cos;
+      kernel_options.rotary_sin = rotary.sin;
     }
-    return cuda_kernels().attention(q, k, v, batch.attention_tiles, batch.longest, packed);
-  }
-  if (rotary) {
-    const RotaryRows rows{options.rotary_cos, options.rotary_sin, options.rotary_positions};
-    q = rotate_at(q, rows);
-    k = rotate_at(k, rows);
+    return cuda_kernels().attention(q, k, v, batch.attention_tiles, batch.longest, kernel_options);
   }
   if (batch.packed) {
     if (options.bias_for) {
@@ -114,7 +112,7 @@ at::Tensor attend(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tens
     return attend_flash(q, k, v, batch, options);
   }
   if (options.padded) return attend_padded(q, k, v, *options.padded, options);
-  const std::int64_t total = q.size(0), heads = q.size(1), head_dim = q.size(2), kv_heads = k.size(1);
+  const std::int64_t total = q.size(0), heads = q.size(1), kv_heads = k.size(1);
   at::Tensor context = at::empty({total, heads * head_dim}, q.options());
   for (const auto& g : batch.groups) {
     const std::int64_t tokens = g.count * g.length;

@@ -12,6 +12,8 @@
 #include "flowline/models/embedding_model.hpp"
 #include "flowline/models/safetensors.hpp"
 
+#include "cuda_kernels.hpp"
+
 #include <ATen/ATen.h>
 
 #include <cstdint>
@@ -161,9 +163,9 @@ struct AttentionOptions {
   // (cuda_kernels.hpp) instead of running padded; bias_for is still what the other paths use.
   at::Tensor relative_bias;
   // Rotary embeddings to apply to q and k before the scores (ModernBERT, Qwen3), as rotary_rows() made them for
-  // the pass (cuda_kernels.hpp); undefined: q and k come rotated. Packed on a GPU with head_dim 16, 32, 64
-  // or 128 the attention kernel applies them as it loads q and k; otherwise attend() rotates them first.
-  at::Tensor rotary_cos, rotary_sin, rotary_positions;
+  // the pass (cuda_kernels.hpp); cos undefined: q and k come rotated. Packed on a GPU with head_dim 16, 32,
+  // 64 or 128 the attention kernel applies them as it loads q and k; otherwise attend() rotates them first.
+  RotaryRows rotary;
 };
 void prepare_attention(AttentionOptions& options, const DeviceBatch& batch, c10::ScalarType dtype,
                        std::int64_t kv_heads);

@@ -43,16 +43,12 @@ class ModernBert final : public Transformer {
     // the identity: the embeddings were just normed). Each residual add and the norm after it run fused.
     at::Tensor x = at::layer_norm(at::embedding(word_, batch.ids), {H}, emb_norm_w_, emb_norm_b_, eps_);
     at::Tensor normed = x;
-    const RotaryRows global_rows = rotary_rows(global_cos_, global_sin_, batch.positions);
-    const RotaryRows local_rows = rotary_rows(local_cos_, local_sin_, batch.positions);
     AttentionOptions global, local;
     global.scale = local.scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
     local.window = window_;
     // Queries and keys are rotated by attend() (on a GPU, as the attention kernel loads them).
-    std::tie(global.rotary_cos, global.rotary_sin, global.rotary_positions) =
-        std::tie(global_rows.cos, global_rows.sin, global_rows.positions);
-    std::tie(local.rotary_cos, local.rotary_sin, local.rotary_positions) =
-        std::tie(local_rows.cos, local_rows.sin, local_rows.positions);
+    global.rotary = rotary_rows(global_cos_, global_sin_, batch.positions);
+    local.rotary = rotary_rows(local_cos_, local_sin_, batch.positions);
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       const auto& l = layers_[i];
       const bool sliding = sliding_[i];

@@ -130,13 +130,11 @@ class Qwen3 final : public Transformer {
     const std::int64_t heads = config_.heads, kv_heads = config_.kv_heads, d = config_.head_dim;
     const std::int64_t I = config_.intermediate, total = batch.ids.size(0);
     at::Tensor x = at::embedding(word_, batch.ids);
-    const RotaryRows rows = rotary_rows(cos_, sin_, batch.positions);
     AttentionOptions causal;
     causal.scale = 1.0 / std::sqrt(static_cast<double>(d));
     causal.causal = true;
     // Queries and keys are rotated by attend() (on a GPU, as the attention kernel loads them).
-    std::tie(causal.rotary_cos, causal.rotary_sin, causal.rotary_positions) =
-        std::tie(rows.cos, rows.sin, rows.positions);
+    causal.rotary = rotary_rows(cos_, sin_, batch.positions);
     for (const auto& l : layers_) {
       const at::Tensor qkv = at::linear(rms_norm(x, l.input_norm, config_.eps), l.qkv_w);
       const at::Tensor q = rms_norm(qkv.narrow(1, 0, heads * d).view({total, heads, d}), l.q_norm, config_.eps);

@@ -579,19 +579,19 @@ at::Tensor packed_attention(const at::Tensor& q, const at::Tensor& k, const at::
   p.out = out.data_ptr();
   p.out_token = out.stride(0);
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(q.device().index());
-  const int n = static_cast<int>(tiles.size(0)), h = static_cast<int>(heads), device = q.device().index();
+  const int blocks = static_cast<int>(tiles.size(0)), h = static_cast<int>(heads), device = q.device().index();
   auto run = [&](auto tag) {
     using T_ = decltype(tag);
     auto with_bias = [&](auto biased) {
       constexpr bool B = decltype(biased)::value;
       if (head_dim <= 16)
-        launch_packed<T_, 16, B>(p, n, h, longest, stream, device);
+        launch_packed<T_, 16, B>(p, blocks, h, longest, stream, device);
       else if (head_dim <= 32)
-        launch_packed<T_, 32, B>(p, n, h, longest, stream, device);
+        launch_packed<T_, 32, B>(p, blocks, h, longest, stream, device);
       else if (head_dim <= 64)
-        launch_packed<T_, 64, B>(p, n, h, longest, stream, device);
+        launch_packed<T_, 64, B>(p, blocks, h, longest, stream, device);
       else
-        launch_packed<T_, 128, B>(p, n, h, longest, stream, device);
+        launch_packed<T_, 128, B>(p, blocks, h, longest, stream, device);
     };
     if (bias.defined())
       with_bias(std::true_type{});
