@@ -135,6 +135,11 @@ class BertNormalizer final : public Normalizer {
   }
 
   static void lowercase(Scratch& s) {
+    // In place unless the text holds U+0130, the one code point whose lowercase is two.
+    if (std::find(s.text.begin(), s.text.end(), U'\u0130') == s.text.end()) {
+      for (char32_t& c : s.text) c = lowercase_one(c);
+      return;
+    }
     s.other.clear();
     for (std::size_t i = 0; i < s.text.size(); ++i) {
       if (i == s.head) s.head = s.other.size();

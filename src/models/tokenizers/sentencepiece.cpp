@@ -178,25 +178,29 @@ class Metaspace final : public PreTokenizer {
       : replacement_(replacement), prepend_(prepend), split_(split) {}
 
   void pre_tokenize(Scratch& s) const override {
-    s.other.clear();
     s.other_words.clear();
+    // Written through a pointer into room for the text and one prepended ▁ a word, then cut to size.
+    s.other.resize(s.text.size() + s.words.size());
+    char32_t* const out = s.other.data();
+    std::size_t size = 0;
     for (const Span word : s.words) {
       if (word.end == word.begin) continue;
-      std::size_t start = s.other.size();
+      std::size_t start = size;
       const char32_t head = s.text[word.begin];
       const bool prepend =
           prepend_ == PrependScheme::always || (prepend_ == PrependScheme::first && word.begin < s.origin);
-      if (prepend && head != U' ' && head != replacement_) s.other.push_back(replacement_);
+      if (prepend && head != U' ' && head != replacement_) out[size++] = replacement_;
       for (std::size_t i = word.begin; i < word.end; ++i) {
         const char32_t c = s.text[i] == U' ' ? replacement_ : s.text[i];
-        if (split_ && c == replacement_ && s.other.size() > start) {  // a new word before every ▁
-          s.other_words.push_back({start, s.other.size()});
-          start = s.other.size();
+        if (split_ && c == replacement_ && size > start) {  // a new word before every ▁
+          s.other_words.push_back({start, size});
+          start = size;
         }
-        s.other.push_back(c);
+        out[size++] = c;
       }
-      s.other_words.push_back({start, s.other.size()});
+      s.other_words.push_back({start, size});
     }
+    s.other.resize(size);
     s.text.swap(s.other);
     s.words.swap(s.other_words);
   }

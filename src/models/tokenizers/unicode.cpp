@@ -65,14 +65,17 @@ bool is_chinese_char(char32_t c) {
 bool is_nonspacing_mark(char32_t c) { return c >= 0x300 && in_table(k_nonspacing_mark, c); }
 bool is_combining_mark(char32_t c) { return c >= 0x300 && in_table(k_mark, c); }
 
+char32_t lowercase_one(char32_t c) {
+  if (c < 0x80) return c - U'A' < 26u ? c + 32 : c;
+  return static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c)));
+}
+
 void append_lowercase(char32_t c, std::u32string& out) {
-  if (c < 0x80) {
-    out.push_back(c >= 'A' && c <= 'Z' ? c + 32 : c);
-  } else if (c == 0x130) {  // the one code point whose lowercase is two: i and a combining dot above
+  if (c == 0x130) {  // the one code point whose lowercase is two: i and a combining dot above
     out.push_back(U'i');
     out.push_back(0x307);
   } else {
-    out.push_back(static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c))));
+    out.push_back(lowercase_one(c));
   }
 }
 

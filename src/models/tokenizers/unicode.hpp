@@ -24,6 +24,8 @@ bool is_nonspacing_mark(char32_t c);
 bool is_combining_mark(char32_t c);
 // Rust's char::to_lowercase, appended to `out`.
 void append_lowercase(char32_t c, std::u32string& out);
+// The same for every code point but U+0130 (whose lowercase is two code points).
+char32_t lowercase_one(char32_t c);
 // Unicode normalization forms through utf8proc; `scratch` is a UTF-8 working buffer.
 enum class NormalForm { nfc, nfd, nfkc, nfkd };
 void normalize_form(std::u32string& text, NormalForm form, std::string& scratch);

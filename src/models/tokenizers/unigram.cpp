@@ -11,6 +11,7 @@
 #include <array>
 #include <limits>
 #include <map>
+#include <utility>
 
 namespace flowline::models::tokenizers {
 
@@ -30,7 +31,6 @@ class Unigram final : public Model {
       : unk_(unk), byte_fallback_(byte_fallback) {
     scores_.reserve(pieces.size());
     vocab_.reserve(pieces.size());
-    root_.fill(-1);
     double min_score = std::numeric_limits<double>::infinity();
     Building trie;
     for (std::size_t i = 0; i < pieces.size(); ++i) {
@@ -47,7 +47,7 @@ class Unigram final : public Model {
       if (!token.empty()) insert(trie, token, id);
     }
     if (pieces.empty()) refuse(origin, "the vocabulary is empty");
-    flatten(trie);
+    build_double_array(trie);
     if (unk_ >= static_cast<std::int32_t>(pieces.size()))
       refuse(origin, fmt::format("'unk_id' {} is outside the vocabulary of {} pieces", unk_, pieces.size()));
     unk_score_ = min_score - kUnknownPenalty;
@@ -77,34 +77,45 @@ class Unigram final : public Model {
     encode_utf8(word, s.utf8);
     const std::string_view w = s.utf8;
     const std::size_t n = w.size();
-    s.best_score.assign(n + 1, 0.0);
+    // best_*[end]: the best cut of the first `end` bytes, its score, its last piece and where that starts.
+    // A better score replaces; an equal one does not (the first offered stays, as in tokenizers).
+    s.best_score.assign(n + 1, -std::numeric_limits<double>::infinity());
     s.best_id.assign(n + 1, -1);
     s.best_start.assign(n + 1, -1);
-    const auto offer = [&s](std::size_t end, std::size_t start, std::int32_t id, double score) {
-      if (s.best_start[end] < 0 || score > s.best_score[end]) {
-        s.best_score[end] = score;
-        s.best_start[end] = static_cast<std::int32_t>(start);
-        s.best_id[end] = id;
-      }
-    };
+    double* const best_score = s.best_score.data();
+    std::int32_t* const best_id = s.best_id.data();
+    std::int32_t* const best_start = s.best_start.data();
+    best_score[0] = 0.0;
     for (std::size_t start = 0; start < n;) {
-      const double here = s.best_score[start];
+      const double here = best_score[start];
       const std::size_t char_length = std::min(utf8_length(static_cast<unsigned char>(w[start])), n - start);
       bool covers_character = false;
-      std::int32_t node = root_[static_cast<unsigned char>(w[start])];
-      for (std::size_t end = start + 1; node >= 0; ++end) {
-        if (const std::int32_t id = token_of_node_[node]; id >= 0) {
-          offer(end, start, id, here + scores_[id]);
-          covers_character = covers_character || end - start == char_length;
-        }
-        if (end == n) break;
-        node = child(node, static_cast<unsigned char>(w[end]));
+      // The walk down the trie: one dependent load a byte (the node's base), the check that the child exists
+      // beside it. Every node offers its piece's score without a branch (-inf where no piece ends), so the
+      // walk's end is the only branch the predictor has to guess.
+      std::int32_t node = 0;
+      for (std::size_t end = start; end < n; ++end) {
+        const std::int32_t next = units_[static_cast<std::size_t>(node)].base + static_cast<unsigned char>(w[end]);
+        if (units_[static_cast<std::size_t>(next)].check != node) break;
+        node = next;
+        const Piece& piece = pieces_[static_cast<std::size_t>(node)];
+        const double score = here + piece.score, old = best_score[end + 1];
+        const std::int32_t keep = static_cast<std::int32_t>(score > old) - 1;  // 0 where better, else all ones
+        best_score[end + 1] = std::max(old, score);
+        best_start[end + 1] = (best_start[end + 1] & keep) | (static_cast<std::int32_t>(start) & ~keep);
+        best_id[end + 1] = (best_id[end + 1] & keep) | (piece.id & ~keep);
+        covers_character |= piece.id >= 0 && end + 1 - start == char_length;
       }
       if (!covers_character) {
         if (unk_ < 0)
           throw Error(
               fmt::format("tokenizer: the Unigram model has no unknown token for '{}'", w.substr(start, char_length)));
-        offer(start + char_length, start, unk_, here + unk_score_);
+        const std::size_t end = start + char_length;
+        if (here + unk_score_ > best_score[end]) {
+          best_score[end] = here + unk_score_;
+          best_start[end] = static_cast<std::int32_t>(start);
+          best_id[end] = unk_;
+        }
       }
       start += char_length;
     }
@@ -140,8 +151,9 @@ class Unigram final : public Model {
     ids.push_back(unk_);
   }
 
-  // A byte trie of the pieces, built with a map per node, then flattened: each node's children lie
-  // contiguous in labels_/targets_ (first_child_[node] .. first_child_[node + 1]), the root's in an array.
+  // A byte trie of the pieces, built with a map per node, then laid out as a double array (the layout of
+  // sentencepiece's Darts): the child of unit u labelled b is unit units_[u].base + b, if that unit's check
+  // names u. The root is unit 0. Every base leaves 256 units after it, so no look-up leaves the array.
   struct Building {
     std::vector<std::map<unsigned char, std::int32_t>> children{1};
     std::vector<std::int32_t> token{-1};
@@ -159,31 +171,86 @@ class Unigram final : public Model {
     }
     b.token[static_cast<std::size_t>(node)] = id;
   }
-  void flatten(const Building& b) {
-    token_of_node_ = b.token;
-    first_child_.assign(b.children.size() + 1, 0);
+  struct Unit {
+    std::int32_t base = 0;
+    std::int32_t check = -1;  // the parent unit; -1 free (the root's own check, -2, is nobody's index)
+  };
+  struct Piece {  // the piece that ends at a unit, if any
+    double score = -std::numeric_limits<double>::infinity();
+    std::int32_t id = -1;
+  };
+  // Each node's children go to the first base where all their units are free. Free units are found through
+  // `next_free` (the smallest free unit >= u, a union-find with path compression), and a free unit that 32
+  // bases were tried at is given up (left empty), so a vocabulary of 250,000 pieces lays out in linear time.
+  void build_double_array(const Building& b) {
+    units_.assign(1024, Unit{});
+    pieces_.assign(1024, Piece{});
+    std::vector<std::uint32_t> next_free(units_.size());
+    std::vector<std::uint8_t> tries(units_.size());
+    for (std::size_t u = 0; u < next_free.size(); ++u) next_free[u] = static_cast<std::uint32_t>(u);
+    const auto grow = [&] {
+      const std::size_t old = units_.size();
+      units_.resize(old * 2, Unit{});
+      pieces_.resize(old * 2, Piece{});
+      tries.resize(old * 2);
+      next_free.resize(old * 2);
+      for (std::size_t u = old; u < next_free.size(); ++u) next_free[u] = static_cast<std::uint32_t>(u);
+    };
+    const auto find = [&](std::size_t u) {
+      while (u >= next_free.size()) grow();
+      std::size_t r = u;
+      while (next_free[r] != r) {
+        r = next_free[r];
+        while (r >= next_free.size()) grow();
+      }
+      while (next_free[u] != u) u = std::exchange(next_free[u], static_cast<std::uint32_t>(r));
+      return r;
+    };
+    const auto take = [&](std::size_t u) { next_free[u] = static_cast<std::uint32_t>(u + 1); };
+    units_[0].check = -2;
+    take(0);
+    // Nodes in the order they were made (a parent before its children), which keeps the building trie's
+    // reads sequential; a node's unit is known once its parent is placed.
+    std::vector<std::int32_t> unit_of(b.children.size(), 0);
+    std::size_t top = 0;  // the highest base given
     for (std::size_t node = 0; node < b.children.size(); ++node) {
-      first_child_[node] = static_cast<std::int32_t>(labels_.size());
-      for (const auto& [label, child] : b.children[node]) {
-        labels_.push_back(label);
-        targets_.push_back(child);
+      const std::int32_t unit = unit_of[node];
+      const auto& children = b.children[node];
+      if (const std::int32_t id = b.token[node]; id >= 0)
+        pieces_[static_cast<std::size_t>(unit)] = Piece{scores_[static_cast<std::size_t>(id)], id};
+      if (children.empty()) continue;
+      const std::size_t lowest = children.begin()->first;
+      std::size_t base = 0;
+      for (std::size_t free = find(lowest);; free = find(free + 1)) {
+        base = free - lowest;
+        while (base + 256 >= units_.size()) grow();
+        bool fits = true;
+        for (const auto& child : children)
+          if (units_[base + child.first].check != -1) {
+            fits = false;
+            break;
+          }
+        if (fits) break;
+        if (++tries[free] == 32) take(free);
+      }
+      units_[static_cast<std::size_t>(unit)].base = static_cast<std::int32_t>(base);
+      top = std::max(top, base);
+      for (const auto& [label, child] : children) {
+        units_[base + label].check = unit;
+        take(base + label);
+        unit_of[static_cast<std::size_t>(child)] = static_cast<std::int32_t>(base + label);
       }
     }
-    first_child_.back() = static_cast<std::int32_t>(labels_.size());
-    for (const auto& [label, child] : b.children[0]) root_[label] = child;
-  }
-  std::int32_t child(std::int32_t node, unsigned char byte) const {
-    const auto n = static_cast<std::size_t>(node);
-    for (std::int32_t i = first_child_[n], end = first_child_[n + 1]; i < end; ++i)
-      if (labels_[static_cast<std::size_t>(i)] == byte) return targets_[static_cast<std::size_t>(i)];
-    return -1;
+    units_.resize(top + 256);  // every look-up's unit (base + byte) stays inside
+    units_.shrink_to_fit();
+    pieces_.resize(units_.size());
+    pieces_.shrink_to_fit();
   }
 
   std::vector<double> scores_;
   Vocabulary vocab_;
-  std::array<std::int32_t, 256> root_{};
-  std::vector<std::int32_t> first_child_, targets_, token_of_node_;
-  std::vector<unsigned char> labels_;
+  std::vector<Unit> units_;
+  std::vector<Piece> pieces_;  // by unit
   std::array<std::int32_t, 256> byte_ids_{};
   std::int32_t unk_;
   const std::uint64_t serial_ = WordCache::next_serial();
