@@ -11,12 +11,14 @@
 // check each against float32 references).
 //
 //   build-gpu/bench/attention_gpu --model .device/tok --corpus .device/corpus [--sequences 512]
-//       [--max-length 256] [--iterations 100] [--shapes minilm,base,base-bias,local,qwen3] [--grid 1024 ...]
+//       [--max-length 256] [--iterations 100] [--shapes minilm,base,base-bias,local,base-rotary,local-rotary,qwen3]
+//       [--grid 1024 ...]
 //
 // Shapes: minilm (12 heads of 32), base (12 of 64: BERT, XLM-R, ModernBERT's global layers), base-bias
 // (MPNet: base plus a relative position bias, which flash cannot add: compared with flash on base, for
-// what the bias costs), local (ModernBERT's sliding layers: base, |query - key| <= 64), qwen3 (16 heads of
-// 128, 8 key/value heads, causal).
+// what the bias costs), local (ModernBERT's sliding layers: base, |query - key| <= 64), base-rotary and
+// local-rotary (ModernBERT's global and sliding layers, q and k rotated in the kernel; flash without the
+// rotation), qwen3 (16 heads of 128, 8 key/value heads, causal).
 #include "cuda_kernels.hpp"
 
 #include "flowline/device.hpp"
@@ -41,13 +43,14 @@ namespace {
 struct Shape {
   std::string name;
   std::int64_t heads, kv_heads, head_dim, window;
-  bool causal, bias;
+  bool causal, bias, rotary;
 };
 
 const std::vector<Shape> kShapes{
-    {"minilm", 12, 12, 32, 0, false, false},   {"base", 12, 12, 64, 0, false, false},
-    {"base-bias", 12, 12, 64, 0, false, true}, {"local", 12, 12, 64, 64, false, false},
-    {"qwen3", 16, 8, 128, 0, true, false},
+    {"minilm", 12, 12, 32, 0, false, false, false},     {"base", 12, 12, 64, 0, false, false, false},
+    {"base-bias", 12, 12, 64, 0, false, true, false},   {"local", 12, 12, 64, 64, false, false, false},
+    {"base-rotary", 12, 12, 64, 0, false, false, true}, {"local-rotary", 12, 12, 64, 64, false, false, true},
+    {"qwen3", 16, 8, 128, 0, true, false, false},
 };
 
 // Microseconds per call of `run`, best of three rounds of `iterations` calls.
@@ -70,7 +73,7 @@ double time_us(Run&& run, int iterations) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model, corpus, shape_list = "minilm,base,base-bias,local,qwen3";
+  std::string model, corpus, shape_list = "minilm,base,base-bias,local,base-rotary,local-rotary,qwen3";
   std::int64_t sequences = 512, max_length = 256;
   int iterations = 100;
   std::vector<std::int64_t> extra_grids;
@@ -115,7 +118,7 @@ int main(int argc, char** argv) {
   const at::Tensor tiles = at::tensor(list, at::kLong).to(gpu);
   fmt::print("attention_gpu: one pass of {} sequences, {} tokens ({:.1f} a sequence, longest {}), fp16\n", n, T,
              static_cast<double>(T) / static_cast<double>(n), longest);
-  fmt::print("{:<10} {:>8} {:>12} {:>12} {:>12} {:>8} {:>10}\n", "shape", "grid", "flash us", "flowline us",
+  fmt::print("{:<12} {:>8} {:>12} {:>12} {:>12} {:>8} {:>10}\n", "shape", "grid", "flash us", "flowline us",
              "flowline GB/s", "x", "max diff");
 
   const auto& kernels = models::detail::cuda_kernels();
@@ -143,6 +146,13 @@ int main(int argc, char** argv) {
     grids.insert(grids.end(), extra_grids.begin(), extra_grids.end());
     const std::int64_t widest = *std::max_element(grids.begin(), grids.end());
     if (s.bias) options.relative_bias = at::randn({s.heads, 2 * widest - 1}, at::kFloat).to(gpu);
+    if (s.rotary) {  // ModernBERT's local theta; q and k rotated in the kernel (flash is timed without it)
+      const at::Tensor inverse = at::pow(10000.0, -at::arange(0, s.head_dim, 2, at::kDouble) / s.head_dim);
+      const at::Tensor angles = at::outer(at::arange(widest, at::kDouble), inverse);
+      options.rotary_cos = at::cos(angles).to(gpu, at::kHalf).contiguous();
+      options.rotary_sin = at::sin(angles).to(gpu, at::kHalf).contiguous();
+    }
+    const bool exact = !s.bias && !s.rotary;  // flash computes the same (else it only gives a time to beat)
     const double bytes = static_cast<double>(T) * static_cast<double>(width + s.heads * s.head_dim) * 2.0;
     for (const std::int64_t grid : grids) {
       at::Tensor ours, theirs;
@@ -160,10 +170,13 @@ int main(int argc, char** argv) {
           },
           iterations);
       const std::string diff =
-          s.bias ? "-"
+          !exact ? "-"
                  : fmt::format("{:.2e}", (ours.to(at::kFloat) - theirs.to(at::kFloat)).abs().max().item<double>());
-      fmt::print("{:<10} {:>8} {:>12.1f} {:>12.1f} {:>12.0f} {:>8.2f} {:>10}{}\n", s.name, grid, us_theirs, us_ours,
-                 bytes / us_ours / 1e3, us_theirs / us_ours, diff, s.bias ? "   (flash without the bias)" : "");
+      fmt::print("{:<12} {:>8} {:>12.1f} {:>12.1f} {:>12.0f} {:>8.2f} {:>10}{}\n", s.name, grid, us_theirs, us_ours,
+                 bytes / us_ours / 1e3, us_theirs / us_ours, diff,
+                 s.bias     ? "   (flash without the bias)"
+                 : s.rotary ? "   (flash without the rotation)"
+                            : "");
     }
   }
   return 0;

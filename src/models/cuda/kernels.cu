@@ -94,6 +94,7 @@ constexpr int kRows = static_cast<int>(kAttentionTile);  // queries per block
 constexpr int kKeys = 64;                                // keys per tile
 constexpr int kWarps = 4;
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kBiasPad = 72;  // zeros each side of a relative bias table in shared memory
 
 // Two floats as one register of two T (the lower column first).
 template <typename T>
@@ -153,7 +154,12 @@ struct PackedLayout {
   static constexpr int LD = DP + 8;  // elements per row in shared memory
   static constexpr std::size_t tile_bytes = static_cast<std::size_t>(kRows) * LD * 2;  // one tile of rows
   static constexpr std::size_t qkv_bytes = 5 * tile_bytes;                             // Q, then two stages of K and V
-  static std::size_t bytes(std::int64_t longest, bool bias) { return qkv_bytes + (bias ? 4 * (2 * longest) : 0); }
+  static std::size_t bytes(std::int64_t longest, bool bias) {
+    return qkv_bytes + (bias ? 2 * 4 * static_cast<std::size_t>(bias_table(static_cast<int>(longest))) : 0);
+  }
+  // A sequence of `length` tokens' relative bias, in floats: offsets -(length - 1) .. length - 1 with
+  // kBiasPad zeros each side (the loads of masked rows and keys reach up to 64 past either end), even.
+  __host__ __device__ static constexpr int bias_table(int length) { return (2 * length - 1 + 2 * kBiasPad + 1) & ~1; }
 };
 
 // 16 bytes from global to shared memory without passing through registers; `bytes` 0 writes zeros.
@@ -242,19 +248,35 @@ struct WarpRows {
 };
 
 // One tile of KEYS keys (64, 32 or 16; the tail of a sequence takes the smallest that holds it) at
-// positions k0.., K and V rows in shared memory. scale: the q.k scale in log2 units; sbias: the bias (times
-// log2 e) by key - query + length - 1.
+// positions k0.., K and V rows in shared memory. scale: the q.k scale in log2 units; bias (BIAS): the lane's
+// bias (divided by the q.k scale) for its row `group` and first column pair, 8-byte aligned: the pair of
+// 8-key tile n is at bias + 8n, and row group + 8's at bias + 8n - 8, so KEYS / 8 + 1 loads of two floats
+// serve the lane's 2 x KEYS / 4 scores.
 template <typename T, int DP, int KEYS, bool BIAS>
 __device__ __forceinline__ void attend_tile(WarpRows<DP>& w, const T* sk, const T* sv, int k0, bool whole, float scale,
-                                            const float* sbias, int length, int lane) {
+                                            const float* bias, int lane) {
   using L = PackedLayout<DP>;
   const int group = lane >> 2, quad = lane & 3;
   // S = Q K^T: KEYS / 8 tiles of 8 keys; K's rows are B's columns, fetched by ldmatrix two dimension
   // blocks of 16 at a time (lane l: key row l % 8, columns (l / 8) * 8).
+  // With a bias, the accumulators start from it (bias / scale, so that s * scale adds it), and the bias costs
+  // no arithmetic of its own.
   float s[KEYS / 8][4];
+  float2 pairs[BIAS ? KEYS / 8 + 1 : 1];  // pairs[m]: the bias at bias + 8 (m - 1)
+  if constexpr (BIAS) {
+#pragma unroll
+    for (int m = 0; m <= KEYS / 8; ++m) pairs[m] = *reinterpret_cast<const float2*>(bias + 8 * (m - 1));
+  }
 #pragma unroll
   for (int n = 0; n < KEYS / 8; ++n) {
-    s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+    if constexpr (BIAS) {
+      s[n][0] = pairs[n + 1].x;
+      s[n][1] = pairs[n + 1].y;
+      s[n][2] = pairs[n].x;
+      s[n][3] = pairs[n].y;
+    } else {
+      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+    }
     const T* key_row = sk + (n * 8 + (lane & 7)) * L::LD + (lane >> 3) * 8;
 #pragma unroll
     for (int d = 0; d < DP / 16; d += 2) {
@@ -270,8 +292,8 @@ __device__ __forceinline__ void attend_tile(WarpRows<DP>& w, const T* sk, const 
       }
     }
   }
-  // Scores in log2 units (plus the bias), keys a row does not see -inf (no test at all when the tile is
-  // whole: every key real and seen by every row).
+  // Keys a row does not see get -inf (no test at all when the tile is whole: every key real and seen by every
+  // row); s * scale is a score in log2 units.
   float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
   for (int n = 0; n < KEYS / 8; ++n) {
@@ -279,27 +301,22 @@ __device__ __forceinline__ void attend_tile(WarpRows<DP>& w, const T* sk, const 
     for (int i = 0; i < 4; ++i) {
       const int r = i >> 1, key = k0 + n * 8 + quad * 2 + (i & 1);
       const bool seen = whole || (key >= w.lo[r] && key < w.hi[r]);
-      float value = s[n][i];
-      if constexpr (BIAS)
-        value = seen ? fmaf(value, scale, sbias[key - w.query[r] + length - 1]) : -INFINITY;
-      else
-        value = seen ? value : -INFINITY;  // scaled below
+      const float value = seen ? s[n][i] : -INFINITY;
       s[n][i] = value;
       tile_max[r] = fmaxf(tile_max[r], value);
     }
   }
-  const float factor = BIAS ? 1.f : scale;  // what turns s into log2 units
   float alpha[2], base[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
     tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-    const float new_max = fmaxf(w.row_max[r], tile_max[r] * factor);
+    const float new_max = fmaxf(w.row_max[r], tile_max[r] * scale);
     base[r] = new_max == -INFINITY ? 0.f : new_max;  // a row with no key seen yet keeps zeros
     alpha[r] = fast_exp2(w.row_max[r] - base[r]);
     w.row_max[r] = new_max;
   }
-  // P = exp2(s * factor - max), rounded to T and packed as the A fragments of P V (one per 16 keys).
+  // P = exp2(s * scale - max), rounded to T and packed as the A fragments of P V (one per 16 keys).
   std::uint32_t pa[KEYS / 16][4];
   float tile_sum[2] = {0.f, 0.f};
 #pragma unroll
@@ -307,8 +324,8 @@ __device__ __forceinline__ void attend_tile(WarpRows<DP>& w, const T* sk, const 
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // the 8-key tiles 2j and 2j + 1
       const float* t = s[2 * j + h];
-      const float p0 = fast_exp2(fmaf(t[0], factor, -base[0])), p1 = fast_exp2(fmaf(t[1], factor, -base[0]));
-      const float p2 = fast_exp2(fmaf(t[2], factor, -base[1])), p3 = fast_exp2(fmaf(t[3], factor, -base[1]));
+      const float p0 = fast_exp2(fmaf(t[0], scale, -base[0])), p1 = fast_exp2(fmaf(t[1], scale, -base[0]));
+      const float p2 = fast_exp2(fmaf(t[2], scale, -base[1])), p3 = fast_exp2(fmaf(t[3], scale, -base[1]));
       pa[j][2 * h] = pack<T>(p0, p1);
       pa[j][2 * h + 1] = pack<T>(p2, p3);
       tile_sum[0] += p0 + p1;
@@ -378,19 +395,26 @@ __global__ void __launch_bounds__(kWarps * 32, DP <= 64 ? 4 : 2) packed_attentio
   commit_async();
   if (key_tiles > 1) request_keys(1);
   commit_async();
-  const float* sbias = nullptr;
-  if constexpr (BIAS) {
-    // This head's bias (times log2 e) for key - query offsets -(length - 1) .. length - 1, at
-    // bias_smem[offset + length - 1].
-    const float* bias = p.bias + static_cast<std::int64_t>(head) * p.bias_row + p.bias_center - (length - 1);
-    for (int i = threadIdx.x; i < 2 * length - 1; i += blockDim.x) bias_smem[i] = bias[i] * kLog2e;
-    sbias = bias_smem;
-  }
-
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = lane >> 2, quad = lane & 3;  // fragment row (and row + 8), column pair
   const int row0 = q0 + warp * 16;               // the warp's first query position
-  const bool active = row0 < length;             // the warp has at least one real query
+  // The bias (over the q.k scale) of key - query offsets -(length - 1) .. length - 1, twice: `even` holds o
+  // at kBiasPad + o + length - 1, `odd` the same shifted down by one, so that every lane finds its pairs at
+  // an even index of one of them (8-byte aligned loads). Zeros around: masked rows and keys load there.
+  const int table = PackedLayout<DP>::bias_table(length);
+  float* const even = bias_smem;
+  float* const odd = bias_smem + table;
+  const int lane_bias = quad * 2 - (row0 + group) + length - 1 + kBiasPad;  // + k0: the lane's index, row group
+  if constexpr (BIAS) {
+    const float* bias = p.bias + static_cast<std::int64_t>(head) * p.bias_row + p.bias_center - (length - 1);
+    const float over = 1.f / p.scale;
+    for (int i = threadIdx.x; i < table; i += blockDim.x) {
+      const int o = i - kBiasPad;
+      even[i] = o >= 0 && o < 2 * length - 1 ? bias[o] * over : 0.f;
+      odd[i] = o + 1 >= 0 && o + 1 < 2 * length - 1 ? bias[o + 1] * over : 0.f;
+    }
+  }
+  const bool active = row0 < length;  // the warp has at least one real query
   WarpRows<DP> w;
   w.full = row0 + 16 <= length;
 #pragma unroll
@@ -437,12 +461,14 @@ __global__ void __launch_bounds__(kWarps * 32, DP <= 64 ? 4 : 2) packed_attentio
       const int keys = k_end - k0;
       const bool whole = keys >= kKeys && w.full && !p.causal && p.window == 0;
       const float scale = p.scale * kLog2e;
+      const int at = lane_bias + k0;
+      const float* bias = (at & 1) ? odd + at - 1 : even + at;
       if (keys > kKeys / 2)
-        attend_tile<T, DP, kKeys, BIAS>(w, sk, sv, k0, whole, scale, sbias, length, lane);
+        attend_tile<T, DP, kKeys, BIAS>(w, sk, sv, k0, whole, scale, bias, lane);
       else if (keys > kKeys / 4)
-        attend_tile<T, DP, kKeys / 2, BIAS>(w, sk, sv, k0, false, scale, sbias, length, lane);
+        attend_tile<T, DP, kKeys / 2, BIAS>(w, sk, sv, k0, false, scale, bias, lane);
       else
-        attend_tile<T, DP, kKeys / 4, BIAS>(w, sk, sv, k0, false, scale, sbias, length, lane);
+        attend_tile<T, DP, kKeys / 4, BIAS>(w, sk, sv, k0, false, scale, bias, lane);
     }
     __syncthreads();  // stage j % 2 is no longer read
     if (j + 2 < key_tiles) request_keys(j + 2);
