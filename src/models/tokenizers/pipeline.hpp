@@ -41,9 +41,10 @@ struct Scratch {
   std::vector<Span> words, other_words;
   std::string utf8;                         // a word in UTF-8, for vocabulary look-ups
   std::vector<std::int32_t> first, second;  // a pair's two sequences before truncation
-  // Unigram's Viterbi over a word's bytes: the best path's score, last piece and its start at each byte.
+  // Unigram's Viterbi over a word's characters: the best path's score and the trie unit of its last piece
+  // at each character.
   std::vector<double> best_score;
-  std::vector<std::int32_t> best_id, best_start;
+  std::vector<std::int32_t> best_unit;
 };
 Scratch& scratch();
 

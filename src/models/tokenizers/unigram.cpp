@@ -1,7 +1,13 @@
 // The Unigram model (sentencepiece's, as Hugging Face `tokenizers` runs it): a word is cut into the
-// vocabulary pieces whose scores sum highest (Viterbi over the word's UTF-8 bytes). A character that no
-// piece covers on its own is the unknown token, scored min_score - 10; neighbouring unknown pieces fuse into
-// one, which byte_fallback then spells as <0xNN> tokens when the vocabulary has them all.
+// vocabulary pieces whose scores sum highest (Viterbi over the word). A character that no piece covers on
+// its own is the unknown token, scored min_score - 10; neighbouring unknown pieces fuse into one, which
+// byte_fallback then spells as <0xNN> tokens when the vocabulary has them all.
+//
+// tokenizers runs the Viterbi over the word's UTF-8 bytes; this one runs it over the word's characters,
+// through a trie of characters. The cuts are the same (a piece, UTF-8 itself, matches only bytes that are
+// whole characters, and the unknown token is one character), and the walks take fewer steps: one a
+// character, where bytes take two or three for anything beyond ASCII ('▁', Metaspace's space, among them),
+// and the word needs no UTF-8 but for its unknown runs.
 #include "flowline/error.hpp"
 #include "pipeline.hpp"
 
@@ -21,10 +27,6 @@ namespace {
 
 constexpr double kUnknownPenalty = 10.0;  // tokenizers' K_UNK_PENALTY
 
-std::size_t utf8_length(unsigned char lead) {
-  return lead < 0x80 ? 1 : (lead & 0xE0) == 0xC0 ? 2 : (lead & 0xF0) == 0xE0 ? 3 : 4;
-}
-
 class Unigram final : public Model {
  public:
   Unigram(const json::array& pieces, std::int32_t unk, bool byte_fallback, const Origin& origin)
@@ -33,6 +35,8 @@ class Unigram final : public Model {
     vocab_.reserve(pieces.size());
     double min_score = std::numeric_limits<double>::infinity();
     Building trie;
+    std::u32string chars;
+    std::string spelled;
     for (std::size_t i = 0; i < pieces.size(); ++i) {
       const json::value& piece = pieces[i];
       if (!piece.is_array() || piece.as_array().size() != 2 || !piece.as_array()[0].is_string() ||
@@ -44,13 +48,19 @@ class Unigram final : public Model {
       scores_.push_back(score);
       vocab_.insert_or_assign(token, id);  // a repeated piece keeps its last id, as tokenizers does
       min_score = std::min(min_score, score);
-      if (!token.empty()) insert(trie, token, id);
+      // A piece that is not UTF-8 (JSON text always is) could match no run of a word's whole characters,
+      // so tokenizers could never cut it out of a word: the trie leaves it out.
+      decode_utf8(token, chars);
+      encode_utf8(chars, spelled);
+      if (!chars.empty() && spelled == token) insert(trie, chars, id);
     }
     if (pieces.empty()) refuse(origin, "the vocabulary is empty");
     build_double_array(trie);
     if (unk_ >= static_cast<std::int32_t>(pieces.size()))
       refuse(origin, fmt::format("'unk_id' {} is outside the vocabulary of {} pieces", unk_, pieces.size()));
     unk_score_ = min_score - kUnknownPenalty;
+    // The root's Piece (no piece is empty) stands for the unknown token, one character long, in the cuts.
+    pieces_[0] = Piece{unk_score_, unk_, 1};
     if (byte_fallback_) {
       for (int b = 0; b < 256; ++b) {
         const auto it = vocab_.find(fmt::format("<0x{:02X}>", b));
@@ -73,64 +83,73 @@ class Unigram final : public Model {
   std::string name() const override { return "Unigram"; }
 
  private:
+  // The labels of the word being cut, reused call after call.
+  static std::vector<std::uint32_t>& this_thread_labels() {
+    thread_local std::vector<std::uint32_t> labels;
+    return labels;
+  }
+
   void cut(Scratch& s, std::u32string_view word, std::vector<std::int32_t>& ids) const {
-    encode_utf8(word, s.utf8);
-    const std::string_view w = s.utf8;
-    const std::size_t n = w.size();
-    // best_*[end]: the best cut of the first `end` bytes, its score, its last piece and where that starts.
-    // A better score replaces; an equal one does not (the first offered stays, as in tokenizers).
-    s.best_score.assign(n + 1, -std::numeric_limits<double>::infinity());
-    s.best_id.assign(n + 1, -1);
-    s.best_start.assign(n + 1, -1);
-    double* const best_score = s.best_score.data();
-    std::int32_t* const best_id = s.best_id.data();
-    std::int32_t* const best_start = s.best_start.data();
-    best_score[0] = 0.0;
-    for (std::size_t start = 0; start < n;) {
-      const double here = best_score[start];
-      const std::size_t char_length = std::min(utf8_length(static_cast<unsigned char>(w[start])), n - start);
-      bool covers_character = false;
-      // The walk down the trie: one dependent load a byte (the node's base), the check that the child exists
-      // beside it. Every node offers its piece's score without a branch (-inf where no piece ends), so the
-      // walk's end is the only branch the predictor has to guess.
-      std::int32_t node = 0;
-      for (std::size_t end = start; end < n; ++end) {
-        const std::int32_t next = units_[static_cast<std::size_t>(node)].base + static_cast<unsigned char>(w[end]);
-        if (units_[static_cast<std::size_t>(next)].check != node) break;
-        node = next;
-        const Piece& piece = pieces_[static_cast<std::size_t>(node)];
-        const double score = here + piece.score, old = best_score[end + 1];
-        const std::int32_t keep = static_cast<std::int32_t>(score > old) - 1;  // 0 where better, else all ones
-        best_score[end + 1] = std::max(old, score);
-        best_start[end + 1] = (best_start[end + 1] & keep) | (static_cast<std::int32_t>(start) & ~keep);
-        best_id[end + 1] = (best_id[end + 1] & keep) | (piece.id & ~keep);
-        covers_character |= piece.id >= 0 && end + 1 - start == char_length;
-      }
-      if (!covers_character) {
-        if (unk_ < 0)
-          throw Error(
-              fmt::format("tokenizer: the Unigram model has no unknown token for '{}'", w.substr(start, char_length)));
-        const std::size_t end = start + char_length;
-        if (here + unk_score_ > best_score[end]) {
-          best_score[end] = here + unk_score_;
-          best_start[end] = static_cast<std::int32_t>(start);
-          best_id[end] = unk_;
+    const std::size_t n = word.size();
+    // The word's characters as trie labels, and 0 (no edge's label) after it, where every walk ends.
+    std::vector<std::uint32_t>& labels = this_thread_labels();
+    labels.resize(n + 1);
+    for (std::size_t i = 0; i < n; ++i) labels[i] = label_of(word[i]);
+    labels[n] = 0;
+    const Unit* const units = units_.data();
+    const Piece* const pieces = pieces_.data();
+    if (unk_ < 0) {
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::size_t child = static_cast<std::size_t>(units[0].base) + labels[i];
+        if (units[child].check != 0 || pieces[child].id < 0) {
+          encode_utf8(word.substr(i, 1), s.utf8);
+          throw Error(fmt::format("tokenizer: the Unigram model has no unknown token for '{}'", s.utf8));
         }
       }
-      start += char_length;
+    }
+    // best_score/best_unit[end]: the best cut of the first `end` characters, its score and the unit of its
+    // last piece (the root for the unknown token). A better score replaces; an equal one does not (the first
+    // offered stays, as in tokenizers).
+    s.best_score.assign(n + 1, -std::numeric_limits<double>::infinity());
+    s.best_unit.assign(n + 1, 0);
+    double* const best_score = s.best_score.data();
+    std::int32_t* const best_unit = s.best_unit.data();
+    best_score[0] = 0.0;
+    for (std::size_t start = 0; start < n; ++start) {
+      const double here = best_score[start];
+      // The walk down the trie: one dependent load a character (the node's base), the check that the child
+      // exists beside it. Every node offers its piece's score without a branch (-inf where no piece ends),
+      // so the walk's end is the only branch the predictor has to guess.
+      std::size_t node = 0;
+      for (std::size_t end = start + 1;; ++end) {
+        const std::size_t next = static_cast<std::size_t>(units[node].base) + labels[end - 1];
+        if (units[next].check != static_cast<std::int32_t>(node)) break;
+        node = next;
+        const double score = here + pieces[node].score, old = best_score[end];
+        const std::int32_t keep = static_cast<std::int32_t>(score > old) - 1;  // 0 where better, else all ones
+        best_score[end] = std::max(old, score);
+        best_unit[end] = (best_unit[end] & keep) | (static_cast<std::int32_t>(node) & ~keep);
+      }
+      // The unknown token over the start's character, offered after its pieces. It is offered even where a
+      // piece covers the character, and then never wins: that piece, offered first, scores no lower.
+      if (here + unk_score_ > best_score[start + 1]) {
+        best_score[start + 1] = here + unk_score_;
+        best_unit[start + 1] = 0;
+      }
     }
     // Back from the end: the pieces in reverse order, then reversed in place.
     const std::size_t first = ids.size();
     for (std::size_t end = n; end > 0;) {
-      std::size_t start = static_cast<std::size_t>(s.best_start[end]);
-      const std::int32_t id = s.best_id[end];
-      if (id != unk_) {
-        ids.push_back(id);
+      const Piece& piece = pieces[best_unit[end]];
+      std::size_t start = end - piece.length;
+      if (piece.id != unk_) {
+        ids.push_back(piece.id);
         end = start;
         continue;
       }
-      while (start > 0 && s.best_id[start] == unk_) start = static_cast<std::size_t>(s.best_start[start]);
-      push_unknown(w.substr(start, end - start), ids);
+      while (start > 0 && pieces[best_unit[start]].id == unk_) start -= pieces[best_unit[start]].length;
+      encode_utf8(word.substr(start, end - start), s.utf8);
+      push_unknown(s.utf8, ids);
       end = start;
     }
     std::reverse(ids.begin() + static_cast<std::ptrdiff_t>(first), ids.end());
@@ -151,21 +170,40 @@ class Unigram final : public Model {
     ids.push_back(unk_);
   }
 
-  // A byte trie of the pieces, built with a map per node, then laid out as a double array (the layout of
-  // sentencepiece's Darts): the child of unit u labelled b is unit units_[u].base + b, if that unit's check
-  // names u. The root is unit 0. Every base leaves 256 units after it, so no look-up leaves the array.
+  // A character's label: its number among the pieces' characters, from 1; 0 for one in no piece.
+  std::uint32_t label_of(char32_t c) const {
+    const std::size_t page = c >> 8;
+    return page < page_of_.size() ? label_pages_[page_of_[page] + (c & 0xFF)] : 0;
+  }
+  std::uint32_t add_label(char32_t c) {
+    const std::size_t page = c >> 8;  // a decoded character is at most U+10FFFF
+    if (page_of_[page] == 0) {
+      page_of_[page] = static_cast<std::uint32_t>(label_pages_.size());
+      label_pages_.resize(label_pages_.size() + 256);
+    }
+    std::uint32_t& slot = label_pages_[page_of_[page] + (c & 0xFF)];
+    if (slot == 0) slot = ++alphabet_;
+    return slot;
+  }
+
+  // A trie of the pieces' characters, built with a map per node, then laid out as a double array (the
+  // layout of sentencepiece's Darts): the child of unit u labelled l is unit units_[u].base + l, if that
+  // unit's check names u. The root is unit 0. Every base leaves alphabet_ units after it, so no look-up
+  // leaves the array.
   struct Building {
-    std::vector<std::map<unsigned char, std::int32_t>> children{1};
+    std::vector<std::map<std::uint32_t, std::int32_t>> children{1};
     std::vector<std::int32_t> token{-1};
+    std::vector<std::uint32_t> depth{0};
   };
-  static void insert(Building& b, const std::string& token, std::int32_t id) {
+  void insert(Building& b, std::u32string_view chars, std::int32_t id) {
     std::int32_t node = 0;
-    for (const char ch : token) {
+    for (const char32_t c : chars) {
       const auto [it, added] = b.children[static_cast<std::size_t>(node)].try_emplace(
-          static_cast<unsigned char>(ch), static_cast<std::int32_t>(b.children.size()));
+          add_label(c), static_cast<std::int32_t>(b.children.size()));
       if (added) {
         b.children.emplace_back();
         b.token.push_back(-1);
+        b.depth.push_back(b.depth[static_cast<std::size_t>(node)] + 1);
       }
       node = it->second;
     }
@@ -178,11 +216,13 @@ class Unigram final : public Model {
   struct Piece {  // the piece that ends at a unit, if any
     double score = -std::numeric_limits<double>::infinity();
     std::int32_t id = -1;
+    std::uint32_t length = 0;  // its characters
   };
   // Each node's children go to the first base where all their units are free. Free units are found through
   // `next_free` (the smallest free unit >= u, a union-find with path compression), and a free unit that 32
   // bases were tried at is given up (left empty), so a vocabulary of 250,000 pieces lays out in linear time.
   void build_double_array(const Building& b) {
+    const std::size_t span = std::size_t{alphabet_} + 1;  // base + label, label in [0, alphabet_]
     units_.assign(1024, Unit{});
     pieces_.assign(1024, Piece{});
     std::vector<std::uint32_t> next_free(units_.size());
@@ -217,13 +257,13 @@ class Unigram final : public Model {
       const std::int32_t unit = unit_of[node];
       const auto& children = b.children[node];
       if (const std::int32_t id = b.token[node]; id >= 0)
-        pieces_[static_cast<std::size_t>(unit)] = Piece{scores_[static_cast<std::size_t>(id)], id};
+        pieces_[static_cast<std::size_t>(unit)] = Piece{scores_[static_cast<std::size_t>(id)], id, b.depth[node]};
       if (children.empty()) continue;
       const std::size_t lowest = children.begin()->first;
       std::size_t base = 0;
       for (std::size_t free = find(lowest);; free = find(free + 1)) {
         base = free - lowest;
-        while (base + 256 >= units_.size()) grow();
+        while (base + span >= units_.size()) grow();
         bool fits = true;
         for (const auto& child : children)
           if (units_[base + child.first].check != -1) {
@@ -241,7 +281,7 @@ class Unigram final : public Model {
         unit_of[static_cast<std::size_t>(child)] = static_cast<std::int32_t>(base + label);
       }
     }
-    units_.resize(top + 256);  // every look-up's unit (base + byte) stays inside
+    units_.resize(top + span);  // every look-up's unit (base + label) stays inside
     units_.shrink_to_fit();
     pieces_.resize(units_.size());
     pieces_.shrink_to_fit();
@@ -251,6 +291,11 @@ class Unigram final : public Model {
   Vocabulary vocab_;
   std::vector<Unit> units_;
   std::vector<Piece> pieces_;  // by unit
+  // Labels by character: label_pages_[page_of_[c >> 8] + (c & 0xFF)]; page 0, all zeros, serves the
+  // characters in no piece.
+  std::vector<std::uint32_t> page_of_ = std::vector<std::uint32_t>(0x110000 >> 8);
+  std::vector<std::uint32_t> label_pages_ = std::vector<std::uint32_t>(256);
+  std::uint32_t alphabet_ = 0;  // the labels given
   std::array<std::int32_t, 256> byte_ids_{};
   std::int32_t unk_;
   const std::uint64_t serial_ = WordCache::next_serial();
