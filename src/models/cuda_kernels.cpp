@@ -97,6 +97,21 @@ std::pair<at::Tensor, at::Tensor> add_then_layer_norm(const at::Tensor& a, const
   return {std::move(sum), std::move(normed)};
 }
 
+std::pair<at::Tensor, at::Tensor> linear_add_layer_norm(at::Tensor residual, const at::Tensor& x, const at::Tensor& w,
+                                                        const at::Tensor& b, const at::Tensor& weight,
+                                                        const at::Tensor& bias, double eps, bool keep_sum) {
+  const bool fused = fused_add_layer_norm_fits(residual, weight) && residual.is_contiguous() &&
+                     x.scalar_type() == residual.scalar_type() && w.scalar_type() == residual.scalar_type() &&
+                     (!keep_sum || !b.defined());
+  if (!fused) {
+    if (keep_sum) return add_then_layer_norm(residual, at::linear(x, w, b), weight, bias, eps);
+    return {at::Tensor(), add_layer_norm(at::linear(x, w, b), residual, weight, bias, eps)};
+  }
+  residual.addmm_(x, w.t());
+  at::Tensor normed = cuda_kernels().add_layer_norm(residual, b, weight, bias, eps, at::Tensor());
+  return {keep_sum ? std::move(residual) : at::Tensor(), std::move(normed)};
+}
+
 RotaryRows rotary_rows(const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& positions) {
   if (half_on_gpu(cos)) return {cos, sin, positions.contiguous()};
   return {cos.index_select(0, positions), sin.index_select(0, positions), at::Tensor()};

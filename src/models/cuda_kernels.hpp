@@ -59,11 +59,11 @@ struct CudaKernels {
   // Softmax in float32. Returns [T, heads * head_dim] in q's dtype.
   at::Tensor (*attention)(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& tiles,
                           std::int64_t longest, const PackedAttention& options);
-  // layer_norm(a + b) over the last dimension in one pass: a, b [rows, H] contiguous fp16 or bf16, H a
-  // multiple of 8 up to 2048; weight [H] and bias [H] (bias may be undefined) in the same dtype. The sum
-  // is rounded to the dtype before it is normalised in float32, as at::layer_norm(a + b) does. When
-  // `sum` is defined ([rows, H], same dtype) the rounded sum is written there too (pre-norm layers keep it
-  // as their residual).
+  // layer_norm(a + b) over the last dimension in one pass: a [rows, H] contiguous fp16 or bf16, H a
+  // multiple of 8 up to 2048; b like a, or [H] (added to every row), or undefined (a alone is normalised);
+  // weight [H] and bias [H] (bias may be undefined) in the same dtype. The sum is rounded to the dtype
+  // before it is normalised in float32, as at::layer_norm(a + b) does. When `sum` is defined ([rows, H],
+  // same dtype) the rounded sum is written there too (pre-norm layers keep it as their residual).
   at::Tensor (*add_layer_norm)(const at::Tensor& a, const at::Tensor& b, const at::Tensor& weight,
                                const at::Tensor& bias, double eps, const at::Tensor& sum);
   // rotate() of transformer.hpp in one kernel, the table rows looked up by each token's position: x
@@ -92,6 +92,15 @@ at::Tensor add_layer_norm(const at::Tensor& a, const at::Tensor& b, const at::Te
 // Pre-norm layers: (a + b, layer_norm(a + b)), in one kernel where add_layer_norm() fuses.
 std::pair<at::Tensor, at::Tensor> add_then_layer_norm(const at::Tensor& a, const at::Tensor& b,
                                                       const at::Tensor& weight, const at::Tensor& bias, double eps);
+// A sublayer's output projection, residual add and LayerNorm: sum = residual + linear(x, w, b), then
+// (sum, layer_norm(sum)) (`sum` undefined unless keep_sum: post-norm layers need only the norm). On a GPU in
+// fp16/bf16 the GEMM adds its product onto `residual` in place (cuBLAS with beta = 1), so the sum is no
+// separate pass over memory, and b is added in the norm's kernel; `residual` is then overwritten (callers
+// pass a residual they no longer need). Elsewhere add_then_layer_norm(residual, linear(x, w, b)). The
+// values are those of the separate operations up to where the product is rounded to the dtype.
+std::pair<at::Tensor, at::Tensor> linear_add_layer_norm(at::Tensor residual, const at::Tensor& x, const at::Tensor& w,
+                                                        const at::Tensor& b, const at::Tensor& weight,
+                                                        const at::Tensor& bias, double eps, bool keep_sum);
 // The rotary tables of one forward pass, made once per pass by rotary_rows(): on a GPU in fp16/bf16 the
 // tables themselves and the tokens' positions (the rotate kernel looks the rows up); elsewhere the rows at
 // the tokens' positions, looked up here (positions undefined).

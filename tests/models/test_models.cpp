@@ -469,6 +469,19 @@ TEST_CASE("on the GPU flowline's packed attention and fused add + LayerNorm agre
         const at::Tensor difference = (got.to(at::kFloat) - expected.to(at::kFloat)).abs();
         const at::Tensor allowed = expected.to(at::kFloat).abs() * (dtype == c10::kHalf ? 1e-3 : 8e-3) + 1e-3;
         CHECK((difference <= allowed).all().item<bool>());
+        // b as one row added to every row (a linear's bias), and no b (a alone normalised).
+        const at::Tensor row = b[0];
+        for (const bool broadcast : {true, false}) {
+          const at::Tensor other = broadcast ? row : at::Tensor();
+          const at::Tensor one = kernels.add_layer_norm(a, other, weight, bias_or_none, 1e-5, sum);
+          const at::Tensor input = broadcast ? a + row : a;
+          const at::Tensor reference = at::layer_norm(input, {width}, weight, bias_or_none, 1e-5);
+          INFO((broadcast ? "b of one row" : "no b"));
+          CHECK(at::equal(sum, input));
+          const at::Tensor gap = (one.to(at::kFloat) - reference.to(at::kFloat)).abs();
+          CHECK(
+              (gap <= reference.to(at::kFloat).abs() * (dtype == c10::kHalf ? 1e-3 : 8e-3) + 1e-3).all().item<bool>());
+        }
       }
     }
   }

@@ -40,7 +40,7 @@ class ModernBert final : public Transformer {
     const std::int64_t H = info_.hidden_size, heads = info_.num_heads, head_dim = H / heads;
     const std::int64_t total = batch.ids.size(0);
     // x: the residual stream; normed: its LayerNorm, the next sublayer's input (layer 0's attention norm is
-    // the identity: the embeddings were just normed). Each residual add and the norm after it run fused.
+    // the identity: the embeddings were just normed). Each output projection adds onto x, then x is normed.
     at::Tensor x = at::layer_norm(at::embedding(word_, batch.ids), {H}, emb_norm_w_, emb_norm_b_, eps_);
     at::Tensor normed = x;
     AttentionOptions global, local;
@@ -57,12 +57,12 @@ class ModernBert final : public Transformer {
       const at::Tensor k = qkv.narrow(1, H, H).view({total, heads, head_dim});
       const at::Tensor v = qkv.narrow(1, 2 * H, H).view({total, heads, head_dim});
       at::Tensor context = attend(q, k, v, batch, sliding ? local : global);
-      std::tie(x, normed) = add_then_layer_norm(x, at::linear(context, l.o_w, l.o_b), l.mlp_norm_w, l.mlp_norm_b, eps_);
+      std::tie(x, normed) = linear_add_layer_norm(x, context, l.o_w, l.o_b, l.mlp_norm_w, l.mlp_norm_b, eps_, true);
       const at::Tensor up = at::linear(normed, l.wi_w, l.wi_b);
-      const at::Tensor down = at::linear(gated_activation(up, act_), l.wo_w, l.wo_b);
       const bool last = i + 1 == layers_.size();
-      std::tie(x, normed) = add_then_layer_norm(x, down, last ? final_w_ : layers_[i + 1].attn_norm_w,
-                                                last ? final_b_ : layers_[i + 1].attn_norm_b, eps_);
+      std::tie(x, normed) = linear_add_layer_norm(x, gated_activation(up, act_), l.wo_w, l.wo_b,
+                                                  last ? final_w_ : layers_[i + 1].attn_norm_w,
+                                                  last ? final_b_ : layers_[i + 1].attn_norm_b, eps_, true);
     }
     return normed;
   }

@@ -87,9 +87,10 @@ class MPNet final : public Transformer {
       auto k = qkv.narrow(1, H, H).view({total, heads, head_dim});
       auto v = qkv.narrow(1, 2 * H, H).view({total, heads, head_dim});
       at::Tensor context = attend(q, k, v, batch, attention);
-      x = add_layer_norm(at::linear(context, l.o_w, l.o_b), x, l.ln1_w, l.ln1_b, eps_);
+      // x is the residual each time; it is no longer needed once added (linear_add_layer_norm writes over it).
+      x = linear_add_layer_norm(x, context, l.o_w, l.o_b, l.ln1_w, l.ln1_b, eps_, false).second;
       at::Tensor hidden = activate(at::linear(x, l.up_w, l.up_b), act_);
-      x = add_layer_norm(at::linear(hidden, l.down_w, l.down_b), x, l.ln2_w, l.ln2_b, eps_);
+      x = linear_add_layer_norm(x, hidden, l.down_w, l.down_b, l.ln2_w, l.ln2_b, eps_, false).second;
     }
     return x;
   }

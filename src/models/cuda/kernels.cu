@@ -632,13 +632,14 @@ at::Tensor packed_attention(const at::Tensor& q, const at::Tensor& k, const at::
 //
 // One warp per row; each lane holds up to CHUNKS pieces of 8 values in registers, so the row is read once:
 // the sum rounded to T (as a separate add would round it), mean, then the variance around it (two passes
-// over registers), then (x - mean) * rstd * weight + bias in float32.
+// over registers), then (x - mean) * rstd * weight + bias in float32. b is a matrix (b_row = width), one
+// row added to every row (b_row = 0: a linear's bias), or null (a alone is normalised).
 
 template <typename T, int CHUNKS>
 __global__ void __launch_bounds__(128)
-    add_layer_norm_kernel(const T* __restrict__ a, const T* __restrict__ b, const T* __restrict__ weight,
-                          const T* __restrict__ bias, T* __restrict__ out, T* __restrict__ sum_out, std::int64_t rows,
-                          int width, float eps) {
+    add_layer_norm_kernel(const T* __restrict__ a, const T* __restrict__ b, std::int64_t b_row,
+                          const T* __restrict__ weight, const T* __restrict__ bias, T* __restrict__ out,
+                          T* __restrict__ sum_out, std::int64_t rows, int width, float eps) {
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * 4 + threadIdx.x / 32;
   if (row >= rows) return;
   const int lane = threadIdx.x % 32;
@@ -650,14 +651,17 @@ __global__ void __launch_bounds__(128)
     const int column = (lane + 32 * c) * 8;
     if (column < width) {
       const uint4 ua = *reinterpret_cast<const uint4*>(a + base + column);
-      const uint4 ub = *reinterpret_cast<const uint4*>(b + base + column);
       const T* ta = reinterpret_cast<const T*>(&ua);
-      const T* tb = reinterpret_cast<const T*>(&ub);
-      uint4 us;
+      uint4 us = ua;
       T* ts = reinterpret_cast<T*>(&us);
+      if (b != nullptr) {
+        const uint4 ub = *reinterpret_cast<const uint4*>(b + row * b_row + column);
+        const T* tb = reinterpret_cast<const T*>(&ub);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) ts[e] = Cvt<T>::t(Cvt<T>::f(ta[e]) + Cvt<T>::f(tb[e]));
+      }
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        ts[e] = Cvt<T>::t(Cvt<T>::f(ta[e]) + Cvt<T>::f(tb[e]));
         x[c][e] = Cvt<T>::f(ts[e]);
         total += x[c][e];
       }
@@ -705,8 +709,11 @@ __global__ void __launch_bounds__(128)
 
 at::Tensor add_layer_norm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& weight, const at::Tensor& bias,
                           double eps, const at::Tensor& sum) {
-  TORCH_CHECK(a.is_cuda() && a.dim() == 2 && b.sizes() == a.sizes() && a.is_contiguous() && b.is_contiguous(),
-              "add_layer_norm: a and b must be contiguous [rows, H] on a GPU");
+  TORCH_CHECK(a.is_cuda() && a.dim() == 2 && a.is_contiguous(),
+              "add_layer_norm: a must be contiguous [rows, H] on a GPU");
+  TORCH_CHECK(!b.defined() || (b.is_contiguous() && b.scalar_type() == a.scalar_type() &&
+                               (b.sizes() == a.sizes() || (b.dim() == 1 && b.size(0) == a.size(1)))),
+              "add_layer_norm: b must be like a, or [H], in a's dtype");
   TORCH_CHECK(a.scalar_type() == at::kHalf || a.scalar_type() == at::kBFloat16, "add_layer_norm: fp16 or bf16 only");
   const std::int64_t rows = a.size(0), width = a.size(1);
   TORCH_CHECK(width % 8 == 0 && width >= 8 && width <= 2048, "add_layer_norm: H must be a multiple of 8 up to 2048");
@@ -730,7 +737,8 @@ at::Tensor add_layer_norm(const at::Tensor& a, const at::Tensor& b, const at::Te
   auto run = [&](auto tag) {
     using T = decltype(tag);
     const T* pa = static_cast<const T*>(a.data_ptr());
-    const T* pb = static_cast<const T*>(b.data_ptr());
+    const T* pb = b.defined() ? static_cast<const T*>(b.data_ptr()) : nullptr;
+    const std::int64_t b_row = b.defined() && b.dim() == 2 ? width : 0;
     const T* pw = static_cast<const T*>(weight.data_ptr());
     const T* pbias = bias.defined() ? static_cast<const T*>(bias.data_ptr()) : nullptr;
     T* po = static_cast<T*>(out.data_ptr());
@@ -738,13 +746,13 @@ at::Tensor add_layer_norm(const at::Tensor& a, const at::Tensor& b, const at::Te
     const float e = static_cast<float>(eps);
     const int w = static_cast<int>(width);
     if (chunks <= 1)
-      add_layer_norm_kernel<T, 1><<<blocks, 128, 0, stream>>>(pa, pb, pw, pbias, po, ps, rows, w, e);
+      add_layer_norm_kernel<T, 1><<<blocks, 128, 0, stream>>>(pa, pb, b_row, pw, pbias, po, ps, rows, w, e);
     else if (chunks <= 2)
-      add_layer_norm_kernel<T, 2><<<blocks, 128, 0, stream>>>(pa, pb, pw, pbias, po, ps, rows, w, e);
+      add_layer_norm_kernel<T, 2><<<blocks, 128, 0, stream>>>(pa, pb, b_row, pw, pbias, po, ps, rows, w, e);
     else if (chunks <= 4)
-      add_layer_norm_kernel<T, 4><<<blocks, 128, 0, stream>>>(pa, pb, pw, pbias, po, ps, rows, w, e);
+      add_layer_norm_kernel<T, 4><<<blocks, 128, 0, stream>>>(pa, pb, b_row, pw, pbias, po, ps, rows, w, e);
     else
-      add_layer_norm_kernel<T, 8><<<blocks, 128, 0, stream>>>(pa, pb, pw, pbias, po, ps, rows, w, e);
+      add_layer_norm_kernel<T, 8><<<blocks, 128, 0, stream>>>(pa, pb, b_row, pw, pbias, po, ps, rows, w, e);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
   with_type(a.scalar_type(), run);
