@@ -51,7 +51,7 @@ def run_flowline(args, folder, body, tmp):
         "replicas": int(args.replicas) if args.replicas.isdigit() else args.replicas,
         "batching": {"max_batch_size": args.max_batch, "max_delay_ms": args.delay_ms},
         "with": {"model": str(folder), "dtype": "fp16", "batch_size": args.batch_size}}]}))
-    proc, port = start_server(args, flow, tmp)
+    proc, (port,) = start_server(args, flow, tmp)  # the HTTP port (no gRPC front)
     try:
         url = f"http://127.0.0.1:{port}/rerank"
         answer = json.loads(post(url, body)[1])
@@ -101,6 +101,7 @@ def main():
     parser.add_argument("--delay-ms", type=float, default=2)
     parser.add_argument("--st-queries", type=int, default=200)
     parser.add_argument("--no-st", action="store_true")
+    parser.set_defaults(grpc=False, io_threads=0)  # serve_gpu.start_server's options: HTTP only, its default threads
     args = parser.parse_args()
     texts = [t for _, _, t in corpus(pathlib.Path(args.corpus))]
     query = "Who went down the rabbit hole, and what did she find at the bottom of it?"
