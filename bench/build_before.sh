@@ -10,7 +10,9 @@ set -euo pipefail
 TARBALL="${1:?a git archive tarball}"
 DIR="${2:?a folder to build in}"
 ROOT="$(pwd)"
-mkdir -p "$DIR" && tar -xzf "$TARBALL" -C "$DIR"
+# A fresh folder each time: unpacked over an older tree, the archive's files (dated at their commit) would be
+# older than that tree's objects, and ninja would rebuild nothing.
+rm -rf "$DIR" && mkdir -p "$DIR" && tar -xzf "$TARBALL" -C "$DIR"
 TORCH_PREFIX="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')"
 export FLOWLINE_DRAGONBOX_ROOT="$ROOT/.device/dragonbox"
 cmake -S "$DIR" -B "$DIR/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
