@@ -17,13 +17,15 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from corpus import corpus  # noqa: E402
 
 
-def flowline_run(args, batch_size, request_size):
+def flowline_run(args, batch_size, request_size, model=None, texts_file=None):
+    """flows/encode-bench.yml on the CPU in fp32, one replica: (docs, docs/s). Over the corpus's paragraphs
+    with args.model, or over texts_file (one document a line) with `model`."""
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads), FLOWLINE_REPLICAS="1",
-               FLOWLINE_DEVICE="cpu", FLOWLINE_MODEL=str(args.model), FLOWLINE_DTYPE="fp32",
+               FLOWLINE_DEVICE="cpu", FLOWLINE_MODEL=str(model or args.model), FLOWLINE_DTYPE="fp32",
                FLOWLINE_BATCH_SIZE=str(batch_size), FLOWLINE_MAX_BATCH_TOKENS="0",
                FLOWLINE_REQUEST_SIZE=str(request_size))
-    out = subprocess.run([str(args.launcher), "run", str(ROOT / "flows/encode-bench.yml"), "--input", str(args.corpus),
-                          "--input-format", "paragraphs", "--progress", "never"],
+    source = ["--input", str(texts_file)] if texts_file else ["--input", str(args.corpus), "--input-format", "paragraphs"]
+    out = subprocess.run([str(args.launcher), "run", str(ROOT / "flows/encode-bench.yml"), *source, "--progress", "never"],
                          env=env, capture_output=True, text=True, check=True)
     m = re.search(r"(\d+) docs in \d+ steps done in .*?\(([\d.]+) docs/s", out.stderr)
     return int(m.group(1)), float(m.group(2))

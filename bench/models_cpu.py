@@ -11,8 +11,6 @@ built launcher (build/src/flowline).
 import argparse
 import os
 import pathlib
-import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,20 +19,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "scripts"))
 from corpus import corpus  # noqa: E402
+from encode_cpu import flowline_run  # noqa: E402
 from models_gpu import make_checkpoint, shapes  # noqa: E402
-
-
-def flowline_run(args, folder, texts_file, batch_size, request_size):
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads), FLOWLINE_REPLICAS="1",
-               FLOWLINE_DEVICE="cpu", FLOWLINE_MODEL=str(folder), FLOWLINE_DTYPE="fp32",
-               FLOWLINE_BATCH_SIZE=str(batch_size), FLOWLINE_MAX_BATCH_TOKENS="0",
-               FLOWLINE_REQUEST_SIZE=str(request_size))
-    out = subprocess.run([str(args.launcher), "run", str(ROOT / "flows/encode-bench.yml"), "--input", str(texts_file),
-                          "--progress", "never"], env=env, capture_output=True, text=True)
-    if out.returncode != 0:
-        sys.exit(f"flowline run failed:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
-    m = re.search(r"(\d+) docs in \d+ steps done in .*?\(([\d.]+) docs/s", out.stderr)
-    return int(m.group(1)), float(m.group(2))
 
 
 def main():
@@ -76,7 +62,7 @@ def main():
         flowline = (0.0, 0)
         for batch in (32, 64):
             for _ in range(args.repeats):
-                n, rate = flowline_run(args, folder, texts_file, batch, 256)
+                n, rate = flowline_run(args, batch, 256, model=folder, texts_file=texts_file)
                 assert n == len(texts), n
                 flowline = max(flowline, (rate, batch))
         rows.append((name, st, flowline))

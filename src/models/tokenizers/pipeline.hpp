@@ -45,6 +45,7 @@ struct Scratch {
   // at each character.
   std::vector<double> best_score;
   std::vector<std::int32_t> best_unit;
+  std::vector<std::uint32_t> labels;  // the word's characters as Unigram's trie labels, then 0
 };
 Scratch& scratch();
 

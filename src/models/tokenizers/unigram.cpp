@@ -83,16 +83,10 @@ class Unigram final : public Model {
   std::string name() const override { return "Unigram"; }
 
  private:
-  // The labels of the word being cut, reused call after call.
-  static std::vector<std::uint32_t>& this_thread_labels() {
-    thread_local std::vector<std::uint32_t> labels;
-    return labels;
-  }
-
   void cut(Scratch& s, std::u32string_view word, std::vector<std::int32_t>& ids) const {
     const std::size_t n = word.size();
     // The word's characters as trie labels, and 0 (no edge's label) after it, where every walk ends.
-    std::vector<std::uint32_t>& labels = this_thread_labels();
+    std::vector<std::uint32_t>& labels = s.labels;
     labels.resize(n + 1);
     for (std::size_t i = 0; i < n; ++i) labels[i] = label_of(word[i]);
     labels[n] = 0;
