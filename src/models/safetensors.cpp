@@ -7,6 +7,8 @@
 #include <boost/json.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <tuple>
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
@@ -45,7 +47,8 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path)
   auto fail = [&](const std::string& why) -> Error {
     return Error(fmt::format("safetensors file '{}': {}", path.string(), why));
   };
-  const int fd = ::open(path.c_str(), O_RDONLY);
+  // O_NONBLOCK: a FIFO in its place must not hold the open; the type is checked on the descriptor.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) throw fail(fmt::format("cannot open: {}", std::strerror(errno)));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -131,6 +134,48 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path)
     }
     entries_.emplace(name, std::move(entry));
   }
+  check_layout(data_size);
+}
+
+// As Hugging Face's safetensors validates a file: the tensors' data, in the order of their offsets, cover
+// the data section exactly — each starts where the one before it ends, the last ends where the file does.
+// An overlap would alias two tensors, a gap (or bytes after the last) hides bytes no tensor names. Empty
+// tensors hold no bytes: they may sit at any offset inside the data (Hugging Face places them in the
+// order too, and refuses one that sits elsewhere; flowline reads them as empty wherever they are).
+void SafetensorsFile::check_layout(std::size_t data_size) const {
+  std::vector<std::pair<const std::string*, const Entry*>> order;
+  for (const auto& [name, entry] : entries_) {
+    if (entry.end > entry.begin) order.emplace_back(&name, &entry);
+  }
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.second->begin, a.second->end, *a.first) < std::tie(b.second->begin, b.second->end, *b.first);
+  });
+  std::size_t covered = 0;
+  const std::string* before = nullptr;
+  for (const auto& [name, entry] : order) {
+    if (entry->begin < covered) {
+      throw Error(
+          fmt::format("safetensors file '{}': tensor '{}': data_offsets [{}, {}] overlap tensor '{}' (which "
+                      "ends at {}); each tensor's bytes must be its own",
+                      path_.string(), *name, entry->begin, entry->end, *before, covered));
+    }
+    if (entry->begin > covered) {
+      throw Error(
+          fmt::format("safetensors file '{}': tensor '{}': data_offsets [{}, {}] leave a gap of {} bytes "
+                      "after {}; the tensors' data must follow each other without gaps",
+                      path_.string(), *name, entry->begin, entry->end, entry->begin - covered,
+                      before ? fmt::format("tensor '{}'", *before) : std::string("the header")));
+    }
+    covered = entry->end;
+    before = name;
+  }
+  if (covered != data_size) {
+    throw Error(
+        fmt::format("safetensors file '{}': {} bytes of data after the last tensor{}; the tensors' data "
+                    "must end where the file does",
+                    path_.string(), data_size - covered,
+                    before ? fmt::format(" ('{}', ending at {})", *before, covered) : std::string()));
+  }
 }
 
 std::vector<std::string> SafetensorsFile::names() const {
@@ -139,12 +184,26 @@ std::vector<std::string> SafetensorsFile::names() const {
   return out;
 }
 
-at::Tensor SafetensorsFile::get(const std::string& name) const {
+const SafetensorsFile::Entry& SafetensorsFile::entry(const std::string& name) const {
   auto it = entries_.find(name);
   if (it == entries_.end()) {
     throw Error(fmt::format("safetensors file '{}': no tensor '{}'", path_.string(), name));
   }
-  const Entry& e = it->second;
+  return it->second;
+}
+
+std::vector<int64_t> SafetensorsFile::shape(const std::string& name) const { return entry(name).shape; }
+c10::ScalarType SafetensorsFile::dtype(const std::string& name) const { return entry(name).dtype; }
+std::string SafetensorsFile::dtype_name(const std::string& name) const {
+  const c10::ScalarType type = entry(name).dtype;
+  for (const auto& d : kDtypes) {
+    if (d.type == type) return d.name;
+  }
+  return "?";
+}
+
+at::Tensor SafetensorsFile::get(const std::string& name) const {
+  const Entry& e = entry(name);
   auto* address = const_cast<std::uint8_t*>(data_ + e.begin);
   const auto options = at::TensorOptions().dtype(e.dtype).device(c10::kCPU);
   const std::size_t element = c10::elementSize(e.dtype);

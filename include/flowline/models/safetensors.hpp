@@ -3,7 +3,10 @@
 // Format: 8 bytes little-endian header length N, N bytes of JSON {name: {dtype, shape, data_offsets}},
 // then the data. The file is memory-mapped; tensors returned by get() share that mapping (copy-on-write,
 // never written back) and keep it alive. Every inconsistency — short file, bad JSON, unknown dtype,
-// offsets outside the data or not matching the shape — is a flowline::Error naming the file and tensor.
+// offsets outside the data or not matching the shape, tensors whose data overlap or leave gaps (Hugging
+// Face's rule: in the order of their offsets, each tensor's bytes follow the one before, and the last ends
+// where the file does; empty tensors hold no bytes and may sit anywhere in the data) — is a flowline::Error
+// naming the file and tensor. Opening never blocks (a FIFO is refused, as is anything but a regular file).
 // Immutable after construction; get() may be called from several threads.
 #pragma once
 
@@ -26,6 +29,11 @@ class SafetensorsFile {
   bool contains(const std::string& name) const { return entries_.count(name) > 0; }
   // The tensor on the CPU, in its stored dtype. Throws when absent.
   at::Tensor get(const std::string& name) const;
+  // What the header says of tensor `name` (nothing is read): its shape, its dtype, and the dtype as the
+  // file names it ("F32", "I32", ...). Throw when absent.
+  std::vector<int64_t> shape(const std::string& name) const;
+  c10::ScalarType dtype(const std::string& name) const;
+  std::string dtype_name(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const noexcept { return metadata_; }
 
  private:
@@ -35,6 +43,8 @@ class SafetensorsFile {
     std::size_t begin = 0, end = 0;  // offsets into the data section
   };
   struct Mapping;
+  void check_layout(std::size_t data_size) const;
+  const Entry& entry(const std::string& name) const;
 
   std::filesystem::path path_;
   std::shared_ptr<Mapping> mapping_;
