@@ -15,50 +15,6 @@ namespace flowline::models::tokenizers {
 
 namespace json = boost::json;
 
-// ---- reading JSON fields (pipeline.hpp) ----
-
-const json::value* field(const json::object& o, std::string_view key) {
-  const auto it = o.find(key);
-  return it == o.end() || it->value().is_null() ? nullptr : &it->value();
-}
-
-bool flag(const json::object& o, std::string_view key, bool fallback, const Origin& origin) {
-  const json::value* v = field(o, key);
-  if (v == nullptr) return fallback;
-  if (!v->is_bool()) refuse(origin, fmt::format("'{}' must be true or false", key));
-  return v->as_bool();
-}
-
-std::string text_field(const json::object& o, std::string_view key, const Origin& origin) {
-  const json::value* v = field(o, key);
-  if (v == nullptr || !v->is_string()) refuse(origin, fmt::format("'{}' must be a string", key));
-  return std::string(v->as_string());
-}
-
-std::int64_t int_field(const json::object& o, std::string_view key, std::int64_t fallback, const Origin& origin) {
-  const json::value* v = field(o, key);
-  if (v == nullptr) return fallback;
-  if (!v->is_int64() && !v->is_uint64()) refuse(origin, fmt::format("'{}' must be an integer", key));
-  return v->to_number<std::int64_t>();
-}
-
-const json::object& object_of(const json::value& v, const Origin& origin) {
-  if (!v.is_object()) refuse(origin, "expected an object");
-  return v.as_object();
-}
-
-Vocabulary read_vocab_object(const json::object& o, const Origin& origin) {
-  const json::value* v = field(o, "vocab");
-  if (v == nullptr || !v->is_object()) refuse(origin, "'vocab' must be an object of token -> id");
-  Vocabulary vocab;
-  vocab.reserve(v->as_object().size());
-  for (const auto& [token, id] : v->as_object()) {
-    if (!id.is_int64() && !id.is_uint64()) refuse(origin, fmt::format("the id of '{}' is not an integer", token));
-    vocab.insert_or_assign(std::string(token), static_cast<std::int32_t>(id.to_number<std::int64_t>()));
-  }
-  return vocab;
-}
-
 namespace {
 
 std::string type_of(const json::object& o, const Origin& origin) { return text_field(o, "type", origin); }
@@ -440,9 +396,15 @@ TemplatePiece sequence(int which, std::int32_t type_id) { return {true, which, {
 
 std::int32_t token_pair_id(const json::object& o, std::string_view key, const Origin& origin) {
   const json::value* v = field(o, key);
-  if (v == nullptr || !v->is_array() || v->as_array().size() != 2 || !v->as_array()[1].is_number())
+  if (v == nullptr || !v->is_array() || v->as_array().size() != 2 || !v->as_array()[0].is_string())
     refuse(origin, fmt::format("'{}' must be [token, id]", key));
-  return static_cast<std::int32_t>(v->as_array()[1].to_number<std::int64_t>());
+  return id_value(v->as_array()[1], {origin.file, origin.at(fmt::format(".{}[1]", key))});
+}
+
+// A template piece's type_id (tokenizers: u32; flowline's type ids are int32).
+std::int32_t type_id(const json::object& o, const Origin& origin) {
+  const json::value* v = field(o, "type_id");
+  return v == nullptr ? 0 : id_value(*v, {origin.file, origin.at(".type_id")}, "a type id");
 }
 
 std::vector<TemplatePiece> template_list(const json::object& o, std::string_view key, const json::object& specials,
@@ -457,7 +419,7 @@ std::vector<TemplatePiece> template_list(const json::object& o, std::string_view
       const json::object& so = object_of(*seq, here);
       const std::string id = text_field(so, "id", here);
       if (id != "A" && id != "B") refuse(here, fmt::format("sequence '{}' (A or B expected)", id));
-      out.push_back(sequence(id == "A" ? 0 : 1, static_cast<std::int32_t>(int_field(so, "type_id", 0, here))));
+      out.push_back(sequence(id == "A" ? 0 : 1, type_id(so, {here.file, here.at(".Sequence")})));
     } else if (const json::value* sp = field(piece, "SpecialToken")) {
       const json::object& so = object_of(*sp, here);
       const std::string name = text_field(so, "id", here);
@@ -466,10 +428,12 @@ std::vector<TemplatePiece> template_list(const json::object& o, std::string_view
         refuse(here, fmt::format("special token '{}' is not in 'special_tokens'", name));
       const json::value* ids = field(found->value().as_object(), "ids");
       if (ids == nullptr || !ids->is_array()) refuse(here, fmt::format("special token '{}' has no ids", name));
-      TemplatePiece p = special(0, static_cast<std::int32_t>(int_field(so, "type_id", 0, here)));
+      TemplatePiece p = special(0, type_id(so, {here.file, here.at(".SpecialToken")}));
       p.ids.clear();
-      for (const json::value& id : ids->as_array())
-        p.ids.push_back(static_cast<std::int32_t>(id.to_number<std::int64_t>()));
+      for (std::size_t k = 0; k < ids->as_array().size(); ++k) {
+        const Origin at{origin.file, origin.at(fmt::format(".special_tokens[\"{}\"].ids[{}]", name, k))};
+        p.ids.push_back(id_value(ids->as_array()[k], at));
+      }
       out.push_back(std::move(p));
     } else {
       refuse(here, "a template piece is either {\"Sequence\": ...} or {\"SpecialToken\": ...}");

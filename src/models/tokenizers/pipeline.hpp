@@ -219,12 +219,19 @@ std::unique_ptr<Normalizer> make_regex_replace(const boost::json::object& o, con
 // Fills normalizers, pre-tokenizers, model and post-processor from tokenizer.json's object (components.cpp).
 void build_components(const boost::json::object& root, const std::string& file, Pipeline& pipeline);
 
-// Reading tokenizer.json's fields (components.cpp); errors name `origin`. field() is null when the key is
+// Reading tokenizer.json's fields (json_fields.cpp); errors name `origin`. field() is null when the key is
 // absent or null; the others refuse a value of the wrong type.
 const boost::json::value* field(const boost::json::object& o, std::string_view key);
 bool flag(const boost::json::object& o, std::string_view key, bool fallback, const Origin& origin);
 std::string text_field(const boost::json::object& o, std::string_view key, const Origin& origin);
-std::int64_t int_field(const boost::json::object& o, std::string_view key, std::int64_t fallback, const Origin& origin);
+// Integers as tokenizers reads them (ids and type ids are u32, counts usize): a JSON integer in 0..max, else
+// refused naming the JSON path — "model.vocab[\"foo\"]: expected an id in 0..4294967295, got -1". flowline's ids
+// are int32: id_value() refuses one past 2147483647 too. count_field() appends ".key" to the path.
+inline constexpr std::uint64_t kMaxTokenizersId = 4294967295u;
+std::uint64_t count_value(const boost::json::value& v, std::uint64_t max, const Origin& origin, std::string_view what);
+std::int32_t id_value(const boost::json::value& v, const Origin& origin, std::string_view what = "an id");
+std::uint64_t count_field(const boost::json::object& o, std::string_view key, std::uint64_t fallback, std::uint64_t max,
+                          const Origin& origin);
 const boost::json::object& object_of(const boost::json::value& v, const Origin& origin);
 // A model's "vocab" object of token -> id (WordPiece, BPE).
 Vocabulary read_vocab_object(const boost::json::object& o, const Origin& origin);

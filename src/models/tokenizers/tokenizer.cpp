@@ -1,6 +1,7 @@
 // Tokenizer: reading tokenizer.json (or vocab.txt), splitting out added tokens, truncation and framing.
 #include "flowline/models/tokenizer.hpp"
 
+#include "../model_file.hpp"
 #include "flowline/error.hpp"
 #include "pipeline.hpp"
 #include "unicode.hpp"
@@ -10,9 +11,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <fstream>
 #include <limits>
 #include <sstream>
+#include <stdexcept>
 
 namespace flowline::models {
 
@@ -283,19 +284,12 @@ void read_added_tokens(const json::object& root, const std::string& file, Pipeli
     const Origin origin{file, fmt::format("added_tokens[{}]", i)};
     const json::value& v = list->as_array()[i];
     if (!v.is_object() || !v.as_object().contains("content") || !v.as_object().at("content").is_string() ||
-        !v.as_object().contains("id") || !v.as_object().at("id").is_number())
+        !v.as_object().contains("id"))
       refuse(origin, "an added token needs 'content' (a string) and 'id' (a number)");
     const json::object& o = v.as_object();
-    const auto option = [&](const char* name) {
-      const json::value* set = field(o, name);
-      return set != nullptr && set->is_bool() && set->as_bool();
-    };
-    AddedToken t{std::string(o.at("content").as_string()),
-                 static_cast<std::int32_t>(o.at("id").to_number<std::int64_t>()),
-                 option("lstrip"),
-                 option("rstrip"),
-                 option("single_word"),
-                 option("normalized")};
+    AddedToken t{std::string(o.at("content").as_string()), id_value(o.at("id"), {file, origin.at(".id")}),
+                 flag(o, "lstrip", false, origin),         flag(o, "rstrip", false, origin),
+                 flag(o, "single_word", false, origin),    flag(o, "normalized", false, origin)};
     if (t.content.empty()) refuse(origin, "an empty added token");
     if (p.model->token_id(t.content) != t.id && t.id >= 0 && static_cast<std::size_t>(t.id) >= p.model->size())
       ++p.added_vocab;
@@ -317,10 +311,10 @@ void read_added_tokens(const json::object& root, const std::string& file, Pipeli
   std::stable_sort(p.norm_added.entries.begin(), p.norm_added.entries.end(), longest_first);
 }
 
-void read_padding(const json::object& root, Pipeline& p) {
+void read_padding(const json::object& root, const std::string& file, Pipeline& p) {
   if (const json::value* padding = field(root, "padding"); padding != nullptr && padding->is_object())
-    if (const json::value* id = field(padding->as_object(), "pad_id"); id != nullptr && id->is_number()) {
-      p.pad = static_cast<std::int32_t>(id->to_number<std::int64_t>());
+    if (const json::value* id = field(padding->as_object(), "pad_id"); id != nullptr) {
+      p.pad = id_value(*id, {file, "padding.pad_id"});
       return;
     }
   for (const char* name : {"[PAD]", "<pad>"})
@@ -334,16 +328,8 @@ std::unique_ptr<Pipeline> build_pipeline(const json::object& root, const std::st
   auto p = std::make_unique<Pipeline>();
   build_components(root, file, *p);
   read_added_tokens(root, file, *p);
-  read_padding(root, *p);
+  read_padding(root, file, *p);
   return p;
-}
-
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("tokenizer '{}': cannot be read", path.string()));
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
 }
 
 json::value parse_json(std::string_view text, const std::string& origin) {
@@ -360,7 +346,7 @@ json::object bert_json_from_vocab(const std::filesystem::path& folder) {
   json::value strip_accents = nullptr;
   if (std::filesystem::exists(folder / "tokenizer_config.json")) {
     const std::string config_file = (folder / "tokenizer_config.json").string();
-    const json::value config = parse_json(read_file(config_file), config_file);
+    const json::value config = parse_json(read_model_file(config_file, ModelFile::Json), config_file);
     if (config.is_object()) {
       const json::object& c = config.as_object();
       if (const json::value* v = field(c, "do_lower_case"); v != nullptr && v->is_bool()) lowercase = v->as_bool();
@@ -370,10 +356,10 @@ json::object bert_json_from_vocab(const std::filesystem::path& folder) {
     }
   }
   json::object vocab;
-  std::ifstream in(vocab_file, std::ios::binary);
-  if (!in)
+  if (!std::filesystem::exists(vocab_file))
     throw Error(
         fmt::format("tokenizer folder '{}': neither tokenizer.json nor vocab.txt can be read", folder.string()));
+  std::istringstream in(read_model_file(vocab_file, ModelFile::Vocabulary));
   std::string line;
   for (std::int64_t id = 0; std::getline(in, line); ++id) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -436,11 +422,19 @@ Tokenizer::~Tokenizer() = default;
 std::unique_ptr<Tokenizer> Tokenizer::from_json_text(std::string_view json_text, const std::string& origin) {
   const boost::json::value root = tokenizers::parse_json(json_text, origin);
   if (!root.is_object()) throw Error(fmt::format("tokenizer '{}': expected a JSON object", origin));
-  return std::unique_ptr<Tokenizer>(new Tokenizer(tokenizers::build_pipeline(root.as_object(), origin)));
+  // Every field is read with a check that names its JSON path; this net names at least the file should a
+  // value of the wrong type still reach Boost.JSON's own accessors.
+  try {
+    return std::unique_ptr<Tokenizer>(new Tokenizer(tokenizers::build_pipeline(root.as_object(), origin)));
+  } catch (const boost::system::system_error& e) {
+    throw Error(fmt::format("tokenizer '{}': a value of the wrong type or range: {}", origin, e.code().message()));
+  } catch (const std::logic_error& e) {  // Boost.JSON's as_object() and the like, at() of a missing key
+    throw Error(fmt::format("tokenizer '{}': a value of the wrong type: {}", origin, e.what()));
+  }
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::from_json_file(const std::filesystem::path& tokenizer_json) {
-  return from_json_text(tokenizers::read_file(tokenizer_json), tokenizer_json.string());
+  return from_json_text(read_model_file(tokenizer_json, ModelFile::TokenizerJson), tokenizer_json.string());
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::from_folder(const std::filesystem::path& folder) {

@@ -300,9 +300,14 @@ class Unigram final : public Model {
 }  // namespace
 
 std::unique_ptr<Model> make_unigram(const json::object& o, const Origin& origin) {
+  constexpr std::uint64_t kNoUnknown = std::numeric_limits<std::uint64_t>::max();
   const json::value* vocab = field(o, "vocab");
   if (vocab == nullptr || !vocab->is_array()) refuse(origin, "'vocab' must be a list of [piece, score]");
-  return std::make_unique<Unigram>(vocab->as_array(), static_cast<std::int32_t>(int_field(o, "unk_id", -1, origin)),
+  // tokenizers reads unk_id as an index (usize); it must name a piece.
+  const std::uint64_t unk = count_field(o, "unk_id", kNoUnknown, kNoUnknown - 1, origin);
+  if (unk != kNoUnknown && unk >= vocab->as_array().size())
+    refuse(origin, fmt::format("'unk_id' {} is outside the vocabulary of {} pieces", unk, vocab->as_array().size()));
+  return std::make_unique<Unigram>(vocab->as_array(), unk == kNoUnknown ? -1 : static_cast<std::int32_t>(unk),
                                    flag(o, "byte_fallback", false, origin), origin);
 }
 

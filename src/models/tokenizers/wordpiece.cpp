@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 
 namespace flowline::models::tokenizers {
 
@@ -83,7 +84,7 @@ std::unique_ptr<Model> make_wordpiece(const json::object& o, const Origin& origi
       field(o, "continuing_subword_prefix") == nullptr ? std::string("##")
                                                        : text_field(o, "continuing_subword_prefix", origin),
       text_field(o, "unk_token", origin),
-      static_cast<std::size_t>(int_field(o, "max_input_chars_per_word", 100, origin)), origin);
+      count_field(o, "max_input_chars_per_word", 100, std::numeric_limits<std::size_t>::max(), origin), origin);
 }
 
 }  // namespace flowline::models::tokenizers
