@@ -1,10 +1,11 @@
 // Reading a checkpoint folder's declarations: config.json, modules.json and the module configs,
 // sentence_bert_config.json, tokenizer_config.json and config_sentence_transformers.json.
 #include "flowline/models/checkpoint.hpp"
+#include "flowline/models/safetensors.hpp"
 #include "flowline/models/tokenizer.hpp"
 
 #include "flowline/error.hpp"
-#include "flowline/io.hpp"
+#include "model_file.hpp"
 #include "transformer.hpp"
 
 #include <boost/json.hpp>
@@ -19,9 +20,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Dense modules' in_features and out_features.
+constexpr std::int64_t kMaxFeatures = 1 << 20;
+
 boost::json::value read_json(const fs::path& path) {
   boost::system::error_code ec;
-  auto value = boost::json::parse(read_file(path), ec);
+  auto value = boost::json::parse(read_model_file(path, ModelFile::Json), ec);
   if (ec) throw Error(fmt::format("'{}': invalid JSON: {}", path.string(), ec.message()));
   return value;
 }
@@ -98,6 +102,8 @@ Activation parse_activation(std::string_view name, const fs::path& file, const c
                           file.string(), key, name));
 }
 
+// A Dense module's config.json, and its weights' header: linear.weight [out_features, in_features] and
+// linear.bias [out_features] (when `bias`), floating point — checked before anything is loaded.
 DenseModule read_dense(const fs::path& folder) {
   const auto file = folder / "config.json";
   const auto o = read_json_object(file);
@@ -105,8 +111,8 @@ DenseModule read_dense(const fs::path& folder) {
   d.folder = folder;
   auto size = [&](const char* key) {
     const auto* v = o.if_contains(key);
-    if (!v || !v->is_int64() || v->get_int64() < 1)
-      throw Error(fmt::format("'{}': {} must be a positive integer", file.string(), key));
+    if (!v || !v->is_int64() || v->get_int64() < 1 || v->get_int64() > kMaxFeatures)
+      throw Error(fmt::format("'{}': {} must be an integer in 1..{}", file.string(), key, kMaxFeatures));
     return v->get_int64();
   };
   d.in_features = size("in_features");
@@ -121,35 +127,88 @@ DenseModule read_dense(const fs::path& folder) {
                     "re-save the model with sentence-transformers 3 or later)",
                     folder.string()));
   }
+  const SafetensorsFile weights(folder / "model.safetensors");
+  auto expect = [&](const std::string& name, const std::vector<std::int64_t>& shape) {
+    if (!weights.contains(name)) throw Error(fmt::format("'{}': no tensor '{}'", weights.path().string(), name));
+    if (!c10::isFloatingType(weights.dtype(name))) {
+      throw Error(fmt::format("'{}': tensor '{}' holds {}, and a weight must be floating point (F32, F16, BF16, F64)",
+                              weights.path().string(), name, weights.dtype_name(name)));
+    }
+    if (weights.shape(name) != shape) {
+      throw Error(fmt::format("'{}': tensor '{}' has shape [{}], '{}' implies [{}]", weights.path().string(), name,
+                              fmt::join(weights.shape(name), ", "), file.string(), fmt::join(shape, ", ")));
+    }
+  };
+  expect("linear.weight", {d.out_features, d.in_features});
+  if (d.bias) expect("linear.bias", {d.out_features});
   return d;
 }
 
-// modules.json: Transformer first, then Pooling, Dense, Normalize as listed. Without it, plain mean
-// pooling (sentence-transformers' default for a bare transformer).
+// A module's folder: modules.json's `path`, which must stay inside the model folder.
+fs::path module_folder(const fs::path& folder, const fs::path& file, const boost::json::object& module) {
+  const auto* path = module.if_contains("path");
+  if (!path || path->is_null()) return folder;
+  if (!path->is_string()) throw Error(fmt::format("'{}': a module's path must be a string", file.string()));
+  const fs::path relative(std::string(path->get_string()));
+  if (!stays_inside(relative)) {
+    throw Error(
+        fmt::format("'{}': module path '{}' leaves the model folder (absolute, or with '..'); a module's "
+                    "files must be inside the folder",
+                    file.string(), relative.string()));
+  }
+  return folder / relative;
+}
+
+// modules.json, in its order as sentence-transformers runs it: the Transformer first, then Pooling, then
+// Dense and Normalize modules in any order. Without it, plain mean pooling (sentence-transformers' default
+// for a bare transformer); a list with the Transformer alone keeps that default too.
 void read_modules(const fs::path& folder, Checkpoint& c) {
   const auto file = folder / "modules.json";
   if (!fs::exists(file)) return;
   const auto modules = read_json(file);
   if (!modules.is_array()) throw Error(fmt::format("'{}': expected a JSON list", file.string()));
+  enum { Start, Transformer, Pooled } seen = Start;
+  const char* order =
+      "flowline runs modules.json's modules in their order: the Transformer first, then Pooling, then Dense "
+      "and Normalize modules in any order";
   for (const auto& m : modules.get_array()) {
     if (!m.is_object()) throw Error(fmt::format("'{}': each module must be a JSON object", file.string()));
     const auto* type = m.get_object().if_contains("type");
-    const auto* path = m.get_object().if_contains("path");
     if (!type || !type->is_string()) throw Error(fmt::format("'{}': a module without a type", file.string()));
     const std::string t(type->get_string());
-    const fs::path dir = folder / (path && path->is_string() ? std::string(path->get_string()) : "");
-    if (ends_with(t, ".Transformer")) continue;
-    if (ends_with(t, ".Pooling")) {
-      if (fs::exists(dir / "config.json")) read_pooling(dir / "config.json", c.modules);
-    } else if (ends_with(t, ".Dense")) {
-      c.modules.dense.push_back(read_dense(dir));
-    } else if (ends_with(t, ".Normalize")) {
-      c.modules.normalize = true;
-    } else {
+    const fs::path dir = module_folder(folder, file, m.get_object());
+    const bool transformer = ends_with(t, ".Transformer"), pooling = ends_with(t, ".Pooling");
+    if (!transformer && !pooling && !ends_with(t, ".Dense") && !ends_with(t, ".Normalize")) {
       throw Error(fmt::format("'{}': module type '{}' is not supported (Transformer, Pooling, Dense, Normalize)",
                               file.string(), t));
     }
+    if (transformer != (seen == Start) || (pooling && seen != Transformer) || (!transformer && seen == Start) ||
+        (!transformer && !pooling && seen != Pooled)) {
+      throw Error(fmt::format("'{}': module '{}' cannot come {}: {}", file.string(), t,
+                              seen == Start         ? "first"
+                              : seen == Transformer ? "right after the Transformer"
+                                                    : "after Pooling",
+                              order));
+    }
+    if (transformer) {
+      seen = Transformer;
+    } else if (pooling) {
+      if (!fs::exists(dir / "config.json")) {
+        throw Error(
+            fmt::format("'{}': missing config.json (the Pooling module's settings, which modules.json "
+                        "places there)",
+                        dir.string()));
+      }
+      read_pooling(dir / "config.json", c.modules);
+      seen = Pooled;
+    } else if (ends_with(t, ".Dense")) {
+      c.modules.dense.push_back(read_dense(dir));
+      c.modules.order.push_back(SentenceModules::Step::Dense);
+    } else {
+      c.modules.order.push_back(SentenceModules::Step::Normalize);
+    }
   }
+  c.modules.normalize = !c.modules.order.empty() && c.modules.order.back() == SentenceModules::Step::Normalize;
 }
 
 void read_classifier(const fs::path& folder, Checkpoint& c) {
@@ -162,7 +221,14 @@ void read_classifier(const fs::path& folder, Checkpoint& c) {
   ClassifierHead head;
   if (const auto* labels = c.config.if_contains("id2label"); labels && labels->is_object())
     head.num_labels = static_cast<std::int64_t>(labels->get_object().size());
-  if (const auto* n = c.config.if_contains("num_labels"); n && n->is_int64()) head.num_labels = n->get_int64();
+  if (const auto* n = c.config.if_contains("num_labels"); n && !n->is_null()) {
+    if (!n->is_int64()) throw Error(fmt::format("'{}': num_labels: must be an integer", c.config_file.string()));
+    head.num_labels = n->get_int64();
+  }
+  if (head.num_labels < 1 || head.num_labels > kMaxFeatures) {
+    throw Error(fmt::format("'{}': num_labels: must be an integer in 1..{}, got {} (or id2label's count)",
+                            c.config_file.string(), kMaxFeatures, head.num_labels));
+  }
   head.activation = head.num_labels == 1 ? Activation::Sigmoid : Activation::Identity;
   if (const auto* st = c.config.if_contains("sentence_transformers"); st && st->is_object()) {
     if (const auto* fn = st->get_object().if_contains("activation_fn"); fn && fn->is_string())
@@ -179,9 +245,16 @@ void read_lengths_and_prompts(const fs::path& folder, Checkpoint& c) {
                                   std::pair{"tokenizer_config.json", "model_max_length"}}) {
     if (!fs::exists(folder / file)) continue;
     const auto o = read_json_object(folder / file);
-    if (const auto* v = o.if_contains(key); v && v->is_int64() && v->get_int64() > 0) {
+    const auto* v = o.if_contains(key);
+    if (v && v->is_int64() && v->get_int64() > 0) {
       c.max_seq_length = std::min(v->get_int64(), c.max_seq_length);
       break;
+    }
+    // tokenizer_config.json's model_max_length is often transformers' "very large" 1e30 (no limit): skipped.
+    // sentence_bert_config.json's max_seq_length is the encoder's own limit: a bad one is refused.
+    if (v && !v->is_null() && std::string_view(file) == "sentence_bert_config.json") {
+      throw Error(fmt::format("'{}': {}: must be a positive integer, got {}", (folder / file).string(), key,
+                              boost::json::serialize(*v)));
     }
   }
   const auto prompts_file = folder / "config_sentence_transformers.json";

@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+
 namespace flowline::models {
 
 namespace {
@@ -62,6 +64,14 @@ EmbeddingModel::EmbeddingModel(const Checkpoint& checkpoint, c10::Device device,
   transformer_ = detail::make_transformer(context);
   packed_ = transformer_->uses_packed_attention(context);
   checkpoint_.max_seq_length = std::min(checkpoint_.max_seq_length, transformer_->info().max_positions);
+  const auto& order = checkpoint_.modules.order;
+  if (!order.empty() &&
+      static_cast<std::size_t>(std::count(order.begin(), order.end(), SentenceModules::Step::Dense)) !=
+          checkpoint_.modules.dense.size()) {
+    throw Error(fmt::format(
+        "model '{}': the modules' order names {} Dense modules, and {} are listed", checkpoint.folder.string(),
+        std::count(order.begin(), order.end(), SentenceModules::Step::Dense), checkpoint_.modules.dense.size()));
+  }
   const std::int64_t hidden = transformer_->info().hidden_size;
   std::int64_t dimension = hidden * static_cast<std::int64_t>(checkpoint_.modules.pooling.size());
   c10::InferenceMode guard;
@@ -74,6 +84,10 @@ EmbeddingModel::EmbeddingModel(const Checkpoint& checkpoint, c10::Device device,
     Modules::Dense dense;
     auto get = [&](const std::string& name, std::vector<std::int64_t> shape) {
       if (!file.contains(name)) throw Error(fmt::format("'{}': no tensor '{}'", file.path().string(), name));
+      if (!c10::isFloatingType(file.dtype(name))) {
+        throw Error(fmt::format("'{}': tensor '{}' holds {}, and a weight must be floating point (F32, F16, BF16, F64)",
+                                file.path().string(), name, file.dtype_name(name)));
+      }
       at::Tensor t = file.get(name);
       if (t.sizes() != at::IntArrayRef(shape)) {
         throw Error(fmt::format("'{}': tensor '{}' has shape {}, config.json implies [{}]", file.path().string(), name,
@@ -162,10 +176,24 @@ at::Tensor detail::GraphAccess::forward_and_pool(const EmbeddingModel& model, co
     }
   }
   at::Tensor pooled = parts.size() == 1 ? parts.front() : at::cat(parts, 1);
-  for (const auto& d : model.modules_->dense)
+  // Dense and Normalize in modules.json's order (a SentenceModules made in code: Dense, then Normalize).
+  std::size_t next = 0;
+  auto dense = [&] {
+    const auto& d = model.modules_->dense[next++];
     pooled = detail::apply_activation(d.activation, at::linear(pooled, d.weight, d.bias));
-  if (modules.normalize) {
-    pooled = pooled / pooled.norm(2, {1}, /*keepdim=*/true).clamp_min(1e-12);
+  };
+  auto normalize = [&] { pooled = pooled / pooled.norm(2, {1}, /*keepdim=*/true).clamp_min(1e-12); };
+  if (modules.order.empty()) {
+    while (next < model.modules_->dense.size()) dense();
+    if (modules.normalize) normalize();
+    return pooled;
+  }
+  for (const auto step : modules.order) {
+    if (step == SentenceModules::Step::Dense) {
+      dense();
+    } else {
+      normalize();
+    }
   }
   return pooled;
 }

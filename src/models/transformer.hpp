@@ -60,6 +60,10 @@ void write_layout(const PackedBatch& batch, std::int64_t* ids, std::int64_t* pos
 // Checks `batch` and moves it to `device` in one copy (pinned and non-blocking on a GPU).
 DeviceBatch upload(const PackedBatch& batch, const ModelInfo& info, c10::Device device, bool packed);
 
+struct ArchitectureContext;
+
+struct ArchitectureContext;
+
 // Loads a checkpoint's tensors onto the device: finds the name prefix the checkpoint uses ("bert.",
 // "0.auto_model.", "roberta.", ""), checks each tensor's shape against what config.json implies, and
 // counts the bytes kept on the device.
@@ -74,6 +78,20 @@ class WeightLoader {
   // As load(), in float32 whatever the model's dtype (position tables, biases added in float32).
   at::Tensor load_float(const std::string& name, std::vector<std::int64_t> shape);
   bool contains(const std::string& name) const;
+  // Checks, from the header only (nothing is read or allocated), that tensor `name` is there, holds floating
+  // point numbers and has the shape config.json's keys imply: dims pair each size with the key (or
+  // expression) it comes from. Throws naming config.json, the keys and the tensor.
+  struct Dim {
+    std::string key;
+    std::int64_t size;
+  };
+  void check(const ArchitectureContext& context, const std::string& name, const std::vector<Dim>& dims) const;
+  // The number of numbered blocks the checkpoint holds: tensors named `stem`0., `stem`1., ... (after the
+  // prefix) — one more than the largest number found, 0 when none.
+  std::int64_t count(std::string_view stem) const;
+  // Checks that the checkpoint holds exactly `layers` numbered blocks (`stem`N.), naming config.json's `key`.
+  void check_count(const ArchitectureContext& context, const char* key, std::int64_t layers,
+                   std::string_view stem) const;
   const std::string& prefix() const noexcept { return prefix_; }
   const SafetensorsFile& file() const noexcept { return file_; }
   // Bytes of everything loaded so far; keep() adds a tensor made from loaded ones (a fused copy).
@@ -82,12 +100,37 @@ class WeightLoader {
 
  private:
   at::Tensor read(const std::string& name, const std::vector<std::int64_t>& shape);
+  // The full name of tensor `name` (prefix, and gamma/beta for weight/bias in old checkpoints); throws
+  // naming the file when there is none.
+  std::string resolve(const std::string& name) const;
+  // Throws naming the file and tensor unless the tensor holds floating point numbers.
+  void check_float(const std::string& full) const;
   SafetensorsFile file_;
   std::string prefix_;
   c10::Device device_;
   c10::ScalarType dtype_;
   std::size_t bytes_ = 0;
 };
+
+// Bounds of config.json's sizes, shared by every architecture: wide enough for every published checkpoint,
+// and each size is checked against the weights' shapes too (check_weight). Token ids are int32.
+inline constexpr std::int64_t kMaxVocab = 2147483647;
+inline constexpr std::int64_t kMaxHidden = 1 << 16;
+inline constexpr std::int64_t kMaxIntermediate = 1 << 18;
+inline constexpr std::int64_t kMaxLayers = 1024;
+inline constexpr std::int64_t kMaxHeads = 1024;
+inline constexpr std::int64_t kMaxHeadDim = 1024;
+// Position tables (learned or rotary) are made for every position up front.
+inline constexpr std::int64_t kMaxPositions = 1 << 18;
+
+// A range of config.json's numbers: [min, max], either end open.
+struct NumberRange {
+  double min, max;
+  bool min_open = false, max_open = false;
+  std::string describe() const;  // "a finite number in (0, 1)"
+};
+inline constexpr NumberRange kNormEps{0.0, 1.0, true, true};  // layer_norm_eps, norm_eps, rms_norm_eps
+inline constexpr NumberRange kRopeTheta{1.0, 1e30};           // rotary frequencies theta^(-2i / head_dim)
 
 // What make_<architecture> gets.
 struct ArchitectureContext {
@@ -96,13 +139,19 @@ struct ArchitectureContext {
   c10::ScalarType dtype;
 
   bool packed_attention() const noexcept { return device.is_cuda() && dtype != c10::kFloat; }
-  // config.json's integer `key`; throws naming the file and key when it is missing or not an integer.
-  std::int64_t require_int(const char* key) const;
-  std::int64_t int_or(const char* key, std::int64_t fallback) const;
-  double number_or(const char* key, double fallback) const;
+  // config.json's integer `key` in [min, max]: required, or `fallback` when absent or null. Throws naming the
+  // file and key when it is missing, not an integer or out of range ("...: must be an integer in 1..65536,
+  // got 0"). Every architecture reads its sizes through these, so every value is checked before use.
+  std::int64_t int_in(const char* key, std::int64_t min, std::int64_t max) const;
+  std::int64_t int_in(const char* key, std::int64_t fallback, std::int64_t min, std::int64_t max) const;
+  // A finite number in `range`, or `fallback` when absent or null.
+  double number_in(const char* key, double fallback, const NumberRange& range) const;
+  // The same for a value found elsewhere (inside an object); `key` names it in errors ("rope_parameters.x").
+  double number_in(const boost::json::value* value, const std::string& key, double fallback,
+                   const NumberRange& range) const;
   std::string text_or(const char* key, const char* fallback) const;
   // An error about config.json's `key`: "'.../config.json': key: message".
-  [[noreturn]] void fail(const char* key, const std::string& message) const;
+  [[noreturn]] void fail(const std::string& key, const std::string& message) const;
 };
 
 class Transformer {
@@ -128,8 +177,10 @@ struct Architecture {
   std::vector<std::string_view> model_types;  // config.json's model_type values it runs
   std::string_view description;
   std::unique_ptr<Transformer> (*make)(const ArchitectureContext& context);
-  // config.json's checks that need no weights, or null: Checkpoint::read() (so validation) runs them, on
-  // a context for the CPU in float32, and throws what they throw (naming the file and key).
+  // Checks every config.json value the architecture reads (range, and agreement with the shapes of the
+  // weights in model.safetensors' header) before anything is allocated: Checkpoint::read() (so
+  // validation) and make_transformer() run it, on a context for the CPU in float32, and throw what it
+  // throws (naming the file and key).
   void (*check)(const ArchitectureContext& context) = nullptr;
 };
 std::span<const Architecture> architectures();  // architectures/table.cpp

@@ -10,9 +10,13 @@
 // `pooling_mode_*_tokens` booleans and 6.x's `pooling_mode`.
 //
 // Checkpoint::read() checks everything it can without loading weights: an unknown model_type, module or
-// pooling mode, a Dense activation flowline cannot run, a missing file — each a flowline::Error naming the
-// file, the key and what is supported. Validation calls it (flowline validate), so a bad checkpoint is
-// refused before a flow starts. A Checkpoint is a plain value: copy it, read it from any thread.
+// pooling mode, a Dense activation flowline cannot run, a missing file, every config.json value the
+// architecture reads (its range, and its agreement with the shapes in model.safetensors' header), a
+// modules.json order flowline does not run (Transformer first, then Pooling, then Dense and Normalize in
+// any order) or a module path that leaves the folder — each a flowline::Error naming the file, the key and
+// what is supported. A model folder is untrusted input: every file is read as a regular file within a size
+// bound for its kind (src/models/model_file.hpp). Validation calls it (flowline validate), so a bad
+// checkpoint is refused before a flow starts. A Checkpoint is a plain value: copy it, read it from any thread.
 #pragma once
 
 #include <boost/json/object.hpp>
@@ -43,12 +47,18 @@ struct DenseModule {
   Activation activation = Activation::Tanh;
 };
 
-// What comes after the transformer in a sentence-transformers model.
+// What comes after the transformer in a sentence-transformers model: Pooling, then Dense and Normalize
+// modules in modules.json's order (sentence-transformers runs them in the order listed).
 struct SentenceModules {
   std::vector<Pooling> pooling{Pooling::Mean};  // at least one; sentence-transformers' order
   bool include_prompt = true;                   // false: prompt tokens are left out of the pooling
   std::vector<DenseModule> dense;               // in order
+  // Whether the embeddings come out normalized: the last module is Normalize.
   bool normalize = false;
+  // The modules after Pooling in modules.json's order: each Dense is the next of `dense`. Empty (a
+  // SentenceModules made in code): every Dense in order, then Normalize when `normalize`.
+  enum class Step { Dense, Normalize };
+  std::vector<Step> order;
 };
 
 // A cross-encoder's head (`*ForSequenceClassification`), scores from the first token's state.

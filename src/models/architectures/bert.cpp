@@ -15,6 +15,54 @@ namespace flowline::models::detail {
 
 namespace {
 
+// config.json as BertConfig / RobertaConfig read it, every value in range; check_weights() holds it against
+// the shapes in model.safetensors' header.
+struct BertConfig {
+  std::int64_t vocab = 0, hidden = 0, layers = 0, heads = 0, intermediate = 0, table = 0, types = 2;
+  std::int64_t positions = 0;  // the table's rows past the offset
+  double eps = 1e-12;
+  std::string act = "gelu";
+
+  BertConfig(const ArchitectureContext& context, std::int64_t position_offset) {
+    const std::string position = context.text_or("position_embedding_type", "absolute");
+    if (position != "absolute")
+      context.fail("position_embedding_type", fmt::format("'{}' is not supported (only 'absolute')", position));
+    vocab = context.int_in("vocab_size", 1, kMaxVocab);
+    hidden = context.int_in("hidden_size", 1, kMaxHidden);
+    layers = context.int_in("num_hidden_layers", 1, kMaxLayers);
+    heads = context.int_in("num_attention_heads", 1, kMaxHeads);
+    intermediate = context.int_in("intermediate_size", 1, kMaxIntermediate);
+    table = context.int_in("max_position_embeddings", 1, kMaxPositions);
+    positions = table - position_offset;
+    types = context.int_in("type_vocab_size", 2, 1, kMaxVocab);
+    eps = context.number_in("layer_norm_eps", 1e-12, kNormEps);
+    act = context.text_or("hidden_act", "gelu");
+    if (!known_activation(act) || act == "silu" || act == "swish") {
+      context.fail("hidden_act", fmt::format("'{}' is not supported (gelu, gelu_new, gelu_pytorch_tanh, relu)", act));
+    }
+    if (hidden % heads != 0) {
+      context.fail("hidden_size",
+                   fmt::format("{} must be a positive multiple of num_attention_heads {}", hidden, heads));
+    }
+    if (positions < 1) {
+      context.fail("max_position_embeddings",
+                   fmt::format("{} leaves no position after the offset {}", table, position_offset));
+    }
+  }
+
+  void check_weights(const ArchitectureContext& context) const {
+    const WeightLoader w(context.checkpoint.folder / "model.safetensors", "embeddings.word_embeddings.weight",
+                         context.device, context.dtype);
+    w.check(context, "embeddings.word_embeddings.weight", {{"vocab_size", vocab}, {"hidden_size", hidden}});
+    w.check(context, "embeddings.position_embeddings.weight",
+            {{"max_position_embeddings", table}, {"hidden_size", hidden}});
+    w.check(context, "embeddings.token_type_embeddings.weight", {{"type_vocab_size", types}, {"hidden_size", hidden}});
+    w.check_count(context, "num_hidden_layers", layers, "encoder.layer.");
+    w.check(context, "encoder.layer.0.intermediate.dense.weight",
+            {{"intermediate_size", intermediate}, {"hidden_size", hidden}});
+  }
+};
+
 class BertStack final : public Transformer {
  public:
   BertStack(const ArchitectureContext& context, const BertFamilyOptions& options);
@@ -29,7 +77,6 @@ class BertStack final : public Transformer {
     at::Tensor down_w, down_b;  // output dense
     at::Tensor ln2_w, ln2_b;    // output LayerNorm
   };
-  void read_config(const ArchitectureContext& context);
   void load(const ArchitectureContext& context);
 
   std::int64_t position_offset_ = 0;
@@ -43,37 +90,17 @@ class BertStack final : public Transformer {
 BertStack::BertStack(const ArchitectureContext& context, const BertFamilyOptions& options)
     : position_offset_(options.position_offset) {
   info_.architecture = std::string(options.description);
-  read_config(context);
+  const BertConfig config(context, position_offset_);
+  info_.vocab_size = config.vocab;
+  info_.hidden_size = config.hidden;
+  info_.num_layers = config.layers;
+  info_.num_heads = config.heads;
+  info_.intermediate_size = config.intermediate;
+  info_.max_positions = config.positions;
+  info_.type_vocab_size = config.types;
+  layer_norm_eps_ = config.eps;
+  hidden_act_ = config.act;
   load(context);
-}
-
-void BertStack::read_config(const ArchitectureContext& context) {
-  const std::string position = context.text_or("position_embedding_type", "absolute");
-  if (position != "absolute")
-    context.fail("position_embedding_type", fmt::format("'{}' is not supported (only 'absolute')", position));
-  info_.vocab_size = context.require_int("vocab_size");
-  info_.hidden_size = context.require_int("hidden_size");
-  info_.num_layers = context.require_int("num_hidden_layers");
-  info_.num_heads = context.require_int("num_attention_heads");
-  info_.intermediate_size = context.require_int("intermediate_size");
-  const std::int64_t table = context.require_int("max_position_embeddings");
-  info_.max_positions = table - position_offset_;
-  info_.type_vocab_size = context.int_or("type_vocab_size", 2);
-  layer_norm_eps_ = context.number_or("layer_norm_eps", 1e-12);
-  hidden_act_ = context.text_or("hidden_act", "gelu");
-  if (!known_activation(hidden_act_) || hidden_act_ == "silu" || hidden_act_ == "swish") {
-    context.fail("hidden_act",
-                 fmt::format("'{}' is not supported (gelu, gelu_new, gelu_pytorch_tanh, relu)", hidden_act_));
-  }
-  if (info_.hidden_size <= 0 || info_.num_heads <= 0 || info_.hidden_size % info_.num_heads != 0) {
-    context.fail("hidden_size", fmt::format("{} must be a positive multiple of num_attention_heads {}",
-                                            info_.hidden_size, info_.num_heads));
-  }
-  if (info_.max_positions < 1) {
-    context.fail("max_position_embeddings",
-                 fmt::format("{} leaves no position after the offset {}", table, position_offset_));
-  }
-  if (info_.type_vocab_size < 1) context.fail("type_vocab_size", "must be at least 1");
 }
 
 void BertStack::load(const ArchitectureContext& context) {
@@ -148,8 +175,15 @@ std::unique_ptr<Transformer> make_bert_family(const ArchitectureContext& context
   return std::make_unique<BertStack>(context, options);
 }
 
-std::unique_ptr<Transformer> make_bert(const ArchitectureContext& context) {
-  return make_bert_family(context, {.description = "BERT (post-LayerNorm, absolute positions)"});
+void check_bert_family(const ArchitectureContext& context, const BertFamilyOptions& options) {
+  BertConfig(context, options.position_offset).check_weights(context);
 }
+
+namespace {
+const BertFamilyOptions kBert{.description = "BERT (post-LayerNorm, absolute positions)"};
+}  // namespace
+
+std::unique_ptr<Transformer> make_bert(const ArchitectureContext& context) { return make_bert_family(context, kBert); }
+void check_bert(const ArchitectureContext& context) { check_bert_family(context, kBert); }
 
 }  // namespace flowline::models::detail

@@ -13,5 +13,7 @@ struct BertFamilyOptions {
 };
 
 std::unique_ptr<Transformer> make_bert_family(const ArchitectureContext& context, const BertFamilyOptions& options);
+// The table's check: config.json's values in range and in agreement with the weights' header.
+void check_bert_family(const ArchitectureContext& context, const BertFamilyOptions& options);
 
 }  // namespace flowline::models::detail

@@ -14,25 +14,101 @@ namespace flowline::models::detail {
 
 namespace {
 
+// config.json as ModernBertConfig reads it, every value in range; check_weights() holds it against the shapes
+// in model.safetensors' header.
+struct ModernBertConfig {
+  std::int64_t vocab = 0, hidden = 0, layers = 0, heads = 0, intermediate = 0, positions = 0, window = 64;
+  double eps = 1e-5, global_theta = 160000.0, local_theta = 10000.0;
+  std::string act = "gelu";
+  std::vector<bool> sliding;  // per layer
+
+  explicit ModernBertConfig(const ArchitectureContext& context) {
+    vocab = context.int_in("vocab_size", 1, kMaxVocab);
+    hidden = context.int_in("hidden_size", 1, kMaxHidden);
+    layers = context.int_in("num_hidden_layers", 1, kMaxLayers);
+    heads = context.int_in("num_attention_heads", 1, kMaxHeads);
+    intermediate = context.int_in("intermediate_size", 1, kMaxIntermediate);
+    positions = context.int_in("max_position_embeddings", 1, kMaxPositions);
+    eps = context.number_in("norm_eps", 1e-5, kNormEps);
+    act = context.text_or("hidden_activation", "gelu");
+    if (!known_activation(act)) context.fail("hidden_activation", fmt::format("'{}' is not supported", act));
+    if (hidden % heads != 0) context.fail("hidden_size", "must be a multiple of num_attention_heads");
+    if ((hidden / heads) % 2 != 0)
+      context.fail("hidden_size", "hidden_size / num_attention_heads must be even (rotary positions rotate halves)");
+    // Hugging Face's window is local_attention // 2 each way; under 2 that would be no window at all here.
+    window = context.int_in("local_attention", 128, 2, 2 * kMaxPositions) / 2;
+    read_layer_types(context);
+    read_rope(context);
+  }
+
+  void read_layer_types(const ArchitectureContext& context) {
+    const auto* types = context.checkpoint.config.if_contains("layer_types");
+    if (types && types->is_array()) {
+      if (static_cast<std::int64_t>(types->get_array().size()) != layers)
+        context.fail("layer_types", fmt::format("must list {} layers", layers));
+      for (const auto& t : types->get_array()) {
+        if (t == "sliding_attention")
+          sliding.push_back(true);
+        else if (t == "full_attention")
+          sliding.push_back(false);
+        else
+          context.fail("layer_types", "each must be 'sliding_attention' or 'full_attention'");
+      }
+      return;
+    }
+    const std::int64_t every = context.int_in("global_attn_every_n_layers", 3, 1, kMaxLayers);
+    for (std::int64_t i = 0; i < layers; ++i) sliding.push_back(i % every != 0);
+  }
+
+  // rope_parameters (transformers 5: per layer type) or global_rope_theta / local_rope_theta.
+  void read_rope(const ArchitectureContext& context) {
+    global_theta = context.number_in("global_rope_theta", 160000.0, kRopeTheta);
+    local_theta = context.number_in("local_rope_theta", 10000.0, kRopeTheta);
+    if (const auto* rope = context.checkpoint.config.if_contains("rope_parameters"); rope && rope->is_object()) {
+      auto theta = [&](const char* type, double& out) {
+        const auto* p = rope->get_object().if_contains(type);
+        if (!p || !p->is_object()) return;
+        if (const auto* kind = p->get_object().if_contains("rope_type"); kind && *kind != "default")
+          context.fail("rope_parameters", "only rope_type 'default' is supported");
+        out = context.number_in(p->get_object().if_contains("rope_theta"),
+                                fmt::format("rope_parameters.{}.rope_theta", type), out, kRopeTheta);
+      };
+      theta("full_attention", global_theta);
+      theta("sliding_attention", local_theta);
+    }
+  }
+
+  void check_weights(const ArchitectureContext& context) const {
+    const WeightLoader w(context.checkpoint.folder / "model.safetensors", "embeddings.tok_embeddings.weight",
+                         context.device, context.dtype);
+    w.check(context, "embeddings.tok_embeddings.weight", {{"vocab_size", vocab}, {"hidden_size", hidden}});
+    w.check_count(context, "num_hidden_layers", layers, "layers.");
+    w.check(context, "layers.0.attn.Wqkv.weight", {{"3 * hidden_size", 3 * hidden}, {"hidden_size", hidden}});
+    w.check(context, "layers.0.mlp.Wi.weight", {{"2 * intermediate_size", 2 * intermediate}, {"hidden_size", hidden}});
+  }
+};
+
 class ModernBert final : public Transformer {
  public:
   explicit ModernBert(const ArchitectureContext& context) {
     info_.architecture = "ModernBERT (rotary, GeGLU, local/global attention)";
-    info_.vocab_size = context.require_int("vocab_size");
-    info_.hidden_size = context.require_int("hidden_size");
-    info_.num_layers = context.require_int("num_hidden_layers");
-    info_.num_heads = context.require_int("num_attention_heads");
-    info_.intermediate_size = context.require_int("intermediate_size");
-    info_.max_positions = context.require_int("max_position_embeddings");
+    const ModernBertConfig config(context);
+    info_.vocab_size = config.vocab;
+    info_.hidden_size = config.hidden;
+    info_.num_layers = config.layers;
+    info_.num_heads = config.heads;
+    info_.intermediate_size = config.intermediate;
+    info_.max_positions = config.positions;
     info_.type_vocab_size = 1;
-    eps_ = context.number_or("norm_eps", 1e-5);
-    act_ = context.text_or("hidden_activation", "gelu");
-    if (!known_activation(act_)) context.fail("hidden_activation", fmt::format("'{}' is not supported", act_));
-    if (info_.hidden_size % info_.num_heads != 0)
-      context.fail("hidden_size", "must be a multiple of num_attention_heads");
-    window_ = context.int_or("local_attention", 128) / 2;
-    read_layer_types(context);
-    read_rope(context);
+    eps_ = config.eps;
+    act_ = config.act;
+    window_ = config.window;
+    sliding_ = config.sliding;
+    const std::int64_t head_dim = info_.hidden_size / info_.num_heads;
+    std::tie(global_cos_, global_sin_) =
+        rotary_tables(config.global_theta, head_dim, info_.max_positions, context.dtype, context.device);
+    std::tie(local_cos_, local_sin_) =
+        rotary_tables(config.local_theta, head_dim, info_.max_positions, context.dtype, context.device);
     load(context);
   }
 
@@ -71,49 +147,6 @@ class ModernBert final : public Transformer {
   struct Layer {
     at::Tensor attn_norm_w, attn_norm_b, qkv_w, qkv_b, o_w, o_b, mlp_norm_w, mlp_norm_b, wi_w, wi_b, wo_w, wo_b;
   };
-
-  void read_layer_types(const ArchitectureContext& context) {
-    const auto* types = context.checkpoint.config.if_contains("layer_types");
-    if (types && types->is_array()) {
-      if (static_cast<std::int64_t>(types->get_array().size()) != info_.num_layers)
-        context.fail("layer_types", fmt::format("must list {} layers", info_.num_layers));
-      for (const auto& t : types->get_array()) {
-        if (t == "sliding_attention")
-          sliding_.push_back(true);
-        else if (t == "full_attention")
-          sliding_.push_back(false);
-        else
-          context.fail("layer_types", "each must be 'sliding_attention' or 'full_attention'");
-      }
-      return;
-    }
-    const std::int64_t every = context.int_or("global_attn_every_n_layers", 3);
-    if (every < 1) context.fail("global_attn_every_n_layers", "must be at least 1");
-    for (std::int64_t i = 0; i < info_.num_layers; ++i) sliding_.push_back(i % every != 0);
-  }
-
-  // rope_parameters (transformers 5: per layer type) or global_rope_theta / local_rope_theta.
-  void read_rope(const ArchitectureContext& context) {
-    double global_theta = context.number_or("global_rope_theta", 160000.0);
-    double local_theta = context.number_or("local_rope_theta", 10000.0);
-    if (const auto* rope = context.checkpoint.config.if_contains("rope_parameters"); rope && rope->is_object()) {
-      auto theta = [&](const char* type, double& out) {
-        const auto* p = rope->get_object().if_contains(type);
-        if (!p || !p->is_object()) return;
-        if (const auto* kind = p->get_object().if_contains("rope_type"); kind && *kind != "default")
-          context.fail("rope_parameters", "only rope_type 'default' is supported");
-        if (const auto* t = p->get_object().if_contains("rope_theta"); t && t->is_number())
-          out = t->to_number<double>();
-      };
-      theta("full_attention", global_theta);
-      theta("sliding_attention", local_theta);
-    }
-    const std::int64_t head_dim = info_.hidden_size / info_.num_heads;
-    std::tie(global_cos_, global_sin_) =
-        rotary_tables(global_theta, head_dim, info_.max_positions, context.dtype, context.device);
-    std::tie(local_cos_, local_sin_) =
-        rotary_tables(local_theta, head_dim, info_.max_positions, context.dtype, context.device);
-  }
 
   void load(const ArchitectureContext& context) {
     c10::InferenceMode guard;
@@ -170,5 +203,7 @@ class ModernBert final : public Transformer {
 std::unique_ptr<Transformer> make_modernbert(const ArchitectureContext& context) {
   return std::make_unique<ModernBert>(context);
 }
+
+void check_modernbert(const ArchitectureContext& context) { ModernBertConfig(context).check_weights(context); }
 
 }  // namespace flowline::models::detail

@@ -13,6 +13,10 @@ namespace flowline::models::detail {
 
 namespace {
 
+// MPNet's relative buckets are a [positions, positions] table made when it loads: positions are bounded
+// tighter than other architectures' (Hugging Face's MPNet checkpoints have 514).
+constexpr std::int64_t kMaxMPNetPositions = 4096;
+
 // Hugging Face's MPNetEncoder.relative_position_bucket, op for op (float32 logarithm, truncation), so the
 // buckets are the reference's: half the buckets per direction, exact up to num_buckets / 4, logarithmic
 // up to max_distance. `relative` holds key position - query position.
@@ -38,26 +42,60 @@ at::Tensor relative_buckets(std::int64_t length, std::int64_t num_buckets, std::
   return buckets_of(memory - context, num_buckets, max_distance);
 }
 
+// config.json as MPNetConfig reads it, every value in range; check_weights() holds it against the shapes in
+// model.safetensors' header.
+struct MPNetConfig {
+  std::int64_t vocab = 0, hidden = 0, layers = 0, heads = 0, intermediate = 0, table = 0, offset = 2, buckets = 32;
+  double eps = 1e-5;
+  std::string act = "gelu";
+
+  explicit MPNetConfig(const ArchitectureContext& context) {
+    vocab = context.int_in("vocab_size", 1, kMaxVocab);
+    hidden = context.int_in("hidden_size", 1, kMaxHidden);
+    layers = context.int_in("num_hidden_layers", 1, kMaxLayers);
+    heads = context.int_in("num_attention_heads", 1, kMaxHeads);
+    intermediate = context.int_in("intermediate_size", 1, kMaxIntermediate);
+    offset = context.int_in("pad_token_id", 1, 0, kMaxMPNetPositions) + 1;
+    table = context.int_in("max_position_embeddings", 1, kMaxMPNetPositions);
+    // Hugging Face looks up 32 buckets whatever the table holds: it needs at least that many rows.
+    buckets = context.int_in("relative_attention_num_buckets", 32, 32, kMaxVocab);
+    eps = context.number_in("layer_norm_eps", 1e-5, kNormEps);
+    act = context.text_or("hidden_act", "gelu");
+    if (!known_activation(act)) context.fail("hidden_act", fmt::format("'{}' is not supported", act));
+    if (hidden % heads != 0) context.fail("hidden_size", "must be a multiple of num_attention_heads");
+    if (table - offset < 1) context.fail("max_position_embeddings", "leaves no position after padding_idx + 1");
+  }
+
+  void check_weights(const ArchitectureContext& context) const {
+    const WeightLoader w(context.checkpoint.folder / "model.safetensors", "embeddings.word_embeddings.weight",
+                         context.device, context.dtype);
+    w.check(context, "embeddings.word_embeddings.weight", {{"vocab_size", vocab}, {"hidden_size", hidden}});
+    w.check(context, "embeddings.position_embeddings.weight",
+            {{"max_position_embeddings", table}, {"hidden_size", hidden}});
+    w.check(context, "encoder.relative_attention_bias.weight",
+            {{"relative_attention_num_buckets", buckets}, {"num_attention_heads", heads}});
+    w.check_count(context, "num_hidden_layers", layers, "encoder.layer.");
+    w.check(context, "encoder.layer.0.intermediate.dense.weight",
+            {{"intermediate_size", intermediate}, {"hidden_size", hidden}});
+  }
+};
+
 class MPNet final : public Transformer {
  public:
   explicit MPNet(const ArchitectureContext& context) {
     info_.architecture = "MPNet (relative position bias)";
-    info_.vocab_size = context.require_int("vocab_size");
-    info_.hidden_size = context.require_int("hidden_size");
-    info_.num_layers = context.require_int("num_hidden_layers");
-    info_.num_heads = context.require_int("num_attention_heads");
-    info_.intermediate_size = context.require_int("intermediate_size");
-    position_offset_ = context.int_or("pad_token_id", 1) + 1;
-    const std::int64_t table = context.require_int("max_position_embeddings");
-    info_.max_positions = table - position_offset_;
+    const MPNetConfig config(context);
+    info_.vocab_size = config.vocab;
+    info_.hidden_size = config.hidden;
+    info_.num_layers = config.layers;
+    info_.num_heads = config.heads;
+    info_.intermediate_size = config.intermediate;
+    position_offset_ = config.offset;
+    info_.max_positions = config.table - position_offset_;
     info_.type_vocab_size = 1;
-    num_buckets_ = context.int_or("relative_attention_num_buckets", 32);
-    eps_ = context.number_or("layer_norm_eps", 1e-5);
-    act_ = context.text_or("hidden_act", "gelu");
-    if (!known_activation(act_)) context.fail("hidden_act", fmt::format("'{}' is not supported", act_));
-    if (info_.hidden_size % info_.num_heads != 0)
-      context.fail("hidden_size", "must be a multiple of num_attention_heads");
-    if (info_.max_positions < 1) context.fail("max_position_embeddings", "leaves no position after padding_idx + 1");
+    num_buckets_ = config.buckets;
+    eps_ = config.eps;
+    act_ = config.act;
     load(context);
   }
 
@@ -149,5 +187,6 @@ class MPNet final : public Transformer {
 }  // namespace
 
 std::unique_ptr<Transformer> make_mpnet(const ArchitectureContext& context) { return std::make_unique<MPNet>(context); }
+void check_mpnet(const ArchitectureContext& context) { MPNetConfig(context).check_weights(context); }
 
 }  // namespace flowline::models::detail

@@ -29,26 +29,20 @@ struct Qwen3Config {
 
   explicit Qwen3Config(const ArchitectureContext& context) {
     const auto& config = context.checkpoint.config;
-    vocab = context.require_int("vocab_size");
-    hidden = context.require_int("hidden_size");
-    layers = context.require_int("num_hidden_layers");
-    heads = context.require_int("num_attention_heads");
-    intermediate = context.require_int("intermediate_size");
-    positions = context.require_int("max_position_embeddings");
-    for (const auto& [key, value] :
-         {std::pair{"vocab_size", vocab}, std::pair{"hidden_size", hidden}, std::pair{"num_hidden_layers", layers},
-          std::pair{"num_attention_heads", heads}, std::pair{"intermediate_size", intermediate},
-          std::pair{"max_position_embeddings", positions}}) {
-      if (value < 1) context.fail(key, "must be a positive integer");
-    }
-    kv_heads = context.int_or("num_key_value_heads", heads);
-    if (kv_heads < 1 || heads % kv_heads != 0)
+    vocab = context.int_in("vocab_size", 1, kMaxVocab);
+    hidden = context.int_in("hidden_size", 1, kMaxHidden);
+    layers = context.int_in("num_hidden_layers", 1, kMaxLayers);
+    heads = context.int_in("num_attention_heads", 1, kMaxHeads);
+    intermediate = context.int_in("intermediate_size", 1, kMaxIntermediate);
+    positions = context.int_in("max_position_embeddings", 1, kMaxPositions);
+    kv_heads = context.int_in("num_key_value_heads", heads, 1, kMaxHeads);
+    if (heads % kv_heads != 0)
       context.fail("num_key_value_heads", fmt::format("must divide num_attention_heads ({})", heads));
     if (!config.if_contains("head_dim") && hidden % heads != 0)
       context.fail("hidden_size", "must be a multiple of num_attention_heads (config.json has no head_dim)");
-    head_dim = context.int_or("head_dim", hidden / heads);
+    head_dim = context.int_in("head_dim", hidden / heads, 1, kMaxHeadDim);
     if (head_dim < 2 || head_dim % 2 != 0) context.fail("head_dim", "must be a positive even integer");
-    eps = context.number_or("rms_norm_eps", 1e-6);
+    eps = context.number_in("rms_norm_eps", 1e-6, kNormEps);
     act = context.text_or("hidden_act", "silu");
     if (!known_activation(act)) context.fail("hidden_act", fmt::format("'{}' is not supported", act));
     auto is_true = [&](const char* key) {
@@ -75,7 +69,7 @@ struct Qwen3Config {
   // only the default rotary (no scaling, every dimension rotated).
   void read_rope(const ArchitectureContext& context) {
     const auto& config = context.checkpoint.config;
-    theta = context.number_or("rope_theta", 10000.0);
+    theta = context.number_in("rope_theta", 10000.0, kRopeTheta);
     const char* key = "rope_parameters";
     const boost::json::value* rope = config.if_contains("rope_parameters");
     if (const auto* scaling = config.if_contains("rope_scaling"); scaling && !scaling->is_null()) {
@@ -97,10 +91,21 @@ struct Qwen3Config {
         context.fail(key, fmt::format("'{}' is not supported (only rope_type 'default' and rope_theta)",
                                       std::string_view(name)));
     }
-    if (const auto* t = o.if_contains("rope_theta"); t && !t->is_null()) {
-      if (!t->is_number()) context.fail(key, "rope_theta must be a number");
-      theta = t->to_number<double>();
-    }
+    theta = context.number_in(o.if_contains("rope_theta"), fmt::format("{}.rope_theta", key), theta, kRopeTheta);
+  }
+
+  // The weights' header against the sizes above.
+  void check_weights(const ArchitectureContext& context) const {
+    const WeightLoader w(context.checkpoint.folder / "model.safetensors", "embed_tokens.weight", context.device,
+                         context.dtype);
+    w.check(context, "embed_tokens.weight", {{"vocab_size", vocab}, {"hidden_size", hidden}});
+    w.check_count(context, "num_hidden_layers", layers, "layers.");
+    w.check(context, "layers.0.self_attn.q_proj.weight",
+            {{"num_attention_heads * head_dim", heads * head_dim}, {"hidden_size", hidden}});
+    w.check(context, "layers.0.self_attn.k_proj.weight",
+            {{"num_key_value_heads * head_dim", kv_heads * head_dim}, {"hidden_size", hidden}});
+    w.check(context, "layers.0.self_attn.q_norm.weight", {{"head_dim", head_dim}});
+    w.check(context, "layers.0.mlp.gate_proj.weight", {{"intermediate_size", intermediate}, {"hidden_size", hidden}});
   }
 };
 
@@ -190,6 +195,6 @@ class Qwen3 final : public Transformer {
 
 std::unique_ptr<Transformer> make_qwen3(const ArchitectureContext& context) { return std::make_unique<Qwen3>(context); }
 
-void check_qwen3(const ArchitectureContext& context) { Qwen3Config{context}; }
+void check_qwen3(const ArchitectureContext& context) { Qwen3Config(context).check_weights(context); }
 
 }  // namespace flowline::models::detail

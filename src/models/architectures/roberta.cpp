@@ -5,11 +5,16 @@
 
 namespace flowline::models::detail {
 
-std::unique_ptr<Transformer> make_roberta(const ArchitectureContext& context) {
-  const std::int64_t padding_idx = context.int_or("pad_token_id", 1);
-  if (padding_idx < 0) context.fail("pad_token_id", "must not be negative");
-  return make_bert_family(context, {.description = "RoBERTa (BERT stack, positions from padding_idx + 1)",
-                                    .position_offset = padding_idx + 1});
+namespace {
+BertFamilyOptions roberta_options(const ArchitectureContext& context) {
+  const std::int64_t padding_idx = context.int_in("pad_token_id", 1, 0, kMaxPositions);
+  return {.description = "RoBERTa (BERT stack, positions from padding_idx + 1)", .position_offset = padding_idx + 1};
 }
+}  // namespace
+
+std::unique_ptr<Transformer> make_roberta(const ArchitectureContext& context) {
+  return make_bert_family(context, roberta_options(context));
+}
+void check_roberta(const ArchitectureContext& context) { check_bert_family(context, roberta_options(context)); }
 
 }  // namespace flowline::models::detail
