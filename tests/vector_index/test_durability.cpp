@@ -2,75 +2,23 @@
 // the middle of a stream of /index requests, then started again on the same workspace. Every acknowledged
 // document must be there, whole (text, tags, vector), none twice; the one request in flight when the process
 // died is there entirely or not at all.
-#include "../gateway/gateway_fixtures.hpp"
-#include "child_process.hpp"
-#include "index_fixtures.hpp"
+#include "serve_fixtures.hpp"
 
 #include <fmt/format.h>
 
 #include <atomic>
 #include <cstdlib>
-#include <cmath>
 #include <random>
 #include <csignal>
 #include <thread>
 
 using namespace flowline;
+using namespace serve_test;
 using gateway_test::Client;
 using testing::ChildProcess;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 namespace json = boost::json;
-
-namespace {
-
-constexpr int kDim = 16;
-constexpr int kBatch = 500;
-
-// Document i of batch b: its vector is a function of (b, i), so a restarted index can be checked against it.
-float component(int b, int i, int d) {
-  return static_cast<float>(std::sin(1.3 * b + 0.7 * i * (d + 1) + 0.11 * d * d));
-}
-
-std::string index_body(int b) {
-  json::array data;
-  for (int i = 0; i < kBatch; ++i) {
-    json::array embedding;
-    for (int d = 0; d < kDim; ++d) embedding.emplace_back(component(b, i, d));
-    data.push_back(json::object{{"id", fmt::format("b{}-{}", b, i)},
-                                {"text", fmt::format("document {} of batch {}", i, b)},
-                                {"tags", json::object{{"batch", b}, {"i", i}}},
-                                {"embedding", std::move(embedding)}});
-  }
-  return json::serialize(json::object{{"data", std::move(data)}});
-}
-
-class IndexServer {
- public:
-  IndexServer(const fs::path& flow, const fs::path& dir, const std::string& name)
-      : process_({FLOWLINE_LAUNCHER, "serve", flow.string(), "--port", "0", "--ready-file",
-                  (dir / (name + ".port")).string()},
-                 dir / (name + ".log")) {
-    port_ = static_cast<std::uint16_t>(testing::wait_for_port(process_, dir / (name + ".port"), 60s));
-    INFO(process_.log());
-    REQUIRE(port_ != 0);
-  }
-  std::uint16_t port() const { return port_; }
-  ChildProcess& process() { return process_; }
-
- private:
-  ChildProcess process_;
-  std::uint16_t port_ = 0;
-};
-
-std::uint64_t count_of(std::uint16_t port) {
-  Client client(port);
-  const auto reply = client.post("/status", R"({"data": []})");
-  REQUIRE(reply.status == 200);
-  return reply.json().at("data").at(0).at("tags").at("count").to_number<std::uint64_t>();
-}
-
-}  // namespace
 
 TEST_CASE("an index killed with SIGKILL mid-stream keeps every acknowledged document, whole and once", "[index]") {
   const fs::path dir = testing::scratch_dir("index kill -9");

@@ -40,6 +40,7 @@ Store::Store(StoreOptions options) : options_(std::move(options)) {
   workspace_ = std::make_unique<Workspace>(*options_.workspace);
   Replayer replayer(*this);
   workspace_->load(replayer, options_.dim, options_.metric);
+  if (workspace_->needs_upgrade()) workspace_->upgrade(state());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   spdlog::info("workspace {}: {} documents of {} dimensions loaded in {:.2f} s", workspace_->folder().string(), size(),
                dim_, s);
@@ -199,10 +200,7 @@ at::Tensor Store::rows_of(const std::vector<Match>& matches) const {
   return backend_->get(slots);
 }
 
-void Store::snapshot(bool wait) {
-  if (!workspace_) return;
-  if (wait) workspace_->finish_snapshot();
-  if (!workspace_->has_changes() || workspace_->snapshot_running()) return;
+Workspace::State Store::state() const {
   Workspace::State state;
   state.dim = dim_;
   state.metric = options_.metric;
@@ -215,12 +213,37 @@ void Store::snapshot(bool wait) {
     slots.push_back(static_cast<std::uint32_t>(slot));
   }
   state.rows = backend_ ? backend_->get(slots) : at::empty({0, static_cast<std::int64_t>(dim_)}, at::kFloat);
-  workspace_->begin_snapshot(std::move(state));
-  if (wait) workspace_->finish_snapshot();
+  return state;
 }
 
-void Store::maybe_snapshot() {
-  if (workspace_ && workspace_->log_bytes() >= options_.snapshot_log_bytes) snapshot(false);
+void Store::snapshot(bool wait) {
+  if (!workspace_) return;
+  if (!wait) {
+    if (!workspace_->snapshot_running()) workspace_->begin_snapshot(state(), /*rotate=*/true);
+    return;
+  }
+  // A clean close: the snapshot being written, then one of the whole log unless nothing changed since. A
+  // failure is logged by the workspace and loses nothing: the logs keep every change for the next start.
+  try {
+    workspace_->finish_snapshot();
+  } catch (const std::exception&) {
+  }
+  if (!workspace_->has_changes() || !workspace_->begin_snapshot(state(), /*rotate=*/false, /*now=*/true)) return;
+  try {
+    workspace_->finish_snapshot();
+  } catch (const std::exception&) {
+  }
+}
+
+// After a change is on disk: a snapshot, when one is due, never fails the change (it was answered durable).
+void Store::maybe_snapshot() noexcept {
+  if (!workspace_) return;
+  try {
+    if (workspace_->snapshot_wanted(options_.snapshot_log_bytes)) workspace_->begin_snapshot(state(), true);
+  } catch (const std::exception& e) {
+    spdlog::error("workspace {}: a snapshot could not start: {}; every change is kept in the log",
+                  workspace_->folder().string(), e.what());
+  }
 }
 
 std::size_t Store::bytes() const {

@@ -3,7 +3,8 @@
 // to the VectorIndex; used by one thread at a time (the replica's).
 //
 // Every change is validated whole first, then logged (synced to disk), then applied in memory: a change
-// that throws leaves the index as it was, and a change that returned is on disk.
+// that throws leaves the index as it was, and a change that returned is on disk. A snapshot due after a
+// change never fails it: the change is on disk, so it is answered as done.
 #pragma once
 
 #include "backend.hpp"
@@ -60,8 +61,9 @@ class Store {
   at::Tensor rows_of(const std::vector<Match>& matches) const;  // their vectors, float [m, dim]
 
   // Writes a snapshot of the index as it is now (when there is a workspace and it changed since the last):
-  // `wait` false starts it in the background (the workspace's thread) unless one is being written; `wait`
-  // true writes it before returning (close).
+  // `wait` false starts it in the background (the workspace's thread, with a new log) unless one is being
+  // written; `wait` true writes it before returning (close). Never throws for a snapshot that fails: the
+  // workspace logs it, and its logs keep every change.
   void snapshot(bool wait);
 
   std::size_t size() const noexcept { return by_id_.size(); }
@@ -80,7 +82,8 @@ class Store {
   void apply_clear();
   void ensure_backend(std::size_t dim);
   at::Tensor prepared(at::Tensor rows) const;  // float, contiguous, normalised for cosine
-  void maybe_snapshot();
+  void maybe_snapshot() noexcept;
+  Workspace::State state() const;  // what a snapshot holds: every document and its vector, now
 
   StoreOptions options_;
   std::size_t dim_ = 0;

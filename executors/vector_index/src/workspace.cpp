@@ -1,246 +1,29 @@
-// The workspace's lock, log and snapshots (workspace.hpp): frames with checksums, fdatasync before an
-// answer, atomic snapshot replacement.
+// The workspace's lock, log and snapshots (workspace.hpp): fdatasync before an answer, a failed write cut
+// back off the log, new logs started and snapshots replaced atomically, failures retried. load() is in
+// workspace_load.cpp, the bytes of the files in workspace_frames.cpp.
 #include "workspace.hpp"
 
-#include <ATen/ATen.h>
-#include <boost/crc.hpp>
-#include <boost/json/parse.hpp>
-#include <boost/json/serialize.hpp>
+#include "workspace_frames.hpp"
+
 #include <fmt/format.h>
+#include <fmt/chrono.h>
 #include <spdlog/spdlog.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
-#include <cstring>
-#include <tuple>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
 
 namespace flowline::vector_index {
 
+namespace fs = std::filesystem;
+using namespace frames;
+
 namespace {
 
-namespace fs = std::filesystem;
-
-constexpr std::uint32_t kMagic = 0x49564c46;  // "FLVI"
-constexpr std::uint16_t kFormat = 1;
-constexpr std::size_t kFrameHeader = 12;
-constexpr std::uint32_t kMaxFrame = 1u << 30;
 constexpr std::size_t kSnapshotChunk = 4096;
-
-enum class Kind : std::uint8_t { header = 1, upsert = 2, remove = 3, clear = 4, end = 5 };
-
-std::uint32_t crc32(const void* data, std::size_t size) {
-  boost::crc_32_type crc;
-  crc.process_bytes(data, size);
-  return crc.checksum();
-}
-
-std::string system_error(std::string_view what, const fs::path& path) {
-  return fmt::format("{} {}: {}", what, path.string(), std::strerror(errno));
-}
-
-// ---- encoding ----
-
-void put_u32(std::string& out, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) out += static_cast<char>((v >> (8 * i)) & 0xff);
-}
-void put_u64(std::string& out, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) out += static_cast<char>((v >> (8 * i)) & 0xff);
-}
-void put_string(std::string& out, std::string_view s) {
-  put_u32(out, static_cast<std::uint32_t>(s.size()));
-  out += s;
-}
-
-std::string header_body(std::size_t dim, Metric metric) {
-  std::string body(1, static_cast<char>(Kind::header));
-  put_u32(body, kMagic);
-  body += static_cast<char>(kFormat & 0xff);
-  body += static_cast<char>(kFormat >> 8);
-  put_u32(body, static_cast<std::uint32_t>(dim));
-  body += static_cast<char>(metric);
-  return body;
-}
-
-std::string upsert_body(const std::vector<const Entry*>& entries, const at::Tensor& rows) {
-  const at::Tensor r = rows.to(at::kCPU, at::kFloat).contiguous();
-  std::string body(1, static_cast<char>(Kind::upsert));
-  put_u32(body, static_cast<std::uint32_t>(entries.size()));
-  put_u32(body, static_cast<std::uint32_t>(r.size(1)));
-  for (const Entry* e : entries) {
-    put_string(body, e->id);
-    put_string(body, e->text);
-    put_string(body, e->uri);
-    put_string(body, e->tags.empty() ? std::string() : boost::json::serialize(e->tags));
-  }
-  body.append(reinterpret_cast<const char*>(r.data_ptr<float>()), static_cast<std::size_t>(r.numel()) * 4);
-  return body;
-}
-
-std::string frame(const std::string& body) {
-  std::string out;
-  out.reserve(kFrameHeader + body.size());
-  put_u32(out, static_cast<std::uint32_t>(body.size()));
-  put_u32(out, crc32(body.data(), body.size()));
-  put_u32(out, crc32(out.data(), 8));
-  out += body;  // into the reserved space: the body is copied once
-  return out;
-}
-
-void write_all(int fd, const std::string& bytes, const fs::path& path) {
-  for (std::size_t done = 0; done < bytes.size();) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw Error(system_error("cannot write", path));
-    done += static_cast<std::size_t>(n);
-  }
-}
-
-void sync(int fd, const fs::path& path) {
-  if (::fdatasync(fd) != 0) throw Error(system_error("cannot sync", path));
-}
-
-void sync_folder(const fs::path& folder) {
-  const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) throw Error(system_error("cannot open", folder));
-  ::fsync(fd);
-  ::close(fd);
-}
-
-// ---- decoding ----
-
-// A frame's body being read; errors name the file and the byte offset.
-class Cursor {
- public:
-  Cursor(std::string_view body, const fs::path& file, std::uint64_t offset) : body_(body), file_(file), base_(offset) {}
-
-  [[noreturn]] void fail(std::string_view what) const {
-    throw CorruptWorkspace(fmt::format("{}: {} at byte {}", file_.string(), what, base_ + pos_));
-  }
-  const char* take(std::size_t n, std::string_view what) {
-    if (n > body_.size() - pos_) fail(fmt::format("{} runs past the end of its record", what));
-    const char* p = body_.data() + pos_;
-    pos_ += n;
-    return p;
-  }
-  std::uint8_t u8(std::string_view what) { return static_cast<std::uint8_t>(*take(1, what)); }
-  std::uint32_t u32(std::string_view what) {
-    const auto* p = reinterpret_cast<const unsigned char*>(take(4, what));
-    return p[0] | (p[1] << 8) | (p[2] << 16) | (static_cast<std::uint32_t>(p[3]) << 24);
-  }
-  std::uint64_t u64(std::string_view what) {
-    const std::uint64_t low = u32(what);
-    return low | (static_cast<std::uint64_t>(u32(what)) << 32);
-  }
-  std::string str(std::string_view what) {
-    const std::uint32_t n = u32(what);
-    return std::string(take(n, what), n);
-  }
-  void done() const {
-    if (pos_ != body_.size()) fail("unexpected bytes after the end of a record");
-  }
-
- private:
-  std::string_view body_;
-  const fs::path& file_;
-  std::uint64_t base_;
-  std::size_t pos_ = 0;
-};
-
-// Reads one file's frames and hands each body to `visit` (its kind and a cursor after the kind byte).
-// Returns the offset of the end of the last good frame. `tolerate_tail`: a damaged last frame is a torn
-// write (the log) rather than corruption (the snapshot).
-std::uint64_t read_frames(const fs::path& path, bool tolerate_tail, const std::function<void(Kind, Cursor&)>& visit) {
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (!file) throw Error(system_error("cannot open", path));
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> closer(file, &std::fclose);
-  const std::uint64_t size = fs::file_size(path);
-  std::uint64_t offset = 0;
-  std::string body;
-  const auto torn = [&](std::string_view what) -> std::uint64_t {
-    if (!tolerate_tail) throw CorruptWorkspace(fmt::format("{}: {} at byte {}", path.string(), what, offset));
-    spdlog::warn(
-        "{}: {} at byte {} (of {}): a write that never finished, whose request was never answered; "
-        "the log is cut there",
-        path.string(), what, offset, size);
-    return offset;
-  };
-  while (offset < size) {
-    unsigned char head[kFrameHeader];
-    if (size - offset < kFrameHeader) return torn("a record cut short");
-    if (std::fread(head, 1, kFrameHeader, file) != kFrameHeader) throw Error(system_error("cannot read", path));
-    Cursor h(std::string_view(reinterpret_cast<const char*>(head), kFrameHeader), path, offset);
-    const std::uint32_t length = h.u32("length"), body_crc = h.u32("checksum"), head_crc = h.u32("checksum");
-    if (crc32(head, 8) != head_crc) {
-      // Zeros to the end are a file extended by a write whose data never reached the disk.
-      bool zeros = true;
-      for (int c; zeros && (c = std::fgetc(file)) != EOF;) zeros = c == 0;
-      for (unsigned char b : head) zeros = zeros && b == 0;
-      if (zeros) return torn("zeros instead of a record");
-      throw CorruptWorkspace(fmt::format("{}: a record header fails its checksum at byte {}", path.string(), offset));
-    }
-    if (length == 0 || length > kMaxFrame) {
-      throw CorruptWorkspace(fmt::format("{}: a record of {} bytes at byte {}", path.string(), length, offset));
-    }
-    if (length > size - offset - kFrameHeader) return torn("a record cut short");
-    body.resize(length);
-    if (std::fread(body.data(), 1, length, file) != length) throw Error(system_error("cannot read", path));
-    if (crc32(body.data(), length) != body_crc) {
-      if (offset + kFrameHeader + length == size) return torn("the last record fails its checksum");
-      throw CorruptWorkspace(fmt::format("{}: a record fails its checksum at byte {}", path.string(), offset));
-    }
-    Cursor c(body, path, offset + kFrameHeader);
-    const auto kind = static_cast<Kind>(c.u8("record kind"));
-    visit(kind, c);
-    offset += kFrameHeader + length;
-  }
-  return offset;
-}
-
-void read_header(Cursor& c, std::size_t& dim, Metric& metric) {
-  if (c.u32("magic") != kMagic) c.fail("not a flowline index file (bad magic)");
-  const std::uint32_t low = c.u8("format"), high = c.u8("format");
-  if ((low | (high << 8)) != kFormat)
-    c.fail(fmt::format("format {} (this flowline reads {})", low | (high << 8), kFormat));
-  dim = c.u32("dimension");
-  const std::uint8_t m = c.u8("metric");
-  if (m > static_cast<std::uint8_t>(Metric::l2)) c.fail(fmt::format("unknown metric {}", m));
-  metric = static_cast<Metric>(m);
-  c.done();
-}
-
-void read_upsert(Cursor& c, Replay& replay, std::size_t dim) {
-  const std::uint32_t n = c.u32("count"), d = c.u32("dimension");
-  if (d != dim) c.fail(fmt::format("rows of {} dimensions in an index of {}", d, dim));
-  std::vector<Entry> entries(n);
-  for (Entry& e : entries) {
-    e.id = c.str("id");
-    e.text = c.str("text");
-    e.uri = c.str("uri");
-    const std::string tags = c.str("tags");
-    if (!tags.empty()) {
-      boost::system::error_code ec;
-      const boost::json::value v = boost::json::parse(tags, ec);
-      if (ec || !v.is_object()) c.fail("tags that are not a JSON object");
-      e.tags = v.get_object();
-    }
-  }
-  const std::size_t bytes = static_cast<std::size_t>(n) * d * 4;
-  at::Tensor rows = at::empty({n, d}, at::kFloat);
-  std::memcpy(rows.data_ptr<float>(), c.take(bytes, "rows"), bytes);
-  c.done();
-  replay.upsert(std::move(entries), rows);
-}
-
-void read_remove(Cursor& c, Replay& replay) {
-  std::vector<std::string> ids(c.u32("count"));
-  for (auto& id : ids) id = c.str("id");
-  c.done();
-  replay.remove(ids);
-}
+constexpr std::chrono::seconds kFirstPause{1}, kLongestPause{60};
 
 }  // namespace
 
@@ -249,8 +32,7 @@ Workspace::Workspace(fs::path folder) : folder_(std::move(folder)) {
   fs::create_directories(folder_, ec);
   if (ec) throw Error(fmt::format("workspace {}: cannot create the folder: {}", folder_.string(), ec.message()));
   const fs::path lock = folder_ / "LOCK";
-  lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock_fd_ < 0) throw Error(system_error("workspace: cannot open", lock));
+  lock_fd_ = open_regular(lock, O_RDWR | O_CREAT);
   if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
     char pid[32] = {};
     const ssize_t n = ::pread(lock_fd_, pid, sizeof pid - 1, 0);
@@ -262,7 +44,13 @@ Workspace::Workspace(fs::path folder) : folder_(std::move(folder)) {
                     folder_.string(), n > 0 ? std::string(pid, static_cast<std::size_t>(n)) : "?", lock.string()));
   }
   const std::string pid = std::to_string(::getpid());
-  if (::ftruncate(lock_fd_, 0) == 0) write_all(lock_fd_, pid, lock);
+  if (::ftruncate(lock_fd_, 0) == 0) {
+    try {
+      write_all(lock_fd_, pid, lock);
+    } catch (const Error& e) {
+      spdlog::warn("workspace {}: {} (the lock is held all the same)", folder_.string(), e.what());
+    }
+  }
 }
 
 Workspace::~Workspace() {
@@ -271,133 +59,145 @@ Workspace::~Workspace() {
   if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
 }
 
-void Workspace::load(Replay& replay, std::size_t dim, Metric metric) {
-  const fs::path snapshot = folder_ / "index.snapshot", log = folder_ / "index.wal";
-  fs::remove(folder_ / "index.snapshot.tmp");  // a snapshot that was never renamed into place
-  const auto check_header = [&](Cursor& c) {
-    std::size_t stored_dim = 0;
-    Metric stored_metric = Metric::cosine;
-    read_header(c, stored_dim, stored_metric);
-    if (stored_metric != metric) {
-      throw Error(
-          fmt::format("workspace {} holds an index with metric {}; the flow asks for {} (use that metric "
-                      "or another workspace)",
-                      folder_.string(), metric_name(stored_metric), metric_name(metric)));
-    }
-    if (stored_dim && dim_ && stored_dim != dim_) c.fail(fmt::format("dimension {} after {}", stored_dim, dim_));
-    if (stored_dim && dim && stored_dim != dim) {
-      throw Error(fmt::format("workspace {} holds vectors of {} dimensions; the flow's 'dim' is {}", folder_.string(),
-                              stored_dim, dim));
-    }
-    if (stored_dim && !dim_) {
-      dim_ = stored_dim;
-      replay.header(dim_, metric);
-    }
-  };
-  const auto visit = [&](Kind kind, Cursor& c, bool& seen_header, bool* ended) {
-    if (!seen_header && kind != Kind::header) c.fail("a file that does not start with its header");
-    switch (kind) {
-      case Kind::header:  // the first, and another when the first rows settle the dimension
-        seen_header = true;
-        check_header(c);
-        return;
-      case Kind::upsert:
-        if (!dim_) c.fail("rows before the index's dimension is known");
-        read_upsert(c, replay, dim_);
-        return;
-      case Kind::remove:
-        read_remove(c, replay);
-        return;
-      case Kind::clear:
-        c.done();
-        replay.clear();
-        return;
-      case Kind::end:
-        if (!ended) c.fail("an end mark in the log");
-        c.u64("count");
-        *ended = true;
-        return;
-    }
-    c.fail(fmt::format("unknown record kind {}", static_cast<int>(kind)));
-  };
-  metric_ = metric;
-  if (fs::exists(snapshot)) {
-    bool header = false, ended = false;
-    const std::uint64_t end = read_frames(snapshot, false, [&](Kind kind, Cursor& c) {
-      if (ended) c.fail("records after the end mark");
-      visit(kind, c, header, &ended);
-    });
-    if (!ended) {
-      throw CorruptWorkspace(
-          fmt::format("{}: the snapshot is cut short at byte {} (no end mark)", snapshot.string(), end));
-    }
-  }
-  // A log, replayed with its torn tail cut off: {the bytes kept, its change records}.
-  const auto replay_log = [&](const fs::path& path) {
-    bool header = false;
-    std::uint64_t changes = 0;
-    const std::uint64_t good = read_frames(path, true, [&](Kind kind, Cursor& c) {
-      visit(kind, c, header, nullptr);
-      changes += kind == Kind::header ? 0 : 1;
-    });
-    if (good < fs::file_size(path)) fs::resize_file(path, good);
-    return std::pair{good, changes};
-  };
-  const fs::path old = folder_ / "index.wal.old";
-  if (fs::exists(old)) {
-    // A snapshot was being written (or failed): its changes are replayed, and kept until the next snapshot.
-    replay_log(old);
-    old_log_ = true;
-  }
-  std::uint64_t good = 0;
-  if (fs::exists(log)) std::tie(good, changes_) = replay_log(log);
-  log_fd_ = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (log_fd_ < 0) throw Error(system_error("cannot open", log));
-  log_bytes_ = good;
-  if (good == 0) start_log(dim_, metric);
+void Workspace::remove_file(const fs::path& path) {
+  std::error_code ec;
+  fs::remove(path, ec);
+  if (ec) throw Error(fmt::format("cannot remove {}: {}", path.string(), ec.message()));
 }
 
-void Workspace::start_log(std::size_t dim, Metric metric) { append(header_body(dim, metric)); }
+// ---- the log ----
 
-void Workspace::append(const std::string& body) {
-  const std::string bytes = frame(body);
-  write_all(log_fd_, bytes, folder_ / "index.wal");
-  sync(log_fd_, folder_ / "index.wal");
+void Workspace::cut_back() {
+  if (::ftruncate(log_fd_, static_cast<off_t>(log_bytes_)) != 0) {
+    throw Error(system_error("cannot cut a failed write off", log_path_));
+  }
+  sync(log_fd_, log_path_);
+  log_dirty_ = false;
+}
+
+void Workspace::append(const std::vector<std::string>& bodies) {
+  if (log_fd_ < 0) throw Error(fmt::format("workspace {}: its log is not open", folder_.string()));
+  if (log_dirty_) {
+    try {
+      cut_back();
+    } catch (const Error& e) {
+      throw Error(
+          fmt::format("{}: no change is taken until the log is cut back to its last answered change", e.what()));
+    }
+  }
+  std::string bytes;
+  for (const std::string& body : bodies) bytes += frame(body);
+  try {
+    write_all(log_fd_, bytes, log_path_);
+    sync(log_fd_, log_path_);
+  } catch (const Error& e) {
+    // Whatever part of the record reached the file is cut off again, so the log ends with its last answered
+    // change and the next one follows it; failing that, the next change tries first.
+    log_dirty_ = true;
+    std::string after = "the log is as it was";
+    try {
+      cut_back();
+    } catch (const Error& cut) {
+      after = fmt::format("{}; the next change tries again first", cut.what());
+    }
+    throw Error(fmt::format("{}: this change was not made ({})", e.what(), after));
+  }
   log_bytes_ += bytes.size();
 }
 
 void Workspace::log_upsert(const std::vector<const Entry*>& entries, const at::Tensor& rows) {
   if (entries.empty()) return;
   const auto dim = static_cast<std::size_t>(rows.size(1));
+  std::vector<std::string> bodies;
   if (!dim_) {
-    // The first rows settle the dimension: a header saying so goes first.
-    dim_ = dim;
-    append(header_body(dim_, metric_));
+    // The first rows settle the dimension: a header saying so goes first, in the same write.
+    bodies.push_back(header_body(Header{kFormat, dim, metric_, generation_, id_, 0}));
   }
-  append(upsert_body(entries, rows));
+  bodies.push_back(upsert_body(entries, rows));
+  append(bodies);
+  dim_ = dim;
   ++changes_;
 }
 
 void Workspace::log_remove(const std::vector<std::string>& ids) {
   if (ids.empty()) return;
-  std::string body(1, static_cast<char>(Kind::remove));
-  put_u32(body, static_cast<std::uint32_t>(ids.size()));
-  for (const auto& id : ids) put_string(body, id);
-  append(body);
+  append({remove_body(ids)});
   ++changes_;
 }
 
 void Workspace::log_clear() {
-  append(std::string(1, static_cast<char>(Kind::clear)));
+  append({std::string(1, static_cast<char>(Kind::clear))});
   ++changes_;
 }
 
-void Workspace::write_snapshot(const State& state) {
-  const fs::path tmp = folder_ / "index.snapshot.tmp", snapshot = folder_ / "index.snapshot";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(system_error("cannot create", tmp));
+// Log G becomes index.wal.old and a new log G+1, written and synced as index.wal.next first, becomes
+// index.wal. Every step that fails is undone, leaving the current log in use; false when it failed.
+bool Workspace::rotate() {
+  const fs::path log = folder_ / "index.wal", old = folder_ / "index.wal.old", next = folder_ / "index.wal.next";
+  if (log_dirty_) {
+    try {
+      cut_back();
+    } catch (const Error& e) {
+      snapshot_failed(e.what());
+      return false;
+    }
+  }
+  if (log_path_ != log) {
+    // An earlier start of a new log could neither finish nor undo its renames: the log is named back first.
+    if (::rename(log_path_.c_str(), log.c_str()) != 0) {
+      snapshot_failed(system_error(fmt::format("cannot rename {} to", log_path_.string()), log));
+      return false;
+    }
+    log_path_ = log;
+    sync_folder(folder_);
+  }
+  std::uint64_t bytes = 0;
+  int fd = -1;
   try {
-    write_all(fd, frame(header_body(state.dim, state.metric)), tmp);
+    fd = create_log(next, Header{kFormat, dim_, metric_, generation_ + 1, id_, 0}, bytes);
+  } catch (const std::exception& e) {
+    snapshot_failed(e.what());
+    return false;
+  }
+  if (::rename(log.c_str(), old.c_str()) != 0) {
+    const std::string what = system_error("cannot rename", log) + " to index.wal.old";
+    ::close(fd);
+    ::unlink(next.c_str());
+    snapshot_failed(what);
+    return false;
+  }
+  if (::rename(next.c_str(), log.c_str()) != 0) {
+    const std::string what = system_error("cannot rename", next) + " to index.wal";
+    ::close(fd);
+    if (::rename(old.c_str(), log.c_str()) == 0) {
+      ::unlink(next.c_str());
+    } else {
+      // Neither: the log goes on as index.wal.old, followed by the empty index.wal.next, which is how load()
+      // reads them; the next start of a new log names it back first.
+      log_path_ = old;
+    }
+    snapshot_failed(what);
+    return false;
+  }
+  sync_folder(folder_);
+  ::close(log_fd_);
+  log_fd_ = fd;
+  log_path_ = log;
+  log_bytes_ = bytes;
+  ++generation_;
+  changes_ = 0;
+  old_log_ = true;
+  return true;
+}
+
+// ---- snapshots ----
+
+void Workspace::write_snapshot(const State& state, const Snapshot& what) {
+  const fs::path tmp = folder_ / "index.snapshot.tmp", snapshot = folder_ / "index.snapshot";
+  int fd = open_regular(tmp, O_WRONLY | O_CREAT | O_TRUNC);
+  try {
+    write_all(fd, frame(header_body(Header{kFormat, state.dim, state.metric, what.generation, id_, what.covered})),
+              tmp);
     std::vector<const Entry*> part;
     for (std::size_t first = 0; first < state.entries.size(); first += kSnapshotChunk) {
       const std::size_t n = std::min(kSnapshotChunk, state.entries.size() - first);
@@ -406,55 +206,67 @@ void Workspace::write_snapshot(const State& state) {
       const at::Tensor rows = state.rows.narrow(0, static_cast<std::int64_t>(first), static_cast<std::int64_t>(n));
       write_all(fd, frame(upsert_body(part, rows)), tmp);
     }
-    std::string end(1, static_cast<char>(Kind::end));
-    put_u64(end, state.entries.size());
-    write_all(fd, frame(end), tmp);
+    write_all(fd, frame(end_body(state.entries.size())), tmp);
     sync(fd, tmp);
+    const int closed = ::close(fd);
+    fd = -1;
+    if (closed != 0) throw Error(system_error("cannot write", tmp));
+    if (::rename(tmp.c_str(), snapshot.c_str()) != 0) throw Error(system_error("cannot rename", tmp));
   } catch (...) {
-    ::close(fd);
+    // A failed snapshot leaves no .tmp behind to hold the disk's space.
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
     throw;
   }
-  ::close(fd);
-  fs::rename(tmp, snapshot);
   sync_folder(folder_);
 }
 
-bool Workspace::begin_snapshot(State state) {
+void Workspace::snapshot_failed(const std::string& what) {
+  pause_ = pause_.count() ? std::min(pause_ * 2, kLongestPause) : kFirstPause;
+  retry_at_ = std::chrono::steady_clock::now() + pause_;
+  spdlog::error(
+      "workspace {}: a snapshot failed: {}; every change is kept in the log (and answered as before), and a "
+      "snapshot is tried again in {}",
+      folder_.string(), what, pause_);
+}
+
+bool Workspace::snapshot_wanted(std::uint64_t log_limit) {
+  if (writer_.joinable()) {
+    if (!writer_done_) return false;
+    finish_snapshot_quietly();
+  }
+  if (log_fd_ < 0 || legacy_) return false;
+  if (pause_.count() && std::chrono::steady_clock::now() < retry_at_) return false;
+  return (log_bytes_ >= log_limit && has_changes()) || (pause_.count() && has_changes());
+}
+
+bool Workspace::begin_snapshot(State state, bool rotate_log, bool now) {
   if (writer_.joinable()) {
     if (!writer_done_) return false;  // still writing the previous one
     finish_snapshot_quietly();
   }
-  const fs::path log = folder_ / "index.wal", old = folder_ / "index.wal.old";
-  if (old_log_) {
-    // The previous snapshot failed: index.wal.old and index.wal both hold changes the snapshot on disk
-    // lacks. `state` holds them all, so write it here, then drop both logs.
-    write_snapshot(state);
-    fs::remove(old);
-    old_log_ = false;
-    if (::ftruncate(log_fd_, 0) != 0) throw Error(system_error("cannot truncate", log));
-    log_bytes_ = 0;
-    start_log(state.dim, state.metric);
-    return true;
+  if (log_fd_ < 0 || legacy_) return false;
+  if (!now && pause_.count() && std::chrono::steady_clock::now() < retry_at_) return false;
+  Snapshot what;
+  if (rotate_log && !old_log_) {
+    if (!rotate()) return false;
+    what = Snapshot{generation_, 0, 0, true};  // every log before the new one
+  } else {
+    // Without a new log (a clean close, or a failed snapshot's index.wal.old still there): the snapshot holds
+    // the current log up to here, and whatever follows is replayed after it.
+    what = Snapshot{generation_, log_bytes_, changes_, old_log_};
   }
-  // The current log becomes index.wal.old (what the snapshot will hold); new changes go to a new log.
-  sync(log_fd_, log);
-  ::close(log_fd_);
-  log_fd_ = -1;
-  fs::rename(log, old);
-  old_log_ = true;
-  log_fd_ = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-  if (log_fd_ < 0) throw Error(system_error("cannot open", log));
-  log_bytes_ = 0;
-  start_log(state.dim, state.metric);
-  sync_folder(folder_);
+  writing_ = what;
   writer_done_ = false;
   writer_error_ = nullptr;
-  writer_ = std::thread([this, state = std::move(state), old] {
+  writer_ = std::thread([this, state = std::move(state)] {
     try {
       const auto started = std::chrono::steady_clock::now();
-      write_snapshot(state);
-      fs::remove(old);
-      sync_folder(folder_);
+      write_snapshot(state, writing_);
+      if (writing_.remove_old) {
+        remove_file(folder_ / "index.wal.old");
+        sync_folder(folder_);
+      }
       spdlog::info("workspace {}: snapshot of {} documents written in {:.2f} s", folder_.string(), state.entries.size(),
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     } catch (...) {
@@ -465,29 +277,78 @@ bool Workspace::begin_snapshot(State state) {
   return true;
 }
 
-// Joins a finished writer; a failure is logged and leaves index.wal.old in place (old_log_ stays true), so
-// the next snapshot is written before begin_snapshot returns.
+void Workspace::snapshot_done() {
+  changes_ -= std::min(changes_, writing_.changes);
+  if (writing_.remove_old) old_log_ = false;
+  if (pause_.count()) spdlog::info("workspace {}: snapshots are written again", folder_.string());
+  pause_ = std::chrono::seconds(0);
+}
+
+// Joins a finished writer; a failure is logged and leaves index.wal.old in place (old_log_ stays true): the
+// next snapshot, after a pause, holds it and the current log.
 void Workspace::finish_snapshot_quietly() {
   writer_.join();
-  if (!writer_error_) {
-    old_log_ = false;
-    return;
-  }
+  if (!writer_error_) return snapshot_done();
   try {
-    std::rethrow_exception(writer_error_);
+    std::rethrow_exception(std::exchange(writer_error_, nullptr));
   } catch (const std::exception& e) {
-    spdlog::error(
-        "workspace {}: a snapshot failed: {}; the logs keep every change, and the next snapshot is "
-        "written before the request that starts it is answered",
-        folder_.string(), e.what());
+    snapshot_failed(e.what());
   }
 }
 
 void Workspace::finish_snapshot() {
   if (!writer_.joinable()) return;
   writer_.join();
-  if (writer_error_) std::rethrow_exception(std::exchange(writer_error_, nullptr));
+  if (!writer_error_) return snapshot_done();
+  const std::exception_ptr error = std::exchange(writer_error_, nullptr);
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    snapshot_failed(e.what());
+  }
+  std::rethrow_exception(error);
+}
+
+// ---- format 1 ----
+
+void Workspace::upgrade(const State& state) {
+  if (!legacy_) return;
+  try {
+    rewrite_format1(state);
+  } catch (const std::exception& e) {
+    throw Error(
+        fmt::format("workspace {} is in format {}, which this flowline reads and rewrites in format {} at "
+                    "its first start; the rewrite failed (the format-{} files are kept): {}",
+                    folder_.string(), kLegacyFormat, kFormat, kLegacyFormat, e.what()));
+  }
+  spdlog::info("workspace {}: rewritten in format {} (from format {}): {} documents", folder_.string(), kFormat,
+               kLegacyFormat, state.entries.size());
+}
+
+void Workspace::rewrite_format1(const State& state) {
+  const fs::path log = folder_ / "index.wal", old = folder_ / "index.wal.old", next = folder_ / "index.wal.next";
+  id_ = new_workspace_id();
+  constexpr std::uint64_t kGeneration = 2;  // a log 1 without a snapshot would look like a new workspace's
+  // The snapshot first: once it is in place, format-1 logs beside it are ones it holds (load() drops them).
+  write_snapshot(state, Snapshot{kGeneration, 0, 0, false});
+  std::uint64_t bytes = 0;
+  const int fd = create_log(next, Header{kFormat, state.dim, state.metric, kGeneration, id_, 0}, bytes);
+  if (::rename(next.c_str(), log.c_str()) != 0) {
+    const std::string what = system_error("cannot rename", next);
+    ::close(fd);
+    throw Error(what);
+  }
+  sync_folder(folder_);
+  log_fd_ = fd;
+  log_path_ = log;
+  log_bytes_ = bytes;
+  generation_ = kGeneration;
+  dim_ = state.dim;
+  changes_ = 0;
   old_log_ = false;
+  legacy_ = false;
+  remove_file(old);
+  sync_folder(folder_);
 }
 
 }  // namespace flowline::vector_index
