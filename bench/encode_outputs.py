@@ -53,7 +53,7 @@ def run(launcher, flow, input_path, fmt, env_settings, output=None, sets=(), out
     cmd = [str(launcher), "run", str(flow), "--input", str(input_path), "--input-format", fmt, "--progress", "never",
            "--stats-json", str(stats_path)]
     if output:
-        cmd += ["--output", str(output)]
+        cmd += ["--output", str(output), "--overwrite"]
     for s in sets:
         cmd += ["--set", s]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)

@@ -84,7 +84,7 @@ def main():
         if args.encoder:
             env = dict(os.environ, FLOWLINE_OUT_DIR=str(scratch))
             wall, rss, err = best(1, [str(launcher), "run", str(ROOT / "flows/encode.yml"), "--input", args.corpus,
-                                      "--input-format", "paragraphs", "--progress", "never"], env)
+                                      "--input-format", "paragraphs", "--progress", "never", "--overwrite"], env)
             rate = re.search(r"\(([\d.]+) docs/s", err)
             rows.append((f"flowline run flows/encode.yml on the CPU, corpus paragraphs "
                          f"({rate.group(1) if rate else '?'} docs/s)", wall, rss))

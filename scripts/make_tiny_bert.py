@@ -25,6 +25,13 @@ from corpus import HARD_CASES, corpus  # noqa: E402
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
+
+def mark_random(folder):
+    """The RANDOM_WEIGHTS marker (flowline/model_folder.hpp): executors started on this folder warn that what
+    it computes is meaningless."""
+    (pathlib.Path(folder) / "RANDOM_WEIGHTS").write_text(
+        "Random weights of a real shape, made by a script for the tests: what this model computes is meaningless.\n")
+
 def main():
     torch.manual_seed(1234)
     real = AutoTokenizer.from_pretrained(str(ROOT / "models/all-MiniLM-L6-v2"), use_fast=True)
@@ -79,6 +86,7 @@ def main():
         transformer = models.Transformer(str(tmp / "hf"), max_seq_length=64)
         st = SentenceTransformer(modules=[transformer, models.Pooling(32, "mean"), models.Normalize()], device="cpu")
         st.save(str(out))
+        mark_random(out)
         for extra in ["README.md", "config_sentence_transformers.json"]:
             (out / extra).unlink(missing_ok=True)
         shutil.copy(tmp / "vocab.txt", out / "vocab.txt")

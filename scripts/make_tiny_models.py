@@ -38,6 +38,13 @@ VOCAB = 1600  # covers tests/data/tiny-bert's WordPiece vocabulary, which every 
 TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"]
 
 
+
+def mark_random(folder):
+    """The RANDOM_WEIGHTS marker (flowline/model_folder.hpp): executors started on this folder warn that what
+    it computes is meaningless."""
+    (pathlib.Path(folder) / "RANDOM_WEIGHTS").write_text(
+        "Random weights of a real shape, made by a script for the tests: what this model computes is meaningless.\n")
+
 def randomise(model, std=0.2):
     # Larger than default weights, so the tests see real differences between tokens and positions.
     with torch.no_grad():
@@ -97,6 +104,7 @@ def sentence_model(name, hf_model, pooling, dense=0, normalize=False, include_pr
         out = OUT / name
         shutil.rmtree(out, ignore_errors=True)
         st.save(str(out))
+        mark_random(out)
     for extra in ["README.md"]:
         (out / extra).unlink(missing_ok=True)
     for f in TOKENIZER_FILES:  # transformers 5 saves a generic tokenizer config; keep the WordPiece files
@@ -133,6 +141,7 @@ def cross_encoder(name, model, pad, cls, sep, pair_sep, typed):
     shutil.rmtree(out, ignore_errors=True)
     model.eval()  # constructed models train: dropout on
     model.save_pretrained(str(out), safe_serialization=True)
+    mark_random(out)
     for f in TOKENIZER_FILES:
         if (ROOT / "tests/data/tiny-bert" / f).exists():
             shutil.copy(ROOT / "tests/data/tiny-bert" / f, out / f)
@@ -189,6 +198,7 @@ def text_model(name, tokenizer_dir, texts):
                                           Normalize()], device="cpu")
         shutil.rmtree(out, ignore_errors=True)
         st.save(str(out))
+        mark_random(out)
     (out / "README.md").unlink(missing_ok=True)
     # transformers must tokenize as the file says (flowline's parity test checks that file against tokenizers).
     fast, plain = AutoTokenizer.from_pretrained(str(out)), Tokenizer.from_file(str(out / "tokenizer.json"))
@@ -252,6 +262,7 @@ def qwen3_model(name, tokenizer_dir, texts):
         st, eager = load("sdpa"), load("eager")
         shutil.rmtree(out, ignore_errors=True)
         st.save(str(out))
+        mark_random(out)
     (out / "README.md").unlink(missing_ok=True)
     assert st.tokenizer.padding_side == "left", st.tokenizer.padding_side
     # transformers must tokenize as the files say: tokenizers' parity-tested one, and the one transformers'

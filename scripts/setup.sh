@@ -16,7 +16,8 @@
 # Going from light to full: run with --gpu (it adds the NVIDIA wheels). From full to light: delete .venv
 # and the build folder, then run with --cpu.
 #
-# Environment: FLOWLINE_BUILD_DIR (default build), FLOWLINE_BUILD_TYPE (default RelWithDebInfo).
+# Environment: FLOWLINE_BUILD_DIR (default build), FLOWLINE_BUILD_TYPE (default RelWithDebInfo),
+# FLOWLINE_BUILD_TARGET (default all; flowline_programs: the launcher and the executors, no tests).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -59,6 +60,25 @@ fi
 
 # 2. LibTorch: the PyPI torch wheel in a project-local virtualenv. Nothing here imports torch: in the light
 # install `import torch` would fail for want of the NVIDIA libraries, and the build needs only its files.
+# pip install into .venv. In the light install pip's resolver check ends every later install with an
+# "ERROR: pip's dependency resolver ..." block listing torch's NVIDIA wheels as missing: they are left out on
+# purpose, so that block is replaced by one line saying so. Any other message is shown as pip wrote it.
+pip_install() {
+  local log
+  log="$(mktemp)"
+  if ! .venv/bin/pip install -q --disable-pip-version-check "$@" 2>"$log"; then
+    cat "$log" >&2
+    rm -f "$log"
+    return 1
+  fi
+  if grep -q "dependency resolver does not currently take into account" "$log"; then
+    echo "    (pip notes torch's NVIDIA wheels as missing: the light install leaves them out on purpose)"
+    grep -v -e "dependency resolver does not currently take into account" -e "^torch .* requires " "$log" >&2 || true
+  else
+    cat "$log" >&2
+  fi
+  rm -f "$log"
+}
 has_dist() { .venv/bin/python -c "import importlib.metadata as m, sys; sys.exit(0 if m.version('$1').startswith('${2:-}') else 1)" 2>/dev/null; }
 # The two NVIDIA wheels libtorch_cpu.so needs (DT_NEEDED libcudart.so.13 and libcupti.so.13), at the
 # versions torch 2.11.0's cuda-toolkit 13.0.2 pins.
@@ -81,14 +101,14 @@ if has_dist nvidia-cudnn-cu13; then INSTALL=full; else INSTALL=light; fi
 # and numpy (the output-format round-trip tests read .npy and .safetensors files back with them).
 if ! .venv/bin/python -c "import numpy, safetensors" 2>/dev/null; then
   step "installing numpy and safetensors into .venv"
-  .venv/bin/pip install -q --disable-pip-version-check numpy safetensors
+  pip_install numpy safetensors
 fi
 # Hugging Face `tokenizers`: the reference ids of the tokenizer parity test (tests/models/test_tokenizers.cpp,
 # scripts/tokenizer_reference.py) and the generator of its small tokenizer files. Pinned: the character
 # tables (src/models/tokenizers/char_tables.inc, scripts/make_char_tables.py) are read from this version.
 if ! .venv/bin/python -c "import tokenizers; assert tokenizers.__version__.startswith('0.22.')" 2>/dev/null; then
   step "installing tokenizers into .venv"
-  .venv/bin/pip install -q --disable-pip-version-check "tokenizers==0.22.2"
+  pip_install "tokenizers==0.22.2"
 fi
 TORCH_PREFIX="$(.venv/bin/python -c 'import importlib.util, pathlib; print(pathlib.Path(importlib.util.find_spec("torch").origin).parent / "share/cmake")')"
 # flowline's CUDA parts only where LibTorch's CUDA library can load.
@@ -115,8 +135,19 @@ if [ ! -f "$BUILD_DIR/CMakeCache.txt" ] || ! grep -q "^FLOWLINE_CUDA:STRING=$FLO
     -DFLOWLINE_CUDA="$FLOWLINE_CUDA" -DFLOWLINE_CORPUS_DIR="$CORPUS_DIR" -Wno-dev >"$ROOT/.cmake-configure.log" 2>&1 \
     || { cat "$ROOT/.cmake-configure.log"; exit 1; }
 fi
-step "building $BUILD_DIR (log: $BUILD_DIR/build.log)"
-if ! cmake --build "$BUILD_DIR" -- -j"$(nproc)" >"$BUILD_DIR/build.log" 2>&1; then
+# FLOWLINE_BUILD_TARGET=flowline_programs (scripts/run-main.sh) builds the launcher and the executors only;
+# the default builds everything, tests included. Ninja's [N/M] counter shows progress: on one line on a
+# terminal, every 25 steps otherwise (a CI log).
+TARGET="${FLOWLINE_BUILD_TARGET:-all}"
+step "building $BUILD_DIR, target $TARGET (log: $BUILD_DIR/build.log)"
+progress() {
+  if [ -t 1 ]; then
+    awk '/^\[[0-9]+\/[0-9]+\]/ { printf "\r    %s ", $1; fflush() } END { printf "\n" }'
+  else
+    awk '/^\[[0-9]+\/[0-9]+\]/ { if (++n % 25 == 0) { print "    " $1; fflush() } }'
+  fi
+}
+if ! cmake --build "$BUILD_DIR" --target "$TARGET" -- -j"$(nproc)" 2>&1 | tee "$BUILD_DIR/build.log" | progress; then
   grep -E -A5 'error|FAILED' "$BUILD_DIR/build.log" | head -80
   echo "build failed; see $BUILD_DIR/build.log"
   exit 1

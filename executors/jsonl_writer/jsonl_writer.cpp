@@ -12,10 +12,13 @@
 
 #include "flowline/error.hpp"
 #include "flowline/executor.hpp"
+#include "flowline/output_file.hpp"
 #include "flowline/writers.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+
+#include <algorithm>
 
 namespace flowline::builtin {
 namespace {
@@ -27,7 +30,8 @@ class JsonlWriter : public Executor {
         "JsonlWriter",
         "Write every document to one JSONL file (the single owner of that file); documents pass on unchanged",
         {ParamSpec::required_param("path", ParamType::Path,
-                                   "output file, written as PATH.partial and renamed when the run completes"),
+                                   "output file, written as PATH.partial and renamed when the run completes")
+             .output_file(),
          ParamSpec::choice_list("fields", {kDocumentFieldNames.begin(), kDocumentFieldNames.end()}, {},
                                 "fields to write (empty: all); id is always written"),
          ParamSpec::optional("threads", ParamType::Int, 0, "formatting threads; 0: one per hardware thread (at most 8)")
@@ -62,7 +66,11 @@ class JsonlWriter : public Executor {
   }
 
  private:
+  // In a served flow, a request is refused once the file holds max_output_bytes (what its formatting threads
+  // have formatted by then: the file may pass the bound by the requests they are still formatting).
   void write(DocumentArray& docs) {
+    const WriterStats now = writer_->stats();
+    check_output_bound(writer_->path(), std::max(now.bytes, now.formatted_bytes), 1, runtime().max_output_bytes);
     writer_->write(static_cast<const DocumentArray&>(docs));
     report();
   }

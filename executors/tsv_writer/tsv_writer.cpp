@@ -33,7 +33,8 @@ class TsvWriter : public Executor {
         "TsvWriter",
         "Write chosen fields of documents or their chunks as TSV rows (single owner of the file)",
         {ParamSpec::required_param("path", ParamType::Path,
-                                   "output file, written as PATH.partial and renamed when the run completes"),
+                                   "output file, written as PATH.partial and renamed when the run completes")
+             .output_file(),
          ParamSpec::required_param("columns", ParamType::StringList,
                                    "fields: id, text, uri, mime_type, parent_id, tags.KEY, scores.NAME; with "
                                    "rows: chunks also parent.FIELD"),
@@ -153,6 +154,7 @@ class TsvWriter : public Executor {
         append_row(doc, nullptr);
       }
     }
+    check_output_bound(path_, out_->bytes(), buffer_.size(), runtime().max_output_bytes);
     fail_on(out_->write(buffer_));
   }
 

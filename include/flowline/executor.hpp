@@ -35,6 +35,7 @@
 #include <c10/core/Device.h>
 #include <boost/json/object.hpp>
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -124,6 +125,10 @@ struct RuntimeInfo {
   // folder per shard).
   int shard = 0;
   int shards = 1;
+  // What each file this executor writes (its ParamSpec::output_file() parameters) may hold, in bytes; 0: no
+  // bound. A served flow sets it (`flowline serve --max-output-bytes`): an executor that writes a file
+  // refuses a request once the file holds this much, naming the bound, instead of filling the disk.
+  std::uint64_t max_output_bytes = 0;
 };
 
 // Figures an executor reports about its own work ("tokens", "max_forward_tokens", ...), shown per replica

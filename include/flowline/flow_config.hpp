@@ -35,6 +35,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -110,6 +111,9 @@ struct FlowOptions {
   std::string endpoint = "/";      // what `flowline run` posts to when its --endpoint is not given
   std::size_t max_in_flight = 64;  // requests posted but not yet answered, per post() call
   std::size_t queue_capacity = 0;  // requests waiting per executor; 0: max_in_flight
+  // What each file an executor writes may hold, in bytes (RuntimeInfo::max_output_bytes); 0: no bound.
+  // `flowline serve` sets it (--max-output-bytes): a served flow's writer grows with every client's request.
+  std::uint64_t max_output_bytes = 0;
 };
 
 struct FlowConfig {
@@ -150,6 +154,19 @@ void set_executor_parameter(FlowConfig& config, std::string_view assignment);
 // came from a file (`source` set), makes relative Path parameters written in that file absolute against
 // its folder (idempotent). Throws ConfigError with every problem.
 void validate_flow_config(FlowConfig& config, const Registry& registry = Registry::global());
+
+// A file an executor of the flow writes: a parameter its type declares ParamSpec::output_file(), with the
+// value the validated config gives it (absolute when written in a flow file).
+struct FlowOutput {
+  std::string executor;   // "writer"
+  std::string parameter;  // "path"
+  std::filesystem::path path;
+  SourceLocation location;  // where the value was written (empty when built in code or a default)
+};
+// Every file the executors of a validated `config` that run in this process write, in flow order; remote
+// executors (`hosts:`) write on their own machines and are left out. Types unknown to `registry` are
+// skipped (validation has refused them already).
+std::vector<FlowOutput> flow_outputs(const FlowConfig& config, const Registry& registry = Registry::global());
 
 // How the parser reads one schema key.
 enum class SchemaValue {

@@ -62,6 +62,20 @@ struct PostSummary {
 
 using ResponseCallback = std::function<void(Response&&)>;
 
+// The one percentile definition flowline reports (--stats, --stats-json, profile, bench figures): the
+// nearest rank, i.e. the smallest sample that at least p% of the samples do not exceed. It is always a
+// sample, never below the median for p >= 50, and with few samples p99 is the largest (3 batches: the
+// slowest). `sorted` is ascending and not empty; p in (0, 100].
+double nearest_rank_percentile(const std::vector<double>& sorted, double p);
+
+// One executor's batch times over all its replicas (the percentiles of the merged samples, not a
+// combination of each replica's).
+struct ExecutorBatchStats {
+  std::string executor;
+  std::uint64_t batches = 0;
+  double batch_ms_mean = 0, batch_ms_p50 = 0, batch_ms_p99 = 0;
+};
+
 // What one executor replica has done since the flow started. GPU figures come from the CUDA caching
 // allocator of the replica's device and are absent (has_gpu_memory false) on the CPU.
 struct ReplicaStats {
@@ -124,6 +138,7 @@ struct RemoteHostStats {
 
 struct FlowStats {
   std::vector<ReplicaStats> replicas;
+  std::vector<ExecutorBatchStats> executors;  // in flow order, each over all its replicas
   std::vector<RemoteHostStats> remote_hosts;  // in flow order, then host order
   std::vector<DeviceStats> devices;           // GPUs only; empty when every executor runs on the CPU
   double host_peak_rss_mb = 0;                // of the whole process

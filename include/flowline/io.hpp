@@ -106,7 +106,8 @@ InputFormat parse_input_format(std::string_view name);
 
 // A source reading a file (streamed line by line for lines and jsonl, so inputs larger than memory work),
 // or every file of a folder in name order (hidden files skipped).
-// Every document gets uri = the path; paragraphs and lines also get tags "line" (1-based first line).
+// Every document gets uri = the path; paragraphs and lines also get tags "line" (1-based first line); from a
+// folder, documents of the text formats also get the tag "file" (the file's name without extension).
 // Invalid UTF-8 or a bad JSONL line throws InputError with the line number.
 std::unique_ptr<DocumentSource> open_file_source(const std::filesystem::path& path, InputFormat format);
 // The same for standard input (`flowline run --input -`), streamed as a pipe is; errors and documents' uri

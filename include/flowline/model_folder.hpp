@@ -38,4 +38,14 @@ struct ModelLocation {
 // the checkpoint reader to refuse with its own message. `problem` is set only for a name found nowhere.
 ModelLocation locate_model(std::string_view written, const std::filesystem::path& folder);
 
+// The file that marks a checkpoint this project made with random weights of a real shape (the tests' tiny
+// models, scripts/make_tiny_models.py): what such a model computes is meaningless.
+inline constexpr const char* kRandomWeightsMarker = "RANDOM_WEIGHTS";
+
+// A warning for an executor to log when it starts on such a checkpoint (its folder holds the marker), so that
+// a flow shipped with a test model (flows/rerank.yml) says its answers mean nothing; empty otherwise.
+// `what`: "scores", "embeddings". `executor` and `parameter` name the --set that gives it another model.
+std::string random_weights_warning(const std::filesystem::path& folder, std::string_view executor,
+                                   std::string_view parameter, std::string_view what);
+
 }  // namespace flowline

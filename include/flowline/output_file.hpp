@@ -24,6 +24,12 @@ namespace flowline {
 // Where an output is written until it is complete: PATH.partial.
 std::filesystem::path partial_path_for(const std::filesystem::path& path);
 
+// The bound of a served flow's output (RuntimeInfo::max_output_bytes; 0: none): throws flowline::Error
+// naming `path` and the bound when a file holding `held` bytes would pass `limit` by taking `adding` more.
+// A writer calls it before writing a request, so a refused request writes nothing.
+void check_output_bound(const std::filesystem::path& path, std::uint64_t held, std::uint64_t adding,
+                        std::uint64_t limit);
+
 class OutputFile {
  public:
   // Creates the parent folders and opens PATH.partial for writing (truncated). Throws flowline::Error

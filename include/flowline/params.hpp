@@ -62,6 +62,11 @@ struct ParamSpec {
   // folder of that name exists, validation replaces it with the model's folder in the local Hugging Face
   // cache, or reports where it looked (flowline/model_folder.hpp), before check_here runs.
   bool hub_model = false;
+  // A Path the executor writes (a file it creates, or replaces when its run completes), e.g. JsonlWriter's
+  // `path`. `flowline run`, `serve` and `profile` find these through flow_outputs() (flow_config.hpp): run
+  // and serve refuse to start when one exists unless told --overwrite, profile sends them to a scratch
+  // folder, and a served flow bounds what they hold (RuntimeInfo::max_output_bytes).
+  bool output = false;
 
   static ParamSpec optional(std::string name, ParamType type, boost::json::value default_value, std::string help);
   static ParamSpec required_param(std::string name, ParamType type, std::string help);
@@ -86,6 +91,10 @@ struct ParamSpec {
   }
   ParamSpec& hub_model_name() {
     hub_model = true;
+    return *this;
+  }
+  ParamSpec& output_file() {
+    output = true;
     return *this;
   }
 };

@@ -39,7 +39,8 @@
 // raise MINOR when something is only added (a new function or type plugins may use), so that plugins
 // built before still load, while a plugin that may use the addition is refused by an older flowline.
 // 3.0: Executor gained run_outcome() (a member: its layout changed).
-#define FLOWLINE_PLUGIN_API_VERSION_MAJOR 3
+// 4.0: ParamSpec gained `output` and RuntimeInfo `max_output_bytes` (their layouts changed).
+#define FLOWLINE_PLUGIN_API_VERSION_MAJOR 4
 #define FLOWLINE_PLUGIN_API_VERSION_MINOR 0
 // What a plugin's flowline_plugin_api_version() returns: MAJOR * 1000 + MINOR.
 #define FLOWLINE_PLUGIN_API_VERSION (FLOWLINE_PLUGIN_API_VERSION_MAJOR * 1000 + FLOWLINE_PLUGIN_API_VERSION_MINOR)

@@ -45,8 +45,10 @@ struct WriterOptions {
 struct WriterStats {
   std::uint64_t documents = 0;  // documents written (or handed to the formatting threads)
   std::uint64_t bytes = 0;      // bytes written to the file(s) so far
-  double format_seconds = 0;    // thread time spent formatting (summed over the formatting threads)
-  double write_seconds = 0;     // time spent in write(2) and closing
+  // Bytes formatted so far: written, or waiting in the block of whole lines a JSONL writer gathers.
+  std::uint64_t formatted_bytes = 0;
+  double format_seconds = 0;  // thread time spent formatting (summed over the formatting threads)
+  double write_seconds = 0;   // time spent in write(2) and closing
 };
 
 class DocumentWriter {

@@ -1,6 +1,7 @@
 // The `flowline` launcher's commands: run, validate, profile, executors, schema and version, each parsed
 // with CLI11 and carried out in named steps.
 #include "launcher.hpp"
+#include "outputs.hpp"
 #include "profile.hpp"
 #include "progress.hpp"
 #include "run_output.hpp"
@@ -33,7 +34,7 @@ namespace {
 struct RunOptions {
   std::string flow;
   std::string input;
-  std::string input_format = "lines";
+  std::string input_format;  // empty: jsonl for a .jsonl / .ndjson file, else lines
   std::string output;
   std::string endpoint;  // empty: the flow's with.endpoint
   std::size_t request_size = 0;
@@ -41,6 +42,7 @@ struct RunOptions {
   bool stats = false;
   std::string stats_json;
   std::vector<std::string> sets;
+  bool overwrite = false;  // --overwrite: replace outputs that exist (outputs.hpp)
 };
 
 std::string megabytes(std::int64_t bytes) { return fmt::format("{:.1f}", static_cast<double>(bytes) / (1 << 20)); }
@@ -153,7 +155,16 @@ void write_stats_json(const std::string& path, const FlowStats& stats, const Pos
                                         {"requeued_batches", h.requeued_batches},
                                         {"last_error", h.last_error}});
   }
+  boost::json::array executors;
+  for (const auto& e : stats.executors) {
+    executors.push_back(boost::json::object{{"executor", e.executor},
+                                            {"batches", e.batches},
+                                            {"batch_ms_mean", e.batch_ms_mean},
+                                            {"batch_ms_p50", e.batch_ms_p50},
+                                            {"batch_ms_p99", e.batch_ms_p99}});
+  }
   boost::json::object root{{"replicas", std::move(replicas)},
+                           {"executors", std::move(executors)},
                            {"remote_hosts", std::move(hosts)},
                            {"devices", std::move(devices)},
                            {"host_peak_rss_mb", stats.host_peak_rss_mb},
@@ -182,6 +193,13 @@ std::string display(const boost::json::value& v) {
   return boost::json::serialize(v);
 }
 
+// --input-format, or when not given the input's own: jsonl for a .jsonl or .ndjson file, else lines.
+std::string input_format_for(const std::string& given, const std::string& input) {
+  if (!given.empty()) return given;
+  const std::string extension = std::filesystem::path(input).extension().string();
+  return extension == ".jsonl" || extension == ".ndjson" ? "jsonl" : "lines";
+}
+
 // What `run` needs before the flow starts: the validated config (with --request-size and --set), the
 // input and the --output writer. Prints what is wrong and returns false (exit 2).
 struct RunSetup {
@@ -198,8 +216,9 @@ bool prepare_run(const RunOptions& o, RunSetup& setup) {
     print_config_error(e);
     return false;
   }
+  if (!outputs_are_free(setup.config, o.output, o.overwrite)) return false;
   try {
-    const InputFormat format = parse_input_format(o.input_format);
+    const InputFormat format = parse_input_format(input_format_for(o.input_format, o.input));
     setup.source = o.input == "-" ? open_stdin_source(format) : open_file_source(o.input, format);
   } catch (const Error& e) {
     fmt::print(stderr, "error: input: {}\n", e.what());
@@ -318,9 +337,9 @@ int command_run(const RunOptions& o) {
   return status;
 }
 
-int command_validate(const std::string& file) {
+int command_validate(const std::string& file, const std::vector<std::string>& sets) {
   try {
-    const FlowConfig config = load_flow_config(file);
+    const FlowConfig config = load_flow_with_sets(file, sets);
     fmt::print("{}: OK ({} executor{})\n", file, config.executors.size(), config.executors.size() == 1 ? "" : "s");
     for (const auto& e : config.executors) {
       std::string needs = "client";
@@ -470,6 +489,33 @@ constexpr const char* kOutputHelp =
     "output (everything else then goes to standard error). Written as NAME.partial, renamed to NAME when the run "
     "completes";
 
+// Adds the `profile` subcommand and its options to `app`, filling `o` when parsed.
+CLI::App* add_profile_command(CLI::App& app, ProfileOptions& o, const std::vector<std::string>& format_names) {
+  auto* cmd = app.add_subcommand(
+      "profile", "Run a flow at several batch sizes and report time and memory, with the largest batch that fits");
+  cmd->add_option("flow", o.flow, "flow file (YAML)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--input,-i", o.input, "input file")->required();
+  cmd->add_option(
+         "--input-format", o.input_format,
+         fmt::format("{} (default: jsonl for a .jsonl or .ndjson input, else lines)", fmt::join(format_names, ", ")))
+      ->check(CLI::IsMember(format_names));
+  cmd->add_option("--batch-sizes", o.batch_sizes, "comma-separated batch sizes, e.g. 50,300")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber)
+      ->required();
+  cmd->add_option("--executor", o.executor,
+                  "the executor whose batch_size varies (default: the only one that has one)");
+  cmd->add_option("--endpoint,-e", o.endpoint, "endpoint to post to")->capture_default_str();
+  cmd->add_option("--memory-fraction", o.memory_fraction,
+                  "memory budget: this share of the memory free at start, in (0, 1]")
+      ->check(CLI::Range(std::numeric_limits<double>::min(), 1.0))
+      ->capture_default_str();
+  cmd->add_option("--json", o.json, "write the report as JSON here")->capture_default_str();
+  cmd->add_option("--plot", o.plot, "write the PNG plot here (empty: none)")->capture_default_str();
+  cmd->add_option("--set", o.sets, "override an executor parameter in every run; repeatable");
+  return cmd;
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"flowline: run executor pipelines defined in YAML"};
   std::string log_level = "warn";
@@ -486,9 +532,8 @@ int run(int argc, char** argv) {
   run_cmd
       ->add_option("--input-format", run_options.input_format,
                    "lines: a document per line; paragraphs: per blank-line separated paragraph; jsonl: a JSON "
-                   "document per line; text: the whole file")
-      ->check(CLI::IsMember(format_names))
-      ->capture_default_str();
+                   "document per line; text: the whole file (default: jsonl for a .jsonl or .ndjson input, else lines)")
+      ->check(CLI::IsMember(format_names));
   run_cmd->add_option("--output,-o", run_options.output, kOutputHelp);
   run_cmd->add_option("--endpoint,-e", run_options.endpoint,
                       "endpoint to post to (default: the flow's with.endpoint, which defaults to /)");
@@ -502,36 +547,19 @@ int run(int argc, char** argv) {
   run_cmd->add_option("--stats-json", run_options.stats_json, "write the same accounting as JSON to this file");
   run_cmd->add_option("--set", run_options.sets,
                       "override an executor parameter, EXECUTOR.PARAM=VALUE (VALUE as in YAML); repeatable");
+  run_cmd->add_flag("--overwrite", run_options.overwrite,
+                    "replace the files the flow's writers and --output write when they exist (else the run refuses "
+                    "to start)");
 
   ProfileOptions profile_options;
-  auto* profile_cmd = app.add_subcommand(
-      "profile", "Run a flow at several batch sizes and report time and memory, with the largest batch that fits");
-  profile_cmd->add_option("flow", profile_options.flow, "flow file (YAML)")->required()->check(CLI::ExistingFile);
-  profile_cmd->add_option("--input,-i", profile_options.input, "input file")->required();
-  profile_cmd
-      ->add_option("--input-format", profile_options.input_format, fmt::format("{}", fmt::join(format_names, ", ")))
-      ->check(CLI::IsMember(format_names))
-      ->capture_default_str();
-  profile_cmd->add_option("--batch-sizes", profile_options.batch_sizes, "comma-separated batch sizes, e.g. 50,300")
-      ->delimiter(',')
-      ->check(CLI::PositiveNumber)
-      ->required();
-  profile_cmd->add_option("--executor", profile_options.executor,
-                          "the executor whose batch_size varies (default: the only one that has one)");
-  profile_cmd->add_option("--endpoint,-e", profile_options.endpoint, "endpoint to post to")->capture_default_str();
-  profile_cmd
-      ->add_option("--memory-fraction", profile_options.memory_fraction,
-                   "memory budget: this share of the memory free at start, in (0, 1]")
-      ->check(CLI::Range(std::numeric_limits<double>::min(), 1.0))
-      ->capture_default_str();
-  profile_cmd->add_option("--json", profile_options.json, "write the report as JSON here")->capture_default_str();
-  profile_cmd->add_option("--plot", profile_options.plot, "write the PNG plot here (empty: none)")
-      ->capture_default_str();
-  profile_cmd->add_option("--set", profile_options.sets, "override an executor parameter in every run; repeatable");
+  auto* profile_cmd = add_profile_command(app, profile_options, format_names);
 
   std::string validate_file;
+  std::vector<std::string> validate_sets;
   auto* validate_cmd = app.add_subcommand("validate", "Check a flow file and print its executors");
   validate_cmd->add_option("flow", validate_file, "flow file (YAML)")->required();
+  validate_cmd->add_option("--set", validate_sets,
+                           "override an executor parameter, EXECUTOR.PARAM=VALUE, as run and serve do; repeatable");
 
   auto* executors_cmd = app.add_subcommand("executors", "List the executor types, their parameters and endpoints");
   auto* schema_cmd =
@@ -556,7 +584,7 @@ int run(int argc, char** argv) {
       profile_options.log_level = log_level;
       return command_profile(profile_options);
     }
-    if (*validate_cmd) return command_validate(validate_file);
+    if (*validate_cmd) return command_validate(validate_file, validate_sets);
     if (*executors_cmd) return command_executors();
     if (*schema_cmd) return command_schema();
     if (*serve_cmd) return command_serve(std::move(serve_options));

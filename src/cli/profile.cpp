@@ -2,6 +2,7 @@
 #include "profile.hpp"
 
 #include "launcher.hpp"
+#include "outputs.hpp"
 #include "plot.hpp"
 
 #include "flowline/flowline.hpp"
@@ -125,8 +126,6 @@ RunFigures read_run(const boost::json::value& root, const std::string& executor,
     const double b = number(rep, "batches");
     batches += b;
     weighted_mean += b * number(rep, "batch_ms_mean");
-    r.batch_ms_p50 = std::max(r.batch_ms_p50, number(rep, "batch_ms_p50"));
-    r.batch_ms_p99 = std::max(r.batch_ms_p99, number(rep, "batch_ms_p99"));
     r.device = std::string(rep.at("device").as_string());
     r.load_mib += number(rep, "gpu_load_bytes") / kMiB;
     if (const auto* metrics = rep.if_contains("metrics"); metrics && metrics->is_object()) {
@@ -136,6 +135,16 @@ RunFigures read_run(const boost::json::value& root, const std::string& executor,
     }
   }
   r.batch_ms_mean = batches > 0 ? weighted_mean / batches : 0;
+  // The percentiles of all the executor's batches, its replicas together (--stats-json's "executors").
+  if (const auto* executors = o.if_contains("executors"); executors && executors->is_array()) {
+    for (const auto& value : executors->get_array()) {
+      const auto& e = value.as_object();
+      if (e.at("executor").as_string() != executor) continue;
+      r.batch_ms_mean = number(e, "batch_ms_mean");
+      r.batch_ms_p50 = number(e, "batch_ms_p50");
+      r.batch_ms_p99 = number(e, "batch_ms_p99");
+    }
+  }
   if (r.max_forward_sequences == 0) r.max_forward_sequences = static_cast<double>(batch_size);
   if (const auto* devices = o.if_contains("devices"); devices && devices->is_array()) {
     for (const auto& value : devices->as_array()) {
@@ -193,7 +202,7 @@ std::string mib_or_na(bool available, double mib) { return available ? fmt::form
 
 // Checks the options and the flow, and picks the executor to profile. Prints what is wrong (config errors
 // with file:line:col) and returns false when the user must change something (exit 2).
-bool check_options(const ProfileOptions& o, std::string& executor) {
+bool check_options(const ProfileOptions& o, std::string& executor, FlowConfig& config) {
   if (o.batch_sizes.empty()) {
     fmt::print(stderr, "error: --batch-sizes: give at least one batch size, e.g. 50,300\n");
     return false;
@@ -203,7 +212,7 @@ bool check_options(const ProfileOptions& o, std::string& executor) {
     return false;
   }
   try {
-    FlowConfig config = load_flow_config(o.flow);
+    config = load_flow_with_sets(o.flow, o.sets);
     executor = choose_executor(config, o.executor);
   } catch (const ConfigError& e) {
     for (const auto& d : e.diagnostics()) fmt::print(stderr, "{}\n", d.to_string());
@@ -221,8 +230,10 @@ bool check_options(const ProfileOptions& o, std::string& executor) {
 
 // One child `flowline run` per batch size, each in a fresh process. Returns nullopt when a child said the
 // flow or input is wrong (exit 2: wrong for every batch size).
+// The files the flow's writers would write go to `scratch` (profile writes nowhere the flow names), each
+// run replacing the last one's (--overwrite).
 std::optional<std::vector<RunFigures>> run_batch_sizes(const ProfileOptions& o, const std::string& executor,
-                                                       const std::filesystem::path& scratch) {
+                                                       const FlowConfig& config, const std::filesystem::path& scratch) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   std::vector<RunFigures> runs;
   for (const std::size_t b : o.batch_sizes) {
@@ -235,8 +246,6 @@ std::optional<std::vector<RunFigures>> run_batch_sizes(const ProfileOptions& o, 
                                   o.flow,
                                   "--input",
                                   o.input,
-                                  "--input-format",
-                                  o.input_format,
                                   "--endpoint",
                                   o.endpoint,
                                   "--request-size",
@@ -247,7 +256,10 @@ std::optional<std::vector<RunFigures>> run_batch_sizes(const ProfileOptions& o, 
                                   stats.string(),
                                   "--set",
                                   fmt::format("{}.batch_size={}", executor, b)};
+    if (!o.input_format.empty()) argv.insert(argv.end(), {"--input-format", o.input_format});
     for (const auto& s : o.sets) argv.insert(argv.end(), {"--set", s});
+    for (const auto& s : redirect_outputs(config, scratch)) argv.insert(argv.end(), {"--set", s});
+    argv.push_back("--overwrite");
     fmt::print(stderr, "profile: batch size {} ...\n", b);
     const int status = spawn_and_wait(argv, log);
     RunFigures r;
@@ -269,12 +281,12 @@ std::optional<std::vector<RunFigures>> run_batch_sizes(const ProfileOptions& o, 
 }
 
 // File by file: the std::filesystem::remove_all that the PyPI LibTorch exports can crash (see
-// src/CMakeLists.txt), and these are the only files made there.
-void remove_scratch(const std::filesystem::path& scratch, const std::vector<std::size_t>& batch_sizes) {
-  for (const std::size_t b : batch_sizes) {
-    ::unlink((scratch / fmt::format("stats-{}.json", b)).c_str());
-    ::unlink((scratch / fmt::format("run-{}.log", b)).c_str());
-  }
+// src/CMakeLists.txt). The runs make files only (statistics, logs, the writers' outputs), no folders.
+void remove_scratch(const std::filesystem::path& scratch) {
+  std::vector<std::filesystem::path> files;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(scratch, ec)) files.push_back(entry.path());
+  for (const auto& f : files) ::unlink(f.c_str());
   ::rmdir(scratch.c_str());
 }
 
@@ -483,7 +495,8 @@ void write_plot(const ProfileOptions& o, const Analysis& a) {
 
 int command_profile(const ProfileOptions& o) {
   std::string executor;
-  if (!check_options(o, executor)) return kExitUsage;
+  FlowConfig config;
+  if (!check_options(o, executor, config)) return kExitUsage;
   std::string scratch_template = (std::filesystem::temp_directory_path() / "flowline-profile-XXXXXX").string();
   if (!mkdtemp(scratch_template.data())) {
     fmt::print(stderr, "error: cannot create a scratch folder: {}\n", std::strerror(errno));
@@ -491,8 +504,8 @@ int command_profile(const ProfileOptions& o) {
   }
   const std::filesystem::path scratch = scratch_template;
   const double host_available_at_start = host_available_mib();
-  const auto runs = run_batch_sizes(o, executor, scratch);
-  remove_scratch(scratch, o.batch_sizes);
+  const auto runs = run_batch_sizes(o, executor, config, scratch);
+  remove_scratch(scratch);
   if (!runs) return kExitUsage;
 
   const Analysis analysis = analyse(o, *runs, host_available_at_start);

@@ -6,7 +6,9 @@
 // peak, peak RAM, total time, mean batch time, documents. It then fits peak batch memory per document and
 // per token, recommends the largest batch size that fits a memory budget, prints a report and writes it
 // as JSON and as a PNG plot (memory and throughput against batch size). Without a GPU the same report
-// gives time and host RAM and says that GPU figures are not available.
+// gives time and host RAM and says that GPU figures are not available. The files the flow's writers would
+// write (JsonlWriter, TsvWriter, ...) go to the child runs' scratch folder and are deleted with it: profile
+// writes nowhere the flow names (outputs.hpp).
 #pragma once
 
 #include <cstddef>
@@ -18,7 +20,7 @@ namespace flowline::cli {
 struct ProfileOptions {
   std::string flow;
   std::string input;
-  std::string input_format = "lines";
+  std::string input_format;  // empty: run's default (jsonl for a .jsonl input, else lines)
   std::string endpoint = "/";
   std::vector<std::size_t> batch_sizes;
   std::string executor;          // empty: the one executor with a batch_size parameter

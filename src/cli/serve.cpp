@@ -2,6 +2,7 @@
 #include "serve.hpp"
 
 #include "launcher.hpp"
+#include "outputs.hpp"
 
 #include "flowline/error.hpp"
 #include "flowline/executor_server.hpp"
@@ -111,6 +112,11 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& o) {
                   "wait (at least a quarter of --max-frame-bytes)")
       ->check(CLI::PositiveNumber)
       ->default_str(std::to_string(o.max_partial_frame_bytes));
+  cmd->add_flag("--overwrite", o.overwrite,
+                "replace the files the flow's writers write when they exist (else serve refuses to start)");
+  cmd->add_option("--max-output-bytes", o.max_output_bytes,
+                  "what each file the flow's writers write may hold; later requests are refused (0: no bound)")
+      ->default_str(std::to_string(o.max_output_bytes));
   return cmd;
 }
 
@@ -135,6 +141,7 @@ int serve_executor(ServeOptions& o, FlowConfig config, const sigset_t& stop_sign
   GatewayOptions http;
   try {
     config = executor_flow(config, o.executor);
+    if (!outputs_are_free(config, "", o.overwrite)) return kExitUsage;
     if (config.serve.host) options.host = *config.serve.host;
     if (o.given.host) options.host = *o.given.host;
     options.port = static_cast<std::uint16_t>(o.given.port.value_or(9000));
@@ -200,7 +207,9 @@ int command_serve(ServeOptions o) {
   GatewayOptions options;
   try {
     config = load_flow_with_sets(o.flow, o.sets);
+    config.options.max_output_bytes = o.max_output_bytes;
     if (!o.executor.empty()) return serve_executor(o, std::move(config), stop_signals);
+    if (!outputs_are_free(config, "", o.overwrite)) return kExitUsage;
     options.apply(config.serve);
     options.apply(o.given);
     options.token = read_token(o.token_file);

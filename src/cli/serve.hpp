@@ -6,6 +6,7 @@
 #include "flowline/flow_config.hpp"
 #include "flowline/gateway.hpp"
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,6 +28,10 @@ struct ServeOptions {
   std::optional<int> http_port;
   std::size_t max_frame_bytes = 256u << 20;
   std::size_t max_partial_frame_bytes = std::size_t{1} << 30;  // the executor server's partial-frame budget
+  bool overwrite = false;  // --overwrite: replace the files the flow's writers write when they exist
+  // --max-output-bytes: what each file the flow's executors write may hold (RuntimeInfo::max_output_bytes);
+  // every client's request adds to it. 0: no bound.
+  std::uint64_t max_output_bytes = std::uint64_t{1} << 30;
   // The options given on the command line; they override the flow file's `with:` settings, which override
   // GatewayOptions' defaults.
   ServeSettings given;

@@ -389,4 +389,20 @@ FlowConfig load_flow_config(const std::filesystem::path& file, Registry& registr
   return load_flow_config_text(text, file, registry, devices);
 }
 
+std::vector<FlowOutput> flow_outputs(const FlowConfig& config, const Registry& registry) {
+  std::vector<FlowOutput> out;
+  for (const ExecutorConfig& e : config.executors) {
+    if (e.is_remote() && e.remote.local_replicas == 0) continue;  // written on the hosts
+    const Registry::Entry* entry = e.uses.empty() ? nullptr : registry.find(e.uses);
+    if (!entry) continue;
+    for (const ParamSpec& p : entry->spec.params) {
+      if (!p.output) continue;
+      const auto* value = e.with.if_contains(p.name);
+      if (!value || !value->is_string() || value->get_string().empty()) continue;
+      out.push_back(FlowOutput{e.name, p.name, std::string(value->get_string()), e.location_of("with." + p.name)});
+    }
+  }
+  return out;
+}
+
 }  // namespace flowline

@@ -215,7 +215,8 @@ class WholeFileSource : public DocumentSource {
   bool paragraphs_ = false;
 };
 
-// A folder: its regular files in name order, each read with the same format.
+// A folder: its regular files in name order, each read with the same format. Documents of the text formats
+// (lines, paragraphs, text) get the tag `file`: the file's name without folder and extension.
 class FolderSource : public DocumentSource {
  public:
   FolderSource(const std::filesystem::path& folder, InputFormat format) : format_(format) {
@@ -236,6 +237,11 @@ class FolderSource : public DocumentSource {
       }
       const std::size_t got = current_->read(out, max - n);
       if (got == 0) current_.reset();
+      // Text read from a file says which one (a JSONL document's tags are its own): filter by book.
+      if (format_ != InputFormat::Jsonl) {
+        const std::string file = files_[next_ - 1].stem().string();
+        for (std::size_t i = out.size() - got; i < out.size(); ++i) out[i].tags["file"] = file;
+      }
       n += got;
     }
     return n;

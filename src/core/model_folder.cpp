@@ -89,4 +89,14 @@ ModelLocation locate_model(std::string_view written, const fs::path& folder) {
                   written, folder.string(), (repo / "snapshots").string(), written)};
 }
 
+std::string random_weights_warning(const std::filesystem::path& folder, std::string_view executor,
+                                   std::string_view parameter, std::string_view what) {
+  std::error_code ec;
+  if (!std::filesystem::exists(folder / kRandomWeightsMarker, ec)) return {};
+  return fmt::format(
+      "executor '{}': the model {} holds random weights (a test checkpoint: it has a {} file), so its {} mean "
+      "nothing; give it a real checkpoint with --set {}.{}=DIR",
+      executor, folder.string(), kRandomWeightsMarker, what, executor, parameter);
+}
+
 }  // namespace flowline

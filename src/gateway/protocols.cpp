@@ -189,6 +189,19 @@ DocumentArray text_documents(const json::value* v, std::string_view name, const 
 
 namespace {
 
+// Texts to embed: an empty one has nothing to embed (the encoder passes a document without text through
+// without an embedding), so it is refused by name rather than answered with the embedding of "".
+DocumentArray texts_to_embed(const json::value* v, std::string_view name, const ParseLimits& limits) {
+  DocumentArray docs = text_documents(v, name, limits);
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    if (!docs[i].text.empty()) continue;
+    throw plain_error(400, "invalid_request_error",
+                      v->is_string() ? fmt::format("'{}' is an empty string: there is no text to embed", name)
+                                     : fmt::format("'{}[{}]' is an empty string: there is no text to embed", name, i));
+  }
+  return docs;
+}
+
 std::vector<std::string> ids_of(const DocumentArray& docs) {
   std::vector<std::string> ids;
   ids.reserve(docs.size());
@@ -327,7 +340,7 @@ EmbeddingsCall parse_openai(const json::value& body, std::string endpoint, const
   const json::object& o = body_object(body);
   EmbeddingsCall out;
   out.call.endpoint = std::move(endpoint);
-  out.call.docs = text_documents(field(o, "input"), "input", limits);
+  out.call.docs = texts_to_embed(field(o, "input"), "input", limits);
   if (const json::value* model = field(o, "model")) {
     if (!model->is_string()) throw plain_error(400, "invalid_request_error", "'model': expected a string");
     out.model = std::string(model->get_string());
@@ -389,7 +402,7 @@ EmbeddingsCall parse_tei(const json::value& body, std::string endpoint, const Pa
   EmbeddingsCall out;
   Call& call = out.call;
   call.endpoint = std::move(endpoint);
-  call.docs = text_documents(field(o, "inputs"), "inputs", limits);
+  call.docs = texts_to_embed(field(o, "inputs"), "inputs", limits);
   out.input_ids = ids_of(call.docs);
   if (const json::value* prompt = field(o, "prompt_name")) {
     if (!prompt->is_string()) throw plain_error(400, "invalid_request_error", "'prompt_name': expected a string");

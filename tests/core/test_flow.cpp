@@ -402,6 +402,34 @@ TEST_CASE("flow stats count documents, batches and errors per replica", "[flow][
   CHECK(flow.stats().replicas[2].documents == 200);  // still readable after close
 }
 
+TEST_CASE("batch-time percentiles are nearest ranks: with few batches p99 is the slowest, never below the median",
+          "[flow][stats]") {
+  // 3 batches of 2,000, 2,000 and 3,500 ms (the case reported): mean 2,500, p50 2,000, p99 3,500.
+  const std::vector<double> three{2000, 2000, 3500};
+  CHECK(nearest_rank_percentile(three, 50) == 2000);
+  CHECK(nearest_rank_percentile(three, 99) == 3500);
+  std::vector<double> hundred(100);
+  for (std::size_t i = 0; i < hundred.size(); ++i) hundred[i] = static_cast<double>(i + 1);
+  CHECK(nearest_rank_percentile(hundred, 50) == 50);
+  CHECK(nearest_rank_percentile(hundred, 99) == 99);
+  CHECK(nearest_rank_percentile(hundred, 100) == 100);
+  CHECK(nearest_rank_percentile({7.0}, 99) == 7);
+
+  // Through a flow: one replica's figures and the executor's, its replicas together.
+  Flow flow(FlowOptions{.request_size = 10});
+  flow.add({.name = "slow", .uses = "Delay", .with = {{"batch_ms", 1.0}}, .replicas = 2});
+  ArraySource source(testing::numbered_docs(30));
+  flow.post("/", source, [](Response&&) {});
+  const FlowStats stats = flow.stats();
+  REQUIRE(stats.executors.size() == 1);
+  const ExecutorBatchStats& slow = stats.executors[0];
+  CHECK(slow.executor == "slow");
+  CHECK(slow.batches == 3);
+  CHECK(slow.batch_ms_p99 >= slow.batch_ms_p50);
+  CHECK(slow.batch_ms_p99 >= std::max(stats.replicas[0].batch_ms_p99, stats.replicas[1].batch_ms_p99));
+  CHECK(slow.batch_ms_p99 >= slow.batch_ms_mean);  // the slowest of 3 is at least their mean
+}
+
 TEST_CASE("an out-of-memory batch is split and retried so no document is lost", "[flow][oom]") {
   Flow flow(FlowOptions{.request_size = 16}, test_registry());
   flow.add({.name = "oom", .uses = "OomAbove", .with = {{"max_docs", 3}}});

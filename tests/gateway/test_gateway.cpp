@@ -133,6 +133,14 @@ TEST_CASE("the gateway serves OpenAI embeddings as floats and as little-endian f
   CHECK(numbers(r.json().at(0)) == std::vector<double>{3.0, 0.5, -2.0});
   CHECK(numbers(r.json().at(1)) == std::vector<double>{2.0, 0.5, -2.0});
   CHECK(client.post("/embed", R"({"inputs":"abc","normalize":false})").status == 400);
+  // An empty text has nothing to embed (the encoder passes a document without text through untouched):
+  // refused by name, never answered with the embedding of "".
+  r = client.post("/v1/embeddings", R"({"input":["a",""]})");
+  CHECK(r.status == 400);
+  CHECK_THAT(r.body, testing::contains("'input[1]' is an empty string: there is no text to embed"));
+  r = client.post("/embed", R"({"inputs":""})");
+  CHECK(r.status == 400);
+  CHECK_THAT(r.body, testing::contains("'inputs' is an empty string: there is no text to embed"));
 }
 
 TEST_CASE("concurrent small requests from many clients share the executor's batches", "[gateway]") {

@@ -130,3 +130,18 @@ TEST_CASE("flowline validate rejects a choice or a bound with the allowed values
         "flow.yml:14:42: executor 'tsv': parameter 'rows': expected one of documents, chunks, got 'lines'\n"
         "4 errors in the flow configuration\n");
 }
+
+TEST_CASE("flows/rerank.yml on its tiny random cross-encoder says at start that its scores mean nothing",
+          "[launcher][flows]") {
+  const auto dir = testing::scratch_dir("shipped rerank random");
+  testing::write_text(dir / "in.txt", "a query\n");
+  const auto r = launch_in(FLOWLINE_SOURCE_DIR, fmt::format("run flows/rerank.yml --input '{}/in.txt' --set "
+                                                            "reranker.device=cpu",
+                                                            dir.string()));
+  const std::string said = r.out + r.err;  // the log goes to standard output
+  INFO(said);
+  CHECK_THAT(said, testing::contains("executor 'reranker': the model "));
+  CHECK_THAT(said, testing::contains("holds random weights (a test checkpoint: it has a RANDOM_WEIGHTS file), so "
+                                     "its scores mean nothing; give it a real checkpoint with --set "
+                                     "reranker.model=DIR"));
+}

@@ -4,6 +4,8 @@
 #include <boost/json.hpp>
 #include <fmt/format.h>
 
+#include <map>
+
 using namespace flowline;
 
 namespace {
@@ -50,6 +52,48 @@ TEST_CASE("flowline run reads lines and JSONL and respects the request size", "[
       fmt::format("run '{0}/flow.yml' -i '{0}/out.jsonl' --input-format jsonl -o '{0}/again.jsonl'", dir.string()));
   REQUIRE(r.exit_code == 0);
   CHECK(read_jsonl(dir / "again.jsonl")[1].id == out[1].id);
+}
+
+TEST_CASE("flowline run reads a .jsonl input as JSONL without --input-format", "[launcher]") {
+  const auto dir = testing::scratch_dir("launcher jsonl by extension");
+  testing::write_text(dir / "flow.yml", "executors:\n  - {name: stats, uses: TextStats}\n");
+  testing::write_text(dir / "in.jsonl",
+                      "{\"id\": \"a\", \"text\": \"one two\"}\n{\"id\": \"b\", \"text\": \"three\"}\n");
+  const auto r = launch(fmt::format("run '{0}/flow.yml' -i '{0}/in.jsonl' -o '{0}/out.jsonl'", dir.string()));
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const DocumentArray out = read_jsonl(dir / "out.jsonl");
+  REQUIRE(out.size() == 2);
+  CHECK(out[0].id == "a");
+  CHECK(out[0].text == "one two");
+  CHECK(out[1].tags.at("words").as_int64() == 1);
+}
+
+TEST_CASE("flowline run over a folder tags each paragraph with the file it came from", "[launcher]") {
+  const auto dir = testing::scratch_dir("launcher file tag");
+  testing::write_text(dir / "flow.yml", "executors:\n  - {name: stats, uses: TextStats}\n");
+  const auto r = launch(fmt::format("run '{0}/flow.yml' -i '{1}' --input-format paragraphs -o '{0}/out.jsonl'",
+                                    dir.string(), FLOWLINE_CORPUS_DIR));
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const DocumentArray out = read_jsonl(dir / "out.jsonl");
+  REQUIRE(out.size() == 6001);
+  std::map<std::string, int> per_file;
+  for (const auto& d : out) ++per_file[std::string(d.tags.at("file").as_string())];
+  CHECK(per_file.size() == 5);
+  CHECK(per_file.at("alice-in-wonderland") == 881);
+  CHECK(out[0].tags.at("file").as_string() == "alice-in-wonderland");
+}
+
+TEST_CASE("flowline validate takes --set as run does", "[launcher]") {
+  const auto dir = testing::scratch_dir("launcher validate set");
+  testing::write_text(dir / "flow.yml", "executors:\n  - {name: split, uses: TextSplitter}\n");
+  auto r = launch(fmt::format("validate '{}/flow.yml' --set split.min_chars=many", dir.string()));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, testing::contains("--set split.min_chars=many: executor 'split': parameter 'min_chars'"));
+  r = launch(fmt::format("validate '{}/flow.yml' --set split.min_chars=3", dir.string()));
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
 }
 
 TEST_CASE("flowline exits with 2 and file:line:column for a bad flow file", "[launcher]") {

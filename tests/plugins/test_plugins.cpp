@@ -49,7 +49,7 @@ TEST_CASE("a plugin built for another major API version is refused, naming both 
   Registry registry;
   CHECK_THROWS_WITH(load_plugin(plugin("bad_version"), registry),
                     "plugin '" + plugin("bad_version").string() +
-                        "': built for plugin API 4.0, but this flowline has plugin API 3.0 (a plugin needs the same "
+                        "': built for plugin API 5.0, but this flowline has plugin API 4.0 (a plugin needs the same "
                         "major version and a minor version no higher); rebuild the plugin against this flowline");
 }
 
@@ -57,7 +57,7 @@ TEST_CASE("a plugin built against a newer minor API version is refused", "[plugi
   Registry registry;
   CHECK_THROWS_WITH(load_plugin(plugin("newer_minor"), registry),
                     testing::starts_with("plugin '" + plugin("newer_minor").string() +
-                                         "': built for plugin API 3.1, but this flowline has plugin API 3.0"));
+                                         "': built for plugin API 4.1, but this flowline has plugin API 4.0"));
 }
 
 TEST_CASE("plugin API compatibility: same major, minor no higher than the host's", "[plugin]") {

@@ -4,6 +4,7 @@
 
 #include "flowline/error.hpp"
 #include "flowline/executor.hpp"
+#include "flowline/model_folder.hpp"
 #include "flowline/models/cross_encoder.hpp"
 #include "flowline/models/tokenizer.hpp"
 #include "flowline/torch_support.hpp"
@@ -88,6 +89,10 @@ class Reranker : public Executor {
     spdlog::info("executor '{}' replica {}: cross-encoder {} ({}, {} layers, hidden {}; tokenizer {}) on {} in {}",
                  runtime().name, runtime().replica, folder, model_->info().model_type, model_->info().num_layers,
                  model_->info().hidden_size, tokenizer_->describe(), device_.str(), c10::toString(dtype_));
+    if (const auto warning = random_weights_warning(folder, runtime().name, "model", "scores");
+        !warning.empty() && runtime().replica == 0) {
+      spdlog::warn("{}", warning);
+    }
     bind("/rerank", &Reranker::rerank);
     bind_default(&Reranker::rerank);
   }

@@ -5,6 +5,7 @@
 #include "flowline/device.hpp"
 #include "flowline/error.hpp"
 #include "flowline/executor.hpp"
+#include "flowline/model_folder.hpp"
 #include "flowline/torch_support.hpp"
 #include "flowline/models/embedding_model.hpp"
 #include "flowline/models/tokenizer.hpp"
@@ -39,7 +40,7 @@ class SentenceEncoder : public Executor {
     ExecutorSpec spec{
         "SentenceEncoder",
         "Encode texts into sentence embeddings with a sentence-transformers checkpoint: BERT, RoBERTa/XLM-R, MPNet, "
-        "ModernBERT (LibTorch)",
+        "ModernBERT (LibTorch); documents without text pass through without an embedding",
         {ParamSpec::required_param("model", ParamType::Path,
                                    "sentence-transformers checkpoint folder, or a model name ORG/NAME in the local "
                                    "Hugging Face cache ($HF_HOME/hub)")
@@ -162,6 +163,10 @@ class SentenceEncoder : public Executor {
       tokenizer_threads_ = runtime().replicas > 1 ? 1 : static_cast<std::size_t>(at::get_num_threads());
     if (params().get<bool>("cuda_graphs")) set_up_graphs(params().get<std::size_t>("cuda_graph_max_tokens"));
     if (params().get<bool>("warmup")) warm_up();
+    if (const auto warning = random_weights_warning(model, runtime().name, "model", "embeddings");
+        !warning.empty() && runtime().replica == 0) {
+      spdlog::warn("{}", warning);
+    }
     bind("/encode", &SentenceEncoder::encode);
     bind_default(&SentenceEncoder::encode);
   }
@@ -312,15 +317,40 @@ class SentenceEncoder : public Executor {
       for (std::size_t i = 0; i < rows; ++i) docs.push_back(Document("warm up"));
       warming_up_ = true;
       const boost::json::object no_parameters;
-      encode(docs, RequestInfo{"/encode", no_parameters});
+      encode_texts(docs, RequestInfo{"/encode", no_parameters});
       warming_up_ = false;
     }
   }
 
  private:
+  // Documents without text pass through untouched: none is embedded as "" (a tags-only /update through a
+  // search flow must leave the stored vector as it is). The others are encoded together, in place.
+  void encode(DocumentArray& docs, const RequestInfo& request) {
+    const auto has_text = [](const Document& d) { return !d.text.empty(); };
+    if (std::all_of(docs.begin(), docs.end(), has_text)) return encode_texts(docs, request);
+    DocumentArray texts;
+    std::vector<std::size_t> from;
+    for (std::size_t i = 0; i < docs.size(); ++i) {
+      if (!has_text(docs[i])) continue;
+      from.push_back(i);
+      texts.push_back(std::move(docs[i]));
+    }
+    // Back where they came from whatever happens: a failed request still holds its documents.
+    const auto put_back = [&] {
+      for (std::size_t j = 0; j < from.size(); ++j) docs[from[j]] = std::move(texts[j]);
+    };
+    try {
+      encode_texts(texts, request);
+    } catch (...) {
+      put_back();
+      throw;
+    }
+    put_back();
+  }
+
   // With the request parameter count_tokens: true (the gateway's OpenAI route sends it), each document's
   // tags["tokens"] is set to its token count, special tokens included, after truncation.
-  void encode(DocumentArray& docs, const RequestInfo& request) {
+  void encode_texts(DocumentArray& docs, const RequestInfo& request) {
     if (docs.empty()) return;
     c10::InferenceMode guard;
     // Each replica runs on its own stream, so replicas sharing weights on one GPU overlap.

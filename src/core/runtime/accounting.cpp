@@ -5,6 +5,17 @@
 #include "flowline/executor.hpp"
 
 #include <algorithm>
+#include <cmath>
+
+namespace flowline {
+
+double nearest_rank_percentile(const std::vector<double>& sorted, double p) {
+  const auto n = static_cast<double>(sorted.size());
+  const auto rank = static_cast<std::size_t>(std::ceil(p * n / 100.0));  // 1-based; p * n first: exact
+  return sorted[std::clamp<std::size_t>(rank, 1, sorted.size()) - 1];
+}
+
+}  // namespace flowline
 
 namespace flowline::runtime {
 
@@ -13,6 +24,7 @@ void ReplicaAccounting::Account::record(std::size_t documents, double ms, bool f
   stats.documents += documents;
   stats.batches += 1;
   stats.errors += failed;
+  total_ms += ms;
   ++seen;
   if (batch_ms.size() < kMaxSamples) {
     batch_ms.push_back(ms);
@@ -36,11 +48,9 @@ ReplicaStats ReplicaAccounting::Account::snapshot() const {
   if (!batch_ms.empty()) {
     std::vector<double> sorted = batch_ms;
     std::sort(sorted.begin(), sorted.end());
-    double sum = 0;
-    for (double v : sorted) sum += v;
-    out.batch_ms_mean = sum / static_cast<double>(sorted.size());
-    out.batch_ms_p50 = sorted[(sorted.size() - 1) / 2];
-    out.batch_ms_p99 = sorted[static_cast<std::size_t>(0.99 * static_cast<double>(sorted.size() - 1))];
+    out.batch_ms_mean = total_ms / static_cast<double>(seen);
+    out.batch_ms_p50 = nearest_rank_percentile(sorted, 50);
+    out.batch_ms_p99 = nearest_rank_percentile(sorted, 99);
   }
   return out;
 }
@@ -72,6 +82,36 @@ void ReplicaAccounting::on_replica_ready(const ReplicaReady& ready) {
 void ReplicaAccounting::on_batch(const BatchDone& batch) {
   // No lock on the vector: it is replaced only by on_flow_start, before any replica thread exists.
   accounts_.at(batch.index)->record(batch.documents, batch.milliseconds, batch.failed);
+}
+
+std::vector<ExecutorBatchStats> ReplicaAccounting::executors() const {
+  std::lock_guard lock(mutex_);
+  std::vector<ExecutorBatchStats> out;
+  std::vector<std::vector<double>> samples;
+  std::vector<double> totals;
+  for (const auto& account : accounts_) {
+    std::lock_guard account_lock(account->mutex);
+    auto it =
+        std::find_if(out.begin(), out.end(), [&](const auto& e) { return e.executor == account->stats.executor; });
+    if (it == out.end()) {
+      out.push_back(ExecutorBatchStats{account->stats.executor, 0, 0, 0, 0});
+      samples.emplace_back();
+      totals.push_back(0);
+      it = out.end() - 1;
+    }
+    const auto i = static_cast<std::size_t>(it - out.begin());
+    it->batches += account->seen;
+    totals[i] += account->total_ms;
+    samples[i].insert(samples[i].end(), account->batch_ms.begin(), account->batch_ms.end());
+  }
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (samples[i].empty()) continue;
+    std::sort(samples[i].begin(), samples[i].end());
+    out[i].batch_ms_mean = totals[i] / static_cast<double>(out[i].batches);
+    out[i].batch_ms_p50 = nearest_rank_percentile(samples[i], 50);
+    out[i].batch_ms_p99 = nearest_rank_percentile(samples[i], 99);
+  }
+  return out;
 }
 
 std::vector<ReplicaStats> ReplicaAccounting::snapshot() const {

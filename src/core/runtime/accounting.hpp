@@ -21,6 +21,8 @@ class ReplicaAccounting final : public FlowObserver {
   void on_batch(const BatchDone& batch) override;
 
   std::vector<ReplicaStats> snapshot() const;
+  // Each executor's batch times over all its replicas, in the order its replicas were placed.
+  std::vector<ExecutorBatchStats> executors() const;
 
  private:
   // One replica's figures; batch times beyond kMaxSamples are kept as a uniform reservoir sample.
@@ -30,7 +32,8 @@ class ReplicaAccounting final : public FlowObserver {
     ReplicaStats stats;
     c10::Device device{c10::kCPU};
     std::shared_ptr<const ExecutorMetrics> metrics;
-    std::vector<double> batch_ms;
+    std::vector<double> batch_ms;  // all of them, or the reservoir
+    double total_ms = 0;           // of every batch: the mean is exact even beyond the reservoir
     std::uint64_t seen = 0;
     std::uint64_t rng = 0x9E3779B97F4A7C15ull;
 

@@ -42,8 +42,17 @@ void add_local_replicas(Stage& stage, const ExecutorConfig& e, const FlowConfig&
   for (int r = 0; r < local; ++r) {
     const c10::Device device = stage.devices[static_cast<std::size_t>(r)];
     const int on_device = static_cast<int>(std::count(stage.devices.begin(), stage.devices.end(), device));
-    RuntimeInfo info{e.name,    stage.entry->spec.name,      r,     local, device,
-                     on_device, config.options.request_size, group, shard, e.shards};
+    RuntimeInfo info{e.name,
+                     stage.entry->spec.name,
+                     r,
+                     local,
+                     device,
+                     on_device,
+                     config.options.request_size,
+                     group,
+                     shard,
+                     e.shards,
+                     config.options.max_output_bytes};
     stage.replicas.push_back(std::make_unique<LocalReplica>(*stage.entry, stage.params, std::move(info)));
     topology.replicas.push_back(ReplicaPlacement{e.name, stage.entry->spec.name, shard * local + r, device, {}});
     if (device.is_cuda() && std::find(topology.gpus.begin(), topology.gpus.end(), device) == topology.gpus.end()) {
@@ -142,6 +151,7 @@ void FlowFigures::keep_remote_hosts(const remote::RemoteGroup& group) {
 FlowStats FlowFigures::snapshot(const std::vector<std::unique_ptr<Stage>>* running, bool stages_readable) const {
   FlowStats out;
   out.replicas = accounting_->snapshot();
+  out.executors = accounting_->executors();
   out.devices = monitor_->snapshot();
   out.host_peak_rss_mb = host_peak_rss_mb();
   if (!stages_readable) return out;

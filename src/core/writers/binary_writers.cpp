@@ -142,6 +142,7 @@ class EmbeddingFileWriter final : public DocumentWriter {
     WriterStats s = sidecar_writer_->stats();
     s.documents = rows_;
     s.bytes += file_.bytes();
+    s.formatted_bytes += file_.bytes();
     s.format_seconds += convert_seconds_;
     s.write_seconds += write_seconds_;
     return s;

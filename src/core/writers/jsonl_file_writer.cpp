@@ -194,6 +194,7 @@ class JsonlFileWriter final : public DocumentWriter {
     if (piece->pending) --*piece->pending;
     if (!error.empty() && error_.empty()) error_ = std::move(error);
     stats_.format_seconds += seconds;
+    stats_.formatted_bytes += piece->text.size();
     done_.notify_all();
   }
 

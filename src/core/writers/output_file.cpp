@@ -18,6 +18,15 @@ std::filesystem::path partial_path_for(const std::filesystem::path& path) {
   return p;
 }
 
+void check_output_bound(const std::filesystem::path& path, std::uint64_t held, std::uint64_t adding,
+                        std::uint64_t limit) {
+  if (limit == 0 || (held <= limit && adding <= limit - held)) return;
+  throw Error(
+      fmt::format("'{}' holds {} bytes; this request would pass the {} bytes a served flow's output may hold (flowline "
+                  "serve --max-output-bytes): refused, and nothing of it written",
+                  path.string(), held, limit));
+}
+
 OutputFile::OutputFile(std::filesystem::path path) : path_(std::move(path)) {
   const std::filesystem::path parent = path_.parent_path();
   std::error_code ec;
