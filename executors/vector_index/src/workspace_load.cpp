@@ -47,41 +47,42 @@ void cut_file(const fs::path& path, std::uint64_t good) {
   if (!cut) throw Error(what);
 }
 
+constexpr const char* kRestore = ". Restore it from a copy, or move the workspace away and index again";
+
 // The generations do not chain: the first log replayed (`first`) is not the one that follows the snapshot.
 [[noreturn]] void chain_broken(const fs::path& folder, const Part& snapshot, const Part& first) {
   const std::uint64_t s = snapshot.present ? snapshot.generation() : 1, f = first.generation();
-  const std::string tail =
-      "; the index would start without them. Restore it from a copy, or move the workspace "
-      "away and index again";
   if (!snapshot.present) {
-    throw CorruptWorkspace(fmt::format(
-        "{}: index.snapshot is missing: {} is log {} of this workspace, and every log after the first follows a "
-        "snapshot, which held the documents indexed before it{}",
-        folder.string(), first.path.string(), f, tail));
+    throw CorruptWorkspace(
+        fmt::format("{}: index.snapshot is missing: {} is log {} of this workspace, and every log after the first "
+                    "follows a snapshot, which held the documents indexed before it{}",
+                    folder.string(), first.path.string(), f, kRestore));
   }
   if (f > s) {
-    throw CorruptWorkspace(fmt::format(
-        "{}: log {}, which follows index.snapshot, is missing (it would be index.wal.old): index.snapshot holds "
-        "the logs before it, and {} is log {}; the changes of log {} were in it{}",
-        folder.string(), s, first.path.string(), f, s, tail));
+    throw CorruptWorkspace(
+        fmt::format("{}: index.wal.old is missing: index.snapshot holds the logs before log {} and {} is log {}, so "
+                    "the changes of log {} would be lost{}",
+                    folder.string(), s, first.path.string(), f, s, kRestore));
   }
-  throw CorruptWorkspace(fmt::format(
-      "{}: {} is log {}, older than index.snapshot, which holds every log before log {}: index.wal, log {} with "
-      "the changes after the snapshot, is missing{}",
-      folder.string(), first.path.string(), f, s, s, tail));
+  throw CorruptWorkspace(
+      fmt::format("{}: index.wal is missing: {} is log {}, older than index.snapshot, which holds the logs before "
+                  "log {}; the changes of log {} would be lost{}",
+                  folder.string(), first.path.string(), f, s, s, kRestore));
 }
 
 [[noreturn]] void log_missing(const fs::path& folder, const Part& snapshot, const Part& old) {
-  const std::string holds =
-      old.present ? fmt::format("index.wal.old (log {}) is followed by a log that is not there", old.generation())
-                  : fmt::format(
-                        "index.snapshot holds the changes up to byte {} of log {}, and those after them were "
-                        "in index.wal",
-                        snapshot.header ? snapshot.header->covered : 0, snapshot.generation());
-  throw CorruptWorkspace(
-      fmt::format("{}: index.wal is missing: {}; the index would start without them. Restore it from a copy, or "
-                  "move the workspace away and index again",
-                  folder.string(), holds));
+  if (old.present) {
+    throw CorruptWorkspace(
+        fmt::format("{}: index.wal is missing: index.wal.old is log {}, and the changes of log {} "
+                    "after it would be lost{}",
+                    folder.string(), old.generation(), old.generation() + 1, kRestore));
+  }
+  const std::uint64_t covered = snapshot.header ? snapshot.header->covered : 0;
+  throw CorruptWorkspace(fmt::format(
+      "{}: index.wal is missing: it was log {}, which holds the changes after index.snapshot{}, and they would be "
+      "lost{}",
+      folder.string(), snapshot.generation(),
+      covered ? fmt::format(" (the snapshot holds its first {} bytes)", covered) : std::string(), kRestore));
 }
 
 // Every format-2 file is of one workspace.
