@@ -21,7 +21,7 @@
 //     (one a finished snapshot holds: deleted); a log after the first without a snapshot before it, a log
 //     older than the snapshot, a missing log or a file of another workspace stop the start with a
 //     CorruptWorkspace that names the missing or stray file. Deleting every data file is the one change that
-//     cannot be told from a new workspace.
+//     cannot be told from a new workspace. The first B bytes of log G are read for their checksums only.
 //   - Format 1 workspaces (no generations) are read as before, then rewritten as format 2 at once (a
 //     snapshot, then a new log), so their parts are checked from then on; flowline before format 2 refuses
 //     format 2 files ("format 2 (this flowline reads 1)").
