@@ -284,7 +284,7 @@ void read_added_tokens(const json::object& root, const std::string& file, Pipeli
     const Origin origin{file, fmt::format("added_tokens[{}]", i)};
     const json::value& v = list->as_array()[i];
     if (!v.is_object() || !v.as_object().contains("content") || !v.as_object().at("content").is_string() ||
-        !v.as_object().contains("id"))
+        !v.as_object().contains("id") || !v.as_object().at("id").is_number())
       refuse(origin, "an added token needs 'content' (a string) and 'id' (a number)");
     const json::object& o = v.as_object();
     AddedToken t{std::string(o.at("content").as_string()), id_value(o.at("id"), {file, origin.at(".id")}),
