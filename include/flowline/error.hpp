@@ -69,6 +69,13 @@ class ExecutorError : public Error {
   std::string detail_;
 };
 
+// The request itself is wrong (a parameter out of its bounds, a filter flowline does not have): the gateway
+// answers 422 / INVALID_ARGUMENT with the message. Thrown by a handler; what() names the parameter and the bound.
+class RequestError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Closest candidate to `word` by edit distance, or "" when none is close enough to be a likely typo.
 // Used for "did you mean" hints.
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates);
