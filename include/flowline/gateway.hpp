@@ -9,13 +9,12 @@
 //   gateway->stop();                                      // answers what is in flight, then returns
 //   flow.close();
 //
-// Routes (docs/serving.md has the request and response shapes):
-//   POST /<endpoint>  Jina: {"data": [docs] | doc, "parameters", "header": {"request_id", "target_executor"}}
-//   POST /post        Jina (docarray v1 clients): the same body with "execEndpoint" naming the endpoint
-//   POST /v1/embeddings  OpenAI: {"input": str | [str], "encoding_format": "float" | "base64", "model"}
-//   POST /embed       TEI: {"inputs": str | [str]} -> [[float, ...], ...]
-//   GET  /health (alive), /ready (503 while starting or draining), /metrics (Prometheus text format),
-//        / and /dry_run (Jina's health checks), /status, /openapi.json, /docs
+// Routes: the gateway's route table (src/gateway/routes.cpp) declares each fixed route once — path,
+// method, whether the token is needed, metric label, handler, OpenAPI operation — and gateway_routes()
+// prints it (`flowline serve --help`): /health, /ready, /metrics, Jina's /, /dry_run, /status, /post and one
+// POST route per flow endpoint (NDJSON too), OpenAI's /v1/embeddings, TEI's /embed and /rerank, Jina's and
+// Cohere's /v1/rerank and /v2/rerank, /openapi.json and /docs. docs/serving.md has the request and response
+// shapes.
 // gRPC (GatewayOptions::grpc_port; Jina's Client(port=...) speaks it by default): jina.JinaRPC/Call (a
 //   stream of DataRequestProto, answered in request order), JinaSingleDataRequestRPC/process_single_data,
 //   JinaGatewayDryRunRPC/dry_run, JinaDiscoverEndpointsRPC/endpoint_discovery, JinaInfoRPC/_status, and
@@ -129,5 +128,8 @@ class Gateway {
   explicit Gateway(Flow& flow);
   std::unique_ptr<Impl> impl_;
 };
+
+// The gateway's fixed routes, one line each ("  POST /v1/embeddings  OpenAI embeddings"), from its route table.
+std::string gateway_routes();
 
 }  // namespace flowline

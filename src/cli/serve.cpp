@@ -112,6 +112,7 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& o) {
                   "wait (at least a quarter of --max-frame-bytes)")
       ->check(CLI::PositiveNumber)
       ->default_str(std::to_string(o.max_partial_frame_bytes));
+  cmd->footer("\nRoutes (docs/serving.md):\n" + gateway_routes());
   cmd->add_flag("--overwrite", o.overwrite,
                 "replace the files the flow's writers write when they exist (else serve refuses to start)");
   cmd->add_option("--max-output-bytes", o.max_output_bytes,

@@ -89,6 +89,51 @@ int http_status(Refusal kind) noexcept {
   return 500;
 }
 
+const char* refusal_name(Refusal kind) noexcept {
+  switch (kind) {
+    case Refusal::BadRequest:
+      return "bad_request";
+    case Refusal::Unauthenticated:
+      return "unauthenticated";
+    case Refusal::NotFound:
+      return "not_found";
+    case Refusal::TooLarge:
+      return "too_large";
+    case Refusal::Busy:
+      return "busy";
+    case Refusal::Unavailable:
+      return "unavailable";
+    case Refusal::Timeout:
+      return "timeout";
+    case Refusal::Failed:
+      break;
+  }
+  return "failed";
+}
+
+std::optional<Refusal> refusal_of_status(int status) noexcept {
+  if (status < 400) return std::nullopt;
+  switch (status) {
+    case 400:
+    case 405:
+    case 422:
+    case 431:
+      return Refusal::BadRequest;
+    case 401:
+      return Refusal::Unauthenticated;
+    case 404:
+      return Refusal::NotFound;
+    case 413:
+      return Refusal::TooLarge;
+    case 503:
+      return Refusal::Unavailable;
+    case 504:
+      return Refusal::Timeout;
+    default:
+      return status < 500 ? Refusal::BadRequest : Refusal::Failed;
+  }
+}
+
 const char* error_type(Refusal kind) noexcept {
   switch (kind) {
     case Refusal::BadRequest:
@@ -252,9 +297,11 @@ std::optional<std::string> Core::not_ready() const {
   return unreachable_executor(flow);
 }
 
-void Core::count_answer(Route route, int status, std::size_t documents_answered, double seconds) {
+void Core::count_answer(FrontKind front, Route route, int status, std::optional<Refusal> refusal,
+                        std::size_t documents_answered, double seconds) {
   const std::size_t counted = status < 400 ? documents_answered : 0;
-  metrics->record_request(route, status, counted, seconds);
+  if (!refusal) refusal = refusal_of_status(status);
+  metrics->record_request(front, route, status, refusal ? refusal_name(*refusal) : "ok", counted, seconds);
   requests++;
   documents += counted;
 }

@@ -49,6 +49,11 @@ enum class Refusal {
   Failed,           // an executor failed the request: 500, answered in each protocol's error shape
 };
 int http_status(Refusal kind) noexcept;
+// The metrics' outcome label: "bad_request", "unauthenticated", ... ("ok" for an answered request).
+const char* refusal_name(Refusal kind) noexcept;
+// The refusal an HTTP status stands for (400, 405, 422, 431: BadRequest; 503: Unavailable; ...); nullopt
+// below 400. What a front counts when the status is all it knows.
+std::optional<Refusal> refusal_of_status(int status) noexcept;
 // The "type" of the gateway's own JSON error shape (plain_error): "overloaded", "timeout", ...
 const char* error_type(Refusal kind) noexcept;
 
@@ -102,8 +107,10 @@ class Core {
   std::optional<std::string> not_ready() const;
   bool has_endpoint(const std::string& endpoint) const { return endpoints.count(endpoint) > 0; }
 
-  // One answered request of any front: metrics (route, status, seconds) and stats().
-  void count_answer(Route route, int status, std::size_t documents, double seconds);
+  // One answered request of any front: metrics ({front, route, outcome}, and HTTP's {route, status} with
+  // the latency) and stats(). `refusal`: why it was refused, when the front knows (else from the status).
+  void count_answer(FrontKind front, Route route, int status, std::optional<Refusal> refusal, std::size_t documents,
+                    double seconds);
   // Waits until every request inside the flow came back (stop(), after serving turned false).
   void wait_for_flow();
 
@@ -115,6 +122,7 @@ class Core {
   std::set<std::string> endpoints;  // the flow's endpoints, as Jina routes ("/encode"; "/default" is "/")
 
   std::atomic<bool> serving{false};   // started and not draining: ready
+  std::int64_t started_unix = 0;      // when start() began serving (seconds since the epoch)
   std::atomic<bool> draining{false};  // stop() began: answer what is in flight, take nothing new
   std::atomic<std::uint64_t> in_flight{0}, requests{0}, documents{0}, rejected_busy{0}, timed_out{0};
 

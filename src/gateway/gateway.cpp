@@ -6,12 +6,14 @@
 #include "core.hpp"
 #include "grpc_front.hpp"
 #include "http_front.hpp"
+#include "routes.hpp"
 
 #include "flowline/error.hpp"
 #include "flowline/flow_config.hpp"
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -39,6 +41,8 @@ void Gateway::Impl::start(GatewayOptions o) {
   const GatewayOptions& options = core.options;
   // gRPC first: a build without it refuses here, before anything is bound.
   if (options.grpc_port) grpc = gateway::GrpcFront::start(core, options.host, *options.grpc_port);
+  core.started_unix =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   try {
     if (options.http) http.start();
   } catch (...) {
@@ -112,5 +116,7 @@ GatewayStats Gateway::stats() const {
   return GatewayStats{c.requests.load(),  c.documents.load(), c.rejected_busy.load(),
                       c.timed_out.load(), c.in_flight.load(), impl_->http.open_connections()};
 }
+
+std::string gateway_routes() { return gateway::routes_help(); }
 
 }  // namespace flowline

@@ -18,8 +18,9 @@
 #include <boost/json/serialize.hpp>
 #include <fmt/format.h>
 
-#include <map>
+#include <filesystem>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace flowline {
@@ -132,7 +133,8 @@ void Connection::reply(int status, std::string body, std::string_view content_ty
 double Connection::elapsed_seconds() const { return std::chrono::duration<double>(Clock::now() - started_).count(); }
 
 void Connection::count_answer(int status, std::size_t documents) {
-  gw_.core.count_answer(route_, status, documents, elapsed_seconds());
+  gw_.core.count_answer(gateway::FrontKind::Http, route_, status, std::exchange(refusal_, std::nullopt), documents,
+                        elapsed_seconds());
 }
 
 void Connection::on_write(beast::error_code ec, std::size_t) {
@@ -173,29 +175,25 @@ void Connection::linger_close() {
 
 bool Connection::authorized() const { return gw_.core.authorized(request_[http::field::authorization]); }
 
+void Connection::wrong_method() {
+  route_ = Route::Other;
+  reply(405, R"({"detail":"Method Not Allowed"})");
+}
+
 void Connection::handle() {
   const std::string_view target = request_.target();
   const std::string_view path = target.substr(0, target.find('?'));
   const http::verb method = request_.method();
-  const bool get = method == http::verb::get;
   const bool post = method == http::verb::post;
-  auto json_reply = [&](int status, const json::value& v) { reply(status, json::serialize(v)); };
-  auto wrong_method = [&] {
-    route_ = Route::Other;
-    reply(405, R"({"detail":"Method Not Allowed"})");
-  };
-
-  // Probes answer without a token, as orchestrators call them.
-  if (path == "/health") {
-    route_ = Route::Health;
-    if (!get) return wrong_method();
-    return json_reply(200, json::object{{"status", "ok"}});
-  }
-  if (path == "/ready") {
-    route_ = Route::Ready;
-    if (!get) return wrong_method();
-    if (auto reason = gw_.core.not_ready()) return json_reply(503, json::object{{"ready", false}, {"reason", *reason}});
-    return json_reply(200, json::object{{"ready", true}});
+  const bool flow_endpoint = path == "/default" || gw_.core.endpoints.count(std::string(path)) > 0;
+  // A row of the route table, unless a POST goes to a flow endpoint that shares a probe's path (an index's
+  // /status).
+  const gateway::RouteRow* row = gateway::find_route(path);
+  if (row && post && row->method != gateway::Method::Post && flow_endpoint) row = nullptr;
+  if (row && !row->needs_token) {
+    route_ = row->route;
+    if (method != (row->method == gateway::Method::Get ? http::verb::get : http::verb::post)) return wrong_method();
+    return (this->*row->handle)(*row);
   }
   if (!authorized()) {
     route_ = Route::Other;
@@ -203,49 +201,24 @@ void Connection::handle() {
                                            "missing or wrong bearer token (send \"Authorization: Bearer <token>\")")
                           .body);
   }
-  if (path == "/metrics") {
-    route_ = Route::Metrics;
-    if (!get) return wrong_method();
-    return reply(200, gw_.core.metrics->scrape(gw_.core.flow), "text/plain; version=0.0.4; charset=utf-8");
+  if (row) {
+    route_ = row->route;
+    if (method != (row->method == gateway::Method::Get ? http::verb::get : http::verb::post)) return wrong_method();
+    return (this->*row->handle)(*row);
   }
-  // GET /status and the other probes are the gateway's; a POST to a flow endpoint of that name (an index's
-  // /status) goes to the flow.
-  const bool probe =
-      path == "/" || path == "/dry_run" || path == "/status" || path == "/openapi.json" || path == "/docs";
-  if (probe && !(post && gw_.core.endpoints.count(std::string(path)))) {
-    route_ = Route::Info;
-    if (!get) return wrong_method();
-    return handle_info(path);
-  }
-
-  const auto body = std::string_view(request_.body());
-  // OpenAI's and TEI's embeddings, TEI's /rerank (unless the body is Jina's, {"data": ...}, for a flow
-  // endpoint of that name), Jina's and Cohere's /v1/rerank (and Cohere's /v2/rerank, which its ClientV2
-  // posts the same body to).
-  static const std::map<std::string_view, Route> kModelRoutes{
-      {"/v1/embeddings", Route::OpenAI}, {"/embeddings", Route::OpenAI}, {"/embed", Route::TEI},
-      {"/rerank", Route::TEIRerank},     {"/v1/rerank", Route::Rerank},  {"/v2/rerank", Route::Rerank}};
-  if (const auto it = kModelRoutes.find(path); it != kModelRoutes.end()) {
-    route_ = it->second;
-    if (!post) return wrong_method();
-    json::value parsed = gateway::parse_body(body, gw_.core.limits, false);
-    const bool jina_body = parsed.is_object() && parsed.get_object().contains("data");
-    if (route_ != Route::TEIRerank || !jina_body) return handle_model_route(parsed);
-  }
-  // Jina: /post names the endpoint in its body; every flow endpoint has a route of its own.
-  std::string endpoint;
-  if (path == "/post") {
-    route_ = Route::JinaPost;
-  } else if (path == "/default" || gw_.core.endpoints.count(std::string(path))) {
-    route_ = Route::Jina;
-    endpoint = path == "/default" ? "/" : std::string(path);
-  } else {
+  // Jina: every flow endpoint has a route of its own.
+  if (!flow_endpoint) {
     route_ = Route::Other;
     return reply(404, R"({"detail":"Not Found"})");
   }
+  route_ = Route::Jina;
   if (!post) return wrong_method();
-  gateway::Call call =
-      gateway::parse_jina(gateway::parse_body(body, gw_.core.limits, true), std::move(endpoint), gw_.core.limits);
+  handle_jina(path == "/default" ? "/" : std::string(path));
+}
+
+void Connection::handle_jina(std::string endpoint) {
+  gateway::Call call = gateway::parse_jina(gateway::parse_body(request_.body(), gw_.core.limits, true),
+                                           std::move(endpoint), gw_.core.limits);
   auto shared = std::make_shared<gateway::Call>();
   shared->parameters = call.parameters;
   shared->request_id = call.request_id;
@@ -254,8 +227,44 @@ void Connection::handle() {
       [shared](const Response& r) { return gateway::jina_failure(*shared, r); });
 }
 
+// Jina's /post names the endpoint in its body ("execEndpoint").
+void Connection::handle_post(const gateway::RouteRow&) { handle_jina(std::string()); }
+
+void Connection::handle_health(const gateway::RouteRow&) {
+  reply(200, json::serialize(json::object{{"status", "ok"}}));
+}
+
+void Connection::handle_ready(const gateway::RouteRow&) {
+  if (auto reason = gw_.core.not_ready())
+    return reply(503, json::serialize(json::object{{"ready", false}, {"reason", *reason}}));
+  reply(200, json::serialize(json::object{{"ready", true}}));
+}
+
+void Connection::handle_metrics(const gateway::RouteRow&) {
+  reply(200, gw_.core.metrics->scrape(gw_.core.flow), "text/plain; version=0.0.4; charset=utf-8");
+}
+
+// OpenAI's model list, as its SDK's models.list() reads it: one entry per executor of the flow with a
+// `model` parameter, named by the model folder (or hub name) it was given.
+void Connection::handle_models(const gateway::RouteRow&) {
+  json::array data;
+  for (const auto& e : gw_.core.flow.config().executors) {
+    const auto* model = e.with.if_contains("model");
+    if (!model || !model->is_string()) continue;
+    std::string id = std::filesystem::path(std::string(model->get_string())).filename().string();
+    if (id.empty()) id = std::string(model->get_string());
+    data.push_back(json::object{{"id", std::move(id)},
+                                {"object", "model"},
+                                {"created", gw_.core.started_unix},
+                                {"owned_by", "flowline"},
+                                {"executor", e.name}});
+  }
+  reply(200, json::serialize(json::object{{"object", "list"}, {"data", std::move(data)}}));
+}
+
 // Jina's health and status routes, and the API description.
-void Connection::handle_info(std::string_view path) {
+void Connection::handle_info(const gateway::RouteRow& row) {
+  const std::string_view path = row.path;
   auto json_reply = [&](int status, const json::value& v) { reply(status, json::serialize(v)); };
   if (path == "/") return reply(200, "{}");
   if (path == "/dry_run") {
@@ -296,6 +305,7 @@ void Connection::answer_call(gateway::Outcome&& outcome, const std::function<std
                              const std::function<std::string(const Response&)>& failure) {
   try {
     if (outcome.refused) {
+      refusal_ = outcome.refused->kind;  // 503 is Busy or Unavailable: the metrics tell them apart
       const int status = gateway::http_status(outcome.refused->kind);
       return reply(
           status,

@@ -12,6 +12,7 @@
 #include "core.hpp"
 #include "metrics.hpp"
 #include "protocols.hpp"
+#include "routes.hpp"
 
 #include "../core/net/tcp_server.hpp"
 
@@ -83,6 +84,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   net::Listener<Connection>::Registration registration;
 
+  // The handlers of the route table's rows (routes.hpp), on the connection's strand with the request read.
+  void handle_health(const gateway::RouteRow& row);
+  void handle_ready(const gateway::RouteRow& row);
+  void handle_metrics(const gateway::RouteRow& row);
+  void handle_info(const gateway::RouteRow& row);    // /, /dry_run, /status, /openapi.json, /docs
+  void handle_post(const gateway::RouteRow& row);    // Jina's /post
+  void handle_models(const gateway::RouteRow& row);  // OpenAI's GET /v1/models (models.list())
+  // The model APIs (model_routes.cpp): each parses its body into a flow call and shapes the answer.
+  void handle_openai(const gateway::RouteRow& row);
+  void handle_tei(const gateway::RouteRow& row);
+  void handle_tei_rerank(const gateway::RouteRow& row);
+  void handle_rerank(const gateway::RouteRow& row);
+
  private:
   void read_header();
 
@@ -96,10 +110,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void read_failed(beast::error_code ec);
 
   void begin_body();  // after the header: read the body whole, or stream it (NDJSON)
+  // Dispatches the request read whole: a row of the route table, else a flow endpoint (Jina), else 404.
   void handle();
-  void handle_info(std::string_view path);
-  // The routes of model APIs (route_: OpenAI, TEI, TEIRerank, Rerank) with the parsed body (model_routes.cpp).
-  void handle_model_route(const boost::json::value& body);
+  // Jina's body for flow endpoint `endpoint` ("/" for /default), answered in Jina's shape.
+  void handle_jina(std::string endpoint);
+  void wrong_method();
   // Submits `call` through the core; answers with answer(docs), failure(response) when an executor failed,
   // or the core's refusal in the gateway's error shape.
   void call_flow(gateway::Call call, Route route, std::function<std::string(const DocumentArray&)> answer,
@@ -148,6 +163,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   http::response<http::string_body> response_;
   Clock::time_point started_;
   Route route_ = Route::Other;
+  std::optional<gateway::Refusal> refusal_;  // why the answer being written refuses, when the core said so
   std::size_t documents_ = 0;
   bool keep_alive_ = true;
   bool busy_ = false;                     // between the first byte of a request and its answer written

@@ -449,7 +449,8 @@ void Connection::stream_abort() {
   if (const auto st = ndjson_) {
     st->finished = true;
     st->ticker.cancel();
-    gw_.core.metrics->record_request(route_, 499, 0, elapsed_seconds());  // not answered: not in stats()
+    // Not answered: not in stats(); the client's going away is no refusal of the gateway's ("abandoned").
+    gw_.core.metrics->record_request(gateway::FrontKind::Http, route_, 499, "abandoned", 0, elapsed_seconds());
   }
   ndjson_.reset();
   shutdown();

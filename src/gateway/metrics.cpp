@@ -1,6 +1,7 @@
 // The gateway's Prometheus metrics (metrics.hpp).
 #include "metrics.hpp"
 
+#include <fmt/format.h>
 #include <prometheus/text_serializer.h>
 
 #include <c10/core/Device.h>
@@ -17,41 +18,16 @@ const prometheus::Histogram::BucketBoundaries kSecondsBuckets{
 
 }  // namespace
 
-const char* route_name(Route route) noexcept {
-  switch (route) {
-    case Route::Jina:
-      return "jina";
-    case Route::JinaPost:
-      return "jina_post";
-    case Route::JinaStream:
-      return "jina_stream";
-    case Route::OpenAI:
-      return "openai_embeddings";
-    case Route::TEI:
-      return "tei_embed";
-    case Route::TEIRerank:
-      return "tei_rerank";
-    case Route::Rerank:
-      return "rerank";
-    case Route::Health:
-      return "health";
-    case Route::Ready:
-      return "ready";
-    case Route::Metrics:
-      return "metrics";
-    case Route::Info:
-      return "info";
-    case Route::Grpc:
-      return "grpc";
-    default:
-      return "other";
-  }
-}
-
 GatewayMetrics::GatewayMetrics()
     : requests_(prometheus::BuildCounter()
                     .Name("flowline_http_requests_total")
                     .Help("HTTP requests answered, by route and status code")
+                    .Register(*registry_)),
+      outcomes_(prometheus::BuildCounter()
+                    .Name("flowline_requests_total")
+                    .Help("Requests answered by every front, by front (http, grpc), route and outcome (ok, or why "
+                          "it was refused: bad_request, unauthenticated, not_found, too_large, busy, unavailable, "
+                          "timeout, failed)")
                     .Register(*registry_)),
       documents_(prometheus::BuildCounter()
                      .Name("flowline_http_documents_total")
@@ -110,18 +86,28 @@ void GatewayMetrics::on_batch(const BatchDone& batch) {
   if (batch.failed) series.failed_batches->Increment();
 }
 
-void GatewayMetrics::record_request(Route route, int status, std::size_t documents, double seconds) {
+void GatewayMetrics::record_request(FrontKind front, Route route, int status, std::string_view outcome,
+                                    std::size_t documents, double seconds) {
   const auto i = static_cast<std::size_t>(route);
   route_latency_[i]->Observe(seconds);
   if (status < 400) route_documents_[i]->Increment(static_cast<double>(documents));
   prometheus::Counter* counter = nullptr;
+  prometheus::Counter* by_outcome = nullptr;
   {
     std::lock_guard lock(status_mutex_);
     prometheus::Counter*& cached = status_counters_[static_cast<int>(i) * 1000 + status];
     if (!cached) cached = &requests_.Add({{"route", route_name(route)}, {"status", std::to_string(status)}});
     counter = cached;
+    std::string key = fmt::format("{}/{}/{}", front_name(front), route_name(route), outcome);
+    prometheus::Counter*& series = outcome_counters_[key];
+    if (!series) {
+      series = &outcomes_.Add(
+          {{"front", front_name(front)}, {"route", route_name(route)}, {"outcome", std::string(outcome)}});
+    }
+    by_outcome = series;
   }
   counter->Increment();
+  by_outcome->Increment();
 }
 
 std::string GatewayMetrics::scrape(const Flow& flow) {

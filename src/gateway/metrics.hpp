@@ -8,6 +8,8 @@
 // per-executor series are created up front (or under a mutex) so the hot paths only add and observe.
 #pragma once
 
+#include "routes.hpp"
+
 #include "flowline/flow.hpp"
 #include "flowline/observer.hpp"
 
@@ -26,25 +28,6 @@
 
 namespace flowline::gateway {
 
-// The routes the metrics tell apart (a fixed set, so that clients cannot create series at will).
-enum class Route {
-  Jina,
-  JinaPost,
-  JinaStream,
-  OpenAI,
-  TEI,
-  TEIRerank,
-  Rerank,
-  Health,
-  Ready,
-  Metrics,
-  Info,
-  Grpc,  // Jina's gRPC data requests (each request of a stream counts as one); status: the HTTP equivalent
-  Other,
-  kCount
-};
-const char* route_name(Route route) noexcept;
-
 class GatewayMetrics final : public FlowObserver {
  public:
   GatewayMetrics();
@@ -53,8 +36,11 @@ class GatewayMetrics final : public FlowObserver {
   void on_flow_start(const FlowTopology& topology) override;
   void on_batch(const BatchDone& batch) override;
 
-  // One answered request: its route, status, documents and seconds from the first byte read.
-  void record_request(Route route, int status, std::size_t documents, double seconds);
+  // One answered request: its front, route, status, outcome ("ok" or a refusal's name), documents and
+  // seconds from the first byte read. Counted as {front, route, outcome} for every front, and as HTTP's
+  // {route, status} (with the latency and documents) as before.
+  void record_request(FrontKind front, Route route, int status, std::string_view outcome, std::size_t documents,
+                      double seconds);
   void set_in_flight(double requests) { in_flight_->Set(requests); }
   void set_connections(double connections) { connections_->Set(connections); }
 
@@ -64,6 +50,7 @@ class GatewayMetrics final : public FlowObserver {
  private:
   std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
   prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Family<prometheus::Counter>& outcomes_;  // flowline_requests_total{front, route, outcome}
   prometheus::Family<prometheus::Counter>& documents_;
   prometheus::Family<prometheus::Histogram>& latency_;
   prometheus::Gauge* in_flight_ = nullptr;
@@ -74,6 +61,8 @@ class GatewayMetrics final : public FlowObserver {
   // The {route, status} series made so far, by route * 1000 + status: a request looks its counter up
   // here instead of building a label set for the family.
   std::unordered_map<int, prometheus::Counter*> status_counters_;
+  // The {front, route, outcome} series made so far, by their label values joined (guarded by status_mutex_).
+  std::unordered_map<std::string, prometheus::Counter*> outcome_counters_;
 
   struct ReplicaSeries {
     prometheus::Histogram* batch_seconds = nullptr;

@@ -1,6 +1,8 @@
 // /openapi.json and /docs (openapi.hpp).
 #include "openapi.hpp"
 
+#include "routes.hpp"
+
 #include "flowline/version.hpp"
 
 #include <boost/json.hpp>
@@ -154,29 +156,18 @@ std::string openapi_document(const std::string& title, const std::set<std::strin
   json::object post_model = data_model("PostRequest");
   post_model["properties"].as_object()["execEndpoint"] = json::object{{"type", "string"}};
   components["PostRequest"] = std::move(post_model);
-  paths["/post"] = json::object{{"post", operation("Jina's /post: the endpoint named by execEndpoint", "post_post",
-                                                   schema_ref("PostRequest"), schema_ref("default_output_model"))}};
-  paths["/v1/embeddings"] =
-      json::object{{"post", operation("OpenAI embeddings", "embeddings", schema_ref("EmbeddingsRequest"),
-                                      json::object{{"type", "object"}})}};
-  paths["/embed"] = json::object{
-      {"post", operation("TEI embed", "embed", schema_ref("EmbedRequest"), json::object{{"type", "array"}})}};
-  for (const char* route : {"/v1/rerank", "/v2/rerank"}) {
-    const std::string id = std::string(route + 1, 2) + "_rerank";  // v1_rerank, v2_rerank
-    paths[route] = json::object{{"post", operation("Jina's and Cohere's rerank", id, schema_ref("V1RerankRequest"),
-                                                   json::object{{"type", "object"}})}};
-  }
-  // A flow endpoint /rerank keeps its Jina operation: the gateway tells the two apart by the body.
-  if (!paths.contains("/rerank")) {
-    paths["/rerank"] = json::object{
-        {"post", operation("TEI rerank", "rerank", schema_ref("RerankRequest"), json::object{{"type", "array"}})}};
-  }
-  for (const char* probe : {"/health", "/ready", "/metrics", "/status", "/dry_run", "/"}) {
-    // A flow endpoint of the same name (an index's /status) keeps its post operation beside the probe.
-    json::value& entry = paths[probe];
+  // The gateway's own routes, from its route table. A flow endpoint of the same path keeps its operation
+  // (an index's POST /status beside the probe's GET; a flow's /rerank instead of TEI's).
+  for (const RouteRow& r : route_table()) {
+    json::value& entry = paths[r.path];
     if (!entry.is_object()) entry = json::object{};
-    entry.as_object()["get"] = operation(fmt::format("GET {}", probe), fmt::format("get_{}", probe), nullptr,
-                                         json::object{{"type", "object"}});
+    const char* verb = r.method == Method::Get ? "get" : "post";
+    if (entry.as_object().contains(verb)) continue;
+    json::value answer = r.path == "/post" ? json::value(schema_ref("default_output_model"))
+                                           : json::value(json::object{{"type", r.answer_type}});
+    json::value request = r.request_schema.empty() ? json::value(nullptr) : json::value(schema_ref(r.request_schema));
+    entry.as_object()[verb] =
+        operation(std::string(r.summary), std::string(r.operation_id), std::move(request), std::move(answer));
   }
   json::object document{{"openapi", "3.1.0"},
                         {"info", json::object{{"title", title}, {"version", FLOWLINE_VERSION_STRING}}},

@@ -138,6 +138,44 @@ at::Tensor float_row(const at::Tensor& embedding) {
   return row.contiguous().reshape({-1});
 }
 
+// The embedding of an answer with `dimensions` values (0: all of them): Matryoshka truncation, then L2
+// normalisation of what is kept (in double), as sentence-transformers' truncate_dim with normalisation and
+// TEI's `dimensions` give them. More than the model has is refused.
+at::Tensor sized_row(const at::Tensor& embedding, std::size_t dimensions) {
+  at::Tensor row = float_row(embedding);
+  const auto size = static_cast<std::size_t>(row.numel());
+  if (dimensions == 0 || dimensions == size) return row;
+  if (dimensions > size) {
+    throw plain_error(400, "invalid_request_error",
+                      fmt::format("'dimensions' ({}) is larger than the model's embeddings ({})", dimensions, size));
+  }
+  const at::Tensor kept = row.narrow(0, 0, static_cast<std::int64_t>(dimensions)).to(at::kDouble);
+  const double norm = kept.norm().item<double>();
+  return (norm > 0 ? kept.div(norm) : kept).to(at::kFloat).contiguous();
+}
+
+// `dimensions` of an OpenAI or TEI body: a positive integer (5.0 reads as 5), 0 when absent.
+std::size_t dimensions_of(const json::object& o) {
+  const json::value* v = field(o, "dimensions");
+  if (!v) return 0;
+  std::int64_t n = 0;
+  if (v->is_int64()) {
+    n = v->get_int64();
+  } else if (v->is_uint64()) {
+    n = v->get_uint64() > (1u << 30) ? -1 : static_cast<std::int64_t>(v->get_uint64());
+  } else if (v->is_double() && std::isfinite(v->get_double()) && v->get_double() == std::floor(v->get_double()) &&
+             std::abs(v->get_double()) < 1e9) {
+    n = static_cast<std::int64_t>(v->get_double());
+  } else {
+    n = -1;
+  }
+  if (n < 1 || n > (1 << 30)) {
+    throw plain_error(400, "invalid_request_error",
+                      fmt::format("'dimensions': expected a positive integer, got {}", json::serialize(*v)));
+  }
+  return static_cast<std::size_t>(n);
+}
+
 // What an answer of `docs`' embeddings takes at most: `per_doc` bytes of names and punctuation each, and
 // each value as JSON text (at most 16 bytes with its comma) or as base64 (4 bytes of text for 3 of float),
 // so that the answer is written without growing (and copying) its buffer on the way.
@@ -352,11 +390,7 @@ EmbeddingsCall parse_openai(const json::value& body, std::string endpoint, const
     }
     out.base64 = *name == "base64";
   }
-  if (const json::value* dimensions = field(o, "dimensions")) {
-    throw plain_error(400, "invalid_request_error",
-                      fmt::format("'dimensions' ({}) is not supported: the model's embeddings have a fixed size",
-                                  json::serialize(*dimensions)));
-  }
+  out.dimensions = dimensions_of(o);
   out.call.parameters[kCountTokens] = true;
   out.input_ids = ids_of(out.call.docs);
   return out;
@@ -382,7 +416,7 @@ std::string openai_response(const EmbeddingsCall& call, const DocumentArray& flo
     out += "{\"object\":\"embedding\",\"index\":";
     out += std::to_string(i);
     out += ",\"embedding\":";
-    const at::Tensor row = float_row(doc.embedding);
+    const at::Tensor row = sized_row(doc.embedding, call.dimensions);
     if (call.base64) {
       // Little-endian float32, as OpenAI's clients decode it (x86-64 and ARM64 are little-endian).
       append_json_base64(out, row.data_ptr<float>(), static_cast<std::size_t>(row.numel()) * sizeof(float));
@@ -404,6 +438,7 @@ EmbeddingsCall parse_tei(const json::value& body, std::string endpoint, const Pa
   call.endpoint = std::move(endpoint);
   call.docs = texts_to_embed(field(o, "inputs"), "inputs", limits);
   out.input_ids = ids_of(call.docs);
+  out.dimensions = dimensions_of(o);
   if (const json::value* prompt = field(o, "prompt_name")) {
     if (!prompt->is_string()) throw plain_error(400, "invalid_request_error", "'prompt_name': expected a string");
     call.parameters["prompt_name"] = prompt->get_string();
@@ -431,7 +466,8 @@ std::string tei_response(const EmbeddingsCall& call, const DocumentArray& flow_d
           fmt::format("document {} came out of the flow without an embedding: does the flow end with an encoder?", i));
     }
     if (i) out += ',';
-    append_float_embedding(out, docs[i]->embedding);
+    const at::Tensor row = sized_row(docs[i]->embedding, call.dimensions);
+    append_json_floats(out, row.data_ptr<float>(), static_cast<std::size_t>(row.numel()));
   }
   out += ']';
   return out;

@@ -100,6 +100,7 @@ struct EmbeddingsCall {
   std::vector<std::string> input_ids;  // the inputs' document ids, in request order
   std::string model;
   bool base64 = false;
+  std::size_t dimensions = 0;  // `dimensions`: the first N values, normalised again (0: the model's all)
 };
 EmbeddingsCall parse_openai(const boost::json::value& body, std::string endpoint, const ParseLimits& limits);
 // {"object": "list", "data": [{"object": "embedding", "index", "embedding"}], "model", "usage"}. Every

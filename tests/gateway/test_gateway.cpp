@@ -4,9 +4,11 @@
 #include "gateway_fixtures.hpp"
 
 #include "child_process.hpp"
+#include "routes.hpp"
 #include "flowline/executor_server.hpp"
 
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <mutex>
 #include <numeric>
@@ -124,7 +126,25 @@ TEST_CASE("the gateway serves OpenAI embeddings as floats and as little-endian f
 
   CHECK(client.post("/v1/embeddings", R"({"input":[[1,2,3]]})").status == 400);
   CHECK(client.post("/v1/embeddings", R"({"model":"m"})").status == 400);
-  CHECK_THAT(client.post("/v1/embeddings", R"({"input":"a","dimensions":2})").body, testing::contains("'dimensions'"));
+  // `dimensions`: the model's size as it is; fewer values truncated and normalised again (Matryoshka, as
+  // sentence-transformers' truncate_dim and TEI); more refused; not a positive integer refused.
+  r = client.post("/v1/embeddings", R"({"input":"hello","dimensions":3})");
+  REQUIRE(r.status == 200);
+  CHECK(numbers(r.json().at("data").at(0).at("embedding")) == std::vector<double>{5.0, 0.5, -2.0});
+  r = client.post("/v1/embeddings", R"({"input":"hello","dimensions":2.0})");
+  REQUIRE(r.status == 200);
+  const auto two = numbers(r.json().at("data").at(0).at("embedding"));
+  REQUIRE(two.size() == 2);
+  CHECK(std::abs(two[0] - 5.0 / std::sqrt(25.25)) < 1e-6);
+  CHECK(std::abs(two[1] - 0.5 / std::sqrt(25.25)) < 1e-6);
+  r = client.post("/v1/embeddings", R"({"input":"hello","dimensions":4})");
+  CHECK(r.status == 400);
+  CHECK_THAT(r.body, testing::contains("'dimensions' (4) is larger than the model's embeddings (3)"));
+  for (const char* bad : {"0", "-1", "2.5", "\"2\"", "true"}) {
+    r = client.post("/v1/embeddings", fmt::format(R"({{"input":"hello","dimensions":{}}})", bad));
+    CHECK(r.status == 400);
+    CHECK_THAT(r.body, testing::contains("'dimensions': expected a positive integer"));
+  }
 
   // TEI's /embed.
   r = client.post("/embed", R"({"inputs":["abc","de"]})");
@@ -133,6 +153,9 @@ TEST_CASE("the gateway serves OpenAI embeddings as floats and as little-endian f
   CHECK(numbers(r.json().at(0)) == std::vector<double>{3.0, 0.5, -2.0});
   CHECK(numbers(r.json().at(1)) == std::vector<double>{2.0, 0.5, -2.0});
   CHECK(client.post("/embed", R"({"inputs":"abc","normalize":false})").status == 400);
+  r = client.post("/embed", R"({"inputs":["abc"],"dimensions":1})");
+  REQUIRE(r.status == 200);
+  CHECK(numbers(r.json().at(0)) == std::vector<double>{1.0});
   // An empty text has nothing to embed (the encoder passes a document without text through untouched):
   // refused by name, never answered with the embedding of "".
   r = client.post("/v1/embeddings", R"({"input":["a",""]})");
@@ -319,6 +342,40 @@ TEST_CASE("/metrics reports requests, batches and queues in Prometheus' text for
   CHECK_THAT(r.body, testing::contains("flowline_executor_batch_duration_seconds_bucket"));
   CHECK_THAT(r.body, testing::contains(R"(flowline_executor_queued_requests{executor="slow"} 0)"));
   CHECK_THAT(r.body, testing::contains("flowline_http_request_duration_seconds_count"));
+  // Every front's answers by outcome: ok, or the refusal's kind.
+  CHECK_THAT(r.body, testing::contains(R"(flowline_requests_total{front="http",outcome="ok",route="jina"} 1)"));
+  CHECK_THAT(r.body,
+             testing::contains(R"(flowline_requests_total{front="http",outcome="bad_request",route="jina"} 1)"));
+}
+
+TEST_CASE("every route of the route table is answered, listed in /openapi.json and counted under its label",
+          "[gateway][routes]") {
+  Served served(fake_encoder_flow());
+  Client client(served.port());
+  const json::value openapi = client.get("/openapi.json").json();
+  const auto& paths = openapi.at("paths").as_object();
+  for (const gateway::RouteRow& row : gateway::route_table()) {
+    const std::string path(row.path);
+    INFO(path);
+    const char* verb = row.method == gateway::Method::Get ? "get" : "post";
+    REQUIRE(paths.contains(path));
+    CHECK(paths.at(path).as_object().contains(verb));
+    // Answered by its handler, not 404, and the other method is 405.
+    const Reply r = row.method == gateway::Method::Get ? client.get(path) : client.post(path, "{}");
+    CHECK(r.status != 404);
+    CHECK(r.status != 405);
+    if (row.method == gateway::Method::Get) CHECK(client.post(path, "{}").status == 405);
+  }
+  CHECK(paths.contains("/rerank"));
+  CHECK(paths.contains("/v1/rerank"));
+  CHECK(paths.contains("/v2/rerank"));
+  const std::string metrics = client.get("/metrics").body;
+  for (const char* label :
+       {"health", "ready", "info", "jina_post", "openai_embeddings", "tei_embed", "tei_rerank", "rerank"}) {
+    CHECK_THAT(metrics, testing::contains(fmt::format("route=\"{}\"", label)));
+  }
+  CHECK_THAT(gateway_routes(), testing::contains("POST /v1/rerank"));
+  CHECK_THAT(gateway_routes(), testing::contains("GET  /health"));
 }
 
 TEST_CASE("the flow file's serving settings configure the gateway, and settings applied after them win",

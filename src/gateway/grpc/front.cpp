@@ -301,7 +301,8 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
     if (refused) {
       refuse(seq, refused->kind, refused->message, started);
     } else {
-      core_.count_answer(Route::Grpc, outcome.response.ok() ? 200 : 500, documents, seconds_since(started));
+      core_.count_answer(FrontKind::Grpc, Route::Grpc, outcome.response.ok() ? 200 : 500, std::nullopt, documents,
+                         seconds_since(started));
       std::unique_lock lock(mutex_);
       if (!stopped_ || (final_ && seq < end_seq_)) {
         ready_.emplace(seq, Ready{std::make_unique<Request>(std::move(*request))});
@@ -318,7 +319,7 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
 
   // The stream ends at request `seq`: the answers before it are written, then `kind`'s status.
   void refuse(std::uint64_t seq, Refusal kind, const std::string& message, Clock::time_point started) {
-    core_.count_answer(Route::Grpc, http_status(kind), 0, seconds_since(started));
+    core_.count_answer(FrontKind::Grpc, Route::Grpc, http_status(kind), kind, 0, seconds_since(started));
     std::unique_lock lock(mutex_);
     drop_request(seq);
     if (!stopped_ || (final_ && seq < end_seq_)) {
@@ -380,7 +381,7 @@ class SingleRequest final : public jina::JinaSingleDataRequestRPC::CallbackServi
     auto* reactor = context->DefaultReactor();
     const auto started = Clock::now();
     auto refuse = [&](Refusal kind, const std::string& message) {
-      core_.count_answer(Route::Grpc, http_status(kind), 0, seconds_since(started));
+      core_.count_answer(FrontKind::Grpc, Route::Grpc, http_status(kind), kind, 0, seconds_since(started));
       reactor->Finish(grpc::Status(grpc_code(kind), message));
       return reactor;
     };
@@ -397,17 +398,19 @@ class SingleRequest final : public jina::JinaSingleDataRequestRPC::CallbackServi
       return refuse(Refusal::Failed, e.what());
     }
     const std::size_t documents = call.docs.size();
-    core_.submit(
-        std::move(call), call_timeout(core_, context), [this, reactor, answer, documents, started](Outcome&& outcome) {
-          std::optional<Refused> refused = std::move(outcome.refused);
-          if (!refused) refused = fill_answer(*answer, outcome.response);
-          if (refused) {
-            core_.count_answer(Route::Grpc, http_status(refused->kind), 0, seconds_since(started));
-            return reactor->Finish(grpc::Status(grpc_code(refused->kind), refused->message));
-          }
-          core_.count_answer(Route::Grpc, outcome.response.ok() ? 200 : 500, documents, seconds_since(started));
-          reactor->Finish(grpc::Status::OK);
-        });
+    core_.submit(std::move(call), call_timeout(core_, context),
+                 [this, reactor, answer, documents, started](Outcome&& outcome) {
+                   std::optional<Refused> refused = std::move(outcome.refused);
+                   if (!refused) refused = fill_answer(*answer, outcome.response);
+                   if (refused) {
+                     core_.count_answer(FrontKind::Grpc, Route::Grpc, http_status(refused->kind), refused->kind, 0,
+                                        seconds_since(started));
+                     return reactor->Finish(grpc::Status(grpc_code(refused->kind), refused->message));
+                   }
+                   core_.count_answer(FrontKind::Grpc, Route::Grpc, outcome.response.ok() ? 200 : 500, std::nullopt,
+                                      documents, seconds_since(started));
+                   reactor->Finish(grpc::Status::OK);
+                 });
     return reactor;
   }
 
@@ -452,13 +455,13 @@ class Info final : public jina::JinaGatewayDryRunRPC::CallbackService,
 
  private:
   grpc::ServerUnaryReactor* finish(grpc::CallbackServerContext* context) {
-    core_.count_answer(Route::Info, 200, 0, 0);
+    core_.count_answer(FrontKind::Grpc, Route::Info, 200, std::nullopt, 0, 0);
     auto* reactor = context->DefaultReactor();
     reactor->Finish(grpc::Status::OK);
     return reactor;
   }
   grpc::ServerUnaryReactor* refuse(grpc::CallbackServerContext* context) {
-    core_.count_answer(Route::Info, 401, 0, 0);
+    core_.count_answer(FrontKind::Grpc, Route::Info, 401, Refusal::Unauthenticated, 0, 0);
     auto* reactor = context->DefaultReactor();
     reactor->Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong bearer token"));
     return reactor;

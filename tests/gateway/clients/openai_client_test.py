@@ -14,7 +14,8 @@ The server must already be running. Uses `openai.OpenAI(base_url=URL + '/v1', ap
      values as the base64 answer (each JSON number, rounded to float32, has the same bits);
   3. one string as input (not a list): one embedding, equal to the first of 1;
   4. with --expect-tokens: usage.prompt_tokens > 0 and usage.total_tokens >= prompt_tokens;
-  5. with --reference {"text": [floats], ...}: within --tolerance of it (the 3 texts are the file's first keys).
+  5. with --reference {"text": [floats], ...}: within --tolerance of it (the 3 texts are the file's first keys);
+  and `dimensions=DIM/2` (the first values, normalised again) and `client.models.list()`.
 
 Exit 0 when all pass, 1 with a message naming the failed check, 2 on bad arguments or a missing package,
 3 on the watchdog (--timeout seconds for the whole run, so the test never hangs).
@@ -135,6 +136,19 @@ def main():
     one = check_shape(body_1, parsed_1, 1, dim, 'single-string input', want_base64=True)
     check(one[0] == b64[0], 'single-string input: its embedding differs from the first of the 3-text request')
     log('single string as input: one embedding, equal to the first of the 3-text request')
+
+    # 3b. dimensions (Matryoshka: the first N values, normalised again) and models.list()
+    half = max(1, dim // 2)
+    sent, body_d, parsed_d = create_raw(client, args.model, texts[0], dimensions=half)
+    check(sent.get('dimensions') == half, f'the request did not carry dimensions {half}')
+    short = check_shape(body_d, parsed_d, 1, half, f'dimensions={half}', want_base64=True)
+    norm = math.sqrt(sum(x * x for x in b64[0][:half]))
+    check(all(abs(a - b / norm) < 1e-5 for a, b in zip(short[0], b64[0][:half])),
+          f'dimensions={half}: not the first {half} values of the full embedding, normalised again')
+    listed = client.models.list()
+    ids = [m.id for m in listed.data]
+    check(len(ids) >= 1 and all(isinstance(i, str) and i for i in ids), f'models.list() gave {ids!r}')
+    log(f'dimensions={half}: the first {half} values, normalised again; models.list(): {ids}')
 
     # 4. usage
     usage = body.get('usage')
