@@ -5,6 +5,7 @@
 #include "test_support.hpp"
 
 #include "flowline/device.hpp"
+#include "flowline/executor.hpp"
 #include "flowline/flow.hpp"
 #include "flowline/registry.hpp"
 #include "flowline/vector_index/vector_index.hpp"
@@ -17,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -155,6 +157,29 @@ class Corpus {
  private:
   std::size_t n_;
   at::Tensor vectors_, normalised_;
+};
+
+// A VectorIndex alone, outside a flow (its `with:` defaults from its spec, then `with`): what a handler
+// throws reaches the caller as thrown, where a flow turns it into a failed request's message.
+class IndexAlone {
+ public:
+  explicit IndexAlone(const boost::json::object& with = {}) {
+    const Registry::Entry& entry = index_registry().get("VectorIndex");
+    boost::json::object values;
+    for (const ParamSpec& p : entry.spec.params) values[p.name] = p.default_value;
+    for (const auto& kv : with) values[kv.key()] = kv.value();
+    params_ = Params("index", std::move(values));
+    executor_ = entry.factory(ExecutorContext{runtime_, params_});
+  }
+  DocumentArray post(std::string_view endpoint, DocumentArray docs, const boost::json::object& parameters = {}) {
+    executor_->handle(endpoint, docs, parameters);
+    return docs;
+  }
+
+ private:
+  RuntimeInfo runtime_{"index", "VectorIndex"};
+  Params params_;
+  std::unique_ptr<Executor> executor_;
 };
 
 inline std::filesystem::path fresh_workspace(const std::string& name) {

@@ -2,6 +2,7 @@
 // there is one): add, search against brute force, filter, update, delete, clear, restart on a workspace; and
 // its workspace's guarantees: damaged files named with their offset, a torn log tail cut, one writer.
 #include "distance.hpp"
+#include "filter.hpp"
 #include "index_fixtures.hpp"
 
 #include "flowline/flow_config.hpp"
@@ -9,12 +10,16 @@
 #include <ATen/ATen.h>
 #include <boost/json.hpp>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 using namespace flowline;
 using namespace index_test;
 using flowline::testing::contains;
+using flowline::testing::starts_with;
 namespace fs = std::filesystem;
 namespace json = boost::json;
 
@@ -470,4 +475,266 @@ TEST_CASE("the hnsw distance kernels chosen for this CPU agree with the portable
     CHECK(std::abs(chosen.l2_squared(pa, pb, &dim) - l2) <= tolerance * 4);
     CHECK(std::abs(portable.l2_squared(pa, pb, &dim) - l2) <= tolerance * 4);
   }
+}
+
+TEST_CASE("a /search limit past max_limit is refused, naming the parameter and the bound", "[index][bounds]") {
+  const Corpus corpus(100, 8);
+  IndexFlow index(backends().front());
+  index.post("/index", corpus.documents());
+  CHECK_THROWS_WITH(index.post("/search", corpus.queries(1), json::object{{"limit", 10001}}),
+                    contains("parameter 'limit': 10001 is more than this index's max_limit (10000)") &&
+                        contains("raise max_limit in the index's `with:`"));
+  CHECK_THROWS_WITH(index.post("/search", corpus.queries(1), json::object{{"limit", 1000000000}}),
+                    contains("max_limit (10000)"));
+  CHECK(index.post("/search", corpus.queries(1), json::object{{"limit", 10000}})[0].matches.size() == 100);
+  IndexFlow small(backends().front(), json::object{{"max_limit", 50}});
+  small.post("/index", corpus.documents());
+  CHECK_THROWS_WITH(small.post("/search", corpus.queries(1), json::object{{"limit", 51}}),
+                    contains("parameter 'limit': 51 is more than this index's max_limit (50)"));
+  CHECK(small.post("/search", corpus.queries(1), json::object{{"limit", 50}})[0].matches.size() == 50);
+  // The flow's own limit must be within its max_limit.
+  CHECK_THROWS_WITH(IndexFlow(backends().front(), json::object{{"limit", 60}, {"max_limit", 50}}),
+                    contains("limit 60 is more than max_limit (50)"));
+}
+
+TEST_CASE("a /search of more queries x limit than max_answer_matches is refused before any work", "[index][bounds]") {
+  const Corpus corpus(100, 8);
+  IndexFlow index(backends().front());
+  index.post("/index", corpus.documents());
+  CHECK(index.post("/search", corpus.queries(10), json::object{{"limit", 10000}}).size() == 10);
+  CHECK_THROWS_WITH(index.post("/search", corpus.queries(11), json::object{{"limit", 10000}}),
+                    contains("/search: 11 queries x limit 10000 = 110000 matches, more than this index's "
+                             "max_answer_matches (100000)"));
+  // Before any work: queries without embeddings (which the search would refuse) meet the bound first.
+  DocumentArray bare;
+  for (int i = 0; i < 30; ++i) bare.push_back(Document("no embedding"));
+  IndexFlow tight(backends().front(), json::object{{"max_answer_matches", 200}});
+  tight.post("/index", corpus.documents());
+  CHECK_THROWS_WITH(tight.post("/search", bare, json::object{{"limit", 10}}),
+                    contains("30 queries x limit 10 = 300 matches, more than this index's max_answer_matches (200)"));
+  CHECK(tight.post("/search", corpus.queries(20), json::object{{"limit", 10}}).size() == 20);
+}
+
+TEST_CASE("a /search whose matches would take more than max_answer_mb is refused, texts and tags counted",
+          "[index][bounds]") {
+  // 60 documents: 30 with a 30 KB text, 30 with a 30 KB tag; 1 MiB holds 34 of either.
+  DocumentArray docs = Corpus(60, 8).documents();
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    if (i < 30) {
+      docs[i].text = std::string(30000, 't');
+    } else {
+      docs[i].tags["note"] = std::string(30000, 'n');
+    }
+  }
+  IndexFlow index(backends().front(), json::object{{"max_answer_mb", 1}});
+  index.post("/index", docs);
+  const DocumentArray query = Corpus(60, 8).queries(1);
+  CHECK_THROWS_WITH(index.post("/search", query, json::object{{"limit", 60}}),
+                    contains("/search: the matches would take 1.7 MiB (their ids, texts, uris, tags), more than "
+                             "this index's max_answer_mb (1 MiB)"));
+  const json::object texts{{"n", json::object{{"$lt", 30}}}}, tags{{"n", json::object{{"$gte", 30}}}};
+  CHECK(index.post("/search", query, json::object{{"limit", 30}, {"filter", texts}})[0].matches.size() == 30);
+  CHECK(index.post("/search", query, json::object{{"limit", 30}, {"filter", tags}})[0].matches.size() == 30);
+  CHECK_THROWS_WITH(index.post("/search", Corpus(60, 8).queries(2), json::object{{"limit", 30}, {"filter", tags}}),
+                    contains("the matches would take 1.7 MiB"));
+  // Embeddings returned count 4 bytes a number.
+  IndexFlow wide(backends().front(), json::object{{"max_answer_mb", 1}});
+  const Corpus vectors(300, 1024);  // 4 KiB a vector
+  wide.post("/index", vectors.documents());
+  CHECK(wide.post("/search", vectors.queries(1), json::object{{"limit", 300}})[0].matches.size() == 300);
+  CHECK_THROWS_WITH(
+      wide.post("/search", vectors.queries(1), json::object{{"limit", 300}, {"return_embeddings", true}}),
+      contains("(their ids, texts, uris, tags and embeddings), more than this index's max_answer_mb (1 MiB)"));
+}
+
+TEST_CASE("a filter past max_filter_size or max_filter_conditions is refused naming the bound", "[index][bounds]") {
+  const Corpus corpus(200, 8);
+  IndexFlow index(backends().front());
+  index.post("/index", corpus.documents());
+  const auto search = [&](IndexFlow& flow, const json::value& filter) {
+    return flow.post("/search", corpus.queries(1), json::object{{"limit", 200}, {"filter", filter}})[0].matches;
+  };
+  json::array many;
+  for (std::int64_t i = 0; i < 10001; ++i) many.push_back(i);
+  CHECK_THROWS_WITH(
+      search(index, json::object{{"n", json::object{{"$in", many}}}}),
+      contains("parameter 'filter': holds more than 10000 values") && contains("this index's max_filter_size"));
+  many.resize(9998);  // the filter, the operator's object, the list and 9,998 items: 10,001 values
+  CHECK_THROWS_WITH(search(index, json::object{{"n", json::object{{"$in", many}}}}), contains("max_filter_size"));
+  many.pop_back();
+  CHECK(search(index, json::object{{"n", json::object{{"$in", many}}}}).size() == 200);
+  // Conditions on distinct fields are each tested on every document: 101 are refused.
+  json::array distinct;
+  for (int i = 0; i < 101; ++i) distinct.push_back(json::object{{fmt::format("field{}", i), i}});
+  CHECK_THROWS_WITH(search(index, json::object{{"$or", distinct}}),
+                    contains("parameter 'filter': 101 conditions, more than this index's max_filter_conditions (100)"));
+  distinct.pop_back();
+  CHECK(search(index, json::object{{"$or", distinct}}).empty());
+  // An $or of equalities on one field is one $in: 3,001 of them are one condition, and match as they say.
+  json::array same;
+  for (std::int64_t i = 0; i < 3000; ++i) same.push_back(json::object{{"n", i * 3}});
+  same.push_back(json::object{{"n", json::object{{"$in", json::array{1, 2}}}}});
+  const auto matches = search(index, json::object{{"$or", same}, {"even", true}});
+  CHECK(matches.size() == 34 + 1);  // n in {0, 6, ..., 198} and 2
+  for (const Document& m : matches) {
+    const auto n = m.tags.at("n").as_int64();
+    CHECK(n % 2 == 0);
+    CHECK((n % 3 == 0 || n == 2));
+  }
+  // Both bounds are the index's `with:`.
+  IndexFlow strict(backends().front(), json::object{{"max_filter_size", 5}, {"max_filter_conditions", 2}});
+  strict.post("/index", corpus.documents());
+  CHECK_THROWS_WITH(search(strict, json::object{{"n", json::object{{"$in", json::array{1, 2, 3, 4, 5}}}}}),
+                    contains("holds more than 5 values") && contains("max_filter_size"));
+  CHECK_THROWS_WITH(search(strict, json::object{{"n", 1}, {"even", true}, {"group", 1}}),
+                    contains("3 conditions, more than this index's max_filter_conditions (2)"));
+  CHECK(search(strict, json::object{{"n", 1}, {"even", false}}).size() == 1);
+}
+
+TEST_CASE("an $in list matches what its items' equalities match: numbers by value, strings by bytes, others by kind",
+          "[index][filter]") {
+  using vector_index::Filter;
+  using vector_index::FilterTarget;
+  const std::vector<json::value> values{json::value(3),
+                                        json::value(3.0),
+                                        json::value(std::uint64_t{3}),
+                                        json::value(-3),
+                                        json::value(0.0),
+                                        json::value(-0.0),
+                                        json::value(std::uint64_t{1} << 63),
+                                        json::value(9007199254740993),  // 2^53 + 1: equals the double 2^53
+                                        json::value(9007199254740992.0),
+                                        json::value(std::nan("")),
+                                        json::value(INFINITY),
+                                        json::value(2.5),
+                                        json::value("3"),
+                                        json::value(""),
+                                        json::value("doc-1"),
+                                        json::value(true),
+                                        json::value(false),
+                                        json::value(nullptr),
+                                        json::array{1, 2},
+                                        json::array{1.0, 2},
+                                        json::object{{"a", 1}}};
+  const auto eq = [](const json::value& v) { return Filter::parse(json::object{{"x", json::object{{"$eq", v}}}}); };
+  for (std::size_t first = 0; first < values.size(); first += 3) {
+    // Lists of three items and of every item; their $nin, and the same as an $or of equalities.
+    for (const std::size_t count : {std::size_t{3}, values.size()}) {
+      json::array items, any;
+      for (std::size_t i = 0; i < count; ++i) {
+        items.push_back(values[(first + i) % values.size()]);
+        any.push_back(json::object{{"x", items.back()}});
+      }
+      const Filter in = Filter::parse(json::object{{"x", json::object{{"$in", items}}}});
+      const Filter nin = Filter::parse(json::object{{"x", json::object{{"$nin", items}}}});
+      const Filter either = Filter::parse(json::object{{"$or", any}});
+      for (const json::value& v : values) {
+        const json::object tags{{"x", v}};
+        const FilterTarget doc{"doc-1", "", "", tags};
+        bool expected = false;
+        for (const json::value& item : items) expected = expected || eq(item).matches(doc);
+        INFO("value " << json::serialize(v) << " in " << json::serialize(items));
+        CHECK(in.matches(doc) == expected);
+        CHECK(nin.matches(doc) == !expected);
+        CHECK(either.matches(doc) == expected);
+      }
+      const json::object none;
+      CHECK_FALSE(in.matches(FilterTarget{"doc-1", "", "", none}));  // a missing field: only $nin holds
+      CHECK(nin.matches(FilterTarget{"doc-1", "", "", none}));
+    }
+  }
+  // The document's own strings (id, text, uri) against a list.
+  const json::object none;
+  const Filter ids = Filter::parse(json::parse(R"({"id": {"$in": ["doc-1", 1, "doc-9"]}})"));
+  CHECK(ids.matches(FilterTarget{"doc-1", "", "", none}));
+  CHECK_FALSE(ids.matches(FilterTarget{"doc-2", "", "", none}));
+  CHECK_FALSE(ids.matches(FilterTarget{"1", "", "", none}));
+}
+
+TEST_CASE("a bad limit or a filter flowline does not have is a request error, naming the place", "[index][bounds]") {
+  IndexAlone index;
+  index.post("/index", Corpus(10, 8).documents());
+  const DocumentArray query = Corpus(10, 8).queries(1);
+  const auto refusal = [&](const json::object& parameters) -> std::string {
+    try {
+      index.post("/search", query, parameters);
+    } catch (const RequestError& e) {
+      return e.what();
+    } catch (const std::exception& e) {
+      return std::string("not a RequestError: ") + e.what();
+    }
+    return "answered";
+  };
+  CHECK_THAT(refusal({{"filter", json::parse(R"({"group": {"$regex": "a"}})")}}),
+             starts_with("parameter 'filter'.group: unknown operator '$regex'"));
+  CHECK_THAT(refusal({{"filter", json::parse(R"({"$where": "1"})")}}),
+             starts_with("parameter 'filter'.$where: unknown operator '$where'"));
+  CHECK_THAT(refusal({{"filter", json::parse(R"({"$or": [{"n": 1}, 3]})")}}),
+             starts_with("parameter 'filter'.$or[1]: expected an object"));
+  CHECK_THAT(refusal({{"limit", 0}}), starts_with("parameter 'limit': expected an integer from 1"));
+  CHECK_THAT(refusal({{"limit", 5.5}}), starts_with("parameter 'limit': expected an integer"));
+  CHECK_THAT(refusal({{"limit", "5"}}), starts_with("parameter 'limit': expected an integer"));
+  CHECK_THAT(refusal({{"limit", 10001}}), starts_with("parameter 'limit': 10001 is more than this index's max_limit"));
+  CHECK_THAT(refusal({{"return_embeddings", 1}}), starts_with("parameter 'return_embeddings': expected true or false"));
+  CHECK(refusal({{"limit", 5.0}}) == "answered");
+}
+
+// Not a timed test: the figures of docs/benchmarks.md ("Filters with large $in lists"), printed. Run with
+//   build/tests/test_vector_index "[.figures]"   (FLOWLINE_FIGURES_DOCUMENTS=N: N documents, default 100,000)
+// An index whose spec has max_filter_size gets it raised past the largest filter measured.
+TEST_CASE("figures: a filtered search's time by the size of its $in list and of its $or", "[.figures]") {
+  const char* env = std::getenv("FLOWLINE_FIGURES_DOCUMENTS");
+  const std::size_t n = env ? std::stoul(env) : 100000;
+  const Corpus corpus(n, 8);
+  json::object with{{"dtype", "fp32"}};
+  for (const ParamSpec& p : index_registry().get("VectorIndex").spec.params) {
+    if (p.name == "max_filter_size") with["max_filter_size"] = 10000000;
+  }
+  IndexFlow index(backends().front(), with);
+  for (std::size_t first = 0; first < n; first += 10000) index.post("/index", corpus.documents(first, 10000));
+  const DocumentArray query = corpus.queries(1);
+  const auto timed = [&](const std::string& what, const json::value& filter, int repeats) {
+    double best = 1e30;
+    std::size_t matches = 0;
+    for (int r = 0; r < repeats; ++r) {
+      const auto started = std::chrono::steady_clock::now();
+      const DocumentArray out = index.post("/search", query, json::object{{"limit", 10}, {"filter", filter}});
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+      matches = out[0].matches.size();
+    }
+    std::printf("%zu documents, %-44s %9.4f s  (%zu matches, best of %d)\n", n, what.c_str(), best, matches, repeats);
+  };
+  timed("no filter", json::object{}, 3);
+  for (const std::size_t items : {100, 1000, 10000, 100000}) {
+    json::array numbers, ids;
+    for (std::size_t i = 0; i < items; ++i) {
+      numbers.push_back(static_cast<std::int64_t>(i * 7));  // a tag every document has, one in 7 listed
+      ids.push_back(json::string(fmt::format("doc-{}", i * 7)));
+    }
+    const int repeats = items >= 10000 ? 1 : 3;
+    timed(fmt::format("n $in {} numbers", items), json::object{{"n", json::object{{"$in", numbers}}}}, repeats);
+    timed(fmt::format("id $in {} strings", items), json::object{{"id", json::object{{"$in", ids}}}}, repeats);
+  }
+  for (const std::size_t items : {100, 1000, 10000}) {
+    json::array any;
+    for (std::size_t i = 0; i < items; ++i) any.push_back(json::object{{"n", static_cast<std::int64_t>(i * 7)}});
+    timed(fmt::format("$or of {} conditions", items), json::object{{"$or", any}}, items >= 10000 ? 1 : 3);
+  }
+  json::array distinct;  // as many conditions as max_filter_conditions allows by default, none merged
+  for (std::int64_t i = 0; i < 100; ++i) distinct.push_back(json::object{{fmt::format("f{}", i), i}});
+  distinct.back() = json::object{{"n", json::object{{"$lt", 1000}}}};
+  timed("$or of 100 conditions on 100 fields", json::object{{"$or", distinct}}, 3);
+  // The issue's largest case under the default bounds: refused before a document is looked at.
+  IndexFlow bounded(backends().front());
+  bounded.post("/index", corpus.documents(0, 1000));
+  json::array million;
+  for (std::int64_t i = 0; i < 1000000; ++i) million.push_back(i);
+  const json::object parameters{{"filter", json::object{{"n", json::object{{"$in", million}}}}}};
+  const auto started = std::chrono::steady_clock::now();
+  try {
+    bounded.post("/search", query, parameters);
+  } catch (const std::exception&) {
+  }
+  std::printf("default bounds, n $in 1000000 numbers: refused in %.4f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
 }

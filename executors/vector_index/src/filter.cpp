@@ -1,5 +1,5 @@
 // Mongo-like filters on stored documents (filter.hpp): a tree of AND/OR nodes over (path, operator, value)
-// tests.
+// tests; $in and $nin lists are hash sets.
 #include "filter.hpp"
 
 #include "flowline/error.hpp"
@@ -8,6 +8,11 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 namespace flowline::vector_index {
@@ -75,7 +80,97 @@ std::optional<int> compare(std::string_view a, const json::value& b) {
 
 bool equal(std::string_view a, const json::value& b) { return b.is_string() && std::string_view(b.get_string()) == a; }
 
+struct StringHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+};
+
 }  // namespace
+
+// The items of an $in/$nin list, for one lookup per document with equal()'s meaning: numbers by value across
+// int64, uint64 and double (an integer equals the same double; compare() finds a NaN equal to every number),
+// strings by bytes, true, false and null by kind, lists and objects structurally (few: scanned).
+class ValueSet {
+ public:
+  void add(const json::value& item) {
+    switch (item.kind()) {
+      case json::kind::string:
+        strings_.emplace(item.get_string());
+        return;
+      case json::kind::int64:
+        add_integer(item.get_int64());
+        return;
+      case json::kind::uint64:
+        if (item.get_uint64() <= static_cast<std::uint64_t>(INT64_MAX)) {
+          add_integer(static_cast<std::int64_t>(item.get_uint64()));
+        } else {
+          large_.insert(item.get_uint64());
+          integers_as_doubles_.insert(static_cast<double>(item.get_uint64()));
+        }
+        any_number_ = true;
+        return;
+      case json::kind::double_:
+        if (std::isnan(item.get_double())) nan_ = true;
+        doubles_.insert(item.get_double());
+        any_number_ = true;
+        return;
+      case json::kind::bool_:
+        (item.get_bool() ? true_ : false_) = true;
+        return;
+      case json::kind::null:
+        null_ = true;
+        return;
+      default:
+        others_.push_back(item);
+    }
+  }
+
+  bool contains(std::string_view s) const { return strings_.find(s) != strings_.end(); }
+
+  bool contains(const json::value& v) const {
+    switch (v.kind()) {
+      case json::kind::string:
+        return contains(std::string_view(v.get_string()));
+      case json::kind::int64:
+        return nan_ || integers_.contains(v.get_int64()) || doubles_.contains(static_cast<double>(v.get_int64()));
+      case json::kind::uint64: {
+        const std::uint64_t u = v.get_uint64();
+        const bool exact = u <= static_cast<std::uint64_t>(INT64_MAX) ? integers_.contains(static_cast<std::int64_t>(u))
+                                                                      : large_.contains(u);
+        return nan_ || exact || doubles_.contains(static_cast<double>(u));
+      }
+      case json::kind::double_: {
+        const double d = v.get_double();
+        if (std::isnan(d)) return any_number_;
+        return nan_ || doubles_.contains(d) || integers_as_doubles_.contains(d);
+      }
+      case json::kind::bool_:
+        return v.get_bool() ? true_ : false_;
+      case json::kind::null:
+        return null_;
+      default:
+        for (const json::value& item : others_) {
+          if (item == v) return true;
+        }
+        return false;
+    }
+  }
+
+ private:
+  void add_integer(std::int64_t i) {
+    integers_.insert(i);
+    integers_as_doubles_.insert(static_cast<double>(i));
+    any_number_ = true;
+  }
+
+  std::unordered_set<std::string, StringHash, std::equal_to<>> strings_;
+  std::unordered_set<std::int64_t> integers_;       // int64 items, and uint64 items that fit one
+  std::unordered_set<std::uint64_t> large_;         // uint64 items above INT64_MAX
+  std::unordered_set<double> doubles_;              // double items
+  std::unordered_set<double> integers_as_doubles_;  // integer items as doubles, for a double's lookup
+  bool nan_ = false, any_number_ = false, true_ = false, false_ = false, null_ = false;
+  std::vector<json::value> others_;  // lists and objects
+};
 
 struct Filter::Node {
   enum class Kind { all, any, test } kind = Kind::all;
@@ -84,7 +179,8 @@ struct Filter::Node {
   Root root = Root::tags;
   std::vector<std::string> path;  // within the tags
   Op op = Op::eq;
-  json::value operand;
+  json::value operand;                    // $in/$nin: the list
+  std::shared_ptr<const ValueSet> items;  // $in/$nin: the list's items as a set
 
   bool matches(const FilterTarget& doc) const;
   const json::value* lookup(const FilterTarget& doc) const;  // the tag at `path`, or nullptr
@@ -140,12 +236,7 @@ bool Filter::Node::test(const V& v) const {
     const auto c = compare(v, operand);
     return c && accept(*c);
   };
-  const auto listed = [&] {
-    for (const json::value& item : operand.get_array()) {
-      if (equal(v, item)) return true;
-    }
-    return false;
-  };
+  const auto listed = [&] { return items->contains(v); };
   switch (op) {
     case Op::eq:
       return equal(v, operand);
@@ -170,6 +261,13 @@ bool Filter::Node::test(const V& v) const {
 namespace {
 
 using Node = Filter::Node;
+
+// A value as an error message shows it: its JSON, cut after 60 characters.
+std::string shown(const json::value& v) {
+  std::string text = json::serialize(v);
+  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  return text;
+}
 
 std::string op_list() {
   std::string out;
@@ -200,20 +298,59 @@ void parse_path(std::string_view key, Node& test, const std::string& where) {
     test.path = split(key.starts_with("tags.") ? key.substr(5) : key, ".");
   }
   for (const std::string& part : test.path) {
-    if (part.empty()) throw Error(fmt::format("{}: '{}' has an empty key in its path", where, key));
+    if (part.empty()) throw RequestError(fmt::format("{}: '{}' has an empty key in its path", where, key));
   }
 }
 
 Node parse_node(const json::value& spec, const std::string& where, std::size_t depth);
 
+// An $or's tests of equality or membership on one field become one $in of all their values: one set lookup
+// per document instead of one test per value ({"$or": [{"n": 1}, {"n": 2}]} is {"n": {"$in": [1, 2]}}).
+void merge_equalities(Node& any) {
+  std::map<std::pair<Root, std::vector<std::string>>, std::size_t> field_at;  // field -> its $in in `kept`
+  std::vector<Node> kept;
+  for (Node& child : any.children) {
+    const bool listed = child.kind == Node::Kind::test && (child.op == Op::eq || child.op == Op::in);
+    if (!listed) {
+      kept.push_back(std::move(child));
+      continue;
+    }
+    const auto [at, first] = field_at.try_emplace({child.root, child.path}, kept.size());
+    if (first) {
+      kept.push_back(std::move(child));
+      continue;
+    }
+    Node& merged = kept[at->second];
+    merged.items.reset();  // made again below, of every value
+    if (merged.op == Op::eq) {
+      merged.operand = json::array{std::move(merged.operand)};
+      merged.op = Op::in;
+    }
+    json::array& values = merged.operand.get_array();
+    if (child.op == Op::eq) {
+      values.push_back(std::move(child.operand));
+    } else {
+      for (json::value& v : child.operand.get_array()) values.push_back(std::move(v));
+    }
+  }
+  for (Node& node : kept) {
+    if (node.kind != Node::Kind::test || node.op != Op::in || node.items) continue;
+    auto items = std::make_shared<ValueSet>();
+    for (const json::value& v : node.operand.get_array()) items->add(v);
+    node.items = std::move(items);
+  }
+  any.children = std::move(kept);
+}
+
 Node parse_logical(std::string_view name, const json::value& list, const std::string& where, std::size_t depth) {
   Node node;
   node.kind = name == "$and" ? Node::Kind::all : Node::Kind::any;
   const json::array* items = list.if_array();
-  if (!items || items->empty()) throw Error(fmt::format("{}: expected a non-empty list of filters", where));
+  if (!items || items->empty()) throw RequestError(fmt::format("{}: expected a non-empty list of filters", where));
   for (std::size_t i = 0; i < items->size(); ++i) {
     node.children.push_back(parse_node((*items)[i], fmt::format("{}[{}]", where, i), depth + 1));
   }
+  if (node.kind == Node::Kind::any) merge_equalities(node);
   return node;
 }
 
@@ -223,11 +360,15 @@ Node parse_test(std::string_view key, Op op, const json::value& operand, const s
   parse_path(key, test, where);
   test.op = op;
   if ((op == Op::in || op == Op::nin) && !operand.is_array())
-    throw Error(fmt::format("{}: expected a list of values", where));
+    throw RequestError(fmt::format("{}: expected a list of values", where));
   if ((op == Op::gt || op == Op::gte || op == Op::lt || op == Op::lte) && !operand.is_number() && !operand.is_string())
-    throw Error(
-        fmt::format("{}: expected a number or a string to compare with, not {}", where, json::serialize(operand)));
+    throw RequestError(fmt::format("{}: expected a number or a string to compare with, not {}", where, shown(operand)));
   test.operand = operand;
+  if (op == Op::in || op == Op::nin) {
+    auto items = std::make_shared<ValueSet>();
+    for (const json::value& v : operand.get_array()) items->add(v);
+    test.items = std::move(items);
+  }
   return test;
 }
 
@@ -239,7 +380,7 @@ Node parse_field(std::string_view key, const json::value& value, const std::stri
   for (const auto& kv : *ops) {
     const auto found = std::find_if(kOps.begin(), kOps.end(), [&](const auto& o) { return o.first == kv.key(); });
     if (found == kOps.end()) {
-      throw Error(
+      throw RequestError(
           fmt::format("{}: unknown operator '{}'; expected one of {}", where, std::string_view(kv.key()), op_list()));
     }
     all.children.push_back(parse_test(key, found->second, kv.value(), fmt::format("{}.{}", where, found->first)));
@@ -248,9 +389,9 @@ Node parse_field(std::string_view key, const json::value& value, const std::stri
 }
 
 Node parse_node(const json::value& spec, const std::string& where, std::size_t depth) {
-  if (depth > 32) throw Error(fmt::format("{}: nested deeper than 32 levels", where));
+  if (depth > 32) throw RequestError(fmt::format("{}: nested deeper than 32 levels", where));
   const json::object* o = spec.if_object();
-  if (!o) throw Error(fmt::format("{}: expected an object, not {}", where, json::serialize(spec)));
+  if (!o) throw RequestError(fmt::format("{}: expected an object, not {}", where, shown(spec)));
   Node all;
   for (const auto& kv : *o) {
     const std::string_view key = kv.key();
@@ -258,7 +399,7 @@ Node parse_node(const json::value& spec, const std::string& where, std::size_t d
     if (key == "$and" || key == "$or") {
       all.children.push_back(parse_logical(key, kv.value(), at, depth));
     } else if (key.starts_with("$")) {
-      throw Error(
+      throw RequestError(
           fmt::format("{}: unknown operator '{}' at the top of a filter; expected $and, $or or a field", at, key));
     } else {
       all.children.push_back(parse_field(key, kv.value(), at));
@@ -267,11 +408,49 @@ Node parse_node(const json::value& spec, const std::string& where, std::size_t d
   return all.children.size() == 1 ? std::move(all.children.front()) : all;
 }
 
+// The JSON values `spec` holds, itself included, counted without recursion; stops past `bound`.
+std::size_t values_in(const json::value& spec, std::size_t bound) {
+  std::size_t count = 0;
+  std::vector<const json::value*> pending{&spec};
+  while (!pending.empty() && count <= bound) {
+    const json::value* v = pending.back();
+    pending.pop_back();
+    ++count;
+    if (const json::object* o = v->if_object()) {
+      for (const auto& kv : *o) pending.push_back(&kv.value());
+    } else if (const json::array* a = v->if_array()) {
+      for (const json::value& item : *a) pending.push_back(&item);
+    }
+  }
+  return count;
+}
+
+// The conditions a document is tested against: the tests of fields (an $in list is one).
+std::size_t conditions_in(const Node& node) {
+  std::size_t count = node.kind == Node::Kind::test ? 1 : 0;
+  for (const Node& child : node.children) count += conditions_in(child);
+  return count;
+}
+
 }  // namespace
 
-Filter Filter::parse(const json::value& spec, std::string_view where) {
+Filter Filter::parse(const json::value& spec, std::string_view where, const FilterLimits& limits) {
+  if (values_in(spec, limits.max_size) > limits.max_size) {
+    throw RequestError(fmt::format(
+        "{}: holds more than {} values (keys' values, list items and operands), this index's max_filter_size: "
+        "send a shorter filter, or raise max_filter_size in the index's `with:`",
+        where, limits.max_size));
+  }
   Filter filter;
-  filter.root_ = std::make_shared<const Node>(parse_node(spec, std::string(where), 0));
+  auto root = std::make_shared<const Node>(parse_node(spec, std::string(where), 0));
+  if (const std::size_t conditions = conditions_in(*root); conditions > limits.max_conditions) {
+    throw RequestError(fmt::format(
+        "{}: {} conditions, more than this index's max_filter_conditions ({}): each is tested on every document "
+        "(an $in list, or an $or of equalities on one field, is one); send fewer, or raise max_filter_conditions "
+        "in the index's `with:`",
+        where, conditions, limits.max_conditions));
+  }
+  filter.root_ = std::move(root);
   return filter;
 }
 

@@ -10,13 +10,19 @@
 // the same double), strings by bytes, and other types only by $eq/$ne/$in/$nin; an ordering between
 // mismatched types is false. A missing field satisfies only $ne and $nin.
 //
-// Parsing throws flowline::Error naming the place ("filter.$or[1].book: unknown operator '$regex'; expected
-// one of ..."). A parsed filter is immutable: evaluate it from any thread.
+// Cost: a document is tested against each condition once; an $in/$nin list is a hash set (one lookup per
+// document, whatever its length), and an $or of equalities on one field ({"$or": [{"n": 1}, {"n": 2}]}) is
+// read as one $in. FilterLimits bounds the filter's JSON values (its size) and its conditions after that
+// (its cost per document).
+//
+// Parsing throws flowline::RequestError naming the place ("filter.$or[1].book: unknown operator '$regex';
+// expected one of ...") or the bound passed. A parsed filter is immutable: evaluate it from any thread.
 #pragma once
 
 #include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
 
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -31,10 +37,18 @@ struct FilterTarget {
   const boost::json::object& tags;
 };
 
+// What a filter may hold; the names are the VectorIndex's `with:` parameters that set them.
+struct FilterLimits {
+  std::size_t max_size = 10000;      // max_filter_size: JSON values (keys' values, list items, operands)
+  std::size_t max_conditions = 100;  // max_filter_conditions: tests of fields, each evaluated per document
+};
+
 class Filter {
  public:
-  // Parses `spec` (a JSON object; an empty object matches everything). `where` names it in errors.
-  static Filter parse(const boost::json::value& spec, std::string_view where = "filter");
+  // Parses `spec` (a JSON object; an empty object matches everything). `where` names it in errors. Throws
+  // flowline::RequestError.
+  static Filter parse(const boost::json::value& spec, std::string_view where = "filter",
+                      const FilterLimits& limits = {});
 
   bool matches(const FilterTarget& doc) const;
   // Whether the filter is empty (matches everything without looking).

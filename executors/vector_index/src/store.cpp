@@ -10,8 +10,46 @@
 
 #include <chrono>
 #include <unordered_set>
+#include <vector>
 
 namespace flowline::vector_index {
+namespace {
+
+// About the length of `tags`' JSON text (strings and keys by their bytes, a number as 8), without
+// serializing it or recursing.
+std::size_t json_bytes(const boost::json::object& tags) {
+  std::size_t bytes = 2;
+  std::vector<const boost::json::value*> pending;
+  for (const auto& kv : tags) {
+    bytes += kv.key().size() + 4;
+    pending.push_back(&kv.value());
+  }
+  while (!pending.empty()) {
+    const boost::json::value* v = pending.back();
+    pending.pop_back();
+    if (const auto* o = v->if_object()) {
+      bytes += 2;
+      for (const auto& kv : *o) {
+        bytes += kv.key().size() + 4;
+        pending.push_back(&kv.value());
+      }
+    } else if (const auto* a = v->if_array()) {
+      bytes += 2 + a->size();
+      for (const auto& item : *a) pending.push_back(&item);
+    } else if (const auto* text = v->if_string()) {
+      bytes += text->size() + 2;
+    } else {
+      bytes += 8;
+    }
+  }
+  return bytes;
+}
+
+std::size_t answer_bytes_of(const Entry& e) {
+  return e.id.size() + e.text.size() + e.uri.size() + (e.tags.empty() ? 0 : json_bytes(e.tags));
+}
+
+}  // namespace
 
 class Store::Replayer : public Replay {
  public:
@@ -107,8 +145,10 @@ void Store::apply_upsert(std::vector<Entry> entries, const at::Tensor& rows) {
     } else {
       slot = static_cast<std::uint32_t>(slots_.size());
       slots_.emplace_back();
+      answer_bytes_.emplace_back();
     }
     by_id_[e.id] = slot;
+    answer_bytes_[slot] = answer_bytes_of(e);
     slots_[slot] = std::make_shared<const Entry>(std::move(e));
     slots.push_back(slot);
   }
@@ -156,6 +196,7 @@ void Store::clear() {
 
 void Store::apply_clear() {
   slots_.clear();
+  answer_bytes_.clear();
   free_.clear();
   by_id_.clear();
   if (backend_) backend_->clear();

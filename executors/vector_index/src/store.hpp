@@ -59,6 +59,8 @@ class Store {
   // `ef`: hnsw's candidate list for this search (0: the index's ef_search).
   std::vector<std::vector<Match>> search(at::Tensor queries, std::size_t k, const Filter* filter, std::size_t ef = 0);
   at::Tensor rows_of(const std::vector<Match>& matches) const;  // their vectors, float [m, dim]
+  // What the document at `slot` takes in an answer: its id, text and uri, and its tags as JSON text (about).
+  std::size_t answer_bytes(std::uint32_t slot) const { return answer_bytes_[slot]; }
 
   // Writes a snapshot of the index as it is now (when there is a workspace and it changed since the last):
   // `wait` false starts it in the background (the workspace's thread, with a new log) unless one is being
@@ -90,6 +92,7 @@ class Store {
   std::unique_ptr<VectorBackend> backend_;
   std::unique_ptr<Workspace> workspace_;
   std::vector<std::shared_ptr<const Entry>> slots_;  // slot -> entry (null: free); snapshots share them
+  std::vector<std::size_t> answer_bytes_;            // slot -> answer_bytes()
   std::vector<std::uint32_t> free_;                  // free slots, reused first
   std::unordered_map<std::string, std::uint32_t> by_id_;
 };

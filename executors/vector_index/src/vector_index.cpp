@@ -53,7 +53,7 @@ std::size_t count_parameter(const boost::json::object& parameters, const char* k
   if (v->is_uint64()) value = static_cast<double>(v->get_uint64());
   if (v->is_double()) value = v->get_double();
   if (value < static_cast<double>(min) || value > 1e9 || std::floor(value) != value) {
-    throw Error(fmt::format("parameter '{}': expected an integer from {} to 1000000000", key, min));
+    throw RequestError(fmt::format("parameter '{}': expected an integer from {} to 1000000000", key, min));
   }
   return static_cast<std::size_t>(value);
 }
@@ -65,7 +65,7 @@ std::size_t count_parameter(const RequestInfo& request, const char* key, std::si
 bool bool_parameter(const RequestInfo& request, const char* key, bool fallback) {
   const auto* v = request.parameters.if_contains(key);
   if (!v || v->is_null()) return fallback;
-  if (!v->is_bool()) throw Error(fmt::format("parameter '{}': expected true or false", key));
+  if (!v->is_bool()) throw RequestError(fmt::format("parameter '{}': expected true or false", key));
   return v->get_bool();
 }
 
@@ -223,6 +223,21 @@ class VectorIndex : public Executor {
          ParamSpec::optional("dim", ParamType::Int, 0, "vector size (0: the first indexed vectors settle it)").min(0),
          ParamSpec::optional("limit", ParamType::Int, 10, "matches per query (a request's 'limit' overrides it)")
              .min(1),
+         ParamSpec::optional("max_limit", ParamType::Int, 10000, "the largest 'limit' a request may ask for").min(1),
+         ParamSpec::optional("max_answer_matches", ParamType::Int, 100000,
+                             "a /search request's queries x limit at most (refused past it before any work)")
+             .min(1),
+         ParamSpec::optional("max_answer_mb", ParamType::Int, 64,
+                             "MiB a /search answer's matches may take (ids, texts, uris, tags as JSON, embeddings "
+                             "4 bytes a number); refused past it before any match is written")
+             .min(1),
+         ParamSpec::optional("max_filter_size", ParamType::Int, 10000,
+                             "JSON values a request's filter may hold (keys' values, list items, operands)")
+             .min(1),
+         ParamSpec::optional("max_filter_conditions", ParamType::Int, 100,
+                             "field tests a request's filter may hold (each runs on every document; an $in list, "
+                             "or an $or of equalities on one field, is one)")
+             .min(1),
          ParamSpec::optional("return_embeddings", ParamType::Bool, false, "matches carry their embeddings"),
          ParamSpec::optional("m", ParamType::Int, 16, "hnsw: graph degree").min(2),
          ParamSpec::optional("ef_construction", ParamType::Int, 200, "hnsw: candidates while inserting").min(1),
@@ -266,6 +281,15 @@ class VectorIndex : public Executor {
     if (!workspace.empty()) workspace = shard_workspace(workspace, runtime().shard, runtime().shards);
     if (!workspace.empty()) options.workspace = workspace;
     limit_ = params().get<std::size_t>("limit");
+    bounds_.max_limit = params().get<std::size_t>("max_limit");
+    bounds_.max_answer_matches = params().get<std::size_t>("max_answer_matches");
+    bounds_.max_answer_bytes = params().get<std::size_t>("max_answer_mb") << 20;
+    bounds_.filter.max_size = params().get<std::size_t>("max_filter_size");
+    bounds_.filter.max_conditions = params().get<std::size_t>("max_filter_conditions");
+    if (limit_ > bounds_.max_limit) {
+      throw Error(fmt::format("executor '{}': limit {} is more than max_limit ({})", runtime().name, limit_,
+                              bounds_.max_limit));
+    }
     return_embeddings_ = params().get<bool>("return_embeddings");
     // The replicas of an index are copies of one store: the first replica opens it, the others share it, so
     // every replica holds every document, queries spread over them and run at once, and changes are made
@@ -399,13 +423,49 @@ class VectorIndex : public Executor {
     query.matches = std::move(matches);
   }
 
+  // A request's limit within max_limit, and its answer's matches (queries x limit) within max_answer_matches:
+  // checked before any work, each refusal naming the parameter and the bound.
+  std::size_t checked_limit(const RequestInfo& request, std::size_t queries) const {
+    const std::size_t limit = count_parameter(request, "limit", limit_, 1);
+    if (limit > bounds_.max_limit) {
+      throw RequestError(fmt::format(
+          "parameter 'limit': {} is more than this index's max_limit ({}): ask for fewer matches per query, or "
+          "raise max_limit in the index's `with:`",
+          limit, bounds_.max_limit));
+    }
+    if (queries * limit > bounds_.max_answer_matches) {
+      throw RequestError(fmt::format(
+          "/search: {} queries x limit {} = {} matches, more than this index's max_answer_matches ({}): send "
+          "fewer queries per request or a smaller limit, or raise max_answer_matches in the index's `with:`",
+          queries, limit, queries * limit, bounds_.max_answer_matches));
+    }
+    return limit;
+  }
+
+  // What the matches found would take in the answer, within max_answer_mb (checked before any is written).
+  void check_answer_bytes(const std::vector<std::vector<Match>>& found, bool with_embeddings) const {
+    const std::size_t row_bytes = with_embeddings ? store_->dim() * sizeof(float) : 0;
+    std::size_t bytes = 0;
+    for (const auto& matches : found) {
+      for (const Match& m : matches) bytes += store_->answer_bytes(m.slot) + row_bytes;
+    }
+    if (bytes > bounds_.max_answer_bytes) {
+      throw RequestError(fmt::format(
+          "/search: the matches would take {:.1f} MiB (their ids, texts, uris, tags{}), more than this index's "
+          "max_answer_mb ({} MiB): send fewer queries per request or a smaller limit, or raise max_answer_mb in "
+          "the index's `with:`",
+          static_cast<double>(bytes) / (1 << 20), with_embeddings ? " and embeddings" : "",
+          bounds_.max_answer_bytes >> 20));
+    }
+  }
+
   void search(DocumentArray& docs, const RequestInfo& request) {
     if (docs.empty()) return;
-    const std::size_t limit = count_parameter(request, "limit", limit_, 1);
+    const std::size_t limit = checked_limit(request, docs.size());
     const bool with_embeddings = bool_parameter(request, "return_embeddings", return_embeddings_);
     std::optional<Filter> filter;
     if (const auto* spec = request.parameters.if_contains("filter"); spec && !spec->is_null()) {
-      filter = Filter::parse(*spec, "parameter 'filter'");
+      filter = Filter::parse(*spec, "parameter 'filter'", bounds_.filter);
     }
     const std::size_t ef = count_parameter(request, "ef_search", 0, 1);
     const auto started = Clock::now();
@@ -414,6 +474,7 @@ class VectorIndex : public Executor {
     const auto gathered = Clock::now();
     std::shared_lock lock(shared_->mutex);  // matches point into the store: held until they are copied out
     const auto found = store_->search(std::move(queries), limit, filter ? &*filter : nullptr, ef);
+    check_answer_bytes(found, with_embeddings);
     const auto searched = Clock::now();
     const std::string score_name = metric_name(store_->metric());
     // Matches are written on LibTorch's CPU threads, a block of queries each (the ids, texts and tags copied
@@ -465,6 +526,10 @@ class VectorIndex : public Executor {
   Store* store_ = nullptr;             // shared_->store
   std::optional<c10::Stream> stream_;  // this replica's, on a GPU: current in every handler (OptionalStreamGuard)
   std::size_t limit_ = 10;
+  struct Bounds {
+    std::size_t max_limit = 0, max_answer_matches = 0, max_answer_bytes = 0;
+    FilterLimits filter;
+  } bounds_;  // what one /search request may ask for (with:'s max_* parameters)
   bool return_embeddings_ = false;
 };
 
