@@ -1,6 +1,8 @@
 // Tests of Flow end to end in one process: building, posting, batching, joins, replicas and failures.
 #include "test_support.hpp"
 
+#include <ATen/ATen.h>
+
 #include <atomic>
 #include <mutex>
 #include <thread>
@@ -105,6 +107,15 @@ class OomAbove : public Executor {
   std::size_t max_docs_;
 };
 
+// Makes LibTorch throw (a view of the wrong size): its message carries C++ frames and paths.
+class TorchMistake : public Executor {
+ public:
+  static ExecutorSpec spec() { return ExecutorSpec{"TorchMistake", "a LibTorch error", {}, {}}; }
+  explicit TorchMistake(const ExecutorContext& c) : Executor(c) {
+    bind_default([](DocumentArray&, const RequestInfo&) { (void)at::zeros({2}).view({3}); });
+  }
+};
+
 // Writes the runtime's request size into each document: what the executor knew at construction.
 class RequestSizeProbe : public Executor {
  public:
@@ -144,6 +155,7 @@ Registry& test_registry() {
     r->add<Reporter>();
     r->add<OomAbove>();
     r->add<RequestSizeProbe>();
+    r->add<TorchMistake>();
     return r;
   }();
   return *registry;
@@ -428,6 +440,21 @@ TEST_CASE("batch-time percentiles are nearest ranks: with few batches p99 is the
   CHECK(slow.batch_ms_p99 >= slow.batch_ms_p50);
   CHECK(slow.batch_ms_p99 >= std::max(stats.replicas[0].batch_ms_p99, stats.replicas[1].batch_ms_p99));
   CHECK(slow.batch_ms_p99 >= slow.batch_ms_mean);  // the slowest of 3 is at least their mean
+}
+
+TEST_CASE("a LibTorch error fails its request with one line, not C++ frames and install paths", "[flow]") {
+  Flow flow(FlowOptions{.request_size = 4}, test_registry());
+  flow.add({.name = "torch", .uses = "TorchMistake"});
+  ArraySource source(testing::numbered_docs(4));
+  std::vector<Response> responses;
+  flow.post("/", source, [&](Response&& r) { responses.push_back(std::move(r)); });
+  REQUIRE(responses.size() == 1);
+  const std::string& error = responses[0].error;
+  INFO(error);
+  CHECK_THAT(error, testing::starts_with("LibTorch: shape '[3]' is invalid for input of size 2"));
+  CHECK(error.find('\n') == std::string::npos);
+  CHECK(error.find("frame #") == std::string::npos);
+  CHECK(error.find(".so") == std::string::npos);
 }
 
 TEST_CASE("an out-of-memory batch is split and retried so no document is lost", "[flow][oom]") {

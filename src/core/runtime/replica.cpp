@@ -72,6 +72,12 @@ std::string run_handler(Executor& executor, const std::string& endpoint, Documen
     std::string second_error = run_handler(executor, endpoint, second, parameters);
     docs.append(std::move(second));
     return error.empty() ? second_error : error;
+  } catch (const c10::Error& e) {
+    // LibTorch's messages carry C++ frames, install paths and load addresses: the log gets all of it, the
+    // request (and so the client) the message's first line.
+    spdlog::error("executor '{}' replica {}: {}", executor.runtime().name, executor.runtime().replica, e.what());
+    const std::string what = e.what_without_backtrace();
+    return fmt::format("LibTorch: {} (the detail is in the server's log)", what.substr(0, what.find('\n')));
   } catch (const std::exception& e) {
     return e.what();
   } catch (...) {
