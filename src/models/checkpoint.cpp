@@ -121,13 +121,13 @@ DenseModule read_dense(const fs::path& folder) {
   if (const auto* v = o.if_contains("activation_function"); v && v->is_string())
     d.activation = parse_activation(v->get_string(), file, "activation_function");
   if (flag(o, "use_residual")) throw Error(fmt::format("'{}': use_residual is not supported", file.string()));
-  if (!fs::exists(folder / "model.safetensors")) {
+  if (!fs::exists(d.weights_file())) {
     throw Error(
-        fmt::format("'{}': missing model.safetensors (flowline reads Dense weights only as safetensors; "
+        fmt::format("'{}': missing {} (flowline reads Dense weights only as safetensors; "
                     "re-save the model with sentence-transformers 3 or later)",
-                    folder.string()));
+                    folder.string(), kWeightsFileName));
   }
-  const SafetensorsFile weights(folder / "model.safetensors");
+  const SafetensorsFile weights(d.weights_file());
   auto expect = [&](const std::string& name, const std::vector<std::int64_t>& shape) {
     if (!weights.contains(name)) throw Error(fmt::format("'{}': no tensor '{}'", weights.path().string(), name));
     if (!c10::isFloatingType(weights.dtype(name))) {
@@ -319,7 +319,7 @@ Checkpoint Checkpoint::read(const fs::path& folder) {
                     "docs/models.md says how to get one)",
                     folder.string()));
   }
-  for (const char* needed : {"config.json", "model.safetensors"}) {
+  for (const char* needed : {"config.json", kWeightsFileName}) {
     if (!fs::exists(folder / needed)) {
       throw Error(
           fmt::format("model '{}': missing {} (expected a Hugging Face / sentence-transformers checkpoint "
@@ -357,6 +357,7 @@ std::optional<std::string> Checkpoint::problem(const fs::path& folder, Use use) 
       return fmt::format("'{}': not a cross-encoder (config.json's architectures name no *ForSequenceClassification)",
                          c.config_file.string());
     }
+    if (use == Use::CrossEncoder) detail::head_layout(detail::HeadKind::SequenceClassification, c);
     if (use == Use::Embedding && c.classifier && !fs::exists(folder / "modules.json")) {
       return fmt::format(
           "'{}': a cross-encoder (*ForSequenceClassification), not a sentence embedding model: run it "

@@ -80,7 +80,7 @@ EmbeddingModel::EmbeddingModel(const Checkpoint& checkpoint, c10::Device device,
       throw Error(fmt::format("'{}': in_features {} but the module before gives {}",
                               (d.folder / "config.json").string(), d.in_features, dimension));
     }
-    const SafetensorsFile file(d.folder / "model.safetensors");
+    const SafetensorsFile file(d.weights_file());
     Modules::Dense dense;
     auto get = [&](const std::string& name, std::vector<std::int64_t> shape) {
       if (!file.contains(name)) throw Error(fmt::format("'{}': no tensor '{}'", file.path().string(), name));

@@ -16,6 +16,7 @@
 
 #include <ATen/ATen.h>
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -59,8 +60,6 @@ void write_layout(const PackedBatch& batch, std::int64_t* ids, std::int64_t* pos
 
 // Checks `batch` and moves it to `device` in one copy (pinned and non-blocking on a GPU).
 DeviceBatch upload(const PackedBatch& batch, const ModelInfo& info, c10::Device device, bool packed);
-
-struct ArchitectureContext;
 
 struct ArchitectureContext;
 
@@ -172,9 +171,55 @@ class Transformer {
   std::size_t weight_bytes_ = 0;
 };
 
+// A model head: maps the transformer's token states of a pass to outputs per sequence (a classifier on
+// the first token) or per token (a token classifier). Heads live in heads.cpp; the architecture table says
+// which layout of each kind an architecture's checkpoints carry. forward() is const and thread-safe and
+// only enqueues work, as Transformer::forward().
+class Head {
+ public:
+  virtual ~Head() = default;
+  // Float32 outputs [sequences, outputs()] (or [T, outputs()] for a per-token head) from the pass's token
+  // states [T, hidden] in the model's dtype.
+  virtual at::Tensor forward(const at::Tensor& states, const DeviceBatch& batch) const = 0;
+  std::int64_t outputs() const noexcept { return outputs_; }
+  std::size_t weight_bytes() const noexcept { return weight_bytes_; }
+
+ protected:
+  std::int64_t outputs_ = 0;
+  std::size_t weight_bytes_ = 0;
+};
+
+// The kinds of heads: one column each in the architecture table, one row each in head_kinds(). A new kind
+// (token classification, vision) is one more value here, its row, and its layouts in heads.cpp.
+enum class HeadKind : std::size_t { SequenceClassification, Count };
+inline constexpr std::size_t kHeadKinds = static_cast<std::size_t>(HeadKind::Count);
+struct HeadKindInfo {
+  HeadKind kind;
+  std::string_view name;          // "sequence classification"
+  std::string_view class_suffix;  // config.json's architectures name it: "ForSequenceClassification"
+};
+std::span<const HeadKindInfo> head_kinds();  // heads.cpp
+
+// What a head's layout gets: the model's checkpoint, device and dtype, its transformer's sizes, and how
+// many outputs the checkpoint declares (labels).
+struct HeadContext {
+  const ArchitectureContext& model;
+  const ModelInfo& info;
+  std::int64_t outputs = 1;
+};
+using MakeHead = std::unique_ptr<Head> (*)(const HeadContext& context);
+
+// Heads' layouts (heads.cpp), shared by the architectures whose checkpoints name the tensors alike.
+// BertForSequenceClassification: the pooler's dense + tanh on the first token, then `classifier`.
+std::unique_ptr<Head> make_pooler_classifier(const HeadContext& context);
+// RobertaClassificationHead (XLM-R, CamemBERT): `classifier.dense` + tanh on the first token, then
+// `classifier.out_proj`.
+std::unique_ptr<Head> make_dense_out_proj_classifier(const HeadContext& context);
+
 // One line of the architecture table.
 struct Architecture {
   std::vector<std::string_view> model_types;  // config.json's model_type values it runs
+  std::string_view name;                      // short, for executor descriptions: "RoBERTa/XLM-R/CamemBERT"
   std::string_view description;
   std::unique_ptr<Transformer> (*make)(const ArchitectureContext& context);
   // Checks every config.json value the architecture reads (range, and agreement with the shapes of the
@@ -182,12 +227,21 @@ struct Architecture {
   // validation) and make_transformer() run it, on a context for the CPU in float32, and throw what it
   // throws (naming the file and key).
   void (*check)(const ArchitectureContext& context) = nullptr;
+  // Its heads, one column per HeadKind: the layout of that head in its checkpoints, null where flowline runs
+  // none.
+  std::array<MakeHead, kHeadKinds> heads{};
 };
 std::span<const Architecture> architectures();  // architectures/table.cpp
 const Architecture* find_architecture(std::string_view model_type);
 // The transformer of context.checkpoint's model_type, from the table, with info().model_type set; throws
 // when the table has no such architecture.
 std::unique_ptr<Transformer> make_transformer(const ArchitectureContext& context);
+// The layout of the head of `kind` for `checkpoint`'s architecture, from the table's column; throws naming
+// config.json and the model types that have one when the architecture has none (Checkpoint::problem() asks
+// it too, so validation refuses such a checkpoint).
+MakeHead head_layout(HeadKind kind, const Checkpoint& checkpoint);
+// The model types with a head of `kind`, in the table's order ("bert, roberta, xlm-roberta, camembert").
+std::vector<std::string_view> model_types_with(HeadKind kind);
 
 // ---- shared pieces of architectures -----------------------------------------------------------------
 

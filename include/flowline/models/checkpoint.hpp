@@ -39,12 +39,17 @@ std::string to_string(Pooling pooling);
 enum class Activation { Identity, Tanh, Relu, Gelu, Sigmoid };
 std::string to_string(Activation activation);
 
+// The weights' file name of a checkpoint folder and of a module's folder.
+inline constexpr const char* kWeightsFileName = "model.safetensors";
+
 // A sentence-transformers Dense module: y = activation(W x + b), weights in its folder's model.safetensors.
 struct DenseModule {
   std::filesystem::path folder;
   std::int64_t in_features = 0, out_features = 0;
   bool bias = true;
   Activation activation = Activation::Tanh;
+
+  std::filesystem::path weights_file() const { return folder / kWeightsFileName; }
 };
 
 // What comes after the transformer in a sentence-transformers model: Pooling, then Dense and Normalize
@@ -83,10 +88,13 @@ struct Checkpoint {
   // Reads and checks the folder (see above). Throws flowline::Error.
   static Checkpoint read(const std::filesystem::path& folder);
 
+  // The transformer's weights: folder/model.safetensors.
+  std::filesystem::path weights_file() const { return folder / kWeightsFileName; }
+
   // What validation asks of a `model` parameter (ParamSpec::check): read() succeeds, the tokenizer
   // (tokenizer.json, or vocab.txt) is one flowline::tokenizers runs exactly (it is built, so a component it
-  // cannot run is named), and for a cross-encoder the head is one flowline runs. Returns the problem, or
-  // nullopt. Reads only JSON and vocabulary files; loads no weight.
+  // cannot run is named), and for a cross-encoder the architecture table has its head. Returns the problem,
+  // or nullopt. Reads only JSON and vocabulary files; loads no weight.
   enum class Use { Embedding, CrossEncoder };
   static std::optional<std::string> problem(const std::filesystem::path& folder, Use use);
 

@@ -2,15 +2,20 @@
 // transformer of the checkpoint's architecture over (query, document) pairs, then its classification head
 // on the first token, then sentence-transformers' CrossEncoder activation (sigmoid for one label).
 //
-// Heads: BERT's (pooler dense + tanh, then classifier) and RoBERTa's / XLM-R's (classifier.dense + tanh,
-// then classifier.out_proj). Other architectures' heads are refused when the model is made, naming the
-// file and what is supported. score() is const and thread-safe, like EmbeddingModel::encode(): replicas
-// on one device share one model.
+// The head's layout is a column of the architecture table (src/models/architectures/table.cpp): BERT's
+// (pooler dense + tanh, then classifier) and RoBERTa's / XLM-R's / CamemBERT's (classifier.dense + tanh,
+// then classifier.out_proj). An architecture without one is refused when the checkpoint is validated
+// (Checkpoint::problem) and when the model is made, naming the file and the model types that have one.
+// score() is const and thread-safe, like EmbeddingModel::encode(): replicas on one device share one model.
 #pragma once
 
 #include "flowline/models/embedding_model.hpp"
 
 namespace flowline::models {
+
+namespace detail {
+class Head;  // src/models/transformer.hpp
+}  // namespace detail
 
 class CrossEncoderModel {
  public:
@@ -31,12 +36,12 @@ class CrossEncoderModel {
   std::size_t weight_bytes() const noexcept;
 
  private:
-  struct Head;
   Checkpoint checkpoint_;
   c10::Device device_;
   c10::ScalarType dtype_;
   std::unique_ptr<detail::Transformer> transformer_;
-  std::unique_ptr<Head> head_;
+  std::unique_ptr<detail::Head> head_;
+  Activation activation_ = Activation::Sigmoid;
   bool packed_ = false;
 };
 

@@ -90,6 +90,10 @@ class EmbeddingModel {
 
 // The model types the table knows, e.g. {"bert", "camembert", "modernbert", "mpnet", ...}.
 std::vector<std::string> supported_model_types();
+// The table's architectures that run for `use`, by their short names in the table's order: every one for
+// embeddings ("BERT", "RoBERTa/XLM-R/CamemBERT", "MPNet", ...), those with a sequence-classification head
+// for cross-encoders. The executors' descriptions list them.
+std::vector<std::string> supported_architectures(Checkpoint::Use use);
 
 // EmbeddingModel::encode() replayed from CUDA graphs: each forward pass is launched as one graph instead of
 // about ten kernels per layer, which matters when passes are short (the GPU finishes a kernel faster

@@ -79,8 +79,8 @@ struct ModernBertConfig {
   }
 
   void check_weights(const ArchitectureContext& context) const {
-    const WeightLoader w(context.checkpoint.folder / "model.safetensors", "embeddings.tok_embeddings.weight",
-                         context.device, context.dtype);
+    const WeightLoader w(context.checkpoint.weights_file(), "embeddings.tok_embeddings.weight", context.device,
+                         context.dtype);
     w.check(context, "embeddings.tok_embeddings.weight", {{"vocab_size", vocab}, {"hidden_size", hidden}});
     w.check_count(context, "num_hidden_layers", layers, "layers.");
     w.check(context, "layers.0.attn.Wqkv.weight", {{"3 * hidden_size", 3 * hidden}, {"hidden_size", hidden}});
@@ -150,7 +150,7 @@ class ModernBert final : public Transformer {
 
   void load(const ArchitectureContext& context) {
     c10::InferenceMode guard;
-    WeightLoader w(context.checkpoint.folder / "model.safetensors", "embeddings.tok_embeddings.weight", context.device,
+    WeightLoader w(context.checkpoint.weights_file(), "embeddings.tok_embeddings.weight", context.device,
                    context.dtype);
     const std::int64_t H = info_.hidden_size, I = info_.intermediate_size;
     const bool norm_bias =

@@ -1,8 +1,8 @@
-// MPNet (model_type "mpnet"): BERT-like post-LayerNorm layers whose attention scores get a relative
-// position bias, T5-style buckets of (key position - query position) looked up in one table that all
-// layers share; positions counted from padding_idx + 1; no token types.
+// MPNet (model_type "mpnet"): BERT's post-LayerNorm layers (PostLayerNormLayers, bert_family.hpp) whose
+// attention scores get a relative position bias, T5-style buckets of (key position - query position) looked
+// up in one table that all layers share; positions counted from padding_idx + 1; no token types.
 #include "../cuda_kernels.hpp"
-#include "../transformer.hpp"
+#include "bert_family.hpp"
 
 #include <c10/core/InferenceMode.h>
 #include <fmt/format.h>
@@ -67,8 +67,8 @@ struct MPNetConfig {
   }
 
   void check_weights(const ArchitectureContext& context) const {
-    const WeightLoader w(context.checkpoint.folder / "model.safetensors", "embeddings.word_embeddings.weight",
-                         context.device, context.dtype);
+    const WeightLoader w(context.checkpoint.weights_file(), "embeddings.word_embeddings.weight", context.device,
+                         context.dtype);
     w.check(context, "embeddings.word_embeddings.weight", {{"vocab_size", vocab}, {"hidden_size", hidden}});
     w.check(context, "embeddings.position_embeddings.weight",
             {{"max_position_embeddings", table}, {"hidden_size", hidden}});
@@ -79,6 +79,16 @@ struct MPNetConfig {
             {{"intermediate_size", intermediate}, {"hidden_size", hidden}});
   }
 };
+
+const PostLayerNormNames kMPNetLayers{.stem = "encoder.layer.",
+                                      .q = "attention.attn.q",
+                                      .k = "attention.attn.k",
+                                      .v = "attention.attn.v",
+                                      .out = "attention.attn.o",
+                                      .norm1 = "attention.LayerNorm",
+                                      .up = "intermediate.dense",
+                                      .down = "output.dense",
+                                      .norm2 = "output.LayerNorm"};
 
 class MPNet final : public Transformer {
  public:
@@ -108,7 +118,6 @@ class MPNet final : public Transformer {
 
   at::Tensor forward(const DeviceBatch& batch) const override {
     const std::int64_t H = info_.hidden_size, heads = info_.num_heads, head_dim = H / heads;
-    const std::int64_t total = batch.ids.size(0);
     at::Tensor x = at::embedding(word_, batch.ids) + at::embedding(position_, batch.positions + position_offset_);
     x = at::layer_norm(x, {H}, emb_ln_w_, emb_ln_b_, eps_);
     AttentionOptions attention;
@@ -119,30 +128,15 @@ class MPNet final : public Transformer {
     };
     if (batch.packed) attention.relative_bias = bias_by_offset_;
     prepare_attention(attention, batch, x.scalar_type(), heads);  // one padded mask per pass (GPU, float32)
-    for (const auto& l : layers_) {
-      at::Tensor qkv = at::linear(x, l.qkv_w, l.qkv_b);
-      auto q = qkv.narrow(1, 0, H).view({total, heads, head_dim});
-      auto k = qkv.narrow(1, H, H).view({total, heads, head_dim});
-      auto v = qkv.narrow(1, 2 * H, H).view({total, heads, head_dim});
-      at::Tensor context = attend(q, k, v, batch, attention);
-      // x is the residual each time; it is no longer needed once added (linear_add_layer_norm writes over it).
-      x = linear_add_layer_norm(x, context, l.o_w, l.o_b, l.ln1_w, l.ln1_b, eps_, false).second;
-      at::Tensor hidden = activate(at::linear(x, l.up_w, l.up_b), act_);
-      x = linear_add_layer_norm(x, hidden, l.down_w, l.down_b, l.ln2_w, l.ln2_b, eps_, false).second;
-    }
-    return x;
+    return layers_.forward(std::move(x), batch, attention);
   }
 
  private:
-  struct Layer {
-    at::Tensor qkv_w, qkv_b, o_w, o_b, ln1_w, ln1_b, up_w, up_b, down_w, down_b, ln2_w, ln2_b;
-  };
-
   void load(const ArchitectureContext& context) {
     c10::InferenceMode guard;
-    WeightLoader w(context.checkpoint.folder / "model.safetensors", "embeddings.word_embeddings.weight", context.device,
+    WeightLoader w(context.checkpoint.weights_file(), "embeddings.word_embeddings.weight", context.device,
                    context.dtype);
-    const std::int64_t H = info_.hidden_size, I = info_.intermediate_size;
+    const std::int64_t H = info_.hidden_size;
     word_ = w.load("embeddings.word_embeddings.weight", {info_.vocab_size, H});
     position_ = w.load("embeddings.position_embeddings.weight", {info_.max_positions + position_offset_, H});
     emb_ln_w_ = w.load("embeddings.LayerNorm.weight", {H});
@@ -155,25 +149,8 @@ class MPNet final : public Transformer {
     const at::Tensor offsets = at::arange(-(P - 1), P, at::kLong);
     bias_by_offset_ =
         at::embedding(bias_table_, buckets_of(offsets, 32, 128).to(context.device)).to(at::kFloat).t().contiguous();
-    for (std::int64_t i = 0; i < info_.num_layers; ++i) {
-      const std::string p = fmt::format("encoder.layer.{}.", i);
-      Layer l;
-      l.qkv_w = at::cat({w.load(p + "attention.attn.q.weight", {H, H}), w.load(p + "attention.attn.k.weight", {H, H}),
-                         w.load(p + "attention.attn.v.weight", {H, H})});
-      l.qkv_b = at::cat({w.load(p + "attention.attn.q.bias", {H}), w.load(p + "attention.attn.k.bias", {H}),
-                         w.load(p + "attention.attn.v.bias", {H})});
-      l.o_w = w.load(p + "attention.attn.o.weight", {H, H});
-      l.o_b = w.load(p + "attention.attn.o.bias", {H});
-      l.ln1_w = w.load(p + "attention.LayerNorm.weight", {H});
-      l.ln1_b = w.load(p + "attention.LayerNorm.bias", {H});
-      l.up_w = w.load(p + "intermediate.dense.weight", {I, H});
-      l.up_b = w.load(p + "intermediate.dense.bias", {I});
-      l.down_w = w.load(p + "output.dense.weight", {H, I});
-      l.down_b = w.load(p + "output.dense.bias", {H});
-      l.ln2_w = w.load(p + "output.LayerNorm.weight", {H});
-      l.ln2_b = w.load(p + "output.LayerNorm.bias", {H});
-      layers_.push_back(std::move(l));
-    }
+    layers_.load(w, kMPNetLayers,
+                 {info_.num_layers, info_.hidden_size, info_.intermediate_size, info_.num_heads, eps_, act_});
     weight_bytes_ = w.bytes();  // the fused q/k/v copies replace the loaded pieces one for one
   }
 
@@ -181,7 +158,7 @@ class MPNet final : public Transformer {
   double eps_ = 1e-5;
   std::string act_ = "gelu";
   at::Tensor word_, position_, emb_ln_w_, emb_ln_b_, bias_table_, buckets_, bias_by_offset_;
-  std::vector<Layer> layers_;
+  PostLayerNormLayers layers_;
 };
 
 }  // namespace

@@ -96,8 +96,7 @@ struct Qwen3Config {
 
   // The weights' header against the sizes above.
   void check_weights(const ArchitectureContext& context) const {
-    const WeightLoader w(context.checkpoint.folder / "model.safetensors", "embed_tokens.weight", context.device,
-                         context.dtype);
+    const WeightLoader w(context.checkpoint.weights_file(), "embed_tokens.weight", context.device, context.dtype);
     w.check(context, "embed_tokens.weight", {{"vocab_size", vocab}, {"hidden_size", hidden}});
     w.check_count(context, "num_hidden_layers", layers, "layers.");
     w.check(context, "layers.0.self_attn.q_proj.weight",
@@ -160,8 +159,7 @@ class Qwen3 final : public Transformer {
 
   void load(const ArchitectureContext& context) {
     c10::InferenceMode guard;
-    WeightLoader w(context.checkpoint.folder / "model.safetensors", "embed_tokens.weight", context.device,
-                   context.dtype);
+    WeightLoader w(context.checkpoint.weights_file(), "embed_tokens.weight", context.device, context.dtype);
     const std::int64_t H = config_.hidden, I = config_.intermediate, d = config_.head_dim;
     const std::int64_t q_out = config_.heads * d, kv_out = config_.kv_heads * d;
     word_ = w.load("embed_tokens.weight", {config_.vocab, H});

@@ -1,5 +1,6 @@
-// The architecture table: which file runs which config.json model_type. Adding an architecture is a file
-// in this folder with a make_<name> function, and one line here (docs/models.md).
+// The architecture table: which file runs which config.json model_type, and the layout of each head kind
+// its checkpoints carry. Adding an architecture is a file in this folder with a make_<name> function, and
+// one line here; a head of a new kind is one more column (docs/models.md).
 #include "../transformer.hpp"
 
 namespace flowline::models::detail {
@@ -17,12 +18,28 @@ std::unique_ptr<Transformer> make_qwen3(const ArchitectureContext& context);  //
 void check_qwen3(const ArchitectureContext& context);
 
 std::span<const Architecture> architectures() {
+  // model_type values | name | description | make | check | heads: sequence classification
   static const Architecture table[] = {
-      {{"bert"}, "BERT", &make_bert, &check_bert},
-      {{"roberta", "xlm-roberta", "camembert"}, "RoBERTa / XLM-RoBERTa / CamemBERT", &make_roberta, &check_roberta},
-      {{"mpnet"}, "MPNet (relative position bias)", &make_mpnet, &check_mpnet},
-      {{"modernbert"}, "ModernBERT (rotary, GeGLU, local/global attention)", &make_modernbert, &check_modernbert},
-      {{"qwen3"}, "Qwen3 (RMSNorm, rotary, SwiGLU, grouped-query causal attention)", &make_qwen3, &check_qwen3},
+      {{"bert"}, "BERT", "BERT", &make_bert, &check_bert, {&make_pooler_classifier}},
+      {{"roberta", "xlm-roberta", "camembert"},
+       "RoBERTa/XLM-R/CamemBERT",
+       "RoBERTa / XLM-RoBERTa / CamemBERT",
+       &make_roberta,
+       &check_roberta,
+       {&make_dense_out_proj_classifier}},
+      {{"mpnet"}, "MPNet", "MPNet (relative position bias)", &make_mpnet, &check_mpnet, {}},
+      {{"modernbert"},
+       "ModernBERT",
+       "ModernBERT (rotary, GeGLU, local/global attention)",
+       &make_modernbert,
+       &check_modernbert,
+       {}},
+      {{"qwen3"},
+       "Qwen3",
+       "Qwen3 (RMSNorm, rotary, SwiGLU, grouped-query causal attention)",
+       &make_qwen3,
+       &check_qwen3,
+       {}},
   };
   return table;
 }
