@@ -497,3 +497,20 @@ TEST_CASE("prompts are put before the texts as sentence-transformers does, per e
                     testing::contains("prompt_name 'question': the model '" + (tiny / "bert-prompt-excluded").string() +
                                       "' has the prompts document, passage, query"));
 }
+
+TEST_CASE("normalize: false on a checkpoint that normalizes fails the start; true normalizes one that does not",
+          "[encoder]") {
+  // Checked once, when the executor is made, not on every request.
+  Flow flow(FlowOptions{}, encoder_registry());
+  flow.add({.name = "enc",
+            .uses = "SentenceEncoder",
+            .with = {{"model", tiny_variant("normalizing", "mean", true).string()}, {"normalize", false}},
+            .device = "cpu"});
+  CHECK_THROWS_WITH(flow.start(), testing::contains("parameter 'normalize': false cannot undo the Normalize module"));
+  const std::vector<std::string> texts{"a short text", "another text that is a little longer than the first one"};
+  const auto plain = tiny_variant("not normalizing", "mean", false);
+  const at::Tensor raw = encode_with_flow(plain, texts);
+  const at::Tensor normalized = encode_with_flow(plain, texts, {{"normalize", true}});
+  CHECK((raw.norm(2, {1}) - 1).abs().max().item<double>() > 1e-3);
+  CHECK((normalized - raw / raw.norm(2, {1}, true)).abs().max().item<double>() < 1e-6);
+}

@@ -6,6 +6,7 @@
 #include "flowline/executor.hpp"
 #include "flowline/model_folder.hpp"
 #include "flowline/models/cross_encoder.hpp"
+#include "flowline/models/pass_planner.hpp"
 #include "flowline/models/tokenizer.hpp"
 #include "flowline/torch_support.hpp"
 
@@ -13,10 +14,10 @@
 #include <c10/core/InferenceMode.h>
 #include <c10/core/StreamGuard.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <numeric>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -34,7 +35,8 @@ class Reranker : public Executor {
   static ExecutorSpec spec() {
     ExecutorSpec spec{
         "Reranker",
-        "Score and sort each query's candidates with a cross-encoder checkpoint (BERT, RoBERTa/XLM-R; LibTorch)",
+        fmt::format("Score and sort each query's candidates with a cross-encoder checkpoint ({}; LibTorch)",
+                    fmt::join(models::supported_architectures(models::Checkpoint::Use::CrossEncoder), ", ")),
         {ParamSpec::required_param("model", ParamType::Path,
                                    "cross-encoder checkpoint folder (one label), or a model name ORG/NAME in the "
                                    "local Hugging Face cache ($HF_HOME/hub)")
@@ -82,7 +84,7 @@ class Reranker : public Executor {
                               tokenizer_->special_tokens_count(true) + 2, model_max));
     }
     typed_ = model_->info().type_vocab_size > 1;
-    batch_size_ = params().get<std::size_t>("batch_size");
+    planner_.set_budget({params().get<std::size_t>("batch_size"), 0});
     top_n_ = params().get<std::size_t>("top_n");
     raw_ = params().get<bool>("raw_scores");
     if (device_.is_cuda()) stream_ = replica_stream(device_);
@@ -170,27 +172,12 @@ class Reranker : public Executor {
     }
     offsets_.assign(1, 0);
     for (const std::size_t n : lengths_of_pairs_) offsets_.push_back(offsets_.back() + n);
-    std::vector<std::size_t> order(pairs.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-      return offsets_[a + 1] - offsets_[a] > offsets_[b + 1] - offsets_[b];
-    });
-    for (std::size_t start = 0; start < order.size(); start += batch_size_) {
-      const std::size_t end = std::min(order.size(), start + batch_size_);
-      packed_.clear();
-      packed_types_.clear();
-      lengths_.clear();
-      for (std::size_t i = start; i < end; ++i) {
-        const std::size_t p = order[i];
-        packed_.insert(packed_.end(), ids_.begin() + offsets_[p], ids_.begin() + offsets_[p + 1]);
-        if (typed_)
-          packed_types_.insert(packed_types_.end(), types_.begin() + offsets_[p], types_.begin() + offsets_[p + 1]);
-        lengths_.push_back(static_cast<std::int64_t>(offsets_[p + 1] - offsets_[p]));
-      }
-      const at::Tensor scores =
-          model_->score(models::PackedBatch{packed_, lengths_, packed_types_}, raw).select(1, 0).to(at::kCPU);
+    // Longest first, batch_size pairs a pass (models::PassPlanner); each pass's scores back to their pairs.
+    planner_.plan({ids_, offsets_, types_});
+    for (const models::Pass& pass : planner_.passes()) {
+      const at::Tensor scores = model_->score(pass.batch, raw).select(1, 0).to(at::kCPU);
       const float* s = scores.data_ptr<float>();
-      for (std::size_t i = start; i < end; ++i) out[order[i]] = s[i - start];
+      for (std::size_t r = 0; r < pass.sequences.size(); ++r) out[pass.sequences[r]] = s[r];
     }
     return out;
   }
@@ -214,13 +201,13 @@ class Reranker : public Executor {
   std::unique_ptr<models::Tokenizer> tokenizer_;
   std::shared_ptr<const models::CrossEncoderModel> model_;
   std::optional<c10::Stream> stream_;
-  std::size_t max_length_ = 512, batch_size_ = 128, top_n_ = 0;
+  std::size_t max_length_ = 512, top_n_ = 0;
   bool raw_ = false, typed_ = false;
+  models::PassPlanner planner_{{128, 0}};  // batch_size pairs a pass
   // Buffers reused across requests.
-  std::vector<std::int32_t> ids_, types_, packed_, packed_types_;
+  std::vector<std::int32_t> ids_, types_;
   std::vector<std::size_t> offsets_, lengths_of_pairs_;
   std::vector<std::string_view> candidates_;
-  std::vector<std::int64_t> lengths_;
 };
 
 }  // namespace

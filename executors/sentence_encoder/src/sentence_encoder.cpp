@@ -8,6 +8,7 @@
 #include "flowline/model_folder.hpp"
 #include "flowline/torch_support.hpp"
 #include "flowline/models/embedding_model.hpp"
+#include "flowline/models/pass_planner.hpp"
 #include "flowline/models/tokenizer.hpp"
 
 #include <ATen/ATen.h>
@@ -34,13 +35,36 @@ ParamSpec normalize_spec() {
   return spec;
 }
 
+// What a request's forward passes did, for the metrics.
+struct PassFigures {
+  double passes = 0, graph_passes = 0, tokens = 0, max_tokens = 0, max_sequences = 0;
+  double launch_seconds = 0;  // of the enqueueing, the time in the encoder's calls
+
+  void add(const models::Pass& pass, bool graphed) {
+    const auto pass_tokens = static_cast<double>(pass.batch.ids.size());
+    passes += 1;
+    graph_passes += graphed ? 1 : 0;
+    tokens += pass_tokens;
+    max_tokens = std::max(max_tokens, pass_tokens);
+    max_sequences = std::max(max_sequences, static_cast<double>(pass.sequences.size()));
+  }
+  void report(ExecutorMetrics& metrics) const {
+    metrics.add("forward_passes", passes);
+    metrics.add("graph_passes", graph_passes);
+    metrics.add("tokens", tokens);
+    metrics.set_max("max_forward_tokens", max_tokens);
+    metrics.set_max("max_forward_sequences", max_sequences);
+  }
+};
+
 class SentenceEncoder : public Executor {
  public:
   static ExecutorSpec spec() {
     ExecutorSpec spec{
         "SentenceEncoder",
-        "Encode texts into sentence embeddings with a sentence-transformers checkpoint: BERT, RoBERTa/XLM-R, MPNet, "
-        "ModernBERT (LibTorch); documents without text pass through without an embedding",
+        fmt::format("Encode texts into sentence embeddings with a sentence-transformers checkpoint: {} (LibTorch); "
+                    "documents without text pass through without an embedding",
+                    fmt::join(models::supported_architectures(models::Checkpoint::Use::Embedding), ", ")),
         {ParamSpec::required_param("model", ParamType::Path,
                                    "sentence-transformers checkpoint folder, or a model name ORG/NAME in the local "
                                    "Hugging Face cache ($HF_HOME/hub)")
@@ -129,10 +153,9 @@ class SentenceEncoder : public Executor {
     }
     const auto batch_size = size_or_auto("batch_size");
     const auto max_batch_tokens = size_or_auto("max_batch_tokens");
-    batch_size_ = batch_size.value_or(64);
-    max_batch_tokens_ = max_batch_tokens.value_or(0);
-    if (max_batch_tokens_ != 0 && max_batch_tokens_ < max_seq_length_) {
-      throw Error(fmt::format("parameter 'max_batch_tokens': {} is less than max_seq_length {}", max_batch_tokens_,
+    planner_.set_budget({batch_size.value_or(64), max_batch_tokens.value_or(0)});
+    if (max_batch_tokens && *max_batch_tokens != 0 && *max_batch_tokens < max_seq_length_) {
+      throw Error(fmt::format("parameter 'max_batch_tokens': {} is less than max_seq_length {}", *max_batch_tokens,
                               max_seq_length_));
     }
     const std::string prompt_name = params().get<std::string>("prompt_name");
@@ -145,8 +168,12 @@ class SentenceEncoder : public Executor {
     if (!(memory_fraction_ > 0 && memory_fraction_ <= 1)) {
       throw Error(fmt::format("parameter 'memory_fraction': {} is outside (0, 1]", memory_fraction_));
     }
-    const auto normalize = params().get<boost::json::value>("normalize");
-    if (normalize.is_bool()) normalize_override_ = normalize.get_bool() ? 1 : 0;  // else "auto" (a declared choice)
+    // normalize: true adds a normalization where the checkpoint has none; false cannot take one away.
+    const auto normalize = params().get<boost::json::value>("normalize");  // else "auto" (a declared choice)
+    if (normalize.is_bool() && !normalize.get_bool() && checkpoint.modules.normalize) {
+      throw Error("parameter 'normalize': false cannot undo the Normalize module of this checkpoint");
+    }
+    normalize_ = normalize.is_bool() && normalize.get_bool() && !checkpoint.modules.normalize;
     std::vector<std::string> pooling;
     for (const auto p : checkpoint.modules.pooling) pooling.push_back(models::to_string(p));
     spdlog::info(
@@ -185,73 +212,44 @@ class SentenceEncoder : public Executor {
     return static_cast<std::size_t>(value.to_number<std::int64_t>());  // bounds checked by validation
   }
 
-  // batch_size / max_batch_tokens "auto": measures the peak activation memory of two forward passes at
-  // max_seq_length, fits bytes per token, and sizes the passes so that this executor's replicas on the
-  // device together stay within memory_fraction of the memory free at start. Replicas calibrate one at a
-  // time per device. On the CPU, where memory is seldom the limit, auto keeps the defaults.
+  // batch_size / max_batch_tokens "auto": the planner's calibration (models::calibrate_budget) on passes
+  // of max_seq_length tokens, so that this executor's replicas on the device together stay within
+  // memory_fraction of the memory free at start. Replicas calibrate one at a time per device. On the CPU,
+  // where memory is seldom the limit, auto keeps the defaults.
   void choose_batch_sizes(bool auto_batch, bool auto_tokens) {
-    constexpr std::size_t kMaxAutoSequences = 8192, kMaxAutoTokens = 1 << 21;
     if (!device_.is_cuda()) {
       spdlog::info(
           "executor '{}' replica {}: batch sizing 'auto' calibrates on a GPU; on the CPU it keeps "
           "batch_size {} and max_batch_tokens {}",
-          runtime().name, runtime().replica, batch_size_, max_batch_tokens_);
+          runtime().name, runtime().replica, planner_.budget().max_sequences, planner_.budget().max_tokens);
       return;
     }
     std::lock_guard lock(start_up_mutex());
     c10::InferenceMode guard;
     std::optional<c10::StreamGuard> on_stream;
     if (stream_) on_stream.emplace(*stream_);
-    auto peak_for = [&](std::size_t sequences) {
-      stream_->synchronize();
-      reset_device_peaks(device_);
-      const auto before = device_memory(device_)->allocated;
+    auto run_pass = [&](std::size_t sequences) {
       std::vector<std::int32_t> ids(sequences * max_seq_length_, filler_id());
       std::vector<int64_t> lengths(sequences, static_cast<int64_t>(max_seq_length_));
       at::Tensor out = encoder_->encode(models::PackedBatch{ids, lengths});
       stream_->synchronize();
-      return static_cast<double>(device_memory(device_)->peak_allocated - before);
     };
-    const std::size_t small = 16, large = 64;
-    peak_for(small);  // first call pays for library workspaces; not measured
-    const double p_small = peak_for(small), p_large = peak_for(large);
-    const double tokens_small = static_cast<double>(small * max_seq_length_);
-    const double tokens_large = static_cast<double>(large * max_seq_length_);
-    const double per_token = std::max(1.0, (p_large - p_small) / (tokens_large - tokens_small));
-    const double fixed = std::max(0.0, p_small - per_token * tokens_small);
-    // Memory the caching allocator holds but does not use counts as free: it is this process's to reuse.
-    release_cached_memory();
-    const auto free_total = device_free_total(device_);
-    if (!free_total)
-      throw Error(fmt::format("batch sizing 'auto': the free memory of {} cannot be read", device_.str()));
-    const auto free_bytes = static_cast<double>(free_total->first);
-    const double budget = memory_fraction_ * free_bytes / runtime().replicas_on_device;
-    const double tokens = std::max(0.0, (budget - fixed) / per_token);
-    auto tokens_fit = static_cast<std::size_t>(tokens);
-    if (tokens_fit < max_seq_length_) {
-      throw Error(
-          fmt::format("batch sizing 'auto': a budget of {:.0f} MiB ({:.0f}% of {:.0f} MiB free, over {} replica(s)) "
-                      "does not fit one sequence of {} tokens ({:.0f} bytes per token)",
-                      budget / (1 << 20), memory_fraction_ * 100, free_bytes / double(1 << 20),
-                      runtime().replicas_on_device, max_seq_length_, per_token));
-    }
-    if (auto_tokens) max_batch_tokens_ = std::min(tokens_fit, kMaxAutoTokens);
-    if (auto_batch) {
-      const std::size_t limit = max_batch_tokens_ != 0 ? std::min(tokens_fit, max_batch_tokens_) : tokens_fit;
-      batch_size_ = std::clamp<std::size_t>(limit / max_seq_length_, 1, kMaxAutoSequences);
-      if (max_batch_tokens_ != 0)
-        batch_size_ = std::min(kMaxAutoSequences, std::max(batch_size_, max_batch_tokens_ / 16));
-    }
+    stream_->synchronize();
+    models::PassBudget budget = planner_.budget();
+    const models::Calibration c = models::calibrate_budget(
+        budget, {auto_batch, auto_tokens, max_seq_length_, memory_fraction_, runtime().replicas_on_device}, device_,
+        run_pass);
+    planner_.set_budget(budget);
     spdlog::info(
         "executor '{}' replica {}: calibrated {:.0f} bytes per token + {:.1f} MiB per pass; budget {:.0f} MiB "
         "({:.0f}% of {:.0f} MiB free{}); batch_size {}{}, max_batch_tokens {}{}",
-        runtime().name, runtime().replica, per_token, fixed / (1 << 20), budget / (1 << 20), memory_fraction_ * 100,
-        free_bytes / double(1 << 20),
+        runtime().name, runtime().replica, c.bytes_per_token, c.fixed_bytes / (1 << 20), c.budget_bytes / (1 << 20),
+        memory_fraction_ * 100, c.free_bytes / double(1 << 20),
         runtime().replicas_on_device > 1 ? fmt::format(", shared by {} replicas", runtime().replicas_on_device) : "",
-        batch_size_, auto_batch ? " (auto)" : "", max_batch_tokens_, auto_tokens ? " (auto)" : "");
-    metrics().set("calibrated_bytes_per_token", per_token);
-    metrics().set("batch_size", static_cast<double>(batch_size_));
-    metrics().set("max_batch_tokens", static_cast<double>(max_batch_tokens_));
+        budget.max_sequences, auto_batch ? " (auto)" : "", budget.max_tokens, auto_tokens ? " (auto)" : "");
+    metrics().set("calibrated_bytes_per_token", c.bytes_per_token);
+    metrics().set("batch_size", static_cast<double>(budget.max_sequences));
+    metrics().set("max_batch_tokens", static_cast<double>(budget.max_tokens));
   }
 
   // CUDA graphs for passes of up to `max_tokens` tokens, where the encoder's attention allows them (a GPU
@@ -265,9 +263,10 @@ class SentenceEncoder : public Executor {
       }
       return;
     }
-    std::size_t largest_pass = batch_size_ * max_seq_length_;
-    if (max_batch_tokens_ != 0) largest_pass = std::min(largest_pass, max_batch_tokens_);
-    graphs_ = std::make_unique<models::GraphedEmbeddingModel>(encoder_, static_cast<int64_t>(batch_size_),
+    const models::PassBudget& budget = planner_.budget();
+    std::size_t largest_pass = budget.max_sequences * max_seq_length_;
+    if (budget.max_tokens != 0) largest_pass = std::min(largest_pass, budget.max_tokens);
+    graphs_ = std::make_unique<models::GraphedEmbeddingModel>(encoder_, static_cast<int64_t>(budget.max_sequences),
                                                               static_cast<int64_t>(std::min(max_tokens, largest_pass)),
                                                               static_cast<int64_t>(max_seq_length_));
   }
@@ -282,11 +281,12 @@ class SentenceEncoder : public Executor {
     std::optional<c10::StreamGuard> on_stream;
     if (stream_) on_stream.emplace(*stream_);
     std::vector<std::pair<std::size_t, std::size_t>> shapes;  // (sequences, length)
+    const models::PassBudget& budget = planner_.budget();
     if (device_.is_cuda()) {
       for (std::size_t len : {max_seq_length_, std::size_t{128}, std::size_t{64}, std::size_t{16}}) {
         const std::size_t length = std::min(len, max_seq_length_);
-        std::size_t count = batch_size_;
-        if (max_batch_tokens_ != 0) count = std::max<std::size_t>(1, std::min(count, max_batch_tokens_ / length));
+        std::size_t count = budget.max_sequences;
+        if (budget.max_tokens != 0) count = std::max<std::size_t>(1, std::min(count, budget.max_tokens / length));
         shapes.emplace_back(count, length);
       }
     } else {
@@ -312,7 +312,7 @@ class SentenceEncoder : public Executor {
       // buffers get pinned now (milliseconds under a driver-wide lock) and the kernels only it uses get
       // loaded (CUDA loads modules lazily), so the first real request pays for neither.
       constexpr std::size_t kMaxWarmupRows = 1 << 16;  // larger requests grow the buffers once, later
-      const std::size_t rows = std::min(kMaxWarmupRows, std::max(batch_size_, runtime().request_size));
+      const std::size_t rows = std::min(kMaxWarmupRows, std::max(budget.max_sequences, runtime().request_size));
       DocumentArray docs;
       for (std::size_t i = 0; i < rows; ++i) docs.push_back(Document("warm up"));
       warming_up_ = true;
@@ -372,57 +372,23 @@ class SentenceEncoder : public Executor {
         docs[i].tags["tokens"] = static_cast<std::int64_t>(offsets_[i + 1] - offsets_[i]);
       }
     }
-    // Longest first, so forward passes hold sequences of similar length.
-    order_.resize(n);
-    std::iota(order_.begin(), order_.end(), 0);
-    std::stable_sort(order_.begin(), order_.end(), [&](std::size_t a, std::size_t b) {
-      return offsets_[a + 1] - offsets_[a] > offsets_[b + 1] - offsets_[b];
-    });
-    const int64_t hidden = encoder_->dimension();
-    at::Tensor result =
-        at::empty({static_cast<int64_t>(n), hidden}, at::TensorOptions().dtype(at::kFloat).device(device_));
-    // Where each pass's rows go: the whole order, copied up once without blocking.
+    // Longest first, cut into passes within the budget and packed (models::PassPlanner).
+    planner_.plan({ids_, offsets_, {}, prompt_skip_});
+    at::Tensor result = at::empty({static_cast<int64_t>(n), encoder_->dimension()},
+                                  at::TensorOptions().dtype(at::kFloat).device(device_));
+    // Where each pass's rows go: the plan's order, copied up once without blocking.
     at::Tensor order = index_staging_.view({static_cast<int64_t>(n)}, at::kLong);
-    std::copy(order_.begin(), order_.end(), order.data_ptr<int64_t>());
+    std::copy(planner_.order().begin(), planner_.order().end(), order.data_ptr<int64_t>());
     const at::Tensor rows = device_.is_cuda() ? order.to(device_, /*non_blocking=*/true) : order;
-    std::size_t start = 0;
-    struct {
-      double passes = 0, graph_passes = 0, tokens = 0, max_tokens = 0, max_sequences = 0;
-      double launch_seconds = 0;  // of the enqueueing, the time in the encoder's calls
-    } figures;
-    while (start < n) {
-      packed_.clear();
-      lengths_.clear();
-      skips_.clear();
-      std::size_t end = start;
-      while (end < n && end - start < batch_size_) {
-        const std::size_t doc = order_[end];
-        const std::size_t len = offsets_[doc + 1] - offsets_[doc];
-        if (max_batch_tokens_ != 0 && !lengths_.empty() && packed_.size() + len > max_batch_tokens_) break;
-        packed_.insert(packed_.end(), ids_.begin() + static_cast<std::ptrdiff_t>(offsets_[doc]),
-                       ids_.begin() + static_cast<std::ptrdiff_t>(offsets_[doc + 1]));
-        lengths_.push_back(static_cast<int64_t>(len));
-        if (prompt_skip_ > 0) skips_.push_back(std::min<int64_t>(prompt_skip_, static_cast<int64_t>(len) - 1));
-        ++end;
-      }
-      const models::PackedBatch batch{packed_, lengths_, {}, skips_};
-      const bool graphed = graphs_ && graphs_->fits(batch);
+    PassFigures figures;
+    for (const models::Pass& pass : planner_.passes()) {
+      const bool graphed = graphs_ && graphs_->fits(pass.batch);
       const auto launch_start = Clock::now();
-      at::Tensor pooled = graphed ? graphs_->encode(batch) : encoder_->encode(batch);
+      at::Tensor pooled = graphed ? graphs_->encode(pass.batch) : encoder_->encode(pass.batch);
       figures.launch_seconds += std::chrono::duration<double>(Clock::now() - launch_start).count();
-      if (graphed) figures.graph_passes += 1;
-      if (normalize_override_ == 1 && !encoder_->checkpoint().modules.normalize) {
-        pooled = pooled / pooled.norm(2, {1}, true).clamp_min(1e-12);
-      }
-      if (normalize_override_ == 0 && encoder_->checkpoint().modules.normalize) {
-        throw Error("normalize: false cannot undo the Normalize module of this checkpoint");
-      }
-      result.index_copy_(0, rows.narrow(0, static_cast<int64_t>(start), static_cast<int64_t>(end - start)), pooled);
-      figures.passes += 1;
-      figures.tokens += static_cast<double>(packed_.size());
-      figures.max_tokens = std::max(figures.max_tokens, static_cast<double>(packed_.size()));
-      figures.max_sequences = std::max(figures.max_sequences, static_cast<double>(end - start));
-      start = end;
+      if (normalize_) pooled = pooled / pooled.norm(2, {1}, true).clamp_min(1e-12);
+      models::scatter_rows(result, rows, pass, pooled);
+      figures.add(pass, graphed);
     }
     const auto enqueued = Clock::now();
     if (keep_on_device_ && device_.is_cuda()) {
@@ -436,11 +402,7 @@ class SentenceEncoder : public Executor {
     const auto done = Clock::now();
     unfinished_ = false;
     if (warming_up_) return;
-    metrics().add("forward_passes", figures.passes);
-    metrics().add("graph_passes", figures.graph_passes);
-    metrics().add("tokens", figures.tokens);
-    metrics().set_max("max_forward_tokens", figures.max_tokens);
-    metrics().set_max("max_forward_sequences", figures.max_sequences);
+    figures.report(metrics());
     // Where a request's time goes: tokenizing on the host, enqueueing the passes (of which launching them
     // in the encoder), and waiting for the device to finish them (plus the copy back).
     metrics().add("tokenize_seconds", std::chrono::duration<double>(tokenized - started).count());
@@ -527,15 +489,14 @@ class SentenceEncoder : public Executor {
   std::size_t tokenizer_threads_ = 1;
   std::optional<c10::Stream> stream_;
   static constexpr std::size_t kMaxWarmupTokens = 1 << 17;
-  std::size_t max_seq_length_ = 0, batch_size_ = 64, max_batch_tokens_ = 0;
+  std::size_t max_seq_length_ = 0;
+  models::PassPlanner planner_;  // the budget (batch_size, max_batch_tokens) and this request's passes
   double memory_fraction_ = 0.9;
-  int normalize_override_ = -1;  // -1 auto, 0 off, 1 on
+  bool normalize_ = false;  // normalize: true on a checkpoint without a Normalize module
   // Buffers reused across batches: no allocation per document.
   std::vector<std::int32_t> ids_;
   std::vector<std::vector<std::int32_t>> chunk_ids_;
-  std::vector<std::size_t> offsets_, order_;
-  std::vector<std::int32_t> packed_;
-  std::vector<int64_t> lengths_, skips_;
+  std::vector<std::size_t> offsets_;
   std::string default_prompt_, prompt_;  // the executor's prompt, and this request's
   int64_t prompt_skip_ = 0;              // tokens pooling leaves out at each start (include_prompt: false)
   // Rows' order going up and embeddings coming down, through pinned buffers kept across requests.

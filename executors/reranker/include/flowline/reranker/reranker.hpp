@@ -8,7 +8,8 @@
 // Each document is a query (its text). Its candidates are its matches (Jina's shape: each match's text), or,
 // when it has none, the strings of tags["documents"] (or tags["texts"]), which become its matches. Every
 // (query, candidate) pair goes through the checkpoint's cross-encoder (flowline::models' CrossEncoderModel:
-// BERT and RoBERTa/XLM-R heads) with the tokenizer's pair template; the matches are then sorted by score,
+// the architectures whose table row has a sequence-classification head — BERT, RoBERTa/XLM-R/CamemBERT)
+// with the tokenizer's pair template; the matches are then sorted by score,
 // highest first, and cut to top_n. Each match gets scores["relevance_score"] and tags["index"], its position
 // among the candidates before sorting.
 //
@@ -17,7 +18,8 @@
 // raw_scores (the logits instead of the CrossEncoder activation). A request's parameters top_n and
 // raw_scores override the executor's. Endpoints: "/rerank" and the default.
 //
-// The pairs of all queries of a request are tokenized, sorted by length and packed into forward passes; on
+// The pairs of all queries of a request are tokenized, sorted by length and packed into forward passes
+// (flowline::models' PassPlanner, as the SentenceEncoder's); on
 // a GPU each replica runs on its own stream and the replicas on a device share one copy of the weights.
 #pragma once
 
