@@ -1,6 +1,7 @@
 // The VectorIndex's behaviours, the same for every backend (exact on the CPU, hnsw, and exact on a GPU when
 // there is one): add, search against brute force, filter, update, delete, clear, restart on a workspace; and
 // its workspace's guarantees: damaged files named with their offset, a torn log tail cut, one writer.
+#include "backend.hpp"
 #include "distance.hpp"
 #include "filter.hpp"
 #include "index_fixtures.hpp"
@@ -677,6 +678,31 @@ TEST_CASE("a bad limit or a filter flowline does not have is a request error, na
   CHECK_THAT(refusal({{"limit", 10001}}), starts_with("parameter 'limit': 10001 is more than this index's max_limit"));
   CHECK_THAT(refusal({{"return_embeddings", 1}}), starts_with("parameter 'return_embeddings': expected true or false"));
   CHECK(refusal({{"limit", 5.0}}) == "answered");
+}
+
+TEST_CASE(
+    "the index's backends come from one table: each row's name is a choice of backend, its parameters the "
+    "executor's",
+    "[index]") {
+  const ExecutorSpec spec = index_registry().get("VectorIndex").spec;
+  const auto param = [&](const std::string& name) -> const ParamSpec* {
+    for (const ParamSpec& p : spec.params) {
+      if (p.name == name) return &p;
+    }
+    return nullptr;
+  };
+  const ParamSpec* backend = param("backend");
+  REQUIRE(backend != nullptr);
+  REQUIRE(backend->choices.size() == vector_index::backend_table().size());
+  for (std::size_t i = 0; i < backend->choices.size(); ++i) {
+    const vector_index::BackendRow& row = vector_index::backend_table()[i];
+    CHECK(backend->choices[i].as_string() == row.name);
+    CHECK_THAT(backend->help, contains(row.name + ": " + row.help));
+    for (const ParamSpec& own : row.parameters) CHECK(param(own.name) != nullptr);
+    CHECK(&vector_index::backend_row(row.name) == &row);
+  }
+  CHECK(backend->default_value.as_string() == "exact");
+  CHECK_THROWS_WITH(vector_index::backend_row("faiss"), contains("backend 'faiss': expected one of exact, hnsw"));
 }
 
 // Not a timed test: the figures of docs/benchmarks.md ("Filters with large $in lists"), printed. Run with

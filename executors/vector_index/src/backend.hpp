@@ -1,18 +1,24 @@
-// The vector side of a VectorIndex: where vectors live and how the nearest are found. One interface, one
-// file per backend (exact_backend.cpp: a matrix product on any LibTorch device; hnsw_backend.cpp: hnswlib's
-// graph on the CPU). Private to the VectorIndex.
+// The vector side of a VectorIndex: where vectors live and how the nearest are found. One interface, and a
+// table of backends (backends.cpp), a row each: its name, its `with:` parameters and how it is made. A
+// backend is one file that defines its row (exact_backend.cpp: a matrix product on any LibTorch device;
+// hnsw_backend.cpp: hnswlib's graph on the CPU) plus that row's line in the table. Private to the VectorIndex.
 //
 // Vectors are addressed by slot: a dense row number that the index (store.hpp) hands out and reuses after
 // a delete. Rows come in as float32 on the CPU, already normalised for the cosine metric; a backend stores
 // them as it likes. A backend is used by one thread at a time (the index replica's).
 #pragma once
 
+#include "flowline/params.hpp"
+
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace flowline::vector_index {
@@ -57,23 +63,37 @@ class VectorBackend {
   virtual std::size_t bytes() const = 0;
 };
 
-struct ExactOptions {
-  std::string device = "cpu";        // a LibTorch device: "cpu", "cuda", "cuda:1"
-  std::vector<std::string> devices;  // two or more: the vectors sharded over them (replaces `device`)
-  bool half = false;                 // store fp16 (GPU) instead of fp32
+// What a backend's row reads when the executor starts: the executor's `with:` (checked against its spec,
+// defaults filled), its device in the flow and its name (for messages).
+struct BackendSettings {
+  Params with;
+  c10::Device device{c10::kCPU};
+  std::string executor;
 };
-// One device, or sharded over `devices` when there are two or more (sharded_backend.cpp).
-std::unique_ptr<VectorBackend> make_exact_backend(Metric metric, std::size_t dim, const ExactOptions& options);
-std::unique_ptr<VectorBackend> make_sharded_backend(Metric metric, std::size_t dim, const ExactOptions& options);
 
-struct HnswOptions {
-  std::size_t m = 16;                 // graph degree
-  std::size_t ef_construction = 200;  // candidate list while inserting
-  std::size_t ef_search = 64;         // candidate list while searching (at least k)
+// Makes a backend's vectors once their dimension is known (at start with `dim:`, else at the first /index).
+using BackendMaker = std::function<std::unique_ptr<VectorBackend>(Metric metric, std::size_t dim)>;
+
+// What a row's `make` gives: the maker, and the device the vectors live on (the index's replicas share one
+// store there and search on streams of their own when it is a GPU).
+struct BackendPlan {
+  BackendMaker make;
+  c10::Device device{c10::kCPU};
 };
-// Whether this build has the hnsw backend (hnswlib's headers were found).
-bool hnsw_available();
-// Throws flowline::Error when the build lacks hnswlib.
-std::unique_ptr<VectorBackend> make_hnsw_backend(Metric metric, std::size_t dim, const HnswOptions& options);
+
+// One backend as `with.backend` names it.
+struct BackendRow {
+  std::string name;
+  std::string help;                   // one clause: what it is ("hnswlib's graph on the CPU")
+  std::vector<ParamSpec> parameters;  // its own `with:` keys, listed in the VectorIndex's spec
+  // Reads its parameters when the executor starts, so that a setting it cannot use (or a backend this build
+  // lacks) fails the start, naming the parameter. Throws flowline::Error.
+  std::function<BackendPlan(const BackendSettings&)> make;
+};
+
+// Every backend, in the order the VectorIndex's spec lists them (backends.cpp).
+const std::vector<BackendRow>& backend_table();
+// The row named `name`. Throws flowline::Error listing the names when there is none.
+const BackendRow& backend_row(std::string_view name);
 
 }  // namespace flowline::vector_index

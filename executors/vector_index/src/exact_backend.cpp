@@ -1,8 +1,9 @@
 // The exact backend: every stored row scored against every query with one matrix product per block of
 // queries, then top-k — on the CPU (BLAS through LibTorch) or resident on a GPU (cuBLAS, fp16 or fp32).
-#include "backend.hpp"
+#include "exact_backend.hpp"
 
 #include "flowline/error.hpp"
+#include "flowline/torch_support.hpp"
 
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
@@ -248,6 +249,38 @@ class ExactBackend : public VectorBackend {
 std::unique_ptr<VectorBackend> make_exact_backend(Metric metric, std::size_t dim, const ExactOptions& options) {
   if (options.devices.size() > 1) return make_sharded_backend(metric, dim, options);
   return std::make_unique<ExactBackend>(metric, dim, options);
+}
+
+// The backend table's row (backends.cpp): `device` or `devices`, and `dtype`.
+BackendRow exact_backend_row() {
+  BackendRow row;
+  row.name = "exact";
+  row.help = "every vector scored (GPU or CPU)";
+  row.parameters = {
+      ParamSpec::optional("device", ParamType::String, "",
+                          "exact backend: cpu, cuda, cuda:N or auto; empty: the executor's device in the flow"),
+      ParamSpec::optional("devices", ParamType::StringList, boost::json::array{},
+                          "exact backend: shard the vectors over these devices (e.g. [cuda:0, cuda:1]; each "
+                          "holds every Nth vector, a query searches all at once and their top matches merge); "
+                          "replaces device"),
+      ParamSpec::choice("dtype", {"auto", "fp32", "fp16"}, "auto",
+                        "exact backend: how vectors are stored (auto: fp16 on a GPU, fp32 on the CPU)")};
+  row.make = [](const BackendSettings& settings) {
+    const auto devices = settings.with.get<std::vector<std::string>>("devices");
+    const std::string device_parameter = settings.with.get<std::string>("device");
+    if (!devices.empty() && !device_parameter.empty())
+      throw Error(fmt::format("executor '{}': give either device or devices, not both", settings.executor));
+    const c10::Device device = executor_device(devices.empty() ? device_parameter : devices.front(), settings.device);
+    ExactOptions options;
+    options.device = device.str();
+    for (const auto& d : devices) options.devices.push_back(executor_device(d, settings.device).str());
+    if (options.devices.size() == 1) options.devices.clear();
+    const std::string dtype = settings.with.get<std::string>("dtype");
+    options.half = dtype == "fp16" || (dtype == "auto" && device.is_cuda());
+    return BackendPlan{[options](Metric metric, std::size_t dim) { return make_exact_backend(metric, dim, options); },
+                       device};
+  };
+  return row;
 }
 
 }  // namespace flowline::vector_index

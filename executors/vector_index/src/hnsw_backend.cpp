@@ -18,6 +18,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #if FLOWLINE_HAVE_HNSWLIB
 #include <hnswlib/hnswlib.h>
@@ -32,10 +33,17 @@
 #include <queue>
 
 namespace flowline::vector_index {
+namespace {
+
+struct HnswOptions {
+  std::size_t m = 16;                 // graph degree
+  std::size_t ef_construction = 200;  // candidate list while inserting
+  std::size_t ef_search = 64;         // candidate list while searching (at least k)
+};
+
+}  // namespace
 
 #if FLOWLINE_HAVE_HNSWLIB
-
-bool hnsw_available() { return true; }
 
 namespace {
 
@@ -253,22 +261,49 @@ class HnswBackend : public VectorBackend {
   std::size_t live_count_ = 0;
 };
 
-}  // namespace
-
 std::unique_ptr<VectorBackend> make_hnsw_backend(Metric metric, std::size_t dim, const HnswOptions& options) {
   return std::make_unique<HnswBackend>(metric, dim, options);
 }
 
+}  // namespace
+
 #else
 
-bool hnsw_available() { return false; }
+namespace {
 
-std::unique_ptr<VectorBackend> make_hnsw_backend(Metric, std::size_t, const HnswOptions&) {
-  throw Error(
-      "backend 'hnsw': this flowline was built without hnswlib (Debian: apt-get install libhnswlib-dev, then "
-      "rebuild); use backend 'exact'");
-}
+std::unique_ptr<VectorBackend> make_hnsw_backend(Metric, std::size_t, const HnswOptions&) { return nullptr; }
+
+}  // namespace
 
 #endif
+
+// The backend table's row (backends.cpp): the graph's `m`, `ef_construction` and `ef_search`.
+BackendRow hnsw_backend_row() {
+  BackendRow row;
+  row.name = "hnsw";
+  row.help = "hnswlib's graph on the CPU";
+  row.parameters = {
+      ParamSpec::optional("m", ParamType::Int, 16, "hnsw: graph degree").min(2),
+      ParamSpec::optional("ef_construction", ParamType::Int, 200, "hnsw: candidates while inserting").min(1),
+      ParamSpec::optional("ef_search", ParamType::Int, 64, "hnsw: candidates while searching (at least limit)").min(1)};
+  row.make = [](const BackendSettings& settings) {
+    if (!FLOWLINE_HAVE_HNSWLIB) {
+      throw Error(
+          "backend 'hnsw': this flowline was built without hnswlib (Debian: apt-get install libhnswlib-dev, then "
+          "rebuild); use backend 'exact'");
+    }
+    if (settings.device.is_cuda()) {
+      spdlog::warn("executor '{}': the hnsw backend runs on the CPU; its device {} is not used", settings.executor,
+                   settings.device.str());
+    }
+    HnswOptions options;
+    options.m = settings.with.get<std::size_t>("m");
+    options.ef_construction = settings.with.get<std::size_t>("ef_construction");
+    options.ef_search = settings.with.get<std::size_t>("ef_search");
+    return BackendPlan{[options](Metric metric, std::size_t dim) { return make_hnsw_backend(metric, dim, options); },
+                       c10::Device(c10::kCPU)};
+  };
+  return row;
+}
 
 }  // namespace flowline::vector_index

@@ -2,7 +2,7 @@
 // s % N as that shard's slot s / N, so the shards stay even as the store hands out and reuses dense slots.
 // A search runs on every shard at once (a thread per shard, each on its own device) and merges their
 // best k per query; every shard is exact, so the merge is too.
-#include "backend.hpp"
+#include "exact_backend.hpp"
 
 #include "flowline/error.hpp"
 

@@ -66,12 +66,7 @@ class Store::Replayer : public Replay {
 };
 
 Store::Store(StoreOptions options) : options_(std::move(options)) {
-  if (options_.backend != "exact" && options_.backend != "hnsw") {
-    throw Error(fmt::format("backend '{}': expected exact or hnsw", options_.backend));
-  }
-  if (options_.backend == "hnsw") {
-    make_hnsw_backend(options_.metric, 1, options_.hnsw);  // fails early when the build lacks hnswlib
-  }
+  if (!options_.make) throw Error(fmt::format("backend '{}': no maker", options_.backend));
   if (options_.dim) ensure_backend(options_.dim);
   if (!options_.workspace) return;
   const auto started = std::chrono::steady_clock::now();
@@ -93,8 +88,7 @@ void Store::ensure_backend(std::size_t dim) {
   }
   if (dim == 0) throw Error("a vector of 0 dimensions");
   dim_ = dim;
-  backend_ = options_.backend == "hnsw" ? make_hnsw_backend(options_.metric, dim, options_.hnsw)
-                                        : make_exact_backend(options_.metric, dim, options_.exact);
+  backend_ = options_.make(options_.metric, dim);
 }
 
 at::Tensor Store::prepared(at::Tensor rows) const {

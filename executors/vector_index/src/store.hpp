@@ -24,10 +24,9 @@ namespace flowline::vector_index {
 
 struct StoreOptions {
   Metric metric = Metric::cosine;
-  std::size_t dim = 0;            // 0: the first vectors indexed settle it
-  std::string backend = "exact";  // "exact" or "hnsw"
-  ExactOptions exact;
-  HnswOptions hnsw;
+  std::size_t dim = 0;                             // 0: the first vectors indexed settle it
+  std::string backend;                             // its name in the backend table (for /status)
+  BackendMaker make;                               // its row's maker (backend.hpp)
   std::optional<std::filesystem::path> workspace;  // none: in memory only
   std::uint64_t snapshot_log_bytes = 256u << 20;   // a snapshot once the log has grown this large
 };

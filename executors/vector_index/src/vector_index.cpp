@@ -210,16 +210,6 @@ class VectorIndex : public Executor {
                              "folder holding the index (log and snapshots); empty: in memory only, lost at exit"),
          ParamSpec::choice("metric", {"cosine", "inner_product", "ip", "l2", "euclidean"}, "cosine",
                            "how matches are scored (cosine and inner_product: higher is better; l2: a distance)"),
-         ParamSpec::choice("backend", {"exact", "hnsw"}, "exact",
-                           "exact: every vector scored (GPU or CPU); hnsw: hnswlib's graph on the CPU"),
-         ParamSpec::optional("device", ParamType::String, "",
-                             "exact backend: cpu, cuda, cuda:N or auto; empty: the executor's device in the flow"),
-         ParamSpec::optional("devices", ParamType::StringList, boost::json::array{},
-                             "exact backend: shard the vectors over these devices (e.g. [cuda:0, cuda:1]; each "
-                             "holds every Nth vector, a query searches all at once and their top matches merge); "
-                             "replaces device"),
-         ParamSpec::choice("dtype", {"auto", "fp32", "fp16"}, "auto",
-                           "exact backend: how vectors are stored (auto: fp16 on a GPU, fp32 on the CPU)"),
          ParamSpec::optional("dim", ParamType::Int, 0, "vector size (0: the first indexed vectors settle it)").min(0),
          ParamSpec::optional("limit", ParamType::Int, 10, "matches per query (a request's 'limit' overrides it)")
              .min(1),
@@ -239,15 +229,22 @@ class VectorIndex : public Executor {
                              "or an $or of equalities on one field, is one)")
              .min(1),
          ParamSpec::optional("return_embeddings", ParamType::Bool, false, "matches carry their embeddings"),
-         ParamSpec::optional("m", ParamType::Int, 16, "hnsw: graph degree").min(2),
-         ParamSpec::optional("ef_construction", ParamType::Int, 200, "hnsw: candidates while inserting").min(1),
-         ParamSpec::optional("ef_search", ParamType::Int, 64, "hnsw: candidates while searching (at least limit)")
-             .min(1),
          ParamSpec::optional("snapshot_mb", ParamType::Int, 256,
                              "write a snapshot (and empty the log) once the log holds this many MiB")
              .min(1)},
         {"/index", "/search", "/update", "/delete", "/clear", "/status"},
     };
+    // The backend and each backend's own parameters, from the backend table (backend.hpp), after the metric.
+    std::vector<std::string> names;
+    std::string help;
+    std::vector<ParamSpec> backend_params;
+    for (const BackendRow& row : backend_table()) {
+      names.push_back(row.name);
+      help += fmt::format("{}{}: {}", help.empty() ? "" : "; ", row.name, row.help);
+      backend_params.insert(backend_params.end(), row.parameters.begin(), row.parameters.end());
+    }
+    backend_params.insert(backend_params.begin(), ParamSpec::choice("backend", names, names.front(), help));
+    spec.params.insert(spec.params.begin() + 2, backend_params.begin(), backend_params.end());
     spec.default_endpoint = false;
     // Shards (`shards: N`): each holds the documents whose id hashes to it; a search asks every shard.
     spec.shards = std::make_shared<ShardPlan>(ShardPlan{{"/index", "/update", "/delete"}, &merge_shards});
@@ -259,23 +256,10 @@ class VectorIndex : public Executor {
     options.metric = parse_metric(params().get<std::string>("metric"));
     options.dim = params().get<std::size_t>("dim");
     options.backend = params().get<std::string>("backend");
-    const auto devices = params().get<std::vector<std::string>>("devices");
-    if (!devices.empty() && !params().get<std::string>("device").empty())
-      throw Error(fmt::format("executor '{}': give either device or devices, not both", runtime().name));
-    const c10::Device device =
-        executor_device(devices.empty() ? params().get<std::string>("device") : devices.front(), runtime().device);
-    options.exact.device = device.str();
-    for (const auto& d : devices) options.exact.devices.push_back(executor_device(d, runtime().device).str());
-    if (options.exact.devices.size() == 1) options.exact.devices.clear();
-    const std::string dtype = params().get<std::string>("dtype");
-    options.exact.half = dtype == "fp16" || (dtype == "auto" && device.is_cuda());
-    if (options.backend == "hnsw" && device.is_cuda()) {
-      spdlog::warn("executor '{}': the hnsw backend runs on the CPU; its device {} is not used", runtime().name,
-                   device.str());
-    }
-    options.hnsw.m = params().get<std::size_t>("m");
-    options.hnsw.ef_construction = params().get<std::size_t>("ef_construction");
-    options.hnsw.ef_search = params().get<std::size_t>("ef_search");
+    const BackendPlan backend =
+        backend_row(options.backend).make(BackendSettings{params(), runtime().device, runtime().name});
+    options.make = backend.make;
+    const c10::Device device = backend.device;
     options.snapshot_log_bytes = params().get<std::uint64_t>("snapshot_mb") << 20;
     std::string workspace = params().get<std::string>("workspace");
     if (!workspace.empty()) workspace = shard_workspace(workspace, runtime().shard, runtime().shards);

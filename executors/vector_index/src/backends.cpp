@@ -1,0 +1,31 @@
+// The VectorIndex's backend table (backend.hpp): one row per backend, each defined in its own file. A new
+// backend is that file plus its line here.
+#include "backend.hpp"
+
+#include "flowline/error.hpp"
+
+#include <fmt/format.h>
+
+namespace flowline::vector_index {
+
+BackendRow exact_backend_row();  // exact_backend.cpp
+BackendRow hnsw_backend_row();   // hnsw_backend.cpp
+
+const std::vector<BackendRow>& backend_table() {
+  static const std::vector<BackendRow> table{
+      exact_backend_row(),
+      hnsw_backend_row(),
+  };
+  return table;
+}
+
+const BackendRow& backend_row(std::string_view name) {
+  std::string names;
+  for (const BackendRow& row : backend_table()) {
+    if (row.name == name) return row;
+    names += fmt::format("{}{}", names.empty() ? "" : ", ", row.name);
+  }
+  throw Error(fmt::format("backend '{}': expected one of {}", name, names));
+}
+
+}  // namespace flowline::vector_index
