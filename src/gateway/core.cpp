@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <thread>
 #include <vector>
@@ -66,50 +67,37 @@ struct Pending {
   std::function<void(Outcome&&)> done;
 };
 
+// Each refusal's HTTP status, the "type" of the gateway's JSON error shape, and the metrics' outcome label,
+// in the enum's order.
+struct RefusalRow {
+  int status;
+  const char* type;
+  const char* outcome;
+};
+constexpr RefusalRow kRefusals[] = {
+    {400, "invalid_request_error", "bad_request"},  // BadRequest
+    {401, "authentication_error", "unauthenticated"},
+    {404, "not_found", "not_found"},
+    {413, "request_too_large", "too_large"},
+    {503, "overloaded", "busy"},
+    {503, "unavailable", "unavailable"},
+    {504, "timeout", "timeout"},
+    {500, "server_error", "failed"},  // Failed
+};
+static_assert(std::size(kRefusals) == static_cast<std::size_t>(Refusal::Failed) + 1);
+
+const RefusalRow& row_of(Refusal kind) noexcept {
+  const auto i = static_cast<std::size_t>(kind);
+  return kRefusals[i < std::size(kRefusals) ? i : std::size(kRefusals) - 1];
+}
+
 }  // namespace
 
-int http_status(Refusal kind) noexcept {
-  switch (kind) {
-    case Refusal::BadRequest:
-      return 400;
-    case Refusal::Unauthenticated:
-      return 401;
-    case Refusal::NotFound:
-      return 404;
-    case Refusal::TooLarge:
-      return 413;
-    case Refusal::Busy:
-    case Refusal::Unavailable:
-      return 503;
-    case Refusal::Timeout:
-      return 504;
-    case Refusal::Failed:
-      break;
-  }
-  return 500;
-}
+int http_status(Refusal kind) noexcept { return row_of(kind).status; }
 
-const char* refusal_name(Refusal kind) noexcept {
-  switch (kind) {
-    case Refusal::BadRequest:
-      return "bad_request";
-    case Refusal::Unauthenticated:
-      return "unauthenticated";
-    case Refusal::NotFound:
-      return "not_found";
-    case Refusal::TooLarge:
-      return "too_large";
-    case Refusal::Busy:
-      return "busy";
-    case Refusal::Unavailable:
-      return "unavailable";
-    case Refusal::Timeout:
-      return "timeout";
-    case Refusal::Failed:
-      break;
-  }
-  return "failed";
-}
+const char* refusal_name(Refusal kind) noexcept { return row_of(kind).outcome; }
+
+const char* error_type(Refusal kind) noexcept { return row_of(kind).type; }
 
 std::optional<Refusal> refusal_of_status(int status) noexcept {
   if (status < 400) return std::nullopt;
@@ -132,28 +120,6 @@ std::optional<Refusal> refusal_of_status(int status) noexcept {
     default:
       return status < 500 ? Refusal::BadRequest : Refusal::Failed;
   }
-}
-
-const char* error_type(Refusal kind) noexcept {
-  switch (kind) {
-    case Refusal::BadRequest:
-      return "invalid_request_error";
-    case Refusal::Unauthenticated:
-      return "authentication_error";
-    case Refusal::NotFound:
-      return "not_found";
-    case Refusal::TooLarge:
-      return "request_too_large";
-    case Refusal::Busy:
-      return "overloaded";
-    case Refusal::Unavailable:
-      return "unavailable";
-    case Refusal::Timeout:
-      return "timeout";
-    case Refusal::Failed:
-      break;
-  }
-  return "server_error";
 }
 
 void Core::configure(GatewayOptions o) {
