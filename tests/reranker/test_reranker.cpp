@@ -5,7 +5,9 @@
 
 #include "flowline/flow.hpp"
 #include "flowline/flow_config.hpp"
+#include "flowline/models/cross_encoder.hpp"
 #include "flowline/models/safetensors.hpp"
+#include "flowline/models/tokenizer.hpp"
 #include "flowline/registry.hpp"
 #include "flowline/reranker/reranker.hpp"
 
@@ -267,4 +269,84 @@ TEST_CASE(
   const auto data = answer.json();
   CHECK(data.at("data").as_array().size() == 1);
   CHECK(data.at("header").as_object().contains("request_id"));
+}
+
+namespace {
+
+// A copy of the tiny cross-encoder with tokenizer_config.json's `key` set to `value`.
+std::filesystem::path cross_encoder_with(const std::string& key, const boost::json::value& value) {
+  const auto dir = testing::scratch_dir("reranker tokenizer_config " + key);
+  std::filesystem::remove_all(dir);
+  std::filesystem::copy(kTiny / "bert-cross-encoder", dir, std::filesystem::copy_options::recursive);
+  auto config = boost::json::parse(testing::read_text(dir / "tokenizer_config.json")).as_object();
+  config[key] = value;
+  testing::write_text(dir / "tokenizer_config.json", boost::json::serialize(config));
+  return dir;
+}
+
+// Each candidate's relevance score, by its index among the candidates.
+std::vector<float> scores_by_index(const DocumentArray& out) {
+  std::vector<float> scores(out[0].matches.size());
+  for (const auto& m : out[0].matches)
+    scores[static_cast<std::size_t>(m.tags.at("index").as_int64())] = m.scores.at("relevance_score");
+  return scores;
+}
+
+DocumentArray rerank_model(const std::filesystem::path& model, const Document& query, boost::json::object with = {}) {
+  with["model"] = model.string();
+  Flow flow(FlowOptions{}, reranker_registry());
+  flow.add({.name = "reranker", .uses = "Reranker", .with = with, .device = "cpu"});
+  DocumentArray docs;
+  docs.push_back(query);
+  return flow.post("/rerank", std::move(docs));
+}
+
+}  // namespace
+
+TEST_CASE("a cross-encoder whose model_input_names leave out token_type_ids scores with type ids all 0",
+          "[reranker][tokenizer_config]") {
+  // transformers and sentence-transformers pass no type ids then: the model sees type 0 everywhere.
+  const Pairs p = read_pairs();
+  const auto dir = cross_encoder_with("model_input_names", boost::json::array{"input_ids", "attention_mask"});
+  const std::vector<float> got = scores_by_index(rerank_model(dir, query_with_tags(p)));
+  // The expectation from flowline itself: the same pairs through the same model, without type ids.
+  const auto tokenizer = models::Tokenizer::from_folder(kTiny / "bert-cross-encoder");
+  const models::CrossEncoderModel model(models::Checkpoint::read(kTiny / "bert-cross-encoder"), c10::Device(c10::kCPU),
+                                        c10::kFloat);
+  std::vector<std::int32_t> ids;
+  std::vector<std::size_t> lengths;
+  const std::vector<std::string_view> documents(p.documents.begin(), p.documents.end());
+  tokenizer->encode_pairs_into(p.query, documents, static_cast<std::size_t>(model.checkpoint().max_seq_length), ids,
+                               nullptr, lengths);
+  const std::vector<std::int64_t> lens(lengths.begin(), lengths.end());
+  const at::Tensor expected = model.score(models::PackedBatch{ids, lens}).select(1, 0).contiguous();
+  REQUIRE(got.size() == p.documents.size());
+  double differs = 0;  // from the pair template's type ids (the golden scores)
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const auto row = static_cast<std::int64_t>(i);
+    CHECK(std::abs(got[i] - expected[row].item<float>()) < 1e-6);
+    differs = std::max(differs, std::abs(static_cast<double>(got[i]) - p.scores[row].item<double>()));
+  }
+  CHECK(differs > 1e-4);
+  // With token_type_ids among the names, the template's type ids, as before.
+  const auto typed =
+      cross_encoder_with("model_input_names", boost::json::array{"input_ids", "token_type_ids", "attention_mask"});
+  const std::vector<float> with_types = scores_by_index(rerank_model(typed, query_with_tags(p)));
+  for (std::size_t i = 0; i < with_types.size(); ++i)
+    CHECK(std::abs(with_types[i] - p.scores[static_cast<std::int64_t>(i)].item<float>()) < 1e-4);
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(typed);
+}
+
+TEST_CASE("a cross-encoder's tokenizer_config.json model_max_length truncates its pairs as max_seq_length does",
+          "[reranker][tokenizer_config]") {
+  const Pairs p = read_pairs();
+  const auto dir = cross_encoder_with("model_max_length", 12);
+  const std::vector<float> got = scores_by_index(rerank_model(dir, query_with_tags(p)));
+  const std::vector<float> bounded =
+      scores_by_index(rerank_model(kTiny / "bert-cross-encoder", query_with_tags(p), {{"max_seq_length", 12}}));
+  const std::vector<float> unbounded = scores_by_index(rerank_model(kTiny / "bert-cross-encoder", query_with_tags(p)));
+  CHECK(got == bounded);
+  CHECK(got != unbounded);
+  std::filesystem::remove_all(dir);
 }

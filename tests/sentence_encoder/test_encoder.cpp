@@ -514,3 +514,37 @@ TEST_CASE("normalize: false on a checkpoint that normalizes fails the start; tru
   CHECK((raw.norm(2, {1}) - 1).abs().max().item<double>() > 1e-3);
   CHECK((normalized - raw / raw.norm(2, {1}, true)).abs().max().item<double>() < 1e-6);
 }
+
+TEST_CASE("tokenizer_config.json's truncation_side left makes the encoder keep each text's last tokens",
+          "[encoder][tokenizer_config]") {
+  // A Qwen3-shaped checkpoint (last-token pooling; its template appends <|endoftext|> after truncation).
+  const auto tiny = kData / "tiny-models/qwen3";
+  const auto dir = testing::scratch_dir("encoder truncation left");
+  std::filesystem::remove_all(dir);
+  std::filesystem::copy(tiny, dir, std::filesystem::copy_options::recursive);
+  auto config = boost::json::parse(testing::read_text(dir / "tokenizer_config.json")).as_object();
+  config["truncation_side"] = "left";
+  testing::write_text(dir / "tokenizer_config.json", boost::json::serialize(config));
+  const std::vector<std::string> texts{"Alice was beginning to get very tired of sitting by her sister on the bank",
+                                       "and of having nothing to do", "once or twice she had peeped into the book"};
+  const std::size_t max_length = 8;
+  const at::Tensor got = encode_with_flow(dir, texts, {{"max_seq_length", max_length}});
+  // The expectation from flowline itself: each text's full ids cut to their last max_length, as tokenizers
+  // truncates from the left before the template's closing token.
+  const auto tokenizer = models::Tokenizer::from_folder(tiny);
+  std::vector<std::int32_t> ids;
+  std::vector<std::int64_t> lengths;
+  for (const auto& text : texts) {
+    const auto full = tokenizer->encode(text);
+    const std::size_t n = std::min(full.size(), max_length);
+    ids.insert(ids.end(), full.end() - static_cast<std::ptrdiff_t>(n), full.end());
+    lengths.push_back(static_cast<std::int64_t>(n));
+  }
+  const models::EmbeddingModel model(tiny, c10::Device(c10::kCPU), c10::kFloat);
+  const at::Tensor expected = model.encode(models::PackedBatch{ids, lengths});
+  CHECK((got - expected).abs().max().item<double>() < 1e-6);
+  // Truncated at the end instead (the default), the first text's embedding differs.
+  const at::Tensor right = encode_with_flow(tiny, texts, {{"max_seq_length", max_length}});
+  CHECK((right[0] - expected[0]).abs().max().item<double>() > 1e-4);
+  std::filesystem::remove_all(dir);
+}

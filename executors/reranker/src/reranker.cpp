@@ -83,7 +83,9 @@ class Reranker : public Executor {
       throw Error(fmt::format("parameter 'max_seq_length': {} is outside {}..{}", max_length_,
                               tokenizer_->special_tokens_count(true) + 2, model_max));
     }
-    typed_ = model_->info().type_vocab_size > 1;
+    // The pair template's type ids, unless the model has one type or tokenizer_config.json's
+    // model_input_names leaves them out (transformers and sentence-transformers then pass none: all 0).
+    typed_ = model_->info().type_vocab_size > 1 && tokenizer_->type_ids_input();
     planner_.set_budget({params().get<std::size_t>("batch_size"), 0});
     top_n_ = params().get<std::size_t>("top_n");
     raw_ = params().get<bool>("raw_scores");

@@ -19,6 +19,10 @@
 #include <string_view>
 #include <vector>
 
+namespace boost::json {
+class value;
+}
+
 namespace flowline::models {
 
 namespace tokenizers {
@@ -28,7 +32,9 @@ class Pipeline;  // src/models/tokenizers/pipeline.hpp
 class Tokenizer {
  public:
   // Reads `folder`/tokenizer.json; without it, vocab.txt (+ tokenizer_config.json's do_lower_case,
-  // strip_accents, tokenize_chinese_chars) as a BERT WordPiece pipeline.
+  // strip_accents, tokenize_chinese_chars) as a BERT WordPiece pipeline. Either way, tokenizer_config.json's
+  // keys as transformers reads them: do_lower_case for a BertNormalizer whose tokenizer.json object does not
+  // say `lowercase`, truncation_side (right or left) and model_input_names (type_ids_input()).
   static std::unique_ptr<Tokenizer> from_folder(const std::filesystem::path& folder);
   static std::unique_ptr<Tokenizer> from_json_file(const std::filesystem::path& tokenizer_json);
   // The same from tokenizer.json's text; `origin` names it in errors.
@@ -60,9 +66,17 @@ class Tokenizer {
   std::size_t vocab_size() const;                       // the model's vocabulary plus added tokens
   std::size_t special_tokens_count(bool pair) const;    // what the post-processor adds
   std::string describe() const;  // "WordPiece (BertNormalizer, BertPreTokenizer, TemplateProcessing)"
+  // Whether the model is given the pair template's token type ids: tokenizer_config.json's model_input_names
+  // lists token_type_ids, or names nothing (transformers and sentence-transformers pass none otherwise, so
+  // the model sees type 0 everywhere).
+  bool type_ids_input() const;
+  // Whether truncation drops a sequence's first tokens (tokenizer_config.json's truncation_side: left)
+  // instead of its last.
+  bool truncates_left() const;
 
  private:
   explicit Tokenizer(std::unique_ptr<tokenizers::Pipeline> pipeline);
+  static std::unique_ptr<Tokenizer> from_json_value(const boost::json::value& root, const std::string& origin);
   std::unique_ptr<tokenizers::Pipeline> pipeline_;
 };
 

@@ -194,6 +194,9 @@ class Pipeline {
   AddedMatcher<char32_t> norm_added;  // those with normalized: true, their content normalized
   std::int32_t pad = -1;
   std::size_t added_vocab = 0;  // added tokens whose ids lie outside the model's vocabulary
+  // From the folder's tokenizer_config.json (Tokenizer::from_folder), as transformers reads it:
+  bool truncate_left = false;  // truncation_side "left": a sequence loses tokens at its start
+  bool type_ids = true;        // model_input_names lists token_type_ids (or the file names none)
 
   // Appends the ids of `text` without special tokens.
   void tokens(std::string_view text, std::vector<std::int32_t>& ids) const;

@@ -395,8 +395,16 @@ json::object bert_json_from_vocab(const std::filesystem::path& folder) {
   return root;
 }
 
-// Truncation 'longest_first' of a pair to `budget` tokens, as tokenizers' truncate_encodings does.
-void truncate_pair(std::vector<std::int32_t>& a, std::vector<std::int32_t>& b, std::size_t budget) {
+// Cuts `tokens` to its first `n` (or, from the left, its last `n`).
+void cut(std::vector<std::int32_t>& tokens, std::size_t n, bool left) {
+  if (tokens.size() <= n) return;
+  if (left) tokens.erase(tokens.begin(), tokens.end() - static_cast<std::ptrdiff_t>(n));
+  tokens.resize(n);
+}
+
+// Truncation 'longest_first' of a pair to `budget` tokens, as tokenizers' truncate_encodings does (each
+// sequence cut at its end, or at its start when `left`).
+void truncate_pair(std::vector<std::int32_t>& a, std::vector<std::int32_t>& b, std::size_t budget, bool left) {
   if (a.size() + b.size() <= budget) return;
   std::size_t n1 = a.size(), n2 = b.size();
   const bool swap = n1 > n2;
@@ -407,8 +415,56 @@ void truncate_pair(std::vector<std::int32_t>& a, std::vector<std::int32_t>& b, s
     n2 = n1 + budget % 2;
   }
   if (swap) std::swap(n1, n2);
-  if (a.size() > n1) a.resize(n1);
-  if (b.size() > n2) b.resize(n2);
+  cut(a, n1, left);
+  cut(b, n2, left);
+}
+
+// tokenizer_config.json, as transformers reads it: `do_lower_case` for a BertNormalizer whose
+// tokenizer.json object does not say `lowercase` (tokenizers' default would be true), `truncation_side`
+// (right or left) and `model_input_names` (without token_type_ids the model gets none: all zeros). A vocab.txt
+// folder's normalizer is made from the same file (bert_json_from_vocab). `root` is tokenizer.json's object.
+void apply_tokenizer_config(const std::filesystem::path& folder, json::object* root, Pipeline* pipeline) {
+  const std::filesystem::path path = folder / "tokenizer_config.json";
+  if (!std::filesystem::exists(path)) return;
+  const std::string file = path.string();
+  const json::value config = parse_json(read_model_file(path, ModelFile::Json), file);
+  if (!config.is_object()) return;
+  const json::object& c = config.as_object();
+  if (root != nullptr) {
+    const json::value* lower = field(c, "do_lower_case");
+    if (lower != nullptr && !lower->is_bool()) refuse({file, "do_lower_case"}, "must be true or false");
+    json::value* normalizer = root->if_contains("normalizer");
+    std::vector<json::object*> bert;
+    if (normalizer != nullptr && normalizer->is_object()) {
+      json::object& n = normalizer->as_object();
+      if (json::value* list = n.if_contains("normalizers"); list != nullptr && list->is_array()) {
+        for (json::value& item : list->as_array())
+          if (item.is_object()) bert.push_back(&item.as_object());
+      } else {
+        bert.push_back(&n);
+      }
+    }
+    for (json::object* n : bert) {
+      const json::value* type = n->if_contains("type");
+      if (lower != nullptr && type != nullptr && type->is_string() && type->as_string() == "BertNormalizer" &&
+          field(*n, "lowercase") == nullptr)
+        (*n)["lowercase"] = lower->as_bool();
+    }
+  }
+  if (pipeline == nullptr) return;
+  if (const json::value* side = field(c, "truncation_side"); side != nullptr) {
+    if (!side->is_string() || (side->as_string() != "left" && side->as_string() != "right"))
+      refuse({file, "truncation_side"}, "must be \"right\" or \"left\"");
+    pipeline->truncate_left = side->as_string() == "left";
+  }
+  if (const json::value* names = field(c, "model_input_names"); names != nullptr) {
+    if (!names->is_array()) refuse({file, "model_input_names"}, "must be a list of names");
+    pipeline->type_ids = false;
+    for (const json::value& name : names->as_array()) {
+      if (!name.is_string()) refuse({file, "model_input_names"}, "must be a list of names");
+      pipeline->type_ids |= name.as_string() == "token_type_ids";
+    }
+  }
 }
 
 }  // namespace
@@ -420,7 +476,10 @@ Tokenizer::Tokenizer(std::unique_ptr<Pipeline> pipeline) : pipeline_(std::move(p
 Tokenizer::~Tokenizer() = default;
 
 std::unique_ptr<Tokenizer> Tokenizer::from_json_text(std::string_view json_text, const std::string& origin) {
-  const boost::json::value root = tokenizers::parse_json(json_text, origin);
+  return from_json_value(tokenizers::parse_json(json_text, origin), origin);
+}
+
+std::unique_ptr<Tokenizer> Tokenizer::from_json_value(const boost::json::value& root, const std::string& origin) {
   if (!root.is_object()) throw Error(fmt::format("tokenizer '{}': expected a JSON object", origin));
   // Every field is read with a check that names its JSON path; this net names at least the file should a
   // value of the wrong type still reach Boost.JSON's own accessors.
@@ -438,9 +497,18 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json_file(const std::filesystem::path
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::from_folder(const std::filesystem::path& folder) {
-  if (std::filesystem::exists(folder / "tokenizer.json")) return from_json_file(folder / "tokenizer.json");
-  const boost::json::object root = tokenizers::bert_json_from_vocab(folder);
-  return std::unique_ptr<Tokenizer>(new Tokenizer(tokenizers::build_pipeline(root, (folder / "vocab.txt").string())));
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (const auto file = folder / "tokenizer.json"; std::filesystem::exists(file)) {
+    const std::string origin = file.string();
+    boost::json::value root = tokenizers::parse_json(read_model_file(file, ModelFile::TokenizerJson), origin);
+    if (root.is_object()) tokenizers::apply_tokenizer_config(folder, &root.as_object(), nullptr);
+    tokenizer = from_json_value(root, origin);
+  } else {
+    const boost::json::object root = tokenizers::bert_json_from_vocab(folder);
+    tokenizer.reset(new Tokenizer(tokenizers::build_pipeline(root, (folder / "vocab.txt").string())));
+  }
+  tokenizers::apply_tokenizer_config(folder, nullptr, tokenizer->pipeline_.get());
+  return tokenizer;
 }
 
 // The single template holds sequence A once: its tokens go straight into `ids`, between the special
@@ -458,7 +526,12 @@ std::size_t Tokenizer::encode_into(std::string_view text, std::size_t max_length
     }
     const std::size_t start = ids.size();
     pipeline_->tokens(text, ids);
-    if (ids.size() - start > budget) ids.resize(start + budget);
+    if (ids.size() - start > budget) {
+      if (pipeline_->truncate_left) {  // truncation_side: left keeps the text's last tokens
+        ids.erase(ids.begin() + static_cast<std::ptrdiff_t>(start), ids.end() - static_cast<std::ptrdiff_t>(budget));
+      }
+      ids.resize(start + budget);
+    }
   }
   return ids.size() - before;
 }
@@ -472,7 +545,7 @@ std::size_t Tokenizer::encode_pair_into(std::string_view a, std::string_view b, 
   pipeline_->tokens(b, s.second);
   if (max_length != 0) {
     const std::size_t added = pipeline_->post.added(true);
-    tokenizers::truncate_pair(s.first, s.second, max_length > added ? max_length - added : 0);
+    tokenizers::truncate_pair(s.first, s.second, max_length > added ? max_length - added : 0, pipeline_->truncate_left);
   }
   return pipeline_->frame(s.first, &s.second, ids, type_ids);
 }
@@ -489,7 +562,9 @@ std::size_t Tokenizer::encode_pairs_into(std::string_view query, std::span<const
     s.first.assign(query_tokens.begin(), query_tokens.end());
     s.second.clear();
     pipeline_->tokens(document, s.second);
-    if (max_length != 0) tokenizers::truncate_pair(s.first, s.second, max_length > added ? max_length - added : 0);
+    if (max_length != 0)
+      tokenizers::truncate_pair(s.first, s.second, max_length > added ? max_length - added : 0,
+                                pipeline_->truncate_left);
     const std::size_t n = pipeline_->frame(s.first, &s.second, ids, type_ids);
     lengths.push_back(n);
     total += n;
@@ -513,5 +588,7 @@ std::int32_t Tokenizer::unk_id() const { return pipeline_->model->unk_id(); }
 std::size_t Tokenizer::vocab_size() const { return pipeline_->model->size() + pipeline_->added_vocab; }
 std::size_t Tokenizer::special_tokens_count(bool pair) const { return pipeline_->post.added(pair); }
 std::string Tokenizer::describe() const { return pipeline_->describe(); }
+bool Tokenizer::type_ids_input() const { return pipeline_->type_ids; }
+bool Tokenizer::truncates_left() const { return pipeline_->truncate_left; }
 
 }  // namespace flowline::models
