@@ -28,6 +28,9 @@ struct Response {
   DocumentArray docs;          // results; on failure, the documents as they entered the failing executor
   std::string error;           // empty on success
   std::string error_executor;  // the executor that failed
+  // The failure is the request's own (its executor threw RequestError: a parameter out of its bounds, a
+  // filter flowline does not have): the gateway answers 422 / INVALID_ARGUMENT instead of 500.
+  bool request_error = false;
   bool ok() const noexcept { return error.empty(); }
 };
 

@@ -229,7 +229,7 @@ void Flow::Impl::submit(std::string_view endpoint, DocumentArray docs, boost::js
   enter_post("submit()");
   auto* session = new runtime::SubmitSession(
       std::string(endpoint), std::move(parameters), std::move(target), [this, done = std::move(done)](RequestPtr r) {
-        Response response{0, std::move(r->docs), std::move(r->error), std::move(r->error_executor)};
+        Response response{0, std::move(r->docs), std::move(r->error), std::move(r->error_executor), r->request_error};
         r.reset();
         try {
           done(std::move(response));

@@ -312,7 +312,8 @@ void Connection::answer_call(gateway::Outcome&& outcome, const std::function<std
           gateway::plain_error(status, gateway::error_type(outcome.refused->kind), outcome.refused->message).body);
     }
     if (outcome.response.ok()) return reply(200, answer(outcome.response.docs));
-    reply(500, failure(outcome.response));
+    // The request's own mistake (a parameter out of bounds, an unknown filter operator) is the client's: 422.
+    reply(outcome.response.request_error ? 422 : 500, failure(outcome.response));
   } catch (const gateway::HttpError& e) {
     reply(e.status, e.body);
   } catch (const std::exception& e) {

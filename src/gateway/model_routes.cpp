@@ -12,6 +12,11 @@ namespace flowline {
 namespace {
 
 std::string executor_failure(const Response& r) {
+  if (r.request_error) {
+    return gateway::plain_error(422, "invalid_request_error",
+                                fmt::format("executor '{}': {}", r.error_executor, r.error))
+        .body;
+  }
   return gateway::plain_error(500, "server_error", fmt::format("executor '{}' failed: {}", r.error_executor, r.error))
       .body;
 }

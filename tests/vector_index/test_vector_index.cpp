@@ -1,6 +1,7 @@
 // The VectorIndex's behaviours, the same for every backend (exact on the CPU, hnsw, and exact on a GPU when
 // there is one): add, search against brute force, filter, update, delete, clear, restart on a workspace; and
 // its workspace's guarantees: damaged files named with their offset, a torn log tail cut, one writer.
+#include "../gateway/gateway_fixtures.hpp"
 #include "backend.hpp"
 #include "distance.hpp"
 #include "filter.hpp"
@@ -763,4 +764,27 @@ TEST_CASE("figures: a filtered search's time by the size of its $in list and of 
   }
   std::printf("default bounds, n $in 1000000 numbers: refused in %.4f s\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+}
+
+TEST_CASE("a client's mistake in /search is a 422 naming it, never a 500: a limit past max_limit, an unknown operator",
+          "[index][bounds][gateway]") {
+  // The global registry (the gateway reads the flow's endpoints from it), which finds VectorIndex's plugin.
+  Flow flow(FlowOptions{});
+  flow.add({.name = "index", .uses = "VectorIndex", .with = {{"dim", 2}}, .device = "cpu"});
+  gateway_test::Served served(std::move(flow));
+  gateway_test::Client client(served.port());
+  REQUIRE(client.post("/index", R"({"data": [{"id": "a", "embedding": [1, 0]}, {"id": "b", "embedding": [0, 1]}]})")
+              .status == 200);
+  auto r = client.post("/search", R"({"data": [{"embedding": [1, 0]}], "parameters": {"limit": 1000000000}})");
+  CHECK(r.status == 422);
+  CHECK_THAT(r.body, testing::contains("max_limit"));
+  r = client.post("/search", R"({"data": [{"embedding": [1, 0]}], "parameters": {"filter": {"id": {"$regex": "a"}}}})");
+  CHECK(r.status == 422);
+  CHECK_THAT(r.body, testing::contains("unknown operator '$regex'"));
+  r = client.post("/search", R"({"data": [{"embedding": [1, 0]}], "parameters": {"limit": 1}})");
+  REQUIRE(r.status == 200);
+  CHECK(r.json().at("data").at(0).at("matches").at(0).at("id").as_string() == "a");
+  const std::string metrics = client.get("/metrics").body;
+  CHECK_THAT(metrics,
+             testing::contains(R"(flowline_requests_total{front="http",outcome="bad_request",route="jina"} 2)"));
 }

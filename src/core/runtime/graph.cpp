@@ -38,6 +38,7 @@ RequestPtr merge_branches(std::vector<RequestPtr> parts) {
     if (part.failed()) {
       merged->error = std::move(part.error);
       merged->error_executor = std::move(part.error_executor);
+      merged->request_error = part.request_error;
       continue;
     }
     for (auto& doc : part.docs) {

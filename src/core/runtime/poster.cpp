@@ -23,7 +23,8 @@ RequestPtr Poster::read() {
 bool Poster::deliver_next(const ResponseCallback& on_response, const PostOptions& options, Clock::time_point started) {
   RequestPtr done = session_.wait_for(next_delivery_++);
   const auto deliver_start = Clock::now();
-  Response response{done->index, std::move(done->docs), std::move(done->error), std::move(done->error_executor)};
+  Response response{done->index, std::move(done->docs), std::move(done->error), std::move(done->error_executor),
+                    done->request_error};
   done.reset();
   summary.requests++;
   summary.documents += response.docs.size();

@@ -53,8 +53,9 @@ void LocalReplica::open() {
 
 namespace {
 // Runs the handler; on c10::OutOfMemoryError splits the batch in halves and retries each, recursively.
+// `request_error` is set when the error is the request's own (RequestError).
 std::string run_handler(Executor& executor, const std::string& endpoint, DocumentArray& docs,
-                        const boost::json::object& parameters) {
+                        const boost::json::object& parameters, bool& request_error) {
   try {
     executor.handle(endpoint, docs, parameters);
     return {};
@@ -68,10 +69,13 @@ std::string run_handler(Executor& executor, const std::string& endpoint, Documen
     spdlog::warn("executor '{}' replica {}: out of memory on a batch of {} documents; retrying as {} + {}",
                  executor.runtime().name, executor.runtime().replica, docs.size(), half, docs.size() - half);
     DocumentArray second = docs.take(half, docs.size() - half);
-    std::string error = run_handler(executor, endpoint, docs, parameters);
-    std::string second_error = run_handler(executor, endpoint, second, parameters);
+    std::string error = run_handler(executor, endpoint, docs, parameters, request_error);
+    std::string second_error = run_handler(executor, endpoint, second, parameters, request_error);
     docs.append(std::move(second));
     return error.empty() ? second_error : error;
+  } catch (const RequestError& e) {
+    request_error = true;
+    return e.what();
   } catch (const c10::Error& e) {
     // LibTorch's messages carry C++ frames, install paths and load addresses: the log gets all of it, the
     // request (and so the client) the message's first line.
@@ -87,7 +91,8 @@ std::string run_handler(Executor& executor, const std::string& endpoint, Documen
 }  // namespace
 
 std::string LocalReplica::run(const std::string& endpoint, DocumentArray& docs, const boost::json::object& parameters) {
-  return run_handler(*executor_, endpoint, docs, parameters);
+  request_error_ = false;
+  return run_handler(*executor_, endpoint, docs, parameters, request_error_);
 }
 
 void LocalReplica::close(RunOutcome outcome) noexcept {
@@ -151,7 +156,10 @@ void ReplicaWorker::process(std::vector<RequestPtr> batch) {
   if (live.size() == 1) {
     try {
       std::string error = replica_.run(session.endpoint, live[0]->docs, session.parameters);
-      if (!error.empty()) live[0]->error = std::move(error);
+      if (!error.empty()) {
+        live[0]->error = std::move(error);
+        live[0]->request_error = replica_.last_error_is_request_error();
+      }
     } catch (const ReplicaUnavailable&) {
       not_run = std::move(live);
       live.clear();
@@ -205,7 +213,10 @@ void ReplicaWorker::run_merged(std::vector<RequestPtr>& live, const PostSession&
   for (std::size_t i = 0; i < live.size(); ++i) {
     try {
       std::string own = replica_.run(session.endpoint, live[i]->docs, session.parameters);
-      if (!own.empty()) live[i]->error = std::move(own);
+      if (!own.empty()) {
+        live[i]->error = std::move(own);
+        live[i]->request_error = replica_.last_error_is_request_error();
+      }
     } catch (const ReplicaUnavailable&) {  // those not run yet go to another replica
       std::move(live.begin() + static_cast<std::ptrdiff_t>(i), live.end(), std::back_inserter(not_run));
       live.resize(i);

@@ -52,6 +52,9 @@ class Replica {
     return Availability::Ready;
   }
   virtual std::string unavailable_message() const { return {}; }
+  // Whether the last run()'s error is the request's own (the handler threw RequestError). A remote replica's
+  // errors arrive as text and count as the executor's.
+  virtual bool last_error_is_request_error() const { return false; }
   // After the last batch, only when open() succeeded, with how the run ended (Executor::run_outcome()).
   // Never throws (failures are logged).
   virtual void close(RunOutcome outcome) noexcept = 0;
@@ -71,11 +74,13 @@ class LocalReplica final : public Replica {
 
   void open() override;
   std::string run(const std::string& endpoint, DocumentArray& docs, const boost::json::object& parameters) override;
+  bool last_error_is_request_error() const override { return request_error_; }
   void close(RunOutcome outcome) noexcept override;
   std::shared_ptr<const ExecutorMetrics> metrics() const override;
   std::optional<std::int64_t> gpu_load_bytes() const override { return gpu_load_bytes_; }
 
  private:
+  bool request_error_ = false;  // the last run()'s error came from a RequestError
   const Registry::Entry& entry_;
   const Params& params_;
   const RuntimeInfo runtime_;

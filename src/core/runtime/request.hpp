@@ -26,6 +26,7 @@ struct Request {
   DocumentArray docs;
   std::string error;  // set by the first executor that fails it; it then passes through
   std::string error_executor;
+  bool request_error = false;  // the executor threw RequestError (Response::request_error)
   bool failed() const noexcept { return !error.empty(); }
 };
 using RequestPtr = std::unique_ptr<Request>;

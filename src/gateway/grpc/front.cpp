@@ -301,8 +301,11 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
     if (refused) {
       refuse(seq, refused->kind, refused->message, started);
     } else {
-      core_.count_answer(FrontKind::Grpc, Route::Grpc, outcome.response.ok() ? 200 : 500, std::nullopt, documents,
-                         seconds_since(started));
+      core_.count_answer(FrontKind::Grpc, Route::Grpc,
+                         outcome.response.ok()            ? 200
+                         : outcome.response.request_error ? 422
+                                                          : 500,
+                         std::nullopt, documents, seconds_since(started));
       std::unique_lock lock(mutex_);
       if (!stopped_ || (final_ && seq < end_seq_)) {
         ready_.emplace(seq, Ready{std::make_unique<Request>(std::move(*request))});
@@ -407,8 +410,11 @@ class SingleRequest final : public jina::JinaSingleDataRequestRPC::CallbackServi
                                         seconds_since(started));
                      return reactor->Finish(grpc::Status(grpc_code(refused->kind), refused->message));
                    }
-                   core_.count_answer(FrontKind::Grpc, Route::Grpc, outcome.response.ok() ? 200 : 500, std::nullopt,
-                                      documents, seconds_since(started));
+                   core_.count_answer(FrontKind::Grpc, Route::Grpc,
+                                      outcome.response.ok()            ? 200
+                                      : outcome.response.request_error ? 422
+                                                                       : 500,
+                                      std::nullopt, documents, seconds_since(started));
                    reactor->Finish(grpc::Status::OK);
                  });
     return reactor;
