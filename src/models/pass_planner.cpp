@@ -27,9 +27,11 @@ void PassPlanner::plan(const Sequences& sequences) {
   skips_.clear();
   token_starts_.clear();
   passes_.clear();
-  // Where each pass starts in the packed buffers; the spans are made once the buffers are complete.
+  ids_.reserve(sequences.ids.size());
+  if (typed) type_ids_.reserve(sequences.ids.size());
+  // Where each pass lies in the packed buffers; the spans are made once the buffers are complete.
   struct Cut {
-    std::size_t first, end, first_token;
+    std::size_t first, end, first_token, end_token;
   };
   std::vector<Cut> cuts;
   const std::size_t max_sequences = std::max<std::size_t>(1, budget_.max_sequences);
@@ -49,14 +51,12 @@ void PassPlanner::plan(const Sequences& sequences) {
         skips_.push_back(std::min<std::int64_t>(sequences.pooling_skip, static_cast<std::int64_t>(len) - 1));
       ++end;
     }
-    cuts.push_back({start, end, first_token});
+    cuts.push_back({start, end, first_token, ids_.size()});
     start = end;
   }
   for (const Cut& c : cuts) {
-    const std::size_t count = c.end - c.first;
-    const std::size_t next_token = &c == &cuts.back() ? ids_.size() : (&c + 1)->first_token;
+    const std::size_t count = c.end - c.first, token_count = c.end_token - c.first_token;
     Pass pass;
-    const std::size_t token_count = next_token - c.first_token;
     pass.batch.ids = std::span<const std::int32_t>(ids_).subspan(c.first_token, token_count);
     pass.batch.lengths = std::span<const std::int64_t>(lengths_).subspan(c.first, count);
     if (typed) pass.batch.type_ids = std::span<const std::int32_t>(type_ids_).subspan(c.first_token, token_count);
