@@ -6,7 +6,7 @@
 //     device: cuda
 //
 // Any checkpoint of flowline::models' architecture table runs (BERT, RoBERTa/XLM-R/CamemBERT, MPNet,
-// ModernBERT; docs/models.md), with the Pooling, Dense and Normalize modules it declares.
+// ModernBERT, Qwen3; docs/models.md), with the Pooling, Dense and Normalize modules it declares.
 //
 // Parameters: model (a sentence-transformers checkpoint folder), prompt_name (a prompt of the checkpoint put
 // before every text; a request's `prompt_name` or `prompt` parameter overrides it), device (cpu, cuda, cuda:N, auto;
@@ -23,7 +23,8 @@
 // tokenize_seconds, enqueue_seconds and wait_seconds, and count tokens, forward_passes and graph_passes.
 //
 // Within each batch it receives, documents are ordered by token count and cut into forward passes, so
-// padding never happens (tokens are packed); results go back to their documents in the original order.
+// padding never happens (tokens are packed); results go back to their documents in the original order — the
+// pass planner of flowline::models (pass_planner.hpp), which every model head's executor shares.
 #pragma once
 
 #include "flowline/registry.hpp"
