@@ -190,22 +190,19 @@ void Connection::handle() {
   // /status).
   const gateway::RouteRow* row = gateway::find_route(path);
   if (row && post && row->method != gateway::Method::Post && flow_endpoint) row = nullptr;
-  if (row && !row->needs_token) {
+  const auto dispatch = [&] {
     route_ = row->route;
     if (method != (row->method == gateway::Method::Get ? http::verb::get : http::verb::post)) return wrong_method();
-    return (this->*row->handle)(*row);
-  }
+    (this->*row->handle)(*row);
+  };
+  if (row && !row->needs_token) return dispatch();  // probes answer without a token, as orchestrators call them
   if (!authorized()) {
     route_ = Route::Other;
     return reply(401, gateway::plain_error(401, "authentication_error",
                                            "missing or wrong bearer token (send \"Authorization: Bearer <token>\")")
                           .body);
   }
-  if (row) {
-    route_ = row->route;
-    if (method != (row->method == gateway::Method::Get ? http::verb::get : http::verb::post)) return wrong_method();
-    return (this->*row->handle)(*row);
-  }
+  if (row) return dispatch();
   // Jina: every flow endpoint has a route of its own.
   if (!flow_endpoint) {
     route_ = Route::Other;
