@@ -15,6 +15,8 @@ const json::value* field(const json::object& o, std::string_view key) {
   return it == o.end() || it->value().is_null() ? nullptr : &it->value();
 }
 
+std::string type_of(const json::object& o, const Origin& origin) { return text_field(o, "type", origin); }
+
 bool flag(const json::object& o, std::string_view key, bool fallback, const Origin& origin) {
   const json::value* v = field(o, key);
   if (v == nullptr) return fallback;

@@ -221,6 +221,23 @@ std::unique_ptr<Normalizer> make_regex_replace(const boost::json::object& o, con
 
 // Fills normalizers, pre-tokenizers, model and post-processor from tokenizer.json's object (components.cpp).
 void build_components(const boost::json::object& root, const std::string& file, Pipeline& pipeline);
+// The component tables, each in its own file: a normalizer object (a Sequence: all of its list) appended to
+// `out` (normalizers.cpp), a pre-tokenizer object likewise (pre_tokenizers.cpp), a post-processor object as
+// a template (post_processors.cpp; plain_post_processor(): none, sequences alone). Each refuses a type it
+// does not know, naming those it does.
+void add_normalizer(const boost::json::value& v, const Origin& origin, std::vector<std::unique_ptr<Normalizer>>& out);
+void add_pre_tokenizer(const boost::json::value& v, const Origin& origin,
+                       std::vector<std::unique_ptr<PreTokenizer>>& out);
+PostProcessor make_post_processor(const boost::json::object& o, const Origin& origin);
+PostProcessor plain_post_processor();
+// A component object's "type" (json_fields.cpp), and a table's names for "supported: ..." in errors.
+std::string type_of(const boost::json::object& o, const Origin& origin);
+template <class Table>
+std::string names_of(const Table& table) {
+  std::string names;
+  for (const auto& entry : table) names += (names.empty() ? "" : ", ") + entry.first;
+  return names;
+}
 
 // Reading tokenizer.json's fields (json_fields.cpp); errors name `origin`. field() is null when the key is
 // absent or null; the others refuse a value of the wrong type.

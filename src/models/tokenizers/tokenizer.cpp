@@ -10,7 +10,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
@@ -26,118 +25,8 @@ Scratch& scratch() {
   return s;
 }
 
-std::uint64_t WordCache::next_serial() {
-  static std::atomic<std::uint64_t> serial{0};
-  return ++serial;
-}
-
-WordCache& WordCache::of_thread(std::uint64_t model) {
-  thread_local WordCache cache;
-  if (cache.model_ != model) {
-    cache.clear();
-    cache.model_ = model;
-  }
-  return cache;
-}
-
-void WordCache::clear() {
-  slots_.assign(kSlots, Slot{});
-  chars_.clear();
-  ids_.clear();
-  words_ = 0;
-}
-
-// FNV-1a over the code points, then a finalizer that spreads the high bits into the low ones the table
-// indexes with (splitmix64's).
-std::uint32_t WordCache::hash(std::u32string_view word) noexcept {
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (const char32_t c : word) h = (h ^ c) * 0x100000001b3ULL;
-  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
-  const auto folded = static_cast<std::uint32_t>(h ^ (h >> 32));
-  return folded == 0 ? 1 : folded;
-}
-
-bool WordCache::append(std::u32string_view word, std::vector<std::int32_t>& ids) const {
-  const std::uint32_t h = hash(word);
-  for (std::size_t i = h & (kSlots - 1);; i = (i + 1) & (kSlots - 1)) {
-    const Slot& slot = slots_[i];
-    if (slot.hash == 0) return false;
-    if (slot.hash == h && slot.length == word.size() &&
-        std::u32string_view(chars_).substr(slot.chars, slot.length) == word) {
-      ids.insert(ids.end(), ids_.begin() + slot.ids, ids_.begin() + slot.ids + slot.count);
-      return true;
-    }
-  }
-}
-
-void WordCache::keep(std::u32string_view word, const std::int32_t* first, const std::int32_t* last) {
-  if (words_ >= kWords) clear();  // at most half the slots are taken: every probe ends at an empty one
-  const std::uint32_t h = hash(word);
-  std::size_t i = h & (kSlots - 1);
-  while (slots_[i].hash != 0) i = (i + 1) & (kSlots - 1);
-  slots_[i] = Slot{h, static_cast<std::uint32_t>(chars_.size()), static_cast<std::uint32_t>(ids_.size()),
-                   static_cast<std::uint16_t>(word.size()), static_cast<std::uint16_t>(last - first)};
-  chars_.append(word);
-  ids_.insert(ids_.end(), first, last);
-  ++words_;
-}
-
 void refuse(const Origin& origin, const std::string& what) {
   throw Error(fmt::format("tokenizer '{}': {}{}", origin.file, origin.path.empty() ? "" : origin.path + ": ", what));
-}
-
-void decode_utf8(std::string_view in, std::u32string& out) {
-  out.clear();
-  const auto* p = reinterpret_cast<const unsigned char*>(in.data());
-  const std::size_t n = in.size();
-  for (std::size_t i = 0; i < n;) {
-    const unsigned char b = p[i];
-    if (b < 0x80) {
-      out.push_back(b);
-      ++i;
-      continue;
-    }
-    std::size_t len = 0;
-    char32_t c = 0, min = 0;
-    if ((b & 0xE0) == 0xC0)
-      len = 2, c = b & 0x1F, min = 0x80;
-    else if ((b & 0xF0) == 0xE0)
-      len = 3, c = b & 0x0F, min = 0x800;
-    else if ((b & 0xF8) == 0xF0)
-      len = 4, c = b & 0x07, min = 0x10000;
-    bool ok = len != 0 && i + len <= n;
-    for (std::size_t k = 1; ok && k < len; ++k) {
-      ok = (p[i + k] & 0xC0) == 0x80;
-      c = (c << 6) | (p[i + k] & 0x3F);
-    }
-    ok = ok && c >= min && c <= 0x10FFFF && (c < 0xD800 || c > 0xDFFF);
-    out.push_back(ok ? c : 0xFFFD);
-    i += ok ? len : 1;
-  }
-}
-
-void encode_utf8(std::u32string_view in, std::string& out) {
-  out.resize(4 * in.size());  // the most it can take; written through a pointer, then cut to size
-  char* p = out.data();
-  for (const char32_t c : in) {
-    if (c < 0x80) {
-      *p++ = static_cast<char>(c);
-    } else if (c < 0x800) {
-      *p++ = static_cast<char>(0xC0 | (c >> 6));
-      *p++ = static_cast<char>(0x80 | (c & 0x3F));
-    } else if (c < 0x10000) {
-      *p++ = static_cast<char>(0xE0 | (c >> 12));
-      *p++ = static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-      *p++ = static_cast<char>(0x80 | (c & 0x3F));
-    } else {
-      *p++ = static_cast<char>(0xF0 | (c >> 18));
-      *p++ = static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-      *p++ = static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-      *p++ = static_cast<char>(0x80 | (c & 0x3F));
-    }
-  }
-  out.resize(static_cast<std::size_t>(p - out.data()));
 }
 
 namespace {

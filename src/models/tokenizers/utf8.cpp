@@ -1,0 +1,60 @@
+// UTF-8 in and out (pipeline.hpp): text to code points, with U+FFFD for each byte that does not start a
+// well-formed sequence, and code points back.
+#include "pipeline.hpp"
+
+namespace flowline::models::tokenizers {
+
+void decode_utf8(std::string_view in, std::u32string& out) {
+  out.clear();
+  const auto* p = reinterpret_cast<const unsigned char*>(in.data());
+  const std::size_t n = in.size();
+  for (std::size_t i = 0; i < n;) {
+    const unsigned char b = p[i];
+    if (b < 0x80) {
+      out.push_back(b);
+      ++i;
+      continue;
+    }
+    std::size_t len = 0;
+    char32_t c = 0, min = 0;
+    if ((b & 0xE0) == 0xC0)
+      len = 2, c = b & 0x1F, min = 0x80;
+    else if ((b & 0xF0) == 0xE0)
+      len = 3, c = b & 0x0F, min = 0x800;
+    else if ((b & 0xF8) == 0xF0)
+      len = 4, c = b & 0x07, min = 0x10000;
+    bool ok = len != 0 && i + len <= n;
+    for (std::size_t k = 1; ok && k < len; ++k) {
+      ok = (p[i + k] & 0xC0) == 0x80;
+      c = (c << 6) | (p[i + k] & 0x3F);
+    }
+    ok = ok && c >= min && c <= 0x10FFFF && (c < 0xD800 || c > 0xDFFF);
+    out.push_back(ok ? c : 0xFFFD);
+    i += ok ? len : 1;
+  }
+}
+
+void encode_utf8(std::u32string_view in, std::string& out) {
+  out.resize(4 * in.size());  // the most it can take; written through a pointer, then cut to size
+  char* p = out.data();
+  for (const char32_t c : in) {
+    if (c < 0x80) {
+      *p++ = static_cast<char>(c);
+    } else if (c < 0x800) {
+      *p++ = static_cast<char>(0xC0 | (c >> 6));
+      *p++ = static_cast<char>(0x80 | (c & 0x3F));
+    } else if (c < 0x10000) {
+      *p++ = static_cast<char>(0xE0 | (c >> 12));
+      *p++ = static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+      *p++ = static_cast<char>(0x80 | (c & 0x3F));
+    } else {
+      *p++ = static_cast<char>(0xF0 | (c >> 18));
+      *p++ = static_cast<char>(0x80 | ((c >> 12) & 0x3F));
+      *p++ = static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+      *p++ = static_cast<char>(0x80 | (c & 0x3F));
+    }
+  }
+  out.resize(static_cast<std::size_t>(p - out.data()));
+}
+
+}  // namespace flowline::models::tokenizers
