@@ -14,8 +14,9 @@ Outputs (committed), in tests/data/tiny-models/:
                              then `embeddings` [n, d] (sentence-transformers) or `scores` [n, labels]
                              (transformers' logits, then the CrossEncoder activation); `prompt_length`
                              when the checkpoint leaves its prompt out of the pooling.
-  <name>.texts.jsonl and .texts.safetensors (xlm-roberta-unigram, qwen3): texts encoded end to end, tokenizer
-                             included (qwen3: without a prompt as `embeddings`, with its "query" prompt as `query`).
+  <name>.texts.jsonl and .texts.safetensors (xlm-roberta-unigram, qwen3, distilbert): texts encoded end to end,
+                             tokenizer included (qwen3: without a prompt as `embeddings`, with its "query" prompt as
+                             `query`).
 """
 import argparse
 import json
@@ -28,8 +29,8 @@ from safetensors.torch import save_file
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import Dense, Normalize, Transformer
 from sentence_transformers.sentence_transformer.modules import Pooling
-from transformers import (BertConfig, BertForSequenceClassification, BertModel, ModernBertConfig, ModernBertModel,
-                          MPNetConfig, MPNetModel, Qwen3Config, Qwen3Model, XLMRobertaConfig,
+from transformers import (BertConfig, BertForSequenceClassification, BertModel, DistilBertConfig, DistilBertModel,
+                          ModernBertConfig, ModernBertModel, MPNetConfig, MPNetModel, Qwen3Config, Qwen3Model, XLMRobertaConfig,
                           XLMRobertaForSequenceClassification, XLMRobertaModel)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -82,8 +83,10 @@ def write_goldens(name, seqs, outputs, key, type_ids=None, extra=None):
 
 
 def sentence_model(name, hf_model, pooling, dense=0, normalize=False, include_prompt=True, pad=0, longest=48,
-                   special_first=None, prompt_length=0, seed=0, prompts=None):
-    """Saves hf_model with sentence-transformers modules and the embeddings of random id sequences."""
+                   special_first=None, prompt_length=0, seed=0, prompts=None, after_save=None, texts=None):
+    """Saves hf_model with sentence-transformers modules and the embeddings of random id sequences.
+    after_save(folder): changes the saved folder; the goldens then come from the folder loaded again.
+    texts: also encoded end to end, tokenizer included (<name>.texts.*)."""
     with tempfile.TemporaryDirectory() as tmp:
         hf_model.save_pretrained(tmp, safe_serialization=True)
         for f in TOKENIZER_FILES:
@@ -110,6 +113,9 @@ def sentence_model(name, hf_model, pooling, dense=0, normalize=False, include_pr
     for f in TOKENIZER_FILES:  # transformers 5 saves a generic tokenizer config; keep the WordPiece files
         if (ROOT / "tests/data/tiny-bert" / f).exists():
             shutil.copy(ROOT / "tests/data/tiny-bert" / f, out / f)
+    if after_save:
+        after_save(out)
+        st = SentenceTransformer(str(out), device="cpu")
     generator = torch.Generator().manual_seed(seed)
     seqs = sequences(generator, 40, longest, special_first)
     if prompt_length:
@@ -123,6 +129,16 @@ def sentence_model(name, hf_model, pooling, dense=0, normalize=False, include_pr
     extra = {"prompt_length": torch.tensor([prompt_length])} if prompt_length else None
     write_goldens(name, seqs, embeddings, "embeddings", extra=extra)
     print(f"{name}: {len(seqs)} sequences, embeddings {tuple(embeddings.shape)}")
+    if texts:
+        with open(OUT / f"{name}.texts.jsonl", "w", encoding="utf-8") as f:
+            for t in texts:
+                f.write(json.dumps({"text": t}, ensure_ascii=False) + "\n")
+        # From the folder as saved: its max_seq_length is the tokenizer's model_max_length (64), not the one
+        # the Transformer module was made with.
+        by_text = SentenceTransformer(str(out), device="cpu").encode(texts, convert_to_tensor=True, batch_size=8)
+        by_text = by_text.float()
+        save_file({"embeddings": by_text.contiguous()}, str(OUT / f"{name}.texts.safetensors"))
+        print(f"{name}: {len(texts)} texts end to end, embeddings {tuple(by_text.shape)}")
     if prompts:
         # Texts encoded with each prompt, end to end (the checkpoint carries tests/data/tiny-bert's tokenizer).
         texts = ["Alice was beginning to get very tired", "a whale hunt", "The Lost World", "x"]
@@ -218,6 +234,46 @@ def unigram_texts(corpus):
         "Alice was beginning to get very tired", "  two  spaces,\ttab and\nnew line  ", "ﬁne ｆｕｌｌ-width ①",
         "Ein Fluß, déjà vu, Ångström", "Москва — столица России", "東京は日本の首都です", "😀 👩‍👩‍👧‍👦 ❤️ 🇫🇷",
         "The <mask> sat on the mat", "<s> inside </s> text", "", "x", "e\u0301 combining", "\u200bzero\u200dwidth"]
+
+
+def distilbert_models(corpus):
+    """msmarco-distilbert-base-tas-b's layout at tiny sizes: a DistilBertModel (6 layers, q_lin/k_lin/v_lin/out_lin,
+    sa_layer_norm, ffn.lin1/lin2, output_layer_norm, no token types, 512 learned positions, gelu) under
+    sentence-transformers' Transformer + Pooling(cls), no Normalize (its similarity is the dot product), carrying
+    tests/data/tiny-bert's WordPiece tokenizer; goldens from token ids and from texts. `distilbert-sinusoidal`:
+    sinusoidal_pos_embds true with the table left out of model.safetensors, so it is made when the model loads
+    (transformers makes it the same way), and the checkpoint's tensors named with the `distilbert.` prefix, as a
+    DistilBertFor* checkpoint names them."""
+    from safetensors.torch import load_file
+    paragraphs = [" ".join(p.split()) for path in sorted(corpus.glob("*.txt"))
+                  for p in path.read_text(encoding="utf-8").split("\n\n") if p.strip()]
+    texts = paragraphs[300:306] + [p for p in paragraphs if len(p) > 600][:2] + [
+        "Alice was beginning to get very tired", "what is a whale hunt?", "  two  spaces,\ttab and\nnew line  ",
+        "Ein Fluß, déjà vu", "東京は日本の首都です", "[CLS] inside [SEP] text", "", "x"]
+    for name, sinusoidal in [("distilbert", False), ("distilbert-sinusoidal", True)]:
+        torch.manual_seed(52)
+        model = DistilBertModel(DistilBertConfig(vocab_size=VOCAB, dim=32, n_layers=6, n_heads=4, hidden_dim=64,
+                                                 max_position_embeddings=512, sinusoidal_pos_embds=sinusoidal,
+                                                 activation="gelu", pad_token_id=0))
+        randomise(model)
+        with torch.no_grad():  # LayerNorm gains around 1, as trained ones are: around 0, six layers collapse
+            for n, p in model.named_parameters():  # every embedding to one direction (pairwise cos > 0.99999)
+                if n.endswith("layer_norm.weight") or n.endswith("LayerNorm.weight"):
+                    p.add_(1.0)
+
+        def strip_positions(folder):
+            tensors = load_file(str(folder / "model.safetensors"))
+            kept = {f"distilbert.{k}": v for k, v in tensors.items() if k != "embeddings.position_embeddings.weight"}
+            assert len(kept) == len(tensors) - 1, sorted(tensors)
+            save_file(kept, str(folder / "model.safetensors"), metadata={"format": "pt"})
+
+        sentence_model(name, model, "cls", pad=0, longest=200, special_first=2, texts=texts,
+                       after_save=strip_positions if sinusoidal else None)
+        if sinusoidal:  # transformers made the table, as flowline does: not the random one saved
+            reloaded = SentenceTransformer(str(OUT / name), device="cpu")[0].auto_model.embeddings
+            made = reloaded.position_embeddings.weight
+            assert (made - model.embeddings.position_embeddings.weight).abs().max() > 0.1
+            assert (made[:, 0] - torch.sin(torch.arange(512.0))).abs().max() < 1e-5
 
 
 QWEN3_QUERY = "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:"
@@ -318,7 +374,7 @@ def qwen3_texts(corpus):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", nargs="+", choices=["xlm-roberta-unigram", "qwen3"],
+    parser.add_argument("--only", nargs="+", choices=["xlm-roberta-unigram", "qwen3", "distilbert"],
                         help="make only these checkpoints")
     parser.add_argument("--corpus", type=pathlib.Path, default=ROOT.parent / "shared/data/corpus")
     args = parser.parse_args()
@@ -327,6 +383,7 @@ def main():
         "xlm-roberta-unigram": lambda: text_model("xlm-roberta-unigram", ROOT / "tests/data/tokenizers/unigram-xlmr",
                                                   unigram_texts(args.corpus)),
         "qwen3": lambda: qwen3_model("qwen3", ROOT / "tests/data/tokenizers/bpe-split-qwen", qwen3_texts(args.corpus)),
+        "distilbert": lambda: distilbert_models(args.corpus),  # and distilbert-sinusoidal
     }
     if args.only:
         for name in args.only:

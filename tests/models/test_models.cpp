@@ -80,7 +80,7 @@ at::Tensor encode_goldens(const EmbeddingModel& model, const Goldens& g, std::si
 
 TEST_CASE("every architecture's embeddings equal sentence-transformers' on its tiny checkpoint", "[models]") {
   const auto name = GENERATE(as<std::string>{}, "bert-all-poolings-dense", "bert-prompt-excluded", "xlm-roberta",
-                             "mpnet", "modernbert", "qwen3");
+                             "mpnet", "modernbert", "qwen3", "distilbert", "distilbert-sinusoidal");
   INFO(name);
   const auto g = read_goldens(name, "embeddings");
   const EmbeddingModel model(kTiny / name, c10::Device(c10::kCPU), c10::kFloat);
@@ -197,7 +197,7 @@ TEST_CASE("a checkpoint of an unsupported model_type is refused naming the file 
   std::ofstream(dir / "config.json") << config;
   CHECK_THROWS_WITH(Checkpoint::read(dir),
                     testing::contains("config.json': model_type 't5' is not supported (supported: bert, "
-                                      "camembert, modernbert, mpnet, qwen3, roberta, xlm-roberta)"));
+                                      "camembert, distilbert, modernbert, mpnet, qwen3, roberta, xlm-roberta)"));
 }
 
 TEST_CASE("a checkpoint's unknown module or pooling mode is refused naming the file", "[models]") {
@@ -243,8 +243,8 @@ TEST_CASE("on the GPU every architecture stays within the fp16 and bf16 bounds, 
   const c10::Device gpu(c10::kCUDA, 0);
   const auto stream = replica_stream(gpu);  // CUDA graphs are not captured on the default stream
   c10::StreamGuard on_stream(*stream);
-  for (const char* name :
-       {"bert-all-poolings-dense", "bert-prompt-excluded", "xlm-roberta", "mpnet", "modernbert", "qwen3"}) {
+  for (const char* name : {"bert-all-poolings-dense", "bert-prompt-excluded", "xlm-roberta", "mpnet", "modernbert",
+                           "qwen3", "distilbert", "distilbert-sinusoidal"}) {
     const auto g = read_goldens(name, "embeddings");
     for (const auto& [dtype, bound] : {std::pair{c10::kHalf, 0.999}, std::pair{c10::kBFloat16, 0.995}}) {
       const auto model = std::make_shared<const EmbeddingModel>(kTiny / name, gpu, dtype);

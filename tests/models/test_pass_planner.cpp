@@ -123,7 +123,7 @@ TEST_CASE("heads are a column of the architecture table: the sequence-classifica
   CHECK(std::vector<std::string>(with_head.begin(), with_head.end()) ==
         std::vector<std::string>{"bert", "roberta", "xlm-roberta", "camembert"});
   CHECK(supported_architectures(Checkpoint::Use::Embedding) ==
-        std::vector<std::string>{"BERT", "RoBERTa/XLM-R/CamemBERT", "MPNet", "ModernBERT", "Qwen3"});
+        std::vector<std::string>{"BERT", "RoBERTa/XLM-R/CamemBERT", "DistilBERT", "MPNet", "ModernBERT", "Qwen3"});
   CHECK(supported_architectures(Checkpoint::Use::CrossEncoder) ==
         std::vector<std::string>{"BERT", "RoBERTa/XLM-R/CamemBERT"});
   // An MPNet checkpoint that calls itself a cross-encoder: refused at validation and when made, naming the

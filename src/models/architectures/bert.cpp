@@ -1,6 +1,6 @@
 // BERT (model_type "bert"): post-LayerNorm encoder layers, learned absolute positions, token types.
 // The RoBERTa family runs the same stack with positions offset by padding_idx + 1 (roberta.cpp); the layers
-// (PostLayerNormLayers) serve MPNet too.
+// (PostLayerNormLayers) serve MPNet and DistilBERT too.
 #include "bert_family.hpp"
 
 #include "../cuda_kernels.hpp"

@@ -1,5 +1,6 @@
 // Internal: the BERT encoder stack, which the RoBERTa family (roberta.cpp) runs with its own position
-// scheme, and the post-LayerNorm layers BERT and MPNet (mpnet.cpp) share. Not installed.
+// scheme, and the post-LayerNorm layers BERT, MPNet (mpnet.cpp) and DistilBERT (distilbert.cpp) share. Not
+// installed.
 #pragma once
 
 #include "../transformer.hpp"
@@ -14,7 +15,7 @@ struct PostLayerNormNames {
   std::string_view up, down, norm2;      // the feed-forward denses and LayerNorm
 };
 
-// BERT-style post-LayerNorm encoder layers (BERT, the RoBERTa family, MPNet; DistilBERT next): attention
+// BERT-style post-LayerNorm encoder layers (BERT, the RoBERTa family, MPNet, DistilBERT): attention
 // with q, k and v fused into one projection, its output dense added to the residual and normalized, then
 // the feed-forward up-projection, activation and down-projection added to the residual and normalized
 // (linear_add_layer_norm: one fused kernel on a GPU in fp16/bf16). One loader and one forward for all.

@@ -10,6 +10,8 @@ std::unique_ptr<Transformer> make_bert(const ArchitectureContext& context);  // 
 void check_bert(const ArchitectureContext& context);
 std::unique_ptr<Transformer> make_roberta(const ArchitectureContext& context);  // roberta.cpp
 void check_roberta(const ArchitectureContext& context);
+std::unique_ptr<Transformer> make_distilbert(const ArchitectureContext& context);  // distilbert.cpp
+void check_distilbert(const ArchitectureContext& context);
 std::unique_ptr<Transformer> make_mpnet(const ArchitectureContext& context);  // mpnet.cpp
 void check_mpnet(const ArchitectureContext& context);
 std::unique_ptr<Transformer> make_modernbert(const ArchitectureContext& context);  // modernbert.cpp
@@ -27,6 +29,12 @@ std::span<const Architecture> architectures() {
        &make_roberta,
        &check_roberta,
        {&make_dense_out_proj_classifier}},
+      {{"distilbert"},
+       "DistilBERT",
+       "DistilBERT (post-LayerNorm, no token types)",
+       &make_distilbert,
+       &check_distilbert,
+       {}},
       {{"mpnet"}, "MPNet", "MPNet (relative position bias)", &make_mpnet, &check_mpnet, {}},
       {{"modernbert"},
        "ModernBERT",
