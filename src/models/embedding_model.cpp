@@ -3,6 +3,7 @@
 #include "flowline/models/embedding_model.hpp"
 
 #include "flowline/error.hpp"
+#include "flowline/models/outputs.hpp"
 #include "graphs.hpp"
 #include "transformer.hpp"
 
@@ -182,7 +183,7 @@ at::Tensor detail::GraphAccess::forward_and_pool(const EmbeddingModel& model, co
     const auto& d = model.modules_->dense[next++];
     pooled = detail::apply_activation(d.activation, at::linear(pooled, d.weight, d.bias));
   };
-  auto normalize = [&] { pooled = pooled / pooled.norm(2, {1}, /*keepdim=*/true).clamp_min(1e-12); };
+  auto normalize = [&] { pooled = normalize_rows(pooled); };  // without overflow (outputs.hpp)
   if (modules.order.empty()) {
     while (next < model.modules_->dense.size()) dense();
     if (modules.normalize) normalize();
