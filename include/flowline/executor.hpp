@@ -151,10 +151,30 @@ struct ExecutorContext {
   const Params& params;
 };
 
-// What a handler knows about the request it serves.
+// What a handler knows about the request it serves. Built by the runtime for each handler call; borrowed for
+// the call.
 struct RequestInfo {
   std::string_view endpoint;
-  const boost::json::object& parameters;  // per-request parameters sent with the post
+  // The request's parameters as sent with the post (Jina's `parameters`), those the endpoint declares in
+  // their checked form (5.0 sent for an int is 5). Names it does not declare are here unchecked.
+  const boost::json::object& parameters;
+  // The declared request parameters (EndpointParams, flowline/params.hpp), checked by the runtime before the
+  // handler runs: present when sent, or when their default is not null. Null when the handler is called
+  // outside a flow (Executor::handle without declarations). Added in plugin API 4.1.
+  const Params* declared = nullptr;
+
+  // A declared request parameter, typed (T as Params::get). Throws ExecutorError when `name` is not declared
+  // for this endpoint or has no value (use param_or for those with a null default).
+  template <class T>
+  T param(std::string_view name) const {
+    return declared ? declared->get<T>(name) : Params("request", parameters).get<T>(name);
+  }
+  // The parameter, or `fallback` when the request did not send it (nor has it a default).
+  template <class T>
+  T param_or(std::string_view name, T fallback) const {
+    return declared ? declared->get_or<T>(name, std::move(fallback))
+                    : Params("request", parameters).get_or<T>(name, std::move(fallback));
+  }
 };
 
 class Executor {
@@ -178,8 +198,11 @@ class Executor {
   std::shared_ptr<const ExecutorMetrics> shared_metrics() const noexcept { return metrics_; }
 
   // Framework side. Runs the handler for `endpoint` (or the default handler; with neither, the batch
-  // passes through unchanged). Exceptions propagate to the caller.
+  // passes through unchanged). `declared`: the request parameters check_request_params() made of
+  // `parameters` (RequestInfo::declared), or null. Exceptions propagate to the caller.
   void handle(std::string_view endpoint, DocumentArray& docs, const boost::json::object& parameters);
+  void handle(std::string_view endpoint, DocumentArray& docs, const boost::json::object& parameters,
+              const Params* declared);
   bool has_handler(std::string_view endpoint) const;
   // Endpoints bound so far, default excluded, sorted.
   std::vector<std::string> bound_endpoints() const;

@@ -9,6 +9,11 @@
 // with Params::get<T>(name), which can only fail for a parameter the executor did not declare or reads as
 // another type — a programming error, reported as flowline::ExecutorError naming executor and parameter.
 //
+// Request parameters (what a client sends with one request: Jina's `parameters`, or what a gateway route makes
+// of its body) are declared the same way, per endpoint (EndpointParams, given to the Registry beside the
+// spec), and checked by the core before the handler runs (check_request_params): the handler reads typed
+// values through RequestInfo::param<T>() (flowline/executor.hpp).
+//
 // Params is immutable once built and safe to read from several threads.
 #pragma once
 
@@ -103,12 +108,30 @@ struct ParamSpec {
 // "int ≥ 1", "double ≥ 0 and ≤ 1".
 std::string describe_type(const ParamSpec& spec);
 
-// Checks `value` against `type`, converting where the YAML reading is unambiguous (an integer where a
-// double is declared). Returns an error description ("expected int, got string \"abc\"") or nullopt.
+// Checks `value` against `type`, converting where the reading is unambiguous: an integer where a double is
+// declared, and a whole number written as a double where an integer is (5.0 is the int 5: Jina's clients
+// send every number through protobuf's Struct, as a double). 5.5, "5", true and numbers beyond ±2^53 are
+// not ints. Returns an error description ("expected int, got string \"abc\"") or nullopt.
 std::optional<std::string> check_param_value(ParamType type, boost::json::value& value);
 // The same, then the choices and bounds of `spec`: "expected one of paragraph, sentence, got 'word'",
 // "expected an integer ≥ 1, got 0".
 std::optional<std::string> check_param_value(const ParamSpec& spec, boost::json::value& value);
+
+// The request parameters one endpoint of an executor reads. `endpoint` is an endpoint of its spec ("/search"),
+// or kDefaultEndpoint ("*") for parameters every endpoint reads. ParamSpec's `required`, `default_value`,
+// `choices`, `minimum`, `maximum` and `help` apply; `check_here`, `hub_model` and `output` do not. A null
+// default means "the executor's own setting" (e.g. VectorIndex's `limit` defaults to its `with:` limit):
+// the handler reads it with RequestInfo::param_or().
+struct EndpointParams {
+  std::string endpoint;
+  std::vector<ParamSpec> params;
+};
+
+// The declarations among `declared` that apply to `endpoint`: its own, then those of "*".
+std::vector<const ParamSpec*> request_params_of(const std::vector<EndpointParams>& declared, std::string_view endpoint);
+
+// Describes one endpoint's request parameters for listings: "limit (int ≥ 1): matches per query".
+std::string describe_request_param(const ParamSpec& spec);
 
 // The parameter values of one executor, after validation against its ParamSpecs.
 class Params {
@@ -142,6 +165,22 @@ class Params {
   boost::json::object values_;
   std::map<std::string, SourceLocation, std::less<>> locations_;
 };
+
+// A request's parameters after check_request_params().
+struct CheckedRequestParams {
+  boost::json::object parameters;    // as sent, the declared ones in their checked form (5.0 -> 5)
+  Params declared;                   // the declared ones: as given, or their default when it is not null
+  std::vector<std::string> unknown;  // names sent that this endpoint does not declare (kept in `parameters`:
+                                     // Jina sends one dict to every executor of a flow)
+};
+
+// Checks a request's `parameters` against the declarations of `endpoint` (request_params_of). Unknown names
+// pass (listed in `unknown`). Throws RequestError — the client's mistake: 422 over HTTP, an error status in
+// a gRPC answer — naming the parameter, what was expected, and where: "parameter 'limit': expected an
+// integer from 1, got 5.5 (index on /search)". `executor` is the executor's name in the flow.
+// Thread-safe (reads only its arguments).
+CheckedRequestParams check_request_params(const std::vector<EndpointParams>& declared, std::string_view executor,
+                                          std::string_view endpoint, const boost::json::object& parameters);
 
 // The supported conversions (defined in the library).
 template <>

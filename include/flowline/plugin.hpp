@@ -40,8 +40,12 @@
 // built before still load, while a plugin that may use the addition is refused by an older flowline.
 // 3.0: Executor gained run_outcome() (a member: its layout changed).
 // 4.0: ParamSpec gained `output` and RuntimeInfo `max_output_bytes` (their layouts changed).
+// 4.1: request parameters (EndpointParams, Registry::add with them, RequestInfo::declared and param<T>(),
+//      Registry::Entry::request_params). Only added: what a plugin builds (ExecutorSpec, ParamSpec) keeps
+//      its layout, and what the host builds and a plugin reads (RequestInfo, Registry::Entry) only grew at
+//      its end, so plugins built against 4.0 load and run unchanged.
 #define FLOWLINE_PLUGIN_API_VERSION_MAJOR 4
-#define FLOWLINE_PLUGIN_API_VERSION_MINOR 0
+#define FLOWLINE_PLUGIN_API_VERSION_MINOR 1
 // What a plugin's flowline_plugin_api_version() returns: MAJOR * 1000 + MINOR.
 #define FLOWLINE_PLUGIN_API_VERSION (FLOWLINE_PLUGIN_API_VERSION_MAJOR * 1000 + FLOWLINE_PLUGIN_API_VERSION_MINOR)
 

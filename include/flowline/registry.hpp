@@ -11,7 +11,11 @@
 // with the default constructor is a plain table: it holds only what is added to it.
 //
 //   registry.add<MyExecutor>();   // MyExecutor has `static ExecutorSpec spec()` and a constructor
-//                                 // taking `const ExecutorContext&`.
+//                                 // taking `const ExecutorContext&`; optionally
+//                                 // `static std::vector<EndpointParams> request_params()`: the request
+//                                 // parameters of its endpoints, checked before its handlers run
+//                                 // (flowline/params.hpp). They sit beside the spec, not in it, so that
+//                                 // ExecutorSpec keeps the layout plugins built against API 4.0 share.
 #pragma once
 
 #include "flowline/executor.hpp"
@@ -34,6 +38,8 @@ class Registry {
     ExecutorSpec spec;
     ExecutorFactory factory;
     std::string origin;  // "built-in", a plugin's path, or "program"
+    // Its endpoints' request parameters (API 4.1; empty for executors that declare none).
+    std::vector<EndpointParams> request_params;
   };
 
   enum class ExecutorSearch { off, on };
@@ -48,6 +54,9 @@ class Registry {
 
   // Adds an executor type. Throws flowline::Error when the name is taken or the spec is malformed.
   void add(ExecutorSpec spec, ExecutorFactory factory, std::string origin = "program");
+  // The same, with the request parameters of its endpoints; each names "*" or an endpoint of the spec.
+  void add(ExecutorSpec spec, std::vector<EndpointParams> request_params, ExecutorFactory factory,
+           std::string origin = "program");
 
   template <class T>
   void add(std::string origin = "program") {
@@ -56,10 +65,14 @@ class Registry {
                   "an executor type needs `static flowline::ExecutorSpec spec()`");
     static_assert(std::is_constructible_v<T, const ExecutorContext&>,
                   "an executor type needs a constructor taking `const flowline::ExecutorContext&`");
-    add(
-        T::spec(),
-        [](const ExecutorContext& context) -> std::unique_ptr<Executor> { return std::make_unique<T>(context); },
-        std::move(origin));
+    ExecutorFactory factory = [](const ExecutorContext& context) -> std::unique_ptr<Executor> {
+      return std::make_unique<T>(context);
+    };
+    if constexpr (has_request_params<T>::value) {
+      add(T::spec(), T::request_params(), std::move(factory), std::move(origin));
+    } else {
+      add(T::spec(), std::move(factory), std::move(origin));
+    }
   }
 
   // The entry for `name`, or nullptr. The pointer stays valid for the registry's lifetime. With
@@ -78,6 +91,11 @@ class Registry {
   std::size_t size() const;
 
  private:
+  template <class T, class = void>
+  struct has_request_params : std::false_type {};
+  template <class T>
+  struct has_request_params<T, std::void_t<decltype(T::request_params())>> : std::true_type {};
+
   mutable std::mutex mutex_;
   std::vector<std::unique_ptr<Entry>> entries_;
   ExecutorSearch search_ = ExecutorSearch::off;

@@ -60,7 +60,12 @@ void Executor::bind_default(Handler handler) {
 }
 
 void Executor::handle(std::string_view endpoint, DocumentArray& docs, const boost::json::object& parameters) {
-  const RequestInfo request{endpoint, parameters};
+  handle(endpoint, docs, parameters, nullptr);
+}
+
+void Executor::handle(std::string_view endpoint, DocumentArray& docs, const boost::json::object& parameters,
+                      const Params* declared) {
+  const RequestInfo request{endpoint, parameters, declared};
   auto it = handlers_.find(endpoint);
   if (it != handlers_.end()) {
     it->second(docs, request);

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 namespace flowline {
@@ -107,6 +108,22 @@ std::string describe(const boost::json::value& v) {
   }
   return "?";
 }
+// The one number reader of integers: an int64, a uint64 within int64, or a double that is a whole number
+// within ±2^53 (where every integer is exact) becomes an int64 in place. Anything else is not an integer.
+bool read_integer(boost::json::value& value) {
+  if (value.is_int64()) return true;
+  if (value.is_uint64()) {
+    if (value.get_uint64() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) return false;
+    value = static_cast<std::int64_t>(value.get_uint64());
+    return true;
+  }
+  if (!value.is_double()) return false;
+  const double d = value.get_double();
+  constexpr double kExact = 9007199254740992.0;  // 2^53
+  if (!std::isfinite(d) || std::trunc(d) != d || d > kExact || d < -kExact) return false;
+  value = static_cast<std::int64_t>(d);
+  return true;
+}
 }  // namespace
 
 std::optional<std::string> check_param_value(ParamType type, boost::json::value& value) {
@@ -120,8 +137,7 @@ std::optional<std::string> check_param_value(ParamType type, boost::json::value&
           value.get_uint64() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
         return fmt::format("expected int, got {} (too large)", value.get_uint64());
       }
-      if (value.is_uint64()) value = static_cast<std::int64_t>(value.get_uint64());
-      if (!value.is_int64()) return mismatch();
+      if (!read_integer(value)) return mismatch();
       return std::nullopt;
     case ParamType::Double:
       if (value.is_int64()) value = static_cast<double>(value.get_int64());
@@ -142,11 +158,7 @@ std::optional<std::string> check_param_value(ParamType type, boost::json::value&
       return std::nullopt;
     case ParamType::IntOrAuto:
       if (value.is_string() && value.get_string() == "auto") return std::nullopt;
-      if (value.is_uint64() &&
-          value.get_uint64() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
-        value = static_cast<std::int64_t>(value.get_uint64());
-      }
-      if (!value.is_int64()) return mismatch();
+      if (!read_integer(value)) return mismatch();
       return std::nullopt;
     case ParamType::Json:
       return std::nullopt;

@@ -22,6 +22,41 @@ Registry& Registry::global() {
 }
 
 void Registry::add(ExecutorSpec spec, ExecutorFactory factory, std::string origin) {
+  add(std::move(spec), {}, std::move(factory), std::move(origin));
+}
+
+namespace {
+// A default must pass its own declaration; a name appears once per endpoint; an endpoint is "*" or the spec's.
+void check_request_params_declared(const ExecutorSpec& spec, const std::vector<EndpointParams>& declared) {
+  for (const EndpointParams& e : declared) {
+    const bool known = e.endpoint == kDefaultEndpoint ||
+                       std::find(spec.endpoints.begin(), spec.endpoints.end(), e.endpoint) != spec.endpoints.end();
+    if (!known) {
+      throw Error(
+          fmt::format("executor type '{}': request parameters for endpoint '{}', which its spec does not "
+                      "declare",
+                      spec.name, e.endpoint));
+    }
+    std::set<std::string> seen;
+    for (const ParamSpec* p : request_params_of(declared, e.endpoint)) {
+      if (p->name.empty() || !seen.insert(p->name).second) {
+        throw Error(fmt::format("executor type '{}': request parameter '{}' of {} is declared twice or has no name",
+                                spec.name, p->name, e.endpoint));
+      }
+      boost::json::value v = p->default_value;
+      if (v.is_null()) continue;
+      if (auto problem = check_param_value(*p, v)) {
+        throw Error(
+            fmt::format("executor type '{}': default of request parameter '{}': {}", spec.name, p->name, *problem));
+      }
+    }
+  }
+}
+}  // namespace
+
+void Registry::add(ExecutorSpec spec, std::vector<EndpointParams> request_params, ExecutorFactory factory,
+                   std::string origin) {
+  check_request_params_declared(spec, request_params);
   if (spec.name.empty()) throw Error("cannot register an executor with an empty name");
   if (!factory) throw Error(fmt::format("executor type '{}': empty factory", spec.name));
   std::set<std::string> seen;
@@ -49,7 +84,8 @@ void Registry::add(ExecutorSpec spec, ExecutorFactory factory, std::string origi
                               entry->origin, origin));
     }
   }
-  entries_.push_back(std::make_unique<Entry>(Entry{std::move(spec), std::move(factory), std::move(origin)}));
+  entries_.push_back(std::make_unique<Entry>(
+      Entry{std::move(spec), std::move(factory), std::move(origin), std::move(request_params)}));
 }
 
 const Registry::Entry* Registry::find_registered(std::string_view name) const {

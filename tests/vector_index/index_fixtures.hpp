@@ -2,6 +2,7 @@
 // its brute-force nearest neighbours, and a one-executor flow around a VectorIndex.
 #pragma once
 
+#include "executor_runner.hpp"
 #include "test_support.hpp"
 
 #include "flowline/device.hpp"
@@ -159,27 +160,19 @@ class Corpus {
   at::Tensor vectors_, normalised_;
 };
 
-// A VectorIndex alone, outside a flow (its `with:` defaults from its spec, then `with`): what a handler
+// A VectorIndex alone, outside a flow (its `with:` defaults from its spec, then `with`), run by the executor
+// harness: a request's parameters are checked as a flow checks them, and what the check or the handler
 // throws reaches the caller as thrown, where a flow turns it into a failed request's message.
 class IndexAlone {
  public:
-  explicit IndexAlone(const boost::json::object& with = {}) {
-    const Registry::Entry& entry = index_registry().get("VectorIndex");
-    boost::json::object values;
-    for (const ParamSpec& p : entry.spec.params) values[p.name] = p.default_value;
-    for (const auto& kv : with) values[kv.key()] = kv.value();
-    params_ = Params("index", std::move(values));
-    executor_ = entry.factory(ExecutorContext{runtime_, params_});
-  }
+  explicit IndexAlone(const boost::json::object& with = {})
+      : runner_(index_registry(), "VectorIndex", with, RuntimeInfo{"index", "VectorIndex"}) {}
   DocumentArray post(std::string_view endpoint, DocumentArray docs, const boost::json::object& parameters = {}) {
-    executor_->handle(endpoint, docs, parameters);
-    return docs;
+    return runner_.post(endpoint, std::move(docs), parameters);
   }
 
  private:
-  RuntimeInfo runtime_{"index", "VectorIndex"};
-  Params params_;
-  std::unique_ptr<Executor> executor_;
+  testing::ExecutorRunner runner_;
 };
 
 inline std::filesystem::path fresh_workspace(const std::string& name) {

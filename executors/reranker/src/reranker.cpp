@@ -60,6 +60,19 @@ class Reranker : public Executor {
     return spec;
   }
 
+  // What a request may ask of /rerank (and of any endpoint, which reranks too); checked by the core first.
+  static std::vector<EndpointParams> request_params() {
+    return {{std::string(kDefaultEndpoint),
+             {ParamSpec::optional("top_n", ParamType::Int, nullptr,
+                                  "matches kept per query, best first; 0: all (default: the reranker's `top_n`)")
+                  .min(0),
+              ParamSpec::optional("raw_scores", ParamType::Bool, nullptr,
+                                  "the cross-encoder's logits instead of its activation (default: the reranker's "
+                                  "`raw_scores`)"),
+              ParamSpec::optional("count_tokens", ParamType::Bool, false,
+                                  "each query's tokens over its pairs in tags.tokens (the gateway's usage figures)")}}};
+  }
+
   explicit Reranker(const ExecutorContext& context) : Executor(context) {
     const std::string folder = params().get<std::string>("model");
     device_ = executor_device(params().get<std::string>("device"), runtime().device);
@@ -103,15 +116,15 @@ class Reranker : public Executor {
 
  private:
   void rerank(DocumentArray& docs, const RequestInfo& request) {
-    const std::size_t top_n = parameter_or(request, "top_n", top_n_);
-    const bool raw = bool_parameter_or(request, "raw_scores", raw_);
+    const std::size_t top_n = request.param_or<std::size_t>("top_n", top_n_);
+    const bool raw = request.param_or<bool>("raw_scores", raw_);
     std::vector<Pair> pairs;
     for (std::size_t q = 0; q < docs.size(); ++q) {
       take_candidates(docs[q]);
       for (std::size_t m = 0; m < docs[q].matches.size(); ++m) pairs.push_back({q, m});
     }
     const std::vector<float> scores = score(docs, pairs, raw);
-    const bool count_tokens = bool_parameter_or(request, "count_tokens", false);
+    const bool count_tokens = request.param_or<bool>("count_tokens", false);
     std::vector<std::int64_t> tokens(count_tokens ? docs.size() : 0);
     for (std::size_t i = 0; i < pairs.size(); ++i) {
       Document& match = docs[pairs[i].query].matches[pairs[i].match];
@@ -182,20 +195,6 @@ class Reranker : public Executor {
       for (std::size_t r = 0; r < pass.sequences.size(); ++r) out[pass.sequences[r]] = s[r];
     }
     return out;
-  }
-
-  static std::size_t parameter_or(const RequestInfo& request, const char* key, std::size_t fallback) {
-    const auto* v = request.parameters.if_contains(key);
-    if (!v) return fallback;
-    if (!v->is_int64() || v->get_int64() < 0) throw Error(fmt::format("parameter '{}': expected an integer >= 0", key));
-    return static_cast<std::size_t>(v->get_int64());
-  }
-
-  static bool bool_parameter_or(const RequestInfo& request, const char* key, bool fallback) {
-    const auto* v = request.parameters.if_contains(key);
-    if (!v) return fallback;
-    if (!v->is_bool()) throw Error(fmt::format("parameter '{}': expected true or false", key));
-    return v->get_bool();
   }
 
   c10::Device device_{c10::kCPU};

@@ -123,6 +123,19 @@ class SentenceEncoder : public Executor {
     return spec;
   }
 
+  // What a request may ask of /encode (and of any endpoint, which encodes too); checked by the core first.
+  static std::vector<EndpointParams> request_params() {
+    return {{std::string(kDefaultEndpoint),
+             {ParamSpec::optional("prompt_name", ParamType::String, nullptr,
+                                  "a prompt of the checkpoint (config_sentence_transformers.json) put before each "
+                                  "text; a name it lacks is refused (default: the encoder's `prompt_name`)"),
+              ParamSpec::optional("prompt", ParamType::String, nullptr,
+                                  "a text put before each text, instead of any prompt_name"),
+              ParamSpec::optional("count_tokens", ParamType::Bool, false,
+                                  "each document's tokens, special ones included, in tags.tokens (the gateway's "
+                                  "usage figures)")}}};
+  }
+
   explicit SentenceEncoder(const ExecutorContext& context) : Executor(context) {
     const std::string model = params().get<std::string>("model");
     device_ = executor_device(params().get<std::string>("device"), runtime().device);
@@ -363,11 +376,10 @@ class SentenceEncoder : public Executor {
     const std::size_t n = docs.size();
     using Clock = std::chrono::steady_clock;
     const auto started = Clock::now();
-    set_prompt(request.parameters);
+    set_prompt(request);
     tokenize(docs);
     const auto tokenized = Clock::now();
-    if (const auto it = request.parameters.find("count_tokens");
-        it != request.parameters.end() && it->value() == true) {
+    if (request.param_or<bool>("count_tokens", false)) {
       for (std::size_t i = 0; i < n; ++i) {
         docs[i].tags["tokens"] = static_cast<std::int64_t>(offsets_[i + 1] - offsets_[i]);
       }
@@ -414,12 +426,19 @@ class SentenceEncoder : public Executor {
   // The prompt of this request: its parameters' prompt (a text) or prompt_name (the checkpoint's), else the
   // executor's. With a Pooling module that leaves prompts out (include_prompt: false), the prompt's tokens
   // but its closing special token are skipped by pooling, as sentence-transformers counts them.
-  void set_prompt(const boost::json::object& parameters) {
+  // A prompt_name the checkpoint does not have is the client's mistake (RequestError: 422 over HTTP).
+  void set_prompt(const RequestInfo& request) {
     prompt_ = default_prompt_;
-    if (const auto* p = parameters.if_contains("prompt"); p && p->is_string()) {
-      prompt_ = std::string(p->get_string());
-    } else if (const auto* n = parameters.if_contains("prompt_name"); n && n->is_string()) {
-      prompt_ = encoder_->checkpoint().prompt(std::string(n->get_string()));
+    if (auto prompt = request.param_or<std::string>("prompt", {}); request.parameters.contains("prompt")) {
+      prompt_ = std::move(prompt);
+    } else if (auto name = request.param_or<std::string>("prompt_name", {}); !name.empty()) {
+      try {
+        prompt_ = encoder_->checkpoint().prompt(name);
+      } catch (const RequestError&) {
+        throw;
+      } catch (const Error& e) {
+        throw RequestError(e.what());
+      }
     }
     prompt_skip_ = 0;
     if (prompt_.empty() || encoder_->checkpoint().modules.include_prompt) return;

@@ -42,31 +42,11 @@ Metric parse_metric(const std::string& name) {
   return Metric::l2;  // "l2", "euclidean" (the spec's choices allow nothing else)
 }
 
-// A request's integer parameter: Jina's clients send integers as JSON numbers that may arrive as doubles
-// (they pass through protobuf's Struct), so a whole double is accepted.
-std::size_t count_parameter(const boost::json::object& parameters, const char* key, std::size_t fallback,
-                            std::size_t min) {
-  const auto* v = parameters.if_contains(key);
-  if (!v || v->is_null()) return fallback;
-  double value = -1;
-  if (v->is_int64()) value = static_cast<double>(v->get_int64());
-  if (v->is_uint64()) value = static_cast<double>(v->get_uint64());
-  if (v->is_double()) value = v->get_double();
-  if (value < static_cast<double>(min) || value > 1e9 || std::floor(value) != value) {
-    throw RequestError(fmt::format("parameter '{}': expected an integer from {} to 1000000000", key, min));
-  }
-  return static_cast<std::size_t>(value);
-}
-
-std::size_t count_parameter(const RequestInfo& request, const char* key, std::size_t fallback, std::size_t min) {
-  return count_parameter(request.parameters, key, fallback, min);
-}
-
-bool bool_parameter(const RequestInfo& request, const char* key, bool fallback) {
-  const auto* v = request.parameters.if_contains(key);
-  if (!v || v->is_null()) return fallback;
-  if (!v->is_bool()) throw RequestError(fmt::format("parameter '{}': expected true or false", key));
-  return v->get_bool();
+// A /search request's limit as the shards' handlers read it: the checked request parameter (an int ≥ 1,
+// Registry's check), else the executor's `with:` limit.
+std::size_t limit_of(const boost::json::object& parameters, const Params& params) {
+  const auto* v = parameters.if_contains("limit");
+  return v && v->is_int64() ? static_cast<std::size_t>(v->get_int64()) : params.get<std::size_t>("limit");
 }
 
 // Document i's embedding as a float row; a clear error when it has none.
@@ -154,7 +134,7 @@ DocumentArray merge_shards(std::string_view endpoint, const boost::json::object&
     }
   }
   if (endpoint == "/search") {
-    const std::size_t limit = count_parameter(parameters, "limit", params.get<std::size_t>("limit"), 1);
+    const std::size_t limit = limit_of(parameters, params);
     for (std::size_t i = 0; i < out.size(); ++i) {
       DocumentArray& matches = out[i].matches;
       for (std::size_t s = 1; s < parts.size(); ++s) {
@@ -249,6 +229,22 @@ class VectorIndex : public Executor {
     // Shards (`shards: N`): each holds the documents whose id hashes to it; a search asks every shard.
     spec.shards = std::make_shared<ShardPlan>(ShardPlan{{"/index", "/update", "/delete"}, &merge_shards});
     return spec;
+  }
+
+  // What a request may ask of /search (Jina's `parameters`); checked by the core before search() runs.
+  static std::vector<EndpointParams> request_params() {
+    return {{"/search",
+             {ParamSpec::optional("limit", ParamType::Int, nullptr,
+                                  "matches per query, at most the index's max_limit (default: its `limit`)")
+                  .min(1),
+              ParamSpec::optional("filter", ParamType::Json, nullptr,
+                                  "a condition on the documents' tags, MongoDB-style (docs/search.md)"),
+              ParamSpec::optional("return_embeddings", ParamType::Bool, nullptr,
+                                  "matches carry their embeddings (default: the index's `return_embeddings`)"),
+              ParamSpec::optional("ef_search", ParamType::Int, nullptr,
+                                  "HNSW candidates per query (default: the index's `ef_search`; other backends "
+                                  "ignore it)")
+                  .min(1)}}};
   }
 
   explicit VectorIndex(const ExecutorContext& context) : Executor(context) {
@@ -410,7 +406,7 @@ class VectorIndex : public Executor {
   // A request's limit within max_limit, and its answer's matches (queries x limit) within max_answer_matches:
   // checked before any work, each refusal naming the parameter and the bound.
   std::size_t checked_limit(const RequestInfo& request, std::size_t queries) const {
-    const std::size_t limit = count_parameter(request, "limit", limit_, 1);
+    const std::size_t limit = request.param_or<std::size_t>("limit", limit_);
     if (limit > bounds_.max_limit) {
       throw RequestError(fmt::format(
           "parameter 'limit': {} is more than this index's max_limit ({}): ask for fewer matches per query, or "
@@ -446,12 +442,12 @@ class VectorIndex : public Executor {
   void search(DocumentArray& docs, const RequestInfo& request) {
     if (docs.empty()) return;
     const std::size_t limit = checked_limit(request, docs.size());
-    const bool with_embeddings = bool_parameter(request, "return_embeddings", return_embeddings_);
+    const bool with_embeddings = request.param_or<bool>("return_embeddings", return_embeddings_);
     std::optional<Filter> filter;
     if (const auto* spec = request.parameters.if_contains("filter"); spec && !spec->is_null()) {
       filter = Filter::parse(*spec, "parameter 'filter'", bounds_.filter);
     }
-    const std::size_t ef = count_parameter(request, "ef_search", 0, 1);
+    const std::size_t ef = request.param_or<std::size_t>("ef_search", 0);
     const auto started = Clock::now();
     at::Tensor queries = rows_of(docs, "/search");
     const c10::OptionalStreamGuard on(stream_);

@@ -55,9 +55,9 @@ namespace {
 // Runs the handler; on c10::OutOfMemoryError splits the batch in halves and retries each, recursively.
 // `request_error` is set when the error is the request's own (RequestError).
 std::string run_handler(Executor& executor, const std::string& endpoint, DocumentArray& docs,
-                        const boost::json::object& parameters, bool& request_error) {
+                        const CheckedRequestParams& parameters, bool& request_error) {
   try {
-    executor.handle(endpoint, docs, parameters);
+    executor.handle(endpoint, docs, parameters.parameters, &parameters.declared);
     return {};
   } catch (const c10::OutOfMemoryError& e) {
     const std::string what = e.what_without_backtrace();
@@ -90,9 +90,30 @@ std::string run_handler(Executor& executor, const std::string& endpoint, Documen
 }
 }  // namespace
 
+const CheckedRequestParams& LocalReplica::checked(const std::string& endpoint, const boost::json::object& parameters) {
+  if (checked_ && checked_endpoint_ == endpoint && checked_sent_ == parameters) return *checked_;
+  checked_.reset();
+  CheckedRequestParams made = check_request_params(entry_.request_params, runtime_.name, endpoint, parameters);
+  if (!made.unknown.empty()) {
+    spdlog::debug("executor '{}' ({}) on {}: request parameters it does not declare, passed on unchecked: {}",
+                  runtime_.name, entry_.spec.name, endpoint, fmt::join(made.unknown, ", "));
+  }
+  checked_endpoint_ = endpoint;
+  checked_sent_ = parameters;
+  checked_ = std::move(made);
+  return *checked_;
+}
+
 std::string LocalReplica::run(const std::string& endpoint, DocumentArray& docs, const boost::json::object& parameters) {
   request_error_ = false;
-  return run_handler(*executor_, endpoint, docs, parameters, request_error_);
+  const CheckedRequestParams* request = nullptr;
+  try {
+    request = &checked(endpoint, parameters);
+  } catch (const RequestError& e) {
+    request_error_ = true;
+    return e.what();
+  }
+  return run_handler(*executor_, endpoint, docs, *request, request_error_);
 }
 
 void LocalReplica::close(RunOutcome outcome) noexcept {

@@ -66,7 +66,10 @@ class Replica {
 // An Executor constructed in this process from its registry entry. open() constructs it on the calling
 // thread (with that thread's device set) and checks that it binds exactly the endpoints its spec declares.
 // run() retries a batch that runs out of memory (c10::OutOfMemoryError) in halves, down to single
-// documents, so only a document that does not fit alone fails, and its error names it.
+// documents, so only a document that does not fit alone fails, and its error names it. Before the handler,
+// run() checks the request's parameters against the endpoint's declarations (check_request_params): a
+// request that breaks them fails as the request's own error, and the handler is not called. The last
+// check is kept: the batches of one post share its parameters.
 class LocalReplica final : public Replica {
  public:
   LocalReplica(const Registry::Entry& entry, const Params& params, RuntimeInfo runtime)
@@ -80,7 +83,12 @@ class LocalReplica final : public Replica {
   std::optional<std::int64_t> gpu_load_bytes() const override { return gpu_load_bytes_; }
 
  private:
-  bool request_error_ = false;  // the last run()'s error came from a RequestError
+  const CheckedRequestParams& checked(const std::string& endpoint, const boost::json::object& parameters);
+
+  bool request_error_ = false;                   // the last run()'s error came from a RequestError
+  std::optional<CheckedRequestParams> checked_;  // of checked_endpoint_ and checked_sent_
+  std::string checked_endpoint_;
+  boost::json::object checked_sent_;
   const Registry::Entry& entry_;
   const Params& params_;
   const RuntimeInfo runtime_;

@@ -8,11 +8,13 @@
 
 namespace flowline::runtime {
 
-ShardRouter::ShardRouter(std::string executor, std::size_t shards, std::shared_ptr<const ShardPlan> plan, Params params)
+ShardRouter::ShardRouter(std::string executor, std::size_t shards, std::shared_ptr<const ShardPlan> plan, Params params,
+                         std::vector<EndpointParams> request_params)
     : executor_(std::move(executor)),
       shards_(std::max<std::size_t>(shards, 1)),
       plan_(std::move(plan)),
-      params_(std::move(params)) {}
+      params_(std::move(params)),
+      request_params_(std::move(request_params)) {}
 
 std::size_t ShardRouter::shard_of(std::string_view id, std::size_t shards) noexcept {
   std::uint64_t hash = 14695981039346656037ull;
@@ -122,7 +124,11 @@ RequestPtr ShardRouter::combine(Pending& pending) const {
     return whole;
   }
   try {
-    whole->docs = plan_->merge(whole->session->endpoint, whole->session->parameters, params_, answers);
+    // The merge reads the parameters as the shards' handlers did: checked (every shard passed the check).
+    const std::string& endpoint = whole->session->endpoint;
+    const CheckedRequestParams request =
+        check_request_params(request_params_, executor_, endpoint, whole->session->parameters);
+    whole->docs = plan_->merge(endpoint, request.parameters, params_, answers);
   } catch (const std::exception& e) {
     whole->error = fmt::format("merging the answers of {} shards: {}", shards_, e.what());
     whole->error_executor = executor_;

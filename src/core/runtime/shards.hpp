@@ -25,8 +25,9 @@ namespace flowline::runtime {
 
 class ShardRouter {
  public:
-  // `params`: the executor's `with:`, for the plan's merge.
-  ShardRouter(std::string executor, std::size_t shards, std::shared_ptr<const ShardPlan> plan, Params params);
+  // `params`: the executor's `with:`, and `request_params` its declared request parameters, for the plan's merge.
+  ShardRouter(std::string executor, std::size_t shards, std::shared_ptr<const ShardPlan> plan, Params params,
+              std::vector<EndpointParams> request_params = {});
 
   // The shard a document id belongs to: FNV-1a (64 bits) of the id's bytes, modulo `shards`. Stable across
   // processes, machines and versions: durable shards depend on it.
@@ -56,6 +57,7 @@ class ShardRouter {
   const std::size_t shards_;
   const std::shared_ptr<const ShardPlan> plan_;
   const Params params_;
+  const std::vector<EndpointParams> request_params_;
   std::mutex mutex_;
   std::map<std::pair<const PostSession*, std::uint64_t>, Pending> pending_;
 };

@@ -108,7 +108,8 @@ Stages build_stages(const FlowConfig& config, Registry& registry) {
     if (e.shards > 1) {
       stage->entry = &registry.get(e.uses);
       stage->params = stage_params(e);
-      stage->router = std::make_unique<ShardRouter>(e.name, e.shards, stage->entry->spec.shards, stage->params);
+      stage->router = std::make_unique<ShardRouter>(e.name, e.shards, stage->entry->spec.shards, stage->params,
+                                                    stage->entry->request_params);
       for (int s = 0; s < e.shards; ++s) {
         auto shard = std::make_unique<Stage>();
         shard->config = &e;
