@@ -111,6 +111,24 @@ class WeightLoader {
   std::size_t bytes_ = 0;
 };
 
+// What an architecture's check holds config.json against, as data (each config struct's shapes()): tensors of
+// model.safetensors' header with the shapes config.json's keys imply, and the number of layers.
+struct TensorShape {
+  std::string name;  // after the checkpoint's prefix
+  std::vector<WeightLoader::Dim> dims;
+  bool if_present = false;  // checked only where the checkpoint holds it (a table made otherwise)
+};
+struct WeightShapes {
+  const char* layers_key;  // config.json's key for the number of layers ("num_hidden_layers")
+  std::int64_t layers;
+  std::string layer_stem;  // layer N's tensors are "<layer_stem>N.*"
+  // In the order checked; the first finds the checkpoint's prefix (WeightLoader's anchor).
+  std::vector<TensorShape> tensors;
+};
+// Runs `shapes` from the header alone (nothing read or allocated): the tensors in order, the layer count
+// before the first tensor under layer_stem. Throws as WeightLoader::check and check_count do.
+void check_weight_shapes(const ArchitectureContext& context, const WeightShapes& shapes);
+
 // Bounds of config.json's sizes, shared by every architecture: wide enough for every published checkpoint,
 // and each size is checked against the weights' shapes too (check_weight). Token ids are int32.
 inline constexpr std::int64_t kMaxVocab = 2147483647;

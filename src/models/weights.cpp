@@ -165,6 +165,19 @@ void WeightLoader::check_count(const ArchitectureContext& context, const char* k
                                 blocks, held - 1));
 }
 
+void check_weight_shapes(const ArchitectureContext& context, const WeightShapes& shapes) {
+  const WeightLoader w(context.checkpoint.weights_file(), shapes.tensors.front().name, context.device, context.dtype);
+  bool counted = false;
+  for (const auto& t : shapes.tensors) {
+    if (!counted && t.name.compare(0, shapes.layer_stem.size(), shapes.layer_stem) == 0) {
+      w.check_count(context, shapes.layers_key, shapes.layers, shapes.layer_stem);
+      counted = true;
+    }
+    if (!t.if_present || w.contains(t.name)) w.check(context, t.name, t.dims);
+  }
+  if (!counted) w.check_count(context, shapes.layers_key, shapes.layers, shapes.layer_stem);
+}
+
 at::Tensor WeightLoader::load(const std::string& name, std::vector<std::int64_t> shape) {
   at::Tensor on_device = read(name, shape).to(device_, dtype_, /*non_blocking=*/false, /*copy=*/true).contiguous();
   bytes_ += on_device.numel() * on_device.element_size();

@@ -16,8 +16,8 @@ namespace flowline::models::detail {
 
 namespace {
 
-// config.json as BertConfig / RobertaConfig read it, every value in range; check_weights() holds it against
-// the shapes in model.safetensors' header.
+// config.json as BertConfig / RobertaConfig read it, every value in range; shapes() is what the table's check
+// holds it against in model.safetensors' header.
 struct BertConfig {
   std::int64_t vocab = 0, hidden = 0, layers = 0, heads = 0, intermediate = 0, table = 0, types = 2;
   std::int64_t positions = 0;  // the table's rows past the offset
@@ -51,16 +51,15 @@ struct BertConfig {
     }
   }
 
-  void check_weights(const ArchitectureContext& context) const {
-    const WeightLoader w(context.checkpoint.weights_file(), "embeddings.word_embeddings.weight", context.device,
-                         context.dtype);
-    w.check(context, "embeddings.word_embeddings.weight", {{"vocab_size", vocab}, {"hidden_size", hidden}});
-    w.check(context, "embeddings.position_embeddings.weight",
-            {{"max_position_embeddings", table}, {"hidden_size", hidden}});
-    w.check(context, "embeddings.token_type_embeddings.weight", {{"type_vocab_size", types}, {"hidden_size", hidden}});
-    w.check_count(context, "num_hidden_layers", layers, "encoder.layer.");
-    w.check(context, "encoder.layer.0.intermediate.dense.weight",
-            {{"intermediate_size", intermediate}, {"hidden_size", hidden}});
+  WeightShapes shapes() const {
+    return {"num_hidden_layers",
+            layers,
+            "encoder.layer.",
+            {{"embeddings.word_embeddings.weight", {{"vocab_size", vocab}, {"hidden_size", hidden}}},
+             {"embeddings.position_embeddings.weight", {{"max_position_embeddings", table}, {"hidden_size", hidden}}},
+             {"embeddings.token_type_embeddings.weight", {{"type_vocab_size", types}, {"hidden_size", hidden}}},
+             {"encoder.layer.0.intermediate.dense.weight",
+              {{"intermediate_size", intermediate}, {"hidden_size", hidden}}}}};
   }
 };
 
@@ -201,7 +200,7 @@ std::unique_ptr<Transformer> make_bert_family(const ArchitectureContext& context
 }
 
 void check_bert_family(const ArchitectureContext& context, const BertFamilyOptions& options) {
-  BertConfig(context, options.position_offset).check_weights(context);
+  check_weight_shapes(context, BertConfig(context, options.position_offset).shapes());
 }
 
 namespace {

@@ -28,7 +28,7 @@ at::Tensor sinusoidal_positions(std::int64_t positions, std::int64_t dim) {
 }
 
 // config.json as DistilBertConfig reads it (dim, n_layers, n_heads, hidden_dim, activation), every value in
-// range; check_weights() holds it against the shapes in model.safetensors' header.
+// range; shapes() is what the table's check holds it against in model.safetensors' header.
 struct DistilBertConfig {
   std::int64_t vocab = 0, hidden = 0, layers = 0, heads = 0, intermediate = 0, positions = 0;
   bool sinusoidal = false;
@@ -53,17 +53,16 @@ struct DistilBertConfig {
     }
   }
 
-  void check_weights(const ArchitectureContext& context) const {
-    const WeightLoader w(context.checkpoint.weights_file(), "embeddings.word_embeddings.weight", context.device,
-                         context.dtype);
-    w.check(context, "embeddings.word_embeddings.weight", {{"vocab_size", vocab}, {"dim", hidden}});
-    // A sinusoidal table may be left out of the checkpoint: it is made when the model loads.
-    if (!sinusoidal || w.contains("embeddings.position_embeddings.weight")) {
-      w.check(context, "embeddings.position_embeddings.weight",
-              {{"max_position_embeddings", positions}, {"dim", hidden}});
-    }
-    w.check_count(context, "n_layers", layers, "transformer.layer.");
-    w.check(context, "transformer.layer.0.ffn.lin1.weight", {{"hidden_dim", intermediate}, {"dim", hidden}});
+  WeightShapes shapes() const {
+    return {"n_layers",
+            layers,
+            "transformer.layer.",
+            {{"embeddings.word_embeddings.weight", {{"vocab_size", vocab}, {"dim", hidden}}},
+             // A sinusoidal table may be left out of the checkpoint: it is made when the model loads.
+             {"embeddings.position_embeddings.weight",
+              {{"max_position_embeddings", positions}, {"dim", hidden}},
+              /*if_present=*/sinusoidal},
+             {"transformer.layer.0.ffn.lin1.weight", {{"hidden_dim", intermediate}, {"dim", hidden}}}}};
   }
 };
 
@@ -131,6 +130,8 @@ class DistilBert final : public Transformer {
 std::unique_ptr<Transformer> make_distilbert(const ArchitectureContext& context) {
   return std::make_unique<DistilBert>(context);
 }
-void check_distilbert(const ArchitectureContext& context) { DistilBertConfig(context).check_weights(context); }
+void check_distilbert(const ArchitectureContext& context) {
+  check_weight_shapes(context, DistilBertConfig(context).shapes());
+}
 
 }  // namespace flowline::models::detail

@@ -14,8 +14,8 @@ namespace flowline::models::detail {
 
 namespace {
 
-// config.json as ModernBertConfig reads it, every value in range; check_weights() holds it against the shapes
-// in model.safetensors' header.
+// config.json as ModernBertConfig reads it, every value in range; shapes() is what the table's check holds it
+// against in model.safetensors' header.
 struct ModernBertConfig {
   std::int64_t vocab = 0, hidden = 0, layers = 0, heads = 0, intermediate = 0, positions = 0, window = 64;
   double eps = 1e-5, global_theta = 160000.0, local_theta = 10000.0;
@@ -78,13 +78,13 @@ struct ModernBertConfig {
     }
   }
 
-  void check_weights(const ArchitectureContext& context) const {
-    const WeightLoader w(context.checkpoint.weights_file(), "embeddings.tok_embeddings.weight", context.device,
-                         context.dtype);
-    w.check(context, "embeddings.tok_embeddings.weight", {{"vocab_size", vocab}, {"hidden_size", hidden}});
-    w.check_count(context, "num_hidden_layers", layers, "layers.");
-    w.check(context, "layers.0.attn.Wqkv.weight", {{"3 * hidden_size", 3 * hidden}, {"hidden_size", hidden}});
-    w.check(context, "layers.0.mlp.Wi.weight", {{"2 * intermediate_size", 2 * intermediate}, {"hidden_size", hidden}});
+  WeightShapes shapes() const {
+    return {"num_hidden_layers",
+            layers,
+            "layers.",
+            {{"embeddings.tok_embeddings.weight", {{"vocab_size", vocab}, {"hidden_size", hidden}}},
+             {"layers.0.attn.Wqkv.weight", {{"3 * hidden_size", 3 * hidden}, {"hidden_size", hidden}}},
+             {"layers.0.mlp.Wi.weight", {{"2 * intermediate_size", 2 * intermediate}, {"hidden_size", hidden}}}}};
   }
 };
 
@@ -204,6 +204,8 @@ std::unique_ptr<Transformer> make_modernbert(const ArchitectureContext& context)
   return std::make_unique<ModernBert>(context);
 }
 
-void check_modernbert(const ArchitectureContext& context) { ModernBertConfig(context).check_weights(context); }
+void check_modernbert(const ArchitectureContext& context) {
+  check_weight_shapes(context, ModernBertConfig(context).shapes());
+}
 
 }  // namespace flowline::models::detail

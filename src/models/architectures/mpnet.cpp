@@ -42,8 +42,8 @@ at::Tensor relative_buckets(std::int64_t length, std::int64_t num_buckets, std::
   return buckets_of(memory - context, num_buckets, max_distance);
 }
 
-// config.json as MPNetConfig reads it, every value in range; check_weights() holds it against the shapes in
-// model.safetensors' header.
+// config.json as MPNetConfig reads it, every value in range; shapes() is what the table's check holds it
+// against in model.safetensors' header.
 struct MPNetConfig {
   std::int64_t vocab = 0, hidden = 0, layers = 0, heads = 0, intermediate = 0, table = 0, offset = 2, buckets = 32;
   double eps = 1e-5;
@@ -66,17 +66,16 @@ struct MPNetConfig {
     if (table - offset < 1) context.fail("max_position_embeddings", "leaves no position after padding_idx + 1");
   }
 
-  void check_weights(const ArchitectureContext& context) const {
-    const WeightLoader w(context.checkpoint.weights_file(), "embeddings.word_embeddings.weight", context.device,
-                         context.dtype);
-    w.check(context, "embeddings.word_embeddings.weight", {{"vocab_size", vocab}, {"hidden_size", hidden}});
-    w.check(context, "embeddings.position_embeddings.weight",
-            {{"max_position_embeddings", table}, {"hidden_size", hidden}});
-    w.check(context, "encoder.relative_attention_bias.weight",
-            {{"relative_attention_num_buckets", buckets}, {"num_attention_heads", heads}});
-    w.check_count(context, "num_hidden_layers", layers, "encoder.layer.");
-    w.check(context, "encoder.layer.0.intermediate.dense.weight",
-            {{"intermediate_size", intermediate}, {"hidden_size", hidden}});
+  WeightShapes shapes() const {
+    return {"num_hidden_layers",
+            layers,
+            "encoder.layer.",
+            {{"embeddings.word_embeddings.weight", {{"vocab_size", vocab}, {"hidden_size", hidden}}},
+             {"embeddings.position_embeddings.weight", {{"max_position_embeddings", table}, {"hidden_size", hidden}}},
+             {"encoder.relative_attention_bias.weight",
+              {{"relative_attention_num_buckets", buckets}, {"num_attention_heads", heads}}},
+             {"encoder.layer.0.intermediate.dense.weight",
+              {{"intermediate_size", intermediate}, {"hidden_size", hidden}}}}};
   }
 };
 
@@ -164,6 +163,6 @@ class MPNet final : public Transformer {
 }  // namespace
 
 std::unique_ptr<Transformer> make_mpnet(const ArchitectureContext& context) { return std::make_unique<MPNet>(context); }
-void check_mpnet(const ArchitectureContext& context) { MPNetConfig(context).check_weights(context); }
+void check_mpnet(const ArchitectureContext& context) { check_weight_shapes(context, MPNetConfig(context).shapes()); }
 
 }  // namespace flowline::models::detail

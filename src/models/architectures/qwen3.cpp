@@ -95,16 +95,17 @@ struct Qwen3Config {
   }
 
   // The weights' header against the sizes above.
-  void check_weights(const ArchitectureContext& context) const {
-    const WeightLoader w(context.checkpoint.weights_file(), "embed_tokens.weight", context.device, context.dtype);
-    w.check(context, "embed_tokens.weight", {{"vocab_size", vocab}, {"hidden_size", hidden}});
-    w.check_count(context, "num_hidden_layers", layers, "layers.");
-    w.check(context, "layers.0.self_attn.q_proj.weight",
-            {{"num_attention_heads * head_dim", heads * head_dim}, {"hidden_size", hidden}});
-    w.check(context, "layers.0.self_attn.k_proj.weight",
-            {{"num_key_value_heads * head_dim", kv_heads * head_dim}, {"hidden_size", hidden}});
-    w.check(context, "layers.0.self_attn.q_norm.weight", {{"head_dim", head_dim}});
-    w.check(context, "layers.0.mlp.gate_proj.weight", {{"intermediate_size", intermediate}, {"hidden_size", hidden}});
+  WeightShapes shapes() const {
+    return {"num_hidden_layers",
+            layers,
+            "layers.",
+            {{"embed_tokens.weight", {{"vocab_size", vocab}, {"hidden_size", hidden}}},
+             {"layers.0.self_attn.q_proj.weight",
+              {{"num_attention_heads * head_dim", heads * head_dim}, {"hidden_size", hidden}}},
+             {"layers.0.self_attn.k_proj.weight",
+              {{"num_key_value_heads * head_dim", kv_heads * head_dim}, {"hidden_size", hidden}}},
+             {"layers.0.self_attn.q_norm.weight", {{"head_dim", head_dim}}},
+             {"layers.0.mlp.gate_proj.weight", {{"intermediate_size", intermediate}, {"hidden_size", hidden}}}}};
   }
 };
 
@@ -193,6 +194,6 @@ class Qwen3 final : public Transformer {
 
 std::unique_ptr<Transformer> make_qwen3(const ArchitectureContext& context) { return std::make_unique<Qwen3>(context); }
 
-void check_qwen3(const ArchitectureContext& context) { Qwen3Config(context).check_weights(context); }
+void check_qwen3(const ArchitectureContext& context) { check_weight_shapes(context, Qwen3Config(context).shapes()); }
 
 }  // namespace flowline::models::detail
