@@ -12,9 +12,9 @@
 // Routes: the gateway's route table (src/gateway/routes.cpp) declares each fixed route once — path,
 // method, whether the token is needed, metric label, handler, OpenAPI operation — and gateway_routes()
 // prints it (`flowline serve --help`): /health, /ready, /metrics, Jina's /, /dry_run, /status, /post and one
-// POST route per flow endpoint (NDJSON too), OpenAI's /v1/embeddings, TEI's /embed and /rerank, Jina's and
-// Cohere's /v1/rerank and /v2/rerank, /openapi.json and /docs. docs/serving.md has the request and response
-// shapes.
+// POST route per flow endpoint (NDJSON too), OpenAI's /v1/embeddings and /v1/models, TEI's /embed, /rerank
+// and /info, Jina's and Cohere's /v1/rerank and /v2/rerank, /openapi.json and /docs. docs/serving.md has
+// the request and response shapes.
 // gRPC (GatewayOptions::grpc_port; Jina's Client(port=...) speaks it by default): jina.JinaRPC/Call (a
 //   stream of DataRequestProto, answered in request order), JinaSingleDataRequestRPC/process_single_data,
 //   JinaGatewayDryRunRPC/dry_run, JinaDiscoverEndpointsRPC/endpoint_discovery, JinaInfoRPC/_status, and
@@ -49,43 +49,8 @@ namespace flowline {
 
 class Flow;
 
-// The gateway's options, grouped by who applies them: the core (every front: admission, the timeout, the
-// token, the size of a request), the HTTP front, and the gRPC front. An option of one front has no effect
-// on the other; docs/serving.md's table says the same per option.
-struct GatewayOptions {
-  // Where and what to serve.
-  std::string host = "127.0.0.1";          // the address to bind; "0.0.0.0" or "::" to serve other machines
-  std::uint16_t port = 8080;               // HTTP's; 0: a free port, chosen by the system (Gateway::port() says which)
-  bool http = true;                        // serve HTTP on `port`
-  std::optional<std::uint16_t> grpc_port;  // serve Jina's gRPC on this port too (0: a free one); see grpc_available()
-  int threads = 0;                         // I/O threads (HTTP's sockets, the core's timers); 0: one per core
-
-  // Every front (the core).
-  std::size_t max_body_bytes = 32u << 20;  // an HTTP body or a gRPC message; larger: 413 / RESOURCE_EXHAUSTED
-  std::size_t max_documents = 4096;        // documents (or inputs) per request; more: 413 / RESOURCE_EXHAUSTED
-  std::size_t max_in_flight = 0;           // requests inside the flow at once; more: 503 / UNAVAILABLE (0: 2 x queue)
-  std::chrono::milliseconds request_timeout{60'000};  // a request not answered by then: 504 / DEADLINE_EXCEEDED
-  std::string token;  // when not empty, requests other than /health and /ready need "Authorization: Bearer <token>"
-                      // (gRPC: metadata "authorization: Bearer <token>")
-  // A connection silent this long closes (HTTP: mid-request too; gRPC: without a call open, as gRPC's
-  // max_connection_idle).
-  std::chrono::milliseconds idle_timeout{60'000};
-
-  // HTTP only.
-  std::size_t max_json_depth = 64;                // deeper JSON gets 400
-  std::size_t max_connections = 10'000;           // connections beyond it are closed at once
-  std::size_t max_stream_documents = 10'000'000;  // documents in one NDJSON stream; beyond, an error line ends it
-  std::string embeddings_endpoint = "/encode";    // the flow endpoint of /v1/embeddings and /embed requests
-  std::string title = "flowline";                 // in /openapi.json and /docs
-
-  // gRPC only: the memory gRPC may use for its connections and messages (gRPC's resource quota; 0: none).
-  // gRPC C++ 1.51 has no bound on the number of connections: under this bound it shrinks their buffers and
-  // closes idle ones first. Each connection also holds at most 256 streams.
-  std::size_t grpc_memory_bytes = 1u << 30;
-
-  // Replaces the fields that `settings` sets (the flow file's `with:` keys, or the command line's options).
-  void apply(const ServeSettings& settings);
-};
+// GatewayOptions, the options start() takes, and the table of the settings that set them are in
+// flowline/serve_settings.hpp.
 
 // What the gateway has answered since start().
 struct GatewayStats {
@@ -131,5 +96,7 @@ class Gateway {
 
 // The gateway's fixed routes, one line each ("  POST /v1/embeddings  OpenAI embeddings"), from its route table.
 std::string gateway_routes();
+// docs/serving.md's limits table (Markdown), from the settings table (serve_settings.hpp).
+std::string gateway_limits_table();
 
 }  // namespace flowline

@@ -19,6 +19,7 @@
 #include <fstream>
 #include <pthread.h>
 #include <type_traits>
+#include <variant>
 
 namespace flowline::cli {
 
@@ -41,59 +42,48 @@ std::string read_token(const std::string& file) {
   return token.substr(first, token.find_last_not_of(" \t\r") + 1 - first);
 }
 
+// The option of one row of the settings table (serve_settings.hpp), stored only when given so that the
+// flow file's key applies otherwise; the default shown is GatewayOptions', the bounds are the row's.
+void add_setting(CLI::App& cmd, ServeSettings& given, const ServeSetting& setting) {
+  std::string help(setting.help);
+  if (!setting.key.empty() && !setting.key_by_hand) help += fmt::format(" Flow file: with.{}.", setting.key);
+  if (setting.key == "port") help += " Flow file: with.port.";  // Jina's form: one port per protocol
+  std::visit(
+      [&](const auto& member) {
+        auto& field = given.*member.given;
+        using Given = typename std::decay_t<decltype(field)>::value_type;
+        CLI::Option* option = nullptr;
+        if constexpr (std::is_same_v<Given, std::chrono::milliseconds>) {
+          option = cmd.add_option_function<long long>(
+              std::string(setting.flag), [&field](long long ms) { field = std::chrono::milliseconds(ms); }, help);
+        } else {
+          option = cmd.add_option_function<Given>(
+              std::string(setting.flag), [&field](const Given& v) { field = v; }, help);
+        }
+        option->default_str(serve_default(setting));
+        if constexpr (std::is_same_v<Given, int>) {
+          option->check(CLI::Range(static_cast<int>(setting.minimum), static_cast<int>(setting.maximum)));
+        } else if constexpr (!std::is_same_v<Given, std::string> && !std::is_same_v<Given, bool>) {
+          if (setting.minimum >= 1) {
+            option->check(CLI::PositiveNumber);
+          } else {
+            option->check(CLI::NonNegativeNumber);
+          }
+        }
+      },
+      setting.field);
+}
+
 }  // namespace
 
 CLI::App* add_serve_command(CLI::App& app, ServeOptions& o) {
   auto* cmd =
       app.add_subcommand("serve", "Serve a flow over HTTP: Jina's, OpenAI's and TEI's APIs, /health, /ready, /metrics");
   cmd->add_option("flow", o.flow, "flow file (YAML)")->required()->check(CLI::ExistingFile);
-  // Each option below is stored only when given, so that the flow file's `with:` key of the same name
-  // applies otherwise. The defaults shown are GatewayOptions'.
-  const GatewayOptions d;
-  ServeSettings& g = o.given;
-  auto given = [&](auto& field, const char* name, const std::string& help, auto shown) {
-    using Field = typename std::decay_t<decltype(field)>::value_type;
-    return cmd
-        ->add_option_function<Field>(
-            name, [&field](const Field& v) { field = v; }, help)
-        ->default_str(fmt::format("{}", shown));
-  };
-  given(g.host, "--host", "address to bind (0.0.0.0 to serve other machines); flow file: with.host", d.host);
-  given(g.port, "--port,-p", "port to bind (0: any free port, see --ready-file); flow file: with.port", d.port)
-      ->check(CLI::Range(0, 65535));
-  given(g.grpc_port, "--grpc-port",
-        "also serve Jina's gRPC protocol (what Jina's Client speaks by default) on this port (0: any free one); "
-        "flow file: with.protocol and with.port",
-        "off")
-      ->check(CLI::Range(0, 65535));
-  given(g.threads, "--threads", "I/O threads (0: one per core)", d.threads)->check(CLI::Range(0, 1024));
-  given(g.max_body_bytes, "--max-body-bytes", "larger request bodies get 413", d.max_body_bytes)
-      ->check(CLI::PositiveNumber);
-  given(g.max_documents, "--max-documents", "documents per request; more get 413", d.max_documents)
-      ->check(CLI::PositiveNumber);
-  given(g.max_json_depth, "--max-json-depth", "deeper JSON gets 400", d.max_json_depth)->check(CLI::PositiveNumber);
-  given(g.max_in_flight, "--max-in-flight",
-        "requests inside the flow at once; more get 503 with Retry-After (0: the flow's queue capacity)",
-        d.max_in_flight);
-  given(g.max_connections, "--max-connections", "open HTTP connections; more are closed at once", d.max_connections)
-      ->check(CLI::PositiveNumber);
-  given(g.grpc_memory_bytes, "--grpc-memory-bytes",
-        "memory the gRPC front's connections and messages may use (0: no bound); at least 2 x --max-body-bytes",
-        d.grpc_memory_bytes);
-  given(g.max_stream_documents, "--max-stream-documents", "documents in one NDJSON stream", d.max_stream_documents)
-      ->check(CLI::PositiveNumber);
-  cmd->add_option_function<long long>(
-         "--request-timeout", [&g](long long ms) { g.request_timeout = std::chrono::milliseconds(ms); },
-         "milliseconds a request may take; then 504")
-      ->default_str(std::to_string(d.request_timeout.count()))
-      ->check(CLI::PositiveNumber);
-  cmd->add_option_function<long long>(
-         "--idle-timeout", [&g](long long ms) { g.idle_timeout = std::chrono::milliseconds(ms); },
-         "milliseconds a connection may stay silent; then it closes")
-      ->default_str(std::to_string(d.idle_timeout.count()))
-      ->check(CLI::PositiveNumber);
-  given(g.embeddings_endpoint, "--embeddings-endpoint", "the flow endpoint that /v1/embeddings and /embed post to",
-        d.embeddings_endpoint);
+  // The gateway's settings, one option per row of the settings table that has a flag.
+  for (const ServeSetting& setting : serve_settings()) {
+    if (!setting.flag.empty()) add_setting(*cmd, o.given, setting);
+  }
   cmd->add_option("--token-file", o.token_file,
                   "require \"Authorization: Bearer TOKEN\" with the token in this file (else FLOWLINE_TOKEN, if set)")
       ->check(CLI::ExistingFile);

@@ -170,7 +170,7 @@ void Core::leave() {
 
 void Core::submit(Call call, std::chrono::milliseconds timeout, std::function<void(Outcome&&)> done) {
   auto refuse = [&](Refusal kind, std::string message) { done(Outcome{Refused{kind, std::move(message)}, {}}); };
-  if (!serving) return refuse(Refusal::Unavailable, "the gateway is draining: try another replica");
+  if (!serving_) return refuse(Refusal::Unavailable, "the gateway is draining: try another replica");
   if (!try_enter()) {
     rejected_busy++;
     return refuse(Refusal::Busy, fmt::format("{} requests are in the flow already (--max-in-flight): retry after a "
@@ -181,7 +181,7 @@ void Core::submit(Call call, std::chrono::milliseconds timeout, std::function<vo
 }
 
 void Core::submit_or_wait(Call call, std::chrono::milliseconds timeout, std::function<void(Outcome&&)> done) {
-  if (!serving) {
+  if (!serving_) {
     return done(Outcome{Refused{Refusal::Unavailable, "the gateway is draining: try another replica"}, {}});
   }
   bool admitted = false;
@@ -204,12 +204,12 @@ void Core::admit_waiting() {
     {
       std::lock_guard lock(waiting_mutex_);
       if (waiting_.empty()) return;
-      if (serving && !try_enter()) return;
+      if (serving_ && !try_enter()) return;
       next = std::move(waiting_.front());
       waiting_.pop_front();
       waiting_count_--;
     }
-    if (!serving) {
+    if (!serving_) {
       next.done(Outcome{Refused{Refusal::Unavailable, "the gateway is draining: try another replica"}, {}});
       continue;
     }
@@ -259,7 +259,7 @@ bool Core::authorized(std::string_view header) const {
 }
 
 std::optional<std::string> Core::not_ready() const {
-  if (!serving) return std::string(draining ? "draining" : "starting");
+  if (!serving_) return std::string(draining_ ? "draining" : "starting");
   return unreachable_executor(flow);
 }
 
@@ -273,7 +273,7 @@ void Core::count_answer(FrontKind front, Route route, int status, std::optional<
 }
 
 void Core::wait_for_flow() {
-  admit_waiting();  // serving is false: the waiting calls are refused
+  admit_waiting();  // not serving: the waiting calls are refused
   auto warn_at = std::chrono::steady_clock::now() + options.request_timeout;
   while (in_flight > 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));

@@ -7,9 +7,9 @@
 // file over this core. Private to flowline::gateway.
 //
 // Threads and ownership: Gateway::Impl owns one Core, which owns the I/O threads that run `io`; the fronts
-// hold a reference. configure() and the serving switches are called from the controlling thread (start/stop);
-// everything else from any thread. submit()'s `done` runs exactly once, on a replica thread (the flow's
-// answer) or an I/O thread (a timeout): a front hands it over to its own context.
+// hold a reference. configure() and the serving switches (begin_serving(), begin_draining()) are called from the
+// controlling thread (start/stop); everything else from any thread. submit()'s `done` runs exactly once, on a replica
+// thread (the flow's answer) or an I/O thread (a timeout): a front hands it over to its own context.
 #pragma once
 
 #include "metrics.hpp"
@@ -111,7 +111,17 @@ class Core {
   // the latency) and stats(). `refusal`: why it was refused, when the front knows (else from the status).
   void count_answer(FrontKind front, Route route, int status, std::optional<Refusal> refusal, std::size_t documents,
                     double seconds);
-  // Waits until every request inside the flow came back (stop(), after serving turned false).
+  // The serving switches, turned by Gateway::Impl from the controlling thread and read by the fronts from
+  // any thread: begin_serving() once every front listens (ready); begin_draining() when stop() begins
+  // (answer what is in flight, take nothing new: submit() refuses Unavailable from then on).
+  void begin_serving() { serving_ = true; }
+  void begin_draining() {
+    serving_ = false;
+    draining_ = true;
+  }
+  bool serving() const { return serving_; }    // started and not draining: ready
+  bool draining() const { return draining_; }  // stop() began
+  // Waits until every request inside the flow came back (stop(), after begin_draining()).
   void wait_for_flow();
 
   Flow& flow;
@@ -121,9 +131,7 @@ class Core {
   std::size_t max_in_flight = 0;
   std::set<std::string> endpoints;  // the flow's endpoints, as Jina routes ("/encode"; "/default" is "/")
 
-  std::atomic<bool> serving{false};   // started and not draining: ready
-  std::int64_t started_unix = 0;      // when start() began serving (seconds since the epoch)
-  std::atomic<bool> draining{false};  // stop() began: answer what is in flight, take nothing new
+  std::int64_t started_unix = 0;  // when start() began serving (seconds since the epoch)
   std::atomic<std::uint64_t> in_flight{0}, requests{0}, documents{0}, rejected_busy{0}, timed_out{0};
 
   // The gateway's I/O threads (started and stopped by Gateway::Impl) and their io_context, which runs the
@@ -142,6 +150,7 @@ class Core {
     std::chrono::milliseconds timeout;
     std::function<void(Outcome&&)> done;
   };
+  std::atomic<bool> serving_{false}, draining_{false};
   std::mutex waiting_mutex_;
   std::deque<Waiting> waiting_;
   std::atomic<std::size_t> waiting_count_{0};

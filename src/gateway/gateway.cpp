@@ -11,11 +11,14 @@
 #include "flowline/error.hpp"
 #include "flowline/flow_config.hpp"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <optional>
 #include <thread>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 namespace flowline {
@@ -30,7 +33,7 @@ class Gateway::Impl {
   // The HTTP front before the core, which owns the I/O threads and their io_context: members go in
   // reverse, so the io_context goes first, and the connections its queued handlers still hold unregister
   // from the front's listener while it exists (the front's constructor only stores the core's address).
-  HttpFront http;
+  gateway::HttpFront http;
   gateway::Core core;
   std::unique_ptr<gateway::GrpcFront> grpc;
 };
@@ -53,7 +56,7 @@ void Gateway::Impl::start(GatewayOptions o) {
   int n = options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
   n = std::max(n, 1);
   core.io_threads.start(n);
-  core.serving = true;
+  core.begin_serving();
   if (options.http) {
     spdlog::info("serving on http://{}:{} ({} I/O threads, at most {} requests in the flow)", options.host,
                  http.bound_port, n, core.max_in_flight);
@@ -63,8 +66,7 @@ void Gateway::Impl::start(GatewayOptions o) {
 
 void Gateway::Impl::stop() {
   if (!core.io_threads.running()) return;
-  core.serving = false;
-  core.draining = true;
+  core.begin_draining();
   if (core.options.http) http.stop_accepting();
   // Every request inside the flow is answered before the connections go. The flow's callbacks post to
   // the I/O threads, so they must run until the last one came back, even past request_timeout (whose
@@ -77,22 +79,72 @@ void Gateway::Impl::stop() {
 }
 
 void GatewayOptions::apply(const ServeSettings& s) {
-  if (s.host) host = *s.host;
-  if (s.port) port = static_cast<std::uint16_t>(*s.port);
-  if (s.http) http = *s.http;
-  if (s.grpc_port) grpc_port = static_cast<std::uint16_t>(*s.grpc_port);
-  if (s.title) title = *s.title;
-  if (s.threads) threads = *s.threads;
-  if (s.max_body_bytes) max_body_bytes = *s.max_body_bytes;
-  if (s.max_documents) max_documents = *s.max_documents;
-  if (s.max_json_depth) max_json_depth = *s.max_json_depth;
-  if (s.max_in_flight) max_in_flight = *s.max_in_flight;
-  if (s.max_connections) max_connections = *s.max_connections;
-  if (s.max_stream_documents) max_stream_documents = *s.max_stream_documents;
-  if (s.request_timeout) request_timeout = *s.request_timeout;
-  if (s.idle_timeout) idle_timeout = *s.idle_timeout;
-  if (s.embeddings_endpoint) embeddings_endpoint = *s.embeddings_endpoint;
-  if (s.grpc_memory_bytes) grpc_memory_bytes = *s.grpc_memory_bytes;
+  for (const ServeSetting& setting : serve_settings()) {
+    std::visit(
+        [&](const auto& member) {
+          if (const auto& given = s.*member.given) {
+            auto& option = this->*member.option;
+            using Option = std::decay_t<decltype(option)>;
+            if constexpr (std::is_same_v<Option, std::optional<std::uint16_t>>) {
+              option = static_cast<std::uint16_t>(*given);
+            } else {
+              option = static_cast<Option>(*given);
+            }
+          }
+        },
+        setting.field);
+  }
+}
+
+namespace {
+
+// A default as docs/serving.md shows it: 32 MiB, 4,096, 60,000 ms, `127.0.0.1`.
+std::string shown_default(const ServeSetting& setting) {
+  if (!setting.shown.empty()) return std::string(setting.shown);
+  const std::string value = serve_default(setting);
+  if (setting.unit == ServeUnit::Text) return fmt::format("`{}`", value);
+  const std::uint64_t n = std::stoull(value);
+  if (setting.unit == ServeUnit::Bytes && n > 0) {
+    if (n % (1u << 30) == 0) return fmt::format("{} GiB", n >> 30);
+    if (n % (1u << 20) == 0) return fmt::format("{} MiB", n >> 20);
+  }
+  std::string digits = std::to_string(n);
+  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) digits.insert(static_cast<std::size_t>(i), ",");
+  return setting.unit == ServeUnit::Millis ? digits + " ms" : digits;
+}
+
+// The option as the table names it: "`--max-documents`".
+std::string shown_flag(const ServeSetting& setting) {
+  return fmt::format("`{}`", setting.flag.substr(0, setting.flag.find(',')));
+}
+
+}  // namespace
+
+std::string gateway_limits_table() {
+  std::string out = "| option | default | fronts | beyond it |\n| --- | --- | --- | --- |\n";
+  // The limits that are no settings: the token (never a flow-file key, so that flow files can be shared)
+  // closes the core's rows, the header size the HTTP front's.
+  const auto fixed_rows = [&](ServeFront front) {
+    if (front == ServeFront::Core) {
+      out +=
+          "| `--token-file FILE` or `FLOWLINE_TOKEN` | none | both | 401 without `Authorization: Bearer TOKEN` "
+          "(compared in constant time); `/health` and `/ready` stay open; gRPC: `UNAUTHENTICATED` without that "
+          "metadata |\n";
+    }
+    if (front == ServeFront::Http) {
+      out += fmt::format("| header size | {} KiB | HTTP | 431 |\n", gateway::kMaxHeaderBytes >> 10);
+    }
+  };
+  for (const ServeFront front : {ServeFront::Core, ServeFront::Http, ServeFront::Grpc}) {
+    for (const ServeSetting& s : serve_settings()) {
+      if (s.front != front || s.beyond.empty() || s.flag.empty()) continue;
+      const char* fronts = front == ServeFront::Core ? "both" : front == ServeFront::Http ? "HTTP" : "gRPC";
+      fmt::format_to(std::back_inserter(out), "| {} | {} | {} | {} |\n", shown_flag(s), shown_default(s), fronts,
+                     s.beyond);
+    }
+    fixed_rows(front);
+  }
+  return out;
 }
 
 Gateway::Gateway(Flow& flow) : impl_(std::make_unique<Impl>(flow)) {}

@@ -7,6 +7,8 @@
 // is kept alive. One request at a time per connection, so pipelined requests are answered in order.
 #include "http_front.hpp"
 
+#include "http_stream.hpp"
+
 #include "openapi.hpp"
 
 #include "flowline/error.hpp"
@@ -18,18 +20,11 @@
 #include <boost/json/serialize.hpp>
 #include <fmt/format.h>
 
-#include <filesystem>
 #include <thread>
 #include <utility>
 #include <vector>
 
-namespace flowline {
-
-namespace {
-
-constexpr std::size_t kMaxHeaderBytes = 16 * 1024;
-
-}  // namespace
+namespace flowline::gateway {
 
 void Connection::close_when_idle() {
   asio::post(stream_.get_executor(), [self = shared_from_this()] {
@@ -67,8 +62,12 @@ void Connection::on_header(beast::error_code ec, std::size_t) {
 }
 
 void Connection::begin_body() {
-  if (stream_requested()) return start_stream();
-  read_body();
+  if (!NdjsonStream::requested(parser_->get())) return read_body();
+  request_.base() = parser_->get().base();
+  keep_alive_ = false;  // until the body has been read whole
+  route_ = Route::JinaStream;
+  NdjsonStream::start(shared_from_this(), *parser_);  // takes the parser's state, when it streams
+  parser_.reset();
 }
 
 void Connection::read_body() {
@@ -83,10 +82,10 @@ void Connection::on_read(beast::error_code ec, std::size_t) {
   keep_alive_ = request_.keep_alive();
   try {
     handle();
-  } catch (const gateway::HttpError& e) {
+  } catch (const HttpError& e) {
     reply(e.status, e.body);
   } catch (const std::exception& e) {
-    reply(500, gateway::plain_error(500, "server_error", e.what()).body);
+    reply(500, plain_error(500, "server_error", e.what()).body);
   }
 }
 
@@ -99,19 +98,17 @@ void Connection::read_failed(beast::error_code ec) {
     return shutdown();
   }
   if (ec == http::error::body_limit) {
-    return reply(413, gateway::plain_error(413, "request_too_large",
-                                           fmt::format("the request body is larger than {} bytes (--max-body-bytes)",
-                                                       gw_.core.options.max_body_bytes))
+    return reply(413, plain_error(413, "request_too_large",
+                                  fmt::format("the request body is larger than {} bytes (--max-body-bytes)",
+                                              gw_.core.options.max_body_bytes))
                           .body);
   }
   if (ec == http::error::header_limit) {
-    return reply(431, gateway::plain_error(431, "invalid_request_error",
-                                           fmt::format("the request header is larger than {} bytes", kMaxHeaderBytes))
+    return reply(431, plain_error(431, "invalid_request_error",
+                                  fmt::format("the request header is larger than {} bytes", kMaxHeaderBytes))
                           .body);
   }
-  reply(
-      400,
-      gateway::plain_error(400, "invalid_request_error", fmt::format("malformed HTTP request: {}", ec.message())).body);
+  reply(400, plain_error(400, "invalid_request_error", fmt::format("malformed HTTP request: {}", ec.message())).body);
 }
 
 void Connection::reply(int status, std::string body, std::string_view content_type) {
@@ -122,7 +119,7 @@ void Connection::reply(int status, std::string body, std::string_view content_ty
   response_.set(http::field::content_type, content_type);
   if (status == 503) response_.set(http::field::retry_after, "1");
   if (status == 401) response_.set(http::field::www_authenticate, "Bearer");
-  if (gw_.core.draining) keep_alive_ = false;
+  if (gw_.core.draining()) keep_alive_ = false;
   response_.keep_alive(keep_alive_);
   response_.body() = std::move(body);
   response_.prepare_payload();
@@ -133,7 +130,7 @@ void Connection::reply(int status, std::string body, std::string_view content_ty
 double Connection::elapsed_seconds() const { return std::chrono::duration<double>(Clock::now() - started_).count(); }
 
 void Connection::count_answer(int status, std::size_t documents) {
-  gw_.core.count_answer(gateway::FrontKind::Http, route_, status, std::exchange(refusal_, std::nullopt), documents,
+  gw_.core.count_answer(FrontKind::Http, route_, status, std::exchange(refusal_, std::nullopt), documents,
                         elapsed_seconds());
 }
 
@@ -143,6 +140,18 @@ void Connection::on_write(beast::error_code ec, std::size_t) {
   request_ = {};
   documents_ = 0;
   read_header();
+}
+
+void Connection::stream_written(bool ok) {
+  if (!ok) return shutdown();
+  if (!keep_alive_) return linger_close();
+  request_ = {};
+  read_header();
+}
+
+void Connection::stream_abandoned() {
+  core().metrics->record_request(FrontKind::Http, route_, 499, "abandoned", 0, elapsed_seconds());
+  shutdown();
 }
 
 void Connection::shutdown() {
@@ -188,18 +197,18 @@ void Connection::handle() {
   const bool flow_endpoint = path == "/default" || gw_.core.endpoints.count(std::string(path)) > 0;
   // A row of the route table, unless a POST goes to a flow endpoint that shares a probe's path (an index's
   // /status).
-  const gateway::RouteRow* row = gateway::find_route(path);
-  if (row && post && row->method != gateway::Method::Post && flow_endpoint) row = nullptr;
+  const RouteRow* row = find_route(path);
+  if (row && post && row->method != Method::Post && flow_endpoint) row = nullptr;
   const auto dispatch = [&] {
     route_ = row->route;
-    if (method != (row->method == gateway::Method::Get ? http::verb::get : http::verb::post)) return wrong_method();
+    if (method != (row->method == Method::Get ? http::verb::get : http::verb::post)) return wrong_method();
     (this->*row->handle)(*row);
   };
   if (row && !row->needs_token) return dispatch();  // probes answer without a token, as orchestrators call them
   if (!authorized()) {
     route_ = Route::Other;
-    return reply(401, gateway::plain_error(401, "authentication_error",
-                                           "missing or wrong bearer token (send \"Authorization: Bearer <token>\")")
+    return reply(401, plain_error(401, "authentication_error",
+                                  "missing or wrong bearer token (send \"Authorization: Bearer <token>\")")
                           .body);
   }
   if (row) return dispatch();
@@ -214,58 +223,37 @@ void Connection::handle() {
 }
 
 void Connection::handle_jina(std::string endpoint) {
-  gateway::Call call = gateway::parse_jina(gateway::parse_body(request_.body(), gw_.core.limits, true),
-                                           std::move(endpoint), gw_.core.limits);
-  auto shared = std::make_shared<gateway::Call>();
+  Call call = parse_jina(parse_body(request_.body(), gw_.core.limits, true), std::move(endpoint), gw_.core.limits);
+  auto shared = std::make_shared<Call>();
   shared->parameters = call.parameters;
   shared->request_id = call.request_id;
   call_flow(
-      std::move(call), route_, [shared](const DocumentArray& docs) { return gateway::jina_response(*shared, docs); },
-      [shared](const Response& r) { return gateway::jina_failure(*shared, r); });
+      std::move(call), route_, [shared](const DocumentArray& docs) { return jina_response(*shared, docs); },
+      [shared](const Response& r) { return jina_failure(*shared, r); });
 }
 
 // Jina's /post names the endpoint in its body ("execEndpoint").
-void Connection::handle_post(const gateway::RouteRow&) { handle_jina(std::string()); }
+void Connection::handle_post(const RouteRow&) { handle_jina(std::string()); }
 
-void Connection::handle_health(const gateway::RouteRow&) {
-  reply(200, json::serialize(json::object{{"status", "ok"}}));
-}
+void Connection::handle_health(const RouteRow&) { reply(200, json::serialize(json::object{{"status", "ok"}})); }
 
-void Connection::handle_ready(const gateway::RouteRow&) {
+void Connection::handle_ready(const RouteRow&) {
   if (auto reason = gw_.core.not_ready())
     return reply(503, json::serialize(json::object{{"ready", false}, {"reason", *reason}}));
   reply(200, json::serialize(json::object{{"ready", true}}));
 }
 
-void Connection::handle_metrics(const gateway::RouteRow&) {
+void Connection::handle_metrics(const RouteRow&) {
   reply(200, gw_.core.metrics->scrape(gw_.core.flow), "text/plain; version=0.0.4; charset=utf-8");
 }
 
-// OpenAI's model list, as its SDK's models.list() reads it: one entry per executor of the flow with a
-// `model` parameter, named by the model folder (or hub name) it was given.
-void Connection::handle_models(const gateway::RouteRow&) {
-  json::array data;
-  for (const auto& e : gw_.core.flow.config().executors) {
-    const auto* model = e.with.if_contains("model");
-    if (!model || !model->is_string()) continue;
-    std::string id = std::filesystem::path(std::string(model->get_string())).filename().string();
-    if (id.empty()) id = std::string(model->get_string());
-    data.push_back(json::object{{"id", std::move(id)},
-                                {"object", "model"},
-                                {"created", gw_.core.started_unix},
-                                {"owned_by", "flowline"},
-                                {"executor", e.name}});
-  }
-  reply(200, json::serialize(json::object{{"object", "list"}, {"data", std::move(data)}}));
-}
-
 // Jina's health and status routes, and the API description.
-void Connection::handle_info(const gateway::RouteRow& row) {
+void Connection::handle_info(const RouteRow& row) {
   const std::string_view path = row.path;
   auto json_reply = [&](int status, const json::value& v) { reply(status, json::serialize(v)); };
   if (path == "/") return reply(200, "{}");
   if (path == "/dry_run") {
-    if (gw_.core.serving) return reply(200, R"({"code":0,"description":"","exception":null})");
+    if (gw_.core.serving()) return reply(200, R"({"code":0,"description":"","exception":null})");
     return json_reply(503,
                       json::object{{"code", 1}, {"description", "the flow is not serving"}, {"exception", nullptr}});
   }
@@ -279,16 +267,16 @@ void Connection::handle_info(const gateway::RouteRow& row) {
                                         {"executors", std::move(executors)}});
   }
   if (path == "/openapi.json") return reply(200, gw_.openapi);
-  return reply(200, gateway::docs_page(gw_.core.options.title), "text/html; charset=utf-8");
+  return reply(200, docs_page(gw_.core.options.title), "text/html; charset=utf-8");
 }
 
-void Connection::call_flow(gateway::Call call, Route route, std::function<std::string(const DocumentArray&)> answer,
+void Connection::call_flow(Call call, Route route, std::function<std::string(const DocumentArray&)> answer,
                            std::function<std::string(const Response&)> failure) {
   route_ = route;
   documents_ = call.docs.size();
   auto self = shared_from_this();
   gw_.core.submit(std::move(call), gw_.core.options.request_timeout,
-                  [self, answer = std::move(answer), failure = std::move(failure)](gateway::Outcome&& outcome) mutable {
+                  [self, answer = std::move(answer), failure = std::move(failure)](Outcome&& outcome) mutable {
                     // On a replica thread (the flow's answer) or an I/O thread: hand over to the strand.
                     asio::post(self->stream_.get_executor(),
                                [self, answer = std::move(answer), failure = std::move(failure),
@@ -298,30 +286,28 @@ void Connection::call_flow(gateway::Call call, Route route, std::function<std::s
                   });
 }
 
-void Connection::answer_call(gateway::Outcome&& outcome, const std::function<std::string(const DocumentArray&)>& answer,
+void Connection::answer_call(Outcome&& outcome, const std::function<std::string(const DocumentArray&)>& answer,
                              const std::function<std::string(const Response&)>& failure) {
   try {
     if (outcome.refused) {
       refusal_ = outcome.refused->kind;  // 503 is Busy or Unavailable: the metrics tell them apart
-      const int status = gateway::http_status(outcome.refused->kind);
-      return reply(
-          status,
-          gateway::plain_error(status, gateway::error_type(outcome.refused->kind), outcome.refused->message).body);
+      const int status = http_status(outcome.refused->kind);
+      return reply(status, plain_error(status, error_type(outcome.refused->kind), outcome.refused->message).body);
     }
     if (outcome.response.ok()) return reply(200, answer(outcome.response.docs));
     // The request's own mistake (a parameter out of bounds, an unknown filter operator) is the client's: 422.
     reply(outcome.response.request_error ? 422 : 500, failure(outcome.response));
-  } catch (const gateway::HttpError& e) {
+  } catch (const HttpError& e) {
     reply(e.status, e.body);
   } catch (const std::exception& e) {
-    reply(500, gateway::plain_error(500, "server_error", e.what()).body);
+    reply(500, plain_error(500, "server_error", e.what()).body);
   }
 }
 
 // ---- HttpFront ----
 
 void HttpFront::start() {
-  openapi = gateway::openapi_document(core.options.title, core.endpoints);
+  openapi = openapi_document(core.options.title, core.endpoints);
   bound_port = listener_.bind(core.io, core.options.host, core.options.port);
   listener_.accept(
       core.options.max_connections,
@@ -347,4 +333,4 @@ void HttpFront::close_connections() {
   while (listener_.open() > 0 && Clock::now() < closing) std::this_thread::sleep_for(std::chrono::milliseconds(5));
 }
 
-}  // namespace flowline
+}  // namespace flowline::gateway

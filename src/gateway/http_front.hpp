@@ -1,6 +1,7 @@
 // The HTTP front of flowline::Gateway (include/flowline/gateway.hpp): HttpFront, which owns the acceptor and
 // the list of connections, and Connection, one client's keep-alive connection. http_front.cpp has the
-// request/response path, http_stream.cpp the NDJSON streams, model_routes.cpp the model APIs; admission,
+// request/response path, http_stream.hpp the NDJSON stream (a class of its own that borrows the connection
+// while it answers), model_routes.cpp the model APIs; admission,
 // timeouts, the token and the counters are the gateway core's (core.hpp). Private to flowline::gateway.
 //
 // Threads: the core's io_context runs on the gateway's I/O threads; each Connection's handlers run on its
@@ -33,7 +34,7 @@
 #include <optional>
 #include <string>
 
-namespace flowline {
+namespace flowline::gateway {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -41,15 +42,16 @@ namespace http = beast::http;
 namespace json = boost::json;
 using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
-using gateway::Route;
 
 class Connection;
-struct NdjsonStream;
+
+// A request header larger than this gets 431 (docs/serving.md's limits table says so).
+inline constexpr std::size_t kMaxHeaderBytes = 16 * 1024;
 
 class HttpFront {
  public:
   // Only stores `core` (Gateway::Impl constructs the front before the core: see there).
-  explicit HttpFront(gateway::Core& core) : core(core) {}
+  explicit HttpFront(Core& core) : core(core) {}
 
   // Binds and listens on options.host:options.port and starts accepting on the core's io_context (whose
   // threads the caller runs). Throws flowline::Error when the address cannot be bound.
@@ -62,7 +64,7 @@ class HttpFront {
   void forget(Connection* connection);
   std::uint64_t open_connections() const noexcept { return listener_.open(); }
 
-  gateway::Core& core;
+  Core& core;
   std::string openapi;  // /openapi.json, made at start()
   std::uint16_t bound_port = 0;
 
@@ -85,17 +87,36 @@ class Connection : public std::enable_shared_from_this<Connection> {
   net::Listener<Connection>::Registration registration;
 
   // The handlers of the route table's rows (routes.hpp), on the connection's strand with the request read.
-  void handle_health(const gateway::RouteRow& row);
-  void handle_ready(const gateway::RouteRow& row);
-  void handle_metrics(const gateway::RouteRow& row);
-  void handle_info(const gateway::RouteRow& row);    // /, /dry_run, /status, /openapi.json, /docs
-  void handle_post(const gateway::RouteRow& row);    // Jina's /post
-  void handle_models(const gateway::RouteRow& row);  // OpenAI's GET /v1/models (models.list())
+  void handle_health(const RouteRow& row);
+  void handle_ready(const RouteRow& row);
+  void handle_metrics(const RouteRow& row);
+  void handle_info(const RouteRow& row);      // /, /dry_run, /status, /openapi.json, /docs
+  void handle_post(const RouteRow& row);      // Jina's /post
+  void handle_models(const RouteRow& row);    // OpenAI's GET /v1/models (models.list())
+  void handle_tei_info(const RouteRow& row);  // TEI's GET /info
   // The model APIs (model_routes.cpp): each parses its body into a flow call and shapes the answer.
-  void handle_openai(const gateway::RouteRow& row);
-  void handle_tei(const gateway::RouteRow& row);
-  void handle_tei_rerank(const gateway::RouteRow& row);
-  void handle_rerank(const gateway::RouteRow& row);
+  void handle_openai(const RouteRow& row);
+  void handle_tei(const RouteRow& row);
+  void handle_tei_rerank(const RouteRow& row);
+  void handle_rerank(const RouteRow& row);
+
+  // For the NDJSON stream (http_stream.hpp), which answers the request whose header was read, on this
+  // connection's strand, until it hands the connection back with stream_written() or stream_abandoned().
+  beast::tcp_stream& transport() { return stream_; }
+  beast::flat_buffer& read_buffer() { return buffer_; }
+  const http::request<http::string_body>& request() const { return request_; }
+  Core& core() { return gw_.core; }
+  bool authorized() const;
+  void keep_alive(bool keep) { keep_alive_ = keep; }  // whether the connection reads another request after this one
+  // Answers at once (also the stream's refusal, or an error before anything of the stream was written).
+  void reply(int status, std::string body, std::string_view content_type = "application/json");
+  // Counts an answered request in the metrics and stats(); its documents only when the status is below 400.
+  void count_answer(int status, std::size_t documents);
+  // The stream's last chunk was written (`ok`) or failed: the next request, or the close.
+  void stream_written(bool ok);
+  // The client went away or stopped reading mid-stream: counted as abandoned, and closed.
+  void stream_abandoned();
+  void shutdown();
 
  private:
   void read_header();
@@ -117,43 +138,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void wrong_method();
   // Submits `call` through the core; answers with answer(docs), failure(response) when an executor failed,
   // or the core's refusal in the gateway's error shape.
-  void call_flow(gateway::Call call, Route route, std::function<std::string(const DocumentArray&)> answer,
+  void call_flow(Call call, Route route, std::function<std::string(const DocumentArray&)> answer,
                  std::function<std::string(const Response&)> failure);
-  void answer_call(gateway::Outcome&& outcome, const std::function<std::string(const DocumentArray&)>& answer,
+  void answer_call(Outcome&& outcome, const std::function<std::string(const DocumentArray&)>& answer,
                    const std::function<std::string(const Response&)>& failure);
 
-  void reply(int status, std::string body, std::string_view content_type = "application/json");
-  // Counts an answered request in the metrics and stats(); its documents only when the status is below 400.
-  void count_answer(int status, std::size_t documents);
   double elapsed_seconds() const;  // since the request's first byte
 
   void on_write(beast::error_code ec, std::size_t);
 
-  void shutdown();
   void linger_close();  // after an answer that ends the connection
-
-  // NDJSON streams (http_stream.cpp): POST /<endpoint> or /default with Content-Type application/x-ndjson, one
-  // document per line in, one per line out, in input order, in chunks of the flow's request_size with at
-  // most kStreamWindow chunks held at a time. Every member runs on the connection's strand.
-  bool stream_requested() const;
-  void start_stream();
-  void stream_pump();  // submits, reads, writes and finishes as far as the state allows
-  void stream_read();
-  void on_stream_read(const std::shared_ptr<NdjsonStream>& st, beast::error_code ec);
-  void stream_lines(NdjsonStream& st, const char* data, std::size_t size);
-  void stream_line(NdjsonStream& st, std::string_view line);
-  void stream_close_chunk(NdjsonStream& st);
-  bool stream_submit(NdjsonStream& st);
-  void stream_done(const std::shared_ptr<NdjsonStream>& st, std::uint64_t seq, Response&& response);
-  void stream_error(NdjsonStream& st, int status, std::string_view type, std::string message);
-  void stream_end_at(NdjsonStream& st, std::uint64_t seq, int status, std::string_view type, std::string message,
-                     std::size_t line);
-  void stream_write(NdjsonStream& st);
-  void stream_finish(NdjsonStream& st);
-  void stream_watch(const std::shared_ptr<NdjsonStream>& st);
-  void stream_abort();
-
-  bool authorized() const;
 
   HttpFront& gw_;
   beast::tcp_stream stream_;
@@ -163,11 +157,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   http::response<http::string_body> response_;
   Clock::time_point started_;
   Route route_ = Route::Other;
-  std::optional<gateway::Refusal> refusal_;  // why the answer being written refuses, when the core said so
+  std::optional<Refusal> refusal_;  // why the answer being written refuses, when the core said so
   std::size_t documents_ = 0;
   bool keep_alive_ = true;
-  bool busy_ = false;                     // between the first byte of a request and its answer written
-  std::shared_ptr<NdjsonStream> ndjson_;  // the NDJSON stream being answered, if any
+  bool busy_ = false;  // between the first byte of a request and its answer written
 };
 
-}  // namespace flowline
+}  // namespace flowline::gateway

@@ -20,7 +20,7 @@
 // answered, then one line {"error": {"message", "type", "code", "line"}} ends the answer and the
 // connection closes. Before anything was written, the error is a plain answer with its status instead.
 // A client silent (not sending, or not reading) for idle_timeout is disconnected.
-#include "http_front.hpp"
+#include "http_stream.hpp"
 
 #include "flowline/flow_config.hpp"
 #include "flowline/io.hpp"
@@ -32,12 +32,9 @@
 #include <boost/json/serialize.hpp>
 #include <fmt/format.h>
 
-#include <array>
 #include <cstring>
-#include <deque>
-#include <map>
 
-namespace flowline {
+namespace flowline::gateway {
 
 namespace {
 
@@ -57,403 +54,325 @@ bool is_ndjson(std::string_view content_type) {
 
 }  // namespace
 
-struct NdjsonStream {
-  explicit NdjsonStream(const asio::any_io_executor& executor) : ticker(executor) {}
-
-  // The request.
-  std::optional<http::request_parser<http::buffer_body>> parser;
-  std::string endpoint, target;
-  json::object parameters;
-  std::size_t chunk_size = 100;
-
-  // Input: the line being read, counters, the chunk being filled and chunks waiting for a slot.
-  std::array<char, 64 * 1024> in{};
-  std::string line;
-  std::size_t lines = 0;      // complete lines read
-  std::size_t documents = 0;  // documents taken from them
-  DocumentArray chunk;
-  std::size_t chunk_first_line = 0;
-  struct Closed {
-    std::uint64_t seq;
-    DocumentArray docs;
-    std::size_t first_line;
-  };
-  std::deque<Closed> waiting;  // closed chunks that found no in-flight slot yet
-
-  // Sequence: every chunk (and the error that ends a stream) has a number; answers go out in that order.
-  std::uint64_t next_seq = 0, next_write = 0;
-  struct Submitted {
-    Clock::time_point at;
-    std::size_t first_line, last_line;
-  };
-  std::map<std::uint64_t, Submitted> in_flow;
-  struct Piece {
-    std::string text;  // NDJSON lines, or the error line
-    std::size_t documents = 0;
-    int status = 200;        // not 200: the error that ends the stream
-    std::string error_body;  // the error as a plain answer, when nothing was written yet
-  };
-  std::map<std::uint64_t, Piece> answered;
-  std::optional<std::uint64_t> end_seq;  // set by an error: nothing from this number on is written
-
-  // Output.
-  bool reading = false, writing = false, input_done = false, header_sent = false, finished = false;
-  Clock::time_point read_since, write_since;
-  std::size_t written_documents = 0;
-  std::string out;
-  http::response<http::empty_body> header;
-  std::optional<http::response_serializer<http::empty_body>> serializer;
-  asio::steady_timer ticker;
-
-  std::size_t held() const { return in_flow.size() + answered.size() + waiting.size(); }
-  bool stopped() const { return end_seq.has_value(); }
-};
-
-bool Connection::stream_requested() const {
-  const auto& request = parser_->get();
-  return request.method() == http::verb::post && is_ndjson(request[http::field::content_type]);
+bool NdjsonStream::requested(const http::request_header<>& header) {
+  return header.method() == http::verb::post && is_ndjson(header[http::field::content_type]);
 }
 
-void Connection::start_stream() {
-  request_.base() = parser_->get().base();
-  keep_alive_ = false;  // until the body has been read whole
-  route_ = Route::JinaStream;
-  const std::string_view target = request_.target();
+NdjsonStream::NdjsonStream(std::shared_ptr<Connection> connection, Core& core)
+    : connection_(std::move(connection)), core_(core), ticker_(connection_->transport().get_executor()) {}
+
+void NdjsonStream::start(const std::shared_ptr<Connection>& connection,
+                         http::request_parser<http::string_body>& parser) {
+  const auto& request = connection->request();
+  Core& core = connection->core();
+  const std::string_view target = request.target();
   const std::string path(target.substr(0, target.find('?')));
   try {
-    if (!authorized()) {
-      return reply(401, gateway::plain_error(401, "authentication_error",
-                                             "missing or wrong bearer token (send \"Authorization: Bearer <token>\")")
-                            .body);
+    if (!connection->authorized()) {
+      return connection->reply(401,
+                               plain_error(401, "authentication_error",
+                                           "missing or wrong bearer token (send \"Authorization: Bearer <token>\")")
+                                   .body);
     }
-    if (path != "/default" && !gw_.core.endpoints.count(path)) {
-      throw gateway::plain_error(404, "not_found",
-                                 fmt::format("'{}' is not an endpoint of the flow: NDJSON streams go to "
-                                             "POST /default or POST /<endpoint>",
-                                             path));
+    if (path != "/default" && !core.endpoints.count(path)) {
+      throw plain_error(404, "not_found",
+                        fmt::format("'{}' is not an endpoint of the flow: NDJSON streams go to "
+                                    "POST /default or POST /<endpoint>",
+                                    path));
     }
-    if (!gw_.core.serving)
-      throw gateway::plain_error(503, "unavailable", "the gateway is draining: try another replica");
-    auto st = std::make_shared<NdjsonStream>(stream_.get_executor());
-    st->endpoint = path == "/default" ? "/" : path;
-    st->target = std::string(request_["Flowline-Target-Executor"]);
-    if (const std::string_view p = request_["Flowline-Parameters"]; !p.empty()) {
-      const json::value v = gateway::parse_body(p, gw_.core.limits, false);
+    if (!core.serving()) throw plain_error(503, "unavailable", "the gateway is draining: try another replica");
+    auto st = std::make_shared<NdjsonStream>(connection, core);
+    st->endpoint_ = path == "/default" ? "/" : path;
+    st->target_ = std::string(request["Flowline-Target-Executor"]);
+    if (const std::string_view p = request["Flowline-Parameters"]; !p.empty()) {
+      const json::value v = parse_body(p, core.limits, false);
       if (!v.is_object())
-        throw gateway::plain_error(400, "invalid_request_error", "Flowline-Parameters: expected a JSON object");
-      st->parameters = v.get_object();
+        throw plain_error(400, "invalid_request_error", "Flowline-Parameters: expected a JSON object");
+      st->parameters_ = v.get_object();
     }
-    st->chunk_size = std::max<std::size_t>(1, gw_.core.flow.config().options.request_size);
-    st->parser.emplace(std::move(*parser_));
-    parser_.reset();
-    st->parser->body_limit(boost::none);  // bounded per line and by max_stream_documents instead
-    if (st->parser->is_done()) {          // no body at all
-      st->input_done = true;
-      keep_alive_ = request_.keep_alive();
+    st->chunk_size_ = std::max<std::size_t>(1, core.flow.config().options.request_size);
+    st->parser_.emplace(std::move(parser));
+    st->parser_->body_limit(boost::none);  // bounded per line and by max_stream_documents instead
+    if (st->parser_->is_done()) {          // no body at all
+      st->input_done_ = true;
+      connection->keep_alive(request.keep_alive());
     }
-    st->header.result(http::status::ok);
-    st->header.version(request_.version());
-    st->header.set(http::field::server, "flowline/" FLOWLINE_VERSION_STRING);
-    st->header.set(http::field::content_type, "application/x-ndjson");
-    st->header.chunked(true);
-    stream_.expires_never();  // the stream's own ticker bounds every wait
-    ndjson_ = st;
-    stream_watch(st);
-    stream_pump();
-  } catch (const gateway::HttpError& e) {
-    reply(e.status, e.body);
+    st->header_.result(http::status::ok);
+    st->header_.version(request.version());
+    st->header_.set(http::field::server, "flowline/" FLOWLINE_VERSION_STRING);
+    st->header_.set(http::field::content_type, "application/x-ndjson");
+    st->header_.chunked(true);
+    connection->transport().expires_never();  // the stream's own ticker bounds every wait
+    st->watch();
+    st->pump();
+  } catch (const HttpError& e) {
+    connection->reply(e.status, e.body);
   }
 }
 
 // Moves the stream on as far as it can: chunks into free slots, the body while there is room, answers in
 // order, and the end once everything up to the last chunk (or the error) is written.
-void Connection::stream_pump() {
-  const auto st = ndjson_;
-  if (!st || st->finished) return;
-  while (!st->waiting.empty() && stream_submit(*st)) {
+void NdjsonStream::pump() {
+  if (finished_) return;
+  while (!waiting_.empty() && submit()) {
   }
-  if (!st->reading && !st->input_done && !st->stopped() && st->waiting.empty() && st->held() < kStreamWindow) {
-    if (gw_.core.draining) {
-      stream_error(*st, 503, "unavailable",
-                   fmt::format("the gateway is stopping: lines from {} on were not read", st->lines + 1));
+  if (!reading_ && !input_done_ && !stopped() && waiting_.empty() && held() < kStreamWindow) {
+    if (core_.draining()) {
+      error(503, "unavailable", fmt::format("the gateway is stopping: lines from {} on were not read", lines_ + 1));
     } else {
-      stream_read();
+      read();
     }
   }
-  stream_write(*st);
+  write();
   // An error clears what comes after it, so a stopped stream has nothing left to close.
-  const bool all_closed = (st->input_done || st->stopped()) && st->chunk.empty() && st->waiting.empty();
-  const std::uint64_t last = st->end_seq ? *st->end_seq + 1 : st->next_seq;
-  if (all_closed && !st->writing && st->next_write == last) stream_finish(*st);
+  const bool all_closed = (input_done_ || stopped()) && chunk_.empty() && waiting_.empty();
+  if (all_closed && !writing_ && window_.all_written()) finish();
 }
 
-void Connection::stream_read() {
-  auto st = ndjson_;
-  st->reading = true;
-  st->read_since = Clock::now();
-  st->parser->get().body().data = st->in.data();
-  st->parser->get().body().size = st->in.size();
-  http::async_read_some(
-      stream_, buffer_, *st->parser,
-      [self = shared_from_this(), st](beast::error_code ec, std::size_t) { self->on_stream_read(st, ec); });
+void NdjsonStream::read() {
+  reading_ = true;
+  read_since_ = Clock::now();
+  parser_->get().body().data = in_.data();
+  parser_->get().body().size = in_.size();
+  http::async_read_some(connection_->transport(), connection_->read_buffer(), *parser_,
+                        [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
 }
 
-void Connection::on_stream_read(const std::shared_ptr<NdjsonStream>& st, beast::error_code ec) {
-  st->reading = false;
-  if (ndjson_ != st || st->finished) return;
+void NdjsonStream::on_read(beast::error_code ec) {
+  reading_ = false;
+  if (finished_) return;
   if (ec == http::error::need_buffer) ec = {};
   if (ec) {
     if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset ||
         ec == asio::error::operation_aborted || ec == http::error::partial_message) {
-      return stream_abort();  // the client went away
+      return abort();  // the client went away
     }
-    stream_error(*st, 400, "invalid_request_error",
-                 fmt::format("malformed request body after line {}: {}", st->lines, ec.message()));
-    return stream_pump();
+    error(400, "invalid_request_error", fmt::format("malformed request body after line {}: {}", lines_, ec.message()));
+    return pump();
   }
-  const std::size_t got = st->in.size() - st->parser->get().body().size;
-  stream_lines(*st, st->in.data(), got);
-  if (st->parser->is_done() && !st->stopped()) {
-    st->input_done = true;
-    keep_alive_ = request_.keep_alive();
-    if (!st->line.empty()) {
-      std::string last = std::move(st->line);
-      stream_line(*st, last);
+  const std::size_t got = in_.size() - parser_->get().body().size;
+  take_lines(in_.data(), got);
+  if (parser_->is_done() && !stopped()) {
+    input_done_ = true;
+    connection_->keep_alive(connection_->request().keep_alive());
+    if (!line_.empty()) {
+      std::string last = std::move(line_);
+      take_line(last);
     }
-    stream_close_chunk(*st);
+    close_chunk();
   }
-  stream_pump();
+  pump();
 }
 
-void Connection::stream_lines(NdjsonStream& st, const char* data, std::size_t size) {
-  while (size > 0 && !st.stopped()) {
+void NdjsonStream::take_lines(const char* data, std::size_t size) {
+  while (size > 0 && !stopped()) {
     const char* newline = static_cast<const char*>(std::memchr(data, '\n', size));
     const std::size_t take = newline ? static_cast<std::size_t>(newline - data) : size;
-    if (st.line.size() + take > gw_.core.options.max_body_bytes) {
-      return stream_error(st, 413, "request_too_large",
-                          fmt::format("line {} is longer than {} bytes (--max-body-bytes)", st.lines + 1,
-                                      gw_.core.options.max_body_bytes));
+    if (line_.size() + take > core_.options.max_body_bytes) {
+      return error(
+          413, "request_too_large",
+          fmt::format("line {} is longer than {} bytes (--max-body-bytes)", lines_ + 1, core_.options.max_body_bytes));
     }
     if (!newline) {
-      st.line.append(data, size);
+      line_.append(data, size);
       return;
     }
     std::string_view line(data, take);
-    if (!st.line.empty()) {
-      st.line.append(data, take);
-      line = st.line;
+    if (!line_.empty()) {
+      line_.append(data, take);
+      line = line_;
     }
-    stream_line(st, line);
-    st.line.clear();
+    take_line(line);
+    line_.clear();
     data += take + 1;
     size -= take + 1;
   }
 }
 
-void Connection::stream_line(NdjsonStream& st, std::string_view line) {
-  ++st.lines;
+void NdjsonStream::take_line(std::string_view line) {
+  ++lines_;
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
   if (line.find_first_not_of(" \t") == std::string_view::npos) return;
-  if (st.documents >= gw_.core.options.max_stream_documents) {
-    return stream_error(st, 413, "request_too_large",
-                        fmt::format("line {}: more than {} documents in one stream (--max-stream-documents)", st.lines,
-                                    gw_.core.options.max_stream_documents));
+  if (documents_ >= core_.options.max_stream_documents) {
+    return error(413, "request_too_large",
+                 fmt::format("line {}: more than {} documents in one stream (--max-stream-documents)", lines_,
+                             core_.options.max_stream_documents));
   }
   try {
-    const json::value v = gateway::parse_body(line, gw_.core.limits, false);
+    const json::value v = parse_body(line, core_.limits, false);
     Document doc;
     if (v.is_string()) {
       doc.text = std::string(v.get_string());
     } else {
-      doc = gateway::jina_document(v, st.documents);
+      doc = jina_document(v, documents_);
     }
-    if (st.chunk.empty()) st.chunk_first_line = st.lines;
-    st.chunk.push_back(std::move(doc));
-    ++st.documents;
-  } catch (const gateway::HttpError& e) {
-    return stream_error(st, 400, "invalid_request_error",
-                        fmt::format("line {}: {} (expected a document object or a string)", st.lines, e.what()));
+    if (chunk_.empty()) chunk_first_line_ = lines_;
+    chunk_.push_back(std::move(doc));
+    ++documents_;
+  } catch (const HttpError& e) {
+    return error(400, "invalid_request_error",
+                 fmt::format("line {}: {} (expected a document object or a string)", lines_, e.what()));
   }
-  if (st.chunk.size() >= st.chunk_size) stream_close_chunk(st);
+  if (chunk_.size() >= chunk_size_) close_chunk();
 }
 
 // The chunk being filled gets its number and waits for an in-flight slot.
-void Connection::stream_close_chunk(NdjsonStream& st) {
-  if (st.chunk.empty()) return;
-  st.waiting.push_back(NdjsonStream::Closed{st.next_seq++, std::move(st.chunk), st.chunk_first_line});
-  st.chunk = DocumentArray();
+void NdjsonStream::close_chunk() {
+  if (chunk_.empty()) return;
+  waiting_.push_back(Closed{window_.open(), std::move(chunk_), chunk_first_line_});
+  chunk_ = DocumentArray();
 }
 
 // Submits the oldest waiting chunk when an in-flight slot is free; false when none is.
-bool Connection::stream_submit(NdjsonStream& st) {
-  if (!gw_.core.try_enter()) return false;
-  NdjsonStream::Closed c = std::move(st.waiting.front());
-  st.waiting.pop_front();
-  st.in_flow[c.seq] = NdjsonStream::Submitted{Clock::now(), c.first_line, c.first_line + c.docs.size() - 1};
-  auto self = shared_from_this();
-  auto owner = ndjson_;
+bool NdjsonStream::submit() {
+  if (!core_.try_enter()) return false;
+  Closed c = std::move(waiting_.front());
+  waiting_.pop_front();
+  in_flow_[c.seq] = Submitted{Clock::now(), c.first_line, c.first_line + c.docs.size() - 1};
   const std::uint64_t seq = c.seq;
   try {
-    gw_.core.flow.submit(
-        st.endpoint, std::move(c.docs), st.parameters, st.target, [self, owner, seq](Response&& response) {
-          asio::post(self->stream_.get_executor(), [self, owner, seq, response = std::move(response)]() mutable {
-            self->stream_done(owner, seq, std::move(response));
-          });
+    core_.flow.submit(
+        endpoint_, std::move(c.docs), parameters_, target_, [self = shared_from_this(), seq](Response&& response) {
+          asio::post(self->ticker_.get_executor(),
+                     [self, seq, response = std::move(response)]() mutable { self->done(seq, std::move(response)); });
         });
   } catch (const std::exception& e) {
-    gw_.core.leave();
-    st.in_flow.erase(seq);
-    stream_error(st, 503, "unavailable", e.what());
+    core_.leave();
+    in_flow_.erase(seq);
+    error(503, "unavailable", e.what());
   }
   return true;
 }
 
-void Connection::stream_done(const std::shared_ptr<NdjsonStream>& st, std::uint64_t seq, Response&& response) {
-  gw_.core.leave();
-  const auto it = st->in_flow.find(seq);
-  if (it == st->in_flow.end()) return;
-  const NdjsonStream::Submitted where = it->second;
-  st->in_flow.erase(it);
-  if (ndjson_ != st || st->finished || (st->end_seq && seq >= *st->end_seq)) return;
+void NdjsonStream::done(std::uint64_t seq, Response&& response) {
+  core_.leave();
+  const auto it = in_flow_.find(seq);
+  if (it == in_flow_.end()) return;
+  const Submitted where = it->second;
+  in_flow_.erase(it);
+  if (finished_ || !window_.accepts(seq)) return;
   if (!response.ok()) {
-    stream_end_at(*st, seq, 500, "executor_error",
-                  fmt::format("lines {}-{}: executor '{}' failed: {}", where.first_line, where.last_line,
-                              response.error_executor, response.error),
-                  where.first_line);
-    return stream_pump();
+    end_at(seq, 500, "executor_error",
+           fmt::format("lines {}-{}: executor '{}' failed: {}", where.first_line, where.last_line,
+                       response.error_executor, response.error),
+           where.first_line);
+    return pump();
   }
-  NdjsonStream::Piece piece;
+  Piece piece;
   piece.documents = response.docs.size();
   piece.text.reserve(response.docs.size() * 160);
   for (const Document& doc : response.docs) {
-    gateway::append_jina_document(piece.text, doc);
+    append_jina_document(piece.text, doc);
     piece.text += '\n';
   }
-  st->answered[seq] = std::move(piece);
-  stream_pump();
+  window_.put(seq, std::move(piece));
+  pump();
 }
 
 // Ends the stream at the current line: what came before is still answered, then this error.
-void Connection::stream_error(NdjsonStream& st, int status, std::string_view type, std::string message) {
-  if (st.stopped()) return;
-  stream_close_chunk(st);
-  stream_end_at(st, st.next_seq++, status, type, std::move(message), st.lines);
+void NdjsonStream::error(int status, std::string_view type, std::string message) {
+  if (stopped()) return;
+  close_chunk();
+  end_at(window_.open(), status, type, std::move(message), lines_);
 }
 
 // The error at position `seq` ends the stream: what comes after it (answered, waiting or being read) is
 // dropped; what comes before it is still answered.
-void Connection::stream_end_at(NdjsonStream& st, std::uint64_t seq, int status, std::string_view type,
-                               std::string message, std::size_t line) {
-  st.end_seq = seq;
-  st.answered.erase(st.answered.upper_bound(seq), st.answered.end());
-  std::erase_if(st.waiting, [seq](const NdjsonStream::Closed& c) { return c.seq > seq; });
-  st.chunk = DocumentArray();
-  keep_alive_ = false;
+void NdjsonStream::end_at(std::uint64_t seq, int status, std::string_view type, std::string message, std::size_t line) {
+  std::erase_if(waiting_, [seq](const Closed& c) { return c.seq > seq; });
+  chunk_ = DocumentArray();
+  connection_->keep_alive(false);
   std::string error_line = fmt::format("{{\"error\":{{\"message\":{},\"type\":\"{}\",\"code\":{},\"line\":{}}}}}\n",
                                        json::serialize(json::string(message)), type, status, line);
-  st.answered[seq] =
-      NdjsonStream::Piece{std::move(error_line), 0, status, gateway::plain_error(status, type, message).body};
+  window_.close_with(seq, Piece{std::move(error_line), 0, status, plain_error(status, type, message).body});
 }
 
-void Connection::stream_write(NdjsonStream& st) {
-  if (st.writing) return;
-  const auto next = st.answered.find(st.next_write);
-  if (next == st.answered.end()) return;
+void NdjsonStream::write() {
+  if (writing_) return;
+  Piece* next = window_.next();
+  if (!next) return;
   auto self = shared_from_this();
-  auto owner = ndjson_;
-  if (!st.header_sent) {
-    if (next->second.status != 200) {  // nothing written yet: a plain answer says it
-      st.finished = true;
-      st.ticker.cancel();
-      const int status = next->second.status;
-      std::string body = std::move(next->second.error_body);
-      ndjson_.reset();
-      return reply(status, std::move(body));
+  if (!header_sent_) {
+    if (next->status != 200) {  // nothing written yet: a plain answer says it
+      finished_ = true;
+      ticker_.cancel();
+      return connection_->reply(next->status, std::move(next->error_body));
     }
-    st.header_sent = true;
-    st.writing = true;
-    st.write_since = Clock::now();
-    st.serializer.emplace(st.header);
-    return http::async_write_header(stream_, *st.serializer, [self, owner](beast::error_code ec, std::size_t) {
-      owner->writing = false;
-      if (ec) return self->stream_abort();
-      self->stream_pump();
+    header_sent_ = true;
+    writing_ = true;
+    write_since_ = Clock::now();
+    serializer_.emplace(header_);
+    return http::async_write_header(connection_->transport(), *serializer_, [self](beast::error_code ec, std::size_t) {
+      self->writing_ = false;
+      if (ec) return self->abort();
+      self->pump();
     });
   }
-  st.out = std::move(next->second.text);
-  st.written_documents += next->second.documents;
-  st.answered.erase(next);
-  ++st.next_write;
-  st.writing = true;
-  st.write_since = Clock::now();
-  asio::async_write(stream_, http::make_chunk(asio::buffer(st.out)), [self, owner](beast::error_code ec, std::size_t) {
-    owner->writing = false;
-    owner->out.clear();
-    if (ec) return self->stream_abort();
-    self->stream_pump();
-  });
+  Piece piece = std::move(*window_.take_next());
+  out_ = std::move(piece.text);
+  written_documents_ += piece.documents;
+  writing_ = true;
+  write_since_ = Clock::now();
+  asio::async_write(connection_->transport(), http::make_chunk(asio::buffer(out_)),
+                    [self](beast::error_code ec, std::size_t) {
+                      self->writing_ = false;
+                      self->out_.clear();
+                      if (ec) return self->abort();
+                      self->pump();
+                    });
 }
 
-void Connection::stream_finish(NdjsonStream& st) {
-  st.finished = true;
-  st.ticker.cancel();
-  if (!st.header_sent) {  // an empty input: an empty answer
-    ndjson_.reset();
-    return reply(200, "", "application/x-ndjson");
-  }
-  count_answer(st.stopped() ? 500 : 200, st.written_documents);
-  if (gw_.core.draining) keep_alive_ = false;
-  auto self = shared_from_this();
-  auto owner = ndjson_;
-  st.writing = true;
-  asio::async_write(stream_, http::make_chunk_last(), [self, owner](beast::error_code ec, std::size_t) {
-    owner->writing = false;
-    self->ndjson_.reset();
-    if (ec) return self->shutdown();
-    if (!self->keep_alive_) return self->linger_close();
-    self->request_ = {};
-    self->read_header();
-  });
+void NdjsonStream::finish() {
+  finished_ = true;
+  ticker_.cancel();
+  if (!header_sent_) return connection_->reply(200, "", "application/x-ndjson");  // an empty input: an empty answer
+  connection_->count_answer(stopped() ? 500 : 200, written_documents_);
+  if (core_.draining()) connection_->keep_alive(false);
+  writing_ = true;
+  asio::async_write(connection_->transport(), http::make_chunk_last(),
+                    [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                      self->writing_ = false;
+                      self->connection_->stream_written(!ec);
+                    });
 }
 
 // Every kStreamTick: retries chunks that found no slot, and enforces idle_timeout on the client (reading
 // or writing) and request_timeout on the oldest chunk in the flow.
-void Connection::stream_watch(const std::shared_ptr<NdjsonStream>& st) {
-  st->ticker.expires_after(kStreamTick);
-  st->ticker.async_wait([self = shared_from_this(), st](beast::error_code ec) {
-    if (ec || st->finished || self->ndjson_ != st) return;
+void NdjsonStream::watch() {
+  ticker_.expires_after(kStreamTick);
+  ticker_.async_wait([self = shared_from_this()](beast::error_code ec) {
+    if (ec || self->finished_) return;
     const auto now = Clock::now();
-    const auto idle = self->gw_.core.options.idle_timeout;
-    if ((st->reading && now - st->read_since > idle) || (st->writing && now - st->write_since > idle)) {
-      return self->stream_abort();
+    const auto idle = self->core_.options.idle_timeout;
+    if ((self->reading_ && now - self->read_since_ > idle) || (self->writing_ && now - self->write_since_ > idle)) {
+      return self->abort();
     }
-    if (!st->in_flow.empty()) {
-      const auto& [seq, oldest] = *st->in_flow.begin();
-      const bool before_end = !st->end_seq || seq < *st->end_seq;
-      if (before_end && now - oldest.at > self->gw_.core.options.request_timeout) {
-        self->gw_.core.timed_out++;
+    if (!self->in_flow_.empty()) {
+      const auto& [seq, oldest] = *self->in_flow_.begin();
+      if (self->window_.accepts(seq) && now - oldest.at > self->core_.options.request_timeout) {
+        self->core_.timed_out++;
         const std::string message =
             fmt::format("lines {}-{}: the flow did not answer within {} ms (--request-timeout)", oldest.first_line,
-                        oldest.last_line, self->gw_.core.options.request_timeout.count());
-        self->stream_end_at(*st, seq, 504, "timeout", message, oldest.first_line);
+                        oldest.last_line, self->core_.options.request_timeout.count());
+        self->end_at(seq, 504, "timeout", message, oldest.first_line);
       }
     }
-    self->stream_pump();
-    if (!st->finished) self->stream_watch(st);
+    self->pump();
+    if (!self->finished_) self->watch();
   });
 }
 
 // The client went away or stopped reading: close; chunks still in the flow release their slots when they
 // come back.
-void Connection::stream_abort() {
-  if (const auto st = ndjson_) {
-    st->finished = true;
-    st->ticker.cancel();
+void NdjsonStream::abort() {
+  if (!finished_) {
+    finished_ = true;
+    ticker_.cancel();
     // Not answered: not in stats(); the client's going away is no refusal of the gateway's ("abandoned").
-    gw_.core.metrics->record_request(gateway::FrontKind::Http, route_, 499, "abandoned", 0, elapsed_seconds());
+    connection_->stream_abandoned();
+  } else {
+    connection_->shutdown();
   }
-  ndjson_.reset();
-  shutdown();
 }
 
-}  // namespace flowline
+}  // namespace flowline::gateway

@@ -1,51 +1,58 @@
 // The gateway's routes in the shape of model APIs — OpenAI's /v1/embeddings, TEI's /embed and /rerank,
 // Jina's and Cohere's /v1/rerank: each parses its body into a flow call (protocols.hpp, rerank.cpp), posts it
 // through call_flow() and shapes the answer. Their failures answer 500 in the gateway's own error shape.
+// Also what those APIs answer about the served models: OpenAI's GET /v1/models and TEI's GET /info.
 #include "http_front.hpp"
 
+#include "flowline/flow_config.hpp"
+#include "flowline/io.hpp"
+#include "flowline/registry.hpp"
+#include "flowline/version.hpp"
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <iterator>
 #include <memory>
 
-namespace flowline {
+namespace flowline::gateway {
 
 namespace {
 
 std::string executor_failure(const Response& r) {
   if (r.request_error) {
-    return gateway::plain_error(422, "invalid_request_error",
-                                fmt::format("executor '{}': {}", r.error_executor, r.error))
-        .body;
+    return plain_error(422, "invalid_request_error", fmt::format("executor '{}': {}", r.error_executor, r.error)).body;
   }
-  return gateway::plain_error(500, "server_error", fmt::format("executor '{}' failed: {}", r.error_executor, r.error))
-      .body;
+  return plain_error(500, "server_error", fmt::format("executor '{}' failed: {}", r.error_executor, r.error)).body;
 }
 
 }  // namespace
 
-void Connection::handle_openai(const gateway::RouteRow& row) {
-  const json::value body = gateway::parse_body(request_.body(), gw_.core.limits, false);
-  auto call = std::make_shared<gateway::EmbeddingsCall>(
-      gateway::parse_openai(body, gw_.core.options.embeddings_endpoint, gw_.core.limits));
-  gateway::Call flow_call = std::move(call->call);
+void Connection::handle_openai(const RouteRow& row) {
+  const json::value body = parse_body(request_.body(), gw_.core.limits, false);
+  auto call =
+      std::make_shared<EmbeddingsCall>(parse_openai(body, gw_.core.options.embeddings_endpoint, gw_.core.limits));
+  Call flow_call = std::move(call->call);
   call_flow(
-      std::move(flow_call), row.route,
-      [call](const DocumentArray& docs) { return gateway::openai_response(*call, docs); }, executor_failure);
+      std::move(flow_call), row.route, [call](const DocumentArray& docs) { return openai_response(*call, docs); },
+      executor_failure);
 }
 
-void Connection::handle_tei(const gateway::RouteRow& row) {
-  const json::value body = gateway::parse_body(request_.body(), gw_.core.limits, false);
-  auto call = std::make_shared<gateway::EmbeddingsCall>(
-      gateway::parse_tei(body, gw_.core.options.embeddings_endpoint, gw_.core.limits));
-  gateway::Call flow_call = std::move(call->call);
+void Connection::handle_tei(const RouteRow& row) {
+  const json::value body = parse_body(request_.body(), gw_.core.limits, false);
+  auto call = std::make_shared<EmbeddingsCall>(parse_tei(body, gw_.core.options.embeddings_endpoint, gw_.core.limits));
+  Call flow_call = std::move(call->call);
   call_flow(
-      std::move(flow_call), row.route, [call](const DocumentArray& docs) { return gateway::tei_response(*call, docs); },
+      std::move(flow_call), row.route, [call](const DocumentArray& docs) { return tei_response(*call, docs); },
       executor_failure);
 }
 
 // TEI's /rerank, unless the body is Jina's ({"data": ...}): that goes to a flow endpoint /rerank.
-void Connection::handle_tei_rerank(const gateway::RouteRow& row) {
-  const json::value body = gateway::parse_body(request_.body(), gw_.core.limits, false);
+void Connection::handle_tei_rerank(const RouteRow& row) {
+  const json::value body = parse_body(request_.body(), gw_.core.limits, false);
   if (body.is_object() && body.get_object().contains("data")) {
     if (!gw_.core.endpoints.count("/rerank")) {
       route_ = Route::Other;
@@ -54,20 +61,132 @@ void Connection::handle_tei_rerank(const gateway::RouteRow& row) {
     route_ = Route::Jina;
     return handle_jina("/rerank");
   }
-  auto call = std::make_shared<gateway::RerankCall>(gateway::parse_tei_rerank(body, gw_.core.limits));
-  gateway::Call flow_call = std::move(call->call);
+  auto call = std::make_shared<RerankCall>(parse_tei_rerank(body, gw_.core.limits));
+  Call flow_call = std::move(call->call);
   call_flow(
-      std::move(flow_call), row.route,
-      [call](const DocumentArray& docs) { return gateway::tei_rerank_response(*call, docs); }, executor_failure);
+      std::move(flow_call), row.route, [call](const DocumentArray& docs) { return tei_rerank_response(*call, docs); },
+      executor_failure);
 }
 
-void Connection::handle_rerank(const gateway::RouteRow& row) {
-  const json::value body = gateway::parse_body(request_.body(), gw_.core.limits, false);
-  auto call = std::make_shared<gateway::RerankCall>(gateway::parse_v1_rerank(body, gw_.core.limits));
-  gateway::Call flow_call = std::move(call->call);
+void Connection::handle_rerank(const RouteRow& row) {
+  const json::value body = parse_body(request_.body(), gw_.core.limits, false);
+  auto call = std::make_shared<RerankCall>(parse_v1_rerank(body, gw_.core.limits));
+  Call flow_call = std::move(call->call);
   call_flow(
-      std::move(flow_call), row.route,
-      [call](const DocumentArray& docs) { return gateway::v1_rerank_response(*call, docs); }, executor_failure);
+      std::move(flow_call), row.route, [call](const DocumentArray& docs) { return v1_rerank_response(*call, docs); },
+      executor_failure);
 }
 
-}  // namespace flowline
+namespace {
+
+// A served model's name: the folder (or hub name) its executor's `model` parameter gives; empty when the
+// executor has none.
+std::string model_id(const ExecutorConfig& e) {
+  const auto* model = e.with.if_contains("model");
+  if (!model || !model->is_string()) return {};
+  std::string id = std::filesystem::path(std::string(model->get_string())).filename().string();
+  return id.empty() ? std::string(model->get_string()) : id;
+}
+
+// A parameter of `e` as the flow gives it, else its type's default (null when neither has it).
+json::value param_of(const ExecutorConfig& e, std::string_view name) {
+  if (const auto* given = e.with.if_contains(name)) return *given;
+  if (const auto* entry = Registry::global().find(e.uses)) {
+    for (const ParamSpec& p : entry->spec.params) {
+      if (p.name == name) return p.default_value;
+    }
+  }
+  return nullptr;
+}
+
+// A JSON file of the model's folder (config.json, ...), or an empty object when it cannot be read.
+json::object model_file(const ExecutorConfig& e, const char* file) {
+  try {
+    const json::value model = param_of(e, "model");
+    if (!model.is_string()) return {};
+    json::value v = json::parse(read_file(std::filesystem::path(std::string(model.get_string())) / file));
+    return v.is_object() ? std::move(v.get_object()) : json::object{};
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
+std::size_t positive(const json::value& v) { return v.is_int64() && v.get_int64() > 0 ? v.get_int64() : 0; }
+
+// TEI's model_type: {"reranker": {id2label, label2id}} for a Reranker (from its config.json), else
+// {"embedding": {"pooling"}} as its sentence-transformers Pooling module says (TEI's names).
+json::object tei_model_type(const ExecutorConfig& e) {
+  if (e.uses == "Reranker") {
+    const json::object config = model_file(e, "config.json");
+    const json::value* id2label = config.if_contains("id2label");
+    const json::value* label2id = config.if_contains("label2id");
+    return {{"reranker", json::object{{"id2label", id2label ? *id2label : json::object{{"0", "LABEL_0"}}},
+                                      {"label2id", label2id ? *label2id : json::object{{"LABEL_0", 0}}}}}};
+  }
+  const json::object pooling = model_file(e, "1_Pooling/config.json");
+  const auto mode = [&](const char* key) { return pooling.contains(key) && pooling.at(key) == true; };
+  const char* name = mode("pooling_mode_cls_token")    ? "cls"
+                     : mode("pooling_mode_lasttoken")  ? "last_token"
+                     : mode("pooling_mode_max_tokens") ? "max"
+                                                       : "mean";
+  return {{"embedding", json::object{{"pooling", name}}}};
+}
+
+std::string tei_dtype(const json::value& dtype) {
+  const std::string_view d = dtype.is_string() ? std::string_view(dtype.get_string()) : "fp32";
+  if (d == "fp16" || d == "float16") return "float16";
+  if (d == "bf16" || d == "bfloat16") return "bfloat16";
+  return "float32";
+}
+
+}  // namespace
+
+// TEI's GET /info, in TEI's shape: the model of the flow's first executor with a `model` parameter (the
+// encoder behind /embed, or a reranker), else its last executor by name; the gateway's bounds as TEI's
+// router parameters.
+void Connection::handle_tei_info(const RouteRow&) {
+  const auto& executors = gw_.core.flow.config().executors;
+  auto e =
+      std::find_if(executors.begin(), executors.end(), [](const ExecutorConfig& x) { return !model_id(x).empty(); });
+  if (e == executors.end()) e = std::prev(executors.end());  // a flow has at least one executor
+  const std::string id = e->with.contains("model") ? model_id(*e) : e->name;
+  std::size_t max_input = positive(param_of(*e, "max_seq_length"));
+  if (!max_input) max_input = positive(model_file(*e, "sentence_bert_config.json")["max_seq_length"]);
+  if (!max_input) max_input = positive(model_file(*e, "config.json")["max_position_embeddings"]);
+  std::size_t batch_tokens = positive(param_of(*e, "max_batch_tokens"));
+  if (!batch_tokens) batch_tokens = positive(param_of(*e, "batch_size")) * max_input;
+  json::value batch_requests = nullptr;
+  if (e->batching.max_batch_size > 0) batch_requests = e->batching.max_batch_size;
+  reply(200, json::serialize(json::object{{"model_id", id},
+                                          {"model_sha", nullptr},
+                                          {"model_dtype", tei_dtype(param_of(*e, "dtype"))},
+                                          {"model_type", tei_model_type(*e)},
+                                          {"max_concurrent_requests", gw_.core.max_in_flight},
+                                          {"max_input_length", max_input},
+                                          {"max_batch_tokens", batch_tokens},
+                                          {"max_batch_requests", batch_requests},
+                                          {"max_client_batch_size", gw_.core.options.max_documents},
+                                          {"auto_truncate", true},
+                                          {"tokenization_workers", e->replicas},
+                                          {"version", version()},
+                                          {"sha", nullptr},
+                                          {"docker_label", nullptr}}));
+}
+
+// OpenAI's model list, as its SDK's models.list() reads it: one entry per executor of the flow with a
+// `model` parameter, named by the model folder (or hub name) it was given.
+void Connection::handle_models(const RouteRow&) {
+  json::array data;
+  for (const auto& e : gw_.core.flow.config().executors) {
+    std::string id = model_id(e);
+    if (id.empty()) continue;
+    data.push_back(json::object{{"id", std::move(id)},
+                                {"object", "model"},
+                                {"created", gw_.core.started_unix},
+                                {"owned_by", "flowline"},
+                                {"executor", e.name}});
+  }
+  reply(200, json::serialize(json::object{{"object", "list"}, {"data", std::move(data)}}));
+}
+
+}  // namespace flowline::gateway

@@ -35,6 +35,8 @@ const std::array kRoutes{
              "Jina's /post: the endpoint named by execEndpoint", "post_post", "PostRequest", "object"},
     RouteRow{"/v1/models", Method::Get, kToken, Route::Info, &Connection::handle_models,
              "OpenAI's model list: the flow's models (each executor's `model` folder)", "list_models", "", "object"},
+    RouteRow{"/info", Method::Get, kToken, Route::Info, &Connection::handle_tei_info,
+             "TEI's model info: the served model, its type and the gateway's bounds", "get_info", "", "object"},
     RouteRow{"/v1/embeddings", Method::Post, kToken, Route::OpenAI, &Connection::handle_openai, "OpenAI embeddings",
              "embeddings", "EmbeddingsRequest", "object"},
     RouteRow{"/embeddings", Method::Post, kToken, Route::OpenAI, &Connection::handle_openai,

@@ -10,11 +10,9 @@
 #include <string>
 #include <string_view>
 
-namespace flowline {
-class Connection;
-}
-
 namespace flowline::gateway {
+
+class Connection;  // the HTTP front's (http_front.hpp)
 
 // What the metrics tell apart (a fixed set, so that clients cannot create series at will): the rows'
 // labels, plus the flow's endpoints (Jina), NDJSON streams, gRPC and anything else.

@@ -6,10 +6,12 @@
 #include "child_process.hpp"
 #include "routes.hpp"
 #include "flowline/executor_server.hpp"
+#include "flowline/io.hpp"
 
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <numeric>
 #include <thread>
@@ -414,6 +416,112 @@ TEST_CASE("the flow file's serving settings configure the gateway, and settings 
                     testing::contains("g.yml:1:18: with.protocol: grpc needs its port"));
   CHECK_THROWS_WITH(parse_flow_config("with: {port: 65536}\nexecutors: [{name: e, uses: NoOp}]\n", "g.yml"),
                     testing::contains("expected a port from 0 to 65535, got '65536'"));
+}
+
+TEST_CASE("docs/serving.md's limits table is the one the settings table makes", "[gateway][config]") {
+  const std::string docs = read_file(std::filesystem::path(FLOWLINE_SOURCE_DIR) / "docs/serving.md");
+  const std::size_t begin = docs.find("| option | default | fronts | beyond it |");
+  REQUIRE(begin != std::string::npos);
+  const std::string table = docs.substr(begin, docs.find("\n\n", begin) + 1 - begin);
+  // On a difference, paste gateway_limits_table() (the expansion Catch prints) into docs/serving.md.
+  CHECK(table == gateway_limits_table());
+  CHECK_THAT(table, testing::contains("| `--max-body-bytes` | 32 MiB | both | 413"));
+  CHECK_THAT(table, testing::contains("| `--request-timeout` | 60,000 ms | both | 504"));
+}
+
+TEST_CASE("every flow-file key of the settings table is in the flow schema with the row's help, default and bounds",
+          "[gateway][config]") {
+  const auto& schema = flow_schema();
+  const auto in_schema = [&](std::string_view path) {
+    return std::find_if(schema.begin(), schema.end(), [&](const SchemaKey& k) { return k.path == path; });
+  };
+  for (const ServeSetting& setting : serve_settings()) {
+    if (setting.key.empty()) continue;
+    INFO(setting.key);
+    const auto key = in_schema(fmt::format("with.{}", setting.key));
+    REQUIRE(key != schema.end());
+    if (setting.key_by_hand) continue;  // Jina's with.port list and with.protocol: read by their own code
+    // A flow-level key (with.host) says which option overrides it; with.gateway says so for all of its keys.
+    const bool flow_level = !setting.key.starts_with("gateway.") && !setting.flag.empty();
+    CHECK(key->help ==
+          fmt::format("{}{}", setting.help, flow_level ? fmt::format(" {} overrides it.", setting.flag) : ""));
+    CHECK(key->example == setting.example);
+    CHECK(key->default_value == serve_default(setting));
+    CHECK(key->minimum == setting.minimum);
+  }
+  // And the other way: every with.gateway key is a row.
+  for (const SchemaKey& key : schema) {
+    if (!key.path.starts_with("with.gateway.")) continue;
+    INFO(key.path);
+    CHECK(std::any_of(serve_settings().begin(), serve_settings().end(),
+                      [&](const ServeSetting& s) { return fmt::format("with.{}", s.key) == key.path; }));
+  }
+  // Every row with a flag or a key sets a member that apply() carries over.
+  GatewayOptions options;
+  ServeSettings all;
+  all.max_stream_documents = 7;
+  all.grpc_port = 12345;
+  all.embeddings_endpoint = "/embed";
+  options.apply(all);
+  CHECK(options.max_stream_documents == 7);
+  CHECK(options.grpc_port == std::optional<std::uint16_t>(12345));
+  CHECK(options.embeddings_endpoint == "/embed");
+}
+
+// FakeEncoder under a model folder's name, with the parameters TEI's /info reads.
+class FolderEncoder : public FakeEncoder {
+ public:
+  static ExecutorSpec spec() {
+    return ExecutorSpec{"FolderEncoder",
+                        "FakeEncoder with a model folder",
+                        {ParamSpec::required_param("model", ParamType::String, "the model folder"),
+                         ParamSpec::choice("dtype", {"fp32", "fp16"}, "fp32", "weights' type"),
+                         ParamSpec::optional("batch_size", ParamType::Int, 64, "texts per pass")},
+                        {"/encode"}};
+  }
+  using FakeEncoder::FakeEncoder;
+};
+
+TEST_CASE("TEI's /info describes the served model and the gateway's bounds in TEI's shape", "[gateway]") {
+  static const bool registered = [] {
+    Registry::global().add<FolderEncoder>();
+    return true;
+  }();
+  (void)registered;
+  const auto folder = testing::scratch_dir("tei_info") / "e5-small";
+  testing::write_text(folder / "1_Pooling/config.json",
+                      R"({"word_embedding_dimension": 3, "pooling_mode_cls_token": true})");
+  testing::write_text(folder / "sentence_bert_config.json", R"({"max_seq_length": 256, "do_lower_case": false})");
+  ExecutorConfig encoder{.name = "encoder", .uses = "FolderEncoder"};
+  encoder.with = {{"model", folder.string()}, {"dtype", "fp16"}};
+  encoder.replicas = 2;
+  encoder.batching.max_batch_size = 32;
+  Flow flow;
+  flow.add(std::move(encoder));
+  Served served(std::move(flow), GatewayOptions{.max_documents = 100, .max_in_flight = 7});
+  Client client(served.port());
+  const Reply r = client.get("/info");
+  REQUIRE(r.status == 200);
+  const json::value info = r.json();
+  CHECK(info.at("model_id") == "e5-small");
+  CHECK(info.at("model_sha").is_null());
+  CHECK(info.at("model_dtype") == "float16");
+  CHECK(info.at("model_type") == json::parse(R"({"embedding": {"pooling": "cls"}})"));
+  CHECK(info.at("max_concurrent_requests") == 7);
+  CHECK(info.at("max_input_length") == 256);
+  CHECK(info.at("max_batch_tokens") == 64 * 256);  // batch_size's default x max_input_length
+  CHECK(info.at("max_batch_requests") == 32);
+  CHECK(info.at("max_client_batch_size") == 100);
+  CHECK(info.at("auto_truncate") == true);
+  CHECK(info.at("tokenization_workers") == 2);
+  CHECK(info.at("version").is_string());
+  // It is a row of the route table: listed in /openapi.json. A flow without a model is its last executor.
+  CHECK(client.get("/openapi.json").json().at("paths").as_object().contains("/info"));
+  Served plain(fake_encoder_flow());
+  const Reply unnamed = Client(plain.port()).get("/info");
+  REQUIRE(unnamed.status == 200);
+  CHECK(unnamed.json().at("model_id") == "encoder");
+  CHECK(unnamed.json().at("model_type") == json::parse(R"({"embedding": {"pooling": "mean"}})"));
 }
 
 TEST_CASE("the embeddings routes answer each input at its own index, or name the inputs a flow dropped", "[gateway]") {

@@ -12,6 +12,7 @@
 // the stream: its requests still in the flow are dropped when they come back.
 #include "../grpc_front.hpp"
 
+#include "../answer_window.hpp"
 #include "../core.hpp"
 #include "jina.grpc.pb.h"
 #include "jina_proto.hpp"
@@ -114,7 +115,7 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
       refuse_at_start(lock, grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                                          "missing or wrong bearer token (send metadata \"authorization: Bearer "
                                          "<token>\")"));
-    } else if (!core_.serving) {
+    } else if (!core_.serving()) {
       refuse_at_start(lock,
                       grpc::Status(grpc::StatusCode::UNAVAILABLE, "the gateway is draining: try another replica"));
     } else {
@@ -135,7 +136,7 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
       return end_drain(lock);
     }
     auto request = std::move(next_);
-    const std::uint64_t seq = next_seq_++;
+    const std::uint64_t seq = window_.open();
     hold_request(seq, request->ByteSizeLong());
     lock.unlock();
     handle(seq, std::move(request));
@@ -148,7 +149,7 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
     std::unique_lock lock(mutex_);
     writing_ = false;
     written_.reset();
-    drop_request(next_write_ - 1);
+    drop_request(window_.next_write() - 1);
     if (!ok) stop(std::nullopt);  // the client is gone
     read_next(lock);
   }
@@ -191,7 +192,7 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
     if (stopped_) return;
     stopped_ = true;
     final_ = std::move(status);
-    if (!final_) ready_.clear();
+    if (!final_) window_.close_at(window_.next_write());  // nothing more is written
   }
 
   // Under the lock: a stream refused before its first request (no token, a draining gateway) reads and
@@ -201,7 +202,7 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
   // of the refusal.
   void refuse_at_start(std::unique_lock<std::mutex>& lock, grpc::Status status) {
     stop(std::move(status));
-    end_seq_ = 0;  // no answer goes before the status
+    window_.close_at(0);  // no answer goes before the status
     draining_ = true;
     refs_++;  // the alarm's, released when it has fired or was cancelled
     drain_alarm_.Set(std::chrono::system_clock::now() + kRefusalDrain, [this](bool) {
@@ -246,12 +247,9 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
   void settle(std::unique_lock<std::mutex>& lock) {
     if (finished_) return;
     if (!writing_ && (final_ || !stopped_)) {
-      const auto it = ready_.find(next_write_);
-      if (it != ready_.end()) {
+      if (auto next = window_.take_next()) {
         writing_ = true;
-        written_ = std::move(it->second.answer);
-        ready_.erase(it);
-        ++next_write_;
+        written_ = std::move(*next);
         const Request* answer = written_.get();
         lock.unlock();
         StartWrite(answer);
@@ -260,8 +258,8 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
       }
     }
     const bool input_over = reads_done_ || (stopped_ && !draining_);
-    const bool answers_over = (ready_.empty() || (stopped_ && !final_)) && !writing_;
-    if (input_over && answers_over && in_flow_ == 0 && !starting_read_ && (!final_ || next_write_ >= end_seq_)) {
+    const bool answers_over = (window_.empty() || (stopped_ && !final_)) && !writing_;
+    if (input_over && answers_over && in_flow_ == 0 && !starting_read_ && (!final_ || window_.all_written())) {
       finished_ = true;
       grpc::Status status = final_ ? *final_ : (stopped_ ? grpc::Status::CANCELLED : grpc::Status::OK);
       lock.unlock();
@@ -307,8 +305,8 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
                                                           : 500,
                          std::nullopt, documents, seconds_since(started));
       std::unique_lock lock(mutex_);
-      if (!stopped_ || (final_ && seq < end_seq_)) {
-        ready_.emplace(seq, Ready{std::make_unique<Request>(std::move(*request))});
+      if (!stopped_ || (final_ && window_.accepts(seq))) {
+        window_.put(seq, std::make_unique<Request>(std::move(*request)));
       } else {
         drop_request(seq);
       }
@@ -325,31 +323,22 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
     core_.count_answer(FrontKind::Grpc, Route::Grpc, http_status(kind), kind, 0, seconds_since(started));
     std::unique_lock lock(mutex_);
     drop_request(seq);
-    if (!stopped_ || (final_ && seq < end_seq_)) {
+    if (!stopped_ || (final_ && window_.accepts(seq))) {
       stopped_ = true;
-      end_seq_ = seq;
       final_ = grpc::Status(grpc_code(kind), fmt::format("request {} of the stream: {}", seq + 1, message));
-      for (auto it = ready_.lower_bound(seq); it != ready_.end();) {
-        drop_request(it->first);
-        it = ready_.erase(it);
-      }
+      window_.close_at(seq, [this](std::uint64_t dropped) { drop_request(dropped); });
     }
     settle(lock);
   }
-
-  struct Ready {
-    std::unique_ptr<Request> answer;
-  };
 
   Core& core_;
   grpc::CallbackServerContext* context_;
   std::mutex mutex_;
   std::unique_ptr<Request> next_;     // the request being read
   std::unique_ptr<Request> written_;  // the answer being written
-  std::map<std::uint64_t, Ready> ready_;
-  std::uint64_t next_seq_ = 0;                                         // of the next request read
-  std::uint64_t next_write_ = 0;                                       // of the next answer to write
-  std::uint64_t end_seq_ = std::numeric_limits<std::uint64_t>::max();  // the refused request, when one was
+  // The answers in request order (answer_window.hpp, as the HTTP front's NDJSON streams): it ends at the
+  // refused request, when one was.
+  AnswerWindow<std::unique_ptr<Request>> window_;
   // The requests read and not yet written (or dropped), by number: their messages' bytes.
   std::map<std::uint64_t, std::size_t> sizes_;
   std::size_t held_bytes_ = 0;
