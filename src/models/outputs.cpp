@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 
 namespace flowline::models {
 
@@ -17,6 +18,14 @@ std::vector<std::size_t> nonfinite_rows(const at::Tensor& outputs) {
   const at::Tensor bad = at::logical_not(finite).nonzero().view({-1}).to(at::kCPU, at::kLong).contiguous();
   const std::int64_t* rows = bad.data_ptr<std::int64_t>();
   return {rows, rows + bad.numel()};
+}
+
+std::vector<std::size_t> nonfinite_rows(std::span<const float> values) {
+  std::vector<std::size_t> rows;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (!std::isfinite(values[i])) rows.push_back(i);
+  }
+  return rows;
 }
 
 namespace {

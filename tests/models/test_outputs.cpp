@@ -100,6 +100,8 @@ TEST_CASE("a row holding NaN or infinity stays non-finite through normalize_rows
   CHECK(nonfinite_rows(at::tensor(std::vector<float>{0.5f, kNaN, 0.1f, kInf})) == std::vector<std::size_t>{1, 3});
   CHECK(nonfinite_rows(rows_of({{0.1f, 0.2f}, {0.3f, kNaN}})) == std::vector<std::size_t>{1});
   CHECK(nonfinite_rows(at::empty({0, 4})).empty());
+  const std::vector<float> host{0.5f, kNaN, 0.1f, -kInf, 1e38f};
+  CHECK(nonfinite_rows(std::span<const float>(host)) == std::vector<std::size_t>{1, 3});
   CHECK_NOTHROW(check_finite(rows_of({{1.0f}, {2.0f}}), "score"));
   try {
     check_finite(x, "embedding");

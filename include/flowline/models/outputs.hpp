@@ -25,6 +25,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstddef>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,6 +35,8 @@ namespace flowline::models {
 // The rows (positions along dimension 0) of `outputs` — [n] or [n, ...], floating point, any device — that
 // hold a NaN or an infinity, in increasing order; empty when every value is finite. Waits for the device.
 std::vector<std::size_t> nonfinite_rows(const at::Tensor& outputs);
+// The same over values already on the host, one per document (the Reranker's scores by pair).
+std::vector<std::size_t> nonfinite_rows(std::span<const float> values);
 
 // Some documents' outputs are not finite. what(): "document 3 of 8: its embedding holds NaN or infinity
 // (...)", or "documents 3, 5 of 8: ..." (at most 10 listed, then how many more); rows() lists them all.
