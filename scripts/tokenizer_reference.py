@@ -6,7 +6,8 @@ ZWJ sequences and skin tones, combining marks, control characters, very long wor
 whitespace-only strings, mixed case, accents, numbers, punctuation runs, special tokens inside text, added
 tokens glued to words, inside them and alone, at the start and the end, in other cases) and,
 for each tokenizer file given, the ids Hugging Face `tokenizers` gives them: singles and pairs, without
-and with truncation. Output: OUT/texts.json and OUT/<name>.json.
+and with truncation, and each token's offsets (Encoding.offsets: code points of its own text, flattened to
+[start, end, start, end, ...]). Output: OUT/texts.json and OUT/<name>.json.
 
   python scripts/tokenizer_reference.py --corpus /work/shared/data/corpus --out DIR NAME=tokenizer.json ...
 """
@@ -153,7 +154,8 @@ def encoded(tok, inputs, *fields):
     for start in range(0, len(inputs), CHUNK):
         for e in tok.encode_batch(inputs[start:start + CHUNK]):
             for values, name in zip(lists, fields):
-                values.append(getattr(e, name))
+                value = getattr(e, name)
+                values.append([n for pair in value for n in pair] if name == "offsets" else value)
     return lists
 
 
@@ -163,12 +165,13 @@ def references(path, texts, pairs):
     out = {}
     pair_texts = [(texts[a], texts[b]) for a, b in pairs]
     tok.no_truncation()
-    out["single"], = encoded(tok, texts, "ids")
-    out["pair"], out["pair_types"] = encoded(tok, pair_texts, "ids", "type_ids")
+    out["single"], out["single_offsets"] = encoded(tok, texts, "ids", "offsets")
+    out["pair"], out["pair_types"], out["pair_offsets"] = encoded(tok, pair_texts, "ids", "type_ids", "offsets")
     tok.enable_truncation(SINGLE_TRUNCATION, strategy="longest_first")
-    out["single_truncated"], = encoded(tok, texts, "ids")
+    out["single_truncated"], out["single_truncated_offsets"] = encoded(tok, texts, "ids", "offsets")
     tok.enable_truncation(PAIR_TRUNCATION, strategy="longest_first")
-    out["pair_truncated"], out["pair_truncated_types"] = encoded(tok, pair_texts, "ids", "type_ids")
+    out["pair_truncated"], out["pair_truncated_types"], out["pair_truncated_offsets"] = encoded(
+        tok, pair_texts, "ids", "type_ids", "offsets")
     return out
 
 

@@ -1,6 +1,7 @@
 // Tests of flowline::models::Tokenizer: token ids identical to Python `tokenizers` on 20,000 texts
 // (scripts/tokenizer_reference.py writes them and the reference ids) for every tokenizer file, singles and
-// pairs, with and without truncation; and clear errors for what it cannot run. LibTorch-free: this program
+// pairs, with and without truncation, and each token's offsets identical to its Encoding.offsets; and clear
+// errors for what it cannot run. LibTorch-free: this program
 // links flowline::tokenizers only. Without the project venv's `tokenizers` the parity cases skip, and
 // fail instead under CI=true.
 #if defined(FLOWLINE_CATCH3) || __has_include(<catch2/catch_all.hpp>)
@@ -109,6 +110,16 @@ std::vector<std::vector<std::int32_t>> id_lists(const boost::json::value& v) {
   return out;
 }
 
+// Offsets flattened as the reference script writes them: start, end, start, end, ...
+std::vector<std::int32_t> flat(const std::vector<flowline::models::TokenOffsets>& offsets) {
+  std::vector<std::int32_t> out;
+  for (const auto& o : offsets) {
+    out.push_back(static_cast<std::int32_t>(o.start));
+    out.push_back(static_cast<std::int32_t>(o.end));
+  }
+  return out;
+}
+
 std::string escaped(const std::string& text) {
   std::string out;
   for (const unsigned char c : text)
@@ -145,9 +156,13 @@ void check_parity(const Tokenizer& tok, const std::string& reference_name) {
   const auto pair = id_lists(ref.at("pair")), pair_types = id_lists(ref.at("pair_types"));
   const auto pair_truncated = id_lists(ref.at("pair_truncated"));
   const auto pair_truncated_types = id_lists(ref.at("pair_truncated_types"));
+  const auto single_offsets = id_lists(ref.at("single_offsets"));
+  const auto single_truncated_offsets = id_lists(ref.at("single_truncated_offsets"));
+  const auto pair_offsets = id_lists(ref.at("pair_offsets"));
+  const auto pair_truncated_offsets = id_lists(ref.at("pair_truncated_offsets"));
   REQUIRE(texts.size() == 20000);
 
-  std::size_t mismatches = 0, compared = 0;
+  std::size_t mismatches = 0, compared = 0, offset_mismatches = 0, offsets_compared = 0;
   const auto compare = [&](const char* mode, const std::string& text, const std::vector<std::int32_t>& got,
                            const std::vector<std::int32_t>& want) {
     ++compared;
@@ -156,14 +171,31 @@ void check_parity(const Tokenizer& tok, const std::string& reference_name) {
       UNSCOPED_INFO(
           fmt::format("{} {}: text \"{}\": {}", reference_name, mode, escaped(text), first_difference(got, want)));
   };
+  // encode_with_offsets: its ids are the reference's too, and its offsets (flattened) Encoding.offsets.
+  const auto compare_offsets = [&](const char* mode, const std::string& text, const flowline::models::Encoding& e,
+                                   const std::vector<std::int32_t>& want_ids, const std::vector<std::int32_t>& want) {
+    ++offsets_compared;
+    const std::vector<std::int32_t> got = flat(e.offsets);
+    if (e.ids == want_ids && got == want) return;
+    if (++offset_mismatches <= 8)
+      fmt::print("{}\n", fmt::format("{} {} offsets: text \"{}\": {}", reference_name, mode, escaped(text),
+                                     e.ids != want_ids ? "ids: " + first_difference(e.ids, want_ids)
+                                                       : first_difference(got, want)));
+  };
   std::vector<std::int32_t> ids, types;
   for (std::size_t i = 0; i < texts.size(); ++i) {
     compare("single", texts[i], tok.encode(texts[i]), single[i]);
     compare("single truncated", texts[i], tok.encode(texts[i], single_max), single_truncated[i]);
+    compare_offsets("single", texts[i], tok.encode_with_offsets(texts[i]), single[i], single_offsets[i]);
+    compare_offsets("single truncated", texts[i], tok.encode_with_offsets(texts[i], single_max), single_truncated[i],
+                    single_truncated_offsets[i]);
     const auto& p = input.at("pairs").as_array()[i].as_array();
     const std::string& a = texts[p[0].to_number<std::size_t>()];
     const std::string& b = texts[p[1].to_number<std::size_t>()];
     const std::string both = a + " ||| " + b;
+    compare_offsets("pair", both, tok.encode_pair_with_offsets(a, b), pair[i], pair_offsets[i]);
+    compare_offsets("pair truncated", both, tok.encode_pair_with_offsets(a, b, pair_max), pair_truncated[i],
+                    pair_truncated_offsets[i]);
     ids.clear(), types.clear();
     tok.encode_pair_into(a, b, 0, ids, &types);
     compare("pair", both, ids, pair[i]);
@@ -183,8 +215,13 @@ void check_parity(const Tokenizer& tok, const std::string& reference_name) {
     if (lengths.size() != 2 || lengths[0] != pair_truncated[i].size() || lengths[1] != lengths[0]) ++mismatches;
   }
   INFO(fmt::format("{} of {} id lists differ", mismatches, compared));
+  INFO(fmt::format("{} of {} offset lists differ", offset_mismatches, offsets_compared));
+  fmt::print("parity {}: {} of {} id lists and {} of {} offset lists equal to Python tokenizers'\n", reference_name,
+             compared - mismatches, compared, offsets_compared - offset_mismatches, offsets_compared);
   CHECK(mismatches == 0);
+  CHECK(offset_mismatches == 0);
   CHECK(compared == 7 * texts.size());
+  CHECK(offsets_compared == 4 * texts.size());
 }
 
 fs::path scratch_dir(const std::string& name) {

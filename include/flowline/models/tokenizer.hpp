@@ -6,7 +6,9 @@
 // vector and keeps its working buffers in thread_local scratch, so a warmed thread allocates nothing per
 // call beyond what the caller's vector needs. Construction throws flowline::Error naming the file, the JSON
 // path of the component it cannot run exactly, and what is supported — never a tokenizer that would give
-// different ids than Python `tokenizers` (docs/models.md, "Tokenizers").
+// different ids than Python `tokenizers` (docs/models.md, "Tokenizers"). encode_with_offsets() and
+// encode_pair_with_offsets() also say where each token came from, as Python `tokenizers`' Encoding.offsets do;
+// they are a separate path (no word cache, every step keeping places), so the ids-only hot path pays nothing.
 // The library (flowline::tokenizers) links neither LibTorch nor the core: only utf8proc, PCRE2, Boost.JSON, fmt.
 #pragma once
 
@@ -28,6 +30,25 @@ namespace flowline::models {
 namespace tokenizers {
 class Pipeline;  // src/models/tokenizers/pipeline.hpp
 }
+
+// A token's place in the text it came from: Unicode code points [start, end) of that text (for a pair, of
+// its own text of the two), exactly as Python `tokenizers`' Encoding.offsets report them (char offsets, with
+// their rules: a token from a normalizer's inserted character takes the place of the character before it,
+// ByteLevel's trim_offsets leaves a token's spaces out, ...). The post-processor's special tokens: (0, 0).
+struct TokenOffsets {
+  std::size_t start = 0;
+  std::size_t end = 0;
+  bool operator==(const TokenOffsets&) const = default;
+};
+
+// One text or pair, encoded with offsets: one entry per token in each vector.
+struct Encoding {
+  std::vector<std::int32_t> ids;
+  std::vector<std::int32_t> type_ids;
+  std::vector<TokenOffsets> offsets;
+  std::vector<std::uint8_t> special;  // 1: the post-processor added it (tokenizers' special_tokens_mask)
+  std::vector<std::int8_t> sequence;  // 0: the text (a pair's first), 1: a pair's second, -1: special
+};
 
 class Tokenizer {
  public:
@@ -59,6 +80,10 @@ class Tokenizer {
                                 std::size_t max_length, std::vector<std::int32_t>& ids,
                                 std::vector<std::int32_t>* type_ids, std::vector<std::size_t>& lengths) const;
   std::vector<std::int32_t> encode(std::string_view text, std::size_t max_length = 0) const;
+  // The same ids and type ids as encode() and encode_pair_into() (truncation alike), with each token's offsets
+  // (TokenOffsets). Bytes that are not UTF-8 count as one code point each, as U+FFFD.
+  Encoding encode_with_offsets(std::string_view text, std::size_t max_length = 0) const;
+  Encoding encode_pair_with_offsets(std::string_view a, std::string_view b, std::size_t max_length = 0) const;
 
   std::int32_t token_id(std::string_view token) const;  // -1 when absent
   std::int32_t pad_id() const;                          // -1 when the tokenizer names no padding token

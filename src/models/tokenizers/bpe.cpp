@@ -111,7 +111,9 @@ class Bpe final : public Model {
 
   void tokenize(Scratch& s, Span word, std::vector<std::int32_t>& ids) const override {
     const std::u32string_view w = std::u32string_view(s.text).substr(word.begin, word.end - word.begin);
+    const std::size_t at = s.track ? word.begin : std::string::npos;  // offsets: no cache, places by symbol
     if (!cut_at_metaspace_) {
+      if (s.track) return merge_word(s, w, ids, at);
       WordCache::cut(serial_, w, ids, [&] { merge_word(s, w, ids); });
       return;
     }
@@ -119,23 +121,31 @@ class Bpe final : public Model {
       std::size_t end = begin + 1;
       while (end < w.size() && !(w[end] == k_metaspace && w[end - 1] != k_metaspace)) ++end;
       const std::u32string_view part = w.substr(begin, end - begin);
-      WordCache::cut(serial_, part, ids, [&] { merge_word(s, part, ids); });
+      if (s.track)
+        merge_word(s, part, ids, at + begin);
+      else
+        WordCache::cut(serial_, part, ids, [&] { merge_word(s, part, ids); });
       begin = end;
     }
   }
 
-  void merge_word(Scratch& s, std::u32string_view w, std::vector<std::int32_t>& ids) const {
+  // With `at` (offsets), each id's code points too, the word starting at s.text[at].
+  void merge_word(Scratch& s, std::u32string_view w, std::vector<std::int32_t>& ids,
+                  std::size_t at = std::string::npos) const {
     if (options_.ignore_merges) {
       encode_utf8(w, s.utf8);
       if (const std::int32_t id = token_id(s.utf8); id >= 0) {
         ids.push_back(id);
+        if (at != std::string::npos) s.pieces.push_back({at, at + w.size()});
         return;
       }
     }
     Work& work = this_thread_work();
     work.symbols.clear();
     bool pending_unk = false;
+    std::uint32_t unk_bytes = 0;  // the pending unknown token's length in UTF-8 bytes
     for (std::size_t i = 0; i < w.size(); ++i) {
+      const std::uint32_t bytes = w[i] < 0x80 ? 1 : w[i] < 0x800 ? 2 : w[i] < 0x10000 ? 3 : 4;
       const bool first = i == 0, last = i + 1 == w.size();
       std::int32_t id = -1;
       const bool plain = (first || options_.prefix.empty()) && (!last || options_.suffix.empty());
@@ -146,21 +156,49 @@ class Bpe final : public Model {
         id = token_id(s.utf8);
       }
       if (id >= 0) {
-        if (pending_unk) add(work, unk_);
+        if (pending_unk) add(work, unk_, unk_bytes);
         pending_unk = false;
-        add(work, id);
+        add(work, id, bytes);
         continue;
       }
       if (options_.byte_fallback && byte_fallback(w[i], first, last, s.utf8, work)) continue;
       if (options_.unk) {
-        if (pending_unk && !options_.fuse_unk) add(work, unk_);
+        if (pending_unk && !options_.fuse_unk) add(work, unk_, unk_bytes);
+        unk_bytes = pending_unk && options_.fuse_unk ? unk_bytes + bytes : bytes;
         pending_unk = true;  // fused: the pending unknown token grows over this character too
       }
     }
-    if (pending_unk) add(work, unk_);
+    if (pending_unk) add(work, unk_, unk_bytes);
     merge_all(work);
+    if (at != std::string::npos) return places(s, w, at, ids);
     for (const Symbol& symbol : work.symbols)
       if (symbol.alive) ids.push_back(symbol.id);
+  }
+
+  // The ids with their places. As in tokenizers, a symbol's place is its bytes counted in the order the
+  // symbols were made (so a byte token made while an unknown one was pending comes before it), then each
+  // byte range widened to its characters.
+  void places(Scratch& s, std::u32string_view w, std::size_t at, std::vector<std::int32_t>& ids) const {
+    thread_local std::vector<std::uint32_t> starts;  // the first byte of each character, then the total
+    starts.clear();
+    std::uint32_t total = 0;
+    for (const char32_t c : w) {
+      starts.push_back(total);
+      total += c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
+    }
+    const auto char_of = [&](std::uint32_t byte) {
+      return static_cast<std::size_t>(std::upper_bound(starts.begin(), starts.end(), std::min(byte, total - 1)) -
+                                      starts.begin()) -
+             1;
+    };
+    std::uint32_t cursor = 0;
+    for (const Symbol& symbol : this_thread_work().symbols) {
+      if (!symbol.alive) continue;
+      const std::uint32_t begin = cursor, end = std::max(cursor + symbol.len, cursor + 1);
+      cursor += symbol.len;
+      ids.push_back(symbol.id);
+      s.pieces.push_back({at + char_of(begin), at + char_of(end - 1) + 1});
+    }
   }
 
   std::int32_t token_id(std::string_view token) const override {
@@ -176,6 +214,7 @@ class Bpe final : public Model {
     std::int32_t id;
     std::int32_t prev, next;  // -1: none
     bool alive;
+    std::uint32_t len;  // its length in the word's UTF-8 bytes (a byte token: 1), for offsets
   };
   struct Merge {
     std::uint32_t rank;
@@ -209,10 +248,10 @@ class Bpe final : public Model {
     return id;
   }
 
-  static void add(Work& work, std::int32_t id) {
+  static void add(Work& work, std::int32_t id, std::uint32_t len) {
     const auto n = static_cast<std::int32_t>(work.symbols.size());
     if (n > 0) work.symbols.back().next = n;
-    work.symbols.push_back({id, n - 1, -1, true});
+    work.symbols.push_back({id, n - 1, -1, true, len});
   }
 
   // The vocabulary key of a character: the prefix unless it starts the word, the suffix if it ends it.
@@ -228,7 +267,7 @@ class Bpe final : public Model {
     key_of(c, first, last, key);
     for (const char b : key)
       if (byte_ids_[static_cast<unsigned char>(b)] < 0) return false;
-    for (const char b : key) add(work, byte_ids_[static_cast<unsigned char>(b)]);
+    for (const char b : key) add(work, byte_ids_[static_cast<unsigned char>(b)], 1);
     return true;
   }
 
@@ -255,6 +294,7 @@ class Bpe final : public Model {
       const MergeRule* rule = merges_.find(pair_key(current.id, right.id));
       if (rule == nullptr || rule->new_id != top.new_id) continue;
       current.id = top.new_id;
+      current.len += right.len;
       current.next = right.next;
       right.alive = false;
       if (right.next >= 0) sym[static_cast<std::size_t>(right.next)].prev = static_cast<std::int32_t>(top.pos);

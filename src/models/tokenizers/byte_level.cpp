@@ -63,38 +63,56 @@ class ByteLevel final : public PreTokenizer {
       : add_prefix_space_(add_prefix_space),
         regex_(use_regex ? std::make_unique<Regex>(k_gpt2_pattern, origin) : nullptr) {}
 
+  // With offsets, each byte's character takes the place of the character it is a byte of, and the prefix
+  // space that of the word's first character (tokenizers' prepend).
   void pre_tokenize(Scratch& s) const override {
     thread_local std::u32string prefixed;
+    thread_local std::vector<Align> prefixed_align;
     s.other.clear();
     s.other_words.clear();
+    s.other_align.clear();
     for (const Span word : s.words) {
       std::u32string_view piece = std::u32string_view(s.text).substr(word.begin, word.end - word.begin);
+      const Align* places = s.track ? s.align.data() + word.begin : nullptr;
       if (add_prefix_space_ && (piece.empty() || piece.front() != U' ')) {
         prefixed.assign(1, U' ');
         prefixed.append(piece);
         piece = prefixed;
+        if (s.track) {
+          prefixed_align.assign(1, piece.size() > 1 ? places[0] : Align{});
+          prefixed_align.insert(prefixed_align.end(), places, places + (piece.size() - 1));
+          places = prefixed_align.data();
+        }
       }
       if (!regex_) {
-        emit(piece, s);
+        emit(piece, places, s);
         continue;
       }
       std::size_t previous = 0;  // Isolated: the matches and what lies between them, each a word
       regex_->for_each_match(piece, [&](std::size_t begin, std::size_t end) {
-        if (begin > previous) emit(piece.substr(previous, begin - previous), s);
-        if (end > begin) emit(piece.substr(begin, end - begin), s);
+        if (begin > previous) emit(piece.substr(previous, begin - previous), places ? places + previous : nullptr, s);
+        if (end > begin) emit(piece.substr(begin, end - begin), places ? places + begin : nullptr, s);
         previous = end;
       });
-      if (piece.size() > previous) emit(piece.substr(previous), s);
+      if (piece.size() > previous) emit(piece.substr(previous), places ? places + previous : nullptr, s);
     }
     s.text.swap(s.other);
     s.words.swap(s.other_words);
+    if (s.track) s.align.swap(s.other_align);
   }
   std::string name() const override { return "ByteLevel"; }
 
  private:
-  static void emit(std::u32string_view piece, Scratch& s) {
+  static void emit(std::u32string_view piece, const Align* places, Scratch& s) {
     const std::size_t begin = s.other.size();
-    append_byte_level(piece, s.other);
+    if (places == nullptr) {
+      append_byte_level(piece, s.other);
+    } else {
+      for (std::size_t i = 0; i < piece.size(); ++i) {
+        append_byte_level(piece.substr(i, 1), s.other);
+        s.other_align.resize(s.other.size(), places[i]);
+      }
+    }
     s.other_words.push_back({begin, s.other.size()});
   }
 
@@ -197,11 +215,13 @@ class RegexReplace final : public Normalizer {
     std::size_t previous = 0;
     bool matched = false;
     HeadCount head{s.head};
+    s.other_align.clear();
     regex_.for_each_match(s.text, [&](std::size_t begin, std::size_t end) {
       head.copied(previous, begin);
       head.replaced(end, content_.size());
       s.other.append(s.text, previous, begin - previous);
       s.other.append(content_);
+      if (s.track) replaced_aligned(s, previous, begin, end, content_.size());
       previous = end;
       matched = true;
     });
@@ -209,7 +229,9 @@ class RegexReplace final : public Normalizer {
     head.copied(previous, s.text.size());
     s.head = head.kept;
     s.other.append(s.text, previous);
+    if (s.track) replaced_aligned(s, previous, s.text.size(), s.text.size(), 0);
     s.text.swap(s.other);
+    if (s.track) s.align.swap(s.other_align);
   }
   std::string name() const override { return "Replace"; }
 
@@ -257,7 +279,7 @@ std::string pattern_of(const json::object& o, const Origin& origin) {
 }  // namespace
 
 std::unique_ptr<PreTokenizer> make_byte_level(const json::object& o, const Origin& origin) {
-  // trim_offsets changes offsets only, which flowline does not report.
+  // trim_offsets is the post-processor's (post_processors.cpp); here it changes nothing, as in tokenizers.
   return std::make_unique<ByteLevel>(flag(o, "add_prefix_space", true, origin), flag(o, "use_regex", true, origin),
                                      origin);
 }

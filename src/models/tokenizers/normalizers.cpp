@@ -6,6 +6,7 @@
 #include "unicode.hpp"
 
 #include <fmt/format.h>
+#include <utf8proc.h>
 
 #include <algorithm>
 #include <functional>
@@ -34,6 +35,72 @@ std::size_t form_head(const std::u32string& text, std::size_t head, NormalForm f
   return first.size();
 }
 
+// Removes the characters `removed` picks from s.text, and their places from s.align when offsets are tracked.
+template <class Removed>
+void erase_aligned(Scratch& s, Removed removed) {
+  if (s.track) {
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < s.text.size(); ++i)
+      if (!removed(s.text[i])) s.align[kept++] = s.align[i];
+    s.align.resize(kept);
+  }
+  std::erase_if(s.text, removed);
+}
+
+// A normal form with offsets, as tokenizers' alignments give them: each character's decomposition is its
+// first character taking its place and the rest inserted after it; combining marks reordered carry those
+// changes along (so places stay by position); a composed character takes its starter's change less one per
+// mark it absorbed. Then the changes are applied in order (transform_aligned).
+void aligned_form(Scratch& s, NormalForm form) {
+  const bool compat = form == NormalForm::nfkc || form == NormalForm::nfkd;
+  const bool compose = form == NormalForm::nfc || form == NormalForm::nfkc;
+  std::u32string one;
+  thread_local std::vector<std::pair<char32_t, int>> decomposed;
+  thread_local std::vector<int> changes;
+  thread_local std::vector<bool> taken;
+  decomposed.clear();
+  for (const char32_t c : s.text) {
+    one.assign(1, c);
+    normalize_form(one, compat ? NormalForm::nfkd : NormalForm::nfd, s.utf8);
+    for (std::size_t k = 0; k < one.size(); ++k) decomposed.emplace_back(one[k], k == 0 ? 0 : 1);
+  }
+  const auto ccc = [](char32_t c) { return utf8proc_get_property(static_cast<utf8proc_int32_t>(c))->combining_class; };
+  for (std::size_t i = 0; i < decomposed.size();) {  // canonical order: marks sorted by class, stably
+    std::size_t j = i;
+    while (j < decomposed.size() && ccc(decomposed[j].first) != 0) ++j;
+    std::stable_sort(decomposed.begin() + static_cast<std::ptrdiff_t>(i),
+                     decomposed.begin() + static_cast<std::ptrdiff_t>(j),
+                     [&](const auto& x, const auto& y) { return ccc(x.first) < ccc(y.first); });
+    i = j == i ? i + 1 : j;
+  }
+  normalize_form(s.text, form, s.utf8);
+  taken.assign(decomposed.size(), false);
+  changes.clear();
+  std::size_t at = 0;
+  for (const char32_t c : s.text) {
+    while (at < decomposed.size() && taken[at]) ++at;
+    if (at >= decomposed.size()) {
+      changes.push_back(1);
+      continue;
+    }
+    int change = decomposed[at].second;
+    taken[at] = true;
+    if (compose) {
+      one.assign(1, c);
+      normalize_form(one, NormalForm::nfd, s.utf8);
+      for (std::size_t k = 1; k < one.size(); ++k)
+        for (std::size_t j = at + 1; j < decomposed.size() && j <= at + 16; ++j)
+          if (!taken[j] && decomposed[j].first == one[k]) {
+            taken[j] = true;
+            change += decomposed[j].second - 1;
+            break;
+          }
+    }
+    changes.push_back(change);
+  }
+  transform_aligned(s, changes);
+}
+
 class BertNormalizer final : public Normalizer {
  public:
   BertNormalizer(bool clean, bool chinese, bool strip_accents, bool lowercase)
@@ -46,9 +113,12 @@ class BertNormalizer final : public Normalizer {
     if (!strip_accents_ || ascii) return;
     if (lowercase_) clean_and_pad(s, false);  // the lower-casing pass left s.text as it was
     s.head = form_head(s.text, s.head, NormalForm::nfd, s.utf8);
-    normalize_form(s.text, NormalForm::nfd, s.utf8);
+    if (s.track)
+      aligned_form(s, NormalForm::nfd);
+    else
+      normalize_form(s.text, NormalForm::nfd, s.utf8);
     s.head = kept_head(s.text, s.head, is_nonspacing_mark);
-    std::erase_if(s.text, is_nonspacing_mark);
+    erase_aligned(s, is_nonspacing_mark);
     if (lowercase_) lowercase(s);
   }
   std::string name() const override { return "BertNormalizer"; }
@@ -57,6 +127,7 @@ class BertNormalizer final : public Normalizer {
   // must go back to the original text: then s.text stays. Returns whether the text was all ASCII.
   bool clean_and_pad(Scratch& s, bool lower) const {
     s.other.clear();
+    s.other_align.clear();
     bool ascii = true;
     std::size_t head = s.head == 0 ? 0 : std::string::npos;
     for (std::size_t i = 0; i < s.text.size(); ++i) {
@@ -66,6 +137,7 @@ class BertNormalizer final : public Normalizer {
         if (clean_ && c < 0x20 && c != '\t' && c != '\n' && c != '\r') continue;
         if (clean_ && c == 0x7F) continue;
         s.other.push_back(clean_ && c < 0x20 ? U' ' : lower && c >= 'A' && c <= 'Z' ? c + 32 : c);
+        if (s.track) s.other_align.push_back(s.align[i]);
         continue;
       }
       ascii = false;
@@ -80,10 +152,12 @@ class BertNormalizer final : public Normalizer {
       } else {
         s.other.push_back(d);
       }
+      if (s.track) s.other_align.resize(s.other.size(), s.align[i]);  // CJK padding and case: the same place
     }
     if (!ascii && strip_accents_ && lower) return false;  // the caller starts again from s.text
     s.head = std::min(head, s.other.size());
     s.text.swap(s.other);
+    if (s.track) s.align.swap(s.other_align);
     return ascii;
   }
 
@@ -94,12 +168,15 @@ class BertNormalizer final : public Normalizer {
       return;
     }
     s.other.clear();
+    s.other_align.clear();
     for (std::size_t i = 0; i < s.text.size(); ++i) {
       if (i == s.head) s.head = s.other.size();
       append_lowercase(s.text[i], s.other);
+      if (s.track) s.other_align.resize(s.other.size(), s.align[i]);
     }
     s.head = std::min(s.head, s.other.size());
     s.text.swap(s.other);
+    if (s.track) s.align.swap(s.other_align);
   }
 
  private:
@@ -116,7 +193,7 @@ class StripAccents final : public Normalizer {
  public:
   void normalize(Scratch& s) const override {
     s.head = kept_head(s.text, s.head, is_combining_mark);
-    std::erase_if(s.text, is_combining_mark);
+    erase_aligned(s, is_combining_mark);
   }
   std::string name() const override { return "StripAccents"; }
 };
@@ -132,6 +209,10 @@ class Strip final : public Normalizer {
       while (begin < end && is_whitespace(s.text[begin])) ++begin;
     s.text.erase(end);
     s.text.erase(0, begin);
+    if (s.track) {
+      s.align.resize(end);
+      s.align.erase(s.align.begin(), s.align.begin() + static_cast<std::ptrdiff_t>(begin));
+    }
     s.head = std::min(s.head, end) > begin ? std::min(s.head, end) - begin : 0;
   }
   std::string name() const override { return "Strip"; }
@@ -145,7 +226,10 @@ class UnicodeForm final : public Normalizer {
   UnicodeForm(NormalForm form, std::string name) : form_(form), name_(std::move(name)) {}
   void normalize(Scratch& s) const override {
     s.head = form_head(s.text, s.head, form_, s.utf8);
-    normalize_form(s.text, form_, s.utf8);
+    if (s.track)
+      aligned_form(s, form_);
+    else
+      normalize_form(s.text, form_, s.utf8);
   }
   std::string name() const override { return name_; }
 
@@ -162,6 +246,7 @@ class Replace final : public Normalizer {
   void normalize(Scratch& s) const override {
     if (s.text.find(pattern_) == std::u32string::npos) return;
     s.other.clear();
+    s.other_align.clear();
     HeadCount head{s.head};
     std::size_t at = 0;
     for (std::size_t hit; (hit = s.text.find(pattern_, at)) != std::u32string::npos; at = hit + pattern_.size()) {
@@ -169,11 +254,14 @@ class Replace final : public Normalizer {
       head.replaced(hit + pattern_.size(), content_.size());
       s.other.append(s.text, at, hit - at);
       s.other.append(content_);
+      if (s.track) replaced_aligned(s, at, hit, hit + pattern_.size(), content_.size());
     }
     head.copied(at, s.text.size());
     s.head = head.kept;
     s.other.append(s.text, at);
+    if (s.track) replaced_aligned(s, at, s.text.size(), s.text.size(), 0);
     s.text.swap(s.other);
+    if (s.track) s.align.swap(s.other_align);
   }
   std::string name() const override { return "Replace"; }
 
@@ -187,6 +275,7 @@ class Prepend final : public Normalizer {
   void normalize(Scratch& s) const override {
     if (s.text.empty()) return;
     s.text.insert(0, prefix_);
+    if (s.track) s.align.insert(s.align.begin(), prefix_.size(), s.align.front());
     if (s.head > 0) s.head += prefix_.size();
   }
   std::string name() const override { return "Prepend"; }
@@ -259,6 +348,30 @@ const std::map<std::string, NormalizerBuilder, std::less<>>& normalizer_table() 
 }
 
 }  // namespace
+
+void replaced_aligned(Scratch& s, std::size_t from, std::size_t to, std::size_t match_end, std::size_t content) {
+  s.other_align.insert(s.other_align.end(), s.align.begin() + static_cast<std::ptrdiff_t>(from),
+                       s.align.begin() + static_cast<std::ptrdiff_t>(to));
+  if (content > 0 && match_end > 0) s.other_align.insert(s.other_align.end(), content, s.align[match_end - 1]);
+}
+
+void transform_aligned(Scratch& s, const std::vector<int>& changes) {
+  s.other_align.clear();
+  std::size_t taken = 0;
+  const Align none = s.align.empty() ? Align{} : Align{s.align.front().begin, s.align.front().begin};
+  const auto at = [&](std::size_t i) {
+    return i < s.align.size() ? s.align[i] : s.align.empty() ? none : s.align.back();
+  };
+  for (const int change : changes) {
+    if (change > 0) {
+      s.other_align.push_back(taken == 0 ? none : at(taken - 1));
+      continue;
+    }
+    s.other_align.push_back(at(taken));
+    taken += 1 + static_cast<std::size_t>(-change);
+  }
+  s.align.swap(s.other_align);
+}
 
 void add_normalizer(const json::value& v, const Origin& origin, NormalizerList& out) {
   const json::object& o = object_of(v, origin);

@@ -10,6 +10,7 @@
 #include <boost/json.hpp>
 
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -24,6 +25,15 @@ namespace flowline::models::tokenizers {
 struct Span {
   std::size_t begin = 0;
   std::size_t end = 0;
+};
+
+// A code point's place in the input: the UTF-8 bytes [begin, end) of the text given to encode that it comes
+// from (tokenizers' alignments). A character a normalizer inserts takes the place of the one it follows (of
+// the one it replaces first when it starts the text), a decomposition's characters all take the place of the
+// one decomposed, a removed character leaves no place.
+struct Align {
+  std::uint32_t begin = 0;
+  std::uint32_t end = 0;
 };
 
 // One thread's working buffers, reused call after call.
@@ -46,6 +56,13 @@ struct Scratch {
   std::vector<double> best_score;
   std::vector<std::int32_t> best_unit;
   std::vector<std::uint32_t> labels;  // the word's characters as Unigram's trie labels, then 0
+  // Offsets, only while `track` (an encode that reports them): `align` holds the place of each code point of
+  // `text` and every step that rewrites `text` rewrites it alike (`other_align` beside `other`,
+  // `normalized_align` beside `normalized`); a model appends, for each id, the code points of `text` it
+  // covers to `pieces`.
+  bool track = false;
+  std::vector<Align> align, other_align, normalized_align;
+  std::vector<Span> pieces;
 };
 Scratch& scratch();
 
@@ -78,6 +95,16 @@ struct HeadCount {
   }
 };
 
+// Offsets of a Replace (s.track): appends to s.other_align the places of s.text[from, to), copied, then
+// `content` places for a replacement of a match ending at `match_end` (tokenizers gives each of its
+// characters the place of the match's last one).
+void replaced_aligned(Scratch& s, std::size_t from, std::size_t to, std::size_t match_end, std::size_t content);
+// tokenizers' NormalizedString::transform for s.align: s.other holds the new text and changes[i] says what
+// its character i does (0: it takes the next old character's place; n > 0: inserted, it takes the place of
+// the old character taken last; -n: it takes the next one's place and n more are dropped). Sets s.align to
+// the new text's places.
+void transform_aligned(Scratch& s, const std::vector<int>& changes);
+
 class PreTokenizer {
  public:
   virtual ~PreTokenizer() = default;
@@ -96,7 +123,8 @@ using Vocabulary = std::unordered_map<std::string, std::int32_t, StringHash, std
 class Model {
  public:
   virtual ~Model() = default;
-  // Appends the ids of one word (text[word.begin, word.end)) to `ids`.
+  // Appends the ids of one word (text[word.begin, word.end)) to `ids`; with s.track, each id's code points
+  // of s.text to s.pieces (an id made of a character's bytes, or of a fused unknown run, covers all of it).
   virtual void tokenize(Scratch& s, Span word, std::vector<std::int32_t>& ids) const = 0;
   virtual std::int32_t token_id(std::string_view token) const = 0;
   virtual std::int32_t unk_id() const = 0;
@@ -155,6 +183,10 @@ struct TemplatePiece {
 struct PostProcessor {
   std::string name = "none";
   std::vector<TemplatePiece> single, pair;
+  // ByteLevel's (or RobertaProcessing's) trim_offsets: a token's offsets leave out the spaces ('Ġ' or
+  // whitespace) it starts or ends with, but the one add_prefix_space put before a sequence's first token.
+  bool trim_offsets = false;
+  bool add_prefix_space = false;
   std::size_t added(bool for_pair) const;
 };
 
@@ -183,6 +215,13 @@ struct AddedMatcher {
   bool first[256] = {};
 };
 
+// Where a token came from: its bytes of the input, and for trim_offsets the spaces its text starts and ends
+// with (PostProcessor::trim_offsets).
+struct TokenPlace {
+  Align bytes;
+  std::uint32_t lead = 0, trail = 0;
+};
+
 class Pipeline {
  public:
   std::vector<std::unique_ptr<Normalizer>> normalizers;
@@ -198,19 +237,44 @@ class Pipeline {
   bool truncate_left = false;  // truncation_side "left": a sequence loses tokens at its start
   bool type_ids = true;        // model_input_names lists token_type_ids (or the file names none)
 
-  // Appends the ids of `text` without special tokens.
-  void tokens(std::string_view text, std::vector<std::int32_t>& ids) const;
+  // Appends the ids of `text` without special tokens; with `places`, each id's place too.
+  void tokens(std::string_view text, std::vector<std::int32_t>& ids, std::vector<TokenPlace>* places = nullptr) const;
   // The post-processor's frame around one or two sequences; appends ids (and type ids when asked).
   std::size_t frame(const std::vector<std::int32_t>& a, const std::vector<std::int32_t>* b,
                     std::vector<std::int32_t>& ids, std::vector<std::int32_t>* type_ids) const;
   std::string describe() const;
 
  private:
-  // A stretch between raw added tokens; `origin`: it starts at offset 0 of the text.
-  void tokens_of_stretch(std::string_view stretch, bool origin, std::vector<std::int32_t>& ids) const;
+  // text[begin, end), a stretch between raw added tokens (begin 0: it starts at offset 0 of the text).
+  void tokens_of_stretch(std::string_view text, std::size_t begin, std::size_t end, std::vector<std::int32_t>& ids,
+                         std::vector<TokenPlace>* places) const;
   // s.text, a piece of a normalized stretch without added tokens: pre-tokenized and cut into ids.
-  void tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids) const;
+  void tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids, std::vector<TokenPlace>* places) const;
 };
+
+// Cuts `tokens` to its first `n` (or, from the left, its last `n`).
+template <class Vector>
+void cut(Vector& tokens, std::size_t n, bool left) {
+  if (tokens.size() <= n) return;
+  if (left) tokens.erase(tokens.begin(), tokens.end() - static_cast<std::ptrdiff_t>(n));
+  tokens.resize(n);
+}
+
+// Truncation 'longest_first' of a pair of sequences of `a` and `b` tokens to `budget` tokens, as tokenizers'
+// truncate_encodings does: how many each keeps.
+inline std::pair<std::size_t, std::size_t> pair_lengths(std::size_t a, std::size_t b, std::size_t budget) {
+  if (a + b <= budget) return {a, b};
+  std::size_t n1 = a, n2 = b;
+  const bool swap = n1 > n2;
+  if (swap) std::swap(n1, n2);
+  n2 = n1 > budget ? n1 : std::max(n1, budget - n1);
+  if (n1 + n2 > budget) {
+    n1 = budget / 2;
+    n2 = n1 + budget % 2;
+  }
+  if (swap) std::swap(n1, n2);
+  return {std::min(n1, a), std::min(n2, b)};
+}
 
 // Builders of the components that live in files of their own; components.cpp's tables name them. Each reads
 // its tokenizer.json object and refuses (refuse()) what it cannot run exactly.
@@ -262,8 +326,10 @@ std::unique_ptr<PreTokenizer> make_metaspace(const boost::json::object& o, const
 std::unique_ptr<Model> make_unigram(const boost::json::object& o, const Origin& origin);           // unigram.cpp
 std::unique_ptr<Model> make_wordpiece(const boost::json::object& o, const Origin& origin);         // wordpiece.cpp
 
-// UTF-8 to code points (invalid bytes read as U+FFFD) and back.
+// UTF-8 to code points (invalid bytes read as U+FFFD) and back. With `align`, each code point's bytes of
+// `in`, counted from `base`.
 void decode_utf8(std::string_view in, std::u32string& out);
+void decode_utf8(std::string_view in, std::u32string& out, std::vector<Align>& align, std::size_t base);
 void encode_utf8(std::u32string_view in, std::string& out);
 
 }  // namespace flowline::models::tokenizers

@@ -68,6 +68,12 @@ std::vector<TemplatePiece> template_list(const json::object& o, std::string_view
   return out;
 }
 
+// trim_offsets and add_prefix_space, tokenizers' defaults true (ByteLevel, RobertaProcessing).
+void trimming(const json::object& o, const Origin& origin, PostProcessor& p) {
+  p.trim_offsets = flag(o, "trim_offsets", true, origin);
+  p.add_prefix_space = flag(o, "add_prefix_space", true, origin);
+}
+
 using PostBuilder = std::function<PostProcessor(const json::object&, const Origin&)>;
 const std::map<std::string, PostBuilder, std::less<>>& post_table() {
   static const std::map<std::string, PostBuilder, std::less<>> table = {
@@ -79,8 +85,10 @@ const std::map<std::string, PostBuilder, std::less<>>& post_table() {
                               {special(cls, 0), sequence(0, 0), special(sep, 0), sequence(1, 1), special(sep, 1)}};
        }},
       {"ByteLevel",  // it changes offsets only
-       [](const json::object&, const Origin&) {
-         return PostProcessor{"ByteLevel", {sequence(0, 0)}, {sequence(0, 0), sequence(1, 1)}};
+       [](const json::object& o, const Origin& origin) {
+         PostProcessor p{"ByteLevel", {sequence(0, 0)}, {sequence(0, 0), sequence(1, 1)}};
+         trimming(o, origin, p);
+         return p;
        }},
       {"Sequence",  // ByteLevel steps (offsets only) and at most one that adds special tokens
        [](const json::object& o, const Origin& origin) {
@@ -98,7 +106,11 @@ const std::map<std::string, PostBuilder, std::less<>>& post_table() {
            PostProcessor p = found->second(po, here);
            if (type != "ByteLevel" && framing.name != "ByteLevel")
              refuse(here, "a Sequence with more than one post-processor that adds special tokens");
+           const bool trim = framing.trim_offsets || p.trim_offsets;
+           const bool prefix = framing.trim_offsets ? framing.add_prefix_space : p.add_prefix_space;
            if (type != "ByteLevel") framing = std::move(p);
+           framing.trim_offsets = trim;
+           framing.add_prefix_space = prefix;
            names.push_back(type);
          }
          framing.name = fmt::format("Sequence[{}]", fmt::join(names, ", "));
@@ -107,10 +119,12 @@ const std::map<std::string, PostBuilder, std::less<>>& post_table() {
       {"RobertaProcessing",
        [](const json::object& o, const Origin& origin) {
          const std::int32_t cls = token_pair_id(o, "cls", origin), sep = token_pair_id(o, "sep", origin);
-         return PostProcessor{
+         PostProcessor p{
              "RobertaProcessing",
              {special(cls, 0), sequence(0, 0), special(sep, 0)},
              {special(cls, 0), sequence(0, 0), special(sep, 0), special(sep, 0), sequence(1, 0), special(sep, 0)}};
+         trimming(o, origin, p);
+         return p;
        }},
       {"TemplateProcessing",
        [](const json::object& o, const Origin& origin) {

@@ -90,6 +90,19 @@ class Precompiled final : public Normalizer {
 
   void normalize(Scratch& s) const override {
     const std::u32string& text = s.text;
+    thread_local std::vector<int> changes;  // with offsets: tokenizers' transformation of each new character
+    changes.clear();
+    // tokenizers' replace(): old characters replaced by `r`, each new one taking an old one's place; more
+    // new ones are inserted, fewer drop the rest (counted on the last change made, even a grapheme's before).
+    const auto replaced = [&](std::size_t old, const std::u32string& r) {
+      if (!s.track) return;
+      changes.insert(changes.end(), r.size(), 0);
+      if (r.size() > old) std::fill(changes.end() - static_cast<std::ptrdiff_t>(r.size() - old), changes.end(), 1);
+      if (r.size() < old && !changes.empty()) changes.back() -= static_cast<int>(old - r.size());
+    };
+    const auto kept = [&] {
+      if (s.track) changes.push_back(0);
+    };
     s.other.clear();
     bool modified = false;
     utf8proc_int32_t state = 0;
@@ -101,9 +114,11 @@ class Precompiled final : public Normalizer {
       if (text[begin] < 0x80 && (begin + 1 == text.size() || (text[begin + 1] < 0x80 && text[begin] != U'\r'))) {
         if (const std::u32string* r = ascii_[text[begin]]) {
           s.other.append(*r);
+          replaced(1, *r);
           modified = true;
         } else {
           s.other.push_back(text[begin]);
+          kept();
         }
         ++begin;
         state = 0;
@@ -119,6 +134,7 @@ class Precompiled final : public Normalizer {
       if (s.utf8.size() < 6) {
         if (const std::u32string* r = transform(s.utf8)) {
           s.other.append(*r);
+          replaced(grapheme.size(), *r);
           modified = true;
           continue;
         }
@@ -127,9 +143,11 @@ class Precompiled final : public Normalizer {
         encode_utf8(std::u32string_view(&c, 1), s.utf8);
         if (const std::u32string* r = transform(s.utf8)) {
           s.other.append(*r);
+          replaced(1, *r);
           modified = true;
         } else {
           s.other.push_back(c);
+          kept();
         }
       }
     }
@@ -139,6 +157,7 @@ class Precompiled final : public Normalizer {
     head = std::min(head, s.other.size());
     s.head = head == 0 && s.head > 0 ? std::min<std::size_t>(1, s.other.size()) : head;
     s.text.swap(s.other);
+    if (s.track) transform_aligned(s, changes);
   }
   std::string name() const override { return "Precompiled"; }
 
@@ -181,6 +200,7 @@ class Metaspace final : public PreTokenizer {
     s.other_words.clear();
     // Written through a pointer into room for the text and one prepended ▁ a word, then cut to size.
     s.other.resize(s.text.size() + s.words.size());
+    if (s.track) s.other_align.resize(s.other.size());
     char32_t* const out = s.other.data();
     std::size_t size = 0;
     for (const Span word : s.words) {
@@ -189,13 +209,17 @@ class Metaspace final : public PreTokenizer {
       const char32_t head = s.text[word.begin];
       const bool prepend =
           prepend_ == PrependScheme::always || (prepend_ == PrependScheme::first && word.begin < s.origin);
-      if (prepend && head != U' ' && head != replacement_) out[size++] = replacement_;
+      if (prepend && head != U' ' && head != replacement_) {
+        if (s.track) s.other_align[size] = s.align[word.begin];  // the place of the word's first character
+        out[size++] = replacement_;
+      }
       for (std::size_t i = word.begin; i < word.end; ++i) {
         const char32_t c = s.text[i] == U' ' ? replacement_ : s.text[i];
         if (split_ && c == replacement_ && size > start) {  // a new word before every ▁
           s.other_words.push_back({start, size});
           start = size;
         }
+        if (s.track) s.other_align[size] = s.align[i];
         out[size++] = c;
       }
       s.other_words.push_back({start, size});
@@ -203,6 +227,10 @@ class Metaspace final : public PreTokenizer {
     s.other.resize(size);
     s.text.swap(s.other);
     s.words.swap(s.other_words);
+    if (s.track) {
+      s.other_align.resize(size);
+      s.align.swap(s.other_align);
+    }
   }
   std::string name() const override { return "Metaspace"; }
 

@@ -31,133 +31,6 @@ void refuse(const Origin& origin, const std::string& what) {
 
 namespace {
 
-std::size_t utf8_length_at(std::string_view text, std::size_t at) {
-  const auto lead = static_cast<unsigned char>(text[at]);
-  const std::size_t n = lead < 0x80 ? 1 : (lead & 0xE0) == 0xC0 ? 2 : (lead & 0xF0) == 0xE0 ? 3 : 4;
-  return std::min(n, text.size() - at);
-}
-
-char32_t code_point_at(std::string_view text, std::size_t at) {
-  std::u32string one;
-  decode_utf8(text.substr(at, utf8_length_at(text, at)), one);
-  return one.empty() ? U'\uFFFD' : one[0];
-}
-
-// Walking a text by code points, in UTF-8 (the raw text) or in code points (normalized text).
-char32_t point_at(std::string_view text, std::size_t at) { return code_point_at(text, at); }
-char32_t point_at(std::u32string_view text, std::size_t at) { return text[at]; }
-std::size_t point_length(std::string_view text, std::size_t at) { return utf8_length_at(text, at); }
-std::size_t point_length(std::u32string_view, std::size_t) { return 1; }
-std::size_t point_before(std::string_view text, std::size_t at) {
-  std::size_t lead = at - 1;
-  while (lead > 0 && (static_cast<unsigned char>(text[lead]) & 0xC0) == 0x80) --lead;
-  return lead;
-}
-std::size_t point_before(std::u32string_view, std::size_t at) { return at - 1; }
-std::size_t low_byte(char c) { return static_cast<unsigned char>(c); }
-std::size_t low_byte(char32_t c) { return c & 0xFF; }
-
-// Splits `text` on the added tokens of `m` as tokenizers' AddedVocabulary does (find_matches): the
-// leftmost match, the longest there, and the search goes on after it, also after a match that single_word
-// rejects (a word character just before or after it); lstrip and rstrip take the whitespace before and
-// after along (not whitespace that an earlier token took). Appends each token's id to `ids` and calls
-// piece(begin, end) for the text between tokens.
-template <class Char, class Piece>
-void split_added(std::basic_string_view<Char> text, const AddedMatcher<Char>& m, std::vector<std::int32_t>& ids,
-                 Piece&& piece) {
-  std::size_t taken = 0;  // where the last token taken ends, with its whitespace
-  for (std::size_t i = 0; i < text.size();) {
-    const AddedToken* match = nullptr;
-    std::size_t length = 0;
-    if (m.first[low_byte(text[i])])
-      for (const auto& e : m.entries)
-        if (text.compare(i, e.content.size(), e.content) == 0) {
-          match = &e.token;
-          length = e.content.size();
-          break;
-        }
-    if (match == nullptr) {
-      ++i;
-      continue;
-    }
-    std::size_t start = i, stop = i + length;
-    i = stop;
-    if (match->single_word && ((start > 0 && is_word_char(point_at(text, point_before(text, start)))) ||
-                               (stop < text.size() && is_word_char(point_at(text, stop)))))
-      continue;
-    if (match->lstrip) {
-      std::size_t left = start;
-      while (left > 0 && is_whitespace(point_at(text, point_before(text, left)))) left = point_before(text, left);
-      start = std::max(left, taken);
-    }
-    if (match->rstrip)
-      while (stop < text.size() && is_whitespace(point_at(text, stop))) stop += point_length(text, stop);
-    if (start > taken) piece(taken, start);
-    ids.push_back(match->id);
-    taken = stop;
-  }
-  if (text.size() > taken) piece(taken, text.size());
-}
-
-}  // namespace
-
-// Added tokens with normalized: false are matched in the raw text; each stretch between them is normalized,
-// then those with normalized: true are matched in it (tokenizers' extract_and_normalize).
-void Pipeline::tokens(std::string_view text, std::vector<std::int32_t>& ids) const {
-  split_added(text, raw_added, ids, [&](std::size_t begin, std::size_t end) {
-    tokens_of_stretch(text.substr(begin, end - begin), begin == 0, ids);
-  });
-}
-
-void Pipeline::tokens_of_stretch(std::string_view stretch, bool origin, std::vector<std::int32_t>& ids) const {
-  Scratch& s = scratch();
-  decode_utf8(stretch, s.text);
-  s.head = origin && !s.text.empty() ? 1 : 0;
-  for (const auto& n : normalizers) n->normalize(s);
-  if (norm_added.entries.empty()) {
-    s.origin = s.head;
-    tokens_of_piece(s, ids);
-    return;
-  }
-  s.normalized.swap(s.text);
-  const std::u32string_view text = s.normalized;
-  const std::size_t head = s.head;
-  split_added(text, norm_added, ids, [&](std::size_t begin, std::size_t end) {
-    s.text.assign(text.substr(begin, end - begin));
-    s.origin = head > begin ? head - begin : 0;
-    tokens_of_piece(s, ids);
-  });
-}
-
-void Pipeline::tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids) const {
-  s.words.assign(1, Span{0, s.text.size()});
-  if (s.text.empty()) s.words.clear();
-  for (const auto& p : pre_tokenizers) p->pre_tokenize(s);
-  for (const Span word : s.words)
-    if (word.end > word.begin) model->tokenize(s, word, ids);
-}
-
-std::size_t Pipeline::frame(const std::vector<std::int32_t>& a, const std::vector<std::int32_t>* b,
-                            std::vector<std::int32_t>& ids, std::vector<std::int32_t>* type_ids) const {
-  const std::size_t before = ids.size();
-  for (const TemplatePiece& piece : b == nullptr ? post.single : post.pair) {
-    const std::vector<std::int32_t>& part = !piece.is_sequence ? piece.ids : piece.sequence == 0 ? a : *b;
-    ids.insert(ids.end(), part.begin(), part.end());
-    if (type_ids != nullptr) type_ids->insert(type_ids->end(), part.size(), piece.type_id);
-  }
-  return ids.size() - before;
-}
-
-std::string Pipeline::describe() const {
-  std::vector<std::string> parts;
-  for (const auto& n : normalizers) parts.push_back(n->name());
-  for (const auto& p : pre_tokenizers) parts.push_back(p->name());
-  parts.push_back(post.name);
-  return fmt::format("{} ({})", model->name(), fmt::join(parts, ", "));
-}
-
-namespace {
-
 const json::value* field(const json::object& o, std::string_view key) {
   const auto it = o.find(key);
   return it == o.end() || it->value().is_null() ? nullptr : &it->value();
@@ -284,26 +157,9 @@ json::object bert_json_from_vocab(const std::filesystem::path& folder) {
   return root;
 }
 
-// Cuts `tokens` to its first `n` (or, from the left, its last `n`).
-void cut(std::vector<std::int32_t>& tokens, std::size_t n, bool left) {
-  if (tokens.size() <= n) return;
-  if (left) tokens.erase(tokens.begin(), tokens.end() - static_cast<std::ptrdiff_t>(n));
-  tokens.resize(n);
-}
-
-// Truncation 'longest_first' of a pair to `budget` tokens, as tokenizers' truncate_encodings does (each
-// sequence cut at its end, or at its start when `left`).
+// Truncation 'longest_first' of a pair to `budget` tokens (pipeline.hpp's pair_lengths).
 void truncate_pair(std::vector<std::int32_t>& a, std::vector<std::int32_t>& b, std::size_t budget, bool left) {
-  if (a.size() + b.size() <= budget) return;
-  std::size_t n1 = a.size(), n2 = b.size();
-  const bool swap = n1 > n2;
-  if (swap) std::swap(n1, n2);
-  n2 = n1 > budget ? n1 : std::max(n1, budget - n1);
-  if (n1 + n2 > budget) {
-    n1 = budget / 2;
-    n2 = n1 + budget % 2;
-  }
-  if (swap) std::swap(n1, n2);
+  const auto [n1, n2] = pair_lengths(a.size(), b.size(), budget);
   cut(a, n1, left);
   cut(b, n2, left);
 }

@@ -71,6 +71,7 @@ class Unigram final : public Model {
 
   void tokenize(Scratch& s, Span word, std::vector<std::int32_t>& ids) const override {
     const std::u32string_view w = std::u32string_view(s.text).substr(word.begin, word.end - word.begin);
+    if (s.track) return cut(s, w, ids, word.begin);
     WordCache::cut(serial_, w, ids, [&] { cut(s, w, ids); });
   }
 
@@ -83,7 +84,9 @@ class Unigram final : public Model {
   std::string name() const override { return "Unigram"; }
 
  private:
-  void cut(Scratch& s, std::u32string_view word, std::vector<std::int32_t>& ids) const {
+  // With `at` (offsets), each id's code points too, the word starting at s.text[at].
+  void cut(Scratch& s, std::u32string_view word, std::vector<std::int32_t>& ids,
+           std::size_t at = std::string::npos) const {
     const std::size_t n = word.size();
     // The word's characters as trie labels, and 0 (no edge's label) after it, where every walk ends.
     std::vector<std::uint32_t>& labels = s.labels;
@@ -132,21 +135,26 @@ class Unigram final : public Model {
       }
     }
     // Back from the end: the pieces in reverse order, then reversed in place.
-    const std::size_t first = ids.size();
+    const std::size_t first = ids.size(), first_piece = s.pieces.size();
     for (std::size_t end = n; end > 0;) {
       const Piece& piece = pieces[best_unit[end]];
       std::size_t start = end - piece.length;
       if (piece.id != unk_) {
         ids.push_back(piece.id);
+        if (at != std::string::npos) s.pieces.push_back({at + start, at + end});
         end = start;
         continue;
       }
       while (start > 0 && pieces[best_unit[start]].id == unk_) start -= pieces[best_unit[start]].length;
       encode_utf8(word.substr(start, end - start), s.utf8);
+      const std::size_t before = ids.size();
       push_unknown(s.utf8, ids);
+      if (at != std::string::npos) s.pieces.insert(s.pieces.end(), ids.size() - before, Span{at + start, at + end});
       end = start;
     }
     std::reverse(ids.begin() + static_cast<std::ptrdiff_t>(first), ids.end());
+    if (at != std::string::npos)
+      std::reverse(s.pieces.begin() + static_cast<std::ptrdiff_t>(first_piece), s.pieces.end());
   }
 
   // A run of unknown characters, fused: its own piece if the vocabulary has it, else its bytes (byte

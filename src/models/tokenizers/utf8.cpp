@@ -4,14 +4,17 @@
 
 namespace flowline::models::tokenizers {
 
-void decode_utf8(std::string_view in, std::u32string& out) {
-  out.clear();
+namespace {
+
+// Calls point(c, first byte, length) for each code point of `in`.
+template <class Point>
+void each_point(std::string_view in, Point&& point) {
   const auto* p = reinterpret_cast<const unsigned char*>(in.data());
   const std::size_t n = in.size();
   for (std::size_t i = 0; i < n;) {
     const unsigned char b = p[i];
     if (b < 0x80) {
-      out.push_back(b);
+      point(static_cast<char32_t>(b), i, 1);
       ++i;
       continue;
     }
@@ -29,9 +32,25 @@ void decode_utf8(std::string_view in, std::u32string& out) {
       c = (c << 6) | (p[i + k] & 0x3F);
     }
     ok = ok && c >= min && c <= 0x10FFFF && (c < 0xD800 || c > 0xDFFF);
-    out.push_back(ok ? c : 0xFFFD);
+    point(ok ? c : U'\uFFFD', i, ok ? len : 1);
     i += ok ? len : 1;
   }
+}
+
+}  // namespace
+
+void decode_utf8(std::string_view in, std::u32string& out) {
+  out.clear();
+  each_point(in, [&](char32_t c, std::size_t, std::size_t) { out.push_back(c); });
+}
+
+void decode_utf8(std::string_view in, std::u32string& out, std::vector<Align>& align, std::size_t base) {
+  out.clear();
+  align.clear();
+  each_point(in, [&](char32_t c, std::size_t at, std::size_t length) {
+    out.push_back(c);
+    align.push_back({static_cast<std::uint32_t>(base + at), static_cast<std::uint32_t>(base + at + length)});
+  });
 }
 
 void encode_utf8(std::u32string_view in, std::string& out) {

@@ -33,11 +33,13 @@ class WordPiece final : public Model {
   void tokenize(Scratch& s, Span word, std::vector<std::int32_t>& ids) const override {
     if (word.end - word.begin > max_chars_) {
       ids.push_back(unk_);
+      if (s.track) s.pieces.push_back(word);
       return;
     }
     encode_utf8(std::u32string_view(s.text).substr(word.begin, word.end - word.begin), s.utf8);
     const std::string_view w = s.utf8;
-    const std::size_t first = ids.size();
+    const std::size_t first = ids.size(), first_piece = s.pieces.size();
+    std::size_t at = word.begin;  // the code point where `start` is
     for (std::size_t start = 0; start < w.size();) {
       const Vocabulary& table = start == 0 ? vocab_ : continuing_;
       std::size_t end = std::min(w.size(), start + longest_);
@@ -55,9 +57,18 @@ class WordPiece final : public Model {
       if (found < 0) {
         ids.resize(first);
         ids.push_back(unk_);
+        if (s.track) {
+          s.pieces.resize(first_piece);
+          s.pieces.push_back(word);
+        }
         return;
       }
       ids.push_back(found);
+      if (s.track) {
+        const std::size_t from = at;
+        for (std::size_t i = start; i < end; ++i) at += (static_cast<unsigned char>(w[i]) & 0xC0) != 0x80;
+        s.pieces.push_back({from, at});
+      }
       start = end;
     }
   }

@@ -1,0 +1,122 @@
+// Tokenizer::encode_with_offsets and encode_pair_with_offsets (flowline/models/tokenizer.hpp): the pipeline's
+// run keeping each token's bytes of its text, truncated and framed as the ids are, then as Python
+// `tokenizers` reports offsets: in code points (its BytesToCharOffsetConverter), trimmed of spaces where the
+// post-processor says trim_offsets (its process_offsets), (0, 0) for special tokens.
+#include "flowline/models/tokenizer.hpp"
+
+#include "pipeline.hpp"
+
+#include <algorithm>
+#include <limits>
+
+namespace flowline::models {
+
+namespace {
+
+using tokenizers::Align;
+using tokenizers::Pipeline;
+using tokenizers::TokenPlace;
+
+// One sequence's ids and places, as the pipeline gives them and truncation leaves them.
+struct Sequence {
+  std::vector<std::int32_t> ids;
+  std::vector<TokenPlace> places;
+  std::vector<TokenOffsets> offsets;
+};
+
+// The code point each byte of `text` belongs to (chars[size]: how many there are), as decode_utf8 reads them.
+std::vector<std::uint32_t> char_index(std::string_view text) {
+  std::u32string points;
+  std::vector<Align> align;
+  tokenizers::decode_utf8(text, points, align, 0);
+  std::vector<std::uint32_t> chars(text.size() + 1, static_cast<std::uint32_t>(points.size()));
+  for (std::size_t i = 0; i < align.size(); ++i)
+    std::fill(chars.begin() + align[i].begin, chars.begin() + align[i].end, static_cast<std::uint32_t>(i));
+  return chars;
+}
+
+// Bytes to code points, then tokenizers' trim_offsets over the (truncated) sequence.
+void to_offsets(const Pipeline& p, std::string_view text, Sequence& s) {
+  const std::vector<std::uint32_t> chars = char_index(text);
+  s.offsets.clear();
+  for (std::size_t i = 0; i < s.places.size(); ++i) {
+    const TokenPlace& place = s.places[i];
+    TokenOffsets o{chars[std::min<std::size_t>(place.bytes.begin, text.size())],
+                   chars[std::min<std::size_t>(place.bytes.end, text.size())]};
+    if (p.post.trim_offsets && (place.lead > 0 || place.trail > 0)) {
+      std::size_t lead = place.lead;
+      if (lead > 0) {
+        const bool first = i == 0 || o.start == 0;
+        if (first && p.post.add_prefix_space && lead == 1) lead = 0;
+        o.start = std::min(o.start + lead, o.end);
+      }
+      if (place.trail > 0 && o.end >= place.trail) o.end = std::max(o.end - place.trail, o.start);
+    }
+    s.offsets.push_back(o);
+  }
+}
+
+void tokenize(const Pipeline& p, std::string_view text, Sequence& s) {
+  s.ids.clear();
+  s.places.clear();
+  p.tokens(text, s.ids, &s.places);
+}
+
+void keep(Sequence& s, std::size_t n, bool left) {
+  tokenizers::cut(s.ids, n, left);
+  tokenizers::cut(s.places, n, left);
+}
+
+// The post-processor's template around one or two sequences.
+Encoding frame(const std::vector<tokenizers::TemplatePiece>& pieces, const Sequence& a, const Sequence* b) {
+  Encoding e;
+  for (const tokenizers::TemplatePiece& piece : pieces) {
+    if (!piece.is_sequence) {
+      e.ids.insert(e.ids.end(), piece.ids.begin(), piece.ids.end());
+      e.type_ids.insert(e.type_ids.end(), piece.ids.size(), piece.type_id);
+      e.offsets.insert(e.offsets.end(), piece.ids.size(), TokenOffsets{});
+      e.special.insert(e.special.end(), piece.ids.size(), 1);
+      e.sequence.insert(e.sequence.end(), piece.ids.size(), -1);
+      continue;
+    }
+    const Sequence& s = piece.sequence == 0 ? a : *b;
+    e.ids.insert(e.ids.end(), s.ids.begin(), s.ids.end());
+    e.type_ids.insert(e.type_ids.end(), s.ids.size(), piece.type_id);
+    e.offsets.insert(e.offsets.end(), s.offsets.begin(), s.offsets.end());
+    e.special.insert(e.special.end(), s.ids.size(), 0);
+    e.sequence.insert(e.sequence.end(), s.ids.size(), static_cast<std::int8_t>(piece.sequence));
+  }
+  return e;
+}
+
+}  // namespace
+
+Encoding Tokenizer::encode_with_offsets(std::string_view text, std::size_t max_length) const {
+  const Pipeline& p = *pipeline_;
+  Sequence a;
+  tokenize(p, text, a);
+  const std::size_t added = p.post.added(false);
+  if (max_length != 0) keep(a, max_length > added ? max_length - added : 0, p.truncate_left);
+  to_offsets(p, text, a);
+  return frame(p.post.single, a, nullptr);
+}
+
+Encoding Tokenizer::encode_pair_with_offsets(std::string_view first, std::string_view second,
+                                             std::size_t max_length) const {
+  const Pipeline& p = *pipeline_;
+  Sequence a, b;
+  tokenize(p, first, a);
+  tokenize(p, second, b);
+  if (max_length != 0) {
+    const std::size_t added = p.post.added(true);
+    const auto [n1, n2] =
+        tokenizers::pair_lengths(a.ids.size(), b.ids.size(), max_length > added ? max_length - added : 0);
+    keep(a, n1, p.truncate_left);
+    keep(b, n2, p.truncate_left);
+  }
+  to_offsets(p, first, a);
+  to_offsets(p, second, b);
+  return frame(p.post.pair, a, &b);
+}
+
+}  // namespace flowline::models

@@ -1,0 +1,187 @@
+// The pipeline's run over one text (pipeline.hpp): added tokens split out of the raw text, each stretch between
+// them normalized, the normalized added tokens split out of it, each piece left pre-tokenized and cut by the
+// model; with offsets asked for, each token's place in the input beside its id.
+#include "pipeline.hpp"
+#include "unicode.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace flowline::models::tokenizers {
+
+namespace {
+
+std::size_t utf8_length_at(std::string_view text, std::size_t at) {
+  const auto lead = static_cast<unsigned char>(text[at]);
+  const std::size_t n = lead < 0x80 ? 1 : (lead & 0xE0) == 0xC0 ? 2 : (lead & 0xF0) == 0xE0 ? 3 : 4;
+  return std::min(n, text.size() - at);
+}
+
+char32_t code_point_at(std::string_view text, std::size_t at) {
+  std::u32string one;
+  decode_utf8(text.substr(at, utf8_length_at(text, at)), one);
+  return one.empty() ? U'\uFFFD' : one[0];
+}
+
+// Walking a text by code points, in UTF-8 (the raw text) or in code points (normalized text).
+char32_t point_at(std::string_view text, std::size_t at) { return code_point_at(text, at); }
+char32_t point_at(std::u32string_view text, std::size_t at) { return text[at]; }
+std::size_t point_length(std::string_view text, std::size_t at) { return utf8_length_at(text, at); }
+std::size_t point_length(std::u32string_view, std::size_t) { return 1; }
+std::size_t point_before(std::string_view text, std::size_t at) {
+  std::size_t lead = at - 1;
+  while (lead > 0 && (static_cast<unsigned char>(text[lead]) & 0xC0) == 0x80) --lead;
+  return lead;
+}
+std::size_t point_before(std::u32string_view, std::size_t at) { return at - 1; }
+std::size_t low_byte(char c) { return static_cast<unsigned char>(c); }
+std::size_t low_byte(char32_t c) { return c & 0xFF; }
+
+// Splits `text` on the added tokens of `m` as tokenizers' AddedVocabulary does (find_matches): the
+// leftmost match, the longest there, and the search goes on after it, also after a match that single_word
+// rejects (a word character just before or after it); lstrip and rstrip take the whitespace before and
+// after along (not whitespace that an earlier token took). Appends each token's id to `ids`, calls
+// token(begin, end) with the text it takes, and piece(begin, end) for the text between tokens.
+template <class Char, class Token, class Piece>
+void split_added(std::basic_string_view<Char> text, const AddedMatcher<Char>& m, std::vector<std::int32_t>& ids,
+                 Token&& token, Piece&& piece) {
+  std::size_t taken = 0;  // where the last token taken ends, with its whitespace
+  for (std::size_t i = 0; i < text.size();) {
+    const AddedToken* match = nullptr;
+    std::size_t length = 0;
+    if (m.first[low_byte(text[i])])
+      for (const auto& e : m.entries)
+        if (text.compare(i, e.content.size(), e.content) == 0) {
+          match = &e.token;
+          length = e.content.size();
+          break;
+        }
+    if (match == nullptr) {
+      ++i;
+      continue;
+    }
+    std::size_t start = i, stop = i + length;
+    i = stop;
+    if (match->single_word && ((start > 0 && is_word_char(point_at(text, point_before(text, start)))) ||
+                               (stop < text.size() && is_word_char(point_at(text, stop)))))
+      continue;
+    if (match->lstrip) {
+      std::size_t left = start;
+      while (left > 0 && is_whitespace(point_at(text, point_before(text, left)))) left = point_before(text, left);
+      start = std::max(left, taken);
+    }
+    if (match->rstrip)
+      while (stop < text.size() && is_whitespace(point_at(text, stop))) stop += point_length(text, stop);
+    if (start > taken) piece(taken, start);
+    ids.push_back(match->id);
+    token(start, stop);
+    taken = stop;
+  }
+  if (text.size() > taken) piece(taken, text.size());
+}
+
+// The whitespace (tokenizers' char::is_whitespace, and ByteLevel's 'Ġ') a token's text starts and ends with,
+// for trim_offsets; counted each way over the whole text, as tokenizers counts them (a token all spaces
+// has both).
+template <class Char>
+TokenPlace trimmed(Align bytes, std::basic_string_view<Char> text) {
+  const auto space = [](char32_t c) { return c == U'\u0120' || is_whitespace(c); };
+  TokenPlace place{bytes};
+  std::size_t i = 0, j = text.size();
+  while (i < j && space(point_at(text, i))) ++place.lead, i += point_length(text, i);
+  while (j > 0 && space(point_at(text, point_before(text, j)))) ++place.trail, j = point_before(text, j);
+  return place;
+}
+
+Align join(const std::vector<Align>& align, std::size_t begin, std::size_t end) {
+  return {align[begin].begin, align[end - 1].end};
+}
+
+}  // namespace
+
+// Added tokens with normalized: false are matched in the raw text; each stretch between them is normalized,
+// then those with normalized: true are matched in it (tokenizers' extract_and_normalize).
+void Pipeline::tokens(std::string_view text, std::vector<std::int32_t>& ids, std::vector<TokenPlace>* places) const {
+  scratch().track = places != nullptr;
+  split_added(
+      text, raw_added, ids,
+      [&](std::size_t begin, std::size_t end) {
+        if (places != nullptr)
+          places->push_back(trimmed(Align{static_cast<std::uint32_t>(begin), static_cast<std::uint32_t>(end)},
+                                    text.substr(begin, end - begin)));
+      },
+      [&](std::size_t begin, std::size_t end) { tokens_of_stretch(text, begin, end, ids, places); });
+}
+
+void Pipeline::tokens_of_stretch(std::string_view text, std::size_t begin, std::size_t end,
+                                 std::vector<std::int32_t>& ids, std::vector<TokenPlace>* places) const {
+  Scratch& s = scratch();
+  const std::string_view stretch = text.substr(begin, end - begin);
+  if (s.track)
+    decode_utf8(stretch, s.text, s.align, begin);
+  else
+    decode_utf8(stretch, s.text);
+  s.head = begin == 0 && !s.text.empty() ? 1 : 0;
+  for (const auto& n : normalizers) n->normalize(s);
+  if (norm_added.entries.empty()) {
+    s.origin = s.head;
+    tokens_of_piece(s, ids, places);
+    return;
+  }
+  s.normalized.swap(s.text);
+  s.normalized_align.swap(s.align);
+  const std::u32string_view normalized = s.normalized;
+  const std::size_t head = s.head;
+  split_added(
+      normalized, norm_added, ids,
+      [&](std::size_t from, std::size_t to) {
+        if (places != nullptr)
+          places->push_back(trimmed(join(s.normalized_align, from, to), normalized.substr(from, to - from)));
+      },
+      [&](std::size_t from, std::size_t to) {
+        s.text.assign(normalized.substr(from, to - from));
+        if (s.track)
+          s.align.assign(s.normalized_align.begin() + static_cast<std::ptrdiff_t>(from),
+                         s.normalized_align.begin() + static_cast<std::ptrdiff_t>(to));
+        s.origin = head > from ? head - from : 0;
+        tokens_of_piece(s, ids, places);
+      });
+}
+
+void Pipeline::tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids, std::vector<TokenPlace>* places) const {
+  s.words.assign(1, Span{0, s.text.size()});
+  if (s.text.empty()) s.words.clear();
+  for (const auto& p : pre_tokenizers) p->pre_tokenize(s);
+  s.pieces.clear();
+  for (const Span word : s.words)
+    if (word.end > word.begin) model->tokenize(s, word, ids);
+  if (places == nullptr) return;
+  const std::u32string_view text = s.text;
+  for (const Span piece : s.pieces) {
+    const Align bytes = join(s.align, piece.begin, piece.end);
+    places->push_back(post.trim_offsets ? trimmed(bytes, text.substr(piece.begin, piece.end - piece.begin))
+                                        : TokenPlace{bytes});
+  }
+}
+
+std::size_t Pipeline::frame(const std::vector<std::int32_t>& a, const std::vector<std::int32_t>* b,
+                            std::vector<std::int32_t>& ids, std::vector<std::int32_t>* type_ids) const {
+  const std::size_t before = ids.size();
+  for (const TemplatePiece& piece : b == nullptr ? post.single : post.pair) {
+    const std::vector<std::int32_t>& part = !piece.is_sequence ? piece.ids : piece.sequence == 0 ? a : *b;
+    ids.insert(ids.end(), part.begin(), part.end());
+    if (type_ids != nullptr) type_ids->insert(type_ids->end(), part.size(), piece.type_id);
+  }
+  return ids.size() - before;
+}
+
+std::string Pipeline::describe() const {
+  std::vector<std::string> parts;
+  for (const auto& n : normalizers) parts.push_back(n->name());
+  for (const auto& p : pre_tokenizers) parts.push_back(p->name());
+  parts.push_back(post.name);
+  return fmt::format("{} ({})", model->name(), fmt::join(parts, ", "));
+}
+
+}  // namespace flowline::models::tokenizers
