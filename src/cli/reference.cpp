@@ -33,9 +33,9 @@ std::vector<std::pair<std::string, std::vector<const ParamSpec*>>> request_param
   return out;
 }
 
-// " of /search", or "" for those of every endpoint.
+// " of /search", or " of every endpoint" ("*").
 std::string endpoint_label(const std::string& endpoint) {
-  return endpoint == kDefaultEndpoint ? std::string(" (every endpoint)") : fmt::format(" of {}", endpoint);
+  return endpoint == kDefaultEndpoint ? std::string(" of every endpoint") : fmt::format(" of {}", endpoint);
 }
 
 }  // namespace
@@ -114,7 +114,7 @@ int command_schema() {
       for (const ParamSpec* p : specs) {
         out += fmt::format("| `{}` | {} | {} | {} |\n", p->name, describe_type(*p),
                            p->required                  ? std::string("(required)")
-                           : p->default_value.is_null() ? std::string("the executor's")
+                           : p->default_value.is_null() ? std::string("not set")
                                                         : "`" + display(p->default_value) + "`",
                            cell(p->help));
       }

@@ -8,6 +8,9 @@
 #include <algorithm>
 #include <charconv>
 #include <iterator>
+#include <type_traits>
+#include <utility>
+#include <variant>
 
 namespace flowline {
 namespace {
@@ -86,18 +89,6 @@ std::vector<SchemaKey> flow_keys() {
   };
 }
 
-// Numeric gateway settings that are a count or a size: with.gateway.NAME into ServeSettings::*field.
-template <std::optional<std::size_t> ServeSettings::*field>
-Result set_size(FlowConfig& f, ExecutorConfig*, const boost::json::value& v) {
-  f.serve.*field = static_cast<std::size_t>(v.get_int64());
-  return std::nullopt;
-}
-template <std::optional<std::chrono::milliseconds> ServeSettings::*field>
-Result set_millis(FlowConfig& f, ExecutorConfig*, const boost::json::value& v) {
-  f.serve.*field = std::chrono::milliseconds(v.get_int64());
-  return std::nullopt;
-}
-
 // with.protocol: which fronts `flowline serve` runs, each on the with.port entry of its place (read
 // before this key, in schema order).
 Result set_protocols(FlowConfig& f, ExecutorConfig*, const boost::json::value& v) {
@@ -132,92 +123,93 @@ Result set_protocols(FlowConfig& f, ExecutorConfig*, const boost::json::value& v
   return std::nullopt;
 }
 
-// The keys `flowline serve` reads (ServeSettings): Jina's flow-level port, host and protocol, and the
-// gateway's limits under with.gateway. The command line overrides each.
+// Jina's with.port and with.protocol, read by their own code: a port per protocol, in the same order.
+SchemaKey jina_key(std::string_view name) {
+  if (name == "port") {
+    return key("with.port", V::StringOrList, 0, "port or list of ports", "8080",
+               "Port `flowline serve` binds (0: any free one), or one port per entry of with.protocol, in its order "
+               "(Jina's form). --port and --grpc-port override them.",
+               "port: [8080, 12345]", [](FlowConfig& f, ExecutorConfig*, const boost::json::value& v) -> Result {
+                 const auto& list = v.get_array();
+                 if (list.empty()) return std::string("expected a port or a list of ports, got an empty list");
+                 f.serve.port.reset();
+                 f.serve.grpc_port.reset();
+                 std::vector<int> ports;
+                 for (const auto& p : list) {
+                   const std::string_view text = p.get_string();
+                   int port = -1;
+                   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), port);
+                   if (ec != std::errc() || end != text.data() + text.size() || port < 0 || port > 65535)
+                     return fmt::format("expected a port from 0 to 65535, got '{}'", text);
+                   ports.push_back(port);
+                 }
+                 // Paired with with.protocol's entries when it is read (it comes after this key); without it,
+                 // the first port is HTTP's and a second gRPC's.
+                 f.serve.port = ports[0];
+                 if (ports.size() > 1) f.serve.grpc_port = ports[1];
+                 if (ports.size() > 2)
+                   return fmt::format("expected at most 2 ports (http and grpc), got {}", ports.size());
+                 return std::nullopt;
+               });
+  }
+  return key(
+      "with.protocol", V::StringOrList, 0, "string or list", "http",
+      "Protocols `flowline serve` speaks: http, grpc (Jina's gRPC, which Jina's Client uses by default) or both; "
+      "with.port lists their ports in the same order.",
+      "protocol: [http, grpc]", &set_protocols);
+}
+
+// with.KEY of row I of the gateway's settings table (flowline/serve_settings.hpp) into its ServeSettings
+// member; the parser checks the minimum (the key's `minimum`), this the maximum.
+template <std::size_t I>
+Result set_setting(FlowConfig& f, ExecutorConfig*, const boost::json::value& v) {
+  const ServeSetting& row = serve_settings()[I];
+  return std::visit(
+      [&](const auto& member) -> Result {
+        auto& field = f.serve.*member.given;
+        using Given = typename std::decay_t<decltype(field)>::value_type;
+        if constexpr (std::is_same_v<Given, std::string>) {
+          field = std::string(v.get_string());
+        } else if constexpr (std::is_same_v<Given, bool>) {
+          field = v.get_bool();
+        } else {
+          if (static_cast<double>(v.get_int64()) > row.maximum)
+            return fmt::format("expected at most {} {}, got {}", row.maximum, row.key.substr(row.key.rfind('.') + 1),
+                               v.get_int64());
+          field = Given(v.get_int64());
+        }
+        return std::nullopt;
+      },
+      row.field);
+}
+
+// The schema key of row I: Jina's keys by hand, the others from the row (help, default, example, bounds;
+// a flow-level key says which option overrides it, with.gateway says so for all of its keys).
+template <std::size_t I>
+void add_setting_key(std::vector<SchemaKey>& keys) {
+  const ServeSetting& row = serve_settings()[I];
+  if (row.key.empty()) return;
+  if (row.key_by_hand) return keys.push_back(jina_key(row.key));
+  const bool gateway = row.key.starts_with("gateway.");
+  if (gateway && keys.back().path != "with.gateway" && !keys.back().path.starts_with("with.gateway.")) {
+    keys.push_back(key("with.gateway", V::Map, 0, "map", "{}",
+                       "Limits of `flowline serve` (the keys below); each --option of the same name overrides its key.",
+                       "gateway: {max_documents: 1024, request_timeout_ms: 5000}", nullptr));
+  }
+  std::string help(row.help);
+  if (!gateway && !row.flag.empty()) help += fmt::format(" {} overrides it.", row.flag);
+  const bool text = row.unit == ServeUnit::Text;
+  keys.push_back(key(fmt::format("with.{}", row.key), text ? V::String : V::Int, row.minimum, text ? "string" : "",
+                     serve_default(row), std::move(help), std::string(row.example), &set_setting<I>));
+}
+
+// The keys `flowline serve` reads (ServeSettings), one per row of the settings table that has one, in its
+// order. The command line overrides each.
 std::vector<SchemaKey> serve_keys() {
-  return {
-      key("with.port", V::StringOrList, 0, "port or list of ports", "8080",
-          "Port `flowline serve` binds (0: any free one), or one port per entry of with.protocol, in its order "
-          "(Jina's form). --port and --grpc-port override them.",
-          "port: [8080, 12345]",
-          [](FlowConfig& f, ExecutorConfig*, const boost::json::value& v) -> Result {
-            const auto& list = v.get_array();
-            if (list.empty()) return std::string("expected a port or a list of ports, got an empty list");
-            f.serve.port.reset();
-            f.serve.grpc_port.reset();
-            std::vector<int> ports;
-            for (const auto& p : list) {
-              const std::string_view text = p.get_string();
-              int port = -1;
-              const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), port);
-              if (ec != std::errc() || end != text.data() + text.size() || port < 0 || port > 65535)
-                return fmt::format("expected a port from 0 to 65535, got '{}'", text);
-              ports.push_back(port);
-            }
-            // Paired with with.protocol's entries when it is read (it comes after this key); without it,
-            // the first port is HTTP's and a second gRPC's.
-            f.serve.port = ports[0];
-            if (ports.size() > 1) f.serve.grpc_port = ports[1];
-            if (ports.size() > 2) return fmt::format("expected at most 2 ports (http and grpc), got {}", ports.size());
-            return std::nullopt;
-          }),
-      key("with.host", V::String, 0, "string", "127.0.0.1",
-          "Address `flowline serve` binds; 0.0.0.0 or :: serves other machines. --host overrides it.", "host: 0.0.0.0",
-          [](FlowConfig& f, ExecutorConfig*, const boost::json::value& v) -> Result {
-            f.serve.host = std::string(v.get_string());
-            return std::nullopt;
-          }),
-      key("with.protocol", V::StringOrList, 0, "string or list", "http",
-          "Protocols `flowline serve` speaks: http, grpc (Jina's gRPC, which Jina's Client uses by default) or both; "
-          "with.port lists their ports in the same order.",
-          "protocol: [http, grpc]", &set_protocols),
-      key("with.title", V::String, 0, "string", "flowline", "Title of the API in /openapi.json and /docs.",
-          "title: Embeddings",
-          [](FlowConfig& f, ExecutorConfig*, const boost::json::value& v) -> Result {
-            f.serve.title = std::string(v.get_string());
-            return std::nullopt;
-          }),
-      key("with.gateway", V::Map, 0, "map", "{}",
-          "Limits of `flowline serve` (the keys below); each --option of the same name overrides its key.",
-          "gateway: {max_documents: 1024, request_timeout_ms: 5000}", nullptr),
-      key("with.gateway.threads", V::Int, 0, "", "0", "I/O threads; 0: one per core.", "threads: 4",
-          [](FlowConfig& f, ExecutorConfig*, const boost::json::value& v) -> Result {
-            if (v.get_int64() > 1024) return fmt::format("expected at most 1024 threads, got {}", v.get_int64());
-            f.serve.threads = static_cast<int>(v.get_int64());
-            return std::nullopt;
-          }),
-      key("with.gateway.max_body_bytes", V::Int, 1, "", "33554432", "Larger request bodies get 413.",
-          "max_body_bytes: 1048576", &set_size<&ServeSettings::max_body_bytes>),
-      key("with.gateway.max_documents", V::Int, 1, "", "4096", "Documents per request; more get 413.",
-          "max_documents: 1024", &set_size<&ServeSettings::max_documents>),
-      key("with.gateway.max_json_depth", V::Int, 1, "", "64", "Deeper JSON gets 400.", "max_json_depth: 16",
-          &set_size<&ServeSettings::max_json_depth>),
-      key("with.gateway.max_in_flight", V::Int, 0, "", "0",
-          "Requests inside the flow at once; more get 503 with Retry-After. 0: the flow's queue capacity.",
-          "max_in_flight: 256", &set_size<&ServeSettings::max_in_flight>),
-      key("with.gateway.max_connections", V::Int, 1, "", "10000",
-          "Open HTTP connections; more are closed at once (gRPC: see grpc_memory_bytes).", "max_connections: 1000",
-          &set_size<&ServeSettings::max_connections>),
-      key("with.gateway.max_stream_documents", V::Int, 1, "", "10000000",
-          "Documents in one streamed (NDJSON) request; the stream ends with an error line beyond it.",
-          "max_stream_documents: 1000000", &set_size<&ServeSettings::max_stream_documents>),
-      key("with.gateway.request_timeout_ms", V::Int, 1, "", "60000", "Milliseconds a request may take; then 504.",
-          "request_timeout_ms: 5000", &set_millis<&ServeSettings::request_timeout>),
-      key("with.gateway.idle_timeout_ms", V::Int, 1, "", "60000",
-          "Milliseconds a connection may stay silent; then it closes.", "idle_timeout_ms: 10000",
-          &set_millis<&ServeSettings::idle_timeout>),
-      key("with.gateway.embeddings_endpoint", V::String, 0, "string", "/encode",
-          "The flow endpoint that /v1/embeddings and /embed post to.", "embeddings_endpoint: /encode",
-          [](FlowConfig& f, ExecutorConfig*, const boost::json::value& v) -> Result {
-            f.serve.embeddings_endpoint = std::string(v.get_string());
-            return std::nullopt;
-          }),
-      key("with.gateway.grpc_memory_bytes", V::Int, 0, "", "1073741824",
-          "Memory the gRPC front's connections and messages may use (gRPC's resource quota; 0: no bound). "
-          "Under it gRPC shrinks their buffers and closes idle connections; it must hold two messages of "
-          "max_body_bytes.",
-          "grpc_memory_bytes: 268435456", &set_size<&ServeSettings::grpc_memory_bytes>),
-  };
+  std::vector<SchemaKey> keys;
+  [&]<std::size_t... I>(std::index_sequence<I...>) { (add_setting_key<I>(keys), ...); }
+  (std::make_index_sequence<serve_settings().size()>());
+  return keys;
 }
 
 template <std::chrono::milliseconds RemoteOptions::*field>

@@ -307,7 +307,7 @@ void Connection::answer_call(Outcome&& outcome, const std::function<std::string(
 // ---- HttpFront ----
 
 void HttpFront::start() {
-  openapi = openapi_document(core.options.title, core.endpoints);
+  openapi = openapi_document(core.options.title, core.endpoints, &core.flow.config());
   bound_port = listener_.bind(core.io, core.options.host, core.options.port);
   listener_.accept(
       core.options.max_connections,

@@ -3,6 +3,8 @@
 
 #include "routes.hpp"
 
+#include "flowline/flow_config.hpp"
+#include "flowline/registry.hpp"
 #include "flowline/version.hpp"
 
 #include <boost/json.hpp>
@@ -37,14 +39,63 @@ json::object operation(std::string summary, std::string id, json::value request,
   return op;
 }
 
-json::object data_model(std::string title) {
+// A request parameter's JSON schema: its type, bounds, choices and default, and which executor reads it.
+json::object param_schema(const ParamSpec& p, const std::string& executor) {
+  json::object out;
+  switch (p.type) {
+    case ParamType::Bool:
+      out["type"] = "boolean";
+      break;
+    case ParamType::Int:
+      out["type"] = "integer";
+      break;
+    case ParamType::Double:
+      out["type"] = "number";
+      break;
+    case ParamType::String:
+    case ParamType::Path:
+      out["type"] = "string";
+      break;
+    case ParamType::StringList:
+      out["type"] = "array";
+      out["items"] = json::object{{"type", "string"}};
+      break;
+    case ParamType::IntOrAuto:
+    case ParamType::Json:
+      break;
+  }
+  if (p.minimum) out["minimum"] = *p.minimum;
+  if (p.maximum) out["maximum"] = *p.maximum;
+  if (!p.choices.empty()) out["enum"] = json::array(p.choices.begin(), p.choices.end());
+  if (!p.default_value.is_null()) out["default"] = p.default_value;
+  out["description"] = fmt::format("{} ({})", p.help, executor);
+  return out;
+}
+
+// The `parameters` of a request to `endpoint`: what the flow's executors declare for it (flowline/params.hpp).
+// Names no executor declares are allowed too (Jina sends one dict to every executor).
+json::object parameters_schema(const FlowConfig* flow, const std::string& endpoint) {
+  json::object properties;
+  for (const ExecutorConfig& e : flow ? flow->executors : std::vector<ExecutorConfig>{}) {
+    const Registry::Entry* entry = Registry::global().find_registered(e.uses);
+    if (!entry) continue;
+    for (const ParamSpec* p : request_params_of(entry->request_params, endpoint)) {
+      if (!properties.contains(p->name)) properties[p->name] = param_schema(*p, e.name);
+    }
+  }
+  json::object out{{"type", "object"}, {"additionalProperties", true}};
+  if (!properties.empty()) out["properties"] = std::move(properties);
+  return out;
+}
+
+json::object data_model(std::string title, json::object parameters = {{"type", "object"}}) {
   return json::object{
       {"properties",
        json::object{{"data", json::object{{"anyOf", json::array{json::object{{"items", schema_ref("TextDoc")},
                                                                              {"type", "array"}},
                                                                 schema_ref("TextDoc")}},
                                           {"title", "Data"}}},
-                    {"parameters", nullable(json::object{{"type", "object"}})},
+                    {"parameters", nullable(std::move(parameters))},
                     {"header", nullable(schema_ref("Header"))}}},
       {"type", "object"},
       {"required", json::array{"data"}},
@@ -136,7 +187,7 @@ json::object schemas() {
 
 }  // namespace
 
-std::string openapi_document(const std::string& title, const std::set<std::string>& endpoints) {
+std::string openapi_document(const std::string& title, const std::set<std::string>& endpoints, const FlowConfig* flow) {
   json::object paths;
   json::object components = schemas();
   std::set<std::string> routes{"/default"};
@@ -147,7 +198,8 @@ std::string openapi_document(const std::string& title, const std::set<std::strin
     for (char& c : model) {
       if (c == '/') c = '_';
     }
-    components[model + "_input_model"] = data_model(model + "_input_model");
+    components[model + "_input_model"] =
+        data_model(model + "_input_model", parameters_schema(flow, route == "/default" ? "/" : route));
     components[model + "_output_model"] = data_model(model + "_output_model");
     paths[route] =
         json::object{{"post", operation(fmt::format("Endpoint {}", route), fmt::format("post_{}_post", model),

@@ -400,6 +400,32 @@ TEST_CASE("Cohere's Python package and requests rerank through flowline serve in
   server.stop_and_check_clean_exit();
 }
 
+TEST_CASE("Jina's client over HTTP and gRPC: limit 5.0 and top_n 5.0 are integers, 5.5 and \"3\" are refused by name",
+          "[gateway][clients][jina][params]") {
+  SKIP_OR_FAIL_WHEN_MISSING(missing_for_python_clients());
+  if (!Gateway::grpc_available()) FLOWLINE_SKIP("this build has no gRPC front (gRPC C++ was not found)");
+  const fs::path tiny = kSource / "tests/data/tiny-models";
+  const auto dir = testing::scratch_dir("clients params");
+  const fs::path flow = dir / "flow.yml";
+  testing::write_text(flow, fmt::format("executors:\n"
+                                        "  - name: index\n"
+                                        "    uses: VectorIndex\n"
+                                        "    with: {{dim: 4}}\n"
+                                        "  - name: reranker\n"
+                                        "    uses: Reranker\n"
+                                        "    device: cpu\n"
+                                        "    with: {{model: '{}'}}\n",
+                                        (tiny / "bert-cross-encoder").string()));
+  Server server(flow, dir, /*grpc=*/true);
+  const auto r = run_client_script("jina_params_test.py", server,
+                                   fmt::format("--expect-dim 4 --grpc-url grpc://127.0.0.1:{}", server.grpc_port()));
+  INFO("jina_params_test.py (exit code " << r.exit_code << "):\n" << r.out << r.err);
+  INFO("flowline serve's output:\n" << server.log());
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, testing::contains("jina_params_test: PASSED"));
+  server.stop_and_check_clean_exit();
+}
+
 namespace {
 
 // ---- Prometheus --------------------------------------------------------------------------------------------

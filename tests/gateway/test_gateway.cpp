@@ -549,3 +549,28 @@ TEST_CASE("the embeddings routes answer each input at its own index, or name the
     CHECK_THAT(r.body, testing::contains("answered 1 of 4 inputs: no document came back for inputs 0, 1, 3 "));
   }
 }
+
+TEST_CASE("/openapi.json lists each endpoint's request parameters, and a request breaking one is a 422 naming it",
+          "[gateway][params]") {
+  Flow flow(FlowOptions{});
+  flow.add({.name = "index", .uses = "VectorIndex", .with = {{"dim", 2}}});
+  Served served(std::move(flow));
+  Client client(served.port());
+  const json::value openapi = client.get("/openapi.json").json();
+  const json::value& parameters =
+      openapi.at("components").at("schemas").at("search_input_model").at("properties").at("parameters");
+  const json::value& limit = parameters.at("anyOf").at(0).at("properties").at("limit");
+  CHECK(limit.at("type") == "integer");
+  CHECK(limit.at("minimum").to_number<double>() == 1);
+  CHECK_THAT(json::serialize(limit.at("description")), testing::contains("(index)"));
+  CHECK(parameters.at("anyOf").at(0).at("properties").as_object().contains("filter"));
+
+  REQUIRE(client.post("/index", R"({"data":[{"id":"a","embedding":[1,0]},{"id":"b","embedding":[0,1]}]})").status ==
+          200);
+  const Reply whole = client.post("/search", R"({"data":[{"embedding":[1,0]}],"parameters":{"limit":1.0}})");
+  REQUIRE(whole.status == 200);
+  CHECK(whole.json().at("data").at(0).at("matches").as_array().size() == 1);
+  const Reply half = client.post("/search", R"({"data":[{"embedding":[1,0]}],"parameters":{"limit":1.5}})");
+  CHECK(half.status == 422);
+  CHECK_THAT(half.body, testing::contains("parameter 'limit': expected an integer from 1, got 1.5 (index on /search)"));
+}

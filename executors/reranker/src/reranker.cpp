@@ -6,6 +6,7 @@
 #include "flowline/executor.hpp"
 #include "flowline/model_folder.hpp"
 #include "flowline/models/cross_encoder.hpp"
+#include "flowline/models/outputs.hpp"
 #include "flowline/models/pass_planner.hpp"
 #include "flowline/models/tokenizer.hpp"
 #include "flowline/torch_support.hpp"
@@ -124,6 +125,14 @@ class Reranker : public Executor {
       for (std::size_t m = 0; m < docs[q].matches.size(); ++m) pairs.push_back({q, m});
     }
     const std::vector<float> scores = score(docs, pairs, raw);
+    // NaN or infinity is never handed out as a score: the request fails, naming the queries it came from.
+    if (const auto bad = models::nonfinite_rows(std::span<const float>(scores)); !bad.empty()) {
+      std::vector<std::size_t> queries;
+      for (const std::size_t i : bad) {
+        if (queries.empty() || queries.back() != pairs[i].query) queries.push_back(pairs[i].query);
+      }
+      throw models::NonFiniteOutput(std::move(queries), "score", docs.size());
+    }
     const bool count_tokens = request.param_or<bool>("count_tokens", false);
     std::vector<std::int64_t> tokens(count_tokens ? docs.size() : 0);
     for (std::size_t i = 0; i < pairs.size(); ++i) {

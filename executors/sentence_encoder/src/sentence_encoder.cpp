@@ -8,6 +8,7 @@
 #include "flowline/model_folder.hpp"
 #include "flowline/torch_support.hpp"
 #include "flowline/models/embedding_model.hpp"
+#include "flowline/models/outputs.hpp"
 #include "flowline/models/pass_planner.hpp"
 #include "flowline/models/tokenizer.hpp"
 
@@ -354,6 +355,11 @@ class SentenceEncoder : public Executor {
     };
     try {
       encode_texts(texts, request);
+    } catch (const models::NonFiniteOutput& e) {
+      put_back();
+      std::vector<std::size_t> rows;  // as positions in the request, not among its texts
+      for (const std::size_t r : e.rows()) rows.push_back(from[r]);
+      throw models::NonFiniteOutput(std::move(rows), "embedding", docs.size());
     } catch (...) {
       put_back();
       throw;
@@ -398,7 +404,7 @@ class SentenceEncoder : public Executor {
       const auto launch_start = Clock::now();
       at::Tensor pooled = graphed ? graphs_->encode(pass.batch) : encoder_->encode(pass.batch);
       figures.launch_seconds += std::chrono::duration<double>(Clock::now() - launch_start).count();
-      if (normalize_) pooled = pooled / pooled.norm(2, {1}, true).clamp_min(1e-12);
+      if (normalize_) pooled = models::normalize_rows(pooled);
       models::scatter_rows(result, rows, pass, pooled);
       figures.add(pass, graphed);
     }
@@ -407,10 +413,12 @@ class SentenceEncoder : public Executor {
       // Handlers finish their GPU work before returning (executor.hpp): the next executor reads these rows
       // from its own stream.
       wait_for_stream(*stream_);
-      docs.set_embeddings(result);
-    } else {
-      docs.set_embeddings(stream_ ? output_staging_.to_host(result, *stream_) : result);
+    } else if (stream_) {
+      result = output_staging_.to_host(result, *stream_);
     }
+    // NaN or infinity is never handed out as an embedding: the request fails, naming its documents.
+    models::check_finite(result, "embedding");
+    docs.set_embeddings(result);
     const auto done = Clock::now();
     unfinished_ = false;
     if (warming_up_) return;

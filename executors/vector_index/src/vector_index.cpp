@@ -237,8 +237,9 @@ class VectorIndex : public Executor {
              {ParamSpec::optional("limit", ParamType::Int, nullptr,
                                   "matches per query, at most the index's max_limit (default: its `limit`)")
                   .min(1),
-              ParamSpec::optional("filter", ParamType::Json, nullptr,
-                                  "a condition on the documents' tags, MongoDB-style (docs/search.md)"),
+              ParamSpec::optional(
+                  "filter", ParamType::Json, nullptr,
+                  "a condition on the documents' tags, MongoDB-style (docs/search.md); not set: every document"),
               ParamSpec::optional("return_embeddings", ParamType::Bool, nullptr,
                                   "matches carry their embeddings (default: the index's `return_embeddings`)"),
               ParamSpec::optional("ef_search", ParamType::Int, nullptr,
