@@ -14,7 +14,8 @@ Outputs (committed), in tests/data/tiny-models/:
                              then `embeddings` [n, d] (sentence-transformers) or `scores` [n, labels]
                              (transformers' logits, then the CrossEncoder activation); `prompt_length`
                              when the checkpoint leaves its prompt out of the pooling.
-  <name>.texts.jsonl and .texts.safetensors (xlm-roberta-unigram, qwen3, distilbert): texts encoded end to end,
+  <name>.texts.jsonl and .texts.safetensors (xlm-roberta-unigram, qwen3, distilbert, and the sequence
+                             classifiers: see sequence_classifiers()): texts encoded end to end,
                              tokenizer included (qwen3: without a prompt as `embeddings`, with its "query" prompt as
                              `query`).
 """
@@ -276,6 +277,82 @@ def distilbert_models(corpus):
             assert (made[:, 0] - torch.sin(torch.arange(512.0))).abs().max() < 1e-5
 
 
+SEQUENCE_CLASSIFIERS = {  # name: (model class, labels, problem_type); the pipeline picks softmax / sigmoid from these
+    "bert-sequence-classifier": ("bert", ["negative", "neutral", "positive"], None),
+    "xlm-roberta-multilabel": ("xlm-roberta", ["joy", "anger", "fear", "surprise"], "multi_label_classification"),
+}
+
+
+def sequence_classifiers(corpus):
+    """*ForSequenceClassification checkpoints with several labels for the SequenceClassifier: BERT with three
+    labels (softmax, pairs with type ids) and XLM-RoBERTa multi-label with four (sigmoid; its tokenizer_config.json
+    passes no token_type_ids, as XLM-R's does), both carrying tests/data/tiny-bert's WordPiece tokenizer with
+    model_max_length 128. For texts and (text, text_pair) pairs, <name>.texts.jsonl and <name>.texts.safetensors
+    hold what transformers' pipeline("text-classification", top_k=None, truncation=True) gives, in label order:
+    `scores` (the checkpoint's own function), `softmax`, `sigmoid` and `none` (the logits: function_to_apply), and
+    `order` [n, labels] the label indices as the pipeline sorts them (best first)."""
+    from transformers import pipeline
+    paragraphs = [" ".join(p.split()) for path in sorted(corpus.glob("*.txt"))
+                  for p in path.read_text(encoding="utf-8").split("\n\n") if p.strip()]
+    inputs = [{"text": t} for t in paragraphs[400:404] + [p for p in paragraphs if len(p) > 900][:1] + [
+        "Alice was beginning to get very tired", "what a wonderful day!", "  two  spaces,\ttab and\nnew line  ",
+        "Ein Fluß, déjà vu", "東京は日本の首都です", "[CLS] inside [SEP] text", "", "x"]]
+    inputs += [{"text": "Alice was tired", "text_pair": "sitting by her sister on the bank"},
+               {"text": "a whale hunt", "text_pair": paragraphs[410]},
+               {"text": "", "text_pair": "an empty first text"}]
+    for index, (name, (kind, labels, problem_type)) in enumerate(SEQUENCE_CLASSIFIERS.items()):
+        torch.manual_seed(52 + index)
+        common = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                      id2label=dict(enumerate(labels)), label2id={l: i for i, l in enumerate(labels)},
+                      problem_type=problem_type)
+        if kind == "bert":
+            model = BertForSequenceClassification(BertConfig(max_position_embeddings=512, **common))
+        else:  # pad_token_id 0: tiny-bert's [PAD], so no token of a text counts as padding for the positions
+            model = XLMRobertaForSequenceClassification(XLMRobertaConfig(max_position_embeddings=514, type_vocab_size=1,
+                                                                         pad_token_id=0, **common))
+        randomise(model)
+        with torch.no_grad():  # LayerNorm gains around 1, as trained ones are: around 0, every text scores alike
+            for n, p in model.named_parameters():
+                if n.endswith("LayerNorm.weight"):
+                    p.add_(1.0)
+            model.classifier.apply(lambda m: m.weight.mul_(4.0) if isinstance(m, torch.nn.Linear) else None)
+        model.eval()
+        out = OUT / name
+        shutil.rmtree(out, ignore_errors=True)
+        model.save_pretrained(str(out), safe_serialization=True)
+        mark_random(out)
+        for f in TOKENIZER_FILES:
+            if (ROOT / "tests/data/tiny-bert" / f).exists():
+                shutil.copy(ROOT / "tests/data/tiny-bert" / f, out / f)
+        config = json.loads((out / "tokenizer_config.json").read_text())
+        config["model_max_length"] = 128
+        if kind != "bert":
+            config["model_input_names"] = ["input_ids", "attention_mask"]
+        (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+        classifier = pipeline("text-classification", model=str(out), device="cpu")
+        tensors = {}
+        for function in ["scores", "softmax", "sigmoid", "none"]:
+            kwargs = {} if function == "scores" else {"function_to_apply": function}
+            rows, order = [], []
+            for x in inputs:
+                result = classifier(dict(x) if "text_pair" in x else x["text"], top_k=None, truncation=True, **kwargs)
+                by_label = {r["label"]: r["score"] for r in result}
+                rows.append([by_label[l] for l in labels])
+                order.append([labels.index(r["label"]) for r in result])
+            tensors[function] = torch.tensor(rows, dtype=torch.float32)
+            if function == "scores":
+                tensors["order"] = torch.tensor(order, dtype=torch.int64)
+        with torch.inference_mode():  # the pipeline's logits are the model's, one input at a time
+            for i, x in enumerate(inputs):
+                encoded = classifier.tokenizer(x["text"], x.get("text_pair"), truncation=True, return_tensors="pt")
+                assert (model(**encoded).logits[0] - tensors["none"][i]).abs().max() < 1e-6
+        with open(OUT / f"{name}.texts.jsonl", "w", encoding="utf-8") as f:
+            for x in inputs:
+                f.write(json.dumps(x, ensure_ascii=False) + "\n")
+        save_file(tensors, str(OUT / f"{name}.texts.safetensors"))
+        print(f"{name}: {len(inputs)} inputs, {len(labels)} labels, {problem_type or 'single-label'}")
+
+
 QWEN3_QUERY = "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:"
 
 
@@ -374,7 +451,7 @@ def qwen3_texts(corpus):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", nargs="+", choices=["xlm-roberta-unigram", "qwen3", "distilbert"],
+    parser.add_argument("--only", nargs="+", choices=["xlm-roberta-unigram", "qwen3", "distilbert", "sequence-classifiers"],
                         help="make only these checkpoints")
     parser.add_argument("--corpus", type=pathlib.Path, default=ROOT.parent / "shared/data/corpus")
     args = parser.parse_args()
@@ -384,6 +461,7 @@ def main():
                                                   unigram_texts(args.corpus)),
         "qwen3": lambda: qwen3_model("qwen3", ROOT / "tests/data/tokenizers/bpe-split-qwen", qwen3_texts(args.corpus)),
         "distilbert": lambda: distilbert_models(args.corpus),  # and distilbert-sinusoidal
+        "sequence-classifiers": lambda: sequence_classifiers(args.corpus),  # SEQUENCE_CLASSIFIERS
     }
     if args.only:
         for name in args.only:
