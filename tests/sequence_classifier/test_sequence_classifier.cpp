@@ -180,6 +180,24 @@ TEST_CASE("top_k keeps the best labels of each document, from the flow or from t
   check_labels(runner.post("/classify", documents_of(g), {{"top_k", 9}}), g, "scores", 4);  // past the labels: all
 }
 
+TEST_CASE("count_tokens puts each document's tokens, special ones included, in tags.tokens", "[sequence_classifier]") {
+  testing::ExecutorRunner runner(classifier_registry(), "SequenceClassifier",
+                                 with_model(kTiny / "bert-sequence-classifier"));
+  const auto tokenizer = models::Tokenizer::from_folder(kTiny / "bert-sequence-classifier");
+  DocumentArray docs;
+  docs.push_back(Document("Alice was tired"));
+  docs.push_back(Document(""));
+  docs.push_back(Document("a rabbit"));
+  docs[2].tags["text_pair"] = "the white rabbit";
+  const DocumentArray out = runner.post("/classify", docs, {{"count_tokens", true}});
+  std::vector<std::int32_t> pair;
+  tokenizer->encode_pair_into("a rabbit", "the white rabbit", 0, pair, nullptr);
+  CHECK(out[0].tags.at("tokens").as_int64() == static_cast<std::int64_t>(tokenizer->encode("Alice was tired").size()));
+  CHECK(out[1].tags.at("tokens").as_int64() == 2);  // [CLS] [SEP]
+  CHECK(out[2].tags.at("tokens").as_int64() == static_cast<std::int64_t>(pair.size()));
+  CHECK_FALSE(runner.post("/classify", docs)[0].tags.contains("tokens"));
+}
+
 TEST_CASE("a checkpoint without id2label names its labels LABEL_i as transformers does", "[sequence_classifier]") {
   const Goldens g = bert_goldens();
   const auto folder = edited_copy("bert-sequence-classifier", "classifier without id2label", [](auto& config) {

@@ -139,14 +139,16 @@ class SequenceClassifier : public Executor {
 
   // What a request may ask of /classify (and of any endpoint); checked by the core first.
   static std::vector<EndpointParams> request_params() {
-    return {
-        {std::string(kDefaultEndpoint),
-         {ParamSpec::optional("top_k", ParamType::Int, nullptr,
-                              "labels kept per document, best first; 0: all (default: the classifier's `top_k`)")
-              .min(0),
-          ParamSpec::optional("raw_scores", ParamType::Bool, nullptr,
-                              "the logits instead of scores (default: the classifier's `raw_scores`)"),
-          function_param(nullptr, "auto, none, sigmoid or softmax (default: the classifier's `function_to_apply`)")}}};
+    return {{std::string(kDefaultEndpoint),
+             {ParamSpec::optional("top_k", ParamType::Int, nullptr,
+                                  "labels kept per document, best first; 0: all (default: the classifier's `top_k`)")
+                  .min(0),
+              ParamSpec::optional("raw_scores", ParamType::Bool, nullptr,
+                                  "the logits instead of scores (default: the classifier's `raw_scores`)"),
+              function_param(nullptr, "auto, none, sigmoid or softmax (default: the classifier's `function_to_apply`)"),
+              ParamSpec::optional("count_tokens", ParamType::Bool, false,
+                                  "each document's tokens, special ones included, in tags.tokens (the gateway's "
+                                  "usage figures)")}}};
   }
 
   explicit SequenceClassifier(const ExecutorContext& context) : Executor(context) {
@@ -216,6 +218,7 @@ class SequenceClassifier : public Executor {
     scores = scores.contiguous();
     const auto labels = static_cast<std::size_t>(scores.size(1));
     const std::size_t kept = top_k == 0 ? labels : std::min(top_k, labels);
+    const bool count_tokens = request.param_or<bool>("count_tokens", false);
     std::vector<std::size_t> order(labels);
     for (std::size_t d = 0; d < docs.size(); ++d) {
       const float* row = scores.data_ptr<float>() + d * labels;
@@ -228,6 +231,7 @@ class SequenceClassifier : public Executor {
         docs[d].scores[label] = row[order[k]];
       }
       docs[d].tags["labels"] = std::move(out);
+      if (count_tokens) docs[d].tags["tokens"] = static_cast<std::int64_t>(offsets_[d + 1] - offsets_[d]);
     }
     metrics().add("sequences", static_cast<double>(docs.size()));
   }

@@ -27,7 +27,8 @@
 // cache), device, dtype (fp32, fp16, bf16), max_seq_length, batch_size (sequences per forward pass), top_k,
 // function_to_apply (auto, none, sigmoid, softmax), raw_scores. A request's parameters top_k, raw_scores and
 // function_to_apply override the executor's (checked by the core: top_k an int ≥ 0, function_to_apply one of
-// the four). Endpoints: "/classify" and the default.
+// the four); count_tokens: true puts each document's tokens (special ones included) in tags["tokens"] (the
+// gateway's usage figures). Endpoints: "/classify" and the default.
 //
 // A request's sequences are tokenized, sorted by length and packed into forward passes (flowline::models'
 // PassPlanner); on a GPU each replica runs on its own stream and the replicas on a device share one copy
