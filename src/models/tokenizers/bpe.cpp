@@ -113,7 +113,9 @@ class Bpe final : public Model {
     const std::u32string_view w = std::u32string_view(s.text).substr(word.begin, word.end - word.begin);
     const std::size_t at = s.track ? word.begin : std::string::npos;  // offsets: no cache, places by symbol
     if (!cut_at_metaspace_) {
-      if (s.track) return merge_word(s, w, ids, at);
+      if (s.track)
+        return WordCache::cut_with_places(serial_, w, at, ids, s.pieces,
+                                          [&](std::size_t where) { merge_word(s, w, ids, where); });
       WordCache::cut(serial_, w, ids, [&] { merge_word(s, w, ids); });
       return;
     }
@@ -122,7 +124,8 @@ class Bpe final : public Model {
       while (end < w.size() && !(w[end] == k_metaspace && w[end - 1] != k_metaspace)) ++end;
       const std::u32string_view part = w.substr(begin, end - begin);
       if (s.track)
-        merge_word(s, part, ids, at + begin);
+        WordCache::cut_with_places(serial_, part, at + begin, ids, s.pieces,
+                                   [&](std::size_t where) { merge_word(s, part, ids, where); });
       else
         WordCache::cut(serial_, part, ids, [&] { merge_word(s, part, ids); });
       begin = end;

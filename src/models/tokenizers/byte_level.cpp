@@ -110,7 +110,7 @@ class ByteLevel final : public PreTokenizer {
     } else {
       for (std::size_t i = 0; i < piece.size(); ++i) {
         append_byte_level(piece.substr(i, 1), s.other);
-        s.other_align.resize(s.other.size(), places[i]);
+        fill_places(s.other_align, s.other.size(), places[i]);
       }
     }
     s.other_words.push_back({begin, s.other.size()});

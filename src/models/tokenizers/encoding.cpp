@@ -1,7 +1,7 @@
 // Tokenizer::encode_with_offsets and encode_pair_with_offsets (flowline/models/tokenizer.hpp): the pipeline's
-// run keeping each token's bytes of its text, truncated and framed as the ids are, then as Python
-// `tokenizers` reports offsets: in code points (its BytesToCharOffsetConverter), trimmed of spaces where the
-// post-processor says trim_offsets (its process_offsets), (0, 0) for special tokens.
+// run keeping each token's code points of its text, truncated and framed as the ids are, then as Python
+// `tokenizers` reports offsets: trimmed of spaces where the post-processor says trim_offsets (its
+// process_offsets), (0, 0) for special tokens.
 #include "flowline/models/tokenizer.hpp"
 
 #include "pipeline.hpp"
@@ -24,25 +24,12 @@ struct Sequence {
   std::vector<TokenOffsets> offsets;
 };
 
-// The code point each byte of `text` belongs to (chars[size]: how many there are), as decode_utf8 reads them.
-std::vector<std::uint32_t> char_index(std::string_view text) {
-  std::u32string points;
-  std::vector<Align> align;
-  tokenizers::decode_utf8(text, points, align, 0);
-  std::vector<std::uint32_t> chars(text.size() + 1, static_cast<std::uint32_t>(points.size()));
-  for (std::size_t i = 0; i < align.size(); ++i)
-    std::fill(chars.begin() + align[i].begin, chars.begin() + align[i].end, static_cast<std::uint32_t>(i));
-  return chars;
-}
-
-// Bytes to code points, then tokenizers' trim_offsets over the (truncated) sequence.
-void to_offsets(const Pipeline& p, std::string_view text, Sequence& s) {
-  const std::vector<std::uint32_t> chars = char_index(text);
+// tokenizers' trim_offsets over the (truncated) sequence.
+void to_offsets(const Pipeline& p, Sequence& s) {
   s.offsets.clear();
   for (std::size_t i = 0; i < s.places.size(); ++i) {
     const TokenPlace& place = s.places[i];
-    TokenOffsets o{chars[std::min<std::size_t>(place.bytes.begin, text.size())],
-                   chars[std::min<std::size_t>(place.bytes.end, text.size())]};
+    TokenOffsets o{place.chars.begin, place.chars.end};
     if (p.post.trim_offsets && (place.lead > 0 || place.trail > 0)) {
       std::size_t lead = place.lead;
       if (lead > 0) {
@@ -93,18 +80,18 @@ Encoding frame(const std::vector<tokenizers::TemplatePiece>& pieces, const Seque
 
 Encoding Tokenizer::encode_with_offsets(std::string_view text, std::size_t max_length) const {
   const Pipeline& p = *pipeline_;
-  Sequence a;
+  thread_local Sequence a;  // this thread's buffers, reused
   tokenize(p, text, a);
   const std::size_t added = p.post.added(false);
   if (max_length != 0) keep(a, max_length > added ? max_length - added : 0, p.truncate_left);
-  to_offsets(p, text, a);
+  to_offsets(p, a);
   return frame(p.post.single, a, nullptr);
 }
 
 Encoding Tokenizer::encode_pair_with_offsets(std::string_view first, std::string_view second,
                                              std::size_t max_length) const {
   const Pipeline& p = *pipeline_;
-  Sequence a, b;
+  thread_local Sequence a, b;
   tokenize(p, first, a);
   tokenize(p, second, b);
   if (max_length != 0) {
@@ -114,8 +101,8 @@ Encoding Tokenizer::encode_pair_with_offsets(std::string_view first, std::string
     keep(a, n1, p.truncate_left);
     keep(b, n2, p.truncate_left);
   }
-  to_offsets(p, first, a);
-  to_offsets(p, second, b);
+  to_offsets(p, a);
+  to_offsets(p, b);
   return frame(p.post.pair, a, &b);
 }
 

@@ -152,7 +152,7 @@ class BertNormalizer final : public Normalizer {
       } else {
         s.other.push_back(d);
       }
-      if (s.track) s.other_align.resize(s.other.size(), s.align[i]);  // CJK padding and case: the same place
+      if (s.track) fill_places(s.other_align, s.other.size(), s.align[i]);  // CJK padding, case: one place
     }
     if (!ascii && strip_accents_ && lower) return false;  // the caller starts again from s.text
     s.head = std::min(head, s.other.size());
@@ -172,7 +172,7 @@ class BertNormalizer final : public Normalizer {
     for (std::size_t i = 0; i < s.text.size(); ++i) {
       if (i == s.head) s.head = s.other.size();
       append_lowercase(s.text[i], s.other);
-      if (s.track) s.other_align.resize(s.other.size(), s.align[i]);
+      if (s.track) fill_places(s.other_align, s.other.size(), s.align[i]);
     }
     s.head = std::min(s.head, s.other.size());
     s.text.swap(s.other);

@@ -85,9 +85,9 @@ void split_added(std::basic_string_view<Char> text, const AddedMatcher<Char>& m,
 // for trim_offsets; counted each way over the whole text, as tokenizers counts them (a token all spaces
 // has both).
 template <class Char>
-TokenPlace trimmed(Align bytes, std::basic_string_view<Char> text) {
+TokenPlace trimmed(Align chars, std::basic_string_view<Char> text) {
   const auto space = [](char32_t c) { return c == U'\u0120' || is_whitespace(c); };
-  TokenPlace place{bytes};
+  TokenPlace place{chars};
   std::size_t i = 0, j = text.size();
   while (i < j && space(point_at(text, i))) ++place.lead, i += point_length(text, i);
   while (j > 0 && space(point_at(text, point_before(text, j)))) ++place.trail, j = point_before(text, j);
@@ -102,26 +102,36 @@ Align join(const std::vector<Align>& align, std::size_t begin, std::size_t end) 
 
 // Added tokens with normalized: false are matched in the raw text; each stretch between them is normalized,
 // then those with normalized: true are matched in it (tokenizers' extract_and_normalize).
+// Places count code points of the text: `chars` is how many lie before the stretch or token at hand (the
+// callbacks come in the text's order, back to back).
 void Pipeline::tokens(std::string_view text, std::vector<std::int32_t>& ids, std::vector<TokenPlace>* places) const {
-  scratch().track = places != nullptr;
+  Scratch& s = scratch();
+  s.track = places != nullptr;
+  std::size_t chars = 0;
   split_added(
       text, raw_added, ids,
       [&](std::size_t begin, std::size_t end) {
-        if (places != nullptr)
-          places->push_back(trimmed(Align{static_cast<std::uint32_t>(begin), static_cast<std::uint32_t>(end)},
-                                    text.substr(begin, end - begin)));
+        if (places == nullptr) return;
+        decode_utf8(text.substr(begin, end - begin), s.other);
+        const Align here{static_cast<std::uint32_t>(chars), static_cast<std::uint32_t>(chars + s.other.size())};
+        places->push_back(trimmed(here, std::u32string_view(s.other)));
+        chars += s.other.size();
       },
-      [&](std::size_t begin, std::size_t end) { tokens_of_stretch(text, begin, end, ids, places); });
+      [&](std::size_t begin, std::size_t end) {
+        tokens_of_stretch(text, begin, end, chars, ids, places);
+        chars += s.stretch_chars;
+      });
 }
 
-void Pipeline::tokens_of_stretch(std::string_view text, std::size_t begin, std::size_t end,
+void Pipeline::tokens_of_stretch(std::string_view text, std::size_t begin, std::size_t end, std::size_t chars,
                                  std::vector<std::int32_t>& ids, std::vector<TokenPlace>* places) const {
   Scratch& s = scratch();
   const std::string_view stretch = text.substr(begin, end - begin);
   if (s.track)
-    decode_utf8(stretch, s.text, s.align, begin);
+    decode_utf8(stretch, s.text, s.align, chars);
   else
     decode_utf8(stretch, s.text);
+  s.stretch_chars = s.text.size();
   s.head = begin == 0 && !s.text.empty() ? 1 : 0;
   for (const auto& n : normalizers) n->normalize(s);
   if (norm_added.entries.empty()) {
@@ -159,9 +169,9 @@ void Pipeline::tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids, std::
   if (places == nullptr) return;
   const std::u32string_view text = s.text;
   for (const Span piece : s.pieces) {
-    const Align bytes = join(s.align, piece.begin, piece.end);
-    places->push_back(post.trim_offsets ? trimmed(bytes, text.substr(piece.begin, piece.end - piece.begin))
-                                        : TokenPlace{bytes});
+    const Align chars = join(s.align, piece.begin, piece.end);
+    places->push_back(post.trim_offsets ? trimmed(chars, text.substr(piece.begin, piece.end - piece.begin))
+                                        : TokenPlace{chars});
   }
 }
 

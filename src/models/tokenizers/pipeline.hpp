@@ -27,10 +27,11 @@ struct Span {
   std::size_t end = 0;
 };
 
-// A code point's place in the input: the UTF-8 bytes [begin, end) of the text given to encode that it comes
-// from (tokenizers' alignments). A character a normalizer inserts takes the place of the one it follows (of
-// the one it replaces first when it starts the text), a decomposition's characters all take the place of the
-// one decomposed, a removed character leaves no place.
+// A code point's place in the input: the code points [begin, end) of the text given to encode that it comes
+// from (tokenizers' alignments, which count bytes, converted as its char offsets are: the same at character
+// boundaries, where every place starts and ends). A character a normalizer inserts takes the place of the one it
+// follows (of the one it replaces first when it starts the text), a decomposition's characters all take the place of
+// the one decomposed, a removed character leaves no place.
 struct Align {
   std::uint32_t begin = 0;
   std::uint32_t end = 0;
@@ -61,6 +62,7 @@ struct Scratch {
   // `normalized_align` beside `normalized`); a model appends, for each id, the code points of `text` it
   // covers to `pieces`.
   bool track = false;
+  std::size_t stretch_chars = 0;  // the code points of the stretch tokenized last
   std::vector<Align> align, other_align, normalized_align;
   std::vector<Span> pieces;
 };
@@ -99,6 +101,10 @@ struct HeadCount {
 // `content` places for a replacement of a match ending at `match_end` (tokenizers gives each of its
 // characters the place of the match's last one).
 void replaced_aligned(Scratch& s, std::size_t from, std::size_t to, std::size_t match_end, std::size_t content);
+// Appends `place` to `align` until it is `size` long (a character's pieces, all in one place).
+inline void fill_places(std::vector<Align>& align, std::size_t size, Align place) {
+  while (align.size() < size) align.push_back(place);
+}
 // tokenizers' NormalizedString::transform for s.align: s.other holds the new text and changes[i] says what
 // its character i does (0: it takes the next old character's place; n > 0: inserted, it takes the place of
 // the old character taken last; -n: it takes the next one's place and n more are dropped). Sets s.align to
@@ -149,6 +155,18 @@ class WordCache {
     cut();
     cache.keep(word, ids.data() + first, ids.data() + ids.size());
   }
+  // The same with each id's place (Model::tokenize with s.track), from a second cache of the thread's that
+  // keeps them relative to the word: cut(at) appends the ids and their pieces for the word at s.text[at].
+  template <class Cut>
+  static void cut_with_places(std::uint64_t model, std::u32string_view word, std::size_t at,
+                              std::vector<std::int32_t>& ids, std::vector<Span>& pieces, Cut&& cut) {
+    if (word.size() > kLongestWord) return cut(at);
+    WordCache& cache = of_thread(model, true);
+    if (cache.append(word, ids, &pieces, at)) return;
+    const std::size_t first = ids.size(), first_piece = pieces.size();
+    cut(at);
+    cache.keep(word, ids.data() + first, ids.data() + ids.size(), pieces.data() + first_piece, at);
+  }
 
  private:
   // Open addressing over a power-of-two table twice the size of the most words kept: a look-up is one
@@ -161,16 +179,19 @@ class WordCache {
     std::uint32_t ids = 0;    // its ids: ids_[ids, ids + count)
     std::uint16_t length = 0, count = 0;
   };
-  static WordCache& of_thread(std::uint64_t model);
+  static WordCache& of_thread(std::uint64_t model, bool places = false);
   static std::uint32_t hash(std::u32string_view word) noexcept;
-  bool append(std::u32string_view word, std::vector<std::int32_t>& ids) const;
-  void keep(std::u32string_view word, const std::int32_t* first, const std::int32_t* last);
+  bool append(std::u32string_view word, std::vector<std::int32_t>& ids, std::vector<Span>* pieces = nullptr,
+              std::size_t at = 0) const;
+  void keep(std::u32string_view word, const std::int32_t* first, const std::int32_t* last, const Span* pieces = nullptr,
+            std::size_t at = 0);
   void clear();
   std::uint64_t model_ = 0;
   std::size_t words_ = 0;
   std::vector<Slot> slots_;
-  std::u32string chars_;           // every cached word's code points
-  std::vector<std::int32_t> ids_;  // every cached word's ids
+  std::u32string chars_;                                       // every cached word's code points
+  std::vector<std::int32_t> ids_;                              // every cached word's ids
+  std::vector<std::pair<std::uint8_t, std::uint8_t>> places_;  // the places cache: each id's characters
 };
 
 // The post-processor as a template: special tokens and the sequences A and B, each with its type id.
@@ -215,10 +236,10 @@ struct AddedMatcher {
   bool first[256] = {};
 };
 
-// Where a token came from: its bytes of the input, and for trim_offsets the spaces its text starts and ends
+// Where a token came from: its code points of the input, and for trim_offsets the spaces its text starts and ends
 // with (PostProcessor::trim_offsets).
 struct TokenPlace {
-  Align bytes;
+  Align chars;
   std::uint32_t lead = 0, trail = 0;
 };
 
@@ -246,8 +267,9 @@ class Pipeline {
 
  private:
   // text[begin, end), a stretch between raw added tokens (begin 0: it starts at offset 0 of the text).
-  void tokens_of_stretch(std::string_view text, std::size_t begin, std::size_t end, std::vector<std::int32_t>& ids,
-                         std::vector<TokenPlace>* places) const;
+  // `chars`: the code points of `text` before the stretch.
+  void tokens_of_stretch(std::string_view text, std::size_t begin, std::size_t end, std::size_t chars,
+                         std::vector<std::int32_t>& ids, std::vector<TokenPlace>* places) const;
   // s.text, a piece of a normalized stretch without added tokens: pre-tokenized and cut into ids.
   void tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids, std::vector<TokenPlace>* places) const;
 };
@@ -326,8 +348,8 @@ std::unique_ptr<PreTokenizer> make_metaspace(const boost::json::object& o, const
 std::unique_ptr<Model> make_unigram(const boost::json::object& o, const Origin& origin);           // unigram.cpp
 std::unique_ptr<Model> make_wordpiece(const boost::json::object& o, const Origin& origin);         // wordpiece.cpp
 
-// UTF-8 to code points (invalid bytes read as U+FFFD) and back. With `align`, each code point's bytes of
-// `in`, counted from `base`.
+// UTF-8 to code points (invalid bytes read as U+FFFD) and back. With `align`, each code point's place:
+// [base + i, base + i + 1) for the i-th.
 void decode_utf8(std::string_view in, std::u32string& out);
 void decode_utf8(std::string_view in, std::u32string& out, std::vector<Align>& align, std::size_t base);
 void encode_utf8(std::u32string_view in, std::string& out);

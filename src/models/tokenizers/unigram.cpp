@@ -71,7 +71,9 @@ class Unigram final : public Model {
 
   void tokenize(Scratch& s, Span word, std::vector<std::int32_t>& ids) const override {
     const std::u32string_view w = std::u32string_view(s.text).substr(word.begin, word.end - word.begin);
-    if (s.track) return cut(s, w, ids, word.begin);
+    if (s.track)
+      return WordCache::cut_with_places(serial_, w, word.begin, ids, s.pieces,
+                                        [&](std::size_t at) { cut(s, w, ids, at); });
     WordCache::cut(serial_, w, ids, [&] { cut(s, w, ids); });
   }
 

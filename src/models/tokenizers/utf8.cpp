@@ -47,9 +47,10 @@ void decode_utf8(std::string_view in, std::u32string& out) {
 void decode_utf8(std::string_view in, std::u32string& out, std::vector<Align>& align, std::size_t base) {
   out.clear();
   align.clear();
-  each_point(in, [&](char32_t c, std::size_t at, std::size_t length) {
+  each_point(in, [&](char32_t c, std::size_t, std::size_t) {
+    const auto at = static_cast<std::uint32_t>(base + out.size());
     out.push_back(c);
-    align.push_back({static_cast<std::uint32_t>(base + at), static_cast<std::uint32_t>(base + at + length)});
+    align.push_back({at, at + 1});
   });
 }
 

@@ -11,8 +11,9 @@ std::uint64_t WordCache::next_serial() {
   return ++serial;
 }
 
-WordCache& WordCache::of_thread(std::uint64_t model) {
-  thread_local WordCache cache;
+WordCache& WordCache::of_thread(std::uint64_t model, bool places) {
+  thread_local WordCache ids_only, with_places;
+  WordCache& cache = places ? with_places : ids_only;
   if (cache.model_ != model) {
     cache.clear();
     cache.model_ = model;
@@ -24,6 +25,7 @@ void WordCache::clear() {
   slots_.assign(kSlots, Slot{});
   chars_.clear();
   ids_.clear();
+  places_.clear();
   words_ = 0;
 }
 
@@ -38,7 +40,8 @@ std::uint32_t WordCache::hash(std::u32string_view word) noexcept {
   return folded == 0 ? 1 : folded;
 }
 
-bool WordCache::append(std::u32string_view word, std::vector<std::int32_t>& ids) const {
+bool WordCache::append(std::u32string_view word, std::vector<std::int32_t>& ids, std::vector<Span>* pieces,
+                       std::size_t at) const {
   const std::uint32_t h = hash(word);
   for (std::size_t i = h & (kSlots - 1);; i = (i + 1) & (kSlots - 1)) {
     const Slot& slot = slots_[i];
@@ -46,12 +49,16 @@ bool WordCache::append(std::u32string_view word, std::vector<std::int32_t>& ids)
     if (slot.hash == h && slot.length == word.size() &&
         std::u32string_view(chars_).substr(slot.chars, slot.length) == word) {
       ids.insert(ids.end(), ids_.begin() + slot.ids, ids_.begin() + slot.ids + slot.count);
+      if (pieces != nullptr)
+        for (std::size_t k = slot.ids; k < slot.ids + slot.count; ++k)
+          pieces->push_back({at + places_[k].first, at + places_[k].second});
       return true;
     }
   }
 }
 
-void WordCache::keep(std::u32string_view word, const std::int32_t* first, const std::int32_t* last) {
+void WordCache::keep(std::u32string_view word, const std::int32_t* first, const std::int32_t* last, const Span* pieces,
+                     std::size_t at) {
   if (words_ >= kWords) clear();  // at most half the slots are taken: every probe ends at an empty one
   const std::uint32_t h = hash(word);
   std::size_t i = h & (kSlots - 1);
@@ -60,6 +67,10 @@ void WordCache::keep(std::u32string_view word, const std::int32_t* first, const 
                    static_cast<std::uint16_t>(word.size()), static_cast<std::uint16_t>(last - first)};
   chars_.append(word);
   ids_.insert(ids_.end(), first, last);
+  if (pieces != nullptr)  // a word is at most kLongestWord characters: its places fit a byte
+    for (std::ptrdiff_t k = 0; k < last - first; ++k)
+      places_.emplace_back(static_cast<std::uint8_t>(pieces[k].begin - at),
+                           static_cast<std::uint8_t>(pieces[k].end - at));
   ++words_;
 }
 
