@@ -1,6 +1,7 @@
 // Tokenization speed, one thread: flowline::models::Tokenizer on each tokenizer file given, beside the
 // MiniLM model's (WordPiece, what the SentenceEncoder ran first), over the corpus's paragraphs.
-// Prints ids/s and paragraphs/s, best of --rounds passes over the corpus (docs/benchmarks.md).
+// Prints ids/s and paragraphs/s, best of --rounds passes over the corpus (docs/benchmarks.md). --offsets adds
+// each tokenizer's encode_with_offsets() beside its encode_into().
 //
 //   build/bench/tokenizers_bench --corpus /work/shared/data/corpus --model models/all-MiniLM-L6-v2 \
 //     tests/data/tokenizers/wordpiece-cased/tokenizer.json ...
@@ -85,11 +86,13 @@ int main(int argc, char** argv) {
   fs::path corpus, model;
   std::vector<fs::path> files;
   int rounds = 5;
+  bool offsets = false;
   app.add_option("--corpus", corpus, "folder of .txt books")->required();
   app.add_option("--model", model, "a model folder whose tokenizer is the baseline (tokenizer.json or vocab.txt)")
       ->required();
   app.add_option("--rounds", rounds, "passes over the corpus; the best counts");
   app.add_option("tokenizers", files, "more tokenizer.json files");
+  app.add_flag("--offsets", offsets, "also time encode_with_offsets() (ids and each token's character offsets)");
   CLI11_PARSE(app, argc, argv);
 
   const std::vector<std::string> texts = corpus_paragraphs(corpus);
@@ -100,10 +103,15 @@ int main(int argc, char** argv) {
   std::vector<Candidate> candidates;
   for (std::size_t i = 0; i < tokenizers.size(); ++i) {
     const auto* tok = tokenizers[i].get();
-    candidates.push_back(
-        {"Tokenizer, " +
-             (i == 0 ? model.filename().string() + "/tokenizer.json" : files[i - 1].parent_path().filename().string()),
-         [tok](std::string_view t, std::vector<std::int32_t>& ids) { return tok->encode_into(t, 0, ids); }});
+    const std::string name =
+        i == 0 ? model.filename().string() + "/tokenizer.json" : files[i - 1].parent_path().filename().string();
+    candidates.push_back({"Tokenizer, " + name, [tok](std::string_view t, std::vector<std::int32_t>& ids) {
+                            return tok->encode_into(t, 0, ids);
+                          }});
+    if (offsets)
+      candidates.push_back({"  with offsets", [tok](std::string_view t, std::vector<std::int32_t>&) {
+                              return tok->encode_with_offsets(t).ids.size();
+                            }});
   }
   measure(candidates, texts, rounds);
   return 0;

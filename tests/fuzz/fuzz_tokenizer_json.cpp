@@ -3,7 +3,10 @@
 // model kind: FLOWLINE_FUZZ_KIND names it and picks its tokenizer files (tests/fuzz/CMakeLists.txt). The
 // first byte picks the file and the length limit. Properties: no exception, ids inside the vocabulary, at
 // most max_length ids, the post-processor's frame around singles and pairs, encode() and encode_into()
-// agree, pair type ids one per id.
+// agree, pair type ids one per id; encode_with_offsets() gives the same ids, and offsets that are ordered
+// (start <= end; within a sequence the starts of non-empty ones never decrease: trim_offsets may leave a
+// token of spaces empty at its end, before the next one, as Python tokenizers does) and inside their text's
+// code points.
 #include "flowline/models/tokenizer.hpp"
 
 #include "fuzz_support.hpp"
@@ -51,6 +54,46 @@ const std::vector<std::unique_ptr<Tokenizer>>& tokenizers() {
   return all;
 }
 
+std::size_t code_points(std::string_view text) {  // as the tokenizer reads it: a bad byte is one U+FFFD
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < text.size(); ++n) {
+    const auto b = static_cast<unsigned char>(text[i]);
+    const std::size_t len = b < 0x80 ? 1 : (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 0;
+    bool ok = len != 0 && i + len <= text.size();
+    for (std::size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
+    if (ok) {  // the same checks as the tokenizer's decoder: shortest form, no surrogates, at most U+10FFFF
+      char32_t c = len == 1 ? b : len == 2 ? b & 0x1F : len == 3 ? b & 0x0F : b & 0x07;
+      for (std::size_t k = 1; k < len; ++k) c = (c << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3F);
+      const char32_t min = len == 1 ? 0 : len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
+      ok = c >= min && c <= 0x10FFFF && (c < 0xD800 || c > 0xDFFF);
+    }
+    i += ok ? len : 1;
+  }
+  return n;
+}
+
+// Offsets of each sequence's tokens ordered and inside that sequence's text; specials (0, 0).
+void check_offsets(const flowline::models::Encoding& e, std::string_view a, std::string_view b) {
+  if (e.offsets.size() != e.ids.size() || e.special.size() != e.ids.size() || e.sequence.size() != e.ids.size())
+    flowline::fuzz::broken("an offset, a special flag and a sequence per id");
+  const std::size_t length[2] = {code_points(a), code_points(b)};
+  std::size_t last[2] = {0, 0};
+  for (std::size_t i = 0; i < e.ids.size(); ++i) {
+    const auto& o = e.offsets[i];
+    if (e.sequence[i] < 0) {
+      if (o.start != 0 || o.end != 0 || e.special[i] != 1)
+        flowline::fuzz::broken("a special token's offsets are (0, 0)");
+      continue;
+    }
+    const auto s = static_cast<std::size_t>(e.sequence[i]);
+    if (o.start > o.end) flowline::fuzz::broken("an offset that ends before it starts");
+    if (o.end > length[s]) flowline::fuzz::broken("an offset outside its text");
+    if (o.start == o.end) continue;
+    if (o.start < last[s]) flowline::fuzz::broken("offsets out of order");
+    last[s] = o.start;
+  }
+}
+
 void check_ids(const Tokenizer& tok, const std::vector<std::int32_t>& ids, std::size_t max_length, bool pair) {
   if (max_length != 0 && ids.size() > max_length) flowline::fuzz::broken("more ids than max_length");
   if (max_length == 0 && ids.size() < tok.special_tokens_count(pair))
@@ -76,10 +119,19 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (tok.encode_into(text, max_length, into) != ids.size() || !std::equal(ids.begin(), ids.end(), into.begin() + 1))
     flowline::fuzz::broken("encode_into differs from encode");
 
+  const flowline::models::Encoding with = tok.encode_with_offsets(text, max_length);
+  if (with.ids != ids) flowline::fuzz::broken("encode_with_offsets gives other ids than encode");
+  check_offsets(with, text, {});
+
   const std::size_t half = text.size() / 2;
   std::vector<std::int32_t> pair, types;
   const std::size_t n = tok.encode_pair_into(text.substr(0, half), text.substr(half), max_length, pair, &types);
   check_ids(tok, pair, max_length, true);
   if (n != pair.size() || types.size() != pair.size()) flowline::fuzz::broken("a type id per pair id");
+  const flowline::models::Encoding pair_with =
+      tok.encode_pair_with_offsets(text.substr(0, half), text.substr(half), max_length);
+  if (pair_with.ids != pair || pair_with.type_ids != types)
+    flowline::fuzz::broken("encode_pair_with_offsets gives other ids than encode_pair_into");
+  check_offsets(pair_with, text.substr(0, half), text.substr(half));
   return 0;
 }

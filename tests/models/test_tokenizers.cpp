@@ -474,6 +474,30 @@ TEST_CASE("the MiniLM tokenizer answers ids, sizes and special-token counts", "[
   CHECK(ids == std::vector<std::int32_t>{7, 101, 7592, 102});
 }
 
+TEST_CASE("offsets count code points of each text, special tokens (0, 0), as Python tokenizers gives them",
+          "[tokenizers][offsets]") {
+  // The offsets Python tokenizers 0.22.2 gives for these files and texts.
+  using flowline::models::TokenOffsets;
+  using Offsets = std::vector<TokenOffsets>;
+  const auto tok = Tokenizer::from_folder(kSource / "models/all-MiniLM-L6-v2");
+  const flowline::models::Encoding one = tok->encode_with_offsets("H\u00e9llo, \u4e16\u754c!");
+  CHECK(one.ids == std::vector<std::int32_t>{101, 7592, 1010, 1745, 100, 999, 102});
+  CHECK(one.offsets == Offsets{{0, 0}, {0, 5}, {5, 6}, {7, 8}, {8, 9}, {9, 10}, {0, 0}});
+  CHECK(one.special == std::vector<std::uint8_t>{1, 0, 0, 0, 0, 0, 1});
+  const flowline::models::Encoding pair = tok->encode_pair_with_offsets("Hello, world!", "Bye");
+  CHECK(pair.ids == std::vector<std::int32_t>{101, 7592, 1010, 2088, 999, 102, 9061, 102});
+  CHECK(pair.offsets == Offsets{{0, 0}, {0, 5}, {5, 6}, {7, 12}, {12, 13}, {0, 0}, {0, 3}, {0, 0}});
+  CHECK(pair.sequence == std::vector<std::int8_t>{-1, 0, 0, 0, 0, -1, 1, -1});
+  CHECK(pair.type_ids == std::vector<std::int32_t>{0, 0, 0, 0, 0, 0, 1, 1});
+  const flowline::models::Encoding cut = tok->encode_pair_with_offsets("Hello, world!", "Bye", 5);
+  CHECK(cut.ids == std::vector<std::int32_t>{101, 7592, 102, 9061, 102});
+  CHECK(cut.offsets == Offsets{{0, 0}, {0, 5}, {0, 0}, {0, 3}, {0, 0}});
+  // ByteLevel: the bytes of "é" share its place; trim_offsets leaves a token of spaces empty.
+  const auto roberta = Tokenizer::from_folder(kSource / "tests/data/tokenizers/bpe-bytelevel-roberta");
+  CHECK(roberta->encode_with_offsets(" caf\u00e9  x").offsets ==
+        Offsets{{0, 0}, {0, 2}, {2, 3}, {3, 4}, {4, 5}, {4, 5}, {6, 6}, {7, 7}, {7, 8}, {0, 0}});
+}
+
 TEST_CASE("a tokenizer it cannot run exactly is refused naming the file, the JSON path and what is supported",
           "[tokenizers]") {
   CHECK_THAT(error_of(R"({"model": {"type": "Nonsense", "vocab": {}}})"),
