@@ -175,7 +175,7 @@ class Bpe final : public Model {
     merge_all(work);
     if (at != std::string::npos) return places(s, w, at, ids);
     for (const Symbol& symbol : work.symbols)
-      if (symbol.alive) ids.push_back(symbol.id);
+      if (symbol.alive()) ids.push_back(symbol.id);
   }
 
   // The ids with their places. As in tokenizers, a symbol's place is its bytes counted in the order the
@@ -196,7 +196,7 @@ class Bpe final : public Model {
     };
     std::uint32_t cursor = 0;
     for (const Symbol& symbol : this_thread_work().symbols) {
-      if (!symbol.alive) continue;
+      if (!symbol.alive()) continue;
       const std::uint32_t begin = cursor, end = std::max(cursor + symbol.len, cursor + 1);
       cursor += symbol.len;
       ids.push_back(symbol.id);
@@ -216,8 +216,10 @@ class Bpe final : public Model {
   struct Symbol {
     std::int32_t id;
     std::int32_t prev, next;  // -1: none
-    bool alive;
-    std::uint32_t len;  // its length in the word's UTF-8 bytes (a byte token: 1), for offsets
+    // Its length in the word's UTF-8 bytes (a byte token: 1), for offsets; 0 once merged into its left
+    // neighbour (every symbol made is at least a byte long). Sixteen bytes a symbol, as without offsets.
+    std::uint32_t len;
+    bool alive() const { return len != 0; }
   };
   struct Merge {
     std::uint32_t rank;
@@ -254,7 +256,7 @@ class Bpe final : public Model {
   static void add(Work& work, std::int32_t id, std::uint32_t len) {
     const auto n = static_cast<std::int32_t>(work.symbols.size());
     if (n > 0) work.symbols.back().next = n;
-    work.symbols.push_back({id, n - 1, -1, true, len});
+    work.symbols.push_back({id, n - 1, -1, std::max<std::uint32_t>(len, 1)});
   }
 
   // The vocabulary key of a character: the prefix unless it starts the word, the suffix if it ends it.
@@ -291,7 +293,7 @@ class Bpe final : public Model {
       const Merge top = work.queue.back();
       work.queue.pop_back();
       Symbol& current = sym[top.pos];
-      if (!current.alive || current.next < 0) continue;
+      if (!current.alive() || current.next < 0) continue;
       Symbol& right = sym[static_cast<std::size_t>(current.next)];
       // A queued merge whose pair has changed since is stale, unless the pair now there makes the same token.
       const MergeRule* rule = merges_.find(pair_key(current.id, right.id));
@@ -299,7 +301,7 @@ class Bpe final : public Model {
       current.id = top.new_id;
       current.len += right.len;
       current.next = right.next;
-      right.alive = false;
+      right.len = 0;
       if (right.next >= 0) sym[static_cast<std::size_t>(right.next)].prev = static_cast<std::int32_t>(top.pos);
       if (current.prev >= 0)
         push(work, sym[static_cast<std::size_t>(current.prev)].id, current.id,

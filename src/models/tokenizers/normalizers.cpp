@@ -60,6 +60,10 @@ void aligned_form(Scratch& s, NormalForm form) {
   thread_local std::vector<bool> taken;
   decomposed.clear();
   for (const char32_t c : s.text) {
+    if (c < 0x80) {  // ASCII is its own decomposition
+      decomposed.emplace_back(c, 0);
+      continue;
+    }
     one.assign(1, c);
     normalize_form(one, compat ? NormalForm::nfkd : NormalForm::nfd, s.utf8);
     for (std::size_t k = 0; k < one.size(); ++k) decomposed.emplace_back(one[k], k == 0 ? 0 : 1);
@@ -85,7 +89,7 @@ void aligned_form(Scratch& s, NormalForm form) {
     }
     int change = decomposed[at].second;
     taken[at] = true;
-    if (compose) {
+    if (compose && c >= 0x80) {
       one.assign(1, c);
       normalize_form(one, NormalForm::nfd, s.utf8);
       for (std::size_t k = 1; k < one.size(); ++k)
