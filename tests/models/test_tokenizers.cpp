@@ -492,6 +492,12 @@ TEST_CASE("offsets count code points of each text, special tokens (0, 0), as Pyt
   const flowline::models::Encoding cut = tok->encode_pair_with_offsets("Hello, world!", "Bye", 5);
   CHECK(cut.ids == std::vector<std::int32_t>{101, 7592, 102, 9061, 102});
   CHECK(cut.offsets == Offsets{{0, 0}, {0, 5}, {0, 0}, {0, 3}, {0, 0}});
+  // In bytes, for slicing the UTF-8 text: "é" is two, "世" and "界" three each; a bad byte is one code point.
+  CHECK(flowline::models::byte_offsets("H\u00e9llo, \u4e16\u754c!", one.offsets) ==
+        Offsets{{0, 0}, {0, 6}, {6, 7}, {8, 11}, {11, 14}, {14, 15}, {0, 0}});
+  CHECK(flowline::models::byte_offsets("\xc3\xa9\xff"
+                                       "b",
+                                       Offsets{{0, 1}, {1, 2}, {2, 3}}) == Offsets{{0, 2}, {2, 3}, {3, 4}});
   // ByteLevel: the bytes of "é" share its place; trim_offsets leaves a token of spaces empty.
   const auto roberta = Tokenizer::from_folder(kSource / "tests/data/tokenizers/bpe-bytelevel-roberta");
   CHECK(roberta->encode_with_offsets(" caf\u00e9  x").offsets ==

@@ -50,6 +50,11 @@ struct Encoding {
   std::vector<std::int8_t> sequence;  // 0: the text (a pair's first), 1: a pair's second, -1: special
 };
 
+// `offsets` (code points of `text`, as an Encoding gives them) as UTF-8 byte positions of `text`, for slicing it
+// (TEI's /tokenize reports bytes: a token's text is text[start, end)). A byte that is not UTF-8 is one code
+// point, as encoding reads it.
+std::vector<TokenOffsets> byte_offsets(std::string_view text, const std::vector<TokenOffsets>& offsets);
+
 class Tokenizer {
  public:
   // Reads `folder`/tokenizer.json; without it, vocab.txt (+ tokenizer_config.json's do_lower_case,

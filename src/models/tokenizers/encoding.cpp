@@ -78,6 +78,17 @@ Encoding frame(const std::vector<tokenizers::TemplatePiece>& pieces, const Seque
 
 }  // namespace
 
+std::vector<TokenOffsets> byte_offsets(std::string_view text, const std::vector<TokenOffsets>& offsets) {
+  thread_local std::vector<std::size_t> starts;  // the first byte of each code point, then the text's size
+  tokenizers::utf8_starts(text, starts);
+  const std::size_t points = starts.size() - 1;
+  std::vector<TokenOffsets> out;
+  out.reserve(offsets.size());
+  for (const TokenOffsets& o : offsets)
+    out.push_back({starts[std::min(o.start, points)], starts[std::min(o.end, points)]});
+  return out;
+}
+
 Encoding Tokenizer::encode_with_offsets(std::string_view text, std::size_t max_length) const {
   const Pipeline& p = *pipeline_;
   thread_local Sequence a;  // this thread's buffers, reused

@@ -353,5 +353,7 @@ std::unique_ptr<Model> make_wordpiece(const boost::json::object& o, const Origin
 void decode_utf8(std::string_view in, std::u32string& out);
 void decode_utf8(std::string_view in, std::u32string& out, std::vector<Align>& align, std::size_t base);
 void encode_utf8(std::u32string_view in, std::string& out);
+// The first byte of each code point decode_utf8 reads in `in`, then in.size().
+void utf8_starts(std::string_view in, std::vector<std::size_t>& starts);
 
 }  // namespace flowline::models::tokenizers

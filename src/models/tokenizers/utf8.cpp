@@ -54,6 +54,12 @@ void decode_utf8(std::string_view in, std::u32string& out, std::vector<Align>& a
   });
 }
 
+void utf8_starts(std::string_view in, std::vector<std::size_t>& starts) {
+  starts.clear();
+  each_point(in, [&](char32_t, std::size_t at, std::size_t) { starts.push_back(at); });
+  starts.push_back(in.size());
+}
+
 void encode_utf8(std::u32string_view in, std::string& out) {
   out.resize(4 * in.size());  // the most it can take; written through a pointer, then cut to size
   char* p = out.data();
