@@ -36,10 +36,14 @@ TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "vocab.txt", "spec
 
 
 def shapes():
-    from transformers import (BertConfig, ModernBertConfig, MPNetConfig, Qwen3Config, XLMRobertaConfig)
+    from transformers import (BertConfig, DistilBertConfig, ModernBertConfig, MPNetConfig, Qwen3Config,
+                              XLMRobertaConfig)
     return {
         "minilm-l6": BertConfig(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
                                 intermediate_size=1536, max_position_embeddings=512),
+        # msmarco-distilbert-base-tas-b's shape (issue 52 §2): CLS pooling, no Normalize (dot product)
+        "distilbert-tas-b": DistilBertConfig(vocab_size=30522, dim=768, n_layers=6, n_heads=12, hidden_dim=3072,
+                                             max_position_embeddings=512),
         "mpnet-base": MPNetConfig(vocab_size=30527, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                                   intermediate_size=3072, max_position_embeddings=514),
         "xlm-roberta-base": XLMRobertaConfig(vocab_size=250002, hidden_size=768, num_hidden_layers=12,
@@ -57,7 +61,8 @@ def shapes():
 
 def linear_params(config):
     """Parameters of the matrix products per token (attention projections and feed-forward)."""
-    h, i, n = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    h, n = config.hidden_size, config.num_hidden_layers
+    i = config.hidden_dim if config.model_type == "distilbert" else config.intermediate_size
     if config.model_type == "modernbert":
         return n * (3 * h * h + h * h + 2 * i * h + i * h)  # Wqkv, Wo, Wi (GeGLU: 2I), Wo
     if config.model_type == "qwen3":
@@ -80,8 +85,11 @@ def make_checkpoint(name, config, tokenizer_dir, folder):
             if (tokenizer_dir / f).exists():
                 shutil.copy(tokenizer_dir / f, pathlib.Path(tmp) / f)
         transformer = Transformer(tmp, max_seq_length=256)
-        pooling = "lasttoken" if config.model_type == "qwen3" else "mean"
-        st = SentenceTransformer(modules=[transformer, Pooling(config.hidden_size, pooling), Normalize()], device="cpu")
+        pooling = {"qwen3": "lasttoken", "distilbert": "cls"}.get(config.model_type, "mean")
+        modules = [transformer, Pooling(config.hidden_size, pooling)]
+        if config.model_type != "distilbert":
+            modules.append(Normalize())
+        st = SentenceTransformer(modules=modules, device="cpu")
         st.save(str(folder))
     for f in TOKENIZER_FILES:  # transformers 5 saves a generic tokenizer config; keep the WordPiece files
         if (tokenizer_dir / f).exists():

@@ -15,9 +15,9 @@
 // never check (they only enqueue work, and CUDA graphs replay them).
 //
 // normalize_rows() is the one L2 normalization of the room: the Normalize module and the SentenceEncoder's
-// `normalize: true` use it. A float32 vector can be finite while its squared norm is not ([3e38] x 8): each
-// row is scaled by its largest magnitude first, so its norm is computed in range and it comes out the unit
-// vector it should, never a zero or NaN vector.
+// `normalize: true` use it. A float32 vector can be finite while its squared norm is not ([3e38] x 8): on
+// the host each row is scaled by its largest magnitude first, so its norm is computed in range and it comes
+// out the unit vector it should, never a zero or NaN vector (on a GPU, see normalize_rows()).
 #pragma once
 
 #include "flowline/error.hpp"
@@ -56,7 +56,9 @@ void check_finite(const at::Tensor& outputs, std::string_view what);
 
 // Each row of x [n, d] (floating point, any device) divided by its L2 norm, or by 1e-12 where the norm is
 // smaller (torch.nn.functional.normalize's eps, as sentence-transformers' Normalize): a zero row stays zero.
-// Scaled by each row's largest magnitude first, so no finite row overflows or underflows in float32. A row
+// On the host, each row is scaled by its largest magnitude first, so no finite row overflows or underflows in
+// float32. On a GPU it is the three-kernel float formula (launch-bound models pay for every kernel): a
+// float32 row with values past ~1e19 comes out zero there (a known limit, until a fused kernel). A row
 // holding a NaN or an infinity comes out with NaNs (nonfinite_rows() finds it). Enqueues work only (no
 // value is read back): usable inside a CUDA graph.
 at::Tensor normalize_rows(const at::Tensor& x);
