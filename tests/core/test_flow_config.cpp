@@ -25,8 +25,8 @@ TEST_CASE("a misspelt executor type is reported at its line and column with a su
                   "  - name: splitter\n"
                   "    uses: TextSpliter\n") ==
         "flow.yml:3:11: executor 'splitter': unknown executor type 'TextSpliter' (did you mean 'TextSplitter'?); "
-        "known types: Delay, FailIf, JsonlWriter, NoOp, Reranker, SentenceEncoder, SetTags, TextSplitter, TextStats, "
-        "TorchModule, TsvWriter, VectorIndex");
+        "known types: Delay, FailIf, JsonlWriter, NoOp, Reranker, SentenceEncoder, SequenceClassifier, SetTags, "
+        "TextSplitter, TextStats, TorchModule, TsvWriter, VectorIndex");
 }
 
 TEST_CASE("every config error is reported at once in file order", "[config]") {

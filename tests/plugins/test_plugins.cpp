@@ -132,7 +132,8 @@ TEST_CASE("the executor folder sits beside libflowline.so and holds the first-pa
   CHECK(executor_dir() == std::filesystem::path(FLOWLINE_BINARY_DIR) / "lib" / "flowline" / "executors");
   CHECK(plugin_search_path().front() == executor_dir());
   const auto offered = available_executor_libraries();
-  CHECK(offered == std::vector<std::string>{"Reranker", "SentenceEncoder", "TorchModule", "VectorIndex"});
+  CHECK(offered ==
+        std::vector<std::string>{"Reranker", "SentenceEncoder", "SequenceClassifier", "TorchModule", "VectorIndex"});
 }
 
 TEST_CASE("a searching registry loads an unknown executor from the executor folder; a plain one does not", "[plugin]") {
@@ -149,7 +150,7 @@ TEST_CASE("a searching registry loads an unknown executor from the executor fold
   CHECK(searching.find("NoSuchThing") == nullptr);
   CHECK(searching.unknown_message("TorchModul") ==
         "unknown executor type 'TorchModul' (did you mean 'TorchModule'?); known types: Reranker, SentenceEncoder, "
-        "TorchModule, VectorIndex");
+        "SequenceClassifier, TorchModule, VectorIndex");
 }
 
 TEST_CASE("FLOWLINE_EXECUTOR_DIR replaces the executor folder", "[plugin]") {
