@@ -6,6 +6,7 @@
 #include "flowline/executor.hpp"
 #include "flowline/model_folder.hpp"
 #include "flowline/models/cross_encoder.hpp"
+#include "flowline/models/cross_encoder_replica.hpp"
 #include "flowline/models/outputs.hpp"
 #include "flowline/models/pass_planner.hpp"
 #include "flowline/models/tokenizer.hpp"
@@ -38,25 +39,20 @@ class Reranker : public Executor {
         "Reranker",
         fmt::format("Score and sort each query's candidates with a cross-encoder checkpoint ({}; LibTorch)",
                     fmt::join(models::supported_architectures(models::Checkpoint::Use::CrossEncoder), ", ")),
-        {ParamSpec::required_param("model", ParamType::Path,
-                                   "cross-encoder checkpoint folder (one label), or a model name ORG/NAME in the "
-                                   "local Hugging Face cache ($HF_HOME/hub)")
-             .hub_model_name()
-             .check([](const boost::json::value& v) {
-               return models::Checkpoint::problem(std::string(v.get_string()), models::Checkpoint::Use::CrossEncoder);
-             }),
-         ParamSpec::optional("device", ParamType::String, "",
-                             "cpu, cuda, cuda:N or auto; empty: the executor's device in the flow"),
-         ParamSpec::choice("dtype", {"fp32", "fp16", "bf16", "float32", "float16", "bfloat16"}, "fp32",
-                           "weights and activations (fp16 needs a GPU)"),
-         ParamSpec::optional("max_seq_length", ParamType::Int, 0, "truncate pairs to this many tokens (0: the model's)")
-             .min(0),
-         ParamSpec::optional("batch_size", ParamType::Int, 128, "pairs per forward pass").min(1),
-         ParamSpec::optional("top_n", ParamType::Int, 0, "matches kept per query, best first (0: all)").min(0),
-         ParamSpec::optional("raw_scores", ParamType::Bool, false,
-                             "the cross-encoder's logits instead of its activation (sigmoid for one label)")},
+        models::cross_encoder_params(
+            "cross-encoder checkpoint folder (one label), or a model name ORG/NAME in the local Hugging Face cache "
+            "($HF_HOME/hub)",
+            [](const boost::json::value& v) {
+              return models::Checkpoint::problem(std::string(v.get_string()), models::Checkpoint::Use::CrossEncoder);
+            },
+            "pairs", 128, "pairs per forward pass"),
         {"/rerank"},
     };
+    spec.params.insert(
+        spec.params.end(),
+        {ParamSpec::optional("top_n", ParamType::Int, 0, "matches kept per query, best first (0: all)").min(0),
+         ParamSpec::optional("raw_scores", ParamType::Bool, false,
+                             "the cross-encoder's logits instead of its activation (sigmoid for one label)")});
     spec.replicas_per_gpu = 2;
     return spec;
   }
@@ -74,40 +70,16 @@ class Reranker : public Executor {
                                   "each query's tokens over its pairs in tags.tokens (the gateway's usage figures)")}}};
   }
 
-  explicit Reranker(const ExecutorContext& context) : Executor(context) {
-    const std::string folder = params().get<std::string>("model");
-    device_ = executor_device(params().get<std::string>("device"), runtime().device);
-    dtype_ = parse_dtype(params().get<std::string>("dtype"));
-    if (device_.is_cpu() && dtype_ == c10::kHalf) {
-      throw Error("parameter 'dtype': fp16 needs a GPU device; use fp32 or bf16 on the CPU");
+  explicit Reranker(const ExecutorContext& context) : Executor(context), replica_(params(), runtime()) {
+    if (replica_.model->num_labels() != 1) {
+      throw Error(fmt::format("model '{}': {} labels; a reranker needs a cross-encoder with one", replica_.folder,
+                              replica_.model->num_labels()));
     }
-    const auto checkpoint = models::Checkpoint::read(folder);
-    tokenizer_ = models::Tokenizer::from_folder(folder);
-    model_ = shared_per_device<models::CrossEncoderModel>(folder, device_, dtype_, [&] {
-      return std::make_shared<const models::CrossEncoderModel>(checkpoint, device_, dtype_);
-    });
-    if (model_->num_labels() != 1) {
-      throw Error(fmt::format("model '{}': {} labels; a reranker needs a cross-encoder with one", folder,
-                              model_->num_labels()));
-    }
-    max_length_ = params().get<std::size_t>("max_seq_length");
-    const auto model_max = static_cast<std::size_t>(model_->checkpoint().max_seq_length);
-    if (max_length_ == 0) max_length_ = model_max;
-    if (max_length_ < tokenizer_->special_tokens_count(true) + 2 || max_length_ > model_max) {
-      throw Error(fmt::format("parameter 'max_seq_length': {} is outside {}..{}", max_length_,
-                              tokenizer_->special_tokens_count(true) + 2, model_max));
-    }
-    // The pair template's type ids, unless the model has one type or tokenizer_config.json's
-    // model_input_names leaves them out (transformers and sentence-transformers then pass none: all 0).
-    typed_ = model_->info().type_vocab_size > 1 && tokenizer_->type_ids_input();
-    planner_.set_budget({params().get<std::size_t>("batch_size"), 0});
     top_n_ = params().get<std::size_t>("top_n");
     raw_ = params().get<bool>("raw_scores");
-    if (device_.is_cuda()) stream_ = replica_stream(device_);
-    spdlog::info("executor '{}' replica {}: cross-encoder {} ({}, {} layers, hidden {}; tokenizer {}) on {} in {}",
-                 runtime().name, runtime().replica, folder, model_->info().model_type, model_->info().num_layers,
-                 model_->info().hidden_size, tokenizer_->describe(), device_.str(), c10::toString(dtype_));
-    if (const auto warning = random_weights_warning(folder, runtime().name, "model", "scores");
+    spdlog::info("executor '{}' replica {}: cross-encoder {} {}", runtime().name, runtime().replica, replica_.folder,
+                 replica_.describe());
+    if (const auto warning = random_weights_warning(replica_.folder, runtime().name, "model", "scores");
         !warning.empty() && runtime().replica == 0) {
       spdlog::warn("{}", warning);
     }
@@ -177,7 +149,7 @@ class Reranker : public Executor {
     if (pairs.empty()) return out;
     c10::InferenceMode guard;
     std::optional<c10::StreamGuard> on_stream;
-    if (stream_) on_stream.emplace(*stream_);
+    if (replica_.stream) on_stream.emplace(*replica_.stream);
     ids_.clear();
     types_.clear();
     lengths_of_pairs_.clear();
@@ -190,30 +162,25 @@ class Reranker : public Executor {
         candidates_.push_back(query.matches[pairs[last].match].text);
         ++last;
       }
-      tokenizer_->encode_pairs_into(query.text, candidates_, max_length_, ids_, typed_ ? &types_ : nullptr,
-                                    lengths_of_pairs_);
+      replica_.tokenizer->encode_pairs_into(query.text, candidates_, replica_.max_length, ids_,
+                                            replica_.typed ? &types_ : nullptr, lengths_of_pairs_);
       first = last;
     }
     offsets_.assign(1, 0);
     for (const std::size_t n : lengths_of_pairs_) offsets_.push_back(offsets_.back() + n);
     // Longest first, batch_size pairs a pass (models::PassPlanner); each pass's scores back to their pairs.
-    planner_.plan({ids_, offsets_, types_});
-    for (const models::Pass& pass : planner_.passes()) {
-      const at::Tensor scores = model_->score(pass.batch, raw).select(1, 0).to(at::kCPU);
+    replica_.planner.plan({ids_, offsets_, types_});
+    for (const models::Pass& pass : replica_.planner.passes()) {
+      const at::Tensor scores = replica_.model->score(pass.batch, raw).select(1, 0).to(at::kCPU);
       const float* s = scores.data_ptr<float>();
       for (std::size_t r = 0; r < pass.sequences.size(); ++r) out[pass.sequences[r]] = s[r];
     }
     return out;
   }
 
-  c10::Device device_{c10::kCPU};
-  c10::ScalarType dtype_ = c10::kFloat;
-  std::unique_ptr<models::Tokenizer> tokenizer_;
-  std::shared_ptr<const models::CrossEncoderModel> model_;
-  std::optional<c10::Stream> stream_;
-  std::size_t max_length_ = 512, top_n_ = 0;
-  bool raw_ = false, typed_ = false;
-  models::PassPlanner planner_{{128, 0}};  // batch_size pairs a pass
+  models::CrossEncoderReplica replica_;  // model, tokenizer, stream, planner (batch_size pairs a pass)
+  std::size_t top_n_ = 0;
+  bool raw_ = false;
   // Buffers reused across requests.
   std::vector<std::int32_t> ids_, types_;
   std::vector<std::size_t> offsets_, lengths_of_pairs_;

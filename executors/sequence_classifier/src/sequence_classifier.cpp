@@ -6,6 +6,7 @@
 #include "flowline/executor.hpp"
 #include "flowline/model_folder.hpp"
 #include "flowline/models/cross_encoder.hpp"
+#include "flowline/models/cross_encoder_replica.hpp"
 #include "flowline/models/outputs.hpp"
 #include "flowline/models/pass_planner.hpp"
 #include "flowline/models/tokenizer.hpp"
@@ -112,27 +113,20 @@ class SequenceClassifier : public Executor {
         "SequenceClassifier",
         fmt::format("Label each text (or text pair) with a *ForSequenceClassification checkpoint ({}; LibTorch)",
                     fmt::join(models::supported_architectures(models::Checkpoint::Use::CrossEncoder), ", ")),
-        {ParamSpec::required_param("model", ParamType::Path,
-                                   "*ForSequenceClassification checkpoint folder, or a model name ORG/NAME in the "
-                                   "local Hugging Face cache ($HF_HOME/hub)")
-             .hub_model_name()
-             .check(model_problem),
-         ParamSpec::optional("device", ParamType::String, "",
-                             "cpu, cuda, cuda:N or auto; empty: the executor's device in the flow"),
-         ParamSpec::choice("dtype", {"fp32", "fp16", "bf16", "float32", "float16", "bfloat16"}, "fp32",
-                           "weights and activations (fp16 needs a GPU)"),
-         ParamSpec::optional("max_seq_length", ParamType::Int, 0,
-                             "truncate texts and pairs to this many tokens (0: the model's)")
-             .min(0),
-         ParamSpec::optional("batch_size", ParamType::Int, 64, "sequences per forward pass").min(1),
-         ParamSpec::optional("top_k", ParamType::Int, 0, "labels kept per document, best first (0: all)").min(0),
+        models::cross_encoder_params(
+            "*ForSequenceClassification checkpoint folder, or a model name ORG/NAME in the local Hugging Face "
+            "cache ($HF_HOME/hub)",
+            model_problem, "texts and pairs", 64, "sequences per forward pass"),
+        {"/classify"},
+    };
+    spec.params.insert(
+        spec.params.end(),
+        {ParamSpec::optional("top_k", ParamType::Int, 0, "labels kept per document, best first (0: all)").min(0),
          function_param("auto",
                         "what turns logits into scores: auto (as transformers' text-classification pipeline: "
                         "sigmoid for multi-label or one label, none for regression, else softmax), none, sigmoid, "
                         "softmax"),
-         ParamSpec::optional("raw_scores", ParamType::Bool, false, "the logits (function_to_apply none)")},
-        {"/classify"},
-    };
+         ParamSpec::optional("raw_scores", ParamType::Bool, false, "the logits (function_to_apply none)")});
     spec.replicas_per_gpu = 2;
     return spec;
   }
@@ -151,41 +145,16 @@ class SequenceClassifier : public Executor {
                                   "usage figures)")}}};
   }
 
-  explicit SequenceClassifier(const ExecutorContext& context) : Executor(context) {
-    const std::string folder = params().get<std::string>("model");
-    device_ = executor_device(params().get<std::string>("device"), runtime().device);
-    dtype_ = parse_dtype(params().get<std::string>("dtype"));
-    if (device_.is_cpu() && dtype_ == c10::kHalf) {
-      throw Error("parameter 'dtype': fp16 needs a GPU device; use fp32 or bf16 on the CPU");
-    }
-    const auto checkpoint = models::Checkpoint::read(folder);
-    tokenizer_ = models::Tokenizer::from_folder(folder);
-    model_ = shared_per_device<models::CrossEncoderModel>(folder, device_, dtype_, [&] {
-      return std::make_shared<const models::CrossEncoderModel>(checkpoint, device_, dtype_);
-    });
-    labels_ = read_labels(checkpoint, model_->num_labels());
-    auto_function_ = pipeline_function(checkpoint, model_->num_labels());
-    max_length_ = params().get<std::size_t>("max_seq_length");
-    const auto model_max = static_cast<std::size_t>(model_->checkpoint().max_seq_length);
-    if (max_length_ == 0) max_length_ = model_max;
-    if (max_length_ < tokenizer_->special_tokens_count(true) + 2 || max_length_ > model_max) {
-      throw Error(fmt::format("parameter 'max_seq_length': {} is outside {}..{}", max_length_,
-                              tokenizer_->special_tokens_count(true) + 2, model_max));
-    }
-    // Pairs' type ids, unless the model has one type or the tokenizer's model_input_names leaves them out.
-    typed_ = model_->info().type_vocab_size > 1 && tokenizer_->type_ids_input();
-    planner_.set_budget({params().get<std::size_t>("batch_size"), 0});
+  explicit SequenceClassifier(const ExecutorContext& context) : Executor(context), replica_(params(), runtime()) {
+    labels_ = read_labels(replica_.model->checkpoint(), replica_.model->num_labels());
+    auto_function_ = pipeline_function(replica_.model->checkpoint(), replica_.model->num_labels());
     top_k_ = params().get<std::size_t>("top_k");
     function_ = params().get<std::string>("function_to_apply");
     raw_ = params().get<bool>("raw_scores");
-    if (device_.is_cuda()) stream_ = replica_stream(device_);
-    spdlog::info(
-        "executor '{}' replica {}: sequence classifier {} ({}, {} layers, hidden {}, labels {}; {} by "
-        "default; tokenizer {}) on {} in {}",
-        runtime().name, runtime().replica, folder, model_->info().model_type, model_->info().num_layers,
-        model_->info().hidden_size, fmt::join(labels_, ", "), name_of(resolve(function_, raw_)), tokenizer_->describe(),
-        device_.str(), c10::toString(dtype_));
-    if (const auto warning = random_weights_warning(folder, runtime().name, "model", "labels");
+    spdlog::info("executor '{}' replica {}: sequence classifier {} {}, labels {}, {} by default", runtime().name,
+                 runtime().replica, replica_.folder, replica_.describe(), fmt::join(labels_, ", "),
+                 name_of(resolve(function_, raw_)));
+    if (const auto warning = random_weights_warning(replica_.folder, runtime().name, "model", "labels");
         !warning.empty() && runtime().replica == 0) {
       spdlog::warn("{}", warning);
     }
@@ -245,38 +214,34 @@ class SequenceClassifier : public Executor {
     for (const Document& doc : docs) {
       std::size_t n = 0;
       if (const auto pair = text_pair(doc)) {
-        n = tokenizer_->encode_pair_into(doc.text, *pair, max_length_, ids_, typed_ ? &types_ : nullptr);
+        n = replica_.tokenizer->encode_pair_into(doc.text, *pair, replica_.max_length, ids_,
+                                                 replica_.typed ? &types_ : nullptr);
       } else {
-        n = tokenizer_->encode_into(doc.text, max_length_, ids_);
-        if (typed_) types_.resize(types_.size() + n, 0);  // a single text's template is all type 0
+        n = replica_.tokenizer->encode_into(doc.text, replica_.max_length, ids_);
+        if (replica_.typed) types_.resize(types_.size() + n, 0);  // a single text's template is all type 0
       }
       offsets_.push_back(offsets_.back() + n);
     }
     c10::InferenceMode guard;
     std::optional<c10::StreamGuard> on_stream;
-    if (stream_) on_stream.emplace(*stream_);
-    planner_.plan({ids_, offsets_, types_});
-    at::Tensor out = at::empty({static_cast<std::int64_t>(docs.size()), model_->num_labels()},
-                               at::TensorOptions().dtype(at::kFloat).device(device_));
-    std::vector<std::int64_t> order(planner_.order().begin(), planner_.order().end());
-    const at::Tensor rows = at::tensor(order, at::kLong).to(device_);
-    for (const models::Pass& pass : planner_.passes()) {
-      models::scatter_rows(out, rows, pass, model_->score(pass.batch, /*raw=*/true));
+    if (replica_.stream) on_stream.emplace(*replica_.stream);
+    replica_.planner.plan({ids_, offsets_, types_});
+    at::Tensor out = at::empty({static_cast<std::int64_t>(docs.size()), replica_.model->num_labels()},
+                               at::TensorOptions().dtype(at::kFloat).device(replica_.device));
+    std::vector<std::int64_t> order(replica_.planner.order().begin(), replica_.planner.order().end());
+    const at::Tensor rows = at::tensor(order, at::kLong).to(replica_.device);
+    for (const models::Pass& pass : replica_.planner.passes()) {
+      models::scatter_rows(out, rows, pass, replica_.model->score(pass.batch, /*raw=*/true));
     }
     return out.to(at::kCPU);
   }
 
-  c10::Device device_{c10::kCPU};
-  c10::ScalarType dtype_ = c10::kFloat;
-  std::unique_ptr<models::Tokenizer> tokenizer_;
-  std::shared_ptr<const models::CrossEncoderModel> model_;
-  std::optional<c10::Stream> stream_;
-  std::vector<std::string> labels_;  // by index: config.json's id2label
+  models::CrossEncoderReplica replica_;  // model, tokenizer, stream, planner (batch_size sequences a pass)
+  std::vector<std::string> labels_;      // by index: config.json's id2label
   Function auto_function_ = Function::Softmax;
   std::string function_ = "auto";
-  std::size_t max_length_ = 512, top_k_ = 0;
-  bool raw_ = false, typed_ = false;
-  models::PassPlanner planner_{{64, 0}};  // batch_size sequences a pass
+  std::size_t top_k_ = 0;
+  bool raw_ = false;
   // Buffers reused across requests.
   std::vector<std::int32_t> ids_, types_;
   std::vector<std::size_t> offsets_;

@@ -1,0 +1,57 @@
+// CrossEncoderReplica and the shared parameters of executors over classification heads
+// (flowline/models/cross_encoder_replica.hpp).
+#include "flowline/models/cross_encoder_replica.hpp"
+
+#include "flowline/error.hpp"
+#include "flowline/torch_support.hpp"
+
+#include <fmt/format.h>
+
+namespace flowline::models {
+
+std::vector<ParamSpec> cross_encoder_params(
+    std::string model_help, std::function<std::optional<std::string>(const boost::json::value&)> model_check,
+    std::string truncated, std::int64_t batch_size, std::string batch_help) {
+  return {ParamSpec::required_param("model", ParamType::Path, std::move(model_help))
+              .hub_model_name()
+              .check(std::move(model_check)),
+          ParamSpec::optional("device", ParamType::String, "",
+                              "cpu, cuda, cuda:N or auto; empty: the executor's device in the flow"),
+          ParamSpec::choice("dtype", {"fp32", "fp16", "bf16", "float32", "float16", "bfloat16"}, "fp32",
+                            "weights and activations (fp16 needs a GPU)"),
+          ParamSpec::optional("max_seq_length", ParamType::Int, 0,
+                              fmt::format("truncate {} to this many tokens (0: the model's)", truncated))
+              .min(0),
+          ParamSpec::optional("batch_size", ParamType::Int, batch_size, std::move(batch_help)).min(1)};
+}
+
+CrossEncoderReplica::CrossEncoderReplica(const Params& params, const RuntimeInfo& runtime)
+    : folder(params.get<std::string>("model")) {
+  device = executor_device(params.get<std::string>("device"), runtime.device);
+  dtype = parse_dtype(params.get<std::string>("dtype"));
+  if (device.is_cpu() && dtype == c10::kHalf) {
+    throw Error("parameter 'dtype': fp16 needs a GPU device; use fp32 or bf16 on the CPU");
+  }
+  const auto checkpoint = Checkpoint::read(folder);
+  tokenizer = Tokenizer::from_folder(folder);
+  model = shared_per_device<CrossEncoderModel>(
+      folder, device, dtype, [&] { return std::make_shared<const CrossEncoderModel>(checkpoint, device, dtype); });
+  max_length = params.get<std::size_t>("max_seq_length");
+  const auto model_max = static_cast<std::size_t>(model->checkpoint().max_seq_length);
+  if (max_length == 0) max_length = model_max;
+  if (max_length < tokenizer->special_tokens_count(true) + 2 || max_length > model_max) {
+    throw Error(fmt::format("parameter 'max_seq_length': {} is outside {}..{}", max_length,
+                            tokenizer->special_tokens_count(true) + 2, model_max));
+  }
+  typed = model->info().type_vocab_size > 1 && tokenizer->type_ids_input();
+  planner.set_budget({params.get<std::size_t>("batch_size"), 0});
+  if (device.is_cuda()) stream = replica_stream(device);
+}
+
+std::string CrossEncoderReplica::describe() const {
+  return fmt::format("({}, {} layers, hidden {}; tokenizer {}) on {} in {}", model->info().model_type,
+                     model->info().num_layers, model->info().hidden_size, tokenizer->describe(), device.str(),
+                     c10::toString(dtype));
+}
+
+}  // namespace flowline::models
