@@ -499,6 +499,44 @@ TEST_CASE("prompts are put before the texts as sentence-transformers does, per e
                                       "' has the prompts document, passage, query"));
 }
 
+TEST_CASE("a request's dimensions keeps the first N values normalised again; more than the model has is refused",
+          "[encoder][params]") {
+  Flow flow(FlowOptions{}, encoder_registry());
+  flow.add({.name = "encoder",
+            .uses = "SentenceEncoder",
+            .with = {{"model", (kData / "tiny-bert").string()}},
+            .device = "cpu"});
+  const auto post = [&](boost::json::object parameters) {
+    DocumentArray docs;
+    for (const char* t : {"Alice was beginning to get very tired", "of sitting by her sister on the bank", "x"}) {
+      docs.push_back(Document(t));
+    }
+    return flow.post("/encode", std::move(docs), PostOptions{.parameters = std::move(parameters)}).embeddings();
+  };
+  const at::Tensor full = post({}).to(at::kDouble);
+  const at::Tensor eight = post({{"dimensions", 8.0}}).to(at::kDouble);  // Jina's clients send numbers as doubles
+  REQUIRE(eight.size(1) == 8);
+  const at::Tensor kept = full.narrow(1, 0, 8);
+  const at::Tensor expected = kept / kept.norm(2, {1}, true);
+  CHECK((eight - expected).abs().max().item<double>() < 1e-6);
+  CHECK(post({{"dimensions", full.size(1)}}).size(1) == full.size(1));
+  ArraySource source([] {
+    DocumentArray docs;
+    docs.push_back(Document("a"));
+    return docs;
+  }());
+  std::vector<Response> answers;
+  flow.post(
+      "/encode", source, [&](Response&& r) { answers.push_back(std::move(r)); },
+      PostOptions{.parameters = {{"dimensions", 1000}}});
+  REQUIRE(answers.size() == 1);
+  CHECK(answers[0].request_error);
+  CHECK_THAT(answers[0].error,
+             testing::contains(fmt::format("parameter 'dimensions': 1000 is more than the model's embeddings have ({})",
+                                           full.size(1))));
+  CHECK_THROWS_WITH(post({{"dimensions", 2.5}}), testing::contains("parameter 'dimensions': expected an integer"));
+}
+
 TEST_CASE("normalize: false on a checkpoint that normalizes fails the start; true normalizes one that does not",
           "[encoder]") {
   // Checked once, when the executor is made, not on every request.

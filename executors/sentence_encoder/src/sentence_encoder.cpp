@@ -134,7 +134,11 @@ class SentenceEncoder : public Executor {
                                   "a text put before each text, instead of any prompt_name"),
               ParamSpec::optional("count_tokens", ParamType::Bool, false,
                                   "each document's tokens, special ones included, in tags.tokens (the gateway's "
-                                  "usage figures)")}}};
+                                  "usage figures)"),
+              ParamSpec::optional("dimensions", ParamType::Int, nullptr,
+                                  "the first N values of each embedding, L2-normalised again (Matryoshka, as "
+                                  "OpenAI's and TEI's `dimensions`); more than the model gives is refused")
+                  .min(1)}}};
   }
 
   explicit SentenceEncoder(const ExecutorContext& context) : Executor(context) {
@@ -416,6 +420,7 @@ class SentenceEncoder : public Executor {
     } else if (stream_) {
       result = output_staging_.to_host(result, *stream_);
     }
+    if (const auto dims = request.param_or<std::size_t>("dimensions", 0); dims != 0) result = sized(result, dims);
     // NaN or infinity is never handed out as an embedding: the request fails, naming its documents.
     models::check_finite(result, "embedding");
     docs.set_embeddings(result);
@@ -429,6 +434,19 @@ class SentenceEncoder : public Executor {
     metrics().add("enqueue_seconds", std::chrono::duration<double>(enqueued - tokenized).count());
     metrics().add("launch_seconds", figures.launch_seconds);
     metrics().add("wait_seconds", std::chrono::duration<double>(done - enqueued).count());
+  }
+
+  // The request's `dimensions`: each row's first `dims` values, normalised again in double (a zero row stays
+  // zero), as the gateway's OpenAI and TEI routes give them. More than the model gives is the client's mistake.
+  at::Tensor sized(const at::Tensor& rows, std::size_t dims) const {
+    const auto size = static_cast<std::size_t>(rows.size(1));
+    if (dims == size) return rows;
+    if (dims > size) {
+      throw RequestError(
+          fmt::format("parameter 'dimensions': {} is more than the model's embeddings have ({})", dims, size));
+    }
+    const at::Tensor kept = rows.narrow(1, 0, static_cast<std::int64_t>(dims)).to(at::kDouble);
+    return (kept / kept.norm(2, {1}, /*keepdim=*/true).clamp_min(1e-300)).to(rows.scalar_type()).contiguous();
   }
 
   // The prompt of this request: its parameters' prompt (a text) or prompt_name (the checkpoint's), else the
