@@ -1,12 +1,12 @@
 // Loading CUDA on demand: LibTorch's CUDA library (which registers LibTorch's CUDA backend as it loads)
 // and flowline's own CUDA part, the first time a flow names a GPU. A CPU-only process maps neither.
+// load_cuda() (device.cpp) and load_gpu_part() (torch_support.cpp) are the public faces of this.
 #include "cuda_loading.hpp"
 
 #include "shared_library.hpp"
 
 #include "flowline/device.hpp"
 #include "flowline/error.hpp"
-#include "flowline/torch_support.hpp"
 
 #include <ATen/Context.h>
 #include <ATen/detail/CUDAHooksInterface.h>
@@ -50,7 +50,7 @@ CudaLoad load() {
             "looked too early (call flowline::load_cuda() before any CUDA use)"};
   }
   const std::filesystem::path part =
-      detail::library_folder(reinterpret_cast<const void*>(&load_cuda)) / "libflowline_cuda.so";
+      detail::library_folder(reinterpret_cast<const void*>(&detail::cuda_api)) / "libflowline_cuda.so";
   if (!std::filesystem::exists(part)) {
     return {nullptr, fmt::format("flowline's CUDA part; none in {} (flowline was built without CUDA)",
                                  part.parent_path().string())};
@@ -78,27 +78,11 @@ const CudaLoad& loaded() {
 
 }  // namespace
 
-std::optional<std::string> load_cuda() {
-  const CudaLoad& result = loaded();
-  if (result.api) return std::nullopt;
-  return result.problem;
-}
-
-void* load_gpu_part(const void* code, const std::string& file, const char* entry) {
-  if (auto missing = load_cuda()) throw Error(fmt::format("{} needs {}", file, *missing));
-  const std::filesystem::path path = detail::library_folder(code) / file;
-  std::string error;
-  void* symbol = detail::open_entry(path, entry, RTLD_LOCAL, error);
-  if (symbol == nullptr) {
-    throw Error(
-        fmt::format("GPU part {} does not load ({}); flowline may have been built without CUDA", path.string(), error));
-  }
-  return symbol;
-}
-
 namespace detail {
 
 const CudaApi* cuda_api() { return loaded().api; }
+
+const std::string& cuda_problem() { return loaded().problem; }
 
 }  // namespace detail
 }  // namespace flowline

@@ -22,6 +22,11 @@
 
 namespace flowline {
 
+std::optional<std::string> load_cuda() {
+  if (detail::cuda_api()) return std::nullopt;
+  return detail::cuda_problem();
+}
+
 int cuda_device_count() {
   if (load_cuda()) return 0;
   try {

@@ -12,8 +12,7 @@
 #include "runtime/replica.hpp"
 #include "runtime/request.hpp"
 #include "runtime/stages.hpp"
-#include "runtime/thread_name.hpp"
-#include "remote/remote_replica.hpp"
+#include "thread_name.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -95,9 +94,8 @@ void Flow::Impl::start() {
   sink_join_ = std::move(built.sink_join);
   for (auto& stage : stages_) {
     for (Stage* worker : stage->workers()) {
-      if (!worker->remote) continue;
       try {
-        worker->remote->start();
+        runtime::start_remote_hosts(*worker);
       } catch (const Error& e) {
         const std::string name = stage->config->name;
         stages_.clear();
@@ -172,8 +170,7 @@ void Flow::Impl::close_locked(RunOutcome outcome) {
       for (auto& t : w->threads) t.join();
       w->threads.clear();
       w->replicas.clear();
-      if (w->remote) figures_.keep_remote_hosts(*w->remote);
-      w->remote.reset();
+      figures_.keep_remote_hosts(*w);
     }
   }
   observers_.flow_stop();

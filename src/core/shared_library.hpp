@@ -1,5 +1,6 @@
 // shared_library.hpp — the dlfcn steps flowline's loaders share: plugins (plugin.cpp), CUDA and the
-// executors' GPU parts (cuda_loading.cpp). Internal to flowline::core. Thread-safe; dlerror() is per thread.
+// executors' GPU parts (cuda_loading.cpp,
+// torch_support.cpp). Internal to flowline::core. Thread-safe; dlerror() is per thread.
 #pragma once
 
 #include <filesystem>

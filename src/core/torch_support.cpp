@@ -5,14 +5,30 @@
 #include "flowline/error.hpp"
 
 #include "cuda_loading.hpp"
+#include "shared_library.hpp"
 
 #include <ATen/ATen.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <fmt/format.h>
 
+#include <dlfcn.h>
+
 #include <algorithm>
+#include <filesystem>
 
 namespace flowline {
+
+void* load_gpu_part(const void* code, const std::string& file, const char* entry) {
+  if (auto missing = load_cuda()) throw Error(fmt::format("{} needs {}", file, *missing));
+  const std::filesystem::path path = detail::library_folder(code) / file;
+  std::string error;
+  void* symbol = detail::open_entry(path, entry, RTLD_LOCAL, error);
+  if (symbol == nullptr) {
+    throw Error(
+        fmt::format("GPU part {} does not load ({}); flowline may have been built without CUDA", path.string(), error));
+  }
+  return symbol;
+}
 
 c10::ScalarType parse_dtype(const std::string& name) {
   if (name == "fp32" || name == "float32") return c10::kFloat;

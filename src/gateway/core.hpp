@@ -15,7 +15,7 @@
 #include "metrics.hpp"
 #include "protocols.hpp"
 
-#include "../core/net/tcp_server.hpp"
+#include "net/tcp_server.hpp"
 
 #include "flowline/flow.hpp"
 #include "flowline/gateway.hpp"

@@ -15,7 +15,7 @@
 #include "protocols.hpp"
 #include "routes.hpp"
 
-#include "../core/net/tcp_server.hpp"
+#include "net/tcp_server.hpp"
 
 #include "flowline/flow.hpp"
 #include "flowline/gateway.hpp"

@@ -6,7 +6,7 @@
 #include "frame_body.hpp"
 #include "wire.hpp"
 
-#include "../net/tcp_server.hpp"
+#include "net/tcp_server.hpp"
 
 #include "flowline/error.hpp"
 #include "flowline/flow.hpp"

@@ -144,9 +144,17 @@ void FlowFigures::forget_remote_hosts() {
   last_remote_hosts_.clear();
 }
 
-void FlowFigures::keep_remote_hosts(const remote::RemoteGroup& group) {
-  std::lock_guard lock(remote_mutex_);
-  for (auto& host : group.stats()) last_remote_hosts_.push_back(std::move(host));
+void FlowFigures::keep_remote_hosts(Stage& worker) {
+  if (!worker.remote) return;
+  {
+    std::lock_guard lock(remote_mutex_);
+    for (auto& host : worker.remote->stats()) last_remote_hosts_.push_back(std::move(host));
+  }
+  worker.remote.reset();
+}
+
+void start_remote_hosts(Stage& worker) {
+  if (worker.remote) worker.remote->start();
 }
 
 FlowStats FlowFigures::snapshot(const std::vector<std::unique_ptr<Stage>>* running, bool stages_readable) const {

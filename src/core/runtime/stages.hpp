@@ -78,6 +78,11 @@ struct Stages {
 // `registry` must outlive the result (stages point into them).
 Stages build_stages(const FlowConfig& config, Registry& registry);
 
+// At start(), after build_stages(): connects `worker`'s remote hosts when it is a remote executor's Stage
+// (one of workers()); does nothing for a local one. Throws Error when they cannot be started. The Flow
+// front reaches remote/ only through this and FlowFigures::keep_remote_hosts.
+void start_remote_hosts(Stage& worker);
+
 // Flow::stats()'s sources: the per-replica accounting and the device monitor (both attached to the flow's
 // observers here), the remote hosts as the last close() left them, and, while the flow runs, the stages.
 class FlowFigures {
@@ -87,8 +92,9 @@ class FlowFigures {
 
   // At start(): the previous run's remote hosts are forgotten.
   void forget_remote_hosts();
-  // At close(), for each remote stage before it is torn down: its hosts' figures are kept for stats().
-  void keep_remote_hosts(const remote::RemoteGroup& group);
+  // At close(), for each worker Stage after its threads are joined: a remote one's hosts' figures are kept
+  // for stats() and its hosts are dropped; a local one is left as it is.
+  void keep_remote_hosts(Stage& worker);
 
   // The figures now. `running`: the stages while the flow runs (queues and live remote hosts are read from
   // them), or nullptr when it is not running (the remote hosts as close() left them). `stages_readable`:

@@ -1,7 +1,8 @@
 // The Asio skeleton of flowline's TCP servers — the executor server (src/core/remote/executor_server.cpp) and
 // the gateway's HTTP front (src/gateway/http_front.cpp) — so that binding, the accept loop with its
 // connection bound, the list of open sessions for a drain and the I/O threads are written once. Header-only,
-// private to flowline (the gateway includes it from here).
+// private to flowline: src/common is a PRIVATE include folder of flowline_core and flowline_gateway, so
+// both write `#include "net/tcp_server.hpp"`.
 //
 //   net::Listener<Session> listener;             // declared before the threads: see below
 //   net::IoThreads threads;                      // owns the io_context
@@ -24,7 +25,7 @@
 #pragma once
 
 #include "flowline/error.hpp"
-#include "../runtime/thread_name.hpp"
+#include "thread_name.hpp"
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>

@@ -1,6 +1,7 @@
 // Names the calling thread, so that `top -H`, perf and gdb tell flowline's threads apart: "io" for the
 // gateway's and executor server's I/O threads, "EXECUTOR/R" for replica R of an executor. Linux keeps the
-// first 15 bytes; elsewhere this does nothing. Private to flowline's core.
+// first 15 bytes; elsewhere this does nothing. Private to flowline: in src/common, a PRIVATE include folder
+// of flowline_core and flowline_gateway (the TCP server's I/O threads use it).
 #pragma once
 
 #include <algorithm>
