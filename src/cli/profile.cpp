@@ -4,6 +4,7 @@
 #include "launcher.hpp"
 #include "outputs.hpp"
 #include "plot.hpp"
+#include "stats_json.hpp"
 
 #include "flowline/flowline.hpp"
 
@@ -458,9 +459,7 @@ void write_json(const ProfileOptions& o, const std::string& executor, const std:
     root["fit_per_token"] =
         boost::json::object{{"intercept_mib", a.per_token.intercept}, {"mib_per_token", a.per_token.slope}};
   }
-  std::ofstream out(o.json, std::ios::binary | std::ios::trunc);
-  out << boost::json::serialize(root) << "\n";
-  if (!out) throw Error(fmt::format("cannot write '{}'", o.json));
+  write_json_file(o.json, std::move(root));
 }
 
 // The plot: memory and throughput against batch size.

@@ -1,0 +1,255 @@
+// `flowline run` (run.hpp): options, preparing the input and output, posting with progress and interrupts,
+// and the end-of-run report (--stats as a table here, --stats-json through stats_json.hpp).
+#include "run.hpp"
+
+#include "launcher.hpp"
+#include "outputs.hpp"
+#include "progress.hpp"
+#include "run_output.hpp"
+#include "stats_json.hpp"
+
+#include "flowline/flowline.hpp"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <optional>
+#include <unistd.h>
+
+namespace flowline::cli {
+namespace {
+
+std::string megabytes(std::int64_t bytes) { return fmt::format("{:.1f}", static_cast<double>(bytes) / (1 << 20)); }
+
+// The per-replica table printed by `run --stats`.
+void print_stats(const FlowStats& stats, const PostSummary& summary) {
+  fmt::print(stderr, "\n{:<14} {:>3} {:<8} {:>9} {:>8} {:>6} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10}\n", "executor",
+             "rep", "device", "docs", "batches", "errors", "mean ms", "p50 ms", "p99 ms", "load MiB", "peak alloc",
+             "peak resv");
+  for (const auto& r : stats.replicas) {
+    fmt::print(stderr, "{:<14} {:>3} {:<8} {:>9} {:>8} {:>6} {:>9.2f} {:>9.2f} {:>9.2f} {:>9} {:>10} {:>10}\n",
+               r.executor, r.replica, r.device, r.documents, r.batches, r.errors, r.batch_ms_mean, r.batch_ms_p50,
+               r.batch_ms_p99, r.has_gpu_memory ? megabytes(r.gpu_load_bytes) : "n/a",
+               r.has_gpu_memory ? megabytes(r.gpu_peak_allocated_bytes) : "n/a",
+               r.has_gpu_memory ? megabytes(r.gpu_peak_reserved_bytes) : "n/a");
+  }
+  for (const auto& h : stats.remote_hosts) {
+    fmt::print(stderr, "{} host {}: {}, {} requests answered, lost {}x, back {}x, {} batches re-queued{}\n", h.executor,
+               h.address, h.connected ? "connected" : "down", h.requests, h.lost, h.reconnects, h.requeued_batches,
+               h.last_error.empty() ? "" : fmt::format(" (last error: {})", h.last_error));
+  }
+  for (const auto& d : stats.devices) {
+    fmt::print(stderr, "{}: allocator load {} MiB, peak allocated {} MiB, peak reserved {} MiB", d.device,
+               megabytes(d.load_bytes), megabytes(d.peak_allocated_bytes), megabytes(d.peak_reserved_bytes));
+    if (d.has_nvml) {
+      const double diff = d.nvml_peak_used_bytes > 0
+                              ? 100.0 * static_cast<double>(d.accounted_peak_bytes() - d.nvml_peak_used_bytes) /
+                                    static_cast<double>(d.nvml_peak_used_bytes)
+                              : 0.0;
+      fmt::print(
+          stderr,
+          "; NVML: total {} MiB, in use at start {} MiB, context {} MiB, peak {} MiB (accounted {} MiB, {:+.2f}%)",
+          megabytes(d.nvml_total_bytes), megabytes(d.nvml_used_at_start_bytes), megabytes(d.outside_allocator_bytes()),
+          megabytes(d.nvml_peak_used_bytes), megabytes(d.accounted_peak_bytes()), diff);
+    } else {
+      fmt::print(stderr, "; NVML not available");
+    }
+    fmt::print(stderr, "\n");
+  }
+  const bool any_gpu =
+      std::any_of(stats.replicas.begin(), stats.replicas.end(), [](const auto& r) { return r.has_gpu_memory; });
+  fmt::print(stderr, "host peak RSS {:.1f} MiB; total {:.3f} s for {} docs{}\n", stats.host_peak_rss_mb,
+             summary.seconds, summary.documents,
+             any_gpu ? "" : "; GPU figures not available (no executor runs on a GPU)");
+  fmt::print(
+      stderr,
+      "posting thread: {:.3f} s reading the input, {:.3f} s delivering responses, the rest waiting for the flow\n",
+      summary.source_seconds, summary.deliver_seconds);
+}
+
+// --input-format, or when not given the input's own: jsonl for a .jsonl or .ndjson file, else lines.
+std::string input_format_for(const std::string& given, const std::string& input) {
+  if (!given.empty()) return given;
+  const std::string extension = std::filesystem::path(input).extension().string();
+  return extension == ".jsonl" || extension == ".ndjson" ? "jsonl" : "lines";
+}
+
+// What `run` needs before the flow starts: the validated config (with --request-size and --set), the
+// input and the --output writer. Prints what is wrong and returns false (exit 2).
+struct RunSetup {
+  FlowConfig config;
+  std::unique_ptr<DocumentSource> source;
+  std::optional<RunOutput> output;
+};
+
+bool prepare_run(const RunOptions& o, RunSetup& setup) {
+  try {
+    setup.config = load_flow_with_sets(o.flow, o.sets);
+    if (o.request_size > 0) setup.config.options.request_size = o.request_size;
+  } catch (const ConfigError& e) {
+    print_config_error(e);
+    return false;
+  }
+  if (!outputs_are_free(setup.config, o.output, o.overwrite)) return false;
+  try {
+    const InputFormat format = parse_input_format(input_format_for(o.input_format, o.input));
+    setup.source = o.input == "-" ? open_stdin_source(format) : open_file_source(o.input, format);
+  } catch (const Error& e) {
+    fmt::print(stderr, "error: input: {}\n", e.what());
+    return false;
+  }
+  if (!o.output.empty()) {
+    try {
+      setup.output.emplace(o.output);
+    } catch (const Error& e) {
+      fmt::print(stderr, "error: --output: {}\n", e.what());
+      return false;
+    }
+  }
+  return true;
+}
+
+// The end of a run that was not interrupted: the progress summary, --stats and --stats-json.
+// `after_post_seconds`: from the end of post() until every executor closed and the output was complete.
+void report_run(const RunOptions& o, const Flow& flow, const PostSummary& summary,
+                const std::optional<RunOutput>& output, const std::string& written,
+                std::chrono::system_clock::time_point post_ended, double after_post_seconds) {
+  if (o.stats && output) {
+    const WriterStats w = output->stats();
+    fmt::print(stderr, "output: {}; formatting {:.3f} s (thread time), writing {:.3f} s\n", written, w.format_seconds,
+               w.write_seconds);
+  }
+  if (!o.stats && o.stats_json.empty()) return;
+  const FlowStats stats = flow.stats();
+  if (o.stats) print_stats(stats, summary);
+  if (!o.stats_json.empty()) {
+    std::optional<WriterStats> writer;
+    if (output) writer = output->stats();
+    write_stats_json(o.stats_json, stats, summary, post_ended, after_post_seconds, writer);
+  }
+}
+
+// The documents go to standard output with `--output -`: everything else the run says (the log included)
+// goes to standard error then.
+void keep_standard_output_for(const std::optional<RunOutput>& output) {
+  if (!output || !output->to_standard_output()) return;
+  auto logger = spdlog::stderr_color_mt("flowline-stderr");
+  logger->set_level(spdlog::default_logger()->level());
+  spdlog::set_default_logger(std::move(logger));
+}
+
+}  // namespace
+
+constexpr const char* kOutputHelp =
+    "write the resulting documents here; the extension picks the format: .jsonl, .npy or .safetensors (the last "
+    "two: the embeddings, with ids, texts and tags in NAME.docs.jsonl beside them); - writes JSONL to standard "
+    "output (everything else then goes to standard error). Written as NAME.partial, renamed to NAME when the run "
+    "completes";
+
+CLI::App* add_run_command(CLI::App& app, RunOptions& o, const std::vector<std::string>& format_names) {
+  auto* cmd = app.add_subcommand("run", "Post the documents of an input file through a flow");
+  cmd->add_option("flow", o.flow, "flow file (YAML)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--input,-i", o.input, "input file or folder; - reads standard input")->required();
+  cmd->add_option("--input-format", o.input_format,
+                  "lines: a document per line; paragraphs: per blank-line separated paragraph; jsonl: a JSON "
+                  "document per line; text: the whole file (default: jsonl for a .jsonl or .ndjson input, else lines)")
+      ->check(CLI::IsMember(format_names));
+  cmd->add_option("--output,-o", o.output, kOutputHelp);
+  cmd->add_option("--endpoint,-e", o.endpoint,
+                  "endpoint to post to (default: the flow's with.endpoint, which defaults to /)");
+  cmd->add_option("--request-size", o.request_size, "documents per request (default: the flow's)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--progress", o.progress, "auto (on a terminal), always or never")
+      ->check(CLI::IsMember({"auto", "always", "never"}))
+      ->capture_default_str();
+  cmd->add_flag("--stats", o.stats,
+                "print per-replica accounting at the end: documents, batches, errors, batch time, GPU memory");
+  cmd->add_option("--stats-json", o.stats_json, "write the same accounting as JSON to this file");
+  cmd->add_option("--set", o.sets,
+                  "override an executor parameter, EXECUTOR.PARAM=VALUE (VALUE as in YAML); repeatable");
+  cmd->add_flag("--overwrite", o.overwrite,
+                "replace the files the flow's writers and --output write when they exist (else the run refuses "
+                "to start)");
+  return cmd;
+}
+
+int command_run(const RunOptions& o) {
+  RunSetup setup;
+  if (!prepare_run(o, setup)) return kExitUsage;
+  std::optional<RunOutput>& output = setup.output;
+  keep_standard_output_for(output);
+  const std::string endpoint = o.endpoint.empty() ? setup.config.options.endpoint : o.endpoint;
+  Flow flow(std::move(setup.config));
+  if (const int failed = start_flow(flow); failed != kExitOk) {
+    if (output) output->finish(false);  // no document reached it: nothing is left
+    return failed;
+  }
+
+  const bool interactive = o.progress == "always" || (o.progress == "auto" && isatty(STDERR_FILENO));
+  const char* clear_line = interactive ? "\r\x1b[2K" : "";
+  ProgressLine progress(fmt::format("[{}]", endpoint), interactive);
+  PostOptions post_options;
+  post_options.on_progress = [&](const Progress& p) { progress.update(p); };
+  std::uint64_t reported_failures = 0;
+  PostSummary summary;
+  int status = kExitOk;
+  std::string post_error;
+  InterruptGuard interrupt([&] { return output ? output->give_up() : std::string("no output file"); });
+  StoppableSource stoppable(*setup.source, interrupt.stop());
+  try {
+    summary = flow.post(
+        endpoint, stoppable,
+        [&](Response&& r) {
+          if (!r.ok()) {
+            if (reported_failures++ < 20) {
+              fmt::print(stderr, "{}request {} ({} documents) failed in executor '{}': {}\n", clear_line, r.index,
+                         r.docs.size(), r.error_executor, r.error);
+            }
+            return;
+          }
+          if (output) output->write(std::move(r.docs));
+        },
+        post_options);
+  } catch (const std::exception& e) {
+    post_error = e.what();
+    fmt::print(stderr, "{}error: {}\n", clear_line, post_error);
+    status = kExitFailure;
+  }
+  const auto post_ended = std::chrono::system_clock::now();
+  const int signal = interrupt.signal();
+  // The run ended well only when every document was read and answered: executors that write files (and
+  // --output) complete them only then, and otherwise leave them marked partial.
+  const bool complete = signal == 0 && status == kExitOk && summary.failed_requests == 0;
+  flow.close(complete ? RunOutcome::Complete : RunOutcome::Incomplete);
+  std::string written;
+  try {
+    if (output) written = output->finish(complete);
+  } catch (const std::exception& e) {
+    // A writer's failure surfaces in the response callback and again when it finishes: say it once.
+    if (post_error != e.what()) fmt::print(stderr, "error: {}\n", e.what());
+    written = output->left_after_failure();
+    status = kExitFailure;
+  }
+  const double after_post = std::chrono::duration<double>(std::chrono::system_clock::now() - post_ended).count();
+  interrupt.finished();
+  if (signal != 0) {
+    fmt::print(stderr, "{}interrupted by {}: stopped reading input after {} documents; {}\n", clear_line,
+               signal_name(signal), summary.input_documents, written.empty() ? "no output file" : written);
+    return 128 + signal;
+  }
+  if (status == kExitOk) progress.finish(summary);
+  // Whatever cut the run short (a failed request, the input, the output), say what is on disk.
+  if (!complete && !written.empty()) fmt::print(stderr, "output: {}\n", written);
+  report_run(o, flow, summary, output, written, post_ended, after_post);
+  if (reported_failures > 20) fmt::print(stderr, "... and {} more failed requests\n", reported_failures - 20);
+  if (summary.failed_requests > 0) status = kExitFailure;
+  return status;
+}
+
+}  // namespace flowline::cli
