@@ -99,6 +99,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void handle_tei(const RouteRow& row);
   void handle_tei_rerank(const RouteRow& row);
   void handle_rerank(const RouteRow& row);
+  void handle_tei_predict(const RouteRow& row);
+  void handle_classify(const RouteRow& row);
 
   // For the NDJSON stream (http_stream.hpp), which answers the request whose header was read, on this
   // connection's strand, until it hands the connection back with stream_written() or stream_abandoned().

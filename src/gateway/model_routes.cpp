@@ -77,6 +77,33 @@ void Connection::handle_rerank(const RouteRow& row) {
       executor_failure);
 }
 
+void Connection::handle_tei_predict(const RouteRow& row) {
+  const json::value body = parse_body(request_.body(), gw_.core.limits, false);
+  auto call = std::make_shared<ClassifyCall>(parse_tei_predict(body, gw_.core.limits));
+  Call flow_call = std::move(call->call);
+  call_flow(
+      std::move(flow_call), row.route, [call](const DocumentArray& docs) { return tei_predict_response(*call, docs); },
+      executor_failure);
+}
+
+// Infinity's /classify, unless the body is Jina's ({"data": ...}): that goes to the flow endpoint /classify.
+void Connection::handle_classify(const RouteRow& row) {
+  const json::value body = parse_body(request_.body(), gw_.core.limits, false);
+  if (body.is_object() && body.get_object().contains("data")) {
+    if (!gw_.core.endpoints.count(kClassifyEndpoint)) {
+      route_ = Route::Other;
+      return reply(404, R"({"detail":"Not Found"})");
+    }
+    route_ = Route::Jina;
+    return handle_jina(kClassifyEndpoint);
+  }
+  auto call = std::make_shared<ClassifyCall>(parse_infinity_classify(body, gw_.core.limits));
+  Call flow_call = std::move(call->call);
+  call_flow(
+      std::move(flow_call), row.route,
+      [call](const DocumentArray& docs) { return infinity_classify_response(*call, docs); }, executor_failure);
+}
+
 namespace {
 
 // A served model's name: the folder (or hub name) its executor's `model` parameter gives; empty when the

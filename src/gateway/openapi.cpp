@@ -175,6 +175,17 @@ json::object schemas() {
       {"type", "object"},
       {"required", json::array{"query", "documents"}},
       {"title", "V1RerankRequest"}};
+  const json::object texts{{"anyOf", json::array{string, json::object{{"items", json::object{}}, {"type", "array"}}}}};
+  const json::object flag{{"type", "boolean"}};
+  json::object predict_request{
+      {"properties", json::object{{"inputs", texts}, {"raw_scores", flag}, {"truncate", flag}}},
+      {"type", "object"},
+      {"required", json::array{"inputs"}},
+      {"title", "PredictRequest"}};
+  json::object classify_request{{"properties", json::object{{"input", texts}, {"raw_scores", flag}, {"model", string}}},
+                                {"type", "object"},
+                                {"required", json::array{"input"}},
+                                {"title", "ClassifyRequest"}};
   return json::object{{"TextDoc", std::move(text_doc)},
                       {"Header", std::move(header)},
                       {"ValidationError", std::move(validation_error)},
@@ -182,7 +193,9 @@ json::object schemas() {
                       {"EmbeddingsRequest", std::move(embeddings_request)},
                       {"EmbedRequest", std::move(embed_request)},
                       {"RerankRequest", std::move(rerank_request)},
-                      {"V1RerankRequest", std::move(v1_rerank_request)}};
+                      {"V1RerankRequest", std::move(v1_rerank_request)},
+                      {"PredictRequest", std::move(predict_request)},
+                      {"ClassifyRequest", std::move(classify_request)}};
 }
 
 }  // namespace

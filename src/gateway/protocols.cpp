@@ -240,6 +240,8 @@ DocumentArray texts_to_embed(const json::value* v, std::string_view name, const 
   return docs;
 }
 
+}  // namespace
+
 std::vector<std::string> ids_of(const DocumentArray& docs) {
   std::vector<std::string> ids;
   ids.reserve(docs.size());
@@ -274,8 +276,6 @@ std::vector<const Document*> by_input(const std::vector<std::string>& ids, const
                                 fmt::join(missing.begin(), missing.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
                                 missing.size() > shown ? fmt::format(" and {} more", missing.size() - shown) : ""));
 }
-
-}  // namespace
 
 const json::object& body_object(const json::value& body) {
   if (!body.is_object()) throw plain_error(400, "invalid_request_error", "the request body must be a JSON object");

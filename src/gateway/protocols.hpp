@@ -54,6 +54,11 @@ void check_count(std::size_t n, const ParseLimits& limits, std::string_view what
 // Documents from a string or a non-empty list of strings (OpenAI's "input", TEI's "inputs" and "texts").
 DocumentArray text_documents(const boost::json::value* v, std::string_view name, const ParseLimits& limits);
 
+// The documents' ids, in order; and the flow's answer in that order, matched by id (HttpError 500 naming
+// the inputs without a document): how the routes that answer by position find each input's document.
+std::vector<std::string> ids_of(const DocumentArray& docs);
+std::vector<const Document*> by_input(const std::vector<std::string>& ids, const DocumentArray& docs);
+
 // What a client asked the flow to do, whatever the API.
 struct Call {
   std::string endpoint;  // the flow endpoint ("/encode")
@@ -136,6 +141,26 @@ std::string tei_rerank_response(const RerankCall& call, const DocumentArray& doc
 // "results": [{"index", "relevance_score", "document"?: {"text"}}], "usage": {"total_tokens"}}, best first.
 RerankCall parse_v1_rerank(const boost::json::value& body, const ParseLimits& limits);
 std::string v1_rerank_response(const RerankCall& call, const DocumentArray& docs);
+
+// Classification: the texts (a pair's second text as tags["text_pair"]) posted to the flow endpoint
+// kClassifyEndpoint, where a SequenceClassifier writes tags["labels"] = [{"label", "score"}], best first
+// (all labels: the routes ask top_k 0). rerank.cpp.
+inline constexpr const char* kClassifyEndpoint = "/classify";
+struct ClassifyCall {
+  Call call;
+  std::vector<std::string> input_ids;  // the inputs' document ids, in request order
+  bool single = false;                 // TEI: one input (a string or one pair), answered as one list
+  std::string model;                   // Infinity: echoed
+};
+// TEI: POST /predict {"inputs": str | [a, b] (one pair) | [str | [a] | [a, b], ...], "raw_scores"?, "truncate"?}
+// -> [{"score", "label"}] for one input, one such list per input for a batch. As TEI reads it, a list of
+// exactly two strings is one pair; truncate false is 400 (the classifier always truncates).
+ClassifyCall parse_tei_predict(const boost::json::value& body, const ParseLimits& limits);
+std::string tei_predict_response(const ClassifyCall& call, const DocumentArray& docs);
+// Infinity: POST /classify {"input": str | [str], "raw_scores"?, "model"?} -> {"object": "list", "data":
+// [[{"score", "label"}], ...], "model", "usage": {"prompt_tokens", "total_tokens"}}.
+ClassifyCall parse_infinity_classify(const boost::json::value& body, const ParseLimits& limits);
+std::string infinity_classify_response(const ClassifyCall& call, const DocumentArray& docs);
 
 // The request parameter that asks the SentenceEncoder (and the Reranker) to count each document's tokens
 // (tags["tokens"]).

@@ -1,5 +1,7 @@
-// The rerank routes' bodies: TEI's POST /rerank and Jina's/Cohere's POST /v1/rerank. Both post one query
-// document, its candidates as matches, to the flow's /rerank endpoint and answer from the sorted matches.
+// The cross-encoder routes' bodies. Rerank: TEI's POST /rerank and Jina's/Cohere's POST /v1/rerank post one
+// query document, its candidates as matches, to the flow's /rerank endpoint and answer from the sorted
+// matches. Classification: TEI's POST /predict and Infinity's POST /classify post the texts to the flow's
+// /classify endpoint and answer from each document's tags["labels"].
 #include "protocols.hpp"
 
 #include "flowline/io.hpp"
@@ -177,6 +179,132 @@ std::string v1_rerank_response(const RerankCall& call, const DocumentArray& docs
   std::int64_t tokens = 0;
   if (const auto* t = docs[0].tags.if_contains("tokens"); t && t->is_number()) tokens = t->to_number<std::int64_t>();
   out += fmt::format("],\"usage\":{{\"total_tokens\":{0},\"prompt_tokens\":{0}}}}}", tokens);
+  return out;
+}
+
+namespace {
+
+// One input of TEI's /predict: a string (or [a]), or a pair [a, b] (the second text as tags["text_pair"]).
+Document predict_input(const json::value& v, const std::string& where) {
+  if (v.is_string()) return Document(std::string(v.get_string()));
+  const json::array* pair = v.if_array();
+  if (pair && pair->size() == 1 && (*pair)[0].is_string()) return Document(std::string((*pair)[0].get_string()));
+  if (pair && pair->size() == 2 && (*pair)[0].is_string() && (*pair)[1].is_string()) {
+    Document doc(std::string((*pair)[0].get_string()));
+    doc.tags["text_pair"] = (*pair)[1].get_string();
+    return doc;
+  }
+  throw plain_error(400, "invalid_request_error", fmt::format("'{}': expected a string, [a] or a pair [a, b]", where));
+}
+
+ClassifyCall classify_call(DocumentArray docs) {
+  ClassifyCall out;
+  out.call.endpoint = kClassifyEndpoint;
+  out.call.docs = std::move(docs);
+  out.input_ids = ids_of(out.call.docs);
+  out.call.parameters["top_k"] = 0;  // every label, best first
+  return out;
+}
+
+// A document's labels as [{"score", "label"}], best first as the classifier wrote them.
+void append_labels(std::string& out, const Document& doc) {
+  const auto* labels = doc.tags.if_contains("labels");
+  if (!labels || !labels->is_array()) {
+    throw plain_error(500, "server_error",
+                      fmt::format("the flow answered document '{}' without labels: does it run a SequenceClassifier "
+                                  "on its {} endpoint?",
+                                  doc.id, kClassifyEndpoint));
+  }
+  out += '[';
+  bool first = true;
+  for (const json::value& entry : labels->get_array()) {
+    const json::object* o = entry.if_object();
+    const json::value* label = o ? o->if_contains("label") : nullptr;
+    const json::value* score = o ? o->if_contains("score") : nullptr;
+    if (!label || !label->is_string() || !score || !score->is_number()) continue;
+    if (!first) out += ',';
+    first = false;
+    out += "{\"score\":";
+    append_score(out, static_cast<float>(score->to_number<double>()));
+    out += ",\"label\":";
+    append_json_text(out, std::string(label->get_string()));
+    out += '}';
+  }
+  out += ']';
+}
+
+}  // namespace
+
+ClassifyCall parse_tei_predict(const json::value& body, const ParseLimits& limits) {
+  const json::object& o = body_object(body);
+  const json::value* inputs = field(o, "inputs");
+  if (!inputs) throw plain_error(400, "invalid_request_error", "'inputs' is missing: expected a string or a list");
+  DocumentArray docs;
+  const json::array* items = inputs->if_array();
+  // As TEI reads it: a string, or a list of exactly two strings, is one input (a pair); any other list is a
+  // batch of strings and pairs.
+  const bool single = !items || (items->size() == 2 && (*items)[0].is_string() && (*items)[1].is_string());
+  if (single) {
+    docs.push_back(predict_input(*inputs, "inputs"));
+  } else {
+    check_count(items->size(), limits, "inputs");
+    if (items->empty()) throw plain_error(400, "invalid_request_error", "'inputs' is an empty list");
+    docs.reserve(items->size());
+    for (std::size_t i = 0; i < items->size(); ++i) {
+      docs.push_back(predict_input((*items)[i], fmt::format("inputs[{}]", i)));
+    }
+  }
+  ClassifyCall out = classify_call(std::move(docs));
+  out.single = single;
+  if (bool_field(o, "raw_scores", false)) out.call.parameters["raw_scores"] = true;
+  if (!bool_field(o, "truncate", true)) {
+    throw plain_error(400, "invalid_request_error",
+                      "'truncate': false is not supported: the flow's classifier truncates every input to its "
+                      "max_seq_length (a parameter in the flow YAML)");
+  }
+  return out;
+}
+
+std::string tei_predict_response(const ClassifyCall& call, const DocumentArray& flow_docs) {
+  const std::vector<const Document*> docs = by_input(call.input_ids, flow_docs);
+  std::string out;
+  if (call.single) {
+    append_labels(out, *docs[0]);
+    return out;
+  }
+  out += '[';
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    if (i) out += ',';
+    append_labels(out, *docs[i]);
+  }
+  out += ']';
+  return out;
+}
+
+ClassifyCall parse_infinity_classify(const json::value& body, const ParseLimits& limits) {
+  const json::object& o = body_object(body);
+  const json::value* model = field(o, "model");
+  if (model && !model->is_string()) throw plain_error(400, "invalid_request_error", "'model': expected a string");
+  ClassifyCall out = classify_call(text_documents(field(o, "input"), "input", limits));
+  if (model) out.model = std::string(model->get_string());
+  if (bool_field(o, "raw_scores", false)) out.call.parameters["raw_scores"] = true;
+  out.call.parameters[kCountTokens] = true;
+  return out;
+}
+
+std::string infinity_classify_response(const ClassifyCall& call, const DocumentArray& flow_docs) {
+  const std::vector<const Document*> docs = by_input(call.input_ids, flow_docs);
+  std::string out = "{\"object\":\"list\",\"data\":[";
+  std::int64_t tokens = 0;
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    if (i) out += ',';
+    append_labels(out, *docs[i]);
+    if (const auto* t = docs[i]->tags.if_contains("tokens"); t && t->is_number())
+      tokens += t->to_number<std::int64_t>();
+  }
+  out += "],\"model\":";
+  append_json_text(out, call.model);
+  out += fmt::format(",\"usage\":{{\"prompt_tokens\":{0},\"total_tokens\":{0}}}}}", tokens);
   return out;
 }
 

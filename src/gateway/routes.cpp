@@ -50,12 +50,16 @@ const std::array kRoutes{
              "Jina's and Cohere's rerank", "v1_rerank", "V1RerankRequest", "object"},
     RouteRow{"/v2/rerank", Method::Post, kToken, Route::Rerank, &Connection::handle_rerank,
              "Cohere's rerank (ClientV2)", "v2_rerank", "V1RerankRequest", "object"},
+    RouteRow{"/predict", Method::Post, kToken, Route::TEIPredict, &Connection::handle_tei_predict,
+             "TEI predict: a SequenceClassifier's labels, best first", "predict", "PredictRequest", "array"},
+    RouteRow{"/classify", Method::Post, kToken, Route::Classify, &Connection::handle_classify,
+             "Infinity's classify (a Jina body, {\"data\": ...}, goes to the flow endpoint /classify)", "classify",
+             "ClassifyRequest", "object"},
 };
 
 constexpr std::array<const char*, static_cast<std::size_t>(Route::kCount)> kRouteNames{
-    "jina",   "jina_post", "jina_stream", "openai_embeddings", "tei_embed", "tei_rerank",
-    "rerank", "health",    "ready",       "metrics",           "info",      "grpc",
-    "other"};
+    "jina",     "jina_post", "jina_stream", "openai_embeddings", "tei_embed", "tei_rerank", "rerank", "tei_predict",
+    "classify", "health",    "ready",       "metrics",           "info",      "grpc",       "other"};
 
 }  // namespace
 

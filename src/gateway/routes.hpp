@@ -24,6 +24,8 @@ enum class Route {
   TEI,
   TEIRerank,
   Rerank,
+  TEIPredict,
+  Classify,
   Health,
   Ready,
   Metrics,

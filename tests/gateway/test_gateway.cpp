@@ -574,3 +574,100 @@ TEST_CASE("/openapi.json lists each endpoint's request parameters, and a request
   CHECK(half.status == 422);
   CHECK_THAT(half.body, testing::contains("parameter 'limit': expected an integer from 1, got 1.5 (index on /search)"));
 }
+
+namespace {
+
+// A flow of the SequenceClassifier on the tiny checkpoint (3 labels: negative, neutral, positive).
+Flow classifier_flow() {
+  Flow flow(FlowOptions{});
+  const auto model = std::filesystem::path(FLOWLINE_SOURCE_DIR) / "tests/data/tiny-models/bert-sequence-classifier";
+  flow.add({.name = "classifier", .uses = "SequenceClassifier", .with = {{"model", model.string()}}});
+  return flow;
+}
+
+// What the classifier gives in process for `text` (and `pair`), as [{"score", "label"}] best first.
+json::array labels_in_process(Flow& flow, const std::string& text, const std::string& pair = "", bool raw = false) {
+  DocumentArray docs;
+  docs.push_back(Document(text));
+  if (!pair.empty()) docs[0].tags["text_pair"] = pair;
+  PostOptions options;
+  options.parameters = {{"top_k", 0}, {"raw_scores", raw}};
+  return flow.post("/classify", std::move(docs), options)[0].tags.at("labels").as_array();
+}
+
+void check_labels(const json::value& answer, const json::array& expected) {
+  REQUIRE(answer.as_array().size() == expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const json::object& got = answer.as_array()[i].as_object();
+    CHECK(got.size() == 2);
+    CHECK(got.at("label") == expected[i].at("label"));
+    const double want = expected[i].at("score").to_number<double>();
+    CHECK(std::abs(got.at("score").to_number<double>() - want) <= 1e-6 * std::max(1.0, std::abs(want)));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("TEI's /predict answers a SequenceClassifier's labels best first, one list per input of a batch",
+          "[gateway][classify]") {
+  Served served(classifier_flow());
+  Client client(served.port());
+  const std::string a = "Take some more tea, the March Hare said.", b = "I've had nothing yet.", c = "Alice replied.";
+  const Reply one = client.post("/predict", json::serialize(json::object{{"inputs", a}}));
+  REQUIRE(one.status == 200);
+  check_labels(one.json(), labels_in_process(served.flow, a));
+  CHECK(one.json().as_array().size() == 3);
+  // A list of exactly two strings is one pair, as TEI reads it.
+  const Reply pair = client.post("/predict", json::serialize(json::object{{"inputs", json::array{a, b}}}));
+  REQUIRE(pair.status == 200);
+  check_labels(pair.json(), labels_in_process(served.flow, a, b));
+  const Reply batch = client.post(
+      "/predict",
+      json::serialize(json::object{{"inputs", json::array{json::array{a, b}, c, a}}, {"raw_scores", true}}));
+  REQUIRE(batch.status == 200);
+  REQUIRE(batch.json().as_array().size() == 3);
+  check_labels(batch.json().as_array()[0], labels_in_process(served.flow, a, b, true));
+  check_labels(batch.json().as_array()[1], labels_in_process(served.flow, c, "", true));
+  check_labels(batch.json().as_array()[2], labels_in_process(served.flow, a, "", true));
+  const Reply truncate = client.post("/predict", R"({"inputs":"x","truncate":false})");
+  CHECK(truncate.status == 400);
+  CHECK_THAT(truncate.body, testing::contains("'truncate'"));
+  // An item of one string is a text: [["a"], ["b"]] is a batch of two texts.
+  const Reply texts =
+      client.post("/predict", json::serialize(json::object{{"inputs", json::array{json::array{a}, json::array{c}}}}));
+  REQUIRE(texts.status == 200);
+  check_labels(texts.json().as_array()[1], labels_in_process(served.flow, c));
+  CHECK(client.post("/predict", R"({"inputs":[["a","b","c"]]})").status == 400);
+  CHECK(client.post("/predict", R"({"inputs":[]})").status == 400);
+}
+
+TEST_CASE("Infinity's /classify answers labels and usage; a Jina body goes to the flow endpoint /classify",
+          "[gateway][classify]") {
+  Served served(classifier_flow());
+  Client client(served.port());
+  const std::string a = "Take some more tea.", b = "Alice replied in an offended tone.";
+  const Reply r = client.post("/classify", json::serialize(json::object{{"input", json::array{a, b}}, {"model", "m"}}));
+  REQUIRE(r.status == 200);
+  const json::value body = r.json();
+  const json::object& answer = body.as_object();
+  CHECK(answer.at("object") == "list");
+  CHECK(answer.at("model") == "m");
+  REQUIRE(answer.at("data").as_array().size() == 2);
+  check_labels(answer.at("data").as_array()[0], labels_in_process(served.flow, a));
+  check_labels(answer.at("data").as_array()[1], labels_in_process(served.flow, b));
+  const auto& usage = answer.at("usage").as_object();
+  CHECK(usage.at("prompt_tokens").to_number<double>() > 2);
+  CHECK(usage.at("total_tokens") == usage.at("prompt_tokens"));
+  const Reply raw =
+      client.post("/classify", json::serialize(json::object{{"input", json::array{a}}, {"raw_scores", true}}));
+  REQUIRE(raw.status == 200);
+  check_labels(raw.json().at("data").as_array()[0], labels_in_process(served.flow, a, "", true));
+  // Jina's body: the flow endpoint, answered in Jina's shape with the labels as tags.
+  const Reply jina = client.post("/classify", R"({"data":[{"text":"Take some more tea."}]})");
+  REQUIRE(jina.status == 200);
+  check_labels(jina.json().at("data").as_array()[0].at("tags").at("labels"), labels_in_process(served.flow, a));
+  // Without a flow endpoint /classify, a Jina body is 404 and Infinity's shape fails naming the classifier.
+  Served plain(fake_encoder_flow());
+  Client other(plain.port());
+  CHECK(other.post("/classify", R"({"data":[{"text":"x"}]})").status == 404);
+}
