@@ -34,6 +34,10 @@
 #include <optional>
 #include <string>
 
+namespace flowline::models {
+class Tokenizer;  // flowline/models/tokenizer.hpp
+}  // namespace flowline::models
+
 namespace flowline::gateway {
 
 namespace asio = boost::asio;
@@ -66,6 +70,12 @@ class HttpFront {
 
   Core& core;
   std::string openapi;  // /openapi.json, made at start()
+  // TEI's /tokenize: the tokenizer of the flow's first executor with a `model` folder, loaded once at the
+  // first request (null with `tokenizer_error` saying why when there is none).
+  std::once_flag tokenizer_once;
+  std::shared_ptr<const models::Tokenizer> tokenizer;
+  std::size_t tokenizer_max_length = 0;  // that executor's max_seq_length (0: none given)
+  std::string tokenizer_error;
   std::uint16_t bound_port = 0;
 
  private:
@@ -101,6 +111,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void handle_rerank(const RouteRow& row);
   void handle_tei_predict(const RouteRow& row);
   void handle_classify(const RouteRow& row);
+  void handle_tei_tokenize(const RouteRow& row);
 
   // For the NDJSON stream (http_stream.hpp), which answers the request whose header was read, on this
   // connection's strand, until it hands the connection back with stream_written() or stream_abandoned().

@@ -6,6 +6,7 @@
 
 #include "flowline/flow_config.hpp"
 #include "flowline/io.hpp"
+#include "flowline/models/tokenizer.hpp"
 #include "flowline/registry.hpp"
 #include "flowline/version.hpp"
 
@@ -198,6 +199,79 @@ void Connection::handle_tei_info(const RouteRow&) {
                                           {"version", version()},
                                           {"sha", nullptr},
                                           {"docker_label", nullptr}}));
+}
+
+namespace {
+
+// TEI's /tokenize answer for `text`: [{"id", "text", "special", "start", "stop"}], start and stop the UTF-8
+// byte positions of the token in the text (null for a special token, as TEI gives them). A special token's
+// text is "": the Tokenizer API has no id-to-token lookup yet (TEI gives the token, e.g. "[CLS]").
+void append_tokens(std::string& out, const models::Tokenizer& tokenizer, std::string_view text, std::size_t max_length,
+                   bool add_special) {
+  const models::Encoding e = tokenizer.encode_with_offsets(text, max_length);
+  const std::vector<models::TokenOffsets> bytes = models::byte_offsets(text, e.offsets);
+  out += '[';
+  bool first = true;
+  for (std::size_t i = 0; i < e.ids.size(); ++i) {
+    const bool special = e.special[i] != 0;
+    if (special && !add_special) continue;
+    if (!first) out += ',';
+    first = false;
+    fmt::format_to(std::back_inserter(out), "{{\"id\":{},\"text\":", e.ids[i]);
+    if (special) {
+      out += "\"\",\"special\":true,\"start\":null,\"stop\":null}";
+      continue;
+    }
+    const std::size_t start = std::min<std::size_t>(bytes[i].start, text.size());
+    const std::size_t stop = std::clamp<std::size_t>(bytes[i].end, start, text.size());
+    append_json_text(out, text.substr(start, stop - start));
+    fmt::format_to(std::back_inserter(out), ",\"special\":false,\"start\":{},\"stop\":{}}}", start, stop);
+  }
+  out += ']';
+}
+
+}  // namespace
+
+// TEI's POST /tokenize {"inputs": str | [str], "add_special_tokens"? (default true)} -> one token list per
+// input, by the tokenizer of the flow's first executor with a `model` folder (the flow's own configuration,
+// never a path from the client), loaded once.
+void Connection::handle_tei_tokenize(const RouteRow&) {
+  const json::value body = parse_body(request_.body(), gw_.core.limits, false);
+  const json::object& o = body_object(body);
+  DocumentArray texts = text_documents(field(o, "inputs"), "inputs", gw_.core.limits);
+  bool add_special = true;
+  if (const json::value* v = field(o, "add_special_tokens")) {
+    if (!v->is_bool()) throw plain_error(400, "invalid_request_error", "'add_special_tokens': expected true or false");
+    add_special = v->get_bool();
+  }
+  if (field(o, "prompt_name")) {
+    throw plain_error(400, "invalid_request_error",
+                      "'prompt_name' is not supported on /tokenize: the tokens are the text's as given");
+  }
+  std::call_once(gw_.tokenizer_once, [this] {
+    const auto& executors = gw_.core.flow.config().executors;
+    const auto e = std::find_if(executors.begin(), executors.end(),
+                                [](const ExecutorConfig& x) { return param_of(x, "model").is_string(); });
+    if (e == executors.end()) {
+      gw_.tokenizer_error = "the flow has no executor with a `model` folder, so no tokenizer";
+      return;
+    }
+    try {
+      gw_.tokenizer = models::Tokenizer::from_folder(std::string(param_of(*e, "model").get_string()));
+      gw_.tokenizer_max_length = positive(param_of(*e, "max_seq_length"));
+    } catch (const std::exception& error) {
+      gw_.tokenizer_error = fmt::format("executor '{}': no tokenizer: {}", e->name, error.what());
+    }
+  });
+  if (!gw_.tokenizer) throw plain_error(422, "invalid_request_error", gw_.tokenizer_error);
+  std::string out = "[";
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    if (i) out += ',';
+    append_tokens(out, *gw_.tokenizer, texts[i].text, gw_.tokenizer_max_length, add_special);
+  }
+  out += ']';
+  documents_ = texts.size();
+  reply(200, std::move(out));
 }
 
 // OpenAI's model list, as its SDK's models.list() reads it: one entry per executor of the flow with a

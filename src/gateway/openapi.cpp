@@ -186,6 +186,10 @@ json::object schemas() {
                                 {"type", "object"},
                                 {"required", json::array{"input"}},
                                 {"title", "ClassifyRequest"}};
+  json::object tokenize_request{{"properties", json::object{{"inputs", texts}, {"add_special_tokens", flag}}},
+                                {"type", "object"},
+                                {"required", json::array{"inputs"}},
+                                {"title", "TokenizeRequest"}};
   return json::object{{"TextDoc", std::move(text_doc)},
                       {"Header", std::move(header)},
                       {"ValidationError", std::move(validation_error)},
@@ -195,7 +199,8 @@ json::object schemas() {
                       {"RerankRequest", std::move(rerank_request)},
                       {"V1RerankRequest", std::move(v1_rerank_request)},
                       {"PredictRequest", std::move(predict_request)},
-                      {"ClassifyRequest", std::move(classify_request)}};
+                      {"ClassifyRequest", std::move(classify_request)},
+                      {"TokenizeRequest", std::move(tokenize_request)}};
 }
 
 }  // namespace

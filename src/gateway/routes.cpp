@@ -55,11 +55,16 @@ const std::array kRoutes{
     RouteRow{"/classify", Method::Post, kToken, Route::Classify, &Connection::handle_classify,
              "Infinity's classify (a Jina body, {\"data\": ...}, goes to the flow endpoint /classify)", "classify",
              "ClassifyRequest", "object"},
+    RouteRow{"/tokenize", Method::Post, kToken, Route::TEITokenize, &Connection::handle_tei_tokenize,
+             "TEI tokenize: the served model's tokens with their UTF-8 byte offsets", "tokenize", "TokenizeRequest",
+             "array"},
 };
 
 constexpr std::array<const char*, static_cast<std::size_t>(Route::kCount)> kRouteNames{
-    "jina",     "jina_post", "jina_stream", "openai_embeddings", "tei_embed", "tei_rerank", "rerank", "tei_predict",
-    "classify", "health",    "ready",       "metrics",           "info",      "grpc",       "other"};
+    "jina",      "jina_post",    "jina_stream", "openai_embeddings",
+    "tei_embed", "tei_rerank",   "rerank",      "tei_predict",
+    "classify",  "tei_tokenize", "health",      "ready",
+    "metrics",   "info",         "grpc",        "other"};
 
 }  // namespace
 

@@ -26,6 +26,7 @@ enum class Route {
   Rerank,
   TEIPredict,
   Classify,
+  TEITokenize,
   Health,
   Ready,
   Metrics,

@@ -7,6 +7,7 @@
 #include "routes.hpp"
 #include "flowline/executor_server.hpp"
 #include "flowline/io.hpp"
+#include "flowline/models/tokenizer.hpp"
 
 #include <atomic>
 #include <cmath>
@@ -670,4 +671,52 @@ TEST_CASE("Infinity's /classify answers labels and usage; a Jina body goes to th
   Served plain(fake_encoder_flow());
   Client other(plain.port());
   CHECK(other.post("/classify", R"({"data":[{"text":"x"}]})").status == 404);
+}
+
+TEST_CASE("TEI's /tokenize answers the served model's tokens with UTF-8 byte offsets, as its tokenizer gives them",
+          "[gateway][tokenize]") {
+  const auto folder = std::filesystem::path(FLOWLINE_SOURCE_DIR) / "tests/data/tiny-models/bert-sequence-classifier";
+  Served served(classifier_flow());
+  Client client(served.port());
+  const std::string text = "Caf\xc3\xa9 tea, Alice!";
+  const Reply r = client.post("/tokenize", json::serialize(json::object{{"inputs", json::array{text, "x"}}}));
+  REQUIRE(r.status == 200);
+  const json::value answer = r.json();
+  REQUIRE(answer.as_array().size() == 2);
+  const auto tokenizer = models::Tokenizer::from_folder(folder);
+  const models::Encoding e = tokenizer->encode_with_offsets(text);
+  const auto bytes = models::byte_offsets(text, e.offsets);
+  const json::array& tokens = answer.as_array()[0].as_array();
+  REQUIRE(tokens.size() == e.ids.size());
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    INFO(i);
+    const json::object& t = tokens[i].as_object();
+    CHECK(t.at("id").to_number<std::int64_t>() == e.ids[i]);
+    CHECK(t.at("special").as_bool() == (e.special[i] != 0));
+    if (e.special[i]) {
+      CHECK(t.at("start").is_null());
+      CHECK(t.at("stop").is_null());
+      continue;
+    }
+    CHECK(t.at("start").to_number<std::size_t>() == bytes[i].start);
+    CHECK(t.at("stop").to_number<std::size_t>() == bytes[i].end);
+    CHECK(std::string(t.at("text").as_string()) == text.substr(bytes[i].start, bytes[i].end - bytes[i].start));
+  }
+  CHECK(tokens.front().at("special").as_bool());  // [CLS]
+  // Without the special tokens, the same tokens less the template's.
+  const Reply plain =
+      client.post("/tokenize", json::serialize(json::object{{"inputs", text}, {"add_special_tokens", false}}));
+  REQUIRE(plain.status == 200);
+  const json::value plain_answer = plain.json();
+  const json::array& words = plain_answer.as_array()[0].as_array();
+  CHECK(words.size() == e.ids.size() - tokenizer->special_tokens_count(false));
+  for (const auto& t : words) CHECK_FALSE(t.at("special").as_bool());
+  CHECK(client.post("/tokenize", R"({"inputs":"x","prompt_name":"query"})").status == 400);
+  CHECK(client.post("/tokenize", R"({"inputs":[]})").status == 400);
+  // A flow without a model folder has no tokenizer: 422 saying so.
+  Served none(fake_encoder_flow());
+  Client other(none.port());
+  const Reply missing = other.post("/tokenize", R"({"inputs":"x"})");
+  CHECK(missing.status == 422);
+  CHECK_THAT(missing.body, testing::contains("no tokenizer"));
 }
