@@ -21,18 +21,6 @@ std::string display(const boost::json::value& v) {
   return boost::json::serialize(v);
 }
 
-// An executor's request parameters by endpoint, in declaration order of the endpoints ("*": every endpoint).
-std::vector<std::pair<std::string, std::vector<const ParamSpec*>>> request_params_by_endpoint(
-    const Registry::Entry& entry) {
-  std::vector<std::pair<std::string, std::vector<const ParamSpec*>>> out;
-  for (const EndpointParams& e : entry.request_params) {
-    std::vector<const ParamSpec*> specs;
-    for (const ParamSpec& p : e.params) specs.push_back(&p);
-    out.emplace_back(e.endpoint, std::move(specs));
-  }
-  return out;
-}
-
 // " of /search", or " of every endpoint" ("*").
 std::string endpoint_label(const std::string& endpoint) {
   return endpoint == kDefaultEndpoint ? std::string(" of every endpoint") : fmt::format(" of {}", endpoint);
@@ -57,9 +45,9 @@ int command_executors() {
                  p.required ? "(required) " : fmt::format("(default {}) ", display(p.default_value)), p.help);
     }
     if (!entry.spec.endpoints.empty()) fmt::print("    endpoints: {}\n", fmt::join(entry.spec.endpoints, ", "));
-    for (const auto& [endpoint, specs] : request_params_by_endpoint(entry)) {
-      fmt::print("    request parameters{}:\n", endpoint_label(endpoint));
-      for (const ParamSpec* p : specs) fmt::print("      {}\n", describe_request_param(*p));
+    for (const EndpointParams& e : entry.request_params) {
+      fmt::print("    request parameters{}:\n", endpoint_label(e.endpoint));
+      for (const ParamSpec& p : e.params) fmt::print("      {}\n", describe_request_param(p));
     }
     if (entry.spec.max_replicas > 0) fmt::print("    replicas: at most {}\n", entry.spec.max_replicas);
     if (entry.spec.replicas_per_gpu > 1)
@@ -106,17 +94,17 @@ int command_schema() {
       out += fmt::format("| `{}` | {} | {} | {} |\n", p.name, describe_type(p),
                          p.required ? std::string("(required)") : "`" + display(p.default_value) + "`", cell(p.help));
     }
-    for (const auto& [endpoint, specs] : request_params_by_endpoint(registry.get(name))) {
+    for (const EndpointParams& e : registry.get(name).request_params) {
       out += fmt::format(
           "\nRequest parameters{} (a request's `parameters`, checked before the handler runs):\n\n"
           "| parameter | type | default | meaning |\n| --- | --- | --- | --- |\n",
-          endpoint_label(endpoint));
-      for (const ParamSpec* p : specs) {
-        out += fmt::format("| `{}` | {} | {} | {} |\n", p->name, describe_type(*p),
-                           p->required                  ? std::string("(required)")
-                           : p->default_value.is_null() ? std::string("not set")
-                                                        : "`" + display(p->default_value) + "`",
-                           cell(p->help));
+          endpoint_label(e.endpoint));
+      for (const ParamSpec& p : e.params) {
+        out += fmt::format("| `{}` | {} | {} | {} |\n", p.name, describe_type(p),
+                           p.required                  ? std::string("(required)")
+                           : p.default_value.is_null() ? std::string("not set")
+                                                       : "`" + display(p.default_value) + "`",
+                           cell(p.help));
       }
     }
   }

@@ -75,15 +75,16 @@ json::object param_schema(const ParamSpec& p, const std::string& executor) {
 // The `parameters` of a request to `endpoint`: what the flow's executors declare for it (flowline/params.hpp).
 // Names no executor declares are allowed too (Jina sends one dict to every executor).
 json::object parameters_schema(const FlowConfig* flow, const std::string& endpoint) {
+  json::object out{{"type", "object"}, {"additionalProperties", true}};
+  if (!flow) return out;
   json::object properties;
-  for (const ExecutorConfig& e : flow ? flow->executors : std::vector<ExecutorConfig>{}) {
+  for (const ExecutorConfig& e : flow->executors) {
     const Registry::Entry* entry = Registry::global().find_registered(e.uses);
     if (!entry) continue;
     for (const ParamSpec* p : request_params_of(entry->request_params, endpoint)) {
       if (!properties.contains(p->name)) properties[p->name] = param_schema(*p, e.name);
     }
   }
-  json::object out{{"type", "object"}, {"additionalProperties", true}};
   if (!properties.empty()) out["properties"] = std::move(properties);
   return out;
 }
