@@ -141,15 +141,17 @@ json::object model_file(const ExecutorConfig& e, const char* file) {
 
 std::size_t positive(const json::value& v) { return v.is_int64() && v.get_int64() > 0 ? v.get_int64() : 0; }
 
-// TEI's model_type: {"reranker": {id2label, label2id}} for a Reranker (from its config.json), else
-// {"embedding": {"pooling"}} as its sentence-transformers Pooling module says (TEI's names).
+// TEI's model_type: {"reranker": {id2label, label2id}} for a Reranker and {"classifier": {...}} for a
+// SequenceClassifier (from its config.json), else {"embedding": {"pooling"}} as its sentence-transformers
+// Pooling module says (TEI's names).
 json::object tei_model_type(const ExecutorConfig& e) {
-  if (e.uses == "Reranker") {
+  if (e.uses == "Reranker" || e.uses == "SequenceClassifier") {
     const json::object config = model_file(e, "config.json");
     const json::value* id2label = config.if_contains("id2label");
     const json::value* label2id = config.if_contains("label2id");
-    return {{"reranker", json::object{{"id2label", id2label ? *id2label : json::object{{"0", "LABEL_0"}}},
-                                      {"label2id", label2id ? *label2id : json::object{{"LABEL_0", 0}}}}}};
+    return {{e.uses == "Reranker" ? "reranker" : "classifier",
+             json::object{{"id2label", id2label ? *id2label : json::object{{"0", "LABEL_0"}}},
+                          {"label2id", label2id ? *label2id : json::object{{"LABEL_0", 0}}}}}};
   }
   const json::object pooling = model_file(e, "1_Pooling/config.json");
   const auto mode = [&](const char* key) { return pooling.contains(key) && pooling.at(key) == true; };

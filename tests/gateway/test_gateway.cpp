@@ -618,6 +618,9 @@ TEST_CASE("TEI's /predict answers a SequenceClassifier's labels best first, one 
   REQUIRE(one.status == 200);
   check_labels(one.json(), labels_in_process(served.flow, a));
   CHECK(one.json().as_array().size() == 3);
+  // TEI's /info describes the model as a classifier, with its labels.
+  const json::value info = client.get("/info").json();
+  CHECK(info.at("model_type").at("classifier").at("id2label").as_object().size() == 3);
   // A list of exactly two strings is one pair, as TEI reads it.
   const Reply pair = client.post("/predict", json::serialize(json::object{{"inputs", json::array{a, b}}}));
   REQUIRE(pair.status == 200);
