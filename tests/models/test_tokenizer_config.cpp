@@ -10,6 +10,8 @@
 
 #include <functional>
 
+#include <unistd.h>
+
 namespace fs = std::filesystem;
 namespace json = boost::json;
 using namespace flowline;
@@ -26,8 +28,10 @@ struct Variant {
   Variant(
       const std::string& name, const json::object& config,
       const std::function<void(json::object&)>& change = [](json::object&) {}) {
+    // ctest runs this binary's cases in parallel processes: the pid keeps their copies apart.
     static int made = 0;
-    dir = testing::scratch_dir("tokenizer config " + name + " " + std::to_string(++made));
+    dir = testing::scratch_dir("tokenizer config " + name + " " + std::to_string(::getpid()) + " " +
+                               std::to_string(++made));
     fs::remove_all(dir);
     fs::copy(kTiny / name, dir, fs::copy_options::recursive);
     auto c = json::parse(testing::read_text(dir / "tokenizer_config.json")).as_object();
