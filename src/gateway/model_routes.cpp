@@ -207,7 +207,7 @@ namespace {
 
 // TEI's /tokenize answer for `text`: [{"id", "text", "special", "start", "stop"}], start and stop the UTF-8
 // byte positions of the token in the text (null for a special token, as TEI gives them). A special token's
-// text is "": the Tokenizer API has no id-to-token lookup yet (TEI gives the token, e.g. "[CLS]").
+// text is its token, as TEI gives it ("[CLS]": the tokenizer's id_to_token).
 void append_tokens(std::string& out, const models::Tokenizer& tokenizer, std::string_view text, std::size_t max_length,
                    bool add_special) {
   const models::Encoding e = tokenizer.encode_with_offsets(text, max_length);
@@ -221,7 +221,8 @@ void append_tokens(std::string& out, const models::Tokenizer& tokenizer, std::st
     first = false;
     fmt::format_to(std::back_inserter(out), "{{\"id\":{},\"text\":", e.ids[i]);
     if (special) {
-      out += "\"\",\"special\":true,\"start\":null,\"stop\":null}";
+      append_json_text(out, tokenizer.id_to_token(e.ids[i]));
+      out += ",\"special\":true,\"start\":null,\"stop\":null}";
       continue;
     }
     const std::size_t start = std::min<std::size_t>(bytes[i].start, text.size());

@@ -91,10 +91,25 @@ class Tokenizer {
   Encoding encode_pair_with_offsets(std::string_view a, std::string_view b, std::size_t max_length = 0) const;
 
   std::int32_t token_id(std::string_view token) const;  // -1 when absent
-  std::int32_t pad_id() const;                          // -1 when the tokenizer names no padding token
-  std::int32_t unk_id() const;                          // -1 when the model has no unknown token
-  std::size_t vocab_size() const;                       // the model's vocabulary plus added tokens
-  std::size_t special_tokens_count(bool pair) const;    // what the post-processor adds
+  // The token string of `id` as Python `tokenizers`' Tokenizer.id_to_token gives it (transformers'
+  // convert_ids_to_tokens): the model's vocabulary or an added token — "##ing", "▁Alice", "ĠAlice", "[CLS]".
+  // Empty when the id is outside the vocabulary (never throws). Returns a view into the tokenizer (lives as
+  // long as it). A normalized added token's token is its content normalized, as tokenizers 0.23 gives it
+  // ("[mask]" under Lowercase).
+  std::string_view id_to_token(std::int32_t id) const;
+  // `tokens` joined back into text by tokenizer.json's decoder, exactly as Python `tokenizers`'
+  // `tokenizer.decoder.decode(tokens)` (transformers' fast convert_tokens_to_string); without a decoder, the
+  // tokens joined by single spaces (as transformers does). A decoder type or option flowline does not run does
+  // not stop loading (encoding works); decode_tokens throws flowline::Error naming it and the file. Where
+  // Python panics (a Strip cutting past a token), it throws too.
+  std::string decode_tokens(std::span<const std::string_view> tokens) const;
+  // The model's continuing-subword prefix ("##" for WordPiece; BPE's continuing_subword_prefix when set),
+  // empty when it has none (Unigram; BPE without one) — what the pipeline reads to tell sub-words.
+  std::string_view continuing_subword_prefix() const;
+  std::int32_t pad_id() const;                        // -1 when the tokenizer names no padding token
+  std::int32_t unk_id() const;                        // -1 when the model has no unknown token
+  std::size_t vocab_size() const;                     // the model's vocabulary plus added tokens
+  std::size_t special_tokens_count(bool pair) const;  // what the post-processor adds
   std::string describe() const;  // "WordPiece (BertNormalizer, BertPreTokenizer, TemplateProcessing)"
   // Whether the model is given the pair template's token type ids: tokenizer_config.json's model_input_names
   // lists token_type_ids, or names nothing (transformers and sentence-transformers pass none otherwise, so

@@ -79,7 +79,7 @@ class Bpe final : public Model {
  public:
   Bpe(Vocabulary vocab, const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions options,
       const Origin& origin)
-      : vocab_(std::move(vocab)), options_(std::move(options)) {
+      : vocab_(std::move(vocab)), by_id_(vocab_), options_(std::move(options)) {
     if (options_.unk) {
       const auto it = vocab_.find(*options_.unk);
       if (it == vocab_.end())
@@ -208,6 +208,8 @@ class Bpe final : public Model {
     const auto it = vocab_.find(token);
     return it == vocab_.end() ? -1 : it->second;
   }
+  std::string_view id_to_token(std::int32_t id) const override { return by_id_(id); }
+  std::string_view continuing_subword_prefix() const override { return options_.prefix; }
   std::int32_t unk_id() const override { return unk_; }
   std::size_t size() const override { return vocab_.size(); }
   std::string name() const override { return "BPE"; }
@@ -311,6 +313,7 @@ class Bpe final : public Model {
   }
 
   Vocabulary vocab_;
+  TokensById by_id_;
   BpeOptions options_;
   std::int32_t unk_ = -1;
   MergeTable merges_;

@@ -278,6 +278,10 @@ std::string pattern_of(const json::object& o, const Origin& origin) {
 
 }  // namespace
 
+const std::array<char32_t, 256>& byte_level_chars() { return k_byte_chars; }
+
+std::string regex_pattern_of(const json::object& o, const Origin& origin) { return pattern_of(o, origin); }
+
 std::unique_ptr<PreTokenizer> make_byte_level(const json::object& o, const Origin& origin) {
   // trim_offsets is the post-processor's (post_processors.cpp); here it changes nothing, as in tokenizers.
   return std::make_unique<ByteLevel>(flag(o, "add_prefix_space", true, origin), flag(o, "use_regex", true, origin),

@@ -3,6 +3,8 @@
 // (post_processors.cpp).
 #include "pipeline.hpp"
 
+#include "flowline/error.hpp"
+
 #include <fmt/format.h>
 
 #include <functional>
@@ -41,6 +43,16 @@ void build_components(const json::object& root, const std::string& file, Pipelin
     refuse(Origin{file, "model.type"},
            fmt::format("model '{}' is not supported (supported: {})", type, names_of(model_table())));
   p.model = it->second(mo, model_origin);
+
+  // A decoder flowline cannot run leaves encoding alone: decode_tokens() throws why.
+  if (const json::value* v = field(root, "decoder")) {
+    try {
+      const Origin origin{file, "decoder"};
+      p.decoder = make_decoder(object_of(*v, origin), origin);
+    } catch (const Error& e) {
+      p.decoder_refusal = e.what();
+    }
+  }
 
   if (const json::value* v = field(root, "post_processor")) {
     const Origin origin{file, "post_processor"};

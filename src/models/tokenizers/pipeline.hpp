@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -126,6 +127,23 @@ struct StringHash {
 };
 using Vocabulary = std::unordered_map<std::string, std::int32_t, StringHash, std::equal_to<>>;
 
+// Tokens by id (id_to_token), views into strings that stay in place (a Vocabulary's keys: its nodes never
+// move). Dense ids in a vector; an id far past the others (a sparse vocabulary) in a map.
+class TokensById {
+ public:
+  TokensById() = default;
+  explicit TokensById(const Vocabulary& vocab) {
+    for (const auto& [token, id] : vocab) add(id, token);
+  }
+  // A later token for the same id replaces the earlier one.
+  void add(std::int32_t id, std::string_view token);
+  std::string_view operator()(std::int32_t id) const;
+
+ private:
+  std::vector<std::string_view> dense_;
+  std::unordered_map<std::int32_t, std::string_view> sparse_;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -133,6 +151,10 @@ class Model {
   // of s.text to s.pieces (an id made of a character's bytes, or of a fused unknown run, covers all of it).
   virtual void tokenize(Scratch& s, Span word, std::vector<std::int32_t>& ids) const = 0;
   virtual std::int32_t token_id(std::string_view token) const = 0;
+  // The vocabulary's token of `id` (tokenizers' Model::id_to_token), empty when it has none: a view into the
+  // model. continuing_subword_prefix(): what marks a word's later pieces ("##"), empty when nothing does.
+  virtual std::string_view id_to_token(std::int32_t id) const = 0;
+  virtual std::string_view continuing_subword_prefix() const { return {}; }
   virtual std::int32_t unk_id() const = 0;
   virtual std::size_t size() const = 0;
   virtual std::string name() const = 0;
@@ -243,6 +265,16 @@ struct TokenPlace {
   std::uint32_t lead = 0, trail = 0;
 };
 
+// tokenizer.json's decoder: tokens back into text, as tokenizers' Decoder::decode_chain (each decoder rewrites
+// the list; Decoder::decode joins what the last one leaves). Immutable once built (decoders.cpp).
+class Decoder {
+ public:
+  virtual ~Decoder() = default;
+  virtual void decode_chain(std::vector<std::string>& tokens) const = 0;
+};
+// The decoder of a tokenizer.json "decoder" object; refuses (refuse()) a type or option it cannot run exactly.
+std::unique_ptr<Decoder> make_decoder(const boost::json::object& o, const Origin& origin);  // decoders.cpp
+
 class Pipeline {
  public:
   std::vector<std::unique_ptr<Normalizer>> normalizers;
@@ -252,6 +284,13 @@ class Pipeline {
   std::vector<AddedToken> added;      // in the file's order
   AddedMatcher<char> raw_added;       // those with normalized: false
   AddedMatcher<char32_t> norm_added;  // those with normalized: true, their content normalized
+  // id_to_token's added tokens (they win over the model's): the content, or for a normalized one the content
+  // normalized where that differs (tokenizers 0.23's simple_id_to_token); a later token for an id wins.
+  std::unordered_map<std::int32_t, std::string> added_by_id;
+  // The decoder; without one, `decoder_refusal` says why (a type or option flowline does not run: loading
+  // goes on for encoding, decoding throws it) or is empty (the file has none).
+  std::unique_ptr<Decoder> decoder;
+  std::string decoder_refusal;
   std::int32_t pad = -1;
   std::size_t added_vocab = 0;  // added tokens whose ids lie outside the model's vocabulary
   // From the folder's tokenizer_config.json (Tokenizer::from_folder), as transformers reads it:
@@ -304,6 +343,10 @@ std::unique_ptr<Model> make_bpe(const boost::json::object& o, const Origin& orig
 std::unique_ptr<PreTokenizer> make_byte_level(const boost::json::object& o, const Origin& origin);   // byte_level.cpp
 std::unique_ptr<PreTokenizer> make_split(const boost::json::object& o, const Origin& origin);        // byte_level.cpp
 std::unique_ptr<Normalizer> make_regex_replace(const boost::json::object& o, const Origin& origin);  // byte_level.cpp
+// GPT-2's bytes_to_unicode: the character standing for each byte (byte_level.cpp). regex_pattern_of(): a
+// component's {"String": literal} or {"Regex": pattern} as a Regex pattern (a literal escaped; empty refused).
+const std::array<char32_t, 256>& byte_level_chars();
+std::string regex_pattern_of(const boost::json::object& o, const Origin& origin);
 
 // Fills normalizers, pre-tokenizers, model and post-processor from tokenizer.json's object (components.cpp).
 void build_components(const boost::json::object& root, const std::string& file, Pipeline& pipeline);

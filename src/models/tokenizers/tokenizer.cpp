@@ -58,6 +58,7 @@ void read_added_tokens(const json::object& root, const std::string& file, Pipeli
     if (!t.normalized) {
       p.raw_added.first[static_cast<unsigned char>(t.content[0])] = true;
       p.raw_added.entries.push_back({t.content, t});
+      p.added_by_id[t.id] = t.content;
     } else {
       Scratch s;
       decode_utf8(t.content, s.text);
@@ -65,6 +66,7 @@ void read_added_tokens(const json::object& root, const std::string& file, Pipeli
       if (s.text.empty()) refuse(origin, "'normalized': true, and the normalizer leaves nothing of its content");
       p.norm_added.first[s.text[0] & 0xFF] = true;
       p.norm_added.entries.push_back({s.text, t});
+      encode_utf8(s.text, p.added_by_id[t.id]);
     }
     p.added.push_back(std::move(t));
   }
@@ -328,6 +330,26 @@ std::int32_t Tokenizer::token_id(std::string_view token) const {
     if (t.content == token) return t.id;
   return pipeline_->model->token_id(token);
 }
+std::string_view Tokenizer::id_to_token(std::int32_t id) const {
+  if (const auto it = pipeline_->added_by_id.find(id); it != pipeline_->added_by_id.end()) return it->second;
+  return pipeline_->model->id_to_token(id);
+}
+
+std::string Tokenizer::decode_tokens(std::span<const std::string_view> tokens) const {
+  if (!pipeline_->decoder_refusal.empty()) throw Error(pipeline_->decoder_refusal);
+  std::string text;
+  if (pipeline_->decoder == nullptr) {  // transformers joins the tokens by spaces
+    for (std::size_t i = 0; i < tokens.size(); ++i) (text += i == 0 ? "" : " ") += tokens[i];
+    return text;
+  }
+  std::vector<std::string> chain(tokens.begin(), tokens.end());
+  pipeline_->decoder->decode_chain(chain);
+  for (const std::string& piece : chain) text += piece;
+  return text;
+}
+
+std::string_view Tokenizer::continuing_subword_prefix() const { return pipeline_->model->continuing_subword_prefix(); }
+
 std::int32_t Tokenizer::pad_id() const { return pipeline_->pad; }
 std::int32_t Tokenizer::unk_id() const { return pipeline_->model->unk_id(); }
 std::size_t Tokenizer::vocab_size() const { return pipeline_->model->size() + pipeline_->added_vocab; }

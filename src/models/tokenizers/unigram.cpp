@@ -55,6 +55,10 @@ class Unigram final : public Model {
       if (!chars.empty() && spelled == token) insert(trie, chars, id);
     }
     if (pieces.empty()) refuse(origin, "the vocabulary is empty");
+    // Every piece's own id, a repeated one's too (tokenizers reads the list): a view of its key.
+    for (std::size_t i = 0; i < pieces.size(); ++i)
+      by_id_.add(static_cast<std::int32_t>(i),
+                 vocab_.find(std::string_view(pieces[i].as_array()[0].as_string()))->first);
     build_double_array(trie);
     if (unk_ >= static_cast<std::int32_t>(pieces.size()))
       refuse(origin, fmt::format("'unk_id' {} is outside the vocabulary of {} pieces", unk_, pieces.size()));
@@ -81,6 +85,7 @@ class Unigram final : public Model {
     const auto it = vocab_.find(token);
     return it == vocab_.end() ? -1 : it->second;
   }
+  std::string_view id_to_token(std::int32_t id) const override { return by_id_(id); }
   std::int32_t unk_id() const override { return unk_; }
   std::size_t size() const override { return scores_.size(); }
   std::string name() const override { return "Unigram"; }
@@ -293,6 +298,7 @@ class Unigram final : public Model {
 
   std::vector<double> scores_;
   Vocabulary vocab_;
+  TokensById by_id_;
   std::vector<Unit> units_;
   std::vector<Piece> pieces_;  // by unit
   // Labels by character: label_pages_[page_of_[c >> 8] + (c & 0xFF)]; page 0, all zeros, serves the

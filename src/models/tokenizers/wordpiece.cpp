@@ -18,7 +18,7 @@ class WordPiece final : public Model {
  public:
   WordPiece(Vocabulary vocab, const std::string& prefix, const std::string& unk, std::size_t max_chars,
             const Origin& origin)
-      : vocab_(std::move(vocab)), max_chars_(max_chars) {
+      : vocab_(std::move(vocab)), by_id_(vocab_), prefix_(prefix), max_chars_(max_chars) {
     const auto it = vocab_.find(unk);
     if (it == vocab_.end()) refuse(origin, fmt::format("the unknown token '{}' is not in the vocabulary", unk));
     unk_ = it->second;
@@ -76,12 +76,17 @@ class WordPiece final : public Model {
     const auto it = vocab_.find(token);
     return it == vocab_.end() ? -1 : it->second;
   }
+  std::string_view id_to_token(std::int32_t id) const override { return by_id_(id); }
+  std::string_view continuing_subword_prefix() const override { return prefix_; }
   std::int32_t unk_id() const override { return unk_; }
   std::size_t size() const override { return vocab_.size(); }
   std::string name() const override { return "WordPiece"; }
 
  private:
-  Vocabulary vocab_, continuing_;
+  Vocabulary vocab_;
+  TokensById by_id_;
+  std::string prefix_;
+  Vocabulary continuing_;
   std::int32_t unk_ = -1;
   std::size_t max_chars_;
   std::size_t longest_ = 1;
