@@ -110,6 +110,11 @@ if ! .venv/bin/python -c "import tokenizers; assert tokenizers.__version__.start
   step "installing tokenizers into .venv"
   pip_install "tokenizers==0.22.2"
 fi
+# The Python package (python/, docs/python.md): nanobind builds its extension, pytest runs its tests.
+if ! .venv/bin/python -c "import nanobind, pytest" 2>/dev/null; then
+  step "installing nanobind and pytest into .venv"
+  pip_install "nanobind==3.1.0" pytest
+fi
 TORCH_PREFIX="$(.venv/bin/python -c 'import importlib.util, pathlib; print(pathlib.Path(importlib.util.find_spec("torch").origin).parent / "share/cmake")')"
 # flowline's CUDA parts only where LibTorch's CUDA library can load.
 if [ "$INSTALL" = full ]; then FLOWLINE_CUDA=AUTO; else FLOWLINE_CUDA=OFF; fi

@@ -1,0 +1,216 @@
+// flowline._flowline: the extension module under the Python package `flowline` (python/flowline/__init__.py).
+//
+// Flow wraps flowline::Flow. Its methods convert their Python arguments while holding the GIL, release it
+// for everything the C++ flow does (loading, starting, posting, closing), and take it back to build the
+// results, so several Python threads may post at once and run in parallel inside the flow. flowline::Error
+// becomes flowline.FlowError (ConfigError, a subclass, for a bad flow file or override); a Python argument
+// of the wrong type a TypeError naming it.
+#include "bindings.hpp"
+
+#include "flowline/error.hpp"
+#include "flowline/flow.hpp"
+
+#include <fmt/format.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
+
+#include <atomic>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+namespace flowline::python {
+namespace {
+
+std::string fspath(nb::handle path) { return nb::cast<std::string>(nb::module_::import_("os").attr("fspath")(path)); }
+
+PyObject* flow_error_type = nullptr;
+PyObject* config_error_type = nullptr;
+
+// A started flowline::Flow owned by a Python object. Flow's own post() and close() are thread-safe; this
+// adds only the refusal to post once closed (Flow would start again).
+class PythonFlow {
+ public:
+  explicit PythonFlow(FlowConfig config) {
+    nb::gil_scoped_release released;
+    flow_ = std::make_unique<Flow>(std::move(config));
+    flow_->start();
+  }
+
+  static std::unique_ptr<PythonFlow> load(const std::filesystem::path& path, nb::handle overrides) {
+    std::vector<std::string> sets;
+    if (!overrides.is_none()) {
+      if (!nb::isinstance<nb::dict>(overrides)) {
+        throw nb::type_error("overrides: expected a dict of 'executor.parameter': value, as --set takes");
+      }
+      for (auto [key, value] : nb::borrow<nb::dict>(overrides)) {
+        if (!nb::isinstance<nb::str>(key)) throw nb::type_error("overrides: keys must be str ('executor.parameter')");
+        sets.push_back(nb::cast<std::string>(key) + "=" + yaml_scalar(value));
+      }
+    }
+    FlowConfig config;
+    {
+      nb::gil_scoped_release released;
+      config = load_flow_config(path);
+      for (const auto& s : sets) set_executor_parameter(config, s);
+      if (!sets.empty()) validate_flow_config(config);
+    }
+    return std::make_unique<PythonFlow>(std::move(config));
+  }
+
+  static std::unique_ptr<PythonFlow> from_text(const std::string& yaml, const std::filesystem::path& file) {
+    FlowConfig config;
+    {
+      nb::gil_scoped_release released;
+      config = load_flow_config_text(yaml, file);
+    }
+    return std::make_unique<PythonFlow>(std::move(config));
+  }
+
+  DocumentArray run(const std::string& endpoint, DocumentArray docs, nb::handle parameters, nb::handle request_size) {
+    PostOptions options;
+    if (!parameters.is_none()) options.parameters = python_to_json_object(parameters, "parameters");
+    if (!request_size.is_none()) {
+      const long long n = nb::cast<long long>(request_size);
+      if (n < 1) throw nb::value_error(fmt::format("request_size: expected an int >= 1, not {}", n).c_str());
+      options.request_size = static_cast<std::size_t>(n);
+    }
+    if (closed_) throw Error("flowline.Flow: post() after close(): the flow is closed");
+    nb::gil_scoped_release released;
+    return flow_->post(endpoint, std::move(docs), options);
+  }
+
+  nb::list post(const std::string& endpoint, nb::handle inputs, nb::handle parameters, nb::handle request_size) {
+    DocumentArray docs = documents_from_inputs(inputs);
+    DocumentArray results = run(endpoint, std::move(docs), parameters, request_size);
+    nb::list out;
+    for (Document& d : results) out.append(nb::cast(std::move(d)));
+    return out;
+  }
+
+  // The texts' embeddings as one [N, D] numpy array (the SentenceEncoder's fast path: no Python
+  // document per text). A text that gets no embedding is a ValueError naming it.
+  nb::object encode(const std::string& endpoint, nb::handle texts, nb::handle parameters, nb::handle request_size) {
+    DocumentArray docs;
+    std::size_t i = 0;
+    for (nb::handle t : texts) {
+      if (!nb::isinstance<nb::str>(t)) {
+        throw nb::type_error(
+            fmt::format("sentences[{}]: expected a str, not {}", i, nb::type_name(t.type()).c_str()).c_str());
+      }
+      docs.push_back(Document(nb::cast<std::string>(t)));
+      ++i;
+    }
+    DocumentArray results = run(endpoint, std::move(docs), parameters, request_size);
+    for (std::size_t k = 0; k < results.size(); ++k) {
+      if (!results[k].embedding.defined()) {
+        throw nb::value_error(fmt::format("sentences[{}]: the encoder gave it no embedding (an empty text has none "
+                                          "in flowline)",
+                                          k)
+                                  .c_str());
+      }
+    }
+    if (results.empty()) return nb::none();
+    at::Tensor matrix;
+    {
+      nb::gil_scoped_release released;
+      matrix = results.embeddings();
+    }
+    return tensor_to_numpy(matrix);
+  }
+
+  void close(bool complete) {
+    closed_ = true;
+    nb::gil_scoped_release released;
+    flow_->close(complete ? RunOutcome::Complete : RunOutcome::Incomplete);
+  }
+  bool closed() const { return closed_; }
+
+ private:
+  static std::string yaml_scalar(nb::handle value) {
+    if (PyBool_Check(value.ptr())) return value.ptr() == Py_True ? "true" : "false";
+    if (nb::hasattr(value, "__fspath__")) return fspath(value);
+    return nb::cast<std::string>(nb::str(value));
+  }
+
+  static DocumentArray documents_from_inputs(nb::handle inputs) {
+    if (nb::isinstance<nb::str>(inputs) || nb::isinstance<nb::dict>(inputs) || nb::isinstance<Document>(inputs)) {
+      DocumentArray one;
+      one.push_back(document_from_python(inputs, 0));
+      return one;
+    }
+    if (!nb::hasattr(inputs, "__iter__")) {
+      throw nb::type_error(fmt::format("inputs: expected a list of str, dict or flowline.Document, not {}",
+                                       nb::type_name(inputs.type()).c_str())
+                               .c_str());
+    }
+    DocumentArray docs;
+    std::size_t i = 0;
+    for (nb::handle item : inputs) docs.push_back(document_from_python(item, i++));
+    return docs;
+  }
+
+  std::unique_ptr<Flow> flow_;
+  std::atomic<bool> closed_{false};
+};
+
+void register_errors(nb::module_& m) {
+  flow_error_type = PyErr_NewExceptionWithDoc("flowline.FlowError", "flowline's C++ side refused or failed",
+                                              PyExc_RuntimeError, nullptr);
+  config_error_type = PyErr_NewExceptionWithDoc("flowline.ConfigError",
+                                                "a flow file or override is wrong (every problem, with file:line:col)",
+                                                flow_error_type, nullptr);
+  m.attr("FlowError") = nb::handle(flow_error_type);
+  m.attr("ConfigError") = nb::handle(config_error_type);
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const ConfigError& e) {
+      PyErr_SetString(config_error_type, e.what());
+    } catch (const Error& e) {
+      PyErr_SetString(flow_error_type, e.what());
+    }
+  });
+}
+
+}  // namespace
+}  // namespace flowline::python
+
+NB_MODULE(_flowline, m) {
+  using flowline::python::PythonFlow;
+  namespace nb = nanobind;
+  m.doc() = "flowline's C++ library: Flow and Document (the package flowline wraps these)";
+  flowline::python::register_errors(m);
+  flowline::python::bind_documents(m);
+  nb::class_<PythonFlow>(m, "Flow")
+      .def_static(
+          "load",
+          [](nb::handle path, nb::handle overrides) {
+            return PythonFlow::load(flowline::python::fspath(path), overrides);
+          },
+          nb::arg("path"), nb::arg("overrides") = nb::none(),
+          "Loads, validates and starts a YAML flow; overrides are the launcher's --set: "
+          "{'encoder.model': DIR}.")
+      .def_static(
+          "from_yaml",
+          [](const std::string& yaml, nb::handle file) {
+            return PythonFlow::from_text(yaml, flowline::python::fspath(file));
+          },
+          nb::arg("yaml"), nb::arg("file"),
+          "A flow from YAML text; `file` names it in messages and anchors its relative paths.")
+      .def("post", &PythonFlow::post, nb::arg("endpoint"), nb::arg("inputs"), nb::arg("parameters") = nb::none(),
+           nb::arg("request_size") = nb::none(),
+           "Posts the inputs (str, dict in Jina's JSON shape or flowline.Document, one or a list) and returns "
+           "the resulting Documents in order. Raises FlowError for the first request an executor failed.")
+      .def("_encode", &PythonFlow::encode, nb::arg("endpoint"), nb::arg("texts"), nb::arg("parameters") = nb::none(),
+           nb::arg("request_size") = nb::none())
+      .def("close", &PythonFlow::close, nb::arg("complete") = true,
+           "Waits for posts in flight, closes the executors and joins their threads. Idempotent.")
+      .def_prop_ro("closed", &PythonFlow::closed)
+      .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+      .def(
+          "__exit__", [](PythonFlow& self, nb::handle type, nb::handle, nb::handle) { self.close(type.is_none()); },
+          nb::arg("type").none(), nb::arg("value").none(), nb::arg("traceback").none());
+}
