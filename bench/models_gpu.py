@@ -36,14 +36,23 @@ TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "vocab.txt", "spec
 
 
 def shapes():
-    from transformers import (BertConfig, DistilBertConfig, ModernBertConfig, MPNetConfig, Qwen3Config,
-                              XLMRobertaConfig)
+    from transformers import (BertConfig, DebertaV2Config, DistilBertConfig, ModernBertConfig, MPNetConfig,
+                              Qwen3Config, XLMRobertaConfig)
     return {
         "minilm-l6": BertConfig(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
                                 intermediate_size=1536, max_position_embeddings=512),
         # msmarco-distilbert-base-tas-b's shape (issue 52 §2): CLS pooling, no Normalize (dot product)
         "distilbert-tas-b": DistilBertConfig(vocab_size=30522, dim=768, n_layers=6, n_heads=12, hidden_dim=3072,
                                              max_position_embeddings=512),
+        # DeBERTa-v3-base's shape (issue 52 §2): disentangled attention over 256 log buckets, shared position
+        # projections, no absolute positions or token types; mean pooling + Normalize as its embedding finetunes.
+        # flowline runs its attention padded with the c2p/p2c bias (no packed kernel, no CUDA graphs).
+        "deberta-v3-base": DebertaV2Config(vocab_size=128100, hidden_size=768, num_hidden_layers=12,
+                                           num_attention_heads=12, intermediate_size=3072,
+                                           max_position_embeddings=512, relative_attention=True, position_buckets=256,
+                                           max_relative_positions=-1, pos_att_type="p2c|c2p", share_att_key=True,
+                                           norm_rel_ebd="layer_norm", position_biased_input=False, type_vocab_size=0,
+                                           layer_norm_eps=1e-7),
         "mpnet-base": MPNetConfig(vocab_size=30527, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                                   intermediate_size=3072, max_position_embeddings=514),
         "xlm-roberta-base": XLMRobertaConfig(vocab_size=250002, hidden_size=768, num_hidden_layers=12,

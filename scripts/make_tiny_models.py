@@ -277,6 +277,94 @@ def distilbert_models(corpus):
             assert (made[:, 0] - torch.sin(torch.arange(512.0))).abs().max() < 1e-5
 
 
+def deberta_models(corpus):
+    """DeBERTa-v3's layout at tiny sizes (issue 52 §2), each carrying tests/data/tiny-bert's WordPiece tokenizer:
+    `deberta`: a DebertaV2Model with v3's settings (relative_attention, pos_att_type "p2c|c2p" written as v3's
+    config.json writes it, share_att_key, norm_rel_ebd layer_norm, position_biased_input false, no token types)
+    and 8 position buckets, so that sequences past 4 tokens take the logarithmic buckets, under
+    sentence-transformers' Transformer + Pooling(mean) + Normalize; goldens from token ids (up to 200 tokens) and
+    from texts. `deberta-v2-variants`: the options v3 leaves off (separate pos_key_proj / pos_query_proj, c2p
+    alone, no rel_embeddings LayerNorm, learned absolute positions, two token types, no buckets with
+    max_relative_positions 24 so that long distances are clamped), goldens from token ids.
+    `deberta-sequence-classifier`: DebertaV2ForSequenceClassification with v3's settings and three labels
+    (ContextPooler: pooler.dense + gelu on the first token, then classifier), goldens as sequence_classifiers()
+    makes them (pipeline("text-classification", top_k=None), texts and pairs)."""
+    from transformers import DebertaV2Config, DebertaV2ForSequenceClassification, DebertaV2Model, pipeline
+    paragraphs = [" ".join(p.split()) for path in sorted(corpus.glob("*.txt"))
+                  for p in path.read_text(encoding="utf-8").split("\n\n") if p.strip()]
+    texts = paragraphs[500:506] + [p for p in paragraphs if len(p) > 600][2:4] + [
+        "Alice was beginning to get very tired", "what is a whale hunt?", "  two  spaces,\ttab and\nnew line  ",
+        "Ein Fluß, déjà vu", "東京は日本の首都です", "[CLS] inside [SEP] text", "", "x"]
+    v3 = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64,
+              max_position_embeddings=512, relative_attention=True, position_buckets=8, max_relative_positions=-1,
+              pos_att_type="p2c|c2p", share_att_key=True, norm_rel_ebd="layer_norm", position_biased_input=False,
+              type_vocab_size=0, layer_norm_eps=1e-7, hidden_act="gelu", pad_token_id=0)
+    variants = dict(v3, num_hidden_layers=2, position_buckets=-1, max_relative_positions=24, pos_att_type=["c2p"],
+                    share_att_key=False, norm_rel_ebd="none", position_biased_input=True, type_vocab_size=2)
+
+    def ones_around_1(model):  # LayerNorm gains around 1, as trained ones are (around 0 they collapse)
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if n.endswith("LayerNorm.weight"):
+                    p.add_(1.0)
+
+    def v3_spelling(folder):  # transformers 5 saves a list; DeBERTa-v3's own config.json says "p2c|c2p"
+        config = json.loads((folder / "config.json").read_text())
+        assert config["pos_att_type"] == ["p2c", "c2p"], config["pos_att_type"]
+        config["pos_att_type"] = "p2c|c2p"
+        (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+    for name, config, extra in [("deberta", v3, {"texts": texts, "after_save": v3_spelling}),
+                                ("deberta-v2-variants", variants, {})]:
+        torch.manual_seed(61)
+        model = DebertaV2Model(DebertaV2Config(**config))
+        randomise(model)
+        ones_around_1(model)
+        model.eval()
+        sentence_model(name, model, "mean", normalize=True, pad=0, longest=200, special_first=2, **extra)
+
+    torch.manual_seed(62)
+    labels = ["contradiction", "entailment", "neutral"]
+    model = DebertaV2ForSequenceClassification(DebertaV2Config(
+        **v3, id2label=dict(enumerate(labels)), label2id={l: i for i, l in enumerate(labels)}))
+    randomise(model)
+    ones_around_1(model)
+    with torch.no_grad():
+        model.classifier.weight.mul_(4.0)
+    model.eval()
+    name = "deberta-sequence-classifier"
+    out = OUT / name
+    shutil.rmtree(out, ignore_errors=True)
+    model.save_pretrained(str(out), safe_serialization=True)
+    v3_spelling(out)
+    mark_random(out)
+    for f in TOKENIZER_FILES:
+        if (ROOT / "tests/data/tiny-bert" / f).exists():
+            shutil.copy(ROOT / "tests/data/tiny-bert" / f, out / f)
+    config = json.loads((out / "tokenizer_config.json").read_text())
+    config["model_max_length"] = 128
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    inputs = [{"text": t} for t in texts] + [
+        {"text": "Alice was tired", "text_pair": "sitting by her sister on the bank"},
+        {"text": "a whale hunt", "text_pair": paragraphs[510]}, {"text": "", "text_pair": "an empty first text"}]
+    classifier = pipeline("text-classification", model=str(out), device="cpu")
+    tensors = {}
+    for function in ["scores", "none"]:
+        kwargs = {} if function == "scores" else {"function_to_apply": function}
+        rows = []
+        for x in inputs:
+            result = classifier(dict(x) if "text_pair" in x else x["text"], top_k=None, truncation=True, **kwargs)
+            by_label = {r["label"]: r["score"] for r in result}
+            rows.append([by_label[l] for l in labels])
+        tensors[function] = torch.tensor(rows, dtype=torch.float32)
+    assert tensors["scores"].std(0).min() > 0.01, tensors["scores"]  # the texts score differently
+    with open(OUT / f"{name}.texts.jsonl", "w", encoding="utf-8") as f:
+        for x in inputs:
+            f.write(json.dumps(x, ensure_ascii=False) + "\n")
+    save_file(tensors, str(OUT / f"{name}.texts.safetensors"))
+    print(f"{name}: {len(inputs)} inputs, {len(labels)} labels")
+
+
 SEQUENCE_CLASSIFIERS = {  # name: (model class, labels, problem_type); the pipeline picks softmax / sigmoid from these
     "bert-sequence-classifier": ("bert", ["negative", "neutral", "positive"], None),
     "xlm-roberta-multilabel": ("xlm-roberta", ["joy", "anger", "fear", "surprise"], "multi_label_classification"),
@@ -451,7 +539,8 @@ def qwen3_texts(corpus):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", nargs="+", choices=["xlm-roberta-unigram", "qwen3", "distilbert", "sequence-classifiers"],
+    parser.add_argument("--only", nargs="+", choices=["xlm-roberta-unigram", "qwen3", "distilbert", "sequence-classifiers",
+                                                    "deberta"],
                         help="make only these checkpoints")
     parser.add_argument("--corpus", type=pathlib.Path, default=ROOT.parent / "shared/data/corpus")
     args = parser.parse_args()
@@ -462,6 +551,7 @@ def main():
         "qwen3": lambda: qwen3_model("qwen3", ROOT / "tests/data/tokenizers/bpe-split-qwen", qwen3_texts(args.corpus)),
         "distilbert": lambda: distilbert_models(args.corpus),  # and distilbert-sinusoidal
         "sequence-classifiers": lambda: sequence_classifiers(args.corpus),  # SEQUENCE_CLASSIFIERS
+        "deberta": lambda: deberta_models(args.corpus),  # deberta, deberta-v2-variants, deberta-sequence-classifier
     }
     if args.only:
         for name in args.only:

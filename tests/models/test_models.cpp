@@ -197,7 +197,8 @@ TEST_CASE("a checkpoint of an unsupported model_type is refused naming the file 
   std::ofstream(dir / "config.json") << config;
   CHECK_THROWS_WITH(Checkpoint::read(dir),
                     testing::contains("config.json': model_type 't5' is not supported (supported: bert, "
-                                      "camembert, distilbert, modernbert, mpnet, qwen3, roberta, xlm-roberta)"));
+                                      "camembert, deberta-v2, distilbert, modernbert, mpnet, qwen3, roberta, "
+                                      "xlm-roberta)"));
 }
 
 TEST_CASE("a checkpoint's unknown module or pooling mode is refused naming the file", "[models]") {

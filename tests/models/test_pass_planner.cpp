@@ -121,11 +121,12 @@ TEST_CASE("heads are a column of the architecture table: the sequence-classifica
   CHECK(d::head_kinds().size() == d::kHeadKinds);
   const auto with_head = d::model_types_with(d::HeadKind::SequenceClassification);
   CHECK(std::vector<std::string>(with_head.begin(), with_head.end()) ==
-        std::vector<std::string>{"bert", "roberta", "xlm-roberta", "camembert"});
+        std::vector<std::string>{"bert", "roberta", "xlm-roberta", "camembert", "deberta-v2"});
   CHECK(supported_architectures(Checkpoint::Use::Embedding) ==
-        std::vector<std::string>{"BERT", "RoBERTa/XLM-R/CamemBERT", "DistilBERT", "MPNet", "ModernBERT", "Qwen3"});
+        std::vector<std::string>{"BERT", "RoBERTa/XLM-R/CamemBERT", "DistilBERT", "MPNet", "ModernBERT", "Qwen3",
+                                 "DeBERTa-v2/v3"});
   CHECK(supported_architectures(Checkpoint::Use::CrossEncoder) ==
-        std::vector<std::string>{"BERT", "RoBERTa/XLM-R/CamemBERT"});
+        std::vector<std::string>{"BERT", "RoBERTa/XLM-R/CamemBERT", "DeBERTa-v2/v3"});
   // An MPNet checkpoint that calls itself a cross-encoder: refused at validation and when made, naming the
   // file and the model types that have a head.
   const auto tiny = std::filesystem::path(FLOWLINE_SOURCE_DIR) / "tests/data/tiny-models";
@@ -137,7 +138,7 @@ TEST_CASE("heads are a column of the architecture table: the sequence-classifica
   testing::write_text(dir / "config.json", boost::json::serialize(config));
   const std::string expected =
       "config.json': a mpnet sequence classification head is not supported (bert, roberta, "
-      "xlm-roberta, camembert heads)";
+      "xlm-roberta, camembert, deberta-v2 heads)";
   CHECK_THAT(Checkpoint::problem(dir, Checkpoint::Use::CrossEncoder).value_or(""), testing::contains(expected));
   CHECK_THROWS_WITH(CrossEncoderModel(Checkpoint::read(dir), c10::Device(c10::kCPU), c10::kFloat),
                     testing::contains(expected));

@@ -163,8 +163,8 @@ TEST_CASE("unsupported model configs are rejected naming the file and key", "[en
   testing::write_text(dir / "config.json", boost::json::serialize(config));
   CHECK_THROWS_WITH(models::Checkpoint::read(dir),
                     "'" + (dir / "config.json").string() +
-                        "': model_type 'gpt2' is not supported (supported: bert, camembert, distilbert, modernbert, "
-                        "mpnet, qwen3, roberta, xlm-roberta)");
+                        "': model_type 'gpt2' is not supported (supported: bert, camembert, deberta-v2, distilbert, "
+                        "modernbert, mpnet, qwen3, roberta, xlm-roberta)");
   CHECK_THROWS_WITH(models::Checkpoint::read(dir / "nowhere"), testing::contains("no such folder"));
   testing::write_text(dir / "1_Pooling/config.json", "{\"pooling_mode\": \"median\"}");
   config["model_type"] = "bert";

@@ -18,6 +18,8 @@ std::unique_ptr<Transformer> make_modernbert(const ArchitectureContext& context)
 void check_modernbert(const ArchitectureContext& context);
 std::unique_ptr<Transformer> make_qwen3(const ArchitectureContext& context);  // qwen3.cpp
 void check_qwen3(const ArchitectureContext& context);
+std::unique_ptr<Transformer> make_deberta_v2(const ArchitectureContext& context);  // deberta_v2.cpp
+void check_deberta_v2(const ArchitectureContext& context);
 
 std::span<const Architecture> architectures() {
   // model_type values | name | description | make | check | heads: sequence classification
@@ -48,6 +50,12 @@ std::span<const Architecture> architectures() {
        &make_qwen3,
        &check_qwen3,
        {}},
+      {{"deberta-v2"},
+       "DeBERTa-v2/v3",
+       "DeBERTa-v2/v3 (disentangled attention, relative position buckets)",
+       &make_deberta_v2,
+       &check_deberta_v2,
+       {&make_deberta_pooler_classifier}},
   };
   return table;
 }

@@ -8,7 +8,8 @@
 // Each document is a query (its text). Its candidates are its matches (Jina's shape: each match's text), or,
 // when it has none, the strings of tags["documents"] (or tags["texts"]), which become its matches. Every
 // (query, candidate) pair goes through the checkpoint's cross-encoder (flowline::models' CrossEncoderModel:
-// the architectures whose table row has a sequence-classification head — BERT, RoBERTa/XLM-R/CamemBERT)
+// the architectures whose table row has a sequence-classification head — BERT, RoBERTa/XLM-R/CamemBERT,
+// DeBERTa-v2/v3)
 // with the tokenizer's pair template; the matches are then sorted by score,
 // highest first, and cut to top_n. Each match gets scores["relevance_score"] and tags["index"], its position
 // among the candidates before sorting.

@@ -17,7 +17,8 @@
 // id2label; a checkpoint without one gets LABEL_0, LABEL_1, ... (transformers' names).
 //
 // Scores: the logits of the checkpoint's classifier head (flowline::models' CrossEncoderModel: the
-// architectures whose table row has a sequence-classification head — BERT, RoBERTa/XLM-R/CamemBERT), then
+// architectures whose table row has a sequence-classification head — BERT, RoBERTa/XLM-R/CamemBERT,
+// DeBERTa-v2/v3), then
 // the function transformers' TextClassificationPipeline applies: `function_to_apply` auto picks none for
 // problem_type regression, sigmoid for multi_label_classification or one label, softmax otherwise; none,
 // sigmoid or softmax force one. raw_scores: true gives the logits (function none). A document whose scores

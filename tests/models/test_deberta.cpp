@@ -1,0 +1,203 @@
+// DeBERTa-v2/v3 (issue 52 §2) on tiny checkpoints of DeBERTa-v3's layout (scripts/make_tiny_models.py --only
+// deberta): token ids and texts end to end against sentence-transformers, the options v3 leaves off
+// (deberta-v2-variants), DebertaV2ForSequenceClassification's ContextPooler head against transformers'
+// pipeline, the config.json variants refused naming the key, and on a GPU the fp16/bf16 bounds.
+#include "test_support.hpp"
+
+#include "flowline/device.hpp"
+#include "flowline/error.hpp"
+#include "flowline/models/checkpoint.hpp"
+#include "flowline/models/cross_encoder.hpp"
+#include "flowline/models/embedding_model.hpp"
+#include "flowline/models/safetensors.hpp"
+#include "flowline/models/tokenizer.hpp"
+#include "flowline/torch_support.hpp"
+
+#include <ATen/ATen.h>
+#include <boost/json.hpp>
+
+#include <fstream>
+
+using namespace flowline;
+using namespace flowline::models;
+
+namespace {
+
+const std::filesystem::path kTiny = std::filesystem::path(FLOWLINE_SOURCE_DIR) / "tests/data/tiny-models";
+
+struct IdGoldens {
+  std::vector<std::int32_t> ids;
+  std::vector<std::int64_t> lengths;
+  at::Tensor expected;
+};
+
+IdGoldens read_goldens(const std::string& name) {
+  const SafetensorsFile file(kTiny / (name + ".goldens.safetensors"));
+  IdGoldens g;
+  const at::Tensor ids = file.get("ids").contiguous(), lengths = file.get("lengths").contiguous();
+  g.ids.assign(ids.data_ptr<std::int32_t>(), ids.data_ptr<std::int32_t>() + ids.numel());
+  g.lengths.assign(lengths.data_ptr<std::int64_t>(), lengths.data_ptr<std::int64_t>() + lengths.numel());
+  g.expected = file.get("embeddings").clone();
+  return g;
+}
+
+std::vector<boost::json::object> read_lines(const std::filesystem::path& file) {
+  std::vector<boost::json::object> lines;
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) lines.push_back(boost::json::parse(line).as_object());
+  return lines;
+}
+
+double worst_cosine(const at::Tensor& a, const at::Tensor& b) {
+  const auto a64 = a.to(at::kDouble), b64 = b.to(at::kDouble);
+  return ((a64 * b64).sum(1) / (a64.norm(2, {1}) * b64.norm(2, {1})).clamp_min(1e-30)).min().item<double>();
+}
+
+// The goldens' sequences in batches of `batch_size` (their lengths mixed, so attention runs several groups).
+at::Tensor encode_goldens(const EmbeddingModel& model, const IdGoldens& g, std::size_t batch_size) {
+  std::vector<at::Tensor> parts;
+  std::size_t token = 0;
+  for (std::size_t s = 0; s < g.lengths.size(); s += batch_size) {
+    const std::size_t end = std::min(g.lengths.size(), s + batch_size);
+    std::size_t tokens = 0;
+    for (std::size_t i = s; i < end; ++i) tokens += static_cast<std::size_t>(g.lengths[i]);
+    parts.push_back(
+        model.encode(PackedBatch{std::span(g.ids).subspan(token, tokens), std::span(g.lengths).subspan(s, end - s)})
+            .cpu());
+    token += tokens;
+  }
+  return at::cat(parts);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a deberta-v2 checkpoint embeds token ids as sentence-transformers does, in v3's layout and the options v3 leaves "
+    "off",
+    "[models][deberta]") {
+  const auto name = GENERATE(as<std::string>{}, "deberta", "deberta-v2-variants");
+  INFO(name);
+  const auto g = read_goldens(name);
+  const EmbeddingModel model(kTiny / name, c10::Device(c10::kCPU), c10::kFloat);
+  CHECK(model.info().model_type == "deberta-v2");
+  CHECK(model.info().max_positions == 512);
+  // Sequences up to 200 tokens: far past the 8 buckets (deberta) and the 24 relative positions (variants).
+  CHECK(*std::max_element(g.lengths.begin(), g.lengths.end()) == 200);
+  for (const std::size_t batch_size : {std::size_t{1}, std::size_t{7}, g.lengths.size()}) {
+    INFO("batch size " << batch_size);
+    const at::Tensor got = encode_goldens(model, g, batch_size);
+    REQUIRE(got.sizes() == g.expected.sizes());
+    CHECK(worst_cosine(got, g.expected) >= 0.99999);
+    CHECK((got - g.expected).abs().max().item<double>() < 1e-4);
+  }
+}
+
+TEST_CASE("a deberta-v2 checkpoint of v3's layout embeds texts as sentence-transformers does, through its tokenizer",
+          "[models][deberta]") {
+  const auto dir = kTiny / "deberta";
+  const EmbeddingModel model(dir, c10::Device(c10::kCPU), c10::kFloat);
+  const auto tokenizer = Tokenizer::from_folder(dir);
+  std::vector<std::int32_t> ids;
+  std::vector<std::int64_t> lengths;
+  for (const auto& line : read_lines(kTiny / "deberta.texts.jsonl")) {
+    const auto encoded = tokenizer->encode(std::string(line.at("text").as_string()),
+                                           static_cast<std::size_t>(model.checkpoint().max_seq_length));
+    ids.insert(ids.end(), encoded.begin(), encoded.end());
+    lengths.push_back(static_cast<std::int64_t>(encoded.size()));
+  }
+  REQUIRE(lengths.size() == 16);
+  CHECK(*std::max_element(lengths.begin(), lengths.end()) == 64);  // two paragraphs cut at max_seq_length
+  const at::Tensor want = SafetensorsFile(kTiny / "deberta.texts.safetensors").get("embeddings");
+  const at::Tensor got = model.encode(PackedBatch{ids, lengths});
+  REQUIRE(got.sizes() == want.sizes());
+  CHECK(worst_cosine(got, want) >= 0.99999);
+  CHECK((got - want).abs().max().item<double>() < 1e-4);
+}
+
+TEST_CASE("a deberta-v2 sequence classifier (ContextPooler) scores texts and pairs as transformers' pipeline does",
+          "[models][deberta]") {
+  const auto dir = kTiny / "deberta-sequence-classifier";
+  CHECK_FALSE(Checkpoint::problem(dir, Checkpoint::Use::CrossEncoder).has_value());
+  const CrossEncoderModel model(Checkpoint::read(dir), c10::Device(c10::kCPU), c10::kFloat);
+  REQUIRE(model.num_labels() == 3);
+  CHECK(model.info().type_vocab_size == 1);  // no token types: pairs go without type ids, as transformers ignores them
+  const auto tokenizer = Tokenizer::from_folder(dir);
+  std::vector<std::int32_t> ids;
+  std::vector<std::int64_t> lengths;
+  const auto inputs = read_lines(kTiny / "deberta-sequence-classifier.texts.jsonl");
+  for (const auto& x : inputs) {
+    const std::string text(x.at("text").as_string());
+    std::size_t n = 0;
+    if (const auto* pair = x.if_contains("text_pair")) {
+      n = tokenizer->encode_pair_into(text, std::string(pair->as_string()), 128, ids, nullptr);
+    } else {
+      n = tokenizer->encode_into(text, 128, ids);
+    }
+    lengths.push_back(static_cast<std::int64_t>(n));
+  }
+  REQUIRE(lengths.size() == 19);
+  const SafetensorsFile want(kTiny / "deberta-sequence-classifier.texts.safetensors");
+  const at::Tensor logits = model.score(PackedBatch{ids, lengths}, /*raw=*/true);
+  REQUIRE(logits.sizes() == want.get("none").sizes());
+  CHECK((logits - want.get("none")).abs().max().item<double>() < 1e-4);
+  // Three labels, no problem_type: the pipeline's softmax.
+  CHECK((at::softmax(logits, 1) - want.get("scores")).abs().max().item<double>() < 1e-4);
+}
+
+TEST_CASE("a deberta-v2 config.json flowline cannot run is refused when the checkpoint is read, naming the key",
+          "[models][deberta]") {
+  const auto dir = testing::scratch_dir("deberta variants");
+  std::filesystem::copy(kTiny / "deberta-sequence-classifier", dir, std::filesystem::copy_options::recursive);
+  const auto original = boost::json::parse(testing::read_text(dir / "config.json")).as_object();
+  const std::string file = (dir / "config.json").string();
+  const std::string weights = (dir / "model.safetensors").string();
+  auto refused = [&](const char* key, boost::json::value value, const std::string& message) {
+    INFO(key);
+    auto config = original;
+    config[key] = std::move(value);
+    testing::write_text(dir / "config.json", boost::json::serialize(config));
+    // Each names its file: config.json, or model.safetensors for a tensor config.json implies.
+    const std::string named = "'" + (message.starts_with("no tensor") ? weights : file) + "': " + message;
+    CHECK_THROWS_WITH(Checkpoint::read(dir), testing::contains(named));
+    CHECK(Checkpoint::problem(dir, Checkpoint::Use::CrossEncoder).value_or("").find(named) != std::string::npos);
+  };
+  refused("conv_kernel_size", 3, "conv_kernel_size: 3: DeBERTa-v2's convolution layer is not supported (only 0)");
+  refused("pos_att_type", "p2c|p2p", "pos_att_type: 'p2p' is not supported (c2p, p2c)");
+  refused("pos_att_type", 3, "pos_att_type: must be a string or a list of strings");
+  refused("norm_rel_ebd", "batch_norm", "norm_rel_ebd: 'batch_norm' is not supported (none, layer_norm)");
+  refused("share_att_key", "yes", "share_att_key: must be true or false");
+  refused("position_buckets", 1, "position_buckets: 1 leaves no bucket on either side");
+  refused("position_buckets", 16, "2 * position_buckets, hidden_size: [32, 32] disagrees with the weights");
+  refused("max_relative_positions", 5, "max_relative_positions: 5 must exceed position_buckets / 2 + 1 (5)");
+  refused("num_hidden_layers", 2, "num_hidden_layers: 2, but '" + weights + "' holds 3");
+  refused("num_attention_heads", 5, "hidden_size: 32 must be a positive multiple of num_attention_heads 5");
+  refused("attention_head_size", 16, "attention_head_size: must be hidden_size / num_attention_heads (8)");
+  refused("intermediate_size", 65, "intermediate_size, hidden_size: [65, 32] disagrees with the weights");
+  refused("layer_norm_eps", 0, "layer_norm_eps: must be");
+  refused("hidden_act", "swishy", "hidden_act: 'swishy' is not supported");
+  // v3 has neither absolute positions nor token types in its weights: asking for them names the tensor.
+  refused("position_biased_input", true, "no tensor 'deberta.embeddings.position_embeddings.weight'");
+  refused("type_vocab_size", 2, "no tensor 'deberta.embeddings.token_type_embeddings.weight'");
+  // The sequence head's settings too, when the checkpoint is read (so by validation).
+  refused("pooler_hidden_size", 16, "pooler_hidden_size: must equal hidden_size (32)");
+  refused("pooler_hidden_act", "swishy", "pooler_hidden_act: 'swishy' is not supported");
+  testing::write_text(dir / "config.json", boost::json::serialize(original));
+  CHECK_FALSE(Checkpoint::problem(dir, Checkpoint::Use::CrossEncoder).has_value());
+}
+
+TEST_CASE("on the GPU a deberta-v2 checkpoint stays within the fp16 and bf16 bounds (padded attention, position terms)",
+          "[models][deberta][gpu]") {
+  if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
+  const c10::Device gpu(c10::kCUDA, 0);
+  for (const char* name : {"deberta", "deberta-v2-variants"}) {
+    const auto g = read_goldens(name);
+    for (const auto& [dtype, bound] :
+         {std::pair{c10::kFloat, 0.99999}, std::pair{c10::kHalf, 0.999}, std::pair{c10::kBFloat16, 0.995}}) {
+      const EmbeddingModel model(kTiny / name, gpu, dtype);
+      CHECK_FALSE(model.graphable());  // the content bias runs padded, not as the packed kernel
+      const double worst = worst_cosine(encode_goldens(model, g, 7), g.expected);
+      WARN(name << " on the GPU in " << c10::toString(dtype) << ": worst cosine " << worst);
+      CHECK(worst >= bound);
+    }
+  }
+}
