@@ -238,6 +238,52 @@ void read_classifier(const fs::path& folder, Checkpoint& c) {
   c.classifier = head;
 }
 
+// A *ForTokenClassification checkpoint's labels: config.json's id2label, required.
+void read_token_classifier(Checkpoint& c) {
+  const auto* archs = c.config.if_contains("architectures");
+  if (!archs || !archs->is_array()) return;
+  bool token = false;
+  for (const auto& a : archs->get_array())
+    token |= a.is_string() && ends_with(a.get_string(), "ForTokenClassification");
+  if (!token) return;
+  const std::string file = c.config_file.string();
+  const auto* id2label = c.config.if_contains("id2label");
+  if (!id2label || !id2label->is_object() || id2label->get_object().empty()) {
+    throw Error(
+        fmt::format("'{}': id2label: a *ForTokenClassification checkpoint must name its labels (an object "
+                    "of label index to name)",
+                    file));
+  }
+  const auto& names = id2label->get_object();
+  const auto count = static_cast<std::int64_t>(names.size());
+  if (count > kMaxFeatures) throw Error(fmt::format("'{}': id2label: more than {} labels", file, kMaxFeatures));
+  if (const auto* n = c.config.if_contains("num_labels");
+      n && !n->is_null() && !(n->is_int64() && n->get_int64() == count)) {
+    throw Error(fmt::format("'{}': num_labels: {} disagrees with id2label's {} labels", file,
+                            boost::json::serialize(*n), count));
+  }
+  TokenClassifierHead head;
+  head.labels.resize(static_cast<std::size_t>(count));
+  for (const auto& [key, name] : names) {
+    std::size_t index = 0, used = 0;
+    try {
+      index = std::stoul(std::string(key), &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != key.size() || index >= head.labels.size() || !head.labels[index].empty()) {
+      throw Error(fmt::format("'{}': id2label: key '{}' is not a label index 0..{} named once", file,
+                              std::string_view(key), count - 1));
+    }
+    if (!name.is_string() || name.get_string().empty()) {
+      throw Error(
+          fmt::format("'{}': id2label.{}: must be a label name (a non-empty string)", file, std::string_view(key)));
+    }
+    head.labels[index] = std::string(name.get_string());
+  }
+  c.token_classifier = std::move(head);
+}
+
 void read_lengths_and_prompts(const fs::path& folder, Checkpoint& c) {
   if (const auto* v = c.config.if_contains("max_position_embeddings"); v && v->is_int64())
     c.max_seq_length = v->get_int64();
@@ -341,6 +387,7 @@ Checkpoint Checkpoint::read(const fs::path& folder) {
   if (architecture->check) architecture->check({c, c10::Device(c10::kCPU), c10::kFloat});
   read_modules(folder, c);
   read_classifier(folder, c);
+  read_token_classifier(c);
   read_lengths_and_prompts(folder, c);
   return c;
 }
@@ -358,6 +405,14 @@ std::optional<std::string> Checkpoint::problem(const fs::path& folder, Use use) 
                          c.config_file.string());
     }
     if (use == Use::CrossEncoder) detail::head_layout(detail::HeadKind::SequenceClassification, c);
+    if (use == Use::TokenClassifier && !c.token_classifier) {
+      return fmt::format("'{}': not a token classifier (config.json's architectures name no *ForTokenClassification)",
+                         c.config_file.string());
+    }
+    if (use == Use::TokenClassifier) {
+      detail::check_head(detail::HeadKind::TokenClassification, c,
+                         static_cast<std::int64_t>(c.token_classifier->labels.size()));
+    }
     if (use == Use::Embedding && c.classifier && !fs::exists(folder / "modules.json")) {
       return fmt::format(
           "'{}': a cross-encoder (*ForSequenceClassification), not a sentence embedding model: run it "

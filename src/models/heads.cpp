@@ -8,11 +8,14 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <optional>
+
 namespace flowline::models::detail {
 
 std::span<const HeadKindInfo> head_kinds() {
   static const HeadKindInfo kinds[] = {
       {HeadKind::SequenceClassification, "sequence classification", "ForSequenceClassification"},
+      {HeadKind::TokenClassification, "token classification", "ForTokenClassification"},
   };
   static_assert(std::size(kinds) == kHeadKinds, "one row per HeadKind");
   return kinds;
@@ -39,7 +42,72 @@ class FirstTokenClassifier final : public Head {
   at::Tensor dense_w_, dense_b_, out_w_, out_b_;
 };
 
+// A token classifier: every token's state, in float32, through an optional dense layer + activation +
+// LayerNorm (ModernBERT's prediction head), then the labels' layer. Outputs [T, labels].
+class PerTokenClassifier final : public Head {
+ public:
+  struct Dense {
+    at::Tensor w, b;         // b undefined: no bias
+    std::string activation;  // config.json's name (activate())
+    at::Tensor norm_w, norm_b;
+    double eps = 1e-5;
+  };
+  PerTokenClassifier(std::optional<Dense> dense, at::Tensor out_w, at::Tensor out_b, std::size_t bytes)
+      : dense_(std::move(dense)), out_w_(std::move(out_w)), out_b_(std::move(out_b)) {
+    outputs_ = out_w_.size(0);
+    weight_bytes_ = bytes;
+  }
+
+  at::Tensor forward(const at::Tensor& states, const DeviceBatch&) const override {
+    at::Tensor x = states.to(at::kFloat);
+    if (dense_) {
+      x = activate(at::linear(x, dense_->w, dense_->b), dense_->activation);
+      x = at::layer_norm(x, {x.size(1)}, dense_->norm_w, dense_->norm_b, dense_->eps);
+    }
+    return at::linear(x, out_w_, out_b_);
+  }
+
+ private:
+  std::optional<Dense> dense_;
+  at::Tensor out_w_, out_b_;
+};
+
+bool config_flag(const HeadContext& context, const char* key, bool fallback) {
+  const auto* v = context.model.checkpoint.config.if_contains(key);
+  if (v == nullptr || v->is_null()) return fallback;
+  if (!v->is_bool()) context.model.fail(key, "must be true or false");
+  return v->get_bool();
+}
+
 }  // namespace
+
+std::unique_ptr<Head> make_token_classifier(const HeadContext& context) {
+  c10::InferenceMode guard;
+  const std::int64_t H = context.info.hidden_size, labels = context.outputs;
+  WeightLoader w(context.model.checkpoint.weights_file(), "classifier.weight", context.model.device, at::kFloat);
+  at::Tensor out_w = w.load("classifier.weight", {labels, H});
+  at::Tensor out_b = w.load("classifier.bias", {labels});
+  return std::make_unique<PerTokenClassifier>(std::nullopt, std::move(out_w), std::move(out_b), w.bytes());
+}
+
+std::unique_ptr<Head> make_modernbert_token_classifier(const HeadContext& context) {
+  c10::InferenceMode guard;
+  const std::int64_t H = context.info.hidden_size, labels = context.outputs;
+  WeightLoader w(context.model.checkpoint.weights_file(), "head.dense.weight", context.model.device, at::kFloat);
+  PerTokenClassifier::Dense dense;
+  dense.activation = context.model.text_or("classifier_activation", "gelu");
+  if (!known_activation(dense.activation)) {
+    context.model.fail("classifier_activation", fmt::format("'{}' is not supported", dense.activation));
+  }
+  dense.eps = context.model.number_in("norm_eps", 1e-5, kNormEps);
+  dense.w = w.load("head.dense.weight", {H, H});
+  if (config_flag(context, "classifier_bias", false)) dense.b = w.load("head.dense.bias", {H});
+  dense.norm_w = w.load("head.norm.weight", {H});
+  if (config_flag(context, "norm_bias", false)) dense.norm_b = w.load("head.norm.bias", {H});
+  at::Tensor out_w = w.load("classifier.weight", {labels, H});
+  at::Tensor out_b = w.load("classifier.bias", {labels});
+  return std::make_unique<PerTokenClassifier>(std::move(dense), std::move(out_w), std::move(out_b), w.bytes());
+}
 
 std::unique_ptr<Head> make_pooler_classifier(const HeadContext& context) {
   c10::InferenceMode guard;
@@ -66,6 +134,22 @@ std::unique_ptr<Head> make_dense_out_proj_classifier(const HeadContext& context)
   at::Tensor out_b = w.load("classifier.out_proj.bias", {labels});
   return std::make_unique<FirstTokenClassifier>(std::move(dense_w), std::move(dense_b), std::move(out_w),
                                                 std::move(out_b), w.bytes());
+}
+
+void check_head(HeadKind kind, const Checkpoint& checkpoint, std::int64_t outputs) {
+  const MakeHead make = head_layout(kind, checkpoint);
+  const ArchitectureContext context{checkpoint, c10::Device(c10::kCPU), c10::kFloat};
+  ModelInfo info;
+  info.hidden_size = checkpoint.config.contains("hidden_size") || !checkpoint.config.contains("dim")
+                         ? context.int_in("hidden_size", 1, kMaxHidden)
+                         : context.int_in("dim", 1, kMaxHidden);
+  try {
+    make({context, info, outputs});
+  } catch (const Error& e) {
+    throw Error(fmt::format("the {} head ({} of config.json's architectures): {}",
+                            head_kinds()[static_cast<std::size_t>(kind)].name,
+                            head_kinds()[static_cast<std::size_t>(kind)].class_suffix, e.what()));
+  }
 }
 
 std::vector<std::string_view> model_types_with(HeadKind kind) {
@@ -95,8 +179,9 @@ namespace flowline::models {
 std::vector<std::string> supported_architectures(Checkpoint::Use use) {
   std::vector<std::string> out;
   for (const auto& a : detail::architectures()) {
-    if (use == Checkpoint::Use::Embedding ||
-        a.heads[static_cast<std::size_t>(detail::HeadKind::SequenceClassification)] != nullptr) {
+    const auto kind = use == Checkpoint::Use::TokenClassifier ? detail::HeadKind::TokenClassification
+                                                              : detail::HeadKind::SequenceClassification;
+    if (use == Checkpoint::Use::Embedding || a.heads[static_cast<std::size_t>(kind)] != nullptr) {
       out.emplace_back(a.name);
     }
   }

@@ -209,7 +209,7 @@ class Head {
 
 // The kinds of heads: one column each in the architecture table, one row each in head_kinds(). A new kind
 // (token classification, vision) is one more value here, its row, and its layouts in heads.cpp.
-enum class HeadKind : std::size_t { SequenceClassification, Count };
+enum class HeadKind : std::size_t { SequenceClassification, TokenClassification, Count };
 inline constexpr std::size_t kHeadKinds = static_cast<std::size_t>(HeadKind::Count);
 struct HeadKindInfo {
   HeadKind kind;
@@ -237,6 +237,13 @@ std::unique_ptr<Head> make_dense_out_proj_classifier(const HeadContext& context)
 // pooler_hidden_act on the first token, then `classifier`.
 std::unique_ptr<Head> make_deberta_pooler_classifier(const HeadContext& context);
 
+// *ForTokenClassification (BERT, RoBERTa/XLM-R/CamemBERT, DistilBERT, MPNet, DeBERTa-v2): `classifier`, a linear
+// layer over every token's state.
+std::unique_ptr<Head> make_token_classifier(const HeadContext& context);
+// ModernBertForTokenClassification: `head.dense` (+ bias when config.json's classifier_bias), config.json's
+// classifier_activation, `head.norm` (LayerNorm, its bias when norm_bias), then `classifier`, over every token.
+std::unique_ptr<Head> make_modernbert_token_classifier(const HeadContext& context);
+
 // One line of the architecture table.
 struct Architecture {
   std::vector<std::string_view> model_types;  // config.json's model_type values it runs
@@ -261,6 +268,10 @@ std::unique_ptr<Transformer> make_transformer(const ArchitectureContext& context
 // config.json and the model types that have one when the architecture has none (Checkpoint::problem() asks
 // it too, so validation refuses such a checkpoint).
 MakeHead head_layout(HeadKind kind, const Checkpoint& checkpoint);
+// Validation's check of a head: its layout (head_layout), made on the CPU in float32 from the checkpoint's
+// head tensors alone (the transformer's are not read), the hidden size taken from config.json (hidden_size, or
+// DistilBERT's dim). Throws naming model.safetensors and the tensor missing or misshapen.
+void check_head(HeadKind kind, const Checkpoint& checkpoint, std::int64_t outputs);
 // The model types with a head of `kind`, in the table's order ("bert, roberta, xlm-roberta, camembert").
 std::vector<std::string_view> model_types_with(HeadKind kind);
 

@@ -74,13 +74,21 @@ struct ClassifierHead {
   Activation activation = Activation::Sigmoid;
 };
 
+// A token classifier's head (`*ForTokenClassification`): logits for every token. Its labels by index are
+// config.json's id2label, which such a checkpoint must have (every index 0..n-1 named once, by a string; n
+// equal to num_labels where config.json says it).
+struct TokenClassifierHead {
+  std::vector<std::string> labels;
+};
+
 struct Checkpoint {
   std::filesystem::path folder;
   std::filesystem::path config_file;  // folder/config.json
   std::string model_type;             // as config.json says ("bert", "xlm-roberta", ...)
   boost::json::object config;         // config.json, for the architecture to read its sizes from
   SentenceModules modules;
-  std::optional<ClassifierHead> classifier;    // set for *ForSequenceClassification checkpoints
+  std::optional<ClassifierHead> classifier;             // set for *ForSequenceClassification checkpoints
+  std::optional<TokenClassifierHead> token_classifier;  // set for *ForTokenClassification checkpoints
   std::int64_t max_seq_length = 512;           // sentence_bert_config.json, tokenizer_config.json, or positions
   std::map<std::string, std::string> prompts;  // config_sentence_transformers.json: name -> text
   std::string default_prompt_name;             // empty: no prompt unless a request names one
@@ -94,8 +102,10 @@ struct Checkpoint {
   // What validation asks of a `model` parameter (ParamSpec::check): read() succeeds, the tokenizer
   // (tokenizer.json, or vocab.txt) is one flowline::tokenizers runs exactly (it is built, so a component it
   // cannot run is named), and for a cross-encoder the architecture table has its head. Returns the problem,
-  // or nullopt. Reads only JSON and vocabulary files; loads no weight.
-  enum class Use { Embedding, CrossEncoder };
+  // or nullopt. Reads only JSON and vocabulary files; loads no weight of the transformer. For a token
+  // classifier also: config.json names *ForTokenClassification, the table has the architecture's token head,
+  // and model.safetensors holds that head's tensors in their shapes (the head alone is read, on the CPU).
+  enum class Use { Embedding, CrossEncoder, TokenClassifier };
   static std::optional<std::string> problem(const std::filesystem::path& folder, Use use);
 
   // The text of prompt `name`; throws flowline::Error listing the checkpoint's prompts when it has none

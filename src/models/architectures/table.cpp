@@ -22,28 +22,33 @@ std::unique_ptr<Transformer> make_deberta_v2(const ArchitectureContext& context)
 void check_deberta_v2(const ArchitectureContext& context);
 
 std::span<const Architecture> architectures() {
-  // model_type values | name | description | make | check | heads: sequence classification
+  // model_type values | name | description | make | check | heads: sequence classification, token classification
   static const Architecture table[] = {
-      {{"bert"}, "BERT", "BERT", &make_bert, &check_bert, {&make_pooler_classifier}},
+      {{"bert"}, "BERT", "BERT", &make_bert, &check_bert, {&make_pooler_classifier, &make_token_classifier}},
       {{"roberta", "xlm-roberta", "camembert"},
        "RoBERTa/XLM-R/CamemBERT",
        "RoBERTa / XLM-RoBERTa / CamemBERT",
        &make_roberta,
        &check_roberta,
-       {&make_dense_out_proj_classifier}},
+       {&make_dense_out_proj_classifier, &make_token_classifier}},
       {{"distilbert"},
        "DistilBERT",
        "DistilBERT (post-LayerNorm, no token types)",
        &make_distilbert,
        &check_distilbert,
-       {}},
-      {{"mpnet"}, "MPNet", "MPNet (relative position bias)", &make_mpnet, &check_mpnet, {}},
+       {nullptr, &make_token_classifier}},
+      {{"mpnet"},
+       "MPNet",
+       "MPNet (relative position bias)",
+       &make_mpnet,
+       &check_mpnet,
+       {nullptr, &make_token_classifier}},
       {{"modernbert"},
        "ModernBERT",
        "ModernBERT (rotary, GeGLU, local/global attention)",
        &make_modernbert,
        &check_modernbert,
-       {}},
+       {nullptr, &make_modernbert_token_classifier}},
       {{"qwen3"},
        "Qwen3",
        "Qwen3 (RMSNorm, rotary, SwiGLU, grouped-query causal attention)",
@@ -55,7 +60,7 @@ std::span<const Architecture> architectures() {
        "DeBERTa-v2/v3 (disentangled attention, relative position buckets)",
        &make_deberta_v2,
        &check_deberta_v2,
-       {&make_deberta_pooler_classifier}},
+       {&make_deberta_pooler_classifier, &make_token_classifier}},
   };
   return table;
 }

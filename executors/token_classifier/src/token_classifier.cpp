@@ -1,0 +1,381 @@
+// The TokenClassifier executor: tokenizes each document's text with offsets, cuts it into windows, runs the
+// token-classification head over the windows in packed passes, and turns each window's scores into entities
+// as transformers' TokenClassificationPipeline does (aggregation.hpp).
+#include "flowline/token_classifier/token_classifier.hpp"
+
+#include "flowline/error.hpp"
+#include "flowline/executor.hpp"
+#include "flowline/model_folder.hpp"
+#include "flowline/models/cross_encoder_replica.hpp"
+#include "flowline/models/outputs.hpp"
+#include "flowline/models/pass_planner.hpp"
+#include "flowline/models/token_classifier.hpp"
+#include "flowline/models/tokenizer.hpp"
+#include "flowline/token_classifier/aggregation.hpp"
+#include "flowline/torch_support.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <c10/core/StreamGuard.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+namespace flowline::token_classifier {
+namespace {
+
+constexpr const char* kStrategies = "none, simple, first, average or max";
+
+std::optional<std::string> model_problem(const boost::json::value& value) {
+  return models::Checkpoint::problem(std::string(value.get_string()), models::Checkpoint::Use::TokenClassifier);
+}
+
+// What a replica holds: the CrossEncoderReplica's parameters read the same way, with a token-classification
+// model in place of the cross-encoder.
+struct Replica {
+  Replica(const Params& params, const RuntimeInfo& runtime) : folder(params.get<std::string>("model")) {
+    device = executor_device(params.get<std::string>("device"), runtime.device);
+    dtype = parse_dtype(params.get<std::string>("dtype"));
+    if (device.is_cpu() && dtype == c10::kHalf) {
+      throw Error("parameter 'dtype': fp16 needs a GPU device; use fp32 or bf16 on the CPU");
+    }
+    const auto checkpoint = models::Checkpoint::read(folder);
+    tokenizer = models::Tokenizer::from_folder(folder);
+    model = shared_per_device<models::TokenClassifierModel>(folder, device, dtype, [&] {
+      return std::make_shared<const models::TokenClassifierModel>(checkpoint, device, dtype);
+    });
+    max_length = params.get<std::size_t>("max_seq_length");
+    const auto model_max = static_cast<std::size_t>(model->checkpoint().max_seq_length);
+    if (max_length == 0) max_length = model_max;
+    specials = tokenizer->special_tokens_count(false);
+    if (max_length < specials + 1 || max_length > model_max) {
+      throw Error(fmt::format("parameter 'max_seq_length': {} is outside {}..{}", max_length, specials + 1, model_max));
+    }
+    planner.set_budget({params.get<std::size_t>("batch_size"), 0});
+    if (device.is_cuda()) stream = replica_stream(device);
+  }
+
+  std::string folder;
+  c10::Device device{c10::kCPU};
+  c10::ScalarType dtype = c10::kFloat;
+  std::unique_ptr<models::Tokenizer> tokenizer;
+  std::shared_ptr<const models::TokenClassifierModel> model;
+  std::optional<c10::Stream> stream;
+  std::size_t max_length = 512, specials = 0;
+  models::PassPlanner planner{{64, 0}};
+};
+
+// What one request asks for.
+struct Settings {
+  Strategy strategy = Strategy::Simple;
+  std::vector<std::string> ignore_labels{"O"};
+  std::size_t stride = 0;
+};
+
+// A window: the template's leading specials, content tokens [begin, end) of the document's encoding, the
+// trailing specials; `row` is its first token's row among the request's packed ids.
+struct Window {
+  std::size_t begin = 0, end = 0, row = 0;
+};
+
+// A document's encoding and its windows. Leading and trailing specials: the post-processor's template.
+struct Work {
+  models::Encoding encoding;
+  std::vector<models::TokenOffsets> bytes;  // the offsets as UTF-8 byte positions of the text
+  std::size_t prefix = 0, suffix = 0;
+  std::vector<Window> windows;
+  bool truncated = false;
+};
+
+// The code points of a token string (valid UTF-8: the tokenizer's own).
+std::size_t code_points(std::string_view s) {
+  return static_cast<std::size_t>(std::count_if(s.begin(), s.end(), [](char c) { return (c & 0xC0) != 0x80; }));
+}
+
+class TokenClassifier : public Executor {
+ public:
+  static ExecutorSpec spec() {
+    ExecutorSpec spec{
+        "TokenClassifier",
+        fmt::format("Named entities (token labels) of each text with a *ForTokenClassification checkpoint, as "
+                    "transformers' token-classification pipeline finds them, as chunks ({}; LibTorch)",
+                    fmt::join(models::supported_architectures(models::Checkpoint::Use::TokenClassifier), ", ")),
+        models::cross_encoder_params(
+            "*ForTokenClassification checkpoint folder, or a model name ORG/NAME in the local Hugging Face cache "
+            "($HF_HOME/hub)",
+            model_problem, "texts (stride: windows of this many)", 64, "windows (texts) per forward pass"),
+        {"/token-classification"},
+    };
+    spec.params.insert(spec.params.end(), {strategy_param("simple",
+                                                          "none (each token), simple (B-/I- groups of tokens), first, "
+                                                          "average, max (groups of words, labelled by their first "
+                                                          "token, mean scores, best token); the pipeline's default is "
+                                                          "none"),
+                                           ignore_param(boost::json::array{"O"}, "labels left out"),
+                                           stride_param(0,
+                                                        "tokens shared by consecutive windows of a text longer "
+                                                        "than max_seq_length; 0: such a text is truncated")});
+    spec.replicas_per_gpu = 2;
+    return spec;
+  }
+
+  static std::vector<EndpointParams> request_params() {
+    return {{std::string(kDefaultEndpoint),
+             {strategy_param(nullptr, "none, simple, first, average or max (default: the tagger's)"),
+              ignore_param(nullptr, "labels left out (default: the tagger's `ignore_labels`)"),
+              stride_param(nullptr, "window overlap in tokens, 0: truncate (default: the tagger's `stride`)")}}};
+  }
+
+  explicit TokenClassifier(const ExecutorContext& context) : Executor(context), replica_(params(), runtime()) {
+    defaults_.strategy = *parse_strategy(params().get<std::string>("aggregation_strategy"));
+    defaults_.ignore_labels = params().get<std::vector<std::string>>("ignore_labels");
+    defaults_.stride = params().get<std::size_t>("stride");
+    if (const auto problem = settings_problem(defaults_)) throw Error(*problem);
+    const std::string_view prefix = replica_.tokenizer->continuing_subword_prefix();
+    subword_prefix_ = !prefix.empty();
+    spdlog::info("executor '{}' replica {}: token classifier {} {}, labels {}, {} aggregation, sub-words by {}",
+                 runtime().name, runtime().replica, replica_.folder,
+                 fmt::format("({}, {} layers, hidden {}; tokenizer {}) on {} in {}", replica_.model->info().model_type,
+                             replica_.model->info().num_layers, replica_.model->info().hidden_size,
+                             replica_.tokenizer->describe(), replica_.device.str(), c10::toString(replica_.dtype)),
+                 fmt::join(replica_.model->labels(), ", "), to_string(defaults_.strategy),
+                 subword_prefix_ ? fmt::format("the prefix '{}'", prefix) : std::string("the previous character"));
+    if (const auto warning = random_weights_warning(replica_.folder, runtime().name, "model", "entities");
+        !warning.empty() && runtime().replica == 0) {
+      spdlog::warn("{}", warning);
+    }
+    bind("/token-classification", &TokenClassifier::tag);
+    bind_default(&TokenClassifier::tag);
+  }
+
+ private:
+  static ParamSpec strategy_param(boost::json::value default_value, std::string help) {
+    ParamSpec spec = ParamSpec::choice("aggregation_strategy", {"none", "simple", "first", "average", "max"}, "simple",
+                                       std::move(help));
+    spec.default_value = std::move(default_value);
+    return spec;
+  }
+  static ParamSpec ignore_param(boost::json::value default_value, std::string help) {
+    return ParamSpec::optional("ignore_labels", ParamType::StringList, std::move(default_value), std::move(help));
+  }
+  static ParamSpec stride_param(boost::json::value default_value, std::string help) {
+    return ParamSpec::optional("stride", ParamType::Int, std::move(default_value), std::move(help)).min(0);
+  }
+
+  // The pipeline's refusals of a stride: with strategy none, and not less than a window's content.
+  std::optional<std::string> settings_problem(const Settings& s) const {
+    if (s.stride == 0) return std::nullopt;
+    const std::size_t content = replica_.max_length - replica_.specials;
+    if (s.strategy == Strategy::None) {
+      return "parameter 'stride': windows need an aggregation_strategy other than none (as the pipeline's)";
+    }
+    if (s.stride >= content) {
+      return fmt::format(
+          "parameter 'stride': {} must be less than a window's {} text tokens (max_seq_length {} "
+          "less {} special tokens)",
+          s.stride, content, replica_.max_length, replica_.specials);
+    }
+    if (replica_.tokenizer->truncates_left()) {
+      return "parameter 'stride': windows of a tokenizer whose tokenizer_config.json says truncation_side: left are "
+             "not supported";
+    }
+    return std::nullopt;
+  }
+
+  Settings settings(const RequestInfo& request) const {
+    Settings s;
+    const auto strategy =
+        request.param_or<std::string>("aggregation_strategy", std::string(to_string(defaults_.strategy)));
+    const auto parsed = parse_strategy(strategy);
+    if (!parsed)
+      throw RequestError(fmt::format("parameter 'aggregation_strategy': '{}' is not {}", strategy, kStrategies));
+    s.strategy = *parsed;
+    s.ignore_labels = request.param_or<std::vector<std::string>>("ignore_labels", defaults_.ignore_labels);
+    s.stride = request.param_or<std::size_t>("stride", defaults_.stride);
+    if (const auto problem = settings_problem(s)) throw RequestError(*problem);
+    return s;
+  }
+
+  void tag(DocumentArray& docs, const RequestInfo& request) {
+    if (docs.empty()) return;
+    const Settings s = settings(request);
+    work_.resize(docs.size());
+    ids_.clear();
+    offsets_.assign(1, 0);
+    std::size_t truncated = 0;
+    for (std::size_t d = 0; d < docs.size(); ++d) {
+      prepare(docs[d].text, s.stride, work_[d]);
+      truncated += work_[d].truncated ? 1 : 0;
+    }
+    if (truncated > 0) {
+      metrics().add("truncated", static_cast<double>(truncated));
+      if (!warned_) {
+        warned_ = true;
+        spdlog::warn(
+            "executor '{}': {} text(s) longer than max_seq_length {} tokens were truncated, as the pipeline "
+            "truncates them without stride (set `stride` to read them whole in windows); said once",
+            runtime().name, truncated, replica_.max_length);
+      }
+    }
+    const at::Tensor scores = token_scores();  // [T, labels] softmax, float32 on the host
+    if (const auto bad = models::nonfinite_rows(scores); !bad.empty()) {
+      throw models::NonFiniteOutput(bad, "token label scores", static_cast<std::size_t>(scores.size(0)));
+    }
+    std::size_t found = 0;
+    for (std::size_t d = 0; d < docs.size(); ++d) {
+      std::vector<Entity> entities = find_entities(docs[d].text, work_[d], scores, s);
+      found += entities.size();
+      write_chunks(docs[d], entities, s.strategy == Strategy::None);
+    }
+    metrics().add("texts", static_cast<double>(docs.size()));
+    metrics().add("entities", static_cast<double>(found));
+  }
+
+  // Tokenizes `text` and cuts it into windows (one without stride), appending each window's ids.
+  void prepare(const std::string& text, std::size_t stride, Work& w) {
+    const std::size_t content_max = replica_.max_length - replica_.specials;
+    w.encoding = replica_.tokenizer->encode_with_offsets(text, stride > 0 ? 0 : replica_.max_length);
+    // Cut when it filled max_length and the whole text has more tokens (ids alone: the fast path).
+    w.truncated = stride == 0 && w.encoding.ids.size() == replica_.max_length &&
+                  replica_.tokenizer->encode(text).size() > replica_.max_length;
+    const auto& special = w.encoding.special;
+    const std::size_t n = special.size();
+    w.prefix = 0;
+    while (w.prefix < n && special[w.prefix]) ++w.prefix;
+    w.suffix = 0;
+    while (w.suffix < n - w.prefix && special[n - 1 - w.suffix]) ++w.suffix;
+    w.bytes = models::byte_offsets(text, w.encoding.offsets);
+    w.windows.clear();
+    const std::size_t first = w.prefix, last = n - w.suffix, length = last - first;
+    if (stride == 0 || length <= content_max) {
+      w.windows.push_back({first, last, 0});
+    } else {  // tokenizers' Encoding::truncate with a stride: windows step by content_max - stride
+      for (std::size_t start = 0; start < length; start += content_max - stride) {
+        const std::size_t stop = std::min(start + content_max, length);
+        w.windows.push_back({first + start, first + stop, 0});
+        if (stop == length) break;
+      }
+    }
+    for (Window& window : w.windows) {
+      window.row = ids_.size();
+      const auto& ids = w.encoding.ids;
+      ids_.insert(ids_.end(), ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(w.prefix));
+      ids_.insert(ids_.end(), ids.begin() + static_cast<std::ptrdiff_t>(window.begin),
+                  ids.begin() + static_cast<std::ptrdiff_t>(window.end));
+      ids_.insert(ids_.end(), ids.end() - static_cast<std::ptrdiff_t>(w.suffix), ids.end());
+      offsets_.push_back(ids_.size());
+    }
+  }
+
+  // Every packed token's label scores: the model's logits in passes, back in the request's token order, then
+  // the pipeline's softmax (exp of the logits less their maximum, over their sum).
+  at::Tensor token_scores() {
+    c10::InferenceMode guard;
+    std::optional<c10::StreamGuard> on_stream;
+    if (replica_.stream) on_stream.emplace(*replica_.stream);
+    replica_.planner.plan({ids_, offsets_, {}});
+    const auto labels = static_cast<std::int64_t>(replica_.model->labels().size());
+    at::Tensor out = at::empty({static_cast<std::int64_t>(ids_.size()), labels},
+                               at::TensorOptions().dtype(at::kFloat).device(replica_.device));
+    const at::Tensor tokens = at::tensor(replica_.planner.token_order(), at::kLong).to(replica_.device);
+    for (const models::Pass& pass : replica_.planner.passes()) {
+      models::scatter_tokens(out, tokens, pass, replica_.model->logits(pass.batch));
+    }
+    at::Tensor logits = out.to(at::kCPU);
+    const at::Tensor shifted = at::exp(logits - std::get<0>(logits.max(1, true)));
+    return (shifted / shifted.sum(1, true)).contiguous();
+  }
+
+  // gather_pre_entities for one window, then aggregate and ignore_labels; windows merged.
+  std::vector<Entity> find_entities(const std::string& text, const Work& w, const at::Tensor& scores,
+                                    const Settings& s) const {
+    const auto& labels = replica_.model->labels();
+    const auto decode = [this](std::span<const std::string_view> tokens) {
+      return replica_.tokenizer->decode_tokens(tokens);
+    };
+    std::vector<Entity> all;
+    std::vector<PreEntity> tokens;
+    for (const Window& window : w.windows) {
+      tokens.clear();
+      for (std::size_t t = window.begin; t < window.end; ++t) {
+        const std::size_t index = w.prefix + (t - window.begin);  // in the window, specials counted
+        const float* row = scores.data_ptr<float>() + (window.row + index) * labels.size();
+        tokens.push_back(pre_entity(text, w, t, index, t == window.begin && t != w.prefix));
+        tokens.back().scores.assign(row, row + labels.size());
+      }
+      std::vector<Entity> found = aggregate(tokens, s.strategy, labels, decode);
+      drop_ignored(found, s.ignore_labels);
+      all.insert(all.end(), std::make_move_iterator(found.begin()), std::make_move_iterator(found.end()));
+    }
+    return w.windows.size() > 1 ? merge_overlapping(std::move(all)) : all;
+  }
+
+  // Token t of the encoding as the pipeline's pre-entity (its scores left to the caller). `opens_window`: the
+  // first text token of a window after the first.
+  PreEntity pre_entity(const std::string& text, const Work& w, std::size_t t, std::size_t index,
+                       bool opens_window) const {
+    PreEntity p;
+    const std::int32_t id = w.encoding.ids[t];
+    p.word = std::string(replica_.tokenizer->id_to_token(id));
+    p.start = w.encoding.offsets[t].start;
+    p.end = w.encoding.offsets[t].end;
+    p.index = index;
+    std::size_t byte_start = w.bytes[t].start;
+    const std::size_t byte_end = w.bytes[t].end;
+    // ByteLevel's trim_offsets (RoBERTa's post-processor) leaves the space of an encoding's first token that
+    // has one "Ġ": tokenizers trims each overflowing window as an encoding of its own, so a window's first
+    // token keeps the space its offsets lost in the whole text's encoding.
+    if (opens_window && p.word.starts_with("\u0120") && !p.word.substr(2).starts_with("\u0120") && byte_start > 0 &&
+        text[byte_start - 1] == ' ' && (byte_start == text.size() || text[byte_start] != ' ')) {
+      --byte_start;
+      --p.start;
+    }
+    if (subword_prefix_) {
+      p.is_subword = code_points(p.word) != p.end - p.start;
+    } else {  // the pipeline's heuristic: sentence[start - 1 : start + 1] holds no space
+      const bool space_before = byte_start > 0 && text[byte_start - 1] == ' ';
+      const bool space_at = byte_start < text.size() && text[byte_start] == ' ';
+      p.is_subword = p.start > 0 && !space_before && !space_at;
+    }
+    if (id == replica_.tokenizer->unk_id()) {
+      p.word = text.substr(byte_start, byte_end - byte_start);
+      p.is_subword = false;
+    }
+    return p;
+  }
+
+  static void write_chunks(Document& doc, const std::vector<Entity>& entities, bool tokens) {
+    for (const Entity& e : entities) {
+      Document chunk;
+      chunk.text = e.word;
+      chunk.parent_id = doc.id;
+      chunk.tags[tokens ? "entity" : "entity_group"] = e.label;
+      chunk.tags["score"] = e.score;
+      if (e.index) chunk.tags["index"] = static_cast<std::int64_t>(*e.index);
+      chunk.tags["start"] = static_cast<std::int64_t>(e.start);
+      chunk.tags["end"] = static_cast<std::int64_t>(e.end);
+      doc.chunks.push_back(std::move(chunk));
+    }
+  }
+
+  Replica replica_;
+  Settings defaults_;
+  bool subword_prefix_ = false;
+  bool warned_ = false;
+  // Buffers reused across requests.
+  std::vector<Work> work_;
+  std::vector<std::int32_t> ids_;
+  std::vector<std::size_t> offsets_;
+};
+
+}  // namespace
+
+void register_token_classifier(Registry& registry) { registry.add<TokenClassifier>("flowline::token_classifier"); }
+
+}  // namespace flowline::token_classifier
