@@ -79,6 +79,8 @@ def test_encode_returns_what_sentence_transformers_returns(encoder):
     normalized = encoder.encode(["two"], normalize_embeddings=True)
     assert abs(float(np.linalg.norm(normalized[0])) - 1.0) < 1e-6
     assert not np.array_equal(encoder.encode(["two"], prompt="query: "), many[1:])
+    with pytest.raises(ValueError, match=r"sentences\[1\]: the encoder gave it no embedding"):
+        encoder.encode(["a", ""])  # flowline passes a text-less document through without one
 
 
 def test_threads_posting_at_once_get_their_own_answers(encoder):

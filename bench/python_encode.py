@@ -1,0 +1,112 @@
+"""`import flowline` and flowline.SentenceEncoder.encode() from Python beside `flowline run` (issue 53 §1, §4).
+
+On the same texts in the same run, alternating: `flowline run` of a one-SentenceEncoder flow (its own
+--stats-json docs/s: the post, model loading excluded) and SentenceEncoder(...).encode(texts) in this process
+(loaded once before; the call timed). Both are the same executor with the same settings (device, request
+size 1024, batch size auto: 64 on the CPU, replicas auto), so their embeddings are checked equal bit for bit.
+Also `import flowline` in a fresh interpreter: its time (median of 5) and the process's wall time against a
+bare `python -c pass`. Texts: the corpus' paragraphs as the launcher reads them (a NoOp flow writes them),
+the first --limit of them, --copies times.
+
+  PYTHONPATH=build/python .venv/bin/python bench/python_encode.py [--limit 2000] [--rounds 2] [--device cpu]
+      [--model models/all-MiniLM-L6-v2] [--corpus ../shared/data/corpus] [--launcher build/src/flowline]
+      [--dtype fp16] [--copies 1]
+"""
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def import_seconds(runs=5):
+    code = "import time; t = time.perf_counter(); import flowline; print(time.perf_counter() - t)"
+    inside, wall, bare = [], [], []
+    for _ in range(runs):
+        t = time.perf_counter()
+        out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+        wall.append(time.perf_counter() - t)
+        inside.append(float(out.strip().splitlines()[-1]))
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        bare.append(time.perf_counter() - t)
+    return statistics.median(inside), statistics.median(wall), statistics.median(bare)
+
+
+def corpus_texts(launcher, corpus, work, limit, copies):
+    flow = work / "noop.yml"
+    flow.write_text(json.dumps({"executors": [{"name": "noop", "uses": "NoOp"}]}))
+    out = work / "paragraphs.jsonl"
+    subprocess.run([launcher, "run", str(flow), "--input", corpus, "--input-format", "paragraphs", "--output",
+                    str(out), "--overwrite", "--progress", "never"], check=True, capture_output=True)
+    texts = [json.loads(line)["text"] for line in out.read_text(encoding="utf-8").splitlines()][:limit]
+    return texts * copies
+
+
+def launcher_run(launcher, flow, inputs, work):
+    stats, out = work / "stats.json", work / "run.npy"
+    subprocess.run([launcher, "run", str(flow), "--input", str(inputs), "--input-format", "jsonl", "--output",
+                    str(out), "--overwrite", "--progress", "never", "--stats-json", str(stats)], check=True,
+                   capture_output=True)
+    figures = json.loads(stats.read_text())
+    return figures["documents"] / figures["seconds"], np.load(out)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--launcher", default=str(ROOT / "build/src/flowline"))
+    parser.add_argument("--model", default=str(ROOT / "models/all-MiniLM-L6-v2"))
+    parser.add_argument("--corpus", default=str(ROOT.parent / "shared/data/corpus"))
+    parser.add_argument("--limit", type=int, default=2000)
+    parser.add_argument("--copies", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default=None)
+    args = parser.parse_args()
+
+    median_import, median_wall, median_bare = import_seconds()
+    print(f"import flowline: {median_import * 1000:.0f} ms (median of 5); process wall {median_wall * 1000:.0f} ms "
+          f"vs python -c pass {median_bare * 1000:.0f} ms")
+
+    import flowline
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work = pathlib.Path(tmp)
+        texts = corpus_texts(args.launcher, args.corpus, work, args.limit, args.copies)
+        inputs = work / "texts.jsonl"
+        inputs.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+        encoder_with = {"model": args.model, "batch_size": "auto"}
+        if args.dtype:
+            encoder_with["dtype"] = args.dtype
+        flow = work / "encode.yml"
+        flow.write_text(json.dumps({"with": {"request_size": 1024}, "executors": [
+            {"name": "encoder", "uses": "SentenceEncoder", "device": args.device, "replicas": "auto",
+             "with": encoder_with}]}))
+        encoder = flowline.SentenceEncoder(args.model, device=args.device, dtype=args.dtype)
+        runs, python = [], []
+        for r in range(args.rounds):
+            run_rate, expected = launcher_run(args.launcher, flow, inputs, work)
+            t = time.perf_counter()
+            got = encoder.encode(texts)
+            python_rate = len(texts) / (time.perf_counter() - t)
+            same = np.array_equal(got, expected)
+            print(f"round {r + 1}: flowline run {run_rate:.1f} docs/s, SentenceEncoder.encode {python_rate:.1f} docs/s "
+                  f"({python_rate / run_rate:.3f}x); embeddings bit-identical: {same}")
+            runs.append(run_rate)
+            python.append(python_rate)
+        encoder.close()
+    best_run, best_python = max(runs), max(python)
+    print(f"best of {args.rounds}: flowline run {best_run:.1f} docs/s, encode {best_python:.1f} docs/s, "
+          f"ratio {best_python / best_run:.3f} ({len(texts)} texts, device {args.device})")
+
+
+if __name__ == "__main__":
+    main()
