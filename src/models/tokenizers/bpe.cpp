@@ -182,17 +182,17 @@ class Bpe final : public Model {
   // symbols were made (so a byte token made while an unknown one was pending comes before it), then each
   // byte range widened to its characters.
   void places(Scratch& s, std::u32string_view w, std::size_t at, std::vector<std::int32_t>& ids) const {
-    thread_local std::vector<std::uint32_t> starts;  // the first byte of each character, then the total
-    starts.clear();
+    const auto width = [](char32_t c) -> std::uint32_t { return c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4; };
     std::uint32_t total = 0;
-    for (const char32_t c : w) {
-      starts.push_back(total);
-      total += c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
-    }
+    for (const char32_t c : w) total += width(c);
+    // The character holding a byte, walked forward: the bytes asked for never go back (each symbol's first
+    // byte is at or after the last byte of the one before).
+    std::size_t ch = 0;
+    std::uint32_t ch_end = w.empty() ? 0 : width(w[0]);  // the byte after character ch
     const auto char_of = [&](std::uint32_t byte) {
-      return static_cast<std::size_t>(std::upper_bound(starts.begin(), starts.end(), std::min(byte, total - 1)) -
-                                      starts.begin()) -
-             1;
+      byte = std::min(byte, total - 1);
+      while (byte >= ch_end && ch + 1 < w.size()) ch_end += width(w[++ch]);
+      return ch;
     };
     std::uint32_t cursor = 0;
     for (const Symbol& symbol : this_thread_work().symbols) {
@@ -200,7 +200,8 @@ class Bpe final : public Model {
       const std::uint32_t begin = cursor, end = std::max(cursor + symbol.len, cursor + 1);
       cursor += symbol.len;
       ids.push_back(symbol.id);
-      s.pieces.push_back({at + char_of(begin), at + char_of(end - 1) + 1});
+      const std::size_t first = char_of(begin);
+      s.pieces.push_back({at + first, at + char_of(end - 1) + 1});
     }
   }
 

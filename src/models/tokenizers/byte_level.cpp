@@ -107,8 +107,17 @@ class ByteLevel final : public PreTokenizer {
     const std::size_t begin = s.other.size();
     if (places == nullptr) {
       append_byte_level(piece, s.other);
+    } else if (append_byte_level(piece, s.other); s.other.size() - begin == piece.size()) {
+      s.other_align.insert(s.other_align.end(), places, places + piece.size());  // all ASCII: one byte each
     } else {
+      s.other.resize(begin);
+      // An ASCII character is one byte: one character and its place, without the general path's calls.
       for (std::size_t i = 0; i < piece.size(); ++i) {
+        if (piece[i] < 0x80) {
+          s.other.push_back(k_byte_chars[piece[i]]);
+          s.other_align.push_back(places[i]);
+          continue;
+        }
         append_byte_level(piece.substr(i, 1), s.other);
         fill_places(s.other_align, s.other.size(), places[i]);
       }

@@ -27,6 +27,7 @@ struct Sequence {
 // tokenizers' trim_offsets over the (truncated) sequence.
 void to_offsets(const Pipeline& p, Sequence& s) {
   s.offsets.clear();
+  s.offsets.reserve(s.places.size());
   for (std::size_t i = 0; i < s.places.size(); ++i) {
     const TokenPlace& place = s.places[i];
     TokenOffsets o{place.chars.begin, place.chars.end};
@@ -57,6 +58,14 @@ void keep(Sequence& s, std::size_t n, bool left) {
 // The post-processor's template around one or two sequences.
 Encoding frame(const std::vector<tokenizers::TemplatePiece>& pieces, const Sequence& a, const Sequence* b) {
   Encoding e;
+  std::size_t total = 0;  // each vector allocated once, at its size
+  for (const tokenizers::TemplatePiece& piece : pieces)
+    total += !piece.is_sequence ? piece.ids.size() : piece.sequence == 0 ? a.ids.size() : b->ids.size();
+  e.ids.reserve(total);
+  e.type_ids.reserve(total);
+  e.offsets.reserve(total);
+  e.special.reserve(total);
+  e.sequence.reserve(total);
   for (const tokenizers::TemplatePiece& piece : pieces) {
     if (!piece.is_sequence) {
       e.ids.insert(e.ids.end(), piece.ids.begin(), piece.ids.end());

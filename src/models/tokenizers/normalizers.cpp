@@ -52,6 +52,7 @@ void erase_aligned(Scratch& s, Removed removed) {
 // changes along (so places stay by position); a composed character takes its starter's change less one per
 // mark it absorbed. Then the changes are applied in order (transform_aligned).
 void aligned_form(Scratch& s, NormalForm form) {
+  if (form_leaves_alone(s.text, form)) return;  // the text and its places as they are (most text)
   const bool compat = form == NormalForm::nfkc || form == NormalForm::nfkd;
   const bool compose = form == NormalForm::nfc || form == NormalForm::nfkc;
   std::u32string one;
@@ -248,6 +249,11 @@ class Replace final : public Normalizer {
   Replace(std::u32string pattern, std::u32string content)
       : pattern_(std::move(pattern)), content_(std::move(content)) {}
   void normalize(Scratch& s) const override {
+    if (pattern_.size() == 1 && content_.size() == 1) {
+      // One character for one (Llama's " " -> "▁"): each keeps its place, the head its length.
+      std::replace(s.text.begin(), s.text.end(), pattern_[0], content_[0]);
+      return;
+    }
     if (s.text.find(pattern_) == std::u32string::npos) return;
     s.other.clear();
     s.other_align.clear();

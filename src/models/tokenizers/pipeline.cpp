@@ -83,14 +83,15 @@ void split_added(std::basic_string_view<Char> text, const AddedMatcher<Char>& m,
 
 // The whitespace (tokenizers' char::is_whitespace, and ByteLevel's 'Ġ') a token's text starts and ends with,
 // for trim_offsets; counted each way over the whole text, as tokenizers counts them (a token all spaces
-// has both).
-template <class Char>
-TokenPlace trimmed(Align chars, std::basic_string_view<Char> text) {
-  const auto space = [](char32_t c) { return c == U'\u0120' || is_whitespace(c); };
+// has both). Once per token with offsets: ASCII is decided inline.
+TokenPlace trimmed(Align chars, std::u32string_view text) {
+  const auto space = [](char32_t c) {
+    return c < 0x80 ? c == ' ' || (c >= 0x09 && c <= 0x0D) : c == U'\u0120' || is_whitespace(c);
+  };
   TokenPlace place{chars};
   std::size_t i = 0, j = text.size();
-  while (i < j && space(point_at(text, i))) ++place.lead, i += point_length(text, i);
-  while (j > 0 && space(point_at(text, point_before(text, j)))) ++place.trail, j = point_before(text, j);
+  while (i < j && space(text[i])) ++place.lead, ++i;
+  while (j > 0 && space(text[j - 1])) ++place.trail, --j;
   return place;
 }
 
@@ -168,6 +169,7 @@ void Pipeline::tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids, std::
     if (word.end > word.begin) model->tokenize(s, word, ids);
   if (places == nullptr) return;
   const std::u32string_view text = s.text;
+  places->reserve(places->size() + s.pieces.size());
   for (const Span piece : s.pieces) {
     const Align chars = join(s.align, piece.begin, piece.end);
     places->push_back(post.trim_offsets ? trimmed(chars, text.substr(piece.begin, piece.end - piece.begin))

@@ -194,11 +194,14 @@ const InertTable& inert_table(NormalForm form) {
 
 }  // namespace
 
-void normalize_form(std::u32string& text, NormalForm form, std::string& scratch) {
-  if (is_ascii(text)) return;  // every normal form leaves ASCII as it is
+bool form_leaves_alone(const std::u32string& text, NormalForm form) {
+  if (is_ascii(text)) return true;  // every normal form leaves ASCII as it is
   const InertTable& table = inert_table(form);
-  if (std::all_of(text.begin(), text.end(), [&](char32_t c) { return c < 0x80 || table.inert(c); })) return;
-  map_form(text, form, scratch);
+  return std::all_of(text.begin(), text.end(), [&](char32_t c) { return c < 0x80 || table.inert(c); });
+}
+
+void normalize_form(std::u32string& text, NormalForm form, std::string& scratch) {
+  if (!form_leaves_alone(text, form)) map_form(text, form, scratch);
 }
 
 }  // namespace flowline::models::tokenizers

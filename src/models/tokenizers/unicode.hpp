@@ -29,6 +29,9 @@ char32_t lowercase_one(char32_t c);
 // Unicode normalization forms through utf8proc; `scratch` is a UTF-8 working buffer.
 enum class NormalForm { nfc, nfd, nfkc, nfkd };
 void normalize_form(std::u32string& text, NormalForm form, std::string& scratch);
+// Whether `form` gives `text` back unchanged, every code point in its place (ASCII, or only code points the form
+// leaves alone in any text: normalize_form's shortcut past utf8proc).
+bool form_leaves_alone(const std::u32string& text, NormalForm form);
 bool is_ascii(const std::u32string& text);
 
 }  // namespace flowline::models::tokenizers

@@ -47,6 +47,7 @@ void decode_utf8(std::string_view in, std::u32string& out) {
 void decode_utf8(std::string_view in, std::u32string& out, std::vector<Align>& align, std::size_t base) {
   out.clear();
   align.clear();
+  align.reserve(in.size());
   each_point(in, [&](char32_t c, std::size_t, std::size_t) {
     const auto at = static_cast<std::uint32_t>(base + out.size());
     out.push_back(c);
