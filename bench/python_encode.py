@@ -6,7 +6,8 @@ On the same texts in the same run, alternating: `flowline run` of a one-Sentence
 size 1024, batch size auto: 64 on the CPU, replicas auto), so their embeddings are checked equal bit for bit.
 Also `import flowline` in a fresh interpreter: its time (median of 5) and the process's wall time against a
 bare `python -c pass`. Texts: the corpus' paragraphs as the launcher reads them (a NoOp flow writes them),
-the first --limit of them, --copies times.
+the first --limit of them, --copies times. The launcher links jemalloc; this process has glibc's malloc
+unless jemalloc is preloaded: run it both ways (LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2).
 
   PYTHONPATH=build/python .venv/bin/python bench/python_encode.py [--limit 2000] [--rounds 2] [--device cpu]
       [--model models/all-MiniLM-L6-v2] [--corpus ../shared/data/corpus] [--launcher build/src/flowline]
@@ -77,6 +78,11 @@ def main():
           f"vs python -c pass {median_bare * 1000:.0f} ms")
 
     import flowline
+
+    # The launcher links jemalloc (src/CMakeLists.txt says why); a Python process has glibc's malloc unless
+    # jemalloc is preloaded (LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2).
+    allocator = "jemalloc" if "libjemalloc" in open("/proc/self/maps").read() else "glibc malloc"
+    print(f"this Python's allocator: {allocator}")
 
     with tempfile.TemporaryDirectory() as tmp:
         work = pathlib.Path(tmp)
