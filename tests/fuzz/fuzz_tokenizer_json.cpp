@@ -6,16 +6,24 @@
 // agree, pair type ids one per id; encode_with_offsets() gives the same ids, and offsets that are ordered
 // (start <= end; within a sequence the starts of non-empty ones never decrease: trim_offsets may leave a
 // token of spaces empty at its end, before the next one, as Python tokenizers does) and inside their text's
-// code points.
+// code points. The way back: every id has its token (id_to_token), and the kind's decoders (on the kind's
+// first file) turn the encoding's tokens, spans of them and the raw bytes cut into tokens into text without
+// a crash; from the tokenizer's own tokens, UTF-8 text.
 #include "flowline/models/tokenizer.hpp"
 
 #include "fuzz_support.hpp"
+
+#include <boost/json.hpp>
+
+#include <fstream>
+#include <sstream>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -52,6 +60,76 @@ const std::vector<std::unique_ptr<Tokenizer>>& tokenizers() {
     return out;
   }();
   return all;
+}
+
+// Decoders of each kind's family, put into its first file in place of its own.
+const std::map<std::string_view, std::vector<std::string_view>> kDecoders = {
+    {"wordpiece",
+     {R"({"type":"WordPiece","prefix":"##","cleanup":true})",
+      R"({"type":"CTC","pad_token":"[PAD]","word_delimiter_token":"##","cleanup":true})"}},
+    {"unigram",
+     {R"({"type":"Metaspace","replacement":"\u2581","prepend_scheme":"first"})",
+      R"({"type":"Sequence","decoders":[{"type":"Metaspace","replacement":"\u2581","prepend_scheme":"always"},
+          {"type":"ByteFallback"},{"type":"Fuse"},{"type":"Replace","pattern":{"Regex":"\\s+"},"content":"_"}]})"}},
+    {"bpe",
+     {R"({"type":"ByteLevel","add_prefix_space":true,"trim_offsets":true,"use_regex":true})",
+      R"({"type":"Sequence","decoders":[{"type":"Replace","pattern":{"String":"\u2581"},"content":" "},
+          {"type":"ByteFallback"},{"type":"Fuse"},{"type":"Strip","content":" ","start":1,"stop":0}]})",
+      R"({"type":"BPEDecoder","suffix":"\u0120"})"}},
+};
+
+const std::vector<std::unique_ptr<Tokenizer>>& decoding_tokenizers() {
+  static const std::vector<std::unique_ptr<Tokenizer>> all = [] {
+    const std::string file =
+        std::string(FLOWLINE_FUZZ_SOURCE "/") + std::string(kKinds.at(FLOWLINE_FUZZ_KIND)[0]) + "/tokenizer.json";
+    std::ifstream in(file, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    std::vector<std::unique_ptr<Tokenizer>> out;
+    for (const std::string_view decoder : kDecoders.at(FLOWLINE_FUZZ_KIND)) {
+      boost::json::value root = boost::json::parse(text.str());
+      root.as_object()["decoder"] = boost::json::parse(decoder);
+      out.push_back(Tokenizer::from_json_text(boost::json::serialize(root), file));
+    }
+    return out;
+  }();
+  return all;
+}
+
+bool valid_utf8(std::string_view text);
+
+// Every id's token, and each decoder over the encoding's tokens, a span of them and the raw bytes as tokens.
+void check_decoding(const std::vector<std::int32_t>& ids, std::string_view text) {
+  for (const auto& tok : decoding_tokenizers()) {
+    std::vector<std::string_view> tokens;
+    for (const std::int32_t id : ids) {
+      tokens.push_back(tok->id_to_token(id));
+      if (tokens.back().empty()) flowline::fuzz::broken("an id of the encoding without a token");
+    }
+    if (!valid_utf8(tok->decode_tokens(tokens))) flowline::fuzz::broken("decoded tokens that are not UTF-8");
+    if (tokens.size() > 2 && !valid_utf8(tok->decode_tokens(std::span(tokens).subspan(1, tokens.size() / 2))))
+      flowline::fuzz::broken("a decoded span that is not UTF-8");
+    std::vector<std::string_view> raw;
+    for (std::size_t i = 0; i < text.size(); i += 3) raw.push_back(text.substr(i, 3));
+    tok->decode_tokens(raw);  // arbitrary bytes: no crash, no exception
+  }
+}
+
+bool valid_utf8(std::string_view text) {
+  for (std::size_t i = 0; i < text.size();) {
+    const auto b = static_cast<unsigned char>(text[i]);
+    const std::size_t len = b < 0x80 ? 1 : (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 0;
+    if (len == 0 || i + len > text.size()) return false;
+    char32_t c = len == 1 ? b : len == 2 ? b & 0x1F : len == 3 ? b & 0x0F : b & 0x07;
+    for (std::size_t k = 1; k < len; ++k) {
+      if ((static_cast<unsigned char>(text[i + k]) & 0xC0) != 0x80) return false;
+      c = (c << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3F);
+    }
+    const char32_t min = len == 1 ? 0 : len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
+    if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return false;
+    i += len;
+  }
+  return true;
 }
 
 std::size_t code_points(std::string_view text) {  // as the tokenizer reads it: a bad byte is one U+FFFD
@@ -122,6 +200,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const flowline::models::Encoding with = tok.encode_with_offsets(text, max_length);
   if (with.ids != ids) flowline::fuzz::broken("encode_with_offsets gives other ids than encode");
   check_offsets(with, text, {});
+  if (&tok == all[0].get()) check_decoding(ids, text);  // the decoders are on the kind's first file
 
   const std::size_t half = text.size() / 2;
   std::vector<std::int32_t> pair, types;
