@@ -13,6 +13,7 @@ Tensors come back as numpy arrays sharing flowline's memory; torch.from_numpy / 
 again (no copy). docs/python.md is the guide.
 """
 
+import atexit
 import ctypes
 import importlib.util
 import os
@@ -48,6 +49,10 @@ def _load_libtorch():
 _load_libtorch()
 
 from ._flowline import ConfigError, Document, Flow, FlowError  # noqa: E402
+from ._executors import Executor, requests  # noqa: E402
+from ._flowline import _close_all_flows  # noqa: E402
+
+atexit.register(_close_all_flows)
 from ._models import Reranker, SentenceEncoder  # noqa: E402
 
-__all__ = ["ConfigError", "Document", "Flow", "FlowError", "Reranker", "SentenceEncoder"]
+__all__ = ["ConfigError", "Document", "Executor", "Flow", "FlowError", "Reranker", "SentenceEncoder", "requests"]

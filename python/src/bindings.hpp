@@ -38,5 +38,7 @@ Document document_from_python(nb::handle object, std::size_t index);
 
 // Registers flowline.Document.
 void bind_documents(nb::module_& module);
+// Registers _register_python_executor (flowline.Executor's subclasses as executor types; executors.cpp).
+void bind_executors(nb::module_& module);
 
 }  // namespace flowline::python

@@ -8,6 +8,7 @@
 #include "bindings.hpp"
 
 #include "flowline/error.hpp"
+#include "flowline/executor_server.hpp"
 #include "flowline/flow.hpp"
 
 #include <fmt/format.h>
@@ -17,9 +18,12 @@
 #include <atomic>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace flowline::python {
 namespace {
@@ -33,11 +37,42 @@ PyObject* config_error_type = nullptr;
 // adds only the refusal to post once closed (Flow would start again).
 class PythonFlow {
  public:
+  // Starting and destroying a flow run with the GIL released: Python executors' replica threads take it
+  // (executors.cpp), so a thread holding it while it waits for them would never see them finish.
   explicit PythonFlow(FlowConfig config) {
     nb::gil_scoped_release released;
-    flow_ = std::make_unique<Flow>(std::move(config));
-    flow_->start();
+    auto flow = std::make_unique<Flow>(std::move(config));
+    try {
+      flow->start();
+    } catch (...) {
+      flow.reset();
+      throw;
+    }
+    flow_ = std::move(flow);
+    std::lock_guard lock(open_mutex);
+    open_flows.insert(this);
   }
+  ~PythonFlow() {
+    {
+      std::lock_guard lock(open_mutex);
+      open_flows.erase(this);
+    }
+    nb::gil_scoped_release released;
+    flow_.reset();
+  }
+
+  // Closes every flow still open: flowline/__init__.py registers it with atexit, so that a flow left open
+  // completes its outputs and joins its threads before the interpreter finalises.
+  static void close_all() {
+    std::vector<PythonFlow*> flows;
+    {
+      std::lock_guard lock(open_mutex);
+      flows.assign(open_flows.begin(), open_flows.end());
+    }
+    for (PythonFlow* f : flows) f->close(true);
+  }
+  PythonFlow(const PythonFlow&) = delete;
+  PythonFlow& operator=(const PythonFlow&) = delete;
 
   static std::unique_ptr<PythonFlow> load(const std::filesystem::path& path, nb::handle overrides) {
     std::vector<std::string> sets;
@@ -127,6 +162,7 @@ class PythonFlow {
     flow_->close(complete ? RunOutcome::Complete : RunOutcome::Incomplete);
   }
   bool closed() const { return closed_; }
+  Flow& flow() { return *flow_; }
 
  private:
   static std::string yaml_scalar(nb::handle value) {
@@ -152,8 +188,38 @@ class PythonFlow {
     return docs;
   }
 
+  static inline std::mutex open_mutex;
+  static inline std::set<PythonFlow*> open_flows;
+
   std::unique_ptr<Flow> flow_;
   std::atomic<bool> closed_{false};
+};
+
+// One executor of a PythonFlow served over flowline's binary protocol (python -m flowline.worker). The
+// Python object keeps its flow alive (keep_alive); stop() and the destructor release the GIL, since
+// answering what is in flight may need Python executors' handlers.
+class PythonServer {
+ public:
+  PythonServer(PythonFlow& flow, const std::string& executor, const std::string& host, int port)
+      : server_(flow.flow(), executor) {
+    if (port < 0 || port > 65535) throw nb::value_error(fmt::format("port: {} is no TCP port", port).c_str());
+    ExecutorServerOptions options;
+    options.host = host;
+    options.port = static_cast<std::uint16_t>(port);
+    nb::gil_scoped_release released;
+    server_.start(options);
+  }
+  ~PythonServer() { stop(); }
+  PythonServer(const PythonServer&) = delete;
+  PythonServer& operator=(const PythonServer&) = delete;
+  int port() const { return server_.port(); }
+  void stop() {
+    nb::gil_scoped_release released;
+    server_.stop();
+  }
+
+ private:
+  ExecutorServer server_;
 };
 
 void register_errors(nb::module_& m) {
@@ -182,8 +248,16 @@ NB_MODULE(_flowline, m) {
   using flowline::python::PythonFlow;
   namespace nb = nanobind;
   m.doc() = "flowline's C++ library: Flow and Document (the package flowline wraps these)";
+  // Executor types defined in Python stay in the process-wide registry, and flows left open at exit are
+  // closed by atexit but not freed: nanobind would report both as leaks at exit.
+  nb::set_leak_warnings(false);
   flowline::python::register_errors(m);
+  m.def("_close_all_flows", &PythonFlow::close_all);
   flowline::python::bind_documents(m);
+  flowline::python::bind_executors(m);
+  nb::class_<flowline::python::PythonServer>(m, "_ExecutorServer")
+      .def_prop_ro("port", &flowline::python::PythonServer::port)
+      .def("stop", &flowline::python::PythonServer::stop);
   nb::class_<PythonFlow>(m, "Flow")
       .def_static(
           "load",
@@ -210,6 +284,13 @@ NB_MODULE(_flowline, m) {
            "Waits for posts in flight, closes the executors and joins their threads. Idempotent.")
       .def_prop_ro("closed", &PythonFlow::closed)
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+      .def(
+          "_serve",
+          [](PythonFlow& flow, const std::string& executor, const std::string& host, int port) {
+            return std::make_unique<flowline::python::PythonServer>(flow, executor, host, port);
+          },
+          nb::arg("executor"), nb::arg("host") = "127.0.0.1", nb::arg("port") = 0, nb::keep_alive<0, 1>(),
+          "Serves one executor of this flow to other flows (their `hosts:`) until stop(); port 0: a free one.")
       .def(
           "__exit__", [](PythonFlow& self, nb::handle type, nb::handle, nb::handle) { self.close(type.is_none()); },
           nb::arg("type").none(), nb::arg("value").none(), nb::arg("traceback").none());
