@@ -31,12 +31,18 @@ BERT_SPECIALS = {"unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]
                  "mask_token": "[MASK]"}
 ROBERTA_SPECIALS = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "cls_token": "<s>",
                     "sep_token": "</s>", "pad_token": "<pad>", "mask_token": "<mask>"}
+# The tokenizer folders are under tests/data; tiny-bert's is an uncased WordPiece of 1,599 pieces (many unknown
+# tokens) with a WordPiece decoder, wordpiece-cased's has no decoder (words are tokens joined by spaces).
 CHECKPOINTS = {
-    "bert-token-classifier": ("bert", "wordpiece-cased", BERT_SPECIALS),
-    "xlm-roberta-token-classifier": ("xlm-roberta", "unigram-xlmr", ROBERTA_SPECIALS),
-    "roberta-token-classifier": ("roberta", "bpe-bytelevel-roberta", ROBERTA_SPECIALS),
-    "distilbert-token-classifier": ("distilbert", "wordpiece-cased", BERT_SPECIALS),
-    "modernbert-token-classifier": ("modernbert", "bpe-bytelevel-modernbert", BERT_SPECIALS),
+    "bert-token-classifier": ("bert", "tokenizers/wordpiece-cased", BERT_SPECIALS),
+    "xlm-roberta-token-classifier": ("xlm-roberta", "tokenizers/unigram-xlmr", ROBERTA_SPECIALS),
+    "roberta-token-classifier": ("roberta", "tokenizers/bpe-bytelevel-roberta", ROBERTA_SPECIALS),
+    "distilbert-token-classifier": ("distilbert", "tokenizers/wordpiece-cased", BERT_SPECIALS),
+    "modernbert-token-classifier": ("modernbert", "tokenizers/bpe-bytelevel-modernbert", BERT_SPECIALS),
+    # transformers' MPNet takes id 1 for padding whatever config.json says (positions from 2, id 1 never
+    # counted): a tokenizer whose id 1 is its padding token, as MPNet's own is
+    "mpnet-token-classifier": ("mpnet", "tokenizers/bpe-bytelevel-roberta", ROBERTA_SPECIALS),
+    "deberta-token-classifier": ("deberta-v2", "tiny-bert", BERT_SPECIALS),
 }
 
 
@@ -57,6 +63,16 @@ def make_model(kind, vocab, tokenizer):
         return t.DistilBertForTokenClassification(t.DistilBertConfig(
             vocab_size=vocab, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=512,
             activation="gelu", pad_token_id=tokenizer.pad_token_id, **labels))
+    if kind == "mpnet":
+        return t.MPNetForTokenClassification(t.MPNetConfig(
+            vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+            max_position_embeddings=514, pad_token_id=tokenizer.pad_token_id, **labels))
+    if kind == "deberta-v2":  # DeBERTa-v3's settings
+        return t.DebertaV2ForTokenClassification(t.DebertaV2Config(
+            vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+            max_position_embeddings=512, relative_attention=True, position_buckets=8, max_relative_positions=-1,
+            pos_att_type=["p2c", "c2p"], share_att_key=True, norm_rel_ebd="layer_norm", position_biased_input=False,
+            type_vocab_size=0, layer_norm_eps=1e-7, hidden_act="gelu", pad_token_id=tokenizer.pad_token_id, **labels))
     assert kind == "modernbert"
     return t.ModernBertForTokenClassification(t.ModernBertConfig(
         vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
@@ -91,7 +107,7 @@ def make_one(name, kind, tokenizer_dir, specials, inputs, seed):
     from tokenizers import Tokenizer
     from transformers import AutoTokenizer, pipeline
     torch.manual_seed(seed)
-    source = ROOT / "tests/data/tokenizers" / tokenizer_dir / "tokenizer.json"
+    source = ROOT / "tests/data" / tokenizer_dir / "tokenizer.json"
     out = OUT / name
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -124,7 +140,7 @@ def make_one(name, kind, tokenizer_dir, specials, inputs, seed):
     runs = {s: dict(aggregation_strategy=s) for s in STRATEGIES}
     runs.update({f"{s}+stride16": dict(aggregation_strategy=s, stride=16) for s in STRATEGIES if s != "none"})
     runs["simple+keep_o"] = dict(aggregation_strategy="simple", ignore_labels=[])
-    found, total = 0, 0
+    found, total, labels = 0, 0, set()
     with open(OUT / f"{name}.entities.jsonl", "w", encoding="utf-8") as f:
         for text in inputs:
             # stride windows only where there are several (elsewhere they equal the plain runs)
@@ -133,8 +149,11 @@ def make_one(name, kind, tokenizer_dir, specials, inputs, seed):
                        if windowed or "stride" not in run}
             found += len(results["none"])
             total += len(results["simple+keep_o"])
+            labels.update(e["entity"] for e in results["none"])
             f.write(json.dumps({"text": text, "results": results}, ensure_ascii=False, separators=(",", ":")) + "\n")
-    print(f"{name}: {len(inputs)} texts, {found} tokens tagged (strategy none), {total} groups with O kept")
+    print(f"{name}: {len(inputs)} texts, {found} tokens tagged (strategy none, labels {sorted(labels)}), "
+          f"{total} groups with O kept")
+    assert found >= 20 and len(labels) >= 2, "too few entities, or too few labels, to test anything"
 
 
 def make_token_classifiers(corpus):

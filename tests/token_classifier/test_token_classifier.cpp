@@ -1,5 +1,5 @@
 // Tests of the TokenClassifier executor: every strategy, stride windows and ignore_labels against transformers'
-// token-classification pipeline on tiny checkpoints of five architectures and four tokenizers
+// token-classification pipeline on tiny checkpoints of seven architectures and five tokenizers
 // (<name>.entities.jsonl, scripts/tiny_token_classifiers.py), the aggregation functions alone, request
 // parameters, bad checkpoints refused at validation, and the shipped flows/ner.yml run by the launcher.
 #include "executor_runner.hpp"
@@ -28,8 +28,10 @@ namespace {
 
 const std::filesystem::path kTiny = std::filesystem::path(FLOWLINE_SOURCE_DIR) / "tests/data/tiny-models";
 constexpr double kTolerance = 1e-4;
-const char* const kCheckpoints[] = {"bert-token-classifier", "xlm-roberta-token-classifier", "roberta-token-classifier",
-                                    "distilbert-token-classifier", "modernbert-token-classifier"};
+const char* const kCheckpoints[] = {"bert-token-classifier",       "xlm-roberta-token-classifier",
+                                    "roberta-token-classifier",    "distilbert-token-classifier",
+                                    "modernbert-token-classifier", "mpnet-token-classifier",
+                                    "deberta-token-classifier"};
 
 Registry& tagger_registry() {
   static Registry* registry = [] {
