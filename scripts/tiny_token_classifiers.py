@@ -43,6 +43,9 @@ CHECKPOINTS = {
     # counted): a tokenizer whose id 1 is its padding token, as MPNet's own is
     "mpnet-token-classifier": ("mpnet", "tokenizers/bpe-bytelevel-roberta", ROBERTA_SPECIALS),
     "deberta-token-classifier": ("deberta-v2", "tiny-bert", BERT_SPECIALS),
+    # Qwen2's byte-level BPE, <|endoftext|> appended (no trim_offsets, no decoder); a causal decoder's `score`
+    "qwen3-token-classifier": ("qwen3", "tokenizers/bpe-split-qwen",
+                               {"eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"}),
 }
 
 
@@ -73,6 +76,14 @@ def make_model(kind, vocab, tokenizer):
             max_position_embeddings=512, relative_attention=True, position_buckets=8, max_relative_positions=-1,
             pos_att_type=["p2c", "c2p"], share_att_key=True, norm_rel_ebd="layer_norm", position_biased_input=False,
             type_vocab_size=0, layer_norm_eps=1e-7, hidden_act="gelu", pad_token_id=tokenizer.pad_token_id, **labels))
+    if kind == "qwen3":  # Qwen3-Embedding's layout (make_tiny_models.qwen3_model) with a `score` head
+        return t.Qwen3ForTokenClassification(t.Qwen3Config(
+            vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, max_position_embeddings=512, rms_norm_eps=1e-6,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, hidden_act="silu",
+            attention_bias=False, use_sliding_window=False, tie_word_embeddings=False,
+            bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id, **labels))
     assert kind == "modernbert"
     return t.ModernBertForTokenClassification(t.ModernBertConfig(
         vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
@@ -123,9 +134,10 @@ def make_one(name, kind, tokenizer_dir, specials, inputs, seed):
             p.normal_(0.0, 0.2)
             if n.endswith("LayerNorm.weight") or n.endswith("layer_norm.weight") or n.endswith("norm.weight"):
                 p.add_(1.0)  # gains around 1, as trained ones are
-        model.classifier.weight.mul_(8.0)
-        model.classifier.bias.mul_(8.0)
-        model.classifier.bias[0] += 3.0  # "O" most often, as in real text
+        head = model.score if kind == "qwen3" else model.classifier
+        head.weight.mul_(8.0)
+        head.bias.mul_(8.0)
+        head.bias[0] += 3.0  # "O" most often, as in real text
         for p in model.parameters():  # float16 values, stored as float16 below
             p.copy_(p.half().float())
     model.eval()

@@ -90,6 +90,16 @@ std::unique_ptr<Head> make_token_classifier(const HeadContext& context) {
   return std::make_unique<PerTokenClassifier>(std::nullopt, std::move(out_w), std::move(out_b), w.bytes());
 }
 
+std::unique_ptr<Head> make_score_token_classifier(const HeadContext& context) {
+  c10::InferenceMode guard;
+  const std::int64_t H = context.info.hidden_size, labels = context.outputs;
+  WeightLoader w(context.model.checkpoint.weights_file(), "score.weight", context.model.device, at::kFloat);
+  at::Tensor out_w = w.load("score.weight", {labels, H});
+  at::Tensor out_b;
+  if (config_flag(context, "token_classification_bias", true)) out_b = w.load("score.bias", {labels});
+  return std::make_unique<PerTokenClassifier>(std::nullopt, std::move(out_w), std::move(out_b), w.bytes());
+}
+
 std::unique_ptr<Head> make_modernbert_token_classifier(const HeadContext& context) {
   c10::InferenceMode guard;
   const std::int64_t H = context.info.hidden_size, labels = context.outputs;

@@ -243,6 +243,9 @@ std::unique_ptr<Head> make_token_classifier(const HeadContext& context);
 // ModernBertForTokenClassification: `head.dense` (+ bias when config.json's classifier_bias), config.json's
 // classifier_activation, `head.norm` (LayerNorm, its bias when norm_bias), then `classifier`, over every token.
 std::unique_ptr<Head> make_modernbert_token_classifier(const HeadContext& context);
+// Qwen3ForTokenClassification (transformers' GenericForTokenClassification): `score`, a linear layer over every
+// token's state, its bias unless config.json's token_classification_bias is false.
+std::unique_ptr<Head> make_score_token_classifier(const HeadContext& context);
 
 // One line of the architecture table.
 struct Architecture {

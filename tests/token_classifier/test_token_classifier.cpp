@@ -1,5 +1,5 @@
 // Tests of the TokenClassifier executor: every strategy, stride windows and ignore_labels against transformers'
-// token-classification pipeline on tiny checkpoints of seven architectures and five tokenizers
+// token-classification pipeline on tiny checkpoints of eight architectures and six tokenizers
 // (<name>.entities.jsonl, scripts/tiny_token_classifiers.py), the aggregation functions alone, request
 // parameters, bad checkpoints refused at validation, and the shipped flows/ner.yml run by the launcher.
 #include "executor_runner.hpp"
@@ -31,7 +31,7 @@ constexpr double kTolerance = 1e-4;
 const char* const kCheckpoints[] = {"bert-token-classifier",       "xlm-roberta-token-classifier",
                                     "roberta-token-classifier",    "distilbert-token-classifier",
                                     "modernbert-token-classifier", "mpnet-token-classifier",
-                                    "deberta-token-classifier"};
+                                    "deberta-token-classifier",    "qwen3-token-classifier"};
 
 Registry& tagger_registry() {
   static Registry* registry = [] {

@@ -3,10 +3,10 @@
 // giving each token's logits over config.json's id2label labels.
 //
 // The head's layout is a column of the architecture table (src/models/architectures/table.cpp): a linear
-// `classifier` (BERT, RoBERTa/XLM-R/CamemBERT, DistilBERT, MPNet) or ModernBERT's `head` (dense, activation,
-// LayerNorm) then `classifier`. An architecture without one, a checkpoint that is not *ForTokenClassification
-// or one without id2label is refused when the checkpoint is validated (Checkpoint::problem with
-// Use::TokenClassifier) and when the model is made, naming the file and what is missing.
+// `classifier` (BERT, RoBERTa/XLM-R/CamemBERT, DistilBERT, MPNet, DeBERTa-v2), Qwen3's linear `score`, or
+// ModernBERT's `head` (dense, activation, LayerNorm) then `classifier`. An architecture without one, a checkpoint that
+// is not *ForTokenClassification or one without id2label is refused when the checkpoint is validated
+// (Checkpoint::problem with Use::TokenClassifier) and when the model is made, naming the file and what is missing.
 // logits() is const and thread-safe, like CrossEncoderModel::score(): replicas on one device share one model.
 #pragma once
 

@@ -54,7 +54,7 @@ std::span<const Architecture> architectures() {
        "Qwen3 (RMSNorm, rotary, SwiGLU, grouped-query causal attention)",
        &make_qwen3,
        &check_qwen3,
-       {}},
+       {nullptr, &make_score_token_classifier}},
       {{"deberta-v2"},
        "DeBERTa-v2/v3",
        "DeBERTa-v2/v3 (disentangled attention, relative position buckets)",
