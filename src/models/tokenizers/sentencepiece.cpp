@@ -94,14 +94,14 @@ class Precompiled final : public Normalizer {
     changes.clear();
     // tokenizers' replace(): old characters replaced by `r`, each new one taking an old one's place; more
     // new ones are inserted, fewer drop the rest (counted on the last change made, even a grapheme's before).
+    // Kept characters change nothing (0): their entries are filled in only when a replacement follows them, so
+    // text the rules leave alone (most) records nothing. Called after `r` is appended to s.other.
     const auto replaced = [&](std::size_t old, const std::u32string& r) {
       if (!s.track) return;
+      changes.resize(s.other.size() - r.size(), 0);
       changes.insert(changes.end(), r.size(), 0);
       if (r.size() > old) std::fill(changes.end() - static_cast<std::ptrdiff_t>(r.size() - old), changes.end(), 1);
       if (r.size() < old && !changes.empty()) changes.back() -= static_cast<int>(old - r.size());
-    };
-    const auto kept = [&] {
-      if (s.track) changes.push_back(0);
     };
     s.other.clear();
     bool modified = false;
@@ -118,7 +118,6 @@ class Precompiled final : public Normalizer {
           modified = true;
         } else {
           s.other.push_back(text[begin]);
-          kept();
         }
         ++begin;
         state = 0;
@@ -147,7 +146,6 @@ class Precompiled final : public Normalizer {
           modified = true;
         } else {
           s.other.push_back(c);
-          kept();
         }
       }
     }
@@ -157,7 +155,9 @@ class Precompiled final : public Normalizer {
     head = std::min(head, s.other.size());
     s.head = head == 0 && s.head > 0 ? std::min<std::size_t>(1, s.other.size()) : head;
     s.text.swap(s.other);
-    if (s.track) transform_aligned(s, changes);
+    if (!s.track) return;
+    changes.resize(s.text.size(), 0);
+    transform_aligned(s, changes);
   }
   std::string name() const override { return "Precompiled"; }
 
