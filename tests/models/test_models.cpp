@@ -94,6 +94,20 @@ TEST_CASE("every architecture's embeddings equal sentence-transformers' on its t
   }
 }
 
+TEST_CASE("MPNet counts positions from 2 whatever config.json's pad_token_id says, as transformers does", "[models]") {
+  // transformers' MPNetEmbeddings fixes padding_idx at 1; a checkpoint naming another pad id embeds the same.
+  const auto dir = testing::scratch_dir("mpnet pad_token_id");
+  std::filesystem::copy(kTiny / "mpnet", dir, std::filesystem::copy_options::recursive);
+  auto config = testing::read_text(dir / "config.json");
+  const auto at = config.find("\"pad_token_id\": 1");
+  REQUIRE(at != std::string::npos);
+  config.replace(at, 17, "\"pad_token_id\": 0");
+  testing::write_text(dir / "config.json", config);
+  const auto g = read_goldens("mpnet", "embeddings");
+  const EmbeddingModel model(dir, c10::Device(c10::kCPU), c10::kFloat);
+  CHECK(row_cosines(encode_goldens(model, g, g.lengths.size()), g.expected).min().item<double>() >= 0.99999);
+}
+
 TEST_CASE("Qwen3 embeds texts as sentence-transformers does: its tokenizer, last-token pooling, the query prompt",
           "[models][qwen3]") {
   // Qwen3-Embedding's layout (scripts/make_tiny_models.py --only qwen3): the tokenizer appends <|endoftext|>

@@ -55,7 +55,8 @@ struct MPNetConfig {
     layers = context.int_in("num_hidden_layers", 1, kMaxLayers);
     heads = context.int_in("num_attention_heads", 1, kMaxHeads);
     intermediate = context.int_in("intermediate_size", 1, kMaxIntermediate);
-    offset = context.int_in("pad_token_id", 1, 0, kMaxMPNetPositions) + 1;
+    // `offset` stays 2, pad_token_id unread: transformers' MPNetEmbeddings fixes padding_idx at 1 whatever
+    // config.json says (real MPNet tokenizers' <pad> is 1), so positions start at 2 in every checkpoint.
     table = context.int_in("max_position_embeddings", 1, kMaxMPNetPositions);
     // Hugging Face looks up 32 buckets whatever the table holds: it needs at least that many rows.
     buckets = context.int_in("relative_attention_num_buckets", 32, 32, kMaxVocab);
