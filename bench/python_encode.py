@@ -8,6 +8,8 @@ Also `import flowline` in a fresh interpreter: its time (median of 5) and the pr
 bare `python -c pass`. Texts: the corpus' paragraphs as the launcher reads them (a NoOp flow writes them),
 the first --limit of them, --copies times. The launcher links jemalloc; this process has glibc's malloc
 unless jemalloc is preloaded: run it both ways (LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2).
+On a shared machine wall-clock rates swing with the other load; documents per CPU-second (this process's
+CPU clock around encode; the launcher's children CPU time less that of a one-text run) are steadier.
 
   PYTHONPATH=build/python .venv/bin/python bench/python_encode.py [--limit 2000] [--rounds 2] [--device cpu]
       [--model models/all-MiniLM-L6-v2] [--corpus ../shared/data/corpus] [--launcher build/src/flowline]
@@ -17,6 +19,7 @@ import argparse
 import json
 import os
 import pathlib
+import resource
 import statistics
 import subprocess
 import sys
@@ -52,13 +55,21 @@ def corpus_texts(launcher, corpus, work, limit, copies):
     return texts * copies
 
 
+def children_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def launcher_run(launcher, flow, inputs, work):
+    """(docs/s of the post, CPU seconds of the whole process, the embeddings)."""
     stats, out = work / "stats.json", work / "run.npy"
+    cpu = children_cpu()
     subprocess.run([launcher, "run", str(flow), "--input", str(inputs), "--input-format", "jsonl", "--output",
                     str(out), "--overwrite", "--progress", "never", "--stats-json", str(stats)], check=True,
                    capture_output=True)
+    cpu = children_cpu() - cpu
     figures = json.loads(stats.read_text())
-    return figures["documents"] / figures["seconds"], np.load(out)
+    return figures["documents"] / figures["seconds"], cpu, np.load(out)
 
 
 def main():
@@ -97,21 +108,33 @@ def main():
             {"name": "encoder", "uses": "SentenceEncoder", "device": args.device, "replicas": "auto",
              "with": encoder_with}]}))
         encoder = flowline.SentenceEncoder(args.model, device=args.device, dtype=args.dtype)
-        runs, python = [], []
+        # The launcher's CPU seconds for starting, loading and warming up: a run of one text.
+        one = work / "one.jsonl"
+        one.write_text(json.dumps({"text": texts[0]}) + "\n", encoding="utf-8")
+        fixed_cpu = min(launcher_run(args.launcher, flow, one, work)[1] for _ in range(2))
+        runs, python, runs_cpu, python_cpu = [], [], [], []
         for r in range(args.rounds):
-            run_rate, expected = launcher_run(args.launcher, flow, inputs, work)
-            t = time.perf_counter()
+            run_rate, run_cpu, expected = launcher_run(args.launcher, flow, inputs, work)
+            t, c = time.perf_counter(), time.process_time()
             got = encoder.encode(texts)
             python_rate = len(texts) / (time.perf_counter() - t)
+            python_per_cpu = len(texts) / (time.process_time() - c)
+            run_per_cpu = len(texts) / max(run_cpu - fixed_cpu, 1e-9)
             same = np.array_equal(got, expected)
-            print(f"round {r + 1}: flowline run {run_rate:.1f} docs/s, SentenceEncoder.encode {python_rate:.1f} docs/s "
-                  f"({python_rate / run_rate:.3f}x); embeddings bit-identical: {same}")
+            print(f"round {r + 1}: flowline run {run_rate:.1f} docs/s ({run_per_cpu:.1f} per CPU-s), "
+                  f"SentenceEncoder.encode {python_rate:.1f} docs/s ({python_per_cpu:.1f} per CPU-s); "
+                  f"embeddings bit-identical: {same}")
             runs.append(run_rate)
             python.append(python_rate)
+            runs_cpu.append(run_per_cpu)
+            python_cpu.append(python_per_cpu)
         encoder.close()
     best_run, best_python = max(runs), max(python)
     print(f"best of {args.rounds}: flowline run {best_run:.1f} docs/s, encode {best_python:.1f} docs/s, "
           f"ratio {best_python / best_run:.3f} ({len(texts)} texts, device {args.device})")
+    med_run, med_python = statistics.median(runs_cpu), statistics.median(python_cpu)
+    print(f"per CPU-second (median of {args.rounds}; the launcher's start, load and warm-up taken out): flowline run "
+          f"{med_run:.1f}, encode {med_python:.1f}, ratio {med_python / med_run:.3f}")
 
 
 if __name__ == "__main__":

@@ -22,12 +22,13 @@ def run_python(code):
 
 
 def test_import_flowline_takes_under_a_second_and_maps_no_cuda_library():
-    report = run_python(
+    # The best of three fresh interpreters: a shared CI machine's load spikes are not the import's cost.
+    reports = [run_python(
         "import json, time; t = time.perf_counter(); import flowline; s = time.perf_counter() - t; "
-        "print(json.dumps({'seconds': s, 'maps': open('/proc/self/maps').read()}))")
-    assert report["seconds"] < 1.0
+        "print(json.dumps({'seconds': s, 'maps': open('/proc/self/maps').read()}))") for _ in range(3)]
+    assert min(r["seconds"] for r in reports) < 1.0
     for name in GPU_LIBRARIES:
-        assert name not in report["maps"], name
+        assert name not in reports[0]["maps"], name
 
 
 def test_a_cpu_flow_from_python_maps_no_cuda_library():
