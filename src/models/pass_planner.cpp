@@ -3,6 +3,7 @@
 #include "flowline/models/pass_planner.hpp"
 
 #include "flowline/device.hpp"
+#include "flowline/executor.hpp"
 #include "flowline/error.hpp"
 
 #include <ATen/ATen.h>
@@ -132,6 +133,23 @@ Calibration calibrate_budget(PassBudget& budget, const AutoBudget& automatic, c1
       budget.max_sequences = std::min(kMaxAutoSequences, std::max(budget.max_sequences, budget.max_tokens / 16));
   }
   return c;
+}
+
+void PassFigures::add(const Pass& pass, bool graphed) {
+  const auto pass_tokens = static_cast<double>(pass.batch.ids.size());
+  passes += 1;
+  graph_passes += graphed ? 1 : 0;
+  tokens += pass_tokens;
+  max_tokens = std::max(max_tokens, pass_tokens);
+  max_sequences = std::max(max_sequences, static_cast<double>(pass.sequences.size()));
+}
+
+void PassFigures::report(ExecutorMetrics& metrics) const {
+  metrics.add("forward_passes", passes);
+  metrics.add("graph_passes", graph_passes);
+  metrics.add("tokens", tokens);
+  metrics.set_max("max_forward_tokens", max_tokens);
+  metrics.set_max("max_forward_sequences", max_sequences);
 }
 
 }  // namespace flowline::models

@@ -170,11 +170,14 @@ class Reranker : public Executor {
     for (const std::size_t n : lengths_of_pairs_) offsets_.push_back(offsets_.back() + n);
     // Longest first, batch_size pairs a pass (models::PassPlanner); each pass's scores back to their pairs.
     replica_.planner.plan({ids_, offsets_, types_});
+    models::PassFigures figures;
     for (const models::Pass& pass : replica_.planner.passes()) {
       const at::Tensor scores = replica_.model->score(pass.batch, raw).select(1, 0).to(at::kCPU);
       const float* s = scores.data_ptr<float>();
       for (std::size_t r = 0; r < pass.sequences.size(); ++r) out[pass.sequences[r]] = s[r];
+      figures.add(pass);
     }
+    figures.report(metrics());
     return out;
   }
 

@@ -37,26 +37,6 @@ ParamSpec normalize_spec() {
 }
 
 // What a request's forward passes did, for the metrics.
-struct PassFigures {
-  double passes = 0, graph_passes = 0, tokens = 0, max_tokens = 0, max_sequences = 0;
-  double launch_seconds = 0;  // of the enqueueing, the time in the encoder's calls
-
-  void add(const models::Pass& pass, bool graphed) {
-    const auto pass_tokens = static_cast<double>(pass.batch.ids.size());
-    passes += 1;
-    graph_passes += graphed ? 1 : 0;
-    tokens += pass_tokens;
-    max_tokens = std::max(max_tokens, pass_tokens);
-    max_sequences = std::max(max_sequences, static_cast<double>(pass.sequences.size()));
-  }
-  void report(ExecutorMetrics& metrics) const {
-    metrics.add("forward_passes", passes);
-    metrics.add("graph_passes", graph_passes);
-    metrics.add("tokens", tokens);
-    metrics.set_max("max_forward_tokens", max_tokens);
-    metrics.set_max("max_forward_sequences", max_sequences);
-  }
-};
 
 class SentenceEncoder : public Executor {
  public:
@@ -402,12 +382,13 @@ class SentenceEncoder : public Executor {
     at::Tensor order = index_staging_.view({static_cast<int64_t>(n)}, at::kLong);
     std::copy(planner_.order().begin(), planner_.order().end(), order.data_ptr<int64_t>());
     const at::Tensor rows = device_.is_cuda() ? order.to(device_, /*non_blocking=*/true) : order;
-    PassFigures figures;
+    models::PassFigures figures;
+    double launch_seconds = 0;  // of the enqueueing, the time in the encoder's calls
     for (const models::Pass& pass : planner_.passes()) {
       const bool graphed = graphs_ && graphs_->fits(pass.batch);
       const auto launch_start = Clock::now();
       at::Tensor pooled = graphed ? graphs_->encode(pass.batch) : encoder_->encode(pass.batch);
-      figures.launch_seconds += std::chrono::duration<double>(Clock::now() - launch_start).count();
+      launch_seconds += std::chrono::duration<double>(Clock::now() - launch_start).count();
       if (normalize_) pooled = models::normalize_rows(pooled);
       models::scatter_rows(result, rows, pass, pooled);
       figures.add(pass, graphed);
@@ -432,7 +413,7 @@ class SentenceEncoder : public Executor {
     // in the encoder), and waiting for the device to finish them (plus the copy back).
     metrics().add("tokenize_seconds", std::chrono::duration<double>(tokenized - started).count());
     metrics().add("enqueue_seconds", std::chrono::duration<double>(enqueued - tokenized).count());
-    metrics().add("launch_seconds", figures.launch_seconds);
+    metrics().add("launch_seconds", launch_seconds);
     metrics().add("wait_seconds", std::chrono::duration<double>(done - enqueued).count());
   }
 

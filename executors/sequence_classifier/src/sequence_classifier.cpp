@@ -230,9 +230,12 @@ class SequenceClassifier : public Executor {
                                at::TensorOptions().dtype(at::kFloat).device(replica_.device));
     std::vector<std::int64_t> order(replica_.planner.order().begin(), replica_.planner.order().end());
     const at::Tensor rows = at::tensor(order, at::kLong).to(replica_.device);
+    models::PassFigures figures;
     for (const models::Pass& pass : replica_.planner.passes()) {
       models::scatter_rows(out, rows, pass, replica_.model->score(pass.batch, /*raw=*/true));
+      figures.add(pass);
     }
+    figures.report(metrics());
     return out.to(at::kCPU);
   }
 

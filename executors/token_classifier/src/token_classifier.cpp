@@ -284,9 +284,12 @@ class TokenClassifier : public Executor {
     at::Tensor out = at::empty({static_cast<std::int64_t>(ids_.size()), labels},
                                at::TensorOptions().dtype(at::kFloat).device(replica_.device));
     const at::Tensor tokens = at::tensor(replica_.planner.token_order(), at::kLong).to(replica_.device);
+    models::PassFigures figures;
     for (const models::Pass& pass : replica_.planner.passes()) {
       models::scatter_tokens(out, tokens, pass, replica_.model->logits(pass.batch));
+      figures.add(pass);
     }
+    figures.report(metrics());
     at::Tensor logits = out.to(at::kCPU);
     const at::Tensor shifted = at::exp(logits - std::get<0>(logits.max(1, true)));
     return (shifted / shifted.sum(1, true)).contiguous();

@@ -38,6 +38,10 @@
 #include <span>
 #include <vector>
 
+namespace flowline {
+class ExecutorMetrics;  // flowline/executor.hpp
+}
+
 namespace flowline::models {
 
 // Limits of one forward pass.
@@ -90,6 +94,17 @@ class PassPlanner {
   std::vector<std::int64_t> lengths_, skips_;
   std::vector<std::size_t> token_starts_;  // each planned row's first token in the request's ids
   std::vector<Pass> passes_;
+};
+
+// What an executor reports of a request's passes, under the names every model executor shares and `flowline
+// profile` reads (its tokens column and per-token memory fit): forward_passes, graph_passes, tokens,
+// max_forward_tokens, max_forward_sequences. One a handler call, on the replica's thread: add() each pass run,
+// then report() once.
+struct PassFigures {
+  double passes = 0, graph_passes = 0, tokens = 0, max_tokens = 0, max_sequences = 0;
+
+  void add(const Pass& pass, bool graphed = false);
+  void report(ExecutorMetrics& metrics) const;
 };
 
 // Per-sequence outputs back in the request's order: out[pass.sequences[r]] = outputs[r] for each row r of
