@@ -44,7 +44,7 @@ struct PaddedPass {
 };
 
 void prepare_attention(AttentionOptions& options, const DeviceBatch& batch, c10::ScalarType dtype, std::int64_t) {
-  if (batch.packed || (!options.bias_for && !options.content_bias) || !batch.ids.is_cuda()) return;
+  if (batch.packed || !options.bias_for || !batch.ids.is_cuda()) return;
   auto pass = std::make_shared<PaddedPass>();
   pass->n = batch.lengths.size(0);
   pass->longest = (batch.longest + 7) / 8 * 8;
@@ -54,11 +54,7 @@ void prepare_attention(AttentionOptions& options, const DeviceBatch& batch, c10:
   pass->slot = sequence * L + batch.positions;
   const at::Tensor positions = at::arange(L, batch.lengths.options());
   const at::Tensor padding = (positions.unsqueeze(0) >= batch.lengths.unsqueeze(1)).view({pass->n, 1, 1, L});
-  // Without a bias by length (a content bias alone), the mask holds the padding only and attend_padded()
-  // adds the content bias layer by layer.
-  const at::Tensor bias = options.bias_for ? options.bias_for(L).to(dtype).unsqueeze(0)
-                                           : at::zeros({1, 1, 1, L}, batch.ids.options().dtype(dtype));
-  at::Tensor mask = bias.masked_fill(padding, -INFINITY);
+  at::Tensor mask = options.bias_for(L).to(dtype).unsqueeze(0).masked_fill(padding, -INFINITY);
   if (options.causal) mask = mask.masked_fill(~window_mask(L, L, true, batch.ids.device()), -INFINITY);
   pass->mask = mask.contiguous();
   options.padded = std::move(pass);
@@ -74,10 +70,8 @@ at::Tensor attend_padded(const at::Tensor& q, const at::Tensor& k, const at::Ten
     out.index_copy_(0, pass.slot, t);
     return out.view({pass.n, pass.longest, h, head_dim}).transpose(1, 2);
   };
-  const at::Tensor padded_q = pad(q, heads), padded_k = pad(k, kv_heads);
-  const at::Tensor mask = options.content_bias ? pass.mask + options.content_bias(padded_q, padded_k) : pass.mask;
-  const at::Tensor attended = at::scaled_dot_product_attention(padded_q, padded_k, pad(v, kv_heads), mask, 0.0, false,
-                                                               options.scale, kv_heads != heads);
+  const at::Tensor attended = at::scaled_dot_product_attention(pad(q, heads), pad(k, kv_heads), pad(v, kv_heads),
+                                                               pass.mask, 0.0, false, options.scale, kv_heads != heads);
   return attended.transpose(1, 2).reshape({pass.n * pass.longest, heads * head_dim}).index_select(0, pass.slot);
 }
 
@@ -85,11 +79,6 @@ at::Tensor attend_padded(const at::Tensor& q, const at::Tensor& k, const at::Ten
 
 at::Tensor attend(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v, const DeviceBatch& batch,
                   const AttentionOptions& options) {
-  if (batch.packed && options.content_bias) {
-    throw Error(
-        "attention with a content bias runs grouped or padded only (the architecture's "
-        "uses_packed_attention() must say false)");
-  }
   const RotaryRows& rotary = options.rotary;
   const bool packed = batch.packed && packed_attention_fits(q_in, k_in, v);
   const std::int64_t head_dim = q_in.size(2);
@@ -132,18 +121,13 @@ at::Tensor attend(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tens
     };
     std::optional<at::Tensor> mask;
     bool causal = options.causal;
-    if (options.bias_for || options.content_bias) {
-      at::Tensor bias;  // [heads, L, L] by length, [count, heads, L, L] with a content bias
-      if (options.bias_for) bias = options.bias_for(g.length).to(q.scalar_type());
-      if (options.content_bias) {
-        const at::Tensor content = options.content_bias(group(q, heads), group(k, kv_heads));
-        bias = bias.defined() ? content + bias : content;
-      }
+    if (options.bias_for) {
+      at::Tensor bias = options.bias_for(g.length).to(q.scalar_type());  // [heads, L, L]
       if (causal) {
         bias = bias.masked_fill(~window_mask(g.length, g.length, true, q.device()), -INFINITY);
         causal = false;
       }
-      mask = bias.dim() == 3 ? bias.unsqueeze(0) : bias;
+      mask = bias.unsqueeze(0);
     } else if (options.window > 0 && g.length > options.window + 1) {
       mask = window_mask(g.length, options.window, causal, q.device());
       causal = false;

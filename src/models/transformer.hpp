@@ -306,12 +306,6 @@ struct AttentionOptions {
   // the pass (cuda_kernels.hpp); cos undefined: q and k come rotated. Packed on a GPU with head_dim 16, 32,
   // 64 or 128 the attention kernel applies them as it loads q and k; otherwise attend() rotates them first.
   RotaryRows rotary;
-  // A bias that depends on the queries' and keys' content as well as their distance (DeBERTa's c2p and p2c
-  // terms): given one group's q and k as [count, heads, L, head_dim] (on the padded path, the whole pass with
-  // zero rows for padding), the float bias [count, heads, L, L] in q's dtype, added to the scaled scores.
-  // It runs grouped (CPU) or padded (GPU, any dtype) only: an architecture with one says false in
-  // uses_packed_attention(), and attend() refuses it on a packed batch.
-  std::function<at::Tensor(const at::Tensor& q, const at::Tensor& k)> content_bias;
 };
 void prepare_attention(AttentionOptions& options, const DeviceBatch& batch, c10::ScalarType dtype,
                        std::int64_t kv_heads);

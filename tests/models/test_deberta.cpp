@@ -92,6 +92,30 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("a deberta-v2 batch gives each sequence its own embedding, cut into padded segments or padded whole",
+          "[models][deberta]") {
+  const EmbeddingModel model(kTiny / "deberta", c10::Device(c10::kCPU), c10::kFloat);
+  const auto g = read_goldens("deberta");
+  // 1,100 sequences alternating 5 and 37 tokens: a run per sequence, more runs than the segment cut takes, so
+  // the batch is padded whole; in batches of 100 the cut makes segments. Both as each sequence alone.
+  IdGoldens mixed;
+  for (std::int64_t s = 0; s < 1100; ++s) {
+    const std::int64_t length = s % 2 == 0 ? 5 : 37;
+    mixed.ids.insert(mixed.ids.end(), g.ids.begin() + s % 2, g.ids.begin() + s % 2 + length);
+    mixed.lengths.push_back(length);
+  }
+  const at::Tensor alone =
+      at::cat({model.encode(PackedBatch{std::span(mixed.ids).subspan(0, 5), std::vector<std::int64_t>{5}}),
+               model.encode(PackedBatch{std::span(mixed.ids).subspan(5, 37), std::vector<std::int64_t>{37}})});
+  for (const std::size_t batch_size : {std::size_t{100}, mixed.lengths.size()}) {
+    INFO("batch size " << batch_size);
+    const at::Tensor got = encode_goldens(model, mixed, batch_size);
+    REQUIRE(got.size(0) == 1100);
+    CHECK((got.narrow(0, 0, 2) - alone).abs().max().item<double>() < 1e-5);
+    CHECK((got.narrow(0, 1098, 2) - alone).abs().max().item<double>() < 1e-5);  // the same two, last in the batch
+  }
+}
+
 TEST_CASE("a deberta-v2 checkpoint of v3's layout embeds texts as sentence-transformers does, through its tokenizer",
           "[models][deberta]") {
   const auto dir = kTiny / "deberta";

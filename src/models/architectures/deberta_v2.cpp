@@ -9,9 +9,9 @@
 // (conv_kernel_size) is refused.
 //
 // The c2p and p2c terms depend on the query's or key's content as well as the distance, so they are a bias
-// computed per layer from q and k (AttentionOptions::content_bias): attention runs per group of equal-length
-// sequences on the CPU and padded on a GPU (scaled_dot_product_attention with the bias as its mask), not as the
-// packed kernel, and so without CUDA graphs.
+// computed per layer from q and k. Attention runs here, on the CPU and a GPU alike: the pass's sequences in a
+// few segments of similar lengths, each padded to its longest and run as one scaled_dot_product_attention call
+// with the bias and the padding as its mask — not as the packed kernel, and so without CUDA graphs.
 #include "../cuda_kernels.hpp"
 #include "../transformer.hpp"
 
@@ -20,6 +20,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <limits>
 #include <utility>
 
 namespace flowline::models::detail {
@@ -211,10 +212,12 @@ class DebertaV2 final : public Transformer {
     info_.max_positions = config_.positions;
     // Without a token type table transformers ignores type ids; 1 makes the cross-encoder pass none.
     info_.type_vocab_size = std::max<std::int64_t>(config_.types, 1);
+    scale_ = 1.0 / std::sqrt(static_cast<double>(config_.hidden / config_.heads * config_.scale_factor()));
     load(context);
   }
 
-  // The content bias does not fit the packed kernel (its bias is looked up by offset only).
+  // The c2p and p2c terms do not fit the packed kernel (its bias is looked up by offset only): attention runs
+  // padded by segments (segments_of), so the batch comes unpacked, with its groups.
   bool uses_packed_attention(const ArchitectureContext&) const override { return false; }
 
   at::Tensor forward(const DeviceBatch& batch) const override {
@@ -226,29 +229,18 @@ class DebertaV2 final : public Transformer {
     }
     if (embed_proj_.defined()) x = at::linear(x, embed_proj_);
     x = at::layer_norm(x, {H}, emb_ln_w_, emb_ln_b_, config_.eps);
-    const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim * config_.scale_factor()));
-    AttentionOptions attention;
-    attention.scale = scale;
-    const bool biased = config_.relative && (config_.c2p || config_.p2c);
-    // Each layer's bias uses its own position terms; the padded layout and padding mask (GPU) are the pass's.
-    auto bias_of_layer = [&](std::size_t i) {
-      return [this, &terms = terms_[i], scale](const at::Tensor& q, const at::Tensor& k) {
-        return position_bias(q, k, terms, scale);
-      };
-    };
-    if (biased) {
-      attention.content_bias = bias_of_layer(0);
-      prepare_attention(attention, batch, x.scalar_type(), heads);
-    }
+    const std::vector<Segment> segments = segments_of(batch, x.scalar_type());
     const std::int64_t total = batch.ids.size(0);
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       const Layer& l = layers_[i];
-      if (biased) attention.content_bias = bias_of_layer(i);
       const at::Tensor qkv = at::linear(x, l.qkv_w, l.qkv_b);  // [T, 3H]
       const at::Tensor q = qkv.narrow(1, 0, H).view({total, heads, head_dim});
       const at::Tensor k = qkv.narrow(1, H, H).view({total, heads, head_dim});
       const at::Tensor v = qkv.narrow(1, 2 * H, H).view({total, heads, head_dim});
-      const at::Tensor context = attend(q, k, v, batch, attention);
+      at::Tensor context = at::empty({total, H}, x.options());
+      for (const Segment& segment : segments) {
+        attend_segment(q, k, v, segment, terms_.empty() ? nullptr : &terms_[i], context);
+      }
       // x is the residual each time; it is no longer needed once added (linear_add_layer_norm writes over it).
       x = linear_add_layer_norm(x, context, l.out_w, l.out_b, l.ln1_w, l.ln1_b, config_.eps, false).second;
       const at::Tensor hidden = activate(at::linear(x, l.up_w, l.up_b), config_.act);
@@ -262,22 +254,137 @@ class DebertaV2 final : public Transformer {
     at::Tensor qkv_w, qkv_b, out_w, out_b, ln1_w, ln1_b, up_w, up_b, down_w, down_b, ln2_w, ln2_b;
   };
 
-  // The c2p and p2c terms of a group, [count, heads, L, L] in q's dtype, scaled: q and k [count, heads, L,
-  // head_dim]. Query i and key j share the bucket index of their distance, idx(i - j); c2p is q_i against the
+  // Consecutive sequences of a pass padded to one length (a multiple of 8, for the memory-efficient
+  // kernel's alignment): tokens [token_begin, + tokens) are sequences [sequence_begin, + count).
+  struct Segment {
+    std::int64_t token_begin = 0, tokens = 0, sequence_begin = 0, count = 0, length = 0;
+    at::Tensor slot;                   // [tokens] int64: each token's row in the padded [count * length] layout
+    at::Tensor mask;                   // [count, 1, 1, length] in the model's dtype: 0, or -inf on padding keys
+    at::Tensor index;                  // [length, length] int64: the position row of query i and key j, less `first`
+    std::int64_t first = 0, rows = 0;  // the position rows the segment reaches: [first, first + rows)
+  };
+
+  // The batch's runs of equal-length sequences (DeviceBatch::groups) cut into at most kMaxSegments segments
+  // of consecutive runs, each padded to its longest: the cut that costs the least attention work (sequences x
+  // padded length², the size of the scores and of the c2p/p2c gathers), each segment charged a fixed
+  // kSegmentCost for its calls (a segment is ~25 operations a layer: more of them cost more host time than
+  // their padding saves). The planner sorts a request longest first, so the segments are lengths of one
+  // range each. Made once per pass; every layer uses them.
+  static constexpr std::size_t kMaxSegments = 4;
+  static constexpr double kSegmentCost = 64.0 * 64.0 * 64.0;
+  static constexpr std::size_t kMaxCutRuns = 1024;
+
+  std::vector<Segment> segments_of(const DeviceBatch& batch, c10::ScalarType dtype) const {
+    const std::vector<Group>& groups = batch.groups;
+    const std::size_t G = groups.size();
+    auto padded = [](std::int64_t length) { return (length + 7) / 8 * 8; };
+    // The cut is O(segments x runs²): a sorted pass has a run per length (at most max_position_embeddings);
+    // an unsorted batch of more runs than kMaxCutRuns (a direct caller's) is one segment.
+    if (G > kMaxCutRuns) {
+      Segment all;
+      std::int64_t longest = 0;
+      for (const Group& g : groups) {
+        all.count += g.count;
+        all.tokens += g.count * g.length;
+        longest = std::max(longest, g.length);
+      }
+      return {finish(batch, std::move(all), padded(longest), dtype)};
+    }
+    // best[k][j]: the least cost of groups [0, j) in k segments; cut[k][j]: where the last one starts.
+    constexpr double kNone = std::numeric_limits<double>::infinity();
+    std::vector<std::vector<double>> best(kMaxSegments + 1, std::vector<double>(G + 1, kNone));
+    std::vector<std::vector<std::size_t>> cut(kMaxSegments + 1, std::vector<std::size_t>(G + 1, 0));
+    best[0][0] = 0.0;
+    for (std::size_t k = 1; k <= kMaxSegments; ++k) {
+      for (std::size_t j = 1; j <= G; ++j) {
+        std::int64_t longest = 0, count = 0;
+        for (std::size_t i = j; i-- > 0;) {  // the last segment is groups [i, j)
+          longest = std::max(longest, groups[i].length);
+          count += groups[i].count;
+          if (best[k - 1][i] == kNone) continue;
+          const auto L = static_cast<double>(padded(longest));
+          const double cost = best[k - 1][i] + static_cast<double>(count) * L * L + kSegmentCost;
+          if (cost < best[k][j]) {
+            best[k][j] = cost;
+            cut[k][j] = i;
+          }
+        }
+      }
+    }
+    std::size_t k = 1;
+    for (std::size_t m = 2; m <= kMaxSegments; ++m) {
+      if (best[m][G] < best[k][G]) k = m;
+    }
+    std::vector<std::pair<std::size_t, std::size_t>> ranges;  // [first group, end group) per segment
+    for (std::size_t j = G; j > 0; j = cut[k][j], --k) ranges.emplace_back(cut[k][j], j);
+    std::vector<Segment> out;
+    std::int64_t sequence = 0;
+    for (auto r = ranges.rbegin(); r != ranges.rend(); ++r) {
+      Segment segment;
+      segment.token_begin = groups[r->first].token_begin;
+      segment.sequence_begin = sequence;
+      std::int64_t longest = 0;
+      for (std::size_t g = r->first; g < r->second; ++g) {
+        segment.count += groups[g].count;
+        segment.tokens += groups[g].count * groups[g].length;
+        longest = std::max(longest, groups[g].length);
+      }
+      sequence += segment.count;
+      out.push_back(finish(batch, std::move(segment), padded(longest), dtype));
+    }
+    return out;
+  }
+
+  Segment finish(const DeviceBatch& batch, Segment s, std::int64_t length, c10::ScalarType dtype) const {
+    s.length = length;
+    const at::Tensor lengths = batch.lengths.narrow(0, s.sequence_begin, s.count);
+    const at::Tensor sequence = at::repeat_interleave(at::arange(s.count, lengths.options()), lengths, 0, s.tokens);
+    s.slot = sequence * length + batch.positions.narrow(0, s.token_begin, s.tokens);
+    const at::Tensor keys = at::arange(length, lengths.options());
+    s.mask = at::zeros({s.count, 1, 1, length}, lengths.options().dtype(dtype))
+                 .masked_fill((keys.unsqueeze(0) >= lengths.unsqueeze(1)).view({s.count, 1, 1, length}), -INFINITY);
+    if (!terms_.empty()) {
+      s.first = index_by_distance_[static_cast<std::size_t>(center_ - (length - 1))];
+      s.rows = index_by_distance_[static_cast<std::size_t>(center_ + (length - 1))] - s.first + 1;
+      const at::Tensor distance = keys.unsqueeze(1) - keys.unsqueeze(0) + center_;  // [L, L]: i - j, shifted
+      s.index = index_table_.index_select(0, distance.reshape(-1)).view({length, length}) - s.first;
+    }
+    return s;
+  }
+
+  // Attention of one segment, written into its tokens' rows of `context` [T, H]: q, k and v [T, heads,
+  // head_dim] padded into the segment's layout, the scores given the padding mask and (with relative
+  // attention) the c2p and p2c terms of `terms`.
+  void attend_segment(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const Segment& s,
+                      const PositionTerms* terms, at::Tensor& context) const {
+    const std::int64_t heads = q.size(1), head_dim = q.size(2), L = s.length;
+    auto pad = [&](const at::Tensor& t) {  // [count, heads, L, head_dim]
+      at::Tensor out = at::zeros({s.count * L, heads, head_dim}, t.options());
+      out.index_copy_(0, s.slot, t.narrow(0, s.token_begin, s.tokens));
+      return out.view({s.count, L, heads, head_dim}).transpose(1, 2);
+    };
+    const at::Tensor qs = pad(q), ks = pad(k), vs = pad(v);
+    const at::Tensor mask = terms != nullptr ? s.mask + position_bias(qs, ks, *terms, s) : s.mask;
+    const at::Tensor attended = at::scaled_dot_product_attention(qs, ks, vs, mask, 0.0, false, scale_);
+    context.narrow(0, s.token_begin, s.tokens)
+        .copy_(attended.transpose(1, 2).reshape({s.count * L, heads * head_dim}).index_select(0, s.slot));
+  }
+
+  // The c2p and p2c terms of a segment, [count, heads, L, L] in q's dtype, scaled: q and k [count, heads, L,
+  // head_dim]. Query i and key j share the position row of their distance, idx(i - j); c2p is q_i against the
   // position key at idx, p2c is k_j against the position query at idx (transformers gathers p2c at -idx(j - i),
-  // the same index: the buckets are odd in the distance). Only the embeddings a length of L reaches are used.
-  at::Tensor position_bias(const at::Tensor& q, const at::Tensor& k, const PositionTerms& terms, double scale) const {
-    const std::int64_t L = q.size(2), count = q.size(0), heads = q.size(1);
-    const std::int64_t first = index_by_distance_[static_cast<std::size_t>(center_ - (L - 1))];
-    const std::int64_t last = index_by_distance_[static_cast<std::size_t>(center_ + (L - 1))];
-    const at::Tensor rows = at::arange(L, index_table_.options());
-    const at::Tensor distance = rows.unsqueeze(1) - rows.unsqueeze(0) + center_;  // [L, L]: i - j, shifted
-    const at::Tensor index = (index_table_.index_select(0, distance.reshape(-1)).view({L, L}) - first)
-                                 .unsqueeze(0)
-                                 .unsqueeze(0)
-                                 .expand({count, heads, L, L});
-    auto against = [&](const at::Tensor& x, const at::Tensor& table) {  // [count, heads, L, last - first + 1]
-      return at::matmul(x, table.narrow(0, first, last - first + 1).permute({1, 2, 0}));
+  // the same row: the buckets are odd in the distance). Only the rows a length of L reaches are used.
+  at::Tensor position_bias(const at::Tensor& q, const at::Tensor& k, const PositionTerms& terms,
+                           const Segment& s) const {
+    const std::int64_t L = s.length, count = s.count, heads = q.size(1), head_dim = q.size(3), R = s.rows;
+    const at::Tensor index = s.index.unsqueeze(0).unsqueeze(0).expand({count, heads, L, L});
+    // [count, heads, L, R]: one product per head over all the segment's rows (a broadcast matmul would copy
+    // the table once per sequence).
+    auto against = [&](const at::Tensor& x, const at::Tensor& table) {
+      const at::Tensor rows = x.permute({1, 0, 2, 3}).reshape({heads, count * L, head_dim});
+      return at::bmm(rows, table.narrow(0, s.first, R).permute({1, 2, 0}))
+          .view({heads, count, L, R})
+          .permute({1, 0, 2, 3});
     };
     at::Tensor bias;
     if (terms.key.defined()) bias = at::gather(against(q, terms.key), 3, index);
@@ -285,7 +392,7 @@ class DebertaV2 final : public Transformer {
       const at::Tensor p2c = at::gather(against(k, terms.query), 3, index.transpose(2, 3)).transpose(2, 3);
       bias = bias.defined() ? bias + p2c : p2c;
     }
-    return bias * scale;
+    return bias * scale_;
   }
 
   void load(const ArchitectureContext& context) {
@@ -372,7 +479,8 @@ class DebertaV2 final : public Transformer {
   std::vector<PositionTerms> terms_;             // one per layer (relative attention only)
   std::vector<std::int64_t> index_by_distance_;  // on the host: which embeddings a length reaches
   at::Tensor index_table_;                       // the same on the device
-  std::int64_t center_ = 0;                      // distance 0's place in both
+  std::int64_t center_ = 0;
+  double scale_ = 1.0;  // 1 / sqrt(head_dim * scale_factor)                      // distance 0's place in both
 };
 
 // ContextPooler (pooler.dense + pooler_hidden_act on the first token), then `classifier`, in float32.
