@@ -213,14 +213,90 @@ void init_document(Document* self, nb::handle text, nb::handle id, nb::handle ta
   if (!tensor.is_none()) self->tensor = tensor_from_python(tensor, "Document.tensor");
 }
 
+// doc.tags: a live mapping over the document's tags, so that `doc.tags["k"] = v` changes the document as
+// in Jina. Values read out are Python copies (a nested list changed in place is not written back: assign
+// the key again). The view keeps its document's Python object alive.
+struct TagsView {
+  Document* doc;
+
+  const boost::json::value& at(const std::string& key) const {
+    const auto* v = doc->tags.if_contains(key);
+    if (v == nullptr) throw nb::key_error(key.c_str());
+    return *v;
+  }
+  nb::dict to_dict() const { return nb::borrow<nb::dict>(json_to_python(boost::json::value(doc->tags))); }
+  nb::list keys() const {
+    nb::list out;
+    for (const auto& kv : doc->tags) out.append(nb::str(kv.key().data(), kv.key().size()));
+    return out;
+  }
+};
+
+boost::json::object tags_from_python(nb::handle v) {
+  if (nb::isinstance<TagsView>(v)) return nb::cast<const TagsView&>(v).doc->tags;
+  return python_to_json_object(v, "Document.tags");
+}
+
+void bind_tags_view(nb::module_& m) {
+  using T = TagsView;
+  nb::class_<T>(m, "Tags", "A document's tags: a dict-like view that writes through to the document.")
+      .def("__getitem__", [](const T& t, const std::string& k) { return json_to_python(t.at(k)); })
+      .def("__setitem__",
+           [](T& t, const std::string& k, nb::handle v) {
+             t.doc->tags[k] = python_to_json(v, fmt::format("Document.tags['{}']", k));
+           })
+      .def("__delitem__",
+           [](T& t, const std::string& k) {
+             if (!t.doc->tags.erase(k)) throw nb::key_error(k.c_str());
+           })
+      .def("__contains__",
+           [](const T& t, nb::handle k) {
+             return nb::isinstance<nb::str>(k) && t.doc->tags.contains(nb::cast<std::string>(k));
+           })
+      .def("__len__", [](const T& t) { return t.doc->tags.size(); })
+      .def("__iter__", [](const T& t) { return nb::iter(t.keys()); })
+      .def("__eq__", [](const T& t, nb::handle other) { return t.to_dict().equal(other); })
+      .def("__repr__", [](const T& t) { return nb::repr(t.to_dict()); })
+      .def("keys", &T::keys)
+      .def("values", [](const T& t) { return t.to_dict().values(); })
+      .def("items", [](const T& t) { return t.to_dict().items(); })
+      .def("to_dict", &T::to_dict, "A dict copy of the tags.")
+      .def(
+          "get",
+          [](const T& t, const std::string& k, nb::object fallback) {
+            const auto* v = t.doc->tags.if_contains(k);
+            return v == nullptr ? fallback : json_to_python(*v);
+          },
+          nb::arg("key"), nb::arg("default") = nb::none())
+      .def("pop",
+           [](T& t, const std::string& k) {
+             nb::object out = json_to_python(t.at(k));
+             t.doc->tags.erase(k);
+             return out;
+           })
+      .def("pop",
+           [](T& t, const std::string& k, nb::object fallback) {
+             const auto* v = t.doc->tags.if_contains(k);
+             if (v == nullptr) return fallback;
+             nb::object out = json_to_python(*v);
+             t.doc->tags.erase(k);
+             return out;
+           })
+      .def("update", [](T& t, nb::handle other) {
+        for (auto& kv : tags_from_python(other)) t.doc->tags[kv.key()] = kv.value();
+      });
+}
+
 }  // namespace
 
 void bind_documents(nb::module_& m) {
+  bind_tags_view(m);
   using D = Document;
   nb::class_<D>(m, "Document",
                 "A document as Jina's: id, text, blob, tensor, embedding, tags, mime_type, uri, scores, chunks, "
                 "matches, parent_id. tensor and embedding read as numpy arrays sharing the document's memory; "
-                "tags, scores, chunks and matches read as copies (assign the whole field to change it).")
+                "tags is a view that writes through (doc.tags['k'] = v); scores, chunks and matches read as "
+                "copies (assign the whole field to change it).")
       .def("__init__", &init_document, nb::arg("text") = nb::none(), nb::kw_only(), nb::arg("id") = nb::none(),
            nb::arg("tags") = nb::none(), nb::arg("embedding") = nb::none(), nb::arg("tensor") = nb::none())
       .def_rw("id", &D::id)
@@ -243,8 +319,8 @@ void bind_documents(nb::module_& m) {
             d.embedding = v.is_none() ? at::Tensor() : tensor_from_python(v, "Document.embedding");
           })
       .def_prop_rw(
-          "tags", [](const D& d) { return json_to_python(boost::json::value(d.tags)); },
-          [](D& d, nb::handle v) { d.tags = python_to_json_object(v, "Document.tags"); })
+          "tags", [](D& d) { return TagsView{&d}; }, [](D& d, nb::handle v) { d.tags = tags_from_python(v); },
+          nb::for_getter(nb::keep_alive<0, 1>()))
       .def_prop_rw("scores", &scores_to_python, &set_scores)
       .def_prop_rw(
           "chunks", [](const D& d) { return documents_to_python(d.chunks); },

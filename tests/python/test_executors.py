@@ -24,7 +24,8 @@ class Shout(flowline.Executor):
     def shout(self, docs, parameters, **kwargs):
         for d in docs:
             d.text = d.text.upper() + self.suffix
-            d.tags = {**d.tags, "replica": self.runtime["replica"], "times": parameters.get("times", 1)}
+            d.tags["replica"] = self.runtime["replica"]
+            d.tags["times"] = parameters.get("times", 1)
 
     @flowline.requests
     def replace(self, docs, parameters, **kwargs):

@@ -54,10 +54,13 @@ def test_a_document_carries_every_field_of_jinas_shape():
     assert doc.tensor.dtype == np.int64 and doc.tensor.tolist() == [[0, 2], [3, 5]]
     assert doc.scores == {"s": 0.5}
     assert [c.text for c in doc.chunks] == ["c"] and doc.matches[0].id == "m1"
+    doc.tags["added"] = [1]  # tags write through, as Jina's
+    del doc.tags["o"]
+    assert doc.tags.pop("x") == [1.5, None, True, "s"] and doc.tags == {"n": 1, "big": 2**63, "added": [1]}
     doc.blob = b"\x00\x01"
     assert doc.blob == b"\x00\x01"
     back = json.loads(doc.to_json())
-    assert back["tensor"]["shape"] == [2, 2] and back["tags"]["big"] == 2**63
+    assert back["tensor"]["shape"] == [2, 2] and back["tags"] == {"n": 1, "big": 2**63, "added": [1]}
 
 
 def test_a_documents_tensor_reads_without_a_copy():
