@@ -26,6 +26,13 @@ if [ -z "$PYTHON" ] || [ "$(cache FLOWLINE_PYTHON)" = OFF ]; then
   echo "build-wheel.sh: $BUILD_DIR builds no Python package (FLOWLINE_PYTHON=$(cache FLOWLINE_PYTHON)): pip install nanobind into the venv, then cmake $BUILD_DIR -DFLOWLINE_PYTHON=ON" >&2
   exit 1
 fi
+# Configure again: a build configured before nanobind was installed has no flowline_python target yet.
+cmake "$BUILD_DIR" >/dev/null
+if ! cmake --build "$BUILD_DIR" --target help | grep -q '^flowline_python:'; then
+  echo "build-wheel.sh: $BUILD_DIR has no flowline_python target: $PYTHON lacks nanobind or Python's headers" \
+    "(cmake's output says which): $PYTHON -m pip install nanobind, or run scripts/setup.sh" >&2
+  exit 1
+fi
 cmake --build "$BUILD_DIR" --target flowline_python flowline_programs
 STAGE="$BUILD_DIR/python-stage"
 rm -rf "$STAGE"
