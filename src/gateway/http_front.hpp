@@ -112,6 +112,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void handle_tei_predict(const RouteRow& row);
   void handle_classify(const RouteRow& row);
   void handle_tei_tokenize(const RouteRow& row);
+  void handle_token_classification(const RouteRow& row);  // Hugging Face's POST /token-classification
 
   // For the NDJSON stream (http_stream.hpp), which answers the request whose header was read, on this
   // connection's strand, until it hands the connection back with stream_written() or stream_abandoned().

@@ -1,5 +1,6 @@
-// The gateway's routes in the shape of model APIs — OpenAI's /v1/embeddings, TEI's /embed and /rerank,
-// Jina's and Cohere's /v1/rerank: each parses its body into a flow call (protocols.hpp, rerank.cpp), posts it
+// The gateway's routes in the shape of model APIs — OpenAI's /v1/embeddings, TEI's /embed, /rerank and /predict,
+// Jina's and Cohere's /v1/rerank, Infinity's /classify, Hugging Face's /token-classification: each parses its
+// body into a flow call (protocols.hpp, rerank.cpp, token_classification.cpp), posts it
 // through call_flow() and shapes the answer. Their failures answer 500 in the gateway's own error shape.
 // Also what those APIs answer about the served models: OpenAI's GET /v1/models and TEI's GET /info.
 #include "http_front.hpp"
@@ -105,6 +106,37 @@ void Connection::handle_classify(const RouteRow& row) {
       [call](const DocumentArray& docs) { return infinity_classify_response(*call, docs); }, executor_failure);
 }
 
+// Hugging Face's POST /token-classification, unless the body is Jina's ({"data": ...}): that goes to the flow
+// endpoint /token-classification. Served by the flow endpoint of that name (a TokenClassifier's); a flow
+// without one answers 422 saying so, since another executor's default handler would answer without entities.
+void Connection::handle_token_classification(const RouteRow& row) {
+  const json::value body = parse_body(request_.body(), gw_.core.limits, false);
+  const bool served = gw_.core.endpoints.count(kTokenClassificationEndpoint) > 0;
+  if (body.is_object() && body.get_object().contains("data")) {
+    if (!served) {
+      route_ = Route::Other;
+      return reply(404, R"({"detail":"Not Found"})");
+    }
+    route_ = Route::Jina;
+    return handle_jina(kTokenClassificationEndpoint);
+  }
+  if (!served) {
+    std::string executors;
+    for (const auto& e : gw_.core.flow.config().executors) {
+      executors += fmt::format("{}{} ({})", executors.empty() ? "" : ", ", e.name, e.uses);
+    }
+    throw plain_error(422, "invalid_request_error",
+                      fmt::format("POST /token-classification needs a flow with a TokenClassifier (the flow endpoint "
+                                  "{}); this flow's executors are {}",
+                                  kTokenClassificationEndpoint, executors));
+  }
+  auto call = std::make_shared<TokenClassificationCall>(parse_token_classification(body, gw_.core.limits));
+  Call flow_call = std::move(call->call);
+  call_flow(
+      std::move(flow_call), row.route,
+      [call](const DocumentArray& docs) { return token_classification_response(*call, docs); }, executor_failure);
+}
+
 namespace {
 
 // A served model's name: the folder (or hub name) its executor's `model` parameter gives; empty when the
@@ -143,15 +175,19 @@ std::size_t positive(const json::value& v) { return v.is_int64() && v.get_int64(
 
 // TEI's model_type: {"reranker": {id2label, label2id}} for a Reranker and {"classifier": {...}} for a
 // SequenceClassifier (from its config.json), else {"embedding": {"pooling"}} as its sentence-transformers
-// Pooling module says (TEI's names).
+// Pooling module says (TEI's names). TEI has no token classification (it declined NER, its issue #282), so no
+// name of its fits a TokenClassifier: {"token_classifier": {...}} is flowline's own, in TEI's form, rather
+// than "classifier", which would promise TEI's /predict.
 json::object tei_model_type(const ExecutorConfig& e) {
-  if (e.uses == "Reranker" || e.uses == "SequenceClassifier") {
+  if (e.uses == "Reranker" || e.uses == "SequenceClassifier" || e.uses == "TokenClassifier") {
     const json::object config = model_file(e, "config.json");
     const json::value* id2label = config.if_contains("id2label");
     const json::value* label2id = config.if_contains("label2id");
-    return {{e.uses == "Reranker" ? "reranker" : "classifier",
-             json::object{{"id2label", id2label ? *id2label : json::object{{"0", "LABEL_0"}}},
-                          {"label2id", label2id ? *label2id : json::object{{"LABEL_0", 0}}}}}};
+    const char* type = e.uses == "Reranker"          ? "reranker"
+                       : e.uses == "TokenClassifier" ? "token_classifier"
+                                                     : "classifier";
+    return {{type, json::object{{"id2label", id2label ? *id2label : json::object{{"0", "LABEL_0"}}},
+                                {"label2id", label2id ? *label2id : json::object{{"LABEL_0", 0}}}}}};
   }
   const json::object pooling = model_file(e, "1_Pooling/config.json");
   const auto mode = [&](const char* key) { return pooling.contains(key) && pooling.at(key) == true; };
@@ -182,7 +218,13 @@ void Connection::handle_tei_info(const RouteRow&) {
   const std::string id = e->with.contains("model") ? model_id(*e) : e->name;
   std::size_t max_input = positive(param_of(*e, "max_seq_length"));
   if (!max_input) max_input = positive(model_file(*e, "sentence_bert_config.json")["max_seq_length"]);
-  if (!max_input) max_input = positive(model_file(*e, "config.json")["max_position_embeddings"]);
+  if (!max_input) {
+    // The checkpoint's, as the executors take it: its positions, capped by tokenizer_config.json's
+    // model_max_length where that is a number (transformers writes 1e30 for none).
+    max_input = positive(model_file(*e, "config.json")["max_position_embeddings"]);
+    const std::size_t tokenizer_max = positive(model_file(*e, "tokenizer_config.json")["model_max_length"]);
+    if (tokenizer_max && (!max_input || tokenizer_max < max_input)) max_input = tokenizer_max;
+  }
   std::size_t batch_tokens = positive(param_of(*e, "max_batch_tokens"));
   if (!batch_tokens) batch_tokens = positive(param_of(*e, "batch_size")) * max_input;
   json::value batch_requests = nullptr;

@@ -103,6 +103,25 @@ json::object data_model(std::string title, json::object parameters = {{"type", "
       {"title", std::move(title)}};
 }
 
+// Hugging Face's token-classification request: {"inputs": str | [str], "parameters"?: {...}}.
+json::object token_classification_schema() {
+  const json::object string{{"type", "string"}};
+  const json::object strings{{"items", string}, {"type", "array"}};
+  json::object token_parameters{
+      {"properties", json::object{{"aggregation_strategy",
+                                   json::object{{"enum", json::array{"none", "simple", "first", "average", "max"}}}},
+                                  {"ignore_labels", strings},
+                                  {"stride", json::object{{"type", "integer"}, {"minimum", 0}}}}},
+      {"type", "object"}};
+  json::object token_request{
+      {"properties", json::object{{"inputs", json::object{{"anyOf", json::array{string, strings}}}},
+                                  {"parameters", std::move(token_parameters)}}},
+      {"type", "object"},
+      {"required", json::array{"inputs"}},
+      {"title", "TokenClassificationRequest"}};
+  return token_request;
+}
+
 json::object schemas() {
   const json::object string{{"type", "string"}};
   const json::object number{{"type", "number"}};
@@ -209,6 +228,7 @@ json::object schemas() {
 std::string openapi_document(const std::string& title, const std::set<std::string>& endpoints, const FlowConfig* flow) {
   json::object paths;
   json::object components = schemas();
+  components["TokenClassificationRequest"] = token_classification_schema();
   std::set<std::string> routes{"/default"};
   for (const auto& e : endpoints) routes.insert(e == "/" ? "/default" : e);
   for (const auto& route : routes) {

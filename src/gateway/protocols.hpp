@@ -1,5 +1,6 @@
-// The request and response bodies of the gateway's APIs — Jina's, OpenAI's embeddings, TEI's embed and the
-// rerank routes (TEI's, Jina's/Cohere's) —
+// The request and response bodies of the gateway's APIs — Jina's, OpenAI's embeddings, TEI's embed, the
+// rerank routes (TEI's, Jina's/Cohere's), classification (TEI's, Infinity's) and Hugging Face's token
+// classification —
 // as plain functions from text to documents and back. No sockets here: the server (gateway.cpp) calls
 // them on its I/O threads, and tests call them directly. Private to flowline::gateway.
 #pragma once
@@ -161,6 +162,23 @@ std::string tei_predict_response(const ClassifyCall& call, const DocumentArray& 
 // [[{"score", "label"}], ...], "model", "usage": {"prompt_tokens", "total_tokens"}}.
 ClassifyCall parse_infinity_classify(const boost::json::value& body, const ParseLimits& limits);
 std::string infinity_classify_response(const ClassifyCall& call, const DocumentArray& docs);
+
+// Token classification: the texts posted to the flow endpoint kTokenClassificationEndpoint, where a
+// TokenClassifier adds one chunk per entity (text: the entity's word; tags: entity_group, or entity and index
+// for strategy none, score, start, end in code points of the text). token_classification.cpp.
+inline constexpr const char* kTokenClassificationEndpoint = "/token-classification";
+struct TokenClassificationCall {
+  Call call;
+  std::vector<std::string> input_ids;  // the inputs' document ids, in request order
+  bool single = false;                 // "inputs" was one string: answered as one list
+};
+// Hugging Face's Inference API: POST /token-classification {"inputs": str | [str], "parameters"?:
+// {"aggregation_strategy", "ignore_labels", "stride"}} -> for one string [{"entity_group", "score", "word",
+// "start", "end"}] (strategy none: "entity" and "index" in place of "entity_group"), for a list one such list
+// per string, in input order. The parameters become the call's request parameters unchecked (the executor
+// checks them: 422 naming one); another name in "parameters" is 400. Other fields of the body are ignored.
+TokenClassificationCall parse_token_classification(const boost::json::value& body, const ParseLimits& limits);
+std::string token_classification_response(const TokenClassificationCall& call, const DocumentArray& docs);
 
 // The request parameter that asks the SentenceEncoder (and the Reranker) to count each document's tokens
 // (tags["tokens"]).

@@ -58,13 +58,17 @@ const std::array kRoutes{
     RouteRow{"/tokenize", Method::Post, kToken, Route::TEITokenize, &Connection::handle_tei_tokenize,
              "TEI tokenize: the served model's tokens with their UTF-8 byte offsets", "tokenize", "TokenizeRequest",
              "array"},
+    RouteRow{"/token-classification", Method::Post, kToken, Route::TokenClassification,
+             &Connection::handle_token_classification,
+             "Hugging Face's token classification: a TokenClassifier's entities with character offsets (a Jina body, "
+             "{\"data\": ...}, goes to the flow endpoint /token-classification)",
+             "token_classification", "TokenClassificationRequest", "array"},
 };
 
 constexpr std::array<const char*, static_cast<std::size_t>(Route::kCount)> kRouteNames{
-    "jina",      "jina_post",    "jina_stream", "openai_embeddings",
-    "tei_embed", "tei_rerank",   "rerank",      "tei_predict",
-    "classify",  "tei_tokenize", "health",      "ready",
-    "metrics",   "info",         "grpc",        "other"};
+    "jina",        "jina_post", "jina_stream",  "openai_embeddings",    "tei_embed", "tei_rerank", "rerank",
+    "tei_predict", "classify",  "tei_tokenize", "token_classification", "health",    "ready",      "metrics",
+    "info",        "grpc",      "other"};
 
 }  // namespace
 
@@ -85,10 +89,10 @@ const RouteRow* find_route(std::string_view path) {
 std::string routes_help() {
   std::string out;
   for (const RouteRow& r : kRoutes) {
-    fmt::format_to(std::back_inserter(out), "  {:<4} {:<15} {}{}\n", r.method == Method::Get ? "GET" : "POST", r.path,
+    fmt::format_to(std::back_inserter(out), "  {:<4} {:<21} {}{}\n", r.method == Method::Get ? "GET" : "POST", r.path,
                    r.summary, r.needs_token ? "" : " (no token needed)");
   }
-  fmt::format_to(std::back_inserter(out), "  {:<4} {:<15} {}\n", "POST", "/<endpoint>",
+  fmt::format_to(std::back_inserter(out), "  {:<4} {:<21} {}\n", "POST", "/<endpoint>",
                  "each endpoint of the flow: Jina's body, or NDJSON with Content-Type application/x-ndjson");
   return out;
 }

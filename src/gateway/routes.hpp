@@ -27,6 +27,7 @@ enum class Route {
   TEIPredict,
   Classify,
   TEITokenize,
+  TokenClassification,
   Health,
   Ready,
   Metrics,

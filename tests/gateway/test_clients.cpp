@@ -1,7 +1,8 @@
-// Compatibility of `flowline serve` with software it did not write: Jina's own Python client, the openai and
-// cohere packages and a real Prometheus server, each against the launcher run as a child process on a loopback port
-// it picks itself (--port 0 --ready-file). The Python clients live in .venv-clients (scripts/setup-clients.sh)
-// and Prometheus is Debian's package; without them the tests skip, except under CI=true, where they fail.
+// Compatibility of `flowline serve` with software it did not write: Jina's own Python client, the openai,
+// cohere and huggingface_hub packages and a real Prometheus server, each against the launcher run as a child process on
+// a loopback port it picks itself (--port 0 --ready-file). The Python clients live in .venv-clients
+// (scripts/setup-clients.sh) and Prometheus is Debian's package; without them the tests skip, except under CI=true,
+// where they fail.
 #include "child_process.hpp"
 #include "flowline/gateway.hpp"
 #include "test_support.hpp"
@@ -397,6 +398,27 @@ TEST_CASE("Cohere's Python package and requests rerank through flowline serve in
   INFO("flowline serve's output:\n" << server.log());
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, testing::contains("rerank_client_test: PASSED"));
+  server.stop_and_check_clean_exit();
+}
+
+TEST_CASE("huggingface_hub's InferenceClient tags text through flowline serve of flows/ner.yml as the pipeline does",
+          "[gateway][clients][token]") {
+  SKIP_OR_FAIL_WHEN_MISSING(::access(kClientsPython.c_str(), X_OK) == 0
+                                ? ""
+                                : kClientsPython.string() + " does not exist (run scripts/setup-clients.sh)");
+  const fs::path tiny = kSource / "tests/data/tiny-models";
+  const auto dir = testing::scratch_dir("clients token classification");
+  // The shipped flow as it is: its tiny tagger, and its TSV writer's file moved into the scratch folder.
+  ::setenv("FLOWLINE_OUT_DIR", dir.c_str(), 1);
+  Server server(kSource / "flows/ner.yml", dir);
+  ::unsetenv("FLOWLINE_OUT_DIR");
+  const auto r =
+      run_client_script("token_classification_client_test.py", server,
+                        fmt::format("--goldens '{}'", (tiny / "bert-token-classifier.entities.jsonl").string()));
+  INFO("token_classification_client_test.py (exit code " << r.exit_code << "):\n" << r.out << r.err);
+  INFO("flowline serve's output:\n" << server.log());
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, testing::contains("token_classification_client_test: PASSED"));
   server.stop_and_check_clean_exit();
 }
 
