@@ -1,0 +1,49 @@
+// flowline/pgvector_writer/pgvector_writer.hpp — the PgVectorWriter executor: every document it sees, as one
+// row of a PostgreSQL table with pgvector's `vector` type, the single sink of a flow that fills a database.
+//
+//   - name: db
+//     uses: PgVectorWriter
+//     with: {uri: "postgresql://app@db.example/vectors", table: passages, index: hnsw}
+//
+// Connection: `uri`, a PostgreSQL connection URI or key=value string, else (empty) libpq's PG* environment
+// variables (PGHOST, PGPORT, PGDATABASE, PGUSER, ...). A password is never taken from the flow: a `uri`
+// holding one is refused at validation ("give it through PGPASSWORD or ~/.pgpass"), and every message and
+// log line names the server as host, port, database and user only. An unreachable server is retried with
+// doubling backoff (0.2 s up to 5 s, `connect_attempts` tries); an authentication failure is not retried.
+// Errors say which: "cannot reach PostgreSQL server (...)", "authentication failed at PostgreSQL server (...)".
+//
+// Table: `table` (NAME or SCHEMA.NAME, letters, digits and _) with one column per field of `fields` (id
+// always): id text PRIMARY KEY, text text, tags jsonb, embedding vector(N), mime_type, uri and parent_id
+// text. With `create: true` (the default) the writer runs CREATE EXTENSION IF NOT EXISTS vector (its failure
+// is reported as pgvector missing) and creates the table when it is missing, N being `dimension` or, when 0,
+// the first request's embeddings. An existing table must have those columns and, when its embedding column
+// has a dimension, the documents' (else: "table T's embedding column is vector(384), the documents'
+// embeddings have 768 dimensions"). A document without an embedding fails its request, named by position
+// and id; embeddings of any dtype and device are written as float4 (float32's bits).
+//
+// Writing: each request is one transaction: its rows go in by COPY ... FROM STDIN (FORMAT BINARY); with
+// `on_conflict: update` (the default) through a temporary table and INSERT ... ON CONFLICT (id) DO UPDATE,
+// so an id written again replaces its row (the last of a request's documents with one id wins); with
+// `on_conflict: error` straight into the table, where a repeated id fails the request. The handler returns
+// — the request is acknowledged — only after COMMIT succeeded; a failed request leaves nothing behind.
+// Documents pass on unchanged. Endpoints: any (the default handler).
+//
+// Index: `index: hnsw` or `ivfflat` builds that index on the embedding column (operator class from `metric`:
+// cosine, l2, ip) once the run completed, at close, by replica 0 (after loading: far faster than keeping an
+// index up to date row by row). `lists` sets IVFFlat's lists (0: rows / 1000, at least 1).
+//
+// Threads and ownership: the Flow constructs, calls and closes each replica on that replica's own thread
+// (never concurrently); each replica owns one connection, opened in its constructor and closed when it is
+// destroyed. Replicas write at once through their own connections; creating the extension and the table
+// is serialised between them by a PostgreSQL advisory lock.
+#pragma once
+
+#include "flowline/registry.hpp"
+
+namespace flowline::pgvector_writer {
+
+// Adds PgVectorWriter to `registry`. The launcher loads it from the executor folder
+// (libflowline_pg_vector_writer.so).
+void register_pgvector_writer(Registry& registry);
+
+}  // namespace flowline::pgvector_writer

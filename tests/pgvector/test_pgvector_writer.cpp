@@ -1,0 +1,364 @@
+// Tests of the PgVectorWriter against a real PostgreSQL with pgvector: a server from PyPI's pgserver wheel
+// (tests/pgvector/pg_server.py) on a Unix socket in a temp folder, started per test case and stopped at its
+// end. Rows read back equal what was written (embeddings bit for bit as float4), upserts replace, errors
+// name what went wrong (dimension, unreachable server, password, pgvector, a document without embedding),
+// indexes are built at close, and flows/index-pg.yml runs through the launcher. Without pgserver (scripts/
+// setup.sh installs it into .venv) every case skips, saying so.
+#include "executor_runner.hpp"
+#include "test_support.hpp"
+
+#include "flowline/error.hpp"
+#include "flowline/pgvector_writer/pgvector_writer.hpp"
+#include "flowline/registry.hpp"
+
+#include <ATen/ATen.h>
+#include <boost/json.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+using namespace flowline;
+
+namespace {
+
+const std::string kServerScript = std::string(FLOWLINE_SOURCE_DIR) + "/tests/pgvector/pg_server.py";
+
+Registry& pg_registry() {
+  static Registry* registry = [] {
+    auto* r = new Registry();
+    register_builtin_executors(*r);
+    pgvector_writer::register_pgvector_writer(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+// A server of its own for one test case, stopped (and its folder removed) on destruction.
+class PgServer {
+ public:
+  explicit PgServer(const std::optional<std::string>& password = std::nullopt) {
+    const auto r = testing::run_process(fmt::format("timeout 90 '{}' '{}' start{}", FLOWLINE_TEST_PYTHON, kServerScript,
+                                                    password ? " --password '" + *password + "'" : ""));
+    if (r.exit_code == 77) {
+      skip_reason_ = r.err;
+      return;
+    }
+    INFO(r.out + r.err);
+    REQUIRE(r.exit_code == 0);
+    const auto o = boost::json::parse(r.out).as_object();
+    folder_ = std::string(o.at("socket_dir").as_string());
+    bin_ = std::string(o.at("bin").as_string());
+    password_ = password.value_or("");
+  }
+  ~PgServer() {
+    if (!folder_.empty())
+      testing::run_process(fmt::format("timeout 60 '{}' '{}' stop '{}'", FLOWLINE_TEST_PYTHON, kServerScript, folder_));
+  }
+  PgServer(const PgServer&) = delete;
+  PgServer& operator=(const PgServer&) = delete;
+
+  bool available() const { return skip_reason_.empty(); }
+  const std::string& skip_reason() const { return skip_reason_; }
+  const std::string& folder() const { return folder_; }
+  std::string uri() const { return "postgresql://postgres@/postgres?host=" + folder_; }
+
+  // Runs `sql` with psql; returns its rows, fields separated by '|'.
+  std::vector<std::string> sql(const std::string& sql) const {
+    const auto r =
+        testing::run_process(fmt::format("PGPASSWORD='{}' '{}/psql' -X -q -At -v ON_ERROR_STOP=1 -h '{}' "
+                                         "-U postgres -d postgres -c \"{}\"",
+                                         password_, bin_, folder_, sql));
+    INFO(sql << "\n" << r.err);
+    REQUIRE(r.exit_code == 0);
+    std::vector<std::string> rows;
+    std::istringstream in(r.out);
+    for (std::string line; std::getline(in, line);) rows.push_back(line);
+    return rows;
+  }
+
+ private:
+  std::string folder_, bin_, password_, skip_reason_;
+};
+
+#define REQUIRE_SERVER(server) \
+  if (!(server).available()) FLOWLINE_SKIP((server).skip_reason())
+
+std::string hex_of(std::string_view bytes) {
+  std::string s;
+  for (unsigned char c : bytes) s += fmt::format("{:02x}", c);
+  return s;
+}
+
+// pgvector's binary form of `e` (vector_send): int16 dimensions, int16 0, big-endian float4s.
+std::string vector_send_hex(const at::Tensor& e) {
+  std::string bytes;
+  const auto n = static_cast<std::uint16_t>(e.numel());
+  bytes += static_cast<char>(n >> 8);
+  bytes += static_cast<char>(n);
+  bytes += std::string(2, '\0');
+  const float* p = e.data_ptr<float>();
+  for (std::int64_t k = 0; k < e.numel(); ++k) {
+    std::uint32_t bits;
+    std::memcpy(&bits, p + k, 4);
+    for (int shift = 24; shift >= 0; shift -= 8) bytes += static_cast<char>(bits >> shift);
+  }
+  return hex_of(bytes);
+}
+
+Document embedded(const std::string& id, const std::string& text, const at::Tensor& embedding) {
+  Document d(Document::WithId{id});
+  d.text = text;
+  d.embedding = embedding;
+  return d;
+}
+
+boost::json::object with(const PgServer& server, const std::string& table, boost::json::object extra = {}) {
+  extra["uri"] = server.uri();
+  extra["table"] = table;
+  return extra;
+}
+
+}  // namespace
+
+TEST_CASE("a PgVectorWriter writes rows equal to its documents, embeddings bit for bit as float4", "[pgvector]") {
+  PgServer server;
+  REQUIRE_SERVER(server);
+  DocumentArray docs;
+  at::Tensor m = at::randn({5, 8});
+  m[0][0] = -0.0f;
+  m[0][1] = 1e-40f;  // a subnormal
+  m[0][2] = std::numeric_limits<float>::max();
+  const std::vector<std::string> texts = {"plain", "tab\there, newline\nthere", "ünïcødé ✓", "", "quote ' and \""};
+  for (int i = 0; i < 5; ++i) {
+    Document d = embedded(fmt::format("doc-{}", i), texts[static_cast<std::size_t>(i)], m[i]);
+    d.tags["n"] = i;
+    d.tags["nested"] = boost::json::object{{"list", boost::json::array{1, "two", 3.5, nullptr}}, {"ok", true}};
+    docs.push_back(std::move(d));
+  }
+  {
+    testing::ExecutorRunner runner(pg_registry(), "PgVectorWriter", with(server, "items"));
+    const DocumentArray out = runner.post("/index", docs);
+    CHECK(out.size() == 5);  // documents pass on
+  }
+  const auto rows = server.sql(
+      "SELECT id, encode(convert_to(text, 'UTF8'), 'hex'), tags::text, "
+      "encode(vector_send(embedding), 'hex') FROM items ORDER BY id");
+  REQUIRE(rows.size() == 5);
+  for (std::size_t i = 0; i < 5; ++i) {
+    INFO(rows[i]);
+    std::vector<std::string> f;
+    std::istringstream in(rows[i]);
+    for (std::string part; std::getline(in, part, '|');) f.push_back(part);
+    REQUIRE(f.size() == 4);
+    CHECK(f[0] == docs[i].id);
+    CHECK(f[1] == hex_of(docs[i].text));
+    CHECK(boost::json::parse(f[2]) == boost::json::value(docs[i].tags));
+    CHECK(f[3] == vector_send_hex(docs[i].embedding.contiguous()));
+  }
+  CHECK(server.sql("SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 'items'::regclass "
+                   "AND attname = 'embedding'") == std::vector<std::string>{"vector(8)"});
+}
+
+TEST_CASE("a PgVectorWriter's upsert replaces rows of the same id, the last of a request winning", "[pgvector]") {
+  PgServer server;
+  REQUIRE_SERVER(server);
+  testing::ExecutorRunner runner(pg_registry(), "PgVectorWriter",
+                                 with(server, "up", {{"fields", {"text", "embedding"}}}));
+  DocumentArray first;
+  first.push_back(embedded("a", "first a", at::full({4}, 1.0f)));
+  first.push_back(embedded("b", "first b", at::full({4}, 2.0f)));
+  runner.post("/index", first);
+  DocumentArray second;
+  second.push_back(embedded("a", "second a", at::full({4}, 3.0f)));
+  second.push_back(embedded("c", "c", at::full({4}, 4.0f)));
+  second.push_back(embedded("a", "third a", at::full({4}, 5.0f, at::kDouble)));  // any dtype goes in as float4
+  runner.post("/index", second);
+  CHECK(server.sql("SELECT id || ' ' || text || ' ' || embedding::text FROM up ORDER BY id") ==
+        std::vector<std::string>{"a third a [5,5,5,5]", "b first b [2,2,2,2]", "c c [4,4,4,4]"});
+  CHECK(server.sql("SELECT count(*) FROM information_schema.columns WHERE table_name = 'up'") ==
+        std::vector<std::string>{"3"});  // id, text, embedding: tags left out
+}
+
+TEST_CASE("a PgVectorWriter with on_conflict error fails a request repeating an id, leaving none of its rows",
+          "[pgvector]") {
+  PgServer server;
+  REQUIRE_SERVER(server);
+  testing::ExecutorRunner runner(pg_registry(), "PgVectorWriter", with(server, "strict", {{"on_conflict", "error"}}));
+  DocumentArray first;
+  first.push_back(embedded("a", "a", at::ones({3})));
+  runner.post("/index", first);
+  DocumentArray second;
+  second.push_back(embedded("b", "b", at::ones({3})));
+  second.push_back(embedded("a", "a again", at::ones({3})));
+  CHECK_THROWS_WITH(runner.post("/index", second), testing::contains("duplicate key value"));
+  CHECK(server.sql("SELECT id FROM strict ORDER BY id") == std::vector<std::string>{"a"});
+  DocumentArray third;
+  third.push_back(embedded("c", "c", at::ones({3})));
+  runner.post("/index", third);  // the connection survives a failed request
+  CHECK(server.sql("SELECT id FROM strict ORDER BY id") == std::vector<std::string>{"a", "c"});
+}
+
+TEST_CASE("a PgVectorWriter refuses embeddings whose dimension differs from the table's", "[pgvector]") {
+  PgServer server;
+  REQUIRE_SERVER(server);
+  server.sql(
+      "CREATE EXTENSION vector; CREATE TABLE dims (id text PRIMARY KEY, text text, tags jsonb, "
+      "embedding vector(8))");
+  testing::ExecutorRunner runner(pg_registry(), "PgVectorWriter", with(server, "dims"));
+  DocumentArray docs;
+  docs.push_back(embedded("a", "a", at::ones({4})));
+  CHECK_THROWS_WITH(runner.post("/index", docs),
+                    testing::contains("table dims's embedding column is vector(8), the documents' embeddings have 4 "
+                                      "dimensions"));
+  DocumentArray mixed;
+  mixed.push_back(embedded("a", "a", at::ones({8})));
+  mixed.push_back(embedded("b", "b", at::ones({7})));
+  CHECK_THROWS_WITH(runner.post("/index", mixed),
+                    testing::contains("document 1 (id 'b') has an embedding of 7 values"));
+  DocumentArray bare;
+  bare.push_back(Document(Document::WithId{"x"}));
+  CHECK_THROWS_WITH(runner.post("/index", bare), testing::contains("document 0 (id 'x') has no embedding"));
+  CHECK(server.sql("SELECT count(*) FROM dims") == std::vector<std::string>{"0"});
+}
+
+TEST_CASE("a PgVectorWriter names an unreachable server after its bounded retries", "[pgvector]") {
+  // No server at all: a socket folder nobody listens in, and a loopback port nobody listens on.
+  for (const std::string uri : {std::string("postgresql://postgres@/postgres?host=/nonexistent-flowline-pg"),
+                                std::string("postgresql://postgres@127.0.0.1:1/postgres")}) {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      testing::ExecutorRunner runner(pg_registry(), "PgVectorWriter",
+                                     {{"uri", uri}, {"table", "t"}, {"connect_attempts", 3}});
+      FAIL("connected to " << uri);
+    } catch (const Error& e) {
+      CHECK_THAT(e.what(), testing::contains("cannot reach PostgreSQL server (host "));
+      CHECK_THAT(e.what(), testing::contains("after 3 attempts"));
+    }
+    // Backoff 0.2 s, then 0.4 s.
+    CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(600));
+  }
+}
+
+TEST_CASE("a PgVectorWriter says authentication failed for a wrong password, and never shows one", "[pgvector]") {
+  PgServer server("right-secret");
+  REQUIRE_SERVER(server);
+  const boost::json::object params = with(server, "pw");
+  ::setenv("PGPASSWORD", "wrong-secret", 1);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    testing::ExecutorRunner runner(pg_registry(), "PgVectorWriter", params);
+    FAIL("connected with a wrong password");
+  } catch (const Error& e) {
+    CHECK_THAT(e.what(), testing::contains("authentication failed at PostgreSQL server (host " + server.folder()));
+    CHECK_THAT(e.what(), !testing::contains("wrong-secret"));
+  }
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));  // not retried
+  ::unsetenv("PGPASSWORD");
+  CHECK_THROWS_WITH(testing::ExecutorRunner(pg_registry(), "PgVectorWriter", params),
+                    testing::contains("asks for a password and none was given"));
+  ::setenv("PGPASSWORD", "right-secret", 1);
+  {
+    testing::ExecutorRunner runner(pg_registry(), "PgVectorWriter", params);
+    DocumentArray docs;
+    docs.push_back(embedded("a", "a", at::ones({2})));
+    runner.post("/index", docs);
+  }
+  CHECK(server.sql("SELECT id FROM pw") == std::vector<std::string>{"a"});
+  ::unsetenv("PGPASSWORD");
+  // A password in the flow is refused before anything connects, and the message hides it.
+  boost::json::object in_uri = params;
+  in_uri["uri"] = "postgresql://postgres:right-secret@/postgres?host=" + server.folder();
+  try {
+    testing::ExecutorRunner runner(pg_registry(), "PgVectorWriter", in_uri);
+    FAIL("a uri with a password was accepted");
+  } catch (const Error& e) {
+    CHECK_THAT(e.what(), testing::contains("holds a password: give it through PGPASSWORD or ~/.pgpass"));
+    CHECK_THAT(e.what(), testing::contains("postgresql://postgres:***@/postgres"));
+    CHECK_THAT(e.what(), !testing::contains("right-secret"));
+  }
+}
+
+TEST_CASE("a PgVectorWriter reports pgvector missing when it may not create the extension", "[pgvector]") {
+  PgServer server;
+  REQUIRE_SERVER(server);
+  CHECK_THROWS_WITH(testing::ExecutorRunner(pg_registry(), "PgVectorWriter", with(server, "t", {{"create", false}})),
+                    testing::contains("pgvector missing on PostgreSQL server (host " + server.folder()));
+  server.sql("CREATE EXTENSION vector");
+  CHECK_THROWS_WITH(testing::ExecutorRunner(pg_registry(), "PgVectorWriter", with(server, "t", {{"create", false}})),
+                    testing::contains("table t does not exist"));
+}
+
+TEST_CASE("a PgVectorWriter builds the index it is asked for when the run completes", "[pgvector]") {
+  PgServer server;
+  REQUIRE_SERVER(server);
+  // l2 is IVFFlat's default operator class, which pg_indexes leaves unnamed: ip shows that metric reached it.
+  for (const auto& [method, metric] : {std::pair<std::string, std::string>{"hnsw", "l2"}, {"ivfflat", "ip"}}) {
+    const std::string table = "idx_" + method;
+    {
+      testing::ExecutorRunner runner(pg_registry(), "PgVectorWriter",
+                                     with(server, table, {{"index", method}, {"metric", metric}, {"dimension", 16}}));
+      DocumentArray docs;
+      const at::Tensor m = at::randn({50, 16});
+      for (int i = 0; i < 50; ++i) docs.push_back(embedded(std::to_string(i), "t", m[i]));
+      runner.post("/index", docs);
+      CHECK(server.sql(fmt::format("SELECT count(*) FROM pg_indexes WHERE tablename = '{}'", table)) ==
+            std::vector<std::string>{"1"});  // the primary key only, until close
+    }
+    const auto defs = server.sql(
+        fmt::format("SELECT indexdef FROM pg_indexes WHERE tablename = '{}' AND indexname LIKE '%embedding%'", table));
+    REQUIRE(defs.size() == 1);
+    CHECK_THAT(defs[0], testing::contains("USING " + method + " (embedding vector_" + metric + "_ops)"));
+  }
+}
+
+TEST_CASE("flows/index-pg.yml runs through the launcher: corpus, tiny encoder, rows in the server it is given",
+          "[pgvector][launcher]") {
+  PgServer server;
+  REQUIRE_SERVER(server);
+  const auto dir = testing::scratch_dir("index-pg flow");
+  std::vector<std::string> lines;
+  std::ifstream book(testing::corpus_file("alice-in-wonderland.txt"));
+  for (std::string line; lines.size() < 300 && std::getline(book, line);) {
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    if (line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // the book's byte order mark, which input drops
+    if (!line.empty() && line.front() != ' ' && std::find(lines.begin(), lines.end(), line) == lines.end())
+      lines.push_back(line);
+  }
+  std::string input;
+  for (const auto& l : lines) input += l + "\n";
+  testing::write_text(dir / "in.txt", input);
+  const std::string model = std::string(FLOWLINE_SOURCE_DIR) + "/tests/data/tiny-models/bert-all-poolings-dense";
+  const auto r = testing::run_process(fmt::format(
+      "cd '{}' && '{}' run flows/index-pg.yml --input '{}/in.txt' --set encoder.model='{}' --set encoder.device=cpu "
+      "--set db.uri='{}' --set db.table=passages",
+      FLOWLINE_SOURCE_DIR, FLOWLINE_LAUNCHER, dir.string(), model, server.uri()));
+  INFO(r.out + r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(server.sql("SELECT count(*), count(DISTINCT id), min(vector_dims(embedding)), max(vector_dims(embedding)), "
+                   "round(min(vector_norm(embedding))::numeric, 4), round(max(vector_norm(embedding))::numeric, 4) "
+                   "FROM passages") ==
+        std::vector<std::string>{fmt::format("{}|{}|16|16|1.0000|1.0000", lines.size(), lines.size())});
+  std::vector<std::string> sorted = lines;
+  std::sort(sorted.begin(), sorted.end());
+  CHECK(server.sql("SELECT text FROM passages ORDER BY text COLLATE \\\"C\\\"") == sorted);
+  CHECK(server.sql("SELECT indexname FROM pg_indexes WHERE tablename = 'passages' AND indexdef LIKE '%USING hnsw%'") ==
+        std::vector<std::string>{"passages_embedding_hnsw_cosine"});
+  // A password in the flow file is refused by validation, before anything connects, and not repeated.
+  std::string flow = testing::read_text(std::filesystem::path(FLOWLINE_SOURCE_DIR) / "flows/index-pg.yml");
+  const std::string shipped = "uri: \"\"";
+  REQUIRE(flow.find(shipped) != std::string::npos);
+  flow.replace(flow.find(shipped), shipped.size(),
+               "uri: \"postgresql://postgres:hunter2@/postgres?host=" + server.folder() + "\"");
+  testing::write_text(dir / "with-password.yml", flow);
+  const auto v = testing::run_process(fmt::format("'{}' validate '{}/with-password.yml' --set encoder.model='{}'",
+                                                  FLOWLINE_LAUNCHER, dir.string(), model));
+  INFO(v.out + v.err);
+  CHECK(v.exit_code != 0);
+  CHECK_THAT(v.out + v.err, testing::contains("parameter 'uri': 'postgresql://postgres:***@/postgres"));
+  CHECK_THAT(v.out + v.err, testing::contains("holds a password"));
+  CHECK_THAT(v.out + v.err, !testing::contains("hunter2"));
+}
