@@ -94,9 +94,9 @@ class PythonExecutor final : public Executor {
  private:
   void run(const std::string& method, DocumentArray& docs, const RequestInfo& request) {
     nb::gil_scoped_acquire gil;
+    nb::list list;
+    for (Document& d : docs) list.append(nb::cast(std::move(d)));
     try {
-      nb::list list;
-      for (Document& d : docs) list.append(nb::cast(std::move(d)));
       nb::object out = type_->call(instance_, method, list, json_to_python(boost::json::value(request.parameters)),
                                    nb::str(request.endpoint.data(), request.endpoint.size()));
       DocumentArray result;
@@ -104,9 +104,20 @@ class PythonExecutor final : public Executor {
       for (nb::handle item : out) result.push_back(document_from_python(item, i++));
       docs = std::move(result);
     } catch (nb::python_error& e) {
+      restore(docs, list);
       throw Error(describe(e));
     } catch (nb::builtin_exception& e) {
+      restore(docs, list);
       throw Error(fmt::format("the handler's result: {}", e.what()));
+    }
+  }
+
+  // A failed handler hands its documents back as it left them (as a C++ handler does): the flow runs a
+  // failed merged batch again request by request, and the requests that did not fail need their documents.
+  static void restore(DocumentArray& docs, const nb::list& list) {
+    if (list.size() != docs.size()) return;  // the handler changed the list's length: the count check fails it
+    for (std::size_t i = 0; i < docs.size(); ++i) {
+      if (nb::isinstance<Document>(list[i])) docs[i] = nb::cast<const Document&>(list[i]);
     }
   }
 
