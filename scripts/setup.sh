@@ -46,7 +46,7 @@ case "$GPU" in yes|no) ;; *) echo "setup.sh: FLOWLINE_GPU must be auto, yes or n
 APT_PACKAGES=(build-essential cmake ninja-build ccache git python3 python3-venv unzip
   libyaml-cpp-dev libboost1.81-dev libboost-json1.81-dev libfmt-dev libspdlog-dev libcli11-dev catch2
   libutf8proc-dev libpcre2-dev libstb-dev clang-format-14 prometheus-cpp-dev prometheus clang-14 libclang-rt-14-dev libjemalloc-dev libdragonbox-dev
-  libhnswlib-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler)
+  libhnswlib-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libpq-dev)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -114,6 +114,12 @@ fi
 if ! .venv/bin/python -c "import nanobind, pytest" 2>/dev/null; then
   step "installing nanobind and pytest into .venv"
   pip_install "nanobind==3.1.0" pytest
+fi
+# PostgreSQL with pgvector for the PgVectorWriter's tests (tests/pgvector/pg_server.py starts a throwaway
+# server from its binaries; Debian 12's PostgreSQL has no pgvector): PyPI's pgserver wheel (34 MB installed).
+if ! has_dist pgserver 0.1.4; then
+  step "installing pgserver (PostgreSQL with pgvector, for the tests) into .venv"
+  pip_install "pgserver==0.1.4"
 fi
 TORCH_PREFIX="$(.venv/bin/python -c 'import importlib.util, pathlib; print(pathlib.Path(importlib.util.find_spec("torch").origin).parent / "share/cmake")')"
 # flowline's CUDA parts only where LibTorch's CUDA library can load.
