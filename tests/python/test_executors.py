@@ -60,6 +60,11 @@ def test_a_python_executor_runs_in_a_flow_with_its_with_and_parameters():
         assert docs[0].tags["words"] == 2  # the next executor saw the changed text
         replaced = flow.post("/anything", [{"id": "x", "text": "y"}])
         assert [(d.id, d.text) for d in replaced] == [("x", "new y")]
+        stats = flow.stats()  # per-executor time and counts, as for a C++ executor
+        shout = [r for r in stats["replicas"] if r["executor"] == "shout"]
+        assert len(shout) == 2 and sum(r["documents"] for r in shout) == 3 and shout[0]["type"] == "Shout"
+        assert [e["executor"] for e in stats["executors"]] == ["shout", "stats"]
+        assert stats["executors"][0]["batches"] == 3 and stats["executors"][0]["batch_ms_mean"] > 0
 
 
 def test_a_raising_handler_fails_its_request_alone_naming_the_frame():
