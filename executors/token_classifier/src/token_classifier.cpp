@@ -22,6 +22,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <optional>
 #include <string_view>
@@ -204,6 +205,7 @@ class TokenClassifier : public Executor {
 
   void tag(DocumentArray& docs, const RequestInfo& request) {
     if (docs.empty()) return;
+    const auto started = std::chrono::steady_clock::now();
     const Settings s = settings(request);
     work_.resize(docs.size());
     ids_.clear();
@@ -223,7 +225,11 @@ class TokenClassifier : public Executor {
             runtime().name, truncated, replica_.max_length);
       }
     }
-    const at::Tensor scores = token_scores();  // [T, labels] softmax, float32 on the host
+    const auto tokenized = std::chrono::steady_clock::now();
+    const at::Tensor logits = token_logits();  // [T, labels] float32 on the host
+    const auto scored = std::chrono::steady_clock::now();
+    const at::Tensor shifted = at::exp(logits - std::get<0>(logits.max(1, true)));
+    const at::Tensor scores = (shifted / shifted.sum(1, true)).contiguous();  // the pipeline's softmax
     if (const auto bad = models::nonfinite_rows(scores); !bad.empty()) {
       throw models::NonFiniteOutput(bad, "token label scores", static_cast<std::size_t>(scores.size(0)));
     }
@@ -235,6 +241,10 @@ class TokenClassifier : public Executor {
     }
     metrics().add("texts", static_cast<double>(docs.size()));
     metrics().add("entities", static_cast<double>(found));
+    const auto seconds = [](auto from, auto to) { return std::chrono::duration<double>(to - from).count(); };
+    metrics().add("tokenize_seconds", seconds(started, tokenized));
+    metrics().add("model_seconds", seconds(tokenized, scored));
+    metrics().add("post_seconds", seconds(scored, std::chrono::steady_clock::now()));
   }
 
   // Tokenizes `text` and cuts it into windows (one without stride), appending each window's ids.
@@ -273,9 +283,8 @@ class TokenClassifier : public Executor {
     }
   }
 
-  // Every packed token's label scores: the model's logits in passes, back in the request's token order, then
-  // the pipeline's softmax (exp of the logits less their maximum, over their sum).
-  at::Tensor token_scores() {
+  // Every packed token's logits: the model's passes, back in the request's token order, on the host.
+  at::Tensor token_logits() {
     c10::InferenceMode guard;
     std::optional<c10::StreamGuard> on_stream;
     if (replica_.stream) on_stream.emplace(*replica_.stream);
@@ -290,9 +299,7 @@ class TokenClassifier : public Executor {
       figures.add(pass);
     }
     figures.report(metrics());
-    at::Tensor logits = out.to(at::kCPU);
-    const at::Tensor shifted = at::exp(logits - std::get<0>(logits.max(1, true)));
-    return (shifted / shifted.sum(1, true)).contiguous();
+    return out.to(at::kCPU).contiguous();
   }
 
   // gather_pre_entities for one window, then aggregate and ignore_labels; windows merged.

@@ -40,6 +40,10 @@
 // Batching: a request's windows are packed into forward passes of similar length (flowline::models'
 // PassPlanner, batch_size windows a pass); on a GPU each replica runs on its own stream (fp16/bf16 there),
 // replicas on a device share one copy of the weights. Logits come back to the host once per request.
+// Metrics: texts, entities, truncated, tokens and passes, and each request's phases in seconds: tokenize_seconds
+// (tokens with offsets, windows), model_seconds (the passes and the logits back on the host: on a GPU, the wait
+// for it) and post_seconds (softmax, aggregation, chunks) — tokenize and post are the replica thread's host work
+// (bench/ner_host.py).
 #pragma once
 
 #include "flowline/registry.hpp"
