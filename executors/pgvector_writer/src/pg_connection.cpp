@@ -159,23 +159,23 @@ bool PgConnection::try_exec(const std::string& sql, PgFailure& failure) {
   return false;
 }
 
-void PgConnection::copy_in(const std::string& copy_sql, std::string_view data, std::string_view what) {
-  {
-    Result r(PQexec(conn_, copy_sql.c_str()));
-    if (!r || PQresultStatus(r.get()) != PGRES_COPY_IN) fail(what, r.get());
-  }
-  constexpr std::size_t kChunk = std::size_t{1} << 20;
-  for (std::size_t at = 0; at < data.size(); at += kChunk) {
-    const auto n = static_cast<int>(std::min(kChunk, data.size() - at));
-    if (PQputCopyData(conn_, data.data() + at, n) != 1) fail(what, nullptr);
-  }
+void PgConnection::copy_begin(const std::string& copy_sql, std::string_view what) {
+  Result r(PQexec(conn_, copy_sql.c_str()));
+  if (!r || PQresultStatus(r.get()) != PGRES_COPY_IN) fail(what, r.get());
+}
+
+void PgConnection::copy_put(std::string_view data, std::string_view what) {
+  if (PQputCopyData(conn_, data.data(), static_cast<int>(data.size())) != 1) fail(what, nullptr);
+}
+
+void PgConnection::copy_end(std::string_view what) {
   if (PQputCopyEnd(conn_, nullptr) != 1) fail(what, nullptr);
-  Result last;
+  Result failed;
   while (PGresult* r = PQgetResult(conn_)) {
     Result current(r);
-    if (PQresultStatus(r) != PGRES_COMMAND_OK && !last) last = std::move(current);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK && !failed) failed = std::move(current);
   }
-  if (last) fail(what, last.get());
+  if (failed) fail(what, failed.get());
 }
 
 }  // namespace flowline::pgvector_writer

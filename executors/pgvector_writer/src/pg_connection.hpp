@@ -63,8 +63,12 @@ class PgConnection {
                                         const std::vector<std::string>& params = {});
   // Like exec(), but returns the failure instead of throwing.
   bool try_exec(const std::string& sql, PgFailure& failure);
-  // COPY ... FROM STDIN (FORMAT BINARY) of `data`, a complete binary COPY stream (header, tuples, trailer).
-  void copy_in(const std::string& copy_sql, std::string_view data, std::string_view what);
+  // COPY ... FROM STDIN (FORMAT BINARY) in parts, so the server parses and stores rows while the caller
+  // encodes the next ones: copy_begin(), copy_put() of the stream in order (header, tuples, trailer), then
+  // copy_end(), which returns once the server has taken every row (or throws its error).
+  void copy_begin(const std::string& copy_sql, std::string_view what);
+  void copy_put(std::string_view data, std::string_view what);
+  void copy_end(std::string_view what);
 
  private:
   explicit PgConnection(pg_conn* conn);

@@ -263,19 +263,23 @@ class PgVectorWriter : public Executor {
     if (!table_exists_) create_table(0);
 
     const auto start = std::chrono::steady_clock::now();
-    encode(docs, rows, embeddings);
     const std::string columns = column_list();
     conn_->exec("BEGIN", "starting a transaction");
+    if (upsert_ && !stage_ready_) {
+      conn_->exec(fmt::format("CREATE TEMP TABLE IF NOT EXISTS flowline_stage (LIKE {} INCLUDING DEFAULTS) "
+                              "ON COMMIT DELETE ROWS",
+                              quote_name(table_)),
+                  "creating the staging table");
+      stage_ready_ = true;
+    }
+    const std::string what =
+        upsert_ ? fmt::format("COPY into the staging table of {}", table_) : fmt::format("COPY into {}", table_);
+    conn_->copy_begin(fmt::format("COPY {} ({}) FROM STDIN (FORMAT BINARY)",
+                                  upsert_ ? std::string("flowline_stage") : quote_name(table_), columns),
+                      what);
+    const std::size_t bytes = encode(docs, rows, embeddings, what);
+    conn_->copy_end(what);
     if (upsert_) {
-      if (!stage_ready_) {
-        conn_->exec(fmt::format("CREATE TEMP TABLE IF NOT EXISTS flowline_stage (LIKE {} INCLUDING DEFAULTS) "
-                                "ON COMMIT DELETE ROWS",
-                                quote_name(table_)),
-                    "creating the staging table");
-        stage_ready_ = true;
-      }
-      conn_->copy_in(fmt::format("COPY flowline_stage ({}) FROM STDIN (FORMAT BINARY)", columns), buffer_,
-                     fmt::format("COPY into the staging table of {}", table_));
       std::string updates;
       for (std::size_t f = 1; f < fields_.size(); ++f)
         updates += fmt::format("{}\"{}\" = EXCLUDED.\"{}\"", f > 1 ? ", " : "", fields_[f], fields_[f]);
@@ -283,15 +287,12 @@ class PgVectorWriter : public Executor {
           fmt::format("INSERT INTO {} ({}) SELECT {} FROM flowline_stage ON CONFLICT (id) DO {}", quote_name(table_),
                       columns, columns, updates.empty() ? "NOTHING" : "UPDATE SET " + updates),
           fmt::format("upserting into {}", table_));
-    } else {
-      conn_->copy_in(fmt::format("COPY {} ({}) FROM STDIN (FORMAT BINARY)", quote_name(table_), columns), buffer_,
-                     fmt::format("COPY into {}", table_));
     }
     const auto copied = std::chrono::steady_clock::now();
     conn_->exec("COMMIT", fmt::format("committing {} rows into {}", rows.size(), table_));
     const auto committed = std::chrono::steady_clock::now();
     metrics().add("rows", static_cast<double>(rows.size()));
-    metrics().add("bytes", static_cast<double>(buffer_.size()));
+    metrics().add("bytes", static_cast<double>(bytes));
     metrics().add("copy_seconds", std::chrono::duration<double>(copied - start).count());
     metrics().add("commit_seconds", std::chrono::duration<double>(committed - copied).count());
   }
@@ -302,9 +303,12 @@ class PgVectorWriter : public Executor {
     return s;
   }
 
-  // The binary COPY stream of `rows` into buffer_ (kept across requests: no reallocation once grown).
-  void encode(const DocumentArray& docs, const std::vector<std::size_t>& rows,
-              const std::vector<at::Tensor>& embeddings) {
+  // Sends the binary COPY stream of `rows` in parts of about kPart bytes, each encoded in buffer_ (kept across
+  // requests: no reallocation once grown) while the server stores the part before. Returns the bytes sent.
+  std::size_t encode(const DocumentArray& docs, const std::vector<std::size_t>& rows,
+                     const std::vector<at::Tensor>& embeddings, const std::string& what) {
+    constexpr std::size_t kPart = std::size_t{256} << 10;
+    std::size_t sent = 0;
     buffer_.clear();
     static constexpr char kHeader[] = "PGCOPY\n\377\r\n";  // 11 bytes with its NUL
     buffer_.append(kHeader, 11);
@@ -342,8 +346,15 @@ class PgVectorWriter : public Executor {
           put_text(buffer_, f == "mime_type" ? d.mime_type : f == "uri" ? d.uri : d.parent_id);
         }
       }
+      if (buffer_.size() >= kPart) {
+        conn_->copy_put(buffer_, what);
+        sent += buffer_.size();
+        buffer_.clear();
+      }
     }
     put16(buffer_, 0xffff);  // trailer: -1
+    conn_->copy_put(buffer_, what);
+    return sent + buffer_.size();
   }
 
   void build_index(const std::string& method) {
