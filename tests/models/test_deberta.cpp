@@ -3,6 +3,7 @@
 // (deberta-v2-variants), DebertaV2ForSequenceClassification's ContextPooler head against transformers'
 // pipeline, the config.json variants refused naming the key, and on a GPU the fp16/bf16 bounds.
 #include "test_support.hpp"
+#include "tiny_goldens.hpp"
 
 #include "flowline/device.hpp"
 #include "flowline/error.hpp"
@@ -23,51 +24,11 @@ using namespace flowline::models;
 
 namespace {
 
-const std::filesystem::path kTiny = std::filesystem::path(FLOWLINE_SOURCE_DIR) / "tests/data/tiny-models";
+const std::filesystem::path& kTiny = testing::kTinyModels;
 
-struct IdGoldens {
-  std::vector<std::int32_t> ids;
-  std::vector<std::int64_t> lengths;
-  at::Tensor expected;
-};
-
-IdGoldens read_goldens(const std::string& name) {
-  const SafetensorsFile file(kTiny / (name + ".goldens.safetensors"));
-  IdGoldens g;
-  const at::Tensor ids = file.get("ids").contiguous(), lengths = file.get("lengths").contiguous();
-  g.ids.assign(ids.data_ptr<std::int32_t>(), ids.data_ptr<std::int32_t>() + ids.numel());
-  g.lengths.assign(lengths.data_ptr<std::int64_t>(), lengths.data_ptr<std::int64_t>() + lengths.numel());
-  g.expected = file.get("embeddings").clone();
-  return g;
-}
-
-std::vector<boost::json::object> read_lines(const std::filesystem::path& file) {
-  std::vector<boost::json::object> lines;
-  std::ifstream in(file);
-  for (std::string line; std::getline(in, line);) lines.push_back(boost::json::parse(line).as_object());
-  return lines;
-}
-
-double worst_cosine(const at::Tensor& a, const at::Tensor& b) {
-  const auto a64 = a.to(at::kDouble), b64 = b.to(at::kDouble);
-  return ((a64 * b64).sum(1) / (a64.norm(2, {1}) * b64.norm(2, {1})).clamp_min(1e-30)).min().item<double>();
-}
-
-// The goldens' sequences in batches of `batch_size` (their lengths mixed, so attention runs several groups).
-at::Tensor encode_goldens(const EmbeddingModel& model, const IdGoldens& g, std::size_t batch_size) {
-  std::vector<at::Tensor> parts;
-  std::size_t token = 0;
-  for (std::size_t s = 0; s < g.lengths.size(); s += batch_size) {
-    const std::size_t end = std::min(g.lengths.size(), s + batch_size);
-    std::size_t tokens = 0;
-    for (std::size_t i = s; i < end; ++i) tokens += static_cast<std::size_t>(g.lengths[i]);
-    parts.push_back(
-        model.encode(PackedBatch{std::span(g.ids).subspan(token, tokens), std::span(g.lengths).subspan(s, end - s)})
-            .cpu());
-    token += tokens;
-  }
-  return at::cat(parts);
-}
+using testing::encode_tiny_goldens;
+using testing::read_tiny_goldens;
+using testing::worst_cosine;
 
 }  // namespace
 
@@ -77,7 +38,7 @@ TEST_CASE(
     "[models][deberta]") {
   const auto name = GENERATE(as<std::string>{}, "deberta", "deberta-v2-variants");
   INFO(name);
-  const auto g = read_goldens(name);
+  const auto g = read_tiny_goldens(name);
   const EmbeddingModel model(kTiny / name, c10::Device(c10::kCPU), c10::kFloat);
   CHECK(model.info().model_type == "deberta-v2");
   CHECK(model.info().max_positions == 512);
@@ -85,7 +46,7 @@ TEST_CASE(
   CHECK(*std::max_element(g.lengths.begin(), g.lengths.end()) == 200);
   for (const std::size_t batch_size : {std::size_t{1}, std::size_t{7}, g.lengths.size()}) {
     INFO("batch size " << batch_size);
-    const at::Tensor got = encode_goldens(model, g, batch_size);
+    const at::Tensor got = encode_tiny_goldens(model, g, batch_size);
     REQUIRE(got.sizes() == g.expected.sizes());
     CHECK(worst_cosine(got, g.expected) >= 0.99999);
     CHECK((got - g.expected).abs().max().item<double>() < 1e-4);
@@ -95,10 +56,10 @@ TEST_CASE(
 TEST_CASE("a deberta-v2 batch gives each sequence its own embedding, cut into padded segments or padded whole",
           "[models][deberta]") {
   const EmbeddingModel model(kTiny / "deberta", c10::Device(c10::kCPU), c10::kFloat);
-  const auto g = read_goldens("deberta");
+  const auto g = read_tiny_goldens("deberta");
   // 1,100 sequences alternating 5 and 37 tokens: a run per sequence, more runs than the segment cut takes, so
   // the batch is padded whole; in batches of 100 the cut makes segments. Both as each sequence alone.
-  IdGoldens mixed;
+  testing::TinyGoldens mixed;
   for (std::int64_t s = 0; s < 1100; ++s) {
     const std::int64_t length = s % 2 == 0 ? 5 : 37;
     mixed.ids.insert(mixed.ids.end(), g.ids.begin() + s % 2, g.ids.begin() + s % 2 + length);
@@ -109,7 +70,7 @@ TEST_CASE("a deberta-v2 batch gives each sequence its own embedding, cut into pa
                model.encode(PackedBatch{std::span(mixed.ids).subspan(5, 37), std::vector<std::int64_t>{37}})});
   for (const std::size_t batch_size : {std::size_t{100}, mixed.lengths.size()}) {
     INFO("batch size " << batch_size);
-    const at::Tensor got = encode_goldens(model, mixed, batch_size);
+    const at::Tensor got = encode_tiny_goldens(model, mixed, batch_size);
     REQUIRE(got.size(0) == 1100);
     CHECK((got.narrow(0, 0, 2) - alone).abs().max().item<double>() < 1e-5);
     CHECK((got.narrow(0, 1098, 2) - alone).abs().max().item<double>() < 1e-5);  // the same two, last in the batch
@@ -123,7 +84,7 @@ TEST_CASE("a deberta-v2 checkpoint of v3's layout embeds texts as sentence-trans
   const auto tokenizer = Tokenizer::from_folder(dir);
   std::vector<std::int32_t> ids;
   std::vector<std::int64_t> lengths;
-  for (const auto& line : read_lines(kTiny / "deberta.texts.jsonl")) {
+  for (const auto& line : testing::read_json_lines(kTiny / "deberta.texts.jsonl")) {
     const auto encoded = tokenizer->encode(std::string(line.at("text").as_string()),
                                            static_cast<std::size_t>(model.checkpoint().max_seq_length));
     ids.insert(ids.end(), encoded.begin(), encoded.end());
@@ -148,7 +109,7 @@ TEST_CASE("a deberta-v2 sequence classifier (ContextPooler) scores texts and pai
   const auto tokenizer = Tokenizer::from_folder(dir);
   std::vector<std::int32_t> ids;
   std::vector<std::int64_t> lengths;
-  const auto inputs = read_lines(kTiny / "deberta-sequence-classifier.texts.jsonl");
+  const auto inputs = testing::read_json_lines(kTiny / "deberta-sequence-classifier.texts.jsonl");
   for (const auto& x : inputs) {
     const std::string text(x.at("text").as_string());
     std::size_t n = 0;
@@ -214,12 +175,12 @@ TEST_CASE("on the GPU a deberta-v2 checkpoint stays within the fp16 and bf16 bou
   if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
   const c10::Device gpu(c10::kCUDA, 0);
   for (const char* name : {"deberta", "deberta-v2-variants"}) {
-    const auto g = read_goldens(name);
+    const auto g = read_tiny_goldens(name);
     for (const auto& [dtype, bound] :
          {std::pair{c10::kFloat, 0.99999}, std::pair{c10::kHalf, 0.999}, std::pair{c10::kBFloat16, 0.995}}) {
       const EmbeddingModel model(kTiny / name, gpu, dtype);
       CHECK_FALSE(model.graphable());  // the content bias runs padded, not as the packed kernel
-      const double worst = worst_cosine(encode_goldens(model, g, 7), g.expected);
+      const double worst = worst_cosine(encode_tiny_goldens(model, g, 7), g.expected);
       WARN(name << " on the GPU in " << c10::toString(dtype) << ": worst cosine " << worst);
       CHECK(worst >= bound);
     }

@@ -3,6 +3,7 @@
 // sentence-transformers, learned and sinusoidal positions, the "distilbert." prefix, and the config.json
 // variants refused naming the key. The token-id goldens are rows of test_models.cpp's parity test.
 #include "test_support.hpp"
+#include "tiny_goldens.hpp"
 
 #include "flowline/error.hpp"
 #include "flowline/models/checkpoint.hpp"
@@ -21,7 +22,7 @@ using namespace flowline::models;
 
 namespace {
 
-const std::filesystem::path kTiny = std::filesystem::path(FLOWLINE_SOURCE_DIR) / "tests/data/tiny-models";
+const std::filesystem::path& kTiny = testing::kTinyModels;
 
 std::vector<std::string> read_texts(const std::filesystem::path& file) {
   std::vector<std::string> texts;
@@ -30,10 +31,7 @@ std::vector<std::string> read_texts(const std::filesystem::path& file) {
   return texts;
 }
 
-double worst_cosine(const at::Tensor& a, const at::Tensor& b) {
-  const auto a64 = a.to(at::kDouble), b64 = b.to(at::kDouble);
-  return ((a64 * b64).sum(1) / (a64.norm(2, {1}) * b64.norm(2, {1})).clamp_min(1e-30)).min().item<double>();
-}
+using testing::worst_cosine;
 
 }  // namespace
 

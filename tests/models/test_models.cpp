@@ -2,6 +2,7 @@
 // on tiny checkpoints of its shape (scripts/make_tiny_models.py), from token ids (and Qwen3 from texts, through
 // its tokenizer); checkpoint errors.
 #include "test_support.hpp"
+#include "tiny_goldens.hpp"
 
 #include "flowline/device.hpp"
 #include "flowline/error.hpp"
@@ -30,51 +31,11 @@ using namespace flowline::models;
 
 namespace {
 
-const std::filesystem::path kTiny = std::filesystem::path(FLOWLINE_SOURCE_DIR) / "tests/data/tiny-models";
+const std::filesystem::path& kTiny = testing::kTinyModels;
 
-struct Goldens {
-  std::vector<std::int32_t> ids, type_ids;
-  std::vector<std::int64_t> lengths;
-  at::Tensor expected;
-  std::int64_t prompt_length = 0;
-};
-
-Goldens read_goldens(const std::string& name, const char* key) {
-  const SafetensorsFile file(kTiny / (name + ".goldens.safetensors"));
-  Goldens g;
-  const at::Tensor ids = file.get("ids").contiguous(), lengths = file.get("lengths").contiguous();
-  g.ids.assign(ids.data_ptr<std::int32_t>(), ids.data_ptr<std::int32_t>() + ids.numel());
-  g.lengths.assign(lengths.data_ptr<std::int64_t>(), lengths.data_ptr<std::int64_t>() + lengths.numel());
-  if (file.contains("type_ids")) {
-    const at::Tensor t = file.get("type_ids").contiguous();
-    g.type_ids.assign(t.data_ptr<std::int32_t>(), t.data_ptr<std::int32_t>() + t.numel());
-  }
-  if (file.contains("prompt_length")) g.prompt_length = file.get("prompt_length").item<std::int64_t>();
-  g.expected = file.get(key).clone();
-  return g;
-}
-
-at::Tensor row_cosines(const at::Tensor& a, const at::Tensor& b) {
-  const auto a64 = a.to(at::kDouble), b64 = b.to(at::kDouble);
-  return (a64 * b64).sum(1) / (a64.norm(2, {1}) * b64.norm(2, {1})).clamp_min(1e-30);
-}
-
-// The golden sequences encoded by `model`, each batch cut at `batch_size` sequences (in the goldens' order).
-at::Tensor encode_goldens(const EmbeddingModel& model, const Goldens& g, std::size_t batch_size) {
-  std::vector<at::Tensor> parts;
-  std::size_t token = 0;
-  for (std::size_t s = 0; s < g.lengths.size(); s += batch_size) {
-    const std::size_t end = std::min(g.lengths.size(), s + batch_size);
-    std::size_t tokens = 0;
-    for (std::size_t i = s; i < end; ++i) tokens += static_cast<std::size_t>(g.lengths[i]);
-    std::vector<std::int64_t> skips(end - s, g.prompt_length);
-    PackedBatch batch{std::span(g.ids).subspan(token, tokens), std::span(g.lengths).subspan(s, end - s)};
-    if (g.prompt_length) batch.pooling_skip = skips;
-    parts.push_back(model.encode(batch));
-    token += tokens;
-  }
-  return at::cat(parts);
-}
+using testing::encode_tiny_goldens;
+using testing::read_tiny_goldens;
+using testing::row_cosines;
 
 }  // namespace
 
@@ -82,12 +43,12 @@ TEST_CASE("every architecture's embeddings equal sentence-transformers' on its t
   const auto name = GENERATE(as<std::string>{}, "bert-all-poolings-dense", "bert-prompt-excluded", "xlm-roberta",
                              "mpnet", "modernbert", "qwen3", "distilbert", "distilbert-sinusoidal");
   INFO(name);
-  const auto g = read_goldens(name, "embeddings");
+  const auto g = read_tiny_goldens(name, "embeddings");
   const EmbeddingModel model(kTiny / name, c10::Device(c10::kCPU), c10::kFloat);
   CHECK(model.dimension() == g.expected.size(1));
   for (const std::size_t batch_size : {std::size_t{1}, std::size_t{7}, g.lengths.size()}) {
     INFO("batch size " << batch_size);
-    const at::Tensor got = encode_goldens(model, g, batch_size);
+    const at::Tensor got = encode_tiny_goldens(model, g, batch_size);
     REQUIRE(got.sizes() == g.expected.sizes());
     CHECK(row_cosines(got, g.expected).min().item<double>() >= 0.99999);
     CHECK((got - g.expected).abs().max().item<double>() < 1e-4);
@@ -103,9 +64,9 @@ TEST_CASE("MPNet counts positions from 2 whatever config.json's pad_token_id say
   REQUIRE(at != std::string::npos);
   config.replace(at, 17, "\"pad_token_id\": 0");
   testing::write_text(dir / "config.json", config);
-  const auto g = read_goldens("mpnet", "embeddings");
+  const auto g = read_tiny_goldens("mpnet", "embeddings");
   const EmbeddingModel model(dir, c10::Device(c10::kCPU), c10::kFloat);
-  CHECK(row_cosines(encode_goldens(model, g, g.lengths.size()), g.expected).min().item<double>() >= 0.99999);
+  CHECK(row_cosines(encode_tiny_goldens(model, g, g.lengths.size()), g.expected).min().item<double>() >= 0.99999);
 }
 
 TEST_CASE("Qwen3 embeds texts as sentence-transformers does: its tokenizer, last-token pooling, the query prompt",
@@ -176,19 +137,19 @@ TEST_CASE("a Qwen3 variant flowline does not run is refused when the checkpoint 
   config["rope_scaling"] = nullptr;
   config["sliding_window"] = nullptr;
   std::ofstream(dir / "config.json", std::ios::trunc) << boost::json::serialize(config);
-  const auto g = read_goldens("qwen3", "embeddings");
+  const auto g = read_tiny_goldens("qwen3", "embeddings");
   const EmbeddingModel model(dir, c10::Device(c10::kCPU), c10::kFloat);
-  CHECK(row_cosines(encode_goldens(model, g, 7), g.expected).min().item<double>() >= 0.99999);
+  CHECK(row_cosines(encode_tiny_goldens(model, g, 7), g.expected).min().item<double>() >= 0.99999);
   config["rope_theta"] = 10000.0;  // another theta: other embeddings (the test sees the rotary positions)
   std::ofstream(dir / "config.json", std::ios::trunc) << boost::json::serialize(config);
   const EmbeddingModel other(dir, c10::Device(c10::kCPU), c10::kFloat);
-  CHECK(row_cosines(encode_goldens(other, g, 7), g.expected).min().item<double>() < 0.999);
+  CHECK(row_cosines(encode_tiny_goldens(other, g, 7), g.expected).min().item<double>() < 0.999);
 }
 
 TEST_CASE("cross-encoders' scores equal transformers' with the CrossEncoder activation", "[models]") {
   const auto name = GENERATE(as<std::string>{}, "bert-cross-encoder", "xlm-roberta-cross-encoder");
   INFO(name);
-  const auto g = read_goldens(name, "scores");
+  const auto g = read_tiny_goldens(name, "scores");
   const CrossEncoderModel model(Checkpoint::read(kTiny / name), c10::Device(c10::kCPU), c10::kFloat);
   CHECK(model.num_labels() == 1);
   CHECK(model.info().model_type == (name == "bert-cross-encoder" ? "bert" : "xlm-roberta"));
@@ -260,10 +221,10 @@ TEST_CASE("on the GPU every architecture stays within the fp16 and bf16 bounds, 
   c10::StreamGuard on_stream(*stream);
   for (const char* name : {"bert-all-poolings-dense", "bert-prompt-excluded", "xlm-roberta", "mpnet", "modernbert",
                            "qwen3", "distilbert", "distilbert-sinusoidal"}) {
-    const auto g = read_goldens(name, "embeddings");
+    const auto g = read_tiny_goldens(name, "embeddings");
     for (const auto& [dtype, bound] : {std::pair{c10::kHalf, 0.999}, std::pair{c10::kBFloat16, 0.995}}) {
       const auto model = std::make_shared<const EmbeddingModel>(kTiny / name, gpu, dtype);
-      const at::Tensor got = encode_goldens(*model, g, 7).cpu();
+      const at::Tensor got = encode_tiny_goldens(*model, g, 7).cpu();
       const double worst = row_cosines(got, g.expected).min().item<double>();
       WARN(name << " on the GPU in " << c10::toString(dtype) << ": worst cosine " << worst << " over "
                 << g.lengths.size() << " sequences" << (model->graphable() ? "; graphed" : ""));
@@ -281,7 +242,7 @@ TEST_CASE("on the GPU every architecture stays within the fp16 and bf16 bounds, 
     }
   }
   for (const char* name : {"bert-cross-encoder", "xlm-roberta-cross-encoder"}) {
-    const auto g = read_goldens(name, "scores");
+    const auto g = read_tiny_goldens(name, "scores");
     const CrossEncoderModel model(Checkpoint::read(kTiny / name), gpu, c10::kHalf);
     const PackedBatch batch{g.ids, g.lengths,
                             model.info().type_vocab_size > 1 ? std::span(g.type_ids) : std::span<const std::int32_t>{}};
