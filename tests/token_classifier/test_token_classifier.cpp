@@ -149,10 +149,12 @@ TEST_CASE("a token classifier's aggregation groups words and B-/I- runs as the p
     return out;
   };
   // "Alice Lid dell in Paris": Al ##ice is one word, Lid dell two, the last word one token.
-  const std::vector<PreEntity> tokens{
-      {"Al", {0.1f, 0.7f, 0.1f, 0.1f}, 0, 2, 1, false},     {"ice", {0.1f, 0.2f, 0.6f, 0.1f}, 2, 5, 2, true},
-      {"Lid", {0.2f, 0.1f, 0.6f, 0.1f}, 6, 9, 3, false},    {"dell", {0.3f, 0.5f, 0.1f, 0.1f}, 10, 14, 4, false},
-      {"in", {0.9f, 0.0f, 0.05f, 0.05f}, 15, 17, 5, false}, {"Paris", {0.1f, 0.0f, 0.1f, 0.8f}, 18, 23, 6, false}};
+  const std::vector<std::vector<float>> scores{{0.1f, 0.7f, 0.1f, 0.1f},   {0.1f, 0.2f, 0.6f, 0.1f},
+                                               {0.2f, 0.1f, 0.6f, 0.1f},   {0.3f, 0.5f, 0.1f, 0.1f},
+                                               {0.9f, 0.0f, 0.05f, 0.05f}, {0.1f, 0.0f, 0.1f, 0.8f}};
+  const std::vector<PreEntity> tokens{{"Al", scores[0], 0, 2, 1, false},   {"ice", scores[1], 2, 5, 2, true},
+                                      {"Lid", scores[2], 6, 9, 3, false},  {"dell", scores[3], 10, 14, 4, false},
+                                      {"in", scores[4], 15, 17, 5, false}, {"Paris", scores[5], 18, 23, 6, false}};
   SECTION("none labels each token") {
     const auto e = aggregate(tokens, Strategy::None, labels, join);
     REQUIRE(e.size() == 6);
@@ -171,6 +173,22 @@ TEST_CASE("a token classifier's aggregation groups words and B-/I- runs as the p
     CHECK(e[1].word == "dell");
     CHECK(e[2].label == "LOC");
     CHECK(!e[2].index);
+  }
+  SECTION("ignored labels are left out before their words are decoded") {
+    std::vector<std::string> decoded;
+    const DecodeTokens record = [&](std::span<const std::string_view> words) {
+      decoded.push_back(join(words));
+      return decoded.back();
+    };
+    const std::vector<std::string> ignore{"O", "LOC"};
+    const auto e = aggregate(tokens, Strategy::Simple, labels, record, ignore);
+    REQUIRE(e.size() == 2);
+    CHECK(e[0].word == "Al|ice|Lid");
+    CHECK(e[1].word == "dell");
+    CHECK(decoded == std::vector<std::string>{"Al|ice|Lid", "dell"});  // not "in", not "Paris"
+    const auto none = aggregate(tokens, Strategy::None, labels, record, std::vector<std::string>{"O", "B-LOC"});
+    REQUIRE(none.size() == 4);  // strategy none matches the tokens' own labels: in (O) and Paris (B-LOC) out
+    CHECK(none[3].word == "dell");
   }
   SECTION("first, max and average vote per word") {
     const auto first = aggregate(tokens, Strategy::First, labels, join);

@@ -226,16 +226,12 @@ class TokenClassifier : public Executor {
       }
     }
     const auto tokenized = std::chrono::steady_clock::now();
-    const at::Tensor logits = token_logits();  // [T, labels] float32 on the host
+    at::Tensor scores = token_logits();  // [T, labels] float32 on the host, contiguous: ours to overwrite
     const auto scored = std::chrono::steady_clock::now();
-    const at::Tensor shifted = at::exp(logits - std::get<0>(logits.max(1, true)));
-    const at::Tensor scores = (shifted / shifted.sum(1, true)).contiguous();  // the pipeline's softmax
-    if (const auto bad = models::nonfinite_rows(scores); !bad.empty()) {
-      throw models::NonFiniteOutput(bad, "token label scores", static_cast<std::size_t>(scores.size(0)));
-    }
+    softmax_rows(scores.data_ptr<float>(), ids_.size(), replica_.model->labels().size());
     std::size_t found = 0;
     for (std::size_t d = 0; d < docs.size(); ++d) {
-      std::vector<Entity> entities = find_entities(docs[d].text, work_[d], scores, s);
+      std::vector<Entity> entities = find_entities(docs[d].text, work_[d], scores.data_ptr<float>(), s);
       found += entities.size();
       write_chunks(docs[d], entities, s.strategy == Strategy::None);
     }
@@ -302,28 +298,48 @@ class TokenClassifier : public Executor {
     return out.to(at::kCPU).contiguous();
   }
 
-  // gather_pre_entities for one window, then aggregate and ignore_labels; windows merged.
-  std::vector<Entity> find_entities(const std::string& text, const Work& w, const at::Tensor& scores,
-                                    const Settings& s) const {
+  // The pipeline's softmax in place, row by row over `rows` x `labels` logits (exp of each less the row's
+  // maximum, over their sum, in float as numpy computes it); a row holding NaN or infinity fails the request.
+  static void softmax_rows(float* values, std::size_t rows, std::size_t labels) {
+    std::vector<std::size_t> bad;
+    for (std::size_t r = 0; r < rows; ++r) {
+      float* row = values + r * labels;
+      const float top = *std::max_element(row, row + labels);
+      float sum = 0;
+      for (std::size_t l = 0; l < labels; ++l) {
+        row[l] = std::exp(row[l] - top);
+        sum += row[l];
+      }
+      bool finite = true;
+      for (std::size_t l = 0; l < labels; ++l) {
+        row[l] /= sum;
+        finite = finite && std::isfinite(row[l]);
+      }
+      if (!finite) bad.push_back(r);
+    }
+    if (!bad.empty()) throw models::NonFiniteOutput(std::move(bad), "token label scores", rows);
+  }
+
+  // gather_pre_entities for one window, then aggregate and ignore_labels; windows merged. `scores`: the
+  // request's softmax rows.
+  std::vector<Entity> find_entities(const std::string& text, const Work& w, const float* scores, const Settings& s) {
     const auto& labels = replica_.model->labels();
     const auto decode = [this](std::span<const std::string_view> tokens) {
       return replica_.tokenizer->decode_tokens(tokens);
     };
     std::vector<Entity> all;
-    std::vector<PreEntity> tokens;
     for (const Window& window : w.windows) {
-      tokens.clear();
+      tokens_.clear();
       for (std::size_t t = window.begin; t < window.end; ++t) {
         const std::size_t index = w.prefix + (t - window.begin);  // in the window, specials counted
-        const float* row = scores.data_ptr<float>() + (window.row + index) * labels.size();
-        tokens.push_back(pre_entity(text, w, t, index, t == window.begin && t != w.prefix));
-        tokens.back().scores.assign(row, row + labels.size());
+        tokens_.push_back(pre_entity(text, w, t, index, t == window.begin && t != w.prefix));
+        tokens_.back().scores = {scores + (window.row + index) * labels.size(), labels.size()};
       }
-      std::vector<Entity> found = aggregate(tokens, s.strategy, labels, decode);
-      drop_ignored(found, s.ignore_labels);
+      std::vector<Entity> found = aggregate(tokens_, s.strategy, labels, decode, s.ignore_labels);
+      if (w.windows.size() == 1) return found;
       all.insert(all.end(), std::make_move_iterator(found.begin()), std::make_move_iterator(found.end()));
     }
-    return w.windows.size() > 1 ? merge_overlapping(std::move(all)) : all;
+    return merge_overlapping(std::move(all));
   }
 
   // Token t of the encoding as the pipeline's pre-entity (its scores left to the caller). `opens_window`: the
@@ -332,7 +348,7 @@ class TokenClassifier : public Executor {
                        bool opens_window) const {
     PreEntity p;
     const std::int32_t id = w.encoding.ids[t];
-    p.word = std::string(replica_.tokenizer->id_to_token(id));
+    p.word = replica_.tokenizer->id_to_token(id);
     p.start = w.encoding.offsets[t].start;
     p.end = w.encoding.offsets[t].end;
     p.index = index;
@@ -354,7 +370,7 @@ class TokenClassifier : public Executor {
       p.is_subword = p.start > 0 && !space_before && !space_at;
     }
     if (id == replica_.tokenizer->unk_id()) {
-      p.word = text.substr(byte_start, byte_end - byte_start);
+      p.word = std::string_view(text).substr(byte_start, byte_end - byte_start);
       p.is_subword = false;
     }
     return p;
@@ -382,6 +398,7 @@ class TokenClassifier : public Executor {
   std::vector<Work> work_;
   std::vector<std::int32_t> ids_;
   std::vector<std::size_t> offsets_;
+  std::vector<PreEntity> tokens_;  // a window's pre-entities
 };
 
 }  // namespace

@@ -25,10 +25,11 @@ enum class Strategy { None, Simple, First, Average, Max };
 std::optional<Strategy> parse_strategy(std::string_view name);
 std::string_view to_string(Strategy strategy);
 
-// One token, as gather_pre_entities makes it.
+// One token, as gather_pre_entities makes it. Views only: the caller keeps the token strings (the tokenizer's
+// vocabulary, the text) and the scores (its softmax buffer) alive while aggregate() runs.
 struct PreEntity {
-  std::string word;                // the token string; the text's slice for the unknown token
-  std::vector<float> scores;       // softmax over the labels
+  std::string_view word;           // the token string; the text's slice for the unknown token
+  std::span<const float> scores;   // softmax over the labels
   std::size_t start = 0, end = 0;  // code points of the document's text
   std::size_t index = 0;           // the token's index in its window (specials counted)
   bool is_subword = false;
@@ -51,9 +52,11 @@ using DecodeTokens = std::function<std::string(std::span<const std::string_view>
 // max is a token and the sub-word tokens after it (is_subword); its label the first token's argmax (first), the
 // argmax of the token with the highest score (max) or of the mean scores (average). Groups join a run of
 // entities of one tag (B-X or I-X or X) where each after the first is not B-; their score is the mean, their
-// word decode() of the members' words.
+// word decode() of the members' words. Entities labelled one of `ignore` are left out as drop_ignored() leaves
+// them, but before their words are decoded (most groups are "O": decoding them is most of the work).
 std::vector<Entity> aggregate(std::span<const PreEntity> tokens, Strategy strategy,
-                              const std::vector<std::string>& labels, const DecodeTokens& decode);
+                              const std::vector<std::string>& labels, const DecodeTokens& decode,
+                              std::span<const std::string> ignore = {});
 
 // Leaves out the entities whose label is one of `ignore` (the pipeline's ignore_labels), keeping the order.
 void drop_ignored(std::vector<Entity>& entities, std::span<const std::string> ignore);
