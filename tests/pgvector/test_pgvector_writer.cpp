@@ -362,3 +362,29 @@ TEST_CASE("flows/index-pg.yml runs through the launcher: corpus, tiny encoder, r
   CHECK_THAT(v.out + v.err, testing::contains("holds a password"));
   CHECK_THAT(v.out + v.err, !testing::contains("hunter2"));
 }
+
+TEST_CASE("a PgVectorWriter whose connection was cut redoes an upsert on a new one; a plain COPY fails once",
+          "[pgvector]") {
+  PgServer server;
+  REQUIRE_SERVER(server);
+  const std::string cut =
+      "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = "
+      "'flowline'";
+  for (const std::string mode : {"update", "error"}) {
+    const std::string table = "cut_" + mode;
+    testing::ExecutorRunner runner(pg_registry(), "PgVectorWriter", with(server, table, {{"on_conflict", mode}}));
+    DocumentArray first;
+    first.push_back(embedded("a", "a", at::ones({2})));
+    runner.post("/index", first);
+    REQUIRE(server.sql(cut) == std::vector<std::string>{"1"});
+    DocumentArray second;
+    second.push_back(embedded("b", "b", at::ones({2})));
+    if (mode == "update") {
+      runner.post("/index", second);
+    } else {
+      CHECK_THROWS_WITH(runner.post("/index", second), testing::contains("(host " + server.folder()));
+      runner.post("/index", second);  // the next request reconnects
+    }
+    CHECK(server.sql(fmt::format("SELECT id FROM {} ORDER BY id", table)) == std::vector<std::string>{"a", "b"});
+  }
+}
