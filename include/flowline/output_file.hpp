@@ -35,6 +35,13 @@ class OutputFile {
   // Creates the parent folders and opens PATH.partial for writing (truncated). Throws flowline::Error
   // naming PATH ("cannot write 'out/x.jsonl': Permission denied", "... it is a folder").
   explicit OutputFile(std::filesystem::path path);
+  // Resumes PATH.partial left by an earlier run (`flowline run --resume`): opens it without truncating,
+  // cuts it back to `keep_bytes` (what was durably written; a torn tail goes) and appends from there.
+  // Throws flowline::Error when PATH.partial is missing or shorter than `keep_bytes`.
+  struct Resume {
+    std::uint64_t keep_bytes = 0;
+  };
+  OutputFile(std::filesystem::path path, Resume resume);
   // Standard output: written in place, not closed, never renamed; path() is "-".
   struct StandardOutput {};
   explicit OutputFile(StandardOutput);
@@ -47,6 +54,8 @@ class OutputFile {
   std::string write(std::string_view data);
   // Writes `data` at `offset` without moving the append position (a header patched at the end).
   std::string write_at(std::uint64_t offset, std::string_view data);
+  // Makes everything written so far durable (fdatasync); returns an error message, empty on success.
+  std::string sync();
   // Closes the file and renames it to PATH. Throws flowline::Error when closing or renaming fails (the
   // file is then left as PATH.partial).
   void commit();

@@ -28,17 +28,30 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace flowline {
 
+// A point up to which an output is durable (DocumentWriter::sync()): the documents before it and the bytes
+// they take in the file and, for binary outputs, in the sidecar. `flowline run --resume` reopens an output
+// there (WriterOptions::resume_from).
+struct SyncPoint {
+  std::uint64_t documents = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t sidecar_bytes = 0;
+};
+
 struct WriterOptions {
   FieldSet fields = FieldSet::all();  // JSONL: the fields written (the id always)
   std::size_t threads = 0;            // JSONL: formatting threads; 0: one per hardware thread (at most 8)
   std::string dtype = "float32";      // .npy / .safetensors: float32 or float16
   bool sidecar_tags = true;           // .npy / .safetensors: write tags into the sidecar too
+  // Continue PATH.partial (and the sidecar's) from this point instead of starting it anew: the files are cut
+  // back to it and written on from there (a binary header then counts the rows before it too).
+  std::optional<SyncPoint> resume_from;
 };
 
 // What a writer has done so far.
@@ -66,6 +79,10 @@ class DocumentWriter {
   // reached it. Returns the path left behind, empty when none. Throws flowline::Error when writing fails
   // (what was written stays in PATH.partial). No effect after close().
   virtual std::filesystem::path close_partial() = 0;
+  // Writes everything handed over so far to the file(s) (a binary header patched to count the rows) and
+  // makes it durable (fdatasync); returns the point reached. Waits for the writer's threads; called by the
+  // owner between write() calls. Throws flowline::Error when writing or syncing fails.
+  virtual SyncPoint sync() = 0;
   // Gives up at once (an error, the destructor): documents not yet written are dropped; JSONL keeps the
   // whole lines already in the file, a binary file the rows it holds (its header patched to count them),
   // under PATH.partial; nothing is left when no document was written. Never throws. No effect after

@@ -15,6 +15,12 @@ std::string format_duration(double seconds) {
 ProgressLine::ProgressLine(std::string label, bool interactive, std::FILE* out)
     : label_(std::move(label)), interactive_(interactive), out_(out) {}
 
+void ProgressLine::set_resumed(std::uint64_t skipped, std::uint64_t left) {
+  resumed_ = true;
+  skipped_ = skipped;
+  left_ = left;
+}
+
 void ProgressLine::update(const Progress& p) {
   if (!interactive_) return;
   const auto now = std::chrono::steady_clock::now();
@@ -22,9 +28,11 @@ void ProgressLine::update(const Progress& p) {
   last_draw_ = now;
   drawn_ = true;
   const double rate = p.seconds > 0 ? p.documents / p.seconds : 0;
-  fmt::print(out_, "\r\x1b[2K{} {} docs | {:.0f} docs/s | {} steps ({:.1f} step/s){} | {}", label_, p.documents, rate,
+  fmt::print(out_, "\r\x1b[2K{} {} docs | {:.0f} docs/s | {} steps ({:.1f} step/s){}{} | {}", label_, p.documents, rate,
              p.requests, p.seconds > 0 ? p.requests / p.seconds : 0.0,
              p.failed_requests ? fmt::format(" | {} failed", p.failed_requests) : std::string(),
+             resumed_ ? fmt::format(" | {} skipped, {} left", skipped_, left_ > p.documents ? left_ - p.documents : 0)
+                      : std::string(),
              format_duration(p.seconds));
   std::fflush(out_);
 }
@@ -39,6 +47,10 @@ void ProgressLine::finish(const PostSummary& s) {
              s.failed_requests ? fmt::format(", {} requests ({} docs) FAILED", s.failed_requests, s.failed_documents)
                                : std::string(),
              s.input_documents, out);
+  if (resumed_) {
+    fmt::print(out_, "{} resumed: {} documents skipped (already in the output), {} were left\n", label_, skipped_,
+               left_);
+  }
   std::fflush(out_);
 }
 

@@ -5,6 +5,7 @@
 #include "launcher.hpp"
 #include "outputs.hpp"
 #include "progress.hpp"
+#include "resume.hpp"
 #include "run_output.hpp"
 #include "stats_json.hpp"
 
@@ -81,45 +82,131 @@ std::string input_format_for(const std::string& given, const std::string& input)
 }
 
 // What `run` needs before the flow starts: the validated config (with --request-size and --set), the
-// input and the --output writer. Prints what is wrong and returns false (exit 2).
+// input and the --output writer, and for a file output read from a file the run's identity, where it
+// resumes and the source that skips what the output holds (resume.hpp).
 struct RunSetup {
   FlowConfig config;
   std::unique_ptr<DocumentSource> source;
   std::optional<RunOutput> output;
+  std::optional<RunIdentity> identity;
+  ResumePoint start;
+  std::unique_ptr<ResumeSource> resume_source;
+  std::uint64_t left = 0;  // a resumed run: the input's documents after those skipped
 };
 
-bool prepare_run(const RunOptions& o, RunSetup& setup) {
+// Counts the documents of the input (a resumed run's progress says how many are left).
+std::uint64_t count_documents(const std::string& input, InputFormat format) {
+  auto source = open_file_source(input, format);
+  DocumentArray batch;
+  std::uint64_t n = 0;
+  for (std::size_t got; (got = source->read(batch, 4096)) > 0; batch.clear()) n += got;
+  return n;
+}
+
+// Whether the input can be read again as it was (a FIFO or standard input cannot: identifying the run
+// would consume it).
+bool rereadable(const std::string& input) {
+  std::error_code ec;
+  return input != "-" && (std::filesystem::is_regular_file(input, ec) || std::filesystem::is_directory(input, ec));
+}
+
+// Whether --output names a format (else opening it says which are known, under --output).
+bool has_known_extension(const std::string& output) {
+  try {
+    output_format_for(output);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// --resume: finds where the output's partial ends. Returns -1 to go on, else the exit code (0: the output
+// is complete already; 2: refused, said why).
+int find_start(const RunOptions& o, RunSetup& setup) {
+  if (!o.resume) return -1;
+  if (!o.output.empty() && o.output != "-" && !has_known_extension(o.output)) return -1;  // said when opened
+  if (o.output.empty() || o.output == "-" || !rereadable(o.input)) {
+    fmt::print(stderr,
+               "error: --resume needs a file --output and a file or folder --input (one that can be read "
+               "again: not standard input or a pipe)\n");
+    return kExitUsage;
+  }
+  std::error_code ec;
+  if (std::filesystem::exists(o.output, ec) && !std::filesystem::exists(partial_path_for(o.output), ec)) {
+    fmt::print(stderr, "'{}' is complete: nothing to resume\n", o.output);
+    return kExitOk;
+  }
+  try {
+    if (auto point = find_resume_point(o.output, *setup.identity)) {
+      setup.start = *point;
+    } else {
+      fmt::print(stderr, "resume: nothing of '{}' was synced: starting from the first document\n", o.output);
+    }
+  } catch (const Error& e) {
+    fmt::print(stderr, "error: --resume: {}\n", e.what());
+    return kExitUsage;
+  }
+  return -1;
+}
+
+// Returns -1 when the run may start, else the exit code (errors printed).
+int prepare_run(const RunOptions& o, RunSetup& setup) {
   try {
     setup.config = load_flow_with_sets(o.flow, o.sets);
     if (o.request_size > 0) setup.config.options.request_size = o.request_size;
   } catch (const ConfigError& e) {
     print_config_error(e);
-    return false;
+    return kExitUsage;
   }
-  if (!outputs_are_free(setup.config, o.output, o.overwrite)) return false;
+  const std::string format_name = input_format_for(o.input_format, o.input);
   try {
-    const InputFormat format = parse_input_format(input_format_for(o.input_format, o.input));
+    if (!o.output.empty() && o.output != "-" && rereadable(o.input) && has_known_extension(o.output)) {
+      const std::string endpoint = o.endpoint.empty() ? setup.config.options.endpoint : o.endpoint;
+      setup.identity =
+          identify_run(o.input, format_name, o.flow, o.sets, endpoint, setup.config.options.request_size, o.output);
+    }
+  } catch (const Error& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return kExitUsage;
+  }
+  if (const int code = find_start(o, setup); code >= 0) return code;
+  if (!outputs_are_free(setup.config, o.output, o.overwrite)) return kExitUsage;
+  try {
+    const InputFormat format = parse_input_format(format_name);
     setup.source = o.input == "-" ? open_stdin_source(format) : open_file_source(o.input, format);
+    if (setup.identity) {
+      setup.resume_source =
+          std::make_unique<ResumeSource>(*setup.source, format_name != "jsonl", setup.identity->input_hash,
+                                         setup.start.at.documents, setup.start.last_id);
+      setup.resume_source->skip();
+      if (o.resume) {
+        const std::uint64_t total = count_documents(o.input, format);
+        setup.left = total > setup.start.at.documents ? total - setup.start.at.documents : 0;
+      }
+    }
   } catch (const Error& e) {
     fmt::print(stderr, "error: input: {}\n", e.what());
-    return false;
+    return kExitUsage;
   }
   if (!o.output.empty()) {
     try {
-      setup.output.emplace(o.output);
+      WriterOptions options;
+      if (setup.start.at.documents > 0) options.resume_from = setup.start.at;
+      setup.output.emplace(o.output, options);
     } catch (const Error& e) {
       fmt::print(stderr, "error: --output: {}\n", e.what());
-      return false;
+      return kExitUsage;
     }
   }
-  return true;
+  return -1;
 }
 
 // The end of a run that was not interrupted: the progress summary, --stats and --stats-json.
 // `after_post_seconds`: from the end of post() until every executor closed and the output was complete.
 void report_run(const RunOptions& o, const Flow& flow, const PostSummary& summary,
                 const std::optional<RunOutput>& output, const std::string& written,
-                std::chrono::system_clock::time_point post_ended, double after_post_seconds) {
+                std::chrono::system_clock::time_point post_ended, double after_post_seconds,
+                const boost::json::object& resume) {
   if (o.stats && output) {
     const WriterStats w = output->stats();
     fmt::print(stderr, "output: {}; formatting {:.3f} s (thread time), writing {:.3f} s\n", written, w.format_seconds,
@@ -131,7 +218,7 @@ void report_run(const RunOptions& o, const Flow& flow, const PostSummary& summar
   if (!o.stats_json.empty()) {
     std::optional<WriterStats> writer;
     if (output) writer = output->stats();
-    write_stats_json(o.stats_json, stats, summary, post_ended, after_post_seconds, writer);
+    write_stats_json(o.stats_json, stats, summary, post_ended, after_post_seconds, writer, resume);
   }
 }
 
@@ -142,6 +229,37 @@ void keep_standard_output_for(const std::optional<RunOutput>& output) {
   auto logger = spdlog::stderr_color_mt("flowline-stderr");
   logger->set_level(spdlog::default_logger()->level());
   spdlog::set_default_logger(std::move(logger));
+}
+
+// Ends --output after post(): a run stopped by a signal first syncs what it wrote (so --resume continues
+// exactly there); a complete output loses its resume manifest, as does one that no document reached.
+// Returns what is on disk; sets `status` when the output failed.
+std::string end_output(std::optional<RunOutput>& output, ResumeLog* log, bool complete, int signal,
+                       const std::string& post_error, int& status) {
+  if (!output) return {};
+  std::string written;
+  try {
+    if (log && signal != 0) log->sync_now();
+    written = output->finish(complete);
+  } catch (const std::exception& e) {
+    // A writer's failure surfaces in the response callback and again when it finishes: say it once.
+    if (post_error != e.what()) fmt::print(stderr, "error: {}\n", e.what());
+    written = output->left_after_failure();
+    status = kExitFailure;
+  }
+  std::error_code ec;
+  if (log && (status == kExitOk && complete || !std::filesystem::exists(partial_path_for(output->path()), ec)))
+    log->completed();
+  return written;
+}
+
+// --stats-json's "resume": what a resumed run skipped and had left, and the output's syncs.
+boost::json::object resume_json(const RunSetup& setup, const ResumeLog* log) {
+  if (!log) return {};
+  return {{"skipped_documents", setup.start.at.documents},
+          {"left_documents", setup.left},
+          {"syncs", log->syncs()},
+          {"sync_seconds", log->sync_seconds()}};
 }
 
 }  // namespace
@@ -176,24 +294,46 @@ CLI::App* add_run_command(CLI::App& app, RunOptions& o, const std::vector<std::s
   cmd->add_flag("--overwrite", o.overwrite,
                 "replace the files the flow's writers and --output write when they exist (else the run refuses "
                 "to start)");
+  cmd->add_flag("--resume", o.resume,
+                "continue the --output that an earlier run of the same input, flow and output left as NAME.partial: "
+                "the documents it holds durably are skipped (the input is re-read, not re-encoded)");
+  cmd->add_option("--sync-every", o.sync_every,
+                  "make --output durable (fdatasync, and its NAME.resume.json) every N documents (0: not by count)")
+      ->capture_default_str();
+  cmd->add_option("--sync-seconds", o.sync_seconds,
+                  "... and every S seconds (0: not by time; both 0: only when the run stops on a signal)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   return cmd;
 }
 
 int command_run(const RunOptions& o) {
   RunSetup setup;
-  if (!prepare_run(o, setup)) return kExitUsage;
+  if (const int code = prepare_run(o, setup); code >= 0) return code;
   std::optional<RunOutput>& output = setup.output;
   keep_standard_output_for(output);
   const std::string endpoint = o.endpoint.empty() ? setup.config.options.endpoint : o.endpoint;
   Flow flow(std::move(setup.config));
   if (const int failed = start_flow(flow); failed != kExitOk) {
-    if (output) output->finish(false);  // no document reached it: nothing is left
+    if (output) output->finish(false);  // no document reached it: nothing is left (a resumed partial stays)
     return failed;
+  }
+  std::unique_ptr<ResumeLog> log;
+  if (output && setup.identity) {
+    try {
+      log = std::make_unique<ResumeLog>(o.output, *setup.identity, SyncPolicy{o.sync_every, o.sync_seconds},
+                                        setup.start, [&] { return output->sync(); });
+    } catch (const Error& e) {
+      fmt::print(stderr, "error: {}\n", e.what());
+      output->finish(false);
+      return kExitFailure;
+    }
   }
 
   const bool interactive = o.progress == "always" || (o.progress == "auto" && isatty(STDERR_FILENO));
   const char* clear_line = interactive ? "\r\x1b[2K" : "";
   ProgressLine progress(fmt::format("[{}]", endpoint), interactive);
+  if (o.resume) progress.set_resumed(setup.start.at.documents, setup.left);
   PostOptions post_options;
   post_options.on_progress = [&](const Progress& p) { progress.update(p); };
   std::uint64_t reported_failures = 0;
@@ -201,19 +341,23 @@ int command_run(const RunOptions& o) {
   int status = kExitOk;
   std::string post_error;
   InterruptGuard interrupt([&] { return output ? output->give_up() : std::string("no output file"); });
-  StoppableSource stoppable(*setup.source, interrupt.stop());
+  StoppableSource stoppable(setup.resume_source ? *setup.resume_source : *setup.source, interrupt.stop());
   try {
     summary = flow.post(
         endpoint, stoppable,
         [&](Response&& r) {
           if (!r.ok()) {
+            if (log) log->failed();
             if (reported_failures++ < 20) {
               fmt::print(stderr, "{}request {} ({} documents) failed in executor '{}': {}\n", clear_line, r.index,
                          r.docs.size(), r.error_executor, r.error);
             }
             return;
           }
-          if (output) output->write(std::move(r.docs));
+          if (!output) return;
+          if (log) log->handed(r.docs);
+          output->write(std::move(r.docs));
+          if (log) log->maybe_sync();
         },
         post_options);
   } catch (const std::exception& e) {
@@ -227,15 +371,7 @@ int command_run(const RunOptions& o) {
   // --output) complete them only then, and otherwise leave them marked partial.
   const bool complete = signal == 0 && status == kExitOk && summary.failed_requests == 0;
   flow.close(complete ? RunOutcome::Complete : RunOutcome::Incomplete);
-  std::string written;
-  try {
-    if (output) written = output->finish(complete);
-  } catch (const std::exception& e) {
-    // A writer's failure surfaces in the response callback and again when it finishes: say it once.
-    if (post_error != e.what()) fmt::print(stderr, "error: {}\n", e.what());
-    written = output->left_after_failure();
-    status = kExitFailure;
-  }
+  const std::string written = end_output(output, log.get(), complete, signal, post_error, status);
   const double after_post = std::chrono::duration<double>(std::chrono::system_clock::now() - post_ended).count();
   interrupt.finished();
   if (signal != 0) {
@@ -246,7 +382,7 @@ int command_run(const RunOptions& o) {
   if (status == kExitOk) progress.finish(summary);
   // Whatever cut the run short (a failed request, the input, the output), say what is on disk.
   if (!complete && !written.empty()) fmt::print(stderr, "output: {}\n", written);
-  report_run(o, flow, summary, output, written, post_ended, after_post);
+  report_run(o, flow, summary, output, written, post_ended, after_post, resume_json(setup, log.get()));
   if (reported_failures > 20) fmt::print(stderr, "... and {} more failed requests\n", reported_failures - 20);
   if (summary.failed_requests > 0) status = kExitFailure;
   return status;

@@ -24,7 +24,10 @@ struct RunOptions {
   bool stats = false;
   std::string stats_json;
   std::vector<std::string> sets;
-  bool overwrite = false;  // --overwrite: replace outputs that exist (outputs.hpp)
+  bool overwrite = false;        // --overwrite: replace outputs that exist (outputs.hpp)
+  bool resume = false;           // --resume: continue --output's NAME.partial (resume.hpp)
+  std::uint64_t sync_every = 0;  // --sync-every: make --output durable every N documents (0: not by count)
+  double sync_seconds = 10;      // --sync-seconds: ... and every S seconds (0: not by time)
 };
 
 // Adds the `run` subcommand and its options to `app`, filling `o` when parsed. `format_names`: the input

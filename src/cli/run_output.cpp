@@ -78,14 +78,14 @@ void InterruptGuard::finished() noexcept {
   wake_.notify_all();
 }
 
-RunOutput::RunOutput(const std::string& path) {
+RunOutput::RunOutput(const std::string& path, const WriterOptions& options) {
   if (path == "-") {
     standard_output_ = true;
-    writer_ = open_jsonl_stdout_writer();
+    writer_ = open_jsonl_stdout_writer(options);
     return;
   }
   format_ = output_format_for(path);
-  writer_ = open_writer(path);
+  writer_ = open_writer(path, options);
 }
 
 std::string RunOutput::give_up() const {

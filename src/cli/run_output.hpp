@@ -55,10 +55,13 @@ class RunOutput {
  public:
   // Opens the writer for `path` by its extension ("-": JSONL on standard output); throws flowline::Error
   // (an unknown extension names the known ones; a path that cannot be created names the reason).
-  explicit RunOutput(const std::string& path);
+  // `options.resume_from`: continue NAME.partial from that point (`--resume`, resume.hpp).
+  explicit RunOutput(const std::string& path, const WriterOptions& options = {});
 
   // Hands a response's documents to the writer (formatted on its threads).
   void write(DocumentArray&& docs) { writer_->write(std::move(docs)); }
+  // Makes everything handed over durable (DocumentWriter::sync()).
+  SyncPoint sync() { return writer_->sync(); }
   // Ends the file: renamed to its name when `complete`, else left as NAME.partial with every delivered
   // document (removed when there is none). Returns a one-line summary of what was written and where.
   // Throws flowline::Error when writing fails; left_after_failure() then says what is on disk.
@@ -68,6 +71,7 @@ class RunOutput {
   // (their header is not final) and says what is left on disk.
   std::string give_up() const;
   WriterStats stats() const { return writer_->stats(); }
+  const std::filesystem::path& path() const { return writer_->path(); }
   bool to_standard_output() const noexcept { return standard_output_; }
 
  private:

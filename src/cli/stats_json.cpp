@@ -18,7 +18,7 @@ void write_json_file(const std::string& path, const boost::json::value& root) {
 
 void write_stats_json(const std::string& path, const FlowStats& stats, const PostSummary& summary,
                       std::chrono::system_clock::time_point post_ended, double after_post_seconds,
-                      const std::optional<WriterStats>& writer) {
+                      const std::optional<WriterStats>& writer, const boost::json::object& resume) {
   boost::json::array replicas;
   for (const auto& r : stats.replicas) {
     boost::json::object o{{"executor", r.executor},
@@ -101,6 +101,7 @@ void write_stats_json(const std::string& path, const FlowStats& stats, const Pos
                                          {"format_seconds", writer->format_seconds},
                                          {"write_seconds", writer->write_seconds}};
   }
+  if (!resume.empty()) root["resume"] = resume;
   write_json_file(path, std::move(root));
 }
 

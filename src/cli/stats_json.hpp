@@ -8,6 +8,7 @@
 #include "flowline/flow_results.hpp"
 #include "flowline/writers.hpp"
 
+#include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
 
 #include <chrono>
@@ -24,9 +25,10 @@ void write_json_file(const std::string& path, const boost::json::value& root);
 // `post_ended` is when post() returned (wall clock); with summary.seconds it places the processing in time,
 // so outside samplers (NVML in the GPU benchmark) can keep only their samples from that window.
 // `after_post_seconds` is how long closing the executors and completing --output took after that; `writer`
-// what the --output writer did, when there is one. Throws flowline::Error as write_json_file() does.
+// what the --output writer did, when there is one; `resume` (when not empty) goes in as "resume": what a
+// resumed run skipped and had left, and the output's syncs. Throws flowline::Error as write_json_file() does.
 void write_stats_json(const std::string& path, const FlowStats& stats, const PostSummary& summary,
                       std::chrono::system_clock::time_point post_ended, double after_post_seconds,
-                      const std::optional<WriterStats>& writer);
+                      const std::optional<WriterStats>& writer, const boost::json::object& resume = {});
 
 }  // namespace flowline::cli

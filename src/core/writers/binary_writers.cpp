@@ -78,13 +78,18 @@ class EmbeddingFileWriter final : public DocumentWriter {
         sidecar_(sidecar_path_for(path)),
         layout_(std::move(layout)),
         half_(check_dtype(options.dtype)),
-        file_(path) {
+        file_(options.resume_from ? OutputFile(path, OutputFile::Resume{options.resume_from->bytes})
+                                  : OutputFile(path)) {
     WriterOptions sidecar_options;
     sidecar_options.threads = options.threads;
     sidecar_options.fields = FieldSet().insert(DocumentField::id).insert(DocumentField::text);
     if (options.sidecar_tags) sidecar_options.fields.insert(DocumentField::tags);
+    if (options.resume_from) {
+      resume_rows(*options.resume_from);
+      sidecar_options.resume_from = SyncPoint{rows_, options.resume_from->sidecar_bytes, 0};
+    }
     sidecar_writer_ = open_jsonl_writer(sidecar_, sidecar_options);
-    fail_on(file_.write(layout_->header(0, 0, half_)));
+    if (!options.resume_from) fail_on(file_.write(layout_->header(0, 0, half_)));
   }
 
   ~EmbeddingFileWriter() override { abandon(); }
@@ -138,6 +143,16 @@ class EmbeddingFileWriter final : public DocumentWriter {
     leave_partial();
   }
 
+  SyncPoint sync() override {
+    if (done_) throw Error(fmt::format("'{}': sync after close", path_.string()));
+    finish_writing();
+    const SyncPoint sidecar = sidecar_writer_->sync();
+    const auto start = Clock::now();
+    fail_on(file_.sync());
+    write_seconds_ += seconds_since(start);
+    return SyncPoint{rows_in_file_, file_.bytes(), sidecar.bytes};
+  }
+
   WriterStats stats() const override {
     WriterStats s = sidecar_writer_->stats();
     s.documents = rows_;
@@ -157,6 +172,24 @@ class EmbeddingFileWriter final : public DocumentWriter {
       throw Error(fmt::format("dtype: expected float32 or float16, got '{}'", dtype));
     }
     return dtype == "float16";
+  }
+
+  // The rows before a resume point, and their width from the bytes they take.
+  void resume_rows(const SyncPoint& point) {
+    const std::uint64_t header = layout_->header_bytes();
+    const std::uint64_t element = half_ ? 2 : 4;
+    rows_ = rows_in_file_ = point.documents;
+    if (point.documents == 0) {
+      if (point.bytes != header)
+        throw Error(fmt::format("cannot resume '{}': no rows but {} bytes", path_.string(), point.bytes));
+      return;
+    }
+    const std::uint64_t data = point.bytes < header ? 0 : point.bytes - header;
+    if (data == 0 || data % (point.documents * element) != 0) {
+      throw Error(fmt::format("cannot resume '{}': {} bytes do not hold {} rows", path_.string(), point.bytes,
+                              point.documents));
+    }
+    dim_ = static_cast<std::int64_t>(data / (point.documents * element));
   }
 
   // Checks every document first, so a bad batch adds no row.

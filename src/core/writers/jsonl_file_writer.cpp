@@ -51,6 +51,10 @@ class JsonlFileWriter final : public DocumentWriter {
   // `file` is PATH.partial, or standard output.
   JsonlFileWriter(std::unique_ptr<OutputFile> file, const WriterOptions& options)
       : path_(file->path()), fields_(options.fields), file_(std::move(file)) {
+    if (options.resume_from) {
+      stats_.documents = handed_ = options.resume_from->documents;
+      stats_.formatted_bytes = options.resume_from->bytes;
+    }
     std::size_t threads = options.threads;
     if (threads == 0) threads = std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, 8);
     threads_ = threads;
@@ -108,6 +112,31 @@ class JsonlFileWriter final : public DocumentWriter {
     file_->leave_partial(file_->bytes() > 0);
   }
 
+  SyncPoint sync() override {
+    std::unique_lock lock(mutex_);
+    throw_if_failed(lock);
+    if (closing_) throw Error(fmt::format("'{}': sync after close", path_.string()));
+    sync_wanted_ = true;
+    done_.notify_all();
+    // Help format meanwhile: on a small machine the caller's thread is one of few.
+    while (stats_.documents < handed_ && error_.empty()) {
+      if (!todo_.empty()) {
+        format_one(lock);
+      } else {
+        done_.wait(lock);
+      }
+    }
+    sync_wanted_ = false;
+    throw_if_failed(lock);
+    const SyncPoint point{stats_.documents, file_->bytes(), 0};
+    lock.unlock();
+    const auto start = Clock::now();
+    if (std::string error = file_->sync(); !error.empty()) throw Error(error);
+    lock.lock();
+    stats_.write_seconds += seconds_since(start);
+    return point;
+  }
+
   WriterStats stats() const override {
     std::lock_guard lock(mutex_);
     WriterStats s = stats_;
@@ -161,6 +190,7 @@ class JsonlFileWriter final : public DocumentWriter {
       order_.push_back(std::move(p));
     }
     queued_documents_ += n;
+    handed_ += n;
     work_.notify_all();
   }
 
@@ -225,14 +255,14 @@ class JsonlFileWriter final : public DocumentWriter {
     while (true) {
       const bool woke = done_.wait_for(lock, kIdleFlush, [&] {
         return (!order_.empty() && order_.front()->formatted) || (closing_ && order_.empty()) || abandoning_ ||
-               !error_.empty();
+               !error_.empty() || (sync_wanted_ && !block.empty());
       });
       const std::size_t taken = take_formatted(block);
       block_documents += taken;
       queued_documents_ -= taken;
       if (taken) done_.notify_all();
       const bool finished = abandoning_ || !error_.empty() || (closing_ && order_.empty());
-      if (!block.empty() && (block.size() >= kBlockBytes || !woke || finished)) {
+      if (!block.empty() && (block.size() >= kBlockBytes || !woke || finished || sync_wanted_)) {
         lock.unlock();
         const auto start = Clock::now();
         std::string error = file_->write(block);
@@ -246,6 +276,7 @@ class JsonlFileWriter final : public DocumentWriter {
         }
         block.clear();
         block_documents = 0;
+        done_.notify_all();  // a sync() may be waiting for these documents
       }
       if (finished) return;
     }
@@ -272,6 +303,8 @@ class JsonlFileWriter final : public DocumentWriter {
   std::deque<std::unique_ptr<Piece>> order_;  // every piece not yet written, in output order
   std::deque<Piece*> todo_;                   // pieces not yet formatted, in output order
   std::size_t queued_documents_ = 0;
+  std::uint64_t handed_ = 0;                          // documents handed to write() (and any before a resume point)
+  bool sync_wanted_ = false;                          // a sync() waits: write a partly filled block at once
   std::atomic<std::size_t> bytes_per_document_{512};  // of the last piece: sizes the next piece's string
   bool closing_ = false, abandoning_ = false, closed_ = false;
   std::string error_;
@@ -283,6 +316,10 @@ class JsonlFileWriter final : public DocumentWriter {
 }  // namespace
 
 std::unique_ptr<DocumentWriter> open_jsonl_writer(const std::filesystem::path& path, const WriterOptions& options) {
+  if (options.resume_from) {
+    return std::make_unique<JsonlFileWriter>(
+        std::make_unique<OutputFile>(path, OutputFile::Resume{options.resume_from->bytes}), options);
+  }
   return std::make_unique<JsonlFileWriter>(std::make_unique<OutputFile>(path), options);
 }
 

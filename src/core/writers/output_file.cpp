@@ -38,6 +38,27 @@ OutputFile::OutputFile(std::filesystem::path path) : path_(std::move(path)) {
   if (fd_ < 0) throw Error(fmt::format("cannot write '{}': {}", path_.string(), std::strerror(errno)));
 }
 
+OutputFile::OutputFile(std::filesystem::path path, Resume resume) : path_(std::move(path)) {
+  const std::filesystem::path partial = partial_path();
+  fd_ = ::open(partial.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd_ < 0) throw Error(fmt::format("cannot resume '{}': {}", partial.string(), std::strerror(errno)));
+  const off_t size = ::lseek(fd_, 0, SEEK_END);
+  if (size < 0 || static_cast<std::uint64_t>(size) < resume.keep_bytes) {
+    ::close(fd_);
+    fd_ = -1;
+    throw Error(fmt::format("cannot resume '{}': it holds {} bytes, fewer than the {} its run synced", partial.string(),
+                            size, resume.keep_bytes));
+  }
+  if (::ftruncate(fd_, static_cast<off_t>(resume.keep_bytes)) != 0 ||
+      ::lseek(fd_, static_cast<off_t>(resume.keep_bytes), SEEK_SET) < 0) {
+    const int error = errno;
+    ::close(fd_);
+    fd_ = -1;
+    throw Error(fmt::format("cannot resume '{}': {}", partial.string(), std::strerror(error)));
+  }
+  bytes_.store(resume.keep_bytes);
+}
+
 OutputFile::OutputFile(StandardOutput) : path_("-"), fd_(STDOUT_FILENO), standard_output_(true) {}
 
 OutputFile::~OutputFile() {
@@ -69,6 +90,12 @@ std::string OutputFile::write_at(std::uint64_t offset, std::string_view data) {
     data.remove_prefix(static_cast<std::size_t>(n));
     offset += static_cast<std::uint64_t>(n);
   }
+  return {};
+}
+
+std::string OutputFile::sync() {
+  if (standard_output_ || fd_ < 0) return {};
+  if (::fdatasync(fd_) != 0) return fmt::format("syncing '{}' failed: {}", path_.string(), std::strerror(errno));
   return {};
 }
 

@@ -1,0 +1,210 @@
+"""`flowline run --resume` with real processes (issue 55 §1): runs killed with SIGKILL at random moments and
+resumed, five times in a row, end in a file equal byte for byte to one uninterrupted run's; a partial that is
+not this run's (a changed input, another flow, a partial without its manifest, one cut shorter than its
+sync point, one whose record at the sync point is another document) is refused and left as it was.
+
+    test_resume.py LAUNCHER SOURCE_DIR CASE     CASE: jsonl | npy | refusals
+
+The tiny random checkpoint tests/data/tiny-models/bert-all-poolings-dense encodes the first lines of the
+corpus (../shared/data/corpus, else the repository's README) on the CPU. Every run is bounded (120 s) and
+killed on the way out; the scratch folder is removed whatever happens. The random kill moments come from a
+seed printed first (FLOWLINE_RESUME_SEED repeats a run).
+"""
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+DEADLINE = 120
+KILLS = 5
+
+
+class Runner:
+    def __init__(self, launcher, source_dir, scratch):
+        self.launcher = launcher
+        self.scratch = scratch
+        model = os.path.join(source_dir, "tests/data/tiny-models/bert-all-poolings-dense")
+        self.flow = os.path.join(scratch, "flow.yml")
+        with open(self.flow, "w") as f:
+            f.write("jtype: Flow\nexecutors:\n  - name: encoder\n    uses: SentenceEncoder\n    device: cpu\n"
+                    f"    with:\n      model: {model}\n      batch_size: 32\n")
+        corpus = os.path.join(source_dir, "..", "shared", "data", "corpus", "alice-in-wonderland.txt")
+        if not os.path.exists(corpus):
+            corpus = os.path.join(source_dir, "README.md")
+        self.input = os.path.join(scratch, "input.txt")
+        with open(corpus, encoding="utf-8") as f, open(self.input, "w", encoding="utf-8") as out:
+            out.writelines(f.readlines()[:3000])
+        self.children = []
+
+    def args(self, output, *extra, flow=None):
+        return [self.launcher, "run", flow or self.flow, "--input", self.input, "--output", output,
+                "--progress", "never", "--request-size", "50", "--sync-every", "120", *extra]
+
+    def run(self, output, *extra, flow=None):
+        return subprocess.run(self.args(output, *extra, flow=flow), cwd=self.scratch, capture_output=True, text=True,
+                              timeout=DEADLINE)
+
+    def run_and_kill(self, output, delay, *extra):
+        """Starts a run, waits until its output has a sync point past the one it started from, then sends SIGKILL
+        `delay` seconds later (so every kill lands in a run that made progress, at a random moment of it);
+        returns the exit code (0 when the run ended first)."""
+        start = max(synced_documents(output), 0)
+        child = subprocess.Popen(self.args(output, *extra), cwd=self.scratch, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+        self.children.append(child)
+        deadline = time.monotonic() + DEADLINE
+        while child.poll() is None and synced_documents(output) <= start:
+            check(time.monotonic() < deadline, "a run made no progress within the deadline")
+            time.sleep(0.01)
+        try:
+            child.wait(timeout=delay)
+        except subprocess.TimeoutExpired:
+            child.kill()
+        return child.wait(timeout=DEADLINE)
+
+    def close(self):
+        for child in self.children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+
+
+def synced_documents(output):
+    try:
+        return json.loads(read(output + ".resume.json"))["synced"]["documents"]
+    except (OSError, ValueError, KeyError):
+        return -1  # none yet, or being replaced this moment
+
+
+def files_of(output):
+    if output.endswith(".npy"):
+        return [output, output[:-4] + ".docs.jsonl"]
+    return [output]
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def check(condition, message):
+    if not condition:
+        raise AssertionError(message)
+
+
+def a_run_killed_five_times_and_resumed_equals_an_uninterrupted_run(r, rng, extension):
+    reference = os.path.join(r.scratch, "reference" + extension)
+    done = r.run(reference)
+    check(done.returncode == 0, f"the uninterrupted run failed: {done.stderr}")
+    output = os.path.join(r.scratch, "resumed" + extension)
+    partial = output + ".partial"
+    kills = 0
+    for attempt in range(KILLS):
+        code = r.run_and_kill(output, rng.uniform(0.0, 0.3), *(["--resume"] if attempt else []))
+        if code == 0:
+            break  # it finished before the kill: the output is complete
+        kills += 1
+        check(code == -9, f"a killed run exited {code}")
+        if os.path.exists(partial + "") and os.path.exists(output + ".resume.json"):
+            synced = json.loads(read(output + ".resume.json"))["synced"]["documents"]
+            print(f"kill {kills}: {synced} documents synced, partial of {os.path.getsize(partial)} bytes")
+    # A run that ends before its kill (near the end of the input) ends the series early; most must be killed.
+    check(kills >= 3, f"only {kills} of the runs were killed before they ended")
+    final = r.run(output, "--resume", "--stats-json", os.path.join(r.scratch, "stats.json"))
+    check(final.returncode == 0, f"the last --resume failed ({final.returncode}): {final.stderr}")
+    for want, got in zip(files_of(reference), files_of(output)):
+        check(read(want) == read(got), f"'{got}' differs from the uninterrupted run's '{want}'")
+    check(not os.path.exists(output + ".resume.json"), "the manifest stayed beside a complete output")
+    if "nothing to resume" in final.stderr:  # a run ended before its kill: the last --resume had nothing to do
+        print(f"{extension}: {kills} kills, then equal to the uninterrupted run byte for byte")
+        return
+    resume = json.loads(read(os.path.join(r.scratch, "stats.json")))["resume"]
+    documents = read(files_of(reference)[-1]).count(b"\n")
+    check(resume["skipped_documents"] + resume["left_documents"] == documents,
+          f"skipped + left is not the input's {documents} documents: {resume}")
+    print(f"{extension}: {kills} kills, then equal to the uninterrupted run byte for byte ({resume})")
+
+
+def expect_refusal(r, output, words, *extra, flow=None):
+    partial = output + ".partial"
+    before = read(partial) if os.path.exists(partial) else None
+    done = r.run(output, "--resume", *extra, flow=flow)
+    check(done.returncode == 2, f"--resume was not refused (exit {done.returncode}): {done.stderr}")
+    check(words in done.stderr, f"the refusal does not say '{words}': {done.stderr}")
+    after = read(partial) if os.path.exists(partial) else None
+    check(before == after, "a refused --resume changed the partial")
+    print(f"refused: {done.stderr.strip().splitlines()[-1]}")
+
+
+def leave_partial(r, output):
+    """A run killed once its output holds a sync point."""
+    child = subprocess.Popen(r.args(output), cwd=r.scratch, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    r.children.append(child)
+    manifest = output + ".resume.json"
+    deadline = time.monotonic() + DEADLINE
+    while time.monotonic() < deadline and child.poll() is None:
+        if os.path.exists(manifest) and json.loads(read(manifest))["synced"]["documents"] > 0:
+            break
+        time.sleep(0.02)
+    child.kill()
+    child.wait()
+    check(os.path.exists(output + ".partial"), "the killed run left no partial")
+
+
+def a_partial_that_is_not_this_runs_is_refused(r):
+    output = os.path.join(r.scratch, "out.jsonl")
+    leave_partial(r, output)
+    expect_refusal(r, output, "another flow file", flow=shutil.copy(r.flow, os.path.join(r.scratch, "other.yml")))
+    expect_refusal(r, output, "a changed flow", "--set", "encoder.batch_size=16")
+    original = read(r.input)
+    with open(r.input, "ab") as f:
+        f.write(b"one more line\n")
+    expect_refusal(r, output, "a changed input")
+    with open(r.input, "wb") as f:
+        f.write(original)
+    # The record at the sync point names another document (a partial copied from elsewhere).
+    synced = json.loads(read(output + ".resume.json"))["synced"]
+    text = read(output + ".partial")
+    last_id = synced["last_id"].encode()
+    at = text.rindex(last_id, 0, synced["bytes"])
+    with open(output + ".partial", "r+b") as f:
+        f.seek(at)
+        f.write(b"f" * len(last_id))
+    expect_refusal(r, output, "not this run's partial")
+    with open(output + ".partial", "r+b") as f:
+        f.seek(at)
+        f.write(last_id)
+    os.truncate(output + ".partial", synced["bytes"] - 1)
+    expect_refusal(r, output, "fewer than the")
+    os.remove(output + ".resume.json")
+    expect_refusal(r, output, "not the partial of a run that can be resumed")
+    # A complete output: nothing to resume, and it stays as it is.
+    complete = os.path.join(r.scratch, "complete.jsonl")
+    check(r.run(complete).returncode == 0, "a run failed")
+    again = r.run(complete, "--resume")
+    check(again.returncode == 0 and "nothing to resume" in again.stderr, f"--resume of a complete output: {again}")
+
+
+def main():
+    launcher, source_dir, case = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2]), sys.argv[3]
+    seed = int(os.environ.get("FLOWLINE_RESUME_SEED", random.randrange(1 << 30)))
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    scratch = tempfile.mkdtemp(prefix="flowline-resume-")
+    r = Runner(launcher, source_dir, scratch)
+    try:
+        if case == "refusals":
+            a_partial_that_is_not_this_runs_is_refused(r)
+        else:
+            a_run_killed_five_times_and_resumed_equals_an_uninterrupted_run(r, rng, "." + case)
+    finally:
+        r.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
