@@ -8,7 +8,11 @@ regions on a loaded machine and blur everything), --runs times, and reads the ta
 the logits back on the host) and post_seconds (softmax, aggregation, chunks). Prints the best run's
 microseconds per paragraph and per token of each phase; host = tokenize + post is what a GPU does not take.
 
-  python3 bench/ner_host.py [--flowline build/src/flowline] [--repeat 5] [--runs 3]
+  python3 bench/ner_host.py [--flowline build/src/flowline] [--repeat 5] [--runs 3] [--before-lib DIR]
+
+--before-lib DIR: a folder holding another build's libflowline_token_classifier.so.0 (the launcher's plugin
+finds it through LD_LIBRARY_PATH, which RUNPATH yields to); its runs alternate with the current build's, so
+both see the same load on a shared machine, and both are printed.
 """
 import argparse
 import json
@@ -21,8 +25,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def one_run(flowline, corpus, out_dir, stats):
+def one_run(flowline, corpus, out_dir, stats, lib=None):
     env = dict(os.environ, OMP_NUM_THREADS="1", FLOWLINE_OUT_DIR=str(out_dir))
+    if lib:
+        env["LD_LIBRARY_PATH"] = str(Path(lib).resolve())
     cmd = [flowline, "run", str(ROOT / "flows/ner.yml"), "--input", str(corpus), "--input-format", "paragraphs",
            "--stats-json", str(stats), "--overwrite"]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -42,15 +48,27 @@ def main():
     ap.add_argument("--corpus", default=str(ROOT / "../shared/data/corpus/alice-in-wonderland.txt"))
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--before-lib", help="folder of an older libflowline_token_classifier.so.0 to compare")
     args = ap.parse_args()
+    builds = {"current": None} if not args.before_lib else {"before": args.before_lib, "current": None}
+    runs = {name: [] for name in builds}
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "corpus.txt"
         text = Path(args.corpus).read_text()
         corpus.write_text("\n\n".join([text] * args.repeat))
-        runs = [one_run(args.flowline, corpus, Path(tmp), Path(tmp) / "stats.json") for _ in range(args.runs)]
+        for _ in range(args.runs):
+            for name, lib in builds.items():
+                runs[name].append(one_run(args.flowline, corpus, Path(tmp), Path(tmp) / "stats.json", lib))
+    for name in builds:
+        if len(builds) > 1:
+            print(f"{name}:")
+        report(runs[name], args.runs)
+
+
+def report(runs, count):
     best = min(runs, key=lambda m: m["tokenize_seconds"] + m["post_seconds"])
     texts, tokens = best["texts"], best["tokens"]
-    print(f"{int(texts)} paragraphs, {int(tokens)} tokens (best of {args.runs} runs by host time)")
+    print(f"{int(texts)} paragraphs, {int(tokens)} tokens (best of {count} runs by host time)")
     for phase in ("tokenize", "model", "post"):
         s = best[f"{phase}_seconds"]
         print(f"  {phase:9s} {s * 1e6 / texts:8.1f} us/paragraph {s * 1e6 / tokens:7.3f} us/token")

@@ -121,7 +121,10 @@ class TokenClassifier : public Executor {
                                            ignore_param(boost::json::array{"O"}, "labels left out"),
                                            stride_param(0,
                                                         "tokens shared by consecutive windows of a text longer "
-                                                        "than max_seq_length; 0: such a text is truncated")});
+                                                        "than max_seq_length; 0: such a text is truncated"),
+                                           ParamSpec::optional("warmup", ParamType::Bool, true,
+                                                               "run a few passes at start so the first requests do "
+                                                               "not pay for CUDA and allocator set-up")});
     spec.replicas_per_gpu = 2;
     return spec;
   }
@@ -151,11 +154,42 @@ class TokenClassifier : public Executor {
         !warning.empty() && runtime().replica == 0) {
       spdlog::warn("{}", warning);
     }
+    if (params().get<bool>("warmup")) warm_up();
     bind("/token-classification", &TokenClassifier::tag);
     bind_default(&TokenClassifier::tag);
   }
 
  private:
+  // Passes over windows of the lengths real passes have, so the CUDA context, cuBLAS, the attention kernels
+  // (CUDA loads modules lazily) and the caching allocator are set up before the first request: a fresh
+  // process's first request would otherwise pay for them (a short run, as seed 4's 881 paragraphs in three
+  // requests, mostly). On the CPU one short pass (the cost there is compute, not set-up).
+  void warm_up() {
+    constexpr std::size_t kMaxWarmupTokens = 1 << 15;
+    c10::InferenceMode guard;
+    std::optional<c10::StreamGuard> on_stream;
+    if (replica_.stream) on_stream.emplace(*replica_.stream);
+    const std::size_t max_length = replica_.max_length;
+    std::vector<std::pair<std::size_t, std::size_t>> shapes;  // (windows, length)
+    if (replica_.device.is_cuda()) {
+      for (const std::size_t len : {max_length, std::size_t{128}, std::size_t{64}, std::size_t{16}}) {
+        const std::size_t length = std::min(len, max_length);
+        const std::size_t most = std::max<std::size_t>(1, kMaxWarmupTokens / length);
+        shapes.emplace_back(std::min(replica_.planner.budget().max_sequences, most), length);
+      }
+    } else {
+      shapes.emplace_back(1, std::min<std::size_t>(16, max_length));
+    }
+    const std::vector<std::int32_t> text = replica_.tokenizer->encode("warm up");  // real ids, specials too
+    if (text.empty()) return;
+    for (const auto [count, length] : shapes) {
+      std::vector<std::int32_t> ids(count * length);
+      for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = text[i % length % text.size()];
+      const std::vector<std::int64_t> lengths(count, static_cast<std::int64_t>(length));
+      (void)replica_.model->logits(models::PackedBatch{ids, lengths, {}, {}}).to(at::kCPU);
+    }
+  }
+
   static ParamSpec strategy_param(boost::json::value default_value, std::string help) {
     ParamSpec spec = ParamSpec::choice("aggregation_strategy", {"none", "simple", "first", "average", "max"}, "simple",
                                        std::move(help));

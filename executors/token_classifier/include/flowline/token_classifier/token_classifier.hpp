@@ -33,7 +33,9 @@
 // validation refuses a folder without the head's weights, without id2label, or of an architecture without a
 // token head, naming the file and what is missing), device, dtype (fp32, fp16, bf16), max_seq_length,
 // batch_size (windows per forward pass), aggregation_strategy (default simple, the Inference API's; the
-// pipeline's own default is none), ignore_labels, stride. A request's parameters aggregation_strategy,
+// pipeline's own default is none), ignore_labels, stride, warmup (default true: at start, passes over dummy
+// windows of max_seq_length, 128, 64 and 16 tokens on a GPU, one short pass on the CPU, so a fresh process's
+// first request does not pay for CUDA and allocator set-up). A request's parameters aggregation_strategy,
 // ignore_labels and stride override these for that request (a bad value fails the request).
 // Endpoints: "/token-classification" and the default.
 //
