@@ -1,0 +1,154 @@
+"""PgVectorWriter's load rate (issue 55 §3): 384-dimension embeddings given, rows/s into a table without an
+index, beside psycopg's COPY ... FROM STDIN (FORMAT BINARY) with pgvector's adapter, in the same run against
+the same throwaway server (tests/pgvector/pg_server.py: PyPI pgserver's PostgreSQL with pgvector, Unix socket,
+fsync off for both).
+
+  .venv/bin/python bench/pgvector_writer.py [--rows 200000] [--dim 384] [--request 1024] [--runs 3] [--replicas 1]
+
+Needs pgserver, psycopg, pgvector and numpy in the Python that runs it (.venv has them after
+`.venv/bin/pip install psycopg[binary] pgvector`; setup.sh installs pgserver and numpy).
+
+Both sides write the same rows (id, text, tags {}, embedding) with the same batching: one transaction per
+request of --request rows. Figures, best of --runs, each on a freshly dropped table:
+  - flowline end to end: `flowline run` of a flow holding the writer alone (on_conflict: error, plain COPY)
+    over a JSONL file of the rows, documents / (post window + closing), as --stats-json reports: includes
+    reading and parsing the JSONL (384 numbers a line) on the launcher's reader threads;
+  - flowline writer: rows / the writer's own time (its copy_seconds + commit_seconds metrics: encoding the
+    COPY stream, sending it, the server's work, COMMIT), the part that compares with psycopg;
+  - flowline upsert: the same end to end with on_conflict: update (staging table + INSERT ... ON CONFLICT);
+  - psycopg: rows / wall time of the COPY loop from numpy rows already in memory;
+  - reader alone: the same `flowline run` with a NoOp instead of the writer: the ceiling the JSONL input sets
+    on the end-to-end figure.
+After each side the table's content digest (md5 of the vector_send bytes in id order) is compared: both
+sides must have stored the same bits.
+"""
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import psycopg
+from pgvector.psycopg import register_vector
+from psycopg.types.json import Jsonb
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SERVER = ROOT / "tests/pgvector/pg_server.py"
+DIGEST = "SELECT count(*), md5(string_agg(encode(vector_send(embedding), 'hex'), '' ORDER BY id)) FROM {}"
+
+
+def make_input(path, ids, texts, vectors):
+    with open(path, "w") as f:
+        for i, t, v in zip(ids, texts, vectors):
+            doc = {"id": i, "text": t, "embedding": {"dtype": "float32", "shape": [len(v)], "data": v.tolist()}}
+            f.write(json.dumps(doc) + "\n")
+
+
+def flowline_run(args, uri, flow, jsonl, work):
+    stats = work / "stats.json"
+    cmd = [str(args.launcher), "run", str(flow), "--input", str(jsonl), "--progress", "never", "--stats-json",
+           str(stats), "--request-size", str(args.request)]
+    if "noop" not in flow.name:
+        cmd += ["--set", f"db.uri={uri}"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"flowline run failed:\n{done.stdout}{done.stderr}")
+    s = json.loads(stats.read_text())
+    end_to_end = s["documents"] / (s["seconds"] + s["after_post_seconds"])
+    if "noop" in flow.name:
+        return end_to_end, None, s["documents"]
+    replicas = [r["metrics"] for r in s["replicas"] if r["executor"] == "db"]
+    rows = sum(m.get("rows", 0) for m in replicas)
+    # Replicas write at once: the writer's time is the busiest replica's.
+    writer = rows / max(m.get("copy_seconds", 0) + m.get("commit_seconds", 0) for m in replicas)
+    return end_to_end, writer, int(rows)
+
+
+def psycopg_run(conn, table, ids, texts, vectors, request):
+    start = time.perf_counter()
+    for at in range(0, len(ids), request):
+        with conn.transaction():
+            with conn.cursor().copy(f"COPY {table} (id, text, tags, embedding) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(["text", "text", "jsonb", "vector"])
+                for k in range(at, min(at + request, len(ids))):
+                    copy.write_row((ids[k], texts[k], Jsonb({}), vectors[k]))
+    return len(ids) / (time.perf_counter() - start)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rows", type=int, default=200_000)
+    p.add_argument("--dim", type=int, default=384)
+    p.add_argument("--request", type=int, default=1024)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--replicas", type=int, default=1, help="the writer's replicas (connections) in the flow")
+    p.add_argument("--launcher", default=str(ROOT / "build/src/flowline"))
+    args = p.parse_args()
+
+    started = subprocess.run([sys.executable, str(SERVER), "start"], capture_output=True, text=True, timeout=120)
+    if started.returncode != 0:
+        sys.exit(f"cannot start the test server: {started.stderr}")
+    folder = json.loads(started.stdout)["socket_dir"]
+    uri = f"postgresql://postgres@/postgres?host={folder}"
+    try:
+        with tempfile.TemporaryDirectory(prefix="pgbench-") as tmp:
+            work = pathlib.Path(tmp)
+            rng = np.random.default_rng(55)
+            vectors = rng.standard_normal((args.rows, args.dim), dtype=np.float32)
+            ids = [f"doc-{i:08d}" for i in range(args.rows)]
+            texts = [f"passage {i}: some text of the length of a short sentence or two" for i in range(args.rows)]
+            jsonl = work / "rows.jsonl"
+            make_input(jsonl, ids, texts, vectors)
+            flows = {}
+            flows["noop"] = work / "flow-noop.yml"
+            flows["noop"].write_text("jtype: Flow\nexecutors:\n  - name: db\n    uses: NoOp\n")
+            for mode in ("error", "update"):
+                flows[mode] = work / f"flow-{mode}.yml"
+                flows[mode].write_text("jtype: Flow\nexecutors:\n  - name: db\n    uses: PgVectorWriter\n"
+                                       f"    replicas: {args.replicas}\n"
+                                       f"    with: {{table: bench, on_conflict: {mode}, dimension: {args.dim}}}\n")
+            conn = psycopg.connect(uri, autocommit=True)
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            register_vector(conn)
+            ddl = f"CREATE TABLE bench (id text PRIMARY KEY, text text, tags jsonb, embedding vector({args.dim}))"
+            results = {"flowline end to end": [], "flowline writer": [], "flowline upsert end to end": [],
+                       "psycopg": [], "reader alone (NoOp)": []}
+            digests = set()
+            for _ in range(args.runs):
+                results["reader alone (NoOp)"].append(flowline_run(args, uri, flows["noop"], jsonl, work)[0])
+                for side in ("flowline", "upsert", "psycopg"):
+                    conn.execute("DROP TABLE IF EXISTS bench")
+                    conn.execute("CHECKPOINT")
+                    if side == "psycopg":
+                        conn.execute(ddl)
+                        results["psycopg"].append(psycopg_run(conn, "bench", ids, texts, vectors, args.request))
+                    else:
+                        e2e, writer, rows = flowline_run(args, uri, flows["error" if side == "flowline" else "update"],
+                                                         jsonl, work)
+                        assert rows == args.rows, rows
+                        if side == "flowline":
+                            results["flowline end to end"].append(e2e)
+                            results["flowline writer"].append(writer)
+                        else:
+                            results["flowline upsert end to end"].append(e2e)
+                    digests.add(tuple(conn.execute(DIGEST.format("bench")).fetchone()))
+            if len(digests) != 1:
+                sys.exit(f"the sides stored different rows: {digests}")
+            best = {k: max(v) for k, v in results.items()}
+            print(json.dumps({"rows": args.rows, "dim": args.dim, "request": args.request, "runs": args.runs,
+                              "replicas": args.replicas,
+                              "rows_per_s_best": {k: round(v) for k, v in best.items()},
+                              "rows_per_s_all": {k: [round(x) for x in v] for k, v in results.items()},
+                              "writer_over_psycopg": round(best["flowline writer"] / best["psycopg"], 2),
+                              "end_to_end_over_psycopg": round(best["flowline end to end"] / best["psycopg"], 2),
+                              "same_rows_digest": list(digests)[0][1]}, indent=2))
+    finally:
+        subprocess.run([sys.executable, str(SERVER), "stop", folder], capture_output=True, timeout=120)
+
+
+if __name__ == "__main__":
+    main()
