@@ -230,6 +230,7 @@ class RegexReplace final : public Normalizer {
       head.replaced(end, content_.size());
       s.other.append(s.text, previous, begin - previous);
       s.other.append(content_);
+      past_bound(s, s.other.size());
       if (s.track) replaced_aligned(s, previous, begin, end, content_.size());
       previous = end;
       matched = true;

@@ -264,6 +264,7 @@ class Replace final : public Normalizer {
       head.replaced(hit + pattern_.size(), content_.size());
       s.other.append(s.text, at, hit - at);
       s.other.append(content_);
+      past_bound(s, s.other.size());
       if (s.track) replaced_aligned(s, at, hit, hit + pattern_.size(), content_.size());
     }
     head.copied(at, s.text.size());
@@ -390,7 +391,10 @@ void add_normalizer(const json::value& v, const Origin& origin, NormalizerList& 
   const auto it = table.find(type);
   if (it == table.end())
     refuse(origin, fmt::format("normalizer '{}' is not supported (supported: {})", type, names_of(table)));
+  const std::size_t before = out.size();
   it->second(o, origin, out);
+  for (std::size_t i = before; i < out.size(); ++i)  // a Sequence's members have their own already
+    if (out[i]->origin.file.empty() && out[i]->origin.path.empty()) out[i]->origin = origin;
 }
 
 }  // namespace flowline::models::tokenizers

@@ -4,6 +4,8 @@
 #include "pipeline.hpp"
 #include "unicode.hpp"
 
+#include "flowline/error.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -48,19 +50,13 @@ void split_added(std::basic_string_view<Char> text, const AddedMatcher<Char>& m,
                  Token&& token, Piece&& piece) {
   std::size_t taken = 0;  // where the last token taken ends, with its whitespace
   for (std::size_t i = 0; i < text.size();) {
-    const AddedToken* match = nullptr;
-    std::size_t length = 0;
-    if (m.first[low_byte(text[i])])
-      for (const auto& e : m.entries)
-        if (text.compare(i, e.content.size(), e.content) == 0) {
-          match = &e.token;
-          length = e.content.size();
-          break;
-        }
-    if (match == nullptr) {
+    const auto* entry = m.first[low_byte(text[i])] ? m.longest_at(text, i) : nullptr;
+    if (entry == nullptr) {
       ++i;
       continue;
     }
+    const AddedToken* match = &entry->token;
+    const std::size_t length = entry->content.size();
     std::size_t start = i, stop = i + length;
     i = stop;
     if (match->single_word && ((start > 0 && is_word_char(point_at(text, point_before(text, start)))) ||
@@ -105,7 +101,17 @@ Align join(const std::vector<Align>& align, std::size_t begin, std::size_t end) 
 // then those with normalized: true are matched in it (tokenizers' extract_and_normalize).
 // Places count code points of the text: `chars` is how many lie before the stretch or token at hand (the
 // callbacks come in the text's order, back to back).
+void Normalizer::refuse_normalized(const Scratch& s, std::size_t made) const {
+  refuse(origin,
+         fmt::format("the text is refused: normalizing makes more than {} code points of a stretch of {} "
+                     "(the bound: {} per code point plus {}, at most {}); {} so far",
+                     s.max_chars, s.stretch_chars, kNormalizedPerChar, kNormalizedFloor, kMaxNormalizedChars, made));
+}
+
 void Pipeline::tokens(std::string_view text, std::vector<std::int32_t>& ids, std::vector<TokenPlace>* places) const {
+  if (text.size() > kMaxTextBytes)
+    throw Error(fmt::format("tokenizer '{}': the text is refused: {} bytes, over the bound of {} bytes per text", file,
+                            text.size(), kMaxTextBytes));
   Scratch& s = scratch();
   s.track = places != nullptr;
   std::size_t chars = 0;
@@ -134,7 +140,11 @@ void Pipeline::tokens_of_stretch(std::string_view text, std::size_t begin, std::
     decode_utf8(stretch, s.text);
   s.stretch_chars = s.text.size();
   s.head = begin == 0 && !s.text.empty() ? 1 : 0;
-  for (const auto& n : normalizers) n->normalize(s);
+  s.max_chars = normalized_bound(s.stretch_chars);
+  for (const auto& n : normalizers) {
+    n->normalize(s);
+    n->past_bound(s, s.text.size());
+  }
   if (norm_added.entries.empty()) {
     s.origin = s.head;
     tokens_of_piece(s, ids, places);

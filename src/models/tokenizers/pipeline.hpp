@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -66,8 +67,23 @@ struct Scratch {
   std::size_t stretch_chars = 0;  // the code points of the stretch tokenized last
   std::vector<Align> align, other_align, normalized_align;
   std::vector<Span> pieces;
+  // The most code points normalizing the stretch at hand may make (Pipeline::tokens sets it; normalized_bound()).
+  std::size_t max_chars = static_cast<std::size_t>(-1);
 };
 Scratch& scratch();
+
+// The work bounds per text (Pipeline::tokens refuses a text past them with a flowline::Error naming the limit,
+// the file and, for normalizing, the component's JSON path): the bytes of one text, and the code points a
+// stretch may have after each normalizer (kNormalizedPerChar per code point it had, plus kNormalizedFloor,
+// at most kMaxNormalizedChars). NFKC makes at most 18 of one; a chain of Replace rules can make millions.
+// The regex-step bound is regex.hpp's.
+inline constexpr std::size_t kMaxTextBytes = std::size_t{8} << 20;
+inline constexpr std::size_t kNormalizedPerChar = 32;
+inline constexpr std::size_t kNormalizedFloor = 4096;
+inline constexpr std::size_t kMaxNormalizedChars = std::size_t{16} << 20;
+inline std::size_t normalized_bound(std::size_t chars) {
+  return std::min(kNormalizedPerChar * chars + kNormalizedFloor, kMaxNormalizedChars);
+}
 
 // Where a component came from in error messages: the file and the JSON path ("normalizer.normalizers[1]").
 struct Origin {
@@ -83,6 +99,15 @@ class Normalizer {
   // Rewrites s.text in place (or through s.other) and carries s.head over.
   virtual void normalize(Scratch& s) const = 0;
   virtual std::string name() const = 0;
+  // Where it came from (add_normalizer sets it), for the bound's error; past_bound() refuses a text whose
+  // normalized form in `made` has outgrown s.max_chars.
+  Origin origin;
+  void past_bound(const Scratch& s, std::size_t made) const {
+    if (made > s.max_chars) refuse_normalized(s, made);
+  }
+
+ private:
+  [[noreturn]] void refuse_normalized(const Scratch& s, std::size_t made) const;  // pipeline.cpp
 };
 
 // A Replace normalizer's new s.head: the text it copies from inside the old head, and a replacement whose
@@ -247,15 +272,56 @@ struct AddedToken {
 };
 
 // The added tokens matched in one kind of text, longest first: in the raw text (UTF-8 bytes) or in the
-// normalized text (code points). first[c]: some token starts with c (a code point's low byte).
+// normalized text (code points). first[c]: some token starts with c (a code point's low byte). longest_at()
+// finds the longest token at a place: a few tokens compared one by one, more walked in a trie (edges: a node
+// and a code unit to the next node; ends: a node's entry, the first of the file's tokens with that content),
+// so 100,000 added tokens cost what the longest of them does, not what all of them do. index() builds the trie
+// once the entries are sorted.
 template <class Char>
 struct AddedMatcher {
   struct Entry {
     std::basic_string<Char> content;
     AddedToken token;
   };
+  static constexpr std::size_t kCompared = 4;  // up to this many tokens, compared one by one
   std::vector<Entry> entries;
   bool first[256] = {};
+  std::unordered_map<std::uint64_t, std::uint32_t> edges;
+  std::vector<std::int32_t> ends;
+
+  static std::uint64_t key(std::uint32_t node, Char c) {
+    return (std::uint64_t{node} << 32) | static_cast<std::make_unsigned_t<Char>>(c);
+  }
+  void index() {
+    edges.clear();
+    ends.assign(1, -1);
+    if (entries.size() <= kCompared) return;
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      std::uint32_t node = 0;
+      for (const Char c : entries[i].content) {
+        const auto [it, added] = edges.try_emplace(key(node, c), static_cast<std::uint32_t>(ends.size()));
+        if (added) ends.push_back(-1);
+        node = it->second;
+      }
+      if (ends[node] < 0) ends[node] = static_cast<std::int32_t>(i);
+    }
+  }
+  const Entry* longest_at(std::basic_string_view<Char> text, std::size_t i) const {
+    if (entries.size() <= kCompared) {
+      for (const Entry& e : entries)
+        if (text.compare(i, e.content.size(), e.content) == 0) return &e;
+      return nullptr;
+    }
+    const Entry* found = nullptr;
+    std::uint32_t node = 0;
+    for (std::size_t j = i; j < text.size(); ++j) {
+      const auto it = edges.find(key(node, text[j]));
+      if (it == edges.end()) break;
+      node = it->second;
+      if (ends[node] >= 0) found = &entries[static_cast<std::size_t>(ends[node])];
+    }
+    return found;
+  }
 };
 
 // Where a token came from: its code points of the input, and for trim_offsets the spaces its text starts and ends
@@ -296,6 +362,7 @@ class Pipeline {
   // From the folder's tokenizer_config.json (Tokenizer::from_folder), as transformers reads it:
   bool truncate_left = false;  // truncation_side "left": a sequence loses tokens at its start
   bool type_ids = true;        // model_input_names lists token_type_ids (or the file names none)
+  std::string file;            // tokenizer.json (or vocab.txt), for the bounds' errors
 
   // Appends the ids of `text` without special tokens; with `places`, each id's place too.
   void tokens(std::string_view text, std::vector<std::int32_t>& ids, std::vector<TokenPlace>* places = nullptr) const;

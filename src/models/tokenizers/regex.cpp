@@ -197,7 +197,10 @@ MatchState& match_state() {
 }  // namespace
 
 Regex::Regex(std::string_view pattern, const Origin& origin)
-    : translated_(Translator(pattern, origin).run()), known_(known_pattern(pattern)) {
+    : translated_(Translator(pattern, origin).run()),
+      pattern_(pattern),
+      origin_(origin),
+      known_(known_pattern(pattern)) {
   std::u32string units;
   decode_utf8(translated_, units);
   const std::unique_ptr<pcre2_compile_context, decltype(&pcre2_compile_context_free)> context(
@@ -212,12 +215,22 @@ Regex::Regex(std::string_view pattern, const Origin& origin)
   if (code_ == nullptr)
     refuse(origin, fmt::format("pattern '{}' does not compile with PCRE2: {} (at offset {} of '{}')", pattern,
                                message_of(error), offset, translated_));
-  pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);  // without a JIT, the interpreter matches the same
+  // Without a JIT, the interpreter matches the same. Searches in a window (search()) use partial matching.
+  pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE | PCRE2_JIT_PARTIAL_HARD);
 }
 
 Regex::~Regex() { pcre2_code_free(code_); }
 
-bool Regex::search(std::u32string_view text, std::size_t from, std::size_t& begin, std::size_t& end) const {
+void Regex::refuse_text(const std::string& limit) const {
+  refuse(origin_, fmt::format("pattern '{}': the text is refused: {}", pattern_, limit));
+}
+
+// Windowed search: PCRE2 sees text[0, limit) (what lies before `from` stays visible to lookbehinds). Under
+// PCRE2_PARTIAL_HARD a search that reaches the window's end answers "partial" instead of guessing, and a
+// complete match that ends right at the window's end may have been cut short: either way the window
+// doubles. No match at all means none starts before the window's end: the search goes on from there.
+bool Regex::search(std::u32string_view text, std::size_t from, std::size_t& begin, std::size_t& end,
+                   std::size_t& budget) const {
   if (known_ != KnownPattern::none) {
     const std::size_t known_end = known_match_end(known_, text, from);
     if (known_end != std::u32string_view::npos) {
@@ -229,13 +242,36 @@ bool Regex::search(std::u32string_view text, std::size_t from, std::size_t& begi
   static const PCRE2_UCHAR32 empty = 0;
   MatchState& state = match_state();
   const auto* subject = text.empty() ? &empty : reinterpret_cast<PCRE2_SPTR>(text.data());
-  const int rc = pcre2_match(code_, subject, text.size(), from, PCRE2_NO_UTF_CHECK, state.data, state.context);
-  if (rc == PCRE2_ERROR_NOMATCH) return false;
-  if (rc < 0) throw Error(fmt::format("tokenizer regex '{}': matching failed: {}", translated_, message_of(rc)));
-  const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(state.data);
-  begin = ovector[0];
-  end = ovector[1];
-  return true;
+  // A text of up to kWholeText code points is searched whole: all its searches together cannot give PCRE2
+  // more than the floor of the bound, and a window would only slow the common case down.
+  std::size_t window = text.size() <= kWholeText ? text.size() : 64;
+  for (std::size_t start = from;; window *= 2) {
+    const std::size_t limit = text.size() - start <= window ? text.size() : start + window;
+    const bool whole = limit == text.size();
+    if (limit - start + 1 > budget)
+      refuse_text(
+          fmt::format("its regex steps exceed the bound ({} code points searched per code point of the "
+                      "text plus {}; {} code points)",
+                      kRegexStepsPerChar, kRegexStepsFloor, text.size()));
+    budget -= limit - start + 1;
+    const int rc = pcre2_match(code_, subject, limit, start, PCRE2_NO_UTF_CHECK | (whole ? 0 : PCRE2_PARTIAL_HARD),
+                               state.data, state.context);
+    if (rc == PCRE2_ERROR_PARTIAL) continue;
+    if (rc == PCRE2_ERROR_NOMATCH) {
+      if (whole) return false;
+      start = limit;
+      continue;
+    }
+    if (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT || rc == PCRE2_ERROR_HEAPLIMIT ||
+        rc == PCRE2_ERROR_JIT_STACKLIMIT)
+      refuse_text(fmt::format("one search exceeds PCRE2's limit: {}", message_of(rc)));
+    if (rc < 0) throw Error(fmt::format("tokenizer regex '{}': matching failed: {}", translated_, message_of(rc)));
+    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(state.data);
+    if (!whole && ovector[1] >= limit) continue;
+    begin = ovector[0];
+    end = ovector[1];
+    return true;
+  }
 }
 
 }  // namespace flowline::models::tokenizers

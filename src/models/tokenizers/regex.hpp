@@ -12,6 +12,14 @@
 // exactly (\w, \b, \h, \v, \p{...} other than L and N, nested classes, (?m), (?s)), is refused with a
 // flowline::Error naming the file and the JSON path (refuse() in pipeline.hpp).
 //
+// The work per text is bounded (a pattern such as `a+b|a` costs quadratic time on a long run of a's, in
+// Oniguruma too): in a text of more than kWholeText code points, each search gives PCRE2 a window of the
+// text past its start (64 code points, doubled while a match or a partial match reaches the window's end,
+// PCRE2_PARTIAL_HARD), so the code points it is given bound what it can read; one for_each_match() may give it at most
+// kRegexStepsPerChar per code point of the text plus kRegexStepsFloor in all. Past that, or past PCRE2's own match
+// limit inside one search, the text is refused with a flowline::Error naming the limit, the pattern, the JSON path and
+// the file — never mis-split.
+//
 // Oniguruma's classes differ from PCRE2 10.42's: its Unicode tables are newer (letters and numbers added
 // since) and its \s lacks U+180E. The pattern is translated before it is compiled: \s and \S become
 // Oniguruma's exact set, \p{L}, \p{N} and \d get the code points Oniguruma adds (regex_tables.inc, made by
@@ -38,6 +46,13 @@ KnownPattern known_pattern(std::string_view pattern);
 // patterns starts a match); npos when PCRE2 must answer.
 std::size_t known_match_end(KnownPattern pattern, std::u32string_view text, std::size_t at);
 
+// The regex-step bound of one for_each_match() over n code points: kRegexStepsPerChar * (n + 1) +
+// kRegexStepsFloor code points given to PCRE2 (a pattern whose matches read no further than they reach
+// needs at most ~132 per code point).
+inline constexpr std::size_t kRegexStepsPerChar = 256;
+inline constexpr std::size_t kRegexStepsFloor = std::size_t{1} << 24;
+inline constexpr std::size_t kWholeText = 4096;  // texts searched whole, not in windows (regex.cpp)
+
 class Regex {
  public:
   // `pattern` in UTF-8, as tokenizer.json writes it; `origin` names it in errors.
@@ -54,7 +69,8 @@ class Regex {
     std::size_t from = 0, begin = 0, end = 0;
     bool matched_before = false;
     std::size_t last_end = 0;
-    while (from <= text.size() && search(text, from, begin, end)) {
+    std::size_t budget = kRegexStepsPerChar * (text.size() + 1) + kRegexStepsFloor;
+    while (from <= text.size() && search(text, from, begin, end, budget)) {
       if (begin == end && matched_before && last_end == end) {
         ++from;
         continue;
@@ -69,11 +85,16 @@ class Regex {
   const std::string& translated() const { return translated_; }
 
  private:
-  // The first match at or after `from`; false when there is none.
-  bool search(std::u32string_view text, std::size_t from, std::size_t& begin, std::size_t& end) const;
+  // The first match at or after `from`; false when there is none. Takes the code points given to PCRE2 off
+  // `budget`; refuses the text when it runs out.
+  bool search(std::u32string_view text, std::size_t from, std::size_t& begin, std::size_t& end,
+              std::size_t& budget) const;
+  [[noreturn]] void refuse_text(const std::string& limit) const;
 
   pcre2_real_code_32* code_ = nullptr;
   std::string translated_;
+  std::string pattern_;
+  Origin origin_;
   KnownPattern known_ = KnownPattern::none;
 };
 

@@ -73,6 +73,8 @@ void read_added_tokens(const json::object& root, const std::string& file, Pipeli
   const auto longest_first = [](const auto& x, const auto& y) { return x.content.size() > y.content.size(); };
   std::stable_sort(p.raw_added.entries.begin(), p.raw_added.entries.end(), longest_first);
   std::stable_sort(p.norm_added.entries.begin(), p.norm_added.entries.end(), longest_first);
+  p.raw_added.index();
+  p.norm_added.index();
 }
 
 void read_padding(const json::object& root, const std::string& file, Pipeline& p) {
@@ -90,6 +92,7 @@ void read_padding(const json::object& root, const std::string& file, Pipeline& p
 
 std::unique_ptr<Pipeline> build_pipeline(const json::object& root, const std::string& file) {
   auto p = std::make_unique<Pipeline>();
+  p->file = file;
   build_components(root, file, *p);
   read_added_tokens(root, file, *p);
   read_padding(root, file, *p);
