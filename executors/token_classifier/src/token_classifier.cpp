@@ -280,9 +280,12 @@ class TokenClassifier : public Executor {
   // Tokenizes `text` and cuts it into windows (one without stride), appending each window's ids.
   void prepare(const std::string& text, std::size_t stride, Work& w) {
     const std::size_t content_max = replica_.max_length - replica_.specials;
-    w.encoding = replica_.tokenizer->encode_with_offsets(text, stride > 0 ? 0 : replica_.max_length);
-    // Cut when it filled max_length and the whole text has more tokens (ids alone: the fast path).
-    w.truncated = stride == 0 && w.encoding.ids.size() == replica_.max_length &&
+    // Right truncation keeps the first tokens of the whole encoding, so the whole text is encoded once and
+    // cut here (one window), which also tells whether it was cut; truncation_side left goes through the
+    // tokenizer's own truncation and, when that filled max_length, a second encoding (ids alone) to tell.
+    const bool cut_here = stride == 0 && !replica_.tokenizer->truncates_left();
+    w.encoding = replica_.tokenizer->encode_with_offsets(text, stride > 0 || cut_here ? 0 : replica_.max_length);
+    w.truncated = stride == 0 && !cut_here && w.encoding.ids.size() == replica_.max_length &&
                   replica_.tokenizer->encode(text).size() > replica_.max_length;
     const auto& special = w.encoding.special;
     const std::size_t n = special.size();
@@ -293,7 +296,10 @@ class TokenClassifier : public Executor {
     w.bytes = models::byte_offsets(text, w.encoding.offsets);
     w.windows.clear();
     const std::size_t first = w.prefix, last = n - w.suffix, length = last - first;
-    if (stride == 0 || length <= content_max) {
+    if (cut_here) {
+      w.truncated = length > content_max;
+      w.windows.push_back({first, first + std::min(length, content_max), 0});
+    } else if (stride == 0 || length <= content_max) {
       w.windows.push_back({first, last, 0});
     } else {  // tokenizers' Encoding::truncate with a stride: windows step by content_max - stride
       for (std::size_t start = 0; start < length; start += content_max - stride) {
