@@ -1,9 +1,9 @@
 """`flowline run --resume` with real processes (issue 55 §1): runs killed with SIGKILL at random moments and
-resumed, five times in a row, end in a file equal byte for byte to one uninterrupted run's; a partial that is
+resumed, five times in a row, end in files equal byte for byte to one uninterrupted run's; a partial that is
 not this run's (a changed input, another flow, a partial without its manifest, one cut shorter than its
 sync point, one whose record at the sync point is another document) is refused and left as it was.
 
-    test_resume.py LAUNCHER SOURCE_DIR CASE     CASE: jsonl | npy | refusals
+    test_resume.py LAUNCHER SOURCE_DIR CASE     CASE: jsonl | npy | safetensors | refusals
 
 The tiny random checkpoint tests/data/tiny-models/bert-all-poolings-dense encodes the first lines of the
 corpus (../shared/data/corpus, else the repository's README) on the CPU. Every run is bounded (120 s) and
@@ -81,9 +81,9 @@ def synced_documents(output):
 
 
 def files_of(output):
-    if output.endswith(".npy"):
-        return [output, output[:-4] + ".docs.jsonl"]
-    return [output]
+    """The output and, for a binary format, its sidecar of ids, texts and tags."""
+    stem, extension = os.path.splitext(output)
+    return [output] if extension == ".jsonl" else [output, stem + ".docs.jsonl"]
 
 
 def read(path):
