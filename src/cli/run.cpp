@@ -131,6 +131,17 @@ int find_start(const RunOptions& o, RunSetup& setup) {
                "again: not standard input or a pipe)\n");
     return kExitUsage;
   }
+  // The flow's own writers would start their files anew and complete them with only the documents left:
+  // refused until they resume too.
+  const std::vector<FlowOutput> writers = flow_outputs(setup.config);
+  for (const FlowOutput& w : writers) {
+    const std::string where = w.location.to_string();
+    fmt::print(stderr,
+               "error: {}executor '{}' writes '{}' ({}): --resume continues --output only, not the files a flow's "
+               "executors write; run without --resume, or without that executor\n",
+               where.empty() ? "" : where + ": ", w.executor, w.path.string(), w.parameter);
+  }
+  if (!writers.empty()) return kExitUsage;
   std::error_code ec;
   if (std::filesystem::exists(o.output, ec) && !std::filesystem::exists(partial_path_for(o.output), ec)) {
     fmt::print(stderr, "'{}' is complete: nothing to resume\n", o.output);

@@ -182,6 +182,11 @@ def a_partial_that_is_not_this_runs_is_refused(r):
     expect_refusal(r, output, "fewer than the")
     os.remove(output + ".resume.json")
     expect_refusal(r, output, "not the partial of a run that can be resumed")
+    # A flow whose own executors write files: they would start anew and complete with what is left only.
+    writing = os.path.join(r.scratch, "writing.yml")
+    with open(writing, "w") as f:
+        f.write(read(r.flow).decode() + "  - name: writer\n    uses: JsonlWriter\n    with:\n      path: copy.jsonl\n")
+    expect_refusal(r, output, "--resume continues --output only", flow=writing)
     # A complete output: nothing to resume, and it stays as it is.
     complete = os.path.join(r.scratch, "complete.jsonl")
     check(r.run(complete).returncode == 0, "a run failed")
