@@ -91,6 +91,12 @@ TokenPlace trimmed(Align chars, std::u32string_view text) {
   return place;
 }
 
+// Out of line and cold, so that the check costs the hot path one comparison.
+[[noreturn, gnu::noinline, gnu::cold]] void refuse_text_bytes(const std::string& file, std::size_t bytes) {
+  throw Error(fmt::format("tokenizer '{}': the text is refused: {} bytes, over the bound of {} bytes per text", file,
+                          bytes, kMaxTextBytes));
+}
+
 Align join(const std::vector<Align>& align, std::size_t begin, std::size_t end) {
   return {align[begin].begin, align[end - 1].end};
 }
@@ -109,9 +115,7 @@ void Normalizer::refuse_normalized(const Scratch& s, std::size_t made) const {
 }
 
 void Pipeline::tokens(std::string_view text, std::vector<std::int32_t>& ids, std::vector<TokenPlace>* places) const {
-  if (text.size() > kMaxTextBytes)
-    throw Error(fmt::format("tokenizer '{}': the text is refused: {} bytes, over the bound of {} bytes per text", file,
-                            text.size(), kMaxTextBytes));
+  if (text.size() > kMaxTextBytes) refuse_text_bytes(file, text.size());
   Scratch& s = scratch();
   s.track = places != nullptr;
   std::size_t chars = 0;

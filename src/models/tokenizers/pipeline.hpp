@@ -307,11 +307,13 @@ struct AddedMatcher {
     }
   }
   const Entry* longest_at(std::basic_string_view<Char> text, std::size_t i) const {
-    if (entries.size() <= kCompared) {
-      for (const Entry& e : entries)
-        if (text.compare(i, e.content.size(), e.content) == 0) return &e;
-      return nullptr;
-    }
+    if (entries.size() > kCompared) return walk(text, i);
+    for (const Entry& e : entries)
+      if (text.compare(i, e.content.size(), e.content) == 0) return &e;
+    return nullptr;
+  }
+  // The trie's walk, out of line: the text's scan stays as small as it was before there was a trie.
+  [[gnu::noinline]] const Entry* walk(std::basic_string_view<Char> text, std::size_t i) const {
     const Entry* found = nullptr;
     std::uint32_t node = 0;
     for (std::size_t j = i; j < text.size(); ++j) {
