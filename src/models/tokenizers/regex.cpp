@@ -225,6 +225,13 @@ void Regex::refuse_text(const std::string& limit) const {
   refuse(origin_, fmt::format("pattern '{}': the text is refused: {}", pattern_, limit));
 }
 
+void Regex::failed(int rc) const {
+  if (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT || rc == PCRE2_ERROR_HEAPLIMIT ||
+      rc == PCRE2_ERROR_JIT_STACKLIMIT)
+    refuse_text(fmt::format("one search exceeds PCRE2's limit: {}", message_of(rc)));
+  throw Error(fmt::format("tokenizer regex '{}': matching failed: {}", translated_, message_of(rc)));
+}
+
 // Windowed search: PCRE2 sees text[0, limit) (what lies before `from` stays visible to lookbehinds). Under
 // PCRE2_PARTIAL_HARD a search that reaches the window's end answers "partial" instead of guessing, and a
 // complete match that ends right at the window's end may have been cut short: either way the window
@@ -242,9 +249,18 @@ bool Regex::search(std::u32string_view text, std::size_t from, std::size_t& begi
   static const PCRE2_UCHAR32 empty = 0;
   MatchState& state = match_state();
   const auto* subject = text.empty() ? &empty : reinterpret_cast<PCRE2_SPTR>(text.data());
-  // A text of up to kWholeText code points is searched whole: all its searches together cannot give PCRE2
-  // more than the floor of the bound, and a window would only slow the common case down.
-  std::size_t window = text.size() <= kWholeText ? text.size() : 64;
+  // A text of up to kWholeText code points is searched whole, as one call: all its searches together cannot
+  // give PCRE2 more than the floor of the bound, and a window would only slow the common case down.
+  if (text.size() <= kWholeText) {
+    const int rc = pcre2_match(code_, subject, text.size(), from, PCRE2_NO_UTF_CHECK, state.data, state.context);
+    if (rc == PCRE2_ERROR_NOMATCH) return false;
+    if (rc < 0) failed(rc);
+    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(state.data);
+    begin = ovector[0];
+    end = ovector[1];
+    return true;
+  }
+  std::size_t window = 64;
   for (std::size_t start = from;; window *= 2) {
     const std::size_t limit = text.size() - start <= window ? text.size() : start + window;
     const bool whole = limit == text.size();
@@ -262,10 +278,7 @@ bool Regex::search(std::u32string_view text, std::size_t from, std::size_t& begi
       start = limit;
       continue;
     }
-    if (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT || rc == PCRE2_ERROR_HEAPLIMIT ||
-        rc == PCRE2_ERROR_JIT_STACKLIMIT)
-      refuse_text(fmt::format("one search exceeds PCRE2's limit: {}", message_of(rc)));
-    if (rc < 0) throw Error(fmt::format("tokenizer regex '{}': matching failed: {}", translated_, message_of(rc)));
+    if (rc < 0) failed(rc);
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(state.data);
     if (!whole && ovector[1] >= limit) continue;
     begin = ovector[0];

@@ -90,6 +90,7 @@ class Regex {
   bool search(std::u32string_view text, std::size_t from, std::size_t& begin, std::size_t& end,
               std::size_t& budget) const;
   [[noreturn]] void refuse_text(const std::string& limit) const;
+  [[noreturn]] void failed(int rc) const;  // a PCRE2 error: a limit refuses the text, others throw
 
   pcre2_real_code_32* code_ = nullptr;
   std::string translated_;
