@@ -21,12 +21,19 @@ std::string errors_of(const std::string& yaml) {
 }  // namespace
 
 TEST_CASE("a misspelt executor type is reported at its line and column with a suggestion", "[config]") {
+#ifdef FLOWLINE_WITH_PGVECTOR
+  const std::string pgvector = "PgVectorWriter, ";
+#else
+  const std::string pgvector;  // libpq missing: the PgVectorWriter is not built
+#endif
   CHECK(errors_of("executors:\n"
                   "  - name: splitter\n"
                   "    uses: TextSpliter\n") ==
         "flow.yml:3:11: executor 'splitter': unknown executor type 'TextSpliter' (did you mean 'TextSplitter'?); "
-        "known types: Delay, FailIf, JsonlWriter, NoOp, Reranker, SentenceEncoder, SequenceClassifier, SetTags, "
-        "TextSplitter, TextStats, TorchModule, TsvWriter, VectorIndex");
+        "known types: Delay, FailIf, JsonlWriter, NoOp, " +
+            pgvector +
+            "Reranker, SentenceEncoder, SequenceClassifier, SetTags, TextSplitter, TextStats, TokenClassifier, "
+            "TorchModule, TsvWriter, VectorIndex");
 }
 
 TEST_CASE("every config error is reported at once in file order", "[config]") {

@@ -6,7 +6,7 @@ sync point, one whose record at the sync point is another document) is refused a
     test_resume.py LAUNCHER SOURCE_DIR CASE     CASE: jsonl | npy | safetensors | refusals
 
 The tiny random checkpoint tests/data/tiny-models/bert-all-poolings-dense encodes the corpus
-(../shared/data/corpus, else the repository's README) on the CPU. Every run is bounded (120 s) and
+(FLOWLINE_CORPUS_DIR, as the build found it; else ../shared/data/corpus) on the CPU. Every run is bounded (120 s) and
 killed on the way out; the scratch folder is removed whatever happens. The random kill moments come from a
 seed printed first (FLOWLINE_RESUME_SEED repeats a run).
 """
@@ -35,10 +35,11 @@ class Runner:
         # The whole corpus (a folder: 29,742 lines) for the kills, so that a run outlasts a few of them even on an
         # idle machine (the tiny encoder does about 8,000 lines a second); a copy of 3,000 of its lines that the
         # refusals may change.
-        corpus = os.path.join(source_dir, "..", "shared", "data", "corpus")
+        # FLOWLINE_CORPUS_DIR: the build's (tests/CMakeLists.txt sets it; a fresh clone's corpus is not beside it).
+        corpus = os.environ.get("FLOWLINE_CORPUS_DIR") or os.path.join(source_dir, "..", "shared", "data", "corpus")
         first = os.path.join(corpus, "alice-in-wonderland.txt")
-        if not os.path.isdir(corpus):
-            corpus = first = os.path.join(source_dir, "README.md")
+        if not os.path.isfile(first):
+            raise SystemExit(f"no corpus at {corpus} (FLOWLINE_CORPUS_DIR): the kill series needs its 29,742 lines")
         self.corpus = corpus
         self.input = os.path.join(scratch, "input.txt")
         with open(first, encoding="utf-8") as f, open(self.input, "w", encoding="utf-8") as out:

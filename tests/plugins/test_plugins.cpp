@@ -132,8 +132,12 @@ TEST_CASE("the executor folder sits beside libflowline.so and holds the first-pa
   CHECK(executor_dir() == std::filesystem::path(FLOWLINE_BINARY_DIR) / "lib" / "flowline" / "executors");
   CHECK(plugin_search_path().front() == executor_dir());
   const auto offered = available_executor_libraries();
-  CHECK(offered ==
-        std::vector<std::string>{"Reranker", "SentenceEncoder", "SequenceClassifier", "TorchModule", "VectorIndex"});
+  std::vector<std::string> first_party{"Reranker",        "SentenceEncoder", "SequenceClassifier",
+                                       "TokenClassifier", "TorchModule",     "VectorIndex"};
+#ifdef FLOWLINE_WITH_PGVECTOR
+  first_party.insert(first_party.begin(), "PgVectorWriter");  // built where libpq is
+#endif
+  CHECK(offered == first_party);
 }
 
 TEST_CASE("a searching registry loads an unknown executor from the executor folder; a plain one does not", "[plugin]") {
