@@ -18,29 +18,21 @@ CrossEncoderModel::CrossEncoderModel(const Checkpoint& checkpoint, c10::Device d
                     "*ForSequenceClassification)",
                     checkpoint.config_file.string()));
   }
-  // The head's layout is the architecture table's column: an architecture without one is refused before
-  // its transformer loads.
-  const detail::MakeHead make_head = detail::head_layout(detail::HeadKind::SequenceClassification, checkpoint);
-  const detail::ArchitectureContext context{checkpoint_, device, dtype};
-  transformer_ = detail::make_transformer(context);
-  packed_ = transformer_->uses_packed_attention(context);
-  checkpoint_.max_seq_length = std::min(checkpoint_.max_seq_length, transformer_->info().max_positions);
-  head_ = make_head({context, transformer_->info(), checkpoint.classifier->num_labels});
+  model_ = std::make_unique<detail::HeadedTransformer>(
+      checkpoint_, device, dtype, detail::HeadKind::SequenceClassification, checkpoint.classifier->num_labels);
+  checkpoint_.max_seq_length = std::min(checkpoint_.max_seq_length, model_->info().max_positions);
   activation_ = checkpoint.classifier->activation;
 }
 
 CrossEncoderModel::~CrossEncoderModel() = default;
 
-const ModelInfo& CrossEncoderModel::info() const noexcept { return transformer_->info(); }
-std::int64_t CrossEncoderModel::num_labels() const noexcept { return head_->outputs(); }
-std::size_t CrossEncoderModel::weight_bytes() const noexcept {
-  return transformer_->weight_bytes() + head_->weight_bytes();
-}
+const ModelInfo& CrossEncoderModel::info() const noexcept { return model_->info(); }
+std::int64_t CrossEncoderModel::num_labels() const noexcept { return model_->outputs(); }
+std::size_t CrossEncoderModel::weight_bytes() const noexcept { return model_->weight_bytes(); }
 
 at::Tensor CrossEncoderModel::score(const PackedBatch& batch, bool raw) const {
   c10::InferenceMode guard;
-  const detail::DeviceBatch device_batch = detail::upload(batch, info(), device_, packed_);
-  at::Tensor logits = head_->forward(transformer_->forward(device_batch), device_batch);
+  at::Tensor logits = model_->forward(batch);
   return raw ? logits : detail::apply_activation(activation_, logits);
 }
 

@@ -162,6 +162,22 @@ void check_head(HeadKind kind, const Checkpoint& checkpoint, std::int64_t output
   }
 }
 
+HeadedTransformer::HeadedTransformer(const Checkpoint& checkpoint, c10::Device device, c10::ScalarType dtype,
+                                     HeadKind kind, std::int64_t outputs)
+    : device_(device) {
+  const MakeHead make_head = head_layout(kind, checkpoint);
+  const ArchitectureContext context{checkpoint, device, dtype};
+  transformer_ = make_transformer(context);
+  packed_ = transformer_->uses_packed_attention(context);
+  head_ = make_head({context, transformer_->info(), outputs});
+}
+
+at::Tensor HeadedTransformer::forward(const PackedBatch& batch) const {
+  c10::InferenceMode guard;
+  const DeviceBatch device_batch = upload(batch, info(), device_, packed_);
+  return head_->forward(transformer_->forward(device_batch), device_batch);
+}
+
 std::vector<std::string_view> model_types_with(HeadKind kind) {
   std::vector<std::string_view> out;
   for (const auto& a : architectures()) {

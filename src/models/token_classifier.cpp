@@ -18,26 +18,16 @@ TokenClassifierModel::TokenClassifierModel(const Checkpoint& checkpoint, c10::De
                     "*ForTokenClassification)",
                     checkpoint.config_file.string()));
   }
-  // An architecture without a token head is refused before its transformer loads.
-  const detail::MakeHead make_head = detail::head_layout(detail::HeadKind::TokenClassification, checkpoint);
-  const detail::ArchitectureContext context{checkpoint_, device, dtype};
-  transformer_ = detail::make_transformer(context);
-  packed_ = transformer_->uses_packed_attention(context);
-  checkpoint_.max_seq_length = std::min(checkpoint_.max_seq_length, transformer_->info().max_positions);
-  head_ = make_head({context, transformer_->info(), static_cast<std::int64_t>(labels().size())});
+  model_ = std::make_unique<detail::HeadedTransformer>(
+      checkpoint_, device, dtype, detail::HeadKind::TokenClassification, static_cast<std::int64_t>(labels().size()));
+  checkpoint_.max_seq_length = std::min(checkpoint_.max_seq_length, model_->info().max_positions);
 }
 
 TokenClassifierModel::~TokenClassifierModel() = default;
 
-const ModelInfo& TokenClassifierModel::info() const noexcept { return transformer_->info(); }
-std::size_t TokenClassifierModel::weight_bytes() const noexcept {
-  return transformer_->weight_bytes() + head_->weight_bytes();
-}
+const ModelInfo& TokenClassifierModel::info() const noexcept { return model_->info(); }
+std::size_t TokenClassifierModel::weight_bytes() const noexcept { return model_->weight_bytes(); }
 
-at::Tensor TokenClassifierModel::logits(const PackedBatch& batch) const {
-  c10::InferenceMode guard;
-  const detail::DeviceBatch device_batch = detail::upload(batch, info(), device_, packed_);
-  return head_->forward(transformer_->forward(device_batch), device_batch);
-}
+at::Tensor TokenClassifierModel::logits(const PackedBatch& batch) const { return model_->forward(batch); }
 
 }  // namespace flowline::models

@@ -227,6 +227,27 @@ struct HeadContext {
 };
 using MakeHead = std::unique_ptr<Head> (*)(const HeadContext& context);
 
+// A checkpoint's transformer and its head of one kind, loaded together: what every model with a head runs
+// (CrossEncoderModel, TokenClassifierModel). The head's layout is looked up before the transformer loads, so an
+// architecture without one is refused first (head_layout's error). forward() is const and thread-safe and only
+// enqueues work: the head's float32 outputs for a packed batch, uploaded to the model's device.
+class HeadedTransformer {
+ public:
+  // `checkpoint` must outlive this (its owner's copy); `outputs`: the labels the checkpoint declares.
+  HeadedTransformer(const Checkpoint& checkpoint, c10::Device device, c10::ScalarType dtype, HeadKind kind,
+                    std::int64_t outputs);
+  at::Tensor forward(const PackedBatch& batch) const;
+  const ModelInfo& info() const noexcept { return transformer_->info(); }
+  std::int64_t outputs() const noexcept { return head_->outputs(); }
+  std::size_t weight_bytes() const noexcept { return transformer_->weight_bytes() + head_->weight_bytes(); }
+
+ private:
+  std::unique_ptr<Transformer> transformer_;
+  std::unique_ptr<Head> head_;
+  c10::Device device_;
+  bool packed_ = false;
+};
+
 // Heads' layouts (heads.cpp), shared by the architectures whose checkpoints name the tensors alike.
 // BertForSequenceClassification: the pooler's dense + tanh on the first token, then `classifier`.
 std::unique_ptr<Head> make_pooler_classifier(const HeadContext& context);

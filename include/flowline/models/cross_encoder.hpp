@@ -14,7 +14,7 @@
 namespace flowline::models {
 
 namespace detail {
-class Head;  // src/models/transformer.hpp
+class HeadedTransformer;  // src/models/transformer.hpp
 }  // namespace detail
 
 class CrossEncoderModel {
@@ -39,10 +39,8 @@ class CrossEncoderModel {
   Checkpoint checkpoint_;
   c10::Device device_;
   c10::ScalarType dtype_;
-  std::unique_ptr<detail::Transformer> transformer_;
-  std::unique_ptr<detail::Head> head_;
+  std::unique_ptr<detail::HeadedTransformer> model_;  // the transformer and its head
   Activation activation_ = Activation::Sigmoid;
-  bool packed_ = false;
 };
 
 }  // namespace flowline::models

@@ -18,7 +18,7 @@
 namespace flowline::models {
 
 namespace detail {
-class Head;  // src/models/transformer.hpp
+class HeadedTransformer;  // src/models/transformer.hpp
 }  // namespace detail
 
 class TokenClassifierModel {
@@ -43,9 +43,7 @@ class TokenClassifierModel {
   Checkpoint checkpoint_;
   c10::Device device_;
   c10::ScalarType dtype_;
-  std::unique_ptr<detail::Transformer> transformer_;
-  std::unique_ptr<detail::Head> head_;
-  bool packed_ = false;
+  std::unique_ptr<detail::HeadedTransformer> model_;  // the transformer and its head
 };
 
 }  // namespace flowline::models
