@@ -8,6 +8,7 @@
 #include "bindings.hpp"
 
 #include "flowline/error.hpp"
+#include "flowline/flow_stats_json.hpp"
 #include "flowline/executor_server.hpp"
 #include "flowline/flow.hpp"
 
@@ -164,51 +165,16 @@ class PythonFlow {
   bool closed() const { return closed_; }
   Flow& flow() { return *flow_; }
 
-  // Flow::stats() as plain Python values: each replica's documents, batches, errors, batch times and GPU
-  // memory, each executor's batch times over its replicas, the process's peak RSS.
+  // Flow::stats() as plain Python values, in the form `run --stats-json` writes (flowline::stats_json): each
+  // replica's documents, batches, errors, batch times, GPU memory and metrics, each executor's batch times over
+  // its replicas, remote hosts, devices, the process's peak RSS.
   nb::dict stats() const {
     FlowStats s;
     {
       nb::gil_scoped_release released;
       s = flow_->stats();
     }
-    nb::list replicas;
-    for (const ReplicaStats& r : s.replicas) {
-      nb::dict d;
-      d["executor"] = r.executor;
-      d["type"] = r.type;
-      d["replica"] = r.replica;
-      d["device"] = r.device;
-      d["documents"] = r.documents;
-      d["batches"] = r.batches;
-      d["errors"] = r.errors;
-      d["batch_ms_mean"] = r.batch_ms_mean;
-      d["batch_ms_p50"] = r.batch_ms_p50;
-      d["batch_ms_p99"] = r.batch_ms_p99;
-      if (r.has_gpu_memory) {
-        d["gpu_load_bytes"] = r.gpu_load_bytes;
-        d["gpu_peak_allocated_bytes"] = r.gpu_peak_allocated_bytes;
-      }
-      nb::dict metrics;
-      for (const auto& [name, value] : r.metrics) metrics[nb::str(name.data(), name.size())] = value;
-      d["metrics"] = metrics;
-      replicas.append(d);
-    }
-    nb::list executors;
-    for (const ExecutorBatchStats& e : s.executors) {
-      nb::dict d;
-      d["executor"] = e.executor;
-      d["batches"] = e.batches;
-      d["batch_ms_mean"] = e.batch_ms_mean;
-      d["batch_ms_p50"] = e.batch_ms_p50;
-      d["batch_ms_p99"] = e.batch_ms_p99;
-      executors.append(d);
-    }
-    nb::dict out;
-    out["replicas"] = replicas;
-    out["executors"] = executors;
-    out["host_peak_rss_mb"] = s.host_peak_rss_mb;
-    return out;
+    return nb::borrow<nb::dict>(json_to_python(stats_json(s)));
   }
 
  private:

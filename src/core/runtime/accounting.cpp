@@ -2,7 +2,10 @@
 #include "accounting.hpp"
 
 #include "flowline/device.hpp"
+#include "flowline/flow_stats_json.hpp"
 #include "flowline/executor.hpp"
+
+#include <boost/json.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -13,6 +16,77 @@ double nearest_rank_percentile(const std::vector<double>& sorted, double p) {
   const auto n = static_cast<double>(sorted.size());
   const auto rank = static_cast<std::size_t>(std::ceil(p * n / 100.0));  // 1-based; p * n first: exact
   return sorted[std::clamp<std::size_t>(rank, 1, sorted.size()) - 1];
+}
+
+boost::json::object stats_json(const FlowStats& stats) {
+  boost::json::array replicas;
+  for (const auto& r : stats.replicas) {
+    boost::json::object o{{"executor", r.executor},
+                          {"type", r.type},
+                          {"replica", r.replica},
+                          {"device", r.device},
+                          {"documents", r.documents},
+                          {"batches", r.batches},
+                          {"errors", r.errors},
+                          {"batch_ms_mean", r.batch_ms_mean},
+                          {"batch_ms_p50", r.batch_ms_p50},
+                          {"batch_ms_p99", r.batch_ms_p99}};
+    if (r.has_gpu_memory) {
+      o["gpu_load_bytes"] = r.gpu_load_bytes;
+      o["gpu_peak_allocated_bytes"] = r.gpu_peak_allocated_bytes;
+      o["gpu_peak_reserved_bytes"] = r.gpu_peak_reserved_bytes;
+    } else {
+      o["gpu"] = "not available";
+    }
+    boost::json::object metrics;
+    for (const auto& [name, value] : r.metrics) metrics[name] = value;
+    o["metrics"] = std::move(metrics);
+    replicas.push_back(std::move(o));
+  }
+  boost::json::array devices;
+  for (const auto& d : stats.devices) {
+    boost::json::object o{{"device", d.device},
+                          {"load_bytes", d.load_bytes},
+                          {"peak_allocated_bytes", d.peak_allocated_bytes},
+                          {"peak_reserved_bytes", d.peak_reserved_bytes},
+                          {"reserved_after_load_bytes", d.reserved_after_load_bytes},
+                          {"startup_peak_allocated_bytes", d.startup_peak_allocated_bytes}};
+    if (d.has_nvml) {
+      o.insert({{"nvml_total_bytes", d.nvml_total_bytes},
+                {"nvml_used_at_start_bytes", d.nvml_used_at_start_bytes},
+                {"nvml_used_after_load_bytes", d.nvml_used_after_load_bytes},
+                {"nvml_peak_used_bytes", d.nvml_peak_used_bytes},
+                {"outside_allocator_bytes", d.outside_allocator_bytes()},
+                {"accounted_peak_bytes", d.accounted_peak_bytes()}});
+    } else {
+      o["nvml"] = "not available";
+    }
+    devices.push_back(std::move(o));
+  }
+  boost::json::array hosts;
+  for (const auto& h : stats.remote_hosts) {
+    hosts.push_back(boost::json::object{{"executor", h.executor},
+                                        {"address", h.address},
+                                        {"connected", h.connected},
+                                        {"requests", h.requests},
+                                        {"lost", h.lost},
+                                        {"reconnects", h.reconnects},
+                                        {"requeued_batches", h.requeued_batches},
+                                        {"last_error", h.last_error}});
+  }
+  boost::json::array executors;
+  for (const auto& e : stats.executors) {
+    executors.push_back(boost::json::object{{"executor", e.executor},
+                                            {"batches", e.batches},
+                                            {"batch_ms_mean", e.batch_ms_mean},
+                                            {"batch_ms_p50", e.batch_ms_p50},
+                                            {"batch_ms_p99", e.batch_ms_p99}});
+  }
+  return boost::json::object{{"replicas", std::move(replicas)},
+                             {"executors", std::move(executors)},
+                             {"remote_hosts", std::move(hosts)},
+                             {"devices", std::move(devices)},
+                             {"host_peak_rss_mb", stats.host_peak_rss_mb}};
 }
 
 }  // namespace flowline
