@@ -81,6 +81,9 @@ def run_flowline(args, folder, alice, tmp):
     if done.returncode != 0:
         print(done.stdout[-3000:], done.stderr[-3000:])
         raise SystemExit(f"flowline run failed ({done.returncode})")
+    stats = json.loads((tmp / "stats.json").read_text())
+    print("flowline run stats (the tagger's phases: tokenize, model, post seconds):",
+          json.dumps({k: stats.get(k) for k in ("replicas", "executors", "seconds", "source_seconds", "deliver_seconds")})[:4000], flush=True)
     with open(tmp / "out/entities.tsv", encoding="utf-8") as f:
         rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]  # the header row
     return json.loads((tmp / "profile.json").read_text()), wall, rows
