@@ -30,6 +30,7 @@ from safetensors.torch import save_file
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import Dense, Normalize, Transformer
 from sentence_transformers.sentence_transformer.modules import Pooling
+from tiny_clip import make_clip_models
 from tiny_token_classifiers import make_token_classifiers
 from transformers import (BertConfig, BertForSequenceClassification, BertModel, DistilBertConfig, DistilBertModel,
                           ModernBertConfig, ModernBertModel, MPNetConfig, MPNetModel, Qwen3Config, Qwen3Model, XLMRobertaConfig,
@@ -541,7 +542,7 @@ def qwen3_texts(corpus):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", nargs="+", choices=["xlm-roberta-unigram", "qwen3", "distilbert", "sequence-classifiers",
-                                                    "token-classifiers", "deberta"],
+                                                    "token-classifiers", "deberta", "clip"],
                         help="make only these checkpoints")
     parser.add_argument("--corpus", type=pathlib.Path, default=ROOT.parent / "shared/data/corpus")
     args = parser.parse_args()
@@ -555,6 +556,7 @@ def main():
         "deberta": lambda: deberta_models(args.corpus),  # deberta, deberta-v2-variants, deberta-sequence-classifier
         # tiny_token_classifiers.CHECKPOINTS, with the token-classification pipeline's entities
         "token-classifiers": lambda: make_token_classifiers(args.corpus),
+        "clip": lambda: make_clip_models(args.corpus),  # tiny_clip.py: clip, siglip
     }
     if args.only:
         for name in args.only:
