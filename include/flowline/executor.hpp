@@ -129,6 +129,11 @@ struct RuntimeInfo {
   // bound. A served flow sets it (`flowline serve --max-output-bytes`): an executor that writes a file
   // refuses a request once the file holds this much, naming the bound, instead of filling the disk.
   std::uint64_t max_output_bytes = 0;
+  // True when the documents come from the user who started the flow (`flowline run`'s input, FlowOptions::
+  // local_input_files): an executor may then read any local file a document's `uri` names. False for a served
+  // flow and by default: a `uri` there is a client's, and only folders the flow names may be read. Added in
+  // plugin API 4.2.
+  bool local_input_files = false;
 };
 
 // Figures an executor reports about its own work ("tokens", "max_forward_tokens", ...), shown per replica

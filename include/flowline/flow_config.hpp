@@ -114,6 +114,10 @@ struct FlowOptions {
   // What each file an executor writes may hold, in bytes (RuntimeInfo::max_output_bytes); 0: no bound.
   // `flowline serve` sets it (--max-output-bytes): a served flow's writer grows with every client's request.
   std::uint64_t max_output_bytes = 0;
+  // Whether the flow's documents are the user's own, named on a command line (RuntimeInfo::local_input_files):
+  // `flowline run` sets it. Never for a flow that serves clients: a client's `uri` must not make the server read
+  // its files (an executor reads local paths only under the folders its flow names, e.g. allowed_uri_roots).
+  bool local_input_files = false;
 };
 
 struct FlowConfig {

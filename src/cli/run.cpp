@@ -165,6 +165,7 @@ int prepare_run(const RunOptions& o, RunSetup& setup) {
   try {
     setup.config = load_flow_with_sets(o.flow, o.sets);
     if (o.request_size > 0) setup.config.options.request_size = o.request_size;
+    setup.config.options.local_input_files = true;  // the documents are the user's, named on this command line
   } catch (const ConfigError& e) {
     print_config_error(e);
     return kExitUsage;

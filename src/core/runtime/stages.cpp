@@ -52,7 +52,8 @@ void add_local_replicas(Stage& stage, const ExecutorConfig& e, const FlowConfig&
                      group,
                      shard,
                      e.shards,
-                     config.options.max_output_bytes};
+                     config.options.max_output_bytes,
+                     config.options.local_input_files};
     stage.replicas.push_back(std::make_unique<LocalReplica>(*stage.entry, stage.params, std::move(info)));
     topology.replicas.push_back(ReplicaPlacement{e.name, stage.entry->spec.name, shard * local + r, device, {}});
     if (device.is_cuda() && std::find(topology.gpus.begin(), topology.gpus.end(), device) == topology.gpus.end()) {
