@@ -46,7 +46,8 @@ case "$GPU" in yes|no) ;; *) echo "setup.sh: FLOWLINE_GPU must be auto, yes or n
 APT_PACKAGES=(build-essential cmake ninja-build ccache git python3 python3-venv unzip
   libyaml-cpp-dev libboost1.81-dev libboost-json1.81-dev libfmt-dev libspdlog-dev libcli11-dev catch2
   libutf8proc-dev libpcre2-dev libstb-dev clang-format-14 prometheus-cpp-dev prometheus clang-14 libclang-rt-14-dev libjemalloc-dev libdragonbox-dev
-  libhnswlib-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libpq-dev)
+  libhnswlib-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libpq-dev
+  pkg-config libjpeg62-turbo-dev libspng-dev libwebp-dev)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -1,0 +1,136 @@
+// Tests of flowline::images: every pixel of every test image (tests/data/images, made by
+// scripts/make_test_images.py) against Pillow's Image.open(...).convert("RGB"); bombs, truncations and garbage
+// refused with InputError; image sources and their refusals.
+#include "test_support.hpp"
+
+#include "flowline/images.hpp"
+
+#include <boost/json.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+
+using namespace flowline;
+using flowline::images::decode_image;
+using flowline::images::ImageFormat;
+
+namespace {
+
+std::filesystem::path image_dir() { return std::filesystem::path(FLOWLINE_SOURCE_DIR) / "tests/data/images"; }
+
+Bytes read_bytes(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in);
+  return Bytes(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// The message of the InputError `f` throws ("" when it throws none).
+template <class F>
+std::string input_error(F&& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("every test image decodes to Pillow's convert(\"RGB\") pixels exactly", "[images]") {
+  const auto manifest = boost::json::parse(testing::read_text(image_dir() / "manifest.json")).as_array();
+  REQUIRE(manifest.size() >= 20);
+  for (const auto& entry : manifest) {
+    const auto& e = entry.as_object();
+    const std::string file(e.at("file").as_string());
+    INFO(file);
+    const Bytes bytes = read_bytes(image_dir() / file);
+    const images::Image image = decode_image(bytes);
+    REQUIRE(image.width == e.at("width").to_number<std::uint32_t>());
+    REQUIRE(image.height == e.at("height").to_number<std::uint32_t>());
+    const Bytes golden = read_bytes(image_dir() / std::string(e.at("golden").as_string()));
+    REQUIRE(image.rgb.size() == golden.size());
+    std::size_t differing = 0, first = 0;
+    int max_diff = 0;
+    for (std::size_t i = 0; i < golden.size(); ++i) {
+      const int diff = std::abs(int{image.rgb[i]} - int{golden[i]});
+      if (diff != 0 && differing++ == 0) first = i;
+      max_diff = std::max(max_diff, diff);
+    }
+    INFO("differing samples " << differing << ", first at pixel " << first / 3 << ", max difference " << max_diff);
+    CHECK(differing == 0);
+  }
+}
+
+TEST_CASE("sniff_format tells JPEG, PNG and WebP by their signatures only", "[images]") {
+  CHECK(images::sniff_format(read_bytes(image_dir() / "rgb_40x30_q90.jpg")) == ImageFormat::jpeg);
+  CHECK(images::sniff_format(read_bytes(image_dir() / "rgb_30x20.png")) == ImageFormat::png);
+  CHECK(images::sniff_format(read_bytes(image_dir() / "rgb_40x30_lossy.webp")) == ImageFormat::webp);
+  const Bytes text = {'h', 'e', 'l', 'l', 'o', ' ', 'w', 'o', 'r', 'l', 'd', '!'};
+  CHECK_FALSE(images::sniff_format(text).has_value());
+  CHECK_FALSE(images::sniff_format({}).has_value());
+}
+
+TEST_CASE("an image with more pixels than the limit is refused from its header", "[images]") {
+  for (const char* file : {"rgb_40x30_q90.jpg", "rgb_30x20.png", "rgb_40x30_lossy.webp"}) {
+    INFO(file);
+    const Bytes bytes = read_bytes(image_dir() / file);
+    const auto message = input_error([&] { decode_image(bytes, {.max_pixels = 500}); });
+    CHECK_THAT(message, Catch::Matchers::Contains("more than the limit of 500"));
+    CHECK_NOTHROW(decode_image(bytes, {.max_pixels = 1200}));
+  }
+  // A PNG header claiming 100000 x 100000 pixels, with no data behind it: refused before any allocation.
+  Bytes bomb = read_bytes(image_dir() / "rgb_30x20.png");
+  const std::uint8_t size[8] = {0, 1, 0x86, 0xa0, 0, 1, 0x86, 0xa0};
+  std::copy(size, size + 8, bomb.begin() + 16);
+  bomb.resize(33);  // signature and IHDR (its CRC now wrong too: either refusal is fine, none may allocate)
+  CHECK_FALSE(input_error([&] { decode_image(bomb); }).empty());
+}
+
+TEST_CASE("truncated images are refused, never padded or crashed on", "[images]") {
+  const auto manifest = boost::json::parse(testing::read_text(image_dir() / "manifest.json")).as_array();
+  for (const auto& entry : manifest) {
+    const std::string file(entry.as_object().at("file").as_string());
+    const Bytes bytes = read_bytes(image_dir() / file);
+    // A tiny PNG's last 10% may be only its IEND and CRCs, which Pillow does without too (see below).
+    for (double keep : {0.0, 0.1, 0.5, file.ends_with(".png") ? 0.7 : 0.9}) {
+      INFO(file << " cut to " << keep * 100 << "%");
+      const std::span<const std::uint8_t> cut(bytes.data(), static_cast<std::size_t>(bytes.size() * keep));
+      CHECK_FALSE(input_error([&] { decode_image(cut); }).empty());
+    }
+  }
+  const Bytes jpeg = read_bytes(image_dir() / "rgb_40x30_q90.jpg");
+  CHECK_THAT(input_error([&] { decode_image(std::span(jpeg.data(), jpeg.size() / 2)); }),
+             Catch::Matchers::Contains("JPEG image: truncated"));
+}
+
+TEST_CASE("a PNG cut right after its pixel data decodes, as Pillow decodes it", "[images]") {
+  const Bytes bytes = read_bytes(image_dir() / "rgb_30x20.png");
+  const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  const std::size_t idat = text.rfind("IDAT");
+  REQUIRE(idat != std::string_view::npos);
+  const std::size_t length = (std::size_t{bytes[idat - 4]} << 24) | (std::size_t{bytes[idat - 3]} << 16) |
+                             (std::size_t{bytes[idat - 2]} << 8) | bytes[idat - 1];
+  const std::size_t data_end = idat + 4 + length;  // no CRC, no IEND
+  CHECK(decode_image(std::span(bytes.data(), data_end)).rgb == read_bytes(image_dir() / "rgb_30x20.rgb"));
+  CHECK_THAT(input_error([&] { decode_image(std::span(bytes.data(), data_end - 40)); }),
+             Catch::Matchers::Contains("PNG image: truncated"));
+}
+
+TEST_CASE("garbage bytes, empty input and zero-size images get a clear InputError", "[images]") {
+  CHECK(input_error([] { decode_image({}); }) == "image: no bytes (expected a JPEG, PNG or WebP file)");
+  const Bytes text = {'n', 'o', 't', ' ', 'a', 'n', ' ', 'i', 'm', 'a', 'g', 'e'};
+  CHECK_THAT(input_error([&] { decode_image(text); }), Catch::Matchers::Contains("unknown format"));
+  // A valid signature followed by random bytes, for each format.
+  std::srand(54);
+  for (const char* file : {"rgb_40x30_q90.jpg", "rgb_30x20.png", "rgb_40x30_lossy.webp"}) {
+    Bytes bytes = read_bytes(image_dir() / file);
+    for (std::size_t i = 12; i < bytes.size(); ++i) bytes[i] = static_cast<std::uint8_t>(std::rand());
+    INFO(file);
+    CHECK_FALSE(input_error([&] { decode_image(bytes); }).empty());
+  }
+  Bytes zero = read_bytes(image_dir() / "rgb_30x20.png");
+  std::fill(zero.begin() + 16, zero.begin() + 20, 0);  // width 0
+  CHECK_FALSE(input_error([&] { decode_image(zero); }).empty());
+}
