@@ -134,3 +134,87 @@ TEST_CASE("garbage bytes, empty input and zero-size images get a clear InputErro
   std::fill(zero.begin() + 16, zero.begin() + 20, 0);  // width 0
   CHECK_FALSE(input_error([&] { decode_image(zero); }).empty());
 }
+
+namespace {
+
+Document doc_with_uri(std::string uri) {
+  Document doc;
+  doc.id = "d1";
+  doc.uri = std::move(uri);
+  return doc;
+}
+
+std::string base64(const Bytes& bytes) {
+  std::string json;
+  append_json_base64(json, bytes.data(), bytes.size());
+  return json.substr(1, json.size() - 2);  // without the quotes
+}
+
+}  // namespace
+
+TEST_CASE("has_image is true for a blob, an image data: URI or an image file, not for text", "[images]") {
+  Document blob;
+  blob.blob = {1, 2, 3};
+  CHECK(images::has_image(blob));
+  CHECK(images::has_image(doc_with_uri("data:image/png;base64,iVBORw0KGgo=")));
+  CHECK(images::has_image(doc_with_uri("/photos/cat.JPG")));
+  CHECK(images::has_image(doc_with_uri("https://example.com/a.webp?size=2")));
+  Document typed = doc_with_uri("/photos/cat");
+  typed.mime_type = "image/jpeg";
+  CHECK(images::has_image(typed));
+  CHECK_FALSE(images::has_image(doc_with_uri("data:text/plain;base64,aGk=")));
+  CHECK_FALSE(images::has_image(doc_with_uri("books/alice.txt")));  // what the text input formats set
+  CHECK_FALSE(images::has_image(Document{}));
+}
+
+TEST_CASE("image_bytes reads a blob, a base64 data: URI and files under the allowed roots", "[images]") {
+  const Bytes png = read_bytes(image_dir() / "rgb_30x20.png");
+  images::ImageSourcePolicy policy;
+  Document blob;
+  blob.blob = png;
+  CHECK(images::image_bytes(blob, policy) == png);
+  CHECK(images::image_bytes(doc_with_uri("data:image/png;base64," + base64(png)), policy) == png);
+
+  const auto root = testing::scratch_dir("image_sources");
+  std::filesystem::create_directories(root / "inside" / "deeper");
+  std::filesystem::copy_file(image_dir() / "rgb_30x20.png", root / "inside" / "deeper" / "a b.png");
+  std::filesystem::copy_file(image_dir() / "rgb_30x20.png", root / "outside.png");
+  std::filesystem::create_symlink(root / "outside.png", root / "inside" / "link.png");
+  policy.allowed_roots = {root / "inside"};
+  const auto inside = (root / "inside" / "deeper" / "a b.png").string();
+  CHECK(images::image_bytes(doc_with_uri(inside), policy) == png);
+  CHECK(images::image_bytes(doc_with_uri("file://" + (root / "inside/deeper/a%20b.png").string()), policy) == png);
+  const auto refused = [&](const std::string& uri) {
+    return input_error([&] { images::image_bytes(doc_with_uri(uri), policy); });
+  };
+  CHECK_THAT(refused((root / "inside" / ".." / "outside.png").string()),
+             Catch::Matchers::Contains("document 'd1': local path") &&
+                 Catch::Matchers::Contains("is not under an allowed root"));
+  CHECK_THAT(refused((root / "inside" / "link.png").string()),
+             Catch::Matchers::Contains("is not under an allowed root"));
+  CHECK_THAT(refused((root / "inside" / "missing.png").string()), Catch::Matchers::Contains("cannot read image"));
+  policy.allowed_roots.clear();
+  CHECK_THAT(refused(inside), Catch::Matchers::Contains("this flow reads no local files"));
+  policy.any_local_path = true;
+  CHECK(images::image_bytes(doc_with_uri((root / "outside.png").string()), policy) == png);
+  policy.max_bytes = 100;
+  CHECK_THAT(refused(inside), Catch::Matchers::Contains("more than the limit of 100"));
+}
+
+TEST_CASE("image_bytes refuses http(s), other schemes and bad data: URIs, naming the document", "[images]") {
+  images::ImageSourcePolicy policy;
+  const auto refused = [&](const std::string& uri) {
+    return input_error([&] { images::image_bytes(doc_with_uri(uri), policy); });
+  };
+  CHECK(refused("https://example.com/cat.jpg") ==
+        "document 'd1': https URI refused: fetching images over http(s) is off (send the bytes as a blob or a data: "
+        "URI)");
+  policy.allow_http = true;
+  CHECK_THAT(refused("http://example.com/cat.jpg"), Catch::Matchers::Contains("is not implemented yet"));
+  CHECK_THAT(refused("s3://bucket/cat.jpg"), Catch::Matchers::Contains("URI scheme 's3' is not supported"));
+  CHECK_THAT(refused("data:text/plain;base64,aGk="), Catch::Matchers::Contains("is not an image"));
+  CHECK_THAT(refused("data:image/png,raw"), Catch::Matchers::Contains("is not base64"));
+  CHECK_THAT(refused("data:image/png;base64,!!!"), Catch::Matchers::Contains("invalid base64"));
+  CHECK_THAT(refused("file://otherhost/a.png"), Catch::Matchers::Contains("names another host"));
+  CHECK_THAT(input_error([&] { images::image_bytes(Document{}, policy); }), Catch::Matchers::Contains("has no image"));
+}
