@@ -116,6 +116,11 @@ if ! .venv/bin/python -c "import nanobind, pytest" 2>/dev/null; then
   step "installing nanobind and pytest into .venv"
   pip_install "nanobind==3.1.0" pytest
 fi
+# ONNX Runtime for the shipped OnnxModel Python executor's tests (tests/python/test_onnx_model.py).
+if ! has_dist onnxruntime 1.23.2; then
+  step "installing onnxruntime (OnnxModel's tests) into .venv"
+  pip_install "onnxruntime==1.23.2"
+fi
 # PostgreSQL with pgvector for the PgVectorWriter's tests (tests/pgvector/pg_server.py starts a throwaway
 # server from its binaries; Debian 12's PostgreSQL has no pgvector): PyPI's pgserver wheel (34 MB installed).
 if ! has_dist pgserver 0.1.4; then

@@ -73,6 +73,9 @@ struct RemoteOptions {
   Discovery discovery = Discovery::None;
   std::chrono::milliseconds discovery_interval{5'000};
   std::size_t max_servers = 16;
+  // A request in flight on a connection that is lost: re-queued for another host (true), or failed with an
+  // error (false: a flow's own Python workers, where the request may be what crashed the process).
+  bool requeue_lost = true;
 };
 
 struct ExecutorConfig {
@@ -99,6 +102,12 @@ struct ExecutorConfig {
   std::vector<std::string> hosts;
   RemoteOptions remote;
   bool is_remote() const noexcept { return !hosts.empty(); }
+  // A Python executor (Jina's form, docs/python.md): `uses` names a class that these files define (relative
+  // to the flow file), run by `python` (empty: FLOWLINE_PYTHON, else the default). The flow starts one
+  // worker process per replica and fills `hosts` with their addresses when it starts (python_workers.hpp).
+  std::vector<std::string> py_modules;
+  std::string python;
+  bool is_python() const noexcept { return !py_modules.empty(); }
 
   // Where things were written (empty when built in code). Keys: "" for the entry itself, a field name
   // ("uses", "needs", ...) or "with.PARAM".

@@ -17,6 +17,7 @@ import atexit
 import ctypes
 import importlib.util
 import os
+import sys
 
 from ._build_info import TORCH_VERSION as _TORCH_BUILT
 
@@ -47,6 +48,11 @@ def _load_libtorch():
 
 
 _load_libtorch()
+
+# A flow started from this process runs its Python executors' workers (py_modules) with this interpreter and
+# this package's worker script, unless FLOWLINE_PYTHON / `python:` name another interpreter.
+os.environ.setdefault("FLOWLINE_PACKAGE_PYTHON", sys.executable)
+os.environ.setdefault("FLOWLINE_PY_WORKER", os.path.join(os.path.dirname(os.path.abspath(__file__)), "pyworker.py"))
 
 from ._flowline import ConfigError, Document, Flow, FlowError  # noqa: E402
 from ._executors import Executor, requests  # noqa: E402

@@ -5,6 +5,7 @@
 #include "flowline/flow.hpp"
 #include "flowline/error.hpp"
 #include "flowline/io.hpp"
+#include "python_workers.hpp"
 
 #include "runtime/graph.hpp"
 #include "runtime/observers.hpp"
@@ -68,6 +69,7 @@ class Flow::Impl {
   mutable std::mutex lifecycle_mutex_;  // serialises start() and close()
   runtime::FlowGraph graph_;
   FlowTopology topology_;
+  std::unique_ptr<detail::PythonWorkers> python_workers_;  // outlives the stages that connect to them
   std::vector<std::unique_ptr<Stage>> stages_;
   std::unique_ptr<runtime::JoinPoint> sink_join_;
 
@@ -87,6 +89,7 @@ void Flow::Impl::start() {
   if (started_) return;
   figures_.forget_remote_hosts();
   validate_flow_config(config_, registry_);
+  if (!python_workers_) python_workers_ = detail::start_python_workers(config_);  // fills their hosts
   runtime::Stages built = runtime::build_stages(config_, registry_);
   graph_ = std::move(built.graph);
   topology_ = std::move(built.topology);

@@ -233,6 +233,23 @@ std::vector<SchemaKey> executor_keys() {
             e->uses = v.get_string();
             return std::nullopt;
           }),
+      key("executors[].py_modules", V::StringOrList, 0, "string or list of strings", "[]",
+          "Python files (relative to the flow file) that define the class `uses` names, a flowline.Executor or "
+          "an unmodified Jina 3 Executor: the flow runs each replica in a worker process of its own, restarted "
+          "when it crashes (see docs/python.md).",
+          "py_modules: [executors.py]",
+          [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {
+            e->py_modules = strings(v);
+            if (e->py_modules.empty()) return std::string("name at least one Python file");
+            return std::nullopt;
+          }),
+      key("executors[].python", V::String, 0, "string", "FLOWLINE_PYTHON, else the build's Python, else python3",
+          "The Python interpreter that runs a py_modules executor's workers (one with jina for a Jina 3 class).",
+          "python: .venv-clients/bin/python",
+          [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {
+            e->python = v.get_string();
+            return std::nullopt;
+          }),
       key("executors[].with", V::Special, 0, "map", "{}",
           "Parameters of the executor type, checked against its declaration (types, choices, bounds, required, "
           "defaults). Relative paths (parameters of type path) are relative to the flow file's folder.",

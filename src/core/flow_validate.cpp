@@ -2,6 +2,7 @@
 // loading a flow file (parse, plugins, validation) into one ConfigError with every problem in file order.
 #include "flow_budget.hpp"
 #include "flow_config_internal.hpp"
+#include "python_workers.hpp"
 
 #include "flowline/device.hpp"
 #include "flowline/error.hpp"
@@ -206,6 +207,11 @@ void check_shards(const ExecutorConfig& e, const ExecutorSpec& spec, Diagnostics
 
 void check_executor_type(const FlowConfig& config, ExecutorConfig& e, const Registry& registry, DeviceCheck where,
                          Diagnostics& out) {
+  if (e.is_python()) {  // a class in Python files: the worker's check mode looks at it
+    if (e.auto_replicas) e.replicas = 1;
+    detail::check_python_executor(config, e, out);
+    return;
+  }
   if (e.is_remote() && e.uses.empty()) {  // the servers validate their own settings
     if (!e.with.empty())
       report(out, e.location_of("with"), context_of(e) + "with: parameters need `uses` (the servers have their own)");

@@ -399,6 +399,11 @@ std::string RemoteHost::call(std::uint64_t id, std::string frame) {
     return std::move(pending.answer);
   }
   pending_.erase(id);  // no answer may reach `pending` after this
+  if (finished && !options_.requeue_lost)
+    throw LostInFlight(
+        fmt::format("the worker at {} went away during this request ({}): it crashed or exited, "
+                    "and is restarted",
+                    address, pending.lost));
   if (finished) throw runtime::ReplicaUnavailable(fmt::format("host {} lost: {}", address, pending.lost));
   lock.unlock();
   const std::string why = fmt::format("no answer within {} ms", options_.timeout.count());
@@ -444,6 +449,8 @@ std::string RemoteReplica::run(const std::string& endpoint, DocumentArray& docs,
   } catch (const runtime::ReplicaUnavailable&) {
     host_.count_requeued();
     throw;
+  } catch (const LostInFlight& e) {
+    return e.what();
   } catch (const wire::WireError& e) {
     return fmt::format("cannot send the batch to {}: {}", host_.address(), e.what());
   }

@@ -47,6 +47,13 @@ namespace flowline::remote {
 
 class RemoteGroup;
 
+// A call whose connection was lost after its request was sent, under remote.requeue_lost = false: the
+// request fails with this message instead of going to another replica.
+class LostInFlight : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class RemoteHost {
  public:
   // `label` names this connection in stats and metrics: the address, or "address#k" when remote.connections

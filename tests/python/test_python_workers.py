@@ -1,0 +1,204 @@
+"""Python executors that a flow runs in worker processes of its own (issue 53 §2): `uses: Class` with
+`py_modules:` in a flow file, run by the `flowline` launcher and by Flow.load; a crashing worker restarted;
+no worker left behind when flowline is killed; an unmodified Jina 3 class; validate's reports."""
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import flowline
+from conftest import LAUNCHER, SOURCE_DIR
+
+CLIENTS_PYTHON = SOURCE_DIR / ".venv-clients/bin/python"
+JINA_EXECUTOR = SOURCE_DIR / "tests/python/data/jina_executor.py"
+
+EXECUTORS = '''
+import ctypes
+import os
+import time
+
+import flowline
+
+
+class Shout(flowline.Executor):
+    """Upper-cases texts and says which process did it."""
+
+    def __init__(self, suffix="", **kwargs):
+        super().__init__(**kwargs)
+        self.suffix = suffix
+
+    @flowline.requests(on="/shout")
+    def shout(self, docs, parameters, **kwargs):
+        for d in docs:
+            d.text = d.text.upper() + self.suffix
+            d.tags["pid"] = os.getpid()
+            d.tags["times"] = parameters.get("times", 1)
+
+    @flowline.requests
+    def other(self, docs, parameters, **kwargs):
+        for d in docs:
+            if d.text == "raise":
+                raise RuntimeError("asked to")
+            if d.text == "exit":
+                os._exit(3)
+            if d.text == "segfault":
+                ctypes.string_at(0)
+            if d.text == "sleep":
+                time.sleep(60)
+            if d.embedding is not None:
+                d.embedding = d.embedding * 2
+            d.tags["pid"] = os.getpid()
+        return docs
+'''
+
+
+def write_flow(folder, executor, name="flow.yml"):
+    (folder / "shout_executors.py").write_text(EXECUTORS)
+    flow = folder / name
+    flow.write_text(json.dumps({"executors": [executor]}))
+    return flow
+
+
+def launcher(*args, **kwargs):
+    return subprocess.run([str(LAUNCHER), *map(str, args)], capture_output=True, text=True, timeout=180, **kwargs)
+
+
+def test_the_launcher_runs_a_flowline_executor_class_from_py_modules_one_process_per_replica(tmp_path):
+    flow = write_flow(tmp_path, {"name": "shout", "uses": "Shout", "py_modules": ["shout_executors.py"],
+                                 "replicas": 2, "with": {"suffix": "!"}})
+    (tmp_path / "in.txt").write_text("".join(f"text {i}\n" for i in range(40)))
+    run = launcher("run", flow, "-i", tmp_path / "in.txt", "-o", tmp_path / "out.jsonl", "--endpoint", "/shout",
+                   "--request-size", "2", "--stats-json", tmp_path / "stats.json")
+    assert run.returncode == 0, run.stderr
+    docs = [json.loads(line) for line in open(tmp_path / "out.jsonl", encoding="utf-8")]
+    assert [d["text"] for d in docs] == [f"TEXT {i}!" for i in range(40)]
+    pids = {d["tags"]["pid"] for d in docs}
+    assert len(pids) == 2 and os.getpid() not in pids, pids  # two worker processes, neither this one
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    shout = [e for e in stats["executors"] if e["executor"] == "shout"]
+    assert shout and shout[0]["batches"] == 20 and shout[0]["batch_ms_mean"] > 0
+    assert sum(r["documents"] for r in stats["replicas"] if r["executor"] == "shout") == 40
+    for pid in pids:  # the workers are gone with the run
+        assert not pathlib.Path(f"/proc/{pid}").exists() or "zombie" in pathlib.Path(f"/proc/{pid}/status").read_text()
+
+
+def test_a_flow_loaded_in_python_runs_py_modules_with_tensors_and_parameters(tmp_path):
+    flow = write_flow(tmp_path, {"name": "shout", "uses": "Shout", "py_modules": "shout_executors.py",
+                                 "batching": {"max_batch_size": 16, "max_delay_ms": 5}})
+    with flowline.Flow.load(flow) as f:
+        docs = f.post("/shout", ["a", "b"], parameters={"times": 3})
+        assert [(d.text, d.tags["times"]) for d in docs] == [("A", 3), ("B", 3)]
+        import numpy as np
+
+        doubled = f.post("/x", [flowline.Document("v", embedding=np.arange(4, dtype=np.float32))])
+        assert doubled[0].embedding.tolist() == [0.0, 2.0, 4.0, 6.0]
+        with pytest.raises(flowline.FlowError, match=r"RuntimeError: asked to \(shout_executors.py:\d+ in other\)"):
+            f.post("/x", ["raise"])
+        assert [d.text for d in f.post("/x", ["fine"])] == ["fine"]
+
+
+@pytest.mark.parametrize("how", ["exit", "segfault"])
+def test_a_worker_that_crashes_fails_its_request_and_is_restarted(tmp_path, how):
+    flow = write_flow(tmp_path, {"name": "shout", "uses": "Shout", "py_modules": ["shout_executors.py"]})
+    with flowline.Flow.load(flow) as f:
+        before = f.post("/x", ["one"])[0].tags["pid"]
+        started = time.monotonic()
+        with pytest.raises(flowline.FlowError, match=r"executor 'shout': the worker at 127.0.0.1:\d+ went away"):
+            f.post("/x", [how])
+        after = f.post("/x", ["two", "three"], request_size=1)  # waits for the restarted worker
+        assert [d.text for d in after] == ["two", "three"]
+        assert after[0].tags["pid"] != before
+        assert time.monotonic() - started < 30
+
+
+def children_of(pid):
+    out = []
+    for status in pathlib.Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
+        except OSError:
+            continue
+        if fields.get("PPid", "").strip() == str(pid):
+            out.append(int(status.parent.name))
+    return out
+
+
+def test_killing_flowline_takes_its_python_workers_with_it(tmp_path):
+    flow = write_flow(tmp_path, {"name": "shout", "uses": "Shout", "py_modules": ["shout_executors.py"],
+                                 "replicas": 2})
+    (tmp_path / "in.txt").write_text("sleep\n" * 4)
+    run = subprocess.Popen([str(LAUNCHER), "run", str(flow), "-i", str(tmp_path / "in.txt"), "-o",
+                            str(tmp_path / "out.jsonl"), "--request-size", "1"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while len(workers := children_of(run.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(workers) == 2, workers
+        time.sleep(1)
+        run.kill()
+        run.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while any(pathlib.Path(f"/proc/{p}").exists() for p in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(pathlib.Path(f"/proc/{p}").exists() for p in workers)
+    finally:
+        if run.poll() is None:
+            run.kill()
+
+
+def jina_python():
+    if not CLIENTS_PYTHON.exists():
+        return None
+    probe = subprocess.run([str(CLIENTS_PYTHON), "-c", "import jina, docarray"], capture_output=True, timeout=120)
+    return CLIENTS_PYTHON if probe.returncode == 0 else None
+
+
+def test_an_unmodified_jina_3_executor_runs_in_a_flow(tmp_path):
+    python = jina_python()
+    if python is None:
+        pytest.skip(f"jina is not installed in {CLIENTS_PYTHON} (scripts/setup-clients.sh installs jina 3.34.0)")
+    flow = tmp_path / "flow.yml"
+    flow.write_text(json.dumps({"executors": [{"name": "lengths", "uses": "LengthEmbedder", "python": str(python),
+                                               "py_modules": [str(JINA_EXECUTOR)], "with": {"scale": 2.0}}]}))
+    with flowline.Flow.load(flow) as f:
+        docs = f.post("/embed", [{"id": "a", "text": "hello world", "tags": {"k": 1}}, "xyz"],
+                      parameters={"factor": 3})
+        assert [d.embedding.tolist() for d in docs] == [[11.0, 3.0, 6.0], [3.0, 0.0, 6.0]]
+        assert docs[0].id == "a" and docs[0].tags["k"] == 1 and docs[0].tags["length"] == 11
+        assert [d.text for d in f.post("/", ["quiet"])] == ["QUIET"]  # the default endpoint
+
+
+def validate(flow):
+    return launcher("validate", flow)
+
+
+def test_validate_reports_python_executors_problems_with_both_files_lines(tmp_path):
+    (tmp_path / "broken.py").write_text("import flowline\n\nclass Broken(flowline.Executor:\n    pass\n")
+    (tmp_path / "uses_jina.py").write_text("from jina import Executor\n\nclass J(Executor):\n    pass\n")
+    (tmp_path / "fine.py").write_text("import flowline\n\nclass Fine(flowline.Executor):\n    pass\n")
+    cases = {
+        "missing": ({"uses": "X", "py_modules": ["nowhere.py"]}, r"nowhere.py does not exist"),
+        "class": ({"uses": "Nope", "py_modules": ["fine.py"]}, r"class 'Nope' not found in fine.py; it defines: Fine"),
+        "syntax": ({"uses": "Broken", "py_modules": ["broken.py"]}, r"broken.py:3: syntax error"),
+        "jina": ({"uses": "J", "py_modules": ["uses_jina.py"], "python": sys.executable},
+                 r"uses_jina.py:1: uses_jina.py imports jina, which this Python .* lacks"),
+    }
+    for name, (executor, expected) in cases.items():
+        flow = tmp_path / f"{name}.yml"
+        flow.write_text("executors:\n  - name: py\n" + "".join(f"    {k}: {json.dumps(v)}\n" for k, v in executor.items()))
+        result = validate(flow)
+        assert result.returncode != 0, name
+        line = 3 if name == "class" else 4  # the uses: line, else the py_modules: line
+        assert f"{flow}:{line}:" in result.stderr + result.stdout, (name, result.stderr)
+        import re
+
+        assert re.search(expected, result.stderr + result.stdout), (name, result.stderr)
+    fine = tmp_path / "fine.yml"
+    fine.write_text("executors:\n  - name: py\n    uses: Fine\n    py_modules: [fine.py]\n")
+    assert validate(fine).returncode == 0, validate(fine).stderr
