@@ -21,9 +21,8 @@ padding=True (the causal tower never sees the padding after a token).
 
 SigLIP: gelu_pytorch_tanh, no class token, the attention-pooling head ("MAP", vision_use_head), the text tower
 pooled at the last position, logit_bias. transformers 5 has no fast SiglipTokenizer: the checkpoint carries the
-sentencepiece model (spiece.model, a Unigram trained here) for transformers' slow SiglipTokenizer and a
-tokenizer.json made here that gives the same ids (checked on every text): canonicalize_text as normalizers
-(lowercase, ASCII punctuation removed, whitespace runs to one space, stripped), Metaspace, Unigram, `$A </s>`.
+sentencepiece model (spiece.model, a Unigram trained here) for transformers' slow SiglipTokenizer and the
+tokenizer.json scripts/siglip_tokenizer_json.py makes from it, which gives the same ids (checked on every text).
 Texts are encoded as SigLIP's model cards and transformers' zero-shot pipeline do: padding="max_length" (64),
 truncation. That padding changes the embedding (the last position is a padding token whose query attends to the
 text): the goldens hold both the max_length embeddings (text_embeds) and, to show the difference, unpadded ones.
@@ -35,6 +34,9 @@ import tempfile
 
 import torch
 from safetensors.torch import save_file
+from siglip_tokenizer_json import CHECK_TEXTS
+from siglip_tokenizer_json import build as build_siglip_tokenizer
+from siglip_tokenizer_json import check as check_siglip_tokenizer
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUT = ROOT / "tests/data/tiny-models"
@@ -141,7 +143,6 @@ def make_clip(corpus):
 
 def siglip_tokenizer(corpus, folder):
     import sentencepiece as spm
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
     from transformers import SiglipTokenizer
     with tempfile.TemporaryDirectory() as tmp:
         text = pathlib.Path(tmp) / "corpus.txt"
@@ -149,24 +150,10 @@ def siglip_tokenizer(corpus, folder):
         spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(pathlib.Path(tmp) / "spiece"),
                                        vocab_size=400, model_type="unigram", pad_id=0, eos_id=1, unk_id=2, bos_id=-1,
                                        normalization_rule_name="identity", character_coverage=1.0,
-                                       minloglevel=2)
+                                       num_threads=1, minloglevel=2)  # one thread: the same model every run
         (folder / "spiece.model").write_bytes((pathlib.Path(tmp) / "spiece.model").read_bytes())
     slow = SiglipTokenizer(vocab_file=str(folder / "spiece.model"), model_max_length=64, do_lower_case=True)
-    sp = spm.SentencePieceProcessor(model_file=str(folder / "spiece.model"))
-    pieces = [(sp.id_to_piece(i), sp.get_score(i)) for i in range(sp.get_piece_size())]
-    fast = Tokenizer(models.Unigram(pieces, unk_id=2, byte_fallback=False))
-    punctuation = "[" + "".join("\\" + c for c in string.punctuation) + "]"
-    # SiglipTokenizer.tokenize: "▁" + text (its own "▁" as spaces), then canonicalize_text (lowercase, punctuation
-    # out, whitespace runs to one space, stripped: the right end only, "▁" leading), then sentencepiece.
-    fast.normalizer = normalizers.Sequence([
-        normalizers.Lowercase(), normalizers.Replace("▁", " "), normalizers.Prepend("▁"),
-        normalizers.Replace(Regex(punctuation), ""), normalizers.Replace(Regex(r"\s+"), " "),
-        normalizers.Strip(left=False, right=True)])
-    fast.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="never", split=True)
-    fast.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="never", split=True)
-    fast.post_processor = processors.TemplateProcessing(single="$A </s>", pair="$A </s> $B </s>",
-                                                        special_tokens=[("</s>", 1)])
-    fast.add_special_tokens(["<pad>", "</s>", "<unk>"])
+    fast = build_siglip_tokenizer(folder / "spiece.model")  # scripts/siglip_tokenizer_json.py, checked below
     fast.save(str(folder / "tokenizer.json"))
     slow.save_pretrained(str(folder))
     return slow, fast
@@ -179,8 +166,8 @@ def make_siglip(corpus):
     out.mkdir(parents=True, exist_ok=True)
     slow, fast = siglip_tokenizer(corpus, out)
     texts = TEXTS + long_texts(corpus)
-    for t in texts:  # tokenizer.json gives the slow tokenizer's ids
-        assert slow(t)["input_ids"] == fast.encode(t).ids, (t, slow(t)["input_ids"], fast.encode(t).ids)
+    differs = check_siglip_tokenizer(fast, slow, texts + CHECK_TEXTS)  # tokenizer.json gives the slow one's ids
+    assert differs is None, differs
     vocab = slow.vocab_size
     text = dict(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                 max_position_embeddings=64, hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6, pad_token_id=1,
