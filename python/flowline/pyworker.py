@@ -36,6 +36,7 @@ import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT = "*"
+MAX_FRAME_BYTES = 256 << 20  # as flowline's executor server: a longer frame closes the connection
 
 
 # ---- the light `flowline` module a worker's executors import ----------------------------------------------
@@ -207,48 +208,100 @@ class Reader:
         return str(self.raw(what), "utf-8")
 
 
+U8, U32, U64, F32 = (struct.Struct(f) for f in ("<B", "<I", "<Q", "<f"))
+STRING_FIELDS = {0: "id", 1: "text", 6: "mime_type", 7: "uri", 11: "parent_id"}
+MAX_DEPTH = 8
+
+
+def short(at, need, left):
+    return ValueError(f"bad frame at byte {at}: a field needs {need} bytes, {left} left in the frame")
+
+
 def read_tensor(r, numpy):
     code, rank = r.u8(), r.u8()
+    if rank > 8:
+        raise ValueError(f"bad frame at byte {r.at}: tensor rank {rank} (at most 8)")
     shape = tuple(r.u64() for _ in range(rank))
     data = r.take(r.u64(), "tensor data")
+    if code not in SIZES:
+        raise ValueError(f"bad frame at byte {r.at}: unknown tensor dtype {code}")
+    count = 1
+    for n in shape:
+        count *= n
+    if count * SIZES[code] != len(data):
+        raise ValueError(f"bad frame at byte {r.at}: tensor data of {len(data)} bytes for shape {list(shape)}")
     if numpy is None or code not in DTYPES:
         return RawTensor(code, shape, bytes(data))
     return numpy.frombuffer(data, dtype=DTYPES[code]).reshape(shape)  # a view of the frame's bytes
 
 
+def blank_document():
+    d = Document.__new__(Document)
+    d.id, d.text, d.blob, d.tensor, d.embedding, d.mime_type, d.uri, d.parent_id = "", None, None, None, None, None, None, None
+    d.tags, d.scores, d.chunks, d.matches = {}, {}, [], []
+    return d
+
+
 def read_documents(r, numpy, depth=0):
+    """The hot path: plain offsets into the frame, one bounds check per length read."""
+    if depth >= MAX_DEPTH:
+        raise ValueError(f"bad frame at byte {r.at}: documents nested deeper than {MAX_DEPTH}")
+    buf, view, at, end = r.view.obj, r.view, r.at, len(r.view)
+    if at + 4 > end:
+        raise short(at, 4, end - at)
+    (count,) = U32.unpack_from(buf, at)
+    at += 4
     docs = []
-    for _ in range(r.u32()):
-        d = Document()
-        for _ in range(r.u8()):
-            tag = r.u8()
-            if tag in (0, 1, 6, 7, 11):
-                setattr(d, ("id", "text", "", "", "", "", "mime_type", "uri", "", "", "", "parent_id")[tag], r.str())
-            elif tag == 2:
-                d.blob = bytes(r.raw("blob"))
-            elif tag == 3:
-                d.tensor = read_tensor(r, numpy)
-            elif tag == 4:
-                d.embedding = read_tensor(r, numpy)
-            elif tag == 5:
-                d.tags = json.loads(r.str())
+    for _ in range(count):
+        if at >= end:
+            raise short(at, 1, 0)
+        d = blank_document()
+        fields = buf[at]
+        at += 1
+        for _ in range(fields):
+            if at + 1 > end:
+                raise short(at, 1, 0)
+            tag = buf[at]
+            at += 1
+            name = STRING_FIELDS.get(tag)
+            if name is not None or tag in (2, 5):
+                if at + 4 > end:
+                    raise short(at, 4, end - at)
+                (length,) = U32.unpack_from(buf, at)
+                at += 4
+                if at + length > end:
+                    raise short(at, length, end - at)
+                raw = view[at:at + length]
+                at += length
+                if name is not None:
+                    setattr(d, name, str(raw, "utf-8"))
+                elif tag == 2:
+                    d.blob = bytes(raw)
+                else:
+                    d.tags = json.loads(str(raw, "utf-8"))
+                continue
+            r.at = at
+            if tag in (3, 4):
+                setattr(d, "tensor" if tag == 3 else "embedding", read_tensor(r, numpy))
             elif tag == 8:
                 d.scores = {}
                 for _ in range(r.u32()):
-                    name = r.str()
-                    d.scores[name] = struct.unpack_from("<f", r.take(4, "score"))[0]
+                    key = r.str()
+                    d.scores[key] = F32.unpack_from(r.take(4, "score"))[0]
             elif tag in (9, 10):
                 setattr(d, "chunks" if tag == 9 else "matches", read_documents(r, numpy, depth + 1))
             else:
-                raise ValueError(f"bad frame at byte {r.at}: unknown document field tag {tag}")
+                raise ValueError(f"bad frame at byte {at - 1}: unknown document field tag {tag}")
+            at = r.at
         docs.append(d)
+    r.at = at
     return docs
 
 
 def put_str(out, value):
     data = value if isinstance(value, (bytes, bytearray, memoryview)) else str(value).encode("utf-8")
-    out.append(struct.pack("<I", len(data)))
-    out.append(data)
+    out += U32.pack(len(data))
+    out += data
 
 
 def put_tensor(out, value, numpy, where):
@@ -266,49 +319,57 @@ def put_tensor(out, value, numpy, where):
             raise TypeError(f"{where}: dtype {array.dtype} cannot cross to flowline")
         code, shape = CODES[array.dtype.name], array.shape
         data = memoryview(numpy.ascontiguousarray(array)).cast("B")
-    out.append(struct.pack("<BB", code, len(shape)))
-    out.append(struct.pack(f"<{len(shape)}Q", *shape))
-    out.append(struct.pack("<Q", len(data)))
-    out.append(data)
+    out += struct.pack("<BB", code, len(shape))
+    out += struct.pack(f"<{len(shape)}Q", *shape)
+    out += U64.pack(len(data))
+    out += data
 
 
 def put_documents(out, docs, numpy, where="docs"):
-    out.append(struct.pack("<I", len(docs)))
+    """Appends the documents to `out`, a bytearray (the hot path: no list of parts, few calls)."""
+    out += U32.pack(len(docs))
     for i, d in enumerate(docs):
-        if not isinstance(d, Document):
+        if type(d) is not Document and not isinstance(d, Document):
             raise TypeError(f"{where}[{i}]: expected a flowline.Document, not {type(d).__name__}")
-        fields = []
-        for tag, name in ((0, "id"), (1, "text"), (2, "blob"), (6, "mime_type"), (7, "uri"), (11, "parent_id")):
+        count_at = len(out)
+        out.append(0)
+        fields = 0
+        for tag, value in ((0, d.id), (1, d.text), (2, d.blob), (6, d.mime_type), (7, d.uri), (11, d.parent_id)):
+            if value:
+                out.append(tag)
+                data = value if isinstance(value, (bytes, bytearray, memoryview)) else str(value).encode("utf-8")
+                out += U32.pack(len(data))
+                out += data
+                fields += 1
+        for tag, name in ((3, "tensor"), (4, "embedding")):
+            value = getattr(d, name)
+            if value is not None:
+                out.append(tag)
+                put_tensor(out, value, numpy, f"{where}[{i}].{name}")
+                fields += 1
+        if d.tags:
+            out.append(5)
+            put_str(out, json.dumps(dict(d.tags)))
+            fields += 1
+        if d.scores:
+            out.append(8)
+            out += U32.pack(len(d.scores))
+            for k, v in d.scores.items():
+                put_str(out, k)
+                out += F32.pack(float(v))
+            fields += 1
+        for tag, name in ((9, "chunks"), (10, "matches")):
             value = getattr(d, name)
             if value:
-                fields.append((tag, name, value))
-        for tag, name in ((3, "tensor"), (4, "embedding")):
-            if getattr(d, name) is not None:
-                fields.append((tag, name, getattr(d, name)))
-        for tag, name in ((5, "tags"), (8, "scores"), (9, "chunks"), (10, "matches")):
-            if getattr(d, name):
-                fields.append((tag, name, getattr(d, name)))
-        out.append(struct.pack("<B", len(fields)))
-        for tag, name, value in fields:
-            out.append(struct.pack("<B", tag))
-            if tag in (3, 4):
-                put_tensor(out, value, numpy, f"{where}[{i}].{name}")
-            elif tag == 5:
-                put_str(out, json.dumps(dict(value)))
-            elif tag == 8:
-                out.append(struct.pack("<I", len(value)))
-                for k, v in value.items():
-                    put_str(out, k)
-                    out.append(struct.pack("<f", float(v)))
-            elif tag in (9, 10):
+                out.append(tag)
                 put_documents(out, value, numpy, f"{where}[{i}].{name}")
-            else:
-                put_str(out, value)
+                fields += 1
+        out[count_at] = fields
 
 
-def frame(kind, parts):
-    size = 1 + sum(len(p) for p in parts)
-    return [struct.pack("<IB", size, kind)] + parts
+def frame(kind, body):
+    """A whole frame: the length prefix, the type and `body` (bytes-like)."""
+    return U32.pack(1 + len(body)) + U8.pack(kind) + body
 
 
 # ---- serving ----------------------------------------------------------------------------------------------
@@ -366,45 +427,59 @@ def serve_connection(conn, served, numpy):
         head = read_exact(conn, 4)
         if head is None:
             return
-        body = read_exact(conn, struct.unpack("<I", head)[0])
+        length = struct.unpack("<I", head)[0]
+        if not 0 < length <= MAX_FRAME_BYTES:
+            return send_error(conn, f"bad frame length {length}: 1 to {MAX_FRAME_BYTES} bytes")
+        body = read_exact(conn, length)
         if body is None:
             return
         kind, r = body[0], Reader(body, 1)
-        if hello:
-            if kind != 1 or bytes(r.take(4, "magic")) != b"FLWL":
-                conn.sendall(b"".join(frame(5, [struct.pack("<I", 15), b"expected Hello"])))
-                return
-            hello = False
-            parts = [struct.pack("<H", 1)]
-            put_str(parts, served.name)
-            put_str(parts, served.type)
-            parts.append(struct.pack("<II", 256 << 20, 4))
-            conn.sendall(b"".join(frame(2, parts)))
-        elif kind == 6:
-            conn.sendall(b"".join(frame(7, [bytes(r.take(8, "nonce"))])))
-        elif kind == 3:
-            conn.sendall(b"".join(answer(r, served, numpy)))
-        else:
-            return
+        try:
+            if hello:
+                if kind != 1 or bytes(r.take(4, "magic")) != b"FLWL":
+                    return send_error(conn, "expected a Hello frame first")
+                hello = False
+                welcome = bytearray(struct.pack("<H", 1))
+                put_str(welcome, served.name)
+                put_str(welcome, served.type)
+                welcome += struct.pack("<II", MAX_FRAME_BYTES, 4)
+                conn.sendall(frame(2, welcome))
+            elif kind == 6:
+                conn.sendall(frame(7, bytes(r.take(8, "nonce"))))
+            elif kind == 3:
+                conn.sendall(answer(r, served, numpy))
+            else:
+                return send_error(conn, f"a client may not send frame type {kind}")
+        except (ValueError, struct.error) as e:  # a malformed frame: say what, close the connection
+            return send_error(conn, str(e))
+
+
+def send_error(conn, message):
+    body = bytearray()
+    put_str(body, message)
+    conn.sendall(frame(5, body))
 
 
 def answer(r, served, numpy):
+    """The Response frame for the Request in `r`; a handler's exception fails its request alone."""
     request_id = r.u64()
     endpoint, params = r.str(), r.str()
     docs = read_documents(r, numpy)
-    ok, error = True, ""
+    if r.at != len(r.view):
+        raise ValueError(f"bad frame at byte {r.at}: {len(r.view) - r.at} bytes after the last document")
+    head = bytearray(U32.pack(0) + U8.pack(4) + U64.pack(request_id))
     try:
         with served.lock:
             out = served.call(endpoint, docs, json.loads(params) if params else {})
-        body = []
+        body = head + b"\0\0\0\0\0\0\0\0\0"  # status 0, no error, no error executor
         put_documents(body, out, numpy)
     except Exception as e:  # noqa: BLE001 — a handler's exception fails its request alone
-        ok, error, body = False, error_text(e), []
+        body = head + b"\1"
+        put_str(body, error_text(e))
+        put_str(body, served.name)
         put_documents(body, docs, numpy)
-    parts = [struct.pack("<QB", request_id, 0 if ok else 1)]
-    put_str(parts, error)
-    put_str(parts, served.name if not ok else "")
-    return frame(4, parts + body)
+    body[0:4] = U32.pack(len(body) - 4)
+    return body
 
 
 def watch_stdin():
