@@ -96,12 +96,13 @@ enum class InputFormat {
   Paragraphs,  // one document per blank-line separated paragraph, trimmed
   Jsonl,       // one JSON document per line
   Text,        // the whole file as one document
+  Images,      // one document per .jpg/.jpeg/.png/.webp file, its bytes as the blob (docs/images.md)
 };
 
 // The input formats by name, in the order they are documented: the one list the parser and the launcher's
 // options use.
 const std::vector<std::pair<std::string, InputFormat>>& input_formats();
-// "lines", "paragraphs", "jsonl", "text" → InputFormat; throws flowline::Error listing the choices.
+// "lines", "paragraphs", "jsonl", "text", "images" → InputFormat; throws flowline::Error listing the choices.
 InputFormat parse_input_format(std::string_view name);
 
 // A source reading a file (streamed line by line for lines and jsonl, so inputs larger than memory work),
@@ -109,9 +110,13 @@ InputFormat parse_input_format(std::string_view name);
 // Every document gets uri = the path; paragraphs and lines also get tags "line" (1-based first line); from a
 // folder, documents of the text formats also get the tag "file" (the file's name without extension).
 // Invalid UTF-8 or a bad JSONL line throws InputError with the line number.
+// Images: one document per JPEG/PNG/WebP file (by extension, any case) of the folder and its subfolders
+// (hidden ones skipped), sorted by path, or of the one file given: uri = the path, mime_type from the extension,
+// blob = the file's bytes, read as the document is handed out (so no more files are held than the flow's request
+// window asks for). The bytes are not decoded here: a bad image fails its document in the executor.
 std::unique_ptr<DocumentSource> open_file_source(const std::filesystem::path& path, InputFormat format);
 // The same for standard input (`flowline run --input -`), streamed as a pipe is; errors and documents' uri
-// call it "<stdin>".
+// call it "<stdin>". Images are refused from standard input (they need a folder or a file).
 std::unique_ptr<DocumentSource> open_stdin_source(InputFormat format);
 
 }  // namespace flowline

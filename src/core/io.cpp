@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 #include <utf8proc.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <algorithm>
@@ -78,7 +79,8 @@ const std::vector<std::pair<std::string, InputFormat>>& input_formats() {
   static const std::vector<std::pair<std::string, InputFormat>> formats = {{"lines", InputFormat::Lines},
                                                                            {"paragraphs", InputFormat::Paragraphs},
                                                                            {"jsonl", InputFormat::Jsonl},
-                                                                           {"text", InputFormat::Text}};
+                                                                           {"text", InputFormat::Text},
+                                                                           {"images", InputFormat::Images}};
   return formats;
 }
 
@@ -254,10 +256,77 @@ class FolderSource : public DocumentSource {
   std::unique_ptr<DocumentSource> current_;
 };
 
+// --input-format images: the image files of a folder tree (or one file), listed up front and sorted by path;
+// each file is read when its document is handed out, so memory holds only what the flow has in flight.
+class ImageFilesSource : public DocumentSource {
+ public:
+  explicit ImageFilesSource(const std::filesystem::path& path) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(path, ec)) {
+      if (mime_type_of(path).empty())
+        throw InputError(SourceLocation{path.string()},
+                         "not a JPEG, PNG or WebP file (by its extension: .jpg, "
+                         ".jpeg, .png or .webp) for --input-format images");
+      files_.push_back(path);
+      return;
+    }
+    auto it = std::filesystem::recursive_directory_iterator(path, ec);
+    for (; !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+      const auto name = it->path().filename().string();
+      if (!name.empty() && name.front() == '.') {
+        if (it->is_directory()) it.disable_recursion_pending();
+        continue;
+      }
+      if (it->is_regular_file() && !mime_type_of(it->path()).empty()) files_.push_back(it->path());
+    }
+    if (ec) throw InputError(SourceLocation{path.string()}, fmt::format("cannot list folder: {}", ec.message()));
+    if (files_.empty())
+      throw InputError(SourceLocation{path.string()}, "the folder holds no .jpg, .jpeg, .png or .webp files");
+    std::sort(files_.begin(), files_.end());
+  }
+
+  std::size_t read(DocumentArray& out, std::size_t max) override {
+    std::size_t n = 0;
+    for (; n < max && next_ < files_.size(); ++n, ++next_) {
+      const auto& file = files_[next_];
+      Document doc;
+      doc.uri = file.string();
+      doc.mime_type = mime_type_of(file);
+      doc.blob = read_bytes(file);
+      out.push_back(std::move(doc));
+    }
+    return n;
+  }
+
+ private:
+  static Bytes read_bytes(const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary | std::ios::ate);
+    if (!in) throw InputError(SourceLocation{path.string()}, fmt::format("cannot open file: {}", std::strerror(errno)));
+    Bytes bytes(static_cast<std::size_t>(in.tellg()));
+    in.seekg(0);
+    if (!in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size())))
+      throw InputError(SourceLocation{path.string()}, "read failed (the file shrank while being read?)");
+    return bytes;
+  }
+
+  static std::string mime_type_of(const std::filesystem::path& path) {
+    std::string ext = path.extension().string();
+    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (ext == ".jpg" || ext == ".jpeg") return "image/jpeg";
+    if (ext == ".png") return "image/png";
+    if (ext == ".webp") return "image/webp";
+    return "";
+  }
+
+  std::vector<std::filesystem::path> files_;
+  std::size_t next_ = 0;
+};
+
 }  // namespace
 
 std::unique_ptr<DocumentSource> open_file_source(const std::filesystem::path& path, InputFormat format) {
   std::error_code ec;
+  if (format == InputFormat::Images) return std::make_unique<ImageFilesSource>(path);
   if (std::filesystem::is_directory(path, ec)) return std::make_unique<FolderSource>(path, format);
   switch (format) {
     case InputFormat::Lines:
@@ -268,6 +337,8 @@ std::unique_ptr<DocumentSource> open_file_source(const std::filesystem::path& pa
       return std::make_unique<WholeFileSource>(path, true);
     case InputFormat::Text:
       return std::make_unique<WholeFileSource>(path, false);
+    case InputFormat::Images:
+      break;  // handled above
   }
   throw Error("unknown input format");
 }
@@ -285,6 +356,10 @@ std::unique_ptr<DocumentSource> open_stdin_source(InputFormat format) {
       return std::make_unique<WholeFileSource>(stdin_path, true, name);
     case InputFormat::Text:
       return std::make_unique<WholeFileSource>(stdin_path, false, name);
+    case InputFormat::Images:
+      throw InputError(SourceLocation{name},
+                       "--input-format images reads a folder or a file, not standard input "
+                       "(for image bytes on standard input, use jsonl with base64 blobs)");
   }
   throw Error("unknown input format");
 }
