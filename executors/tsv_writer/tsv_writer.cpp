@@ -4,6 +4,12 @@
 // PATH.partial, renamed when the run ends well, left PATH.partial after a run cut short (removed when no
 // row reached it).
 //
+// A resumable sink (flowline/resumable_sink.hpp): under `flowline run` it keeps PATH.resume.json (documents,
+// bytes, last document id), replaced after each fdatasync (every sync_every documents / sync_seconds), so
+// `flowline run --resume` cuts PATH.partial back to the last sync point and appends the rows of the
+// documents after it. TSV rows carry no document id: the sync point is checked by the file's length and
+// the id of the input document there.
+//
 //   with:
 //     path: entities.tsv
 //     rows: chunks                          # documents (default) or chunks
@@ -14,6 +20,7 @@
 #include "flowline/error.hpp"
 #include "flowline/executor.hpp"
 #include "flowline/output_file.hpp"
+#include "flowline/resumable_sink.hpp"
 
 #include <boost/json/serialize.hpp>
 #include <fmt/format.h>
@@ -42,26 +49,45 @@ class TsvWriter : public Executor {
          ParamSpec::optional("header", ParamType::Bool, true, "write the column names as the first row")},
         {},
     };
+    for (auto& p : resumable_sink_params()) s.params.push_back(std::move(p));
     s.max_replicas = 1;
     return s;
   }
 
-  explicit TsvWriter(const ExecutorContext& context) : Executor(context) {
+  explicit TsvWriter(const ExecutorContext& context) : Executor(context), progress_(params(), runtime().name) {
     path_ = params().get<std::string>("path");
     columns_ = params().get<std::vector<std::string>>("columns");
     if (columns_.empty()) throw Error("parameter 'columns': name at least one column");
     chunks_ = params().get<std::string>("rows") == "chunks";  // a declared choice, checked by validation
     for (const auto& c : columns_) check_column(c);
-    out_ = std::make_unique<OutputFile>(path_);
-    if (params().get<bool>("header")) fail_on(out_->write(fmt::format("{}\n", fmt::join(columns_, "\t"))));
+    SinkPoint held;
+    if (progress_.resuming()) {
+      if (auto point = read_sink_manifest(path_, progress_.run_key()); point && point->documents > 0) held = *point;
+    }
+    if (held.documents > 0) {
+      out_ = std::make_unique<OutputFile>(path_, OutputFile::Resume{held.bytes});
+    } else {
+      out_ = std::make_unique<OutputFile>(path_);
+      if (params().get<bool>("header")) fail_on(out_->write(fmt::format("{}\n", fmt::join(columns_, "\t"))));
+    }
+    progress_.held(held);
+    if (progress_.enabled()) write_sink_manifest(path_, progress_.run_key(), held);
     bind_default(&TsvWriter::write);
   }
 
   void close() override {
-    if (run_outcome() == RunOutcome::Complete) return out_->commit();
-    if (const auto left = out_->leave_partial(rows_ > 0); !left.empty()) {
+    if (run_outcome() == RunOutcome::Complete) {
+      out_->commit();
+      if (progress_.enabled()) remove_sink_manifest(path_);
+      return;
+    }
+    if (progress_.enabled()) sync();  // a --resume continues exactly where this run stopped
+    const bool keep = rows_ > 0 || progress_.point().documents > 0;
+    if (const auto left = out_->leave_partial(keep); !left.empty()) {
       spdlog::warn("executor '{}': the run did not complete; what was written is in '{}'", runtime().name,
                    left.string());
+    } else if (progress_.enabled()) {
+      remove_sink_manifest(path_);
     }
   }
 
@@ -145,9 +171,12 @@ class TsvWriter : public Executor {
     buffer_ += '\n';
   }
 
-  void write(DocumentArray& docs) {
+  // Under a resumed run, the rows of the leading documents the file holds already are not written again.
+  void write(DocumentArray& docs, const RequestInfo& request) {
     buffer_.clear();
-    for (const auto& doc : docs) {
+    const std::size_t held = progress_.skip(docs, request);
+    for (std::size_t i = held; i < docs.size(); ++i) {
+      const Document& doc = docs[i];
       if (chunks_) {
         for (const auto& chunk : doc.chunks) append_row(chunk, &doc);
       } else {
@@ -156,11 +185,24 @@ class TsvWriter : public Executor {
     }
     check_output_bound(path_, out_->bytes(), buffer_.size(), runtime().max_output_bytes);
     fail_on(out_->write(buffer_));
+    progress_.wrote(docs);
+    if (progress_.sync_due()) sync();
+  }
+
+  // Syncs the file and records the point in PATH.resume.json (after the data: it never names more).
+  void sync() {
+    if (!progress_.unsynced()) return;
+    SinkPoint point = progress_.point();
+    fail_on(out_->sync());
+    point.bytes = out_->bytes();
+    write_sink_manifest(path_, progress_.run_key(), point);
+    progress_.synced();
   }
 
   std::string path_;
   std::vector<std::string> columns_;
   bool chunks_ = false;
+  SinkProgress progress_;
   std::unique_ptr<OutputFile> out_;
   std::string buffer_;
   std::uint64_t rows_ = 0;  // rows handed to the file (the header not counted)

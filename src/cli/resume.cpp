@@ -3,6 +3,7 @@
 #include "resume.hpp"
 
 #include "flowline/error.hpp"
+#include "flowline/resumable_sink.hpp"
 
 #include <boost/json.hpp>
 #include <fmt/format.h>
@@ -18,7 +19,6 @@ namespace {
 
 constexpr std::uint64_t kFnvOffset = 14695981039346656037ULL;
 constexpr std::uint64_t kFnvPrime = 1099511628211ULL;
-constexpr std::uint64_t kMaxRecordBytes = 16 << 20;  // the longest last record find_resume_point reads back
 
 void fnv(std::uint64_t& h, std::string_view bytes) {
   for (const char c : bytes) h = (h ^ static_cast<unsigned char>(c)) * kFnvPrime;
@@ -42,6 +42,7 @@ std::uint64_t hash_file(std::uint64_t& h, const std::filesystem::path& path) {
 std::string hex(std::uint64_t h) { return fmt::format("{:016x}", h); }
 
 std::string format_name(const std::filesystem::path& output) {
+  if (output.empty() || output == "-") return "";
   switch (output_format_for(output)) {
     case OutputFormat::Npy:
       return "npy";
@@ -60,30 +61,6 @@ boost::json::object identity_json(const RunIdentity& r) {
           {"flow", r.flow},
           {"flow_hash", r.flow_hash},
           {"output_format", r.output_format}};
-}
-
-// The id of the record that ends at `end` in the JSONL file `path` (its last line before `end`).
-std::string id_of_record_ending_at(const std::filesystem::path& path, std::uint64_t end) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("cannot read '{}'", path.string()));
-  const std::uint64_t begin = end > kMaxRecordBytes ? end - kMaxRecordBytes : 0;
-  std::string tail(end - begin, '\0');
-  in.seekg(static_cast<std::streamoff>(begin));
-  in.read(tail.data(), static_cast<std::streamsize>(tail.size()));
-  if (static_cast<std::uint64_t>(in.gcount()) != tail.size() || tail.empty() || tail.back() != '\n') {
-    throw Error(fmt::format("'{}' does not end a whole record at byte {}, where its run synced", path.string(), end));
-  }
-  const std::size_t start = tail.find_last_of('\n', tail.size() - 2);
-  if (start == std::string::npos && begin > 0)
-    throw Error(fmt::format("'{}': its last record is too long", path.string()));
-  const std::string line = tail.substr(start == std::string::npos ? 0 : start + 1, std::string::npos);
-  try {
-    const boost::json::value v = boost::json::parse(line);
-    return std::string(v.at("id").as_string());
-  } catch (const std::exception& e) {
-    throw Error(
-        fmt::format("'{}': the record before byte {} is not a document with an id: {}", path.string(), end, e.what()));
-  }
 }
 
 void check_same(const boost::json::object& had, const RunIdentity& now, const std::filesystem::path& manifest) {
@@ -136,6 +113,58 @@ RunIdentity identify_run(const std::string& input, const std::string& input_form
   r.flow_hash = hex(f);
   r.output_format = format_name(output);
   return r;
+}
+
+std::string run_key_of(const RunIdentity& r) {
+  std::uint64_t h = kFnvOffset;
+  for (const std::string& part :
+       {r.input, r.input_format, std::to_string(r.input_bytes), r.input_hash, r.flow, r.flow_hash})
+    fnv(h, part + '\n');
+  return hex(h);
+}
+
+RunStart choose_run_start(const std::optional<ResumePoint>& output, const std::vector<std::string>& sinks,
+                          const std::string& run_key) {
+  std::vector<std::pair<std::string, SinkPoint>> points;
+  if (output) points.emplace_back("--output", SinkPoint{output->at.documents, output->last_id, 0});
+  const std::map<std::string, SinkPoint> held = held_sink_points(run_key);
+  for (const std::string& name : sinks) {
+    const auto it = held.find(name);
+    points.emplace_back(name, it == held.end() ? SinkPoint{} : it->second);
+  }
+  RunStart start;
+  if (points.empty()) return start;
+  start.documents = std::min_element(points.begin(), points.end(), [](const auto& a, const auto& b) {
+                      return a.second.documents < b.second.documents;
+                    })->second.documents;
+  std::string first;
+  for (const auto& [name, point] : points) {
+    start.held[name] = point.documents;
+    if (point.documents != start.documents || start.documents == 0) continue;
+    if (first.empty()) {
+      first = name;
+      start.last_id = point.last_id;
+    } else if (point.last_id != start.last_id) {
+      throw Error(
+          fmt::format("'{}' and '{}' both hold {} documents, but their last ids differ ('{}', '{}'): they "
+                      "are not of one run (refused, nothing appended)",
+                      first, name, start.documents, start.last_id, point.last_id));
+    }
+  }
+  return start;
+}
+
+void HeldDocuments::drop(DocumentArray& docs) {
+  if (left_ == 0 || docs.empty()) return;
+  const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(left_, docs.size()));
+  left_ -= n;
+  const DocumentArray held = docs.take(0, n);
+  if (left_ == 0 && held[n - 1].id != last_id_) {
+    throw Error(
+        fmt::format("--output's last synced document is '{}', the input's document there '{}': not this "
+                    "run's output (refused, nothing appended)",
+                    last_id_, held[n - 1].id));
+  }
 }
 
 std::filesystem::path manifest_path_for(const std::filesystem::path& output) {
@@ -192,7 +221,7 @@ std::optional<ResumePoint> find_resume_point(const std::filesystem::path& output
                       p.string(), ec ? 0 : size, want));
     }
   }
-  const std::string id = id_of_record_ending_at(records, end);
+  const std::string id = jsonl_id_ending_at(records, end);
   if (id != point.last_id) {
     throw Error(
         fmt::format("'{}': the document at the sync point is '{}', its manifest says '{}': not this run's "

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -44,6 +45,10 @@ struct RunIdentity {
 RunIdentity identify_run(const std::string& input, const std::string& input_format, const std::string& flow,
                          const std::vector<std::string>& sets, const std::string& endpoint, std::size_t request_size,
                          const std::filesystem::path& output);
+
+// The key the run's resumable sinks (flowline/resumable_sink.hpp) keep with their progress: the identity
+// without the output format (a sink's progress does not depend on --output).
+std::string run_key_of(const RunIdentity& identity);
 
 // NAME.resume.json for an output NAME.
 std::filesystem::path manifest_path_for(const std::filesystem::path& output);
@@ -99,6 +104,30 @@ class ResumeLog {
   double sync_seconds_ = 0;
   std::chrono::steady_clock::time_point last_sync_;
   bool failed_ = false;
+};
+
+// Where a resumed run starts its input: the smallest point held by --output (`output`, when it has one)
+// and by the flow's resumable sinks (`sinks`, by executor name, as they published it at start; one that
+// published nothing holds nothing), the id of the document before it, and what each holds.
+struct RunStart {
+  std::uint64_t documents = 0;
+  std::string last_id;
+  std::map<std::string, std::uint64_t> held;  // executor name (and "--output") -> documents held
+};
+// Throws flowline::Error when two outputs that hold the same number of documents disagree on the last id.
+RunStart choose_run_start(const std::optional<ResumePoint>& output, const std::vector<std::string>& sinks,
+                          const std::string& run_key);
+
+// The responses of a resumed run that starts before --output's sync point: drops the leading documents the
+// output holds already, checking that the last one dropped has its last id (else flowline::Error).
+class HeldDocuments {
+ public:
+  HeldDocuments(std::uint64_t count, std::string last_id) : left_(count), last_id_(std::move(last_id)) {}
+  void drop(DocumentArray& docs);
+
+ private:
+  std::uint64_t left_;
+  std::string last_id_;
 };
 
 // The input of a resumed run: gives every document of a lines, paragraphs or text input an id from the

@@ -10,6 +10,7 @@
 #include "stats_json.hpp"
 
 #include "flowline/flowline.hpp"
+#include "flowline/resumable_sink.hpp"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -82,17 +83,48 @@ std::string input_format_for(const std::string& given, const std::string& input)
 }
 
 // What `run` needs before the flow starts: the validated config (with --request-size and --set), the
-// input and the --output writer, and for a file output read from a file the run's identity, where it
-// resumes and the source that skips what the output holds (resume.hpp).
+// input and the --output writer, and for a run from a file whose file --output or resumable sinks
+// (flowline/resumable_sink.hpp) keep progress the run's identity, where --output resumes, and (once the
+// flow started and the sinks said what they hold) where the input starts and the source that skips to it.
 struct RunSetup {
   FlowConfig config;
   std::unique_ptr<DocumentSource> source;
   std::optional<RunOutput> output;
   std::optional<RunIdentity> identity;
-  ResumePoint start;
+  std::vector<std::string> sinks;  // the executors that are resumable sinks (run here, not on hosts)
+  ResumePoint start;               // --output's sync point
+  RunStart run_start;              // the smallest point of --output and the sinks
   std::unique_ptr<ResumeSource> resume_source;
   std::uint64_t left = 0;  // a resumed run: the input's documents after those skipped
 };
+
+// The executors of the flow that are resumable sinks, run in this process.
+std::vector<std::string> resumable_sinks(const FlowConfig& config) {
+  std::vector<std::string> sinks;
+  for (const ExecutorConfig& e : config.executors) {
+    const Registry::Entry* entry = e.uses.empty() ? nullptr : Registry::global().find(e.uses);
+    if (entry && !e.is_remote() && is_resumable_sink(entry->spec)) sinks.push_back(e.name);
+  }
+  return sinks;
+}
+
+// Gives each resumable sink the run's key, --resume, and --sync-every / --sync-seconds when given where the
+// flow leaves the sink's own at its default (0 documents, 10 s).
+void mark_sinks(const RunOptions& o, RunSetup& setup) {
+  const std::string key = run_key_of(*setup.identity);
+  for (ExecutorConfig& e : setup.config.executors) {
+    if (std::find(setup.sinks.begin(), setup.sinks.end(), e.name) == setup.sinks.end()) continue;
+    e.with["run_key"] = key;
+    e.with["resume"] = o.resume;
+    if (!o.sync_given) continue;
+    const auto at_default = [&](const char* name, double fallback) {
+      const auto* v = e.with.if_contains(name);
+      return !v || (v->is_number() && v->to_number<double>() == fallback);
+    };
+    if (at_default("sync_every", 0)) e.with["sync_every"] = static_cast<std::int64_t>(o.sync_every);
+    if (at_default("sync_seconds", 10)) e.with["sync_seconds"] = o.sync_seconds;
+  }
+}
 
 // Counts the documents of the input (a resumed run's progress says how many are left).
 std::uint64_t count_documents(const std::string& input, InputFormat format) {
@@ -120,34 +152,76 @@ bool has_known_extension(const std::string& output) {
   }
 }
 
-// --resume: finds where the output's partial ends. Returns -1 to go on, else the exit code (0: the output
-// is complete already; 2: refused, said why).
-int find_start(const RunOptions& o, RunSetup& setup) {
-  if (!o.resume) return -1;
-  if (!o.output.empty() && o.output != "-" && !has_known_extension(o.output)) return -1;  // said when opened
-  if (o.output.empty() || o.output == "-" || !rereadable(o.input)) {
-    fmt::print(stderr,
-               "error: --resume needs a file --output and a file or folder --input (one that can be read "
-               "again: not standard input or a pipe)\n");
-    return kExitUsage;
-  }
-  // The flow's own writers would start their files anew and complete them with only the documents left:
-  // refused until they resume too.
-  const std::vector<FlowOutput> writers = flow_outputs(setup.config);
-  for (const FlowOutput& w : writers) {
+// --resume of a flow whose executors write: each must be a resumable sink that gets its documents in
+// input order. Returns false after saying why not.
+bool sinks_can_resume(const RunSetup& setup) {
+  const auto is_sink = [&](const std::string& name) {
+    return std::find(setup.sinks.begin(), setup.sinks.end(), name) != setup.sinks.end();
+  };
+  bool ok = true;
+  for (const FlowOutput& w : flow_outputs(setup.config)) {
+    if (is_sink(w.executor)) continue;
     const std::string where = w.location.to_string();
     fmt::print(stderr,
-               "error: {}executor '{}' writes '{}' ({}): --resume continues --output only, not the files a flow's "
-               "executors write; run without --resume, or without that executor\n",
+               "error: {}executor '{}' writes '{}' ({}) and is no resumable sink: --resume continues --output and "
+               "resumable sinks only (it would start its file anew); run without --resume, or without that "
+               "executor\n",
                where.empty() ? "" : where + ": ", w.executor, w.path.string(), w.parameter);
+    ok = false;
   }
-  if (!writers.empty()) return kExitUsage;
+  if (setup.sinks.empty()) return ok;
+  for (const ExecutorConfig& e : setup.config.executors) {
+    if (is_sink(e.name) || (e.replicas * e.shards <= 1 && !e.is_remote())) continue;
+    fmt::print(stderr,
+               "error: executor '{}' runs {} replicas{}: its requests reach the sinks ('{}') in the order they "
+               "finish, not in input order, so what a sink holds is no input prefix to resume from (refused); "
+               "give it replicas: 1, or write with --output (in input order whatever the replicas)\n",
+               e.name, e.replicas * e.shards, e.is_remote() ? " on other hosts" : "", fmt::join(setup.sinks, "', '"));
+    ok = false;
+  }
+  return ok;
+}
+
+// Whether every file this run writes (--output and the sinks') is complete already: nothing to resume.
+bool outputs_complete(const RunOptions& o, const RunSetup& setup) {
+  std::vector<std::filesystem::path> files;
+  if (!o.output.empty() && o.output != "-") files.emplace_back(o.output);
+  for (const FlowOutput& w : flow_outputs(setup.config)) files.push_back(w.path);
+  if (files.empty() || files.size() < setup.sinks.size() + (o.output.empty() || o.output == "-" ? 0 : 1))
+    return false;  // a sink without a file (a table, an index) cannot be seen complete from here
   std::error_code ec;
-  if (std::filesystem::exists(o.output, ec) && !std::filesystem::exists(partial_path_for(o.output), ec)) {
-    fmt::print(stderr, "'{}' is complete: nothing to resume\n", o.output);
+  return std::all_of(files.begin(), files.end(), [&](const auto& f) {
+    return std::filesystem::exists(f, ec) && !std::filesystem::exists(partial_path_for(f), ec);
+  });
+}
+
+// --resume: finds where the output's partial ends and checks the sinks' files. Returns -1 to go on, else
+// the exit code (0: the outputs are complete already; 2: refused, said why).
+int find_start(const RunOptions& o, RunSetup& setup) {
+  if (!o.resume) return -1;
+  const bool file_output = !o.output.empty() && o.output != "-";
+  if (file_output && !has_known_extension(o.output)) return -1;  // said when opened
+  if ((!file_output && setup.sinks.empty()) || !rereadable(o.input)) {
+    fmt::print(stderr,
+               "error: --resume needs a file --output or a flow with resumable sinks (JsonlWriter, TsvWriter, "
+               "VectorIndex, PgVectorWriter), and a file or folder --input (one that can be read again: not "
+               "standard input or a pipe)\n");
+    return kExitUsage;
+  }
+  if (!sinks_can_resume(setup)) return kExitUsage;
+  if (outputs_complete(o, setup)) {
+    fmt::print(stderr, "'{}' is complete: nothing to resume\n", file_output ? o.output : "every output");
     return kExitOk;
   }
   try {
+    // A sink's own file is checked here too (its constructor checks again): a refusal before anything starts.
+    const std::string key = run_key_of(*setup.identity);
+    for (const FlowOutput& w : flow_outputs(setup.config)) read_sink_manifest(w.path, key);
+    std::error_code ec;
+    if (file_output && std::filesystem::exists(o.output, ec) &&
+        !std::filesystem::exists(partial_path_for(o.output), ec))
+      throw Error(fmt::format("'{}' is complete while the flow's sinks are not", o.output));
+    if (!file_output) return -1;
     if (auto point = find_resume_point(o.output, *setup.identity)) {
       setup.start = *point;
     } else {
@@ -171,11 +245,14 @@ int prepare_run(const RunOptions& o, RunSetup& setup) {
     return kExitUsage;
   }
   const std::string format_name = input_format_for(o.input_format, o.input);
+  setup.sinks = resumable_sinks(setup.config);
+  const bool file_output = !o.output.empty() && o.output != "-" && has_known_extension(o.output);
   try {
-    if (!o.output.empty() && o.output != "-" && rereadable(o.input) && has_known_extension(o.output)) {
+    if (rereadable(o.input) && (file_output || !setup.sinks.empty())) {
       const std::string endpoint = o.endpoint.empty() ? setup.config.options.endpoint : o.endpoint;
-      setup.identity =
-          identify_run(o.input, format_name, o.flow, o.sets, endpoint, setup.config.options.request_size, o.output);
+      setup.identity = identify_run(o.input, format_name, o.flow, o.sets, endpoint, setup.config.options.request_size,
+                                    file_output ? o.output : std::string());
+      mark_sinks(o, setup);
     }
   } catch (const Error& e) {
     fmt::print(stderr, "error: {}\n", e.what());
@@ -186,16 +263,6 @@ int prepare_run(const RunOptions& o, RunSetup& setup) {
   try {
     const InputFormat format = parse_input_format(format_name);
     setup.source = o.input == "-" ? open_stdin_source(format) : open_file_source(o.input, format);
-    if (setup.identity) {
-      setup.resume_source =
-          std::make_unique<ResumeSource>(*setup.source, format_name != "jsonl", setup.identity->input_hash,
-                                         setup.start.at.documents, setup.start.last_id);
-      setup.resume_source->skip();
-      if (o.resume) {
-        const std::uint64_t total = count_documents(o.input, format);
-        setup.left = total > setup.start.at.documents ? total - setup.start.at.documents : 0;
-      }
-    }
   } catch (const Error& e) {
     fmt::print(stderr, "error: input: {}\n", e.what());
     return kExitUsage;
@@ -209,6 +276,30 @@ int prepare_run(const RunOptions& o, RunSetup& setup) {
       fmt::print(stderr, "error: --output: {}\n", e.what());
       return kExitUsage;
     }
+  }
+  return -1;
+}
+
+// Once the flow started (and its sinks said what they hold): where the input starts, the source that skips
+// to it, and what is left. Returns -1 to go on, else the exit code (errors printed).
+int begin_input(const RunOptions& o, RunSetup& setup) {
+  if (!setup.identity) return -1;
+  try {
+    std::optional<ResumePoint> output_point;
+    if (setup.output && !setup.identity->output_format.empty()) output_point = setup.start;
+    if (o.resume) setup.run_start = choose_run_start(output_point, setup.sinks, run_key_of(*setup.identity));
+    const std::string format_name = input_format_for(o.input_format, o.input);
+    setup.resume_source =
+        std::make_unique<ResumeSource>(*setup.source, format_name != "jsonl", setup.identity->input_hash,
+                                       setup.run_start.documents, setup.run_start.last_id);
+    setup.resume_source->skip();
+    if (o.resume) {
+      const std::uint64_t total = count_documents(o.input, parse_input_format(format_name));
+      setup.left = total > setup.run_start.documents ? total - setup.run_start.documents : 0;
+    }
+  } catch (const Error& e) {
+    fmt::print(stderr, "error: --resume: {}\n", e.what());
+    return kExitUsage;
   }
   return -1;
 }
@@ -266,12 +357,16 @@ std::string end_output(std::optional<RunOutput>& output, ResumeLog* log, bool co
 }
 
 // --stats-json's "resume": what a resumed run skipped and had left, and the output's syncs.
+// "held": what --output and each resumable sink held when the run started (the run skips the smallest).
 boost::json::object resume_json(const RunSetup& setup, const ResumeLog* log) {
-  if (!log) return {};
-  return {{"skipped_documents", setup.start.at.documents},
+  if (!setup.identity || (!log && setup.sinks.empty())) return {};
+  boost::json::object held;
+  for (const auto& [name, documents] : setup.run_start.held) held[name] = documents;
+  return {{"skipped_documents", setup.run_start.documents},
           {"left_documents", setup.left},
-          {"syncs", log->syncs()},
-          {"sync_seconds", log->sync_seconds()}};
+          {"held", std::move(held)},
+          {"syncs", log ? log->syncs() : 0},
+          {"sync_seconds", log ? log->sync_seconds() : 0.0}};
 }
 
 }  // namespace
@@ -307,13 +402,18 @@ CLI::App* add_run_command(CLI::App& app, RunOptions& o, const std::vector<std::s
                 "replace the files the flow's writers and --output write when they exist (else the run refuses "
                 "to start)");
   cmd->add_flag("--resume", o.resume,
-                "continue the --output that an earlier run of the same input, flow and output left as NAME.partial: "
-                "the documents it holds durably are skipped (the input is re-read, not re-encoded)");
+                "continue the --output and the flow's resumable sinks (JsonlWriter, TsvWriter) that an earlier run of "
+                "the same input and flow left as NAME.partial: the documents they hold durably are skipped (the "
+                "input is re-read, not re-encoded)");
   cmd->add_option("--sync-every", o.sync_every,
-                  "make --output durable (fdatasync, and its NAME.resume.json) every N documents (0: not by count)")
+                  "make --output durable (fdatasync, and its NAME.resume.json) every N documents (0: not by count); "
+                  "given, it also sets the resumable sinks' sync_every where the flow leaves it at 0")
+      ->each([&o](const std::string&) { o.sync_given = true; })
       ->capture_default_str();
   cmd->add_option("--sync-seconds", o.sync_seconds,
-                  "... and every S seconds (0: not by time; both 0: only when the run stops on a signal)")
+                  "... and every S seconds (0: not by time; both 0: only when the run stops on a signal); given, it "
+                  "also sets the sinks' sync_seconds where the flow leaves it at 10")
+      ->each([&o](const std::string&) { o.sync_given = true; })
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   return cmd;
@@ -330,13 +430,24 @@ int command_run(const RunOptions& o) {
     if (output) output->finish(false);  // no document reached it: nothing is left (a resumed partial stays)
     return failed;
   }
+  if (const int code = begin_input(o, setup); code >= 0) {
+    flow.close(RunOutcome::Incomplete);  // nothing was posted: the sinks leave their files as they were
+    if (output) output->finish(false);
+    return code;
+  }
+  HeldDocuments output_held(setup.start.at.documents - std::min(setup.start.at.documents, setup.run_start.documents),
+                            setup.start.last_id);
+  PostOptions post_options;
+  // The sinks count input positions from here (resumable_sink.hpp).
+  if (setup.run_start.documents > 0) post_options.parameters[kResumeFromParam] = setup.run_start.documents;
   std::unique_ptr<ResumeLog> log;
-  if (output && setup.identity) {
+  if (output && setup.identity && !setup.identity->output_format.empty()) {
     try {
       log = std::make_unique<ResumeLog>(o.output, *setup.identity, SyncPolicy{o.sync_every, o.sync_seconds},
                                         setup.start, [&] { return output->sync(); });
     } catch (const Error& e) {
       fmt::print(stderr, "error: {}\n", e.what());
+      flow.close(RunOutcome::Incomplete);
       output->finish(false);
       return kExitFailure;
     }
@@ -345,8 +456,7 @@ int command_run(const RunOptions& o) {
   const bool interactive = o.progress == "always" || (o.progress == "auto" && isatty(STDERR_FILENO));
   const char* clear_line = interactive ? "\r\x1b[2K" : "";
   ProgressLine progress(fmt::format("[{}]", endpoint), interactive);
-  if (o.resume) progress.set_resumed(setup.start.at.documents, setup.left);
-  PostOptions post_options;
+  if (o.resume) progress.set_resumed(setup.run_start.documents, setup.left);
   post_options.on_progress = [&](const Progress& p) { progress.update(p); };
   std::uint64_t reported_failures = 0;
   PostSummary summary;
@@ -367,6 +477,7 @@ int command_run(const RunOptions& o) {
             return;
           }
           if (!output) return;
+          output_held.drop(r.docs);
           if (log) log->handed(r.docs);
           output->write(std::move(r.docs));
           if (log) log->maybe_sync();

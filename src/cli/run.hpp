@@ -28,6 +28,7 @@ struct RunOptions {
   bool resume = false;           // --resume: continue --output's NAME.partial (resume.hpp)
   std::uint64_t sync_every = 0;  // --sync-every: make --output durable every N documents (0: not by count)
   double sync_seconds = 10;      // --sync-seconds: ... and every S seconds (0: not by time)
+  bool sync_given = false;       // either was given: it applies to the resumable sinks too
 };
 
 // Adds the `run` subcommand and its options to `app`, filling `o` when parsed. `format_names`: the input

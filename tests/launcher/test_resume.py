@@ -1,9 +1,12 @@
 """`flowline run --resume` with real processes (issue 55 §1): runs killed with SIGKILL at random moments and
-resumed, five times in a row, end in files equal byte for byte to one uninterrupted run's; a partial that is
-not this run's (a changed input, another flow, a partial without its manifest, one cut shorter than its
-sync point, one whose record at the sync point is another document) is refused and left as it was.
+resumed, five times in a row, end in files equal byte for byte to one uninterrupted run's — for --output and
+for the writer executors of the shipped flows (flows/encode.yml's JsonlWriter together with a --output, and
+flows/ner.yml's TsvWriter); a partial that is not this run's (a changed input, another flow, a partial without
+its manifest, one cut shorter than its sync point, one whose record at the sync point is another document)
+is refused and left as it was, for --output and for a writer.
 
-    test_resume.py LAUNCHER SOURCE_DIR CASE     CASE: jsonl | npy | safetensors | refusals
+    test_resume.py LAUNCHER SOURCE_DIR CASE
+        CASE: jsonl | npy | safetensors | refusals | encode-flow | ner-flow | writer-refusals
 
 The tiny random checkpoint tests/data/tiny-models/bert-all-poolings-dense encodes the corpus
 (FLOWLINE_CORPUS_DIR, as the build found it; else ../shared/data/corpus) on the CPU. Every run is bounded (120 s) and
@@ -27,7 +30,8 @@ class Runner:
     def __init__(self, launcher, source_dir, scratch):
         self.launcher = launcher
         self.scratch = scratch
-        model = os.path.join(source_dir, "tests/data/tiny-models/bert-all-poolings-dense")
+        self.source_dir = source_dir
+        model = self.model = os.path.join(source_dir, "tests/data/tiny-models/bert-all-poolings-dense")
         self.flow = os.path.join(scratch, "flow.yml")
         with open(self.flow, "w") as f:
             f.write("jtype: Flow\nexecutors:\n  - name: encoder\n    uses: SentenceEncoder\n    device: cpu\n"
@@ -56,13 +60,13 @@ class Runner:
         return subprocess.run(self.args(output, *extra, flow=flow), cwd=self.scratch, capture_output=True, text=True,
                               timeout=DEADLINE)
 
-    def run_and_kill(self, output, delay, *extra):
-        """Starts a run, waits until its output has a sync point past the one it started from, then sends SIGKILL
-        `delay` seconds later (so every kill lands in a run that made progress, at a random moment of it);
-        returns the exit code (0 when the run ended first)."""
+    def run_and_kill(self, output, delay, *extra, argv=None, env=None):
+        """Starts a run (`argv`, else one writing `output`), waits until `output` has a sync point past the one it
+        started from, then sends SIGKILL `delay` seconds later (so every kill lands in a run that made progress,
+        at a random moment of it); returns the exit code (0 when the run ended first)."""
         start = max(synced_documents(output), 0)
-        child = subprocess.Popen(self.args(output, *extra), cwd=self.scratch, stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.DEVNULL)
+        child = subprocess.Popen(argv or self.args(output, *extra), cwd=self.scratch, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, env=env)
         self.children.append(child)
         deadline = time.monotonic() + DEADLINE
         while child.poll() is None and synced_documents(output) <= start:
@@ -190,16 +194,101 @@ def a_partial_that_is_not_this_runs_is_refused(r):
     expect_refusal(r, output, "fewer than the")
     os.remove(output + ".resume.json")
     expect_refusal(r, output, "not the partial of a run that can be resumed")
-    # A flow whose own executors write files: they would start anew and complete with what is left only.
+    # A writer behind an encoder of two replicas gets its documents in the order they finish: no input prefix.
     writing = os.path.join(r.scratch, "writing.yml")
     with open(writing, "w") as f:
-        f.write(read(r.flow).decode() + "  - name: writer\n    uses: JsonlWriter\n    with:\n      path: copy.jsonl\n")
-    expect_refusal(r, output, "--resume continues --output only", flow=writing)
+        f.write(read(r.flow).decode().replace("device: cpu", "device: cpu\n    replicas: 2") +
+                "  - name: writer\n    uses: JsonlWriter\n    with:\n      path: copy.jsonl\n")
+    expect_refusal(r, output, "not in input order", flow=writing)
     # A complete output: nothing to resume, and it stays as it is.
     complete = os.path.join(r.scratch, "complete.jsonl")
     check(r.run(complete).returncode == 0, "a run failed")
     again = r.run(complete, "--resume")
     check(again.returncode == 0 and "nothing to resume" in again.stderr, f"--resume of a complete output: {again}")
+
+
+class FlowCase:
+    """A shipped flow whose writer executor writes `name` into FLOWLINE_OUT_DIR, run over the corpus on the CPU."""
+
+    def __init__(self, r, flow, name, *extra):
+        self.r, self.flow, self.name, self.extra = r, os.path.join(r.source_dir, "flows", flow), name, extra
+
+    def env(self, out_dir):
+        return dict(os.environ, FLOWLINE_OUT_DIR=out_dir)
+
+    def argv(self, out_dir, *more):
+        return [self.r.launcher, "run", self.flow, "--input", self.r.corpus, "--progress", "never", "--request-size",
+                "50", "--sync-every", "400", *self.extra, *more]
+
+    def run(self, out_dir, *more):
+        return subprocess.run(self.argv(out_dir, *more), cwd=self.r.scratch, capture_output=True, text=True,
+                              timeout=DEADLINE, env=self.env(out_dir))
+
+
+def a_flow_killed_five_times_and_resumed_equals_an_uninterrupted_run(r, rng, case, output_extension=None):
+    """The writer's file (and --output's, when `output_extension`) after five kills and resumes equals an
+    uninterrupted run's byte for byte; the last resume's stats count what was skipped and left."""
+    reference_dir, killed_dir = os.path.join(r.scratch, "reference"), os.path.join(r.scratch, "killed")
+    outputs = lambda d: [os.path.join(d, case.name)] + (
+        [os.path.join(d, "out" + output_extension)] if output_extension else [])
+    with_output = lambda d: ["--output", outputs(d)[1]] if output_extension else []
+    reference_stats = os.path.join(r.scratch, "reference-stats.json")
+    done = case.run(reference_dir, *with_output(reference_dir), "--stats-json", reference_stats)
+    check(done.returncode == 0, f"the uninterrupted run failed: {done.stderr}")
+    documents = json.loads(read(reference_stats))["documents"]
+    writer = outputs(killed_dir)[0]
+    kills = 0
+    for attempt in range(KILLS):
+        extra = with_output(killed_dir) + (["--resume"] if attempt else [])
+        code = r.run_and_kill(writer, rng.uniform(0.0, 0.3), argv=case.argv(killed_dir, *extra),
+                              env=case.env(killed_dir))
+        if code == 0:
+            break
+        kills += 1
+        check(code == -9, f"a killed run exited {code}")
+        held = [synced_documents(f) for f in outputs(killed_dir)]
+        print(f"kill {kills}: synced documents {held}, partial of {os.path.getsize(writer + '.partial')} bytes")
+    check(kills >= 3, f"only {kills} of the runs were killed before they ended")
+    stats = os.path.join(r.scratch, "stats.json")
+    final = case.run(killed_dir, *with_output(killed_dir), "--resume", "--stats-json", stats)
+    check(final.returncode == 0, f"the last --resume failed ({final.returncode}): {final.stderr}")
+    for want, got in zip(outputs(reference_dir), outputs(killed_dir)):
+        check(read(want) == read(got), f"'{got}' differs from the uninterrupted run's '{want}'")
+        check(not os.path.exists(got + ".resume.json"), f"the manifest stayed beside the complete '{got}'")
+        check(not os.path.exists(got + ".partial"), f"'{got}.partial' stayed beside the complete file")
+    if "nothing to resume" in final.stderr:
+        print(f"{case.name}: {kills} kills, then equal to the uninterrupted run byte for byte")
+        return
+    final_stats = json.loads(read(stats))
+    resume = final_stats["resume"]
+    check(resume["skipped_documents"] == min(resume["held"].values()), f"skipped is not the smallest held: {resume}")
+    check(resume["skipped_documents"] + resume["left_documents"] == documents,
+          f"skipped + left is not the input's {documents} documents: {resume}")
+    check(final_stats["documents"] == resume["left_documents"], f"the run posted other than what was left: {resume}")
+    print(f"{case.name}: {kills} kills, then equal to the uninterrupted run byte for byte ({resume})")
+
+
+def a_writers_partial_that_is_not_this_runs_is_refused(r):
+    case = FlowCase(r, "encode.yml", "embeddings.jsonl", "--set", f"encoder.model={r.model}")
+    out_dir = os.path.join(r.scratch, "writer")
+    writer = os.path.join(out_dir, case.name)
+    r.run_and_kill(writer, 0.0, argv=case.argv(out_dir), env=case.env(out_dir))
+    check(os.path.exists(writer + ".partial"), "the killed run left no partial")
+
+    def refused(words, *more):
+        before = read(writer + ".partial")
+        done = case.run(out_dir, "--resume", *more)
+        check(done.returncode == 2, f"--resume was not refused (exit {done.returncode}): {done.stderr}")
+        check(words in done.stderr, f"the refusal does not say '{words}': {done.stderr}")
+        check(read(writer + ".partial") == before, "a refused --resume changed the writer's partial")
+        print(f"refused: {done.stderr.strip().splitlines()[-1]}")
+
+    refused("left by another run", "--set", "encoder.batch_size=16")
+    synced = json.loads(read(writer + ".resume.json"))["synced"]
+    os.truncate(writer + ".partial", synced["bytes"] - 1)
+    refused("fewer than the")
+    os.remove(writer + ".resume.json")
+    refused("not the partial of a run that can be resumed")
 
 
 def main():
@@ -212,6 +301,16 @@ def main():
     try:
         if case == "refusals":
             a_partial_that_is_not_this_runs_is_refused(r)
+        elif case == "encode-flow":
+            # The writer syncs at other points than --output: the run resumes from the smaller of the two.
+            flow = FlowCase(r, "encode.yml", "embeddings.jsonl", "--set", f"encoder.model={r.model}", "--set",
+                            "writer.sync_every=300")
+            a_flow_killed_five_times_and_resumed_equals_an_uninterrupted_run(r, rng, flow, ".jsonl")
+        elif case == "ner-flow":
+            flow = FlowCase(r, "ner.yml", "entities.tsv", "--input-format", "paragraphs")
+            a_flow_killed_five_times_and_resumed_equals_an_uninterrupted_run(r, rng, flow)
+        elif case == "writer-refusals":
+            a_writers_partial_that_is_not_this_runs_is_refused(r)
         else:
             a_run_killed_five_times_and_resumed_equals_an_uninterrupted_run(r, rng, "." + case)
     finally:

@@ -1,0 +1,107 @@
+// flowline/resumable_sink.hpp — an executor that keeps what the flow hands it somewhere durable (a file, a
+// table, an index) and continues there after a crash: `flowline run --resume` for sinks (issue 55 §1).
+//
+// Contract between `flowline run` (the run) and a resumable sink (an executor):
+//  - The sink's spec declares resumable_sink_params() (resume, run_key, sync_every, sync_seconds); the run
+//    recognises a sink by them (is_resumable_sink) and, for a run from a file or folder input, sets
+//    run_key (a key of its input and flow) and, under --resume, resume: true. A flow run any other way (serve,
+//    Python, standard input) leaves run_key empty: the sink keeps no progress and writes as a plain writer.
+//  - The sink owns a SinkProgress, made in its constructor from its params. With resuming(), the constructor
+//    finds what it holds durably (a file's PATH.resume.json and the file cut back to it, a table's progress
+//    row, ...), refusing (throwing flowline::Error) what is not this run's, and calls held(point); a fresh
+//    run calls held({}). held() publishes the point for the run (held_sink_points(run_key)).
+//  - After Flow::start() the run reads held_sink_points(), starts the input at the smallest point S (every
+//    sink holds the documents before S) and posts with request parameter kResumeFromParam = S.
+//  - Each handler call asks skip(docs, request) how many leading documents of the batch the sink holds
+//    already; SinkProgress checks that the last one it held carries the held point's id (else throws
+//    flowline::Error: the documents are not this run's, or not in input order). The sink writes the rest,
+//    calls wrote(docs) and, when sync_due(), makes what it wrote durable and records point() (a file sink:
+//    write_sink_manifest after fdatasync; a table: in the same transaction) and calls synced().
+//  - Positions count input documents, so a sink must receive its documents in input order: true when
+//    every executor before it runs one replica (the run refuses --resume otherwise).
+// One SinkProgress belongs to one executor replica and is used on its thread; held_sink_points() and
+// publish are thread-safe.
+#pragma once
+
+#include "flowline/document.hpp"
+#include "flowline/params.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace flowline {
+
+struct ExecutorSpec;
+struct RequestInfo;
+
+// The request parameter carrying the input position of a run's first posted document.
+inline constexpr const char* kResumeFromParam = "flowline_resume_from";
+
+// How far a sink holds the run's input durably: the first `documents` input documents, the last of them
+// `last_id`; `bytes`: a file sink's file length there (0 for others).
+struct SinkPoint {
+  std::uint64_t documents = 0;
+  std::string last_id;
+  std::uint64_t bytes = 0;
+};
+
+// resume, run_key, sync_every, sync_seconds: appended to a resumable sink's spec params.
+std::vector<ParamSpec> resumable_sink_params();
+bool is_resumable_sink(const ExecutorSpec& spec);
+
+// What the sinks of run `run_key` in this process hold, by executor name (the smallest over its replicas).
+std::map<std::string, SinkPoint> held_sink_points(const std::string& run_key);
+
+class SinkProgress {
+ public:
+  // Reads resume, run_key, sync_every and sync_seconds from the executor's params.
+  SinkProgress(const Params& params, std::string executor);
+  bool enabled() const noexcept { return !run_key_.empty(); }
+  bool resuming() const noexcept { return resume_ && enabled(); }
+  const std::string& run_key() const noexcept { return run_key_; }
+  // What the sink holds at start; published for the run when enabled().
+  void held(SinkPoint point);
+  // How many leading documents of `docs` the sink holds already. Throws flowline::Error when the last held
+  // document has another id than held() said, or when the run starts past what this sink holds.
+  std::size_t skip(const DocumentArray& docs, const RequestInfo& request);
+  // `docs` (the whole batch skip() saw) went to the sink.
+  void wrote(const DocumentArray& docs);
+  // Whether sync_every documents or sync_seconds passed since the last sync (enabled() only).
+  bool sync_due() const;
+  // Whether the sink was handed documents past what it held and what it last synced (a sync would move on).
+  bool unsynced() const noexcept { return position_ > held_.documents && position_ > synced_position_; }
+  // What the sink has been handed so far (bytes: 0, the caller fills in its own).
+  SinkPoint point() const { return {position_, last_id_, 0}; }
+  void synced();
+
+ private:
+  std::string executor_, run_key_;
+  bool resume_ = false;
+  std::uint64_t sync_every_ = 0;
+  double sync_seconds_ = 10;
+  SinkPoint held_;
+  bool started_ = false;
+  std::uint64_t position_ = 0, synced_position_ = 0;
+  std::string last_id_;
+  std::chrono::steady_clock::time_point last_sync_ = std::chrono::steady_clock::now();
+};
+
+// A file sink's progress: PATH.resume.json beside PATH.partial.
+std::filesystem::path sink_manifest_path(const std::filesystem::path& path);
+// Replaces the manifest atomically (written aside, fsynced, renamed). Throws flowline::Error.
+void write_sink_manifest(const std::filesystem::path& path, const std::string& run_key, const SinkPoint& point);
+// What PATH.partial holds for run `run_key`: std::nullopt when neither partial nor manifest exists. Throws
+// flowline::Error, naming what differs, for a partial without a manifest, a manifest of another run, or a
+// partial shorter than its sync point.
+std::optional<SinkPoint> read_sink_manifest(const std::filesystem::path& path, const std::string& run_key);
+void remove_sink_manifest(const std::filesystem::path& path) noexcept;
+// The id of the JSONL record that ends at byte `end` of `file` (checked against a manifest's last id).
+// Throws flowline::Error when no whole record with an id ends there.
+std::string jsonl_id_ending_at(const std::filesystem::path& file, std::uint64_t end);
+
+}  // namespace flowline
