@@ -421,6 +421,11 @@ def read_exact(conn, n):
 
 
 def serve_connection(conn, served, numpy):
+    with conn:  # closed when the peer goes or after an Error frame
+        serve_frames(conn, served, numpy)
+
+
+def serve_frames(conn, served, numpy):
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     hello = True
     while True:

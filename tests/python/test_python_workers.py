@@ -202,3 +202,37 @@ def test_validate_reports_python_executors_problems_with_both_files_lines(tmp_pa
     fine = tmp_path / "fine.yml"
     fine.write_text("executors:\n  - name: py\n    uses: Fine\n    py_modules: [fine.py]\n")
     assert validate(fine).returncode == 0, validate(fine).stderr
+
+
+def test_a_worker_answers_a_malformed_frame_with_an_error_frame_and_closes(tmp_path):
+    import socket
+    import struct
+
+    (tmp_path / "shout_executors.py").write_text(EXECUTORS)
+    worker = subprocess.Popen([sys.executable, str(SOURCE_DIR / "python/flowline/pyworker.py"), "--py-modules",
+                               str(tmp_path / "shout_executors.py"), "--uses", "Shout", "--port", "0"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        line = worker.stdout.readline()
+        port = int(line.rsplit(":", 1)[1])
+
+        def exchange(*frames):
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+                for f in frames:
+                    s.sendall(f)
+                data = b""
+                while chunk := s.recv(65536):
+                    data += chunk
+                return data
+
+        hello = struct.pack("<IB", 13, 1) + b"FLWL" + struct.pack("<HHI", 1, 1, 0)
+        # A request whose document count promises more than the frame holds.
+        body = struct.pack("<BQ", 3, 7) + struct.pack("<I", 1) + b"/" + struct.pack("<I", 0) + struct.pack("<I", 5)
+        answer = exchange(hello, struct.pack("<I", len(body)) + body)
+        welcome_length = struct.unpack_from("<I", answer)[0]
+        error = answer[4 + welcome_length:]
+        assert error[4] == 5 and b"bad frame at byte" in error, answer
+        assert exchange(struct.pack("<I", 0)).endswith(b"bad frame length 0: 1 to 268435456 bytes")
+    finally:
+        worker.kill()
+        worker.wait(timeout=30)
