@@ -1,0 +1,112 @@
+"""ClipModel against transformers' CLIPModel on random weights of the real shapes (ViT-B/32, ViT-L/14): image
+embeddings from pixel tensors (decode and preprocessing not included: the model's part of issue 54's targets) and
+CLIP's text tower on short texts. Makes the folders once under --out (random weights saved in fp16, the tiny CLIP
+checkpoint's tokenizer — ids below the real vocabulary size — and a 224-pixel preprocessor_config.json), runs
+build/bench/clip_encode on each, then transformers (get_image_features / get_text_features, same dtype, the best of
+several batch sizes) in the same run, and prints both with the ratio.
+
+  .venv-ref/bin/python bench/clip_encode.py --device cuda --dtype fp16 [--shapes b32 l14] [--out /tmp/clip-bench]
+"""
+import argparse
+import pathlib
+import re
+import shutil
+import subprocess
+import time
+
+import torch
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+TINY = ROOT / "tests/data/tiny-models/clip"
+SHAPES = {
+    "b32": dict(vision=dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
+                            patch_size=32),
+                text=dict(hidden_size=512, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=8),
+                projection_dim=512),
+    "l14": dict(vision=dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16,
+                            patch_size=14),
+                text=dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12),
+                projection_dim=768),
+}
+
+
+def make_folder(shape, folder):
+    from transformers import CLIPConfig, CLIPModel
+    if (folder / "model.safetensors").exists():
+        return
+    s = SHAPES[shape]
+    config = CLIPConfig(text_config=dict(s["text"], vocab_size=49408, max_position_embeddings=77, hidden_act="quick_gelu",
+                                         eos_token_id=2),
+                        vision_config=dict(s["vision"], image_size=224, hidden_act="quick_gelu"),
+                        projection_dim=s["projection_dim"])
+    model = CLIPModel(config).half()
+    model.save_pretrained(str(folder), safe_serialization=True)
+    for name in ["tokenizer.json", "tokenizer_config.json", "preprocessor_config.json"]:
+        shutil.copy(TINY / name, folder / name)
+    (folder / "RANDOM_WEIGHTS").write_text("Random weights of a real shape, for benchmarks.\n")
+
+
+def transformers_rate(folder, device, dtype, images, texts, batch_sizes):
+    from transformers import CLIPModel, CLIPTokenizer
+    model = CLIPModel.from_pretrained(str(folder), dtype=dtype).to(device).eval()
+    best_images, best_texts = (0, 0), (0, 0)
+    with torch.inference_mode():
+        for batch in batch_sizes:
+            pixels = torch.randn(batch, 3, 224, 224).pin_memory() if device == "cuda" else torch.randn(batch, 3, 224, 224)
+            model.get_image_features(pixel_values=pixels.to(device, dtype))  # warm up
+            if device == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(0, images, batch):
+                model.get_image_features(pixel_values=pixels.to(device, dtype, non_blocking=True)).pooler_output.cpu()
+            rate = images / (time.perf_counter() - start)
+            best_images = max(best_images, (rate, batch))
+        if texts:
+            tokenizer = CLIPTokenizer.from_pretrained(str(folder))
+            words = [f"a photo of a {i % 97} on a table, number {i}" for i in range(texts)]
+            for batch in batch_sizes:
+                start = time.perf_counter()
+                for b in range(0, texts, batch):
+                    inputs = tokenizer(words[b:b + batch], padding=True, truncation=True, return_tensors="pt").to(device)
+                    model.get_text_features(**inputs).pooler_output.cpu()
+                best_texts = max(best_texts, (texts / (time.perf_counter() - start), batch))
+    return best_images, best_texts
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=list(SHAPES))
+    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("/tmp/clip-bench"))
+    parser.add_argument("--binary", type=pathlib.Path, default=ROOT / "build/bench/clip_encode")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--dtype", choices=["fp16", "bf16", "fp32"], default="fp16")
+    parser.add_argument("--images", type=int, default=8192)
+    parser.add_argument("--texts", type=int, default=65536)
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[128, 256, 512], help="for both, the best taken")
+    args = parser.parse_args()
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
+    for shape in args.shapes:
+        folder = args.out / f"clip-{shape}"
+        folder.mkdir(parents=True, exist_ok=True)
+        make_folder(shape, folder)
+        ours_images, ours_texts = (0.0, 0), (0.0, 0)
+        for batch in args.batch_sizes:
+            out = subprocess.run([str(args.binary), "--model", str(folder), "--device", args.device, "--dtype", args.dtype,
+                                  "--batch-size", str(batch), "--images", str(args.images), "--texts", str(args.texts)],
+                                 check=True, capture_output=True, text=True).stdout
+            print(out, end="")
+            images = float(re.search(r"images best (\d+)/s", out).group(1))
+            texts = float(re.search(r"texts best (\d+)/s", out).group(1)) if args.texts else 0.0
+            ours_images, ours_texts = max(ours_images, (images, batch)), max(ours_texts, (texts, batch))
+        theirs_images, theirs_texts = transformers_rate(folder, args.device, dtype, args.images, args.texts,
+                                                         args.batch_sizes)
+        print(f"{shape} {args.dtype} on {args.device}: flowline {ours_images[0]:.0f} images/s (batch {ours_images[1]}), "
+              f"transformers {theirs_images[0]:.0f} (batch {theirs_images[1]}): {ours_images[0] / theirs_images[0]:.1f}x")
+        if args.texts:
+            print(f"{shape} text tower: flowline {ours_texts[0]:.0f} texts/s (batch {ours_texts[1]}), transformers "
+                  f"{theirs_texts[0]:.0f} (batch {theirs_texts[1]}, tokenizer included in both): "
+                  f"{ours_texts[0] / theirs_texts[0]:.1f}x")
+
+
+if __name__ == "__main__":
+    main()
