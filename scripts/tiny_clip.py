@@ -24,8 +24,10 @@ pooled at the last position, logit_bias. transformers 5 has no fast SiglipTokeni
 sentencepiece model (spiece.model, a Unigram trained here) for transformers' slow SiglipTokenizer and the
 tokenizer.json scripts/siglip_tokenizer_json.py makes from it, which gives the same ids (checked on every text).
 Texts are encoded as SigLIP's model cards and transformers' zero-shot pipeline do: padding="max_length" (64),
-truncation. That padding changes the embedding (the last position is a padding token whose query attends to the
-text): the goldens hold both the max_length embeddings (text_embeds) and, to show the difference, unpadded ones.
+truncation, with the attention_mask transformers 5's SiglipTokenizer gives. That padding changes the embedding (the
+last position is a padding token whose query attends to the text): the goldens hold the max_length embeddings
+(text_embeds), unpadded ones (to show the difference) and padded ones without the mask (text_embeds_no_mask: a
+tokenizer_config.json whose model_input_names is ["input_ids"], as transformers 4 saved them).
 """
 import json
 import pathlib
@@ -191,8 +193,11 @@ def make_siglip(corpus):
         unpadded = torch.cat([reference.get_text_features(**tokenizer([t], truncation=True, max_length=64, return_tensors="pt")).pooler_output
                               for t in texts])
         image_embeds = reference.get_image_features(pixel_values=pixels).pooler_output
+        # As transformers 4's SiglipTokenizer (model_input_names ["input_ids"]) and big_vision ran it: padded to 64,
+        # no attention mask.
+        unmasked = reference.get_text_features(input_ids=inputs["input_ids"]).pooler_output
     goldens = {"pixel_values": pixels, "image_embeds": image_embeds, "text_embeds": text_embeds,
-               "text_embeds_unpadded": unpadded, "input_ids": inputs["input_ids"].to(torch.int32),
+               "text_embeds_unpadded": unpadded, "text_embeds_no_mask": unmasked, "input_ids": inputs["input_ids"].to(torch.int32),
                "logit_scale": reference.logit_scale.exp().reshape(1), "logit_bias": reference.logit_bias.reshape(1)}
     if "attention_mask" in inputs:
         goldens["attention_mask"] = inputs["attention_mask"].to(torch.int32)

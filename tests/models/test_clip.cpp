@@ -88,6 +88,35 @@ TEST_CASE("a tiny CLIP and SigLIP embed images and texts as transformers does in
   }
 }
 
+TEST_CASE(
+    "a CLIP text tower pools at the first eos_token_id unless it is 2, and SigLIP masks only as its tokenizer says",
+    "[models][clip]") {
+  const auto dir = testing::scratch_dir("clip pooling");
+  std::filesystem::copy(kTiny / "clip", dir / "clip", std::filesystem::copy_options::recursive);
+  std::filesystem::copy(kTiny / "siglip", dir / "siglip", std::filesystem::copy_options::recursive);
+  // CLIP with a config from after transformers' fix (eos_token_id the real <|endoftext|>): the same token.
+  auto config = boost::json::parse(testing::read_text(dir / "clip/config.json")).as_object();
+  const std::int64_t vocab = config["text_config"].as_object()["vocab_size"].as_int64();
+  config["text_config"].as_object()["eos_token_id"] = vocab - 1;
+  testing::write_text(dir / "clip/config.json", boost::json::serialize(config));
+  const SafetensorsFile clip_goldens(kTiny / "clip.goldens.safetensors");
+  const auto texts = golden_texts("clip");
+  CHECK(worst_cosine(encode_all(*ClipModel::load(dir / "clip", {}), texts), clip_goldens.get("text_embeds")) >= 0.9999);
+  // An eos_token_id the texts never hold: position 0 (<|startoftext|>), as transformers' argmax of no match gives.
+  config["text_config"].as_object()["eos_token_id"] = 5;
+  testing::write_text(dir / "clip/config.json", boost::json::serialize(config));
+  const at::Tensor first = encode_all(*ClipModel::load(dir / "clip", {}), texts);
+  CHECK(testing::row_cosines(first, first[0].unsqueeze(0).expand_as(first)).min().item<double>() > 0.99999);
+
+  // SigLIP whose tokenizer_config.json names input_ids alone (as transformers 4 saved them): no attention mask.
+  auto tokenizer_config = boost::json::parse(testing::read_text(dir / "siglip/tokenizer_config.json")).as_object();
+  tokenizer_config["model_input_names"] = boost::json::array{"input_ids"};
+  testing::write_text(dir / "siglip/tokenizer_config.json", boost::json::serialize(tokenizer_config));
+  const SafetensorsFile siglip_goldens(kTiny / "siglip.goldens.safetensors");
+  CHECK(worst_cosine(encode_all(*ClipModel::load(dir / "siglip", {}), golden_texts("siglip")),
+                     siglip_goldens.get("text_embeds_no_mask")) >= 0.9999);
+}
+
 TEST_CASE("a CLIP model takes pixel_values only of its image size and refuses no texts", "[models][clip]") {
   const auto model = ClipModel::load(kTiny / "clip", {});
   CHECK_THROWS_WITH(model->encode_pixels(at::zeros({2, 3, 64, 64})), Catch::Contains("[N >= 1, 3, 32, 32]"));
