@@ -2,7 +2,9 @@
 torch.onnx, for OnnxModel's tests (tests/python/test_onnx_model.py): input_ids and attention_mask in, the
 mean of the last hidden state over the unmasked tokens out ([batch, 32]), batch and sequence dynamic.
 
-    .venv-ref/bin/python scripts/export_tiny_onnx.py [OUT]    # default tests/data/tiny-models/bert-onnx/model.onnx
+    .venv-ref/bin/python scripts/export_tiny_onnx.py [OUT [CHECKPOINT]]
+        # default OUT tests/data/tiny-models/bert-onnx/model.onnx; CHECKPOINT: another BERT folder, the same way
+        # (bench/onnx_model.py exports models/all-MiniLM-L6-v2 so)
 
 Needs torch, transformers, onnx and onnxscript (pip install onnx onnxscript into .venv-ref). The weights are
 the checkpoint's random ones: the outputs mean nothing, they only have to agree between runtimes.
@@ -32,7 +34,8 @@ class MeanPooled(torch.nn.Module):
 def main():
     out = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "tests/data/tiny-models/bert-onnx/model.onnx")
     out.parent.mkdir(parents=True, exist_ok=True)
-    model = MeanPooled(AutoModel.from_pretrained(SOURCE)).eval()
+    source = pathlib.Path(sys.argv[2]) if len(sys.argv) > 2 else SOURCE
+    model = MeanPooled(AutoModel.from_pretrained(source)).eval()
     ids = torch.tensor([[2, 15, 27, 3], [2, 40, 8, 3]], dtype=torch.int64)
     mask = torch.ones_like(ids)
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
