@@ -180,6 +180,20 @@ TEST_CASE("a folder ClipModel cannot run is refused, naming the file and key or 
                     Catch::Contains("no sentence_transformers CLIPModel module"));
 }
 
+TEST_CASE("a tiny CLIP and SigLIP run in bf16 and fp16 on the CPU too", "[models][clip]") {
+  for (const std::string name : {"clip", "siglip"}) {
+    const SafetensorsFile goldens(kTiny / (name + ".goldens.safetensors"));
+    for (const auto dtype : {c10::kBFloat16, c10::kHalf}) {
+      INFO(name << " " << c10::toString(dtype));
+      const auto model = ClipModel::load(kTiny / name, {c10::Device(c10::kCPU), dtype});
+      const at::Tensor images = model->encode_pixels(goldens.get("pixel_values"));
+      CHECK(images.scalar_type() == at::kFloat);
+      CHECK(worst_cosine(images, goldens.get("image_embeds")) >= 0.99);
+      CHECK(worst_cosine(encode_all(*model, golden_texts(name)), goldens.get("text_embeds")) >= 0.99);
+    }
+  }
+}
+
 TEST_CASE("on the GPU a tiny CLIP and SigLIP stay within the fp16 and bf16 bounds", "[models][clip][gpu]") {
   if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
   for (const std::string name : {"clip", "siglip"}) {
