@@ -183,10 +183,9 @@ void check_python_executor(const FlowConfig& config, const ExecutorConfig& e, st
     const SourceLocation at = e.location_of(key);
     return at.file.empty() ? e.location_of("") : at;
   };
-  if (e.is_remote()) {
-    out.push_back({where("hosts"), context + "give either py_modules (the flow runs the workers) or hosts, not both"});
-    return;
-  }
+  // With hosts:, servers run the class (`flowline serve FLOW --executor NAME` starts the workers there; the
+  // gateway flow `flowline export` writes keeps py_modules beside hosts): nothing runs or is checked here.
+  if (e.is_remote()) return;
   if (e.uses.empty()) {
     out.push_back({where(""), context + "py_modules needs `uses: ClassName`"});
     return;
@@ -356,7 +355,7 @@ struct PythonWorkers::Impl {
 
 PythonWorkers::PythonWorkers(FlowConfig& config) : impl_(std::make_unique<Impl>()) {
   for (const auto& e : config.executors) {
-    if (!e.is_python()) continue;
+    if (!e.is_python() || e.is_remote()) continue;
     std::vector<std::string> argv{
         interpreter(config, e),         worker_script(), "--watch-stdin", "--uses", e.uses, "--name", e.name, "--with",
         boost::json::serialize(e.with), "--py-modules"};
@@ -381,8 +380,7 @@ PythonWorkers::PythonWorkers(FlowConfig& config) : impl_(std::make_unique<Impl>(
   }
   std::size_t next = 0;
   for (auto& e : config.executors) {
-    if (!e.is_python()) continue;
-    e.hosts.clear();
+    if (!e.is_python() || e.is_remote()) continue;
     for (int r = 0; r < std::max(e.replicas, 1); ++r)
       e.hosts.push_back(fmt::format("127.0.0.1:{}", impl_->workers[next++].port));
     e.remote.requeue_lost = false;  // a request that crashed its worker must not crash the next one
@@ -395,7 +393,7 @@ PythonWorkers::~PythonWorkers() { impl_->stop(); }
 
 std::unique_ptr<PythonWorkers> start_python_workers(FlowConfig& config) {
   for (const auto& e : config.executors) {
-    if (e.is_python()) return std::make_unique<PythonWorkers>(config);
+    if (e.is_python() && !e.is_remote()) return std::make_unique<PythonWorkers>(config);
   }
   return nullptr;
 }

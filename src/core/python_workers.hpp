@@ -2,10 +2,14 @@
 // and running each replica in a worker process. Private to flowline::core (flow.cpp and flow_validate.cpp).
 //
 // The worker is python/flowline/pyworker.py, run as a script by the executor's interpreter (`python:`, else
-// FLOWLINE_PYTHON, else the Python the build used when it exists, else python3); FLOWLINE_PY_WORKER names
+// FLOWLINE_PYTHON, else FLOWLINE_PACKAGE_PYTHON — set by `import flowline` to its interpreter — else the
+// Python the build used when it exists, else python3); FLOWLINE_PY_WORKER names
 // another copy of the script (an installed package's). It serves the class over flowline's wire protocol
 // on a loopback port, so the flow reaches each worker as a `hosts:` entry (RemoteGroup) and batching,
 // replicas, the progress bar and per-executor stats work unchanged.
+//
+// An executor with both py_modules and hosts (the gateway flow `flowline export` writes) runs on its hosts:
+// `flowline serve FLOW --executor NAME` there starts the workers; this flow starts none for it.
 //
 // Processes and threads. PythonWorkers owns the processes and one supervisor thread, which starts them
 // (and so is their parent thread for PR_SET_PDEATHSIG: a flow killed with SIGKILL takes its workers with

@@ -236,3 +236,35 @@ def test_a_worker_answers_a_malformed_frame_with_an_error_frame_and_closes(tmp_p
     finally:
         worker.kill()
         worker.wait(timeout=30)
+
+
+def test_flowline_serve_runs_a_py_modules_executor_for_a_flow_that_lists_it_under_hosts(tmp_path):
+    import socket
+
+    flow = write_flow(tmp_path, {"name": "shout", "uses": "Shout", "py_modules": ["shout_executors.py"],
+                                 "with": {"suffix": "?"}})
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([str(LAUNCHER), "serve", str(flow), "--executor", "shout", "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        # The gateway's form that `flowline export` writes: py_modules kept beside hosts.
+        gateway = tmp_path / "gateway.yml"
+        gateway.write_text(json.dumps({"executors": [{
+            "name": "shout", "uses": "Shout", "py_modules": ["shout_executors.py"], "hosts": [f"127.0.0.1:{port}"],
+            "remote": {"start_degraded": True}}]}))
+        with flowline.Flow.load(gateway) as f:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    docs = f.post("/shout", ["x"])
+                    break
+                except flowline.FlowError:
+                    if time.monotonic() > deadline or server.poll() is not None:
+                        raise
+                    time.sleep(0.3)
+        assert docs[0].text == "X?" and docs[0].tags["pid"] not in (os.getpid(), server.pid)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=30)
