@@ -17,8 +17,8 @@ a dict) and keyword arguments (`endpoint`); it changes the documents in place or
 documents to replace them. `@requests` without `on` is the default endpoint (every endpoint not bound
 otherwise). Handlers run on the flow's replica threads, each replica its own instance, holding the GIL
 while they run; an exception fails its request alone, its message and the traceback's last frame in the
-error. The flow closes an instance with its close() method. docs/python.md has the design of running them
-in worker processes (issue 53 §2).
+error. The flow closes an instance with its close() method. A flow file names the class with `py_modules:`
+instead to run it in worker processes of its own (pyworker.py; docs/python.md).
 """
 
 import inspect

@@ -8,8 +8,8 @@ executor `uses` (a flowline.Executor subclass those modules define) and serves i
 --executor NAME` serves a C++ one: a flow lists it under `hosts:` (docs/remote-executors.md) and gets
 batching, failover and accounting from the remote machinery; a handler that raises fails its request alone,
 the error naming the traceback's last frame. Prints `serving NAME on HOST:PORT` once it listens; SIGTERM or
-SIGINT stops it (answers in flight go out first). Starting and restarting workers from the flow itself is
-the rest of §2 (docs/python.md).
+SIGINT stops it (answers in flight go out first). A flow file that names the class with `py_modules:` needs
+none of this: the flow starts, restarts and stops its own workers (pyworker.py, docs/python.md).
 """
 
 import argparse
