@@ -121,6 +121,11 @@ if ! has_dist onnxruntime 1.23.2; then
   step "installing onnxruntime (OnnxModel's tests) into .venv"
   pip_install "onnxruntime==1.23.2"
 fi
+# spaCy (a blank pipeline, no trained model) for the Python executors' spaCy test (tests/python/test_python_workers.py).
+if ! has_dist spacy 3.8.7; then
+  step "installing spacy (a Python executor's test) into .venv"
+  pip_install "spacy==3.8.7"
+fi
 # PostgreSQL with pgvector for the PgVectorWriter's tests (tests/pgvector/pg_server.py starts a throwaway
 # server from its binaries; Debian 12's PostgreSQL has no pgvector): PyPI's pgserver wheel (34 MB installed).
 if ! has_dist pgserver 0.1.4; then

@@ -268,3 +268,42 @@ def test_flowline_serve_runs_a_py_modules_executor_for_a_flow_that_lists_it_unde
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
+
+
+SPACY_EXECUTOR = '''
+import flowline
+import spacy
+
+
+class Sentences(flowline.Executor):
+    """spaCy's rule-based sentencizer on a blank pipeline: each sentence a chunk."""
+
+    def __init__(self, language="en", **kwargs):
+        super().__init__(**kwargs)
+        self.nlp = spacy.blank(language)
+        self.nlp.add_pipe("sentencizer")
+
+    @flowline.requests
+    def split(self, docs, parameters, **kwargs):
+        for d, parsed in zip(docs, self.nlp.pipe([d.text or "" for d in docs])):
+            d.chunks = [flowline.Document(s.text, tags={"start": s.start_char, "end": s.end_char})
+                        for s in parsed.sents]
+'''
+
+
+def test_a_spacy_pipeline_runs_as_a_python_executor_as_spacy_does_directly(tmp_path):
+    spacy = pytest.importorskip("spacy", reason="spaCy is not installed in this Python (scripts/setup.sh installs "
+                                                "spacy into .venv)")
+    (tmp_path / "spacy_executor.py").write_text(SPACY_EXECUTOR)
+    flow = tmp_path / "flow.yml"
+    flow.write_text(json.dumps({"executors": [{"name": "sentences", "uses": "Sentences", "replicas": 2,
+                                               "py_modules": ["spacy_executor.py"], "python": sys.executable}]}))
+    texts = ["Alice was beginning to get very tired. So she was considering! Why not?", "One sentence only",
+             "Dr. Smith went home. It rained."]
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    expected = [[(s.text, s.start_char, s.end_char) for s in nlp(t).sents] for t in texts]
+    with flowline.Flow.load(flow) as f:
+        docs = f.post("/", texts, request_size=1)
+    got = [[(c.text, c.tags["start"], c.tags["end"]) for c in d.chunks] for d in docs]
+    assert got == expected and len(got[0]) == 3
