@@ -14,7 +14,8 @@ shape are stacked into one [N, ...] array (at most `batch_size` rows per run); d
 field pass through. The model's first input takes the stack (`input_name` picks another); an input named
 attention_mask gets ones and token_type_ids zeros of the stack's shape (a BERT fed its token ids); any other
 input is an error when the executor starts. The first output (`output_name` picks another) must have one
-row per document. `device`: cpu, or cuda / cuda:N (the CUDA execution provider; a missing one is an error).
+row per document. `device`: cpu, or cuda / cuda:N (the CUDA execution provider with IOBinding: inputs copied to the GPU once,
+outputs bound there and copied back once; a missing provider is an error).
 `model` is relative to the flow file's folder. `threads`: ONNX Runtime's intra-op threads (0: its default).
 """
 
@@ -50,6 +51,7 @@ class OnnxModel(flowline.Executor):
         path = model if os.path.isabs(model) else os.path.join(self.runtime.get("flow_dir", os.getcwd()), model)
         if not os.path.exists(path):
             raise FileNotFoundError(f"OnnxModel: model {path} does not exist")
+        self.cuda = None  # the CUDA device index when the model runs there (IOBinding)
         options = onnxruntime.SessionOptions()
         if threads:
             options.intra_op_num_threads = int(threads)
@@ -60,8 +62,10 @@ class OnnxModel(flowline.Executor):
                                    "(pip install onnxruntime-gpu)")
             index = int(device.split(":", 1)[1]) if ":" in device else 0
             providers = [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
+            self.cuda = index
         elif device not in ("cpu", "auto"):
             raise ValueError(f"OnnxModel: device is cpu, cuda or cuda:N, got {device!r}")
+        self.ort = onnxruntime
         self.session = onnxruntime.InferenceSession(path, sess_options=options, providers=providers)
         self.input, self.output, self.batch_size = input, output, batch_size
         inputs = {i.name: i for i in self.session.get_inputs()}
@@ -86,7 +90,15 @@ class OnnxModel(flowline.Executor):
         feeds = {self.main: stack.astype(self.main_type, copy=False)}
         for name, (value, dtype) in self.extra.items():
             feeds[name] = np.full(stack.shape, value, dtype=dtype)
-        (out,) = self.session.run([self.output_name], feeds)
+        if self.cuda is None:
+            (out,) = self.session.run([self.output_name], feeds)
+        else:  # IOBinding: each input copied to the GPU once, the output left there until one copy back
+            binding = self.session.io_binding()
+            for name, array in feeds.items():
+                binding.bind_ortvalue_input(name, self.ort.OrtValue.ortvalue_from_numpy(array, "cuda", self.cuda))
+            binding.bind_output(self.output_name, "cuda", self.cuda)
+            self.session.run_with_iobinding(binding)
+            out = binding.copy_outputs_to_cpu()[0]
         if out.shape[0] != stack.shape[0]:
             raise ValueError(f"OnnxModel: output {self.output_name!r} has {out.shape[0]} rows for {stack.shape[0]} inputs")
         return out

@@ -72,3 +72,14 @@ def test_onnx_model_reports_a_missing_model_and_a_document_without_a_tensor_pass
         docs = flow.post("/", ["no tensor", flowline.Document("t", tensor=token_rows(1)[0])])
         assert docs[0].tensor is None and docs[0].embedding is None
         assert docs[1].tensor.shape == (32,)
+
+
+def test_onnx_model_on_a_gpu_equals_the_cpu(tmp_path):
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        pytest.skip("no CUDA execution provider in this onnxruntime (a GPU machine with onnxruntime-gpu runs this)")
+    rows = token_rows(16, seed=3)
+    expected = direct(rows)
+    with flowline.Flow.load(flow_file(tmp_path, device="cuda")) as flow:
+        docs = flow.post("/", [flowline.Document(f"{i}", tensor=r) for i, r in enumerate(rows)], request_size=4)
+    for d, want in zip(docs, expected):
+        np.testing.assert_allclose(d.embedding, want, rtol=1e-3, atol=1e-4)  # GPU kernels differ in the last bits
