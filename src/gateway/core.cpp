@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <iterator>
 #include <map>
+#include <limits>
 #include <thread>
 #include <vector>
 
@@ -143,6 +144,8 @@ void Core::configure(GatewayOptions o) {
     max_in_flight = flow_options.queue_capacity > 0 ? flow_options.queue_capacity : flow_options.max_in_flight;
   }
   max_in_flight = std::max<std::size_t>(max_in_flight, 1);
+  const std::size_t most = std::numeric_limits<std::size_t>::max();
+  http_held.set_bound(options.max_body_bytes > most / max_in_flight ? most : max_in_flight * options.max_body_bytes);
   endpoints.clear();
   for (const auto& e : flow.config().executors) {
     const Registry::Entry* entry = Registry::global().find_registered(e.uses);

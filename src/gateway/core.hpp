@@ -22,6 +22,7 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <deque>
@@ -68,6 +69,36 @@ class RefusedError : public std::runtime_error {
  public:
   RefusedError(Refusal kind, const std::string& message) : std::runtime_error(message), kind(kind) {}
   Refusal kind;
+};
+
+// The bytes of request bodies and answers a front holds, against one bound for all its connections: a
+// connection takes a body's bytes before it reads the body (and is refused when they are not there), keeps
+// them while the flow works, trades them for its answer's bytes once the answer is made, and gives them
+// back once the answer is written — so answers a client does not read keep counting, and new bodies are
+// refused until they are read. Any thread (atomics).
+class HeldBytes {
+ public:
+  // `bound`: 0 means none.
+  void set_bound(std::size_t bound) { bound_ = bound; }
+  std::size_t bound() const { return bound_; }
+  std::size_t held() const { return held_.load(); }
+  // Takes `n` bytes when they fit under the bound, or when nothing is held (one request larger than the
+  // bound alone still goes through: max_body_bytes may pass the bound when max_in_flight is small). False:
+  // nothing taken.
+  bool try_take(std::size_t n) {
+    std::size_t now = held_.load();
+    do {
+      if (bound_ != 0 && now != 0 && n > bound_ - std::min(now, bound_)) return false;
+    } while (!held_.compare_exchange_weak(now, now + n));
+    return true;
+  }
+  // Takes `n` bytes whatever the bound (an answer made for a body that was admitted): later bodies wait.
+  void take(std::size_t n) { held_ += n; }
+  void give(std::size_t n) { held_ -= n; }
+
+ private:
+  std::size_t bound_ = 0;
+  std::atomic<std::size_t> held_{0};
 };
 
 // What became of a submitted call: the flow's Response, or the core's refusal (Busy, Unavailable, Timeout).
@@ -130,6 +161,9 @@ class Core {
   ParseLimits limits;
   std::size_t max_in_flight = 0;
   std::set<std::string> endpoints;  // the flow's endpoints, as Jina routes ("/encode"; "/default" is "/")
+  // The HTTP front's bodies and answers (read whole; NDJSON streams bound theirs per stream): at most
+  // max_in_flight x max_body_bytes, set by configure().
+  HeldBytes http_held;
 
   std::int64_t started_unix = 0;  // when start() began serving (seconds since the epoch)
   std::atomic<std::uint64_t> in_flight{0}, requests{0}, documents{0}, rejected_busy{0}, timed_out{0};

@@ -86,7 +86,10 @@ class HttpFront {
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(HttpFront& front, tcp::socket socket) : gw_(front), stream_(std::move(socket)) {}
-  ~Connection() { gw_.forget(this); }
+  ~Connection() {
+    gw_.core.http_held.give(held_);
+    gw_.forget(this);
+  }
 
   void start() { read_header(); }
 
@@ -144,6 +147,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // A request that could not be read: answered when the client can still read an answer, then closed.
   void read_failed(beast::error_code ec);
 
+  // A body that is read whole and whose Content-Length passes max_body_bytes (an NDJSON body never is).
+  bool body_too_large();
+  // Takes the body's bytes (three times its Content-Length or, chunked, max_body_bytes: http_front.cpp says why)
+  // from the core's http_held before the body is read; when they are not there, answers 503 without
+  // reading it and returns false.
+  bool hold_body();
+  // Holds `bytes` in place of what the connection held (the answer's size once it is made; 0 once written).
+  void hold_answer(std::size_t bytes);
   void begin_body();  // after the header: read the body whole, or stream it (NDJSON)
   // Dispatches the request read whole: a row of the route table, else a flow endpoint (Jina), else 404.
   void handle();
@@ -174,7 +185,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::optional<Refusal> refusal_;  // why the answer being written refuses, when the core said so
   std::size_t documents_ = 0;
   bool keep_alive_ = true;
-  bool busy_ = false;  // between the first byte of a request and its answer written
+  bool busy_ = false;     // between the first byte of a request and its answer written
+  std::size_t held_ = 0;  // bytes taken from core.http_held: the body being read or in the flow, or the answer
 };
 
 }  // namespace flowline::gateway

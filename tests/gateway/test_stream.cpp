@@ -23,6 +23,14 @@ class StreamClient {
                     "Transfer-Encoding: chunked\r\n{}\r\n",
                     target, extra_headers));
   }
+  // The header of a body with a length instead (the body follows with send()).
+  void begin_sized(const std::string& target, std::size_t length, const std::string& extra_headers = "") {
+    write(
+        fmt::format("POST {} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-ndjson\r\n"
+                    "Content-Length: {}\r\n{}\r\n",
+                    target, length, extra_headers));
+  }
+  void send(const std::string& bytes) { write(bytes); }
   void send_chunk(const std::string& bytes) { write(fmt::format("{:x}\r\n{}\r\n", bytes.size(), bytes)); }
   void end() { write("0\r\n\r\n"); }
   // The whole answer: status, content type and the body's lines.
@@ -236,6 +244,34 @@ TEST_CASE("a stream ends at its first bad line with an error line, after answeri
     const auto answer = client.read_answer();
     REQUIRE(answer.lines.size() == 11);
     CHECK_THAT(answer.lines.back(), testing::contains("line 11 is longer than 1000 bytes"));
+  }
+  SECTION("a body with a Content-Length over max_body_bytes streams as a chunked one does") {
+    Served served(fake_encoder_flow(), GatewayOptions{.max_body_bytes = 1000});
+    const std::string body = ndjson(0, 400);
+    REQUIRE(body.size() > 5000);
+    StreamClient client(served.port());
+    client.begin_sized("/encode", body.size());
+    client.send(body);
+    const auto answer = client.read_answer();
+    CHECK(answer.status == 200);
+    check_in_order(answer.lines, 400);
+    // The same with "Expect: 100-continue", which is answered 100 (not 413) before the body is sent.
+    StreamClient expecting(served.port());
+    expecting.begin_sized("/encode", body.size(), "Expect: 100-continue\r\n");
+    const auto interim = expecting.read_answer();
+    CHECK(interim.status == 100);
+    expecting.send(body);
+    const auto streamed = expecting.read_answer();
+    CHECK(streamed.status == 200);
+    check_in_order(streamed.lines, 400);
+  }
+  SECTION("a body read whole with a Content-Length over max_body_bytes: 413 before it is read") {
+    Served served(fake_encoder_flow(), GatewayOptions{.max_body_bytes = 1000});
+    StreamClient client(served.port());
+    asio::write(client.socket(), asio::buffer(std::string("POST /encode HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                                          "Content-Type: application/json\r\n"
+                                                          "Content-Length: 5000\r\n\r\n")));
+    CHECK(client.read_answer().status == 413);
   }
   SECTION("an executor that fails: 500 naming the executor and the lines") {
     Flow flow;

@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""The HTTP front's memory under clients that post large bodies and never read the answers (issue 50 §2).
+
+Starts `flowline serve` on a NoOp flow (its answer echoes every document, so an answer is as large as its
+request), opens --connections connections that each post one Jina /post body of --body-mb MB and then
+never read, and samples the server's resident memory from /proc/<pid>/status (VmRSS; VmHWM is the peak)
+for --seconds. Prints one JSON object: the options, the idle RSS, the peak RSS, the RSS at the end, the bound the gateway
+documents (max_in_flight x max_body_bytes) and how the posts ended (sent whole, or stopped by the server).
+
+  bench/gateway_memory.py build/src/flowline --connections 80 --body-mb 30
+  bench/gateway_memory.py build/src/flowline --connections 40 --body-mb 3.5 --max-body-mb 4 --max-in-flight 8 \
+      --seconds 10 --check-bound 2   # the ctest case: exit 1 when the peak passes idle + 2 x the bound, or
+                                     # GET /health on a new connection does not answer 200 under the load
+
+Only the standard library: it runs with any python3.
+"""
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+
+def rss_kib(pid, key):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {key} in /proc/{pid}/status")
+
+
+def health_status(port):
+    """GET /health on a new connection while the loaded ones stay open: its status (0: no answer in 10 s)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            head = s.recv(64).decode("latin-1")
+            return int(head.split()[1]) if head.startswith("HTTP/1.1 ") else 0
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def body_of(size):
+    """A Jina /post body of about `size` bytes: documents of 64 KiB texts."""
+    text = "x" * 65536
+    doc = '{"text":"' + text + '"}'
+    count = max(1, size // (len(doc) + 1))
+    return ('{"execEndpoint":"/","data":[' + ",".join([doc] * count) + "]}").encode()
+
+
+def post_and_never_read(port, body, outcome, index, deadline):
+    """Sends the request and as much of the body as the server takes before `deadline`, never reading."""
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    except OSError as e:
+        outcome[index] = f"connect failed: {e}"
+        return
+    header = (f"POST /post HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+              f"Content-Length: {len(body)}\r\n\r\n").encode()
+    s.settimeout(1.0)
+    view = memoryview(header + body)
+    sent = 0
+    while sent < len(view) and time.monotonic() < deadline:
+        try:
+            sent += s.send(view[sent:sent + (1 << 20)])
+        except socket.timeout:
+            continue  # the server is not reading: keep trying until the deadline
+        except OSError as e:
+            outcome[index] = f"closed after {sent} bytes: {e.__class__.__name__}"
+            return
+    outcome[index] = "sent" if sent == len(view) else f"stalled after {sent} bytes"
+    # Keep the socket open and unread until the sampling ends.
+    outcome[f"socket{index}"] = s
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("flowline", help="the flowline binary")
+    ap.add_argument("--connections", type=int, default=80)
+    ap.add_argument("--body-mb", type=float, default=30.0)
+    ap.add_argument("--max-body-mb", type=float, default=32.0, help="--max-body-bytes, in MiB")
+    ap.add_argument("--max-in-flight", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seconds", type=float, default=20.0, help="how long the clients post and the RSS is sampled")
+    ap.add_argument("--check-bound", type=float, default=0.0,
+                    help="exit 1 when the peak RSS passes the idle RSS + this many times the bound")
+    args = ap.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        flow = os.path.join(tmp, "flow.yml")
+        with open(flow, "w") as f:
+            f.write("executors:\n  - name: echo\n    uses: NoOp\n")
+        ready = os.path.join(tmp, "port")
+        max_body = int(args.max_body_mb * (1 << 20))
+        server = subprocess.Popen(
+            [args.flowline, "serve", flow, "--port", "0", "--ready-file", ready, "--threads", str(args.threads),
+             "--max-body-bytes", str(max_body), "--max-in-flight", str(args.max_in_flight),
+             "--request-timeout", str(int(args.seconds * 1000) + 60000)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            started = time.monotonic()
+            while not (os.path.exists(ready) and open(ready).read().strip()):
+                if server.poll() is not None or time.monotonic() - started > 60:
+                    sys.exit(f"flowline serve did not start: {server.stderr.read().decode()[-2000:]}")
+                time.sleep(0.05)
+            port = int(open(ready).read())
+            idle = rss_kib(server.pid, "VmRSS")
+            body = body_of(int(args.body_mb * 1e6))
+            outcome = {}
+            deadline = time.monotonic() + args.seconds
+            threads = [threading.Thread(target=post_and_never_read, args=(port, body, outcome, i, deadline))
+                       for i in range(args.connections)]
+            for t in threads:
+                t.start()
+            peak = idle
+            while time.monotonic() < deadline:
+                if server.poll() is not None:
+                    break
+                peak = max(peak, rss_kib(server.pid, "VmRSS"))
+                time.sleep(0.05)
+            for t in threads:
+                t.join()
+            alive = server.poll() is None
+            end = rss_kib(server.pid, "VmRSS") if alive else 0
+            health = health_status(port) if alive else 0
+            if alive:
+                peak = max(peak, rss_kib(server.pid, "VmHWM"))
+            ends = {}
+            for i in range(args.connections):
+                key = str(outcome.get(i, "none")).split(" after")[0]
+                ends[key] = ends.get(key, 0) + 1
+            bound = args.max_in_flight * max_body
+            result = {
+                "connections": args.connections, "body_bytes": len(body), "max_body_bytes": max_body,
+                "max_in_flight": args.max_in_flight, "threads": args.threads, "seconds": args.seconds,
+                "bound_mib": round(bound / (1 << 20), 1), "idle_rss_mib": round(idle / 1024, 1),
+                "peak_rss_mib": round(peak / 1024, 1),
+                "end_rss_mib": round(end / 1024, 1), "health_after": health, "server_alive": alive, "posts": ends,
+            }
+            print(json.dumps(result))
+            for key, s in list(outcome.items()):
+                if str(key).startswith("socket"):
+                    s.close()
+            if not alive:
+                sys.exit(f"flowline serve died: {server.stderr.read().decode()[-2000:]}")
+            if args.check_bound and health != 200:
+                sys.exit(f"GET /health under the load answered {health or 'nothing'}")
+            if args.check_bound and peak * 1024 > idle * 1024 + args.check_bound * bound:
+                sys.exit(f"peak RSS {peak / 1024:.0f} MiB passes idle {idle / 1024:.0f} MiB + "
+                         f"{args.check_bound} x the bound ({bound / (1 << 20):.0f} MiB)")
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+
+
+if __name__ == "__main__":
+    main()
