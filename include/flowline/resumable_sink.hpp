@@ -64,6 +64,11 @@ class SinkProgress {
   bool enabled() const noexcept { return !run_key_.empty(); }
   bool resuming() const noexcept { return resume_ && enabled(); }
   const std::string& run_key() const noexcept { return run_key_; }
+  // Keeps no progress after all (a sink that cannot count input positions, e.g. one of several replicas).
+  void disable() noexcept {
+    run_key_.clear();
+    resume_ = false;
+  }
   // What the sink holds at start; published for the run when enabled().
   void held(SinkPoint point);
   // How many leading documents of `docs` the sink holds already. Throws flowline::Error when the last held
@@ -99,6 +104,9 @@ void write_sink_manifest(const std::filesystem::path& path, const std::string& r
 // flowline::Error, naming what differs, for a partial without a manifest, a manifest of another run, or a
 // partial shorter than its sync point.
 std::optional<SinkPoint> read_sink_manifest(const std::filesystem::path& path, const std::string& run_key);
+// The same for a sink without a PATH.partial (a table, an index's workspace): only the manifest is read;
+// std::nullopt when there is none. Throws flowline::Error for a manifest of another run or one unreadable.
+std::optional<SinkPoint> read_sink_progress(const std::filesystem::path& path, const std::string& run_key);
 void remove_sink_manifest(const std::filesystem::path& path) noexcept;
 // The id of the JSONL record that ends at byte `end` of `file` (checked against a manifest's last id).
 // Throws flowline::Error when no whole record with an id ends there.

@@ -171,7 +171,7 @@ bool sinks_can_resume(const RunSetup& setup) {
   }
   if (setup.sinks.empty()) return ok;
   for (const ExecutorConfig& e : setup.config.executors) {
-    if (is_sink(e.name) || (e.replicas * e.shards <= 1 && !e.is_remote())) continue;
+    if (e.replicas * e.shards <= 1 && !e.is_remote()) continue;
     fmt::print(stderr,
                "error: executor '{}' runs {} replicas{}: its requests reach the sinks ('{}') in the order they "
                "finish, not in input order, so what a sink holds is no input prefix to resume from (refused); "

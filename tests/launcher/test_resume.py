@@ -6,7 +6,7 @@ its manifest, one cut shorter than its sync point, one whose record at the sync 
 is refused and left as it was, for --output and for a writer.
 
     test_resume.py LAUNCHER SOURCE_DIR CASE
-        CASE: jsonl | npy | safetensors | refusals | encode-flow | ner-flow | writer-refusals
+        CASE: jsonl | npy | safetensors | refusals | encode-flow | ner-flow | index-flow | writer-refusals
 
 The tiny random checkpoint tests/data/tiny-models/bert-all-poolings-dense encodes the corpus
 (FLOWLINE_CORPUS_DIR, as the build found it; else ../shared/data/corpus) on the CPU. Every run is bounded (120 s) and
@@ -268,6 +268,57 @@ def a_flow_killed_five_times_and_resumed_equals_an_uninterrupted_run(r, rng, cas
     print(f"{case.name}: {kills} kills, then equal to the uninterrupted run byte for byte ({resume})")
 
 
+def an_index_killed_five_times_and_resumed_answers_as_an_uninterrupted_one(r, rng):
+    """flows/index.yml into a VectorIndex workspace: after five kills and resumes the index holds the documents an
+    uninterrupted run's holds and answers every query alike (flows/search.yml over both workspaces, byte-equal);
+    the last resume skipped what the workspace held (re-read, not re-encoded)."""
+    model = ["--set", f"encoder.model={r.model}"]
+
+    def argv(flow, *more):
+        return [r.launcher, "run", os.path.join(r.source_dir, "flows", flow), "--progress", "never", *model, *more]
+
+    def run(workspace, flow, *more):
+        done = subprocess.run(argv(flow, *more), cwd=r.scratch, capture_output=True, text=True, timeout=DEADLINE,
+                              env=dict(os.environ, FLOWLINE_WORKSPACE=workspace))
+        check(done.returncode == 0, f"{flow} {more} failed ({done.returncode}): {done.stderr}")
+        return done
+
+    indexing = ["--input", r.corpus, "--request-size", "50", "--sync-every", "400"]
+    reference, killed = os.path.join(r.scratch, "ws-reference"), os.path.join(r.scratch, "ws-killed")
+    run(reference, "index.yml", *indexing)
+    progress = os.path.join(killed, "index", "run")
+    kills = 0
+    for attempt in range(KILLS):
+        code = r.run_and_kill(progress, rng.uniform(0.0, 0.3),
+                              argv=argv("index.yml", *indexing, *(["--resume"] if attempt else [])),
+                              env=dict(os.environ, FLOWLINE_WORKSPACE=killed))
+        if code == 0:
+            break
+        kills += 1
+        check(code == -9, f"a killed run exited {code}")
+        print(f"kill {kills}: the workspace holds {synced_documents(progress)} input documents by its progress")
+    check(kills >= 3, f"only {kills} of the runs were killed before they ended")
+    stats = os.path.join(r.scratch, "index-stats.json")
+    run(killed, "index.yml", *indexing, "--resume", "--stats-json", stats)
+    resume = json.loads(read(stats))["resume"]
+    check(resume["skipped_documents"] > 0 and resume["skipped_documents"] == resume["held"]["index"],
+          f"the last resume did not skip what the workspace held: {resume}")
+    check(not os.path.exists(progress + ".resume.json"), "the progress stayed after the run completed")
+    queries = os.path.join(r.scratch, "queries.txt")
+    with open(r.input, encoding="utf-8") as f, open(queries, "w", encoding="utf-8") as out:
+        out.writelines(line for line in f.readlines()[:400:20] if line.strip())
+    answers = []
+    for workspace in (reference, killed):
+        output = os.path.join(r.scratch, os.path.basename(workspace) + "-answers.jsonl")
+        run(workspace, "search.yml", "--input", queries, "--output", output)
+        status = os.path.join(r.scratch, os.path.basename(workspace) + "-status.jsonl")
+        run(workspace, "search.yml", "--input", queries, "--endpoint", "/status", "--output", status)
+        answers.append((read(output), json.loads(read(status).splitlines()[0])["tags"]["count"]))
+    check(answers[0][1] == answers[1][1], f"the indexes hold {answers[0][1]} and {answers[1][1]} documents")
+    check(answers[0][0] == answers[1][0], "the resumed index answers the queries otherwise than the uninterrupted one")
+    print(f"index: {kills} kills, {answers[1][1]} documents, answers equal to the uninterrupted run's ({resume})")
+
+
 def a_writers_partial_that_is_not_this_runs_is_refused(r):
     case = FlowCase(r, "encode.yml", "embeddings.jsonl", "--set", f"encoder.model={r.model}")
     out_dir = os.path.join(r.scratch, "writer")
@@ -309,6 +360,8 @@ def main():
         elif case == "ner-flow":
             flow = FlowCase(r, "ner.yml", "entities.tsv", "--input-format", "paragraphs")
             a_flow_killed_five_times_and_resumed_equals_an_uninterrupted_run(r, rng, flow)
+        elif case == "index-flow":
+            an_index_killed_five_times_and_resumed_answers_as_an_uninterrupted_one(r, rng)
         elif case == "writer-refusals":
             a_writers_partial_that_is_not_this_runs_is_refused(r)
         else:

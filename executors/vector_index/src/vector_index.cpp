@@ -6,6 +6,7 @@
 
 #include "flowline/error.hpp"
 #include "flowline/executor.hpp"
+#include "flowline/resumable_sink.hpp"
 #include "flowline/torch_support.hpp"
 
 #include <ATen/ATen.h>
@@ -225,6 +226,7 @@ class VectorIndex : public Executor {
     }
     backend_params.insert(backend_params.begin(), ParamSpec::choice("backend", names, names.front(), help));
     spec.params.insert(spec.params.begin() + 2, backend_params.begin(), backend_params.end());
+    for (auto& p : resumable_sink_params()) spec.params.push_back(std::move(p));
     spec.default_endpoint = false;
     // Shards (`shards: N`): each holds the documents whose id hashes to it; a search asks every shard.
     spec.shards = std::make_shared<ShardPlan>(ShardPlan{{"/index", "/update", "/delete"}, &merge_shards});
@@ -302,6 +304,7 @@ class VectorIndex : public Executor {
       wait_for_stream(c10::impl::getDeviceGuardImpl(device.type())->getStream(device));
       stream_ = replica_stream(device);
     }
+    open_progress(workspace);
     bind("/index", &VectorIndex::index);
     bind("/search", &VectorIndex::search);
     bind("/update", &VectorIndex::update);
@@ -314,6 +317,9 @@ class VectorIndex : public Executor {
     const c10::OptionalStreamGuard on(stream_);
     std::unique_lock lock(shared_->mutex);
     store_->snapshot(true);
+    if (!progress_.enabled()) return;
+    if (run_outcome() == RunOutcome::Complete) return remove_sink_manifest(progress_path_);
+    record_progress();  // every acknowledged /index request is in the log: a --resume continues here
   }
 
  private:
@@ -324,7 +330,59 @@ class VectorIndex : public Executor {
     if (stream_) wait_for_stream(*stream_);
   }
 
-  void index(DocumentArray& docs) {
+  // A resumable sink (flowline/resumable_sink.hpp) under `flowline run`: WORKSPACE/run.resume.json names how
+  // many input documents the workspace holds (every /index request's changes are in the synced log before it
+  // is answered; the file is replaced every sync_every documents / sync_seconds, so it may name fewer: those
+  // after it are indexed again on --resume, replacing themselves by id). One replica and one shard only.
+  void open_progress(const std::string& workspace) {
+    if (!progress_.enabled()) return;
+    if (workspace.empty() || runtime().replicas > 1 || runtime().shards > 1) {
+      if (progress_.resuming()) {
+        throw Error(
+            fmt::format("executor '{}': --resume needs a workspace, one replica and one shard (the run "
+                        "counts the documents this index holds)",
+                        runtime().name));
+      }
+      progress_.disable();  // a fresh run of such an index keeps no progress (a --resume is refused)
+      return;
+    }
+    progress_path_ = std::filesystem::path(workspace) / "run";
+    SinkPoint held;
+    if (progress_.resuming()) {
+      if (auto point = read_sink_progress(progress_path_, progress_.run_key()); point && point->documents > 0) {
+        if (!store_->find(point->last_id)) {
+          throw Error(
+              fmt::format("executor '{}': '{}' says document '{}' was indexed, but the workspace does not "
+                          "hold it: not this run's workspace (refused)",
+                          runtime().name, sink_manifest_path(progress_path_).string(), point->last_id));
+        }
+        held = *point;
+      }
+    }
+    progress_.held(held);
+    write_sink_manifest(progress_path_, progress_.run_key(), held);
+  }
+
+  void record_progress() {
+    if (!progress_.unsynced()) return;
+    write_sink_manifest(progress_path_, progress_.run_key(), progress_.point());
+    progress_.synced();
+  }
+
+  void index(DocumentArray& docs, const RequestInfo& request) {
+    const std::size_t held = progress_.skip(docs, request);
+    if (held > 0) {
+      DocumentArray rest(
+          std::vector<Document>(docs.docs().begin() + static_cast<std::ptrdiff_t>(held), docs.docs().end()));
+      upsert(rest);
+    } else {
+      upsert(docs);
+    }
+    progress_.wrote(docs);
+    if (progress_.sync_due()) record_progress();
+  }
+
+  void upsert(const DocumentArray& docs) {
     if (docs.empty()) return;
     at::Tensor rows = rows_of(docs, "/index");
     const c10::OptionalStreamGuard on(stream_);
@@ -503,6 +561,8 @@ class VectorIndex : public Executor {
     c10::Device device{c10::kCPU};
   };
 
+  SinkProgress progress_{params(), runtime().name};
+  std::filesystem::path progress_path_;  // WORKSPACE/run: its run.resume.json
   std::shared_ptr<SharedStore> shared_;
   Store* store_ = nullptr;             // shared_->store
   std::optional<c10::Stream> stream_;  // this replica's, on a GPU: current in every handler (OptionalStreamGuard)

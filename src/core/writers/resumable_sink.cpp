@@ -137,17 +137,10 @@ void write_sink_manifest(const std::filesystem::path& path, const std::string& r
     throw Error(fmt::format("cannot write the resume manifest '{}'", manifest.string()));
 }
 
-std::optional<SinkPoint> read_sink_manifest(const std::filesystem::path& path, const std::string& run_key) {
-  const std::filesystem::path manifest = sink_manifest_path(path), partial = partial_path_for(path);
+std::optional<SinkPoint> read_sink_progress(const std::filesystem::path& path, const std::string& run_key) {
+  const std::filesystem::path manifest = sink_manifest_path(path);
   std::error_code ec;
-  const bool has_partial = std::filesystem::exists(partial, ec);
-  if (!std::filesystem::exists(manifest, ec)) {
-    if (!has_partial) return std::nullopt;
-    throw Error(
-        fmt::format("'{}' has no '{}' beside it: not the partial of a run that can be resumed (refused, "
-                    "nothing appended)",
-                    partial.string(), manifest.string()));
-  }
+  if (!std::filesystem::exists(manifest, ec)) return std::nullopt;
   std::ifstream in(manifest, std::ios::binary);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   SinkPoint point;
@@ -168,13 +161,28 @@ std::optional<SinkPoint> read_sink_manifest(const std::filesystem::path& path, c
                     "size): refused, nothing appended. Run without --resume (and --overwrite) to start anew",
                     manifest.string()));
   }
-  if (point.documents == 0 && !has_partial) return point;
+  return point;
+}
+
+std::optional<SinkPoint> read_sink_manifest(const std::filesystem::path& path, const std::string& run_key) {
+  const std::filesystem::path partial = partial_path_for(path);
+  std::error_code ec;
+  const bool has_partial = std::filesystem::exists(partial, ec);
+  if (!std::filesystem::exists(sink_manifest_path(path), ec)) {
+    if (!has_partial) return std::nullopt;
+    throw Error(
+        fmt::format("'{}' has no '{}' beside it: not the partial of a run that can be resumed (refused, "
+                    "nothing appended)",
+                    partial.string(), sink_manifest_path(path).string()));
+  }
+  std::optional<SinkPoint> point = read_sink_progress(path, run_key);
+  if (point->documents == 0 && !has_partial) return point;
   const auto size = std::filesystem::file_size(partial, ec);
-  if (ec || size < point.bytes) {
+  if (ec || size < point->bytes) {
     throw Error(
         fmt::format("'{}' holds {} bytes, fewer than the {} its run synced: not this run's partial (refused, "
                     "nothing appended)",
-                    partial.string(), ec ? 0 : size, point.bytes));
+                    partial.string(), ec ? 0 : size, point->bytes));
   }
   return point;
 }
