@@ -9,8 +9,9 @@ Writes, all generated (no downloads):
     EXIF-rotated, PNG in every colour type and bit depth Pillow reads, WebP lossy/lossless/alpha/animated);
   - NAME.rgb: Pillow's Image.open(NAME).convert("RGB") as raw HWC bytes, the golden every pixel is compared with;
   - manifest.json: file, width, height, golden for each;
-  - clip/ and siglip/ preprocessor configs (small sizes), and preprocess/*.f16: transformers' pixel_values for a few
-    images through CLIPImageProcessor / SiglipImageProcessor, slow and fast, as float16 [1, 3, H, W].
+  - clip/ and siglip/ preprocessor configs (small sizes), and preprocess/*.f16 listed in preprocess.json:
+    transformers' pixel_values for a few images through CLIPImageProcessor / SiglipImageProcessor (the torchvision
+    backend AutoImageProcessor picks) and their PIL backends, as little-endian float16 [3, H, W].
 """
 import io
 import json
@@ -121,6 +122,50 @@ def make_images():
     return images
 
 
+PROCESSOR_CONFIGS = {
+    # CLIP's layout at a small size: shortest edge resized bicubic, then a center crop.
+    "clip": {"image_processor_type": "CLIPImageProcessor", "do_resize": True, "size": {"shortest_edge": 32},
+             "resample": 3, "do_center_crop": True, "crop_size": {"height": 32, "width": 32}, "do_rescale": True,
+             "rescale_factor": 0.00392156862745098, "do_normalize": True,
+             "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711],
+             "do_convert_rgb": True},
+    # SigLIP's: a fixed size, no crop, mean and std 0.5.
+    "siglip": {"image_processor_type": "SiglipImageProcessor", "do_resize": True, "size": {"height": 32, "width": 32},
+               "resample": 3, "do_rescale": True, "rescale_factor": 0.00392156862745098, "do_normalize": True,
+               "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5], "do_convert_rgb": True},
+}
+# Images of both orientations, smaller and larger than the target (upscaling too), an already square one.
+PREPROCESSED = ["rgb_40x30_q90.jpg", "rgb_31x45_422.jpg", "grey_8x64.png", "rgba_21x13.png", "animated_16x16.webp"]
+
+
+def make_preprocess_goldens(entries):
+    """transformers' pixel_values for PREPROCESSED through each config, by the torchvision (fast, the default)
+    and the PIL (slow) backends, as float16 [3, H, W] files."""
+    from transformers import AutoImageProcessor
+    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+    from transformers.models.siglip.image_processing_pil_siglip import SiglipImageProcessorPil
+
+    pil_classes = {"clip": CLIPImageProcessorPil, "siglip": SiglipImageProcessorPil}
+    goldens = []
+    (OUT / "preprocess").mkdir(exist_ok=True)
+    for kind, config in PROCESSOR_CONFIGS.items():
+        folder = OUT / kind
+        folder.mkdir(exist_ok=True)
+        (folder / "preprocessor_config.json").write_text(json.dumps(config, indent=2) + "\n")
+        processors = {"fast": AutoImageProcessor.from_pretrained(folder),
+                      "slow": pil_classes[kind].from_pretrained(folder)}
+        print(f"{kind}: AutoImageProcessor gives {type(processors['fast']).__name__}", file=sys.stderr)
+        for backend, processor in processors.items():
+            for name in PREPROCESSED:
+                image = Image.open(OUT / name).convert("RGB")
+                pixels = processor(images=[image], return_tensors="pt")["pixel_values"][0]
+                out = f"preprocess/{kind}_{backend}_{name.rsplit('.', 1)[0]}.f16"
+                (OUT / out).write_bytes(pixels.numpy().astype("<f2").tobytes())
+                goldens.append({"config": kind, "backend": backend, "processor": type(processor).__name__,
+                                "image": name, "shape": list(pixels.shape), "golden": out})
+    (OUT / "preprocess.json").write_text(json.dumps(goldens, indent=1) + "\n")
+
+
 def main():
     OUT.mkdir(parents=True, exist_ok=True)
     manifest = []
@@ -132,6 +177,7 @@ def main():
         (OUT / golden).write_bytes(rgb.tobytes())
         manifest.append({"file": name, "width": decoded.width, "height": decoded.height, "golden": golden})
     (OUT / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    make_preprocess_goldens(manifest)
     total = sum(f.stat().st_size for f in OUT.rglob("*") if f.is_file())
     print(f"{len(manifest)} images, {total} bytes in {OUT}", file=sys.stderr)
 

@@ -55,7 +55,7 @@ TEST_CASE("flowline run --input-format images makes one document per image file,
   testing::write_text(dir / "empty" / "a.txt", "text\n");
   const auto empty = launch(fmt::format("run '{0}/flow.yml' -i '{0}/empty' --input-format images", dir.string()));
   CHECK(empty.exit_code != 0);
-  CHECK_THAT(empty.err, Catch::Matchers::Contains("the folder holds no .jpg, .jpeg, .png or .webp files"));
+  CHECK_THAT(empty.err, testing::contains("the folder holds no .jpg, .jpeg, .png or .webp files"));
 }
 
 TEST_CASE("JSONL documents with a uri or a base64 blob are image documents", "[images]") {

@@ -77,7 +77,7 @@ TEST_CASE("an image with more pixels than the limit is refused from its header",
     INFO(file);
     const Bytes bytes = read_bytes(image_dir() / file);
     const auto message = input_error([&] { decode_image(bytes, {.max_pixels = 500}); });
-    CHECK_THAT(message, Catch::Matchers::Contains("more than the limit of 500"));
+    CHECK_THAT(message, testing::contains("more than the limit of 500"));
     CHECK_NOTHROW(decode_image(bytes, {.max_pixels = 1200}));
   }
   // A PNG header claiming 100000 x 100000 pixels, with no data behind it: refused before any allocation.
@@ -102,7 +102,7 @@ TEST_CASE("truncated images are refused, never padded or crashed on", "[images]"
   }
   const Bytes jpeg = read_bytes(image_dir() / "rgb_40x30_q90.jpg");
   CHECK_THAT(input_error([&] { decode_image(std::span(jpeg.data(), jpeg.size() / 2)); }),
-             Catch::Matchers::Contains("JPEG image: truncated"));
+             testing::contains("JPEG image: truncated"));
 }
 
 TEST_CASE("a PNG cut right after its pixel data decodes, as Pillow decodes it", "[images]") {
@@ -115,13 +115,13 @@ TEST_CASE("a PNG cut right after its pixel data decodes, as Pillow decodes it", 
   const std::size_t data_end = idat + 4 + length;  // no CRC, no IEND
   CHECK(decode_image(std::span(bytes.data(), data_end)).rgb == read_bytes(image_dir() / "rgb_30x20.rgb"));
   CHECK_THAT(input_error([&] { decode_image(std::span(bytes.data(), data_end - 40)); }),
-             Catch::Matchers::Contains("PNG image: truncated"));
+             testing::contains("PNG image: truncated"));
 }
 
 TEST_CASE("garbage bytes, empty input and zero-size images get a clear InputError", "[images]") {
   CHECK(input_error([] { decode_image({}); }) == "image: no bytes (expected a JPEG, PNG or WebP file)");
   const Bytes text = {'n', 'o', 't', ' ', 'a', 'n', ' ', 'i', 'm', 'a', 'g', 'e'};
-  CHECK_THAT(input_error([&] { decode_image(text); }), Catch::Matchers::Contains("unknown format"));
+  CHECK_THAT(input_error([&] { decode_image(text); }), testing::contains("unknown format"));
   // A valid signature followed by random bytes, for each format.
   std::srand(54);
   for (const char* file : {"rgb_40x30_q90.jpg", "rgb_30x20.png", "rgb_40x30_lossy.webp"}) {
@@ -133,4 +133,86 @@ TEST_CASE("garbage bytes, empty input and zero-size images get a clear InputErro
   Bytes zero = read_bytes(image_dir() / "rgb_30x20.png");
   std::fill(zero.begin() + 16, zero.begin() + 20, 0);  // width 0
   CHECK_FALSE(input_error([&] { decode_image(zero); }).empty());
+}
+
+namespace {
+
+Document doc_with_uri(std::string uri) {
+  Document doc;
+  doc.id = "d1";
+  doc.uri = std::move(uri);
+  return doc;
+}
+
+std::string base64(const Bytes& bytes) {
+  std::string json;
+  append_json_base64(json, bytes.data(), bytes.size());
+  return json.substr(1, json.size() - 2);  // without the quotes
+}
+
+}  // namespace
+
+TEST_CASE("has_image is true for a blob, an image data: URI or an image file, not for text", "[images]") {
+  Document blob;
+  blob.blob = {1, 2, 3};
+  CHECK(images::has_image(blob));
+  CHECK(images::has_image(doc_with_uri("data:image/png;base64,iVBORw0KGgo=")));
+  CHECK(images::has_image(doc_with_uri("/photos/cat.JPG")));
+  CHECK(images::has_image(doc_with_uri("https://example.com/a.webp?size=2")));
+  Document typed = doc_with_uri("/photos/cat");
+  typed.mime_type = "image/jpeg";
+  CHECK(images::has_image(typed));
+  CHECK_FALSE(images::has_image(doc_with_uri("data:text/plain;base64,aGk=")));
+  CHECK_FALSE(images::has_image(doc_with_uri("books/alice.txt")));  // what the text input formats set
+  CHECK_FALSE(images::has_image(Document{}));
+}
+
+TEST_CASE("image_bytes reads a blob, a base64 data: URI and files under the allowed roots", "[images]") {
+  const Bytes png = read_bytes(image_dir() / "rgb_30x20.png");
+  images::ImageSourcePolicy policy;
+  Document blob;
+  blob.blob = png;
+  CHECK(images::image_bytes(blob, policy) == png);
+  CHECK(images::image_bytes(doc_with_uri("data:image/png;base64," + base64(png)), policy) == png);
+
+  const auto root = testing::scratch_dir("image_sources");
+  std::filesystem::create_directories(root / "inside" / "deeper");
+  std::filesystem::copy_file(image_dir() / "rgb_30x20.png", root / "inside" / "deeper" / "a b.png");
+  std::filesystem::copy_file(image_dir() / "rgb_30x20.png", root / "outside.png");
+  std::filesystem::create_symlink(root / "outside.png", root / "inside" / "link.png");
+  policy.allowed_roots = {root / "inside"};
+  const auto inside = (root / "inside" / "deeper" / "a b.png").string();
+  CHECK(images::image_bytes(doc_with_uri(inside), policy) == png);
+  CHECK(images::image_bytes(doc_with_uri("file://" + (root / "inside/deeper/a%20b.png").string()), policy) == png);
+  const auto refused = [&](const std::string& uri) {
+    return input_error([&] { images::image_bytes(doc_with_uri(uri), policy); });
+  };
+  CHECK_THAT(refused((root / "inside" / ".." / "outside.png").string()),
+             testing::contains("document 'd1': local path") && testing::contains("is not under an allowed root"));
+  CHECK_THAT(refused((root / "inside" / "link.png").string()), testing::contains("is not under an allowed root"));
+  CHECK_THAT(refused((root / "inside" / "missing.png").string()), testing::contains("cannot read image"));
+  policy.allowed_roots.clear();
+  CHECK_THAT(refused(inside), testing::contains("this flow reads no local files"));
+  policy.any_local_path = true;
+  CHECK(images::image_bytes(doc_with_uri((root / "outside.png").string()), policy) == png);
+  policy.max_bytes = 100;
+  CHECK_THAT(refused(inside), testing::contains("more than the limit of 100"));
+}
+
+TEST_CASE("image_bytes refuses http(s), other schemes and bad data: URIs, naming the document", "[images]") {
+  images::ImageSourcePolicy policy;
+  const auto refused = [&](const std::string& uri) {
+    return input_error([&] { images::image_bytes(doc_with_uri(uri), policy); });
+  };
+  CHECK(refused("https://example.com/cat.jpg") ==
+        "document 'd1': https URI refused: fetching images over http(s) is off (send the bytes as a blob or a data: "
+        "URI)");
+  policy.allow_http = true;
+  CHECK_THAT(refused("http://example.com/cat.jpg"), testing::contains("is not implemented yet"));
+  CHECK_THAT(refused("s3://bucket/cat.jpg"), testing::contains("URI scheme 's3' is not supported"));
+  CHECK_THAT(refused("data:text/plain;base64,aGk="), testing::contains("is not an image"));
+  CHECK_THAT(refused("data:image/png,raw"), testing::contains("is not base64"));
+  CHECK_THAT(refused("data:image/png;base64,!!!"), testing::contains("invalid base64"));
+  CHECK_THAT(refused("file://otherhost/a.png"), testing::contains("names another host"));
+  CHECK_THAT(input_error([&] { images::image_bytes(Document{}, policy); }), testing::contains("has no image"));
 }

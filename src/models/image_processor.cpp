@@ -1,0 +1,262 @@
+// ImageProcessorConfig and preprocess_images (flowline/models/image_processor.hpp): transformers 5's
+// CLIPImageProcessor / SiglipImageProcessor (TorchvisionBackend, what AutoImageProcessor gives) step by step:
+//   resize  — torchvision's resize of a uint8 CHW tensor: on the CPU torch's own uint8 antialiased kernel, elsewhere
+//             in float32, clamped and rounded back to uint8; an image already at the size is left alone;
+//   crop    — int((H - h) / 2) from the top, zero padding first where the image is smaller than the crop;
+//   rescale and normalize fused as transformers fuses them: (x - mean / factor) / (std / factor) in float32.
+#include "flowline/models/image_processor.hpp"
+
+#include "flowline/error.hpp"
+#include "model_file.hpp"
+
+#include <ATen/ATen.h>
+#include <boost/json.hpp>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <vector>
+
+namespace flowline::models {
+
+namespace {
+
+[[noreturn]] void config_fail(const std::string& where, const std::string& message) {
+  throw ConfigError({Diagnostic{SourceLocation{where}, message}});
+}
+
+struct Reader {
+  const boost::json::object& json;
+  const std::string& where;
+
+  bool flag(std::string_view key, bool fallback) const {
+    const auto* v = json.if_contains(key);
+    if (!v || v->is_null()) return fallback;
+    if (!v->is_bool()) config_fail(where, fmt::format("'{}' must be true or false", key));
+    return v->as_bool();
+  }
+  double number(const boost::json::value& v, std::string_view key) const {
+    if (!v.is_number()) config_fail(where, fmt::format("'{}' must be a number", key));
+    return v.to_number<double>();
+  }
+  std::int64_t positive(const boost::json::value& v, std::string_view key) const {
+    const double x = number(v, key);
+    if (x < 1 || x != std::floor(x) || x > 1 << 16)
+      config_fail(where, fmt::format("'{}' must be a whole number of pixels from 1 to 65536", key));
+    return static_cast<std::int64_t>(x);
+  }
+  std::array<double, 3> triple(std::string_view key, std::array<double, 3> fallback) const {
+    const auto* v = json.if_contains(key);
+    if (!v || v->is_null()) return fallback;
+    if (v->is_number()) return {number(*v, key), number(*v, key), number(*v, key)};
+    if (!v->is_array() || v->as_array().size() != 3)
+      config_fail(where, fmt::format("'{}' must be a list of 3 numbers (one per RGB channel)", key));
+    const auto& a = v->as_array();
+    return {number(a[0], key), number(a[1], key), number(a[2], key)};
+  }
+};
+
+void read_size(const Reader& r, ImageProcessorConfig& c) {
+  const auto* v = r.json.if_contains("size");
+  if (!v || v->is_null()) return;
+  if (v->is_number()) {  // older configs: one number, the shortest edge (CLIP) or both sides (SigLIP)
+    const std::int64_t n = r.positive(*v, "size");
+    c.shortest_edge = c.height = c.width = n;
+    return;
+  }
+  if (!v->is_object()) config_fail(r.where, "'size' must be {\"shortest_edge\": N} or {\"height\": H, \"width\": W}");
+  const auto& size = v->as_object();
+  if (const auto* e = size.if_contains("shortest_edge")) {
+    if (size.contains("longest_edge"))
+      config_fail(r.where, "'size' with 'longest_edge' is not supported (only shortest_edge, or height and width)");
+    c.size_mode = ImageProcessorConfig::SizeMode::shortest_edge;
+    c.shortest_edge = r.positive(*e, "size.shortest_edge");
+  } else if (size.contains("height") && size.contains("width")) {
+    c.size_mode = ImageProcessorConfig::SizeMode::fixed;
+    c.height = r.positive(size.at("height"), "size.height");
+    c.width = r.positive(size.at("width"), "size.width");
+  } else {
+    config_fail(r.where, "'size' must be {\"shortest_edge\": N} or {\"height\": H, \"width\": W}");
+  }
+}
+
+void read_crop(const Reader& r, ImageProcessorConfig& c) {
+  const auto* v = r.json.if_contains("crop_size");
+  if (!v || v->is_null()) return;
+  if (v->is_number()) {
+    c.crop_height = c.crop_width = r.positive(*v, "crop_size");
+  } else if (v->is_object() && v->as_object().contains("height") && v->as_object().contains("width")) {
+    c.crop_height = r.positive(v->as_object().at("height"), "crop_size.height");
+    c.crop_width = r.positive(v->as_object().at("width"), "crop_size.width");
+  } else {
+    config_fail(r.where, "'crop_size' must be {\"height\": H, \"width\": W} or a number");
+  }
+}
+
+// transformers' get_resize_output_image_size(default_to_square=False): the short side becomes `edge`, the long
+// one int(edge * long / short).
+std::pair<std::int64_t, std::int64_t> shortest_edge_size(std::int64_t height, std::int64_t width, std::int64_t edge) {
+  const bool portrait = width <= height;
+  const std::int64_t short_side = portrait ? width : height, long_side = portrait ? height : width;
+  const auto new_long =
+      static_cast<std::int64_t>(static_cast<double>(edge * long_side) / static_cast<double>(short_side));
+  return portrait ? std::pair{new_long, edge} : std::pair{edge, new_long};
+}
+
+// torchvision's resize_image for a uint8 [1, 3, H, W] tensor.
+at::Tensor resize(const at::Tensor& image, std::int64_t height, std::int64_t width,
+                  ImageProcessorConfig::Resample how) {
+  if (image.size(2) == height && image.size(3) == width) return image;
+  const std::vector<std::int64_t> size = {height, width};
+  using Resample = ImageProcessorConfig::Resample;
+  if (how == Resample::nearest) return at::_upsample_nearest_exact2d(image, size);  // uint8 as it is
+  const bool native_uint8 = image.device().is_cpu();  // torch's CPU kernels take uint8 (PIL's fixed point)
+  at::Tensor x = native_uint8 ? image : image.to(at::kFloat);
+  x = how == Resample::bicubic ? at::_upsample_bicubic2d_aa(x, size, false)
+                               : at::_upsample_bilinear2d_aa(x, size, false);
+  if (native_uint8) return x;
+  if (how == Resample::bicubic) x = x.clamp_(0, 255);
+  return x.round_().to(at::kByte);
+}
+
+// transformers' TorchvisionBackend.center_crop.
+at::Tensor center_crop(at::Tensor image, std::int64_t crop_height, std::int64_t crop_width) {
+  std::int64_t height = image.size(2), width = image.size(3);
+  if (crop_width > width || crop_height > height) {
+    const std::int64_t pad_w = std::max<std::int64_t>(crop_width - width, 0);
+    const std::int64_t pad_h = std::max<std::int64_t>(crop_height - height, 0);
+    image = at::constant_pad_nd(image, {pad_w / 2, (pad_w + 1) / 2, pad_h / 2, (pad_h + 1) / 2}, 0);
+    height = image.size(2), width = image.size(3);
+  }
+  const auto top = static_cast<std::int64_t>(static_cast<double>(height - crop_height) / 2.0);
+  const auto left = static_cast<std::int64_t>(static_cast<double>(width - crop_width) / 2.0);
+  return image.slice(2, top, top + crop_height).slice(3, left, left + crop_width);
+}
+
+}  // namespace
+
+std::int64_t ImageProcessorConfig::output_height() const {
+  if (do_center_crop) return crop_height;
+  if (!do_resize) return -1;
+  return size_mode == SizeMode::fixed ? height : -1;
+}
+
+std::int64_t ImageProcessorConfig::output_width() const {
+  if (do_center_crop) return crop_width;
+  if (!do_resize) return -1;
+  return size_mode == SizeMode::fixed ? width : -1;
+}
+
+ImageProcessorConfig ImageProcessorConfig::load(const std::filesystem::path& model_folder) {
+  const auto path = model_folder / "preprocessor_config.json";
+  std::string text;
+  try {
+    text = read_model_file(path, ModelFile::Json);
+  } catch (const Error& e) {
+    config_fail(path.string(), e.what());
+  }
+  return parse(text, path.string());
+}
+
+ImageProcessorConfig ImageProcessorConfig::parse(std::string_view json_text, const std::string& where) {
+  boost::system::error_code ec;
+  const auto value = boost::json::parse(json_text, ec);
+  if (ec) config_fail(where, fmt::format("not valid JSON: {}", ec.message()));
+  if (!value.is_object()) config_fail(where, "must be a JSON object");
+  const Reader r{value.as_object(), where};
+  ImageProcessorConfig c;
+  for (const char* key : {"image_processor_type", "feature_extractor_type"}) {
+    if (const auto* v = r.json.if_contains(key); v && v->is_string()) {
+      c.processor_type = std::string(v->as_string());
+      break;
+    }
+  }
+  if (c.processor_type.starts_with("Siglip")) {
+    c.kind = Kind::siglip;  // SiglipImageProcessor's defaults
+    c.size_mode = SizeMode::fixed;
+    c.do_center_crop = false;
+    c.image_mean = {0.5, 0.5, 0.5};
+    c.image_std = {0.5, 0.5, 0.5};
+  } else if (!c.processor_type.starts_with("CLIP")) {
+    config_fail(where, fmt::format("image_processor_type '{}' is not supported (expected CLIPImageProcessor or "
+                                   "SiglipImageProcessor, or their Fast variants)",
+                                   c.processor_type));
+  }
+  c.do_resize = r.flag("do_resize", c.do_resize);
+  read_size(r, c);
+  if (const auto* v = r.json.if_contains("resample"); v && !v->is_null()) {
+    const double n = r.number(*v, "resample");
+    if (n != 0 && n != 2 && n != 3)
+      config_fail(where, fmt::format("'resample' {} is not supported (0 nearest, 2 bilinear, 3 bicubic)", n));
+    c.resample = static_cast<Resample>(static_cast<int>(n));
+  }
+  c.do_center_crop = r.flag("do_center_crop", c.do_center_crop);
+  read_crop(r, c);
+  c.do_rescale = r.flag("do_rescale", c.do_rescale);
+  if (const auto* v = r.json.if_contains("rescale_factor"); v && !v->is_null()) {
+    c.rescale_factor = r.number(*v, "rescale_factor");
+    if (!(c.rescale_factor > 0)) config_fail(where, "'rescale_factor' must be positive");
+  }
+  c.do_normalize = r.flag("do_normalize", c.do_normalize);
+  c.image_mean = r.triple("image_mean", c.image_mean);
+  c.image_std = r.triple("image_std", c.image_std);
+  for (double s : c.image_std) {
+    if (!(s > 0)) config_fail(where, "'image_std' must be positive");
+  }
+  c.do_convert_rgb = r.flag("do_convert_rgb", c.do_convert_rgb);
+  return c;
+}
+
+at::Tensor preprocess_images(std::span<const images::Image> images, const ImageProcessorConfig& config,
+                             const c10::Device& device, c10::ScalarType dtype) {
+  std::vector<at::Tensor> done;
+  done.reserve(images.size());
+  for (std::size_t i = 0; i < images.size(); ++i) {
+    const images::Image& image = images[i];
+    if (image.width == 0 || image.height == 0 || image.rgb.size() != std::size_t{image.width} * image.height * 3)
+      throw InputError({}, fmt::format("image {} of the batch: {}x{} with {} bytes is not an RGB image", i, image.width,
+                                       image.height, image.rgb.size()));
+    // The bytes are only read (copied to the device, or resized into a new tensor) before the call returns.
+    at::Tensor x =
+        at::from_blob(const_cast<std::uint8_t*>(image.rgb.data()),
+                      {1, static_cast<std::int64_t>(image.height), static_cast<std::int64_t>(image.width), 3},
+                      at::kByte)
+            .to(device)
+            .permute({0, 3, 1, 2})
+            .contiguous();
+    if (config.do_resize) {
+      const auto [h, w] = config.size_mode == ImageProcessorConfig::SizeMode::fixed
+                              ? std::pair{config.height, config.width}
+                              : shortest_edge_size(x.size(2), x.size(3), config.shortest_edge);
+      x = resize(x, h, w, config.resample);
+    }
+    if (config.do_center_crop) x = center_crop(x, config.crop_height, config.crop_width);
+    if (!done.empty() && (x.size(2) != done[0].size(2) || x.size(3) != done[0].size(3)))
+      throw InputError({}, fmt::format("image {} of the batch is {}x{} after preprocessing, image 0 {}x{}: a batch "
+                                       "needs one size (this config neither crops nor resizes to a fixed size)",
+                                       i, x.size(3), x.size(2), done[0].size(3), done[0].size(2)));
+    done.push_back(x);
+  }
+  if (done.empty()) {
+    const auto h = std::max<std::int64_t>(config.output_height(), 0),
+               w = std::max<std::int64_t>(config.output_width(), 0);
+    return at::empty({0, 3, h, w}, at::TensorOptions().device(device).dtype(dtype));
+  }
+  at::Tensor pixels = at::cat(done, 0).to(at::kFloat);
+  const auto options = at::TensorOptions().device(device).dtype(at::kFloat);
+  const auto channel = [&](const std::array<double, 3>& v) {
+    return at::tensor(std::vector<float>(v.begin(), v.end()), options).view({1, 3, 1, 1});
+  };
+  if (config.do_normalize) {
+    at::Tensor mean = channel(config.image_mean), std = channel(config.image_std);
+    if (config.do_rescale) {  // fused as transformers fuses them
+      mean = mean * (1.0 / config.rescale_factor);
+      std = std * (1.0 / config.rescale_factor);
+    }
+    pixels = pixels.sub_(mean).div_(std);
+  } else if (config.do_rescale) {
+    pixels = pixels * config.rescale_factor;
+  }
+  return pixels.to(dtype);
+}
+
+}  // namespace flowline::models
