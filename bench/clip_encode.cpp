@@ -6,6 +6,7 @@
 //   build/bench/clip_encode --model DIR --device cuda --dtype fp16 --batch-size 256 --images 8192 [--texts 65536]
 #include "flowline/device.hpp"
 #include "flowline/models/clip_model.hpp"
+#include "flowline/models/safetensors.hpp"
 #include "flowline/torch_support.hpp"
 
 #include <ATen/ATen.h>
@@ -69,6 +70,9 @@ int main(int argc, char** argv) {
   app.add_option("--images", images)->capture_default_str();
   app.add_option("--texts", texts, "short texts to encode through the text tower (0: none)")->capture_default_str();
   app.add_option("--repeats", repeats)->capture_default_str()->check(CLI::Range(1, 100));
+  std::string pixels_file, out_file;
+  app.add_option("--pixels", pixels_file, "parity instead: encode this safetensors file's pixel_values ...");
+  app.add_option("--out", out_file, "... and write image_embeds here")->needs("--pixels");
   CLI11_PARSE(app, argc, argv);
 
   const c10::Device device = resolve_device(device_name);
@@ -78,6 +82,12 @@ int main(int argc, char** argv) {
   c10::InferenceMode guard;
   std::optional<c10::StreamGuard> on_stream;
   if (auto stream = replica_stream(device)) on_stream.emplace(*stream);
+  if (!pixels_file.empty()) {
+    const at::Tensor embeds = clip->encode_pixels(SafetensorsFile(pixels_file).get("pixel_values")).cpu();
+    save_safetensors(out_file, {{"image_embeds", embeds}});
+    fmt::print("clip_encode: {} image embeddings written to {}\n", embeds.size(0), out_file);
+    return 0;
+  }
   const std::int64_t size = clip->image_size();
   fmt::print("clip_encode: {} ({}), image {}x{}, embedding {}, weights {:.0f} MiB on {} in {}, batch {}\n", model,
              clip->kind(), size, size, clip->embedding_dim(), clip->weight_bytes() / 1048576.0, device.str(),

@@ -3,7 +3,9 @@ embeddings from pixel tensors (decode and preprocessing not included: the model'
 CLIP's text tower on short texts. Makes the folders once under --out (random weights saved in fp16, the tiny CLIP
 checkpoint's tokenizer — ids below the real vocabulary size — and a 224-pixel preprocessor_config.json), runs
 build/bench/clip_encode on each, then transformers (get_image_features / get_text_features, same dtype, the best of
-several batch sizes) in the same run, and prints both with the ratio.
+several batch sizes) in the same run, and prints both with the ratio. First, for each shape, a parity check: the
+same random pixel_values through both in the benchmark's dtype and device (the worst cosine printed; fp16 should
+be >= 0.999).
 
   .venv-ref/bin/python bench/clip_encode.py --device cuda --dtype fp16 [--shapes b32 l14] [--out /tmp/clip-bench]
 """
@@ -73,6 +75,21 @@ def transformers_rate(folder, device, dtype, images, texts, batch_sizes):
     return best_images, best_texts
 
 
+def parity(folder, binary, device, dtype_name, dtype):
+    from safetensors.torch import load_file, save_file
+    from transformers import CLIPModel
+    pixels = torch.randn(8, 3, 224, 224, generator=torch.Generator().manual_seed(11))
+    save_file({"pixel_values": pixels}, str(folder / "parity-pixels.safetensors"))
+    subprocess.run([str(binary), "--model", str(folder), "--device", device, "--dtype", dtype_name, "--pixels",
+                    str(folder / "parity-pixels.safetensors"), "--out", str(folder / "parity-ours.safetensors")],
+                   check=True, capture_output=True)
+    ours = load_file(str(folder / "parity-ours.safetensors"))["image_embeds"].double()
+    model = CLIPModel.from_pretrained(str(folder), dtype=dtype).to(device).eval()
+    with torch.inference_mode():
+        theirs = model.get_image_features(pixel_values=pixels.to(device, dtype)).pooler_output.double().cpu()
+    return torch.nn.functional.cosine_similarity(ours, theirs).min().item()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=list(SHAPES))
@@ -89,6 +106,8 @@ def main():
         folder = args.out / f"clip-{shape}"
         folder.mkdir(parents=True, exist_ok=True)
         make_folder(shape, folder)
+        print(f"{shape} {args.dtype} on {args.device}: image embeddings against transformers' at worst cosine "
+              f"{parity(folder, args.binary, args.device, args.dtype, dtype):.6f}")
         ours_images, ours_texts = (0.0, 0), (0.0, 0)
         for batch in args.batch_sizes:
             out = subprocess.run([str(args.binary), "--model", str(folder), "--device", args.device, "--dtype", args.dtype,
