@@ -10,7 +10,7 @@
 #   scripts/fuzz.sh --seconds 600 fuzz_flow_config
 #
 # Targets: fuzz_flow_config fuzz_input_readers fuzz_document_json fuzz_safetensors fuzz_tokenizer_wordpiece
-# fuzz_tokenizer_unigram fuzz_tokenizer_bpe fuzz_gateway_bodies fuzz_wire_frames fuzz_workspace fuzz_grpc_requests. What a run adds to a target's corpus stays in build-fuzz/corpus/<target>; only the
+# fuzz_tokenizer_unigram fuzz_tokenizer_bpe fuzz_gateway_bodies fuzz_wire_frames fuzz_workspace fuzz_grpc_requests fuzz_image_decode. What a run adds to a target's corpus stays in build-fuzz/corpus/<target>; only the
 # seeds in tests/fuzz/corpus are committed. Needs scripts/setup.sh first (LibTorch, clang-14).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,7 +27,7 @@ while (($#)); do
 done
 ALL=(fuzz_flow_config fuzz_input_readers fuzz_document_json fuzz_safetensors fuzz_tokenizer_wordpiece
   fuzz_tokenizer_unigram fuzz_tokenizer_bpe fuzz_gateway_bodies fuzz_wire_frames fuzz_workspace
-  fuzz_grpc_requests)
+  fuzz_grpc_requests fuzz_image_decode)
 ((${#TARGETS[@]})) || TARGETS=("${ALL[@]}")
 for t in "${TARGETS[@]}"; do
   [[ " ${ALL[*]} " == *" $t "* ]] || { echo "fuzz.sh: no target '$t'; the targets: ${ALL[*]}" >&2; exit 2; }

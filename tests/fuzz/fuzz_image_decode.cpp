@@ -1,0 +1,24 @@
+// Fuzz target: flowline::images::decode_image on any bytes (JPEG through libjpeg-turbo, PNG through libspng, WebP
+// through libwebp). Properties: bad bytes are a flowline::InputError (never another exception, a crash or an
+// exit); a decoded image has as many RGB bytes as its size says, and no more pixels than the limit.
+#include "flowline/error.hpp"
+#include "flowline/images.hpp"
+
+#include "fuzz_support.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  // A small limit keeps each run fast; the header check before allocation is what is exercised.
+  const flowline::images::DecodeLimits limits{.max_pixels = 1u << 20};
+  try {
+    const auto image = flowline::images::decode_image(std::span(data, size), limits);
+    const std::uint64_t pixels = std::uint64_t{image.width} * image.height;
+    if (pixels == 0 || pixels > limits.max_pixels) flowline::fuzz::broken("an image past the limits decoded");
+    if (image.rgb.size() != pixels * 3) flowline::fuzz::broken("RGB bytes not width x height x 3");
+  } catch (const flowline::InputError&) {
+  }
+  return 0;
+}
