@@ -15,6 +15,7 @@
 #include <ATen/ATen.h>
 #include <boost/json.hpp>
 
+#include <cmath>
 #include <map>
 
 using namespace flowline;
@@ -79,10 +80,16 @@ TEST_CASE("a tiny CLIP and SigLIP embed images and texts as transformers does in
     CHECK(worst_cosine(got_texts, goldens.get("text_embeds_unpadded")) < 0.99);
   }
 
-  CHECK(model->logit_scale() == Approx(goldens.get("logit_scale").item<float>()).epsilon(1e-6));
+  // Relative 1e-6 (Catch2 v2 and v3 spell Approx differently).
+  const auto close = [](float got, float want) { return std::abs(got - want) <= 1e-6f * std::abs(want); };
+  CHECK(close(model->logit_scale(), goldens.get("logit_scale").item<float>()));
+  const ImageProcessorConfig& processor = model->image_processor();
+  CHECK(processor.kind == (name == "clip" ? ImageProcessorConfig::Kind::clip : ImageProcessorConfig::Kind::siglip));
+  CHECK(processor.output_height() == model->image_size());
+  CHECK(processor.output_width() == model->image_size());
   if (goldens.contains("logit_bias")) {
     REQUIRE(model->logit_bias().has_value());
-    CHECK(*model->logit_bias() == Approx(goldens.get("logit_bias").item<float>()).epsilon(1e-6));
+    CHECK(close(*model->logit_bias(), goldens.get("logit_bias").item<float>()));
   } else {
     CHECK_FALSE(model->logit_bias().has_value());
   }
@@ -119,7 +126,7 @@ TEST_CASE(
 
 TEST_CASE("a CLIP model takes pixel_values only of its image size and refuses no texts", "[models][clip]") {
   const auto model = ClipModel::load(kTiny / "clip", {});
-  CHECK_THROWS_WITH(model->encode_pixels(at::zeros({2, 3, 64, 64})), Catch::Contains("[N >= 1, 3, 32, 32]"));
+  CHECK_THROWS_WITH(model->encode_pixels(at::zeros({2, 3, 64, 64})), testing::contains("[N >= 1, 3, 32, 32]"));
   CHECK_THROWS_AS(model->encode_pixels(at::zeros({3, 32, 32})), InputError);
   CHECK_THROWS_AS(model->encode_pixels(at::zeros({1, 3, 32, 32}, at::kLong)), InputError);
   CHECK_THROWS_AS(model->encode_texts({}), InputError);
@@ -135,7 +142,7 @@ TEST_CASE("sentence-transformers' CLIP layout loads the CLIPModel module's folde
   const auto model = ClipModel::load(dir, {});
   CHECK(worst_cosine(model->encode_pixels(goldens.get("pixel_values")).cpu(), goldens.get("image_embeds")) >= 0.9999);
   testing::write_text(dir / "modules.json", R"([{"idx": 0, "name": "0", "path": "../x", "type": "a.b.CLIPModel"}])");
-  CHECK_THROWS_WITH(ClipModel::load(dir, {}), Catch::Contains("must be inside the folder"));
+  CHECK_THROWS_WITH(ClipModel::load(dir, {}), testing::contains("must be inside the folder"));
 }
 
 TEST_CASE("a folder ClipModel cannot run is refused, naming the file and key or tensor", "[models][clip]") {
@@ -152,7 +159,7 @@ TEST_CASE("a folder ClipModel cannot run is refused, naming the file and key or 
       config[section].as_object()[key] = std::move(value);
     }
     testing::write_text(dir / "config.json", boost::json::serialize(config));
-    CHECK_THROWS_WITH(ClipModel::load(dir, {}), Catch::Contains(message));
+    CHECK_THROWS_WITH(ClipModel::load(dir, {}), testing::contains(message));
   };
   refused("", "model_type", "bert", "'" + file + "': model_type: 'bert' is not a CLIP-like model");
   refused("vision_config", "hidden_size", 0, "vision_config.hidden_size: must be an integer in 1..65536, got 0");
@@ -173,11 +180,20 @@ TEST_CASE("a folder ClipModel cannot run is refused, naming the file and key or 
     if (!n.starts_with("vision_model.")) text_only[n] = weights.get(n);
   }
   save_safetensors(dir / "model.safetensors", text_only);
-  CHECK_THROWS_WITH(ClipModel::load(dir, {}), Catch::Contains("no vision tower"));
+  CHECK_THROWS_WITH(ClipModel::load(dir, {}), testing::contains("no vision tower"));
   std::filesystem::remove(dir / "model.safetensors");
-  CHECK_THROWS_WITH(ClipModel::load(dir, {}), Catch::Contains("model.safetensors': no such file"));
+  CHECK_THROWS_WITH(ClipModel::load(dir, {}), testing::contains("model.safetensors': no such file"));
+  std::filesystem::copy_file(kTiny / "clip/model.safetensors", dir / "model.safetensors");
+  auto processor = boost::json::parse(testing::read_text(dir / "preprocessor_config.json")).as_object();
+  processor["crop_size"] = boost::json::object{{"height", 48}, {"width", 48}};
+  testing::write_text(dir / "preprocessor_config.json", boost::json::serialize(processor));
+  CHECK_THROWS_WITH(ClipModel::load(dir, {}),
+                    testing::contains("preprocessor_config.json': gives pixel_values of 48x48, and config.json's "
+                                      "vision_config.image_size is 32"));
+  std::filesystem::remove(dir / "preprocessor_config.json");
+  CHECK_THROWS_WITH(ClipModel::load(dir, {}), testing::contains("preprocessor_config.json"));
   CHECK_THROWS_WITH(ClipModel::load(kTiny / "bert-all-poolings-dense", {}),
-                    Catch::Contains("no sentence_transformers CLIPModel module"));
+                    testing::contains("no sentence_transformers CLIPModel module"));
 }
 
 TEST_CASE("a tiny CLIP and SigLIP run in bf16 and fp16 on the CPU too", "[models][clip]") {

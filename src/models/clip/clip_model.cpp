@@ -119,7 +119,7 @@ struct ClipModel::Impl {
   ClipModelOptions options;
   fs::path folder;
   std::unique_ptr<Tokenizer> tokenizer;
-  std::optional<ImageProcessorConfig> image_processor;
+  ImageProcessorConfig image_processor;  // preprocessor_config.json
   std::optional<clip::VisionTower> vision;
   std::optional<clip::TextTower> text;
   std::size_t max_text_length = 0;
@@ -195,22 +195,20 @@ std::unique_ptr<ClipModel> ClipModel::load(const fs::path& given, const ClipMode
   std::int32_t pad = tokenizer_config.pad_token ? impl->tokenizer->token_id(*tokenizer_config.pad_token) : -1;
   if (pad < 0) pad = impl->tokenizer->pad_id();
   impl->pad_id = pad >= 0 && pad < impl->text->vocab_size() ? pad : impl->text->pad_token_id();
-  // preprocessor_config.json is read by ImageProcessorConfig::load (images-io's image_processor.cpp), which
-  // flowline_models does not build yet: image_processor() says so until it does.
+  impl->image_processor = ImageProcessorConfig::load(impl->folder);
+  // A processor whose output has a fixed size must give the vision tower's (-1: the size depends on the image).
+  const std::int64_t size = impl->vision->image_size(), h = impl->image_processor.output_height(),
+                     w = impl->image_processor.output_width();
+  if ((h >= 0 && h != size) || (w >= 0 && w != size)) {
+    throw Error(fmt::format("'{}': gives pixel_values of {}x{}, and config.json's vision_config.image_size is {}",
+                            (impl->folder / "preprocessor_config.json").string(), h, w, size));
+  }
   return std::unique_ptr<ClipModel>(new ClipModel(std::move(impl)));
 }
 
 std::string_view ClipModel::kind() const { return impl_->kind->model_type; }
 std::int64_t ClipModel::embedding_dim() const { return impl_->vision->output_dim(); }
-const ImageProcessorConfig& ClipModel::image_processor() const {
-  if (!impl_->image_processor) {
-    throw Error(
-        fmt::format("CLIP model '{}': its preprocessor_config.json is not read: ImageProcessorConfig::load "
-                    "is not built into flowline_models yet",
-                    impl_->folder.string()));
-  }
-  return *impl_->image_processor;
-}
+const ImageProcessorConfig& ClipModel::image_processor() const { return impl_->image_processor; }
 const Tokenizer& ClipModel::tokenizer() const { return *impl_->tokenizer; }
 float ClipModel::logit_scale() const { return impl_->logit_scale; }
 std::optional<float> ClipModel::logit_bias() const { return impl_->logit_bias; }
