@@ -3,6 +3,7 @@
 // what AutoImageProcessor gives in transformers 5) and PIL ("slow") backends, on Pillow-decoded images.
 #include "test_support.hpp"
 
+#include "flowline/device.hpp"
 #include "flowline/images.hpp"
 #include "flowline/models/image_processor.hpp"
 
@@ -108,4 +109,28 @@ TEST_CASE("preprocess_images stacks a batch of different sizes and refuses an em
   batch.push_back(images::Image{});
   CHECK_THROWS_WITH(models::preprocess_images(batch, config, c10::Device(c10::kCPU), at::kFloat),
                     testing::contains("image 3 of the batch: 0x0"));
+}
+
+TEST_CASE("on the GPU preprocess_images stays within 2/255 of the CPU", "[images][gpu]") {
+  if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
+  const c10::Device gpu(c10::kCUDA, 0);
+  for (const char* kind : {"clip", "siglip"}) {
+    const auto config = ImageProcessorConfig::load(image_dir() / kind);
+    std::vector<images::Image> batch;
+    for (const char* file : {"rgb_40x30_q90.jpg", "rgb_31x45_422.jpg", "grey_8x64.png", "rgba_21x13.png"})
+      batch.push_back(images::decode_image(read_bytes(image_dir() / file)));
+    const at::Tensor cpu = models::preprocess_images(batch, config, c10::Device(c10::kCPU), at::kFloat);
+    const at::Tensor std =
+        at::tensor(std::vector<float>(config.image_std.begin(), config.image_std.end())).view({1, 3, 1, 1});
+    for (const auto dtype : {at::kFloat, at::kHalf, at::kBFloat16}) {
+      const at::Tensor on_gpu = models::preprocess_images(batch, config, gpu, dtype);
+      REQUIRE(on_gpu.device() == gpu);
+      REQUIRE(on_gpu.scalar_type() == dtype);
+      // torch's float resize on the GPU vs its uint8 kernel on the CPU: up to 2/255 in the resized pixels (as
+      // torchvision on each), plus the dtype's rounding (bf16: 1/256 relative of values up to ~2.7).
+      const double diff = ((on_gpu.cpu().to(at::kFloat) - cpu).abs() * std * 255.0).max().item<double>();
+      WARN(kind << " " << c10::toString(dtype) << " on the GPU: max difference to the CPU " << diff << "/255");
+      CHECK(diff <= (dtype == at::kBFloat16 ? 3.0 : 2.0));
+    }
+  }
 }
