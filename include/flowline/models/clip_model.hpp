@@ -3,12 +3,14 @@
 // text_config and vision_config, model.safetensors, tokenizer.json, preprocessor_config.json).
 //
 // Contract. ClipModel::load() runs on any thread and checks config.json's values (ranges, and agreement with
-// the weights' shapes, naming the key) before anything is allocated; it throws flowline::Error (ConfigError for
-// config.json) naming the file and what was expected — a folder of another model_type, or without vision
-// weights, is refused. The model owns its weights on one device (options.device) in options.dtype; the
+// the weights' shapes, naming the key) as it loads each tower; it throws flowline::Error naming the file and
+// what was expected (ConfigError from ImageProcessorConfig::load for preprocessor_config.json) — a folder of
+// another model_type, without vision weights, or whose processor gives another image size than the vision tower
+// takes, is refused. The model owns its weights on one device (options.device) in options.dtype; the
 // tokenizer and image processor config it returns live as long as it does. encode_texts() and
 // encode_pixels() are const and thread-safe: replicas on one device may share one ClipModel, each calling
-// from its own thread and CUDA stream; on a GPU they only enqueue work on the current stream. Callers own
+// from its own thread and CUDA stream; on a GPU they enqueue the passes on the current stream and return
+// without waiting for them (inputs given on the host are uploaded with a blocking copy first). Callers own
 // the tensors they pass in and get back.
 //
 // The vision transformer runs from src/models/clip/ (docs/models.md, "CLIP and SigLIP"); a new vision
