@@ -78,3 +78,18 @@ TEST_CASE("JSONL documents with a uri or a base64 blob are image documents", "[i
     CHECK(images::decode_image(images::image_bytes(doc, policy)).height == 20);
   }
 }
+
+TEST_CASE("the images source reads a file's bytes only when it hands its document out", "[images]") {
+  const auto dir = testing::scratch_dir("image input lazy");
+  for (const char* name : {"1.png", "2.png", "3.png"})
+    std::filesystem::copy_file(image_dir() / "rgb_30x20.png", dir / name);
+  auto source = open_file_source(dir, InputFormat::Images);
+  DocumentArray batch;
+  REQUIRE(source->read(batch, 2) == 2);  // 1.png and 2.png
+  // Files are listed up front but not read: one removed after the listing fails when its turn comes, not before.
+  std::filesystem::remove(dir / "3.png");
+  CHECK(batch[1].uri == (dir / "2.png").string());
+  CHECK_THROWS_WITH(source->read(batch, 2), testing::contains("3.png") && testing::contains("cannot open file"));
+  CHECK_THROWS_WITH(open_stdin_source(InputFormat::Images), testing::contains("not standard input"));
+  CHECK(parse_input_format("images") == InputFormat::Images);
+}
