@@ -12,7 +12,16 @@ documents (max_in_flight x max_body_bytes) and how the posts ended (sent whole, 
       --seconds 10 --check-bound 2   # the ctest case: exit 1 when the peak passes idle + 2 x the bound, or
                                      # GET /health on a new connection does not answer 200 under the load
 
-Only the standard library: it runs with any python3.
+With --grpc the clients are Jina's gRPC protocol instead (jina.JinaRPC/Call streams through grpcio, run it
+with .venv-clients/bin/python): each of --connections streams sends messages of --body-mb MB (Jina's own
+DataRequest, serialized once) for --seconds and never reads an answer; the server's gRPC port is picked
+here. "posts" then counts how each stream ended (RESOURCE_EXHAUSTED, open, ...).
+
+  .venv-clients/bin/python bench/gateway_memory.py build/src/flowline --grpc --connections 30 --body-mb 30
+  .venv-clients/bin/python bench/gateway_memory.py build/src/flowline --grpc --connections 30 --body-mb 3 \
+      --max-body-mb 4 --max-in-flight 8 --seconds 12 --check-bound 1 --expect-refusals   # the ctest case
+
+The HTTP mode needs only the standard library: it runs with any python3.
 """
 import argparse
 import json
@@ -42,6 +51,25 @@ def health_status(port):
             return int(head.split()[1]) if head.startswith("HTTP/1.1 ") else 0
     except (OSError, ValueError, IndexError):
         return 0
+
+
+def request_outcomes(port):
+    """flowline_requests_total by front and outcome, from /metrics ({"grpc ok": 12, "http busy": 3, ...})."""
+    out = {}
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            text = b""
+            while chunk := s.recv(65536):
+                text += chunk
+    except OSError:
+        return out
+    for line in text.decode("latin-1").splitlines():
+        if line.startswith("flowline_requests_total{"):
+            labels = dict(kv.split("=", 1) for kv in line[line.index("{") + 1:line.index("}")].split(","))
+            key = f'{labels.get("front", "").strip(chr(34))} {labels.get("outcome", "").strip(chr(34))}'
+            out[key] = out.get(key, 0) + int(float(line.split()[-1]))
+    return out
 
 
 def body_of(size):
@@ -77,6 +105,47 @@ def post_and_never_read(port, body, outcome, index, deadline):
     outcome[f"socket{index}"] = s
 
 
+def grpc_message(size):
+    """A serialized Jina DataRequest for the NoOp flow of about `size` bytes (64 KiB texts)."""
+    from docarray import DocList
+    from docarray.documents import TextDoc
+    from jina.types.request.data import DataRequest
+    text = "x" * 65536
+    r = DataRequest()
+    r.header.exec_endpoint = "/"
+    r.document_array_cls = DocList[TextDoc]
+    r.data.docs = DocList[TextDoc]([TextDoc(text=text) for _ in range(max(1, size // (len(text) + 40)))])
+    return r.proto.SerializeToString()
+
+
+def grpc_stream_never_read(port, message, outcome, index, deadline):
+    """One jina.JinaRPC/Call stream sending `message` until `deadline`, its answers never read."""
+    import grpc
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_receive_message_length", -1)])
+    sent = [0]
+
+    def requests():
+        while time.monotonic() < deadline:
+            sent[0] += 1
+            yield message
+
+    call = channel.stream_stream("/jina.JinaRPC/Call", request_serializer=None, response_deserializer=None)(
+        requests())
+    # Never reads an answer: waits for the stream's end (the status) or the deadline.
+    done = threading.Event()
+    call.add_done_callback(lambda _: done.set())
+    done.wait(max(0.0, deadline - time.monotonic()))
+    outcome[index] = call.code().name if done.is_set() else "open"
+    outcome[f"sent{index}"] = sent[0]
+    outcome[f"socket{index}"] = channel
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("flowline", help="the flowline binary")
@@ -86,6 +155,11 @@ def main():
     ap.add_argument("--max-in-flight", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seconds", type=float, default=20.0, help="how long the clients post and the RSS is sampled")
+    ap.add_argument("--grpc", action="store_true", help="Jina's gRPC streams instead of HTTP posts")
+    ap.add_argument("--grpc-memory-mb", type=float, default=1024.0,
+                    help="--grpc-memory-bytes, in MiB (gRPC's own buffers; added to the bound with --grpc)")
+    ap.add_argument("--expect-refusals", action="store_true",
+                    help="exit 1 unless the server refused some requests as too large (413, RESOURCE_EXHAUSTED)")
     ap.add_argument("--check-bound", type=float, default=0.0,
                     help="exit 1 when the peak RSS passes the idle RSS + this many times the bound")
     args = ap.parse_args()
@@ -96,10 +170,13 @@ def main():
             f.write("executors:\n  - name: echo\n    uses: NoOp\n")
         ready = os.path.join(tmp, "port")
         max_body = int(args.max_body_mb * (1 << 20))
+        grpc_port = free_port() if args.grpc else 0
         server = subprocess.Popen(
             [args.flowline, "serve", flow, "--port", "0", "--ready-file", ready, "--threads", str(args.threads),
              "--max-body-bytes", str(max_body), "--max-in-flight", str(args.max_in_flight),
-             "--request-timeout", str(int(args.seconds * 1000) + 60000)],
+             "--request-timeout", str(int(args.seconds * 1000) + 60000)]
+            + (["--grpc-port", str(grpc_port), "--grpc-memory-bytes", str(int(args.grpc_memory_mb * (1 << 20)))]
+               if args.grpc else []),
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
             started = time.monotonic()
@@ -107,12 +184,13 @@ def main():
                 if server.poll() is not None or time.monotonic() - started > 60:
                     sys.exit(f"flowline serve did not start: {server.stderr.read().decode()[-2000:]}")
                 time.sleep(0.05)
-            port = int(open(ready).read())
+            port = int(open(ready).read().split()[0])
             idle = rss_kib(server.pid, "VmRSS")
-            body = body_of(int(args.body_mb * 1e6))
+            body = grpc_message(int(args.body_mb * 1e6)) if args.grpc else body_of(int(args.body_mb * 1e6))
             outcome = {}
             deadline = time.monotonic() + args.seconds
-            threads = [threading.Thread(target=post_and_never_read, args=(port, body, outcome, i, deadline))
+            client, target = (grpc_stream_never_read, grpc_port) if args.grpc else (post_and_never_read, port)
+            threads = [threading.Thread(target=client, args=(target, body, outcome, i, deadline))
                        for i in range(args.connections)]
             for t in threads:
                 t.start()
@@ -127,19 +205,23 @@ def main():
             alive = server.poll() is None
             end = rss_kib(server.pid, "VmRSS") if alive else 0
             health = health_status(port) if alive else 0
+            outcomes = request_outcomes(port) if alive else {}
             if alive:
                 peak = max(peak, rss_kib(server.pid, "VmHWM"))
             ends = {}
             for i in range(args.connections):
                 key = str(outcome.get(i, "none")).split(" after")[0]
                 ends[key] = ends.get(key, 0) + 1
-            bound = args.max_in_flight * max_body
+            # The front's bound; with --grpc gRPC's resource quota over its own buffers comes on top.
+            bound = args.max_in_flight * max_body + (int(args.grpc_memory_mb * (1 << 20)) if args.grpc else 0)
             result = {
+                "front": "grpc" if args.grpc else "http",
+                "messages_sent": sum(v for k, v in outcome.items() if str(k).startswith("sent")),
                 "connections": args.connections, "body_bytes": len(body), "max_body_bytes": max_body,
                 "max_in_flight": args.max_in_flight, "threads": args.threads, "seconds": args.seconds,
                 "bound_mib": round(bound / (1 << 20), 1), "idle_rss_mib": round(idle / 1024, 1),
                 "peak_rss_mib": round(peak / 1024, 1),
-                "end_rss_mib": round(end / 1024, 1), "health_after": health, "server_alive": alive, "posts": ends,
+                "end_rss_mib": round(end / 1024, 1), "health_after": health, "requests": outcomes, "server_alive": alive, "posts": ends,
             }
             print(json.dumps(result))
             for key, s in list(outcome.items()):
@@ -147,6 +229,8 @@ def main():
                     s.close()
             if not alive:
                 sys.exit(f"flowline serve died: {server.stderr.read().decode()[-2000:]}")
+            if args.expect_refusals and not any(k.endswith(" too_large") for k in outcomes):
+                sys.exit(f"no request was refused as too large under the load: {outcomes}")
             if args.check_bound and health != 200:
                 sys.exit(f"GET /health under the load answered {health or 'nothing'}")
             if args.check_bound and peak * 1024 > idle * 1024 + args.check_bound * bound:

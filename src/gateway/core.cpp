@@ -146,6 +146,7 @@ void Core::configure(GatewayOptions o) {
   max_in_flight = std::max<std::size_t>(max_in_flight, 1);
   const std::size_t most = std::numeric_limits<std::size_t>::max();
   http_held.set_bound(options.max_body_bytes > most / max_in_flight ? most : max_in_flight * options.max_body_bytes);
+  grpc_held.set_bound(http_held.bound());
   endpoints.clear();
   for (const auto& e : flow.config().executors) {
     const Registry::Entry* entry = Registry::global().find_registered(e.uses);

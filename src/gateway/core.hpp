@@ -164,6 +164,9 @@ class Core {
   // The HTTP front's bodies and answers (read whole; NDJSON streams bound theirs per stream): at most
   // max_in_flight x max_body_bytes, set by configure().
   HeldBytes http_held;
+  // The gRPC front's messages and answers not yet written, over all its streams and calls: the same bound
+  // (past it a request is refused RESOURCE_EXHAUSTED; gRPC's own buffers are its resource quota's).
+  HeldBytes grpc_held;
 
   std::int64_t started_unix = 0;  // when start() began serving (seconds since the epoch)
   std::atomic<std::uint64_t> in_flight{0}, requests{0}, documents{0}, rejected_busy{0}, timed_out{0};

@@ -6,7 +6,10 @@
 // twice --max-body-bytes, so a client that sends faster
 // than the flow encodes, or does not read, is slowed by HTTP/2 flow control; answers are written in request
 // order. A request past the core's in-flight bound waits for a slot instead of being refused (the window is
-// the stream's backpressure). A request the gateway refuses (malformed, too many documents, a timeout,
+// the stream's backpressure). Over all streams and unary calls, the messages read and the answers not yet
+// written count against Core::grpc_held (max_in_flight x max_body_bytes); a message read past it ends its
+// stream with RESOURCE_EXHAUSTED, as does running out of memory while a request is read or answered.
+// A request the gateway refuses (malformed, too many documents, a timeout,
 // draining) ends the stream with that status once the answers before it are written; an executor's failure
 // is answered in Jina's way (header status ERROR) and the stream goes on. A client that goes away cancels
 // the stream: its requests still in the flow are dropped when they come back.
@@ -27,6 +30,8 @@
 #include <grpcpp/resource_quota.h>
 
 #include <chrono>
+#include <limits>
+#include <new>
 #include <map>
 #include <mutex>
 
@@ -39,6 +44,27 @@ using Request = jina::DataRequestProto;
 
 // Requests of one stream unanswered at once (and at most twice --max-body-bytes of their messages).
 constexpr std::size_t kStreamWindow = 16;
+
+// A message's bytes counted against the front's bound (Core::grpc_held), twice over: the message as read
+// and the documents made from it are held at once; an answer is the message refilled, beside the flow's
+// documents it is made from.
+constexpr std::size_t kHeldPerByte = 2;
+
+std::size_t held_bytes_of(std::size_t message_bytes) {
+  return message_bytes > std::numeric_limits<std::size_t>::max() / kHeldPerByte
+             ? std::numeric_limits<std::size_t>::max()
+             : message_bytes * kHeldPerByte;
+}
+
+// Takes a message's bytes from the front's bound; nullopt when they fit, else the refusal that says why.
+std::optional<Refused> take_held(Core& core, std::size_t message_bytes) {
+  if (core.grpc_held.try_take(held_bytes_of(message_bytes))) return std::nullopt;
+  return Refused{Refusal::TooLarge,
+                 fmt::format("the gateway holds {} bytes for gRPC messages and answers not yet written; this "
+                             "message ({} bytes, counted twice) would pass its bound of {} (--max-in-flight x "
+                             "--max-body-bytes): retry later",
+                             core.grpc_held.held(), message_bytes, core.grpc_held.bound())};
+}
 
 // How long a stream refused at its start drops what the client sends before its status goes out.
 constexpr std::chrono::milliseconds kRefusalDrain(2000);
@@ -74,6 +100,8 @@ std::optional<Refused> fill_answer(Request& answer, const Response& response) no
       write_failure(answer, response);
     }
     return std::nullopt;
+  } catch (const std::bad_alloc&) {
+    return Refused{Refusal::TooLarge, "the answer could not be written: out of memory"};
   } catch (const std::exception& e) {
     return Refused{Refusal::Failed, fmt::format("the answer could not be written: {}", e.what())};
   }
@@ -137,7 +165,15 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
     }
     auto request = std::move(next_);
     const std::uint64_t seq = window_.open();
-    hold_request(seq, request->ByteSizeLong());
+    const std::size_t bytes = request->ByteSizeLong();
+    if (auto refused = take_held(core_, bytes)) {  // past the front's bound: the stream ends here
+      request.reset();
+      lock.unlock();
+      refuse(seq, refused->kind, refused->message, Clock::now());
+      lock.lock();
+      return read_next(lock);
+    }
+    hold_request(seq, held_bytes_of(bytes));
     lock.unlock();
     handle(seq, std::move(request));
     lock.lock();
@@ -163,6 +199,8 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
 
   void OnDone() override { release(); }
 
+  ~CallStream() override { core_.grpc_held.give(held_bytes_); }  // what its requests and answers still held
+
  private:
   // A thread inside the stream: it stays alive until the thread leaves.
   struct Hold {
@@ -183,7 +221,20 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
     const auto it = sizes_.find(seq);
     if (it == sizes_.end()) return;
     held_bytes_ -= it->second;
+    core_.grpc_held.give(it->second);
     sizes_.erase(it);
+  }
+  // Under the lock: request `seq` now holds `bytes` (its answer's, counted as a message's).
+  void resize_request(std::uint64_t seq, std::size_t bytes) {
+    const auto it = sizes_.find(seq);
+    if (it == sizes_.end()) return;
+    if (bytes > it->second) {
+      core_.grpc_held.take(bytes - it->second);
+    } else {
+      core_.grpc_held.give(it->second - bytes);
+    }
+    held_bytes_ = held_bytes_ - it->second + bytes;
+    it->second = bytes;
   }
 
   // Ends the stream: no more reads; `status` is sent once the answers before it are written (nullopt:
@@ -274,6 +325,8 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
       call = call_from_proto(*request, core_.limits);
     } catch (const RefusedError& e) {
       return refuse(seq, e.kind, e.what(), started);
+    } catch (const std::bad_alloc&) {
+      return refuse(seq, Refusal::TooLarge, "out of memory while reading the request's documents", started);
     } catch (const std::exception& e) {
       return refuse(seq, Refusal::Failed, e.what(), started);
     }
@@ -299,6 +352,7 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
     if (refused) {
       refuse(seq, refused->kind, refused->message, started);
     } else {
+      const std::size_t answer_bytes = held_bytes_of(request->ByteSizeLong());
       core_.count_answer(FrontKind::Grpc, Route::Grpc,
                          outcome.response.ok()            ? 200
                          : outcome.response.request_error ? 422
@@ -306,6 +360,7 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
                          std::nullopt, documents, seconds_since(started));
       std::unique_lock lock(mutex_);
       if (!stopped_ || (final_ && window_.accepts(seq))) {
+        resize_request(seq, answer_bytes);  // held until written (OnWriteDone drops it)
         window_.put(seq, std::make_unique<Request>(std::move(*request)));
       } else {
         drop_request(seq);
@@ -380,18 +435,25 @@ class SingleRequest final : public jina::JinaSingleDataRequestRPC::CallbackServi
     if (!authorized(core_, context))
       return refuse(Refusal::Unauthenticated,
                     "missing or wrong bearer token (send metadata \"authorization: Bearer <token>\")");
-    *answer = *request;
+    // The request (its copy in the answer, refilled) counted against the front's bound until Finish.
+    const std::size_t message_bytes = request->ByteSizeLong();
+    if (auto refused = take_held(core_, message_bytes)) return refuse(refused->kind, refused->message);
+    auto held = std::shared_ptr<void>(
+        nullptr, [&core = core_, bytes = held_bytes_of(message_bytes)](void*) { core.grpc_held.give(bytes); });
     Call call;
     try {
+      *answer = *request;
       call = call_from_proto(*answer, core_.limits);
     } catch (const RefusedError& e) {
       return refuse(e.kind, e.what());
+    } catch (const std::bad_alloc&) {
+      return refuse(Refusal::TooLarge, "out of memory while reading the request's documents");
     } catch (const std::exception& e) {
       return refuse(Refusal::Failed, e.what());
     }
     const std::size_t documents = call.docs.size();
     core_.submit(std::move(call), call_timeout(core_, context),
-                 [this, reactor, answer, documents, started](Outcome&& outcome) {
+                 [this, reactor, answer, documents, started, held](Outcome&& outcome) {
                    std::optional<Refused> refused = std::move(outcome.refused);
                    if (!refused) refused = fill_answer(*answer, outcome.response);
                    if (refused) {
