@@ -14,6 +14,7 @@
 #include <cmath>
 #include <limits>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace flowline::gateway {
@@ -379,6 +380,18 @@ EmbeddingsCall parse_openai(const json::value& body, std::string endpoint, const
   EmbeddingsCall out;
   out.call.endpoint = std::move(endpoint);
   out.call.docs = texts_to_embed(field(o, "input"), "input", limits);
+  // Infinity's "modality": "image": each input is an image's address (a data: URI of its bytes; what else the
+  // flow's image executor may read, it decides: a served ClipEncoder reads no local path outside its
+  // allowed_uri_roots and no http(s) unless allow_http), embedded through the vision tower.
+  if (const json::value* modality = field(o, "modality")) {
+    const json::string* name = modality->if_string();
+    if (!name || (*name != "text" && *name != "image")) {
+      throw plain_error(400, "invalid_request_error", "'modality': expected \"text\" or \"image\"");
+    }
+    if (*name == "image") {
+      for (auto& doc : out.call.docs) doc.uri = std::exchange(doc.text, std::string());
+    }
+  }
   if (const json::value* model = field(o, "model")) {
     if (!model->is_string()) throw plain_error(400, "invalid_request_error", "'model': expected a string");
     out.model = std::string(model->get_string());

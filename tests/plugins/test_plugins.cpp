@@ -132,10 +132,10 @@ TEST_CASE("the executor folder sits beside libflowline.so and holds the first-pa
   CHECK(executor_dir() == std::filesystem::path(FLOWLINE_BINARY_DIR) / "lib" / "flowline" / "executors");
   CHECK(plugin_search_path().front() == executor_dir());
   const auto offered = available_executor_libraries();
-  std::vector<std::string> first_party{"Reranker",        "SentenceEncoder", "SequenceClassifier",
-                                       "TokenClassifier", "TorchModule",     "VectorIndex"};
+  std::vector<std::string> first_party{"ClipEncoder",     "Reranker",    "SentenceEncoder", "SequenceClassifier",
+                                       "TokenClassifier", "TorchModule", "VectorIndex"};
 #ifdef FLOWLINE_WITH_PGVECTOR
-  first_party.insert(first_party.begin(), "PgVectorWriter");  // built where libpq is
+  first_party.insert(first_party.begin() + 1, "PgVectorWriter");  // built where libpq is
 #endif
   CHECK(offered == first_party);
 }

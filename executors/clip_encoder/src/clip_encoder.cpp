@@ -1,0 +1,321 @@
+// The ClipEncoder executor: sorts documents into texts and images, decodes the images on CPU threads slice by
+// slice, runs both towers of a ClipModel, and for /rank scores each query's candidates as CLIP-as-service did.
+#include "flowline/clip_encoder/clip_encoder.hpp"
+
+#include "decode.hpp"
+
+#include "flowline/error.hpp"
+#include "flowline/executor.hpp"
+#include "flowline/model_folder.hpp"
+#include "flowline/models/clip_model.hpp"
+#include "flowline/models/image_processor.hpp"
+#include "flowline/models/outputs.hpp"
+#include "flowline/torch_support.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/core/InferenceMode.h>
+#include <c10/core/StreamGuard.h>
+#include <boost/json/parse.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <span>
+#include <sstream>
+#include <string_view>
+#include <vector>
+
+namespace flowline::clip_encoder {
+namespace {
+
+namespace fs = std::filesystem;
+
+// What a `model` parameter must be, said at validate time: a folder whose config.json has model_type clip or
+// siglip, or sentence-transformers' CLIP layout (modules.json; ClipModel::load checks the rest).
+std::optional<std::string> model_problem(const boost::json::value& v) {
+  const fs::path folder(std::string(v.get_string()));
+  if (!fs::is_directory(folder)) return fmt::format("'{}' is not a folder", folder.string());
+  const fs::path config = folder / "config.json";
+  if (!fs::exists(config)) {
+    if (fs::exists(folder / "modules.json")) return std::nullopt;
+    return fmt::format("'{}' has no config.json: not a CLIPModel or SiglipModel folder", folder.string());
+  }
+  std::ifstream in(config);
+  std::stringstream text;
+  text << in.rdbuf();
+  boost::system::error_code ec;
+  const boost::json::value json = boost::json::parse(text.str(), ec);
+  if (ec || !json.is_object()) return fmt::format("'{}': not a JSON object", config.string());
+  const auto* type = json.as_object().if_contains("model_type");
+  const std::string model_type = type && type->is_string() ? std::string(type->get_string()) : "";
+  if (model_type != "clip" && model_type != "siglip") {
+    return fmt::format("'{}': model_type '{}' is not CLIP or SigLIP (expected clip or siglip)", config.string(),
+                       model_type);
+  }
+  return std::nullopt;
+}
+
+class ClipEncoder : public Executor {
+ public:
+  static ExecutorSpec spec() {
+    ExecutorSpec spec{
+        "ClipEncoder",
+        "Encode texts and images (JPEG, PNG, WebP) into one embedding space with a CLIP or SigLIP checkpoint "
+        "(LibTorch); /rank scores each document's matches as CLIP-as-service does",
+        {ParamSpec::required_param("model", ParamType::Path,
+                                   "CLIPModel or SiglipModel folder (config.json, model.safetensors, tokenizer.json, "
+                                   "preprocessor_config.json), or sentence-transformers' CLIP layout")
+             .check(model_problem),
+         ParamSpec::optional("device", ParamType::String, "",
+                             "cpu, cuda, cuda:N or auto; empty: the executor's device in the flow"),
+         ParamSpec::choice("dtype", {"fp32", "fp16", "bf16", "float32", "float16", "bfloat16"}, "fp32",
+                           "weights and activations (fp16 needs a GPU)"),
+         ParamSpec::optional("batch_size", ParamType::Int, 32, "images (or texts) per forward pass").min(1),
+         ParamSpec::optional("normalize", ParamType::Bool, false,
+                             "unit-length embeddings (false: as transformers' get_text_features and "
+                             "get_image_features give them, as CLIP-as-service did)"),
+         ParamSpec::optional("allowed_uri_roots", ParamType::StringList, boost::json::array{},
+                             "folders a document's local path or file:// uri may name, for a served flow too "
+                             "(relative ones: to the working folder). `flowline run` reads any local path its "
+                             "input names; a served flow reads none outside these"),
+         ParamSpec::optional("allow_http", ParamType::Bool, false,
+                             "fetch http(s) uris (bounded by max_image_bytes and 10 s); off: refused"),
+         ParamSpec::optional("max_image_bytes", ParamType::Int, 64 << 20,
+                             "the most bytes an image file, data: uri or download may have")
+             .min(1),
+         ParamSpec::optional("max_image_pixels", ParamType::Int, 89'478'485,
+                             "images of more pixels are refused before decoding (PIL's MAX_IMAGE_PIXELS)")
+             .min(1),
+         ParamSpec::optional("decode_threads", ParamType::Int, 0,
+                             "CPU threads that decode one replica's images (0: ATen's intra-op threads)")
+             .min(0),
+         ParamSpec::optional("keep_on_device", ParamType::Bool, false,
+                             "leave embeddings on the executor's GPU for a next executor on the same device"),
+         ParamSpec::optional("warmup", ParamType::Bool, true,
+                             "run a text and an image pass at start so the first request does not pay for set-up")},
+        {"/encode", "/rank"},
+    };
+    // Two replicas per GPU: one decodes on the CPU while the other's passes run.
+    spec.replicas_per_gpu = 2;
+    return spec;
+  }
+
+  explicit ClipEncoder(const ExecutorContext& context) : Executor(context) {
+    const std::string model = params().get<std::string>("model");
+    device_ = executor_device(params().get<std::string>("device"), runtime().device);
+    dtype_ = parse_dtype(params().get<std::string>("dtype"));
+    if (device_.is_cpu() && dtype_ == c10::kHalf) {
+      throw Error("parameter 'dtype': fp16 needs a GPU device; use fp32 or bf16 on the CPU");
+    }
+    auto load = [&]() -> std::shared_ptr<const models::ClipModel> {
+      return models::ClipModel::load(model, models::ClipModelOptions{device_, dtype_, 0});
+    };
+    model_ = shared_per_device<models::ClipModel>(model, device_, dtype_, load);
+    if (device_.is_cuda()) stream_ = replica_stream(device_);
+    batch_size_ = params().get<std::size_t>("batch_size");
+    normalize_ = params().get<bool>("normalize");
+    keep_on_device_ = params().get<bool>("keep_on_device");
+    set_up_decoding();
+    spdlog::info("executor '{}' replica {}: {} {} (embeddings {}, images {}px) on {} in {}, {:.1f} MB of weights",
+                 runtime().name, runtime().replica, model_->kind(), model, model_->embedding_dim(),
+                 model_->image_size(), device_.str(), c10::toString(dtype_), model_->weight_bytes() / 1e6);
+    if (const auto warning = random_weights_warning(model, runtime().name, "model", "embeddings and scores");
+        !warning.empty() && runtime().replica == 0) {
+      spdlog::warn("{}", warning);
+    }
+    if (params().get<bool>("warmup")) warm_up();
+    bind("/encode", &ClipEncoder::encode);
+    bind("/rank", &ClipEncoder::rank);
+    bind_default(&ClipEncoder::encode);
+  }
+
+ private:
+  void set_up_decoding() {
+    auto& policy = decode_.policy;
+    for (const auto& root : params().get<std::vector<std::string>>("allowed_uri_roots")) {
+      if (root.empty()) throw Error("parameter 'allowed_uri_roots': an empty folder name");
+      policy.allowed_roots.push_back(fs::weakly_canonical(fs::absolute(root)));
+    }
+    policy.any_local_path = runtime().local_input_files;
+    policy.allow_http = params().get<bool>("allow_http");
+    policy.max_bytes = params().get<std::size_t>("max_image_bytes");
+    decode_.limits.max_pixels = params().get<std::uint64_t>("max_image_pixels");
+    decode_.threads = params().get<std::size_t>("decode_threads");
+    if (decode_.threads == 0) decode_.threads = static_cast<std::size_t>(std::max(1, at::get_num_threads()));
+  }
+
+  // One text pass and one image pass (a gray square of the vision tower's size) through the model.
+  void warm_up() {
+    c10::InferenceMode guard;
+    std::optional<c10::StreamGuard> on_stream;
+    if (stream_) on_stream.emplace(*stream_);
+    const std::string_view text = "warm up";
+    (void)model_->encode_texts(std::span<const std::string_view>(&text, 1)).to(at::kCPU);
+    const auto side = static_cast<std::uint32_t>(model_->image_size());
+    images::Image gray{side, side, std::vector<std::uint8_t>(std::size_t{side} * side * 3, 128)};
+    const at::Tensor pixels =
+        models::preprocess_images(std::span<const images::Image>(&gray, 1), model_->image_processor(), device_, dtype_);
+    (void)model_->encode_pixels(pixels).to(at::kCPU);
+  }
+
+  void encode(DocumentArray& docs, const RequestInfo&) {
+    std::vector<Document*> items;
+    items.reserve(docs.size());
+    for (auto& d : docs) items.push_back(&d);
+    const at::Tensor embeddings = embed(items);
+    set_embeddings(items, embeddings);
+  }
+
+  // Every query and candidate embedded at once; then each query's candidates scored, as the header says.
+  void rank(DocumentArray& docs, const RequestInfo&) {
+    std::vector<Document*> items;
+    std::vector<std::size_t> query_rows;
+    for (auto& q : docs) {
+      if (q.matches.empty()) {
+        throw RequestError(fmt::format(
+            "document '{}': /rank needs the candidates in its matches (texts or images), and it has none", q.id));
+      }
+      query_rows.push_back(items.size());
+      items.push_back(&q);
+      for (auto& m : q.matches) items.push_back(&m);
+    }
+    const at::Tensor embeddings = embed(items);
+    // Cosines in double on the host, from unit rows whatever `normalize` says.
+    const at::Tensor unit = models::normalize_rows(embeddings).to(at::kCPU).to(at::kDouble);
+    const double scale = model_->logit_scale();
+    const std::optional<float> bias = model_->logit_bias();
+    const bool siglip = model_->kind() == "siglip";
+    for (std::size_t qi = 0; qi < docs.size(); ++qi) {
+      const auto row = static_cast<std::int64_t>(query_rows[qi]);
+      const auto count = static_cast<std::int64_t>(docs[qi].matches.size());
+      const at::Tensor cosine = unit.narrow(0, row + 1, count).matmul(unit[row]);
+      at::Tensor logits = cosine * scale;
+      if (bias) logits = logits + static_cast<double>(*bias);
+      const at::Tensor probs = (siglip ? logits.sigmoid() : logits.softmax(0)).contiguous();
+      const at::Tensor cos = cosine.contiguous();
+      auto& matches = docs[qi].matches.docs();
+      for (std::int64_t m = 0; m < count; ++m) {
+        matches[static_cast<std::size_t>(m)].scores["clip_score"] = static_cast<float>(probs.data_ptr<double>()[m]);
+        matches[static_cast<std::size_t>(m)].scores["clip_score_cosine"] =
+            static_cast<float>(cos.data_ptr<double>()[m]);
+      }
+    }
+    set_embeddings(items, embeddings);
+    for (auto& q : docs) {
+      auto& matches = q.matches.docs();
+      std::stable_sort(matches.begin(), matches.end(), [](const Document& a, const Document& b) {
+        return a.scores.at("clip_score") > b.scores.at("clip_score");
+      });
+    }
+  }
+
+  // Each item's embedding, [items, D] float32 on the executor's device (not normalized), or a RequestError
+  // naming every item that is neither a text nor a readable image.
+  at::Tensor embed(const std::vector<Document*>& items) {
+    std::vector<std::size_t> texts, pictures;
+    std::vector<std::string> problems;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const auto modality = modality_of(*items[i]);
+      if (!modality) {
+        problems.push_back(
+            fmt::format("document '{}': neither a text nor an image (a blob, or a uri naming one)", items[i]->id));
+      } else {
+        (*modality == Modality::text ? texts : pictures).push_back(i);
+      }
+    }
+    if (!problems.empty()) throw RequestError(fmt::format("{}", fmt::join(problems, "; ")));
+    c10::InferenceMode guard;
+    std::optional<c10::StreamGuard> on_stream;
+    if (stream_) on_stream.emplace(*stream_);
+    at::Tensor out = at::empty({static_cast<std::int64_t>(items.size()), model_->embedding_dim()},
+                               at::TensorOptions().dtype(at::kFloat).device(device_));
+    encode_texts(items, texts, out);
+    encode_images(items, pictures, out);
+    metrics().add("texts", static_cast<double>(texts.size()));
+    metrics().add("images", static_cast<double>(pictures.size()));
+    return out;
+  }
+
+  void encode_texts(const std::vector<Document*>& items, const std::vector<std::size_t>& rows, at::Tensor& out) {
+    std::vector<std::string_view> slice;
+    for (std::size_t first = 0; first < rows.size(); first += batch_size_) {
+      const std::size_t last = std::min(rows.size(), first + batch_size_);
+      slice.clear();
+      for (std::size_t r = first; r < last; ++r) slice.push_back(items[rows[r]]->text);
+      put_rows(out, rows, first, last, model_->encode_texts(slice));
+    }
+  }
+
+  // Slice by slice: decode slice k+1 on the CPU while the device runs slice k (its pass only enqueued on a
+  // GPU). After a failure the remaining slices are still decoded, so the error names every bad document, but
+  // no more passes run.
+  void encode_images(const std::vector<Document*>& items, const std::vector<std::size_t>& rows, at::Tensor& out) {
+    std::vector<std::string> problems;
+    std::vector<const Document*> slice;
+    std::vector<std::string> failures;
+    const auto started = std::chrono::steady_clock::now();
+    double decode_seconds = 0;
+    for (std::size_t first = 0; first < rows.size(); first += batch_size_) {
+      const std::size_t last = std::min(rows.size(), first + batch_size_);
+      slice.clear();
+      for (std::size_t r = first; r < last; ++r) slice.push_back(items[rows[r]]);
+      const auto decode_start = std::chrono::steady_clock::now();
+      decode_slice(slice, decode_, decoded_, failures);
+      decode_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - decode_start).count();
+      for (auto& f : failures) {
+        if (!f.empty()) problems.push_back(std::move(f));
+      }
+      if (!problems.empty()) continue;
+      const at::Tensor pixels = models::preprocess_images(decoded_, model_->image_processor(), device_, dtype_);
+      put_rows(out, rows, first, last, model_->encode_pixels(pixels));
+    }
+    if (!problems.empty()) throw RequestError(fmt::format("{}", fmt::join(problems, "; ")));
+    metrics().add("decode_seconds", decode_seconds);
+    metrics().add("image_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  }
+
+  // Rows rows[first..last) of `out` take the pass's embeddings [last - first, D].
+  void put_rows(at::Tensor& out, const std::vector<std::size_t>& rows, std::size_t first, std::size_t last,
+                const at::Tensor& pass) {
+    std::vector<std::int64_t> index(rows.begin() + static_cast<std::ptrdiff_t>(first),
+                                    rows.begin() + static_cast<std::ptrdiff_t>(last));
+    const at::Tensor where = at::tensor(index, at::kLong).to(device_);
+    out.index_copy_(0, where, pass.to(at::kFloat));
+  }
+
+  // The embeddings onto their documents: normalized when asked, checked finite, on the host unless kept.
+  void set_embeddings(const std::vector<Document*>& items, at::Tensor embeddings) {
+    if (items.empty()) return;
+    if (normalize_) embeddings = models::normalize_rows(embeddings);
+    if (keep_on_device_ && device_.is_cuda()) {
+      wait_for_stream(*stream_);  // handlers finish their GPU work before returning (executor.hpp)
+    } else {
+      embeddings = embeddings.to(at::kCPU);
+    }
+    models::check_finite(embeddings, "embedding");
+    for (std::size_t i = 0; i < items.size(); ++i) items[i]->embedding = embeddings[static_cast<std::int64_t>(i)];
+  }
+
+  c10::Device device_{c10::kCPU};
+  c10::ScalarType dtype_ = c10::kFloat;
+  std::shared_ptr<const models::ClipModel> model_;
+  std::optional<c10::Stream> stream_;
+  std::size_t batch_size_ = 32;
+  bool normalize_ = false;
+  bool keep_on_device_ = false;
+  DecodeSettings decode_;
+  std::vector<images::Image> decoded_;  // the slice being encoded, reused across slices and requests
+};
+
+}  // namespace
+
+void register_clip_encoder(Registry& registry) { registry.add<ClipEncoder>("flowline::clip_encoder"); }
+
+}  // namespace flowline::clip_encoder

@@ -1,0 +1,378 @@
+// Tests of the ClipEncoder executor on the tiny CLIP and SigLIP checkpoints: text and image embeddings against
+// ClipModel's own output and transformers' (goldens made by tests/clip_encoder/make_goldens.py from the images
+// in tests/clip_encoder/data/images), /rank against transformers' probabilities, bad images failing their own
+// request, local paths refused outside allowed_uri_roots unless the documents are the user's own, and Jina's
+// /post through the gateway with image documents.
+#include "../gateway/gateway_fixtures.hpp"
+
+#include "flowline/clip_encoder/clip_encoder.hpp"
+#include "flowline/flow.hpp"
+#include "flowline/flow_config.hpp"
+#include "flowline/io.hpp"
+#include "flowline/models/clip_model.hpp"
+#include "flowline/models/safetensors.hpp"
+#include "flowline/registry.hpp"
+#include "flowline/vector_index/vector_index.hpp"
+
+#include <ATen/ATen.h>
+#include <boost/json.hpp>
+
+#include <fstream>
+#include <iterator>
+
+using namespace flowline;
+using gateway_test::Client;
+using gateway_test::Served;
+
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kSource(FLOWLINE_SOURCE_DIR);
+const fs::path kTiny = kSource / "tests/data/tiny-models";
+const fs::path kData = kSource / "tests/clip_encoder/data";
+
+Registry& clip_registry() {
+  static Registry* registry = [] {
+    auto* r = new Registry();
+    register_builtin_executors(*r);
+    clip_encoder::register_clip_encoder(*r);
+    vector_index::register_vector_index(*r);  // the shipped image flows' index
+    return r;
+  }();
+  return *registry;
+}
+
+Bytes file_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in);
+  return Bytes(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+struct Goldens {
+  std::vector<std::string> texts;
+  std::vector<fs::path> images;
+  at::Tensor image_embeds, text_embeds, text_to_images, image_to_texts;
+};
+
+Goldens read_goldens(const std::string& kind) {
+  Goldens g;
+  std::ifstream in(kData / "captions.json");
+  const auto captions = boost::json::parse(std::string(std::istreambuf_iterator<char>(in), {})).as_object();
+  for (const auto& t : captions.at("texts").as_array()) g.texts.emplace_back(t.as_string());
+  for (const auto& f : captions.at("images").as_array())
+    g.images.push_back(kData / "images" / std::string(f.as_string()));
+  const models::SafetensorsFile file(kData / (kind + ".safetensors"));
+  g.image_embeds = file.get("image_embeds").clone();
+  g.text_embeds = file.get("text_embeds").clone();
+  g.text_to_images = file.get("text_to_images").clone();
+  g.image_to_texts = file.get("image_to_texts").clone();
+  return g;
+}
+
+Flow clip_flow(const std::string& kind, boost::json::object with = {}, FlowOptions options = {}) {
+  with["model"] = (kTiny / kind).string();
+  with["warmup"] = false;
+  Flow flow(options, clip_registry());
+  flow.add({.name = "clip", .uses = "ClipEncoder", .with = with, .device = "cpu"});
+  return flow;
+}
+
+// Images alternately as blobs and as local paths (uri) under the allowed folder.
+Document image_document(const fs::path& file, std::size_t i) {
+  Document d(Document::WithId{file.filename().string()});
+  if (i % 2 == 0) {
+    d.blob = file_bytes(file);
+  } else {
+    d.uri = file.string();
+  }
+  return d;
+}
+
+double cosine(const at::Tensor& a, const at::Tensor& b) {
+  const at::Tensor x = a.to(at::kDouble).flatten(), y = b.to(at::kDouble).flatten();
+  return (x.dot(y) / (x.norm() * y.norm())).item<double>();
+}
+
+std::vector<Response> post_each(Flow& flow, std::string_view endpoint, DocumentArray docs) {
+  ArraySource source(std::move(docs));
+  std::vector<Response> responses;
+  flow.post(
+      endpoint, source, [&](Response&& r) { responses.push_back(std::move(r)); }, PostOptions{.request_size = 1});
+  return responses;
+}
+
+}  // namespace
+
+TEST_CASE("a ClipEncoder's text and image embeddings equal transformers' CLIP and SigLIP", "[clip_encoder]") {
+  for (const std::string kind : {"clip", "siglip"}) {
+    INFO(kind);
+    const Goldens g = read_goldens(kind);
+    Flow flow = clip_flow(kind, {{"allowed_uri_roots", boost::json::array{(kData / "images").string()}}});
+    DocumentArray docs;
+    for (const auto& t : g.texts) docs.push_back(Document(t));
+    for (std::size_t i = 0; i < g.images.size(); ++i) docs.push_back(image_document(g.images[i], i));
+    const DocumentArray out = flow.post("/encode", std::move(docs));
+    REQUIRE(out.size() == g.texts.size() + g.images.size());
+    for (std::size_t t = 0; t < g.texts.size(); ++t) {
+      INFO("text '" << g.texts[t] << "'");
+      REQUIRE(out[t].embedding.defined());
+      CHECK(out[t].embedding.device().is_cpu());
+      CHECK(cosine(out[t].embedding, g.text_embeds[static_cast<std::int64_t>(t)]) >= 0.9999);
+    }
+    for (std::size_t i = 0; i < g.images.size(); ++i) {
+      INFO("image " << g.images[i].filename());
+      const Document& d = out[g.texts.size() + i];
+      REQUIRE(d.embedding.defined());
+      CHECK(cosine(d.embedding, g.image_embeds[static_cast<std::int64_t>(i)]) >= 0.9999);
+    }
+    // The same texts through ClipModel directly: the executor adds nothing to the model's output.
+    const auto model = models::ClipModel::load(kTiny / kind, {});
+    std::vector<std::string_view> views(g.texts.begin(), g.texts.end());
+    const at::Tensor direct = model->encode_texts(views);
+    for (std::size_t t = 0; t < g.texts.size(); ++t) {
+      CHECK(at::allclose(out[t].embedding, direct[static_cast<std::int64_t>(t)], 1e-5, 1e-6));
+    }
+  }
+}
+
+TEST_CASE("a ClipEncoder with normalize: true gives unit embeddings in the model's direction", "[clip_encoder]") {
+  const Goldens g = read_goldens("clip");
+  Flow flow = clip_flow("clip", {{"normalize", true}});
+  DocumentArray docs;
+  docs.push_back(Document(g.texts[0]));
+  Document image;
+  image.blob = file_bytes(g.images[0]);
+  docs.push_back(std::move(image));
+  const DocumentArray out = flow.post("/encode", std::move(docs));
+  for (const auto& d : out) CHECK(std::abs(d.embedding.norm().item<double>() - 1.0) < 1e-5);
+  CHECK(cosine(out[0].embedding, g.text_embeds[0]) >= 0.9999);
+  CHECK(cosine(out[1].embedding, g.image_embeds[0]) >= 0.9999);
+}
+
+TEST_CASE("/rank orders a query's candidates and scores them as transformers does", "[clip_encoder][rank]") {
+  for (const std::string kind : {"clip", "siglip"}) {
+    INFO(kind);
+    const Goldens g = read_goldens(kind);
+    Flow flow = clip_flow(kind);
+    DocumentArray queries;
+    // A text query over image candidates (blobs), and an image query over text candidates.
+    Document text_query(g.texts[1]);
+    for (std::size_t i = 0; i < g.images.size(); ++i) {
+      Document m(Document::WithId{std::to_string(i)});
+      m.blob = file_bytes(g.images[i]);
+      text_query.matches.push_back(std::move(m));
+    }
+    queries.push_back(std::move(text_query));
+    Document image_query;
+    image_query.blob = file_bytes(g.images[3]);
+    for (std::size_t t = 0; t < g.texts.size(); ++t) {
+      Document m(Document::WithId{std::to_string(t)});
+      m.text = g.texts[t];
+      image_query.matches.push_back(std::move(m));
+    }
+    queries.push_back(std::move(image_query));
+    const DocumentArray out = flow.post("/rank", std::move(queries));
+    REQUIRE(out.size() == 2);
+    const std::array<at::Tensor, 2> expected = {g.text_to_images[1], g.image_to_texts[3]};
+    for (std::size_t q = 0; q < 2; ++q) {
+      const auto& matches = out[q].matches;
+      REQUIRE(matches.size() == static_cast<std::size_t>(expected[q].size(0)));
+      // Sorted best first, each candidate's probability transformers' within 1e-4.
+      const at::Tensor order = std::get<1>(expected[q].sort(0, /*descending=*/true));
+      for (std::size_t r = 0; r < matches.size(); ++r) {
+        const auto index = std::stoll(matches[r].id);
+        INFO("query " << q << " rank " << r << " candidate " << index);
+        CHECK(std::abs(matches[r].scores.at("clip_score") - expected[q][index].item<float>()) < 1e-4);
+        CHECK(matches[r].scores.contains("clip_score_cosine"));
+        CHECK(matches[r].embedding.defined());
+        if (r > 0) CHECK(matches[r].scores.at("clip_score") <= matches[r - 1].scores.at("clip_score"));
+        // Ties aside, the order is transformers' order.
+        if (std::abs(expected[q][order[static_cast<std::int64_t>(r)]].item<float>() -
+                     expected[q][index].item<float>()) > 1e-4) {
+          CHECK(index == order[static_cast<std::int64_t>(r)].item<std::int64_t>());
+        }
+      }
+      CHECK(out[q].embedding.defined());
+    }
+    // CLIP's probabilities are a softmax over the candidates: they sum to one.
+    if (kind == "clip") {
+      double sum = 0;
+      for (const auto& m : out[0].matches) sum += m.scores.at("clip_score");
+      CHECK(std::abs(sum - 1.0) < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("a query without candidates is refused by /rank, naming it", "[clip_encoder][rank]") {
+  Flow flow = clip_flow("clip");
+  DocumentArray docs;
+  docs.push_back(Document(Document::WithId{"lonely"}));
+  docs[0].text = "a cat";
+  const auto responses = post_each(flow, "/rank", std::move(docs));
+  REQUIRE(responses.size() == 1);
+  CHECK(responses[0].request_error);
+  CHECK_THAT(responses[0].error, testing::contains("document 'lonely': /rank needs the candidates in its matches"));
+}
+
+TEST_CASE("a bad image or an empty document fails its own request, naming the document", "[clip_encoder]") {
+  const Goldens g = read_goldens("clip");
+  Flow flow = clip_flow("clip");
+  DocumentArray docs;
+  Document good;
+  good.blob = file_bytes(g.images[0]);
+  docs.push_back(good);
+  Document garbage(Document::WithId{"garbage"});
+  garbage.blob = {'n', 'o', 't', ' ', 'a', 'n', ' ', 'i', 'm', 'a', 'g', 'e'};
+  docs.push_back(std::move(garbage));
+  Document truncated(Document::WithId{"truncated"});
+  truncated.blob = file_bytes(g.images[4]);  // the JPEG, cut in half
+  truncated.blob.resize(truncated.blob.size() / 2);
+  docs.push_back(std::move(truncated));
+  docs.push_back(Document(Document::WithId{"empty"}));
+  docs.push_back(Document("a text after them"));
+  const auto responses = post_each(flow, "/encode", std::move(docs));
+  REQUIRE(responses.size() == 5);
+  CHECK(responses[0].ok());
+  CHECK(responses[4].ok());
+  CHECK(responses[4].docs[0].embedding.defined());
+  for (std::size_t i : {1, 2}) {
+    INFO(responses[i].error);
+    CHECK_FALSE(responses[i].ok());
+    CHECK(responses[i].request_error);
+  }
+  CHECK_THAT(responses[1].error, testing::contains("document 'garbage'"));
+  CHECK_THAT(responses[2].error, testing::contains("document 'truncated'"));
+  CHECK_THAT(responses[3].error, testing::contains("document 'empty': neither a text nor an image"));
+  // In one request, the error names every bad document.
+  DocumentArray one_request;
+  for (const std::size_t i : {1, 2}) one_request.push_back(responses[i].docs[0]);
+  try {
+    flow.post("/encode", std::move(one_request));
+    FAIL("the request passed");
+  } catch (const ExecutorError& e) {
+    CHECK_THAT(std::string(e.what()), testing::contains("document 'garbage'"));
+    CHECK_THAT(std::string(e.what()), testing::contains("document 'truncated'"));
+  }
+}
+
+TEST_CASE("a served flow reads no local path outside allowed_uri_roots, flowline run reads the input's paths",
+          "[clip_encoder][uri]") {
+  const Goldens g = read_goldens("clip");
+  const auto elsewhere = testing::scratch_dir("clip allowed roots");
+  fs::create_directories(elsewhere / "allowed");
+  fs::copy_file(g.images[0], elsewhere / "allowed/a.png", fs::copy_options::overwrite_existing);
+  const auto make_docs = [&] {
+    DocumentArray docs;
+    Document inside(Document::WithId{"inside"});
+    inside.uri = (elsewhere / "allowed/a.png").string();
+    docs.push_back(std::move(inside));
+    Document outside(Document::WithId{"outside"});
+    outside.uri = g.images[0].string();
+    docs.push_back(std::move(outside));
+    Document escaping(Document::WithId{"escaping"});
+    escaping.uri =
+        (elsewhere / "allowed/../allowed/../../" / fs::relative(g.images[0], elsewhere.parent_path())).string();
+    docs.push_back(std::move(escaping));
+    return docs;
+  };
+  {
+    Flow flow = clip_flow("clip", {{"allowed_uri_roots", boost::json::array{(elsewhere / "allowed").string()}}});
+    const auto responses = post_each(flow, "/encode", make_docs());
+    REQUIRE(responses.size() == 3);
+    CHECK(responses[0].ok());
+    CHECK_FALSE(responses[1].ok());
+    CHECK_THAT(responses[1].error, testing::contains("outside"));
+    CHECK_FALSE(responses[2].ok());
+    CHECK_THAT(responses[2].error, testing::contains("escaping"));
+  }
+  {
+    // No roots: a served flow reads no local path at all.
+    Flow flow = clip_flow("clip");
+    const auto responses = post_each(flow, "/encode", make_docs());
+    for (const auto& r : responses) CHECK_FALSE(r.ok());
+  }
+  {
+    // `flowline run` (FlowOptions::local_input_files): the input's paths are the user's own.
+    FlowOptions options;
+    options.local_input_files = true;
+    Flow flow = clip_flow("clip", {}, options);
+    const auto responses = post_each(flow, "/encode", make_docs());
+    for (const auto& r : responses) CHECK(r.ok());
+  }
+}
+
+TEST_CASE("Jina's /post with image documents reaches the ClipEncoder through the gateway", "[clip_encoder][gateway]") {
+  clip_encoder::register_clip_encoder(Registry::global());  // the gateway reads endpoints from the global registry
+  const Goldens g = read_goldens("clip");
+  Flow flow;
+  flow.add({.name = "clip",
+            .uses = "ClipEncoder",
+            .with = {{"model", (kTiny / "clip").string()}, {"warmup", false}},
+            .device = "cpu"});
+  Served served(std::move(flow));
+  Client client(served.port());
+  const Bytes png = file_bytes(g.images[1]);
+  std::string b64;
+  append_json_base64(b64, png.data(), png.size());  // a quoted base64 string
+  const std::string body = R"({"execEndpoint": "/encode", "data": [{"id": "by-bytes", "bytes_": )" + b64 +
+                           R"(}, {"id": "by-data-uri", "url": "data:image/png;base64,)" +
+                           b64.substr(1, b64.size() - 2) + R"("}, {"id": "by-text", "text": ")" + g.texts[0] +
+                           R"("}]})";
+  const auto reply = client.post("/post", body);
+  INFO(reply.body);
+  REQUIRE(reply.status == 200);
+  const auto data = reply.json().at("data").as_array();
+  REQUIRE(data.size() == 3);
+  const auto embedding = [&](std::size_t i) {
+    std::vector<float> v;
+    for (const auto& x : data[i].at("embedding").as_array()) v.push_back(static_cast<float>(x.to_number<double>()));
+    return at::tensor(v);
+  };
+  CHECK(cosine(embedding(0), g.image_embeds[1]) >= 0.9999);
+  CHECK(cosine(embedding(1), g.image_embeds[1]) >= 0.9999);
+  CHECK(cosine(embedding(2), g.text_embeds[0]) >= 0.9999);
+  // A local path from a client: refused (422), the server's file never read.
+  const auto refused = client.post(
+      "/post", R"({"execEndpoint": "/encode", "data": [{"id": "snoop", "url": ")" + g.images[0].string() + R"("}]})");
+  CHECK(refused.status == 422);
+  CHECK_THAT(refused.body, testing::contains("snoop"));
+
+  // Infinity's /v1/embeddings with "modality": "image": data URIs in, OpenAI's answer out.
+  const std::string data_uri = "\"data:image/png;base64," + b64.substr(1);
+  const auto infinity =
+      client.post("/v1/embeddings", R"({"model": "clip", "modality": "image", "input": [)" + data_uri + R"(]})");
+  INFO(infinity.body);
+  REQUIRE(infinity.status == 200);
+  const auto answer = infinity.json();
+  const auto& rows = answer.at("data").as_array();
+  REQUIRE(rows.size() == 1);
+  std::vector<float> v;
+  for (const auto& x : rows[0].at("embedding").as_array()) v.push_back(static_cast<float>(x.to_number<double>()));
+  CHECK(cosine(at::tensor(v), g.image_embeds[1]) >= 0.9999);
+  const auto bad_modality = client.post("/v1/embeddings", R"({"model": "clip", "modality": "audio", "input": ["x"]})");
+  CHECK(bad_modality.status == 400);
+  CHECK_THAT(bad_modality.body, testing::contains("'modality'"));
+}
+
+TEST_CASE("the shipped flows/clip.yml, images-index.yml and images-search.yml validate", "[clip_encoder][config]") {
+  for (const char* name : {"clip.yml", "images-index.yml", "images-search.yml"}) {
+    INFO(name);
+    const auto config = load_flow_config(kSource / "flows" / name, clip_registry());
+    CHECK(config.executors[0].name == "clip");
+    CHECK(config.executors[0].uses == "ClipEncoder");
+  }
+}
+
+TEST_CASE("a text-embedding checkpoint given to the ClipEncoder is refused at validate time",
+          "[clip_encoder][config]") {
+  const auto dir = testing::scratch_dir("clip validate");
+  testing::write_text(dir / "flow.yml", "executors:\n  - name: clip\n    uses: ClipEncoder\n    with:\n      model: " +
+                                            (kTiny / "mpnet").string() + "\n");
+  try {
+    load_flow_config(dir / "flow.yml", clip_registry());
+    FAIL("the flow validated");
+  } catch (const ConfigError& e) {
+    CHECK_THAT(std::string(e.what()), testing::contains("flow.yml:5:7: executor 'clip': parameter 'model'"));
+    CHECK_THAT(std::string(e.what()), testing::contains("is not CLIP or SigLIP"));
+  }
+}
