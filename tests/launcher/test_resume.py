@@ -6,7 +6,7 @@ its manifest, one cut shorter than its sync point, one whose record at the sync 
 is refused and left as it was, for --output and for a writer.
 
     test_resume.py LAUNCHER SOURCE_DIR CASE
-        CASE: jsonl | npy | safetensors | refusals | encode-flow | ner-flow | index-flow | writer-refusals
+        CASE: jsonl | npy | safetensors | refusals | encode-flow | ner-flow | index-flow | pg-flow | writer-refusals
 
 The tiny random checkpoint tests/data/tiny-models/bert-all-poolings-dense encodes the corpus
 (FLOWLINE_CORPUS_DIR, as the build found it; else ../shared/data/corpus) on the CPU. Every run is bounded (120 s) and
@@ -60,16 +60,18 @@ class Runner:
         return subprocess.run(self.args(output, *extra, flow=flow), cwd=self.scratch, capture_output=True, text=True,
                               timeout=DEADLINE)
 
-    def run_and_kill(self, output, delay, *extra, argv=None, env=None):
+    def run_and_kill(self, output, delay, *extra, argv=None, env=None, synced=None):
         """Starts a run (`argv`, else one writing `output`), waits until `output` has a sync point past the one it
-        started from, then sends SIGKILL `delay` seconds later (so every kill lands in a run that made progress,
-        at a random moment of it); returns the exit code (0 when the run ended first)."""
-        start = max(synced_documents(output), 0)
+        started from (`synced()`, else its manifest's), then sends SIGKILL `delay` seconds later (so every kill
+        lands in a run that made progress, at a random moment of it); returns the exit code (0 when the run
+        ended first)."""
+        synced_documents = synced or (lambda: globals()["synced_documents"](output))
+        start = max(synced_documents(), 0)
         child = subprocess.Popen(argv or self.args(output, *extra), cwd=self.scratch, stdout=subprocess.DEVNULL,
                                  stderr=subprocess.DEVNULL, env=env)
         self.children.append(child)
         deadline = time.monotonic() + DEADLINE
-        while child.poll() is None and synced_documents(output) <= start:
+        while child.poll() is None and synced_documents() <= start:
             check(time.monotonic() < deadline, "a run made no progress within the deadline")
             time.sleep(0.01)
         try:
@@ -319,6 +321,89 @@ def an_index_killed_five_times_and_resumed_answers_as_an_uninterrupted_one(r, rn
     print(f"index: {kills} kills, {answers[1][1]} documents, answers equal to the uninterrupted run's ({resume})")
 
 
+class PgServer:
+    """A PostgreSQL server with pgvector on a Unix socket (tests/pgvector/pg_server.py, PyPI's pgserver)."""
+
+    def __init__(self, r):
+        self.python = os.environ.get("FLOWLINE_TEST_PYTHON") or os.path.join(r.source_dir, ".venv", "bin", "python")
+        self.script = os.path.join(r.source_dir, "tests", "pgvector", "pg_server.py")
+        done = subprocess.run([self.python, self.script, "start"], capture_output=True, text=True, timeout=90)
+        if done.returncode == 77:
+            print(f"skipped: {done.stderr.strip()}")
+            raise SystemExit(77)
+        check(done.returncode == 0, f"the PostgreSQL server did not start: {done.stderr}")
+        started = json.loads(done.stdout)
+        self.folder, self.psql = started["socket_dir"], os.path.join(started["bin"], "psql")
+        self.uri = f"postgresql://postgres@/postgres?host={self.folder}"
+
+    def rows(self, sql):
+        done = subprocess.run([self.psql, "-h", self.folder, "-U", "postgres", "-d", "postgres", "-At", "-c", sql],
+                              capture_output=True, text=True, timeout=DEADLINE)
+        check(done.returncode == 0, f"psql {sql}: {done.stderr}")
+        return done.stdout.splitlines()
+
+    def stop(self):
+        subprocess.run([self.python, self.script, "stop", self.folder], capture_output=True, timeout=90)
+
+
+def a_table_killed_five_times_and_resumed_equals_an_uninterrupted_runs(r, rng):
+    """flows/index-pg.yml into PostgreSQL: after five kills and resumes the table's rows equal an uninterrupted
+    run's table row for row (ids, texts, tags, embeddings), and the last resume skipped what flowline_progress
+    said had committed."""
+    pg = PgServer(r)
+    # The corpus's first 10,000 lines (its files in order): rows go in at the encoder's pace, and a shorter
+    # input keeps the two whole runs short.
+    source = os.path.join(r.scratch, "pg-input.txt")
+    with open(source, "w", encoding="utf-8") as out:
+        lines = []
+        for name in sorted(os.listdir(r.corpus)):
+            with open(os.path.join(r.corpus, name), encoding="utf-8") as f:
+                lines.extend(f.readlines()[:10000 - len(lines)])
+        out.writelines(lines)
+    try:
+        def argv(table, *more):
+            return [r.launcher, "run", os.path.join(r.source_dir, "flows", "index-pg.yml"), "--progress", "never",
+                    "--input", source, "--request-size", "50", "--set", f"encoder.model={r.model}", "--set",
+                    f"db.uri={pg.uri}", "--set", f"db.table={table}", "--set", "db.index=none", *more]
+
+        def committed():
+            time.sleep(0.05)
+            rows = pg.rows("SELECT coalesce(max(documents), -1) FROM flowline_progress WHERE sink = 'killed'") \
+                if pg.rows("SELECT to_regclass('flowline_progress') IS NOT NULL")[0] == "t" else ["-1"]
+            return int(rows[0])
+
+        stats = os.path.join(r.scratch, "pg-stats.json")
+        done = subprocess.run(argv("reference", "--stats-json", stats), capture_output=True, text=True,
+                              timeout=DEADLINE, cwd=r.scratch)
+        check(done.returncode == 0, f"the uninterrupted run failed: {done.stderr}")
+        documents = json.loads(read(stats))["documents"]
+        kills = 0
+        for attempt in range(KILLS):
+            code = r.run_and_kill(None, rng.uniform(0.0, 0.3), argv=argv("killed", *(["--resume"] if attempt else [])),
+                                  synced=committed)
+            if code == 0:
+                break
+            kills += 1
+            check(code == -9, f"a killed run exited {code}")
+            print(f"kill {kills}: {committed()} input documents committed")
+        check(kills >= 3, f"only {kills} of the runs were killed before they ended")
+        done = subprocess.run(argv("killed", "--resume", "--stats-json", stats), capture_output=True, text=True,
+                              timeout=DEADLINE, cwd=r.scratch)
+        check(done.returncode == 0, f"the last --resume failed ({done.returncode}): {done.stderr}")
+        resume = json.loads(read(stats))["resume"]
+        check(resume["skipped_documents"] > 0 and resume["skipped_documents"] + resume["left_documents"] == documents,
+              f"the last resume skipped nothing, or skipped + left is not {documents}: {resume}")
+        dump = "SELECT id, text, tags::text, embedding::text FROM {} ORDER BY id"
+        want, got = pg.rows(dump.format("reference")), pg.rows(dump.format("killed"))
+        check(len(want) == documents, f"the reference table holds {len(want)} rows, the input {documents} documents")
+        check(want == got, f"the resumed table differs from the uninterrupted run's ({len(got)} rows, {len(want)})")
+        check(pg.rows("SELECT count(*) FROM flowline_progress WHERE sink = 'killed'") == ["0"],
+              "the progress row stayed after the run completed")
+        print(f"pg: {kills} kills, then {len(got)} rows equal to the uninterrupted run's ({resume})")
+    finally:
+        pg.stop()
+
+
 def a_writers_partial_that_is_not_this_runs_is_refused(r):
     case = FlowCase(r, "encode.yml", "embeddings.jsonl", "--set", f"encoder.model={r.model}")
     out_dir = os.path.join(r.scratch, "writer")
@@ -360,6 +445,8 @@ def main():
         elif case == "ner-flow":
             flow = FlowCase(r, "ner.yml", "entities.tsv", "--input-format", "paragraphs")
             a_flow_killed_five_times_and_resumed_equals_an_uninterrupted_run(r, rng, flow)
+        elif case == "pg-flow":
+            a_table_killed_five_times_and_resumed_equals_an_uninterrupted_runs(r, rng)
         elif case == "index-flow":
             an_index_killed_five_times_and_resumed_answers_as_an_uninterrupted_one(r, rng)
         elif case == "writer-refusals":

@@ -6,6 +6,7 @@
 
 #include "flowline/error.hpp"
 #include "flowline/executor.hpp"
+#include "flowline/resumable_sink.hpp"
 
 #include <ATen/ATen.h>
 #include <boost/json/serialize.hpp>
@@ -71,7 +72,7 @@ void put_text(std::string& out, std::string_view s) {
 class PgVectorWriter : public Executor {
  public:
   static ExecutorSpec spec() {
-    return ExecutorSpec{
+    ExecutorSpec spec{
         "PgVectorWriter",
         "Write every document as a row of a PostgreSQL table with pgvector (binary COPY, one transaction per request)",
         {ParamSpec::optional("uri", ParamType::String, "",
@@ -99,6 +100,8 @@ class PgVectorWriter : public Executor {
          ParamSpec::optional("connect_timeout", ParamType::Int, 10, "seconds per connection attempt").min(1)},
         {},
     };
+    for (auto& p : resumable_sink_params()) spec.params.push_back(std::move(p));
+    return spec;
   }
 
   explicit PgVectorWriter(const ExecutorContext& context) : Executor(context) {
@@ -114,10 +117,16 @@ class PgVectorWriter : public Executor {
     if (const auto problem = check_uri(options_.uri); !problem.empty()) throw Error("parameter 'uri': " + problem);
     conn_ = PgConnection::connect(options_);
     prepare_database();
+    open_progress();
     bind_default(&PgVectorWriter::write);
   }
 
   void close() override {
+    if (progress_.enabled() && run_outcome() == RunOutcome::Complete) {
+      if (!conn_->ok()) reconnect();
+      conn_->query_column("DELETE FROM flowline_progress WHERE sink = $1 RETURNING 1", "clearing the run's progress",
+                          {table_});
+    }
     const std::string method = params().get<std::string>("index");
     if (run_outcome() != RunOutcome::Complete || method == "none" || runtime().replica != 0 || !table_exists_) return;
     if (!conn_->ok()) reconnect();
@@ -199,8 +208,85 @@ class PgVectorWriter : public Executor {
                               table_, table_dimension_, docs_dimension));
   }
 
-  void write(DocumentArray& docs) {
+  // A resumable sink (flowline/resumable_sink.hpp) under `flowline run`, one replica: the table
+  // flowline_progress holds a row per target table (run key, input documents held, last id), written in each
+  // request's own transaction, so after a kill it names exactly what committed. --resume reads it, checks that
+  // the table holds the last id, and the run skips that many input documents.
+  void open_progress() {
+    if (!progress_.enabled()) return;
+    if (runtime().replicas > 1) {
+      if (progress_.resuming())
+        throw Error(
+            fmt::format("executor '{}': --resume needs one replica (the run counts what it wrote)", runtime().name));
+      progress_.disable();
+      return;
+    }
+    conn_->exec(fmt::format("BEGIN; SELECT pg_advisory_xact_lock({}); CREATE TABLE IF NOT EXISTS flowline_progress "
+                            "(sink text PRIMARY KEY, run_key text NOT NULL, documents bigint NOT NULL, last_id text "
+                            "NOT NULL); COMMIT",
+                            kCreateLock),
+                "creating the table flowline_progress");
+    SinkPoint held;
+    const auto row = conn_->query_column(
+        "SELECT run_key || ' ' || documents || ' ' || last_id FROM flowline_progress WHERE sink = $1",
+        "reading the run's progress", {table_});
+    if (progress_.resuming() && !row.empty()) {
+      const std::size_t a = row[0].find(' '), b = row[0].find(' ', a + 1);
+      if (row[0].substr(0, a) != progress_.run_key()) {
+        throw Error(
+            fmt::format("executor '{}': table {} was filled by another run (a changed input, flow file, "
+                        "--set, endpoint or request size; flowline_progress): refused, nothing written",
+                        runtime().name, table_));
+      }
+      held.documents = std::stoull(row[0].substr(a + 1, b - a - 1));
+      held.last_id = row[0].substr(b + 1);
+      if (held.documents > 0 &&
+          (!table_exists_ || conn_
+                                 ->query_column(fmt::format("SELECT 1 FROM {} WHERE id = $1", quote_name(table_)),
+                                                "looking for the last id", {held.last_id})
+                                 .empty())) {
+        throw Error(
+            fmt::format("executor '{}': flowline_progress says '{}' was written, but table {} does not hold "
+                        "it: refused",
+                        runtime().name, held.last_id, table_));
+      }
+    }
+    progress_.held(held);
+    if (!progress_.resuming()) record_progress(held);
+  }
+
+  void record_progress(const SinkPoint& point) {
+    conn_->query_column(
+        "INSERT INTO flowline_progress (sink, run_key, documents, last_id) VALUES ($1, $2, $3, $4) ON CONFLICT "
+        "(sink) DO UPDATE SET run_key = EXCLUDED.run_key, documents = EXCLUDED.documents, last_id = "
+        "EXCLUDED.last_id RETURNING 1",
+        "recording the run's progress", {table_, progress_.run_key(), std::to_string(point.documents), point.last_id});
+  }
+
+  // Under a resumed run, the leading documents the table holds already are not written again. A request that
+  // fails stops the progress records (the rows after it would claim its documents).
+  void write(DocumentArray& docs, const RequestInfo& request) {
     if (docs.empty()) return;
+    const std::size_t held = progress_.skip(docs, request);
+    if (held == docs.size()) return progress_.wrote(docs);
+    const SinkPoint after{progress_.point().documents + docs.size(), docs[docs.size() - 1].id, 0};
+    if (progress_.enabled() && !progress_failed_) next_progress_ = after;
+    try {
+      if (held == 0) {
+        write_request(docs);
+      } else {
+        write_request(DocumentArray(
+            std::vector<Document>(docs.docs().begin() + static_cast<std::ptrdiff_t>(held), docs.docs().end())));
+      }
+    } catch (...) {
+      progress_failed_ = true;
+      throw;
+    }
+    next_progress_.reset();
+    progress_.wrote(docs);
+  }
+
+  void write_request(const DocumentArray& docs) {
     if (!conn_->ok()) reconnect();
     try {
       write_rows(docs);
@@ -288,6 +374,7 @@ class PgVectorWriter : public Executor {
                       columns, columns, updates.empty() ? "NOTHING" : "UPDATE SET " + updates),
           fmt::format("upserting into {}", table_));
     }
+    if (next_progress_) record_progress(*next_progress_);  // committed with the rows, or not at all
     const auto copied = std::chrono::steady_clock::now();
     conn_->exec("COMMIT", fmt::format("committing {} rows into {}", rows.size(), table_));
     const auto committed = std::chrono::steady_clock::now();
@@ -386,6 +473,9 @@ class PgVectorWriter : public Executor {
   }
 
   ConnectOptions options_;
+  SinkProgress progress_{params(), runtime().name};
+  std::optional<SinkPoint> next_progress_;  // the point the request being written reaches
+  bool progress_failed_ = false;
   std::unique_ptr<PgConnection> conn_;
   std::string table_;
   std::vector<std::string> fields_;

@@ -28,6 +28,11 @@
 // — the request is acknowledged — only after COMMIT succeeded; a failed request leaves nothing behind.
 // Documents pass on unchanged. Endpoints: any (the default handler).
 //
+// Resuming (flowline/resumable_sink.hpp): under `flowline run` with one replica, each request's transaction
+// also upserts the row of `table` in flowline_progress (run key, input documents written, last id); with
+// `resume: true` (flowline run --resume) the writer reads it back, refuses another run's, checks the table
+// holds the last id, and skips the documents it holds. The row is deleted when the run completes.
+//
 // Index: `index: hnsw` or `ivfflat` builds that index on the embedding column (operator class from `metric`:
 // cosine, l2, ip) once the run completed, at close, by replica 0 (after loading: far faster than keeping an
 // index up to date row by row). `lists` sets IVFFlat's lists (0: rows / 1000, at least 1).
