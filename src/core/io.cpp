@@ -273,11 +273,12 @@ class ImageFilesSource : public DocumentSource {
     auto it = std::filesystem::recursive_directory_iterator(path, ec);
     for (; !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
       const auto name = it->path().filename().string();
+      std::error_code status_ec;  // an entry that vanished or cannot be read is skipped, not fatal
       if (!name.empty() && name.front() == '.') {
-        if (it->is_directory()) it.disable_recursion_pending();
+        if (it->is_directory(status_ec)) it.disable_recursion_pending();
         continue;
       }
-      if (it->is_regular_file() && !mime_type_of(it->path()).empty()) files_.push_back(it->path());
+      if (it->is_regular_file(status_ec) && !mime_type_of(it->path()).empty()) files_.push_back(it->path());
     }
     if (ec) throw InputError(SourceLocation{path.string()}, fmt::format("cannot list folder: {}", ec.message()));
     if (files_.empty())

@@ -26,10 +26,11 @@ namespace fs = std::filesystem;
   throw InputError({}, fmt::format("document '{}': {}", doc.id, why));
 }
 
+// `prefix` is lower case.
 bool starts_with_nocase(std::string_view text, std::string_view prefix) {
   if (text.size() < prefix.size()) return false;
   return std::equal(prefix.begin(), prefix.end(), text.begin(),
-                    [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == b; });
+                    [](char p, char t) { return std::tolower(static_cast<unsigned char>(t)) == p; });
 }
 
 bool has_image_extension(std::string_view uri) {

@@ -49,7 +49,8 @@ struct ImageProcessorConfig {
   std::array<double, 3> image_std{0.26862954, 0.26130258, 0.27577711};
   bool do_convert_rgb = true;
 
-  // The output's height and width ([N, 3, H, W]).
+  // The output's height and width ([N, 3, H, W]): the crop, else the fixed size; -1 where it depends on the image
+  // (shortest_edge without a center crop, or no resize).
   std::int64_t output_height() const;
   std::int64_t output_width() const;
 
