@@ -387,6 +387,13 @@ def a_table_killed_five_times_and_resumed_equals_an_uninterrupted_runs(r, rng):
             check(code == -9, f"a killed run exited {code}")
             print(f"kill {kills}: {committed()} input documents committed")
         check(kills >= 3, f"only {kills} of the runs were killed before they ended")
+        # Another run's progress row (a changed --set) is refused, the table left as it was.
+        before = pg.rows("SELECT count(*) FROM killed")
+        done = subprocess.run(argv("killed", "--resume", "--set", "encoder.batch_size=16"), capture_output=True,
+                              text=True, timeout=DEADLINE, cwd=r.scratch)
+        check(done.returncode != 0 and "filled by another run" in done.stderr,
+              f"another run's progress was not refused ({done.returncode}): {done.stderr}")
+        check(pg.rows("SELECT count(*) FROM killed") == before, "a refused --resume changed the table")
         done = subprocess.run(argv("killed", "--resume", "--stats-json", stats), capture_output=True, text=True,
                               timeout=DEADLINE, cwd=r.scratch)
         check(done.returncode == 0, f"the last --resume failed ({done.returncode}): {done.stderr}")
