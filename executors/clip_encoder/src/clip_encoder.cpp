@@ -85,8 +85,10 @@ class ClipEncoder : public Executor {
                              "folders a document's local path or file:// uri may name, for a served flow too "
                              "(relative ones: to the working folder). `flowline run` reads any local path its "
                              "input names; a served flow reads none outside these"),
-         ParamSpec::optional("allow_http", ParamType::Bool, false,
-                             "fetch http(s) uris (bounded by max_image_bytes and 10 s); off: refused"),
+         ParamSpec::optional(
+             "allow_http", ParamType::Bool, false,
+             "fetch http(s) uris (bounded by max_image_bytes and 10 s) once flowline::images fetches; today "
+             "refused either way, the message saying which"),
          ParamSpec::optional("max_image_bytes", ParamType::Int, 64 << 20,
                              "the most bytes an image file, data: uri or download may have")
              .min(1),

@@ -9,7 +9,7 @@
 // The model is a Hugging Face CLIPModel or SiglipModel folder (or sentence-transformers' CLIP layout), run by
 // flowline::models' ClipModel (clip_model.hpp). Each document is one of:
 //   - an image: a `blob` (JPEG, PNG or WebP bytes), else — when it has no text — a `uri` that names an image (a
-//     data: URI, a local path or file:// URI, http(s) when allowed): decoded on the CPU (flowline::images),
+//     data: URI, a local path or file:// URI): decoded on the CPU (flowline::images),
 //     preprocessed as the checkpoint's preprocessor_config.json says and run through the vision tower;
 //   - a text (its `text`; a document with a text and a `uri` is a text: flowline's readers set `uri` to the file
 //     a text came from): tokenized with the checkpoint's tokenizer.json and run through the text tower.
@@ -18,7 +18,8 @@
 // Where an image may be read from (flowline::images::ImageSourcePolicy): a blob and a data: URI always; a local
 // path only under the folders of `allowed_uri_roots`, or anywhere when the documents are the user's own
 // (`flowline run`, RuntimeInfo::local_input_files). A served flow (`flowline serve`, an executor server) never
-// reads a file a client names outside those folders; http(s) only with `allow_http: true`.
+// reads a file a client names outside those folders. http(s): only with `allow_http: true`, and
+// refused even then until flowline::images fetches (docs/images.md).
 //
 // Failures: a document that is neither a text nor an image, an image that cannot be read or decoded (garbage,
 // truncated, more than max_image_pixels pixels), a path outside the allowed folders, fail its request with a
