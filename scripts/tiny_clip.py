@@ -10,7 +10,9 @@ Outputs in tests/data/tiny-models/:
   siglip.goldens.safetensors   text_embeds [m, d] (get_text_features after the processor, from <name>.texts.jsonl),
                                input_ids [m, L] as the processor gave them, logit_scale (exp applied) and, for
                                SigLIP, logit_bias
-  clip.texts.jsonl, siglip.texts.jsonl  the texts
+                               file_embeds [k, d]: tests/data/images' files listed in <name>.images.jsonl end to
+                               end (Pillow, the checkpoint's processor, the model)
+  clip.texts.jsonl, siglip.texts.jsonl  the texts; clip.images.jsonl, siglip.images.jsonl  the image files
 
 CLIP: quick_gelu, the vision tower pre-LayerNorm with a class token and pre_layrnorm, the causal text tower pooled
 at the end-of-text token; config.json's text eos_token_id is 2 as in openai's checkpoints, so transformers pools at
@@ -43,6 +45,11 @@ from siglip_tokenizer_json import check as check_siglip_tokenizer
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUT = ROOT / "tests/data/tiny-models"
 IMAGES = 6
+
+# Images end to end (tests/data/images, scripts/make_test_images.py): file -> Pillow's convert("RGB") -> the
+# checkpoint's processor (AutoImageProcessor: transformers 5's torchvision backend) -> get_image_features.
+IMAGE_FILES = ["cmyk_20x16.jpg", "exif_rotated_24x16.jpg", "grey_8x64.png", "palette_trns_18x14.png",
+               "animated_16x16.webp", "bilevel_19x7.png"]
 
 TEXTS = ["a photo of a cat", "A DOG playing in the snow!", "  two  spaces,\ttab and\nnew line  ", "x", "",
          "Ein Fluß, déjà vu, Ångström", "Москва — столица России", "東京は日本の首都です", "😀 ❤️ emoji",
@@ -138,7 +145,7 @@ def make_clip(corpus):
     eot = vocab - 1  # every text holds <|endoftext|>, the largest id, once: what argmax pooling needs
     assert all(int((row == eot).sum()) >= 1 and int(row.max()) == eot for row in inputs["input_ids"])
     goldens = {"pixel_values": pixels, "image_embeds": image_embeds, "text_embeds": text_embeds,
-               "input_ids": inputs["input_ids"].to(torch.int32), "attention_mask": inputs["attention_mask"].to(torch.int32),
+               "file_embeds": file_embeddings(out, reference), "input_ids": inputs["input_ids"].to(torch.int32), "attention_mask": inputs["attention_mask"].to(torch.int32),
                "logit_scale": reference.logit_scale.exp().reshape(1)}
     write_goldens("clip", texts, goldens)
 
@@ -197,7 +204,8 @@ def make_siglip(corpus):
         # no attention mask.
         unmasked = reference.get_text_features(input_ids=inputs["input_ids"]).pooler_output
     goldens = {"pixel_values": pixels, "image_embeds": image_embeds, "text_embeds": text_embeds,
-               "text_embeds_unpadded": unpadded, "text_embeds_no_mask": unmasked, "input_ids": inputs["input_ids"].to(torch.int32),
+               "text_embeds_unpadded": unpadded, "text_embeds_no_mask": unmasked,
+               "file_embeds": file_embeddings(out, reference), "input_ids": inputs["input_ids"].to(torch.int32),
                "logit_scale": reference.logit_scale.exp().reshape(1), "logit_bias": reference.logit_bias.reshape(1)}
     if "attention_mask" in inputs:
         goldens["attention_mask"] = inputs["attention_mask"].to(torch.int32)
@@ -207,10 +215,24 @@ def make_siglip(corpus):
           f"attention_mask given: {'attention_mask' in inputs}")
 
 
+def file_embeddings(folder, model):
+    """Image embeddings of IMAGE_FILES end to end, and the files' paths relative to the repository."""
+    from PIL import Image
+    from transformers import AutoImageProcessor
+    processor = AutoImageProcessor.from_pretrained(str(folder))
+    images = [Image.open(ROOT / "tests/data/images" / f).convert("RGB") for f in IMAGE_FILES]
+    with torch.inference_mode():
+        pixels = processor(images=images, return_tensors="pt")["pixel_values"]
+        return model.get_image_features(pixel_values=pixels).pooler_output
+
+
 def write_goldens(name, texts, goldens):
     with open(OUT / f"{name}.texts.jsonl", "w", encoding="utf-8") as f:
         for t in texts:
             f.write(json.dumps({"text": t}, ensure_ascii=False) + "\n")
+    with open(OUT / f"{name}.images.jsonl", "w", encoding="utf-8") as f:
+        for file in IMAGE_FILES:
+            f.write(json.dumps({"file": f"tests/data/images/{file}"}) + "\n")
     save_file({k: v.detach().contiguous() for k, v in goldens.items()}, str(OUT / f"{name}.goldens.safetensors"))
     print(f"{name}: {len(texts)} texts, {goldens['pixel_values'].shape[0]} images, "
           f"embeddings {tuple(goldens['image_embeds'].shape)}")

@@ -7,6 +7,7 @@
 
 #include "flowline/device.hpp"
 #include "flowline/error.hpp"
+#include "flowline/images.hpp"
 #include "flowline/models/clip_model.hpp"
 #include "flowline/models/image_processor.hpp"
 #include "flowline/models/safetensors.hpp"
@@ -122,6 +123,26 @@ TEST_CASE(
   const SafetensorsFile siglip_goldens(kTiny / "siglip.goldens.safetensors");
   CHECK(worst_cosine(encode_all(*ClipModel::load(dir / "siglip", {}), golden_texts("siglip")),
                      siglip_goldens.get("text_embeds_no_mask")) >= 0.9999);
+}
+
+TEST_CASE("a tiny CLIP and SigLIP embed image files end to end as Pillow, transformers' processor and model do",
+          "[models][clip][images]") {
+  const auto name = GENERATE(as<std::string>{}, "clip", "siglip");
+  INFO(name);
+  const auto model = ClipModel::load(kTiny / name, {});
+  std::vector<images::Image> decoded;
+  for (const auto& line : testing::read_json_lines(kTiny / (name + ".images.jsonl"))) {
+    const std::string file(line.at("file").as_string());
+    const std::string bytes = testing::read_text(std::filesystem::path(FLOWLINE_SOURCE_DIR) / file);
+    decoded.push_back(
+        images::decode_image(std::span(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size())));
+  }
+  const at::Tensor pixels = preprocess_images(decoded, model->image_processor(), model->device(), model->dtype());
+  const at::Tensor want = SafetensorsFile(kTiny / (name + ".goldens.safetensors")).get("file_embeds");
+  const at::Tensor got = model->encode_pixels(pixels).cpu();
+  REQUIRE(got.sizes() == want.sizes());
+  WARN(name << ": image files end to end, worst cosine " << worst_cosine(got, want));
+  CHECK(worst_cosine(got, want) >= 0.9999);
 }
 
 TEST_CASE("a CLIP model takes pixel_values only of its image size and refuses no texts", "[models][clip]") {
