@@ -182,6 +182,9 @@ void Connection::reply(int status, std::string body, std::string_view content_ty
   response_.body() = std::move(body);
   response_.prepare_payload();
   hold_answer(response_.body().size() * kHeldPerByte);  // until written, in place of the body's bytes
+  // A client that does not read its answer within idle_timeout is disconnected: else it would keep the
+  // answer's bytes, and with a few more such clients the bound would refuse every body, for ever.
+  stream_.expires_after(gw_.core.options.idle_timeout);
   count_answer(status, documents_);
   http::async_write(stream_, response_, beast::bind_front_handler(&Connection::on_write, shared_from_this()));
 }
