@@ -376,3 +376,41 @@ TEST_CASE("a text-embedding checkpoint given to the ClipEncoder is refused at va
     CHECK_THAT(std::string(e.what()), testing::contains("is not CLIP or SigLIP"));
   }
 }
+
+TEST_CASE("flowline run indexes a folder of images with flows/images-index.yml and images-search.yml finds them",
+          "[clip_encoder][launcher]") {
+  const auto dir = testing::scratch_dir("clip images flows");
+  const fs::path images = kData / "images";
+  const auto run = [&](const std::string& args) {
+    const auto r =
+        testing::run_process(fmt::format("cd '{}' && env -u FLOWLINE_CLIP_MODEL FLOWLINE_WORKSPACE='{}' '{}' {}",
+                                         FLOWLINE_SOURCE_DIR, dir.string(), FLOWLINE_LAUNCHER, args));
+    INFO(r.out + r.err);
+    REQUIRE(r.exit_code == 0);
+    return r.out + r.err;
+  };
+  const std::string indexed = run(fmt::format(
+      "run flows/images-index.yml --input '{}' --input-format images --set clip.device=cpu --set index.device=cpu",
+      images.string()));
+  CHECK_THAT(indexed, testing::contains("5 documents in, 5 out"));
+  // Queries: a text, and one of the indexed images as a local path (flowline run's input is the user's own).
+  const fs::path square = images / "square-40x40.png";
+  testing::write_text(dir / "queries.jsonl", "{\"text\": \"a red square\"}\n{\"uri\": \"" + square.string() + "\"}\n");
+  run(
+      fmt::format("run flows/images-search.yml --input '{}' --endpoint /search --output '{}' --set clip.device=cpu "
+                  "--set index.device=cpu",
+                  (dir / "queries.jsonl").string(), (dir / "found.jsonl").string()));
+  std::ifstream in(dir / "found.jsonl");
+  std::vector<boost::json::object> found;
+  for (std::string line; std::getline(in, line);) found.push_back(boost::json::parse(line).as_object());
+  REQUIRE(found.size() == 2);
+  for (const auto& query : found) {
+    const auto& matches = query.at("matches").as_array();
+    CHECK(matches.size() == 5);  // every indexed image, best first, each named by its file
+    for (const auto& m : matches) CHECK(fs::exists(std::string(m.at("uri").as_string())));
+  }
+  // The image query finds itself first.
+  const auto& best = found[1].at("matches").as_array()[0].as_object();
+  CHECK(std::string(best.at("uri").as_string()) == square.string());
+  CHECK(best.at("scores").at("cosine").to_number<double>() > 0.9999);
+}
