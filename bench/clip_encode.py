@@ -33,7 +33,8 @@ SHAPES = {
 
 
 def make_folder(shape, folder):
-    from transformers import CLIPConfig, CLIPModel
+    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel
+    CLIPImageProcessor().save_pretrained(str(folder))  # openai's: shortest edge 224, center crop 224, bicubic
     if (folder / "model.safetensors").exists():
         return
     s = SHAPES[shape]
@@ -43,7 +44,7 @@ def make_folder(shape, folder):
                         projection_dim=s["projection_dim"])
     model = CLIPModel(config).half()
     model.save_pretrained(str(folder), safe_serialization=True)
-    for name in ["tokenizer.json", "tokenizer_config.json", "preprocessor_config.json"]:
+    for name in ["tokenizer.json", "tokenizer_config.json"]:
         shutil.copy(TINY / name, folder / name)
     (folder / "RANDOM_WEIGHTS").write_text("Random weights of a real shape, for benchmarks.\n")
 
