@@ -13,6 +13,13 @@ export FLOWLINE_PCRE2_ROOT="$ROOT/.device/pcre2"
 export FLOWLINE_STB_ROOT="$ROOT/.device/stb"
 export FLOWLINE_PROMETHEUS_ROOT="$ROOT/.device/prometheus"
 export FLOWLINE_DRAGONBOX_ROOT="$ROOT/.device/dragonbox"
+# flowline::images' decoders from .device/imagelibs (Debian's, unpacked): their pkg-config files say /usr.
+images="$ROOT/.device/imagelibs/usr"
+if [ -d "$images" ]; then
+  sed -i "s#^\(prefix\|exec_prefix\|libdir\|includedir\)=/usr#\1=$images#" "$images"/lib/x86_64-linux-gnu/pkgconfig/*.pc
+  export PKG_CONFIG_PATH="$images/lib/x86_64-linux-gnu/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+  export LD_LIBRARY_PATH="$images/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 TORCH_PREFIX="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 # gRPC: the machine has none; .device/grpc.tar.xz (scripts/prepare-device.sh --grpc) brings Debian's, and

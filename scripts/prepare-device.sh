@@ -7,6 +7,7 @@
 #   .device/prometheus               Debian's prometheus-cpp core library and headers unpacked (dpkg -x)
 #   .device/stb                      Debian's stb headers unpacked (for the profile plots)
 #   .device/dragonbox                Debian's Dragonbox (header and static library) unpacked: JSON floats
+#   .device/imagelibs                Debian's libjpeg-turbo, libspng and libwebp (libraries, headers, .pc files)
 #   .device/corpus                   the five books (../shared does not travel)
 #   .device/grpc.tar.xz              with --grpc only: Debian's gRPC C++ 1.51 and protobuf 3.21 (libraries,
 #                                    headers, protoc and its gRPC plugin; 5.5 MB packed), so that the GPU
@@ -58,11 +59,26 @@ if [ ! -d .device/dragonbox/usr ]; then
   dpkg -x "$tmp"/libdragonbox-dev_*.deb .device/dragonbox
   rm -rf "$tmp" .device/dragonbox/usr/share
 fi
+if [ ! -d .device/imagelibs/usr ]; then
+  # flowline::images' decoders (libjpeg-turbo, libspng, libwebp), which the GPU machine lacks: shared
+  # libraries, headers and pkg-config files (scripts/gpu-run.sh points their prefix at this folder).
+  tmp="$(mktemp -d)"
+  (cd "$tmp" && apt-get download -qq libjpeg62-turbo libjpeg62-turbo-dev libspng0 libspng-dev libwebp7 libwebp-dev \
+    libwebpdemux2 libwebpmux3)
+  for deb in "$tmp"/*.deb; do dpkg -x "$deb" .device/imagelibs; done
+  rm -rf "$tmp" .device/imagelibs/usr/share
+  find .device/imagelibs -name '*.a' -delete
+  # zlib is spng's private need; pkg-config would look for zlib.pc, which that machine may not have.
+  sed -i '/^Requires.private: zlib/d' .device/imagelibs/usr/lib/x86_64-linux-gnu/pkgconfig/spng.pc
+  # libjpeg's jconfig.h sits in the multiarch include folder, which the compiler searches only under /usr.
+  sed -i 's#^Cflags: -I${includedir}$#Cflags: -I${includedir} -I${includedir}/x86_64-linux-gnu#' \
+    .device/imagelibs/usr/lib/x86_64-linux-gnu/pkgconfig/libjpeg.pc
+fi
 # The device copy of the tree drops symbolic links (libutf8proc.so -> libutf8proc.so.2 -> ...): replace each
 # link by a copy of the file it points to, so CMake's find_library finds a real libutf8proc.so there.
 # Links into packages not unpacked here (prometheus-cpp's pull and push libraries, PCRE2's 8- and 16-bit
 # and POSIX libraries) are dropped.
-find .device/utf8proc .device/pcre2 .device/prometheus -type l | while read -r link; do
+find .device/utf8proc .device/pcre2 .device/prometheus .device/imagelibs -type l | while read -r link; do
   target="$(readlink -f "$link")"
   rm "$link"
   if [ -f "$target" ]; then cp "$target" "$link"; fi
