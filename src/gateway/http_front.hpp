@@ -109,6 +109,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void handle_tei_info(const RouteRow& row);  // TEI's GET /info
   // The model APIs (model_routes.cpp): each parses its body into a flow call and shapes the answer.
   void handle_openai(const RouteRow& row);
+  void handle_cohere_embed(const RouteRow& row);
   void handle_tei(const RouteRow& row);
   void handle_tei_rerank(const RouteRow& row);
   void handle_rerank(const RouteRow& row);

@@ -43,6 +43,16 @@ void Connection::handle_openai(const RouteRow& row) {
       executor_failure);
 }
 
+void Connection::handle_cohere_embed(const RouteRow& row) {
+  const json::value body = parse_body(request_.body(), gw_.core.limits, false);
+  auto call =
+      std::make_shared<EmbeddingsCall>(parse_cohere_embed(body, gw_.core.options.embeddings_endpoint, gw_.core.limits));
+  Call flow_call = std::move(call->call);
+  call_flow(
+      std::move(flow_call), row.route, [call](const DocumentArray& docs) { return cohere_embed_response(*call, docs); },
+      executor_failure);
+}
+
 void Connection::handle_tei(const RouteRow& row) {
   const json::value body = parse_body(request_.body(), gw_.core.limits, false);
   auto call = std::make_shared<EmbeddingsCall>(parse_tei(body, gw_.core.options.embeddings_endpoint, gw_.core.limits));

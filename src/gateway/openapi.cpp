@@ -122,6 +122,36 @@ json::object token_classification_schema() {
   return token_request;
 }
 
+// OpenAI's (and Infinity's, with "modality") and Cohere v2's embedding requests.
+json::object embeddings_request_schema() {
+  const json::object string{{"type", "string"}};
+  return json::object{
+      {"properties",
+       json::object{
+           {"input", json::object{{"anyOf", json::array{string, json::object{{"items", string}, {"type", "array"}}}}}},
+           {"model", string},
+           {"encoding_format", json::object{{"enum", json::array{"float", "base64"}}}},
+           {"modality", json::object{{"enum", json::array{"text", "image"}}}}}},
+      {"type", "object"},
+      {"required", json::array{"input"}},
+      {"title", "EmbeddingsRequest"}};
+}
+
+json::object cohere_embed_request_schema() {
+  const json::object string{{"type", "string"}};
+  const json::object strings{{"items", string}, {"type", "array"}};
+  return json::object{
+      {"properties",
+       json::object{{"model", string},
+                    {"texts", strings},
+                    {"images", strings},
+                    {"input_type", string},
+                    {"embedding_types",
+                     json::object{{"items", json::object{{"enum", json::array{"float"}}}}, {"type", "array"}}}}},
+      {"type", "object"},
+      {"title", "CohereEmbedRequest"}};
+}
+
 json::object schemas() {
   const json::object string{{"type", "string"}};
   const json::object number{{"type", "number"}};
@@ -160,15 +190,6 @@ json::object schemas() {
        json::object{{"detail", json::object{{"items", schema_ref("ValidationError")}, {"type", "array"}}}}},
       {"type", "object"},
       {"title", "HTTPValidationError"}};
-  json::object embeddings_request{
-      {"properties",
-       json::object{
-           {"input", json::object{{"anyOf", json::array{string, json::object{{"items", string}, {"type", "array"}}}}}},
-           {"model", string},
-           {"encoding_format", json::object{{"enum", json::array{"float", "base64"}}}}}},
-      {"type", "object"},
-      {"required", json::array{"input"}},
-      {"title", "EmbeddingsRequest"}};
   json::object embed_request{
       {"properties",
        json::object{{"inputs", json::object{{"anyOf", json::array{string, json::object{{"items", string},
@@ -214,13 +235,14 @@ json::object schemas() {
                       {"Header", std::move(header)},
                       {"ValidationError", std::move(validation_error)},
                       {"HTTPValidationError", std::move(http_validation_error)},
-                      {"EmbeddingsRequest", std::move(embeddings_request)},
+                      {"EmbeddingsRequest", embeddings_request_schema()},
                       {"EmbedRequest", std::move(embed_request)},
                       {"RerankRequest", std::move(rerank_request)},
                       {"V1RerankRequest", std::move(v1_rerank_request)},
                       {"PredictRequest", std::move(predict_request)},
                       {"ClassifyRequest", std::move(classify_request)},
-                      {"TokenizeRequest", std::move(tokenize_request)}};
+                      {"TokenizeRequest", std::move(tokenize_request)},
+                      {"CohereEmbedRequest", cohere_embed_request_schema()}};
 }
 
 }  // namespace

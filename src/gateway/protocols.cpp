@@ -444,6 +444,78 @@ std::string openai_response(const EmbeddingsCall& call, const DocumentArray& flo
   return out;
 }
 
+EmbeddingsCall parse_cohere_embed(const json::value& body, std::string endpoint, const ParseLimits& limits) {
+  const json::object& o = body_object(body);
+  EmbeddingsCall out;
+  out.call.endpoint = std::move(endpoint);
+  if (field(o, "inputs")) {
+    throw plain_error(400, "invalid_request_error",
+                      "'inputs' (mixed text and image content) is not supported: send 'texts' or 'images'");
+  }
+  const json::value* texts = field(o, "texts");
+  const json::value* images = field(o, "images");
+  if ((texts != nullptr) == (images != nullptr)) {
+    throw plain_error(400, "invalid_request_error", "give one of 'texts' and 'images'");
+  }
+  if (const json::value* types = field(o, "embedding_types")) {
+    const json::array* list = types->if_array();
+    const bool floats = list && !list->empty() && std::all_of(list->begin(), list->end(), [](const json::value& t) {
+                          return t.is_string() && t.get_string() == "float";
+                        });
+    if (!floats) throw plain_error(400, "invalid_request_error", "'embedding_types': only [\"float\"] is served");
+  }
+  if (const json::value* model = field(o, "model")) {
+    if (!model->is_string()) throw plain_error(400, "invalid_request_error", "'model': expected a string");
+    out.model = std::string(model->get_string());
+  }
+  out.call.docs = texts_to_embed(texts ? texts : images, texts ? "texts" : "images", limits);
+  if (images) {
+    for (auto& doc : out.call.docs) doc.uri = std::exchange(doc.text, std::string());
+    out.cohere_images = true;
+  }
+  out.call.parameters[kCountTokens] = true;
+  out.input_ids = ids_of(out.call.docs);
+  return out;
+}
+
+std::string cohere_embed_response(const EmbeddingsCall& call, const DocumentArray& flow_docs) {
+  const std::vector<const Document*> docs = by_input(call.input_ids, flow_docs);
+  std::string out;
+  out.reserve(answer_size(docs, 64, false));
+  out += "{\"id\":";
+  append_json_text(out, generate_id());
+  out += ",\"response_type\":\"embeddings_by_type\",\"embeddings\":{\"float\":[";
+  std::int64_t tokens = 0;
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    const Document& doc = *docs[i];
+    if (!doc.embedding.defined()) {
+      throw plain_error(500, "server_error",
+                        fmt::format("input {} came out of the flow without an embedding: does the flow end with an "
+                                    "encoder?",
+                                    i));
+    }
+    if (const auto it = doc.tags.find("tokens"); it != doc.tags.end() && it->value().is_number()) {
+      tokens += it->value().to_number<std::int64_t>();
+    }
+    if (i) out += ',';
+    const at::Tensor row = sized_row(doc.embedding, 0);
+    append_json_floats(out, row.data_ptr<float>(), static_cast<std::size_t>(row.numel()));
+  }
+  out += "]}";
+  if (!call.cohere_images) {
+    out += ",\"texts\":[";
+    for (std::size_t i = 0; i < docs.size(); ++i) {
+      if (i) out += ',';
+      append_json_text(out, docs[i]->text);
+    }
+    out += ']';
+  }
+  out += fmt::format(",\"meta\":{{\"api_version\":{{\"version\":\"2\"}},\"billed_units\":{{\"{}\":{}}}}}}}",
+                     call.cohere_images ? "images" : "input_tokens",
+                     call.cohere_images ? static_cast<std::int64_t>(docs.size()) : tokens);
+  return out;
+}
+
 EmbeddingsCall parse_tei(const json::value& body, std::string endpoint, const ParseLimits& limits) {
   const json::object& o = body_object(body);
   EmbeddingsCall out;

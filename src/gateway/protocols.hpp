@@ -107,6 +107,7 @@ struct EmbeddingsCall {
   std::string model;
   bool base64 = false;
   std::size_t dimensions = 0;  // `dimensions`: the first N values, normalised again (0: the model's all)
+  bool cohere_images = false;  // Cohere's /v2/embed with "images"
 };
 EmbeddingsCall parse_openai(const boost::json::value& body, std::string endpoint, const ParseLimits& limits);
 // {"object": "list", "data": [{"object": "embedding", "index", "embedding"}], "model", "usage"}. Every
@@ -114,6 +115,14 @@ EmbeddingsCall parse_openai(const boost::json::value& body, std::string endpoint
 // documents' "tokens" tags, which the SentenceEncoder sets when the request has parameter count_tokens
 // (parse_openai sets it).
 std::string openai_response(const EmbeddingsCall& call, const DocumentArray& docs);
+// Cohere v2's POST /v2/embed: {"model"?, "texts": [str] | "images": [data URI], "input_type"?, "embedding_types"?:
+// ["float"]} (one of texts and images; mixed "inputs" and other embedding types are refused with 400). Images go
+// to the flow as documents whose uri is the data URI (an image executor decodes them: the ClipEncoder).
+EmbeddingsCall parse_cohere_embed(const boost::json::value& body, std::string endpoint, const ParseLimits& limits);
+// {"id", "response_type": "embeddings_by_type", "embeddings": {"float": [[...], ...]}, "texts": [...] (for texts),
+// "meta": {"api_version": {"version": "2"}, "billed_units": {"input_tokens" | "images"}}}. Every document must carry
+// a float embedding (else HttpError 500).
+std::string cohere_embed_response(const EmbeddingsCall& call, const DocumentArray& docs);
 
 // TEI: POST /embed {"inputs": str | [str], "prompt_name"?} -> [[floats], ...]. prompt_name goes to the
 // encoder as a request parameter; TEI's other per-request settings (normalize, truncate, ...) are refused

@@ -48,6 +48,9 @@ const std::array kRoutes{
              "array"},
     RouteRow{"/v1/rerank", Method::Post, kToken, Route::Rerank, &Connection::handle_rerank,
              "Jina's and Cohere's rerank", "v1_rerank", "V1RerankRequest", "object"},
+    RouteRow{"/v2/embed", Method::Post, kToken, Route::CohereEmbed, &Connection::handle_cohere_embed,
+             "Cohere's embed (ClientV2): texts, or images as data URIs (an image executor: the ClipEncoder)",
+             "v2_embed", "CohereEmbedRequest", "object"},
     RouteRow{"/v2/rerank", Method::Post, kToken, Route::Rerank, &Connection::handle_rerank,
              "Cohere's rerank (ClientV2)", "v2_rerank", "V1RerankRequest", "object"},
     RouteRow{"/predict", Method::Post, kToken, Route::TEIPredict, &Connection::handle_tei_predict,
@@ -65,10 +68,24 @@ const std::array kRoutes{
              "token_classification", "TokenClassificationRequest", "array"},
 };
 
-constexpr std::array<const char*, static_cast<std::size_t>(Route::kCount)> kRouteNames{
-    "jina",        "jina_post", "jina_stream",  "openai_embeddings",    "tei_embed", "tei_rerank", "rerank",
-    "tei_predict", "classify",  "tei_tokenize", "token_classification", "health",    "ready",      "metrics",
-    "info",        "grpc",      "other"};
+constexpr std::array<const char*, static_cast<std::size_t>(Route::kCount)> kRouteNames{"jina",
+                                                                                       "jina_post",
+                                                                                       "jina_stream",
+                                                                                       "openai_embeddings",
+                                                                                       "tei_embed",
+                                                                                       "tei_rerank",
+                                                                                       "rerank",
+                                                                                       "tei_predict",
+                                                                                       "classify",
+                                                                                       "tei_tokenize",
+                                                                                       "token_classification",
+                                                                                       "cohere_embed",
+                                                                                       "health",
+                                                                                       "ready",
+                                                                                       "metrics",
+                                                                                       "info",
+                                                                                       "grpc",
+                                                                                       "other"};
 
 }  // namespace
 

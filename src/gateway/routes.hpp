@@ -28,6 +28,7 @@ enum class Route {
   Classify,
   TEITokenize,
   TokenClassification,
+  CohereEmbed,
   Health,
   Ready,
   Metrics,

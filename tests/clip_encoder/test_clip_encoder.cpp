@@ -349,6 +349,30 @@ TEST_CASE("Jina's /post with image documents reaches the ClipEncoder through the
   std::vector<float> v;
   for (const auto& x : rows[0].at("embedding").as_array()) v.push_back(static_cast<float>(x.to_number<double>()));
   CHECK(cosine(at::tensor(v), g.image_embeds[1]) >= 0.9999);
+  // Cohere v2's /v2/embed: images as data URIs, or texts; embeddings by type, float only.
+  const auto cohere = client.post("/v2/embed", R"({"model": "clip", "input_type": "image", "embedding_types": ["float"],
+                                                   "images": [)" +
+                                                   data_uri + R"(]})");
+  INFO(cohere.body);
+  REQUIRE(cohere.status == 200);
+  const auto cohere_answer = cohere.json().as_object();
+  CHECK(cohere_answer.at("response_type").as_string() == "embeddings_by_type");
+  CHECK(cohere_answer.at("meta").at("billed_units").at("images").as_int64() == 1);
+  const auto& cohere_rows = cohere_answer.at("embeddings").at("float").as_array();
+  REQUIRE(cohere_rows.size() == 1);
+  std::vector<float> c;
+  for (const auto& x : cohere_rows[0].as_array()) c.push_back(static_cast<float>(x.to_number<double>()));
+  CHECK(cosine(at::tensor(c), g.image_embeds[1]) >= 0.9999);
+  const auto cohere_texts =
+      client.post("/v2/embed", R"({"texts": [")" + g.texts[2] + R"("], "input_type": "search_query"})").json();
+  CHECK(cohere_texts.at("texts").as_array()[0].as_string() == g.texts[2]);
+  std::vector<float> t;
+  for (const auto& x : cohere_texts.at("embeddings").at("float").as_array()[0].as_array()) {
+    t.push_back(static_cast<float>(x.to_number<double>()));
+  }
+  CHECK(cosine(at::tensor(t), g.text_embeds[2]) >= 0.9999);
+  CHECK(client.post("/v2/embed", R"({"texts": ["a"], "images": []})").status == 400);
+  CHECK(client.post("/v2/embed", R"({"texts": ["a"], "embedding_types": ["int8"]})").status == 400);
   const auto bad_modality = client.post("/v1/embeddings", R"({"model": "clip", "modality": "audio", "input": ["x"]})");
   CHECK(bad_modality.status == 400);
   CHECK_THAT(bad_modality.body, testing::contains("'modality'"));
