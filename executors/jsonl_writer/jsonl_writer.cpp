@@ -80,6 +80,7 @@ class JsonlWriter : public Executor {
 
   void close() override {
     if (run_outcome() == RunOutcome::Complete) {
+      if (const DocumentArray rest = progress_.release_held_back(); !rest.empty()) write_in_order(rest);
       writer_->close();
       if (progress_.enabled()) remove_sink_manifest(writer_->path());
     } else {
@@ -99,12 +100,18 @@ class JsonlWriter : public Executor {
   // In a served flow, a request is refused once the file holds max_output_bytes (what its formatting threads
   // have formatted by then: the file may pass the bound by the requests they are still formatting).
   // Under a resumed run, the leading documents the file holds already are not written again.
+  // Batches go through order() first when the run's ids are positional (resumable_sink.hpp).
   void write(DocumentArray& docs, const RequestInfo& request) {
+    if (progress_.orders(request)) return write_in_order(progress_.order(docs));
+    write_in_order(docs);
+  }
+
+  void write_in_order(const DocumentArray& docs) {
     const WriterStats now = writer_->stats();
     check_output_bound(writer_->path(), std::max(now.bytes, now.formatted_bytes), 1, runtime().max_output_bytes);
-    const std::size_t held = progress_.skip(docs, request);
+    const std::size_t held = progress_.skip(docs);
     if (held == 0) {
-      writer_->write(static_cast<const DocumentArray&>(docs));
+      writer_->write(docs);
     } else if (held < docs.size()) {
       writer_->write(DocumentArray(
           std::vector<Document>(docs.docs().begin() + static_cast<std::ptrdiff_t>(held), docs.docs().end())));

@@ -77,6 +77,7 @@ class TsvWriter : public Executor {
 
   void close() override {
     if (run_outcome() == RunOutcome::Complete) {
+      if (const DocumentArray rest = progress_.release_held_back(); !rest.empty()) write_in_order(rest);
       out_->commit();
       if (progress_.enabled()) remove_sink_manifest(path_);
       return;
@@ -172,9 +173,15 @@ class TsvWriter : public Executor {
   }
 
   // Under a resumed run, the rows of the leading documents the file holds already are not written again.
+  // Batches go through order() first when the run's ids are positional (resumable_sink.hpp).
   void write(DocumentArray& docs, const RequestInfo& request) {
+    if (progress_.orders(request)) return write_in_order(progress_.order(docs));
+    write_in_order(docs);
+  }
+
+  void write_in_order(const DocumentArray& docs) {
     buffer_.clear();
-    const std::size_t held = progress_.skip(docs, request);
+    const std::size_t held = progress_.skip(docs);
     for (std::size_t i = held; i < docs.size(); ++i) {
       const Document& doc = docs[i];
       if (chunks_) {

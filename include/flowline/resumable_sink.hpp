@@ -17,8 +17,11 @@
 //    flowline::Error: the documents are not this run's, or not in input order). The sink writes the rest,
 //    calls wrote(docs) and, when sync_due(), makes what it wrote durable and records point() (a file sink:
 //    write_sink_manifest after fdatasync; a table: in the same transaction) and calls synced().
-//  - Positions count input documents, so a sink must receive its documents in input order: true when
-//    every executor before it runs one replica (the run refuses --resume otherwise).
+//  - Positions count input documents, so a sink must see its documents in input order. Replicas before it
+//    finish requests in any order: when the run's ids are positional (kPositionalIdsParam), the sink first
+//    passes each batch through order(), which holds documents back until those before them came and hands
+//    them out in input order (a file is then written in input order whatever the replicas). Without
+//    positional ids (a jsonl input) the run refuses --resume of a flow with replicas before a sink.
 // One SinkProgress belongs to one executor replica and is used on its thread; held_sink_points() and
 // publish are thread-safe.
 #pragma once
@@ -27,6 +30,7 @@
 #include "flowline/params.hpp"
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -41,6 +45,10 @@ struct RequestInfo;
 
 // The request parameter carrying the input position of a run's first posted document.
 inline constexpr const char* kResumeFromParam = "flowline_resume_from";
+// The request parameter naming the input hash when the run's document ids are positional
+// (`<16 hex digits of the hash><16 hex digits of the position>`, flowline run for a lines, paragraphs or
+// text input): a sink then puts documents back in input order (SinkProgress::order).
+inline constexpr const char* kPositionalIdsParam = "flowline_positional_ids";
 
 // How far a sink holds the run's input durably: the first `documents` input documents, the last of them
 // `last_id`; `bytes`: a file sink's file length there (0 for others).
@@ -71,15 +79,26 @@ class SinkProgress {
   }
   // What the sink holds at start; published for the run when enabled().
   void held(SinkPoint point);
+  // Whether the run's ids are positional, so that batches go through order() first.
+  bool orders(const RequestInfo& request);
+  // The documents, of this batch and of earlier ones held back, that come next in input order (by their
+  // positional ids). Keeps copies of the documents it holds back (at most kMaxHeldBack: past that, or for a
+  // document whose id is no input position, it gives up ordering, hands out everything it has and keeps no
+  // more progress, so a --resume goes back to the last point recorded before).
+  DocumentArray order(const DocumentArray& docs);
+  // Documents still held back (a run that lost a request: they come after its gap), in position order.
+  DocumentArray release_held_back();
+  static constexpr std::size_t kMaxHeldBack = 65536;
   // How many leading documents of `docs` the sink holds already. Throws flowline::Error when the last held
   // document has another id than held() said, or when the run starts past what this sink holds.
-  std::size_t skip(const DocumentArray& docs, const RequestInfo& request);
+  // (orders() ran first for the request: it reads where the run starts.)
+  std::size_t skip(const DocumentArray& docs);
   // `docs` (the whole batch skip() saw) went to the sink.
   void wrote(const DocumentArray& docs);
   // Whether sync_every documents or sync_seconds passed since the last sync (enabled() only).
   bool sync_due() const;
   // Whether the sink was handed documents past what it held and what it last synced (a sync would move on).
-  bool unsynced() const noexcept { return position_ > held_.documents && position_ > synced_position_; }
+  bool unsynced() const noexcept { return !gave_up_ && position_ > held_.documents && position_ > synced_position_; }
   // What the sink has been handed so far (bytes: 0, the caller fills in its own).
   SinkPoint point() const { return {position_, last_id_, 0}; }
   void synced();
@@ -91,6 +110,11 @@ class SinkProgress {
   double sync_seconds_ = 10;
   SinkPoint held_;
   bool started_ = false;
+  bool gave_up_ = false;  // order() met what it cannot order: no more progress is recorded
+  void start(const RequestInfo& request);
+  std::string positional_;                       // the input hash of positional ids; empty: not ordering
+  std::map<std::uint64_t, Document> held_back_;  // position -> document, waiting for those before it
+  std::uint64_t next_ = 0;                       // the next position order() hands out
   std::uint64_t position_ = 0, synced_position_ = 0;
   std::string last_id_;
   std::chrono::steady_clock::time_point last_sync_ = std::chrono::steady_clock::now();

@@ -152,9 +152,10 @@ bool has_known_extension(const std::string& output) {
   }
 }
 
-// --resume of a flow whose executors write: each must be a resumable sink that gets its documents in
-// input order. Returns false after saying why not.
-bool sinks_can_resume(const RunSetup& setup) {
+// --resume of a flow whose executors write: each must be a resumable sink of one replica that can see its
+// documents in input order: with positional ids (`positional`: not a jsonl input) the sinks put them back in
+// order themselves (SinkProgress::order), else no executor may run replicas. Returns false after saying why.
+bool sinks_can_resume(const RunSetup& setup, bool positional) {
   const auto is_sink = [&](const std::string& name) {
     return std::find(setup.sinks.begin(), setup.sinks.end(), name) != setup.sinks.end();
   };
@@ -171,12 +172,20 @@ bool sinks_can_resume(const RunSetup& setup) {
   }
   if (setup.sinks.empty()) return ok;
   for (const ExecutorConfig& e : setup.config.executors) {
-    if (e.replicas * e.shards <= 1 && !e.is_remote()) continue;
-    fmt::print(stderr,
-               "error: executor '{}' runs {} replicas{}: its requests reach the sinks ('{}') in the order they "
-               "finish, not in input order, so what a sink holds is no input prefix to resume from (refused); "
-               "give it replicas: 1, or write with --output (in input order whatever the replicas)\n",
-               e.name, e.replicas * e.shards, e.is_remote() ? " on other hosts" : "", fmt::join(setup.sinks, "', '"));
+    if ((e.replicas * e.shards <= 1 && !e.is_remote()) || (positional && !is_sink(e.name))) continue;
+    if (is_sink(e.name)) {
+      fmt::print(stderr,
+                 "error: sink '{}' runs {} replicas{}: each would count only its own share of the input (refused); "
+                 "give it replicas: 1 to resume\n",
+                 e.name, e.replicas * e.shards, e.is_remote() ? " on other hosts" : "");
+    } else {
+      fmt::print(stderr,
+                 "error: executor '{}' runs {} replicas{}: with a jsonl input (its own ids, no positions) its "
+                 "requests reach the sinks ('{}') in the order they finish, not in input order, so what a sink "
+                 "holds is no input prefix to resume from (refused); give it replicas: 1, or write with --output "
+                 "(in input order whatever the replicas)\n",
+                 e.name, e.replicas * e.shards, e.is_remote() ? " on other hosts" : "", fmt::join(setup.sinks, "', '"));
+    }
     ok = false;
   }
   return ok;
@@ -208,7 +217,7 @@ int find_start(const RunOptions& o, RunSetup& setup) {
                "standard input or a pipe)\n");
     return kExitUsage;
   }
-  if (!sinks_can_resume(setup)) return kExitUsage;
+  if (!sinks_can_resume(setup, input_format_for(o.input_format, o.input) != "jsonl")) return kExitUsage;
   if (outputs_complete(o, setup)) {
     fmt::print(stderr, "'{}' is complete: nothing to resume\n", file_output ? o.output : "every output");
     return kExitOk;
@@ -440,6 +449,8 @@ int command_run(const RunOptions& o) {
   PostOptions post_options;
   // The sinks count input positions from here (resumable_sink.hpp).
   if (setup.run_start.documents > 0) post_options.parameters[kResumeFromParam] = setup.run_start.documents;
+  if (setup.identity && !setup.sinks.empty() && input_format_for(o.input_format, o.input) != "jsonl")
+    post_options.parameters[kPositionalIdsParam] = setup.identity->input_hash;
   std::unique_ptr<ResumeLog> log;
   if (output && setup.identity && !setup.identity->output_format.empty()) {
     try {

@@ -6,7 +6,8 @@ its manifest, one cut shorter than its sync point, one whose record at the sync 
 is refused and left as it was, for --output and for a writer.
 
     test_resume.py LAUNCHER SOURCE_DIR CASE
-        CASE: jsonl | npy | safetensors | refusals | encode-flow | ner-flow | index-flow | pg-flow | writer-refusals
+        CASE: jsonl | npy | safetensors | refusals | encode-flow | ner-flow | encode-replicas | index-flow | pg-flow |
+              writer-refusals
 
 The tiny random checkpoint tests/data/tiny-models/bert-all-poolings-dense encodes the corpus
 (FLOWLINE_CORPUS_DIR, as the build found it; else ../shared/data/corpus) on the CPU. Every run is bounded (120 s) and
@@ -196,12 +197,18 @@ def a_partial_that_is_not_this_runs_is_refused(r):
     expect_refusal(r, output, "fewer than the")
     os.remove(output + ".resume.json")
     expect_refusal(r, output, "not the partial of a run that can be resumed")
-    # A writer behind an encoder of two replicas gets its documents in the order they finish: no input prefix.
+    # A writer behind an encoder of two replicas, fed a jsonl input (its own ids: no positions to put the
+    # documents back in order by), gets them in the order they finish: no input prefix.
     writing = os.path.join(r.scratch, "writing.yml")
     with open(writing, "w") as f:
         f.write(read(r.flow).decode().replace("device: cpu", "device: cpu\n    replicas: 2") +
                 "  - name: writer\n    uses: JsonlWriter\n    with:\n      path: copy.jsonl\n")
-    expect_refusal(r, output, "not in input order", flow=writing)
+    documents = os.path.join(r.scratch, "documents.jsonl")
+    with open(documents, "w") as f:
+        f.writelines(json.dumps({"id": f"d{i}", "text": f"text {i}"}) + "\n" for i in range(100))
+    done = subprocess.run([r.launcher, "run", writing, "--input", documents, "--output", "jsonl-out.jsonl", "--resume"],
+                          cwd=r.scratch, capture_output=True, text=True, timeout=DEADLINE)
+    check(done.returncode == 2 and "not in input order" in done.stderr, f"not refused: {done.stderr}")
     # A complete output: nothing to resume, and it stays as it is.
     complete = os.path.join(r.scratch, "complete.jsonl")
     check(r.run(complete).returncode == 0, "a run failed")
@@ -449,6 +456,14 @@ def main():
             flow = FlowCase(r, "encode.yml", "embeddings.jsonl", "--set", f"encoder.model={r.model}", "--set",
                             "writer.sync_every=300")
             a_flow_killed_five_times_and_resumed_equals_an_uninterrupted_run(r, rng, flow, ".jsonl")
+        elif case == "encode-replicas":
+            # Two encoder replicas finish requests in any order: the writer puts them back in input order.
+            flow = os.path.join(scratch, "encode-replicas.yml")
+            with open(os.path.join(source_dir, "flows", "encode.yml")) as f, open(flow, "w") as out:
+                text = f.read().replace("replicas: auto", "replicas: 2")
+                out.write(text.replace("${{ ENV.FLOWLINE_MODEL_DIR:-../models }}/all-MiniLM-L6-v2", r.model))
+            flow = FlowCase(r, flow, "embeddings.jsonl", "--set", f"encoder.model={r.model}")
+            a_flow_killed_five_times_and_resumed_equals_an_uninterrupted_run(r, rng, flow)
         elif case == "ner-flow":
             flow = FlowCase(r, "ner.yml", "entities.tsv", "--input-format", "paragraphs")
             a_flow_killed_five_times_and_resumed_equals_an_uninterrupted_run(r, rng, flow)

@@ -124,6 +124,7 @@ class PgVectorWriter : public Executor {
   void close() override {
     if (progress_.enabled() && run_outcome() == RunOutcome::Complete) {
       if (!conn_->ok()) reconnect();
+      if (const DocumentArray rest = progress_.release_held_back(); !rest.empty()) write_in_order(rest);
       conn_->query_column("DELETE FROM flowline_progress WHERE sink = $1 RETURNING 1", "clearing the run's progress",
                           {table_});
     }
@@ -265,9 +266,15 @@ class PgVectorWriter : public Executor {
 
   // Under a resumed run, the leading documents the table holds already are not written again. A request that
   // fails stops the progress records (the rows after it would claim its documents).
+  // Batches go through order() first when the run's ids are positional (resumable_sink.hpp).
   void write(DocumentArray& docs, const RequestInfo& request) {
+    if (progress_.orders(request)) return write_in_order(progress_.order(docs));
+    write_in_order(docs);
+  }
+
+  void write_in_order(const DocumentArray& docs) {
     if (docs.empty()) return;
-    const std::size_t held = progress_.skip(docs, request);
+    const std::size_t held = progress_.skip(docs);
     if (held == docs.size()) return progress_.wrote(docs);
     const SinkPoint after{progress_.point().documents + docs.size(), docs[docs.size() - 1].id, 0};
     if (progress_.enabled() && !progress_failed_) next_progress_ = after;

@@ -314,6 +314,9 @@ class VectorIndex : public Executor {
   }
 
   void close() override {
+    if (const DocumentArray rest = progress_.release_held_back(); !rest.empty()) {
+      if (run_outcome() == RunOutcome::Complete) upsert(rest);  // else they come after a gap: a resume redoes them
+    }
     const c10::OptionalStreamGuard on(stream_);
     std::unique_lock lock(shared_->mutex);
     store_->snapshot(true);
@@ -369,8 +372,14 @@ class VectorIndex : public Executor {
     progress_.synced();
   }
 
+  // Batches go through order() first when the run's ids are positional (resumable_sink.hpp).
   void index(DocumentArray& docs, const RequestInfo& request) {
-    const std::size_t held = progress_.skip(docs, request);
+    if (progress_.orders(request)) return index_in_order(progress_.order(docs));
+    index_in_order(docs);
+  }
+
+  void index_in_order(const DocumentArray& docs) {
+    const std::size_t held = progress_.skip(docs);
     if (held > 0) {
       DocumentArray rest(
           std::vector<Document>(docs.docs().begin() + static_cast<std::ptrdiff_t>(held), docs.docs().end()));

@@ -8,6 +8,7 @@
 
 #include <boost/json.hpp>
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -72,19 +73,62 @@ void SinkProgress::held(SinkPoint point) {
   if (it == slot.end() || held_.documents < it->second.documents) slot[executor_] = held_;
 }
 
-std::size_t SinkProgress::skip(const DocumentArray& docs, const RequestInfo& request) {
-  if (!started_) {
-    started_ = true;
-    if (const auto* from = request.parameters.if_contains(kResumeFromParam); from && from->is_number())
-      position_ = from->to_number<std::uint64_t>();
-    if (position_ > held_.documents) {
-      throw Error(
-          fmt::format("executor '{}': the run starts at input document {}, but this sink holds only the "
-                      "first {}: the documents between would be missing",
-                      executor_, position_, held_.documents));
-    }
-    synced_position_ = position_;
+void SinkProgress::start(const RequestInfo& request) {
+  if (started_) return;
+  started_ = true;
+  if (const auto* from = request.parameters.if_contains(kResumeFromParam); from && from->is_number())
+    position_ = from->to_number<std::uint64_t>();
+  if (const auto* hash = request.parameters.if_contains(kPositionalIdsParam); hash && hash->is_string() && enabled())
+    positional_ = std::string(hash->get_string());
+  next_ = synced_position_ = position_;
+  if (position_ > held_.documents) {
+    throw Error(
+        fmt::format("executor '{}': the run starts at input document {}, but this sink holds only the "
+                    "first {}: the documents between would be missing",
+                    executor_, position_, held_.documents));
   }
+}
+
+bool SinkProgress::orders(const RequestInfo& request) {
+  start(request);
+  return !positional_.empty();
+}
+
+DocumentArray SinkProgress::order(const DocumentArray& docs) {
+  constexpr std::size_t kHex = 16;
+  for (const Document& doc : docs) {
+    std::uint64_t at = 0;
+    const bool positional =
+        doc.id.size() == 2 * kHex && doc.id.compare(0, kHex, positional_) == 0 &&
+        std::sscanf(doc.id.c_str() + kHex, "%16llx", reinterpret_cast<unsigned long long*>(&at)) == 1;
+    if (!positional || at < next_ || held_back_.size() >= kMaxHeldBack) {
+      spdlog::warn(
+          "executor '{}': document '{}' {}: documents are written as they come from here on, and no more "
+          "progress is kept (a --resume of this run is refused)",
+          executor_, doc.id,
+          positional ? "came after too many others were held back for order" : "is no input position");
+      positional_.clear();
+      gave_up_ = true;
+      DocumentArray all = release_held_back();
+      for (const Document& d : docs) all.push_back(d);
+      return all;
+    }
+    held_back_.emplace(at, doc);
+  }
+  DocumentArray ready;
+  for (auto it = held_back_.begin(); it != held_back_.end() && it->first == next_; it = held_back_.erase(it), ++next_)
+    ready.push_back(std::move(it->second));
+  return ready;
+}
+
+DocumentArray SinkProgress::release_held_back() {
+  DocumentArray out;
+  for (auto& [at, doc] : held_back_) out.push_back(std::move(doc));
+  held_back_.clear();
+  return out;
+}
+
+std::size_t SinkProgress::skip(const DocumentArray& docs) {
   if (position_ >= held_.documents) return 0;
   const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(docs.size(), held_.documents - position_));
   if (position_ + n == held_.documents && n > 0 && docs[n - 1].id != held_.last_id) {
