@@ -464,6 +464,9 @@ def main():
                 out.write(text.replace("${{ ENV.FLOWLINE_MODEL_DIR:-../models }}/all-MiniLM-L6-v2", r.model))
             flow = FlowCase(r, flow, "embeddings.jsonl", "--set", f"encoder.model={r.model}")
             a_flow_killed_five_times_and_resumed_equals_an_uninterrupted_run(r, rng, flow)
+            ids = [json.loads(line)["id"] for line in read(os.path.join(scratch, "reference", flow.name)).splitlines()]
+            positions = [int(i[16:], 16) for i in ids]
+            check(positions == list(range(len(ids))), "the writer's file is not in input order")
         elif case == "ner-flow":
             flow = FlowCase(r, "ner.yml", "entities.tsv", "--input-format", "paragraphs")
             a_flow_killed_five_times_and_resumed_equals_an_uninterrupted_run(r, rng, flow)
