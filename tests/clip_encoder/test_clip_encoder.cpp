@@ -6,6 +6,7 @@
 #include "../gateway/gateway_fixtures.hpp"
 
 #include "flowline/clip_encoder/clip_encoder.hpp"
+#include "flowline/device.hpp"
 #include "flowline/flow.hpp"
 #include "flowline/flow_config.hpp"
 #include "flowline/io.hpp"
@@ -437,4 +438,48 @@ TEST_CASE("flowline run indexes a folder of images with flows/images-index.yml a
   const auto& best = found[1].at("matches").as_array()[0].as_object();
   CHECK(std::string(best.at("uri").as_string()) == square.string());
   CHECK(best.at("scores").at("cosine").to_number<double>() > 0.9999);
+}
+
+TEST_CASE("on a GPU the ClipEncoder's fp16 and bf16 embeddings and /rank agree with transformers' fp32",
+          "[clip_encoder][gpu]") {
+  if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
+  for (const std::string kind : {"clip", "siglip"}) {
+    const Goldens g = read_goldens(kind);
+    for (const char* dtype : {"fp16", "bf16"}) {
+      INFO(kind << " " << dtype);
+      Flow flow(FlowOptions{}, clip_registry());
+      flow.add({.name = "clip",
+                .uses = "ClipEncoder",
+                .with = {{"model", (kTiny / kind).string()}, {"dtype", dtype}, {"keep_on_device", true}},
+                .device = "cuda"});
+      DocumentArray docs;
+      for (const auto& t : g.texts) docs.push_back(Document(t));
+      for (const auto& file : g.images) {
+        Document d;
+        d.blob = file_bytes(file);
+        docs.push_back(std::move(d));
+      }
+      const DocumentArray out = flow.post("/encode", std::move(docs));
+      for (std::size_t i = 0; i < out.size(); ++i) {
+        CHECK(out[i].embedding.device().is_cuda());  // keep_on_device: left for the next executor
+        const at::Tensor& expected = i < g.texts.size() ? g.text_embeds[static_cast<std::int64_t>(i)]
+                                                        : g.image_embeds[static_cast<std::int64_t>(i - g.texts.size())];
+        CHECK(cosine(out[i].embedding.to(at::kCPU), expected) >= 0.999);
+      }
+      DocumentArray query;
+      query.push_back(Document(g.texts[1]));
+      for (const auto& file : g.images) {
+        Document m(Document::WithId{file.filename().string()});
+        m.blob = file_bytes(file);
+        query[0].matches.push_back(std::move(m));
+      }
+      const DocumentArray ranked = flow.post("/rank", std::move(query));
+      for (const auto& m : ranked[0].matches) {
+        const auto at = std::find_if(g.images.begin(), g.images.end(),
+                                     [&](const fs::path& f) { return f.filename().string() == m.id; });
+        REQUIRE(at != g.images.end());
+        CHECK(std::abs(m.scores.at("clip_score") - g.text_to_images[1][at - g.images.begin()].item<float>()) < 5e-3);
+      }
+    }
+  }
 }
