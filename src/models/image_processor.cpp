@@ -1,7 +1,8 @@
 // ImageProcessorConfig and preprocess_images (flowline/models/image_processor.hpp): transformers 5's
 // CLIPImageProcessor / SiglipImageProcessor (TorchvisionBackend, what AutoImageProcessor gives) step by step:
-//   resize  — torchvision's resize of a uint8 CHW tensor: on the CPU torch's own uint8 antialiased kernel, elsewhere
-//             in float32, clamped and rounded back to uint8; an image already at the size is left alone;
+//   resize  — torchvision's resize of a uint8 CHW tensor on the CPU: torch's own uint8 antialiased kernel; elsewhere
+//             the same in float32, a horizontal then a vertical pass, each rounded and clamped to uint8 as the
+//             CPU kernel does (within 1/255 of the CPU); an image already at the size is left alone;
 //   crop    — int((H - h) / 2) from the top, zero padding first where the image is smaller than the crop;
 //   rescale and normalize fused as transformers fuses them: (x - mean / factor) / (std / factor) in float32.
 #include "flowline/models/image_processor.hpp"
@@ -109,13 +110,18 @@ at::Tensor resize(const at::Tensor& image, std::int64_t height, std::int64_t wid
   const std::vector<std::int64_t> size = {height, width};
   using Resample = ImageProcessorConfig::Resample;
   if (how == Resample::nearest) return at::_upsample_nearest_exact2d(image, size);  // uint8 as it is
-  const bool native_uint8 = image.device().is_cpu();  // torch's CPU kernels take uint8 (PIL's fixed point)
-  at::Tensor x = native_uint8 ? image : image.to(at::kFloat);
-  x = how == Resample::bicubic ? at::_upsample_bicubic2d_aa(x, size, false)
-                               : at::_upsample_bilinear2d_aa(x, size, false);
-  if (native_uint8) return x;
-  if (how == Resample::bicubic) x = x.clamp_(0, 255);
-  return x.round_().to(at::kByte);
+  auto pass = [&](const at::Tensor& x, std::int64_t h, std::int64_t w) {
+    return how == Resample::bicubic ? at::_upsample_bicubic2d_aa(x, {h, w}, false)
+                                    : at::_upsample_bilinear2d_aa(x, {h, w}, false);
+  };
+  if (image.device().is_cpu()) return pass(image, height, width);  // torch's uint8 kernel (PIL's fixed point)
+  // Elsewhere in float32, as the CPU's uint8 kernel does it: horizontal pass, rounded and clamped to uint8, then
+  // the vertical one. One 2-D float pass (torchvision's on a GPU) skips that rounding between the passes and
+  // ends up to 28/255 away from the CPU on sharp edges; two passes stay within 1/255.
+  at::Tensor x = image.to(at::kFloat);
+  if (image.size(3) != width) x = pass(x, image.size(2), width).round_().clamp_(0, 255);
+  if (image.size(2) != height) x = pass(x, height, width).round_().clamp_(0, 255);
+  return x.to(at::kByte);
 }
 
 // transformers' TorchvisionBackend.center_crop.

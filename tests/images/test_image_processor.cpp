@@ -111,7 +111,7 @@ TEST_CASE("preprocess_images stacks a batch of different sizes and refuses an em
                     testing::contains("image 3 of the batch: 0x0"));
 }
 
-TEST_CASE("on the GPU preprocess_images stays within 2/255 of the CPU", "[images][gpu]") {
+TEST_CASE("on the GPU preprocess_images stays within 1/255 of the CPU", "[images][gpu]") {
   if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
   const c10::Device gpu(c10::kCUDA, 0);
   for (const char* kind : {"clip", "siglip"}) {
@@ -126,11 +126,12 @@ TEST_CASE("on the GPU preprocess_images stays within 2/255 of the CPU", "[images
       const at::Tensor on_gpu = models::preprocess_images(batch, config, gpu, dtype);
       REQUIRE(on_gpu.device() == gpu);
       REQUIRE(on_gpu.scalar_type() == dtype);
-      // torch's float resize on the GPU vs its uint8 kernel on the CPU: up to 2/255 in the resized pixels (as
-      // torchvision on each), plus the dtype's rounding (bf16: 1/256 relative of values up to ~2.7).
+      // The float resize on the GPU (two passes rounded to uint8 between them, as the CPU's uint8 kernel) vs the
+      // CPU: 1/255 in the resized pixels, plus the dtype's rounding (bf16: 1/256 relative of values up to ~2.7).
+      // One 2-D float pass, as torchvision does on a GPU, was 3-4/255 off on these images.
       const double diff = ((on_gpu.cpu().to(at::kFloat) - cpu).abs() * std * 255.0).max().item<double>();
       WARN(kind << " " << c10::toString(dtype) << " on the GPU: max difference to the CPU " << diff << "/255");
-      CHECK(diff <= (dtype == at::kBFloat16 ? 3.0 : 2.0));
+      CHECK(diff <= (dtype == at::kBFloat16 ? 2.0 : 1.05));
     }
   }
 }
