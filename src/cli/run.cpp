@@ -219,7 +219,11 @@ int find_start(const RunOptions& o, RunSetup& setup) {
   }
   if (!sinks_can_resume(setup, input_format_for(o.input_format, o.input) != "jsonl")) return kExitUsage;
   if (outputs_complete(o, setup)) {
-    fmt::print(stderr, "'{}' is complete: nothing to resume\n", file_output ? o.output : "every output");
+    if (file_output) {
+      fmt::print(stderr, "'{}' is complete: nothing to resume\n", o.output);
+    } else {
+      fmt::print(stderr, "every file the flow writes is complete: nothing to resume\n");
+    }
     return kExitOk;
   }
   try {
