@@ -1,0 +1,108 @@
+"""What `--resume`'s durability costs the main job, and how long a resume after a kill takes (issue 55 §3).
+
+The main job as the README runs it: `flowline run flows/encode.yml` (SentenceEncoder, replicas and batch size
+auto, then its JsonlWriter) over the corpus's books copied --copies times as paragraphs. First --rounds
+alternating pairs of uninterrupted runs: the writer synced by default (every 10 s) and never synced
+(`--sync-seconds 0`: only when the run stops on a signal); docs/s of each from --stats-json. Then one run with
+`--sync-every N` killed with SIGKILL at --kill-at of the synced run's time, and `--resume` of it, timed from
+process start to exit, against the uninterrupted run's time; the resumed file is checked line for line against
+an uninterrupted run's (ids in order; lines differing counted).
+
+  python3 bench/resume_cost.py --launcher build-gpu/src/flowline --models DIR --corpus .device/corpus --out $OUT
+
+DIR holds all-MiniLM-L6-v2 (or a random-weight folder of its shape under that name: the cost does not depend on
+the weights).
+"""
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def run(args, env, extra, stats=None, kill_after=None):
+    command = [args.launcher, "run", str(ROOT / "flows/encode.yml"), "--input", str(args.input), "--input-format",
+               "paragraphs", "--progress", "never"] + extra
+    if stats:
+        command += ["--stats-json", str(stats)]
+    start = time.perf_counter()
+    child = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if kill_after is not None:
+        try:
+            child.wait(timeout=kill_after)
+        except subprocess.TimeoutExpired:
+            child.send_signal(signal.SIGKILL)
+        child.wait()
+        return time.perf_counter() - start, None
+    _, err = child.communicate()
+    seconds = time.perf_counter() - start
+    if child.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed ({child.returncode}):\n{err[-3000:]}")
+    figures = json.loads(pathlib.Path(stats).read_text()) if stats else None
+    return seconds, figures
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--launcher", default=str(ROOT / "build/src/flowline"))
+    parser.add_argument("--models", required=True, help="a folder holding all-MiniLM-L6-v2")
+    parser.add_argument("--corpus", default=str(ROOT.parent / "shared/data/corpus"))
+    parser.add_argument("--copies", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--kill-at", type=float, default=0.9)
+    parser.add_argument("--sync-every", type=int, default=10000)
+    parser.add_argument("--work", default="/tmp/resume-cost")
+    parser.add_argument("--out", default=".")
+    args = parser.parse_args()
+
+    work = pathlib.Path(args.work)
+    shutil.rmtree(work, ignore_errors=True)
+    args.input = work / "input"
+    args.input.mkdir(parents=True)
+    for i in range(args.copies):
+        for book in sorted(pathlib.Path(args.corpus).glob("*.txt")):
+            shutil.copy(book, args.input / f"{i:03d}-{book.name}")
+    out_dir = work / "out"
+    env = dict(os.environ, FLOWLINE_MODEL_DIR=str(args.models), FLOWLINE_OUT_DIR=str(out_dir))
+    result = pathlib.Path(out_dir) / "embeddings.jsonl"
+
+    rows = {"synced every 10 s (default)": [], "not synced (--sync-seconds 0)": []}
+    settings = {"synced every 10 s (default)": [], "not synced (--sync-seconds 0)": ["--sync-seconds", "0"]}
+    for r in range(args.rounds):
+        names = list(settings) if r % 2 == 0 else list(reversed(settings))
+        for name in names:
+            seconds, stats = run(args, env, ["--overwrite"] + settings[name], stats=work / "stats.json")
+            rows[name].append((stats["documents"] / stats["seconds"], seconds, stats["documents"]))
+            print(f"round {r + 1} {name}: {stats['documents']} docs, {stats['documents'] / stats['seconds']:.0f} "
+                  f"docs/s (posting), {seconds:.2f} s wall", flush=True)
+    best = {name: max(r[0] for r in rows[name]) for name in rows}
+    cost = 1 - best["synced every 10 s (default)"] / best["not synced (--sync-seconds 0)"]
+    print(f"best docs/s: {best}; durability costs {100 * cost:.2f}% of docs/s", flush=True)
+
+    reference = work / "reference.jsonl"
+    full, _ = run(args, env, ["--overwrite", "--sync-every", str(args.sync_every)], stats=work / "full.json")
+    shutil.move(result, reference)
+    killed, _ = run(args, env, ["--overwrite", "--sync-every", str(args.sync_every)], kill_after=args.kill_at * full)
+    partial = result.with_name(result.name + ".partial")
+    held = sum(1 for _ in open(partial, "rb")) if partial.exists() else 0
+    resumed, stats = run(args, env, ["--resume", "--sync-every", str(args.sync_every)], stats=work / "resumed.json")
+    # Lines may differ in the embedding's last bits where batches were cut differently (GEMM shapes on a GPU);
+    # what must hold is every document once, in order: the ids, and how many lines differ at all.
+    ours, theirs = result.read_bytes().splitlines(), reference.read_bytes().splitlines()
+    ids = lambda lines: [json.loads(line).get("id") for line in lines]  # noqa: E731
+    same = {"lines": len(ours), "reference_lines": len(theirs), "same_ids_in_order": ids(ours) == ids(theirs),
+            "lines_differing": sum(a != b for a, b in zip(ours, theirs))}
+    figures = {"documents": stats["documents"] if stats else None, "rows": rows, "best_docs_per_s": best,
+               "durability_cost": cost, "full_run_s": full, "killed_after_s": killed, "lines_in_partial": held,
+               "resume_s": resumed, "resume_share": resumed / full, "resumed_file_equals_uninterrupted": same}
+    print(json.dumps(figures, indent=1), flush=True)
+    pathlib.Path(args.out, "resume_cost.json").write_text(json.dumps(figures, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
