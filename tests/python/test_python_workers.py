@@ -307,3 +307,32 @@ def test_a_spacy_pipeline_runs_as_a_python_executor_as_spacy_does_directly(tmp_p
         docs = f.post("/", texts, request_size=1)
     got = [[(c.text, c.tags["start"], c.tags["end"]) for c in d.chunks] for d in docs]
     assert got == expected and len(got[0]) == 3
+
+
+
+def test_a_crash_in_a_merged_batch_fails_only_the_request_that_crashed(tmp_path):
+    import threading
+
+    flow = write_flow(tmp_path, {"name": "shout", "uses": "Shout", "py_modules": ["shout_executors.py"],
+                                 "replicas": 2, "batching": {"max_batch_size": 64, "max_delay_ms": 300}})
+    with flowline.Flow.load(flow) as f:
+        results = {}
+
+        def post(k, texts):
+            try:
+                results[k] = [d.text for d in f.post("/x", texts)]
+            except flowline.FlowError as e:
+                results[k] = str(e)
+
+        threads = [threading.Thread(target=post, args=(k, texts), daemon=True)
+                   for k, texts in enumerate([["a", "b"], ["exit"], ["c"]])]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=90)
+        # The merged batch crashed a worker; each request then ran alone on a restarted one (not handed on and
+        # merged again, which crashed worker after worker): only the one that crashes fails.
+        assert not any(t.is_alive() for t in threads), results
+        assert results[0] == ["a", "b"] and results[2] == ["c"], results
+        assert "went away during this request" in results[1], results
+        assert [d.text for d in f.post("/x", ["after"])] == ["after"]

@@ -378,6 +378,10 @@ RemoteHost::Wait RemoteHost::wait_up(const std::function<bool()>& stop) {
 }
 
 std::string RemoteHost::call(std::uint64_t id, std::string frame) {
+  // A flow's own worker (requeue_lost false) that is down is being restarted: wait for it (bounded by
+  // remote.give_up) rather than hand the batch on, or a merged batch that crashed it would be merged and
+  // crash a worker again and again; alone on the new worker, only the request that crashes fails.
+  if (!options_.requeue_lost) wait_up([] { return false; });
   Pending pending;
   std::unique_lock lock(mutex_);
   if (!up_) {
