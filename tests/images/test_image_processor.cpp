@@ -111,7 +111,7 @@ TEST_CASE("preprocess_images stacks a batch of different sizes and refuses an em
                     testing::contains("image 3 of the batch: 0x0"));
 }
 
-TEST_CASE("on the GPU preprocess_images stays within 1/255 of the CPU", "[images][gpu]") {
+TEST_CASE("on the GPU preprocess_images stays within 2/255 of the CPU", "[images][gpu]") {
   if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
   const c10::Device gpu(c10::kCUDA, 0);
   for (const char* kind : {"clip", "siglip"}) {
@@ -127,11 +127,12 @@ TEST_CASE("on the GPU preprocess_images stays within 1/255 of the CPU", "[images
       REQUIRE(on_gpu.device() == gpu);
       REQUIRE(on_gpu.scalar_type() == dtype);
       // The float resize on the GPU (two passes rounded to uint8 between them, as the CPU's uint8 kernel) vs the
-      // CPU: 1/255 in the resized pixels, plus the dtype's rounding (bf16: 1/256 relative of values up to ~2.7).
-      // One 2-D float pass, as torchvision does on a GPU, was 3-4/255 off on these images.
+      // CPU: an intermediate pixel rounded the other way at .5 moves the second pass's result by up to 2/255
+      // (H200: CLIP 2/255, SigLIP 1/255 in fp32), plus the dtype's rounding (bf16: 1/256 relative of values up to
+      // ~2.7). One 2-D float pass, as torchvision does on a GPU, was 3-4/255 off on these images.
       const double diff = ((on_gpu.cpu().to(at::kFloat) - cpu).abs() * std * 255.0).max().item<double>();
       WARN(kind << " " << c10::toString(dtype) << " on the GPU: max difference to the CPU " << diff << "/255");
-      CHECK(diff <= (dtype == at::kBFloat16 ? 2.0 : 1.05));
+      CHECK(diff <= (dtype == at::kBFloat16 ? 2.5 : 2.05));
     }
   }
 }
