@@ -13,7 +13,6 @@ none of this: the flow starts, restarts and stops its own workers (pyworker.py, 
 """
 
 import argparse
-import importlib.util
 import json
 import os
 import signal
@@ -21,22 +20,17 @@ import sys
 import threading
 
 import flowline
-from flowline import _flowline
+from flowline import _flowline, pyworker
 
 
 def import_file(path):
-    path = os.path.abspath(path)
-    if not os.path.exists(path):
-        raise SystemExit(f"flowline.worker: py_modules: {path} does not exist")
-    folder = os.path.dirname(path)
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-    name = os.path.splitext(os.path.basename(path))[0]
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    """The file's module, loaded as the workers a flow starts load theirs (pyworker.import_file); a file that
+    cannot be loaded ends the worker with its message and file:line."""
+    try:
+        return pyworker.import_file(path)
+    except pyworker.LoadError as e:
+        where = f"{e.file}:{e.line}: " if e.line else ""
+        raise SystemExit(f"flowline.worker: {where}{e.message}") from None
 
 
 def main(argv=None):

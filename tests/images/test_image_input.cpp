@@ -1,4 +1,5 @@
 // `flowline run --input DIR --input-format images` through the real launcher, and image documents in JSONL.
+#include "image_files.hpp"
 #include "test_support.hpp"
 
 #include "flowline/images.hpp"
@@ -11,15 +12,11 @@ using namespace flowline;
 
 namespace {
 
-std::filesystem::path image_dir() { return std::filesystem::path(FLOWLINE_SOURCE_DIR) / "tests/data/images"; }
+using testing::image_dir;
+using testing::read_bytes;
 
 testing::ProcessResult launch(const std::string& args) {
   return testing::run_process(fmt::format("'{}' {}", FLOWLINE_LAUNCHER, args));
-}
-
-Bytes read_bytes(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return Bytes(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // preprocess_images against transformers' processors: the goldens (tests/data/images/preprocess.json, made by
 // scripts/make_test_images.py) are CLIPImageProcessor / SiglipImageProcessor's pixel_values, torchvision ("fast",
 // what AutoImageProcessor gives in transformers 5) and PIL ("slow") backends, on Pillow-decoded images.
+#include "image_files.hpp"
 #include "test_support.hpp"
 
 #include "flowline/device.hpp"
@@ -18,13 +19,8 @@ using flowline::models::ImageProcessorConfig;
 
 namespace {
 
-std::filesystem::path image_dir() { return std::filesystem::path(FLOWLINE_SOURCE_DIR) / "tests/data/images"; }
-
-Bytes read_bytes(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE(in);
-  return Bytes(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+using testing::image_dir;
+using testing::read_bytes;
 
 }  // namespace
 

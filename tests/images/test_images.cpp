@@ -1,6 +1,7 @@
 // Tests of flowline::images: every pixel of every test image (tests/data/images, made by
 // scripts/make_test_images.py) against Pillow's Image.open(...).convert("RGB"); bombs, truncations and garbage
 // refused with InputError; image sources and their refusals.
+#include "image_files.hpp"
 #include "test_support.hpp"
 
 #include "flowline/images.hpp"
@@ -17,13 +18,8 @@ using flowline::images::ImageFormat;
 
 namespace {
 
-std::filesystem::path image_dir() { return std::filesystem::path(FLOWLINE_SOURCE_DIR) / "tests/data/images"; }
-
-Bytes read_bytes(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE(in);
-  return Bytes(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+using testing::image_dir;
+using testing::read_bytes;
 
 // The message of the InputError `f` throws ("" when it throws none).
 template <class F>
