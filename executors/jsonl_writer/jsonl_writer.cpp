@@ -86,6 +86,9 @@ class JsonlWriter : public Executor {
     } else {
       // What was handed over is made durable, so a --resume continues exactly here.
       if (progress_.enabled()) sync();
+      // Documents held back for order behind a failed request's gap go in after that sync point, so the
+      // partial keeps every document that was handed over; a --resume cuts the file back to the sync point.
+      if (const DocumentArray rest = progress_.release_held_back(); !rest.empty()) writer_->write(rest);
       if (const auto left = writer_->close_partial(); !left.empty()) {
         spdlog::warn("executor '{}': the run did not complete; what was written is in '{}'", runtime().name,
                      left.string());

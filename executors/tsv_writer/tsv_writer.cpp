@@ -83,6 +83,9 @@ class TsvWriter : public Executor {
       return;
     }
     if (progress_.enabled()) sync();  // a --resume continues exactly where this run stopped
+    // Documents held back for order behind a failed request's gap go in after that sync point, so the partial
+    // keeps every document that was handed over; a --resume cuts the file back to the sync point first.
+    if (const DocumentArray rest = progress_.release_held_back(); !rest.empty()) write_rows(rest, 0);
     const bool keep = rows_ > 0 || progress_.point().documents > 0;
     if (const auto left = out_->leave_partial(keep); !left.empty()) {
       spdlog::warn("executor '{}': the run did not complete; what was written is in '{}'", runtime().name,
@@ -180,9 +183,15 @@ class TsvWriter : public Executor {
   }
 
   void write_in_order(const DocumentArray& docs) {
+    write_rows(docs, progress_.skip(docs));
+    progress_.wrote(docs);
+    if (progress_.sync_due()) sync();
+  }
+
+  // The rows of docs[from...] (their chunks' rows with `chunks`), appended to the file.
+  void write_rows(const DocumentArray& docs, std::size_t from) {
     buffer_.clear();
-    const std::size_t held = progress_.skip(docs);
-    for (std::size_t i = held; i < docs.size(); ++i) {
+    for (std::size_t i = from; i < docs.size(); ++i) {
       const Document& doc = docs[i];
       if (chunks_) {
         for (const auto& chunk : doc.chunks) append_row(chunk, &doc);
@@ -192,8 +201,6 @@ class TsvWriter : public Executor {
     }
     check_output_bound(path_, out_->bytes(), buffer_.size(), runtime().max_output_bytes);
     fail_on(out_->write(buffer_));
-    progress_.wrote(docs);
-    if (progress_.sync_due()) sync();
   }
 
   // Syncs the file and records the point in PATH.resume.json (after the data: it never names more).
