@@ -2,7 +2,7 @@
 // binary COPY (the header, flowline/pgvector_writer/pgvector_writer.hpp, states the contract).
 #include "flowline/pgvector_writer/pgvector_writer.hpp"
 
-#include "pg_connection.hpp"
+#include "flowline/pg/pg_connection.hpp"
 
 #include "flowline/error.hpp"
 #include "flowline/executor.hpp"
@@ -23,28 +23,24 @@
 namespace flowline::pgvector_writer {
 namespace {
 
+using pg::check_uri;
+using pg::ConnectOptions;
+using pg::PgConnection;
+using pg::PgFailure;
+using pg::quote_name;
+
 const std::vector<std::string> kFields = {"id", "text", "tags", "embedding", "mime_type", "uri", "parent_id"};
 // Serialises CREATE EXTENSION and CREATE TABLE between replicas and processes (pg_advisory_xact_lock's key).
 constexpr std::int64_t kCreateLock = 0x666c6f776c696e65;  // "flowline"
 
 std::optional<std::string> check_table_name(const boost::json::value& v) {
-  static const std::regex name(R"([A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?)");
-  const std::string s(v.as_string());
-  if (std::regex_match(s, name)) return std::nullopt;
-  return fmt::format("expected NAME or SCHEMA.NAME (letters, digits and _, not starting with a digit), got '{}'", s);
+  return pg::check_table_name(std::string_view(v.as_string()));
 }
 
 std::optional<std::string> check_uri_param(const boost::json::value& v) {
   std::string problem = check_uri(std::string(v.as_string()));
   if (problem.empty()) return std::nullopt;
   return problem;
-}
-
-// "a.b" -> "\"a\".\"b\"" (the name was checked: no quotes inside).
-std::string quote_name(const std::string& name) {
-  const auto dot = name.find('.');
-  if (dot == std::string::npos) return "\"" + name + "\"";
-  return "\"" + name.substr(0, dot) + "\".\"" + name.substr(dot + 1) + "\"";
 }
 
 std::string sql_type(const std::string& field, std::int64_t dimension) {

@@ -1,6 +1,6 @@
-// The PgVectorWriter's libpq layer (pg_connection.hpp): connecting with bounded retries, errors that name
-// the server and never a password, statements and binary COPY.
-#include "pg_connection.hpp"
+// flowline_pg's libpq layer (flowline/pg/pg_connection.hpp): connecting with bounded retries, errors that
+// name the server and never a password, statements and binary COPY.
+#include "flowline/pg/pg_connection.hpp"
 
 #include "flowline/error.hpp"
 
@@ -12,7 +12,7 @@
 #include <regex>
 #include <thread>
 
-namespace flowline::pgvector_writer {
+namespace flowline::pg {
 namespace {
 
 struct ResultFree {
@@ -76,6 +76,39 @@ std::string redact_uri(std::string_view uri) {
   s = std::regex_replace(s, query, "$1***");
   static const std::regex keyvalue(R"((^|\s)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+))", std::regex::icase);
   return std::regex_replace(s, keyvalue, "$1$2***");
+}
+
+std::optional<std::string> check_table_name(std::string_view name) {
+  static const std::regex pattern(R"([A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?)");
+  if (std::regex_match(name.begin(), name.end(), pattern)) return std::nullopt;
+  return fmt::format("expected NAME or SCHEMA.NAME (letters, digits and _, not starting with a digit), got '{}'", name);
+}
+
+std::optional<std::string> check_column_name(std::string_view name) {
+  static const std::regex pattern(R"([A-Za-z_][A-Za-z0-9_]{0,62})");
+  if (std::regex_match(name.begin(), name.end(), pattern)) return std::nullopt;
+  return fmt::format("expected a column NAME (letters, digits and _, not starting with a digit), got '{}'", name);
+}
+
+std::string quote_name(const std::string& name) {
+  const auto dot = name.find('.');
+  if (dot == std::string::npos) return "\"" + name + "\"";
+  return "\"" + name.substr(0, dot) + "\".\"" + name.substr(dot + 1) + "\"";
+}
+
+PgResult::~PgResult() { PQclear(result_); }
+
+int PgResult::rows() const { return PQntuples(result_); }
+
+bool PgResult::is_null(int row, int column) const { return PQgetisnull(result_, row, column) != 0; }
+
+std::string_view PgResult::value(int row, int column) const {
+  return {PQgetvalue(result_, row, column), static_cast<std::size_t>(PQgetlength(result_, row, column))};
+}
+
+std::uint64_t PgResult::affected() const {
+  const char* n = PQcmdTuples(result_);
+  return n && *n ? std::stoull(n) : 0;
 }
 
 std::unique_ptr<PgConnection> PgConnection::connect(const ConnectOptions& options) {
@@ -148,6 +181,22 @@ std::vector<std::string> PgConnection::query_column(const std::string& sql, std:
   return column;
 }
 
+PgResult PgConnection::query(const std::string& sql, std::string_view what, const std::vector<PgParam>& params,
+                             bool binary_result) {
+  std::vector<const char*> values;
+  std::vector<int> lengths, formats;
+  for (const PgParam& p : params) {
+    values.push_back(p.null ? nullptr : p.value.data());
+    lengths.push_back(static_cast<int>(p.value.size()));
+    formats.push_back(p.binary ? 1 : 0);
+  }
+  Result r(PQexecParams(conn_, sql.c_str(), static_cast<int>(values.size()), nullptr, values.data(), lengths.data(),
+                        formats.data(), binary_result ? 1 : 0));
+  const auto status = r ? PQresultStatus(r.get()) : PGRES_FATAL_ERROR;
+  if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) fail(what, r.get());
+  return PgResult(r.release());
+}
+
 bool PgConnection::try_exec(const std::string& sql, PgFailure& failure) {
   Result r(PQexec(conn_, sql.c_str()));
   const auto status = r ? PQresultStatus(r.get()) : PGRES_FATAL_ERROR;
@@ -178,4 +227,4 @@ void PgConnection::copy_end(std::string_view what) {
   if (failed) fail(what, failed.get());
 }
 
-}  // namespace flowline::pgvector_writer
+}  // namespace flowline::pg
