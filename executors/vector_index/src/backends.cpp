@@ -8,13 +8,21 @@
 
 namespace flowline::vector_index {
 
-BackendRow exact_backend_row();  // exact_backend.cpp
-BackendRow hnsw_backend_row();   // hnsw_backend.cpp
+BackendRow exact_backend_row();     // exact_backend.cpp
+BackendRow hnsw_backend_row();      // hnsw_backend.cpp
+BackendRow pgvector_backend_row();  // pgvector_backend.cpp
+
+Metric parse_metric(const std::string& name) {
+  if (name == "cosine") return Metric::cosine;
+  if (name == "inner_product" || name == "ip") return Metric::inner_product;
+  return Metric::l2;  // "l2", "euclidean" (the spec's choices allow nothing else)
+}
 
 const std::vector<BackendRow>& backend_table() {
   static const std::vector<BackendRow> table{
       exact_backend_row(),
       hnsw_backend_row(),
+      pgvector_backend_row(),
   };
   return table;
 }

@@ -37,19 +37,6 @@ double seconds_between(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double>(to - from).count();
 }
 
-Metric parse_metric(const std::string& name) {
-  if (name == "cosine") return Metric::cosine;
-  if (name == "inner_product" || name == "ip") return Metric::inner_product;
-  return Metric::l2;  // "l2", "euclidean" (the spec's choices allow nothing else)
-}
-
-// A /search request's limit as the shards' handlers read it: the checked request parameter (an int ≥ 1,
-// Registry's check), else the executor's `with:` limit.
-std::size_t limit_of(const boost::json::object& parameters, const Params& params) {
-  const auto* v = parameters.if_contains("limit");
-  return v && v->is_int64() ? static_cast<std::size_t>(v->get_int64()) : params.get<std::size_t>("limit");
-}
-
 // Document i's embedding as a float row; a clear error when it has none.
 at::Tensor embedding_row(const Document& doc, std::size_t i, std::string_view endpoint) {
   if (!doc.embedding.defined()) {
@@ -123,63 +110,13 @@ std::string shard_workspace(const std::string& folder, int shard, int shards) {
   return shards > 1 ? (fs::path(folder) / fmt::format("shard-{}-of-{}", shard, shards)).string() : folder;
 }
 
-// One answer of a shard set: /search keeps each query's best matches over all shards (the request's limit,
-// else the executor's); /status adds the shards' counts and bytes; other endpoints answer as shard 0 did.
+}  // namespace
+
+// One answer of a shard set from its shards' answers (shard_merge.cpp).
 DocumentArray merge_shards(std::string_view endpoint, const boost::json::object& parameters, const Params& params,
-                           std::vector<DocumentArray>& parts) {
-  DocumentArray out = std::move(parts.front());
-  for (std::size_t s = 1; s < parts.size(); ++s) {
-    if (parts[s].size() != out.size()) {
-      throw Error(
-          fmt::format("{}: shard 0 answered {} documents, shard {} {}", endpoint, out.size(), s, parts[s].size()));
-    }
-  }
-  if (endpoint == "/search") {
-    const std::size_t limit = limit_of(parameters, params);
-    for (std::size_t i = 0; i < out.size(); ++i) {
-      DocumentArray& matches = out[i].matches;
-      for (std::size_t s = 1; s < parts.size(); ++s) {
-        for (Document& m : parts[s][i].matches) matches.push_back(std::move(m));
-      }
-      if (matches.empty()) continue;
-      // Every match is scored under the metric's name (one lookup each, before the sort).
-      const std::string metric = matches[0].scores.empty() ? std::string() : matches[0].scores.begin()->first;
-      const bool higher = metric.empty() || higher_is_better(parse_metric(metric));
-      std::vector<float> score(matches.size(), higher ? -INFINITY : INFINITY);
-      for (std::size_t j = 0; j < matches.size(); ++j) {
-        if (const auto it = matches[j].scores.find(metric); it != matches[j].scores.end()) score[j] = it->second;
-      }
-      std::vector<std::size_t> order(matches.size());
-      for (std::size_t j = 0; j < order.size(); ++j) order[j] = j;
-      std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-        return higher ? score[a] > score[b] : score[a] < score[b];
-      });
-      DocumentArray best;
-      best.reserve(std::min(limit, order.size()));
-      for (std::size_t j = 0; j < order.size() && j < limit; ++j) best.push_back(std::move(matches[order[j]]));
-      matches = std::move(best);
-    }
-  } else if (endpoint == "/status") {
-    for (std::size_t i = 0; i < out.size(); ++i) {
-      boost::json::object& tags = out[i].tags;
-      std::uint64_t count = 0, bytes = 0;
-      boost::json::array where, workspaces;
-      for (std::size_t s = 0; s < parts.size(); ++s) {
-        const boost::json::object& t = s == 0 ? tags : parts[s][i].tags;  // shard 0's answer is `out`
-        if (const auto* c = t.if_contains("count"); c && c->is_number()) count += c->to_number<std::uint64_t>();
-        if (const auto* b = t.if_contains("bytes"); b && b->is_number()) bytes += b->to_number<std::uint64_t>();
-        if (const auto* w = t.if_contains("where")) where.push_back(*w);
-        if (const auto* w = t.if_contains("workspace")) workspaces.push_back(*w);
-      }
-      tags["count"] = count;
-      tags["bytes"] = bytes;
-      tags["shards"] = parts.size();
-      tags["where"] = std::move(where);
-      tags["workspace"] = std::move(workspaces);
-    }
-  }
-  return out;
-}
+                           std::vector<DocumentArray>& parts);
+
+namespace {
 
 class VectorIndex : public Executor {
  public:
@@ -256,7 +193,8 @@ class VectorIndex : public Executor {
     options.dim = params().get<std::size_t>("dim");
     options.backend = params().get<std::string>("backend");
     const BackendPlan backend =
-        backend_row(options.backend).make(BackendSettings{params(), runtime().device, runtime().name});
+        backend_row(options.backend)
+            .make(BackendSettings{params(), runtime().device, runtime().name, runtime().shards});
     options.make = backend.make;
     const c10::Device device = backend.device;
     options.snapshot_log_bytes = params().get<std::uint64_t>("snapshot_mb") << 20;
@@ -274,6 +212,10 @@ class VectorIndex : public Executor {
                               bounds_.max_limit));
     }
     return_embeddings_ = params().get<bool>("return_embeddings");
+    if (backend.documents) {
+      serve(backend.documents(options.metric));
+      return;
+    }
     // The replicas of an index are copies of one store: the first replica opens it, the others share it, so
     // every replica holds every document, queries spread over them and run at once, and changes are made
     // one at a time (shared_). Copies on different devices would each need their own vectors: refused.
@@ -314,6 +256,7 @@ class VectorIndex : public Executor {
   }
 
   void close() override {
+    if (documents_) return;  // a database's rows are committed as each request is answered
     if (const DocumentArray rest = progress_.release_held_back(); !rest.empty()) {
       if (run_outcome() == RunOutcome::Complete) upsert(rest);  // else they come after a gap: a resume redoes them
     }
@@ -326,6 +269,15 @@ class VectorIndex : public Executor {
   }
 
  private:
+  // A backend that keeps the documents itself (backend.hpp) answers every endpoint; /search after the checks.
+  void serve(std::unique_ptr<DocumentBackend> documents) {
+    documents_ = std::move(documents);
+    open_progress("");  // no workspace: a --resume is refused, a fresh run keeps no progress
+    bind("/search", &VectorIndex::search);
+    for (const char* e : {"/index", "/update", "/delete", "/clear", "/status"})
+      bind(e, [this, e](DocumentArray& docs, const RequestInfo&) { documents_->handle(e, docs); });
+  }
+
   static Entry entry_of(const Document& doc) { return Entry{doc.id, doc.text, doc.uri, doc.tags}; }
 
   // Called at the end of a change, under the exclusive lock: its GPU work done before another replica reads.
@@ -512,9 +464,9 @@ class VectorIndex : public Executor {
     const std::size_t limit = checked_limit(request, docs.size());
     const bool with_embeddings = request.param_or<bool>("return_embeddings", return_embeddings_);
     std::optional<Filter> filter;
-    if (const auto* spec = request.parameters.if_contains("filter"); spec && !spec->is_null()) {
-      filter = Filter::parse(*spec, "parameter 'filter'", bounds_.filter);
-    }
+    const auto* asked = request.parameters.if_contains("filter");
+    if (asked && !asked->is_null()) filter = Filter::parse(*asked, "parameter 'filter'", bounds_.filter);
+    if (documents_) return documents_->search(docs, limit, filter ? asked : nullptr, with_embeddings);
     const std::size_t ef = request.param_or<std::size_t>("ef_search", 0);
     const auto started = Clock::now();
     at::Tensor queries = rows_of(docs, "/search");
@@ -573,7 +525,8 @@ class VectorIndex : public Executor {
   SinkProgress progress_{params(), runtime().name};
   std::filesystem::path progress_path_;  // WORKSPACE/run: its run.resume.json
   std::shared_ptr<SharedStore> shared_;
-  Store* store_ = nullptr;             // shared_->store
+  std::unique_ptr<DocumentBackend> documents_;  // instead of shared_, with such a backend
+  Store* store_ = nullptr;                      // shared_->store
   std::optional<c10::Stream> stream_;  // this replica's, on a GPU: current in every handler (OptionalStreamGuard)
   std::size_t limit_ = 10;
   struct Bounds {
