@@ -319,12 +319,24 @@ def an_index_killed_five_times_and_resumed_answers_as_an_uninterrupted_one(r, rn
     answers = []
     for workspace in (reference, killed):
         output = os.path.join(r.scratch, os.path.basename(workspace) + "-answers.jsonl")
-        run(workspace, "search.yml", "--input", queries, "--output", output)
+        # /search (the flow's default endpoint reaches no index), every query in one request: queries posted one by
+        # one meet the encoder's dynamic batching, whose batches differ from run to run and so do the last bits of
+        # a query's embedding (the CI saw it); the tiny random checkpoint's vectors all lie within 1e-6 of one
+        # another, so such bits reorder the matches.
+        run(workspace, "search.yml", "--input", queries, "--endpoint", "/search", "--request-size", "1000",
+            "--output", output)
         status = os.path.join(r.scratch, os.path.basename(workspace) + "-status.jsonl")
         run(workspace, "search.yml", "--input", queries, "--endpoint", "/status", "--output", status)
-        answers.append((read(output), json.loads(read(status).splitlines()[0])["tags"]["count"]))
+        answered = read(output)
+        check(answered.count(b'"matches":[{') == len(answered.splitlines()) > 0, f"a query without matches: {output}")
+        answers.append((answered, json.loads(read(status).splitlines()[0])["tags"]["count"]))
     check(answers[0][1] == answers[1][1], f"the indexes hold {answers[0][1]} and {answers[1][1]} documents")
-    check(answers[0][0] == answers[1][0], "the resumed index answers the queries otherwise than the uninterrupted one")
+    if answers[0][0] != answers[1][0]:
+        pairs = zip(answers[0][0].splitlines(), answers[1][0].splitlines())
+        want, got = next(((want, got) for want, got in pairs if want != got), (b"(shorter)", b"(longer)"))
+        at = next((i for i, (a, b) in enumerate(zip(want, got)) if a != b), min(len(want), len(got)))
+        check(False, "the resumed index answers the queries otherwise than the uninterrupted one; first difference:"
+              f"\n  uninterrupted: ...{want[max(0, at - 600):at + 300]}\n  resumed:       ...{got[max(0, at - 600):at + 300]}")
     print(f"index: {kills} kills, {answers[1][1]} documents, answers equal to the uninterrupted run's ({resume})")
 
 

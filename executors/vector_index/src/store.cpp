@@ -55,8 +55,11 @@ class Store::Replayer : public Replay {
  public:
   explicit Replayer(Store& store) : store_(store) {}
   void header(std::size_t dim, Metric) override { store_.ensure_backend(dim); }
+  // The log and the snapshot hold rows as upsert() prepared them (normalised under cosine; a workspace of another
+  // metric is refused before this): they go in as they are. Normalising again moved the last bits of every row at
+  // each start, so a reopened index answered near-ties otherwise than the one that wrote it.
   void upsert(std::vector<Entry> entries, const at::Tensor& rows) override {
-    store_.apply_upsert(std::move(entries), store_.prepared(rows));
+    store_.apply_upsert(std::move(entries), rows.to(at::kCPU, at::kFloat).contiguous());
   }
   void remove(const std::vector<std::string>& ids) override { store_.apply_remove(ids); }
   void clear() override { store_.apply_clear(); }
