@@ -9,6 +9,7 @@
 #include "test_support.hpp"
 
 #include "flowline/error.hpp"
+#include "flowline/flow.hpp"
 #include "flowline/pgvector_writer/pgvector_writer.hpp"
 #include "flowline/registry.hpp"
 #include "flowline/vector_index/vector_index.hpp"
@@ -69,10 +70,12 @@ boost::json::object pg_index(const PgServer& server, const std::string& table, b
   return extra;
 }
 
-// A table `table` filled by a PgVectorWriter with `docs`.
+// A table `table` filled with `docs` by a flow of one PgVectorWriter (in requests of 64 documents).
 void fill(const PgServer& server, const std::string& table, const DocumentArray& docs) {
-  testing::ExecutorRunner writer(registry(), "PgVectorWriter", {{"uri", server.uri()}, {"table", table}});
-  writer.post("/index", docs);
+  Flow flow(FlowOptions{}, registry());
+  flow.add({.name = "db", .uses = "PgVectorWriter", .with = {{"uri", server.uri()}, {"table", table}}});
+  flow.start();
+  flow.post("/index", docs, PostOptions{.request_size = 64});
 }
 
 // Whether two JSON values are equal, numbers by value: jsonb keeps a number as a numeric, so a whole double
@@ -134,14 +137,21 @@ TEST_CASE("a pgvector VectorIndex finds what the exact backend finds, for each m
     check_same_matches(pg.post("/search", queries(6, 32), parameters),
                        exact.post("/search", queries(6, 32), parameters), metric);
   }
-  testing::ExecutorRunner pg(registry(), "VectorIndex", pg_index(server, "items", {{"limit", 3}}));
-  const DocumentArray found = pg.post("/search", queries(2, 32), {{"return_embeddings", true}});
+  // Through a flow, two replicas (a connection each) answering requests of one query each.
+  Flow flow(FlowOptions{}, registry());
+  flow.add({.name = "index", .uses = "VectorIndex", .with = pg_index(server, "items", {{"limit", 3}}), .replicas = 2});
+  flow.start();
+  const DocumentArray found =
+      flow.post("/search", queries(4, 32), PostOptions{.request_size = 1, .parameters = {{"return_embeddings", true}}});
+  REQUIRE(found.size() == 4);
   REQUIRE(found[0].matches.size() == 3);  // the index's limit
   for (const Document& m : found[0].matches) {
     const std::size_t i = std::stoul(m.id.substr(4));
     CHECK(at::equal(m.embedding, docs[i].embedding));  // float4 both ways, bit for bit
   }
-  const DocumentArray status = pg.post("/status", {});
+  DocumentArray ask;
+  ask.push_back(Document(Document::WithId{"status"}));
+  const DocumentArray status = flow.post("/status", std::move(ask));
   CHECK(status[0].tags.at("count").to_number<std::int64_t>() == 300);
   CHECK(status[0].tags.at("dimension").to_number<std::int64_t>() == 32);
   CHECK(status[0].tags.at("backend") == "pgvector");
@@ -253,4 +263,18 @@ TEST_CASE("a pgvector VectorIndex names a bad uri, a missing table or pgvector, 
                     testing::contains("/search: document 0 ('q0') has an embedding of 4 dimensions, but column "
                                       "'embedding' of table 'items' is vector(8)"));
   CHECK(pg.post("/search", queries(1, 8))[0].matches.size() == 5);  // the connection is still good
+}
+
+TEST_CASE("a pgvector VectorIndex says authentication failed for a wrong password, never showing it", "[pgvector]") {
+  PgServer server("right-secret");
+  REQUIRE_SERVER(server);
+  ::setenv("PGPASSWORD", "wrong-secret", 1);
+  try {
+    testing::ExecutorRunner runner(registry(), "VectorIndex", pg_index(server, "items"));
+    FAIL("connected with a wrong password");
+  } catch (const Error& e) {
+    CHECK_THAT(e.what(), testing::contains("authentication failed at PostgreSQL server (host " + server.folder()));
+    CHECK_THAT(e.what(), !testing::contains("wrong-secret"));
+  }
+  ::unsetenv("PGPASSWORD");
 }
