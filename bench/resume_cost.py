@@ -30,7 +30,7 @@ def run(args, env, extra, stats=None, kill_after=None):
                "paragraphs", "--progress", "never"] + extra
     if stats:
         command += ["--stats-json", str(stats)]
-    start = time.perf_counter()
+    start, started_unix = time.perf_counter(), time.time()
     child = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if kill_after is not None:
         try:
@@ -44,6 +44,14 @@ def run(args, env, extra, stats=None, kill_after=None):
     if child.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed ({child.returncode}):\n{err[-3000:]}")
     figures = json.loads(pathlib.Path(stats).read_text()) if stats else None
+    if figures:
+        # Where the wall clock went: before the first post (process, CUDA and model start, the input's hashing and
+        # counting, a resume's checks), posting (a resume's skipping of what the output holds included), after it.
+        posting_started = figures["post_ended_unix"] - figures["seconds"]
+        figures["phases_s"] = {"before_posting": round(posting_started - started_unix, 3),
+                               "posting": round(figures["seconds"], 3),
+                               "after_posting": round(seconds - (posting_started - started_unix) - figures["seconds"],
+                                                      3)}
     return seconds, figures
 
 
@@ -80,12 +88,14 @@ def main():
             rows[name].append((stats["documents"] / stats["seconds"], seconds, stats["documents"]))
             print(f"round {r + 1} {name}: {stats['documents']} docs, {stats['documents'] / stats['seconds']:.0f} "
                   f"docs/s (posting), {seconds:.2f} s wall", flush=True)
-    best = {name: max(r[0] for r in rows[name]) for name in rows}
-    cost = 1 - best["synced every 10 s (default)"] / best["not synced (--sync-seconds 0)"]
-    print(f"best docs/s: {best}; durability costs {100 * cost:.2f}% of docs/s", flush=True)
+    best, cost = None, None
+    if args.rounds:
+        best = {name: max(r[0] for r in rows[name]) for name in rows}
+        cost = 1 - best["synced every 10 s (default)"] / best["not synced (--sync-seconds 0)"]
+        print(f"best docs/s: {best}; durability costs {100 * cost:.2f}% of docs/s", flush=True)
 
     reference = work / "reference.jsonl"
-    full, _ = run(args, env, ["--overwrite", "--sync-every", str(args.sync_every)], stats=work / "full.json")
+    full, full_stats = run(args, env, ["--overwrite", "--sync-every", str(args.sync_every)], stats=work / "full.json")
     shutil.move(result, reference)
     killed, _ = run(args, env, ["--overwrite", "--sync-every", str(args.sync_every)], kill_after=args.kill_at * full)
     partial = result.with_name(result.name + ".partial")
@@ -99,7 +109,14 @@ def main():
             "lines_differing": sum(a != b for a, b in zip(ours, theirs))}
     figures = {"documents": stats["documents"] if stats else None, "rows": rows, "best_docs_per_s": best,
                "durability_cost": cost, "full_run_s": full, "killed_after_s": killed, "lines_in_partial": held,
-               "resume_s": resumed, "resume_share": resumed / full, "resumed_file_equals_uninterrupted": same}
+               "resume_s": resumed, "resume_share": resumed / full, "resumed_file_equals_uninterrupted": same,
+               "full_run_phases_s": full_stats["phases_s"], "resume_phases_s": stats["phases_s"] if stats else None,
+               "resume": stats.get("resume") if stats else None}
+    if stats:
+        # The resume's own cost: its wall clock less what encoding the documents left takes at the full run's rate.
+        rate = full_stats["documents"] / full_stats["seconds"]
+        figures["resume_overhead_s"] = resumed - stats["resume"]["left_documents"] / rate
+        figures["resume_overhead_share"] = figures["resume_overhead_s"] / full
     print(json.dumps(figures, indent=1), flush=True)
     pathlib.Path(args.out, "resume_cost.json").write_text(json.dumps(figures, indent=1) + "\n")
 

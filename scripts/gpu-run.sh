@@ -33,6 +33,14 @@ if [ -f .device/grpc.tar.xz ]; then
     -DProtobuf_INCLUDE_DIR="$bundle/include" -DProtobuf_LIBRARY="$bundle/lib/libprotobuf.so.32"
     -DProtobuf_PROTOC_LIBRARY="$bundle/lib/libprotoc.so.32" -DProtobuf_PROTOC_EXECUTABLE="$bundle/bin/protoc")
 fi
+# PostgreSQL: the machine has none; .device/pginstall.tar.xz (scripts/prepare-device.sh --pg) brings pgserver's
+# build (server, pgvector, libpq), so the PgVectorWriter is built and bench/seed3_pg.py can start a server.
+if [ -f .device/pginstall.tar.xz ]; then
+  pgroot="$ROOT/build-gpu-pg"
+  if [ ! -x "$pgroot/pgserver/pginstall/bin/postgres" ]; then mkdir -p "$pgroot" && tar -xJf .device/pginstall.tar.xz -C "$pgroot"; fi
+  export LD_LIBRARY_PATH="$pgroot/pgserver/pginstall/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  grpc_args+=(-DPostgreSQL_ROOT="$pgroot/pgserver/pginstall")
+fi
 start=$(date +%s)
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
   -DTORCH_CUDA_ARCH_LIST=9.0 -DFLOWLINE_CUDA=ON -DFLOWLINE_UTF8PROC_ROOT="$FLOWLINE_UTF8PROC_ROOT" -DFLOWLINE_STB_ROOT="$FLOWLINE_STB_ROOT" \

@@ -12,10 +12,19 @@
 #   .device/grpc.tar.xz              with --grpc only: Debian's gRPC C++ 1.51 and protobuf 3.21 (libraries,
 #                                    headers, protoc and its gRPC plugin; 5.5 MB packed), so that the GPU
 #                                    machine, which has no gRPC, builds the gateway's gRPC front too
+#   .device/pginstall.tar.xz         with --pg only: PyPI pgserver's PostgreSQL 16 + pgvector build (server,
+#                                    libpq, headers; 6.4 MB packed) from .venv, for the PgVectorWriter and
+#                                    bench/seed3_pg.py on the GPU machine, which has no PostgreSQL
 # Carry .device with the device tool; scripts/gpu-run.sh uses it.
 set -euo pipefail
-grpc=0
-if [ "${1:-}" = --grpc ]; then grpc=1; fi
+grpc=0 pg=0
+for arg in "$@"; do
+  case "$arg" in
+    --grpc) grpc=1 ;;
+    --pg) pg=1 ;;
+    *) echo "prepare-device.sh: unknown option '$arg' (--grpc, --pg)" >&2; exit 2 ;;
+  esac
+done
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 mkdir -p .device
@@ -108,6 +117,11 @@ if ((grpc)) && [ ! -f .device/grpc.tar.xz ]; then
   cp -rL /usr/include/google/protobuf "$tmp/include/google/"
   tar -cJf .device/grpc.tar.xz -C "$tmp" .
   rm -rf "$tmp"
+fi
+if ((pg)) && [ ! -f .device/pginstall.tar.xz ]; then
+  # The binaries' rpath is $ORIGIN/../../../pgserver.libs: both folders travel, as they lie in site-packages.
+  site="$(.venv/bin/python -c 'import pathlib, pgserver; print(pathlib.Path(pgserver.__file__).parent.parent)')"
+  tar -cJf .device/pginstall.tar.xz -C "$site" pgserver/pginstall pgserver.libs
 fi
 mkdir -p .device/corpus
 cp -u "$("$ROOT/scripts/find-corpus.sh")"/*.txt .device/corpus/
