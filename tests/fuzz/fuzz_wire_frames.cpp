@@ -1,7 +1,9 @@
 // Fuzz target: the remote executors' wire protocol (src/core/remote/wire.hpp) on any bytes, read as one
 // frame the way both ends read them: the length prefix against a maximum, then the frame by its type.
 // Properties: a malformed frame is a wire::WireError and nothing else; a frame that decodes encodes back
-// to the same bytes (Request, Response, Hello, Welcome, Error, Ping), so decoding loses nothing.
+// to the same bytes (Hello, Welcome, Error, Ping), so decoding loses nothing; a Response reads under
+// protocol version 1 exactly when its status is one version 1 has, and one encoded for a version 1 peer
+// keeps whether it failed and why.
 #include "remote/wire.hpp"
 
 #include "fuzz_support.hpp"
@@ -43,7 +45,22 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       }
       case wire::FrameType::Response: {
         const wire::ResponseFrame r = wire::decode_response(frame);
-        (void)wire::encode_response(r.id, r.ok, r.error, r.error_executor, r.docs);
+        (void)wire::encode_response(r.id, r.status, r.error, r.error_executor, r.docs);
+        // Version 1 knows statuses 0 and 1 only: it reads them as version 2 does and refuses the others, and
+        // what a version 1 connection is sent reads there (a RequestError goes out as Failed).
+        bool old_reads = true;
+        try {
+          if (wire::decode_response(frame, 1).status != r.status)
+            flowline::fuzz::broken("version 1 read another status");
+        } catch (const wire::WireError&) {
+          old_reads = false;
+        }
+        if (old_reads != (r.status <= wire::ResponseStatus::Failed))
+          flowline::fuzz::broken("version 1 reads a status it does not have, or refuses one it has");
+        const std::string old = wire::encode_response(r.id, r.status, r.error, r.error_executor, {}, 1);
+        const wire::ResponseFrame back = wire::decode_response(std::string_view(old).substr(wire::kLengthBytes), 1);
+        if (back.ok() != r.ok() || back.error != r.error || back.error_executor != r.error_executor)
+          flowline::fuzz::broken("a version 1 answer lost its outcome or its error");
         break;
       }
       case wire::FrameType::Error:

@@ -24,6 +24,7 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <list>
@@ -208,9 +209,11 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
   }
 
   bool hello(const wire::Hello& h) {
-    if (h.min_version > wire::kVersion || h.max_version < wire::kVersion) {
-      refuse(fmt::format("unsupported protocol version {}..{}: this server speaks version {}", h.min_version,
-                         h.max_version, wire::kVersion));
+    // The highest version both speak (docs/remote-protocol.md, "Versioning").
+    const std::uint16_t version = std::min(h.max_version, wire::kVersion);
+    if (version < h.min_version || version < wire::kMinVersion) {
+      refuse(fmt::format("unsupported protocol version {}..{}: this server speaks versions {}..{}", h.min_version,
+                         h.max_version, wire::kMinVersion, wire::kVersion));
       return false;
     }
     if (!server_.options.token.empty() && !same_token(h.token, server_.options.token)) {
@@ -218,8 +221,10 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
       return false;
     }
     greeted_ = true;
+    version_ = version;
     handshake_timer_.cancel();
     wire::Welcome welcome;
+    welcome.version = version;
     welcome.executor = server_.executor;
     welcome.executor_type = server_.executor_type;
     welcome.max_frame_bytes =
@@ -241,13 +246,20 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
     ++server_.in_flight;
     const std::uint64_t id = frame.id;
     const std::size_t count = frame.docs.size();
-    auto done = [self = shared_from_this(), id, count](Response&& r) {
+    const std::uint16_t version = version_;
+    auto done = [self = shared_from_this(), id, count, version](Response&& r) {
+      // A RequestError travels as its own status, so the calling flow fails the request as the request's
+      // own (422 at its gateway, counted as bad_request), not as this executor's fault.
+      const wire::ResponseStatus status = r.ok()            ? wire::ResponseStatus::Ok
+                                          : r.request_error ? wire::ResponseStatus::RequestError
+                                                            : wire::ResponseStatus::Failed;
       std::string answer;
       try {
-        answer = wire::encode_response(id, r.ok(), r.error, r.error_executor, r.docs);
+        answer = wire::encode_response(id, status, r.error, r.error_executor, r.docs, version);
       } catch (const std::exception& e) {
-        answer = wire::encode_response(id, false, fmt::format("cannot encode the answer: {}", e.what()),
-                                       self->server_.executor, DocumentArray());
+        answer = wire::encode_response(id, wire::ResponseStatus::Failed,
+                                       fmt::format("cannot encode the answer: {}", e.what()), self->server_.executor,
+                                       DocumentArray(), version);
       }
       asio::post(self->strand_,
                  [self, answer = std::move(answer), count]() mutable { self->answered(std::move(answer), count); });
@@ -257,7 +269,8 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
     } catch (const std::exception& e) {  // the flow is closing
       --in_flight_;
       --server_.in_flight;
-      send(wire::encode_response(id, false, e.what(), server_.executor, DocumentArray()));
+      send(wire::encode_response(id, wire::ResponseStatus::Failed, e.what(), server_.executor, DocumentArray(),
+                                 version_));
     }
   }
 
@@ -335,6 +348,7 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
   remote::FrameBody body_;
   std::deque<std::string> writes_;
   std::atomic<std::uint64_t> in_flight_{0};
+  std::uint16_t version_ = wire::kVersion;  // the connection's, chosen by hello()
   bool greeted_ = false, paused_ = false, writing_ = false, closing_ = false, closed_ = false, draining_ = false;
 };
 

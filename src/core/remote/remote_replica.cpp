@@ -157,16 +157,16 @@ struct RemoteHost::Io {
       switch (wire::frame_type(body.frame())) {
         case wire::FrameType::Welcome: {
           const wire::Welcome welcome = wire::decode_welcome(body.frame());
-          if (welcome.version != wire::kVersion) {
-            fail(mine,
-                 fmt::format("the server speaks protocol version {}, this flow {}", welcome.version, wire::kVersion));
+          if (welcome.version < wire::kMinVersion || welcome.version > wire::kVersion) {
+            fail(mine, fmt::format("the server chose protocol version {}, this flow speaks {}..{}", welcome.version,
+                                   wire::kMinVersion, wire::kVersion));
             return false;
           }
           if (!connected) {
             connected = true;
             timer.cancel();
             backoff = 100ms;
-            host.connected(mine);
+            host.connected(mine, welcome.version);
           }
           return true;
         }
@@ -319,13 +319,14 @@ std::string RemoteHost::label() const {
   return label_;
 }
 
-void RemoteHost::connected(std::uint64_t generation) {
+void RemoteHost::connected(std::uint64_t generation, std::uint16_t version) {
   {
     std::lock_guard lock(mutex_);
     if (!assigned_) return;  // released while connecting: the reset that follows closes it
     up_ = true;
     attempted_ = true;
     generation_ = generation;
+    version_ = version;
     if (ever_up_) reconnects_.fetch_add(1, std::memory_order_relaxed);
     if (ever_up_) spdlog::info("executor '{}': host {} is back", executor_, address_);
     ever_up_ = true;
@@ -377,7 +378,7 @@ RemoteHost::Wait RemoteHost::wait_up(const std::function<bool()>& stop) {
   return Wait::Up;
 }
 
-std::string RemoteHost::call(std::uint64_t id, std::string frame) {
+RemoteHost::Answer RemoteHost::call(std::uint64_t id, std::string frame) {
   // A flow's own worker (requeue_lost false) that is down is being restarted: wait for it (bounded by
   // remote.give_up) rather than hand the batch on, or a merged batch that crashed it would be merged and
   // crash a worker again and again; alone on the new worker, only the request that crashes fails.
@@ -390,6 +391,7 @@ std::string RemoteHost::call(std::uint64_t id, std::string frame) {
   }
   const std::string address = address_;
   const std::uint64_t generation = generation_;
+  const std::uint16_t version = version_;  // an answer comes on the connection its request went out on
   pending_.emplace(id, &pending);
   lock.unlock();
   asio::post(io_->io, [this, generation, f = std::make_shared<std::string>(std::move(frame))]() mutable {
@@ -400,7 +402,7 @@ std::string RemoteHost::call(std::uint64_t id, std::string frame) {
       pending.ready.wait_for(lock, options_.timeout, [&] { return pending.done || !pending.lost.empty(); });
   if (pending.done) {
     requests_.fetch_add(1, std::memory_order_relaxed);
-    return std::move(pending.answer);
+    return Answer{std::move(pending.answer), version};
   }
   pending_.erase(id);  // no answer may reach `pending` after this
   if (finished && !options_.requeue_lost)
@@ -445,8 +447,9 @@ RemoteHostStats RemoteHost::stats() const {
 
 std::string RemoteReplica::run(const std::string& endpoint, DocumentArray& docs,
                                const boost::json::object& parameters) {
+  request_error_ = false;
   const std::uint64_t id = host_.next_id();
-  std::string answer;
+  RemoteHost::Answer answer;
   try {
     answer = host_.call(
         id, wire::encode_request(id, endpoint, parameters.empty() ? "" : boost::json::serialize(parameters), docs));
@@ -460,12 +463,13 @@ std::string RemoteReplica::run(const std::string& endpoint, DocumentArray& docs,
   }
   wire::ResponseFrame response;
   try {
-    response = wire::decode_response(answer);
+    response = wire::decode_response(answer.frame, answer.version);
   } catch (const std::exception& e) {
     return fmt::format("host {} answered with a bad frame: {}", host_.address(), e.what());
   }
   docs = std::move(response.docs);
-  if (response.ok) return {};
+  if (response.ok()) return {};
+  request_error_ = response.status == wire::ResponseStatus::RequestError;
   return response.error_executor.empty() ? response.error : fmt::format("{} (on {})", response.error, host_.address());
 }
 

@@ -86,10 +86,15 @@ class RemoteHost {
   // has had no replica reachable for remote.give_up (GiveUp). Replica threads.
   Wait wait_up(const std::function<bool()>& stop);
 
+  // The answer frame to a call, and the protocol version of the connection it came on (decode with it).
+  struct Answer {
+    std::string frame;
+    std::uint16_t version = wire::kVersion;
+  };
   // Sends one request frame (its id from next_id()) and waits for the answer frame. Throws
   // runtime::ReplicaUnavailable when the host is or becomes lost, or the answer takes longer than
   // remote.timeout (the host is then lost too). Replica threads, concurrently.
-  std::string call(std::uint64_t id, std::string frame);
+  Answer call(std::uint64_t id, std::string frame);
   std::uint64_t next_id() { return next_id_.fetch_add(1, std::memory_order_relaxed); }
 
   bool up() const;
@@ -109,8 +114,8 @@ class RemoteHost {
   };
   friend struct Io;
 
-  void connected(std::uint64_t generation);  // I/O thread
-  void lost(const std::string& why);         // I/O thread: fails every waiting call
+  void connected(std::uint64_t generation, std::uint16_t version);  // I/O thread, after the Welcome
+  void lost(const std::string& why);                                // I/O thread: fails every waiting call
   void answered(std::uint64_t id, std::string frame);
   void end_drain_locked();  // a released slot whose last call ended: close its connection
 
@@ -126,8 +131,9 @@ class RemoteHost {
   std::condition_variable changed_;  // connected or lost (wait_up, start)
   bool up_ = false;
   bool ever_up_ = false;
-  bool attempted_ = false;        // the first connection attempt has ended
-  std::uint64_t generation_ = 0;  // counts connections; a call belongs to the one it was sent on
+  bool attempted_ = false;                  // the first connection attempt has ended
+  std::uint64_t generation_ = 0;            // counts connections; a call belongs to the one it was sent on
+  std::uint16_t version_ = wire::kVersion;  // the protocol version the server chose on that connection
   std::string last_error_;
   std::unordered_map<std::uint64_t, Pending*> pending_;
   std::atomic<std::uint64_t> next_id_{1};
@@ -181,12 +187,15 @@ class RemoteGroup {
   std::chrono::steady_clock::time_point none_up_since_{};  // epoch: some host was up at the last look
 };
 
-// A replica thread's view of one host: run() encodes the batch, calls the host and decodes the answer.
+// A replica thread's view of one host: run() encodes the batch, calls the host and decodes the answer. An
+// answer whose status is RequestError (the server's executor threw flowline::RequestError) fails the
+// request as the request's own, as a local replica's RequestError does (Response::request_error).
 class RemoteReplica final : public runtime::Replica {
  public:
   RemoteReplica(RemoteHost& host, RemoteGroup& group) : host_(host), group_(group) {}
   void open() override {}
   std::string run(const std::string& endpoint, DocumentArray& docs, const boost::json::object& parameters) override;
+  bool last_error_is_request_error() const override { return request_error_; }
   // The executor server's own executors close when that server stops; the outcome is not sent there.
   void close(RunOutcome) noexcept override {}
   runtime::Availability wait_available(const std::function<bool()>& stop) override;
@@ -195,6 +204,7 @@ class RemoteReplica final : public runtime::Replica {
  private:
   RemoteHost& host_;
   RemoteGroup& group_;
+  bool request_error_ = false;  // the last run()'s error is the request's own
 };
 
 }  // namespace flowline::remote

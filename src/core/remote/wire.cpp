@@ -297,11 +297,16 @@ std::string encode_request(std::uint64_t id, std::string_view endpoint, std::str
   return w.finish();
 }
 
-std::string encode_response(std::uint64_t id, bool ok, std::string_view error, std::string_view error_executor,
-                            const DocumentArray& docs) {
+ResponseStatus max_status(std::uint16_t version) noexcept {
+  return version >= 2 ? ResponseStatus::RequestError : ResponseStatus::Failed;
+}
+
+std::string encode_response(std::uint64_t id, ResponseStatus status, std::string_view error,
+                            std::string_view error_executor, const DocumentArray& docs, std::uint16_t version) {
+  if (status > max_status(version)) status = ResponseStatus::Failed;
   Writer w(FrameType::Response);
   w.u64(id);
-  w.u8(ok ? 0 : 1);
+  w.u8(static_cast<std::uint8_t>(status));
   w.str(error);
   w.str(error_executor);
   write_documents(w, docs, 0);
@@ -384,13 +389,14 @@ RequestFrame decode_request(std::string_view frame) {
   return out;
 }
 
-ResponseFrame decode_response(std::string_view frame) {
+ResponseFrame decode_response(std::string_view frame, std::uint16_t version) {
   Reader r = body(frame, FrameType::Response);
   ResponseFrame out;
   out.id = r.u64("id");
   const std::uint8_t status = r.u8("status");
-  if (status > 1) r.fail(fmt::format("unknown status {}", status));
-  out.ok = status == 0;
+  if (status > static_cast<std::uint8_t>(max_status(version)))
+    r.fail(fmt::format("unknown status {} (protocol version {})", status, version));
+  out.status = static_cast<ResponseStatus>(status);
   out.error = std::string(r.str("error"));
   out.error_executor = std::string(r.str("error_executor"));
   out.docs = read_documents(r, 0);

@@ -19,7 +19,11 @@
 
 namespace flowline::wire {
 
-inline constexpr std::uint16_t kVersion = 1;         // the protocol version this build speaks
+// The protocol versions this build speaks: it offers kMinVersion..kVersion in its Hello and, as a server,
+// answers with the highest version both sides speak. Version 2 added ResponseStatus::RequestError; a
+// version 1 peer reads it as Failed (encode_response downgrades it), so old peers keep working both ways.
+inline constexpr std::uint16_t kMinVersion = 1;
+inline constexpr std::uint16_t kVersion = 2;
 inline constexpr std::string_view kMagic = "FLWL";   // the first four bytes of a HELLO body
 inline constexpr std::size_t kLengthBytes = 4;       // the frame length prefix
 inline constexpr std::size_t kMaxDocumentDepth = 8;  // chunks of chunks ... deeper is refused
@@ -41,8 +45,17 @@ class WireError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// What a Response says of its request. The numbers are the wire's status byte.
+enum class ResponseStatus : std::uint8_t {
+  Ok = 0,            // the executor ran; the documents are its output
+  Failed = 1,        // the executor failed the request: the server's fault (HTTP 500, gRPC INTERNAL)
+  RequestError = 2,  // version 2: the request itself is wrong (flowline::RequestError: 422, INVALID_ARGUMENT)
+};
+// The highest status a peer speaking `version` reads.
+ResponseStatus max_status(std::uint16_t version) noexcept;
+
 struct Hello {
-  std::uint16_t min_version = kVersion;
+  std::uint16_t min_version = kMinVersion;
   std::uint16_t max_version = kVersion;
   std::string token;
 };
@@ -64,8 +77,9 @@ struct RequestFrame {
 
 struct ResponseFrame {
   std::uint64_t id = 0;
-  bool ok = true;              // false: the executor failed the request (not retried)
-  std::string error;           // when !ok
+  ResponseStatus status = ResponseStatus::Ok;  // not Ok: the request failed (not retried)
+  std::string error;                           // when !ok()
+  bool ok() const noexcept { return status == ResponseStatus::Ok; }
   std::string error_executor;  // when !ok
   DocumentArray docs;
 };
@@ -78,8 +92,10 @@ std::string encode_welcome(const Welcome& welcome);
 // read, not changed.
 std::string encode_request(std::uint64_t id, std::string_view endpoint, std::string_view parameters,
                            const DocumentArray& docs);
-std::string encode_response(std::uint64_t id, bool ok, std::string_view error, std::string_view error_executor,
-                            const DocumentArray& docs);
+// `version`: the connection's; a status that version does not have goes out as Failed.
+std::string encode_response(std::uint64_t id, ResponseStatus status, std::string_view error,
+                            std::string_view error_executor, const DocumentArray& docs,
+                            std::uint16_t version = kVersion);
 std::string encode_error(std::string_view message);
 std::string encode_ping(FrameType type, std::uint64_t nonce);  // Ping or Pong
 
@@ -92,7 +108,8 @@ FrameType frame_type(std::string_view frame);  // throws on an empty frame or an
 Hello decode_hello(std::string_view frame);
 Welcome decode_welcome(std::string_view frame);
 RequestFrame decode_request(std::string_view frame);
-ResponseFrame decode_response(std::string_view frame);
+// `version`: the connection's; a status above max_status(version) is a malformed frame.
+ResponseFrame decode_response(std::string_view frame, std::uint16_t version = kVersion);
 std::string decode_error(std::string_view frame);
 std::uint64_t decode_ping(std::string_view frame);  // Ping or Pong: the nonce
 // The id of a Request or Response frame, read without decoding its documents.

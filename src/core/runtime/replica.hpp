@@ -52,8 +52,8 @@ class Replica {
     return Availability::Ready;
   }
   virtual std::string unavailable_message() const { return {}; }
-  // Whether the last run()'s error is the request's own (the handler threw RequestError). A remote replica's
-  // errors arrive as text and count as the executor's.
+  // Whether the last run()'s error is the request's own (the handler threw RequestError; a remote
+  // replica's server said so in its answer's status).
   virtual bool last_error_is_request_error() const { return false; }
   // After the last batch, only when open() succeeded, with how the run ended (Executor::run_outcome()).
   // Never throws (failures are logged).

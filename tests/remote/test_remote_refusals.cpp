@@ -1,0 +1,219 @@
+// A remote executor's refusal of a request reaches the client as the request's own (issue 51): a
+// `flowline serve --executor` process runs a VectorIndex, a `flowline serve` gateway in front of it
+// reaches it through `hosts:`, and a client sends a bad request parameter over HTTP and gRPC. The wire's
+// version rule is checked on the same process: a version 1 client still reads the answer (as a failure).
+#include "child_process.hpp"
+#include "jina_grpc_call.hpp"
+#include "test_support.hpp"
+
+#include "remote/wire.hpp"
+
+#include <ATen/ATen.h>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <fmt/format.h>
+
+#include <cstring>
+#include <sstream>
+
+using namespace flowline;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+// `flowline serve FLOW ...` as a child process, its port (and gRPC port) read from its ready file.
+class Serve {
+ public:
+  Serve(const fs::path& dir, const std::string& name, const std::string& flow_yaml,
+        const std::vector<std::string>& extra) {
+    const fs::path flow = dir / (name + ".yml");
+    testing::write_text(flow, flow_yaml);
+    ready_ = dir / (name + ".port");
+    std::vector<std::string> args{FLOWLINE_LAUNCHER, "serve",        flow.string(), "--port", "0",
+                                  "--ready-file",    ready_.string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    process_ = std::make_unique<testing::ChildProcess>(args, dir / (name + ".log"));
+    port_ = static_cast<std::uint16_t>(testing::wait_for_port(*process_, ready_, 120s));
+    INFO(name << "'s output:\n" << process_->log());
+    REQUIRE(port_ != 0);
+  }
+  std::uint16_t port() const { return port_; }
+  // The second line of the ready file: the gRPC port (--grpc-port 0).
+  std::uint16_t grpc_port() const {
+    const std::string text = testing::read_text(ready_);
+    return static_cast<std::uint16_t>(std::stoi(text.substr(text.find('\n') + 1)));
+  }
+  std::string log() const { return process_->log(); }
+
+ private:
+  fs::path ready_;
+  std::unique_ptr<testing::ChildProcess> process_;
+  std::uint16_t port_ = 0;
+};
+
+struct Reply {
+  int status = 0;  // 0: no answer
+  std::string body;
+};
+
+// One HTTP/1.1 request to 127.0.0.1:port on its own connection, bounded by 30 s.
+Reply http_call(std::uint16_t port, http::verb verb, const std::string& target, const std::string& body = {}) {
+  asio::io_context io;
+  beast::tcp_stream stream(io);
+  http::request<http::string_body> request(verb, target, 11);
+  request.set(http::field::host, fmt::format("127.0.0.1:{}", port));
+  request.set(http::field::connection, "close");
+  if (!body.empty()) request.set(http::field::content_type, "application/json");
+  request.body() = body;
+  request.prepare_payload();
+  beast::flat_buffer buffer;
+  http::response<http::string_body> response;
+  beast::error_code failed;
+  stream.expires_after(30s);
+  stream.async_connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), [&](beast::error_code ec) {
+    if (ec) return void(failed = ec);
+    http::async_write(stream, request, [&](beast::error_code ec2, std::size_t) {
+      if (ec2) return void(failed = ec2);
+      http::async_read(stream, buffer, response, [&](beast::error_code ec3, std::size_t) { failed = ec3; });
+    });
+  });
+  io.run();
+  if (failed) return Reply{0, failed.message()};
+  return Reply{static_cast<int>(response.result_int()), response.body()};
+}
+
+// Jina's /post: one query with a 4-dimension embedding, to /search with `parameters`.
+std::string search_body(const std::string& parameters) {
+  return fmt::format(R"({{"data": [{{"id": "q", "embedding": [1, 0, 0.5, 0]}}], "exec_endpoint": "/search", )"
+                     R"("parameters": {}}})",
+                     parameters);
+}
+
+// The value of the first Prometheus sample of `name` whose line holds every one of `labels`; -1 if none.
+double metric(const std::string& metrics, const std::string& name, const std::vector<std::string>& labels) {
+  std::istringstream lines(metrics);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(name + "{", 0) != 0) continue;
+    bool all = true;
+    for (const auto& l : labels) all = all && line.find(l) != std::string::npos;
+    if (all) return std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return -1;
+}
+
+// A wire client speaking protocol versions min..max to an executor server: the handshake, then one request.
+struct WireClient {
+  WireClient(std::uint16_t port, std::uint16_t min_version, std::uint16_t max_version) : socket(io) {
+    socket.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+    asio::write(socket, asio::buffer(wire::encode_hello(wire::Hello{min_version, max_version, ""})));
+    welcome = wire::decode_welcome(read_frame());
+  }
+  std::string read_frame() {
+    unsigned char prefix[wire::kLengthBytes];
+    asio::read(socket, asio::buffer(prefix));
+    std::string body(wire::read_length(prefix, 1u << 30), '\0');
+    asio::read(socket, asio::buffer(body));
+    return body;
+  }
+  wire::ResponseFrame search(std::uint64_t id, const std::string& parameters) {
+    DocumentArray docs;
+    Document query("q");
+    query.embedding = at::tensor({1.0f, 0.0f, 0.5f, 0.0f});
+    docs.push_back(std::move(query));
+    asio::write(socket, asio::buffer(wire::encode_request(id, "/search", parameters, docs)));
+    return wire::decode_response(read_frame(), welcome.version);
+  }
+  asio::io_context io;
+  tcp::socket socket;
+  wire::Welcome welcome;
+};
+
+}  // namespace
+
+TEST_CASE("a remote executor's RequestError reaches the client as the request's own: HTTP 422 and gRPC, by name",
+          "[remote][gateway][params]") {
+  const auto dir = testing::scratch_dir("remote refusals");
+  Serve executor(dir, "executor", "executors:\n  - {name: idx, uses: VectorIndex, with: {dim: 4}}\n",
+                 {"--executor", "idx"});
+  const bool grpc = testing::jina_grpc_available();
+  std::vector<std::string> front_flags;
+  if (grpc) front_flags = {"--grpc-port", "0"};
+  Serve front(dir, "front",
+              fmt::format("executors:\n  - name: idx\n    hosts: [127.0.0.1:{}]\n    remote: {{timeout_ms: 30000}}\n",
+                          executor.port()),
+              front_flags);
+  INFO("the executor's output:\n" << executor.log() << "\nthe gateway's output:\n" << front.log());
+
+  // HTTP: a limit of 5.5 is the request's fault (422 naming the parameter), not the server's (500).
+  const Reply bad = http_call(front.port(), http::verb::post, "/post", search_body(R"({"limit": 5.5})"));
+  CHECK(bad.status == 422);
+  CHECK_THAT(bad.body, testing::contains("parameter 'limit': expected an integer"));
+  const Reply five = http_call(front.port(), http::verb::post, "/post", search_body(R"({"limit": 5.0})"));
+  CHECK(five.status == 200);
+  const Reply next = http_call(front.port(), http::verb::post, "/post", search_body(R"({"limit": 2})"));
+  CHECK(next.status == 200);
+  CHECK_THAT(next.body, testing::contains(R"("id":"q")"));
+
+  if (grpc) {
+    // gRPC answers an executor's failure in Jina's shape (header status ERROR, the stream goes on); the
+    // gateway counts this one as the request's own, which only the wire's status can have told it.
+    const auto refused =
+        testing::jina_grpc_call(front.grpc_port(), "/search", R"({"limit": 5.5})", "q", {1.0f, 0.0f, 0.5f, 0.0f}, 30s);
+    INFO("gRPC: code " << refused.grpc_code << " " << refused.grpc_message << "; " << refused.description);
+    CHECK(refused.grpc_code == 0);
+    CHECK(refused.header_error);
+    CHECK_THAT(refused.description, testing::contains("parameter 'limit': expected an integer"));
+    const auto answered =
+        testing::jina_grpc_call(front.grpc_port(), "/search", R"({"limit": 2})", "q", {1.0f, 0.0f, 0.5f, 0.0f}, 30s);
+    CHECK(answered.grpc_code == 0);
+    CHECK_FALSE(answered.header_error);
+    CHECK(answered.documents == 1);
+  }
+  const std::string metrics = http_call(front.port(), http::verb::get, "/metrics").body;
+  INFO(metrics);
+  CHECK(metric(metrics, "flowline_requests_total", {R"(front="http")", R"(outcome="bad_request")"}) == 1);
+  CHECK(metric(metrics, "flowline_requests_total", {R"(outcome="failed")"}) <= 0);
+  if (grpc) CHECK(metric(metrics, "flowline_requests_total", {R"(front="grpc")", R"(outcome="bad_request")"}) == 1);
+
+  // The wire itself: a version 2 client reads the refusal's kind; a version 1 client (an older flow) is
+  // answered version 1 and reads the same refusal as a failure, with its message.
+  WireClient current(executor.port(), wire::kMinVersion, wire::kVersion);
+  CHECK(current.welcome.version == wire::kVersion);
+  const wire::ResponseFrame kind = current.search(1, R"({"limit": 5.5})");
+  CHECK(kind.status == wire::ResponseStatus::RequestError);
+  CHECK_THAT(kind.error, testing::contains("parameter 'limit'"));
+  CHECK(current.search(2, R"({"limit": 2})").status == wire::ResponseStatus::Ok);
+  WireClient old(executor.port(), 1, 1);
+  CHECK(old.welcome.version == 1);
+  const wire::ResponseFrame text_only = old.search(1, R"({"limit": 5.5})");
+  CHECK(text_only.status == wire::ResponseStatus::Failed);
+  CHECK_THAT(text_only.error, testing::contains("parameter 'limit'"));
+}
+
+TEST_CASE("a Response's status survives the wire by protocol version: RequestError is version 2's", "[remote][wire]") {
+  const DocumentArray none;
+  const auto body = [](const std::string& frame) { return frame.substr(wire::kLengthBytes); };
+  const std::string v2 = body(wire::encode_response(7, wire::ResponseStatus::RequestError, "bad limit", "idx", none));
+  CHECK(wire::decode_response(v2).status == wire::ResponseStatus::RequestError);
+  CHECK_THROWS_WITH(wire::decode_response(v2, 1), testing::contains("unknown status 2 (protocol version 1)"));
+  const std::string v1 =
+      body(wire::encode_response(7, wire::ResponseStatus::RequestError, "bad limit", "idx", none, 1));
+  const wire::ResponseFrame old = wire::decode_response(v1, 1);
+  CHECK(old.status == wire::ResponseStatus::Failed);
+  CHECK(old.error == "bad limit");
+  CHECK(old.error_executor == "idx");
+  CHECK(wire::decode_response(v1).status == wire::ResponseStatus::Failed);  // a newer peer reads version 1's too
+  std::string unknown = v2;
+  unknown[1 + 8] = 3;  // after the type byte and the id
+  CHECK_THROWS_WITH(wire::decode_response(unknown), testing::contains("unknown status 3 (protocol version 2)"));
+}
