@@ -47,7 +47,7 @@ APT_PACKAGES=(build-essential cmake ninja-build ccache git python3 python3-venv 
   libyaml-cpp-dev libboost1.81-dev libboost-json1.81-dev libfmt-dev libspdlog-dev libcli11-dev catch2
   libutf8proc-dev libpcre2-dev libstb-dev clang-format-14 prometheus-cpp-dev prometheus clang-14 libclang-rt-14-dev libjemalloc-dev libdragonbox-dev
   libhnswlib-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libpq-dev
-  pkg-config libjpeg62-turbo-dev libspng-dev libwebp-dev)
+  pkg-config libjpeg62-turbo-dev libspng-dev libwebp-dev libssl-dev)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -1,6 +1,7 @@
 // Jina's, OpenAI's and TEI's request and response bodies (protocols.hpp).
 #include "protocols.hpp"
 
+#include "flowline/images.hpp"
 #include "flowline/io.hpp"
 
 #include <ATen/core/Tensor.h>
@@ -478,6 +479,27 @@ EmbeddingsCall parse_cohere_embed(const json::value& body, std::string endpoint,
   return out;
 }
 
+namespace {
+
+// Cohere's `images`: each embedded image's width, height, format and bit depth, from its header (the request's
+// data URI, decoded again: the flow's documents keep the uri, not the bytes).
+void append_cohere_images(std::string& out, const std::vector<const Document*>& docs) {
+  out += ",\"images\":[";
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    images::ImageInfo info;
+    try {
+      info = images::image_info(images::image_bytes(*docs[i], images::ImageSourcePolicy{}));
+    } catch (const std::exception& e) {
+      throw plain_error(500, "server_error", fmt::format("image {} cannot be described: {}", i, e.what()));
+    }
+    out += fmt::format("{}{{\"width\":{},\"height\":{},\"format\":\"{}\",\"bit_depth\":{}}}", i ? "," : "", info.width,
+                       info.height, images::format_name(info.format), info.bit_depth);
+  }
+  out += ']';
+}
+
+}  // namespace
+
 std::string cohere_embed_response(const EmbeddingsCall& call, const DocumentArray& flow_docs) {
   const std::vector<const Document*> docs = by_input(call.input_ids, flow_docs);
   std::string out;
@@ -502,6 +524,7 @@ std::string cohere_embed_response(const EmbeddingsCall& call, const DocumentArra
     append_json_floats(out, row.data_ptr<float>(), static_cast<std::size_t>(row.numel()));
   }
   out += "]}";
+  if (call.cohere_images) append_cohere_images(out, docs);
   if (!call.cohere_images) {
     out += ",\"texts\":[";
     for (std::size_t i = 0; i < docs.size(); ++i) {

@@ -1,8 +1,9 @@
 // Where a document's image comes from (flowline/images.hpp): its blob, a data: URI, or a local file under the
 // policy's roots. Paths are canonicalised (symlinks and `..` resolved) before the root check, so neither a
-// `..` nor a symlink inside a root leads out of it. http(s) fetching is not implemented: such URIs are refused
-// with a message saying so, whatever the policy.
+// `..` nor a symlink inside a root leads out of it. http(s) URIs are fetched by http.cpp when the policy allows.
 #include "flowline/images.hpp"
+
+#include "http.hpp"
 
 #include "flowline/error.hpp"
 
@@ -10,11 +11,13 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cctype>
 #include <fstream>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <thread>
 
 namespace flowline::images {
 
@@ -153,12 +156,48 @@ Bytes local_file_bytes(const Document& doc, const fs::path& path, const ImageSou
   return bytes;
 }
 
+bool is_http_scheme(std::string_view scheme) {
+  return (scheme.size() == 4 && starts_with_nocase(scheme, "http")) ||
+         (scheme.size() == 5 && starts_with_nocase(scheme, "https"));
+}
+
 }  // namespace
+
+bool is_http_image(const Document& doc) { return doc.blob.empty() && is_http_scheme(scheme_of(doc.uri)); }
+
+std::vector<FetchedImage> fetch_http_images(std::span<const Document* const> docs, const ImageSourcePolicy& policy) {
+  std::vector<FetchedImage> out(docs.size());
+  std::vector<std::size_t> todo;
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    if (is_http_image(*docs[i])) todo.push_back(i);
+  }
+  std::atomic<std::size_t> next{0};
+  // Each worker takes the next document until none is left; image_bytes() throws only InputError for a
+  // document's failure, anything else (bad_alloc) is kept as that document's error too.
+  auto work = [&] {
+    for (std::size_t k = next++; k < todo.size(); k = next++) {
+      FetchedImage& result = out[todo[k]];
+      result.fetched = true;
+      try {
+        result.bytes = image_bytes(*docs[todo[k]], policy);
+      } catch (const std::exception& e) {
+        result.error = e.what();
+      }
+    }
+  };
+  const std::size_t workers = std::min(todo.size(), std::max<std::size_t>(1, policy.http_in_flight));
+  std::vector<std::jthread> threads;
+  for (std::size_t w = 1; w < workers; ++w) threads.emplace_back(work);
+  if (workers > 0) work();
+  return out;
+}
 
 bool has_image(const Document& doc) {
   if (!doc.blob.empty()) return true;
   if (doc.uri.empty()) return false;
   if (starts_with_nocase(doc.uri, "data:")) return starts_with_nocase(std::string_view(doc.uri).substr(5), "image/");
+  // Only the server knows what an http(s) uri holds; without an extension or a mime_type it is taken for an image.
+  if (is_http_scheme(scheme_of(doc.uri))) return true;
   return starts_with_nocase(doc.mime_type, "image/") || has_image_extension(doc.uri);
 }
 
@@ -177,15 +216,16 @@ Bytes image_bytes(const Document& doc, const ImageSourcePolicy& policy) {
     if (rest.empty() || rest[0] != '/') refuse(doc, "file: URI names another host (expected file:///absolute/path)");
     return local_file_bytes(doc, fs::path(percent_decode(doc, rest)), policy);
   }
-  if ((starts_with_nocase(scheme, "http") && scheme.size() == 4) ||
-      (starts_with_nocase(scheme, "https") && scheme.size() == 5)) {
+  if (is_http_scheme(scheme)) {
     if (!policy.allow_http)
       refuse(doc, fmt::format("{} URI refused: fetching images over http(s) is off (send the bytes as a blob or "
-                              "a data: URI)",
+                              "a data: URI, or set allow_http in the flow)",
                               scheme));
-    refuse(doc, fmt::format("{} URI refused: fetching images over http(s) is not implemented yet (send the bytes "
-                            "as a blob or a data: URI)",
-                            scheme));
+    try {
+      return detail::fetch_http(uri, policy);
+    } catch (const detail::FetchError& e) {
+      refuse(doc, fmt::format("cannot fetch '{}': {}", uri, e.what()));
+    }
   }
   refuse(doc,
          fmt::format("URI scheme '{}' is not supported (expected a blob, data:, file:// or a local path)", scheme));

@@ -303,7 +303,8 @@ TEST_CASE("a served flow reads no local path outside allowed_uri_roots, flowline
 }
 
 TEST_CASE("Jina's /post with image documents reaches the ClipEncoder through the gateway", "[clip_encoder][gateway]") {
-  clip_encoder::register_clip_encoder(Registry::global());  // the gateway reads endpoints from the global registry
+  // The gateway reads endpoints from the global registry; test_clip_encoder_http.cpp may have registered it already.
+  if (!Registry::global().find_registered("ClipEncoder")) clip_encoder::register_clip_encoder(Registry::global());
   const Goldens g = read_goldens("clip");
   Flow flow;
   flow.add({.name = "clip",
@@ -359,6 +360,9 @@ TEST_CASE("Jina's /post with image documents reaches the ClipEncoder through the
   const auto cohere_answer = cohere.json().as_object();
   CHECK(cohere_answer.at("response_type").as_string() == "embeddings_by_type");
   CHECK(cohere_answer.at("meta").at("billed_units").at("images").as_int64() == 1);
+  // Cohere's per-image metadata: g.images[1] is gray-24x64.png, 8-bit grey.
+  CHECK(boost::json::serialize(cohere_answer.at("images")) ==
+        R"([{"width":24,"height":64,"format":"png","bit_depth":8}])");
   const auto& cohere_rows = cohere_answer.at("embeddings").at("float").as_array();
   REQUIRE(cohere_rows.size() == 1);
   std::vector<float> c;

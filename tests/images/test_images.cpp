@@ -148,13 +148,15 @@ std::string base64(const Bytes& bytes) {
 
 }  // namespace
 
-TEST_CASE("has_image is true for a blob, an image data: URI or an image file, not for text", "[images]") {
+TEST_CASE("has_image is true for a blob, an image data: URI, an http(s) URI or an image file, not for text",
+          "[images]") {
   Document blob;
   blob.blob = {1, 2, 3};
   CHECK(images::has_image(blob));
   CHECK(images::has_image(doc_with_uri("data:image/png;base64,iVBORw0KGgo=")));
   CHECK(images::has_image(doc_with_uri("/photos/cat.JPG")));
   CHECK(images::has_image(doc_with_uri("https://example.com/a.webp?size=2")));
+  CHECK(images::has_image(doc_with_uri("http://example.com/photo?id=3")));  // only the server knows
   Document typed = doc_with_uri("/photos/cat");
   typed.mime_type = "image/jpeg";
   CHECK(images::has_image(typed));
@@ -195,16 +197,15 @@ TEST_CASE("image_bytes reads a blob, a base64 data: URI and files under the allo
   CHECK_THAT(refused(inside), testing::contains("more than the limit of 100"));
 }
 
-TEST_CASE("image_bytes refuses http(s), other schemes and bad data: URIs, naming the document", "[images]") {
+TEST_CASE("image_bytes refuses http(s) unless allowed, other schemes and bad data: URIs, naming the document",
+          "[images]") {
   images::ImageSourcePolicy policy;
   const auto refused = [&](const std::string& uri) {
     return input_error([&] { images::image_bytes(doc_with_uri(uri), policy); });
   };
   CHECK(refused("https://example.com/cat.jpg") ==
         "document 'd1': https URI refused: fetching images over http(s) is off (send the bytes as a blob or a data: "
-        "URI)");
-  policy.allow_http = true;
-  CHECK_THAT(refused("http://example.com/cat.jpg"), testing::contains("is not implemented yet"));
+        "URI, or set allow_http in the flow)");
   CHECK_THAT(refused("s3://bucket/cat.jpg"), testing::contains("URI scheme 's3' is not supported"));
   CHECK_THAT(refused("data:text/plain;base64,aGk="), testing::contains("is not an image"));
   CHECK_THAT(refused("data:image/png,raw"), testing::contains("is not base64"));

@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -85,10 +86,21 @@ class ClipEncoder : public Executor {
                              "folders a document's local path or file:// uri may name, for a served flow too "
                              "(relative ones: to the working folder). `flowline run` reads any local path its "
                              "input names; a served flow reads none outside these"),
-         ParamSpec::optional(
-             "allow_http", ParamType::Bool, false,
-             "fetch http(s) uris (bounded by max_image_bytes and 10 s) once flowline::images fetches; today "
-             "refused either way, the message saying which"),
+         ParamSpec::optional("allow_http", ParamType::Bool, false,
+                             "fetch http(s) uris (a served flow then downloads what its clients name: bounded by "
+                             "max_image_bytes and the http_ parameters, public addresses only unless "
+                             "http_allow_private_addresses)"),
+         ParamSpec::optional("http_timeout", ParamType::Double, 10.0,
+                             "seconds one download may take in all, redirects included")
+             .min(0.001),
+         ParamSpec::optional("http_connect_timeout", ParamType::Double, 5.0,
+                             "seconds for a download's name lookup, connect and TLS handshake")
+             .min(0.001),
+         ParamSpec::optional("http_max_redirects", ParamType::Int, 5, "redirects one download may follow").min(0),
+         ParamSpec::optional("http_in_flight", ParamType::Int, 8, "downloads at once per replica").min(1),
+         ParamSpec::optional("http_allow_private_addresses", ParamType::Bool, false,
+                             "let downloads reach loopback, private and link-local addresses (off: a client cannot "
+                             "make a served flow fetch from the server's own network)"),
          ParamSpec::optional("max_image_bytes", ParamType::Int, 64 << 20,
                              "the most bytes an image file, data: uri or download may have")
              .min(1),
@@ -147,6 +159,14 @@ class ClipEncoder : public Executor {
     }
     policy.any_local_path = runtime().local_input_files;
     policy.allow_http = params().get<bool>("allow_http");
+    const auto ms = [&](const char* name) {
+      return std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(params().get<double>(name) * 1000)));
+    };
+    policy.http_timeout = ms("http_timeout");
+    policy.http_connect_timeout = ms("http_connect_timeout");
+    policy.http_max_redirects = params().get<int>("http_max_redirects");
+    policy.http_in_flight = params().get<std::size_t>("http_in_flight");
+    policy.allow_private_addresses = params().get<bool>("http_allow_private_addresses");
     policy.max_bytes = params().get<std::size_t>("max_image_bytes");
     decode_.limits.max_pixels = params().get<std::uint64_t>("max_image_pixels");
     decode_.threads = params().get<std::size_t>("decode_threads");

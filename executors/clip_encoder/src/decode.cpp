@@ -21,13 +21,19 @@ std::optional<Modality> modality_of(const Document& doc) {
 namespace {
 
 // image_bytes() names the document in its errors; decode_image() does not know it.
-std::string decode_one(const Document& doc, const DecodeSettings& settings, images::Image& out) {
-  Bytes fetched;
+// `fetched` is the document's download when it is an http(s) one (already named in its error).
+std::string decode_one(const Document& doc, const images::FetchedImage& fetched, const DecodeSettings& settings,
+                       images::Image& out) {
+  Bytes read;
   std::span<const std::uint8_t> bytes = doc.blob;
+  if (fetched.fetched) {
+    if (!fetched.error.empty()) return fetched.error;
+    bytes = fetched.bytes;
+  }
   try {
     if (bytes.empty()) {
-      fetched = images::image_bytes(doc, settings.policy);
-      bytes = fetched;
+      read = images::image_bytes(doc, settings.policy);
+      bytes = read;
     }
   } catch (const std::exception& e) {
     return e.what();
@@ -47,13 +53,15 @@ void decode_slice(std::span<const Document* const> docs, const DecodeSettings& s
   const std::size_t n = docs.size();
   out.assign(n, images::Image{});
   failures.assign(n, std::string());
+  // Downloads first, several at once on threads of their own (they wait on the network, not the CPU).
+  const std::vector<images::FetchedImage> fetched = images::fetch_http_images(docs, settings.policy);
   const std::size_t chunks = std::max<std::size_t>(1, std::min(settings.threads, n));
   const std::size_t per_chunk = n == 0 ? 0 : (n + chunks - 1) / chunks;
   // One task per chunk, grain 1: at most `chunks` threads decode at once, each its own range of images.
   at::parallel_for(0, static_cast<std::int64_t>(chunks), 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t c = begin; c < end; ++c) {
       const std::size_t first = static_cast<std::size_t>(c) * per_chunk, last = std::min(n, first + per_chunk);
-      for (std::size_t i = first; i < last; ++i) failures[i] = decode_one(*docs[i], settings, out[i]);
+      for (std::size_t i = first; i < last; ++i) failures[i] = decode_one(*docs[i], fetched[i], settings, out[i]);
     }
   });
 }

@@ -27,9 +27,10 @@ struct DecodeSettings {
 };
 
 // Reads and decodes docs[i]'s image into out[i] for every i, spread over settings.threads threads of ATen's
-// pool. A document that fails leaves out[i] empty and failures[i] set to "document 'ID': why"; the others are
-// decoded regardless. `out` and `failures` are resized to docs.size(). Called by one replica thread at a time
-// per output (it keeps no state).
+// pool; http(s) images are downloaded first, settings.policy.http_in_flight at once (images::fetch_http_images). A
+// document that fails leaves out[i] empty and failures[i] set to "document 'ID': why"; the others are decoded
+// regardless. `out` and `failures` are resized to docs.size(). Called by one replica thread at a time per output (it
+// keeps no state).
 void decode_slice(std::span<const Document* const> docs, const DecodeSettings& settings,
                   std::vector<images::Image>& out, std::vector<std::string>& failures);
 

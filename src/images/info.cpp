@@ -1,0 +1,86 @@
+// image_info (flowline/images.hpp): a file's format, size and bit depth from its header alone, for answers that
+// describe images without decoding them (Cohere's /v2/embed `images`). JPEG: the first start-of-frame marker;
+// PNG: IHDR; WebP: libwebp's bitstream features.
+#include "decoders.hpp"
+
+#include "flowline/error.hpp"
+
+#include <webp/decode.h>
+
+namespace flowline::images {
+
+namespace {
+
+std::uint32_t be16(std::span<const std::uint8_t> b, std::size_t at) { return (std::uint32_t{b[at]} << 8) | b[at + 1]; }
+std::uint32_t be32(std::span<const std::uint8_t> b, std::size_t at) { return (be16(b, at) << 16) | be16(b, at + 2); }
+
+ImageInfo jpeg_info(std::span<const std::uint8_t> b) {
+  std::size_t at = 2;
+  while (at + 4 <= b.size()) {
+    if (b[at] != 0xff) detail::fail("JPEG", "corrupt data (no marker where one was expected)");
+    const std::uint8_t marker = b[at + 1];
+    if (marker == 0xff) {  // fill byte
+      ++at;
+      continue;
+    }
+    if (marker == 0x01 || (marker >= 0xd0 && marker <= 0xd7)) {  // markers without a length
+      at += 2;
+      continue;
+    }
+    const std::uint32_t length = be16(b, at + 2);
+    const bool frame = marker >= 0xc0 && marker <= 0xcf && marker != 0xc4 && marker != 0xc8 && marker != 0xcc;
+    if (frame) {
+      if (at + 10 > b.size()) break;
+      return {ImageFormat::jpeg, be16(b, at + 7), be16(b, at + 5), static_cast<std::uint32_t>(b[at + 4]) * b[at + 9]};
+    }
+    if (length < 2) detail::fail("JPEG", "corrupt data (a segment shorter than its length field)");
+    at += 2 + length;
+  }
+  detail::fail("JPEG", "truncated (the data ends before the frame header)");
+}
+
+ImageInfo png_info(std::span<const std::uint8_t> b) {
+  if (b.size() < 26 || b[12] != 'I' || b[13] != 'H' || b[14] != 'D' || b[15] != 'R')
+    detail::fail("PNG", "truncated or invalid (no IHDR chunk first)");
+  static constexpr std::uint32_t channels[7] = {1, 0, 3, 1, 2, 0, 4};  // by colour type; 1 and 5 do not exist
+  const std::uint8_t type = b[25];
+  if (type > 6 || channels[type] == 0) detail::fail("PNG", "invalid colour type");
+  return {ImageFormat::png, be32(b, 16), be32(b, 20), std::uint32_t{b[24]} * channels[type]};
+}
+
+ImageInfo webp_info(std::span<const std::uint8_t> b) {
+  WebPBitstreamFeatures features{};
+  if (WebPGetFeatures(b.data(), b.size(), &features) != VP8_STATUS_OK) detail::fail("WebP", "invalid or truncated");
+  return {ImageFormat::webp, static_cast<std::uint32_t>(features.width), static_cast<std::uint32_t>(features.height),
+          features.has_alpha ? 32u : 24u};
+}
+
+}  // namespace
+
+std::string_view format_name(ImageFormat format) {
+  switch (format) {
+    case ImageFormat::jpeg:
+      return "jpeg";
+    case ImageFormat::png:
+      return "png";
+    case ImageFormat::webp:
+      return "webp";
+  }
+  return "unknown";
+}
+
+ImageInfo image_info(std::span<const std::uint8_t> bytes) {
+  const auto format = sniff_format(bytes);
+  if (!format) throw InputError({}, "image: unknown format (expected JPEG, PNG or WebP)");
+  switch (*format) {
+    case ImageFormat::jpeg:
+      return jpeg_info(bytes);
+    case ImageFormat::png:
+      return png_info(bytes);
+    case ImageFormat::webp:
+      return webp_info(bytes);
+  }
+  throw InputError({}, "image: unknown format");
+}
+
+}  // namespace flowline::images
