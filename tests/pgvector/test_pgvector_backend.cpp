@@ -17,6 +17,7 @@
 #include <ATen/ATen.h>
 #include <boost/json.hpp>
 
+#include <chrono>
 #include <cmath>
 
 using namespace flowline;
@@ -277,4 +278,26 @@ TEST_CASE("a pgvector VectorIndex says authentication failed for a wrong passwor
     CHECK_THAT(e.what(), !testing::contains("wrong-secret"));
   }
   ::unsetenv("PGPASSWORD");
+}
+
+TEST_CASE(
+    "a pgvector VectorIndex connects again when its connection is cut, and stops a statement at "
+    "statement_timeout",
+    "[pgvector]") {
+  PgServer server;
+  REQUIRE_SERVER(server);
+  fill(server, "items", corpus(20, 8));
+  testing::ExecutorRunner pg(registry(), "VectorIndex", pg_index(server, "items"));
+  CHECK(pg.post("/search", queries(1, 8))[0].matches.size() == 10);
+  CHECK(server.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'flowline'") ==
+        std::vector<std::string>{"t"});
+  CHECK(pg.post("/search", queries(1, 8))[0].matches.size() == 10);  // redone on a new connection
+  // A view whose every read sleeps 3 s, searched with a statement_timeout of 1 s.
+  server.sql("CREATE VIEW slow AS SELECT items.* FROM items, (SELECT pg_sleep(3)) AS s");
+  testing::ExecutorRunner slow(registry(), "VectorIndex", pg_index(server, "slow", {{"statement_timeout", 1}}));
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(
+      slow.post("/search", queries(1, 8)),
+      testing::contains("searching table 'slow'") && testing::contains("canceling statement due to statement timeout"));
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::milliseconds(2500));
 }

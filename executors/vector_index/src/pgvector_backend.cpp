@@ -189,10 +189,20 @@ class PgVectorBackend : public DocumentBackend {
   PgVectorBackend(PgOptions options, Metric metric) : options_(std::move(options)), metric_(metric) {
     connect();
     check_table();
+    spdlog::info("backend 'pgvector': table {} ({}), metric {}, on PostgreSQL ({})", options_.table,
+                 dim_ ? fmt::format("vector({})", dim_) : std::string("vector"), metric_name(metric_), conn_->target());
   }
 
   void search(DocumentArray& queries, std::size_t limit, const json::value* filter, bool with_embeddings) override {
-    ensure_connected();
+    redo_if_lost([&] { search_once(queries, limit, filter, with_embeddings); });
+  }
+
+  void handle(std::string_view endpoint, DocumentArray& docs) override {
+    redo_if_lost([&] { handle_once(endpoint, docs); });
+  }
+
+ private:
+  void search_once(DocumentArray& queries, std::size_t limit, const json::value* filter, bool with_embeddings) {
     std::vector<pg::PgParam> params{pg::PgParam{}};  // $1: the query, set per query
     std::string where = fmt::format("{} IS NOT NULL", q(options_.embedding));
     if (filter) where += " AND " + FilterSql(options_, params).condition(*filter, "parameter 'filter'");
@@ -224,8 +234,7 @@ class PgVectorBackend : public DocumentBackend {
     for (std::size_t i = 0; i < queries.size(); ++i) queries[i].matches = matches_of(results[i], with_embeddings);
   }
 
-  void handle(std::string_view endpoint, DocumentArray& docs) override {
-    ensure_connected();
+  void handle_once(std::string_view endpoint, DocumentArray& docs) {
     if (endpoint == "/status") return status(docs);
     conn_->exec("BEGIN", "starting a transaction");
     try {
@@ -250,17 +259,30 @@ class PgVectorBackend : public DocumentBackend {
     }
   }
 
- private:
   void connect() {
     conn_ = pg::PgConnection::connect(options_.connect);
     conn_->exec(fmt::format("SET statement_timeout = {}", options_.statement_timeout_s * 1000),
                 "setting statement_timeout");
   }
 
-  void ensure_connected() {
-    if (conn_->ok()) return;
-    spdlog::warn("backend 'pgvector': the connection to PostgreSQL ({}) was lost; connecting again", conn_->target());
-    connect();
+  // Runs `request`; when it failed because the connection was lost (the server restarted, or cut an idle
+  // connection), connects again (bounded retries) and runs it once more. A search changes nothing; a write
+  // is one transaction, so the first try committed whole or not at all, and upserts and deletes by id redo
+  // to the same rows (a /delete redone after a lost COMMIT answers deleted: false for its rows).
+  template <class Request>
+  void redo_if_lost(Request request) {
+    for (int attempt = 0;; ++attempt) {
+      if (!conn_->ok()) {
+        spdlog::warn("backend 'pgvector': the connection to PostgreSQL ({}) was lost; connecting again",
+                     conn_->target());
+        connect();
+      }
+      try {
+        return request();
+      } catch (const Error&) {
+        if (conn_->ok() || attempt > 0) throw;
+      }
+    }
   }
 
   // The table as the flow expects it: pgvector installed, the table there, its columns of the right types.
