@@ -2,6 +2,7 @@
 // matches or tags, sorting and top_n, a checkpoint that is not a cross-encoder refused at validate time,
 // and the gateway's rerank routes (TEI's /rerank, Jina's and Cohere's /v1/rerank) over real sockets.
 #include "../gateway/gateway_fixtures.hpp"
+#include "executor_runner.hpp"
 
 #include "flowline/flow.hpp"
 #include "flowline/flow_config.hpp"
@@ -56,13 +57,14 @@ Pairs read_pairs() {
   return p;
 }
 
+// One query through a Reranker on the CPU, alone (no Flow: the harness checks the request's parameters as
+// a flow's replica does).
 DocumentArray rerank(const Document& query, boost::json::object with = {}, boost::json::object parameters = {}) {
   with["model"] = (kTiny / "bert-cross-encoder").string();
-  Flow flow(FlowOptions{}, reranker_registry());
-  flow.add({.name = "reranker", .uses = "Reranker", .with = with, .device = "cpu"});
+  testing::ExecutorRunner runner(reranker_registry(), "Reranker", with, RuntimeInfo{.name = "reranker"});
   DocumentArray docs;
   docs.push_back(query);
-  return flow.post("/rerank", std::move(docs), PostOptions{.parameters = parameters});
+  return runner.post("/rerank", std::move(docs), parameters);
 }
 
 Document query_with_tags(const Pairs& p) {
@@ -109,6 +111,19 @@ TEST_CASE("the reranker takes Jina's matches as candidates, keeps top_n and can 
   }
   // A request's top_n overrides the executor's.
   CHECK(rerank(q, {{"top_n", 2}}, {{"top_n", 4}})[0].matches.size() == 4);
+}
+
+TEST_CASE("a request's top_n is an integer: 5.0 is 5, while 5.5 and \"3\" are refused naming it",
+          "[reranker][params]") {
+  const Pairs p = read_pairs();
+  REQUIRE(p.documents.size() > 5);
+  CHECK(rerank(query_with_tags(p), {}, {{"top_n", 5.0}})[0].matches.size() == 5);  // as Jina's clients send 5
+  for (const boost::json::value& bad : {boost::json::value(5.5), boost::json::value("3")}) {
+    INFO(boost::json::serialize(bad));
+    CHECK_THROWS_AS(rerank(query_with_tags(p), {}, {{"top_n", bad}}), RequestError);
+    CHECK_THROWS_WITH(rerank(query_with_tags(p), {}, {{"top_n", bad}}),
+                      testing::contains("parameter 'top_n': expected an integer"));
+  }
 }
 
 TEST_CASE("a sentence embedding checkpoint given to the Reranker is refused at validate time", "[reranker]") {
@@ -294,11 +309,10 @@ std::vector<float> scores_by_index(const DocumentArray& out) {
 
 DocumentArray rerank_model(const std::filesystem::path& model, const Document& query, boost::json::object with = {}) {
   with["model"] = model.string();
-  Flow flow(FlowOptions{}, reranker_registry());
-  flow.add({.name = "reranker", .uses = "Reranker", .with = with, .device = "cpu"});
+  testing::ExecutorRunner runner(reranker_registry(), "Reranker", with, RuntimeInfo{.name = "reranker"});
   DocumentArray docs;
   docs.push_back(query);
-  return flow.post("/rerank", std::move(docs));
+  return runner.post("/rerank", std::move(docs));
 }
 
 }  // namespace

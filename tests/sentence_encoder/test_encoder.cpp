@@ -1,4 +1,7 @@
 // Tests of the SentenceEncoder executor over flowline::models: goldens, batching, auto sizes, GPU, CUDA graphs.
+// A case about the encoder alone runs it through the harness (executor_runner.hpp, no Flow); the flow's
+// start, its stats, replicas and out-of-memory splitting are tested through a Flow.
+#include "executor_runner.hpp"
 #include "test_support.hpp"
 
 #include "flowline/device.hpp"
@@ -59,15 +62,24 @@ Registry& encoder_registry() {
   return *registry;
 }
 
-// Encodes texts through a one-executor flow and returns the embeddings in input order.
-at::Tensor encode_with_flow(const std::filesystem::path& model, const std::vector<std::string>& texts,
-                            boost::json::object with = {}, const std::string& device = "cpu") {
+// A SentenceEncoder named "encoder" on `device`, alone: its `with:` checked as a flow checks it.
+testing::ExecutorRunner encoder_alone(const std::filesystem::path& model, boost::json::object with = {},
+                                      const std::string& device = "cpu") {
   with["model"] = model.string();
-  Flow flow(FlowOptions{.request_size = 64}, encoder_registry());
-  flow.add({.name = "encoder", .uses = "SentenceEncoder", .with = with, .device = device});
+  return testing::ExecutorRunner(encoder_registry(), "SentenceEncoder", with,
+                                 RuntimeInfo{.name = "encoder", .device = c10::Device(device)});
+}
+
+DocumentArray text_docs(const std::vector<std::string>& texts) {
   DocumentArray docs;
   for (const auto& t : texts) docs.push_back(Document(t));
-  return flow.post("/encode", std::move(docs)).embeddings();
+  return docs;
+}
+
+// Encodes texts with one encoder (no Flow) and returns the embeddings in input order.
+at::Tensor encode_alone(const std::filesystem::path& model, const std::vector<std::string>& texts,
+                        boost::json::object with = {}, const std::string& device = "cpu") {
+  return encoder_alone(model, std::move(with), device).post("/encode", text_docs(texts)).embeddings();
 }
 
 // Cosine similarity of each row pair.
@@ -101,7 +113,7 @@ TEST_CASE("tiny BERT embeddings equal sentence-transformers for mean, CLS and ma
        {std::tuple{"mean_normalize", "mean", true}, std::tuple{"cls", "cls", false}, std::tuple{"max", "max", false}}) {
     INFO(key);
     const at::Tensor expected = golden_rows(goldens.get(key), kData / "tiny-bert-goldens/texts.jsonl");
-    const at::Tensor got = encode_with_flow(tiny_variant(key, pooling, normalize), texts);
+    const at::Tensor got = encode_alone(tiny_variant(key, pooling, normalize), texts);
     REQUIRE(got.sizes() == expected.sizes());
     CHECK(row_cosines(got, expected).min().item<double>() >= 0.99999);
     CHECK((got - expected).abs().max().item<float>() < 1e-4f);
@@ -110,9 +122,8 @@ TEST_CASE("tiny BERT embeddings equal sentence-transformers for mean, CLS and ma
 
 TEST_CASE("a document without text passes the encoder untouched, and the others are encoded as alone", "[encoder]") {
   const std::vector<std::string> texts{"one", "two words", "three little words"};
-  const at::Tensor alone = encode_with_flow(kData / "tiny-bert", texts);
-  Flow flow(FlowOptions{.request_size = 64}, encoder_registry());
-  flow.add({.name = "encoder", .uses = "SentenceEncoder", .with = {{"model", (kData / "tiny-bert").string()}}});
+  const at::Tensor alone = encode_alone(kData / "tiny-bert", texts);
+  auto encoder = encoder_alone(kData / "tiny-bert");
   DocumentArray docs;
   docs.push_back(Document(texts[0]));
   Document tags_only(Document::WithId{"kept"});  // a tags-only /update, say
@@ -122,7 +133,7 @@ TEST_CASE("a document without text passes the encoder untouched, and the others 
   docs.push_back(Document(texts[1]));
   docs.push_back(Document(""));
   docs.push_back(Document(texts[2]));
-  const DocumentArray out = flow.post("/encode", std::move(docs));
+  const DocumentArray out = encoder.post("/encode", std::move(docs));
   REQUIRE(out.size() == 5);
   CHECK(out[1].id == "kept");
   CHECK(out[1].tags.at("book").as_string() == "persuasion");
@@ -139,7 +150,7 @@ TEST_CASE("all-MiniLM-L6-v2 on the CPU in fp32 matches sentence-transformers for
   const at::Tensor expected = golden_rows(SafetensorsFile(kData / "goldens/embeddings.safetensors").get("embeddings"),
                                           kData / "goldens/embedding_texts.jsonl");
   REQUIRE(texts.size() == 521);
-  const at::Tensor got = encode_with_flow(kModel, texts, {{"batch_size", 32}});
+  const at::Tensor got = encode_alone(kModel, texts, {{"batch_size", 32}});
   const at::Tensor cos = row_cosines(got, expected);
   const double worst = cos.min().item<double>();
   INFO("worst cosine " << worst << " at text " << cos.argmin().item<int64_t>());
@@ -149,11 +160,11 @@ TEST_CASE("all-MiniLM-L6-v2 on the CPU in fp32 matches sentence-transformers for
 TEST_CASE("the encoder keeps input order whatever the batch size and token budget", "[encoder]") {
   const auto texts = read_texts(kData / "tiny-bert-goldens/texts.jsonl");
   const auto model = kData / "tiny-bert";
-  const at::Tensor reference = encode_with_flow(model, texts, {{"batch_size", 1}});
+  const at::Tensor reference = encode_alone(model, texts, {{"batch_size", 1}});
   for (int batch : {3, 16, 1000}) {
-    CHECK(at::allclose(encode_with_flow(model, texts, {{"batch_size", batch}}), reference, 1e-5, 1e-6));
+    CHECK(at::allclose(encode_alone(model, texts, {{"batch_size", batch}}), reference, 1e-5, 1e-6));
   }
-  CHECK(at::allclose(encode_with_flow(model, texts, {{"max_batch_tokens", 100}}), reference, 1e-5, 1e-6));
+  CHECK(at::allclose(encode_alone(model, texts, {{"max_batch_tokens", 100}}), reference, 1e-5, 1e-6));
 }
 
 TEST_CASE("unsupported model configs are rejected naming the file and key", "[encoder]") {
@@ -242,9 +253,9 @@ TEST_CASE("the encoder reports its tokens and largest forward pass in the flow's
 TEST_CASE("batch sizes 'auto' keep the defaults on the CPU, and a size that is neither is a config error",
           "[encoder]") {
   const auto texts = std::vector<std::string>{"one", "two words", "three little words"};
-  const at::Tensor fixed = encode_with_flow(kData / "tiny-bert", texts);
+  const at::Tensor fixed = encode_alone(kData / "tiny-bert", texts);
   const at::Tensor automatic =
-      encode_with_flow(kData / "tiny-bert", texts, {{"batch_size", "auto"}, {"max_batch_tokens", "auto"}});
+      encode_alone(kData / "tiny-bert", texts, {{"batch_size", "auto"}, {"max_batch_tokens", "auto"}});
   CHECK(at::allclose(fixed, automatic));
   const std::string yaml =
       "executors:\n  - name: enc\n    uses: SentenceEncoder\n    with:\n      model: m\n      batch_size: many\n";
@@ -295,7 +306,7 @@ TEST_CASE("all-MiniLM-L6-v2 on the GPU in fp16 and bf16 stays within the cosine 
   const at::Tensor expected = golden_rows(SafetensorsFile(kData / "goldens/embeddings.safetensors").get("embeddings"),
                                           kData / "goldens/embedding_texts.jsonl");
   for (const auto& [dtype, bound] : {std::pair{"fp32", 0.99999}, std::pair{"fp16", 0.999}, std::pair{"bf16", 0.995}}) {
-    const at::Tensor got = encode_with_flow(kModel, texts, {{"dtype", dtype}, {"batch_size", 128}}, "cuda");
+    const at::Tensor got = encode_alone(kModel, texts, {{"dtype", dtype}, {"batch_size", 128}}, "cuda");
     const double worst = row_cosines(got, expected).min().item<double>();
     WARN("GPU " << dtype << ": worst cosine " << worst << " over " << texts.size() << " texts");
     CHECK(worst >= bound);
@@ -358,8 +369,8 @@ TEST_CASE("on the CPU cuda_graphs and keep_on_device change nothing", "[encoder]
   std::vector<std::string> texts;
   for (int i = 0; i < 40; ++i)
     texts.push_back(std::string(static_cast<std::size_t>(i % 9 + 1), 'a') + " words " + std::to_string(i));
-  const at::Tensor reference = encode_with_flow(model, texts, {{"cuda_graphs", false}});
-  const at::Tensor got = encode_with_flow(model, texts, {{"cuda_graphs", true}, {"keep_on_device", true}});
+  const at::Tensor reference = encode_alone(model, texts, {{"cuda_graphs", false}});
+  const at::Tensor got = encode_alone(model, texts, {{"cuda_graphs", true}, {"keep_on_device", true}});
   CHECK(got.device().is_cpu());
   CHECK(at::equal(got, reference));
 }
@@ -393,7 +404,7 @@ TEST_CASE("on the GPU CUDA graphs give the eager passes' embeddings and count th
   for (const auto& t : texts) expected_tokens += tokenizer->encode(t, 256).size();
   for (const auto& [dtype, bound] : {std::pair{"fp16", 0.99999}, std::pair{"bf16", 0.9999}}) {
     const at::Tensor eager =
-        encode_with_flow(kModel, texts, {{"dtype", dtype}, {"batch_size", 64}, {"cuda_graphs", false}}, "cuda");
+        encode_alone(kModel, texts, {{"dtype", dtype}, {"batch_size", 64}, {"cuda_graphs", false}}, "cuda");
     Flow flow(FlowOptions{.request_size = 200}, encoder_registry());
     // Two replicas, each with its own graphs for passes of up to 2,048 tokens, sharing the weights.
     flow.add(
@@ -427,8 +438,8 @@ TEST_CASE("keep_on_device leaves the encoder's embeddings on its GPU, equal to t
           "[encoder][model][gpu]") {
   if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
   const auto texts = read_texts(kData / "goldens/embedding_texts.jsonl");
-  const at::Tensor on_host = encode_with_flow(kModel, texts, {{"dtype", "fp16"}}, "cuda");
-  const at::Tensor on_gpu = encode_with_flow(kModel, texts, {{"dtype", "fp16"}, {"keep_on_device", true}}, "cuda");
+  const at::Tensor on_host = encode_alone(kModel, texts, {{"dtype", "fp16"}}, "cuda");
+  const at::Tensor on_gpu = encode_alone(kModel, texts, {{"dtype", "fp16"}, {"keep_on_device", true}}, "cuda");
   CHECK(on_host.device().is_cpu());
   REQUIRE(on_gpu.device() == c10::Device(c10::kCUDA, 0));
   CHECK(at::equal(on_gpu.cpu(), on_host));
@@ -441,14 +452,7 @@ TEST_CASE("an XLM-RoBERTa checkpoint with a sentencepiece tokenizer.json encodes
   const auto tiny = std::filesystem::path(FLOWLINE_SOURCE_DIR) / "tests/data/tiny-models";
   const auto texts = read_texts(tiny / "xlm-roberta-unigram.texts.jsonl");
   const SafetensorsFile expected(tiny / "xlm-roberta-unigram.texts.safetensors");
-  Flow flow(FlowOptions{}, encoder_registry());
-  flow.add({.name = "encoder",
-            .uses = "SentenceEncoder",
-            .with = {{"model", (tiny / "xlm-roberta-unigram").string()}},
-            .device = "cpu"});
-  DocumentArray docs;
-  for (const auto& t : texts) docs.push_back(Document(t));
-  const at::Tensor got = flow.post("/encode", std::move(docs)).embeddings();
+  const at::Tensor got = encode_alone(tiny / "xlm-roberta-unigram", texts);
   REQUIRE(got.size(0) == static_cast<int64_t>(texts.size()));
   CHECK(row_cosines(got, golden_rows(expected.get("embeddings"), tiny / "xlm-roberta-unigram.texts.jsonl"))
             .min()
@@ -464,13 +468,9 @@ TEST_CASE("a Qwen3-Embedding-shaped checkpoint encodes texts as sentence-transfo
   const SafetensorsFile expected(tiny / "qwen3.texts.safetensors");
   for (const auto& [prompt_name, key] : {std::pair{"", "embeddings"}, std::pair{"query", "query"}}) {
     INFO("prompt_name " << prompt_name);
-    boost::json::object with{{"model", (tiny / "qwen3").string()}, {"batch_size", 8}};
+    boost::json::object with{{"batch_size", 8}};
     if (*prompt_name) with["prompt_name"] = prompt_name;
-    Flow flow(FlowOptions{}, encoder_registry());
-    flow.add({.name = "encoder", .uses = "SentenceEncoder", .with = with, .device = "cpu"});
-    DocumentArray docs;
-    for (const auto& t : texts) docs.push_back(Document(t));
-    const at::Tensor got = flow.post("/encode", std::move(docs)).embeddings();
+    const at::Tensor got = encode_alone(tiny / "qwen3", texts, with);
     REQUIRE(got.size(0) == static_cast<int64_t>(texts.size()));
     CHECK(row_cosines(got, golden_rows(expected.get(key), tiny / "qwen3.texts.jsonl")).min().item<double>() >= 0.99999);
   }
@@ -484,12 +484,9 @@ TEST_CASE("prompts are put before the texts as sentence-transformers does, per e
   const auto texts = read_texts(tiny / "bert-prompt-excluded.prompted.jsonl");
   const SafetensorsFile expected(tiny / "bert-prompt-excluded.prompted.safetensors");
   auto encode = [&](boost::json::object with, boost::json::object parameters) {
-    with["model"] = (tiny / "bert-prompt-excluded").string();
-    Flow flow(FlowOptions{}, encoder_registry());
-    flow.add({.name = "encoder", .uses = "SentenceEncoder", .with = with, .device = "cpu"});
-    DocumentArray docs;
-    for (const auto& t : texts) docs.push_back(Document(t));
-    return flow.post("/encode", std::move(docs), PostOptions{.parameters = parameters}).embeddings();
+    return encoder_alone(tiny / "bert-prompt-excluded", std::move(with))
+        .post("/encode", text_docs(texts), parameters)
+        .embeddings();
   };
   CHECK(row_cosines(encode({}, {}), expected.get("none")).min().item<double>() >= 0.99999);
   CHECK(row_cosines(encode({}, {{"prompt_name", "query"}}), expected.get("query")).min().item<double>() >= 0.99999);
@@ -505,17 +502,13 @@ TEST_CASE("prompts are put before the texts as sentence-transformers does, per e
 
 TEST_CASE("a request's dimensions keeps the first N values normalised again; more than the model has is refused",
           "[encoder][params]") {
-  Flow flow(FlowOptions{}, encoder_registry());
-  flow.add({.name = "encoder",
-            .uses = "SentenceEncoder",
-            .with = {{"model", (kData / "tiny-bert").string()}},
-            .device = "cpu"});
+  auto encoder = encoder_alone(kData / "tiny-bert");
   const auto post = [&](boost::json::object parameters) {
     DocumentArray docs;
     for (const char* t : {"Alice was beginning to get very tired", "of sitting by her sister on the bank", "x"}) {
       docs.push_back(Document(t));
     }
-    return flow.post("/encode", std::move(docs), PostOptions{.parameters = std::move(parameters)}).embeddings();
+    return encoder.post("/encode", std::move(docs), parameters).embeddings();
   };
   const at::Tensor full = post({}).to(at::kDouble);
   const at::Tensor eight = post({{"dimensions", 8.0}}).to(at::kDouble);  // Jina's clients send numbers as doubles
@@ -524,36 +517,23 @@ TEST_CASE("a request's dimensions keeps the first N values normalised again; mor
   const at::Tensor expected = kept / kept.norm(2, {1}, true);
   CHECK((eight - expected).abs().max().item<double>() < 1e-6);
   CHECK(post({{"dimensions", full.size(1)}}).size(1) == full.size(1));
-  ArraySource source([] {
-    DocumentArray docs;
-    docs.push_back(Document("a"));
-    return docs;
-  }());
-  std::vector<Response> answers;
-  flow.post(
-      "/encode", source, [&](Response&& r) { answers.push_back(std::move(r)); },
-      PostOptions{.parameters = {{"dimensions", 1000}}});
-  REQUIRE(answers.size() == 1);
-  CHECK(answers[0].request_error);
-  CHECK_THAT(answers[0].error,
-             testing::contains(fmt::format("parameter 'dimensions': 1000 is more than the model's embeddings have ({})",
-                                           full.size(1))));
+  // The request's own error (RequestError: 422 at a gateway), not the executor's.
+  CHECK_THROWS_AS(encoder.post("/encode", text_docs({"a"}), {{"dimensions", 1000}}), RequestError);
+  CHECK_THROWS_WITH(encoder.post("/encode", text_docs({"a"}), {{"dimensions", 1000}}),
+                    testing::contains(fmt::format(
+                        "parameter 'dimensions': 1000 is more than the model's embeddings have ({})", full.size(1))));
   CHECK_THROWS_WITH(post({{"dimensions", 2.5}}), testing::contains("parameter 'dimensions': expected an integer"));
 }
 
 TEST_CASE("normalize: false on a checkpoint that normalizes fails the start; true normalizes one that does not",
           "[encoder]") {
   // Checked once, when the executor is made, not on every request.
-  Flow flow(FlowOptions{}, encoder_registry());
-  flow.add({.name = "enc",
-            .uses = "SentenceEncoder",
-            .with = {{"model", tiny_variant("normalizing", "mean", true).string()}, {"normalize", false}},
-            .device = "cpu"});
-  CHECK_THROWS_WITH(flow.start(), testing::contains("parameter 'normalize': false cannot undo the Normalize module"));
+  CHECK_THROWS_WITH(encoder_alone(tiny_variant("normalizing", "mean", true), {{"normalize", false}}),
+                    testing::contains("parameter 'normalize': false cannot undo the Normalize module"));
   const std::vector<std::string> texts{"a short text", "another text that is a little longer than the first one"};
   const auto plain = tiny_variant("not normalizing", "mean", false);
-  const at::Tensor raw = encode_with_flow(plain, texts);
-  const at::Tensor normalized = encode_with_flow(plain, texts, {{"normalize", true}});
+  const at::Tensor raw = encode_alone(plain, texts);
+  const at::Tensor normalized = encode_alone(plain, texts, {{"normalize", true}});
   CHECK((raw.norm(2, {1}) - 1).abs().max().item<double>() > 1e-3);
   CHECK((normalized - raw / raw.norm(2, {1}, true)).abs().max().item<double>() < 1e-6);
 }
@@ -571,7 +551,7 @@ TEST_CASE("tokenizer_config.json's truncation_side left makes the encoder keep e
   const std::vector<std::string> texts{"Alice was beginning to get very tired of sitting by her sister on the bank",
                                        "and of having nothing to do", "once or twice she had peeped into the book"};
   const std::size_t max_length = 8;
-  const at::Tensor got = encode_with_flow(dir, texts, {{"max_seq_length", max_length}});
+  const at::Tensor got = encode_alone(dir, texts, {{"max_seq_length", max_length}});
   // The expectation from flowline itself: each text's full ids cut to their last max_length, as tokenizers
   // truncates from the left before the template's closing token.
   const auto tokenizer = models::Tokenizer::from_folder(tiny);
@@ -587,7 +567,7 @@ TEST_CASE("tokenizer_config.json's truncation_side left makes the encoder keep e
   const at::Tensor expected = model.encode(models::PackedBatch{ids, lengths});
   CHECK((got - expected).abs().max().item<double>() < 1e-6);
   // Truncated at the end instead (the default), the first text's embedding differs.
-  const at::Tensor right = encode_with_flow(tiny, texts, {{"max_seq_length", max_length}});
+  const at::Tensor right = encode_alone(tiny, texts, {{"max_seq_length", max_length}});
   CHECK((right[0] - expected[0]).abs().max().item<double>() > 1e-4);
   std::filesystem::remove_all(dir);
 }
