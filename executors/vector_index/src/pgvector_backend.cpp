@@ -434,8 +434,8 @@ class PgVectorBackend : public DocumentBackend {
 
 #endif
 
-std::optional<std::string> check_name(const json::value& v, bool table) {
-  const std::string_view name = v.as_string();
+std::optional<std::string> check_name(const json::value& v, [[maybe_unused]] bool table) {
+  [[maybe_unused]] const std::string_view name = v.as_string();
 #if FLOWLINE_HAVE_PG
   if (!name.empty()) return table ? pg::check_table_name(name) : pg::check_column_name(name);
 #endif
@@ -457,7 +457,7 @@ BackendRow pgvector_backend_row() {
       ParamSpec::optional("uri", ParamType::String, "",
                           "pgvector: PostgreSQL connection URI or key=value string, without a password (PGPASSWORD "
                           "or ~/.pgpass); empty: the PG* environment variables")
-          .check([](const json::value& v) -> std::optional<std::string> {
+          .check([]([[maybe_unused]] const json::value& v) -> std::optional<std::string> {
 #if FLOWLINE_HAVE_PG
             if (std::string problem = pg::check_uri(std::string(v.as_string())); !problem.empty()) return problem;
 #endif
