@@ -10,6 +10,7 @@
 #include "flowline/models/clip_model.hpp"
 #include "flowline/models/image_processor.hpp"
 #include "flowline/models/outputs.hpp"
+#include "flowline/models/pass_planner.hpp"
 #include "flowline/torch_support.hpp"
 
 #include <ATen/ATen.h>
@@ -27,6 +28,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <sstream>
@@ -78,7 +80,15 @@ class ClipEncoder : public Executor {
                              "cpu, cuda, cuda:N or auto; empty: the executor's device in the flow"),
          ParamSpec::choice("dtype", {"fp32", "fp16", "bf16", "float32", "float16", "bfloat16"}, "fp32",
                            "weights and activations (fp16 needs a GPU)"),
-         ParamSpec::optional("batch_size", ParamType::Int, 32, "images (or texts) per forward pass").min(1),
+         ParamSpec::optional("batch_size", ParamType::IntOrAuto, 32,
+                             "images (or texts) per forward pass; auto: the most that fit memory_fraction of the GPU, "
+                             "calibrated at start for each tower (on the CPU auto keeps 32)")
+             .min(1),
+         ParamSpec::optional("memory_fraction", ParamType::Double, 0.9,
+                             "for batch_size auto: the share of the GPU memory free at start that this executor's "
+                             "replicas on a device may use together")
+             .min(0)
+             .max(1),
          ParamSpec::optional("normalize", ParamType::Bool, false,
                              "unit-length embeddings (false: as transformers' get_text_features and "
                              "get_image_features give them, as CLIP-as-service did)"),
@@ -133,7 +143,16 @@ class ClipEncoder : public Executor {
     };
     model_ = shared_per_device<models::ClipModel>(model, device_, dtype_, load);
     if (device_.is_cuda()) stream_ = replica_stream(device_);
-    batch_size_ = params().get<std::size_t>("batch_size");
+    const auto batch_size = params().get<boost::json::value>("batch_size");  // a number, or "auto"
+    const bool auto_batch = batch_size.is_string();
+    if (!auto_batch) {
+      const auto n = static_cast<std::size_t>(batch_size.to_number<std::int64_t>());
+      text_budget_.max_sequences = image_budget_.max_sequences = n;
+    }
+    memory_fraction_ = params().get<double>("memory_fraction");
+    if (!(memory_fraction_ > 0 && memory_fraction_ <= 1)) {
+      throw Error(fmt::format("parameter 'memory_fraction': {} is outside (0, 1]", memory_fraction_));
+    }
     normalize_ = params().get<bool>("normalize");
     keep_on_device_ = params().get<bool>("keep_on_device");
     set_up_decoding();
@@ -144,6 +163,7 @@ class ClipEncoder : public Executor {
         !warning.empty() && runtime().replica == 0) {
       spdlog::warn("{}", warning);
     }
+    if (auto_batch) choose_batch_sizes();
     if (params().get<bool>("warmup")) warm_up();
     bind("/encode", &ClipEncoder::encode);
     bind("/rank", &ClipEncoder::rank);
@@ -171,6 +191,57 @@ class ClipEncoder : public Executor {
     decode_.limits.max_pixels = params().get<std::uint64_t>("max_image_pixels");
     decode_.threads = params().get<std::size_t>("decode_threads");
     if (decode_.threads == 0) decode_.threads = static_cast<std::size_t>(std::max(1, at::get_num_threads()));
+  }
+
+  // Serialises calibrations across the replicas of the process: the allocator's peak statistics are per device.
+  static std::mutex& calibration_mutex() {
+    static std::mutex mutex;
+    return mutex;
+  }
+
+  // batch_size "auto": the shared planner's calibration (models::calibrate_budget) run once for each tower, so
+  // that this executor's replicas on the device together stay within memory_fraction of the memory free at
+  // start: vision passes of gray images (an image counted as one unit), text passes of max_text_length tokens.
+  // On the CPU, where memory is seldom the limit, auto keeps 32. A pass that still runs out of memory later is
+  // split by the flow's replica (c10::OutOfMemoryError is left to propagate: src/core/runtime/replica.hpp).
+  void choose_batch_sizes() {
+    if (!device_.is_cuda()) {
+      spdlog::info("executor '{}' replica {}: batch_size 'auto' calibrates on a GPU; on the CPU it keeps {}",
+                   runtime().name, runtime().replica, image_budget_.max_sequences);
+      return;
+    }
+    std::lock_guard lock(calibration_mutex());
+    c10::InferenceMode guard;
+    c10::StreamGuard on_stream(*stream_);
+    const auto side = model_->image_size();
+    auto image_pass = [&](std::size_t n) {
+      const at::Tensor pixels =
+          at::zeros({static_cast<std::int64_t>(n), 3, side, side}, at::TensorOptions().dtype(dtype_).device(device_));
+      (void)model_->encode_pixels(pixels);
+      stream_->synchronize();
+    };
+    std::string long_text;
+    for (std::size_t i = 0; i < model_->max_text_length(); ++i) long_text += "word ";
+    auto text_pass = [&](std::size_t n) {
+      const std::vector<std::string_view> texts(n, long_text);
+      (void)model_->encode_texts(texts);
+      stream_->synchronize();
+    };
+    stream_->synchronize();
+    const std::size_t replicas = static_cast<std::size_t>(std::max(1, runtime().replicas_on_device));
+    const models::Calibration images =
+        models::calibrate_budget(image_budget_, {true, false, 1, memory_fraction_, replicas}, device_, image_pass);
+    const models::Calibration texts = models::calibrate_budget(
+        text_budget_, {true, false, model_->max_text_length(), memory_fraction_, replicas}, device_, text_pass);
+    spdlog::info(
+        "executor '{}' replica {}: calibrated {:.0f} bytes per image and {:.0f} per text token; budget {:.0f} MiB "
+        "({:.0f}% of {:.0f} MiB free{}); batch_size {} images, {} texts (auto)",
+        runtime().name, runtime().replica, images.bytes_per_token, texts.bytes_per_token,
+        images.budget_bytes / (1 << 20), memory_fraction_ * 100, images.free_bytes / double(1 << 20),
+        replicas > 1 ? fmt::format(", shared by {} replicas", replicas) : "", image_budget_.max_sequences,
+        text_budget_.max_sequences);
+    metrics().set("batch_size", static_cast<double>(image_budget_.max_sequences));
+    metrics().set("text_batch_size", static_cast<double>(text_budget_.max_sequences));
   }
 
   // One text pass and one image pass (a gray square of the vision tower's size) through the model.
@@ -267,11 +338,13 @@ class ClipEncoder : public Executor {
 
   void encode_texts(const std::vector<Document*>& items, const std::vector<std::size_t>& rows, at::Tensor& out) {
     std::vector<std::string_view> slice;
-    for (std::size_t first = 0; first < rows.size(); first += batch_size_) {
-      const std::size_t last = std::min(rows.size(), first + batch_size_);
+    const std::size_t per_pass = text_budget_.max_sequences;
+    for (std::size_t first = 0; first < rows.size(); first += per_pass) {
+      const std::size_t last = std::min(rows.size(), first + per_pass);
       slice.clear();
       for (std::size_t r = first; r < last; ++r) slice.push_back(items[rows[r]]->text);
       put_rows(out, rows, first, last, model_->encode_texts(slice));
+      metrics().add("forward_passes", 1);
     }
   }
 
@@ -284,8 +357,9 @@ class ClipEncoder : public Executor {
     std::vector<std::string> failures;
     const auto started = std::chrono::steady_clock::now();
     double decode_seconds = 0;
-    for (std::size_t first = 0; first < rows.size(); first += batch_size_) {
-      const std::size_t last = std::min(rows.size(), first + batch_size_);
+    const std::size_t per_pass = image_budget_.max_sequences;
+    for (std::size_t first = 0; first < rows.size(); first += per_pass) {
+      const std::size_t last = std::min(rows.size(), first + per_pass);
       slice.clear();
       for (std::size_t r = first; r < last; ++r) slice.push_back(items[rows[r]]);
       const auto decode_start = std::chrono::steady_clock::now();
@@ -297,6 +371,7 @@ class ClipEncoder : public Executor {
       if (!problems.empty()) continue;
       const at::Tensor pixels = models::preprocess_images(decoded_, model_->image_processor(), device_, dtype_);
       put_rows(out, rows, first, last, model_->encode_pixels(pixels));
+      metrics().add("forward_passes", 1);
     }
     if (!problems.empty()) throw RequestError(fmt::format("{}", fmt::join(problems, "; ")));
     metrics().add("decode_seconds", decode_seconds);
@@ -329,7 +404,9 @@ class ClipEncoder : public Executor {
   c10::ScalarType dtype_ = c10::kFloat;
   std::shared_ptr<const models::ClipModel> model_;
   std::optional<c10::Stream> stream_;
-  std::size_t batch_size_ = 32;
+  // Texts and images per pass: batch_size, or each tower's calibration for auto (only max_sequences is used).
+  models::PassBudget text_budget_{32, 0}, image_budget_{32, 0};
+  double memory_fraction_ = 0.9;
   bool normalize_ = false;
   bool keep_on_device_ = false;
   DecodeSettings decode_;
