@@ -35,6 +35,7 @@
 #include <c10/core/Device.h>
 #include <boost/json/object.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -156,6 +157,40 @@ struct ExecutorContext {
   const Params& params;
 };
 
+// Whether the requests of one handler call were given up. The gateway sets a request's flag (a Flag it
+// shares with the request, Flow::submit()) when the request's deadline passed or its client went away; the
+// runtime then drops the request before it runs, and a handler already running learns it here. A batch that
+// merges several requests is cancelled only once every one of them is (the others still want their
+// answers). Built by the runtime for each handler call and borrowed for the call; requested() may be called
+// from any thread (the flags are atomic), cheaply enough for a loop's every few milliseconds. Added in plugin
+// API 4.3.
+class Cancellation {
+ public:
+  using Flag = std::atomic<bool>;
+  Cancellation() = default;
+  // `flags` must outlive this object (the runtime's requests hold them).
+  explicit Cancellation(std::vector<const Flag*> flags) : flags_(std::move(flags)) {}
+  bool requested() const noexcept {
+    for (const Flag* flag : flags_) {
+      if (!flag->load(std::memory_order_relaxed)) return false;
+    }
+    return !flags_.empty();
+  }
+
+ private:
+  std::vector<const Flag*> flags_;
+};
+
+// The cancellation of the handler call running on this thread (set by Executor::handle for the call's
+// duration), or null outside a handler: for code below a handler that is not handed its RequestInfo (a
+// filter's evaluation, a backend's search loop). Threads the handler starts (LibTorch's pool) see null.
+// Added in plugin API 4.3.
+const Cancellation* this_thread_cancellation() noexcept;
+// Throws RequestError ("cancelled during WHAT: the request's deadline passed or its client went away")
+// when this thread's handler call is cancelled; nothing otherwise. A long loop calls it between steps, so
+// that a request nobody waits for any more frees its executor within one step. Added in plugin API 4.3.
+void throw_if_cancelled(std::string_view what);
+
 // What a handler knows about the request it serves. Built by the runtime for each handler call; borrowed for
 // the call.
 struct RequestInfo {
@@ -180,6 +215,11 @@ struct RequestInfo {
     return declared ? declared->get_or<T>(name, std::move(fallback))
                     : Params("request", parameters).get_or<T>(name, std::move(fallback));
   }
+
+  // Whether every request of this call was given up (Cancellation). Null outside a flow, and for handlers
+  // of a plugin built before 4.3 (which do not read it). Added in plugin API 4.3: RequestInfo grew at its end.
+  const Cancellation* cancellation = nullptr;
+  bool cancelled() const noexcept { return cancellation && cancellation->requested(); }
 };
 
 class Executor {
@@ -208,6 +248,10 @@ class Executor {
   void handle(std::string_view endpoint, DocumentArray& docs, const boost::json::object& parameters);
   void handle(std::string_view endpoint, DocumentArray& docs, const boost::json::object& parameters,
               const Params* declared);
+  // As above, the handler also seeing `cancellation` (RequestInfo::cancellation and, on this thread,
+  // this_thread_cancellation()); null: never cancelled. Added in plugin API 4.3.
+  void handle(std::string_view endpoint, DocumentArray& docs, const boost::json::object& parameters,
+              const Params* declared, const Cancellation* cancellation);
   bool has_handler(std::string_view endpoint) const;
   // Endpoints bound so far, default excluded, sorted.
   std::vector<std::string> bound_endpoints() const;

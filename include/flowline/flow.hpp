@@ -86,6 +86,11 @@ class Flow {
   // that never blocks).
   void submit(std::string_view endpoint, DocumentArray docs, boost::json::object parameters, std::string target,
               std::function<void(Response&&)> done);
+  // As above, cancellable: once the caller sets `cancel` (its deadline passed, its client went away), the
+  // request is dropped before any executor runs it, and a handler running it learns it
+  // (RequestInfo::cancelled(), flowline/executor.hpp); `done` is still called, with the error "cancelled ...".
+  void submit(std::string_view endpoint, DocumentArray docs, boost::json::object parameters, std::string target,
+              std::shared_ptr<const Cancellation::Flag> cancel, std::function<void(Response&&)> done);
 
   // Waits for posts in flight, closes executors (each on its own thread) and joins all threads.
   // Idempotent. Errors thrown by executors' close() are logged, not thrown. `outcome` is what the executors

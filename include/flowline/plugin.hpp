@@ -45,8 +45,10 @@
 //      its layout, and what the host builds and a plugin reads (RequestInfo, Registry::Entry) only grew at
 //      its end, so plugins built against 4.0 load and run unchanged.
 // 4.2: RuntimeInfo::local_input_files (RuntimeInfo only grew at its end).
+// 4.3: cancellation (Cancellation, RequestInfo::cancellation and cancelled(), this_thread_cancellation(),
+//      throw_if_cancelled(), Executor::handle with a Cancellation). RequestInfo only grew at its end.
 #define FLOWLINE_PLUGIN_API_VERSION_MAJOR 4
-#define FLOWLINE_PLUGIN_API_VERSION_MINOR 2
+#define FLOWLINE_PLUGIN_API_VERSION_MINOR 3
 // What a plugin's flowline_plugin_api_version() returns: MAJOR * 1000 + MINOR.
 #define FLOWLINE_PLUGIN_API_VERSION (FLOWLINE_PLUGIN_API_VERSION_MAJOR * 1000 + FLOWLINE_PLUGIN_API_VERSION_MINOR)
 

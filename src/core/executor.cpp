@@ -65,7 +65,39 @@ void Executor::handle(std::string_view endpoint, DocumentArray& docs, const boos
 
 void Executor::handle(std::string_view endpoint, DocumentArray& docs, const boost::json::object& parameters,
                       const Params* declared) {
-  const RequestInfo request{endpoint, parameters, declared};
+  handle(endpoint, docs, parameters, declared, nullptr);
+}
+
+namespace {
+thread_local const Cancellation* current_cancellation = nullptr;
+
+// Sets this thread's cancellation for one handler call; the previous one comes back after it (a handler
+// may call another executor's handle()).
+class CancellationScope {
+ public:
+  explicit CancellationScope(const Cancellation* c) : previous_(current_cancellation) { current_cancellation = c; }
+  ~CancellationScope() { current_cancellation = previous_; }
+  CancellationScope(const CancellationScope&) = delete;
+  CancellationScope& operator=(const CancellationScope&) = delete;
+
+ private:
+  const Cancellation* previous_;
+};
+}  // namespace
+
+const Cancellation* this_thread_cancellation() noexcept { return current_cancellation; }
+
+void throw_if_cancelled(std::string_view what) {
+  if (current_cancellation && current_cancellation->requested()) {
+    throw RequestError(fmt::format("cancelled during {}: the request's deadline passed or its client went away", what));
+  }
+}
+
+void Executor::handle(std::string_view endpoint, DocumentArray& docs, const boost::json::object& parameters,
+                      const Params* declared, const Cancellation* cancellation) {
+  RequestInfo request{endpoint, parameters, declared};
+  request.cancellation = cancellation;
+  const CancellationScope scope(cancellation);
   auto it = handlers_.find(endpoint);
   if (it != handlers_.end()) {
     it->second(docs, request);

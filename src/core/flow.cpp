@@ -49,7 +49,7 @@ class Flow::Impl {
   PostSummary post(std::string_view endpoint, DocumentSource& source, const ResponseCallback& on_response,
                    const PostOptions& options);
   void submit(std::string_view endpoint, DocumentArray docs, boost::json::object parameters, std::string target,
-              std::function<void(Response&&)> done);
+              std::shared_ptr<const Cancellation::Flag> cancel, std::function<void(Response&&)> done);
 
   FlowConfig config_;
   Registry& registry_;
@@ -225,7 +225,8 @@ void Flow::Impl::leave_post() {
 }
 
 void Flow::Impl::submit(std::string_view endpoint, DocumentArray docs, boost::json::object parameters,
-                        std::string target, std::function<void(Response&&)> done) {
+                        std::string target, std::shared_ptr<const Cancellation::Flag> cancel,
+                        std::function<void(Response&&)> done) {
   enter_post("submit()");
   auto* session = new runtime::SubmitSession(
       std::string(endpoint), std::move(parameters), std::move(target), [this, done = std::move(done)](RequestPtr r) {
@@ -240,6 +241,7 @@ void Flow::Impl::submit(std::string_view endpoint, DocumentArray docs, boost::js
         }
         leave_post();
       });
+  session->cancel = std::move(cancel);
   auto request = std::make_unique<runtime::Request>();
   request->session = session;
   request->docs = std::move(docs);
@@ -324,7 +326,13 @@ PostSummary Flow::post(std::string_view endpoint, DocumentSource& source, const 
 
 void Flow::submit(std::string_view endpoint, DocumentArray docs, boost::json::object parameters, std::string target,
                   std::function<void(Response&&)> done) {
-  impl_->submit(endpoint, std::move(docs), std::move(parameters), std::move(target), std::move(done));
+  impl_->submit(endpoint, std::move(docs), std::move(parameters), std::move(target), nullptr, std::move(done));
+}
+
+void Flow::submit(std::string_view endpoint, DocumentArray docs, boost::json::object parameters, std::string target,
+                  std::shared_ptr<const Cancellation::Flag> cancel, std::function<void(Response&&)> done) {
+  impl_->submit(endpoint, std::move(docs), std::move(parameters), std::move(target), std::move(cancel),
+                std::move(done));
 }
 
 DocumentArray Flow::post(std::string_view endpoint, DocumentArray docs, const PostOptions& options) {

@@ -224,9 +224,12 @@ void Core::admit_waiting() {
 void Core::start_call(Call call, std::chrono::milliseconds timeout, std::function<void(Outcome&&)> done) {
   auto pending = std::make_shared<Pending>(io);
   pending->done = std::move(done);
+  if (!call.cancel) call.cancel = std::make_shared<Cancellation::Flag>(false);
   pending->timer.expires_after(timeout);
-  pending->timer.async_wait([this, pending, timeout](const boost::system::error_code& ec) {
+  pending->timer.async_wait([this, pending, timeout, cancel = call.cancel](const boost::system::error_code& ec) {
     if (ec || pending->delivered.exchange(true)) return;
+    // Nobody waits for the answer now: the flow drops the request, or its handler stops at its next check.
+    cancel->store(true);
     timed_out++;
     pending->done(
         Outcome{Refused{Refusal::Timeout,
@@ -242,7 +245,7 @@ void Core::start_call(Call call, std::chrono::milliseconds timeout, std::functio
   };
   try {
     flow.submit(call.endpoint, std::move(call.docs), std::move(call.parameters), std::move(call.target),
-                std::move(on_done));
+                std::move(call.cancel), std::move(on_done));
   } catch (const std::exception& e) {
     leave();
     if (pending->delivered.exchange(true)) return;

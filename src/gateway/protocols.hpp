@@ -67,6 +67,10 @@ struct Call {
   boost::json::object parameters;
   std::string target;      // Jina's target_executor: only that executor runs the request
   std::string request_id;  // Jina's header.request_id, echoed (generated when the client sent none)
+  // Set when nobody waits for the answer any more: by the core at the call's deadline, by a front when its
+  // client went away. The flow then drops the request or stops its handler (Flow::submit()). Made by the
+  // core when a front leaves it null.
+  std::shared_ptr<Cancellation::Flag> cancel;
 };
 
 // Jina: POST /<endpoint> (endpoint given) or POST /post (endpoint from "execEndpoint"/"exec_endpoint").

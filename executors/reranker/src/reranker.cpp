@@ -172,6 +172,7 @@ class Reranker : public Executor {
     replica_.planner.plan({ids_, offsets_, types_});
     models::PassFigures figures;
     for (const models::Pass& pass : replica_.planner.passes()) {
+      throw_if_cancelled("the reranker's forward passes");  // a request given up stops between passes
       const at::Tensor scores = replica_.model->score(pass.batch, raw).select(1, 0).to(at::kCPU);
       const float* s = scores.data_ptr<float>();
       for (std::size_t r = 0; r < pass.sequences.size(); ++r) out[pass.sequences[r]] = s[r];

@@ -385,6 +385,8 @@ class SentenceEncoder : public Executor {
     models::PassFigures figures;
     double launch_seconds = 0;  // of the enqueueing, the time in the encoder's calls
     for (const models::Pass& pass : planner_.passes()) {
+      // A request given up stops between passes (what was queued finishes: unfinished_ syncs it next time).
+      throw_if_cancelled("the encoder's forward passes");
       const bool graphed = graphs_ && graphs_->fits(pass.batch);
       const auto launch_start = Clock::now();
       at::Tensor pooled = graphed ? graphs_->encode(pass.batch) : encoder_->encode(pass.batch);

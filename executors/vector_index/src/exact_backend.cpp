@@ -3,6 +3,7 @@
 #include "exact_backend.hpp"
 
 #include "flowline/error.hpp"
+#include "flowline/executor.hpp"
 #include "flowline/torch_support.hpp"
 
 #include <ATen/ATen.h>
@@ -105,6 +106,7 @@ class ExactBackend : public VectorBackend {
     const std::int64_t block =
         std::max<std::int64_t>(1, (device_.is_cpu() ? kCpuBlockElements : kGpuBlockElements) / used_);
     for (std::int64_t first = 0; first < n; first += block) {
+      throw_if_cancelled("the exact search");  // between blocks of queries: each a bounded matrix product
       const std::int64_t count = std::min(block, n - first);
       const at::Tensor q = queries.narrow(0, first, count).to(device_, at::kFloat);
       auto [values, indices] = top(q, kk, blocked, usable);

@@ -3,6 +3,7 @@
 #include "filter.hpp"
 
 #include "flowline/error.hpp"
+#include "flowline/executor.hpp"
 
 #include <boost/json/serialize.hpp>
 #include <fmt/format.h>
@@ -442,6 +443,7 @@ Filter Filter::parse(const json::value& spec, std::string_view where, const Filt
         where, limits.max_size));
   }
   Filter filter;
+  filter.cancellation_ = this_thread_cancellation();
   auto root = std::make_shared<const Node>(parse_node(spec, std::string(where), 0));
   if (const std::size_t conditions = conditions_in(*root); conditions > limits.max_conditions) {
     throw RequestError(fmt::format(
@@ -454,7 +456,12 @@ Filter Filter::parse(const json::value& spec, std::string_view where, const Filt
   return filter;
 }
 
-bool Filter::matches(const FilterTarget& doc) const { return !root_ || root_->matches(doc); }
+bool Filter::matches(const FilterTarget& doc) const {
+  // Per document: a large filter over many documents may run for seconds, and a request given up (its
+  // deadline passed) must free the index within one document's test. A load or two: no call, no TLS.
+  if (cancellation_ && cancellation_->requested()) throw_if_cancelled("the filter's evaluation");
+  return !root_ || root_->matches(doc);
+}
 
 bool Filter::empty() const noexcept { return !root_ || (root_->kind == Node::Kind::all && root_->children.empty()); }
 

@@ -17,6 +17,8 @@
 //
 // Parsing throws flowline::RequestError naming the place ("filter.$or[1].book: unknown operator '$regex';
 // expected one of ...") or the bound passed. A parsed filter is immutable: evaluate it from any thread.
+// Parsed inside a handler call, it belongs to that call (it must not outlive it): matches() throws
+// RequestError once the call is cancelled (flowline::Cancellation), so a request given up stops its scan.
 #pragma once
 
 #include <boost/json/object.hpp>
@@ -26,6 +28,10 @@
 #include <memory>
 #include <string>
 #include <string_view>
+
+namespace flowline {
+class Cancellation;
+}
 
 namespace flowline::vector_index {
 
@@ -58,6 +64,7 @@ class Filter {
 
  private:
   std::shared_ptr<const Node> root_;
+  const Cancellation* cancellation_ = nullptr;  // of the handler call that parsed it (null outside one)
 };
 
 }  // namespace flowline::vector_index

@@ -55,9 +55,9 @@ namespace {
 // Runs the handler; on c10::OutOfMemoryError splits the batch in halves and retries each, recursively.
 // `request_error` is set when the error is the request's own (RequestError).
 std::string run_handler(Executor& executor, const std::string& endpoint, DocumentArray& docs,
-                        const CheckedRequestParams& parameters, bool& request_error) {
+                        const CheckedRequestParams& parameters, const Cancellation* cancellation, bool& request_error) {
   try {
-    executor.handle(endpoint, docs, parameters.parameters, &parameters.declared);
+    executor.handle(endpoint, docs, parameters.parameters, &parameters.declared, cancellation);
     return {};
   } catch (const c10::OutOfMemoryError& e) {
     const std::string what = e.what_without_backtrace();
@@ -69,8 +69,8 @@ std::string run_handler(Executor& executor, const std::string& endpoint, Documen
     spdlog::warn("executor '{}' replica {}: out of memory on a batch of {} documents; retrying as {} + {}",
                  executor.runtime().name, executor.runtime().replica, docs.size(), half, docs.size() - half);
     DocumentArray second = docs.take(half, docs.size() - half);
-    std::string error = run_handler(executor, endpoint, docs, parameters, request_error);
-    std::string second_error = run_handler(executor, endpoint, second, parameters, request_error);
+    std::string error = run_handler(executor, endpoint, docs, parameters, cancellation, request_error);
+    std::string second_error = run_handler(executor, endpoint, second, parameters, cancellation, request_error);
     docs.append(std::move(second));
     return error.empty() ? second_error : error;
   } catch (const RequestError& e) {
@@ -113,7 +113,7 @@ std::string LocalReplica::run(const std::string& endpoint, DocumentArray& docs, 
     request_error_ = true;
     return e.what();
   }
-  return run_handler(*executor_, endpoint, docs, *request, request_error_);
+  return run_handler(*executor_, endpoint, docs, *request, cancellation_, request_error_);
 }
 
 void LocalReplica::close(RunOutcome outcome) noexcept {
@@ -158,6 +158,48 @@ void ReplicaWorker::requeue(std::vector<RequestPtr> requests) {
   for (auto it = requests.rbegin(); it != requests.rend(); ++it) requeue_(std::move(*it));
 }
 
+std::vector<RequestPtr> ReplicaWorker::drop_cancelled(std::vector<RequestPtr> batch) {
+  std::vector<RequestPtr> kept;
+  for (auto& request : batch) {
+    if (request->session->cancelled()) {
+      request->error = "cancelled before it ran: the request's deadline passed or its client went away";
+      request->error_executor = placement_.executor;
+      request->request_error = true;
+      forward_(std::move(request));
+    } else {
+      kept.push_back(std::move(request));
+    }
+  }
+  return kept;
+}
+
+namespace {
+// The cancellation of one handler call over `live`: every request's flag, or none when one of them has no
+// flag (it can never be cancelled, so neither can the call).
+Cancellation cancellation_of(const std::vector<RequestPtr>& live) {
+  std::vector<const Cancellation::Flag*> flags;
+  for (const auto& r : live) {
+    if (!r->session->cancel) return Cancellation{};
+    flags.push_back(r->session->cancel.get());
+  }
+  return Cancellation{std::move(flags)};
+}
+
+// Sets the replica's cancellation for one scope (the run() calls of one batch).
+class RunCancellation {
+ public:
+  RunCancellation(Replica& replica, const Cancellation& cancellation) : replica_(replica) {
+    replica_.set_cancellation(&cancellation);
+  }
+  ~RunCancellation() { replica_.set_cancellation(nullptr); }
+  RunCancellation(const RunCancellation&) = delete;
+  RunCancellation& operator=(const RunCancellation&) = delete;
+
+ private:
+  Replica& replica_;
+};
+}  // namespace
+
 void ReplicaWorker::process(std::vector<RequestPtr> batch) {
   std::vector<RequestPtr> live;
   for (auto& request : batch) {
@@ -167,8 +209,11 @@ void ReplicaWorker::process(std::vector<RequestPtr> batch) {
       live.push_back(std::move(request));
     }
   }
+  live = drop_cancelled(std::move(live));
   if (live.empty()) return;
   const PostSession& session = *live.front()->session;
+  const Cancellation cancellation = cancellation_of(live);
+  const RunCancellation run_cancellation(replica_, cancellation);
   const auto started = std::chrono::steady_clock::now();
   std::size_t documents = 0;
   for (const auto& r : live) documents += r->docs.size();
@@ -230,8 +275,17 @@ void ReplicaWorker::run_merged(std::vector<RequestPtr>& live, const PostSession&
     return;
   }
   if (error.empty()) return;
-  // Isolate the failure: each request runs on its own, so only the bad one fails.
+  // Isolate the failure: each request runs on its own, so only the bad one fails. One given up meanwhile
+  // does not run again.
   for (std::size_t i = 0; i < live.size(); ++i) {
+    if (live[i]->session->cancelled()) {
+      live[i]->error = "cancelled: the request's deadline passed or its client went away";
+      live[i]->request_error = true;
+      continue;
+    }
+    const Cancellation alone =
+        live[i]->session->cancel ? Cancellation{{live[i]->session->cancel.get()}} : Cancellation{};
+    const RunCancellation run_alone(replica_, alone);
     try {
       std::string own = replica_.run(session.endpoint, live[i]->docs, session.parameters);
       if (!own.empty()) {

@@ -61,6 +61,12 @@ class Replica {
   // Filled in by open().
   virtual std::shared_ptr<const ExecutorMetrics> metrics() const { return nullptr; }
   virtual std::optional<std::int64_t> gpu_load_bytes() const { return std::nullopt; }
+  // The cancellation of the next run() calls (null: none), set by the worker around each run(). A local
+  // replica hands it to the handler (RequestInfo::cancellation); a remote one does not carry it yet.
+  void set_cancellation(const Cancellation* cancellation) noexcept { cancellation_ = cancellation; }
+
+ protected:
+  const Cancellation* cancellation_ = nullptr;
 };
 
 // An Executor constructed in this process from its registry entry. open() constructs it on the calling
@@ -126,6 +132,9 @@ class ReplicaWorker {
   void process(std::vector<RequestPtr> batch);
 
  private:
+  // Fails the requests of `batch` that were cancelled (their poster gave them up) and forwards them, so they
+  // never run; returns the others.
+  std::vector<RequestPtr> drop_cancelled(std::vector<RequestPtr> batch);
   // Runs `live` as one batch; moves the requests that did not run into `not_run`.
   void run_merged(std::vector<RequestPtr>& live, const PostSession& session, std::vector<RequestPtr>& not_run);
   void requeue(std::vector<RequestPtr> requests);

@@ -3,9 +3,11 @@
 #pragma once
 
 #include "flowline/document.hpp"
+#include "flowline/executor.hpp"
 
 #include <boost/json/object.hpp>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -64,10 +66,15 @@ class PostSession {
   }
   // Whether executor `name` handles this session's requests (the others pass them on untouched).
   bool targets(std::string_view name) const { return target.empty() || target == name; }
+  // Whether whoever posted gave the requests up (the gateway, at their deadline or when the client went).
+  bool cancelled() const noexcept { return cancel && cancel->load(std::memory_order_relaxed); }
 
   const std::string endpoint;
   const boost::json::object parameters;
   const std::string target;  // empty: every executor; else only the executor of that name
+  // Set by the poster, read by replica threads (Flow::submit()); null: never cancelled. Set before the
+  // session's first request is queued, constant after.
+  std::shared_ptr<const Cancellation::Flag> cancel;
 
  private:
   std::mutex mutex_;

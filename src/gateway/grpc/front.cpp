@@ -12,7 +12,8 @@
 // A request the gateway refuses (malformed, too many documents, a timeout,
 // draining) ends the stream with that status once the answers before it are written; an executor's failure
 // is answered in Jina's way (header status ERROR) and the stream goes on. A client that goes away cancels
-// the stream: its requests still in the flow are dropped when they come back.
+// the stream and its requests still in the flow (Call::cancel: the flow drops them or stops their handlers);
+// what comes back of them is dropped.
 #include "../grpc_front.hpp"
 
 #include "../answer_window.hpp"
@@ -194,6 +195,8 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
     Hold hold(this);
     std::unique_lock lock(mutex_);
     stop(std::nullopt);
+    // Nobody reads the answers now: the flow drops these requests, or their handlers stop at their next check.
+    for (auto& [seq, cancel] : cancels_) cancel->store(true);
     end_drain(lock);
   }
 
@@ -218,6 +221,7 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
     held_bytes_ += bytes;
   }
   void drop_request(std::uint64_t seq) {
+    cancels_.erase(seq);
     const auto it = sizes_.find(seq);
     if (it == sizes_.end()) return;
     held_bytes_ -= it->second;
@@ -331,9 +335,11 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
       return refuse(seq, Refusal::Failed, e.what(), started);
     }
     const std::size_t documents = call.docs.size();
+    call.cancel = std::make_shared<Cancellation::Flag>(false);
     {
       std::lock_guard lock(mutex_);
       ++in_flow_;
+      cancels_.emplace(seq, call.cancel);
     }
     auto shared = std::shared_ptr<Request>(std::move(request));
     core_.submit_or_wait(std::move(call), call_timeout(core_, context_),
@@ -401,6 +407,8 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
   // the largest message), and always when it holds none.
   std::size_t max_held_bytes_ = 2 * core_.options.max_body_bytes;
   std::size_t in_flow_ = 0;  // requests handed to the core and not yet back
+  // The requests' cancellation flags, by number, until written or dropped: set when the client goes away.
+  std::map<std::uint64_t, std::shared_ptr<Cancellation::Flag>> cancels_;
   bool reading_ = false, starting_read_ = false, writing_ = false, reads_done_ = false, stopped_ = false,
        finished_ = false;
   bool draining_ = false;     // refused at its start: reads are dropped until the client half-closes
