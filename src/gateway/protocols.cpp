@@ -471,7 +471,15 @@ EmbeddingsCall parse_cohere_embed(const json::value& body, std::string endpoint,
   }
   out.call.docs = texts_to_embed(texts ? texts : images, texts ? "texts" : "images", limits);
   if (images) {
-    for (auto& doc : out.call.docs) doc.uri = std::exchange(doc.text, std::string());
+    // Cohere's API takes data URIs only (and the answer describes each image from its bytes).
+    for (std::size_t i = 0; i < out.call.docs.size(); ++i) {
+      auto& doc = out.call.docs[i];
+      doc.uri = std::exchange(doc.text, std::string());
+      if (doc.uri.compare(0, 5, "data:") != 0) {
+        throw plain_error(400, "invalid_request_error",
+                          fmt::format("'images'[{}]: expected a data URI (data:image/...;base64,...)", i));
+      }
+    }
     out.cohere_images = true;
   }
   out.call.parameters[kCountTokens] = true;

@@ -377,6 +377,9 @@ TEST_CASE("Jina's /post with image documents reaches the ClipEncoder through the
   }
   CHECK(cosine(at::tensor(t), g.text_embeds[2]) >= 0.9999);
   CHECK(client.post("/v2/embed", R"({"texts": ["a"], "images": []})").status == 400);
+  const auto cohere_url = client.post("/v2/embed", R"({"images": ["https://example.com/a.jpg"]})");
+  CHECK(cohere_url.status == 400);
+  CHECK_THAT(cohere_url.body, testing::contains("'images'[0]: expected a data URI"));
   CHECK(client.post("/v2/embed", R"({"texts": ["a"], "embedding_types": ["int8"]})").status == 400);
   const auto bad_modality = client.post("/v1/embeddings", R"({"model": "clip", "modality": "audio", "input": ["x"]})");
   CHECK(bad_modality.status == 400);
