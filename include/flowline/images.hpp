@@ -47,8 +47,8 @@ std::optional<ImageFormat> sniff_format(std::span<const std::uint8_t> bytes);
 Image decode_image(std::span<const std::uint8_t> bytes, const DecodeLimits& limits = {});
 
 // What a file's header says, without decoding: bit_depth is bits per pixel as stored (JPEG: precision x
-// components, 24 for RGB; PNG: bit depth x channels, 32 for 8-bit RGBA, 8 for a palette; WebP: 24, or 32 with
-// alpha). Throws InputError as decode_image does for an unknown or truncated header.
+// components, 24 for RGB; PNG: bit depth x channels, 32 for 8-bit RGBA, the index bits for a palette; WebP: 24,
+// or 32 with alpha). Throws InputError as decode_image does for an unknown or truncated header.
 struct ImageInfo {
   ImageFormat format = ImageFormat::jpeg;
   std::uint32_t width = 0;

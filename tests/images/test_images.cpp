@@ -213,3 +213,33 @@ TEST_CASE("image_bytes refuses http(s) unless allowed, other schemes and bad dat
   CHECK_THAT(refused("file://otherhost/a.png"), testing::contains("names another host"));
   CHECK_THAT(input_error([&] { images::image_bytes(Document{}, policy); }), testing::contains("has no image"));
 }
+
+TEST_CASE("image_info reads every test image's format, size and bit depth from its header", "[images]") {
+  const auto manifest = boost::json::parse(testing::read_text(image_dir() / "manifest.json")).as_array();
+  for (const auto& entry : manifest) {
+    const auto& e = entry.as_object();
+    const std::string file(e.at("file").as_string());
+    INFO(file);
+    const Bytes bytes = read_bytes(image_dir() / file);
+    const images::ImageInfo info = images::image_info(bytes);
+    CHECK(info.format == images::sniff_format(bytes));
+    CHECK(file.substr(file.rfind('.') + 1).starts_with(images::format_name(info.format).substr(0, 2)));
+    CHECK(info.width == e.at("width").to_number<std::uint32_t>());
+    CHECK(info.height == e.at("height").to_number<std::uint32_t>());
+  }
+  // Bits per pixel as stored.
+  const std::pair<const char*, std::uint32_t> depths[] = {
+      {"rgb_40x30_q90.jpg", 24},        {"grey_24x20.jpg", 8},        {"cmyk_20x16.jpg", 32},
+      {"rgb_64x8_progressive.jpg", 24}, {"bilevel_19x7.png", 1},      {"grey16_20x10.png", 16},
+      {"palette_18x14.png", 4},         {"rgb16_11x9.png", 48},       {"rgba_21x13.png", 32},
+      {"rgba16_10x7.png", 64},          {"rgb_40x30_lossy.webp", 24}, {"rgba_20x20_lossy.webp", 32},
+  };
+  for (const auto& [file, depth] : depths) {
+    INFO(file);
+    CHECK(images::image_info(read_bytes(image_dir() / file)).bit_depth == depth);
+  }
+  CHECK_THAT(input_error([] { images::image_info(Bytes{'n', 'o', 'p', 'e'}); }), testing::contains("unknown format"));
+  Bytes cut = read_bytes(image_dir() / "rgb_40x30_q90.jpg");
+  cut.resize(20);  // before the frame header
+  CHECK_THAT(input_error([&] { images::image_info(cut); }), testing::contains("JPEG image: truncated"));
+}
