@@ -158,8 +158,13 @@ TEST_CASE("bad http uris and unreachable servers fail the document naming the ur
              testing::contains("the URI names no host"));
   CHECK_THAT(input_error([&] { images::image_bytes(image_doc("http://example.com:99999/a.jpg"), policy); }),
              testing::contains("bad port '99999'"));
-  CHECK_THAT(input_error([&] { images::image_bytes(image_doc("http://host.invalid/a.jpg"), policy); }),
-             testing::contains("cannot resolve host 'host.invalid'"));
+  // A machine whose resolver cannot be reached gives up at the connect bound instead of hearing "not found".
+  const std::string unresolved =
+      input_error([&] { images::image_bytes(image_doc("http://host.invalid/a.jpg"), policy); });
+  INFO(unresolved);
+  CHECK(
+      (unresolved.find("cannot resolve host 'host.invalid'") != std::string::npos ||
+       unresolved.find("connecting to host.invalid timed out after 1 s (http_connect_timeout)") != std::string::npos));
 }
 
 TEST_CASE("https verifies the server's certificate against the system's store", "[images][http]") {
