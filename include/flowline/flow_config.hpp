@@ -156,6 +156,11 @@ FlowConfig load_flow_config(const std::filesystem::path& file, Registry& registr
 // The same for YAML text; `file` names it in messages and anchors relative plugin paths.
 FlowConfig load_flow_config_text(std::string_view yaml_text, const std::filesystem::path& file,
                                  Registry& registry = Registry::global(), DeviceCheck devices = DeviceCheck::Here);
+// The same with command-line assignments (`--set`, see set_executor_parameter()) applied between parsing and
+// validation, so that a value the command line replaces is never checked: a flow whose YAML names a model folder
+// that is missing here runs with `--set encoder.model=DIR`. A bad assignment is one more problem of the ConfigError.
+FlowConfig load_flow_config(const std::filesystem::path& file, const std::vector<std::string>& sets,
+                            Registry& registry = Registry::global(), DeviceCheck devices = DeviceCheck::Here);
 
 // Sets one executor parameter from the command line: "NAME.PARAM=VALUE", VALUE typed as a YAML plain
 // scalar (42 is an int, auto a string). Messages about the value then name the assignment as their

@@ -51,10 +51,7 @@ int command_validate(const std::string& file, const std::vector<std::string>& se
 }  // namespace
 
 FlowConfig load_flow_with_sets(const std::string& file, const std::vector<std::string>& sets) {
-  FlowConfig config = load_flow_config(file);
-  for (const auto& s : sets) set_executor_parameter(config, s);
-  if (!sets.empty()) validate_flow_config(config);
-  return config;
+  return load_flow_config(file, sets);
 }
 
 int start_flow(Flow& flow) {

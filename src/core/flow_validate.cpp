@@ -356,11 +356,20 @@ void set_flow_file_limits(const FlowFileLimits& limits) {
   limits_in_force = limits;
 }
 
-FlowConfig load_flow_config_text(std::string_view yaml_text, const std::filesystem::path& file, Registry& registry,
-                                 DeviceCheck devices) {
+namespace {
+
+FlowConfig load_with_sets(std::string_view yaml_text, const std::filesystem::path& file,
+                          const std::vector<std::string>& sets, Registry& registry, DeviceCheck devices) {
   FlowConfig config;
   Diagnostics diagnostics;
   if (!detail::parse_collect(yaml_text, file, config, diagnostics)) throw ConfigError(std::move(diagnostics));
+  for (const std::string& assignment : sets) {
+    try {
+      set_executor_parameter(config, assignment);
+    } catch (const ConfigError& e) {
+      diagnostics.insert(diagnostics.end(), e.diagnostics().begin(), e.diagnostics().end());
+    }
+  }
   const auto base_dir = file.has_parent_path() ? file.parent_path() : std::filesystem::path(".");
   for (std::size_t i = 0; i < config.plugins.size(); ++i) {
     try {
@@ -382,17 +391,31 @@ FlowConfig load_flow_config_text(std::string_view yaml_text, const std::filesyst
   return config;
 }
 
-FlowConfig load_flow_config(const std::filesystem::path& file, Registry& registry, DeviceCheck devices) {
-  std::string text;
+std::string read_flow_file(const std::filesystem::path& file) {
   try {
     std::error_code ec;
     const auto bytes = std::filesystem::file_size(file, ec);
     if (!ec) detail::check_flow_size(bytes, file, flow_file_limits());
-    text = read_file(file);
+    return read_file(file);
   } catch (const InputError& e) {
     throw ConfigError({Diagnostic{SourceLocation{}, e.what()}});
   }
-  return load_flow_config_text(text, file, registry, devices);
+}
+
+}  // namespace
+
+FlowConfig load_flow_config_text(std::string_view yaml_text, const std::filesystem::path& file, Registry& registry,
+                                 DeviceCheck devices) {
+  return load_with_sets(yaml_text, file, {}, registry, devices);
+}
+
+FlowConfig load_flow_config(const std::filesystem::path& file, const std::vector<std::string>& sets, Registry& registry,
+                            DeviceCheck devices) {
+  return load_with_sets(read_flow_file(file), file, sets, registry, devices);
+}
+
+FlowConfig load_flow_config(const std::filesystem::path& file, Registry& registry, DeviceCheck devices) {
+  return load_with_sets(read_flow_file(file), file, {}, registry, devices);
 }
 
 std::vector<FlowOutput> flow_outputs(const FlowConfig& config, const Registry& registry) {

@@ -96,6 +96,23 @@ TEST_CASE("flowline validate takes --set as run does", "[launcher]") {
   CHECK(r.exit_code == 0);
 }
 
+TEST_CASE("a value --set replaces is never checked as the flow file wrote it", "[launcher]") {
+  // A flow naming a model folder missing here (flows/*.yml's ../models when FLOWLINE_MODEL_DIR points elsewhere)
+  // ran only once --set's folder was checked: the file's value was checked first and refused the run.
+  const auto dir = testing::scratch_dir("launcher set replaces");
+  testing::write_text(dir / "flow.yml", "executors:\n  - {name: split, uses: TextSplitter, with: {min_chars: many}}\n");
+  testing::write_text(dir / "in.txt", "a line\nanother line\n");
+  auto r = launch(fmt::format("validate '{}/flow.yml'", dir.string()));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, testing::contains("parameter 'min_chars'"));
+  r = launch(fmt::format("validate '{}/flow.yml' --set split.min_chars=3", dir.string()));
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  r = launch(fmt::format("run '{0}/flow.yml' -i '{0}/in.txt' --set split.min_chars=3", dir.string()));
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+}
+
 TEST_CASE("flowline exits with 2 and file:line:column for a bad flow file", "[launcher]") {
   const auto dir = testing::scratch_dir("launcher bad flow");
   testing::write_text(dir / "flow.yml", "executors:\n  - name: s\n    uses: TextSpliter\n");
