@@ -18,10 +18,15 @@
 //    calls wrote(docs) and, when sync_due(), makes what it wrote durable and records point() (a file sink:
 //    write_sink_manifest after fdatasync; a table: in the same transaction) and calls synced().
 //  - Positions count input documents, so a sink must see its documents in input order. Replicas before it
-//    finish requests in any order: when the run's ids are positional (kPositionalIdsParam), the sink first
-//    passes each batch through order(), which holds documents back until those before them came and hands
-//    them out in input order (a file is then written in input order whatever the replicas). Without
-//    positional ids (a jsonl input) the run refuses --resume of a flow with replicas before a sink.
+//    finish requests in any order: the sink first passes each batch through order(), which holds documents
+//    back until those before them came and hands them out in input order (a file is then written in input
+//    order whatever the replicas). order() learns a document's input position from its id: a run whose ids
+//    are positional (kPositionalIdsParam: a lines, paragraphs or text input) names it in the id; a run whose
+//    documents keep their own ids (kInputPositionsParam: a jsonl input) posts each document's position on
+//    the position board (post_input_positions, as it reads the document) and retires it once the document's
+//    response came back (retire_input_positions), so the sinks, which see it before that, look it up there.
+//    The user's ids pass unchanged. Two documents in flight under one id have no position by id: order()
+//    then gives up (below).
 // One SinkProgress belongs to one executor replica and is used on its thread; held_sink_points() and
 // publish are thread-safe.
 #pragma once
@@ -35,6 +40,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -49,6 +55,9 @@ inline constexpr const char* kResumeFromParam = "flowline_resume_from";
 // (`<16 hex digits of the hash><16 hex digits of the position>`, flowline run for a lines, paragraphs or
 // text input): a sink then puts documents back in input order (SinkProgress::order).
 inline constexpr const char* kPositionalIdsParam = "flowline_positional_ids";
+// The request parameter naming the run key when the run's documents keep their own ids and their input
+// positions are on the position board (post_input_positions; flowline run for a jsonl input).
+inline constexpr const char* kInputPositionsParam = "flowline_input_positions";
 
 // How far a sink holds the run's input durably: the first `documents` input documents, the last of them
 // `last_id`; `bytes`: a file sink's file length there (0 for others).
@@ -65,6 +74,15 @@ bool is_resumable_sink(const ExecutorSpec& spec);
 // What the sinks of run `run_key` in this process hold, by executor name (the smallest over its replicas).
 std::map<std::string, SinkPoint> held_sink_points(const std::string& run_key);
 
+// The position board of run `run_key` (thread-safe): post_input_positions records that docs[i] is input
+// document first + i (the run, on its reading thread, before the documents are posted); an id posted
+// again while the first is still in flight has no position until both are retired. retire_input_positions
+// forgets the documents of a response (the run, on its posting thread, once no executor holds them).
+void post_input_positions(const std::string& run_key, std::span<const Document> docs, std::uint64_t first);
+void retire_input_positions(const std::string& run_key, const DocumentArray& docs);
+// The input position of the document in flight with this id, or nothing (none, or two with this id).
+std::optional<std::uint64_t> input_position(const std::string& run_key, const std::string& id);
+
 class SinkProgress {
  public:
   // Reads resume, run_key, sync_every and sync_seconds from the executor's params.
@@ -79,12 +97,13 @@ class SinkProgress {
   }
   // What the sink holds at start; published for the run when enabled().
   void held(SinkPoint point);
-  // Whether the run's ids are positional, so that batches go through order() first.
+  // Whether the sink can learn its documents' input positions (positional ids, or the position board), so
+  // that batches go through order() first.
   bool orders(const RequestInfo& request);
   // The documents, of this batch and of earlier ones held back, that come next in input order (by their
-  // positional ids). Keeps copies of the documents it holds back (at most kMaxHeldBack: past that, or for a
-  // document whose id is no input position, it gives up ordering, hands out everything it has and keeps no
-  // more progress, so a --resume goes back to the last point recorded before).
+  // positional ids, or by the position board). Keeps copies of the documents it holds back (at most kMaxHeldBack: past
+  // that, or for a document whose id is no input position, it gives up ordering, hands out everything it has and keeps
+  // no more progress, so a --resume goes back to the last point recorded before).
   DocumentArray order(const DocumentArray& docs);
   // Documents still held back (a run that lost a request: they come after its gap), in position order.
   DocumentArray release_held_back();
@@ -112,7 +131,9 @@ class SinkProgress {
   bool started_ = false;
   bool gave_up_ = false;  // order() met what it cannot order: no more progress is recorded
   void start(const RequestInfo& request);
-  std::string positional_;                       // the input hash of positional ids; empty: not ordering
+  std::optional<std::uint64_t> position_of(const Document& doc) const;
+  std::string positional_;                       // the input hash of positional ids; empty: not by ids
+  bool by_board_ = false;                        // positions from the position board (a jsonl input)
   std::map<std::uint64_t, Document> held_back_;  // position -> document, waiting for those before it
   std::uint64_t next_ = 0;                       // the next position order() hands out
   std::uint64_t position_ = 0, synced_position_ = 0;

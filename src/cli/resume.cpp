@@ -301,12 +301,13 @@ void ResumeLog::write_manifest(const ResumePoint& point) const {
 }
 
 ResumeSource::ResumeSource(DocumentSource& inner, bool positional_ids, std::string input_hash, std::uint64_t skip,
-                           std::string last_id)
+                           std::string last_id, std::string positions_key)
     : inner_(inner),
       positional_ids_(positional_ids),
       input_hash_(std::move(input_hash)),
       skip_(skip),
-      last_id_(std::move(last_id)) {}
+      last_id_(std::move(last_id)),
+      positions_key_(std::move(positions_key)) {}
 
 void ResumeSource::skip() {
   DocumentArray batch;
@@ -341,6 +342,10 @@ std::size_t ResumeSource::read(DocumentArray& out, std::size_t max) {
   if (positional_ids_) {
     for (std::size_t i = before; i < out.size(); ++i)
       out[i].id = fmt::format("{}{:016x}", input_hash_, position_ + i - before);
+  }
+  if (!positions_key_.empty() && n > 0) {
+    // Posted before the documents leave this thread (the sinks may look them up as soon as they are posted).
+    post_input_positions(positions_key_, std::span<const Document>(out.docs()).subspan(before), position_);
   }
   position_ += n;
   return n;

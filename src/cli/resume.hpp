@@ -133,11 +133,14 @@ class HeldDocuments {
 // The input of a resumed run: gives every document of a lines, paragraphs or text input an id from the
 // input's hash and its position (so a rerun names them as the first run did), and skips the first
 // `skip` documents, checking that the last one skipped has `last_id` (else InputError: the output's
-// documents are not this input's, in this order).
+// documents are not this input's, in this order). With a `positions_key` (a jsonl input, whose documents
+// keep their ids, under a flow with resumable sinks), each document read after the skipped ones is posted
+// on that run's position board (post_input_positions); the run retires it when its response comes back.
 class ResumeSource : public DocumentSource {
  public:
   ResumeSource(DocumentSource& inner, bool positional_ids, std::string input_hash, std::uint64_t skip,
-               std::string last_id);
+               std::string last_id, std::string positions_key = {});
+  const std::string& positions_key() const noexcept { return positions_key_; }
   // Reads and checks the documents to skip (read() does it first when not done yet). Throws InputError.
   void skip();
   std::size_t read(DocumentArray& out, std::size_t max) override;
@@ -149,6 +152,7 @@ class ResumeSource : public DocumentSource {
   std::string input_hash_;
   std::uint64_t skip_, skipped_ = 0, position_ = 0;
   std::string last_id_;
+  std::string positions_key_;
 };
 
 }  // namespace flowline::cli

@@ -152,10 +152,10 @@ bool has_known_extension(const std::string& output) {
   }
 }
 
-// --resume of a flow whose executors write: each must be a resumable sink of one replica that can see its
-// documents in input order: with positional ids (`positional`: not a jsonl input) the sinks put them back in
-// order themselves (SinkProgress::order), else no executor may run replicas. Returns false after saying why.
-bool sinks_can_resume(const RunSetup& setup, bool positional) {
+// --resume of a flow whose executors write: each must be a resumable sink of one replica. Replicas before
+// a sink are fine: the sinks put documents back in input order themselves (SinkProgress::order, by positional
+// ids or, for a jsonl input, by the position board). Returns false after saying why.
+bool sinks_can_resume(const RunSetup& setup) {
   const auto is_sink = [&](const std::string& name) {
     return std::find(setup.sinks.begin(), setup.sinks.end(), name) != setup.sinks.end();
   };
@@ -172,20 +172,11 @@ bool sinks_can_resume(const RunSetup& setup, bool positional) {
   }
   if (setup.sinks.empty()) return ok;
   for (const ExecutorConfig& e : setup.config.executors) {
-    if ((e.replicas * e.shards <= 1 && !e.is_remote()) || (positional && !is_sink(e.name))) continue;
-    if (is_sink(e.name)) {
-      fmt::print(stderr,
-                 "error: sink '{}' runs {} replicas{}: each would count only its own share of the input (refused); "
-                 "give it replicas: 1 to resume\n",
-                 e.name, e.replicas * e.shards, e.is_remote() ? " on other hosts" : "");
-    } else {
-      fmt::print(stderr,
-                 "error: executor '{}' runs {} replicas{}: with a jsonl input (its own ids, no positions) its "
-                 "requests reach the sinks ('{}') in the order they finish, not in input order, so what a sink "
-                 "holds is no input prefix to resume from (refused); give it replicas: 1, or write with --output "
-                 "(in input order whatever the replicas)\n",
-                 e.name, e.replicas * e.shards, e.is_remote() ? " on other hosts" : "", fmt::join(setup.sinks, "', '"));
-    }
+    if ((e.replicas * e.shards <= 1 && !e.is_remote()) || !is_sink(e.name)) continue;
+    fmt::print(stderr,
+               "error: sink '{}' runs {} replicas{}: each would count only its own share of the input (refused); "
+               "give it replicas: 1 to resume\n",
+               e.name, e.replicas * e.shards, e.is_remote() ? " on other hosts" : "");
     ok = false;
   }
   return ok;
@@ -217,7 +208,7 @@ int find_start(const RunOptions& o, RunSetup& setup) {
                "standard input or a pipe)\n");
     return kExitUsage;
   }
-  if (!sinks_can_resume(setup, input_format_for(o.input_format, o.input) != "jsonl")) return kExitUsage;
+  if (!sinks_can_resume(setup)) return kExitUsage;
   if (outputs_complete(o, setup)) {
     if (file_output) {
       fmt::print(stderr, "'{}' is complete: nothing to resume\n", o.output);
@@ -302,9 +293,11 @@ int begin_input(const RunOptions& o, RunSetup& setup) {
     if (setup.output && !setup.identity->output_format.empty()) output_point = setup.start;
     if (o.resume) setup.run_start = choose_run_start(output_point, setup.sinks, run_key_of(*setup.identity));
     const std::string format_name = input_format_for(o.input_format, o.input);
-    setup.resume_source =
-        std::make_unique<ResumeSource>(*setup.source, format_name != "jsonl", setup.identity->input_hash,
-                                       setup.run_start.documents, setup.run_start.last_id);
+    // A jsonl input keeps its ids: the sinks learn positions from the board (resumable_sink.hpp).
+    const bool positional = format_name != "jsonl";
+    setup.resume_source = std::make_unique<ResumeSource>(
+        *setup.source, positional, setup.identity->input_hash, setup.run_start.documents, setup.run_start.last_id,
+        !positional && !setup.sinks.empty() ? run_key_of(*setup.identity) : std::string());
     setup.resume_source->skip();
     if (o.resume) {
       const std::uint64_t total = count_documents(o.input, parse_input_format(format_name));
@@ -455,6 +448,8 @@ int command_run(const RunOptions& o) {
   if (setup.run_start.documents > 0) post_options.parameters[kResumeFromParam] = setup.run_start.documents;
   if (setup.identity && !setup.sinks.empty() && input_format_for(o.input_format, o.input) != "jsonl")
     post_options.parameters[kPositionalIdsParam] = setup.identity->input_hash;
+  const std::string board = setup.resume_source ? setup.resume_source->positions_key() : std::string();
+  if (!board.empty()) post_options.parameters[kInputPositionsParam] = board;
   std::unique_ptr<ResumeLog> log;
   if (output && setup.identity && !setup.identity->output_format.empty()) {
     try {
@@ -483,6 +478,7 @@ int command_run(const RunOptions& o) {
     summary = flow.post(
         endpoint, stoppable,
         [&](Response&& r) {
+          if (!board.empty()) retire_input_positions(board, r.docs);  // no executor holds them any more
           if (!r.ok()) {
             if (log) log->failed();
             if (reported_failures++ < 20) {

@@ -6,8 +6,8 @@ its manifest, one cut shorter than its sync point, one whose record at the sync 
 is refused and left as it was, for --output and for a writer.
 
     test_resume.py LAUNCHER SOURCE_DIR CASE
-        CASE: jsonl | npy | safetensors | refusals | encode-flow | ner-flow | encode-replicas | index-flow | pg-flow |
-              writer-refusals
+        CASE: jsonl | npy | safetensors | refusals | encode-flow | ner-flow | encode-replicas | jsonl-replicas |
+              index-flow | pg-flow | writer-refusals
 
 The tiny random checkpoint tests/data/tiny-models/bert-all-poolings-dense encodes the corpus
 (FLOWLINE_CORPUS_DIR, as the build found it; else ../shared/data/corpus) on the CPU. Every run is bounded (120 s) and
@@ -197,18 +197,6 @@ def a_partial_that_is_not_this_runs_is_refused(r):
     expect_refusal(r, output, "fewer than the")
     os.remove(output + ".resume.json")
     expect_refusal(r, output, "not the partial of a run that can be resumed")
-    # A writer behind an encoder of two replicas, fed a jsonl input (its own ids: no positions to put the
-    # documents back in order by), gets them in the order they finish: no input prefix.
-    writing = os.path.join(r.scratch, "writing.yml")
-    with open(writing, "w") as f:
-        f.write(read(r.flow).decode().replace("device: cpu", "device: cpu\n    replicas: 2") +
-                "  - name: writer\n    uses: JsonlWriter\n    with:\n      path: copy.jsonl\n")
-    documents = os.path.join(r.scratch, "documents.jsonl")
-    with open(documents, "w") as f:
-        f.writelines(json.dumps({"id": f"d{i}", "text": f"text {i}"}) + "\n" for i in range(100))
-    done = subprocess.run([r.launcher, "run", writing, "--input", documents, "--output", "jsonl-out.jsonl", "--resume"],
-                          cwd=r.scratch, capture_output=True, text=True, timeout=DEADLINE)
-    check(done.returncode == 2 and "not in input order" in done.stderr, f"not refused: {done.stderr}")
     # A complete output: nothing to resume, and it stays as it is.
     complete = os.path.join(r.scratch, "complete.jsonl")
     check(r.run(complete).returncode == 0, "a run failed")
@@ -232,6 +220,27 @@ class FlowCase:
     def run(self, out_dir, *more):
         return subprocess.run(self.argv(out_dir, *more), cwd=self.r.scratch, capture_output=True, text=True,
                               timeout=DEADLINE, env=self.env(out_dir))
+
+
+class JsonlInputCase(FlowCase):
+    """A FlowCase fed a jsonl input: the corpus's lines as documents with ids of their own (not in sorted order),
+    so the sinks learn the input positions from the run's position board, not from the ids."""
+
+    def __init__(self, r, flow, name, *extra):
+        super().__init__(r, flow, name, *extra)
+        self.documents, self.ids = os.path.join(r.scratch, "corpus.jsonl"), []
+        with open(self.documents, "w", encoding="utf-8") as out:
+            for book in sorted(os.listdir(r.corpus)):
+                with open(os.path.join(r.corpus, book), encoding="utf-8") as f:
+                    for line in f:
+                        if line.strip():
+                            self.ids.append(f"{len(self.ids) * 2654435761 % 2 ** 32:08x}-{len(self.ids)}")
+                            out.write(json.dumps({"id": self.ids[-1], "text": line.rstrip("\n")}) + "\n")
+
+    def argv(self, out_dir, *more):
+        argv = super().argv(out_dir, *more)
+        argv[argv.index("--input") + 1] = self.documents
+        return argv
 
 
 def a_flow_killed_five_times_and_resumed_equals_an_uninterrupted_run(r, rng, case, output_extension=None):
@@ -479,6 +488,17 @@ def main():
             ids = [json.loads(line)["id"] for line in read(os.path.join(scratch, "reference", flow.name)).splitlines()]
             positions = [int(i[16:], 16) for i in ids]
             check(positions == list(range(len(ids))), "the writer's file is not in input order")
+        elif case == "jsonl-replicas":
+            # A jsonl input (its own ids) through two encoder replicas into the JsonlWriter: the writer puts the
+            # documents back in input order by the positions the run posts for them; --output too.
+            flow = os.path.join(scratch, "jsonl-replicas.yml")
+            with open(os.path.join(source_dir, "flows", "encode.yml")) as f, open(flow, "w") as out:
+                text = f.read().replace("replicas: auto", "replicas: 2")
+                out.write(text.replace("${{ ENV.FLOWLINE_MODEL_DIR:-../models }}/all-MiniLM-L6-v2", r.model))
+            flow = JsonlInputCase(r, flow, "embeddings.jsonl", "--set", f"encoder.model={r.model}")
+            a_flow_killed_five_times_and_resumed_equals_an_uninterrupted_run(r, rng, flow, ".jsonl")
+            ids = [json.loads(line)["id"] for line in read(os.path.join(scratch, "reference", flow.name)).splitlines()]
+            check(ids == flow.ids, "the writer's file is not the input's documents in input order")
         elif case == "ner-flow":
             flow = FlowCase(r, "ner.yml", "entities.tsv", "--input-format", "paragraphs")
             a_flow_killed_five_times_and_resumed_equals_an_uninterrupted_run(r, rng, flow)

@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <fstream>
 #include <mutex>
+#include <unordered_map>
 #include <unistd.h>
 
 namespace flowline {
@@ -24,6 +25,14 @@ constexpr std::uint64_t kMaxRecordBytes = 16 << 20;  // the longest last record 
 
 std::mutex g_board_mutex;
 std::map<std::string, std::map<std::string, SinkPoint>> g_board;  // run key -> executor -> held point
+
+// The position board: run key -> id -> the position of the document in flight under it, and how many are.
+struct InFlight {
+  std::uint64_t position = 0;
+  std::uint32_t count = 0;  // more than 1: the id is ambiguous until all are retired
+};
+std::mutex g_positions_mutex;
+std::map<std::string, std::unordered_map<std::string, InFlight>> g_positions;
 
 }  // namespace
 
@@ -57,6 +66,34 @@ std::map<std::string, SinkPoint> held_sink_points(const std::string& run_key) {
   return it == g_board.end() ? std::map<std::string, SinkPoint>{} : it->second;
 }
 
+void post_input_positions(const std::string& run_key, std::span<const Document> docs, std::uint64_t first) {
+  std::lock_guard lock(g_positions_mutex);
+  auto& board = g_positions[run_key];
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    InFlight& slot = board[docs[i].id];
+    if (slot.count++ == 0) slot.position = first + i;
+  }
+}
+
+void retire_input_positions(const std::string& run_key, const DocumentArray& docs) {
+  std::lock_guard lock(g_positions_mutex);
+  const auto run = g_positions.find(run_key);
+  if (run == g_positions.end()) return;
+  for (const Document& doc : docs) {
+    const auto it = run->second.find(doc.id);
+    if (it != run->second.end() && --it->second.count == 0) run->second.erase(it);
+  }
+}
+
+std::optional<std::uint64_t> input_position(const std::string& run_key, const std::string& id) {
+  std::lock_guard lock(g_positions_mutex);
+  const auto run = g_positions.find(run_key);
+  if (run == g_positions.end()) return std::nullopt;
+  const auto it = run->second.find(id);
+  if (it == run->second.end() || it->second.count != 1) return std::nullopt;
+  return it->second.position;
+}
+
 SinkProgress::SinkProgress(const Params& params, std::string executor)
     : executor_(std::move(executor)),
       run_key_(params.get<std::string>("run_key")),
@@ -80,6 +117,8 @@ void SinkProgress::start(const RequestInfo& request) {
     position_ = from->to_number<std::uint64_t>();
   if (const auto* hash = request.parameters.if_contains(kPositionalIdsParam); hash && hash->is_string() && enabled())
     positional_ = std::string(hash->get_string());
+  if (const auto* key = request.parameters.if_contains(kInputPositionsParam); key && key->is_string() && enabled())
+    by_board_ = key->get_string() == run_key_;
   next_ = synced_position_ = position_;
   if (position_ > held_.documents) {
     throw Error(
@@ -91,23 +130,34 @@ void SinkProgress::start(const RequestInfo& request) {
 
 bool SinkProgress::orders(const RequestInfo& request) {
   start(request);
-  return !positional_.empty();
+  return !positional_.empty() || by_board_;
+}
+
+std::optional<std::uint64_t> SinkProgress::position_of(const Document& doc) const {
+  if (by_board_) return input_position(run_key_, doc.id);
+  constexpr std::size_t kHex = 16;
+  std::uint64_t at = 0;
+  if (doc.id.size() == 2 * kHex && doc.id.compare(0, kHex, positional_) == 0 &&
+      std::sscanf(doc.id.c_str() + kHex, "%16llx", reinterpret_cast<unsigned long long*>(&at)) == 1)
+    return at;
+  return std::nullopt;
 }
 
 DocumentArray SinkProgress::order(const DocumentArray& docs) {
-  constexpr std::size_t kHex = 16;
   for (const Document& doc : docs) {
-    std::uint64_t at = 0;
-    const bool positional =
-        doc.id.size() == 2 * kHex && doc.id.compare(0, kHex, positional_) == 0 &&
-        std::sscanf(doc.id.c_str() + kHex, "%16llx", reinterpret_cast<unsigned long long*>(&at)) == 1;
+    const std::optional<std::uint64_t> position = position_of(doc);
+    const bool positional = position.has_value();
+    const std::uint64_t at = position.value_or(0);
     if (!positional || at < next_ || held_back_.size() >= kMaxHeldBack) {
       spdlog::warn(
           "executor '{}': document '{}' {}: documents are written as they come from here on, and no more "
           "progress is kept (a --resume of this run is refused)",
           executor_, doc.id,
-          positional ? "came after too many others were held back for order" : "is no input position");
+          positional  ? "came after too many others were held back for order"
+          : by_board_ ? "has no input position (no input document in flight has this id, or two have)"
+                      : "is no input position");
       positional_.clear();
+      by_board_ = false;
       gave_up_ = true;
       DocumentArray all = release_held_back();
       for (const Document& d : docs) all.push_back(d);
