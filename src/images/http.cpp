@@ -8,13 +8,15 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <boost/beast/ssl.hpp>
 #include <fmt/format.h>
+#if FLOWLINE_HAVE_OPENSSL
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/ssl.hpp>
 #include <openssl/err.h>
+#endif
 
 #include <algorithm>
 #include <cctype>
@@ -28,7 +30,9 @@ namespace {
 namespace beast = boost::beast;
 namespace http = beast::http;
 namespace net = boost::asio;
+#if FLOWLINE_HAVE_OPENSSL
 namespace ssl = net::ssl;
+#endif
 using tcp = net::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
@@ -135,6 +139,7 @@ std::string non_public(const net::ip::address& address) {
   return "";
 }
 
+#if FLOWLINE_HAVE_OPENSSL
 // The system's trust store, loaded once; an ssl::context is safe to share once set up.
 ssl::context& tls_context() {
   static ssl::context context = [] {
@@ -145,6 +150,7 @@ ssl::context& tls_context() {
   }();
   return context;
 }
+#endif
 
 std::string seconds(std::chrono::milliseconds ms) { return fmt::format("{:g} s", ms.count() / 1000.0); }
 
@@ -172,6 +178,7 @@ class Exchange {
       connect(stream, endpoints);
       return exchange(stream);
     }
+#if FLOWLINE_HAVE_OPENSSL
     beast::ssl_stream<beast::tcp_stream> stream(ioc_, tls_context());
     if (!SSL_set_tlsext_host_name(stream.native_handle(), url_.host.c_str()))
       throw FetchError(fmt::format("TLS: cannot set the server name '{}'", url_.host));
@@ -184,6 +191,9 @@ class Exchange {
     if (ec == beast::error::timeout) throw timed_out(true);
     if (ec) throw FetchError(fmt::format("TLS handshake with {} failed: {}", url_.host, tls_reason(ec)));
     return exchange(stream);
+#else
+    throw FetchError("https needs a flowline built with OpenSSL (Debian: libssl-dev); this build has none");
+#endif
   }
 
  private:
@@ -199,6 +209,7 @@ class Exchange {
     return FetchError(fmt::format("timed out after {} (http_timeout)", seconds(policy_.http_timeout)));
   }
 
+#if FLOWLINE_HAVE_OPENSSL
   static std::string tls_reason(const beast::error_code& ec) {
     std::string text = ec.message();
     if (ec.category() == net::error::get_ssl_category()) {
@@ -207,6 +218,7 @@ class Exchange {
     }
     return text;
   }
+#endif
 
   // Resolved with a timer that cancels the lookup at the connect deadline; then the non-public addresses
   // dropped unless allowed (all of them dropped: refused, naming one).

