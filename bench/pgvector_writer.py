@@ -12,13 +12,16 @@ Both sides write the same rows (id, text, tags {}, embedding) with the same batc
 request of --request rows. Figures, best of --runs, each on a freshly dropped table:
   - flowline end to end: `flowline run` of a flow holding the writer alone (on_conflict: error, plain COPY)
     over a JSONL file of the rows, documents / (post window + closing), as --stats-json reports: includes
-    reading and parsing the JSONL (384 numbers a line) on the launcher's reader threads;
+    reading and parsing the JSONL (384 numbers a line) on the launcher's posting thread;
   - flowline writer: rows / the writer's own time (its copy_seconds + commit_seconds metrics: encoding the
     COPY stream, sending it, the server's work, COMMIT), the part that compares with psycopg;
   - flowline upsert: the same end to end with on_conflict: update (staging table + INSERT ... ON CONFLICT);
   - psycopg: rows / wall time of the COPY loop from numpy rows already in memory;
   - reader alone: the same `flowline run` with a NoOp instead of the writer: the ceiling the JSONL input sets
     on the end-to-end figure.
+Each side's CPU time per row is reported too (cpu_us_per_row): the server's (every PostgreSQL process, the
+backends that exited included) and the client's (the launcher process, or the Python process running psycopg),
+so that on a machine where both share the cores one can see whose work bounds the rate.
 After each side the table's content digest (md5 of the vector_send bytes in id order) is compared: both
 sides must have stored the same bits.
 """
@@ -46,6 +49,41 @@ def make_input(path, ids, texts, vectors):
         for i, t, v in zip(ids, texts, vectors):
             doc = {"id": i, "text": t, "embedding": {"dtype": "float32", "shape": [len(v)], "data": v.tolist()}}
             f.write(json.dumps(doc) + "\n")
+
+
+def server_cpu_seconds(postmaster):
+    """CPU time (user + system) the server has used so far: the postmaster, its live processes (the backends,
+    the writer, the WAL writer...) and, through the postmaster's children times, the backends that exited."""
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def stat(pid):
+        text = pathlib.Path(f"/proc/{pid}/stat").read_text()
+        fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) ": state, ppid, ...
+        return int(fields[1]), [int(x) for x in fields[11:15]]  # ppid; utime, stime, cutime, cstime
+
+    total = sum(stat(postmaster)[1]) / tick
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != postmaster:
+            try:
+                ppid, times = stat(int(entry))
+            except (OSError, ValueError):
+                continue  # gone meanwhile
+            if ppid == postmaster:
+                total += (times[0] + times[1]) / tick
+    return total
+
+
+def measured(cpu, postmaster, rows, run):
+    """Runs `run()`; appends the server's and the client's CPU microseconds per row to cpu["server"] and
+    cpu["client"] (the client: this process and the children it waited for)."""
+    server, client = server_cpu_seconds(postmaster), os.times()
+    result = run()
+    after = os.times()
+    cpu["server"].append(round((server_cpu_seconds(postmaster) - server) / rows * 1e6, 2))
+    used = (after.user - client.user) + (after.system - client.system) + (after.children_user - client.children_user) + (
+        after.children_system - client.children_system)
+    cpu["client"].append(round(used / rows * 1e6, 2))
+    return result
 
 
 def flowline_run(args, uri, flow, jsonl, work):
@@ -118,6 +156,9 @@ def main():
             results = {"flowline end to end": [], "flowline writer": [], "flowline upsert end to end": [],
                        "psycopg": [], "reader alone (NoOp)": []}
             digests = set()
+            backend_stat = pathlib.Path(f"/proc/{conn.info.backend_pid}/stat").read_text()
+            postmaster = int(backend_stat.rsplit(")", 1)[1].split()[1])  # the backend's parent
+            cpu = {side: {"server": [], "client": []} for side in ("flowline", "upsert", "psycopg")}
             for _ in range(args.runs):
                 results["reader alone (NoOp)"].append(flowline_run(args, uri, flows["noop"], jsonl, work)[0])
                 for side in ("flowline", "upsert", "psycopg"):
@@ -125,10 +166,12 @@ def main():
                     conn.execute("CHECKPOINT")
                     if side == "psycopg":
                         conn.execute(ddl)
-                        results["psycopg"].append(psycopg_run(conn, "bench", ids, texts, vectors, args.request))
+                        results["psycopg"].append(measured(cpu["psycopg"], postmaster, args.rows, lambda: psycopg_run(
+                            conn, "bench", ids, texts, vectors, args.request)))
                     else:
-                        e2e, writer, rows = flowline_run(args, uri, flows["error" if side == "flowline" else "update"],
-                                                         jsonl, work)
+                        flow = flows["error" if side == "flowline" else "update"]
+                        e2e, writer, rows = measured(cpu[side], postmaster, args.rows,
+                                                     lambda: flowline_run(args, uri, flow, jsonl, work))
                         assert rows == args.rows, rows
                         if side == "flowline":
                             results["flowline end to end"].append(e2e)
@@ -145,6 +188,7 @@ def main():
                               "rows_per_s_all": {k: [round(x) for x in v] for k, v in results.items()},
                               "writer_over_psycopg": round(best["flowline writer"] / best["psycopg"], 2),
                               "end_to_end_over_psycopg": round(best["flowline end to end"] / best["psycopg"], 2),
+                              "cpu_us_per_row": cpu,
                               "same_rows_digest": list(digests)[0][1]}, indent=2))
     finally:
         subprocess.run([sys.executable, str(SERVER), "stop", folder], capture_output=True, timeout=120)
