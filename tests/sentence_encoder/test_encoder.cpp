@@ -67,7 +67,8 @@ testing::ExecutorRunner encoder_alone(const std::filesystem::path& model, boost:
                                       const std::string& device = "cpu") {
   with["model"] = model.string();
   return testing::ExecutorRunner(encoder_registry(), "SentenceEncoder", with,
-                                 RuntimeInfo{.name = "encoder", .device = c10::Device(device)});
+                                 // resolved as a flow resolves it: "cuda" is cuda:0 (a device of index -1 fails)
+                                 RuntimeInfo{.name = "encoder", .device = resolve_device(device)});
 }
 
 DocumentArray text_docs(const std::vector<std::string>& texts) {
