@@ -47,9 +47,9 @@ TEST_CASE("a JSONL input reads back every float32 the JSONL writer wrote, and wr
           "[io][jsonl]") {
   // Random bit patterns (every exponent, subnormals), both zeros, the extremes and the non-finite values.
   std::mt19937 random(55);
-  std::vector<float> specials = {0.0f,           -0.0f,           1e-45f,     -1e-45f,       1.17549435e-38f,
-                                 3.4028235e38f,  -3.4028235e38f,  16777217.0f, 0.1f,         INFINITY,
-                                 -INFINITY,      std::nanf(""),   1.1754942e-38f};
+  std::vector<float> specials = {0.0f,          -0.0f,          1e-45f,        -1e-45f, 1.17549435e-38f,
+                                 3.4028235e38f, -3.4028235e38f, 16777217.0f,   0.1f,    INFINITY,
+                                 -INFINITY,     std::nanf(""),  1.1754942e-38f};
   DocumentArray docs;
   for (int d = 0; d < 400; ++d) {
     at::Tensor row = at::empty({384}, at::kFloat);
@@ -79,7 +79,8 @@ TEST_CASE("a JSONL input reads back every float32 the JSONL writer wrote, and wr
     const float* got = back[d].embedding.data_ptr<float>();
     for (int i = 0; i < 384; ++i) {
       const bool same = std::isnan(want[i]) ? std::isnan(got[i]) : bits_of(want[i]) == bits_of(got[i]);
-      if (!same && ++wrong <= 5) UNSCOPED_INFO(fmt::format("doc {} value {}: {} read back as {}", d, i, want[i], got[i]));
+      if (!same && ++wrong <= 5)
+        UNSCOPED_INFO(fmt::format("doc {} value {}: {} read back as {}", d, i, want[i], got[i]));
     }
   }
   CHECK(wrong == 0);
@@ -93,9 +94,22 @@ TEST_CASE("a number in a JSONL input reads as Python's float() then float32 roun
   // cases, subnormals, values rounding to 0 and to the largest float32, the texts Python's json.dumps writes
   // for float32 values (17 digits).
   std::mt19937_64 random(3);
-  std::vector<std::string> texts = {"0",   "-0",    "0.0",  "-0.0", "1e-46", "-1e-46",     "1.5e-45",
-                                    "7e-46", "3.4028235677973366e+38", "3.4028235e38", "1E+38",
-                                    "0.10000000149011612", "16777217", "-16777219", "1e-320", "2.5e-324"};
+  std::vector<std::string> texts = {"0",
+                                    "-0",
+                                    "0.0",
+                                    "-0.0",
+                                    "1e-46",
+                                    "-1e-46",
+                                    "1.5e-45",
+                                    "7e-46",
+                                    "3.4028235677973366e+38",
+                                    "3.4028235e38",
+                                    "1E+38",
+                                    "0.10000000149011612",
+                                    "16777217",
+                                    "-16777219",
+                                    "1e-320",
+                                    "2.5e-324"};
   for (int i = 0; i < 20000; ++i) {
     std::string t;
     if (random() % 2) t += '-';
@@ -122,8 +136,8 @@ TEST_CASE("a number in a JSONL input reads as Python's float() then float32 roun
       texts.push_back(fmt::format("{:.15e}", v));
     }
   }
-  std::string line = fmt::format(R"({{"id": "n", "embedding": {{"dtype": "float32", "shape": [{}], "data": [)",
-                                 texts.size());
+  std::string line =
+      fmt::format(R"({{"id": "n", "embedding": {{"dtype": "float32", "shape": [{}], "data": [)", texts.size());
   for (std::size_t i = 0; i < texts.size(); ++i) line += (i ? ", " : "") + texts[i];
   line += "]}}";
   Document doc(Document::WithId{});
@@ -202,5 +216,37 @@ TEST_CASE("a JSONL line the fast path leaves is refused by the general parser wi
     INFO(line);
     testing::write_text(dir / "in.jsonl", good + "\n" + line + "\n");
     CHECK_THROWS_WITH(read_all(dir / "in.jsonl"), testing::starts_with((dir / "in.jsonl").string() + message));
+  }
+}
+
+TEST_CASE("a bad line among many is reported at its own line whichever thread parsed it, after the lines before it",
+          "[io][jsonl]") {
+  const auto dir = testing::scratch_dir("jsonl two threads");
+  // 600 lines read at once are parsed on two threads (lines 1-300 and 301-600): bad lines in either half.
+  for (const std::vector<int> bad : {std::vector<int>{450, 500}, std::vector<int>{100, 450}, std::vector<int>{}}) {
+    std::string text;
+    for (int line = 1; line <= 600; ++line) {
+      const bool is_bad = std::find(bad.begin(), bad.end(), line) != bad.end();
+      text += is_bad ? fmt::format("{{\"id\": \"d{}\", \"txt\": \"x\"}}\n", line)
+                     : fmt::format(
+                           "{{\"id\": \"d{}\", \"embedding\": {{\"dtype\": \"float32\", \"shape\": [2], "
+                           "\"data\": [{}, 0.5]}}}}\n",
+                           line, line);
+    }
+    testing::write_text(dir / "in.jsonl", text);
+    auto source = open_file_source(dir / "in.jsonl", InputFormat::Jsonl);
+    DocumentArray docs;
+    if (bad.empty()) {
+      REQUIRE(source->read(docs, 1000) == 600);
+      for (int i = 0; i < 600; ++i) {
+        CHECK(docs[i].id == fmt::format("d{}", i + 1));
+        CHECK(docs[i].embedding.data_ptr<float>()[0] == static_cast<float>(i + 1));
+      }
+      continue;
+    }
+    CHECK_THROWS_WITH(source->read(docs, 1000), fmt::format("{}:{}: unknown field 'txt' (did you mean 'text'?)",
+                                                            (dir / "in.jsonl").string(), bad[0]));
+    REQUIRE(docs.size() == static_cast<std::size_t>(bad[0] - 1));
+    CHECK(docs[docs.size() - 1].id == fmt::format("d{}", bad[0] - 1));
   }
 }
