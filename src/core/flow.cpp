@@ -30,11 +30,8 @@ namespace flowline {
 
 using runtime::Edge;
 using runtime::RequestPtr;
-
-namespace {
-using Clock = std::chrono::steady_clock;
 using runtime::Stage;
-}  // namespace
+using Clock = std::chrono::steady_clock;
 
 class Flow::Impl {
  public:
