@@ -269,13 +269,20 @@ std::string openapi_document(const std::string& title, const std::set<std::strin
   json::object post_model = data_model("PostRequest");
   post_model["properties"].as_object()["execEndpoint"] = json::object{{"type", "string"}};
   components["PostRequest"] = std::move(post_model);
-  // The gateway's own routes, from its route table. A flow endpoint of the same path keeps its operation
-  // (an index's POST /status beside the probe's GET; a flow's /rerank instead of TEI's).
+  // The gateway's own routes, from its route table. A flow endpoint of a probe's path keeps its POST (an index's
+  // /status beside the GET); where the gateway tells the two apart by the body (jina_bodies_to_flow: a flow's
+  // /rerank takes Jina's {"data": ...}, TEI's its own), the operation's body is one of both; else the row's
+  // operation is the one the gateway answers.
   for (const RouteRow& r : route_table()) {
     json::value& entry = paths[r.path];
     if (!entry.is_object()) entry = json::object{};
     const char* verb = r.method == Method::Get ? "get" : "post";
-    if (entry.as_object().contains(verb)) continue;
+    if (json::value* flow_op = entry.as_object().if_contains(verb); flow_op && r.jina_bodies_to_flow) {
+      json::value& body = flow_op->at("requestBody").at("content").at("application/json").at("schema");
+      body = json::object{{"oneOf", json::array{body, schema_ref(r.request_schema)}}};
+      flow_op->as_object()["summary"] = fmt::format("{}; or {}", flow_op->at("summary").as_string(), r.summary);
+      continue;
+    }
     json::value answer = r.path == "/post" ? json::value(schema_ref("default_output_model"))
                                            : json::value(json::object{{"type", r.answer_type}});
     json::value request = r.request_schema.empty() ? json::value(nullptr) : json::value(schema_ref(r.request_schema));

@@ -45,7 +45,7 @@ const std::array kRoutes{
              "array"},
     RouteRow{"/rerank", Method::Post, kToken, Route::TEIRerank, &Connection::handle_tei_rerank,
              "TEI rerank (a Jina body, {\"data\": ...}, goes to the flow endpoint /rerank)", "rerank", "RerankRequest",
-             "array"},
+             "array", true},
     RouteRow{"/v1/rerank", Method::Post, kToken, Route::Rerank, &Connection::handle_rerank,
              "Jina's and Cohere's rerank", "v1_rerank", "V1RerankRequest", "object"},
     RouteRow{"/v2/embed", Method::Post, kToken, Route::CohereEmbed, &Connection::handle_cohere_embed,
@@ -57,7 +57,7 @@ const std::array kRoutes{
              "TEI predict: a SequenceClassifier's labels, best first", "predict", "PredictRequest", "array"},
     RouteRow{"/classify", Method::Post, kToken, Route::Classify, &Connection::handle_classify,
              "Infinity's classify (a Jina body, {\"data\": ...}, goes to the flow endpoint /classify)", "classify",
-             "ClassifyRequest", "object"},
+             "ClassifyRequest", "object", true},
     RouteRow{"/tokenize", Method::Post, kToken, Route::TEITokenize, &Connection::handle_tei_tokenize,
              "TEI tokenize: the served model's tokens with their UTF-8 byte offsets", "tokenize", "TokenizeRequest",
              "array"},
@@ -65,7 +65,7 @@ const std::array kRoutes{
              &Connection::handle_token_classification,
              "Hugging Face's token classification: a TokenClassifier's entities with character offsets (a Jina body, "
              "{\"data\": ...}, goes to the flow endpoint /token-classification)",
-             "token_classification", "TokenClassificationRequest", "array"},
+             "token_classification", "TokenClassificationRequest", "array", true},
 };
 
 constexpr std::array<const char*, static_cast<std::size_t>(Route::kCount)> kRouteNames{"jina",

@@ -59,6 +59,9 @@ struct RouteRow {
   std::string_view operation_id;
   std::string_view request_schema;
   std::string_view answer_type;
+  // Whether a Jina body ({"data": ...}) sent here goes to the flow endpoint of the same path (its handler tells
+  // them apart): /openapi.json then describes the body as one of both. Other rows win over such an endpoint.
+  bool jina_bodies_to_flow = false;
 };
 
 // Every row, in the order `serve --help` and docs/serving.md list them.

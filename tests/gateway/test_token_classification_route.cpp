@@ -215,6 +215,13 @@ TEST_CASE("POST /token-classification refuses bad parameters and bodies by name,
         "#/components/schemas/TokenClassificationRequest");
   const json::value& schema = openapi.at("components").at("schemas").at("TokenClassificationRequest");
   CHECK(schema.at("properties").at("parameters").at("properties").as_object().contains("aggregation_strategy"));
+  // On the tagger's flow the path answers both bodies (Jina's {"data": ...} goes to its endpoint): one of both.
+  const json::value tagger_api = client.get("/openapi.json").json();
+  const json::value& both = tagger_api.at("paths").at("/token-classification").at("post").at("requestBody");
+  const json::array& one_of = both.at("content").at("application/json").at("schema").at("oneOf").as_array();
+  REQUIRE(one_of.size() == 2);
+  CHECK(one_of[0].at("$ref") == "#/components/schemas/token-classification_input_model");
+  CHECK(one_of[1].at("$ref") == "#/components/schemas/TokenClassificationRequest");
 }
 
 TEST_CASE("requests of several clients to /token-classification share the tagger's batches", "[gateway][token]") {
