@@ -4,7 +4,8 @@
 // `tokenizers` does (its Word::merge_all, priority queue of (rank, position) and all). Immutable once
 // built; the symbols and the queue are the calling thread's (thread_local), so a warmed thread allocates
 // nothing per word.
-#include "pipeline.hpp"
+#include "builders.hpp"
+#include "word_cache.hpp"
 
 #include <fmt/format.h>
 

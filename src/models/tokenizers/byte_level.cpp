@@ -2,7 +2,7 @@
 // UTF-8 byte as one of 256 printable characters) and Split (a tokenizer.json pattern and a delimiter
 // behaviour) -- and the Replace normalizer with a Regex pattern. Each is immutable once built; the
 // per-thread buffers are the Scratch's and this file's thread_local ones.
-#include "pipeline.hpp"
+#include "builders.hpp"
 #include "regex.hpp"
 
 #include <fmt/format.h>

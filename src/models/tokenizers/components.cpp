@@ -1,7 +1,7 @@
 // Building a pipeline's components from tokenizer.json: the normalizer (normalizers.cpp), the pre-tokenizer
 // (pre_tokenizers.cpp), the model (the table below; one file per model kind) and the post-processor
 // (post_processors.cpp).
-#include "pipeline.hpp"
+#include "builders.hpp"
 
 #include "flowline/error.hpp"
 

@@ -5,7 +5,7 @@
 // character, String::from_utf8_lossy gives one U+FFFD per maximal ill-formed prefix, and a Strip that would
 // cut past a token's characters (a panic there) is an error here.
 #include "flowline/error.hpp"
-#include "pipeline.hpp"
+#include "builders.hpp"
 #include "regex.hpp"
 
 #include <fmt/format.h>

@@ -1,6 +1,6 @@
 // Reading tokenizer.json's fields with errors that name the file and the JSON path (pipeline.hpp): typed
 // fields, and integers as Python tokenizers reads them (ids u32, counts usize), never a wrapped value.
-#include "pipeline.hpp"
+#include "builders.hpp"
 
 #include <fmt/format.h>
 

@@ -2,7 +2,7 @@
 // Lowercase, StripAccents, Strip, NFC/NFD/NFKC/NFKD, Replace (a String pattern here, a Regex one in
 // byte_level.cpp), Prepend, Precompiled (sentencepiece.cpp) and Sequence. Adding one: a class here (or in a
 // file of its own, its builder declared in pipeline.hpp) and a line in the table.
-#include "pipeline.hpp"
+#include "builders.hpp"
 #include "unicode.hpp"
 
 #include <fmt/format.h>

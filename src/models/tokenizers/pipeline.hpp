@@ -185,62 +185,6 @@ class Model {
   virtual std::string name() const = 0;
 };
 
-// The ids of the words a model cut last, per thread (words repeat; tokenizers keeps such a cache too): BPE
-// and Unigram look a word up before cutting it. A thread's cache belongs to the model it served last,
-// named by a serial that is never reused (an address could be); it empties when it is full.
-class WordCache {
- public:
-  static std::uint64_t next_serial();
-  // Appends `word`'s ids to `ids`: from this thread's cache, else by calling cut() (which appends them) and
-  // keeping what it appended.
-  template <class Cut>
-  static void cut(std::uint64_t model, std::u32string_view word, std::vector<std::int32_t>& ids, Cut&& cut) {
-    if (word.size() > kLongestWord) return cut();
-    WordCache& cache = of_thread(model);
-    if (cache.append(word, ids)) return;
-    const std::size_t first = ids.size();
-    cut();
-    cache.keep(word, ids.data() + first, ids.data() + ids.size());
-  }
-  // The same with each id's place (Model::tokenize with s.track), from a second cache of the thread's that
-  // keeps them relative to the word: cut(at) appends the ids and their pieces for the word at s.text[at].
-  template <class Cut>
-  static void cut_with_places(std::uint64_t model, std::u32string_view word, std::size_t at,
-                              std::vector<std::int32_t>& ids, std::vector<Span>& pieces, Cut&& cut) {
-    if (word.size() > kLongestWord) return cut(at);
-    WordCache& cache = of_thread(model, true);
-    if (cache.append(word, ids, &pieces, at)) return;
-    const std::size_t first = ids.size(), first_piece = pieces.size();
-    cut(at);
-    cache.keep(word, ids.data() + first, ids.data() + ids.size(), pieces.data() + first_piece, at);
-  }
-
- private:
-  // Open addressing over a power-of-two table twice the size of the most words kept: a look-up is one
-  // hash of the word's code points and, nearly always, one slot read (a node-based map's pointer chase and
-  // division were a sixth of a byte-level BPE's time). hash 0 marks an empty slot.
-  static constexpr std::size_t kLongestWord = 48, kWords = 32768, kSlots = 2 * kWords;
-  struct Slot {
-    std::uint32_t hash = 0;
-    std::uint32_t chars = 0;  // the word: chars_[chars, chars + length)
-    std::uint32_t ids = 0;    // its ids: ids_[ids, ids + count)
-    std::uint16_t length = 0, count = 0;
-  };
-  static WordCache& of_thread(std::uint64_t model, bool places = false);
-  static std::uint32_t hash(std::u32string_view word) noexcept;
-  bool append(std::u32string_view word, std::vector<std::int32_t>& ids, std::vector<Span>* pieces = nullptr,
-              std::size_t at = 0) const;
-  void keep(std::u32string_view word, const std::int32_t* first, const std::int32_t* last, const Span* pieces = nullptr,
-            std::size_t at = 0);
-  void clear();
-  std::uint64_t model_ = 0;
-  std::size_t words_ = 0;
-  std::vector<Slot> slots_;
-  std::u32string chars_;                                       // every cached word's code points
-  std::vector<std::int32_t> ids_;                              // every cached word's ids
-  std::vector<std::pair<std::uint8_t, std::uint8_t>> places_;  // the places cache: each id's characters
-};
-
 // The post-processor as a template: special tokens and the sequences A and B, each with its type id.
 struct TemplatePiece {
   bool is_sequence = false;
@@ -405,60 +349,6 @@ inline std::pair<std::size_t, std::size_t> pair_lengths(std::size_t a, std::size
   if (swap) std::swap(n1, n2);
   return {std::min(n1, a), std::min(n2, b)};
 }
-
-// Builders of the components that live in files of their own; components.cpp's tables name them. Each reads
-// its tokenizer.json object and refuses (refuse()) what it cannot run exactly.
-std::unique_ptr<Model> make_bpe(const boost::json::object& o, const Origin& origin);                 // bpe.cpp
-std::unique_ptr<PreTokenizer> make_byte_level(const boost::json::object& o, const Origin& origin);   // byte_level.cpp
-std::unique_ptr<PreTokenizer> make_split(const boost::json::object& o, const Origin& origin);        // byte_level.cpp
-std::unique_ptr<Normalizer> make_regex_replace(const boost::json::object& o, const Origin& origin);  // byte_level.cpp
-// GPT-2's bytes_to_unicode: the character standing for each byte (byte_level.cpp). regex_pattern_of(): a
-// component's {"String": literal} or {"Regex": pattern} as a Regex pattern (a literal escaped; empty refused).
-const std::array<char32_t, 256>& byte_level_chars();
-std::string regex_pattern_of(const boost::json::object& o, const Origin& origin);
-
-// Fills normalizers, pre-tokenizers, model and post-processor from tokenizer.json's object (components.cpp).
-void build_components(const boost::json::object& root, const std::string& file, Pipeline& pipeline);
-// The component tables, each in its own file: a normalizer object (a Sequence: all of its list) appended to
-// `out` (normalizers.cpp), a pre-tokenizer object likewise (pre_tokenizers.cpp), a post-processor object as
-// a template (post_processors.cpp; plain_post_processor(): none, sequences alone). Each refuses a type it
-// does not know, naming those it does.
-void add_normalizer(const boost::json::value& v, const Origin& origin, std::vector<std::unique_ptr<Normalizer>>& out);
-void add_pre_tokenizer(const boost::json::value& v, const Origin& origin,
-                       std::vector<std::unique_ptr<PreTokenizer>>& out);
-PostProcessor make_post_processor(const boost::json::object& o, const Origin& origin);
-PostProcessor plain_post_processor();
-// A component object's "type" (json_fields.cpp), and a table's names for "supported: ..." in errors.
-std::string type_of(const boost::json::object& o, const Origin& origin);
-template <class Table>
-std::string names_of(const Table& table) {
-  std::string names;
-  for (const auto& entry : table) names += (names.empty() ? "" : ", ") + entry.first;
-  return names;
-}
-
-// Reading tokenizer.json's fields (json_fields.cpp); errors name `origin`. field() is null when the key is
-// absent or null; the others refuse a value of the wrong type.
-const boost::json::value* field(const boost::json::object& o, std::string_view key);
-bool flag(const boost::json::object& o, std::string_view key, bool fallback, const Origin& origin);
-std::string text_field(const boost::json::object& o, std::string_view key, const Origin& origin);
-// Integers as tokenizers reads them (ids and type ids are u32, counts usize): a JSON integer in 0..max, else
-// refused naming the JSON path — "model.vocab[\"foo\"]: expected an id in 0..4294967295, got -1". flowline's ids
-// are int32: id_value() refuses one past 2147483647 too. count_field() appends ".key" to the path.
-inline constexpr std::uint64_t kMaxTokenizersId = 4294967295u;
-std::uint64_t count_value(const boost::json::value& v, std::uint64_t max, const Origin& origin, std::string_view what);
-std::int32_t id_value(const boost::json::value& v, const Origin& origin, std::string_view what = "an id");
-std::uint64_t count_field(const boost::json::object& o, std::string_view key, std::uint64_t fallback, std::uint64_t max,
-                          const Origin& origin);
-const boost::json::object& object_of(const boost::json::value& v, const Origin& origin);
-// A model's "vocab" object of token -> id (WordPiece, BPE).
-Vocabulary read_vocab_object(const boost::json::object& o, const Origin& origin);
-
-// Components in files of their own, built from their tokenizer.json object; components.cpp's tables name them.
-std::unique_ptr<Normalizer> make_precompiled(const boost::json::object& o, const Origin& origin);  // sentencepiece.cpp
-std::unique_ptr<PreTokenizer> make_metaspace(const boost::json::object& o, const Origin& origin);  // sentencepiece.cpp
-std::unique_ptr<Model> make_unigram(const boost::json::object& o, const Origin& origin);           // unigram.cpp
-std::unique_ptr<Model> make_wordpiece(const boost::json::object& o, const Origin& origin);         // wordpiece.cpp
 
 // UTF-8 to code points (invalid bytes read as U+FFFD) and back. With `align`, each code point's place:
 // [base + i, base + i + 1) for the i-th.

@@ -1,7 +1,7 @@
 // The post-processors and the table that builds them from tokenizer.json's "post_processor" object:
 // BertProcessing, RobertaProcessing, TemplateProcessing, ByteLevel (offsets only) and a Sequence of them, each
 // as a PostProcessor template of special tokens and sequences. Adding one: a line in the table.
-#include "pipeline.hpp"
+#include "builders.hpp"
 #include "unicode.hpp"
 
 #include <fmt/format.h>

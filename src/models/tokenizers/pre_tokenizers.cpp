@@ -2,7 +2,7 @@
 // BertPreTokenizer, Whitespace, WhitespaceSplit here; ByteLevel and Split (byte_level.cpp), Metaspace
 // (sentencepiece.cpp) and Sequence. Adding one: a class here (or in a file of its own, its builder declared in
 // pipeline.hpp) and a line in the table.
-#include "pipeline.hpp"
+#include "builders.hpp"
 #include "unicode.hpp"
 
 #include <fmt/format.h>

@@ -9,7 +9,7 @@
 //   after an added token nor where a normalizer or an earlier pre-tokenizer dropped the first character;
 //   "never" leaves it), and words are split before every ▁.
 #include "flowline/error.hpp"
-#include "pipeline.hpp"
+#include "builders.hpp"
 
 #include <fmt/format.h>
 #include <utf8proc.h>

@@ -3,7 +3,7 @@
 
 #include "../model_file.hpp"
 #include "flowline/error.hpp"
-#include "pipeline.hpp"
+#include "builders.hpp"
 #include "unicode.hpp"
 
 #include <boost/json.hpp>

@@ -9,7 +9,8 @@
 // character, where bytes take two or three for anything beyond ASCII ('▁', Metaspace's space, among them),
 // and the word needs no UTF-8 but for its unknown runs.
 #include "flowline/error.hpp"
-#include "pipeline.hpp"
+#include "builders.hpp"
+#include "word_cache.hpp"
 
 #include <fmt/format.h>
 

@@ -1,6 +1,6 @@
-// WordCache (pipeline.hpp): each thread's cache of the ids of the words a model cut last, an open-addressing
+// WordCache (word_cache.hpp): each thread's cache of the ids of the words a model cut last, an open-addressing
 // table over the words' code points.
-#include "pipeline.hpp"
+#include "word_cache.hpp"
 
 #include <atomic>
 

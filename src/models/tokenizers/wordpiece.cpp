@@ -1,6 +1,6 @@
 // The WordPiece model (BERT's): greedy longest-match-first within each word, continuations marked by a
 // prefix ("##"); a word it cannot cover, or longer than max_input_chars_per_word, is one unknown token.
-#include "pipeline.hpp"
+#include "builders.hpp"
 
 #include <fmt/format.h>
 
