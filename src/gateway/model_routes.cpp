@@ -1,9 +1,12 @@
 // The gateway's routes in the shape of model APIs — OpenAI's /v1/embeddings, TEI's /embed, /rerank and /predict,
 // Jina's and Cohere's /v1/rerank, Infinity's /classify, Hugging Face's /token-classification: each parses its
-// body into a flow call (protocols.hpp, rerank.cpp, token_classification.cpp), posts it
+// body into a flow call (protocols.hpp, embeddings.hpp, rerank.hpp, token_classification.hpp), posts it
 // through call_flow() and shapes the answer. Their failures answer 500 in the gateway's own error shape.
 // Also what those APIs answer about the served models: OpenAI's GET /v1/models and TEI's GET /info.
+#include "embeddings.hpp"
 #include "http_front.hpp"
+#include "rerank.hpp"
+#include "token_classification.hpp"
 
 #include "flowline/flow_config.hpp"
 #include "flowline/io.hpp"

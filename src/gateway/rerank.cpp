@@ -2,7 +2,7 @@
 // query document, its candidates as matches, to the flow's /rerank endpoint and answer from the sorted
 // matches. Classification: TEI's POST /predict and Infinity's POST /classify post the texts to the flow's
 // /classify endpoint and answer from each document's tags["labels"].
-#include "protocols.hpp"
+#include "rerank.hpp"
 
 #include "flowline/io.hpp"
 

@@ -1,7 +1,7 @@
-// Hugging Face's Inference API token classification (protocols.hpp): POST /token-classification posts the texts
-// to the flow endpoint /token-classification, where a TokenClassifier adds one chunk per entity, and answers
-// each text's entities from its chunks in the pipeline's shape.
-#include "protocols.hpp"
+// Hugging Face's Inference API token classification (token_classification.hpp): POST /token-classification posts the
+// texts to the flow endpoint /token-classification, where a TokenClassifier adds one chunk per entity, and answers each
+// text's entities from its chunks in the pipeline's shape.
+#include "token_classification.hpp"
 
 #include "flowline/io.hpp"
 

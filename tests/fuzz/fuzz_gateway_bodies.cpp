@@ -3,7 +3,9 @@
 // parses them after Beast has read the HTTP message. The first byte picks the API, the rest is the body. Properties: a
 // bad body is an HttpError with a 4xx status and a JSON body; a good one yields at most max_documents documents and an
 // answer that is valid JSON with one entry per document.
+#include "embeddings.hpp"
 #include "protocols.hpp"
+#include "rerank.hpp"
 
 #include "fuzz_support.hpp"
 
