@@ -5,6 +5,7 @@
 // where they fail.
 #include "child_process.hpp"
 #include "flowline/gateway.hpp"
+#include "http_call.hpp"
 #include "test_support.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
@@ -159,40 +160,8 @@ std::uint16_t free_port() {
 
 // ---- HTTP -------------------------------------------------------------------------------------------------
 
-struct Reply {
-  int status = 0;  // 0: no answer (see error)
-  std::string body;
-  std::string error;  // the connection or read error, the timeout
-};
-
-// One HTTP/1.1 request to 127.0.0.1:port on its own connection, bounded by `timeout` as a whole.
-Reply http_call(std::uint16_t port, http::verb verb, const std::string& target, const std::string& body = {},
-                std::chrono::milliseconds timeout = 10s) {
-  asio::io_context io;
-  beast::tcp_stream stream(io);
-  http::request<http::string_body> request(verb, target, 11);
-  request.set(http::field::host, fmt::format("127.0.0.1:{}", port));
-  request.set(http::field::connection, "close");
-  if (!body.empty()) request.set(http::field::content_type, "application/json");
-  request.body() = body;
-  request.prepare_payload();
-  beast::flat_buffer buffer;
-  http::response<http::string_body> response;
-  beast::error_code failed;
-  stream.expires_after(timeout);
-  stream.async_connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), [&](beast::error_code ec) {
-    if (ec) return void(failed = ec);
-    http::async_write(stream, request, [&](beast::error_code ec, std::size_t) {
-      if (ec) return void(failed = ec);
-      http::async_read(stream, buffer, response, [&](beast::error_code ec, std::size_t) { failed = ec; });
-    });
-  });
-  io.run();
-  if (failed)
-    return Reply{
-        0, {}, fmt::format("{} {} on port {}: {}", std::string(http::to_string(verb)), target, port, failed.message())};
-  return Reply{static_cast<int>(response.result_int()), response.body(), {}};
-}
+using Reply = testing::HttpReply;
+using testing::http_call;
 
 std::string url_encode(const std::string& s) {
   std::string out;

@@ -18,6 +18,7 @@ using namespace std::chrono_literals;
 namespace {
 
 using testing::image_dir;
+using testing::input_error;
 using testing::read_bytes;
 
 const std::filesystem::path kImage = image_dir() / "rgb_40x30_q90.jpg";
@@ -41,16 +42,6 @@ images::ImageSourcePolicy local_policy() {
   policy.http_timeout = 1500ms;
   policy.http_connect_timeout = 1000ms;
   return policy;
-}
-
-template <class F>
-std::string input_error(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

@@ -19,18 +19,8 @@ using flowline::images::ImageFormat;
 namespace {
 
 using testing::image_dir;
+using testing::input_error;
 using testing::read_bytes;
-
-// The message of the InputError `f` throws ("" when it throws none).
-template <class F>
-std::string input_error(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 }  // namespace
 

@@ -3,6 +3,7 @@
 // reaches it through `hosts:`, and a client sends a bad request parameter over HTTP and gRPC. The wire's
 // version rule is checked on the same process: a version 1 client still reads the answer (as a failure).
 #include "child_process.hpp"
+#include "http_call.hpp"
 #include "jina_grpc_call.hpp"
 #include "test_support.hpp"
 
@@ -61,36 +62,8 @@ class Serve {
   std::uint16_t port_ = 0;
 };
 
-struct Reply {
-  int status = 0;  // 0: no answer
-  std::string body;
-};
-
-// One HTTP/1.1 request to 127.0.0.1:port on its own connection, bounded by 30 s.
-Reply http_call(std::uint16_t port, http::verb verb, const std::string& target, const std::string& body = {}) {
-  asio::io_context io;
-  beast::tcp_stream stream(io);
-  http::request<http::string_body> request(verb, target, 11);
-  request.set(http::field::host, fmt::format("127.0.0.1:{}", port));
-  request.set(http::field::connection, "close");
-  if (!body.empty()) request.set(http::field::content_type, "application/json");
-  request.body() = body;
-  request.prepare_payload();
-  beast::flat_buffer buffer;
-  http::response<http::string_body> response;
-  beast::error_code failed;
-  stream.expires_after(30s);
-  stream.async_connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), [&](beast::error_code ec) {
-    if (ec) return void(failed = ec);
-    http::async_write(stream, request, [&](beast::error_code ec2, std::size_t) {
-      if (ec2) return void(failed = ec2);
-      http::async_read(stream, buffer, response, [&](beast::error_code ec3, std::size_t) { failed = ec3; });
-    });
-  });
-  io.run();
-  if (failed) return Reply{0, failed.message()};
-  return Reply{static_cast<int>(response.result_int()), response.body()};
-}
+using Reply = testing::HttpReply;
+using testing::http_call;
 
 // Jina's /post: one query with a 4-dimension embedding, to /search with `parameters`.
 std::string search_body(const std::string& parameters) {
