@@ -55,16 +55,26 @@ class Store::Replayer : public Replay {
  public:
   explicit Replayer(Store& store) : store_(store) {}
   void header(std::size_t dim, Metric) override { store_.ensure_backend(dim); }
-  // The log and the snapshot hold rows as upsert() prepared them (normalised under cosine; a workspace of another
-  // metric is refused before this): they go in as they are. Normalising again moved the last bits of every row at
-  // each start, so a reopened index answered near-ties otherwise than the one that wrote it.
   void upsert(std::vector<Entry> entries, const at::Tensor& rows) override {
-    store_.apply_upsert(std::move(entries), rows.to(at::kCPU, at::kFloat).contiguous());
+    store_.apply_upsert(std::move(entries), as_stored(rows));
   }
   void remove(const std::vector<std::string>& ids) override { store_.apply_remove(ids); }
   void clear() override { store_.apply_clear(); }
 
  private:
+  // The log and the snapshot hold rows as upsert() prepared them (a workspace of another metric is refused before
+  // this): under cosine unit rows, or as near as the backend's dtype kept them (fp16: within ~5e-4). They go in
+  // as they are: normalising them again moved their last bits at every start, so a reopened index answered
+  // near-ties otherwise than the one that wrote it. A row further from unit length than 1e-2 was not written so
+  // (a format-1 workspace made by hand): it is normalised as upsert() would.
+  at::Tensor as_stored(const at::Tensor& rows) const {
+    at::Tensor out = rows.to(at::kCPU, at::kFloat).contiguous();
+    if (store_.metric() != Metric::cosine || out.size(0) == 0) return out;
+    const at::Tensor off = (out.norm(2, {1}) - 1).abs() > 1e-2;
+    if (off.any().item<bool>()) out.index_put_({off}, store_.prepared(out.index({off})));
+    return out;
+  }
+
   Store& store_;
 };
 
