@@ -3,6 +3,7 @@
 #include "flowline/models/clip_model.hpp"
 
 #include "flowline/error.hpp"
+#include "flowline/models/checkpoint.hpp"
 #include "flowline/models/image_processor.hpp"
 #include "flowline/models/tokenizer.hpp"
 
@@ -152,7 +153,7 @@ std::unique_ptr<ClipModel> ClipModel::load(const fs::path& given, const ClipMode
                             model_type));
   }
   const clip::ClipKind& kind = *impl->kind;
-  const fs::path weights_file = impl->folder / "model.safetensors";
+  const fs::path weights_file = impl->folder / kWeightsFileName;
   if (!fs::exists(weights_file)) throw Error(fmt::format("'{}': no such file", weights_file.string()));
   clip::Weights weights(weights_file, options.device, options.dtype);
   if (!weights.contains("vision_model.embeddings.patch_embedding.weight")) {
