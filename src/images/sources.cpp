@@ -167,25 +167,25 @@ bool is_http_image(const Document& doc) { return doc.blob.empty() && is_http_sch
 
 std::vector<FetchedImage> fetch_http_images(std::span<const Document* const> docs, const ImageSourcePolicy& policy) {
   std::vector<FetchedImage> out(docs.size());
-  std::vector<std::size_t> todo;
+  std::vector<std::size_t> to_fetch;
   for (std::size_t i = 0; i < docs.size(); ++i) {
-    if (is_http_image(*docs[i])) todo.push_back(i);
+    if (is_http_image(*docs[i])) to_fetch.push_back(i);
   }
   std::atomic<std::size_t> next{0};
   // Each worker takes the next document until none is left; image_bytes() throws only InputError for a
   // document's failure, anything else (bad_alloc) is kept as that document's error too.
   auto work = [&] {
-    for (std::size_t k = next++; k < todo.size(); k = next++) {
-      FetchedImage& result = out[todo[k]];
+    for (std::size_t k = next++; k < to_fetch.size(); k = next++) {
+      FetchedImage& result = out[to_fetch[k]];
       result.fetched = true;
       try {
-        result.bytes = image_bytes(*docs[todo[k]], policy);
+        result.bytes = image_bytes(*docs[to_fetch[k]], policy);
       } catch (const std::exception& e) {
         result.error = e.what();
       }
     }
   };
-  const std::size_t workers = std::min(todo.size(), std::max<std::size_t>(1, policy.http_in_flight));
+  const std::size_t workers = std::min(to_fetch.size(), std::max<std::size_t>(1, policy.http_in_flight));
   std::vector<std::jthread> threads;
   for (std::size_t w = 1; w < workers; ++w) threads.emplace_back(work);
   if (workers > 0) work();
