@@ -55,10 +55,11 @@ os.environ.setdefault("FLOWLINE_PACKAGE_PYTHON", sys.executable)
 os.environ.setdefault("FLOWLINE_PY_WORKER", os.path.join(os.path.dirname(os.path.abspath(__file__)), "pyworker.py"))
 
 from ._flowline import ConfigError, Document, Flow, FlowError  # noqa: E402
-from ._executors import Executor, requests  # noqa: E402
+from ._executors import Executor, RequestError, requests  # noqa: E402
 from ._flowline import _close_all_flows  # noqa: E402
 
 atexit.register(_close_all_flows)
 from ._models import Reranker, SentenceEncoder  # noqa: E402
 
-__all__ = ["ConfigError", "Document", "Executor", "Flow", "FlowError", "Reranker", "SentenceEncoder", "requests"]
+__all__ = ["ConfigError", "Document", "Executor", "Flow", "FlowError", "Reranker", "RequestError", "SentenceEncoder",
+           "requests"]

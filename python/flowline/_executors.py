@@ -77,6 +77,14 @@ def _handlers(cls):
     return table
 
 
+class RequestError(ValueError):
+    """Raised by a handler when the request itself is wrong (a parameter out of its bounds, a document the
+    executor cannot take): the request fails with this message alone, as the request's own fault — a served
+    flow answers 422 with it (a C++ executor's flowline::RequestError), where any other exception is the
+    executor's fault (500, with the traceback's last frame). The same class name in a worker's light
+    `flowline` module (pyworker.py) does the same for `py_modules` executors."""
+
+
 def _call(instance, method, docs, parameters, endpoint):
     """What a replica thread calls (holding the GIL) for one batch; returns the documents to hand on."""
     result = getattr(instance, method)(docs, parameters, endpoint=endpoint)

@@ -20,15 +20,25 @@ ALIASES = {"blob": ("blob", "bytes_"), "uri": ("uri", "url")}
 FLOWLINE_FIELDS = ("id", "text", "blob", "tensor", "embedding", "tags", "mime_type", "uri", "parent_id")
 
 
+def _validation_message(error):
+    """pydantic's errors as `where: what`, joined."""
+    parts = []
+    for item in error.errors():
+        where = ".".join(str(x) for x in item.get("loc", ())) or "(root)"
+        parts.append(f"{where}: {item.get('msg', '')}")
+    return "; ".join(parts)
+
+
 def _fields(doc_type):
     fields = getattr(doc_type, "model_fields", None) or getattr(doc_type, "__fields__", None) or {}
     return set(fields)
 
 
 class JinaAdapter:
-    def __init__(self, cls, uses_with, name, document):
+    def __init__(self, cls, uses_with, name, document, request_error=ValueError):
         self.instance = cls(**uses_with)
         self.document = document  # the worker's Document class (pyworker runs as __main__)
+        self.request_error = request_error  # the worker's RequestError: the request's own fault (422)
         self.name = name
         self.loop = None
 
@@ -42,10 +52,24 @@ class JinaAdapter:
             return docs  # Jina passes documents through an endpoint without a handler
         doc_type = getattr(info.request_schema, "doc_type", None)
         from docarray import DocList
+        from pydantic import ValidationError
 
-        inputs = [self.to_jina(d, doc_type) for d in docs]
+        # Jina's HTTP gateway validates a request against the handler's document and parameters models before
+        # the executor sees it, and answers a mismatch 422 (FastAPI's validation error): here too the request is
+        # refused as the client's mistake. What the handler itself raises stays the executor's fault (500).
+        inputs = []
+        try:
+            for i, d in enumerate(docs):
+                inputs.append(self.to_jina(d, doc_type))
+        except ValidationError as e:
+            raise self.request_error(f"docs[{i}] does not fit the handler's document type "
+                                     f"{getattr(doc_type, '__name__', '?')}: {_validation_message(e)}") from None
         if info.parameters_is_pydantic_model and info.parameters_model is not None:
-            parameters = info.parameters_model(**parameters)
+            try:
+                parameters = info.parameters_model(**parameters)
+            except ValidationError as e:
+                raise self.request_error(f"the parameters do not fit the handler's "
+                                         f"{info.parameters_model.__name__}: {_validation_message(e)}") from None
         kwargs = {"parameters": parameters, "docs_matrix": None, "tracing_context": None}
         if info.is_batch_docs or not getattr(info, "is_singleton_doc", False):
             batch = DocList[doc_type](inputs) if doc_type is not None else DocList(inputs)

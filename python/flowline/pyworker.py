@@ -77,6 +77,13 @@ def requests(func=None, *, on=None):
     return mark(func) if func is not None else mark
 
 
+class RequestError(Exception):
+    """Raised by a handler: the request itself is wrong (a parameter out of bounds, a document it cannot take),
+    not the executor. The request fails with this message alone and the flow's gateway answers 422 (gRPC: an
+    error status), as for a C++ executor's flowline::RequestError; any other exception is the executor's fault
+    (500, with the traceback's last frame)."""
+
+
 class Executor:
     """The base of Python executors (the worker's light twin of flowline.Executor)."""
 
@@ -89,8 +96,9 @@ class Executor:
 
 def light_flowline_module():
     module = types.ModuleType("flowline")
-    module.__doc__ = "flowline inside a Python executor's worker: Executor, requests, Document"
+    module.__doc__ = "flowline inside a Python executor's worker: Executor, requests, Document, RequestError"
     module.Document, module.Executor, module.requests = Document, Executor, requests
+    module.RequestError = RequestError
     module.__file__ = os.path.abspath(__file__)
     return module
 
@@ -166,7 +174,12 @@ def load(py_modules, uses):
     return cls, kind_of(cls)
 
 
-# ---- the wire protocol (docs/remote-protocol.md, version 1) ---------------------------------------------
+# ---- the wire protocol (docs/remote-protocol.md, versions 1 and 2) ------------------------------------
+
+# As flowline's executor server: a Hello offering min..max gets the highest version both speak. Version 2 adds
+# the Response status 2 (the request's own error); a version 1 client gets status 1 with the same message.
+MIN_VERSION, VERSION = 1, 2
+STATUS_OK, STATUS_FAILED, STATUS_REQUEST_ERROR = 0, 1, 2
 
 DTYPES = {1: "float32", 2: "float16", 4: "float64", 5: "int64", 6: "int32", 7: "int16", 8: "int8", 9: "uint8",
           10: "bool"}
@@ -384,7 +397,7 @@ class Served:
             sys.path.insert(0, HERE)
             import jina_adapter  # noqa: E402 — beside this file, imported only for Jina classes
 
-            self.adapter = jina_adapter.JinaAdapter(cls, with_, name, Document)
+            self.adapter = jina_adapter.JinaAdapter(cls, with_, name, Document, RequestError)
         else:
             self.adapter = None
             self.instance = cls(**with_, runtime=runtime)
@@ -404,6 +417,8 @@ class Served:
 
 
 def error_text(e):
+    if isinstance(e, RequestError):
+        return str(e)  # the client's mistake: its message is the whole story
     frames = traceback.extract_tb(e.__traceback__)
     where = f" ({os.path.basename(frames[-1].filename)}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
     return f"{type(e).__name__}: {e}{where}"
@@ -425,9 +440,19 @@ def serve_connection(conn, served, numpy):
         serve_frames(conn, served, numpy)
 
 
+def negotiate(r):
+    """The version a Hello's body (after the magic) gets, or raises ValueError with the Error frame's text."""
+    low, high = struct.unpack_from("<HH", r.take(4, "versions"))
+    version = min(high, VERSION)
+    if version < low or version < MIN_VERSION:
+        raise ValueError(f"unsupported protocol version {low}..{high}: this server speaks versions "
+                         f"{MIN_VERSION}..{VERSION}")
+    return version
+
+
 def serve_frames(conn, served, numpy):
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    hello = True
+    hello, version = True, MIN_VERSION
     while True:
         head = read_exact(conn, 4)
         if head is None:
@@ -443,8 +468,9 @@ def serve_frames(conn, served, numpy):
             if hello:
                 if kind != 1 or bytes(r.take(4, "magic")) != b"FLWL":
                     return send_error(conn, "expected a Hello frame first")
+                version = negotiate(r)
                 hello = False
-                welcome = bytearray(struct.pack("<H", 1))
+                welcome = bytearray(struct.pack("<H", version))
                 put_str(welcome, served.name)
                 put_str(welcome, served.type)
                 welcome += struct.pack("<II", MAX_FRAME_BYTES, 4)
@@ -452,7 +478,7 @@ def serve_frames(conn, served, numpy):
             elif kind == 6:
                 conn.sendall(frame(7, bytes(r.take(8, "nonce"))))
             elif kind == 3:
-                conn.sendall(answer(r, served, numpy))
+                conn.sendall(answer(r, served, numpy, version))
             else:
                 return send_error(conn, f"a client may not send frame type {kind}")
         except (ValueError, struct.error) as e:  # a malformed frame: say what, close the connection
@@ -465,8 +491,9 @@ def send_error(conn, message):
     conn.sendall(frame(5, body))
 
 
-def answer(r, served, numpy):
-    """The Response frame for the Request in `r`; a handler's exception fails its request alone."""
+def answer(r, served, numpy, version=VERSION):
+    """The Response frame for the Request in `r`; a handler's exception fails its request alone (status 2 for
+    a RequestError on a version 2 connection, else 1)."""
     request_id = r.u64()
     endpoint, params = r.str(), r.str()
     docs = read_documents(r, numpy)
@@ -479,7 +506,8 @@ def answer(r, served, numpy):
         body = head + b"\0\0\0\0\0\0\0\0\0"  # status 0, no error, no error executor
         put_documents(body, out, numpy)
     except Exception as e:  # noqa: BLE001 — a handler's exception fails its request alone
-        body = head + b"\1"
+        refused = isinstance(e, RequestError) and version >= 2
+        body = head + U8.pack(STATUS_REQUEST_ERROR if refused else STATUS_FAILED)
         put_str(body, error_text(e))
         put_str(body, served.name)
         put_documents(body, docs, numpy)

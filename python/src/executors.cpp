@@ -39,6 +39,14 @@ std::string describe(nb::python_error& e) {
                      nb::cast<std::string>(nb::str(e.value())), where);
 }
 
+// A handler's flowline.RequestError (python/flowline/_executors.py) is the request's own fault: it fails as
+// flowline::RequestError (422 at a gateway, status 2 on the wire) with its message alone. Called holding the GIL.
+[[noreturn]] void rethrow(nb::python_error& e) {
+  nb::object request_error = nb::module_::import_("flowline._executors").attr("RequestError");
+  if (e.matches(request_error)) throw RequestError(nb::cast<std::string>(nb::str(e.value())));
+  throw Error(describe(e));
+}
+
 struct PythonType {
   nb::object cls;
   std::map<std::string, std::string> handlers;  // endpoint ("*": the default) -> method name
@@ -105,7 +113,7 @@ class PythonExecutor final : public Executor {
       docs = std::move(result);
     } catch (nb::python_error& e) {
       restore(docs, list);
-      throw Error(describe(e));
+      rethrow(e);
     } catch (nb::builtin_exception& e) {
       restore(docs, list);
       throw Error(fmt::format("the handler's result: {}", e.what()));
