@@ -13,6 +13,7 @@
 #include <ATen/ATen.h>
 #include <boost/json.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <vector>
@@ -214,21 +215,32 @@ ImageProcessorConfig ImageProcessorConfig::parse(std::string_view json_text, con
 
 at::Tensor preprocess_images(std::span<const images::Image> images, const ImageProcessorConfig& config,
                              const c10::Device& device, c10::ScalarType dtype) {
-  std::vector<at::Tensor> done;
-  done.reserve(images.size());
+  std::vector<at::Tensor> hwc;
+  hwc.reserve(images.size());
   for (std::size_t i = 0; i < images.size(); ++i) {
     const images::Image& image = images[i];
     if (image.width == 0 || image.height == 0 || image.rgb.size() != std::size_t{image.width} * image.height * 3)
       throw InputError({}, fmt::format("image {} of the batch: {}x{} with {} bytes is not an RGB image", i, image.width,
                                        image.height, image.rgb.size()));
     // The bytes are only read (copied to the device, or resized into a new tensor) before the call returns.
-    at::Tensor x =
-        at::from_blob(const_cast<std::uint8_t*>(image.rgb.data()),
-                      {1, static_cast<std::int64_t>(image.height), static_cast<std::int64_t>(image.width), 3},
-                      at::kByte)
-            .to(device)
-            .permute({0, 3, 1, 2})
-            .contiguous();
+    hwc.push_back(at::from_blob(const_cast<std::uint8_t*>(image.rgb.data()),
+                                {static_cast<std::int64_t>(image.height), static_cast<std::int64_t>(image.width), 3},
+                                at::kByte));
+  }
+  return preprocess_image_tensors(hwc, config, device, dtype);
+}
+
+at::Tensor preprocess_image_tensors(std::span<const at::Tensor> images, const ImageProcessorConfig& config,
+                                    const c10::Device& device, c10::ScalarType dtype) {
+  std::vector<at::Tensor> done;
+  done.reserve(images.size());
+  for (std::size_t i = 0; i < images.size(); ++i) {
+    const at::Tensor& image = images[i];
+    if (image.dim() != 3 || image.size(2) != 3 || image.size(0) == 0 || image.size(1) == 0 ||
+        image.scalar_type() != at::kByte)
+      throw InputError({}, fmt::format("image {} of the batch: a {} tensor of shape {} is not an 8-bit HWC RGB image",
+                                       i, c10::toString(image.scalar_type()), fmt::join(image.sizes(), "x")));
+    at::Tensor x = image.to(device).unsqueeze(0).permute({0, 3, 1, 2}).contiguous();
     if (config.do_resize) {
       const auto [h, w] = config.size_mode == ImageProcessorConfig::SizeMode::fixed
                               ? std::pair{config.height, config.width}

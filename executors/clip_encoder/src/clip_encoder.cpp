@@ -1,5 +1,6 @@
-// The ClipEncoder executor: sorts documents into texts and images, decodes the images on CPU threads slice by
-// slice, runs both towers of a ClipModel, and for /rank scores each query's candidates as CLIP-as-service did.
+// The ClipEncoder executor: sorts documents into texts and images, decodes the images slice by slice (JPEGs
+// with nvJPEG on a GPU, the rest on CPU threads), runs both towers of a ClipModel, and for /rank scores each query's
+// candidates as CLIP-as-service did.
 #include "flowline/clip_encoder/clip_encoder.hpp"
 
 #include "decode.hpp"
@@ -117,6 +118,10 @@ class ClipEncoder : public Executor {
          ParamSpec::optional("max_image_pixels", ParamType::Int, 89'478'485,
                              "images of more pixels are refused before decoding (PIL's MAX_IMAGE_PIXELS)")
              .min(1),
+         ParamSpec::choice("gpu_decode", {"auto", "on", "off"}, "auto",
+                           "JPEGs decoded on the GPU with nvJPEG (libnvjpeg.so.13, loaded on demand; other formats and "
+                           "JPEGs it cannot take on the CPU): auto when the device is CUDA and the library loads, on "
+                           "(an error at start if it cannot), off"),
          ParamSpec::optional("decode_threads", ParamType::Int, 0,
                              "CPU threads that decode one replica's images (0: ATen's intra-op threads)")
              .min(0),
@@ -191,6 +196,24 @@ class ClipEncoder : public Executor {
     decode_.limits.max_pixels = params().get<std::uint64_t>("max_image_pixels");
     decode_.threads = params().get<std::size_t>("decode_threads");
     if (decode_.threads == 0) decode_.threads = static_cast<std::size_t>(std::max(1, at::get_num_threads()));
+    set_up_gpu_decoding(parse_gpu_decode(params().get<std::string>("gpu_decode")));
+  }
+
+  // nvJPEG for this replica, or why not: said once per process on a GPU, where it was expected.
+  void set_up_gpu_decoding(GpuDecode mode) {
+    std::optional<c10::StreamGuard> on_stream;
+    if (stream_) on_stream.emplace(*stream_);
+    std::string why;
+    gpu_decoder_ = GpuJpegDecoder::make(mode, device_, why);
+    if (gpu_decoder_) {
+      if (runtime().replica == 0)
+        spdlog::info("executor '{}': JPEGs are decoded on {} with nvJPEG", runtime().name, device_.str());
+    } else if (mode == GpuDecode::automatic && device_.is_cuda()) {
+      static std::once_flag once;
+      std::call_once(once, [&] {
+        spdlog::info("executor '{}': images are decoded on the CPU (gpu_decode auto: {})", runtime().name, why);
+      });
+    }
   }
 
   // Serialises calibrations across the replicas of the process: the allocator's peak statistics are per device.
@@ -354,7 +377,6 @@ class ClipEncoder : public Executor {
   void encode_images(const std::vector<Document*>& items, const std::vector<std::size_t>& rows, at::Tensor& out) {
     std::vector<std::string> problems;
     std::vector<const Document*> slice;
-    std::vector<std::string> failures;
     const auto started = std::chrono::steady_clock::now();
     double decode_seconds = 0;
     const std::size_t per_pass = image_budget_.max_sequences;
@@ -363,13 +385,18 @@ class ClipEncoder : public Executor {
       slice.clear();
       for (std::size_t r = first; r < last; ++r) slice.push_back(items[rows[r]]);
       const auto decode_start = std::chrono::steady_clock::now();
-      decode_slice(slice, decode_, decoded_, failures);
+      decode_slice(slice, decode_, gpu_decoder_.get(), stream_, decoded_);
       decode_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - decode_start).count();
-      for (auto& f : failures) {
+      metrics().add("gpu_decode_images", static_cast<double>(decoded_.gpu_images));
+      metrics().add("cpu_decode_images", static_cast<double>(decoded_.cpu_images));
+      metrics().add("gpu_decode_seconds", decoded_.gpu_seconds);
+      metrics().add("cpu_decode_seconds", decoded_.cpu_seconds);
+      for (auto& f : decoded_.failures) {
         if (!f.empty()) problems.push_back(std::move(f));
       }
       if (!problems.empty()) continue;
-      const at::Tensor pixels = models::preprocess_images(decoded_, model_->image_processor(), device_, dtype_);
+      const at::Tensor pixels =
+          models::preprocess_image_tensors(decoded_.pixels(), model_->image_processor(), device_, dtype_);
       put_rows(out, rows, first, last, model_->encode_pixels(pixels));
       metrics().add("forward_passes", 1);
     }
@@ -410,7 +437,8 @@ class ClipEncoder : public Executor {
   bool normalize_ = false;
   bool keep_on_device_ = false;
   DecodeSettings decode_;
-  std::vector<images::Image> decoded_;  // the slice being encoded, reused across slices and requests
+  std::unique_ptr<GpuJpegDecoder> gpu_decoder_;  // nvJPEG on this replica's device, or nullptr: all on the CPU
+  DecodedSlice decoded_;                         // the slice being encoded, reused across slices and requests
 };
 
 }  // namespace

@@ -1,12 +1,15 @@
-// Decoding image documents on ATen's CPU threads (compiled with OpenMP: flowline_parallel_sources).
+// Decoding image documents: reading their bytes and decoding on ATen's CPU threads (compiled with OpenMP:
+// flowline_parallel_sources), the JPEGs nvJPEG takes on the GPU first when the replica has it.
 #include "decode.hpp"
 
 #include "flowline/error.hpp"
 
+#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
 
 namespace flowline::clip_encoder {
@@ -20,12 +23,25 @@ std::optional<Modality> modality_of(const Document& doc) {
 
 namespace {
 
-// image_bytes() names the document in its errors; decode_image() does not know it.
-// `fetched` is the document's download when it is an http(s) one (already named in its error).
-std::string decode_one(const Document& doc, const images::FetchedImage& fetched, const DecodeSettings& settings,
-                       images::Image& out) {
-  Bytes read;
-  std::span<const std::uint8_t> bytes = doc.blob;
+// Runs body(i) for i in [0, n) on at most `threads` of ATen's threads, each its own range.
+template <class Body>
+void on_threads(std::size_t n, std::size_t threads, const Body& body) {
+  const std::size_t chunks = std::max<std::size_t>(1, std::min(threads, n));
+  const std::size_t per_chunk = n == 0 ? 0 : (n + chunks - 1) / chunks;
+  // One task per chunk, grain 1: at most `chunks` threads at once.
+  at::parallel_for(0, static_cast<std::int64_t>(chunks), 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t c = begin; c < end; ++c) {
+      const std::size_t first = static_cast<std::size_t>(c) * per_chunk, last = std::min(n, first + per_chunk);
+      for (std::size_t i = first; i < last; ++i) body(i);
+    }
+  });
+}
+
+// The document's encoded bytes: its blob, its download (`fetched`, already named in its error), or what
+// image_bytes() reads into `read`. Returns the failure text, or "" with `bytes` set.
+std::string bytes_of(const Document& doc, const images::FetchedImage& fetched, const DecodeSettings& settings,
+                     Bytes& read, std::span<const std::uint8_t>& bytes) {
+  bytes = doc.blob;
   if (fetched.fetched) {
     if (!fetched.error.empty()) return fetched.error;
     bytes = fetched.bytes;
@@ -38,32 +54,65 @@ std::string decode_one(const Document& doc, const images::FetchedImage& fetched,
   } catch (const std::exception& e) {
     return e.what();
   }
-  try {
-    out = images::decode_image(bytes, settings.limits);
-    return {};
-  } catch (const std::exception& e) {
-    return fmt::format("document '{}': {}", doc.id, e.what());
-  }
+  return {};
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace
 
-void decode_slice(std::span<const Document* const> docs, const DecodeSettings& settings,
-                  std::vector<images::Image>& out, std::vector<std::string>& failures) {
+std::vector<at::Tensor> DecodedSlice::pixels() const {
+  std::vector<at::Tensor> result(gpu.size());
+  for (std::size_t i = 0; i < gpu.size(); ++i) {
+    if (gpu[i].defined()) {
+      result[i] = gpu[i];
+    } else {
+      const images::Image& image = cpu[i];
+      result[i] = at::from_blob(const_cast<std::uint8_t*>(image.rgb.data()),
+                                {static_cast<std::int64_t>(image.height), static_cast<std::int64_t>(image.width), 3},
+                                at::kByte);
+    }
+  }
+  return result;
+}
+
+void decode_slice(std::span<const Document* const> docs, const DecodeSettings& settings, GpuJpegDecoder* gpu,
+                  const std::optional<c10::Stream>& stream, DecodedSlice& out) {
   const std::size_t n = docs.size();
-  out.assign(n, images::Image{});
-  failures.assign(n, std::string());
+  out.cpu.assign(n, images::Image{});
+  out.failures.assign(n, std::string());
+  out.gpu.assign(n, at::Tensor());
+  out.gpu_images = out.cpu_images = 0;
+  out.gpu_seconds = out.cpu_seconds = 0;
   // Downloads first, several at once on threads of their own (they wait on the network, not the CPU).
   const std::vector<images::FetchedImage> fetched = images::fetch_http_images(docs, settings.policy);
-  const std::size_t chunks = std::max<std::size_t>(1, std::min(settings.threads, n));
-  const std::size_t per_chunk = n == 0 ? 0 : (n + chunks - 1) / chunks;
-  // One task per chunk, grain 1: at most `chunks` threads decode at once, each its own range of images.
-  at::parallel_for(0, static_cast<std::int64_t>(chunks), 1, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t c = begin; c < end; ++c) {
-      const std::size_t first = static_cast<std::size_t>(c) * per_chunk, last = std::min(n, first + per_chunk);
-      for (std::size_t i = first; i < last; ++i) failures[i] = decode_one(*docs[i], fetched[i], settings, out[i]);
+  std::vector<Bytes> read(n);
+  std::vector<std::span<const std::uint8_t>> bytes(n);
+  const auto cpu_start = std::chrono::steady_clock::now();
+  on_threads(n, settings.threads,
+             [&](std::size_t i) { out.failures[i] = bytes_of(*docs[i], fetched[i], settings, read[i], bytes[i]); });
+  out.cpu_seconds += seconds_since(cpu_start);
+  if (gpu != nullptr && stream) {
+    const auto gpu_start = std::chrono::steady_clock::now();
+    out.gpu_images = gpu->decode(bytes, settings.limits, *stream, out.gpu);
+    out.gpu_seconds = seconds_since(gpu_start);
+  }
+  const auto decode_start = std::chrono::steady_clock::now();
+  on_threads(n, settings.threads, [&](std::size_t i) {
+    if (!out.failures[i].empty() || out.gpu[i].defined()) return;
+    try {
+      out.cpu[i] = images::decode_image(bytes[i], settings.limits);
+    } catch (const std::exception& e) {
+      // decode_image() does not know the document; name it.
+      out.failures[i] = fmt::format("document '{}': {}", docs[i]->id, e.what());
     }
   });
+  out.cpu_seconds += seconds_since(decode_start);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (out.failures[i].empty() && !out.gpu[i].defined()) ++out.cpu_images;
+  }
 }
 
 }  // namespace flowline::clip_encoder

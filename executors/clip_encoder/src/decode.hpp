@@ -1,9 +1,14 @@
 // Private to the ClipEncoder: which documents are images and which texts, and decoding a slice of image
-// documents on CPU threads.
+// documents: JPEGs on the GPU with nvJPEG where the replica has it (gpu_decode.hpp), the rest on CPU threads.
 #pragma once
+
+#include "gpu_decode.hpp"
 
 #include "flowline/document.hpp"
 #include "flowline/images.hpp"
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Stream.h>
 
 #include <cstddef>
 #include <optional>
@@ -26,12 +31,26 @@ struct DecodeSettings {
   std::size_t threads = 1;  // at most this many of ATen's threads decode one slice
 };
 
-// Reads and decodes docs[i]'s image into out[i] for every i, spread over settings.threads threads of ATen's
-// pool; http(s) images are downloaded first, settings.policy.http_in_flight at once (images::fetch_http_images). A
-// document that fails leaves out[i] empty and failures[i] set to "document 'ID': why"; the others are decoded
-// regardless. `out` and `failures` are resized to docs.size(). Called by one replica thread at a time per output (it
-// keeps no state).
-void decode_slice(std::span<const Document* const> docs, const DecodeSettings& settings,
-                  std::vector<images::Image>& out, std::vector<std::string>& failures);
+// A slice's images, one entry of each vector per document.
+struct DecodedSlice {
+  std::vector<at::Tensor> gpu;        // uint8 [H, W, 3] on the device where nvJPEG decoded it, else undefined
+  std::vector<images::Image> cpu;     // the CPU decoders' pixels where they decoded it, else empty
+  std::vector<std::string> failures;  // "document 'ID': why" where it failed, else empty
+  std::size_t gpu_images = 0, cpu_images = 0;
+  double gpu_seconds = 0, cpu_seconds = 0;  // wall time of each part (nvJPEG's: until its calls return)
+
+  // Each document's pixels as a uint8 [H, W, 3] tensor: the device one, or a view of the CPU pixels (valid while
+  // this slice is unchanged). Only for a slice without failures.
+  std::vector<at::Tensor> pixels() const;
+};
+
+// Reads docs[i]'s image and decodes it into `out` for every i; http(s) images are downloaded first,
+// settings.policy.http_in_flight at once (images::fetch_http_images), and the files are read on up to
+// settings.threads threads of ATen's pool. With `gpu` (the replica's, its stream current and passed as `stream`)
+// the JPEGs nvJPEG takes are decoded on the device; every other image — and every one without `gpu` — on those CPU
+// threads. A document that fails has its failures entry set; the others are decoded regardless. Called by one
+// replica thread at a time per output (it keeps no state but `gpu`'s).
+void decode_slice(std::span<const Document* const> docs, const DecodeSettings& settings, GpuJpegDecoder* gpu,
+                  const std::optional<c10::Stream>& stream, DecodedSlice& out);
 
 }  // namespace flowline::clip_encoder

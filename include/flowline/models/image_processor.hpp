@@ -64,5 +64,11 @@ struct ImageProcessorConfig {
 // Throws InputError for an image with no pixels; an empty span gives [0, 3, H, W].
 at::Tensor preprocess_images(std::span<const images::Image> images, const ImageProcessorConfig& config,
                              const c10::Device& device, c10::ScalarType dtype);
+// The same from images held in tensors: each uint8 [H, W, 3] (rows top to bottom, RGB, as images::Image holds
+// them), on the host or already on `device` — a GPU decoder's output is used where it is, never copied back.
+// The tensors are borrowed; on a GPU the work is queued on the current stream, which must be the one their
+// pixels were written on (or ordered after it). Throws InputError for a tensor of another shape or type.
+at::Tensor preprocess_image_tensors(std::span<const at::Tensor> images, const ImageProcessorConfig& config,
+                                    const c10::Device& device, c10::ScalarType dtype);
 
 }  // namespace flowline::models

@@ -9,7 +9,7 @@
 // The model is a Hugging Face CLIPModel or SiglipModel folder (or sentence-transformers' CLIP layout), run by
 // flowline::models' ClipModel (clip_model.hpp). Each document is one of:
 //   - an image: a `blob` (JPEG, PNG or WebP bytes), else — when it has no text — a `uri` that names an image (a
-//     data: URI, a local path or file:// URI): decoded on the CPU (flowline::images),
+//     data: URI, a local path or file:// URI): decoded by flowline::images (nvJPEG or the CPU, see below),
 //     preprocessed as the checkpoint's preprocessor_config.json says and run through the vision tower;
 //   - a text (its `text`; a document with a text and a `uri` is a text: flowline's readers set `uri` to the file
 //     a text came from): tokenized with the checkpoint's tokenizer.json and run through the text tower.
@@ -35,7 +35,12 @@
 // pipeline does for SigLIP (it was trained with a sigmoid loss, not a softmax). The matches are then sorted
 // by clip_score, best first (stable). A query without matches fails the request.
 //
-// Decoding runs on CPU threads (`decode_threads`, from ATen's pool) in slices of batch_size images; on a GPU a
+// JPEGs are decoded on the GPU with nvJPEG when the device is CUDA and `gpu_decode` allows it (auto: when
+// libnvjpeg.so.13 loads; on: an error at start when it cannot; off), straight into device tensors on the replica's
+// stream; other formats and the JPEGs nvJPEG cannot take (CMYK, arithmetic coding, a missing EOI, anything its
+// calls refuse) go to the CPU decoders per image, so a bad file still fails with the CPU decoder's words.
+// Metrics gpu_decode_images / cpu_decode_images count each side, gpu_decode_seconds / cpu_decode_seconds time it.
+// CPU decoding runs on CPU threads (`decode_threads`, from ATen's pool) in slices of batch_size images; on a GPU a
 // slice's vision pass is only enqueued on the replica's CUDA stream before the next slice is decoded, so the
 // CPU decodes slice k+1 while the GPU runs slice k, and the replicas (replicas_per_gpu 2) overlap one's
 // decoding with another's GPU work. Replicas on one device share one copy of the weights.

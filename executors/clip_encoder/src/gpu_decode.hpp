@@ -1,0 +1,61 @@
+// Private to the ClipEncoder: decoding a slice's JPEGs on the replica's GPU with nvJPEG (flowline::images'
+// src/images/nvjpeg.hpp), straight into device tensors; the rest stays with the CPU decoders (decode.hpp).
+//
+// One GpuJpegDecoder per replica, made in the replica's constructor and called only from the replica's
+// thread (executors are never called concurrently). It owns its nvJPEG handle and two pinned staging buffers.
+#pragma once
+
+#include "flowline/images.hpp"
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace flowline::images {
+class NvjpegDecoder;
+}
+
+namespace flowline::clip_encoder {
+
+// The gpu_decode parameter: auto (nvJPEG when the device is CUDA and libnvjpeg loads), on (must), off.
+enum class GpuDecode { automatic, on, off };
+GpuDecode parse_gpu_decode(std::string_view text);
+
+class GpuJpegDecoder {
+ public:
+  // The decoder for `device`, or nullptr with `why` saying why not (off; not a CUDA device; libnvjpeg not found,
+  // naming where it looked; nvJPEG failing to start). With GpuDecode::on, "why not" is a flowline::Error
+  // instead. Call with the device's stream current (the handle's memory is made on that device).
+  static std::unique_ptr<GpuJpegDecoder> make(GpuDecode mode, const c10::Device& device, std::string& why);
+  ~GpuJpegDecoder();
+
+  // For every i whose jpegs[i] nvJPEG takes (images::nvjpeg_takes, its header read by nvJPEG, within
+  // limits.max_pixels): out[i] = a uint8 [H, W, 3] tensor on the device, decoded on `stream` (the replica's,
+  // current). The others' out[i] are left undefined for the CPU decoders, which then give their pixels or
+  // their error: over max_pixels, garbage or truncated. out is resized to jpegs.size(). Returns how many
+  // nvJPEG decoded.
+  std::size_t decode(std::span<const std::span<const std::uint8_t>> jpegs, const images::DecodeLimits& limits,
+                     const c10::Stream& stream, std::vector<at::Tensor>& out);
+
+ private:
+  explicit GpuJpegDecoder(c10::Device device);
+
+  c10::Device device_;
+  std::unique_ptr<images::NvjpegDecoder> nvjpeg_;
+  // The compressed bytes are staged in pinned host memory; two buffers alternate, and one is refilled only
+  // after the event recorded behind the decode that read it has passed.
+  at::Tensor staging_[2];
+  std::optional<c10::Event> staged_[2];
+  int next_ = 0;
+};
+
+}  // namespace flowline::clip_encoder

@@ -1,0 +1,214 @@
+// nvJPEG decoding (src/images/nvjpeg.hpp, the ClipEncoder's gpu_decode.hpp): which JPEGs it is given, the
+// gpu_decode parameter on a machine without a GPU, and — on a GPU with libnvjpeg — its pixels against the CPU
+// decoder's on JPEGs made here, and ClipEncoder embeddings of GPU-decoded images against CPU-decoded ones.
+#include "image_files.hpp"
+#include "jpeg_writer.hpp"
+#include "test_support.hpp"
+
+#include "gpu_decode.hpp"
+#include "images/nvjpeg.hpp"
+
+#include "flowline/clip_encoder/clip_encoder.hpp"
+#include "flowline/device.hpp"
+#include "flowline/flow.hpp"
+#include "flowline/images.hpp"
+#include "flowline/registry.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <string>
+#include <vector>
+
+using namespace flowline;
+using testing::JpegKind;
+using testing::JpegSpec;
+using testing::make_test_jpeg;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+Registry& gpu_decode_registry() {
+  static Registry* registry = [] {
+    auto* r = new Registry();
+    clip_encoder::register_clip_encoder(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+struct Encoded {
+  at::Tensor embeddings;
+  double gpu_images = 0, cpu_images = 0;
+};
+
+Encoded encode_jpegs(const std::vector<Bytes>& jpegs, const std::string& device, const std::string& gpu_decode) {
+  Flow flow(FlowOptions{}, gpu_decode_registry());
+  flow.add({.name = "clip",
+            .uses = "ClipEncoder",
+            .with = {{"model", (fs::path(FLOWLINE_SOURCE_DIR) / "tests/data/tiny-models/clip").string()},
+                     {"gpu_decode", gpu_decode},
+                     {"warmup", false}},
+            .device = device});
+  DocumentArray docs;
+  for (const auto& bytes : jpegs) {
+    Document d;
+    d.blob = bytes;
+    docs.push_back(std::move(d));
+  }
+  const DocumentArray out = flow.post("/encode", std::move(docs));
+  Encoded e{out.embeddings().to(at::kCPU)};
+  for (const auto& replica : flow.stats().replicas) {
+    if (auto it = replica.metrics.find("gpu_decode_images"); it != replica.metrics.end()) e.gpu_images += it->second;
+    if (auto it = replica.metrics.find("cpu_decode_images"); it != replica.metrics.end()) e.cpu_images += it->second;
+  }
+  return e;
+}
+
+// The JPEGs both decoders should agree on: sizes odd and even, small and photo-like, every subsampling.
+std::vector<JpegSpec> gpu_specs() {
+  return {{JpegKind::rgb420, 64, 48, 90, 1},        {JpegKind::rgb420, 501, 375, 85, 2},
+          {JpegKind::rgb420, 33, 17, 95, 3},        {JpegKind::rgb422, 31, 45, 85, 4},
+          {JpegKind::rgb444, 40, 30, 95, 5},        {JpegKind::rgb444, 375, 500, 90, 6},
+          {JpegKind::progressive420, 64, 8, 80, 7}, {JpegKind::progressive420, 320, 241, 75, 8},
+          {JpegKind::grayscale, 24, 20, 90, 9},     {JpegKind::grayscale, 257, 129, 90, 10},
+          {JpegKind::rgb420, 1, 1, 90, 11},         {JpegKind::rgb420, 2048, 1536, 80, 12}};
+}
+
+}  // namespace
+
+TEST_CASE("nvJPEG is given baseline and progressive JPEGs and the CPU everything else", "[images][gpu_decode]") {
+  CHECK(images::nvjpeg_takes(make_test_jpeg({JpegKind::rgb420, 40, 30})).empty());
+  CHECK(images::nvjpeg_takes(make_test_jpeg({JpegKind::rgb444, 41, 31})).empty());
+  CHECK(images::nvjpeg_takes(make_test_jpeg({JpegKind::progressive420, 64, 8})).empty());
+  CHECK(images::nvjpeg_takes(make_test_jpeg({JpegKind::grayscale, 24, 20})).empty());
+  CHECK(images::nvjpeg_takes(make_test_jpeg({JpegKind::cmyk, 20, 16})) == "4 components (CMYK or YCCK)");
+  CHECK(images::nvjpeg_takes(testing::read_bytes(testing::image_dir() / "cmyk_20x16.jpg")) ==
+        "4 components (CMYK or YCCK)");
+  Bytes cut = make_test_jpeg({JpegKind::rgb420, 40, 30});
+  cut.resize(cut.size() / 2);
+  CHECK(images::nvjpeg_takes(cut) == "no EOI marker at the end");
+  CHECK(images::nvjpeg_takes(testing::read_bytes(testing::image_dir() / "rgb_30x20.png")) == "not a JPEG");
+  CHECK(images::nvjpeg_takes(Bytes{}) == "not a JPEG");
+  // An arithmetic-coded frame (SOF9): libjpeg-turbo decodes it, nvJPEG does not.
+  Bytes arithmetic = make_test_jpeg({JpegKind::rgb420, 16, 16});
+  for (std::size_t i = 2; i + 1 < arithmetic.size(); ++i) {
+    if (arithmetic[i] == 0xff && arithmetic[i + 1] == 0xc0) {
+      arithmetic[i + 1] = 0xc9;
+      break;
+    }
+  }
+  CHECK(images::nvjpeg_takes(arithmetic) == "arithmetic coding");
+}
+
+TEST_CASE("gpu_decode: on without a CUDA device is an error at start; auto decodes on the CPU",
+          "[images][gpu_decode][clip_encoder]") {
+  const std::vector<Bytes> jpegs{make_test_jpeg({JpegKind::rgb420, 40, 30}), make_test_jpeg({JpegKind::grayscale})};
+  try {
+    encode_jpegs(jpegs, "cpu", "on");
+    FAIL("gpu_decode: on started on the CPU");
+  } catch (const std::exception& e) {
+    CHECK_THAT(std::string(e.what()), testing::contains("parameter 'gpu_decode': on, but nvJPEG decodes on a CUDA "
+                                                        "device and this one is cpu"));
+  }
+  const Encoded automatic = encode_jpegs(jpegs, "cpu", "auto");
+  CHECK(automatic.cpu_images == 2);
+  CHECK(automatic.gpu_images == 0);
+  const Encoded off = encode_jpegs(jpegs, "cpu", "off");
+  CHECK((automatic.embeddings - off.embeddings).abs().max().item<double>() == 0);
+  try {
+    encode_jpegs(jpegs, "cpu", "sometimes");
+    FAIL("gpu_decode: sometimes was accepted");
+  } catch (const std::exception& e) {
+    CHECK_THAT(std::string(e.what()), testing::contains("gpu_decode"));
+  }
+}
+
+TEST_CASE("nvJPEG decodes JPEGs as the CPU does within a few levels, and leaves the rest to the CPU",
+          "[images][gpu_decode][gpu]") {
+  if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
+  const c10::Device device(c10::kCUDA, 0);
+  const c10::Stream stream = c10::impl::getDeviceGuardImpl(c10::kCUDA)->getStream(device);
+  c10::StreamGuard on_stream(stream);
+  std::string why;
+  auto decoder = clip_encoder::GpuJpegDecoder::make(clip_encoder::GpuDecode::automatic, device, why);
+  if (!decoder) FLOWLINE_SKIP("nvJPEG is not available: " + why);
+
+  std::vector<Bytes> jpegs;
+  for (const auto& spec : gpu_specs()) jpegs.push_back(make_test_jpeg(spec));
+  for (const char* name : {"rgb_40x30_q90.jpg", "rgb_33x17_444.jpg", "rgb_31x45_422.jpg", "rgb_64x8_progressive.jpg",
+                           "grey_24x20.jpg", "exif_rotated_24x16.jpg"})
+    jpegs.push_back(testing::read_bytes(testing::image_dir() / name));
+  const std::size_t gpu_count = jpegs.size();
+  Bytes cut = jpegs[1];
+  cut.resize(cut.size() / 2);
+  Bytes garbage = jpegs[0];
+  for (std::size_t i = garbage.size() / 3; i + 2 < garbage.size(); i += 7) garbage[i] = 0xff;
+  jpegs.push_back(make_test_jpeg({JpegKind::cmyk, 20, 16}));
+  jpegs.push_back(cut);
+  jpegs.push_back(testing::read_bytes(testing::image_dir() / "rgb_30x20.png"));
+  jpegs.push_back(make_test_jpeg({JpegKind::rgb420, 300, 300}));  // over the limit below: left to the CPU
+
+  std::vector<std::span<const std::uint8_t>> views(jpegs.begin(), jpegs.end());
+  std::vector<at::Tensor> out;
+  images::DecodeLimits limits;
+  limits.max_pixels = 2048 * 1536;
+  const std::size_t decoded = decoder->decode(views, limits, stream, out);
+  const std::size_t over = jpegs.size() - 1;
+  CHECK(!out[over].defined());
+  CHECK_THROWS(images::decode_image(jpegs[over], images::DecodeLimits{300 * 300 - 1}));
+  for (std::size_t i = gpu_count; i < over; ++i) CHECK(!out[i].defined());  // CMYK, truncated, PNG
+  CHECK(decoded == gpu_count);
+  stream.synchronize();
+
+  double worst = 0, worst_mean = 0;
+  for (std::size_t i = 0; i < gpu_count; ++i) {
+    INFO("image " << i);
+    REQUIRE(out[i].defined());
+    const images::Image cpu = images::decode_image(jpegs[i], limits);
+    const at::Tensor gpu = out[i].to(at::kCPU);
+    REQUIRE(gpu.size(0) == cpu.height);
+    REQUIRE(gpu.size(1) == cpu.width);
+    const at::Tensor expected =
+        at::from_blob(const_cast<std::uint8_t*>(cpu.rgb.data()), {cpu.height, cpu.width, 3}, at::kByte);
+    const at::Tensor diff = (gpu.to(at::kInt) - expected.to(at::kInt)).abs();
+    const double max = diff.max().item<double>(), mean = diff.to(at::kDouble).mean().item<double>();
+    worst = std::max(worst, max);
+    worst_mean = std::max(worst_mean, mean);
+    INFO("max difference " << max << ", mean " << mean);
+    CHECK(mean <= 2.0);
+    CHECK(max <= 48);
+    if (i == 8 || i == 9) {  // grayscale: R = G = B, as PIL's convert("RGB")
+      CHECK(at::equal(gpu.select(2, 0), gpu.select(2, 1)));
+      CHECK(at::equal(gpu.select(2, 0), gpu.select(2, 2)));
+    }
+  }
+  WARN("nvJPEG against libjpeg-turbo over " << gpu_count << " JPEGs: largest difference " << worst
+                                            << " levels, largest mean difference " << worst_mean);
+  // A garbage JPEG: nvJPEG may refuse it or decode noise; either way the CPU decoder is what decides its fate in
+  // the executor only when nvJPEG refuses. Here it must not crash.
+  std::vector<std::span<const std::uint8_t>> bad{garbage};
+  std::vector<at::Tensor> bad_out;
+  (void)decoder->decode(bad, limits, stream, bad_out);
+  stream.synchronize();
+}
+
+TEST_CASE("ClipEncoder embeddings of GPU-decoded JPEGs match the CPU-decoded ones",
+          "[images][gpu_decode][clip_encoder][gpu]") {
+  if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
+  std::vector<Bytes> jpegs;
+  for (const auto& spec : gpu_specs()) jpegs.push_back(make_test_jpeg(spec));
+  jpegs.push_back(make_test_jpeg({JpegKind::cmyk, 20, 16}));  // falls back to the CPU in the same slice
+  const Encoded gpu = encode_jpegs(jpegs, "cuda", "auto");
+  if (gpu.gpu_images == 0) FLOWLINE_SKIP("nvJPEG is not available (libnvjpeg.so.13 not found: set FLOWLINE_NVJPEG)");
+  CHECK(gpu.gpu_images == static_cast<double>(jpegs.size() - 1));
+  CHECK(gpu.cpu_images == 1);
+  const Encoded cpu = encode_jpegs(jpegs, "cuda", "off");
+  CHECK(cpu.gpu_images == 0);
+  const at::Tensor cos = at::cosine_similarity(gpu.embeddings.to(at::kDouble), cpu.embeddings.to(at::kDouble), 1);
+  const double worst = cos.min().item<double>();
+  WARN("ClipEncoder fp32, nvJPEG against CPU decode: lowest cosine " << worst);
+  CHECK(worst >= 0.999);
+}
