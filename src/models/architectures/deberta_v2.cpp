@@ -364,19 +364,22 @@ class DebertaV2 final : public Transformer {
       return out.view({s.count, L, heads, head_dim}).transpose(1, 2);
     };
     const at::Tensor qs = pad(q), ks = pad(k), vs = pad(v);
-    const at::Tensor mask = terms != nullptr ? s.mask + position_bias(qs, ks, *terms, s) : s.mask;
+    const at::Tensor mask = terms != nullptr ? position_bias(qs, ks, *terms, s).add_(s.mask) : s.mask;
     const at::Tensor attended = at::scaled_dot_product_attention(qs, ks, vs, mask, 0.0, false, scale_);
     context.narrow(0, s.token_begin, s.tokens)
         .copy_(attended.transpose(1, 2).reshape({s.count * L, heads * head_dim}).index_select(0, s.slot));
   }
 
-  // The c2p and p2c terms of a segment, [count, heads, L, L] in q's dtype, scaled: q and k [count, heads, L,
-  // head_dim]. Query i and key j share the position row of their distance, idx(i - j); c2p is q_i against the
-  // position key at idx, p2c is k_j against the position query at idx (transformers gathers p2c at -idx(j - i),
-  // the same row: the buckets are odd in the distance). Only the rows a length of L reaches are used.
+  // The c2p and p2c terms of a segment, [count, heads, L, L] in q's dtype, scaled (the tables are), a fresh
+  // tensor: q and k [count, heads, L, head_dim]. Query i and key j share the position row of their distance,
+  // idx(i - j); c2p is q_i against the position key at idx, p2c is k_j against the position query at idx
+  // (transformers gathers p2c at -idx(j - i), the same row: the buckets are odd in the distance). Only the rows
+  // a length of L reaches are used, rounded up to 8 (the tables have 8 rows of zeros past their end): an odd
+  // count of rows makes cuBLAS take a kernel for unaligned matrices, 5x slower on an H100 (bench/deberta_attention.py).
   at::Tensor position_bias(const at::Tensor& q, const at::Tensor& k, const PositionTerms& terms,
                            const Segment& s) const {
-    const std::int64_t L = s.length, count = s.count, heads = q.size(1), head_dim = q.size(3), R = s.rows;
+    const std::int64_t L = s.length, count = s.count, heads = q.size(1), head_dim = q.size(3);
+    const std::int64_t R = (s.rows + 7) / 8 * 8;
     const at::Tensor index = s.index.unsqueeze(0).unsqueeze(0).expand({count, heads, L, L});
     // [count, heads, L, R]: one product per head over all the segment's rows (a broadcast matmul would copy
     // the table once per sequence).
@@ -390,9 +393,9 @@ class DebertaV2 final : public Transformer {
     if (terms.key.defined()) bias = at::gather(against(q, terms.key), 3, index);
     if (terms.query.defined()) {
       const at::Tensor p2c = at::gather(against(k, terms.query), 3, index.transpose(2, 3)).transpose(2, 3);
-      bias = bias.defined() ? bias + p2c : p2c;
+      bias = bias.defined() ? bias.add_(p2c) : p2c.contiguous();
     }
-    return bias * scale_;
+    return bias;
   }
 
   void load(const ArchitectureContext& context) {
@@ -438,7 +441,9 @@ class DebertaV2 final : public Transformer {
   }
 
   // The relative embeddings (normalized where norm_rel_ebd says) through each layer's position projections,
-  // in float32 then the model's dtype, and the bucket index of every distance a pass can hold.
+  // in float32, scaled by the scores' scale (the c2p and p2c products then come out scaled), then the model's
+  // dtype, with 8 rows of zeros after them (position_bias reads whole groups of 8 rows); and the bucket index of
+  // every distance a pass can hold.
   void load_position_terms(const ArchitectureContext& context, WeightLoader& w) {
     const std::int64_t H = config_.hidden, heads = config_.heads, head_dim = H / heads, rows = 2 * config_.span();
     WeightLoader f(context.checkpoint.weights_file(), "embeddings.word_embeddings.weight", context.device, at::kFloat);
@@ -450,8 +455,10 @@ class DebertaV2 final : public Transformer {
     for (std::int64_t i = 0; i < config_.layers; ++i) {
       const std::string p = fmt::format("encoder.layer.{}.attention.self.", i);
       auto project = [&](const char* name) {
-        const at::Tensor out = at::linear(rel, f.load(p + name + ".weight", {H, H}), f.load(p + name + ".bias", {H}))
-                                   .view({rows, heads, head_dim})
+        const at::Tensor projected =
+            at::linear(rel, f.load(p + name + ".weight", {H, H}), f.load(p + name + ".bias", {H})) * scale_;
+        const at::Tensor out = at::cat({projected, at::zeros({8, H}, projected.options())})
+                                   .view({rows + 8, heads, head_dim})
                                    .to(context.dtype)
                                    .contiguous();
         w.keep(out);
@@ -479,8 +486,8 @@ class DebertaV2 final : public Transformer {
   std::vector<PositionTerms> terms_;             // one per layer (relative attention only)
   std::vector<std::int64_t> index_by_distance_;  // on the host: which embeddings a length reaches
   at::Tensor index_table_;                       // the same on the device
-  std::int64_t center_ = 0;
-  double scale_ = 1.0;  // 1 / sqrt(head_dim * scale_factor)                      // distance 0's place in both
+  std::int64_t center_ = 0;                      // distance 0's place in both
+  double scale_ = 1.0;                           // 1 / sqrt(head_dim * scale_factor)
 };
 
 // ContextPooler (pooler.dense + pooler_hidden_act on the first token), then `classifier`, in float32.
