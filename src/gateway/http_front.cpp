@@ -20,6 +20,9 @@
 #include <boost/json/serialize.hpp>
 #include <fmt/format.h>
 
+#include <sys/socket.h>
+
+#include <cerrno>
 #include <limits>
 #include <thread>
 #include <utility>
@@ -339,6 +342,8 @@ void Connection::call_flow(Call call, Route route, std::function<std::string(con
   route_ = route;
   documents_ = call.docs.size();
   request_.body() = std::string();  // parsed into `call`: its bytes stay held (held_) for the documents
+  cancel_ = std::make_shared<Cancellation::Flag>(false);
+  call.cancel = cancel_;
   auto self = shared_from_this();
   gw_.core.submit(std::move(call), gw_.core.options.request_timeout,
                   [self, answer = std::move(answer), failure = std::move(failure)](Outcome&& outcome) mutable {
@@ -349,10 +354,42 @@ void Connection::call_flow(Call call, Route route, std::function<std::string(con
                                  self->answer_call(std::move(outcome), answer, failure);
                                });
                   });
+  watch_client();
+}
+
+void Connection::watch_client() {
+  // Bytes of the next request read with this one (pipelined) are no disconnect; nor is their sender's close.
+  if (buffer_.size() > 0) return;
+  stream_.socket().async_wait(tcp::socket::wait_read,
+                              [self = shared_from_this(), generation = ++watch_generation_](beast::error_code ec) {
+                                self->on_client_readable(generation, ec);
+                              });
+}
+
+void Connection::on_client_readable(std::uint64_t generation, beast::error_code ec) {
+  if (generation != watch_generation_ || !cancel_ || client_gone_) return;  // answered, or another request
+  if (ec == asio::error::operation_aborted) return;                         // the connection closed
+  if (!ec) {
+    char byte = 0;
+    const ssize_t n = ::recv(stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0) return;  // a pipelined request: read_header reads it once this one is answered
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return watch_client();
+  }
+  // End of stream (recv 0: a client that half-closes its sending side is taken for gone, as nginx does), or
+  // a reset: nobody reads the answer. The flow drops the request or its handler stops at its next check.
+  client_gone_ = true;
+  cancel_->store(true);
+  keep_alive_ = false;
+  shutdown();
 }
 
 void Connection::answer_call(Outcome&& outcome, const std::function<std::string(const DocumentArray&)>& answer,
                              const std::function<std::string(const Response&)>& failure) {
+  cancel_.reset();
+  if (client_gone_) {
+    // Nobody to answer: counted as the client's cancellation (499, as nginx logs a client that closed).
+    return gw_.core.metrics->record_request(FrontKind::Http, route_, 499, "cancelled", 0, elapsed_seconds());
+  }
   try {
     if (outcome.refused) {
       refusal_ = outcome.refused->kind;  // 503 is Busy or Unavailable: the metrics tell them apart

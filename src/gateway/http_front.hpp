@@ -168,6 +168,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
                  std::function<std::string(const Response&)> failure);
   void answer_call(Outcome&& outcome, const std::function<std::string(const DocumentArray&)>& answer,
                    const std::function<std::string(const Response&)>& failure);
+  // While the request is in the flow: waits for the socket to become readable and peeks. End of stream or
+  // an error means the client went away: the request's flag is set (the flow drops it or its handler stops)
+  // and the connection closes. Bytes mean a pipelined request: left unread for read_header, no more watching.
+  void watch_client();
+  void on_client_readable(std::uint64_t generation, beast::error_code ec);
 
   double elapsed_seconds() const;  // since the request's first byte
 
@@ -188,6 +193,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool keep_alive_ = true;
   bool busy_ = false;     // between the first byte of a request and its answer written
   std::size_t held_ = 0;  // bytes taken from core.http_held: the body being read or in the flow, or the answer
+  std::shared_ptr<Cancellation::Flag> cancel_;  // the request in the flow's flag (null: none in the flow)
+  std::uint64_t watch_generation_ = 0;          // a watch_client() wait of an older request does nothing
+  bool client_gone_ = false;                    // the client closed while its request was in the flow
 };
 
 }  // namespace flowline::gateway

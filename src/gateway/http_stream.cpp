@@ -228,14 +228,16 @@ bool NdjsonStream::submit() {
   if (!core_.try_enter()) return false;
   Closed c = std::move(waiting_.front());
   waiting_.pop_front();
-  in_flow_[c.seq] = Submitted{Clock::now(), c.first_line, c.first_line + c.docs.size() - 1};
+  auto cancel = std::make_shared<Cancellation::Flag>(false);
+  in_flow_[c.seq] = Submitted{Clock::now(), c.first_line, c.first_line + c.docs.size() - 1, cancel};
   const std::uint64_t seq = c.seq;
   try {
-    core_.flow.submit(
-        endpoint_, std::move(c.docs), parameters_, target_, [self = shared_from_this(), seq](Response&& response) {
-          asio::post(self->ticker_.get_executor(),
-                     [self, seq, response = std::move(response)]() mutable { self->done(seq, std::move(response)); });
-        });
+    core_.flow.submit(endpoint_, std::move(c.docs), parameters_, target_, std::move(cancel),
+                      [self = shared_from_this(), seq](Response&& response) {
+                        asio::post(self->ticker_.get_executor(), [self, seq, response = std::move(response)]() mutable {
+                          self->done(seq, std::move(response));
+                        });
+                      });
   } catch (const std::exception& e) {
     core_.leave();
     in_flow_.erase(seq);
@@ -280,6 +282,7 @@ void NdjsonStream::error(int status, std::string_view type, std::string message)
 // dropped; what comes before it is still answered.
 void NdjsonStream::end_at(std::uint64_t seq, int status, std::string_view type, std::string message, std::size_t line) {
   std::erase_if(waiting_, [seq](const Closed& c) { return c.seq > seq; });
+  cancel_from(seq);
   chunk_ = DocumentArray();
   connection_->keep_alive(false);
   std::string error_line = fmt::format("{{\"error\":{{\"message\":{},\"type\":\"{}\",\"code\":{},\"line\":{}}}}}\n",
@@ -362,9 +365,14 @@ void NdjsonStream::watch() {
   });
 }
 
-// The client went away or stopped reading: close; chunks still in the flow release their slots when they
-// come back.
+// The client went away or stopped reading: close; chunks still in the flow are cancelled and release their
+// slots when they come back.
+void NdjsonStream::cancel_from(std::uint64_t seq) {
+  for (auto it = in_flow_.lower_bound(seq); it != in_flow_.end(); ++it) it->second.cancel->store(true);
+}
+
 void NdjsonStream::abort() {
+  cancel_from(0);
   if (!finished_) {
     finished_ = true;
     ticker_.cancel();

@@ -41,6 +41,9 @@ class NdjsonStream : public std::enable_shared_from_this<NdjsonStream> {
   struct Submitted {  // a chunk inside the flow
     Clock::time_point at;
     std::size_t first_line, last_line;
+    // Set when nobody will read the chunk's answer (the stream ended before it, or the client went away):
+    // the flow drops the chunk or its handler stops at its next check.
+    std::shared_ptr<Cancellation::Flag> cancel;
   };
   struct Piece {       // an answered chunk, or the error that ends the stream
     std::string text;  // NDJSON lines, or the error line
@@ -63,6 +66,7 @@ class NdjsonStream : public std::enable_shared_from_this<NdjsonStream> {
   void finish();
   void watch();
   void abort();
+  void cancel_from(std::uint64_t seq);  // sets the flags of the chunks in the flow numbered seq and after
 
   std::size_t held() const { return in_flow_.size() + window_.held() + waiting_.size(); }
   bool stopped() const { return window_.closed(); }

@@ -9,6 +9,8 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <sstream>
+#include <string>
 #include <thread>
 
 using namespace flowline;
@@ -98,4 +100,58 @@ TEST_CASE("a search past its deadline is answered 504 and stops, so the next sea
   CHECK(heavy_seconds < 3.0);
   REQUIRE(status.has_value());
   CHECK(drain_seconds < 5.0);
+}
+
+TEST_CASE("a search whose client closes its connection stops, so the next search is prompt",
+          "[index][cancellation][disconnect]") {
+  const fs::path dir = testing::scratch_dir("index disconnect");
+  const fs::path flow = dir / "index.yml";
+  // A deadline far beyond the test's bounds: only the client's going away can free the index in time.
+  testing::write_text(flow, fmt::format("with:\n"
+                                        "  gateway: {{request_timeout_ms: 120000}}\n"
+                                        "executors:\n"
+                                        "  - name: index\n"
+                                        "    uses: VectorIndex\n"
+                                        "    with: {{dim: {}, max_filter_size: 1000000, "
+                                        "max_filter_conditions: 1000000}}\n",
+                                        kDim));
+  IndexServer server(flow, dir, "serve");
+  Client client(server.port());
+  for (int b = 0; b < 40; ++b) REQUIRE(client.post("/index", index_body(b)).status == 200);
+
+  // The heavy search on a socket of its own, closed 0.3 s after the request went out, its answer unread.
+  {
+    boost::asio::io_context io;
+    boost::asio::ip::tcp::socket socket(io);
+    socket.connect({boost::asio::ip::make_address("127.0.0.1"), server.port()});
+    const std::string body = search_body(100'000);
+    const std::string request = fmt::format(
+        "POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{}",
+        body.size(), body);
+    boost::asio::write(socket, boost::asio::buffer(request));
+    std::this_thread::sleep_for(300ms);
+    socket.close();
+  }
+  const auto closed = Clock::now();
+  Client other(server.port());
+  const auto trivial = other.post("/search", search_body(0));
+  const double trivial_seconds = seconds_since(closed);
+  INFO(server.process().log());
+  CHECK(trivial.status == 200);
+  std::printf(
+      "filter of 100,000 conditions over 20,000 documents, its client gone after 0.3 s: a trivial search "
+      "answered %d %.3f s after the close\n",
+      trivial.status, trivial_seconds);
+  CHECK(trivial_seconds < 2.0);  // the heavy search alone would hold the index for minutes
+
+  // The metrics count the search as the client's cancellation.
+  const std::string metrics = other.get("/metrics").body;
+  INFO(metrics);
+  bool counted = false;
+  std::istringstream lines(metrics);
+  for (std::string line; std::getline(lines, line);) {
+    counted |= line.starts_with("flowline_requests_total{") && line.find(R"(front="http")") != std::string::npos &&
+               line.find(R"(outcome="cancelled")") != std::string::npos && !line.ends_with(" 0");
+  }
+  CHECK(counted);
 }
