@@ -18,6 +18,7 @@ import json
 import os
 import pathlib
 import pwd
+import re
 import shutil
 import subprocess
 import sys
@@ -125,7 +126,7 @@ def main():
             table = f"passages_{dtype}"
             last = dtype == args.dtypes[-1]
             index = "hnsw" if args.hnsw and last else "none"
-            seconds, _ = timed(base + ["--set", f"encoder.dtype={dtype}", "--set", f"db.uri={uri}", "--set",
+            seconds, log = timed(base + ["--set", f"encoder.dtype={dtype}", "--set", f"db.uri={uri}", "--set",
                                        f"db.table={table}", "--set", f"db.index={index}", "--set", "db.metric=ip",
                                        "--stats-json", str(work / "flow.json")], env)
             rows = int(psql(f"SELECT count(*) FROM {table}"))
@@ -136,6 +137,9 @@ def main():
                    "rows": rows, "dimensions": dims, "index": index,
                    "table_mb": round(int(psql(f"SELECT pg_total_relation_size('{table}')")) / 2**20),
                    "seed3_hours_at_this_rate": round(SEED3_CHUNKS / (rows / seconds) / 3600, 2)}
+            built = re.search(r"index \(\w+\) of \S+ built in ([0-9.]+) s", log)
+            if built:  # the writer's own log line: the CREATE INDEX after loading, inside into_postgres_s
+                run["index_build_s"] = float(built.group(1))
             if rows != documents or dims != "768":
                 run["error"] = f"the table holds {rows} rows of {dims} dimensions, not {documents} of 768"
             figures["runs"].append(run)
