@@ -78,6 +78,26 @@ void write_text(const fs::path& file, const std::string& text) {
   if (!out) throw Error(fmt::format("cannot write '{}'", file.string()));
 }
 
+// A Python executor's py_modules files, read for the plan's renderers. Kubernetes carries them in a
+// ConfigMap, which holds at most 1 MiB: more is refused, naming the executor and what to do instead.
+void read_python_files(deploy::DeployPlan& plan) {
+  constexpr std::size_t kConfigMapBytes = 1000 * 1000;  // 1 MiB less room for the object's own fields
+  for (auto& s : plan.executors) {
+    std::size_t total = 0;
+    for (auto& [name, py] : s.py_files) {
+      if (!fs::is_regular_file(py.source))
+        throw Error(fmt::format("executor '{}': py_modules file '{}' does not exist", s.executor, py.source));
+      py.text = read_file(py.source);
+      total += py.text.size();
+    }
+    if (plan.target == deploy::Target::Kubernetes && total > kConfigMapBytes)
+      throw Error(
+          fmt::format("executor '{}': its py_modules files hold {} bytes, more than a ConfigMap takes "
+                      "(about 1 MB): py_modules is for code; put data and weights in the models volume (--models)",
+                      s.executor, total));
+  }
+}
+
 CLI::App* add_target(CLI::App& parent, ExportCommand& c, deploy::Target target, const char* name, const char* help) {
   auto* cmd = parent.add_subcommand(name, help);
   cmd->add_option("flow", c.flow, "flow file (YAML)")->required()->check(CLI::ExistingFile);
@@ -140,6 +160,7 @@ int command_export(ExportCommand c) {
     const std::string text = read_file(c.flow);
     const FlowConfig config = load_flow_config(c.flow, Registry::global(), DeviceCheck::Elsewhere);
     plan = deploy::make_plan(c.target, config, text, c.flow, c.options);
+    read_python_files(plan);
   } catch (const Error& e) {
     print_load_error(e);
     return kExitUsage;
@@ -150,6 +171,8 @@ int command_export(ExportCommand c) {
   if (c.target == deploy::Target::Compose) {
     files = plan.files;
     files["compose.yaml"] = deploy::compose_file(plan);
+    for (const auto& s : plan.executors)
+      for (const auto& [name, py] : s.py_files) files[s.py_folder + "/" + name] = py.text;
   } else {
     files = deploy::kubernetes_manifests(plan);
   }
@@ -159,7 +182,10 @@ int command_export(ExportCommand c) {
     fmt::print(stderr, "error: cannot create '{}': {}\n", c.out_dir, ec.message());
     return kExitFailure;
   }
-  for (const auto& [name, text] : files) write_text(fs::path(c.out_dir) / name, text);
+  for (const auto& [name, text] : files) {
+    fs::create_directories((fs::path(c.out_dir) / name).parent_path(), ec);
+    write_text(fs::path(c.out_dir) / name, text);
+  }
   for (const auto& note : plan.notes) fmt::print(stderr, "note: {}\n", note);
   fmt::print("{}: wrote {} files to {}:", c.flow, files.size(), c.out_dir);
   for (const auto& [name, text] : files) fmt::print(" {}", name);

@@ -52,6 +52,9 @@ Yaml executor_container(const DeployPlan& plan, const ExecutorService& s) {
                              "0.0.0.0", "--port", std::to_string(kWirePort), "--http-port", std::to_string(kHttpPort)});
   Yaml volumes = Yaml::list({flow_volume(s.flow_file)});
   if (!plan.options.models.empty()) volumes.push(fmt::format("{}:{}:ro", plan.options.models, kModelDir));
+  // A Python executor's py_modules files, copied into the export folder beside the flow files: mounted, not
+  // baked into an image, so one image serves every flow and an edited file needs no image build.
+  if (!s.py_files.empty()) volumes.push(fmt::format("./{}:{}/{}:ro", s.py_folder, kPyDir, s.py_label));
   c["volumes"] = volumes;
   pass_environment(plan, c);
   c["expose"] = Yaml::list({std::to_string(kWirePort), std::to_string(kHttpPort)});

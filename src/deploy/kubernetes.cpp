@@ -50,7 +50,8 @@ Yaml pod_volumes(const DeployPlan& plan) {
   return volumes;
 }
 
-Yaml deployment(const DeployPlan& plan, const std::string& name, const char* component, int replicas, Yaml c) {
+Yaml deployment(const DeployPlan& plan, const std::string& name, const char* component, int replicas, Yaml c,
+                Yaml volumes) {
   Yaml pod_labels = labels(plan, name, component);
   Yaml pod = Yaml::map({{"labels", pod_labels},
                         {"annotations", Yaml::map({{"prometheus.io/scrape", "true"},
@@ -62,7 +63,7 @@ Yaml deployment(const DeployPlan& plan, const std::string& name, const char* com
                  // SIGTERM drains: what is in flight is answered (up to 30 s) before exit
                  {"terminationGracePeriodSeconds", 40},
                  {"containers", Yaml::list({std::move(c)})},
-                 {"volumes", pod_volumes(plan)}});
+                 {"volumes", std::move(volumes)}});
   return Yaml::map(
       {{"apiVersion", "apps/v1"},
        {"kind", "Deployment"},
@@ -120,10 +121,29 @@ std::string executor_manifests(const DeployPlan& plan, const ExecutorService& s)
   if (s.gpu.kind != GpuRequest::Kind::None) resources["limits"] = Yaml::map({{"nvidia.com/gpu", s.gpu.count}});
   if (s.hpa.second > 0) resources["requests"] = Yaml::map({{"cpu", "1"}});  // utilization is relative to it
   if (!resources.empty()) c["resources"] = resources;
-  std::string text = deployment(plan, s.service, "executor", s.containers, c)
-                         .to_text(fmt::format("Executor '{}' of {}: its server (flowline serve --executor), "
-                                              "reached by the gateway on port {}.",
-                                              s.executor, plan.flow_file, kWirePort));
+  Yaml volumes = pod_volumes(plan);
+  std::string text;
+  if (!s.py_files.empty()) {
+    // A Python executor's py_modules files in a ConfigMap of their own, beside the flow's: source code that
+    // changes with the flow, so one image serves every flow and `kubectl apply` updates them.
+    Yaml files;
+    for (const auto& [file, py] : s.py_files) files[file] = py.text;
+    text = Yaml::map({{"apiVersion", "v1"},
+                      {"kind", "ConfigMap"},
+                      {"metadata", Yaml::map({{"name", s.py_config_map},
+                                              {"labels", labels(plan, s.py_config_map, "python-modules")}})},
+                      {"data", files}})
+               .to_text(fmt::format("Executor '{}''s py_modules files, mounted at {}/{} in its pods.", s.executor,
+                                    kPyDir, s.py_label)) +
+           "---\n";
+    c["volumeMounts"].push(Yaml::map(
+        {{"name", "py-modules"}, {"mountPath", fmt::format("{}/{}", kPyDir, s.py_label)}, {"readOnly", true}}));
+    volumes.push(Yaml::map({{"name", "py-modules"}, {"configMap", Yaml::map({{"name", s.py_config_map}})}}));
+  }
+  text += deployment(plan, s.service, "executor", s.containers, c, std::move(volumes))
+              .to_text(fmt::format("Executor '{}' of {}: its server (flowline serve --executor), "
+                                   "reached by the gateway on port {}.",
+                                   s.executor, plan.flow_file, kWirePort));
   // Headless: the gateway looks its name up (remote.discovery: dns) and spreads requests over the ready
   // pods itself, re-resolving as they come and go; a virtual IP would balance connections, not requests.
   text += "---\n" +
@@ -153,7 +173,7 @@ std::string gateway_manifests(const DeployPlan& plan) {
         "--from-literal=token=...\n(Prometheus then scrapes /metrics with that token: set it in the scrape config.)",
         secret);
   }
-  return deployment(plan, name, "gateway", 1, c).to_text(about) + "---\n" +
+  return deployment(plan, name, "gateway", 1, c, pod_volumes(plan)).to_text(about) + "---\n" +
          service(plan, name, "gateway", Yaml::list({service_port("http", plan.gateway_port, kHttpPort)})).to_text();
 }
 

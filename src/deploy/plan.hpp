@@ -31,6 +31,9 @@ enum class Target { Compose, Kubernetes };
 // inside a container as in a checkout.
 inline constexpr const char* kFlowDir = "/opt/flowline/flows";
 inline constexpr const char* kModelDir = "/opt/flowline/models";
+// A Python executor's py_modules files (docs/python.md), one folder per executor: kPyDir/<its DNS label>/.
+// Outside kFlowDir, whose Kubernetes ConfigMap mount is read-only and cannot hold another mount point.
+inline constexpr const char* kPyDir = "/opt/flowline/py";
 inline constexpr int kWirePort = 9000;  // executor servers: the binary protocol
 inline constexpr int kHttpPort = 8080;  // the gateway; executor servers' /health, /ready, /metrics
 
@@ -70,6 +73,18 @@ struct ExecutorService {
   // dns on the headless Service, whose name resolves to the ready pods); 0 elsewhere.
   int max_servers = 0;
   std::pair<int, int> hpa{0, 0};  // min and max pods; {0, 0}: none
+  // A Python executor (py_modules): the files its container needs, by file name. make_plan fills `source`
+  // (the file on this machine); the caller reads each into `text` before rendering (plans touch no files).
+  // Compose mounts them from the export folder's `py_folder`; Kubernetes carries them in a ConfigMap
+  // (`py_config_map`). Both appear in the container at kPyDir/<py_label>/, which the service's flow names.
+  struct PyFile {
+    std::string source;
+    std::string text;
+  };
+  std::map<std::string, PyFile> py_files;
+  std::string py_label;       // empty: not a Python executor
+  std::string py_folder;      // compose: the export-folder folder holding py_files ("python/<py_label>")
+  std::string py_config_map;  // Kubernetes: the ConfigMap holding py_files
 
   // The names its containers are reached by: compose names each (`service`, or `service-0`, `service-1`,
   // ... with --scale); on Kubernetes the pods share the Service's name.

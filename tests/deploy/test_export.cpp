@@ -335,3 +335,123 @@ TEST_CASE("export wires the gateway's bearer token by reference, never its value
   CHECK_FALSE(YAML::LoadAllFromFile(
       (dir / "k8s/flow-pair.yaml").string())[0]["spec"]["template"]["spec"]["containers"][0]["env"]);
 }
+
+namespace {
+
+constexpr const char* kShout = R"(import flowline
+
+
+class Shout(flowline.Executor):
+    @flowline.requests
+    def shout(self, docs, parameters, **kwargs):
+        for d in docs:
+            d.text = d.text.upper()
+)";
+
+// A flow with a Python executor whose file lies in a subfolder of the flow's, and a C++ one.
+fs::path write_python_flow(const std::string& test) {
+  const fs::path dir = testing::scratch_dir(test);
+  fs::create_directories(dir / "executors");
+  testing::write_text(dir / "executors/shout.py", kShout);
+  testing::write_text(dir / "flow.yml",
+                      "executors:\n  - name: prepare\n    uses: NoOp\n  - name: shout\n    uses: Shout\n"
+                      "    py_modules: [executors/shout.py]\n    replicas: 2\n");
+  return dir;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "export compose mounts a Python executor's py_modules files where the flow its container serves names "
+    "them") {
+  const fs::path dir = write_python_flow("export_python_compose");
+  const auto r =
+      flowline_cli(fmt::format("export compose {} -o {}", (dir / "flow.yml").string(), (dir / "out").string()));
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.find("executor 'shout' runs Python: its image needs python3 (docker/Dockerfile built with "
+                   "--build-arg PYTHON=1), and python/shout/ carries its py_modules files (1)") != std::string::npos);
+  CHECK(testing::read_text(dir / "out/python/shout/shout.py") == kShout);
+
+  const YAML::Node shout = load(dir / "out/compose.yaml")["services"]["shout"];
+  CHECK(seq_text(shout["command"]) ==
+        "serve /opt/flowline/flows/flow.shout.yml --executor shout --host 0.0.0.0 --port 9000 --http-port 8080");
+  CHECK(seq_text(shout["volumes"]) ==
+        "./flow.shout.yml:/opt/flowline/flows/flow.shout.yml:ro ./python/shout:/opt/flowline/py/shout:ro");
+  // The C++ executor's container serves the original flow and mounts no Python.
+  CHECK(seq_text(load(dir / "out/compose.yaml")["services"]["prepare"]["volumes"]) ==
+        "./flow.yml:/opt/flowline/flows/flow.yml:ro");
+
+  const YAML::Node served = load(dir / "out/flow.shout.yml")["executors"][1];
+  CHECK(seq_text(served["py_modules"]) == "/opt/flowline/py/shout/shout.py");
+  CHECK(served["replicas"].as<int>() == 2);  // two workers in the container
+  const YAML::Node gateway = load(dir / "out/flow.gateway.yml")["executors"][1];
+  CHECK(seq_text(gateway["hosts"]) == "shout:9000");
+  const auto valid = flowline_cli(fmt::format("validate {}", (dir / "out/flow.gateway.yml").string()));
+  INFO(valid.out << valid.err);
+  CHECK(valid.exit_code == 0);
+
+  // What the container sees: the served flow, with the mount's target read as the export folder's copy,
+  // loads the class from the copied file (the worker's --check runs it).
+  std::string text = testing::read_text(dir / "out/flow.shout.yml");
+  const std::string mount = "/opt/flowline/py/shout";
+  for (auto at = text.find(mount); at != std::string::npos; at = text.find(mount, at))
+    text.replace(at, mount.size(), (dir / "out/python/shout").string());
+  testing::write_text(dir / "out/as-mounted.yml", text);
+  const auto loads = flowline_cli(fmt::format("validate {}", (dir / "out/as-mounted.yml").string()));
+  INFO(loads.out << loads.err);
+  CHECK(loads.exit_code == 0);
+  fs::remove(dir / "out/python/shout/shout.py");
+  CHECK(flowline_cli(fmt::format("validate {}", (dir / "out/as-mounted.yml").string())).exit_code != 0);
+
+  // One folder per executor in the container: two files of one name are refused, naming both.
+  fs::create_directories(dir / "other");
+  testing::write_text(dir / "other/shout.py", kShout);
+  testing::write_text(dir / "twice.yml",
+                      "executors:\n  - name: shout\n    uses: Shout\n    py_modules: [executors/shout.py, "
+                      "other/shout.py]\n");
+  const auto twice =
+      flowline_cli(fmt::format("export compose {} -o {}", (dir / "twice.yml").string(), (dir / "out2").string()));
+  CHECK(twice.exit_code == 2);
+  CHECK(twice.err.find("share the file name shout.py, and a container gets them in one folder: rename one") !=
+        std::string::npos);
+}
+
+TEST_CASE("export kubernetes carries a Python executor's py_modules files in a ConfigMap mounted in its pods") {
+  const fs::path dir = write_python_flow("export_python_kubernetes");
+  const auto r =
+      flowline_cli(fmt::format("export kubernetes {} -o {}", (dir / "flow.yml").string(), (dir / "out").string()));
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto docs = YAML::LoadAllFromFile((dir / "out/flow-shout.yaml").string());
+  REQUIRE(docs.size() == 3);  // ConfigMap, Deployment, Service
+  CHECK(docs[0]["kind"].as<std::string>() == "ConfigMap");
+  CHECK(docs[0]["metadata"]["name"].as<std::string>() == "flow-shout-py");
+  CHECK(docs[0]["data"]["shout.py"].as<std::string>() == kShout);
+  const YAML::Node pod = docs[1]["spec"]["template"]["spec"];
+  CHECK(pod["volumes"][1]["name"].as<std::string>() == "py-modules");
+  CHECK(pod["volumes"][1]["configMap"]["name"].as<std::string>() == "flow-shout-py");
+  const YAML::Node mount = pod["containers"][0]["volumeMounts"][1];
+  CHECK(mount["name"].as<std::string>() == "py-modules");
+  CHECK(mount["mountPath"].as<std::string>() == "/opt/flowline/py/shout");
+  CHECK(seq_text(pod["containers"][0]["args"]).find("/opt/flowline/flows/flow.shout.yml --executor shout") !=
+        std::string::npos);
+  const YAML::Node flows = load(dir / "out/configmap.yaml")["data"];
+  const YAML::Node served = YAML::Load(flows["flow.shout.yml"].as<std::string>())["executors"][1];
+  CHECK(seq_text(served["py_modules"]) == "/opt/flowline/py/shout/shout.py");
+  // The C++ executor's pods mount no Python.
+  CHECK(YAML::LoadAllFromFile((dir / "out/flow-prepare.yaml").string())[0]["spec"]["template"]["spec"]["volumes"]
+            .size() == 1);
+
+  if (::access(kClientsPython.c_str(), X_OK) != 0) {
+    const std::string missing = kClientsPython.string() + " does not exist (run scripts/setup-clients.sh)";
+    if (running_in_ci()) FAIL(missing + "; CI=true is set, so this fails instead of skipping");
+    FLOWLINE_SKIP(missing);
+  }
+  const auto check =
+      testing::run_process(fmt::format("'{}' -m kubernetes_validate --kubernetes-version 1.30.0 --strict {}/*.yaml",
+                                       kClientsPython.string(), (dir / "out").string()));
+  INFO(check.out << check.err);
+  CHECK(check.exit_code == 0);
+  CHECK(check.out.find("ERROR") == std::string::npos);
+}
