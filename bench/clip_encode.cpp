@@ -4,7 +4,22 @@
 // bench/clip_encode.py makes random-weight ViT-B/32 and ViT-L/14 folders and runs this beside transformers.
 //
 //   build/bench/clip_encode --model DIR --device cuda --dtype fp16 --batch-size 256 --images 8192 [--texts 65536]
+//
+// With --jpeg-dir: from JPEG bytes on disk to embeddings on the host instead, through a flow with the ClipEncoder
+// (the folder read as `flowline run --input-format images` reads it, a request window at a time), once for each
+// --gpu-decode value (default: on, then off, in the same run); prints images/s and decode's share of the
+// executor's image time for each, with how many images nvJPEG and the CPU decoded. --make-jpegs N first fills an
+// empty folder with N generated photo-like JPEGs (500x375, 4:2:0, quality 90: gradients, edges and noise).
+//
+//   build/bench/clip_encode --model DIR --device cuda --dtype fp16 --batch-size 256 --jpeg-dir /tmp/jpegs \
+//     --make-jpegs 10000 [--gpu-decode on --gpu-decode off]
+#include "jpeg_writer.hpp"
+
+#include "flowline/clip_encoder/clip_encoder.hpp"
 #include "flowline/device.hpp"
+#include "flowline/flow.hpp"
+#include "flowline/io.hpp"
+#include "flowline/registry.hpp"
 #include "flowline/models/clip_model.hpp"
 #include "flowline/models/safetensors.hpp"
 #include "flowline/torch_support.hpp"
@@ -17,6 +32,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -57,6 +74,75 @@ double percentile(const std::vector<double>& sorted, double p) {
   return sorted.empty() ? 0.0 : sorted[static_cast<std::size_t>(p * (sorted.size() - 1))];
 }
 
+namespace fs = std::filesystem;
+
+struct JpegRun {
+  std::string model, device, dtype, folder;
+  std::size_t batch_size = 256, repeats = 1;
+  std::vector<std::string> gpu_decode;
+};
+
+// Writes `count` generated JPEGs into `folder` when it holds no .jpg yet.
+void make_jpegs(const std::string& folder, std::size_t count) {
+  fs::create_directories(folder);
+  for (const auto& entry : fs::directory_iterator(folder)) {
+    if (entry.path().extension() == ".jpg") return;
+  }
+  std::size_t bytes = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const auto jpeg = testing::make_test_jpeg({testing::JpegKind::rgb420, 500, 375, 90, static_cast<unsigned>(i + 1)});
+    std::ofstream(fs::path(folder) / fmt::format("photo-{:05}.jpg", i), std::ios::binary)
+        .write(reinterpret_cast<const char*>(jpeg.data()), static_cast<std::streamsize>(jpeg.size()));
+    bytes += jpeg.size();
+  }
+  fmt::print("clip_encode: wrote {} JPEGs of 500x375 ({:.1f} KB each on average) to {}\n", count,
+             bytes / 1024.0 / std::max<std::size_t>(count, 1), folder);
+}
+
+double metric(const FlowStats& stats, const char* name) {
+  double sum = 0;
+  for (const auto& replica : stats.replicas) {
+    if (const auto it = replica.metrics.find(name); it != replica.metrics.end()) sum += it->second;
+  }
+  return sum;
+}
+
+// One flow per gpu_decode value; each posts the whole folder `repeats` + 1 times (the first warms up).
+int run_jpeg_folder(const JpegRun& run) {
+  Registry registry;
+  clip_encoder::register_clip_encoder(registry);
+  for (const auto& mode : run.gpu_decode) {
+    Flow flow(FlowOptions{}, registry);
+    flow.add(
+        {.name = "clip",
+         .uses = "ClipEncoder",
+         .with = {{"model", run.model}, {"dtype", run.dtype}, {"batch_size", run.batch_size}, {"gpu_decode", mode}},
+         .device = run.device});
+    flow.start();
+    double best = 0;
+    for (std::size_t r = 0; r <= run.repeats; ++r) {
+      const FlowStats before = flow.stats();
+      auto source = open_file_source(run.folder, InputFormat::Images);
+      const PostSummary summary = flow.post(
+          "/encode", *source, [](Response&&) {}, PostOptions{run.batch_size});
+      if (summary.failed_requests > 0) throw Error(fmt::format("{} requests failed", summary.failed_requests));
+      const FlowStats after = flow.stats();
+      const auto delta = [&](const char* name) { return metric(after, name) - metric(before, name); };
+      const double per_s = summary.documents / summary.seconds;
+      if (r > 0) best = std::max(best, per_s);
+      fmt::print(
+          "clip_encode: gpu_decode {} run {}{}: {} images in {:.3f} s = {:.0f} images/s; decode {:.1f}% of the "
+          "executor's image time (nvJPEG {} images, {:.3f} s; CPU {} images, {:.3f} s)\n",
+          mode, r, r == 0 ? " (warm-up)" : "", summary.documents, summary.seconds, per_s,
+          100 * delta("decode_seconds") / std::max(delta("image_seconds"), 1e-9), delta("gpu_decode_images"),
+          delta("gpu_decode_seconds"), delta("cpu_decode_images"), delta("cpu_decode_seconds"));
+    }
+    fmt::print("clip_encode: gpu_decode {}: best {:.0f} images/s\n", mode, best);
+    flow.close();
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -70,10 +156,23 @@ int main(int argc, char** argv) {
   app.add_option("--images", images)->capture_default_str();
   app.add_option("--texts", texts, "short texts to encode through the text tower (0: none)")->capture_default_str();
   app.add_option("--repeats", repeats)->capture_default_str()->check(CLI::Range(1, 100));
+  JpegRun jpegs;
+  std::size_t make_count = 0;
+  app.add_option("--jpeg-dir", jpegs.folder, "encode this folder's JPEGs through a ClipEncoder flow instead");
+  app.add_option("--gpu-decode", jpegs.gpu_decode, "gpu_decode values to run, in order (default: on off)")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
+  app.add_option("--make-jpegs", make_count, "first write this many generated JPEGs into an empty --jpeg-dir");
   std::string pixels_file, out_file;
   app.add_option("--pixels", pixels_file, "parity instead: encode this safetensors file's pixel_values ...");
   app.add_option("--out", out_file, "... and write image_embeds here")->needs("--pixels");
   CLI11_PARSE(app, argc, argv);
+  if (!jpegs.folder.empty()) {
+    if (make_count > 0) make_jpegs(jpegs.folder, make_count);
+    if (jpegs.gpu_decode.empty()) jpegs.gpu_decode = {"on", "off"};
+    jpegs.model = model, jpegs.device = device_name, jpegs.dtype = dtype_name;
+    jpegs.batch_size = batch_size, jpegs.repeats = repeats;
+    return run_jpeg_folder(jpegs);
+  }
 
   const c10::Device device = resolve_device(device_name);
   set_thread_device(device);

@@ -41,6 +41,13 @@ if [ -f .device/pginstall.tar.xz ]; then
   export LD_LIBRARY_PATH="$pgroot/pgserver/pginstall/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   grpc_args+=(-DPostgreSQL_ROOT="$pgroot/pgserver/pginstall")
 fi
+# nvJPEG: .device/nvjpeg.tar.xz (scripts/prepare-device.sh --nvjpeg) brings libnvjpeg.so.13; the ClipEncoder finds
+# it through FLOWLINE_NVJPEG (without it, the tests' nvJPEG cases skip and images are decoded on the CPU).
+if [ -f .device/nvjpeg.tar.xz ]; then
+  mkdir -p build-gpu-nvjpeg
+  [ -f build-gpu-nvjpeg/libnvjpeg.so.13 ] || tar -xJf .device/nvjpeg.tar.xz -C build-gpu-nvjpeg
+  export FLOWLINE_NVJPEG="$ROOT/build-gpu-nvjpeg/libnvjpeg.so.13"
+fi
 start=$(date +%s)
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
   -DTORCH_CUDA_ARCH_LIST=9.0 -DFLOWLINE_CUDA=ON -DFLOWLINE_UTF8PROC_ROOT="$FLOWLINE_UTF8PROC_ROOT" -DFLOWLINE_STB_ROOT="$FLOWLINE_STB_ROOT" \
@@ -61,4 +68,7 @@ if [ -x build-gpu/tests/test_sentence_encoder ]; then
   build-gpu/tests/test_sentence_encoder "[gpu]" -s 2>&1 | grep -E "worst cosine|passed|failed" | head
 fi
 if [ -x build-gpu/tests/test_torch_module ]; then build-gpu/tests/test_torch_module "[gpu]" 2>&1 | tail -2; fi
+if [ -x build-gpu/tests/test_gpu_decode ]; then
+  build-gpu/tests/test_gpu_decode "[gpu]" -s 2>&1 | grep -E -A2 "largest difference|lowest cosine|FAILED|passed|failed|skip" | head -20
+fi
 for cmd in "$@"; do echo "==> $cmd"; eval "$cmd"; done

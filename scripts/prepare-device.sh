@@ -15,14 +15,18 @@
 #   .device/pginstall.tar.xz         with --pg only: PyPI pgserver's PostgreSQL 16 + pgvector build (server,
 #                                    libpq, headers; 6.4 MB packed) from .venv, for the PgVectorWriter and
 #                                    bench/seed3_pg.py on the GPU machine, which has no PostgreSQL
+#   .device/nvjpeg.tar.xz            with --nvjpeg only: libnvjpeg.so.13 of PyPI nvidia-nvjpeg 13.0.4.44 (5.9 MB,
+#                                    packed with xz), the ClipEncoder's GPU JPEG decoder, which the GPU
+#                                    machine's torch does not bring; gpu-run.sh unpacks it and sets FLOWLINE_NVJPEG
 # Carry .device with the device tool; scripts/gpu-run.sh uses it.
 set -euo pipefail
-grpc=0 pg=0
+grpc=0 pg=0 nvjpeg=0
 for arg in "$@"; do
   case "$arg" in
     --grpc) grpc=1 ;;
     --pg) pg=1 ;;
-    *) echo "prepare-device.sh: unknown option '$arg' (--grpc, --pg)" >&2; exit 2 ;;
+    --nvjpeg) nvjpeg=1 ;;
+    *) echo "prepare-device.sh: unknown option '$arg' (--grpc, --pg, --nvjpeg)" >&2; exit 2 ;;
   esac
 done
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -122,6 +126,19 @@ if ((pg)) && [ ! -f .device/pginstall.tar.xz ]; then
   # The binaries' rpath is $ORIGIN/../../../pgserver.libs: both folders travel, as they lie in site-packages.
   site="$(.venv/bin/python -c 'import pathlib, pgserver; print(pathlib.Path(pgserver.__file__).parent.parent)')"
   tar -cJf .device/pginstall.tar.xz -C "$site" pgserver/pginstall pgserver.libs
+fi
+if ((nvjpeg)) && [ ! -f .device/nvjpeg.tar.xz ]; then
+  # From .venv when setup.sh installed it there, else the wheel downloaded (pip download, no install).
+  lib="$(.venv/bin/python -c 'import nvidia, pathlib; print(next(q for p in nvidia.__path__ if (q := pathlib.Path(p) / "cu13/lib/libnvjpeg.so.13").exists()))' 2>/dev/null || true)"
+  tmp="$(mktemp -d)"
+  if [ -z "$lib" ] || [ ! -f "$lib" ]; then
+    .venv/bin/pip download -q --disable-pip-version-check --no-deps -d "$tmp" "nvidia-nvjpeg==13.0.4.44"
+    (cd "$tmp" && "$ROOT/.venv/bin/python" -m zipfile -e nvidia_nvjpeg-*.whl x)
+    lib="$tmp/x/nvidia/cu13/lib/libnvjpeg.so.13"
+  fi
+  mkdir -p "$tmp/pack" && cp -L "$lib" "$tmp/pack/"
+  tar -cJf .device/nvjpeg.tar.xz -C "$tmp/pack" libnvjpeg.so.13
+  rm -rf "$tmp"
 fi
 mkdir -p .device/corpus
 cp -u "$("$ROOT/scripts/find-corpus.sh")"/*.txt .device/corpus/

@@ -98,6 +98,13 @@ elif [ "$GPU" = yes ] && ! has_dist nvidia-cudnn-cu13; then
   .venv/bin/pip install -q --disable-pip-version-check "torch==$TORCH_VERSION"
 fi
 if has_dist nvidia-cudnn-cu13; then INSTALL=full; else INSTALL=light; fi
+# nvJPEG (PyPI nvidia-nvjpeg, CUDA 13.0: a 3.7 MB wheel, libnvjpeg.so.13 of 5.9 MB in nvidia/cu13/lib): the
+# ClipEncoder's GPU JPEG decoder, opened with dlopen when it runs on a GPU (docs/images.md). Small, so the light
+# install takes it too (a CPU-only run never opens it).
+if ! has_dist nvidia-nvjpeg 13.0.; then
+  step "installing nvidia-nvjpeg (CUDA 13) into .venv"
+  pip_install --no-deps "nvidia-nvjpeg==13.0.4.44"
+fi
 # What the project's own scripts and tests import besides torch: safetensors (prepare-device.sh, make_tiny_bert.py)
 # and numpy (the output-format round-trip tests read .npy and .safetensors files back with them).
 if ! .venv/bin/python -c "import numpy, safetensors" 2>/dev/null; then

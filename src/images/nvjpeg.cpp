@@ -102,7 +102,8 @@ void search(const std::vector<fs::path>& folders) {
     const fs::path given(env);
     std::error_code ec;
     const fs::path file = fs::is_directory(given, ec) ? given / kLibraryName : given;
-    if (!try_open(file.string(), tried)) library.problem = fmt::format("FLOWLINE_NVJPEG: {}", tried.back());
+    if (!try_open(file.string(), tried))
+      library.problem = fmt::format("{} named by FLOWLINE_NVJPEG did not load: {}", kLibraryName, tried.back());
     return;  // an explicit choice is not second-guessed by the other places
   }
   for (const auto& folder : folders) {

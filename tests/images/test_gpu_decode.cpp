@@ -18,6 +18,7 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,25 @@ TEST_CASE("nvJPEG is given baseline and progressive JPEGs and the CPU everything
     }
   }
   CHECK(images::nvjpeg_takes(arithmetic) == "arithmetic coding");
+}
+
+TEST_CASE("libnvjpeg is found beside torch or where FLOWLINE_NVJPEG says, else the places looked at are named",
+          "[images][gpu_decode]") {
+  const auto folders = clip_encoder::nvjpeg_folders();
+  REQUIRE(!folders.empty());
+  const images::NvjpegLibrary& library = images::load_nvjpeg(folders);
+  const char* env = std::getenv("FLOWLINE_NVJPEG");
+  const fs::path beside_torch = folders.back().parent_path().parent_path() / "cu13/lib/libnvjpeg.so.13";
+  if (library.loaded) {
+    CHECK(library.problem.empty());
+    CHECK(fs::path(library.path).filename() == "libnvjpeg.so.13");
+    if (env == nullptr && fs::exists(beside_torch)) CHECK(fs::equivalent(library.path, beside_torch));
+  } else {
+    CHECK_THAT(library.problem, testing::contains("libnvjpeg.so.13"));
+    if (env == nullptr) CHECK_THAT(library.problem, testing::contains(folders.back().string()));
+    if (env == nullptr) CHECK(!fs::exists(beside_torch));
+  }
+  WARN("nvJPEG: " << (library.loaded ? "loaded from " + library.path : library.problem));
 }
 
 TEST_CASE("gpu_decode: on without a CUDA device is an error at start; auto decodes on the CPU",

@@ -17,12 +17,8 @@
 #include <filesystem>
 
 namespace flowline::clip_encoder {
-namespace {
-
 namespace fs = std::filesystem;
 
-// Where pip puts nvidia-nvjpeg beside torch: site-packages/nvidia/cu13/lib (CUDA 13 wheels) or
-// nvidia/nvjpeg/lib (older layouts), from LibTorch's folder site-packages/torch/lib (or FLOWLINE_CUDA_LIBRARY_DIR).
 std::vector<fs::path> nvjpeg_folders() {
   std::vector<fs::path> torch_dirs;
   if (const char* dir = std::getenv("FLOWLINE_CUDA_LIBRARY_DIR"); dir && *dir) torch_dirs.emplace_back(dir);
@@ -40,8 +36,6 @@ std::vector<fs::path> nvjpeg_folders() {
   }
   return folders;
 }
-
-}  // namespace
 
 GpuDecode parse_gpu_decode(std::string_view text) {
   if (text == "on") return GpuDecode::on;

@@ -13,6 +13,7 @@
 #include <c10/core/Stream.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <span>
@@ -29,6 +30,10 @@ namespace flowline::clip_encoder {
 // The gpu_decode parameter: auto (nvJPEG when the device is CUDA and libnvjpeg loads), on (must), off.
 enum class GpuDecode { automatic, on, off };
 GpuDecode parse_gpu_decode(std::string_view text);
+
+// Where pip puts nvidia-nvjpeg beside torch, for images::load_nvjpeg: site-packages/nvidia/cu13/lib (CUDA 13
+// wheels) and nvidia/nvjpeg/lib, from LibTorch's folder site-packages/torch/lib and FLOWLINE_CUDA_LIBRARY_DIR.
+std::vector<std::filesystem::path> nvjpeg_folders();
 
 class GpuJpegDecoder {
  public:
