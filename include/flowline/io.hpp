@@ -16,9 +16,11 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -56,12 +58,33 @@ std::size_t find_invalid_utf8(std::string_view text) noexcept;
 // Reads a file into a string. Throws InputError ("cannot open 'x': No such file or directory").
 std::string read_file(const std::filesystem::path& path);
 
+// What DocumentSource::skip() passed over.
+struct Skipped {
+  std::uint64_t documents = 0;  // fewer than asked only where the input ended
+  // The last skipped document's id where documents carry their own (jsonl: the id read() would have given it,
+  // a generated one for a line without); empty where a source's documents have none (lines, paragraphs, text,
+  // images) or nothing was skipped.
+  std::string last_id;
+};
+
 // A stream of documents for Flow::post().
 class DocumentSource {
  public:
   virtual ~DocumentSource() = default;
   // Appends up to `max` documents to `out`; returns how many (0 at the end). Throws InputError.
   virtual std::size_t read(DocumentArray& out, std::size_t max) = 0;
+  // Passes over the next `n` documents (fewer where the input ends first) without handing them out: read()
+  // continues after them. The default reads and drops them; the file sources (open_file_source) find their
+  // documents' boundaries without building documents. Skipping checks less than reading: a file source
+  // neither checks the UTF-8 of a line or file it passes over unread nor parses a jsonl line other than the
+  // last one skipped — `flowline run --resume`, its caller, checks the input's hash first, so the skipped
+  // part is byte for byte what an earlier run read and accepted. Throws InputError (file:line) for what it
+  // does read.
+  virtual Skipped skip(std::uint64_t n);
+  // How many documents read() has still to hand out, counted without building them and without moving this
+  // source (the file sources scan the rest of the input again from where they stand, so a pipe cannot be
+  // counted); std::nullopt where the source cannot tell without handing them out (the default).
+  virtual std::optional<std::uint64_t> count_left();
 };
 
 // Hands out the documents of an array (moved out of it as they are read).
@@ -69,6 +92,8 @@ class ArraySource : public DocumentSource {
  public:
   explicit ArraySource(DocumentArray docs) : docs_(std::move(docs)) {}
   std::size_t read(DocumentArray& out, std::size_t max) override;
+  Skipped skip(std::uint64_t n) override;
+  std::optional<std::uint64_t> count_left() override { return docs_.size() - next_; }
 
  private:
   DocumentArray docs_;
@@ -82,6 +107,9 @@ class StoppableSource : public DocumentSource {
  public:
   StoppableSource(DocumentSource& inner, const std::atomic<bool>& stop) : inner_(inner), stop_(stop) {}
   std::size_t read(DocumentArray& out, std::size_t max) override;
+  // Passed through (skipping and counting hand nothing to the flow, so `stop` does not cut them short).
+  Skipped skip(std::uint64_t n) override { return inner_.skip(n); }
+  std::optional<std::uint64_t> count_left() override { return inner_.count_left(); }
   // Whether a read found `stop` set (the input was cut short).
   bool stopped() const noexcept { return stopped_; }
 

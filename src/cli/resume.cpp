@@ -310,29 +310,39 @@ ResumeSource::ResumeSource(DocumentSource& inner, bool positional_ids, std::stri
       positions_key_(std::move(positions_key)) {}
 
 void ResumeSource::skip() {
-  DocumentArray batch;
-  while (skipped_ < skip_) {
-    batch.clear();
-    const std::size_t n = inner_.read(batch, static_cast<std::size_t>(std::min<std::uint64_t>(skip_ - skipped_, 1024)));
-    if (n == 0) {
-      throw InputError(SourceLocation{}, fmt::format("the input ended after {} documents, but the output to resume "
-                                                     "holds {}: not this input's output",
-                                                     skipped_, skip_));
-    }
-    skipped_ += n;
-    position_ += n;
-    if (skipped_ == skip_) {
-      const std::string id =
-          positional_ids_ ? fmt::format("{}{:016x}", input_hash_, position_ - 1) : batch[batch.size() - 1].id;
-      if (id != last_id_) {
-        throw InputError(SourceLocation{},
-                         fmt::format("input document {} has id '{}', the output's last synced document '{}': the "
-                                     "flow does not write one document per input document in order, or the input "
-                                     "changed (refused, nothing appended)",
-                                     skip_, id, last_id_));
-      }
-    }
+  if (skipped_ >= skip_) return;
+  // The input's boundaries only: its hash was checked against the manifest's (find_resume_point), so the
+  // documents passed over are the bytes the run that wrote them read and accepted.
+  const Skipped passed = inner_.skip(skip_ - skipped_);
+  skipped_ += passed.documents;
+  position_ += passed.documents;
+  if (skipped_ < skip_) {
+    throw InputError(SourceLocation{}, fmt::format("the input ended after {} documents, but the output to resume "
+                                                   "holds {}: not this input's output",
+                                                   skipped_, skip_));
   }
+  const std::string id = positional_ids_ ? fmt::format("{}{:016x}", input_hash_, position_ - 1) : passed.last_id;
+  if (id != last_id_) {
+    throw InputError(SourceLocation{},
+                     fmt::format("input document {} has id '{}', the output's last synced document '{}': the "
+                                 "flow does not write one document per input document in order, or the input "
+                                 "changed (refused, nothing appended)",
+                                 skip_, id, last_id_));
+  }
+}
+
+Skipped ResumeSource::skip(std::uint64_t n) {
+  if (skipped_ < skip_) skip();
+  Skipped passed = inner_.skip(n);
+  position_ += passed.documents;
+  if (positional_ids_ && passed.documents == n && n > 0)
+    passed.last_id = fmt::format("{}{:016x}", input_hash_, position_ - 1);
+  return passed;
+}
+
+std::optional<std::uint64_t> ResumeSource::count_left() {
+  if (skipped_ < skip_) skip();
+  return inner_.count_left();
 }
 
 std::size_t ResumeSource::read(DocumentArray& out, std::size_t max) {

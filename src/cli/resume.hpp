@@ -141,9 +141,16 @@ class ResumeSource : public DocumentSource {
   ResumeSource(DocumentSource& inner, bool positional_ids, std::string input_hash, std::uint64_t skip,
                std::string last_id, std::string positions_key = {});
   const std::string& positions_key() const noexcept { return positions_key_; }
-  // Reads and checks the documents to skip (read() does it first when not done yet). Throws InputError.
+  // Skips the documents the output holds (read() does it first when not done yet) through the inner source's
+  // skip(), which finds their boundaries without building them, and checks the last one's id. Throws
+  // InputError.
   void skip();
   std::size_t read(DocumentArray& out, std::size_t max) override;
+  // Passes over `n` more documents after those (the inner source's skip(); a positional id as read() would
+  // give it).
+  Skipped skip(std::uint64_t n) override;
+  // What the inner source has left after the skipped documents (skips them first when not done yet).
+  std::optional<std::uint64_t> count_left() override;
   std::uint64_t skipped() const noexcept { return skipped_; }
 
  private:

@@ -96,6 +96,8 @@ struct RunSetup {
   RunStart run_start;              // the smallest point of --output and the sinks
   std::unique_ptr<ResumeSource> resume_source;
   std::uint64_t left = 0;  // a resumed run: the input's documents after those skipped
+  // What finding them took (--stats-json's "resume").
+  double skip_seconds = 0, count_seconds = 0;
 };
 
 // The executors of the flow that are resumable sinks, run in this process.
@@ -124,15 +126,6 @@ void mark_sinks(const RunOptions& o, RunSetup& setup) {
     if (at_default("sync_every", 0)) e.with["sync_every"] = static_cast<std::int64_t>(o.sync_every);
     if (at_default("sync_seconds", 10)) e.with["sync_seconds"] = o.sync_seconds;
   }
-}
-
-// Counts the documents of the input (a resumed run's progress says how many are left).
-std::uint64_t count_documents(const std::string& input, InputFormat format) {
-  auto source = open_file_source(input, format);
-  DocumentArray batch;
-  std::uint64_t n = 0;
-  for (std::size_t got; (got = source->read(batch, 4096)) > 0; batch.clear()) n += got;
-  return n;
 }
 
 // Whether the input can be read again as it was (a FIFO or standard input cannot: identifying the run
@@ -298,10 +291,14 @@ int begin_input(const RunOptions& o, RunSetup& setup) {
     setup.resume_source = std::make_unique<ResumeSource>(
         *setup.source, positional, setup.identity->input_hash, setup.run_start.documents, setup.run_start.last_id,
         !positional && !setup.sinks.empty() ? run_key_of(*setup.identity) : std::string());
+    // Both by the documents' boundaries alone (DocumentSource::skip, count_left): nothing is built.
+    const auto started = std::chrono::steady_clock::now();
     setup.resume_source->skip();
+    const auto skipped = std::chrono::steady_clock::now();
+    setup.skip_seconds = std::chrono::duration<double>(skipped - started).count();
     if (o.resume) {
-      const std::uint64_t total = count_documents(o.input, parse_input_format(format_name));
-      setup.left = total > setup.run_start.documents ? total - setup.run_start.documents : 0;
+      setup.left = setup.resume_source->count_left().value_or(0);
+      setup.count_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - skipped).count();
     }
   } catch (const Error& e) {
     fmt::print(stderr, "error: --resume: {}\n", e.what());
@@ -370,6 +367,8 @@ boost::json::object resume_json(const RunSetup& setup, const ResumeLog* log) {
   for (const auto& [name, documents] : setup.run_start.held) held[name] = documents;
   return {{"skipped_documents", setup.run_start.documents},
           {"left_documents", setup.left},
+          {"skip_seconds", setup.skip_seconds},
+          {"count_seconds", setup.count_seconds},
           {"held", std::move(held)},
           {"syncs", log ? log->syncs() : 0},
           {"sync_seconds", log ? log->sync_seconds() : 0.0}};

@@ -3,7 +3,7 @@
 #include "flowline/error.hpp"
 #include "flowline/text.hpp"
 #include "flowline/writers.hpp"
-#include "input_jsonl.hpp"
+#include "input_lines.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -14,9 +14,7 @@
 #include <cerrno>
 #include <cstring>
 #include <algorithm>
-#include <exception>
 #include <fstream>
-#include <thread>
 
 namespace flowline {
 
@@ -26,7 +24,14 @@ std::string read_file(const std::filesystem::path& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     throw InputError(SourceLocation{path.string()}, "is a folder, not a file");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // In large reads into a string sized by the file, not a character at a time (a paragraphs input of 190 MB is
+  // read whole); a pipe, whose size is not known, grows it as it comes.
+  std::string text;
+  const std::uintmax_t size = std::filesystem::is_regular_file(path, ec) ? std::filesystem::file_size(path, ec) : 0;
+  if (!ec) text.reserve(static_cast<std::size_t>(size));
+  std::string chunk(1 << 20, '\0');
+  while (in.read(chunk.data(), static_cast<std::streamsize>(chunk.size())) || in.gcount() > 0)
+    text.append(chunk.data(), static_cast<std::size_t>(in.gcount()));
   if (in.bad()) throw InputError(SourceLocation{path.string()}, fmt::format("read failed: {}", std::strerror(errno)));
   return text;
 }
@@ -75,6 +80,29 @@ std::size_t ArraySource::read(DocumentArray& out, std::size_t max) {
   return n;
 }
 
+Skipped DocumentSource::skip(std::uint64_t n) {
+  Skipped skipped;
+  DocumentArray batch;
+  while (skipped.documents < n) {
+    batch.clear();
+    const std::size_t got = read(batch, static_cast<std::size_t>(std::min<std::uint64_t>(n - skipped.documents, 1024)));
+    if (got == 0) break;
+    skipped.documents += got;
+    if (skipped.documents == n) skipped.last_id = batch[batch.size() - 1].id;
+  }
+  return skipped;
+}
+
+std::optional<std::uint64_t> DocumentSource::count_left() { return std::nullopt; }
+
+Skipped ArraySource::skip(std::uint64_t n) {
+  Skipped skipped;
+  skipped.documents = std::min<std::uint64_t>(n, docs_.size() - next_);
+  next_ += static_cast<std::size_t>(skipped.documents);
+  if (skipped.documents == n && n > 0) skipped.last_id = docs_[next_ - 1].id;
+  return skipped;
+}
+
 std::size_t StoppableSource::read(DocumentArray& out, std::size_t max) {
   if (stop_.load(std::memory_order_relaxed)) {
     stopped_ = true;
@@ -103,159 +131,13 @@ InputFormat parse_input_format(std::string_view name) {
 
 namespace {
 
-void check_utf8(const std::string& path, std::string_view text, std::size_t first_line) {
-  const std::size_t bad = find_invalid_utf8(text);
-  if (bad == std::string_view::npos) return;
-  std::size_t line = first_line, line_start = 0;
-  for (std::size_t i = 0; i < bad; ++i) {
-    if (text[i] == '\n') {
-      ++line;
-      line_start = i + 1;
-    }
-  }
-  throw InputError(SourceLocation{path, static_cast<int>(line), static_cast<int>(bad - line_start + 1)},
-                   fmt::format("invalid UTF-8 (byte 0x{:02x})", static_cast<unsigned char>(text[bad])));
-}
-
-// lines and jsonl: streamed one line at a time (a jsonl read of many lines is parsed on two threads).
-class LineSource : public DocumentSource {
- public:
-  // `name`: what errors and documents' uri call it (the path, or "<stdin>").
-  LineSource(const std::filesystem::path& path, bool jsonl, std::string name = {})
-      : path_(name.empty() ? path.string() : std::move(name)), jsonl_(jsonl), in_(path, std::ios::binary) {
-    std::error_code ec;
-    if (!in_ || std::filesystem::is_directory(path, ec)) {
-      throw InputError(SourceLocation{path_}, std::filesystem::is_directory(path, ec)
-                                                  ? std::string("is a folder, not a file")
-                                                  : fmt::format("cannot open file: {}", std::strerror(errno)));
-    }
-    if (std::filesystem::is_regular_file(path, ec)) size_at_open_ = std::filesystem::file_size(path, ec);
-    if (ec) size_at_open_ = 0;
-  }
-
-  std::size_t read(DocumentArray& out, std::size_t max) override {
-    if (jsonl_) return read_jsonl(out, max);
-    std::size_t n = 0;
-    while (n < max && next_line()) {
-      if (blank(line_)) continue;
-      check_utf8(path_, line_, line_number_);
-      Document doc(line_);
-      doc.uri = path_;
-      doc.tags["line"] = static_cast<std::int64_t>(line_number_);
-      out.push_back(std::move(doc));
-      ++n;
-    }
-    return n;
-  }
-
- private:
-  // A read of at least this many lines is parsed on two threads: this one and a helper started for it
-  // (starting a thread costs tens of microseconds, a line of 384 numbers about 17).
-  static constexpr std::size_t kTwoThreadLines = 256;
-
-  static bool blank(const std::string& line) { return line.find_first_not_of(" \t") == std::string::npos; }
-
-  // The next line into line_ (line ending and a leading BOM removed); false at the end of the input. Throws
-  // InputError for a read that failed and for a file that ends before the size it had when opened.
-  bool next_line() {
-    if (!std::getline(in_, line_)) {
-      if (in_.bad()) throw InputError(SourceLocation{path_, static_cast<int>(line_number_)}, "read failed");
-      if (in_.eof()) check_not_truncated();
-      return false;
-    }
-    consumed_ += line_.size() + (in_.eof() ? 0 : 1);
-    // The end of a regular file before the size it had when opened: it was truncated under the reader, and
-    // the last line may be cut anywhere. Said, rather than that fragment passed on as a document.
-    if (in_.eof()) check_not_truncated();
-    ++line_number_;
-    if (!line_.empty() && line_.back() == '\r') line_.pop_back();
-    if (line_number_ == 1 && line_.compare(0, 3, "\xEF\xBB\xBF") == 0) line_.erase(0, 3);
-    return true;
-  }
-
-  // jsonl: the lines of the read are taken from the file first, then parsed (on two threads for a large
-  // read), then handed out in order. An error is thrown where the sequential reader would have thrown it:
-  // the documents before the first bad line are handed out, then its error (file:line) goes up; the file's
-  // own errors (truncated, unreadable) come after every line read before them.
-  std::size_t read_jsonl(DocumentArray& out, std::size_t max) {
-    pending_.clear();
-    std::exception_ptr file_error;
-    try {
-      while (pending_.size() < max && next_line()) {
-        if (!blank(line_)) pending_.emplace_back(line_number_, std::move(line_));
-      }
-    } catch (const Error&) {
-      file_error = std::current_exception();
-    }
-    const std::size_t count = pending_.size();
-    std::vector<Document> docs;
-    docs.reserve(count);
-    for (std::size_t i = 0; i < count; ++i) docs.emplace_back(Document::WithId{});
-    // Parses lines [begin, end) into docs; returns the index of the first bad one (end: none) and its error.
-    const auto parse = [&](std::size_t begin, std::size_t end, std::exception_ptr& error) {
-      for (std::size_t i = begin; i < end; ++i) {
-        const auto& [line_number, text] = pending_[i];
-        try {
-          check_utf8(path_, text, line_number);
-          try {
-            // The fast path reads the usual lines; whatever it leaves, the general parser reads or refuses.
-            if (!detail::read_document_fast(text, docs[i])) docs[i] = document_from_json(std::string_view(text));
-          } catch (const InputError&) {
-            throw;
-          } catch (const Error& e) {
-            throw InputError(SourceLocation{path_, static_cast<int>(line_number)}, e.what());
-          }
-          if (docs[i].uri.empty()) docs[i].uri = path_;
-        } catch (...) {
-          error = std::current_exception();
-          return i;
-        }
-      }
-      return end;
-    };
-    std::exception_ptr first_error, second_error;
-    std::size_t mid = count, first_bad = count, second_bad = count;
-    if (count >= kTwoThreadLines) {
-      mid = count / 2;
-      std::thread helper([&] { second_bad = parse(mid, count, second_error); });
-      first_bad = parse(0, mid, first_error);
-      helper.join();
-    } else {
-      first_bad = parse(0, count, first_error);
-    }
-    const std::size_t good = first_error ? first_bad : second_bad;
-    for (std::size_t i = 0; i < good; ++i) out.push_back(std::move(docs[i]));
-    if (first_error) std::rethrow_exception(first_error);
-    if (second_error) std::rethrow_exception(second_error);
-    if (file_error) std::rethrow_exception(file_error);
-    return count;
-  }
-
-  void check_not_truncated() const {
-    if (consumed_ >= size_at_open_) return;
-    throw InputError(SourceLocation{path_, static_cast<int>(line_number_ + 1)},
-                     fmt::format("the file ended after {} of the {} bytes it had when it was opened: it was truncated "
-                                 "while being read",
-                                 consumed_, size_at_open_));
-  }
-
-  std::string path_;
-  bool jsonl_;
-  std::ifstream in_;
-  std::string line_;
-  std::size_t line_number_ = 0;
-  std::uintmax_t size_at_open_ = 0;  // a regular file's size when opened (0: a pipe, a FIFO, a device)
-  std::uintmax_t consumed_ = 0;      // bytes read so far, newlines included
-  std::vector<std::pair<std::size_t, std::string>> pending_;  // jsonl: a read's lines and their numbers
-};
-
 // paragraphs and text: the file is read whole (a paragraph needs the lines around it).
 class WholeFileSource : public DocumentSource {
  public:
   WholeFileSource(const std::filesystem::path& path, bool paragraphs, std::string name = {})
       : path_(name.empty() ? path.string() : std::move(name)) {
     text_ = read_file(path);
-    check_utf8(path_, text_, 1);
+    detail::check_utf8(path_, text_, 1);
     if (paragraphs) {
       spans_ = split_paragraphs(text_);
     } else {
@@ -281,6 +163,14 @@ class WholeFileSource : public DocumentSource {
     }
     return n;
   }
+
+  // The spans are the documents' boundaries (found, and the file's UTF-8 checked, when it was opened).
+  Skipped skip(std::uint64_t n) override {
+    const std::uint64_t passed = std::min<std::uint64_t>(n, spans_.size() - next_);
+    next_ += static_cast<std::size_t>(passed);
+    return Skipped{passed, {}};
+  }
+  std::optional<std::uint64_t> count_left() override { return spans_.size() - next_; }
 
  private:
   std::string path_;
@@ -320,6 +210,47 @@ class FolderSource : public DocumentSource {
       n += got;
     }
     return n;
+  }
+
+  // Each file skipped by its own source; a text file is one document, passed over unopened.
+  Skipped skip(std::uint64_t n) override {
+    Skipped skipped;
+    while (skipped.documents < n) {
+      if (!current_) {
+        if (next_ == files_.size()) break;
+        if (format_ == InputFormat::Text) {
+          ++next_;
+          ++skipped.documents;
+          continue;
+        }
+        current_ = open_file_source(files_[next_++], format_);
+      }
+      const std::uint64_t wanted = n - skipped.documents;
+      Skipped got = current_->skip(wanted);
+      skipped.documents += got.documents;
+      if (got.documents < wanted) current_.reset();  // that file ended
+      if (skipped.documents == n) skipped.last_id = std::move(got.last_id);
+    }
+    return skipped;
+  }
+
+  std::optional<std::uint64_t> count_left() override {
+    std::uint64_t count = 0;
+    if (current_) {
+      const auto left = current_->count_left();
+      if (!left) return std::nullopt;
+      count += *left;
+    }
+    for (std::size_t i = next_; i < files_.size(); ++i) {
+      if (format_ == InputFormat::Text) {
+        ++count;
+        continue;
+      }
+      const auto in_file = open_file_source(files_[i], format_)->count_left();
+      if (!in_file) return std::nullopt;
+      count += *in_file;
+    }
+    return count;
   }
 
  private:
@@ -372,6 +303,14 @@ class ImageFilesSource : public DocumentSource {
     return n;
   }
 
+  // The listed files are the documents: none is read to be skipped or counted.
+  Skipped skip(std::uint64_t n) override {
+    const std::uint64_t passed = std::min<std::uint64_t>(n, files_.size() - next_);
+    next_ += static_cast<std::size_t>(passed);
+    return Skipped{passed, {}};
+  }
+  std::optional<std::uint64_t> count_left() override { return files_.size() - next_; }
+
  private:
   static Bytes read_bytes(const std::filesystem::path& path) {
     std::ifstream in(path, std::ios::binary | std::ios::ate);
@@ -404,9 +343,9 @@ std::unique_ptr<DocumentSource> open_file_source(const std::filesystem::path& pa
   if (std::filesystem::is_directory(path, ec)) return std::make_unique<FolderSource>(path, format);
   switch (format) {
     case InputFormat::Lines:
-      return std::make_unique<LineSource>(path, false);
+      return detail::open_line_source(path, false);
     case InputFormat::Jsonl:
-      return std::make_unique<LineSource>(path, true);
+      return detail::open_line_source(path, true);
     case InputFormat::Paragraphs:
       return std::make_unique<WholeFileSource>(path, true);
     case InputFormat::Text:
@@ -423,9 +362,9 @@ std::unique_ptr<DocumentSource> open_stdin_source(InputFormat format) {
   const std::string name = "<stdin>";
   switch (format) {
     case InputFormat::Lines:
-      return std::make_unique<LineSource>(stdin_path, false, name);
+      return detail::open_line_source(stdin_path, false, name);
     case InputFormat::Jsonl:
-      return std::make_unique<LineSource>(stdin_path, true, name);
+      return detail::open_line_source(stdin_path, true, name);
     case InputFormat::Paragraphs:
       return std::make_unique<WholeFileSource>(stdin_path, true, name);
     case InputFormat::Text:
