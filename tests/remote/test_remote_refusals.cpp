@@ -2,6 +2,9 @@
 // `flowline serve --executor` process runs a VectorIndex, a `flowline serve` gateway in front of it
 // reaches it through `hosts:`, and a client sends a bad request parameter over HTTP and gRPC. The wire's
 // version rule is checked on the same process: a version 1 client still reads the answer (as a failure).
+// Cancellation reaches a remote executor (issue 50 §2, wire version 3): a search past its gateway's deadline
+// frees the remote index, and on the wire a request's deadline, a Cancel frame and a closed connection each
+// stop a request the server is running, while a version 2 client is still served.
 #include "child_process.hpp"
 #include "http_call.hpp"
 #include "jina_grpc_call.hpp"
@@ -19,8 +22,11 @@
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
 
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
+#include <thread>
 
 using namespace flowline;
 using namespace std::chrono_literals;
@@ -98,14 +104,20 @@ struct WireClient {
     asio::read(socket, asio::buffer(body));
     return body;
   }
-  wire::ResponseFrame search(std::uint64_t id, const std::string& parameters) {
+  // Sends a search (with `deadline_ms`, written on a version 3 connection only) without waiting.
+  void send_search(std::uint64_t id, const std::string& parameters, std::uint32_t deadline_ms = 0) {
     DocumentArray docs;
     Document query("q");
     query.embedding = at::tensor({1.0f, 0.0f, 0.5f, 0.0f});
     docs.push_back(std::move(query));
-    asio::write(socket, asio::buffer(wire::encode_request(id, "/search", parameters, docs)));
-    return wire::decode_response(read_frame(), welcome.version);
+    asio::write(socket,
+                asio::buffer(wire::encode_request(id, "/search", parameters, docs, deadline_ms, welcome.version)));
   }
+  wire::ResponseFrame search(std::uint64_t id, const std::string& parameters, std::uint32_t deadline_ms = 0) {
+    send_search(id, parameters, deadline_ms);
+    return answer();
+  }
+  wire::ResponseFrame answer() { return wire::decode_response(read_frame(), welcome.version); }
   asio::io_context io;
   tcp::socket socket;
   wire::Welcome welcome;
@@ -188,5 +200,125 @@ TEST_CASE("a Response's status survives the wire by protocol version: RequestErr
   CHECK(wire::decode_response(v1).status == wire::ResponseStatus::Failed);  // a newer peer reads version 1's too
   std::string unknown = v2;
   unknown[1 + 8] = 3;  // after the type byte and the id
-  CHECK_THROWS_WITH(wire::decode_response(unknown), testing::contains("unknown status 3 (protocol version 2)"));
+  CHECK_THROWS_WITH(wire::decode_response(unknown, 2), testing::contains("unknown status 3 (protocol version 2)"));
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// A search's parameters whose filter keeps a 20,000-document index busy for minutes: `conditions` ordered
+// tests on tag "i", ORed, none true (not read as one $in, so each runs on every document).
+std::string heavy_filter(int conditions) {
+  std::string any;
+  for (int c = 0; c < conditions; ++c) any += fmt::format(R"({}{{"i": {{"$gt": {}}}}})", c ? "," : "", 1'000'000 + c);
+  return fmt::format(R"({{"limit": 3, "filter": {{"$or": [{}]}}}})", any);
+}
+
+// The executor server of the cancellation cases: one VectorIndex replica with bounds raised for the heavy
+// filter, filled with 20,000 documents through a wire client.
+std::unique_ptr<Serve> heavy_index(const fs::path& dir) {
+  auto executor =
+      std::make_unique<Serve>(dir, "executor",
+                              "executors:\n  - {name: idx, uses: VectorIndex, with: {dim: 4, max_filter_size: 1000000, "
+                              "max_filter_conditions: 1000000}}\n",
+                              std::vector<std::string>{"--executor", "idx"});
+  WireClient filler(executor->port(), wire::kMinVersion, wire::kVersion);
+  DocumentArray docs;
+  for (int i = 0; i < 20'000; ++i) {
+    Document doc(fmt::format("d{}", i));
+    doc.embedding = at::tensor({std::sin(0.3f * i), std::cos(0.7f * i), 0.5f, std::sin(1.1f * i)});
+    doc.tags["i"] = static_cast<std::int64_t>(i);
+    docs.push_back(std::move(doc));
+  }
+  asio::write(filler.socket, asio::buffer(wire::encode_request(1, "/index", "", docs, 0, filler.welcome.version)));
+  INFO(executor->log());
+  REQUIRE(filler.answer().ok());
+  return executor;
+}
+
+}  // namespace
+
+TEST_CASE("a search past its gateway's deadline frees the remote index it runs on", "[remote][cancellation]") {
+  const auto dir = testing::scratch_dir("remote cancellation");
+  const auto executor = heavy_index(dir);
+  // Two calls in flight to the host, so that the trivial search reaches the server while the heavy one
+  // may still run there; the gateway's deadline is 1 s, the host's own timeout far beyond the test.
+  Serve front(dir, "front",
+              fmt::format("with:\n  gateway: {{request_timeout_ms: 1000}}\n"
+                          "executors:\n  - name: idx\n    hosts: [127.0.0.1:{}]\n"
+                          "    remote: {{timeout_ms: 120000, in_flight: 2}}\n",
+                          executor->port()),
+              {});
+  INFO("the executor's output:\n" << executor->log() << "\nthe gateway's output:\n" << front.log());
+  auto start = Clock::now();
+  const Reply heavy = http_call(front.port(), http::verb::post, "/post", search_body(heavy_filter(100'000)), 60s);
+  const double heavy_seconds = seconds_since(start);
+  CHECK(heavy.status == 504);
+  start = Clock::now();
+  const Reply trivial = http_call(front.port(), http::verb::post, "/post", search_body(R"({"limit": 2})"), 60s);
+  const double trivial_seconds = seconds_since(start);
+  std::printf(
+      "through a gateway, a remote index's search past its 1 s deadline: answered %d in %.2f s; a trivial "
+      "search after it: %d in %.3f s\n",
+      heavy.status, heavy_seconds, trivial.status, trivial_seconds);
+  CHECK(heavy_seconds < 3.0);
+  CHECK(trivial.status == 200);  // a 504 of its own when the remote still runs the heavy search
+  CHECK(trivial_seconds < 0.9);
+}
+
+TEST_CASE("on the wire a deadline, a Cancel frame and a closed connection each stop a request; version 2 is served",
+          "[remote][cancellation][wire]") {
+  const auto dir = testing::scratch_dir("remote cancellation wire");
+  const auto executor = heavy_index(dir);
+  INFO(executor->log());
+  const std::string heavy = heavy_filter(100'000);
+  const auto prompt = [&](WireClient& client, std::uint64_t id) {
+    const auto start = Clock::now();
+    CHECK(client.search(id, R"({"limit": 2})").ok());
+    return seconds_since(start);
+  };
+
+  // The request's deadline (version 3): answered with the cancellation once it passes.
+  WireClient client(executor->port(), wire::kMinVersion, wire::kVersion);
+  REQUIRE(client.welcome.version == 3);
+  auto start = Clock::now();
+  const wire::ResponseFrame expired = client.search(10, heavy, 500);
+  const double deadline_seconds = seconds_since(start);
+  CHECK_FALSE(expired.ok());
+  CHECK_THAT(expired.error, testing::contains("cancelled"));
+  CHECK(deadline_seconds < 3.0);
+
+  // A Cancel frame for a request in flight: its answer comes at once, and the index is free after it.
+  client.send_search(11, heavy);
+  std::this_thread::sleep_for(300ms);
+  start = Clock::now();
+  asio::write(client.socket, asio::buffer(wire::encode_cancel(11)));
+  const wire::ResponseFrame cancelled = client.answer();
+  const double cancel_seconds = seconds_since(start);
+  CHECK(cancelled.id == 11);
+  CHECK_FALSE(cancelled.ok());
+  CHECK(cancel_seconds < 2.0);
+  asio::write(client.socket, asio::buffer(wire::encode_cancel(11)));  // answered already: no error
+  const double after_cancel = prompt(client, 12);
+  CHECK(after_cancel < 1.0);
+
+  // A client that closes its connection with a request in flight: the server stops it.
+  {
+    WireClient leaving(executor->port(), wire::kMinVersion, wire::kVersion);
+    leaving.send_search(1, heavy);
+    std::this_thread::sleep_for(300ms);
+  }
+  const double after_close = prompt(client, 13);
+  CHECK(after_close < 2.0);
+
+  // A version 2 client: no deadline on its requests, no Cancel frame, answered as before.
+  WireClient older(executor->port(), 1, 2);
+  CHECK(older.welcome.version == 2);
+  CHECK(older.search(1, R"({"limit": 2})").ok());
+  std::printf(
+      "on the wire, a heavy search: its 500 ms deadline answered in %.2f s; a Cancel frame answered in "
+      "%.3f s, a search after it in %.3f s; a search after a client closed its connection in %.3f s\n",
+      deadline_seconds, cancel_seconds, after_cancel, after_close);
 }

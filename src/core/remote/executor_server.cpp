@@ -31,6 +31,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <unordered_map>
 
 namespace flowline {
 
@@ -186,7 +187,11 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
           if (!hello(wire::decode_hello(body_.frame()))) return;
           break;
         case wire::FrameType::Request:
-          request(wire::decode_request(body_.frame()));
+          request(wire::decode_request(body_.frame(), version_));
+          break;
+        case wire::FrameType::Cancel:
+          if (version_ < 3) return refuse(fmt::format("a Cancel frame on a protocol version {} connection", version_));
+          cancel(wire::decode_cancel(body_.frame()));
           break;
         case wire::FrameType::Ping:
           send(wire::encode_ping(wire::FrameType::Pong, wire::decode_ping(body_.frame())));
@@ -247,6 +252,15 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
     const std::uint64_t id = frame.id;
     const std::size_t count = frame.docs.size();
     const std::uint16_t version = version_;
+    // The request's flag: set by a Cancel frame, its deadline, or the connection's end (nobody to answer).
+    auto flag = std::make_shared<Cancellation::Flag>(false);
+    if (const auto [it, fresh] = live_.try_emplace(id, Live{flag, nullptr}); fresh && frame.deadline_ms > 0) {
+      it->second.deadline = std::make_shared<asio::steady_timer>(strand_);
+      it->second.deadline->expires_after(std::chrono::milliseconds(frame.deadline_ms));
+      it->second.deadline->async_wait([flag](const boost::system::error_code& ec) {
+        if (!ec) flag->store(true);
+      });
+    }
     auto done = [self = shared_from_this(), id, count, version](Response&& r) {
       // A RequestError travels as its own status, so the calling flow fails the request as the request's
       // own (422 at its gateway, counted as bad_request), not as this executor's fault.
@@ -261,12 +275,15 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
                                        fmt::format("cannot encode the answer: {}", e.what()), self->server_.executor,
                                        DocumentArray(), version);
       }
-      asio::post(self->strand_,
-                 [self, answer = std::move(answer), count]() mutable { self->answered(std::move(answer), count); });
+      asio::post(self->strand_, [self, answer = std::move(answer), count, id]() mutable {
+        self->answered(std::move(answer), count, id);
+      });
     };
     try {
-      server_.flow.submit(frame.endpoint, std::move(frame.docs), std::move(parameters), {}, std::move(done));
+      server_.flow.submit(frame.endpoint, std::move(frame.docs), std::move(parameters), {}, std::move(flag),
+                          std::move(done));
     } catch (const std::exception& e) {  // the flow is closing
+      forget_request(id);
       --in_flight_;
       --server_.in_flight;
       send(wire::encode_response(id, wire::ResponseStatus::Failed, e.what(), server_.executor, DocumentArray(),
@@ -274,7 +291,24 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
     }
   }
 
-  void answered(std::string answer, std::size_t documents) {
+  // A Cancel frame: the request's flag, if it is still in the flow (an id already answered is no error: the
+  // answer and the Cancel crossed).
+  void cancel(std::uint64_t id) {
+    const auto it = live_.find(id);
+    if (it == live_.end()) return;
+    it->second.flag->store(true);
+    spdlog::debug("executor server: request {} from {} cancelled by its client", id, peer_);
+  }
+
+  void forget_request(std::uint64_t id) {
+    const auto it = live_.find(id);
+    if (it == live_.end()) return;
+    if (it->second.deadline) it->second.deadline->cancel();
+    live_.erase(it);
+  }
+
+  void answered(std::string answer, std::size_t documents, std::uint64_t id) {
+    forget_request(id);
     --in_flight_;
     --server_.in_flight;
     ++server_.requests;
@@ -329,6 +363,8 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
     if (closed_) return;
     closed_ = true;
     writes_.clear();
+    // Nobody will read the answers: the flow drops these requests or their handlers stop.
+    for (auto& [id, live] : live_) live.flag->store(true);
     handshake_timer_.cancel();
     frame_timer_.cancel();
     budget_timer_.cancel();
@@ -347,6 +383,12 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
   unsigned char prefix_[wire::kLengthBytes] = {};
   remote::FrameBody body_;
   std::deque<std::string> writes_;
+  // The requests in the flow, by id: their cancellation flags and deadline timers (on the strand).
+  struct Live {
+    std::shared_ptr<Cancellation::Flag> flag;
+    std::shared_ptr<asio::steady_timer> deadline;  // null: no deadline
+  };
+  std::unordered_map<std::uint64_t, Live> live_;
   std::atomic<std::uint64_t> in_flight_{0};
   std::uint16_t version_ = wire::kVersion;  // the connection's, chosen by hello()
   bool greeted_ = false, paused_ = false, writing_ = false, closing_ = false, closed_ = false, draining_ = false;

@@ -380,28 +380,53 @@ RemoteHost::Wait RemoteHost::wait_up(const std::function<bool()>& stop) {
   return Wait::Up;
 }
 
-RemoteHost::Answer RemoteHost::call(std::uint64_t id, std::string frame) {
+RemoteHost::Answer RemoteHost::call(std::uint64_t id, const std::function<std::string(std::uint16_t)>& encode,
+                                    const Cancellation* cancellation) {
   // A flow's own worker (requeue_lost false) that is down is being restarted: wait for it (bounded by
   // remote.give_up) rather than hand the batch on, or a merged batch that crashed it would be merged and
   // crash a worker again and again; alone on the new worker, only the request that crashes fails.
   if (!options_.requeue_lost) wait_up([] { return false; });
+  const auto unavailable = [this] {
+    return runtime::ReplicaUnavailable(assigned_ ? fmt::format("host {} is unreachable: {}", address_, last_error_)
+                                                 : fmt::format("{} has no server now", label_));
+  };
   Pending pending;
   std::unique_lock lock(mutex_);
-  if (!up_) {
-    throw runtime::ReplicaUnavailable(assigned_ ? fmt::format("host {} is unreachable: {}", address_, last_error_)
-                                                : fmt::format("{} has no server now", label_));
-  }
-  const std::string address = address_;
+  if (!up_) throw unavailable();
   const std::uint64_t generation = generation_;
   const std::uint16_t version = version_;  // an answer comes on the connection its request went out on
+  lock.unlock();
+  // Encoded for this connection's version, outside the lock (a batch's tensors are copied here).
+  auto frame = std::make_shared<std::string>(encode(version));
+  lock.lock();
+  if (!up_ || generation_ != generation) throw unavailable();  // lost (or replaced) while encoding
+  const std::string address = address_;
   pending_.emplace(id, &pending);
   lock.unlock();
-  asio::post(io_->io, [this, generation, f = std::make_shared<std::string>(std::move(frame))]() mutable {
+  asio::post(io_->io, [this, generation, f = std::move(frame)]() mutable {
     if (generation == io_->attempt && io_->connected) io_->send(std::move(f));
   });
   lock.lock();
-  const bool finished =
-      pending.ready.wait_for(lock, options_.timeout, [&] { return pending.done || !pending.lost.empty(); });
+  const auto answered = [&] { return pending.done || !pending.lost.empty(); };
+  const auto give_up_at = Clock::now() + options_.timeout;
+  bool finished = false;
+  if (cancellation && version >= 3) {
+    // The flag is polled: a Cancellation has no way to wake a waiter. Every 20 ms costs nothing beside a
+    // remote request's own time, and bounds how late the server learns of it.
+    bool cancel_sent = false;
+    while (!(finished = answered()) && Clock::now() < give_up_at) {
+      if (!cancel_sent && cancellation->requested()) {
+        cancel_sent = true;
+        asio::post(io_->io, [this, generation, id] {
+          if (generation == io_->attempt && io_->connected)
+            io_->send(std::make_shared<std::string>(wire::encode_cancel(id)));
+        });
+      }
+      pending.ready.wait_for(lock, std::min<Clock::duration>(20ms, give_up_at - Clock::now()));
+    }
+  } else {
+    finished = pending.ready.wait_until(lock, give_up_at, answered);
+  }
   if (pending.done) {
     requests_.fetch_add(1, std::memory_order_relaxed);
     return Answer{std::move(pending.answer), version};

@@ -6,10 +6,12 @@
 
 #include "wire.hpp"
 
+#include "flowline/executor.hpp"
 #include "flowline/flow_config.hpp"
 #include "flowline/flow_results.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -67,11 +69,16 @@ class RemoteHost {
     std::string frame;
     std::uint16_t version = wire::kVersion;
   };
-  // Sends one request frame (its id from next_id()) and waits for the answer frame. Throws
-  // runtime::ReplicaUnavailable when the host is or becomes lost, or the answer takes longer than
-  // remote.timeout (the host is then lost too). Replica threads, concurrently.
-  Answer call(std::uint64_t id, std::string frame);
+  // Sends one request frame (its id from next_id(), made by `encode` for the connection's protocol
+  // version) and waits for the answer frame. Throws runtime::ReplicaUnavailable when the host is or becomes
+  // lost, or the answer takes longer than remote.timeout (the host is then lost too). Once `cancellation`
+  // (may be null) is requested, a version 3 connection is sent a Cancel frame for the request (once); the
+  // call still waits for its answer, which the server then sends as soon as its executor stops. Replica
+  // threads, concurrently.
+  Answer call(std::uint64_t id, const std::function<std::string(std::uint16_t version)>& encode,
+              const Cancellation* cancellation = nullptr);
   std::uint64_t next_id() { return next_id_.fetch_add(1, std::memory_order_relaxed); }
+  std::chrono::milliseconds request_timeout() const { return options_.timeout; }  // remote.timeout
 
   bool up() const;
   std::string last_error() const;

@@ -5,6 +5,9 @@
 #include <boost/json/serialize.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <limits>
+
 namespace flowline::remote {
 
 std::string RemoteReplica::run(const std::string& endpoint, DocumentArray& docs,
@@ -13,8 +16,16 @@ std::string RemoteReplica::run(const std::string& endpoint, DocumentArray& docs,
   const std::uint64_t id = host_.next_id();
   RemoteHost::Answer answer;
   try {
+    // The deadline the server is given is remote.timeout: past it this flow stops waiting for the answer
+    // (and takes the host for lost), so nothing the server does after it is of use. A request given up
+    // sooner (its gateway's deadline, its client gone) reaches the server as a Cancel frame (call()).
+    const std::string params = parameters.empty() ? "" : boost::json::serialize(parameters);
+    const auto deadline_ms = static_cast<std::uint32_t>(
+        std::clamp<std::int64_t>(host_.request_timeout().count(), 0, std::numeric_limits<std::uint32_t>::max()));
     answer = host_.call(
-        id, wire::encode_request(id, endpoint, parameters.empty() ? "" : boost::json::serialize(parameters), docs));
+        id,
+        [&](std::uint16_t version) { return wire::encode_request(id, endpoint, params, docs, deadline_ms, version); },
+        cancellation_);
   } catch (const runtime::ReplicaUnavailable&) {
     host_.count_requeued();
     throw;

@@ -288,9 +288,10 @@ std::string encode_welcome(const Welcome& welcome) {
 }
 
 std::string encode_request(std::uint64_t id, std::string_view endpoint, std::string_view parameters,
-                           const DocumentArray& docs) {
+                           const DocumentArray& docs, std::uint32_t deadline_ms, std::uint16_t version) {
   Writer w(FrameType::Request);
   w.u64(id);
+  if (version >= 3) w.u32(deadline_ms);
   w.str(endpoint);
   w.str(parameters);
   write_documents(w, docs, 0);
@@ -325,6 +326,12 @@ std::string encode_ping(FrameType type, std::uint64_t nonce) {
   return w.finish();
 }
 
+std::string encode_cancel(std::uint64_t id) {
+  Writer w(FrameType::Cancel);
+  w.u64(id);
+  return w.finish();
+}
+
 std::string encode_documents(const DocumentArray& docs) {
   Writer w(FrameType::Request);
   write_documents(w, docs, 0);
@@ -351,7 +358,7 @@ std::uint32_t read_length(const unsigned char* prefix, std::size_t max_frame_byt
 FrameType frame_type(std::string_view frame) {
   if (frame.empty()) throw WireError("bad frame: empty");
   const auto type = static_cast<std::uint8_t>(frame[0]);
-  if (type < 1 || type > 7) throw WireError(fmt::format("bad frame: unknown frame type {}", type));
+  if (type < 1 || type > 8) throw WireError(fmt::format("bad frame: unknown frame type {}", type));
   return static_cast<FrameType>(type);
 }
 
@@ -378,10 +385,11 @@ Welcome decode_welcome(std::string_view frame) {
   return welcome;
 }
 
-RequestFrame decode_request(std::string_view frame) {
+RequestFrame decode_request(std::string_view frame, std::uint16_t version) {
   Reader r = body(frame, FrameType::Request);
   RequestFrame out;
   out.id = r.u64("id");
+  if (version >= 3) out.deadline_ms = r.u32("deadline_ms");
   out.endpoint = std::string(r.str("endpoint"));
   out.parameters = std::string(r.str("parameters"));
   out.docs = read_documents(r, 0);
@@ -418,6 +426,13 @@ std::uint64_t decode_ping(std::string_view frame) {
   const std::uint64_t nonce = r.u64("nonce");
   r.end();
   return nonce;
+}
+
+std::uint64_t decode_cancel(std::string_view frame) {
+  Reader r = body(frame, FrameType::Cancel);
+  const std::uint64_t id = r.u64("id");
+  r.end();
+  return id;
 }
 
 std::uint64_t frame_id(std::string_view frame) {

@@ -22,8 +22,10 @@ namespace flowline::wire {
 // The protocol versions this build speaks: it offers kMinVersion..kVersion in its Hello and, as a server,
 // answers with the highest version both sides speak. Version 2 added ResponseStatus::RequestError; a
 // version 1 peer reads it as Failed (encode_response downgrades it), so old peers keep working both ways.
+// Version 3 added a request's deadline (RequestFrame::deadline_ms) and the Cancel frame; on a version 1 or 2
+// connection the deadline is not written and no Cancel is sent (the request then runs to its end there).
 inline constexpr std::uint16_t kMinVersion = 1;
-inline constexpr std::uint16_t kVersion = 2;
+inline constexpr std::uint16_t kVersion = 3;
 inline constexpr std::string_view kMagic = "FLWL";   // the first four bytes of a HELLO body
 inline constexpr std::size_t kLengthBytes = 4;       // the frame length prefix
 inline constexpr std::size_t kMaxDocumentDepth = 8;  // chunks of chunks ... deeper is refused
@@ -37,6 +39,7 @@ enum class FrameType : std::uint8_t {
   Error = 5,     // either way: a protocol error; the sender closes the connection after it
   Ping = 6,      // either way: answered by a Pong with the same nonce
   Pong = 7,
+  Cancel = 8,  // version 3, client -> server: the request of this id is not wanted any more (no answer of its own)
 };
 
 // A malformed frame: what was wrong and where (a byte offset within the frame).
@@ -70,6 +73,9 @@ struct Welcome {
 
 struct RequestFrame {
   std::uint64_t id = 0;
+  // Version 3: milliseconds the server may spend on the request, counted from its arrival, after which it
+  // cancels the request as a Cancel frame would; 0: none (and always 0 from a version 1 or 2 peer).
+  std::uint32_t deadline_ms = 0;
   std::string endpoint;
   std::string parameters;  // a JSON object, as text ("" for none)
   DocumentArray docs;
@@ -90,14 +96,16 @@ std::string encode_hello(const Hello& hello);
 std::string encode_welcome(const Welcome& welcome);
 // Tensors on a GPU are copied to the host; non-contiguous ones are made contiguous. The documents are
 // read, not changed.
+// `version`: the connection's; the deadline is written from version 3 on.
 std::string encode_request(std::uint64_t id, std::string_view endpoint, std::string_view parameters,
-                           const DocumentArray& docs);
+                           const DocumentArray& docs, std::uint32_t deadline_ms = 0, std::uint16_t version = kVersion);
 // `version`: the connection's; a status that version does not have goes out as Failed.
 std::string encode_response(std::uint64_t id, ResponseStatus status, std::string_view error,
                             std::string_view error_executor, const DocumentArray& docs,
                             std::uint16_t version = kVersion);
 std::string encode_error(std::string_view message);
 std::string encode_ping(FrameType type, std::uint64_t nonce);  // Ping or Pong
+std::string encode_cancel(std::uint64_t id);                   // version 3
 
 // ---- decoding: `frame` is what follows the length prefix (type byte first) ---------------------------
 
@@ -107,11 +115,13 @@ FrameType frame_type(std::string_view frame);  // throws on an empty frame or an
 
 Hello decode_hello(std::string_view frame);
 Welcome decode_welcome(std::string_view frame);
-RequestFrame decode_request(std::string_view frame);
+// `version`: the connection's (the deadline is read from version 3 on).
+RequestFrame decode_request(std::string_view frame, std::uint16_t version = kVersion);
 // `version`: the connection's; a status above max_status(version) is a malformed frame.
 ResponseFrame decode_response(std::string_view frame, std::uint16_t version = kVersion);
 std::string decode_error(std::string_view frame);
-std::uint64_t decode_ping(std::string_view frame);  // Ping or Pong: the nonce
+std::uint64_t decode_ping(std::string_view frame);    // Ping or Pong: the nonce
+std::uint64_t decode_cancel(std::string_view frame);  // the id of the request to cancel
 // The id of a Request or Response frame, read without decoding its documents.
 std::uint64_t frame_id(std::string_view frame);
 

@@ -62,7 +62,8 @@ class Replica {
   virtual std::shared_ptr<const ExecutorMetrics> metrics() const { return nullptr; }
   virtual std::optional<std::int64_t> gpu_load_bytes() const { return std::nullopt; }
   // The cancellation of the next run() calls (null: none), set by the worker around each run(). A local
-  // replica hands it to the handler (RequestInfo::cancellation); a remote one does not carry it yet.
+  // replica hands it to the handler (RequestInfo::cancellation); a remote one sends its server a Cancel frame
+  // once it is requested (wire version 3, remote_host.hpp).
   void set_cancellation(const Cancellation* cancellation) noexcept { cancellation_ = cancellation; }
 
  protected:
