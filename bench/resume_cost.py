@@ -45,8 +45,8 @@ def run(args, env, extra, stats=None, kill_after=None):
         raise SystemExit(f"{' '.join(command)} failed ({child.returncode}):\n{err[-3000:]}")
     figures = json.loads(pathlib.Path(stats).read_text()) if stats else None
     if figures:
-        # Where the wall clock went: before the first post (process, CUDA and model start, the input's hashing and
-        # counting, a resume's checks), posting (a resume's skipping of what the output holds included), after it.
+        # Where the wall clock went: before the first post (process, CUDA and model start, the input's hashing, a
+        # resume's checks, its skipping of what the output holds and its counting of what is left), posting, after.
         posting_started = figures["post_ended_unix"] - figures["seconds"]
         figures["phases_s"] = {"before_posting": round(posting_started - started_unix, 3),
                                "posting": round(figures["seconds"], 3),
@@ -117,6 +117,9 @@ def main():
         rate = full_stats["documents"] / full_stats["seconds"]
         figures["resume_overhead_s"] = resumed - stats["resume"]["left_documents"] / rate
         figures["resume_overhead_share"] = figures["resume_overhead_s"] / full
+        # Of the time before the first post: skipping what the output holds and counting what is left (the
+        # input's boundaries only, DocumentSource::skip and count_left); builds before them report neither.
+        figures["resume_skip_count_s"] = {key: stats["resume"].get(key) for key in ("skip_seconds", "count_seconds")}
     print(json.dumps(figures, indent=1), flush=True)
     pathlib.Path(args.out, "resume_cost.json").write_text(json.dumps(figures, indent=1) + "\n")
 
