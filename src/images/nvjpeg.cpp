@@ -15,6 +15,10 @@
 
 #include <dlfcn.h>
 
+#include <cstdio>  // jpeglib.h needs FILE
+
+#include <jpeglib.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <mutex>
@@ -190,6 +194,36 @@ std::string nvjpeg_takes(std::span<const std::uint8_t> b) {
       return "RGB (component ids R, G, B)";
   }
   return {};
+}
+
+std::vector<std::uint8_t> grey_jpeg(std::uint32_t width, std::uint32_t height) {
+  if (width == 0 || height == 0 || width > 65535 || height > 65535)
+    throw Error(fmt::format("grey_jpeg: {}x{} is not a JPEG size", width, height));
+  // libjpeg's default error handler exits on an error; none can happen with these settings and memory output
+  // (short of running out of memory, which ends the process anyway).
+  jpeg_compress_struct cinfo{};
+  jpeg_error_mgr err{};
+  cinfo.err = jpeg_std_error(&err);
+  jpeg_create_compress(&cinfo);
+  unsigned char* out = nullptr;
+  unsigned long size = 0;
+  jpeg_mem_dest(&cinfo, &out, &size);
+  cinfo.image_width = width;
+  cinfo.image_height = height;
+  cinfo.input_components = 3;
+  cinfo.in_color_space = JCS_RGB;
+  jpeg_set_defaults(&cinfo);
+  jpeg_start_compress(&cinfo, TRUE);
+  std::vector<std::uint8_t> row(std::size_t{width} * 3, 128);
+  while (cinfo.next_scanline < cinfo.image_height) {
+    JSAMPROW rows[1] = {row.data()};
+    jpeg_write_scanlines(&cinfo, rows, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  std::vector<std::uint8_t> bytes(out, out + size);
+  jpeg_destroy_compress(&cinfo);
+  std::free(out);
+  return bytes;
 }
 
 struct NvjpegDecoder::State {

@@ -41,6 +41,10 @@ const NvjpegLibrary& load_nvjpeg(const std::vector<std::filesystem::path>& folde
 // Reads the markers up to the first scan and the last two bytes; never throws.
 std::string nvjpeg_takes(std::span<const std::uint8_t> jpeg);
 
+// A uniform grey baseline JPEG (JFIF, 4:2:0) of width x height (each 1 to 65535), made with libjpeg: what an
+// executor decodes at start so that nvJPEG's set-up is not paid by the first request.
+std::vector<std::uint8_t> grey_jpeg(std::uint32_t width, std::uint32_t height);
+
 // One nvJPEG handle and its decode states, for one thread. Made after load_nvjpeg() succeeded, with the
 // replica's CUDA device current; throws flowline::Error naming the nvJPEG call and status if nvJPEG cannot
 // start (no GPU, driver too old).

@@ -19,6 +19,7 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -103,6 +104,14 @@ TEST_CASE("nvJPEG is given baseline and progressive JPEGs and the CPU everything
     }
   }
   CHECK(images::nvjpeg_takes(arithmetic) == "arithmetic coding");
+  // The executor's warm-up JPEG: one nvJPEG takes, uniform grey as the CPU decodes it.
+  const Bytes grey = images::grey_jpeg(33, 17);
+  CHECK(images::nvjpeg_takes(grey).empty());
+  const images::Image decoded = images::decode_image(grey);
+  CHECK(decoded.width == 33);
+  CHECK(decoded.height == 17);
+  CHECK(std::all_of(decoded.rgb.begin(), decoded.rgb.end(), [](std::uint8_t v) { return v == 128; }));
+  CHECK_THROWS_WITH(images::grey_jpeg(0, 5), testing::contains("0x5 is not a JPEG size"));
 }
 
 TEST_CASE("libnvjpeg is found beside torch or where FLOWLINE_NVJPEG says, else the places looked at are named",

@@ -4,6 +4,7 @@
 #include "flowline/clip_encoder/clip_encoder.hpp"
 
 #include "decode.hpp"
+#include "images/nvjpeg.hpp"
 
 #include "flowline/error.hpp"
 #include "flowline/executor.hpp"
@@ -275,9 +276,21 @@ class ClipEncoder : public Executor {
     const std::string_view text = "warm up";
     (void)model_->encode_texts(std::span<const std::string_view>(&text, 1)).to(at::kCPU);
     const auto side = static_cast<std::uint32_t>(model_->image_size());
-    images::Image gray{side, side, std::vector<std::uint8_t>(std::size_t{side} * side * 3, 128)};
-    const at::Tensor pixels =
-        models::preprocess_images(std::span<const images::Image>(&gray, 1), model_->image_processor(), device_, dtype_);
+    at::Tensor pixels;
+    if (gpu_decoder_) {  // two grey JPEGs through nvJPEG: its handle's buffers and the batched path set up
+      Document a, b;
+      a.blob = b.blob = images::grey_jpeg(side, side);
+      const Document* both[] = {&a, &b};
+      decode_slice(both, decode_, gpu_decoder_.get(), stream_, decoded_);
+      if (decoded_.gpu_images != 2)
+        spdlog::warn("executor '{}': nvJPEG did not decode the warm-up JPEGs", runtime().name);
+      if (!decoded_.failures[0].empty()) throw Error(fmt::format("warm-up: {}", decoded_.failures[0]));
+      pixels = models::preprocess_image_tensors(decoded_.pixels(), model_->image_processor(), device_, dtype_);
+    } else {
+      images::Image gray{side, side, std::vector<std::uint8_t>(std::size_t{side} * side * 3, 128)};
+      pixels = models::preprocess_images(std::span<const images::Image>(&gray, 1), model_->image_processor(), device_,
+                                         dtype_);
+    }
     (void)model_->encode_pixels(pixels).to(at::kCPU);
   }
 
