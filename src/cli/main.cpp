@@ -13,7 +13,8 @@
 // arena that returns them at once, so that every batch faults them in again; background_thread:true
 // returns decayed pages from jemalloc's own thread (every signal blocked there, so SIGINT and SIGTERM still
 // reach the launcher's sigwait()). CPU encoder, 2 cores: 172 docs/s with both, 130 with jemalloc's
-// defaults, 150-163 with glibc's malloc (bench/cpu_allocator.py).
+// defaults, 150-163 with glibc's malloc (bench/cpu_allocator.py). `flowline serve` shortens the decay to
+// 1 s at its start (serve.cpp: freed request bodies kept 10 s passed the gateway's memory bounds).
 extern "C" const char* malloc_conf = "oversize_threshold:0,background_thread:true";
 #endif
 

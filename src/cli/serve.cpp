@@ -13,12 +13,16 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <dlfcn.h>
+
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <pthread.h>
+#include <string_view>
 #include <type_traits>
+#include <utility>
 #include <variant>
 
 namespace flowline::cli {
@@ -72,6 +76,39 @@ void add_setting(CLI::App& cmd, ServeSettings& given, const ServeSetting& settin
         }
       },
       setting.field);
+}
+
+// How long jemalloc keeps the pages a server frees before it returns them, in ms (the launcher's
+// default is jemalloc's 10 s, which `flowline run` keeps). A server frees request bodies, parsed documents
+// and answers of up to --max-body-bytes each, many at once under load; kept for 10 s they came on top of the
+// fronts' bounds: 30 gRPC streams of 30 MB messages peaked at 3.6-4.7 GiB against 3 GiB (docs/benchmarks.md,
+// "the launcher's decay under serve"). Over 1 s they are still reused by the next requests of a busy
+// server, and by an encoder's next batch, which frees and takes the same sizes within milliseconds.
+constexpr long kServeDecayMs = 1000;
+
+// Sets jemalloc's decay for serving, for the arenas there are and those made later. Through dlsym: the
+// launcher links jemalloc only into the executable (src/CMakeLists.txt); without it (glibc's malloc, a
+// sanitizer build) there is no mallctl and nothing to do. MALLOC_CONF naming a decay wins, as it does
+// for the launcher's other settings.
+void set_serving_decay() {
+  using Mallctl = int (*)(const char*, void*, std::size_t*, void*, std::size_t);
+  const auto mallctl = reinterpret_cast<Mallctl>(dlsym(RTLD_DEFAULT, "mallctl"));
+  if (!mallctl) return;
+  if (const char* conf = std::getenv("MALLOC_CONF");
+      conf && std::string_view(conf).find("decay_ms") != std::string_view::npos)
+    return;
+  unsigned arenas = 0;
+  std::size_t size = sizeof(arenas);
+  if (mallctl("arenas.narenas", &arenas, &size, nullptr, 0) != 0) return;
+  // Muzzy pages (returned with MADV_FREE) still count in RSS until the kernel wants them: none are kept.
+  for (const auto& [key, ms] : {std::pair{"dirty_decay_ms", kServeDecayMs}, std::pair{"muzzy_decay_ms", 0L}}) {
+    auto decay = static_cast<ssize_t>(ms);
+    mallctl(fmt::format("arenas.{}", key).c_str(), nullptr, nullptr, &decay, sizeof(decay));  // arenas made later
+    // Arenas not initialized yet refuse (EFAULT); they take the value above when they are.
+    for (unsigned i = 0; i < arenas; ++i) {
+      mallctl(fmt::format("arena.{}.{}", i, key).c_str(), nullptr, nullptr, &decay, sizeof(decay));
+    }
+  }
 }
 
 }  // namespace
@@ -193,6 +230,7 @@ int command_serve(ServeOptions o) {
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  set_serving_decay();
 
   FlowConfig config;
   GatewayOptions options;
