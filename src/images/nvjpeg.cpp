@@ -31,6 +31,10 @@ namespace fs = std::filesystem;
 // nvjpeg.h 13.0.4: nvjpegStatus_t, nvjpegBackend_t, nvjpegOutputFormat_t, libraryPropertyType values used.
 constexpr int kSuccess = 0;
 constexpr int kBackendDefault = 0;
+constexpr int kBackendHybrid = 1;
+constexpr int kBackendGpuHybrid = 2;
+constexpr int kBackendHardware = 3;
+constexpr int kCss411 = 4, kCss410 = 5, kCss410V = 7;  // nvjpegChromaSubsampling_t
 constexpr int kOutputRgbi = 5;
 constexpr int kMajorVersion = 0;                   // libraryPropertyType MAJOR_VERSION
 constexpr unsigned kFlagBitstreamStrict = 1 << 2;  // NVJPEG_FLAGS_BITSTREAM_STRICT: corrupt data is an error
@@ -142,19 +146,25 @@ const NvjpegLibrary& load_nvjpeg(const std::vector<fs::path>& folders) {
   return library;
 }
 
-// libjpeg-turbo 2.1's colour rules (jdapimin.c default_decompress_parms) for 3 components: JFIF means YCbCr; an
-// Adobe marker's transform 0 means RGB; component ids 'R','G','B' mean RGB. nvJPEG assumes YCbCr, so RGB goes
-// to the CPU.
-std::string nvjpeg_takes(std::span<const std::uint8_t> b) {
-  if (b.size() < 4 || b[0] != 0xff || b[1] != 0xd8) return "not a JPEG";
-  if (b[b.size() - 2] != 0xff || b[b.size() - 1] != 0xd9) return "no EOI marker at the end";
+namespace {
+
+// What the markers before the first scan say (nvjpeg_takes and the hardware backend's choice read it).
+struct Header {
+  std::string problem;  // empty when the markers could be read up to the first scan
   bool jfif = false;
   int adobe_transform = -1;
-  int frame = -1;
+  int frame = -1;  // the first start-of-frame marker (0xc0 baseline, 0xc2 progressive, ...), -1 if none
   std::size_t frame_at = 0;
+};
+
+Header read_header(std::span<const std::uint8_t> b) {
+  Header h;
   std::size_t at = 2;
   while (at + 4 <= b.size()) {
-    if (b[at] != 0xff) return "corrupt marker sequence";
+    if (b[at] != 0xff) {
+      h.problem = "corrupt marker sequence";
+      return h;
+    }
     const std::uint8_t marker = b[at + 1];
     if (marker == 0xff) {
       ++at;
@@ -165,18 +175,43 @@ std::string nvjpeg_takes(std::span<const std::uint8_t> b) {
       continue;
     }
     const std::size_t length = be16(b, at + 2);
-    if (length < 2 || at + 2 + length > b.size()) return "truncated header";
+    if (length < 2 || at + 2 + length > b.size()) {
+      h.problem = "truncated header";
+      return h;
+    }
     const std::size_t data = at + 4;
     if (marker == 0xda) break;  // the first scan: the header is read
-    if (marker == 0xe0 && length >= 7 && std::equal(b.begin() + data, b.begin() + data + 5, "JFIF")) jfif = true;
+    if (marker == 0xe0 && length >= 7 && std::equal(b.begin() + data, b.begin() + data + 5, "JFIF")) h.jfif = true;
     if (marker == 0xee && length >= 14 && std::equal(b.begin() + data, b.begin() + data + 5, "Adobe"))
-      adobe_transform = b[data + 11];
-    if (marker >= 0xc0 && marker <= 0xcf && marker != 0xc4 && marker != 0xc8 && marker != 0xcc && frame < 0) {
-      frame = marker;
-      frame_at = data;
+      h.adobe_transform = b[data + 11];
+    if (marker >= 0xc0 && marker <= 0xcf && marker != 0xc4 && marker != 0xc8 && marker != 0xcc && h.frame < 0) {
+      h.frame = marker;
+      h.frame_at = data;
     }
     at += 2 + length;
   }
+  return h;
+}
+
+int frame_marker(std::span<const std::uint8_t> b) {
+  if (b.size() < 4 || b[0] != 0xff || b[1] != 0xd8) return -1;
+  const Header h = read_header(b);
+  return h.problem.empty() ? h.frame : -1;
+}
+
+}  // namespace
+
+// libjpeg-turbo 2.1's colour rules (jdapimin.c default_decompress_parms) for 3 components: JFIF means YCbCr; an
+// Adobe marker's transform 0 means RGB; component ids 'R','G','B' mean RGB. nvJPEG assumes YCbCr, so RGB goes
+// to the CPU.
+std::string nvjpeg_takes(std::span<const std::uint8_t> b) {
+  if (b.size() < 4 || b[0] != 0xff || b[1] != 0xd8) return "not a JPEG";
+  if (b[b.size() - 2] != 0xff || b[b.size() - 1] != 0xd9) return "no EOI marker at the end";
+  const Header h = read_header(b);
+  if (!h.problem.empty()) return h.problem;
+  const bool jfif = h.jfif;
+  const int adobe_transform = h.adobe_transform, frame = h.frame;
+  const std::size_t frame_at = h.frame_at;
   if (frame < 0) return "no frame header before the first scan";
   if (frame == 0xc3) return "lossless JPEG";
   if (frame >= 0xc9) return "arithmetic coding";
@@ -227,33 +262,69 @@ std::vector<std::uint8_t> grey_jpeg(std::uint32_t width, std::uint32_t height) {
 }
 
 struct NvjpegDecoder::State {
-  void* handle = nullptr;
-  void* single = nullptr;   // nvjpegDecode's state
-  void* batched = nullptr;  // nvjpegDecodeBatched's state
-  int batch_size = 0;       // what `batched` was initialised for (0: not yet, or reset after a refusal)
+  void* handle = nullptr;        // the default backend: headers, and nvjpegDecode one image at a time
+  void* batch_handle = nullptr;  // FLOWLINE_NVJPEG_BACKEND's, for nvjpegDecodeBatched (== handle for the default)
+  void* single = nullptr;        // nvjpegDecode's state
+  void* batched = nullptr;       // nvjpegDecodeBatched's state
+  int batch_size = 0;            // what `batched` was initialised for (0: not yet, or reset after a refusal)
+  int backend = kBackendDefault;
+  std::string backend_name = "default";
 };
+
+namespace {
+
+// FLOWLINE_NVJPEG_BACKEND picks the backend of batched decoding (nvjpeg.h's nvjpegBackend_t): default, hybrid
+// (Huffman on the CPU), gpu_hybrid (Huffman on the GPU for batches over 50 baseline images) or hardware (the
+// A100/H100 JPEG engines: baseline JPEGs only; the others are decoded one at a time with the default backend).
+int backend_from_env(std::string& name) {
+  const char* env = std::getenv("FLOWLINE_NVJPEG_BACKEND");
+  name = env && *env ? env : "default";
+  if (name == "default") return kBackendDefault;
+  if (name == "hybrid") return kBackendHybrid;
+  if (name == "gpu_hybrid") return kBackendGpuHybrid;
+  if (name == "hardware") return kBackendHardware;
+  throw Error(fmt::format("FLOWLINE_NVJPEG_BACKEND '{}' is not default, hybrid, gpu_hybrid or hardware", name));
+}
+
+// A handle of `backend`, strict (a corrupt stream is an error, so it goes to the CPU decoder, which says what is
+// wrong) when nvJPEG accepts the flag.
+void* create_handle(int backend, const std::string& name) {
+  void* handle = nullptr;
+  if (api.create_ex(backend, nullptr, nullptr, kFlagBitstreamStrict, &handle) == kSuccess) return handle;
+  const int status = api.create_ex(backend, nullptr, nullptr, 0, &handle);
+  if (status != kSuccess)
+    throw Error(fmt::format("nvJPEG: nvjpegCreateEx for the {} backend failed with status {}", name, status));
+  return handle;
+}
+
+}  // namespace
 
 NvjpegDecoder::NvjpegDecoder() : state_(std::make_unique<State>()) {
   if (!library.loaded) throw Error("nvJPEG: the library is not loaded (load_nvjpeg first)");
-  // Strict: a corrupt stream is an error, so it goes to the CPU decoder, which says what is wrong.
-  if (api.create_ex(kBackendDefault, nullptr, nullptr, kFlagBitstreamStrict, &state_->handle) != kSuccess) {
-    check(api.create_ex(kBackendDefault, nullptr, nullptr, 0, &state_->handle), "nvjpegCreateEx");
-  }
+  State& st = *state_;
+  st.backend = backend_from_env(st.backend_name);
+  st.handle = create_handle(kBackendDefault, "default");
   try {
-    check(api.state_create(state_->handle, &state_->single), "nvjpegJpegStateCreate");
-    check(api.state_create(state_->handle, &state_->batched), "nvjpegJpegStateCreate");
+    st.batch_handle = st.backend == kBackendDefault ? st.handle : create_handle(st.backend, st.backend_name);
+    check(api.state_create(st.handle, &st.single), "nvjpegJpegStateCreate");
+    check(api.state_create(st.batch_handle, &st.batched), "nvjpegJpegStateCreate");
   } catch (...) {
-    if (state_->single) api.state_destroy(state_->single);
-    api.destroy(state_->handle);
+    if (st.single) api.state_destroy(st.single);
+    if (st.batch_handle && st.batch_handle != st.handle) api.destroy(st.batch_handle);
+    api.destroy(st.handle);
     throw;
   }
 }
 
 NvjpegDecoder::~NvjpegDecoder() {
-  api.state_destroy(state_->batched);
-  api.state_destroy(state_->single);
-  api.destroy(state_->handle);
+  State& st = *state_;
+  api.state_destroy(st.batched);
+  api.state_destroy(st.single);
+  if (st.batch_handle != st.handle) api.destroy(st.batch_handle);
+  api.destroy(st.handle);
 }
+
+const std::string& NvjpegDecoder::backend() const { return state_->backend_name; }
 
 bool NvjpegDecoder::image_size(std::span<const std::uint8_t> jpeg, std::uint32_t& width, std::uint32_t& height) {
   int components = 0, subsampling = 0;
@@ -269,37 +340,53 @@ bool NvjpegDecoder::image_size(std::span<const std::uint8_t> jpeg, std::uint32_t
 
 std::vector<bool> NvjpegDecoder::decode(std::span<const std::span<const std::uint8_t>> jpegs,
                                         std::span<std::uint8_t* const> outputs, void* stream) {
+  State& st = *state_;
   const std::size_t n = jpegs.size();
   std::vector<bool> done(n, false);
-  if (n == 0) return done;
   std::vector<NvImage> images(n);
-  std::vector<const unsigned char*> data(n);
-  std::vector<std::size_t> lengths(n);
+  std::vector<std::size_t> batch, single;  // indexes into jpegs
   for (std::size_t i = 0; i < n; ++i) {
-    std::uint32_t width = 0, height = 0;
-    image_size(jpegs[i], width, height);
-    images[i] = NvImage{{outputs[i], nullptr, nullptr, nullptr}, {std::size_t{width} * 3, 0, 0, 0}};
-    data[i] = jpegs[i].data();
-    lengths[i] = jpegs[i].size();
+    int components = 0, subsampling = 0;
+    int widths[4] = {}, heights[4] = {};
+    const int status =
+        api.get_image_info(st.handle, jpegs[i].data(), jpegs[i].size(), &components, &subsampling, widths, heights);
+    images[i] = NvImage{{outputs[i], nullptr, nullptr, nullptr}, {std::size_t(std::max(widths[0], 0)) * 3, 0, 0, 0}};
+    if (status != kSuccess) continue;
+    // The hardware engines take baseline JPEGs without 4:1:1 or 4:1:0 chroma (nvjpeg.h); the rest go one by one.
+    const bool hardware_ok =
+        frame_marker(jpegs[i]) == 0xc0 && subsampling != kCss411 && subsampling != kCss410 && subsampling != kCss410V;
+    (st.backend != kBackendHardware || hardware_ok ? batch : single).push_back(i);
   }
-  const int batch = static_cast<int>(n);
-  bool batched = n > 1;
-  if (batched && state_->batch_size != batch) {
-    batched = api.batched_initialize(state_->handle, state_->batched, batch, 1, kOutputRgbi) == kSuccess;
-    state_->batch_size = batched ? batch : 0;
+  if (batch.size() > 1 || (batch.size() == 1 && st.backend == kBackendHardware)) {
+    std::vector<const unsigned char*> data;
+    std::vector<std::size_t> lengths;
+    std::vector<NvImage> outs;
+    for (const std::size_t i : batch) {
+      data.push_back(jpegs[i].data());
+      lengths.push_back(jpegs[i].size());
+      outs.push_back(images[i]);
+    }
+    const int size = static_cast<int>(batch.size());
+    bool ready = st.batch_size == size;
+    if (!ready) {
+      ready = api.batched_initialize(st.batch_handle, st.batched, size, 1, kOutputRgbi) == kSuccess;
+      st.batch_size = ready ? size : 0;
+    }
+    if (ready &&
+        api.decode_batched(st.batch_handle, st.batched, data.data(), lengths.data(), outs.data(), stream) == kSuccess) {
+      for (const std::size_t i : batch) done[i] = true;
+    } else {
+      spdlog::debug("nvJPEG ({} backend) refused a batch of {} images; decoding them one at a time", st.backend_name,
+                    size);
+      st.batch_size = 0;  // initialise again before the next batch (nvjpeg.h: that resets a failed batch)
+      single.insert(single.end(), batch.begin(), batch.end());
+    }
+  } else {
+    single.insert(single.end(), batch.begin(), batch.end());
   }
-  if (batched && api.decode_batched(state_->handle, state_->batched, data.data(), lengths.data(), images.data(),
-                                    stream) == kSuccess) {
-    done.assign(n, true);
-    return done;
-  }
-  if (batched) {
-    spdlog::debug("nvJPEG refused a batch of {} images; decoding them one at a time", n);
-    state_->batch_size = 0;  // initialise again before the next batch (nvjpeg.h: it resets a failed batch)
-  }
-  for (std::size_t i = 0; i < n; ++i) {
+  for (const std::size_t i : single) {
     done[i] =
-        api.decode(state_->handle, state_->single, data[i], lengths[i], kOutputRgbi, &images[i], stream) == kSuccess;
+        api.decode(st.handle, st.single, jpegs[i].data(), jpegs[i].size(), kOutputRgbi, &images[i], stream) == kSuccess;
   }
   return done;
 }

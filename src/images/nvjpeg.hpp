@@ -55,12 +55,17 @@ class NvjpegDecoder {
   NvjpegDecoder(const NvjpegDecoder&) = delete;
   NvjpegDecoder& operator=(const NvjpegDecoder&) = delete;
 
+  // The backend of batched decoding, as FLOWLINE_NVJPEG_BACKEND chose it when this decoder was made: default,
+  // hybrid, gpu_hybrid or hardware (docs/images.md). An unknown value makes the constructor throw.
+  const std::string& backend() const;
+
   // The width and height nvJPEG reads from the header; false when it refuses the header.
   bool image_size(std::span<const std::uint8_t> jpeg, std::uint32_t& width, std::uint32_t& height);
 
   // Decodes jpegs[i] to interleaved 8-bit RGB (NVJPEG_OUTPUT_RGBI, rows of width*3 bytes, no padding) into
   // device memory outputs[i] (at least width*height*3 bytes, sized by image_size) on `stream` (a
-  // cudaStream_t). One batched call first; if nvJPEG refuses the batch, each image alone. Returns, per image,
+  // cudaStream_t). One batched call first (with the hardware backend: of the baseline JPEGs it takes, the others
+  // one at a time with the default backend); if nvJPEG refuses the batch, each image alone. Returns, per image,
   // whether it was decoded; a false one's output is garbage and the caller decodes it on the CPU. The bytes
   // must stay valid and unchanged until the work queued on `stream` has run.
   std::vector<bool> decode(std::span<const std::span<const std::uint8_t>> jpegs, std::span<std::uint8_t* const> outputs,

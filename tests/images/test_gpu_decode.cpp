@@ -133,6 +133,18 @@ TEST_CASE("libnvjpeg is found beside torch or where FLOWLINE_NVJPEG says, else t
   WARN("nvJPEG: " << (library.loaded ? "loaded from " + library.path : library.problem));
 }
 
+TEST_CASE("an nvJPEG decoder that cannot start says why", "[images][gpu_decode]") {
+  const images::NvjpegLibrary& library = images::load_nvjpeg(clip_encoder::nvjpeg_folders());
+  if (!library.loaded) FLOWLINE_SKIP("libnvjpeg.so.13 is not installed here: " + library.problem);
+  ::setenv("FLOWLINE_NVJPEG_BACKEND", "fastest", 1);
+  CHECK_THROWS_WITH(
+      images::NvjpegDecoder(),
+      testing::contains("FLOWLINE_NVJPEG_BACKEND 'fastest' is not default, hybrid, gpu_hybrid or hardware"));
+  ::unsetenv("FLOWLINE_NVJPEG_BACKEND");
+  if (cuda_device_count() == 0)
+    CHECK_THROWS_WITH(images::NvjpegDecoder(), testing::contains("nvjpegCreateEx for the default backend failed"));
+}
+
 TEST_CASE("gpu_decode: on without a CUDA device is an error at start; auto decodes on the CPU",
           "[images][gpu_decode][clip_encoder]") {
   const std::vector<Bytes> jpegs{make_test_jpeg({JpegKind::rgb420, 40, 30}), make_test_jpeg({JpegKind::grayscale})};

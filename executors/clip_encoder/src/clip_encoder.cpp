@@ -208,7 +208,8 @@ class ClipEncoder : public Executor {
     gpu_decoder_ = GpuJpegDecoder::make(mode, device_, why);
     if (gpu_decoder_) {
       if (runtime().replica == 0)
-        spdlog::info("executor '{}': JPEGs are decoded on {} with nvJPEG", runtime().name, device_.str());
+        spdlog::info("executor '{}': JPEGs are decoded on {} with nvJPEG ({} backend)", runtime().name, device_.str(),
+                     gpu_decoder_->backend());
     } else if (mode == GpuDecode::automatic && device_.is_cuda()) {
       static std::once_flag once;
       std::call_once(once, [&] {

@@ -49,6 +49,8 @@ GpuJpegDecoder::GpuJpegDecoder(c10::Device device)
 
 GpuJpegDecoder::~GpuJpegDecoder() = default;
 
+const std::string& GpuJpegDecoder::backend() const { return nvjpeg_->backend(); }
+
 std::unique_ptr<GpuJpegDecoder> GpuJpegDecoder::make(GpuDecode mode, const c10::Device& device, std::string& why) {
   const auto refuse = [&](std::string reason) -> std::unique_ptr<GpuJpegDecoder> {
     if (mode == GpuDecode::on) throw Error(fmt::format("parameter 'gpu_decode': on, but {}", reason));

@@ -42,6 +42,8 @@ class GpuJpegDecoder {
   // instead. Call with the device's stream current (the handle's memory is made on that device).
   static std::unique_ptr<GpuJpegDecoder> make(GpuDecode mode, const c10::Device& device, std::string& why);
   ~GpuJpegDecoder();
+  // The nvJPEG backend of batched decoding (images::NvjpegDecoder::backend).
+  const std::string& backend() const;
 
   // For every i whose jpegs[i] nvJPEG takes (images::nvjpeg_takes, its header read by nvJPEG, within
   // limits.max_pixels): out[i] = a uint8 [H, W, 3] tensor on the device, decoded on `stream` (the replica's,
