@@ -92,13 +92,24 @@ RunIdentity identify_run(const std::string& input, const std::string& input_form
   r.input_format = input_format;
   std::uint64_t h = kFnvOffset;
   if (std::filesystem::is_directory(input)) {
+    // The files the input's source reads, and more (hidden ones too): a folder's own files; for images its
+    // whole tree, as the images source walks its subfolders (each file named by its path below the input, which
+    // is its name for a file of the folder itself). A resume skips by position, so this is what tells it that
+    // the documents before the sync point are the ones the output holds.
     std::vector<std::filesystem::path> files;
-    for (const auto& e : std::filesystem::directory_iterator(input)) {
-      if (e.is_regular_file()) files.push_back(e.path());
+    if (input_format == "images") {
+      for (const auto& e : std::filesystem::recursive_directory_iterator(
+               input, std::filesystem::directory_options::skip_permission_denied)) {
+        if (e.is_regular_file()) files.push_back(e.path());
+      }
+    } else {
+      for (const auto& e : std::filesystem::directory_iterator(input)) {
+        if (e.is_regular_file()) files.push_back(e.path());
+      }
     }
     std::sort(files.begin(), files.end());
     for (const auto& f : files) {
-      fnv(h, f.filename().string());
+      fnv(h, f.lexically_relative(input).string());
       r.input_bytes += hash_file(h, f);
     }
   } else {

@@ -35,7 +35,8 @@ struct RunIdentity {
   std::string input;         // as given
   std::string input_format;  // lines, paragraphs, jsonl, text
   std::uint64_t input_bytes = 0;
-  std::string input_hash;     // FNV-1a 64 over the input's bytes (a folder: each file's name and bytes)
+  std::string input_hash;     // FNV-1a 64 over the input's bytes (a folder: each file's name and bytes; images:
+                              // the whole tree's, by path below the folder)
   std::string flow;           // the flow file as given
   std::string flow_hash;      // over the flow file's bytes, every --set, the endpoint and --request-size
   std::string output_format;  // jsonl, npy, safetensors

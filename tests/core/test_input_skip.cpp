@@ -229,3 +229,22 @@ TEST_CASE("a resumed run's source skips to the output's last document and refuse
   CHECK(source.read(docs, 10) == 1);
   CHECK(docs[0].id == "c");
 }
+
+TEST_CASE("a resumed images run's identity covers the files of the folder's subfolders, which it skips by position",
+          "[io][skip][resume]") {
+  const auto dir = testing::scratch_dir("skip images identity");
+  testing::write_text(dir / "flow.yml", "executors: []\n");
+  testing::write_text(dir / "in/a.png", "first");
+  testing::write_text(dir / "in/sub/b.png", "second");
+  const auto identity = [&](const std::string& format) {
+    return cli::identify_run((dir / "in").string(), format, (dir / "flow.yml").string(), {}, "/", 64, "").input_hash;
+  };
+  const std::string images = identity("images"), lines = identity("lines");
+  CHECK(identity("images") == images);
+  testing::write_text(dir / "in/sub/b.png", "changed");
+  CHECK(identity("images") != images);
+  // A text format reads the folder's own files only: a subfolder is not its input.
+  CHECK(identity("lines") == lines);
+  testing::write_text(dir / "in/a.png", "changed too");
+  CHECK(identity("lines") != lines);
+}
