@@ -3,6 +3,7 @@
 against Jina 3.34 running the same class in its own Flow, in one run on one machine.
 
     python3 bench/python_executor.py [--docs 100000] [--runs 3] [--skip-jina]
+    PYTHONPATH=build/python .venv/bin/python bench/python_executor.py --tensors [--docs 2000] [--runs 3]
 
 Each run posts the same texts (one per line of a generated file, requests of 100) with `flowline run`:
   cpp        the C++ NoOp executor (the flow without a Python hop: the baseline)
@@ -12,6 +13,12 @@ Each run posts the same texts (one per line of a generated file, requests of 100
 The hop's cost is (py - cpp) seconds per document: the frames over the loopback socket, the worker's decode,
 the handler call and the encode back. Reports the median over --runs. Needs build/src/flowline, .venv and,
 for the Jina columns, .venv-clients (scripts/setup-clients.sh).
+
+--tensors: documents that carry tensors (issue 53 §2: what crosses to a worker and back), each a text, a
+384-float embedding and a 224x224x3 uint8 tensor (147 KiB), posted from this process with Flow.post
+(requests of 100) to the C++ NoOp and to the py_modules NoOp; the hop is the difference in µs per
+document. Also the worker's own part alone: decoding a 100-document request frame, the no-op call and
+encoding the answer, in a loop (pyworker.answer).
 """
 import argparse
 import json
@@ -76,12 +83,90 @@ def flowline_seconds(folder, name, executor, inputs):
     return seconds
 
 
+def tensor_documents(flowline, numpy, count):
+    rng = numpy.random.default_rng(0)
+    image = rng.integers(0, 256, size=(224, 224, 3), dtype=numpy.uint8)
+    embedding = rng.standard_normal(384).astype(numpy.float32)
+    return [flowline.Document(f"document {i}", embedding=embedding, tensor=image) for i in range(count)]
+
+
+def worker_part_us(folder, numpy, count=100, loops=20):
+    """The worker's own µs per document: decode a request frame of `count` tensor documents, call the no-op,
+    encode the answer (pyworker.answer), as the worker does for each request."""
+    # The worker script the flows of this process run (`import flowline` names it), else the checkout's.
+    sys.path.insert(0, os.path.dirname(os.environ.get("FLOWLINE_PY_WORKER", ROOT / "python/flowline/x.py")))
+    import pyworker
+
+    sys.modules["flowline"] = pyworker.light_flowline_module()
+    cls, kind = pyworker.load([str(folder / "noop_flowline.py")], "NoOp")
+    served = pyworker.Served(cls, kind, "noop", {}, {})
+    rng = numpy.random.default_rng(0)
+    docs = [pyworker.Document(f"document {i}", embedding=rng.standard_normal(384).astype(numpy.float32),
+                              tensor=rng.integers(0, 256, size=(224, 224, 3), dtype=numpy.uint8))
+            for i in range(count)]
+    body = bytearray(pyworker.U8.pack(3) + pyworker.U64.pack(7))
+    pyworker.put_str(body, "/")
+    pyworker.put_str(body, "")
+    pyworker.put_documents(body, docs, numpy)
+    best = float("inf")
+    for _ in range(loops):
+        started = time.perf_counter()
+        answer = pyworker.answer(pyworker.Reader(body, 1), served, numpy)
+        best = min(best, time.perf_counter() - started)
+        assert (answer.size() if hasattr(answer, "size") else len(answer)) > len(body) - 64
+    return best / count * 1e6
+
+
+def tensors_main(o):
+    """--tensors: see the module's docstring. Needs the flowline package (PYTHONPATH=build/python)."""
+    import numpy
+
+    import flowline
+
+    folder = pathlib.Path(tempfile.mkdtemp(prefix="python-executor-tensors-"))
+    (folder / "noop_flowline.py").write_text(FLOWLINE_NOOP)
+    cases = {"cpp": {"name": "noop", "uses": "NoOp"},
+             "py": {"name": "noop", "uses": "NoOp", "py_modules": ["noop_flowline.py"]}}
+    docs = tensor_documents(flowline, numpy, o.docs)
+    seconds = {k: [] for k in cases}
+    flows = {}
+    for name, executor in cases.items():
+        flow = folder / f"{name}.yml"
+        flow.write_text(json.dumps({"with": {"request_size": 100}, "executors": [executor]}))
+        flows[name] = flowline.Flow.load(flow)
+        out = flows[name].post("/", docs[:200])  # warm: the worker's first requests
+        assert out[0].tensor.shape == (224, 224, 3) and numpy.array_equal(out[7].tensor, docs[7].tensor)
+    try:
+        for _ in range(o.runs):  # in turns, so drift on the shared machine hits both alike
+            for name, flow in flows.items():
+                started = time.perf_counter()
+                out = flow.post("/", docs)
+                seconds[name].append(time.perf_counter() - started)
+                assert len(out) == len(docs)
+    finally:
+        for flow in flows.values():
+            flow.close()
+    per_doc = {k: statistics.median(v) / o.docs * 1e6 for k, v in seconds.items()}
+    print(f"{o.docs:,} documents (text, 384 float32 embedding, 224x224x3 uint8 tensor), requests of 100, "
+          f"Flow.post from this process, median of {o.runs} runs")
+    for name, us in per_doc.items():
+        print(f"  {name:4s} {us:9.1f} us per document {1e6 / us:10,.0f} docs/s")
+    print(f"  the Python hop: {per_doc['py'] - per_doc['cpp']:.1f} us per document (py - cpp)")
+    print(f"  the worker's own part (decode, call, encode of 100 documents): "
+          f"{worker_part_us(folder, numpy):.1f} us per document")
+
+
 def main():
     a = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    a.add_argument("--docs", type=int, default=100_000)
+    a.add_argument("--docs", type=int, default=None, help="default 100,000; with --tensors 2,000")
     a.add_argument("--runs", type=int, default=3)
     a.add_argument("--skip-jina", action="store_true")
+    a.add_argument("--tensors", action="store_true", help="documents with tensors, posted from this process")
     o = a.parse_args()
+    if o.tensors:
+        o.docs = o.docs or 2_000
+        return tensors_main(o)
+    o.docs = o.docs or 100_000
     folder = pathlib.Path(tempfile.mkdtemp(prefix="python-executor-bench-"))
     (folder / "noop_flowline.py").write_text(FLOWLINE_NOOP)
     (folder / "noop_jina.py").write_text(JINA_NOOP)

@@ -7,24 +7,24 @@ Run as a script by its path, never as `flowline.pyworker`: it must not import th
 extension needs LibTorch and the torch wheel it was built against. It needs only the standard library (and
 numpy where tensors cross), so any interpreter runs it — the one with jina for Jina 3 classes.
 
-Serving: imports the modules (each file's folder first on sys.path), builds the class with `with:` and
-serves it over flowline's binary protocol (docs/remote-protocol.md) on 127.0.0.1:PORT, one request at a
-time in arrival order (one process is one replica). Prints `serving NAME on 127.0.0.1:PORT` on stdout once it
-listens (`failed ERROR` when the class cannot be built), then sends its stdout to stderr. The flow (src/core/python_workers.cpp) reads that line, connects
-as to a `hosts:` executor, and restarts the process when it exits; the process exits when its stdin (a pipe
-the flow holds) closes, so it never outlives the flow.
+Serving: imports the modules (each file's folder first on sys.path), builds the class with `with:` and serves
+it over flowline's binary protocol (docs/remote-protocol.md, versions 1..2) on 127.0.0.1:PORT, one request at a
+time (one process is one replica). Prints `serving NAME on 127.0.0.1:PORT` once it listens (`failed ERROR` when
+the class cannot be built), then sends its stdout to stderr. The flow (src/core/python_workers.cpp) reads that
+line, connects as to a `hosts:` executor, and restarts the process when it exits; it exits when its stdin (a
+pipe the flow holds) closes, so it never outlives the flow.
 
 Documents arrive as the protocol's frames and become `flowline.Document`s of this file (plain Python: no
-pickling, no LibTorch); a tensor is a numpy array over the frame's own bytes (no copy). A module's `import
-flowline` gets this file's light `flowline` module (Executor, requests, Document). A class deriving from
-jina's Executor is driven through its `@requests` table with docarray DocLists (jina_adapter.py).
+pickling, no LibTorch); a tensor is a numpy array over the frame's own bytes (no copy), and a large one in the
+answer is sent from its array's memory. A module's `import flowline` gets this file's light `flowline` module
+(Executor, requests, Document, RequestError). A jina Executor is driven through its `@requests` table with
+docarray DocLists (jina_adapter.py).
 
 --check imports the modules and finds the class, printing one JSON line: {"ok": true, "kind": ...} or
 {"ok": false, "error": ..., "file": ..., "line": ...} (the flow's validate reports it).
 """
 
 import argparse
-import importlib.util
 import json
 import os
 import socket
@@ -78,10 +78,8 @@ def requests(func=None, *, on=None):
 
 
 class RequestError(Exception):
-    """Raised by a handler: the request itself is wrong (a parameter out of bounds, a document it cannot take),
-    not the executor. The request fails with this message alone and the flow's gateway answers 422 (gRPC: an
-    error status), as for a C++ executor's flowline::RequestError; any other exception is the executor's fault
-    (500, with the traceback's last frame)."""
+    """Raised by a handler: the request itself is wrong, not the executor. It fails with this message alone, a
+    gateway answers 422 (a C++ executor's flowline::RequestError); another exception is a 500 naming its frame."""
 
 
 class Executor:
@@ -105,56 +103,12 @@ def light_flowline_module():
 
 # ---- loading ----------------------------------------------------------------------------------------------
 
-class LoadError(Exception):
-    def __init__(self, message, file="", line=0):
-        super().__init__(message)
-        self.message, self.file, self.line = message, file, line
-
-
-def import_file(path):
-    path = os.path.abspath(path)
-    if not os.path.exists(path):
-        raise LoadError(f"py_modules: {path} does not exist", path, 0)
-    folder = os.path.dirname(path)
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-    name = os.path.splitext(os.path.basename(path))[0]
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except SyntaxError as e:
-        raise LoadError(f"syntax error: {e.msg}", e.filename or path, e.lineno or 0) from None
-    except ImportError as e:
-        frame = last_frame_in(e, path)
-        missing = getattr(e, "name", None) or ""
-        if missing.split(".")[0] == "jina" or missing.split(".")[0] == "docarray":
-            raise LoadError(f"{os.path.basename(path)} imports {missing}, which this Python ({sys.executable}) "
-                            "lacks: name one that has jina 3 with `python:` or FLOWLINE_PYTHON "
-                            "(scripts/setup-clients.sh makes .venv-clients)", *frame) from None
-        raise LoadError(f"{type(e).__name__}: {e}", *frame) from None
-    except Exception as e:  # noqa: BLE001 — whatever the module raises at import is its load error
-        raise LoadError(f"{type(e).__name__}: {e}", *last_frame_in(e, path)) from None
-    return module
-
-
-def last_frame_in(error, path):
-    frames = traceback.extract_tb(error.__traceback__)
-    mine = [f for f in frames if os.path.abspath(f.filename) == path] or frames[-1:]
-    return (mine[-1].filename, mine[-1].lineno) if mine else (path, 0)
-
-
-def find_class(modules, name):
-    for module in reversed(modules):
-        cls = getattr(module, name, None)
-        if isinstance(cls, type):
-            return cls
-    defined = sorted({k for m in modules for k, v in vars(m).items()
-                      if isinstance(v, type) and v.__module__ == m.__name__})
-    files = ", ".join(os.path.basename(m.__file__) for m in modules)
-    raise LoadError(f"class '{name}' not found in {files}; it defines: {', '.join(defined) or 'no class'}",
-                    modules[-1].__file__ if modules else "", 0)
+# LoadError, import_file, find_class: in worker_loading.py beside this file (a sibling when run as a script,
+# flowline.worker_loading when imported as flowline.pyworker by flowline.worker).
+try:
+    from .worker_loading import LoadError, find_class, import_file
+except ImportError:
+    from worker_loading import LoadError, find_class, import_file
 
 
 def kind_of(cls):
@@ -176,8 +130,8 @@ def load(py_modules, uses):
 
 # ---- the wire protocol (docs/remote-protocol.md, versions 1 and 2) ------------------------------------
 
-# As flowline's executor server: a Hello offering min..max gets the highest version both speak. Version 2 adds
-# the Response status 2 (the request's own error); a version 1 client gets status 1 with the same message.
+# As flowline's executor server: a Hello offering min..max gets the highest version both speak. Version 2's
+# Response status 2 is the request's own error; a version 1 client gets status 1 with the same message.
 MIN_VERSION, VERSION = 1, 2
 STATUS_OK, STATUS_FAILED, STATUS_REQUEST_ERROR = 0, 1, 2
 
@@ -335,7 +289,42 @@ def put_tensor(out, value, numpy, where):
     out += struct.pack("<BB", code, len(shape))
     out += struct.pack(f"<{len(shape)}Q", *shape)
     out += U64.pack(len(data))
-    out += data
+    spill = getattr(out, "spill", None)
+    if spill is not None and len(data) >= LARGE_TENSOR_BYTES:
+        spill.append((len(out), data))  # sent from the array's own memory (send_frame), not copied into `out`
+    else:
+        out += data
+
+
+# A tensor this large in an answer is not copied into the answer's bytearray: the socket sends it from the
+# array's memory (sendmsg of the frame's parts), one copy fewer of each image-sized tensor.
+LARGE_TENSOR_BYTES = 64 << 10
+
+
+class Frame(bytearray):
+    """An answer frame whose large tensors are kept aside in `spill`: (offset in this bytearray, bytes)."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.spill = []
+
+    def size(self):
+        return len(self) + sum(len(data) for _, data in self.spill)
+
+
+def send_frame(conn, out):
+    """Sends a Frame with its spilled tensors in place, without joining them."""
+    whole, parts, at = memoryview(out), [], 0
+    for offset, data in out.spill:
+        parts += (whole[at:offset], data)
+        at = offset
+    parts = [p for p in parts + [whole[at:]] if len(p)]
+    while parts:
+        sent = conn.sendmsg(parts[:512])  # IOV_MAX is 1024 on Linux
+        while sent and sent >= len(parts[0]):
+            sent -= len(parts.pop(0))
+        if sent:
+            parts[0] = parts[0][sent:]
 
 
 def put_documents(out, docs, numpy, where="docs"):
@@ -425,19 +414,14 @@ def error_text(e):
 
 
 def read_exact(conn, n):
-    buf = bytearray(n)
-    view, got = memoryview(buf), 0
+    buf, got = bytearray(n), 0
+    view = memoryview(buf)
     while got < n:
         k = conn.recv_into(view[got:])
         if k == 0:
             return None
         got += k
     return buf
-
-
-def serve_connection(conn, served, numpy):
-    with conn:  # closed when the peer goes or after an Error frame
-        serve_frames(conn, served, numpy)
 
 
 def negotiate(r):
@@ -448,6 +432,11 @@ def negotiate(r):
         raise ValueError(f"unsupported protocol version {low}..{high}: this server speaks versions "
                          f"{MIN_VERSION}..{VERSION}")
     return version
+
+
+def serve_connection(conn, served, numpy):
+    with conn:  # closed when the peer goes or after an Error frame
+        serve_frames(conn, served, numpy)
 
 
 def serve_frames(conn, served, numpy):
@@ -468,8 +457,7 @@ def serve_frames(conn, served, numpy):
             if hello:
                 if kind != 1 or bytes(r.take(4, "magic")) != b"FLWL":
                     return send_error(conn, "expected a Hello frame first")
-                version = negotiate(r)
-                hello = False
+                version, hello = negotiate(r), False
                 welcome = bytearray(struct.pack("<H", version))
                 put_str(welcome, served.name)
                 put_str(welcome, served.type)
@@ -478,7 +466,7 @@ def serve_frames(conn, served, numpy):
             elif kind == 6:
                 conn.sendall(frame(7, bytes(r.take(8, "nonce"))))
             elif kind == 3:
-                conn.sendall(answer(r, served, numpy, version))
+                send_frame(conn, answer(r, served, numpy, version))
             else:
                 return send_error(conn, f"a client may not send frame type {kind}")
         except (ValueError, struct.error) as e:  # a malformed frame: say what, close the connection
@@ -499,19 +487,19 @@ def answer(r, served, numpy, version=VERSION):
     docs = read_documents(r, numpy)
     if r.at != len(r.view):
         raise ValueError(f"bad frame at byte {r.at}: {len(r.view) - r.at} bytes after the last document")
-    head = bytearray(U32.pack(0) + U8.pack(4) + U64.pack(request_id))
+    head = U32.pack(0) + U8.pack(4) + U64.pack(request_id)
     try:
         with served.lock:
             out = served.call(endpoint, docs, json.loads(params) if params else {})
-        body = head + b"\0\0\0\0\0\0\0\0\0"  # status 0, no error, no error executor
+        body = Frame(head + b"\0\0\0\0\0\0\0\0\0")  # status 0, no error, no error executor
         put_documents(body, out, numpy)
     except Exception as e:  # noqa: BLE001 — a handler's exception fails its request alone
         refused = isinstance(e, RequestError) and version >= 2
-        body = head + U8.pack(STATUS_REQUEST_ERROR if refused else STATUS_FAILED)
+        body = Frame(head + U8.pack(STATUS_REQUEST_ERROR if refused else STATUS_FAILED))
         put_str(body, error_text(e))
         put_str(body, served.name)
         put_documents(body, docs, numpy)
-    body[0:4] = U32.pack(len(body) - 4)
+    body[0:4] = U32.pack(body.size() - 4)
     return body
 
 

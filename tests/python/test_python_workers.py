@@ -336,3 +336,51 @@ def test_a_crash_in_a_merged_batch_fails_only_the_request_that_crashed(tmp_path)
         assert results[0] == ["a", "b"] and results[2] == ["c"], results
         assert "went away during this request" in results[1], results
         assert [d.text for d in f.post("/x", ["after"])] == ["after"]
+
+
+TENSORS = '''
+import flowline
+
+
+class Brighten(flowline.Executor):
+    @flowline.requests
+    def brighten(self, docs, parameters, **kwargs):
+        for d in docs:
+            if d.text == "raise":
+                d.tensor = d.tensor + 9  # a change the failed request must not keep
+                raise RuntimeError("asked to")
+            if d.text == "change":
+                d.tensor = d.tensor + 1  # a new array
+            if d.text == "in place":
+                d.tensor = d.tensor.copy()
+                d.tensor[0, 0, 0] = 7
+            for c in d.chunks:
+                c.embedding = c.embedding * 2
+'''
+
+
+def test_image_sized_tensors_cross_to_a_worker_and_back_changed_or_not(tmp_path):
+    import numpy
+
+    (tmp_path / "brighten.py").write_text(TENSORS)
+    flow = tmp_path / "flow.yml"
+    flow.write_text(json.dumps({"executors": [{"name": "b", "uses": "Brighten", "py_modules": ["brighten.py"]}]}))
+    rng = numpy.random.default_rng(1)
+    image = rng.integers(0, 250, size=(224, 224, 3), dtype=numpy.uint8)  # 147 KiB: sent from the array itself
+    big = rng.standard_normal(20000).astype(numpy.float32)  # 78 KiB
+    small = numpy.arange(4, dtype=numpy.float32)
+    with flowline.Flow.load(flow) as f:
+        docs = f.post("/", [flowline.Document("change", tensor=image, embedding=small),
+                            flowline.Document("same", tensor=image),
+                            flowline.Document("in place", tensor=image),
+                            {"text": "nested", "chunks": [{"text": "c", "embedding": big.tolist()}]}])
+        assert numpy.array_equal(docs[0].tensor, image + 1) and docs[0].tensor.dtype == numpy.uint8
+        assert numpy.array_equal(docs[0].embedding, small)
+        assert numpy.array_equal(docs[1].tensor, image)
+        expected = image.copy()
+        expected[0, 0, 0] = 7
+        assert numpy.array_equal(docs[2].tensor, expected)
+        assert numpy.array_equal(docs[3].chunks[0].embedding, big * 2)
+        with pytest.raises(flowline.FlowError, match="RuntimeError: asked to"):
+            f.post("/", [flowline.Document("raise", tensor=image)])
+        assert numpy.array_equal(f.post("/", [flowline.Document("same", tensor=image)])[0].tensor, image)
