@@ -74,11 +74,23 @@ def main():
         p2c = torch.matmul(k, pos_query.permute(1, 2, 0).unsqueeze(0))
         return (torch.gather(c2p, 3, index) + torch.gather(p2c, 3, index.transpose(2, 3)).transpose(2, 3)) * scale
 
+    R8 = (R + 7) // 8 * 8  # what deberta_v2.cpp reads since 6ed272d: rows rounded up to 8, tables padded and scaled
+    pos_key8 = torch.cat([pos_key * scale, torch.zeros(R8 - R, Hh, D, device=dev, dtype=dt)])
+    pos_query8 = torch.cat([pos_query * scale, torch.zeros(R8 - R, Hh, D, device=dev, dtype=dt)])
+
+    def against8(t, table):
+        rows = t.permute(1, 0, 2, 3).reshape(Hh, C * L, D)
+        return torch.bmm(rows, table.permute(1, 2, 0)).view(Hh, C, L, R8).permute(1, 0, 2, 3)
+
+    def bias_aligned():
+        c2p = torch.gather(against8(q, pos_key8), 3, index)
+        return c2p.add_(torch.gather(against8(k, pos_query8), 3, index.transpose(2, 3)).transpose(2, 3))
+
     def attend(bias):
         return F.scaled_dot_product_attention(q, k, v, mask + bias, 0.0, False, scale=scale)
 
     ref = bias_now()
-    for name, fn in (("contiguous", bias_contiguous), ("matmul", bias_matmul)):
+    for name, fn in (("contiguous", bias_contiguous), ("matmul", bias_matmul), ("aligned", bias_aligned)):
         diff = (fn() - ref).abs().max().item()
         print(f"check {name}: max abs diff {diff:.3g}")
     b = bias_now()
@@ -88,6 +100,8 @@ def main():
         ("bias as the C++ runs it (products, gathers, scale)", bias_now),
         ("  the two products alone", lambda: (against(q, pos_key), against(k, pos_query))),
         ("  c2p gather alone", lambda: torch.gather(against(q, pos_key), 3, index)),
+        ("bias as the C++ runs it since 6ed272d (rows rounded up to 8, scaled tables, in place)", bias_aligned),
+        ("  the two products alone, rows rounded up to 8", lambda: (against8(q, pos_key8), against8(k, pos_query8))),
         ("bias, products made contiguous first", bias_contiguous),
         ("bias, broadcast matmul", bias_matmul),
         ("mask + bias", lambda: mask + b),
