@@ -8,6 +8,11 @@ same random pixel_values through both in the benchmark's dtype and device (the w
 be >= 0.999).
 
   .venv-ref/bin/python bench/clip_encode.py --device cuda --dtype fp16 [--shapes b32 l14] [--out /tmp/clip-bench]
+
+With --jpegs N (issue 54's end-to-end target): also from JPEG bytes on disk to embeddings on the host, on N
+generated 500x375 JPEGs (written once under --out by build/bench/clip_encode --make-jpegs): flowline's ClipEncoder
+flow with gpu_decode on and off (images/s and decode's share for each), and transformers' CLIPProcessor (PIL
+decoding, the processor on the host) + CLIPModel at the best of --batch-sizes, with the ratio.
 """
 import argparse
 import pathlib
@@ -76,6 +81,38 @@ def transformers_rate(folder, device, dtype, images, texts, batch_sizes):
     return best_images, best_texts
 
 
+def transformers_jpeg_rate(folder, jpeg_dir, device, dtype, batch_sizes):
+    """transformers from JPEG files: read, PIL decode + convert("RGB"), CLIPProcessor, get_image_features, to host."""
+    import io
+    from PIL import Image
+    from transformers import CLIPModel, CLIPProcessor
+    files = sorted(jpeg_dir.glob("*.jpg"))
+    model = CLIPModel.from_pretrained(str(folder), dtype=dtype).to(device).eval()
+    processor = CLIPProcessor.from_pretrained(str(folder))
+    best = (0.0, 0)
+    with torch.inference_mode():
+        for batch in batch_sizes:
+            start = time.perf_counter()
+            for b in range(0, len(files), batch):
+                images = [Image.open(io.BytesIO(f.read_bytes())).convert("RGB") for f in files[b:b + batch]]
+                pixels = processor(images=images, return_tensors="pt")["pixel_values"]
+                model.get_image_features(pixel_values=pixels.to(device, dtype)).pooler_output.cpu()
+            best = max(best, (len(files) / (time.perf_counter() - start), batch))
+    return best
+
+
+def flowline_jpeg_rates(folder, binary, jpeg_dir, jpegs, device, dtype_name, batch):
+    """build/bench/clip_encode --jpeg-dir: {gpu_decode value: images/s}, the output printed as it is."""
+    modes = ["on", "off"] if device != "cpu" else ["off"]  # on needs a GPU
+    command = [str(binary), "--model", str(folder), "--device", device, "--dtype", dtype_name, "--batch-size",
+               str(batch), "--jpeg-dir", str(jpeg_dir), "--make-jpegs", str(jpegs)]
+    for mode in modes:
+        command += ["--gpu-decode", mode]
+    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    print(out, end="")
+    return {m.group(1): float(m.group(2)) for m in re.finditer(r"gpu_decode (\w+): best (\d+) images/s", out)}
+
+
 def parity(folder, binary, device, dtype_name, dtype):
     from safetensors.torch import load_file, save_file
     from transformers import CLIPModel
@@ -101,6 +138,7 @@ def main():
     parser.add_argument("--images", type=int, default=8192)
     parser.add_argument("--texts", type=int, default=65536)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[128, 256, 512], help="for both, the best taken")
+    parser.add_argument("--jpegs", type=int, default=0, help="also from this many JPEG files to embeddings (0: not)")
     args = parser.parse_args()
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
     for shape in args.shapes:
@@ -122,6 +160,15 @@ def main():
                                                          args.batch_sizes)
         print(f"{shape} {args.dtype} on {args.device}: flowline {ours_images[0]:.0f} images/s (batch {ours_images[1]}), "
               f"transformers {theirs_images[0]:.0f} (batch {theirs_images[1]}): {ours_images[0] / theirs_images[0]:.1f}x")
+        if args.jpegs:
+            jpeg_dir = args.out / f"jpegs-{args.jpegs}"
+            rates = flowline_jpeg_rates(folder, args.binary, jpeg_dir, args.jpegs, args.device, args.dtype,
+                                        ours_images[1])
+            theirs = transformers_jpeg_rate(folder, jpeg_dir, args.device, dtype, args.batch_sizes)
+            for mode, rate in rates.items():
+                print(f"{shape} {args.dtype} on {args.device} from {args.jpegs} JPEG files: flowline gpu_decode {mode} "
+                      f"{rate:.0f} images/s (batch {ours_images[1]}), transformers CLIPProcessor + CLIPModel "
+                      f"{theirs[0]:.0f} (batch {theirs[1]}): {rate / theirs[0]:.1f}x")
         if args.texts:
             print(f"{shape} text tower: flowline {ours_texts[0]:.0f} texts/s (batch {ours_texts[1]}), transformers "
                   f"{theirs_texts[0]:.0f} (batch {theirs_texts[1]}, tokenizer included in both): "
