@@ -335,7 +335,15 @@ DeployPlan make_plan(Target target, const FlowConfig& config, const std::string&
                                        e.name, fmt::join(e.hosts, ", ")));
       continue;
     }
-    if (options.local.count(e.name)) continue;
+    if (options.local.count(e.name)) {
+      // The gateway's container mounts no Python file and its flow names them relative to the original.
+      if (e.is_python())
+        throw Error(
+            fmt::format("--local {}: a Python executor (py_modules) runs in a service of its own, where its "
+                        "files are mounted; --local keeps C++ executors in the gateway",
+                        e.name));
+      continue;
+    }
     if (e.shards > 1) {
       throw Error(fmt::format(
           "executor '{}' has shards: {}: flowline export does not make a service per shard yet; keep it in the "

@@ -404,6 +404,12 @@ TEST_CASE(
   fs::remove(dir / "out/python/shout/shout.py");
   CHECK(flowline_cli(fmt::format("validate {}", (dir / "out/as-mounted.yml").string())).exit_code != 0);
 
+  const auto local = flowline_cli(
+      fmt::format("export compose {} -o {} --local shout", (dir / "flow.yml").string(), (dir / "out3").string()));
+  CHECK(local.exit_code == 2);
+  CHECK(local.err.find("--local shout: a Python executor (py_modules) runs in a service of its own") !=
+        std::string::npos);
+
   // One folder per executor in the container: two files of one name are refused, naming both.
   fs::create_directories(dir / "other");
   testing::write_text(dir / "other/shout.py", kShout);
