@@ -269,6 +269,7 @@ struct NvjpegDecoder::State {
   int batch_size = 0;            // what `batched` was initialised for (0: not yet, or reset after a refusal)
   int backend = kBackendDefault;
   std::string backend_name = "default";
+  int refusals = 0;  // batches nvJPEG refused (the first is logged as a warning)
 };
 
 namespace {
@@ -372,12 +373,16 @@ std::vector<bool> NvjpegDecoder::decode(std::span<const std::span<const std::uin
       ready = api.batched_initialize(st.batch_handle, st.batched, size, 1, kOutputRgbi) == kSuccess;
       st.batch_size = ready ? size : 0;
     }
-    if (ready &&
-        api.decode_batched(st.batch_handle, st.batched, data.data(), lengths.data(), outs.data(), stream) == kSuccess) {
+    const int status =
+        ready ? api.decode_batched(st.batch_handle, st.batched, data.data(), lengths.data(), outs.data(), stream) : -1;
+    if (status == kSuccess) {
       for (const std::size_t i : batch) done[i] = true;
     } else {
-      spdlog::debug("nvJPEG ({} backend) refused a batch of {} images; decoding them one at a time", st.backend_name,
-                    size);
+      // Said once per decoder (a corrupt file in the batch is enough; out of device memory is worth seeing).
+      spdlog::log(
+          st.refusals++ == 0 ? spdlog::level::warn : spdlog::level::debug,
+          "nvJPEG ({} backend) refused a batch of {} images ({}); decoding them one at a time", st.backend_name, size,
+          ready ? fmt::format("nvjpegDecodeBatched status {}", status) : "nvjpegDecodeBatchedInitialize failed");
       st.batch_size = 0;  // initialise again before the next batch (nvjpeg.h: that resets a failed batch)
       single.insert(single.end(), batch.begin(), batch.end());
     }
