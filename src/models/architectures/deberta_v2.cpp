@@ -375,7 +375,8 @@ class DebertaV2 final : public Transformer {
   // idx(i - j); c2p is q_i against the position key at idx, p2c is k_j against the position query at idx
   // (transformers gathers p2c at -idx(j - i), the same row: the buckets are odd in the distance). Only the rows
   // a length of L reaches are used, rounded up to 8 (the tables have 8 rows of zeros past their end): an odd
-  // count of rows makes cuBLAS take a kernel for unaligned matrices, 5x slower on an H100 (bench/deberta_attention.py).
+  // count of rows makes cuBLAS take a kernel for unaligned matrices, twice as slow on an H100
+  // (bench/deberta_attention.py).
   at::Tensor position_bias(const at::Tensor& q, const at::Tensor& k, const PositionTerms& terms,
                            const Segment& s) const {
     const std::int64_t L = s.length, count = s.count, heads = q.size(1), head_dim = q.size(3);
