@@ -313,7 +313,9 @@ class Frame(bytearray):
 
 
 def send_frame(conn, out):
-    """Sends a Frame with its spilled tensors in place, without joining them."""
+    """Sends a Frame with its spilled tensors in place, without joining them. The arrays are read while the
+    answer goes out, as they always were while it was encoded (outside the executor's lock): a handler must
+    not change an array it returned once another request (another connection's) may run."""
     whole, parts, at = memoryview(out), [], 0
     for offset, data in out.spill:
         parts += (whole[at:offset], data)
