@@ -288,25 +288,34 @@ int backend_from_env(std::string& name) {
 }
 
 // A handle of `backend`, strict (a corrupt stream is an error, so it goes to the CPU decoder, which says what is
-// wrong) when nvJPEG accepts the flag.
-void* create_handle(int backend, const std::string& name) {
+// wrong) when nvJPEG accepts the flag, with `allocator`'s device memory when nvJPEG accepts it (else cudaMalloc).
+void* create_handle(int backend, const std::string& name, NvjpegDeviceAllocator allocator) {
   void* handle = nullptr;
-  if (api.create_ex(backend, nullptr, nullptr, kFlagBitstreamStrict, &handle) == kSuccess) return handle;
-  const int status = api.create_ex(backend, nullptr, nullptr, 0, &handle);
-  if (status != kSuccess)
-    throw Error(fmt::format("nvJPEG: nvjpegCreateEx for the {} backend failed with status {}", name, status));
-  return handle;
+  NvjpegDeviceAllocator* given = allocator.allocate && allocator.release ? &allocator : nullptr;
+  int status = -1;
+  for (NvjpegDeviceAllocator* dev : {given, static_cast<NvjpegDeviceAllocator*>(nullptr)}) {
+    for (const unsigned flags : {kFlagBitstreamStrict, 0u}) {
+      status = api.create_ex(backend, dev, nullptr, flags, &handle);
+      if (status == kSuccess) {
+        if (dev == nullptr && given != nullptr)
+          spdlog::warn("nvJPEG took no allocator; its buffers come from cudaMalloc");
+        return handle;
+      }
+    }
+    if (given == nullptr) break;
+  }
+  throw Error(fmt::format("nvJPEG: nvjpegCreateEx for the {} backend failed with status {}", name, status));
 }
 
 }  // namespace
 
-NvjpegDecoder::NvjpegDecoder() : state_(std::make_unique<State>()) {
+NvjpegDecoder::NvjpegDecoder(NvjpegDeviceAllocator allocator) : state_(std::make_unique<State>()) {
   if (!library.loaded) throw Error("nvJPEG: the library is not loaded (load_nvjpeg first)");
   State& st = *state_;
   st.backend = backend_from_env(st.backend_name);
-  st.handle = create_handle(kBackendDefault, "default");
+  st.handle = create_handle(kBackendDefault, "default", allocator);
   try {
-    st.batch_handle = st.backend == kBackendDefault ? st.handle : create_handle(st.backend, st.backend_name);
+    st.batch_handle = st.backend == kBackendDefault ? st.handle : create_handle(st.backend, st.backend_name, allocator);
     check(api.state_create(st.handle, &st.single), "nvjpegJpegStateCreate");
     check(api.state_create(st.batch_handle, &st.batched), "nvjpegJpegStateCreate");
   } catch (...) {

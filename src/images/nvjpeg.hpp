@@ -45,12 +45,20 @@ std::string nvjpeg_takes(std::span<const std::uint8_t> jpeg);
 // executor decodes at start so that nvJPEG's set-up is not paid by the first request.
 std::vector<std::uint8_t> grey_jpeg(std::uint32_t width, std::uint32_t height);
 
+// Where nvJPEG's own device buffers come from, modelled on cudaMalloc/cudaFree (nvjpegDevAllocator_t: 0 is
+// success). Both null: cudaMalloc. The image executor passes LibTorch's caching allocator, so nvJPEG's memory is in
+// the same pool and statistics as the model's. Called on the thread that calls decode() (and the destructor).
+struct NvjpegDeviceAllocator {
+  int (*allocate)(void** pointer, std::size_t size) = nullptr;
+  int (*release)(void* pointer) = nullptr;
+};
+
 // One nvJPEG handle and its decode states, for one thread. Made after load_nvjpeg() succeeded, with the
 // replica's CUDA device current; throws flowline::Error naming the nvJPEG call and status if nvJPEG cannot
 // start (no GPU, driver too old).
 class NvjpegDecoder {
  public:
-  NvjpegDecoder();
+  explicit NvjpegDecoder(NvjpegDeviceAllocator allocator = {});
   ~NvjpegDecoder();
   NvjpegDecoder(const NvjpegDecoder&) = delete;
   NvjpegDecoder& operator=(const NvjpegDecoder&) = delete;

@@ -8,6 +8,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <c10/core/Allocator.h>
 #include <fmt/format.h>
 
 #include <dlfcn.h>
@@ -44,8 +45,35 @@ GpuDecode parse_gpu_decode(std::string_view text) {
   throw Error(fmt::format("parameter 'gpu_decode': '{}' is not auto, on or off", text));
 }
 
+namespace {
+
+// nvJPEG's device buffers from LibTorch's caching allocator, on the current device and stream (the replica's while
+// it decodes): in the same pool and statistics as the model's memory, so batch_size auto and the out-of-memory
+// split see them. Non-zero tells nvJPEG the allocation failed.
+int torch_device_allocate(void** pointer, std::size_t size) {
+  try {
+    *pointer = c10::GetAllocator(c10::DeviceType::CUDA)->raw_allocate(size);
+    return *pointer == nullptr && size > 0 ? 1 : 0;
+  } catch (const std::exception&) {
+    return 1;
+  }
+}
+
+int torch_device_release(void* pointer) {
+  try {
+    c10::GetAllocator(c10::DeviceType::CUDA)->raw_deallocate(pointer);
+    return 0;
+  } catch (const std::exception&) {
+    return 1;
+  }
+}
+
+}  // namespace
+
 GpuJpegDecoder::GpuJpegDecoder(c10::Device device)
-    : device_(device), nvjpeg_(std::make_unique<images::NvjpegDecoder>()) {}
+    : device_(device),
+      nvjpeg_(std::make_unique<images::NvjpegDecoder>(
+          images::NvjpegDeviceAllocator{torch_device_allocate, torch_device_release})) {}
 
 GpuJpegDecoder::~GpuJpegDecoder() = default;
 
