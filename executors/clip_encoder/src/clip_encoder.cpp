@@ -119,10 +119,11 @@ class ClipEncoder : public Executor {
          ParamSpec::optional("max_image_pixels", ParamType::Int, 89'478'485,
                              "images of more pixels are refused before decoding (PIL's MAX_IMAGE_PIXELS)")
              .min(1),
-         ParamSpec::choice("gpu_decode", {"auto", "on", "off"}, "auto",
+         ParamSpec::choice("gpu_decode", {"auto", "on", "off"}, "off",
                            "JPEGs decoded on the GPU with nvJPEG (libnvjpeg.so.13, loaded on demand; other formats and "
-                           "JPEGs it cannot take on the CPU): auto when the device is CUDA and the library loads, on "
-                           "(an error at start if it cannot), off"),
+                           "JPEGs it cannot take on the CPU): off (the default: on an H100 nvJPEG's default backend "
+                           "was slower than the CPU threads, docs/images.md), auto when the device is CUDA and the "
+                           "library loads, on (an error at start if it cannot)"),
          ParamSpec::optional("decode_threads", ParamType::Int, 0,
                              "CPU threads that decode one replica's images (0: ATen's intra-op threads)")
              .min(0),
