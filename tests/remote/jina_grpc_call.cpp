@@ -8,8 +8,10 @@
 #include <grpcpp/grpcpp.h>
 #endif
 
+#include <atomic>
 #include <cstring>
 #include <stdexcept>
+#include <thread>
 
 namespace flowline::testing {
 
@@ -19,7 +21,7 @@ bool jina_grpc_available() { return true; }
 
 JinaGrpcAnswer jina_grpc_call(std::uint16_t port, const std::string& endpoint, const std::string& parameters_json,
                               const std::string& id, const std::vector<float>& embedding,
-                              std::chrono::milliseconds timeout) {
+                              std::chrono::milliseconds timeout, const std::function<bool()>& cancel_when) {
   jina::DataRequestProto request;
   request.mutable_header()->set_exec_endpoint(endpoint);
   if (!google::protobuf::util::JsonStringToMessage(parameters_json, request.mutable_parameters()).ok())
@@ -38,7 +40,19 @@ JinaGrpcAnswer jina_grpc_call(std::uint16_t port, const std::string& endpoint, c
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + timeout);
   jina::DataRequestProto reply;
+  std::atomic<bool> finished{false};
+  std::thread canceller;
+  if (cancel_when) {
+    canceller = std::thread([&] {
+      while (!finished.load()) {
+        if (cancel_when()) return context.TryCancel();
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    });
+  }
   const grpc::Status status = stub->process_single_data(&context, request, &reply);
+  finished = true;
+  if (canceller.joinable()) canceller.join();
   JinaGrpcAnswer answer;
   answer.grpc_code = static_cast<int>(status.error_code());
   answer.grpc_message = status.error_message();
@@ -56,7 +70,7 @@ JinaGrpcAnswer jina_grpc_call(std::uint16_t port, const std::string& endpoint, c
 bool jina_grpc_available() { return false; }
 
 JinaGrpcAnswer jina_grpc_call(std::uint16_t, const std::string&, const std::string&, const std::string&,
-                              const std::vector<float>&, std::chrono::milliseconds) {
+                              const std::vector<float>&, std::chrono::milliseconds, const std::function<bool()>&) {
   throw std::logic_error("jina_grpc_call: this build has no gRPC C++");
 }
 

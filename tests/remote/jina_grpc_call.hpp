@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,9 +26,10 @@ struct JinaGrpcAnswer {
 bool jina_grpc_available();
 
 // Sends one document (`id`, with `embedding`) to `endpoint` with `parameters_json` (a JSON object as text)
-// to 127.0.0.1:`port`.
+// to 127.0.0.1:`port`. With `cancel_when`, a thread of its own asks it every 10 ms while the call is open and
+// cancels the call (ClientContext::TryCancel; the answer is then CANCELLED) once it returns true.
 JinaGrpcAnswer jina_grpc_call(std::uint16_t port, const std::string& endpoint, const std::string& parameters_json,
                               const std::string& id, const std::vector<float>& embedding,
-                              std::chrono::milliseconds timeout);
+                              std::chrono::milliseconds timeout, const std::function<bool()>& cancel_when = {});
 
 }  // namespace flowline::testing

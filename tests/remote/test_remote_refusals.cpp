@@ -3,8 +3,8 @@
 // reaches it through `hosts:`, and a client sends a bad request parameter over HTTP and gRPC. The wire's
 // version rule is checked on the same process: a version 1 client still reads the answer (as a failure).
 // Cancellation reaches a remote executor (issue 50 §2, wire version 3): a search past its gateway's deadline
-// frees the remote index, and on the wire a request's deadline, a Cancel frame and a closed connection each
-// stop a request the server is running, while a version 2 client is still served.
+// frees the remote index, as does a gRPC client that cancels its call, and on the wire a request's deadline, a Cancel
+// frame and a closed connection each stop a request the server is running, while a version 2 client is still served.
 #include "child_process.hpp"
 #include "http_call.hpp"
 #include "jina_grpc_call.hpp"
@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -321,4 +322,45 @@ TEST_CASE("on the wire a deadline, a Cancel frame and a closed connection each s
       "on the wire, a heavy search: its 500 ms deadline answered in %.2f s; a Cancel frame answered in "
       "%.3f s, a search after it in %.3f s; a search after a client closed its connection in %.3f s\n",
       deadline_seconds, cancel_seconds, after_cancel, after_close);
+}
+
+TEST_CASE("a gRPC client that cancels its call frees the remote index its search runs on", "[remote][cancellation]") {
+  if (!testing::jina_grpc_available()) FLOWLINE_SKIP("this build has no gRPC C++");
+  const auto dir = testing::scratch_dir("remote cancellation grpc");
+  const auto executor = heavy_index(dir);
+  // Deadlines far beyond the test: only the client's cancel can free the index in time.
+  Serve front(dir, "front",
+              fmt::format("with:\n  gateway: {{request_timeout_ms: 120000}}\n"
+                          "executors:\n  - name: idx\n    hosts: [127.0.0.1:{}]\n"
+                          "    remote: {{timeout_ms: 120000, in_flight: 2}}\n",
+                          executor->port()),
+              {"--grpc-port", "0"});
+  INFO("the executor's output:\n" << executor->log() << "\nthe gateway's output:\n" << front.log());
+  const std::vector<float> query{1.0f, 0.0f, 0.5f, 0.0f};
+  // Cancelled 0.3 s after the gateway put it into the flow (its in-flight gauge), so that it runs remotely
+  // by then: a multi-megabyte message can take longer than that to arrive and be read on a loaded machine.
+  std::optional<Clock::time_point> in_flow;
+  const auto cancel_when = [&] {
+    if (!in_flow) {
+      const std::string metrics = http_call(front.port(), http::verb::get, "/metrics").body;
+      if (metrics.find("\nflowline_http_in_flight_requests 1") != std::string::npos) in_flow = Clock::now();
+      return false;
+    }
+    return Clock::now() - *in_flow > 300ms;
+  };
+  const auto cancelled =
+      testing::jina_grpc_call(front.grpc_port(), "/search", heavy_filter(100'000), "q", query, 60s, cancel_when);
+  REQUIRE(in_flow.has_value());
+  CHECK(cancelled.grpc_code == 1);  // CANCELLED
+  const auto start = Clock::now();
+  const auto trivial = testing::jina_grpc_call(front.grpc_port(), "/search", R"({"limit": 2})", "q", query, 60s);
+  const double trivial_seconds = seconds_since(start);
+  std::printf(
+      "over gRPC, a remote index's search cancelled by its client 0.3 s after it entered the flow: a trivial search "
+      "after it "
+      "answered (code %d) in %.3f s\n",
+      trivial.grpc_code, trivial_seconds);
+  CHECK(trivial.grpc_code == 0);
+  CHECK(trivial.documents == 1);
+  CHECK(trivial_seconds < 2.0);  // the heavy search alone holds the index for tens of seconds
 }

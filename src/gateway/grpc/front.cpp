@@ -1,25 +1,24 @@
-// The gRPC front (grpc_front.hpp): Jina's services on gRPC's callback API, every data request handed to
-// the gateway core.
+// The gRPC front (grpc_front.hpp): Jina's services on gRPC's callback API, each data request handed to the core.
 //
-// jina.JinaRPC/Call, a bidirectional stream: requests are read while fewer than kStreamWindow of the
-// stream's are unanswered (in the flow, or answered and not yet written) and their messages hold less than
-// twice --max-body-bytes, so a client that sends faster
-// than the flow encodes, or does not read, is slowed by HTTP/2 flow control; answers are written in request
-// order. A request past the core's in-flight bound waits for a slot instead of being refused (the window is
-// the stream's backpressure). Over all streams and unary calls, the messages read and the answers not yet
-// written count against Core::grpc_held (max_in_flight x max_body_bytes); a message read past it ends its
-// stream with RESOURCE_EXHAUSTED, as does running out of memory while a request is read or answered.
-// A request the gateway refuses (malformed, too many documents, a timeout,
-// draining) ends the stream with that status once the answers before it are written; an executor's failure
-// is answered in Jina's way (header status ERROR) and the stream goes on. A client that goes away cancels
-// the stream and its requests still in the flow (Call::cancel: the flow drops them or stops their handlers);
-// what comes back of them is dropped.
+// jina.JinaRPC/Call, a bidirectional stream: requests are read while fewer than kStreamWindow of the stream's
+// are unanswered (in the flow, or answered and not yet written) and their messages hold less than twice
+// --max-body-bytes, so a client that sends faster than the flow encodes, or does not read, is slowed by HTTP/2
+// flow control; answers are written in request order. A request past the core's in-flight bound waits for a
+// slot instead of being refused (the window is the stream's backpressure). Over all streams and unary calls,
+// the messages read and the answers not yet written count against Core::grpc_held (max_in_flight x
+// max_body_bytes); a message read past it ends its stream with RESOURCE_EXHAUSTED, as does running out of
+// memory while a request is read or answered. A request the gateway refuses (malformed, too many documents, a
+// timeout, draining) ends the stream with that status once the answers before it are written; an executor's
+// failure is answered in Jina's way (header status ERROR) and the stream goes on. A client that goes away
+// cancels the stream and its requests still in the flow (Call::cancel: the flow drops them or stops their
+// handlers; what comes back of them is dropped), and a unary call's its request (unary_reactor.hpp).
 #include "../grpc_front.hpp"
 
 #include "../answer_window.hpp"
 #include "../core.hpp"
 #include "jina.grpc.pb.h"
 #include "jina_proto.hpp"
+#include "unary_reactor.hpp"
 
 #include "flowline/error.hpp"
 #include "flowline/version.hpp"
@@ -433,7 +432,8 @@ class SingleRequest final : public jina::JinaSingleDataRequestRPC::CallbackServi
   explicit SingleRequest(Core& core) : core_(core) {}
   grpc::ServerUnaryReactor* process_single_data(grpc::CallbackServerContext* context, const Request* request,
                                                 Request* answer) override {
-    auto* reactor = context->DefaultReactor();
+    auto cancel = std::make_shared<Cancellation::Flag>(false);
+    auto* reactor = new CancellableUnaryReactor(cancel);  // deletes itself once done
     const auto started = Clock::now();
     auto refuse = [&](Refusal kind, const std::string& message) {
       core_.count_answer(FrontKind::Grpc, Route::Grpc, http_status(kind), kind, 0, seconds_since(started));
@@ -460,6 +460,7 @@ class SingleRequest final : public jina::JinaSingleDataRequestRPC::CallbackServi
       return refuse(Refusal::Failed, e.what());
     }
     const std::size_t documents = call.docs.size();
+    call.cancel = std::move(cancel);
     core_.submit(std::move(call), call_timeout(core_, context),
                  [this, reactor, answer, documents, started, held](Outcome&& outcome) {
                    std::optional<Refused> refused = std::move(outcome.refused);
