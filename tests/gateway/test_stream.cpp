@@ -316,3 +316,26 @@ TEST_CASE("a stream passes its parameters to the executors", "[gateway][stream]"
   REQUIRE(answer.lines.size() == 5);
   CHECK(json::parse(answer.lines[2]).at("tags").at("tokens") == 6);  // "line 2"
 }
+
+TEST_CASE("a stream whose client goes away cancels its chunks still in the flow", "[gateway][stream][cancellation]") {
+  // Chunks of 100 lines, one per batch, each batch 600 ms: ten chunks take 6 s one after the other.
+  Flow flow;
+  flow.add({.name = "slow",
+            .uses = "Delay",
+            .with = {{"batch_ms", 600.0}},
+            .batching = BatchingOptions{.max_batch_size = 100, .max_delay = std::chrono::microseconds(0)}});
+  Served served(std::move(flow));
+  {
+    StreamClient leaving(served.port());
+    leaving.begin("/default");
+    leaving.send_chunk(ndjson(0, 1000));  // the body's end never comes: the client closes mid-body
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  const auto closed = std::chrono::steady_clock::now();
+  Client other(served.port());
+  const Reply answer = other.post("/default", R"({"data": [{"text": "after"}]})");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - closed).count();
+  CHECK(answer.status == 200);
+  // The chunk running when the client left ends (at most one batch), the nine queued behind it are dropped.
+  CHECK(seconds < 2.5);
+}
