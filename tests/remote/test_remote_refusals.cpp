@@ -269,7 +269,7 @@ TEST_CASE("a search past its gateway's deadline frees the remote index it runs o
   CHECK(trivial_seconds < 0.9);
 }
 
-TEST_CASE("on the wire a deadline, a Cancel frame and a closed connection each stop a request; version 2 is served",
+TEST_CASE("on the wire a deadline, a Cancel frame and a closed connection each stop a request, and version 2 is served",
           "[remote][cancellation][wire]") {
   const auto dir = testing::scratch_dir("remote cancellation wire");
   const auto executor = heavy_index(dir);
