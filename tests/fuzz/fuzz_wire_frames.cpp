@@ -1,9 +1,10 @@
 // Fuzz target: the remote executors' wire protocol (src/core/remote/wire.hpp) on any bytes, read as one
 // frame the way both ends read them: the length prefix against a maximum, then the frame by its type.
 // Properties: a malformed frame is a wire::WireError and nothing else; a frame that decodes encodes back
-// to the same bytes (Hello, Welcome, Error, Ping), so decoding loses nothing; a Response reads under
-// protocol version 1 exactly when its status is one version 1 has, and one encoded for a version 1 peer
-// keeps whether it failed and why.
+// to the same bytes (Hello, Welcome, Error, Ping, Cancel), so decoding loses nothing; a Request is read as
+// version 3 writes it (with its deadline) and as versions 1-2 write it (without), and what decodes encodes
+// again for that version with the same id and deadline; a Response reads under protocol version 1 exactly
+// when its status is one version 1 has, and one encoded for a version 1 peer keeps whether it failed and why.
 #include "remote/wire.hpp"
 
 #include "fuzz_support.hpp"
@@ -37,12 +38,23 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       case wire::FrameType::Welcome:
         same_bytes(wire::encode_welcome(wire::decode_welcome(frame)), frame);
         break;
-      case wire::FrameType::Request: {
-        const wire::RequestFrame r = wire::decode_request(frame);
-        if (wire::frame_id(frame) != r.id) flowline::fuzz::broken("frame_id disagrees with decode_request");
-        (void)wire::encode_request(r.id, r.endpoint, r.parameters, r.docs);  // tags re-serialize differently
+      case wire::FrameType::Request:
+        for (const std::uint16_t version : {std::uint16_t{2}, wire::kVersion}) {
+          try {
+            const wire::RequestFrame r = wire::decode_request(frame, version);
+            if (wire::frame_id(frame) != r.id) flowline::fuzz::broken("frame_id disagrees with decode_request");
+            if (version < 3 && r.deadline_ms != 0) flowline::fuzz::broken("a version 2 request has a deadline");
+            // Tags re-serialize differently, so not the same bytes; the id and the deadline survive.
+            const std::string again =
+                wire::encode_request(r.id, r.endpoint, r.parameters, r.docs, r.deadline_ms, version);
+            const wire::RequestFrame back =
+                wire::decode_request(std::string_view(again).substr(wire::kLengthBytes), version);
+            if (back.id != r.id || back.deadline_ms != r.deadline_ms || back.endpoint != r.endpoint)
+              flowline::fuzz::broken("a re-encoded request lost its id, deadline or endpoint");
+          } catch (const wire::WireError&) {
+          }
+        }
         break;
-      }
       case wire::FrameType::Response: {
         const wire::ResponseFrame r = wire::decode_response(frame);
         (void)wire::encode_response(r.id, r.status, r.error, r.error_executor, r.docs);
@@ -69,6 +81,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       case wire::FrameType::Ping:
       case wire::FrameType::Pong:
         same_bytes(wire::encode_ping(wire::frame_type(frame), wire::decode_ping(frame)), frame);
+        break;
+      case wire::FrameType::Cancel:
+        same_bytes(wire::encode_cancel(wire::decode_cancel(frame)), frame);
         break;
     }
   } catch (const wire::WireError&) {
