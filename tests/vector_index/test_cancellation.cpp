@@ -43,22 +43,27 @@ std::string search_body(int conditions) {
                                       {"parameters", std::move(parameters)}});
 }
 
-}  // namespace
-
-TEST_CASE("a search past its deadline is answered 504 and stops, so the next search and the drain are prompt",
-          "[index][cancellation]") {
-  const fs::path dir = testing::scratch_dir("index cancellation");
+// An index flow of one replica (a search behind the cancelled one waits for it) under `timeout_ms`, its filter
+// bounds raised so that a filter of 100,000 conditions over 20,000 documents (2e9 tests: minutes) is accepted.
+fs::path write_index_flow(const fs::path& dir, int timeout_ms) {
   const fs::path flow = dir / "index.yml";
-  // One replica (a search behind the cancelled one waits for it), a 1 s deadline, and filter bounds raised so
-  // that a filter of 100,000 conditions over 20,000 documents (2e9 tests: minutes) is accepted.
   testing::write_text(flow, fmt::format("with:\n"
-                                        "  gateway: {{request_timeout_ms: 1000}}\n"
+                                        "  gateway: {{request_timeout_ms: {}}}\n"
                                         "executors:\n"
                                         "  - name: index\n"
                                         "    uses: VectorIndex\n"
                                         "    with: {{dim: {}, max_filter_size: 1000000, "
                                         "max_filter_conditions: 1000000}}\n",
-                                        kDim));
+                                        timeout_ms, kDim));
+  return flow;
+}
+
+}  // namespace
+
+TEST_CASE("a search past its deadline is answered 504 and stops, so the next search and the drain are prompt",
+          "[index][cancellation]") {
+  const fs::path dir = testing::scratch_dir("index cancellation");
+  const fs::path flow = write_index_flow(dir, 1000);  // a 1 s deadline
   IndexServer server(flow, dir, "serve");
   Client client(server.port());
   for (int b = 0; b < 40; ++b) REQUIRE(client.post("/index", index_body(b)).status == 200);
@@ -105,16 +110,8 @@ TEST_CASE("a search past its deadline is answered 504 and stops, so the next sea
 TEST_CASE("a search whose client closes its connection stops, so the next search is prompt",
           "[index][cancellation][disconnect]") {
   const fs::path dir = testing::scratch_dir("index disconnect");
-  const fs::path flow = dir / "index.yml";
   // A deadline far beyond the test's bounds: only the client's going away can free the index in time.
-  testing::write_text(flow, fmt::format("with:\n"
-                                        "  gateway: {{request_timeout_ms: 120000}}\n"
-                                        "executors:\n"
-                                        "  - name: index\n"
-                                        "    uses: VectorIndex\n"
-                                        "    with: {{dim: {}, max_filter_size: 1000000, "
-                                        "max_filter_conditions: 1000000}}\n",
-                                        kDim));
+  const fs::path flow = write_index_flow(dir, 120000);
   IndexServer server(flow, dir, "serve");
   Client client(server.port());
   for (int b = 0; b < 40; ++b) REQUIRE(client.post("/index", index_body(b)).status == 200);
