@@ -15,6 +15,15 @@ if ! "$ROOT/scripts/setup-clients.sh"; then
   fi
   echo "scripts/setup-clients.sh failed: the Jina and openai client tests will skip" >&2
 fi
+# CLIP-as-service's own client (tests/gateway/test_clip_client.cpp) in a venv of its own: it needs docarray < 0.30.
+printf '\n==> the clip-client package of its compatibility test (.venv-clip)\n'
+if ! "$ROOT/scripts/setup-clip-client.sh"; then
+  if [ "${CI:-}" = true ] || [ "${CI:-}" = 1 ]; then
+    echo "scripts/setup-clip-client.sh failed, and CI=true: the clip-client test cannot skip" >&2
+    exit 1
+  fi
+  echo "scripts/setup-clip-client.sh failed: the clip-client test will skip" >&2
+fi
 printf '\n==> checking the code: formatting (.clang-format) and shape (file and function sizes)\n'
 checks=0
 "$ROOT/scripts/check-format.sh" || checks=1
