@@ -294,6 +294,7 @@ void Connection::handle_jina(std::string endpoint) {
   auto shared = std::make_shared<Call>();
   shared->parameters = call.parameters;
   shared->request_id = call.request_id;
+  shared->names = call.names;
   call_flow(
       std::move(call), route_, [shared](const DocumentArray& docs) { return jina_response(*shared, docs); },
       [shared](const Response& r) { return jina_failure(*shared, r); });

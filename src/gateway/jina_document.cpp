@@ -5,7 +5,8 @@
 // Jina's names differ from flowline's in two places (blob is "bytes_", uri is "url") and its shapes in two
 // (an embedding is a plain list of numbers; a score is {"value": number}, docarray's NamedScore). Every other
 // field is flowline's JSON form (io.hpp). "id", "text", "bytes_", "embedding" and "url" are always written
-// (null when unset), as Jina's TextDoc answers; the others only when set.
+// (null when unset), as Jina's TextDoc answers; the others only when set. An answer to docarray < 0.30's
+// client names blob and uri "blob" and "uri", as it did (JinaNames).
 #include "protocols.hpp"
 
 #include "flowline/document_fields.hpp"
@@ -37,6 +38,17 @@ constexpr std::array<std::string_view, kDocumentFieldNames.size()> kJinaNames = 
 }  // namespace
 
 std::string_view jina_name(DocumentField field) noexcept { return kJinaNames[static_cast<std::size_t>(field)]; }
+
+namespace {
+
+// A field's name in an answer: Jina's, but docarray < 0.30's "blob" and "uri" for its clients.
+std::string_view written_name(DocumentField field, JinaNames names) {
+  if (names == JinaNames::docarray_v1 && field == DocumentField::blob) return "blob";
+  if (names == JinaNames::docarray_v1 && field == DocumentField::uri) return "uri";
+  return jina_name(field);
+}
+
+}  // namespace
 
 bool jina_always_written(DocumentField field) noexcept {
   return field == DocumentField::id || field == DocumentField::text || field == DocumentField::blob ||
@@ -222,11 +234,11 @@ void append_scores(std::string& out, const Document& doc) {
   out += '}';
 }
 
-void append_documents(std::string& out, const DocumentArray& docs) {
+void append_documents(std::string& out, const DocumentArray& docs, JinaNames names) {
   out += '[';
   for (std::size_t i = 0; i < docs.size(); ++i) {
     if (i) out += ',';
-    append_jina_document(out, docs[i]);
+    append_jina_document(out, docs[i], names);
   }
   out += ']';
 }
@@ -251,7 +263,14 @@ std::size_t jina_size_hint(const Document& doc) {
   return n;
 }
 
-void append_jina_document(std::string& out, const Document& doc) {
+JinaNames jina_names_of(const json::value& data) {
+  const json::object* first = data.if_object();
+  if (const json::array* items = data.if_array(); items && !items->empty()) first = (*items)[0].if_object();
+  if (!first || first->contains("bytes_") || first->contains("url")) return JinaNames::docarray_v2;
+  return first->contains("blob") || first->contains("uri") ? JinaNames::docarray_v1 : JinaNames::docarray_v2;
+}
+
+void append_jina_document(std::string& out, const Document& doc, JinaNames names) {
   out += '{';
   bool first = true;
   for_each_document_field([&](DocumentField field, std::string_view, auto member) {
@@ -260,7 +279,7 @@ void append_jina_document(std::string& out, const Document& doc) {
     if (!first) out += ',';
     first = false;
     out += '"';
-    out += jina_name(field);
+    out += written_name(field, names);
     out += "\":";
     // Jina writes a document with a url but no text as text null.
     if (unset && (field != DocumentField::text || !doc.uri.empty())) {
@@ -275,10 +294,10 @@ void append_jina_document(std::string& out, const Document& doc) {
         append_scores(out, doc);
         break;
       case DocumentField::chunks:
-        append_documents(out, doc.chunks);
+        append_documents(out, doc.chunks, names);
         break;
       case DocumentField::matches:
-        append_documents(out, doc.matches);
+        append_documents(out, doc.matches, names);
         break;
       default:
         append_json_field(out, doc, field);

@@ -236,6 +236,7 @@ Call parse_jina(const json::value& body, std::string endpoint, const ParseLimits
     throw jina_validation_error("missing", json::array{"body", "data"},
                                 "'data' is missing: expected a list of documents", body);
   }
+  call.names = jina_names_of(*data);
   if (data->is_array()) {
     const json::array& items = data->get_array();
     check_count(items.size(), limits, "documents");
@@ -286,7 +287,7 @@ std::string jina_response(const Call& call, const DocumentArray& docs) {
   for (const Document& doc : docs) {
     if (!first) out += ',';
     first = false;
-    append_jina_document(out, doc);
+    append_jina_document(out, doc, call.names);
   }
   out += "],\"parameters\":";
   out += json::serialize(call.parameters);

@@ -60,6 +60,12 @@ DocumentArray text_documents(const boost::json::value* v, std::string_view name,
 std::vector<std::string> ids_of(const DocumentArray& docs);
 std::vector<const Document*> by_input(const std::vector<std::string>& ids, const DocumentArray& docs);
 
+// The names a Jina client gives a document's blob and uri: docarray >= 0.30's "bytes_" and "url" (Jina's
+// DocList clients, and flowline's default), or docarray < 0.30's "blob" and "uri" (the old DocumentArray, as
+// CLIP-as-service's clip-client sends it). An answer uses the names its request used: docarray < 0.30 ignores
+// "url" and "bytes_", so a ranked match would come back to such a client without its uri.
+enum class JinaNames { docarray_v2, docarray_v1 };
+
 // What a client asked the flow to do, whatever the API.
 struct Call {
   std::string endpoint;  // the flow endpoint ("/encode")
@@ -67,6 +73,8 @@ struct Call {
   boost::json::object parameters;
   std::string target;      // Jina's target_executor: only that executor runs the request
   std::string request_id;  // Jina's header.request_id, echoed (generated when the client sent none)
+  // Jina's: the names its answer gives blob and uri, those of the request (parse_jina sets it).
+  JinaNames names = JinaNames::docarray_v2;
   // Set when nobody waits for the answer any more: by the core at the call's deadline, by a front when its
   // client went away. The flow then drops the request or stops its handler (Flow::submit()). Made by the
   // core when a front leaves it null.
@@ -83,7 +91,10 @@ std::string jina_response(const Call& call, const DocumentArray& docs);
 // embedding as a list of numbers, scores as {"name": {"value": number}}, matches and chunks as documents
 // (jina_document.cpp). Fields Jina's documents lack are ignored. Throws HttpError 422 as parse_jina does.
 Document jina_document(const boost::json::value& value, std::size_t index);
-void append_jina_document(std::string& out, const Document& doc);
+void append_jina_document(std::string& out, const Document& doc, JinaNames names = JinaNames::docarray_v2);
+// docarray_v1 when Jina's request documents name blob or uri as docarray < 0.30 does ("blob", "uri": its
+// to_dict writes every field, null or not) and never as docarray >= 0.30 does ("bytes_", "url").
+JinaNames jina_names_of(const boost::json::value& data);
 // About as many bytes as append_jina_document writes for `doc` (a little more where numbers are short), to
 // reserve an answer's string once.
 std::size_t jina_size_hint(const Document& doc);
