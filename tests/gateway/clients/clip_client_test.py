@@ -19,7 +19,7 @@ plain JSON through urllib, the images as "bytes_") returns for the same inputs. 
      image query with text matches: every candidate comes back once, with clip_score and clip_score_cosine;
      clip_score_cosine is the cosine of /post's embeddings of the query and the candidate (within 1e-4);
      the matches are sorted by clip_score, best first, their clip_scores summing to 1 (CLIP's softmax) and
-     ordered as their cosines are;
+     ordered as their cosines are; the matches keep their uri (a path, a data: URI) and text;
   4. a document the server cannot decode (garbage bytes as an image) makes the client raise with the
      server's message, and /post answers it with 422, not 500.
 
@@ -188,6 +188,12 @@ def check_rank(client, ref, want, images):
                  {'image-path': 0, 'image-data': 1, 'text-0': 2, 'text-1': 3}, want['texts'][0], mixed)
     check_ranked('rank(image query; text matches)', ranked[1], {f'caption-{i}': i for i in range(len(TEXTS))},
                  want['images'][0], want['texts'])
+    uris = {m.id: m.uri for m in ranked[0].matches}
+    check(uris['image-path'] == images[0] and uris['image-data'] == image_matches[1].uri,
+          f'rank: the image matches came back without their uri: {uris}')
+    texts = {m.id: m.text for m in ranked[0].matches}
+    check(texts['text-0'] == TEXTS[1] and texts['text-1'] == TEXTS[2], f'rank: the text matches came back as {texts}')
+    log('rank: the matches keep their uri and text')
 
 
 def check_bad_image(client, ref):
