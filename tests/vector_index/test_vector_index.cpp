@@ -55,6 +55,36 @@ TEST_CASE("every backend finds the true nearest documents, best first, with the 
   CHECK(recall >= (backend.exact ? 1.0 : 0.95));
 }
 
+TEST_CASE("a /search answer carries embeddings, the query's own and the matches', only when return_embeddings asks",
+          "[index]") {
+  // A served search is answered with its matches: the query's embedding (the encoder's row, on a GPU) would be
+  // copied out and written as numbers in every answer, about half its bytes (issue 49 §3).
+  const Backend backend = GENERATE(from_range(backends()));
+  const Corpus corpus(300, 32);
+  IndexFlow index(backend);
+  index.post("/index", corpus.documents());
+  const DocumentArray queries = corpus.queries(3);
+  const DocumentArray plain = index.post("/search", queries, json::object{{"limit", 4}});
+  REQUIRE(plain.size() == 3);
+  for (const Document& q : plain) {
+    CHECK_FALSE(q.embedding.defined());
+    REQUIRE(q.matches.size() == 4);
+    for (const Document& match : q.matches) CHECK_FALSE(match.embedding.defined());
+  }
+  const DocumentArray asked = index.post("/search", queries, json::object{{"limit", 4}, {"return_embeddings", true}});
+  REQUIRE(asked.size() == 3);
+  for (std::size_t i = 0; i < asked.size(); ++i) {
+    INFO(backend.name << " query " << i);
+    REQUIRE(asked[i].embedding.defined());
+    CHECK(at::allclose(asked[i].embedding.to(at::kCPU, at::kFloat), queries[i].embedding.to(at::kCPU, at::kFloat)));
+    REQUIRE(asked[i].matches.size() == 4);
+    for (const Document& match : asked[i].matches) {
+      REQUIRE(match.embedding.defined());
+      CHECK(match.embedding.numel() == 32);
+    }
+  }
+}
+
 TEST_CASE("the exact backend's top matches over many rows are brute force's, deleted rows excluded", "[index]") {
   // 100,000 rows: enough chunks of rows for the two-step top-k (exact_backend.cpp, chunked_topk), in fp16 too.
   const Backend backend = GENERATE(from_range(backends()));

@@ -78,6 +78,28 @@ at::Tensor rows_of(const DocumentArray& docs, std::string_view endpoint) {
   return rows;
 }
 
+// The queries of a /search as one float [n, dim] matrix: on `device` when it is a GPU and every embedding is
+// already a float vector there of one size (an encoder on the same GPU kept them there), stacked with one
+// kernel on the current stream; otherwise rows_of() above, on the CPU (a copy out per query, and the exact
+// backend copies them back).
+at::Tensor query_rows(const DocumentArray& docs, const c10::Device& device) {
+  if (device.is_cuda() && !docs.empty()) {
+    std::vector<at::Tensor> rows;
+    rows.reserve(docs.size());
+    for (const Document& doc : docs) {
+      const at::Tensor& e = doc.embedding;
+      if (!e.defined() || e.dim() != 1 || e.device() != device || e.scalar_type() != at::kFloat || e.numel() == 0 ||
+          e.numel() != docs[0].embedding.numel()) {
+        rows.clear();
+        break;
+      }
+      rows.push_back(e);
+    }
+    if (!rows.empty()) return at::stack(rows);
+  }
+  return rows_of(docs, "/search");
+}
+
 // `shards: N`: where a shard keeps its workspace (FOLDER/shard-S-of-N), after checking that the folder holds
 // no index of another shape (unsharded, or in another number of shards): documents are routed by a hash of
 // their id modulo N, so an index cannot be read back with another N.
@@ -146,7 +168,8 @@ class VectorIndex : public Executor {
                              "field tests a request's filter may hold (each runs on every document; an $in list, "
                              "or an $or of equalities on one field, is one)")
              .min(1),
-         ParamSpec::optional("return_embeddings", ParamType::Bool, false, "matches carry their embeddings"),
+         ParamSpec::optional("return_embeddings", ParamType::Bool, false,
+                             "/search answers carry embeddings: each match's, and the query's own (else neither)"),
          ParamSpec::optional("snapshot_mb", ParamType::Int, 256,
                              "write a snapshot (and empty the log) once the log holds this many MiB")
              .min(1)},
@@ -180,7 +203,8 @@ class VectorIndex : public Executor {
                   "filter", ParamType::Json, nullptr,
                   "a condition on the documents' tags, MongoDB-style (docs/search.md); not set: every document"),
               ParamSpec::optional("return_embeddings", ParamType::Bool, nullptr,
-                                  "matches carry their embeddings (default: the index's `return_embeddings`)"),
+                                  "the answer carries embeddings: each match's and the query's own (default: the "
+                                  "index's `return_embeddings`)"),
               ParamSpec::optional("ef_search", ParamType::Int, nullptr,
                                   "HNSW candidates per query (default: the index's `ef_search`; other backends "
                                   "ignore it)")
@@ -466,11 +490,15 @@ class VectorIndex : public Executor {
     std::optional<Filter> filter;
     const auto* asked = request.parameters.if_contains("filter");
     if (asked && !asked->is_null()) filter = Filter::parse(*asked, "parameter 'filter'", bounds_.filter);
-    if (documents_) return documents_->search(docs, limit, filter ? asked : nullptr, with_embeddings);
+    if (documents_) {
+      documents_->search(docs, limit, filter ? asked : nullptr, with_embeddings);
+      if (!with_embeddings) drop_query_embeddings(docs);
+      return;
+    }
     const std::size_t ef = request.param_or<std::size_t>("ef_search", 0);
     const auto started = Clock::now();
-    at::Tensor queries = rows_of(docs, "/search");
     const c10::OptionalStreamGuard on(stream_);
+    at::Tensor queries = query_rows(docs, shared_->device);
     const auto gathered = Clock::now();
     std::shared_lock lock(shared_->mutex);  // matches point into the store: held until they are copied out
     const auto found = store_->search(std::move(queries), limit, filter ? &*filter : nullptr, ef);
@@ -490,6 +518,7 @@ class VectorIndex : public Executor {
       write(0, n);
     } else {
       at::parallel_for(0, n, 64, write);
+      drop_query_embeddings(docs);
     }
     // Where a request's time goes (seconds, running totals; Flow::stats() and /metrics show them): the
     // queries gathered into one matrix, the backend's search, the matches written into the documents.
@@ -497,6 +526,13 @@ class VectorIndex : public Executor {
     metrics().add("gather_seconds", seconds_between(started, gathered));
     metrics().add("search_seconds", seconds_between(gathered, searched));
     metrics().add("matches_seconds", seconds_between(searched, Clock::now()));
+  }
+
+  // An answer carries the query's own embedding only when asked (return_embeddings): the client sent a text
+  // and wants its matches, and a GPU row would otherwise be copied to the host and written as 384 or more
+  // numbers in every answer (issue 49 §3: about half of a /search answer's bytes).
+  static void drop_query_embeddings(DocumentArray& docs) {
+    for (Document& doc : docs) doc.embedding = at::Tensor();
   }
 
   // One document whose tags describe the index (or, when the request carries documents, those tags on each).

@@ -11,7 +11,9 @@
 //   /search  each document's embedding is a query: its matches become the `limit` best stored documents,
 //            best first, each with its id, text, uri, tags and scores[metric] (cosine similarity, inner
 //            product, or l2 distance). Request parameters: limit, filter (filter.hpp's Mongo-like language on
-//            tags, id, text and uri), return_embeddings, ef_search (hnsw: its candidate list for this search).
+//            tags, id, text and uri), return_embeddings (the answer carries each match's embedding and the
+//            query's own; without it, neither: a query's embedding is dropped once searched), ef_search
+//            (hnsw: its candidate list for this search).
 //   /update  the fields a document carries (text, uri, tags, embedding) replace the stored ones; every id
 //            must be in the index, or the request fails and nothing changes.
 //   /delete  removes the documents of these ids; each gets tags["deleted"]: whether it was there.
