@@ -8,10 +8,12 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 
 namespace flowline::vector_index {
@@ -111,9 +113,9 @@ class ExactBackend : public VectorBackend {
       const at::Tensor q = queries.narrow(0, first, count).to(device_, at::kFloat);
       auto [values, indices] = top(q, kk, blocked, usable);
       at::Tensor query_norms;
-      if (metric_ == Metric::l2) query_norms = queries.narrow(0, first, count).pow(2).sum(1).contiguous();
-      collect(values.to(at::kCPU).contiguous(), indices.to(at::kCPU).contiguous(), query_norms, hits,
-              static_cast<std::size_t>(first));
+      if (metric_ == Metric::l2) query_norms = q.pow(2).sum(1);
+      to_host({&values, &indices, &query_norms});
+      collect(values, indices, query_norms, hits, static_cast<std::size_t>(first));
     }
     return hits;
   }
@@ -185,6 +187,28 @@ class ExactBackend : public VectorBackend {
       }
       live_host_[slot] = alive;
     }
+  }
+
+  // The search's results on the host, contiguous, with one wait for the device: on a GPU each is copied into
+  // pinned memory on the current stream without blocking, then the stream is waited for once (a plain
+  // .to(kCPU) per tensor would wait for the device each time). The wait is the stream's own synchronize (the
+  // CUDA context's scheduling, a spin while the machine has cores to spare), not wait_for_stream's sleep: a
+  // served search is latency-bound, and waking from the sleep cost a query ~0.1 ms on an H200.
+  // Undefined tensors are left as they are.
+  void to_host(std::initializer_list<at::Tensor*> tensors) const {
+    if (!device_.is_cuda()) {
+      for (at::Tensor* t : tensors) {
+        if (t->defined()) *t = t->contiguous();
+      }
+      return;
+    }
+    for (at::Tensor* t : tensors) {
+      if (!t->defined()) continue;
+      at::Tensor host = at::empty(t->sizes(), t->options().device(at::kCPU).pinned_memory(true));
+      host.copy_(*t, /*non_blocking=*/true);
+      *t = std::move(host);
+    }
+    c10::impl::getDeviceGuardImpl(device_.type())->getStream(device_).synchronize();
   }
 
   void collect(const at::Tensor& values, const at::Tensor& indices, const at::Tensor& query_norms,
