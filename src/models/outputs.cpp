@@ -59,6 +59,31 @@ std::string describe(const std::vector<std::size_t>& rows, std::string_view what
 NonFiniteOutput::NonFiniteOutput(std::vector<std::size_t> rows, std::string_view what, std::size_t total)
     : Error(describe(rows, what, total)), rows_(std::move(rows)) {}
 
+FiniteCheck::FiniteCheck(const at::Tensor& outputs) {
+  if (!outputs.is_cuda() || outputs.numel() == 0) {
+    outputs_ = outputs;
+    return;
+  }
+  at::Tensor finite = at::isfinite(outputs);
+  if (outputs.dim() > 1) finite = finite.flatten(1).all(1);
+  flags_ = at::empty(finite.sizes(), finite.options().device(at::kCPU).pinned_memory(true));
+  flags_.copy_(finite, /*non_blocking=*/true);
+}
+
+void FiniteCheck::check(std::string_view what) const {
+  if (!flags_.defined()) {
+    if (outputs_.defined()) check_finite(outputs_, what);
+    return;
+  }
+  const bool* finite = flags_.const_data_ptr<bool>();
+  const auto n = static_cast<std::size_t>(flags_.numel());
+  std::vector<std::size_t> bad;
+  for (std::size_t r = 0; r < n; ++r) {
+    if (!finite[r]) bad.push_back(r);
+  }
+  if (!bad.empty()) throw NonFiniteOutput(std::move(bad), what, n);
+}
+
 void check_finite(const at::Tensor& outputs, std::string_view what) {
   auto rows = nonfinite_rows(outputs);
   if (!rows.empty()) throw NonFiniteOutput(std::move(rows), what, static_cast<std::size_t>(outputs.size(0)));

@@ -3,12 +3,15 @@
 // vector of a float32 vector whose squared norm overflows.
 #include "test_support.hpp"
 
+#include "flowline/device.hpp"
 #include "flowline/models/cross_encoder.hpp"
 #include "flowline/models/embedding_model.hpp"
 #include "flowline/models/outputs.hpp"
 #include "flowline/models/safetensors.hpp"
+#include "flowline/torch_support.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <algorithm>
 #include <cmath>
@@ -116,6 +119,31 @@ TEST_CASE("a row holding NaN or infinity stays non-finite through normalize_rows
   std::vector<float> many(25, kNaN);
   CHECK_THROWS_WITH(check_finite(at::tensor(many), "score"),
                     testing::starts_with("documents 0, 1, 2, 3, 4, 5, 6, 7, 8, 9 and 15 more of 25: "));
+}
+
+TEST_CASE(
+    "FiniteCheck names the rows holding NaN or infinity after the wait, as check_finite does, on the host and a GPU",
+    "[models][outputs][gpu]") {
+  const at::Tensor x = rows_of({{1.0f, 2.0f}, {kNaN, 1.0f}, {3.0f, 4.0f}, {kInf, 1.0f}, {-kInf, -kInf}, {0.0f, 0.0f}});
+  std::vector<c10::Device> devices{c10::Device(c10::kCPU)};
+  if (cuda_device_count() > 0) devices.emplace_back(c10::kCUDA, 0);
+  for (const c10::Device& device : devices) {
+    INFO(device.str());
+    const FiniteCheck bad(x.to(device));
+    if (device.is_cuda()) wait_for_stream(c10::impl::getDeviceGuardImpl(c10::kCUDA)->getStream(device));
+    try {
+      bad.check("embedding");
+      FAIL("FiniteCheck accepted NaN and infinity");
+    } catch (const NonFiniteOutput& e) {
+      CHECK(e.rows() == std::vector<std::size_t>{1, 3, 4});
+      CHECK_THAT(std::string(e.what()),
+                 testing::starts_with("documents 1, 3, 4 of 6: their embeddings hold NaN or infinity ("));
+    }
+    const FiniteCheck fine(rows_of({{1.0f}, {2.0f}}).to(device));
+    if (device.is_cuda()) wait_for_stream(c10::impl::getDeviceGuardImpl(c10::kCUDA)->getStream(device));
+    CHECK_NOTHROW(fine.check("score"));
+    CHECK_NOTHROW(FiniteCheck(at::empty({0, 4}, at::TensorOptions().device(device))).check("embedding"));
+  }
 }
 
 TEST_CASE("a token whose weights are NaN makes only the documents holding it non-finite, through Normalize",

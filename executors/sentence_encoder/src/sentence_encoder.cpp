@@ -395,17 +395,19 @@ class SentenceEncoder : public Executor {
       models::scatter_rows(result, rows, pass, pooled);
       figures.add(pass, graphed);
     }
+    if (const auto dims = request.param_or<std::size_t>("dimensions", 0); dims != 0) result = sized(result, dims);
     const auto enqueued = Clock::now();
+    // NaN or infinity is never handed out as an embedding: the request fails, naming its documents.
     if (keep_on_device_ && device_.is_cuda()) {
       // Handlers finish their GPU work before returning (executor.hpp): the next executor reads these rows
-      // from its own stream.
+      // from its own stream. The rows' finiteness comes back with that one wait.
+      const models::FiniteCheck finite(result);
       wait_for_stream(*stream_);
-    } else if (stream_) {
-      result = output_staging_.to_host(result, *stream_);
+      finite.check("embedding");
+    } else {
+      if (stream_) result = output_staging_.to_host(result, *stream_);
+      models::check_finite(result, "embedding");
     }
-    if (const auto dims = request.param_or<std::size_t>("dimensions", 0); dims != 0) result = sized(result, dims);
-    // NaN or infinity is never handed out as an embedding: the request fails, naming its documents.
-    models::check_finite(result, "embedding");
     docs.set_embeddings(result);
     const auto done = Clock::now();
     unfinished_ = false;

@@ -54,6 +54,22 @@ class NonFiniteOutput : public Error {
 // Throws NonFiniteOutput when some row of `outputs` is not finite (nonfinite_rows(); waits for the device).
 void check_finite(const at::Tensor& outputs, std::string_view what);
 
+// The same check split around a wait the caller makes anyway, for outputs that stay on a GPU: the
+// constructor enqueues each row's finiteness on the current stream and its copy into pinned host memory
+// (no wait); after the caller has waited for that stream, check() reads the flags and throws as
+// check_finite() does. So a request whose embeddings stay on the device waits for it once, not three times
+// (nonfinite_rows() waits for a nonzero() and a copy). On the host the constructor does nothing and check()
+// is check_finite(). Used on the thread that enqueued the outputs; `outputs` must not change in between.
+class FiniteCheck {
+ public:
+  explicit FiniteCheck(const at::Tensor& outputs);
+  void check(std::string_view what) const;
+
+ private:
+  at::Tensor outputs_;  // on the host: the outputs themselves
+  at::Tensor flags_;    // on a GPU: one bool per row, true where finite, in pinned host memory
+};
+
 // Each row of x [n, d] (floating point, any device) divided by its L2 norm, or by 1e-12 where the norm is
 // smaller (torch.nn.functional.normalize's eps, as sentence-transformers' Normalize): a zero row stays zero.
 // On the host, each row is scaled by its largest magnitude first, so no finite row overflows or underflows in
