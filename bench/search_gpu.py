@@ -28,7 +28,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 from gpu_bench import gpu_parser  # noqa: E402
 from serve_gpu import cpu_snapshot, cpu_use, executor_totals, post, start_server  # noqa: E402
 
-FLOW = """executors:
+FLOW = """with:
+  queue_capacity: {queue_capacity}
+executors:
   - name: encoder
     uses: SentenceEncoder
     device: cuda
@@ -46,11 +48,15 @@ FLOW = """executors:
 
 def main():
     parser = gpu_parser()
-    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--connections", type=lambda v: [int(x) for x in v.split(",")], default=[64],
+                        help="clients of the closed loop; a comma-separated list runs one load after another "
+                             "against the same server (1,64,256)")
     parser.add_argument("--duration", type=float, default=10)
     parser.add_argument("--replicas", type=int, default=4)
     parser.add_argument("--dtype", default="fp16")
-    parser.add_argument("--delay-ms", type=float, default=2)
+    parser.add_argument("--delay-ms", type=float, default=0)
+    parser.add_argument("--queue-capacity", type=int, default=1024,
+                        help="the flow's queue_capacity, and so the gateway's requests in flight (more: 503)")
     parser.add_argument("--index-batch", type=int, default=1024)
     parser.add_argument("--io-threads", type=int, default=0, help="the gateway's I/O threads (0: one per core)")
     parser.add_argument("--index-delay-ms", type=float, default=None, help="the index's max_delay_ms (default: --delay-ms)")
@@ -72,54 +78,69 @@ def main():
         flow = tmp / "search.yml"
         flow.write_text(FLOW.format(replicas=args.replicas, model=args.model, dtype=args.dtype, delay=args.delay_ms,
                                     workspace=workspace, index_batch=args.index_batch,
-                                    index_replicas=args.index_replicas,
+                                    index_replicas=args.index_replicas, queue_capacity=args.queue_capacity,
                                     index_delay=args.delay_ms if args.index_delay_ms is None else args.index_delay_ms))
         args.grpc = False  # start_server serves HTTP only then
         proc, (port,) = start_server(args, flow, tmp)
         try:
             url = f"http://127.0.0.1:{port}/search"
             body = json.dumps({"data": [{"text": "a whale hunt"}], "parameters": {"limit": 10}})
-            answer = json.loads(post(url, body)[1])
+            raw = post(url, body)[1]
+            answer = json.loads(raw)
+            print(f"one answer: {len(raw)} bytes, the query's embedding "
+                  f"{'in it' if answer['data'][0].get('embedding') else 'left out'}", flush=True)
             matches = answer["data"][0]["matches"]
             if len(matches) != 10:
                 raise SystemExit(f"/search answered {len(matches)} matches, want 10")
             print(f"best match: {matches[0]['scores']} {matches[0]['text'][:80]!r}", flush=True)
             body_file = tmp / "body.json"
             body_file.write_text(body)
-            out_json = tmp / "load.json"
-            cmd = [str(pathlib.Path(args.build) / "bench/http_load"), "--url", url, "--body-file", str(body_file),
-                   "--connections", str(args.connections), "--duration", str(args.duration), "--warmup", "2",
-                   "--json", str(out_json)]
-            print(f"==> {' '.join(cmd)}", flush=True)
-            base = f"http://127.0.0.1:{port}"
-            seconds_before, cpu_before, started = executor_totals(base), cpu_snapshot(proc.pid), time.monotonic()
-            load = subprocess.run(cmd, capture_output=True, text=True)
-            wall = time.monotonic() - started
-            cpu, seconds_after = cpu_use(cpu_before, cpu_snapshot(proc.pid), wall), executor_totals(base)
-            print(load.stdout + load.stderr, flush=True)
-            if not out_json.exists():
-                raise SystemExit(f"http_load wrote no figures (exit {load.returncode})")
-            figures = json.loads(out_json.read_text())
-            # Where the time went over the load (warm-up included): each executor's handler seconds per
-            # batch and its own figures, and the server's CPU by thread group.
-            spent = {f"{e} {k}": seconds_after[(e, k)] - seconds_before.get((e, k), 0.0) for e, k in seconds_after
-                     if k != "documents"}
-            figures["executor_seconds"] = spent
-            figures["cpu"] = cpu
-            for executor in sorted({e for e, _ in seconds_after}):
-                batches = spent.get(f"{executor} batches", 0.0)
-                parts = ", ".join(f"{k.split(' ', 1)[1]} {v / max(batches, 1) * 1e3:.2f} ms"
-                                  for k, v in sorted(spent.items())
-                                  if k.startswith(executor + " ") and not k.endswith(" batches"))
-                print(f"  {executor}: {batches:.0f} batches; per batch {parts}", flush=True)
-            print("  cpu: " + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items()), flush=True)
+            results = [load_run(args, proc, port, url, body_file, tmp, connections)
+                       for connections in args.connections]
         finally:
             proc.terminate()
             proc.wait(timeout=60)
-    (out / "search_gpu.json").write_text(json.dumps(figures, indent=1))
-    lat = figures.get("latency_ms", {})
-    print(f"search served: {figures['requests_per_s']:.0f} queries/s, p50 {lat.get('p50', 0):.2f} ms, "
-          f"p99 {lat.get('p99', 0):.2f} ms, errors {figures.get('errors', {}).get('total', 0)}")
+    (out / "search_gpu.json").write_text(json.dumps(results if len(results) > 1 else results[0], indent=1))
+    for figures in results:
+        lat = figures.get("latency_ms", {})
+        print(f"search served, {figures['connections']} clients: {figures['requests_per_s']:.0f} queries/s, "
+              f"p50 {lat.get('p50', 0):.2f} ms, p99 {lat.get('p99', 0):.2f} ms, "
+              f"errors {figures.get('errors', {}).get('total', 0)}")
+
+
+def load_run(args, proc, port, url, body_file, tmp, connections):
+    """One closed loop of `connections` clients against the running server: http_load's figures, with where
+    the time went during it."""
+    out_json = tmp / f"load-{connections}.json"
+    duration = args.duration if connections > 1 else min(args.duration, 5)
+    cmd = [str(pathlib.Path(args.build) / "bench/http_load"), "--url", url, "--body-file", str(body_file),
+           "--connections", str(connections), "--duration", str(duration), "--warmup", "2",
+           "--json", str(out_json)]
+    print(f"==> {' '.join(cmd)}", flush=True)
+    base = f"http://127.0.0.1:{port}"
+    seconds_before, cpu_before, started = executor_totals(base), cpu_snapshot(proc.pid), time.monotonic()
+    load = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.monotonic() - started
+    cpu, seconds_after = cpu_use(cpu_before, cpu_snapshot(proc.pid), wall), executor_totals(base)
+    print(load.stdout + load.stderr, flush=True)
+    if not out_json.exists():
+        raise SystemExit(f"http_load wrote no figures (exit {load.returncode})")
+    figures = json.loads(out_json.read_text())
+    figures["connections"] = connections
+    # Where the time went over the load (warm-up included): each executor's handler seconds per batch and its
+    # own figures, and the server's CPU by thread group.
+    spent = {f"{e} {k}": seconds_after[(e, k)] - seconds_before.get((e, k), 0.0) for e, k in seconds_after
+             if k != "documents"}
+    figures["executor_seconds"] = spent
+    figures["cpu"] = cpu
+    for executor in sorted({e for e, _ in seconds_after}):
+        batches = spent.get(f"{executor} batches", 0.0)
+        parts = ", ".join(f"{k.split(' ', 1)[1]} {v / max(batches, 1) * 1e3:.2f} ms"
+                          for k, v in sorted(spent.items())
+                          if k.startswith(executor + " ") and not k.endswith(" batches"))
+        print(f"  {executor}: {batches:.0f} batches; per batch {parts}", flush=True)
+    print("  cpu: " + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items()), flush=True)
+    return figures
 
 
 if __name__ == "__main__":
