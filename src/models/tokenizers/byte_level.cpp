@@ -65,24 +65,21 @@ class ByteLevel final : public PreTokenizer {
 
   // With offsets, each byte's character takes the place of the character it is a byte of, and the prefix
   // space that of the word's first character (tokenizers' prepend).
+  // The prefixed word's places are the word's own, shifted by one: emit() reads them through Places, not a copy.
   void pre_tokenize(Scratch& s) const override {
     thread_local std::u32string prefixed;
-    thread_local std::vector<Align> prefixed_align;
     s.other.clear();
     s.other_words.clear();
     s.other_align.clear();
     for (const Span word : s.words) {
       std::u32string_view piece = std::u32string_view(s.text).substr(word.begin, word.end - word.begin);
-      const Align* places = s.track ? s.align.data() + word.begin : nullptr;
+      Places places{s.track ? s.align.data() + word.begin : nullptr};
       if (add_prefix_space_ && (piece.empty() || piece.front() != U' ')) {
         prefixed.assign(1, U' ');
         prefixed.append(piece);
         piece = prefixed;
-        if (s.track) {
-          prefixed_align.assign(1, piece.size() > 1 ? places[0] : Align{});
-          prefixed_align.insert(prefixed_align.end(), places, places + (piece.size() - 1));
-          places = prefixed_align.data();
-        }
+        places.shifted = true;
+        if (places.at != nullptr && piece.size() > 1) places.first = places.at[0];
       }
       if (!regex_) {
         emit(piece, places, s);
@@ -90,11 +87,11 @@ class ByteLevel final : public PreTokenizer {
       }
       std::size_t previous = 0;  // Isolated: the matches and what lies between them, each a word
       regex_->for_each_match(piece, [&](std::size_t begin, std::size_t end) {
-        if (begin > previous) emit(piece.substr(previous, begin - previous), places ? places + previous : nullptr, s);
-        if (end > begin) emit(piece.substr(begin, end - begin), places ? places + begin : nullptr, s);
+        if (begin > previous) emit(piece.substr(previous, begin - previous), places.from(previous), s);
+        if (end > begin) emit(piece.substr(begin, end - begin), places.from(begin), s);
         previous = end;
       });
-      if (piece.size() > previous) emit(piece.substr(previous), places ? places + previous : nullptr, s);
+      if (piece.size() > previous) emit(piece.substr(previous), places.from(previous), s);
     }
     s.text.swap(s.other);
     s.words.swap(s.other_words);
@@ -103,23 +100,49 @@ class ByteLevel final : public PreTokenizer {
   std::string name() const override { return "ByteLevel"; }
 
  private:
-  static void emit(std::u32string_view piece, const Align* places, Scratch& s) {
+  // The places of a piece's characters: `at`'s, or (shifted: the piece starts with the prefix space) the
+  // prefix space in the place of the word's first character and each character after it in the place of the
+  // one before it in the prefixed word. `first`: the prefix space's (none for an empty word: Align{}).
+  struct Places {
+    const Align* at = nullptr;  // null: no offsets
+    bool shifted = false;
+    Align first{};
+    Places from(std::size_t i) const {
+      if (at == nullptr || i == 0) return *this;
+      return Places{at + i - (shifted ? 1 : 0), false};
+    }
+  };
+
+  static void emit(std::u32string_view piece, Places places, Scratch& s) {
     const std::size_t begin = s.other.size();
-    if (places == nullptr) {
+    if (places.at == nullptr) {
       append_byte_level(piece, s.other);
-    } else if (append_byte_level(piece, s.other); s.other.size() - begin == piece.size()) {
-      s.other_align.insert(s.other_align.end(), places, places + piece.size());  // all ASCII: one byte each
+      s.other_words.push_back({begin, s.other.size()});
+      return;
+    }
+    std::size_t i = 0;  // the piece's characters from here are in the places of places.at[i - shift]
+    std::size_t shift = 0;
+    if (places.shifted) {  // the prefix space (ASCII)
+      s.other.push_back(k_byte_chars[' ']);
+      s.other_align.push_back(places.first);
+      i = 1, shift = 1;
+    }
+    const std::u32string_view rest = piece.substr(i);
+    const Align* const rest_places = places.at;
+    const std::size_t rest_begin = s.other.size();
+    if (append_byte_level(rest, s.other); s.other.size() - rest_begin == rest.size()) {
+      s.other_align.insert(s.other_align.end(), rest_places, rest_places + rest.size());  // all ASCII: one byte each
     } else {
-      s.other.resize(begin);
+      s.other.resize(rest_begin);
       // An ASCII character is one byte: one character and its place, without the general path's calls.
-      for (std::size_t i = 0; i < piece.size(); ++i) {
+      for (; i < piece.size(); ++i) {
         if (piece[i] < 0x80) {
           s.other.push_back(k_byte_chars[piece[i]]);
-          s.other_align.push_back(places[i]);
+          s.other_align.push_back(places.at[i - shift]);
           continue;
         }
         append_byte_level(piece.substr(i, 1), s.other);
-        fill_places(s.other_align, s.other.size(), places[i]);
+        fill_places(s.other_align, s.other.size(), places.at[i - shift]);
       }
     }
     s.other_words.push_back({begin, s.other.size()});

@@ -21,26 +21,30 @@ using tokenizers::TokenPlace;
 struct Sequence {
   std::vector<std::int32_t> ids;
   std::vector<TokenPlace> places;
-  std::vector<TokenOffsets> offsets;
 };
 
-// tokenizers' trim_offsets over the (truncated) sequence.
-void to_offsets(const Pipeline& p, Sequence& s) {
-  s.offsets.clear();
-  s.offsets.reserve(s.places.size());
-  for (std::size_t i = 0; i < s.places.size(); ++i) {
-    const TokenPlace& place = s.places[i];
-    TokenOffsets o{place.chars.begin, place.chars.end};
-    if (p.post.trim_offsets && (place.lead > 0 || place.trail > 0)) {
-      std::size_t lead = place.lead;
-      if (lead > 0) {
-        const bool first = i == 0 || o.start == 0;
-        if (first && p.post.add_prefix_space && lead == 1) lead = 0;
-        o.start = std::min(o.start + lead, o.end);
-      }
-      if (place.trail > 0 && o.end >= place.trail) o.end = std::max(o.end - place.trail, o.start);
+// The sequence's offsets appended to `out`, trimmed of spaces where the post-processor says trim_offsets
+// (tokenizers' process_offsets over the truncated sequence). Written in place into `out` grown once, in the
+// same pass that frames them: a vector of offsets between the places and the Encoding cost a pass per token.
+void append_offsets(const Pipeline& p, const Sequence& s, std::vector<TokenOffsets>& out) {
+  const std::size_t n = s.places.size(), from = out.size();
+  out.resize(from + n);
+  TokenOffsets* const o = out.data() + from;
+  const TokenPlace* const places = s.places.data();
+  if (!p.post.trim_offsets) {
+    for (std::size_t i = 0; i < n; ++i) o[i] = TokenOffsets{places[i].chars.begin, places[i].chars.end};
+    return;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const TokenPlace& place = places[i];
+    std::size_t start = place.chars.begin, end = place.chars.end;
+    if (std::size_t lead = place.lead; lead > 0) {
+      const bool first = i == 0 || start == 0;
+      if (first && p.post.add_prefix_space && lead == 1) lead = 0;
+      start = std::min(start + lead, end);
     }
-    s.offsets.push_back(o);
+    if (place.trail > 0 && end >= place.trail) end = std::max<std::size_t>(end - place.trail, start);
+    o[i] = TokenOffsets{start, end};
   }
 }
 
@@ -56,7 +60,8 @@ void keep(Sequence& s, std::size_t n, bool left) {
 }
 
 // The post-processor's template around one or two sequences.
-Encoding frame(const std::vector<tokenizers::TemplatePiece>& pieces, const Sequence& a, const Sequence* b) {
+Encoding frame(const Pipeline& p, const std::vector<tokenizers::TemplatePiece>& pieces, const Sequence& a,
+               const Sequence* b) {
   Encoding e;
   std::size_t total = 0;  // each vector allocated once, at its size
   for (const tokenizers::TemplatePiece& piece : pieces)
@@ -78,7 +83,7 @@ Encoding frame(const std::vector<tokenizers::TemplatePiece>& pieces, const Seque
     const Sequence& s = piece.sequence == 0 ? a : *b;
     e.ids.insert(e.ids.end(), s.ids.begin(), s.ids.end());
     e.type_ids.insert(e.type_ids.end(), s.ids.size(), piece.type_id);
-    e.offsets.insert(e.offsets.end(), s.offsets.begin(), s.offsets.end());
+    append_offsets(p, s, e.offsets);
     e.special.insert(e.special.end(), s.ids.size(), 0);
     e.sequence.insert(e.sequence.end(), s.ids.size(), static_cast<std::int8_t>(piece.sequence));
   }
@@ -104,8 +109,7 @@ Encoding Tokenizer::encode_with_offsets(std::string_view text, std::size_t max_l
   tokenize(p, text, a);
   const std::size_t added = p.post.added(false);
   if (max_length != 0) keep(a, max_length > added ? max_length - added : 0, p.truncate_left);
-  to_offsets(p, a);
-  return frame(p.post.single, a, nullptr);
+  return frame(p, p.post.single, a, nullptr);
 }
 
 Encoding Tokenizer::encode_pair_with_offsets(std::string_view first, std::string_view second,
@@ -121,9 +125,7 @@ Encoding Tokenizer::encode_pair_with_offsets(std::string_view first, std::string
     keep(a, n1, p.truncate_left);
     keep(b, n2, p.truncate_left);
   }
-  to_offsets(p, a);
-  to_offsets(p, b);
-  return frame(p.post.pair, a, &b);
+  return frame(p, p.post.pair, a, &b);
 }
 
 }  // namespace flowline::models

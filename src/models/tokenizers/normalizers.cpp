@@ -38,9 +38,9 @@ std::size_t form_head(const std::u32string& text, std::size_t head, NormalForm f
 // Removes the characters `removed` picks from s.text, and their places from s.align when offsets are tracked.
 template <class Removed>
 void erase_aligned(Scratch& s, Removed removed) {
-  if (s.track) {
-    std::size_t kept = 0;
-    for (std::size_t i = 0; i < s.text.size(); ++i)
+  if (s.track) {  // from the first character removed on (most text has none)
+    std::size_t kept = static_cast<std::size_t>(std::find_if(s.text.begin(), s.text.end(), removed) - s.text.begin());
+    for (std::size_t i = kept; i < s.text.size(); ++i)
       if (!removed(s.text[i])) s.align[kept++] = s.align[i];
     s.align.resize(kept);
   }
@@ -130,10 +130,12 @@ class BertNormalizer final : public Normalizer {
 
   // Cleans and pads s.text into s.other (lower-cased when asked) and swaps them, unless stripping accents
   // must go back to the original text: then s.text stays. Returns whether the text was all ASCII.
+  // With offsets, the places stay s.align's while each character makes one in its place (most text): they are
+  // copied into s.other_align only from the first character dropped or made into several on (moved_places).
   bool clean_and_pad(Scratch& s, bool lower) const {
     s.other.clear();
     s.other_align.clear();
-    bool ascii = true;
+    bool ascii = true, same_places = true;
     std::size_t head = s.head == 0 ? 0 : std::string::npos;
     for (std::size_t i = 0; i < s.text.size(); ++i) {
       if (i == s.head) head = s.other.size();
@@ -142,12 +144,13 @@ class BertNormalizer final : public Normalizer {
         if (clean_ && c < 0x20 && c != '\t' && c != '\n' && c != '\r') continue;
         if (clean_ && c == 0x7F) continue;
         s.other.push_back(clean_ && c < 0x20 ? U' ' : lower && c >= 'A' && c <= 'Z' ? c + 32 : c);
-        if (s.track) s.other_align.push_back(s.align[i]);
+        if (s.track && !(same_places && s.other.size() == i + 1)) moved_places(s, i, 1, same_places);
         continue;
       }
       ascii = false;
       if (clean_ && (c == 0xFFFD || is_control(c))) continue;
       const char32_t d = clean_ && is_whitespace(c) ? U' ' : c;
+      const std::size_t made = s.other.size();
       if (chinese_ && is_chinese_char(d)) {
         s.other.push_back(U' ');
         s.other.push_back(d);
@@ -157,13 +160,24 @@ class BertNormalizer final : public Normalizer {
       } else {
         s.other.push_back(d);
       }
-      if (s.track) fill_places(s.other_align, s.other.size(), s.align[i]);  // CJK padding, case: one place
+      if (s.track && !(same_places && made == i && s.other.size() == i + 1))  // CJK padding, case: one place
+        moved_places(s, i, s.other.size() - made, same_places);
     }
     if (!ascii && strip_accents_ && lower) return false;  // the caller starts again from s.text
     s.head = std::min(head, s.other.size());
     s.text.swap(s.other);
-    if (s.track) s.align.swap(s.other_align);
+    if (s.track && same_places) s.align.resize(s.text.size());  // the first places, as they were
+    if (s.track && !same_places) s.align.swap(s.other_align);
     return ascii;
+  }
+  // The places of the `made` characters s.text[i] made last in s.other; the first time, the places of those
+  // before them (each in its own character's place so far) copied first.
+  static void moved_places(Scratch& s, std::size_t i, std::size_t made, bool& same_places) {
+    if (same_places) {
+      s.other_align.assign(s.align.begin(), s.align.begin() + static_cast<std::ptrdiff_t>(s.other.size() - made));
+      same_places = false;
+    }
+    fill_places(s.other_align, s.other.size(), s.align[i]);
   }
 
   static void lowercase(Scratch& s) {

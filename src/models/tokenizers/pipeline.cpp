@@ -79,15 +79,21 @@ void split_added(std::basic_string_view<Char> text, const AddedMatcher<Char>& m,
 
 // The whitespace (tokenizers' char::is_whitespace, and ByteLevel's 'Ġ') a token's text starts and ends with,
 // for trim_offsets; counted each way over the whole text, as tokenizers counts them (a token all spaces
-// has both). Once per token with offsets: ASCII is decided inline.
+// has both). Once per token with offsets: ASCII and 'Ġ' are decided inline, and the common token (a letter
+// first and last, or 'Ġ' then a letter) costs two or three comparisons.
+inline bool trim_space(char32_t c) {
+  return c < 0x80 ? c == ' ' || (c >= 0x09 && c <= 0x0D) : c == U'\u0120' || is_whitespace(c);
+}
+inline void count_trimmed(const char32_t* text, std::size_t size, TokenPlace& place) {
+  std::size_t i = 0, j = size;
+  while (i < j && trim_space(text[i])) ++i;
+  while (j > 0 && trim_space(text[j - 1])) --j;
+  place.lead = static_cast<std::uint32_t>(i);
+  place.trail = static_cast<std::uint32_t>(size - j);
+}
 TokenPlace trimmed(Align chars, std::u32string_view text) {
-  const auto space = [](char32_t c) {
-    return c < 0x80 ? c == ' ' || (c >= 0x09 && c <= 0x0D) : c == U'\u0120' || is_whitespace(c);
-  };
   TokenPlace place{chars};
-  std::size_t i = 0, j = text.size();
-  while (i < j && space(text[i])) ++place.lead, ++i;
-  while (j > 0 && space(text[j - 1])) ++place.trail, --j;
+  count_trimmed(text.data(), text.size(), place);
   return place;
 }
 
@@ -182,13 +188,17 @@ void Pipeline::tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids, std::
   for (const Span word : s.words)
     if (word.end > word.begin) model->tokenize(s, word, ids);
   if (places == nullptr) return;
-  const std::u32string_view text = s.text;
-  places->reserve(places->size() + s.pieces.size());
-  for (const Span piece : s.pieces) {
-    const Align chars = join(s.align, piece.begin, piece.end);
-    places->push_back(post.trim_offsets ? trimmed(chars, text.substr(piece.begin, piece.end - piece.begin))
-                                        : TokenPlace{chars});
-  }
+  // Each piece's place, written in place into `places` grown once (a push_back per token kept its size in
+  // memory between calls).
+  const std::size_t n = s.pieces.size(), first = places->size();
+  places->resize(first + n);
+  TokenPlace* const out = places->data() + first;
+  const Span* const pieces = s.pieces.data();
+  const Align* const align = s.align.data();
+  for (std::size_t i = 0; i < n; ++i) out[i].chars = Align{align[pieces[i].begin].begin, align[pieces[i].end - 1].end};
+  if (!post.trim_offsets) return;
+  const char32_t* const text = s.text.data();
+  for (std::size_t i = 0; i < n; ++i) count_trimmed(text + pieces[i].begin, pieces[i].end - pieces[i].begin, out[i]);
 }
 
 std::size_t Pipeline::frame(const std::vector<std::int32_t>& a, const std::vector<std::int32_t>* b,

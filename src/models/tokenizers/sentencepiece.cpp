@@ -198,28 +198,33 @@ class Metaspace final : public PreTokenizer {
 
   void pre_tokenize(Scratch& s) const override {
     s.other_words.clear();
-    // Written through a pointer into room for the text and one prepended ▁ a word, then cut to size.
+    // Written through a pointer into room for the text and one prepended ▁ a word, then cut to size; with
+    // offsets, each character's place alike (null without: one loop serves both, the test hoisted by the
+    // compiler since nothing it writes can change the pointers).
     s.other.resize(s.text.size() + s.words.size());
     if (s.track) s.other_align.resize(s.other.size());
     char32_t* const out = s.other.data();
+    const char32_t* const text = s.text.data();
+    Align* const out_align = s.track ? s.other_align.data() : nullptr;
+    const Align* const align = s.track ? s.align.data() : nullptr;
     std::size_t size = 0;
     for (const Span word : s.words) {
       if (word.end == word.begin) continue;
       std::size_t start = size;
-      const char32_t head = s.text[word.begin];
+      const char32_t head = text[word.begin];
       const bool prepend =
           prepend_ == PrependScheme::always || (prepend_ == PrependScheme::first && word.begin < s.origin);
       if (prepend && head != U' ' && head != replacement_) {
-        if (s.track) s.other_align[size] = s.align[word.begin];  // the place of the word's first character
+        if (out_align != nullptr) out_align[size] = align[word.begin];  // the place of the word's first character
         out[size++] = replacement_;
       }
       for (std::size_t i = word.begin; i < word.end; ++i) {
-        const char32_t c = s.text[i] == U' ' ? replacement_ : s.text[i];
+        const char32_t c = text[i] == U' ' ? replacement_ : text[i];
         if (split_ && c == replacement_ && size > start) {  // a new word before every ▁
           s.other_words.push_back({start, size});
           start = size;
         }
-        if (s.track) s.other_align[size] = s.align[i];
+        if (out_align != nullptr) out_align[size] = align[i];
         out[size++] = c;
       }
       s.other_words.push_back({start, size});
