@@ -5,25 +5,21 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$ROOT/scripts/setup.sh"
-# The Python clients of the compatibility tests (tests/gateway/test_clients.cpp): up to date in a second.
-# Under CI=true a failure here stops the run; elsewhere (offline, say) those tests then skip with a warning.
-printf '\n==> the Python clients of the compatibility tests (.venv-clients)\n'
-if ! "$ROOT/scripts/setup-clients.sh"; then
+# The Python clients of the compatibility tests, each set in a venv of its own, up to date in a second:
+# .venv-clients (tests/gateway/test_clients.cpp: Jina, openai, cohere) and .venv-clip (test_clip_client.cpp:
+# CLIP-as-service's clip-client needs docarray < 0.30). Under CI=true a failure here stops the run; elsewhere
+# (offline, say) those tests then skip with a warning.
+client_venv() {  # SCRIPT, what it is for
+  printf '\n==> %s (%s)\n' "$2" "$1"
+  "$ROOT/scripts/$1" && return 0
   if [ "${CI:-}" = true ] || [ "${CI:-}" = 1 ]; then
-    echo "scripts/setup-clients.sh failed, and CI=true: the Jina and openai client tests cannot skip" >&2
+    echo "scripts/$1 failed, and CI=true: the tests of $2 cannot skip" >&2
     exit 1
   fi
-  echo "scripts/setup-clients.sh failed: the Jina and openai client tests will skip" >&2
-fi
-# CLIP-as-service's own client (tests/gateway/test_clip_client.cpp) in a venv of its own: it needs docarray < 0.30.
-printf '\n==> the clip-client package of its compatibility test (.venv-clip)\n'
-if ! "$ROOT/scripts/setup-clip-client.sh"; then
-  if [ "${CI:-}" = true ] || [ "${CI:-}" = 1 ]; then
-    echo "scripts/setup-clip-client.sh failed, and CI=true: the clip-client test cannot skip" >&2
-    exit 1
-  fi
-  echo "scripts/setup-clip-client.sh failed: the clip-client test will skip" >&2
-fi
+  echo "scripts/$1 failed: the tests of $2 will skip" >&2
+}
+client_venv setup-clients.sh "the Python clients of the compatibility tests"
+client_venv setup-clip-client.sh "CLIP-as-service's clip-client"
 printf '\n==> checking the code: formatting (.clang-format) and shape (file and function sizes)\n'
 checks=0
 "$ROOT/scripts/check-format.sh" || checks=1

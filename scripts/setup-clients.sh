@@ -135,66 +135,10 @@ import google.protobuf; assert google.protobuf.__version__.startswith("4."), goo
 import kubernetes_validate
 import cohere; assert cohere.__version__ == "7.3.1", cohere.__version__'
 
-step() { printf 'setup-clients: %s\n' "$*"; }
-die() { printf 'setup-clients: FAILED: %s\n' "$*" >&2; exit 1; }
-
-FORCE=no
-for arg in "$@"; do
-  case "$arg" in
-    --force) FORCE=yes ;;
-    *) echo "setup-clients.sh: unknown argument '$arg' (expected --force)" >&2; exit 2 ;;
-  esac
-done
-
-PIN_HASH="$(printf '%s' "$PINS" | sha256sum | cut -c1-16)"
-MARKER="$VENV/.flowline-clients-pins"
-PY="$VENV/bin/python"
-
-if [ "$FORCE" = yes ] && [ -e "$VENV" ]; then
-  [ -f "$VENV/pyvenv.cfg" ] || die "$VENV exists but is not a virtualenv (no pyvenv.cfg); not deleting it"
-  step "--force: deleting $VENV"
-  rm -rf "$VENV"
-fi
-
-# 1. Already complete? (venv's python runs, the marker names this pin set, the imports work)
-if [ -x "$PY" ] && [ "$(cat "$MARKER" 2>/dev/null)" = "$PIN_HASH" ] && "$PY" -c "$SMOKE" >/dev/null 2>&1; then
-  step "$VENV is up to date (jina 3.34.0, docarray 0.40.0, openai 3.54.0, cohere 7.3.1); nothing to do"
-  exit 0
-fi
-
-# 2. The venv itself: created when missing, recreated when its python no longer runs.
-if [ -e "$VENV" ] && ! "$PY" -c 'import sys' >/dev/null 2>&1; then
-  [ -f "$VENV/pyvenv.cfg" ] || die "$VENV exists but is not a virtualenv (no pyvenv.cfg); move it away"
-  step "$VENV is broken (its python does not run): recreating it"
-  rm -rf "$VENV"
-fi
-if [ ! -e "$VENV" ]; then
-  command -v "$PYTHON" >/dev/null || die "$PYTHON not found (install python3 and python3-venv)"
-  "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 9) else 1)' ||
-    die "$PYTHON is $("$PYTHON" -V 2>&1); Jina 3.34.0 needs Python >= 3.9"
-  step "creating $VENV with $("$PYTHON" -V 2>&1)"
-  "$PYTHON" -m venv "$VENV" >/dev/null || die "'$PYTHON -m venv $VENV' failed (Debian: apt-get install python3-venv)"
-else
-  step "using existing $VENV ($("$PY" -V 2>&1))"
-fi
-
-# 3. The pinned set. pip prints only errors; on failure its log tail is shown.
-LOG="$(mktemp -t setup-clients.XXXXXX.log)"
-REQ="$(mktemp -t setup-clients.XXXXXX.txt)"
-trap 'rm -f "$LOG" "$REQ"' EXIT
-printf '%s\n' "$PINS" | sed '/^$/d' >"$REQ"
-step "installing $(wc -l <"$REQ") pinned packages (jina 3.34.0, docarray 0.40.0, openai 3.54.0, cohere 7.3.1) into $VENV"
-if ! "$PY" -m pip install --disable-pip-version-check --no-input -q -r "$REQ" >"$LOG" 2>&1; then
-  tail -n 30 "$LOG" >&2
-  die "pip install failed (log above); is PyPI reachable?"
-fi
-
-# 4. Check: nothing inconsistent, and the imports work.
-step "checking the install (pip check, imports)"
-if ! "$PY" -m pip check >"$LOG" 2>&1; then
-  cat "$LOG" >&2
-  die "pip check found broken requirements in $VENV"
-fi
-"$PY" -c "$SMOKE" >"$LOG" 2>&1 || { cat "$LOG" >&2; die "the installed clients do not import"; }
-echo "$PIN_HASH" >"$MARKER"
-step "done: $VENV/bin/python has jina 3.34.0 (HTTP Client, Flow), docarray 0.40.0, openai 3.54.0, cohere 7.3.1, kubernetes-validate 1.37.0"
+NAME=setup-clients
+SUMMARY="jina 3.34.0 (HTTP Client, Flow), docarray 0.40.0, openai 3.54.0, cohere 7.3.1, kubernetes-validate 1.37.0"
+PY_RANGE="(3, 9) <= sys.version_info"
+PY_NEED="Jina 3.34.0 needs Python >= 3.9"
+# shellcheck source=scripts/lib/pinned-venv.sh
+source "$ROOT/scripts/lib/pinned-venv.sh"
+pinned_venv "$@"

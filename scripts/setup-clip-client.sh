@@ -122,66 +122,10 @@ assert docarray.__version__ == "0.21.1", docarray.__version__
 assert pydantic.VERSION.startswith("1."), pydantic.VERSION
 import google.protobuf; assert google.protobuf.__version__.startswith("4."), google.protobuf.__version__'
 
-step() { printf 'setup-clip-client: %s\n' "$*"; }
-die() { printf 'setup-clip-client: FAILED: %s\n' "$*" >&2; exit 1; }
-
-FORCE=no
-for arg in "$@"; do
-  case "$arg" in
-    --force) FORCE=yes ;;
-    *) echo "setup-clip-client.sh: unknown argument '$arg' (expected --force)" >&2; exit 2 ;;
-  esac
-done
-
-PIN_HASH="$(printf '%s' "$PINS" | sha256sum | cut -c1-16)"
-MARKER="$VENV/.flowline-clip-client-pins"
-PY="$VENV/bin/python"
-
-if [ "$FORCE" = yes ] && [ -e "$VENV" ]; then
-  [ -f "$VENV/pyvenv.cfg" ] || die "$VENV exists but is not a virtualenv (no pyvenv.cfg); not deleting it"
-  step "--force: deleting $VENV"
-  rm -rf "$VENV"
-fi
-
-# 1. Already complete? (venv's python runs, the marker names this pin set, the imports work)
-if [ -x "$PY" ] && [ "$(cat "$MARKER" 2>/dev/null)" = "$PIN_HASH" ] && "$PY" -W ignore -c "$SMOKE" >/dev/null 2>&1; then
-  step "$VENV is up to date (clip-client 0.8.3, jina 3.27.0, docarray 0.21.1); nothing to do"
-  exit 0
-fi
-
-# 2. The venv itself: created when missing, recreated when its python no longer runs.
-if [ -e "$VENV" ] && ! "$PY" -c 'import sys' >/dev/null 2>&1; then
-  [ -f "$VENV/pyvenv.cfg" ] || die "$VENV exists but is not a virtualenv (no pyvenv.cfg); move it away"
-  step "$VENV is broken (its python does not run): recreating it"
-  rm -rf "$VENV"
-fi
-if [ ! -e "$VENV" ]; then
-  command -v "$PYTHON" >/dev/null || die "$PYTHON not found (install python3 and python3-venv)"
-  "$PYTHON" -c 'import sys; sys.exit(0 if (3, 8) <= sys.version_info < (3, 13) else 1)' ||
-    die "$PYTHON is $("$PYTHON" -V 2>&1); the pinned wheels (grpcio 1.57, numpy 1.26) need Python 3.8 to 3.12"
-  step "creating $VENV with $("$PYTHON" -V 2>&1)"
-  "$PYTHON" -m venv "$VENV" >/dev/null || die "'$PYTHON -m venv $VENV' failed (Debian: apt-get install python3-venv)"
-else
-  step "using existing $VENV ($("$PY" -V 2>&1))"
-fi
-
-# 3. The pinned set. pip prints only errors; on failure its log tail is shown.
-LOG="$(mktemp -t setup-clip-client.XXXXXX.log)"
-REQ="$(mktemp -t setup-clip-client.XXXXXX.txt)"
-trap 'rm -f "$LOG" "$REQ"' EXIT
-printf '%s\n' "$PINS" | sed '/^$/d' >"$REQ"
-step "installing $(wc -l <"$REQ") pinned packages (clip-client 0.8.3, jina 3.27.0, docarray 0.21.1) into $VENV"
-if ! "$PY" -m pip install --disable-pip-version-check --no-input -q -r "$REQ" >"$LOG" 2>&1; then
-  tail -n 30 "$LOG" >&2
-  die "pip install failed (log above); is PyPI reachable?"
-fi
-
-# 4. Check: nothing inconsistent, and the imports work.
-step "checking the install (pip check, imports)"
-if ! "$PY" -m pip check >"$LOG" 2>&1; then
-  cat "$LOG" >&2
-  die "pip check found broken requirements in $VENV"
-fi
-"$PY" -W ignore -c "$SMOKE" >"$LOG" 2>&1 || { cat "$LOG" >&2; die "the installed client does not import"; }
-echo "$PIN_HASH" >"$MARKER"
-step "done: $VENV/bin/python has clip-client 0.8.3 (clip_client.Client), jina 3.27.0, docarray 0.21.1"
+NAME=setup-clip-client
+SUMMARY="clip-client 0.8.3 (clip_client.Client), jina 3.27.0, docarray 0.21.1"
+PY_RANGE="(3, 8) <= sys.version_info < (3, 13)"
+PY_NEED="the pinned wheels (grpcio 1.57, numpy 1.26) need Python 3.8 to 3.12"
+# shellcheck source=scripts/lib/pinned-venv.sh
+source "$ROOT/scripts/lib/pinned-venv.sh"
+pinned_venv "$@"
