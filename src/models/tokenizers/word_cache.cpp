@@ -25,7 +25,6 @@ void WordCache::clear() {
   slots_.assign(kSlots, Slot{});
   chars_.clear();
   ids_.clear();
-  places_.clear();
   words_ = 0;
 }
 
@@ -48,10 +47,16 @@ bool WordCache::append(std::u32string_view word, std::vector<std::int32_t>& ids,
     if (slot.hash == 0) return false;
     if (slot.hash == h && slot.length == word.size() &&
         std::u32string_view(chars_).substr(slot.chars, slot.length) == word) {
-      ids.insert(ids.end(), ids_.begin() + slot.ids, ids_.begin() + slot.ids + slot.count);
-      if (pieces != nullptr)
-        for (std::size_t k = slot.ids; k < slot.ids + slot.count; ++k)
-          pieces->push_back({at + places_[k].first, at + places_[k].second});
+      if (pieces == nullptr) {
+        ids.insert(ids.end(), ids_.begin() + slot.ids, ids_.begin() + slot.ids + slot.count);
+        return true;
+      }
+      // The places cache: each id, then its characters (begin | end << 8, relative to the word) beside it.
+      for (std::size_t k = slot.ids; k < slot.ids + 2 * std::size_t{slot.count}; k += 2) {
+        ids.push_back(ids_[k]);
+        const auto place = static_cast<std::uint32_t>(ids_[k + 1]);
+        pieces->push_back({at + (place & 0xFF), at + (place >> 8)});
+      }
       return true;
     }
   }
@@ -66,11 +71,14 @@ void WordCache::keep(std::u32string_view word, const std::int32_t* first, const 
   slots_[i] = Slot{h, static_cast<std::uint32_t>(chars_.size()), static_cast<std::uint32_t>(ids_.size()),
                    static_cast<std::uint16_t>(word.size()), static_cast<std::uint16_t>(last - first)};
   chars_.append(word);
-  ids_.insert(ids_.end(), first, last);
-  if (pieces != nullptr)  // a word is at most kLongestWord characters: its places fit a byte
-    for (std::ptrdiff_t k = 0; k < last - first; ++k)
-      places_.emplace_back(static_cast<std::uint8_t>(pieces[k].begin - at),
-                           static_cast<std::uint8_t>(pieces[k].end - at));
+  if (pieces == nullptr) {
+    ids_.insert(ids_.end(), first, last);
+  } else {  // a word is at most kLongestWord characters: its places fit a byte each
+    for (std::ptrdiff_t k = 0; k < last - first; ++k) {
+      ids_.push_back(first[k]);
+      ids_.push_back(static_cast<std::int32_t>((pieces[k].begin - at) | (pieces[k].end - at) << 8));
+    }
+  }
   ++words_;
 }
 

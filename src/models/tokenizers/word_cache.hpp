@@ -50,7 +50,7 @@ class WordCache {
   struct Slot {
     std::uint32_t hash = 0;
     std::uint32_t chars = 0;  // the word: chars_[chars, chars + length)
-    std::uint32_t ids = 0;    // its ids: ids_[ids, ids + count)
+    std::uint32_t ids = 0;    // its ids: ids_[ids, ids + count) (places cache: [ids, ids + 2 * count))
     std::uint16_t length = 0, count = 0;
   };
   static WordCache& of_thread(std::uint64_t model, bool places = false);
@@ -63,9 +63,10 @@ class WordCache {
   std::uint64_t model_ = 0;
   std::size_t words_ = 0;
   std::vector<Slot> slots_;
-  std::u32string chars_;                                       // every cached word's code points
-  std::vector<std::int32_t> ids_;                              // every cached word's ids
-  std::vector<std::pair<std::uint8_t, std::uint8_t>> places_;  // the places cache: each id's characters
+  std::u32string chars_;  // every cached word's code points
+  // Every cached word's ids; in the places cache, each id followed by its characters in the word (begin | end
+  // << 8), read in the same cache lines as the id (a separate array of places cost a miss a word).
+  std::vector<std::int32_t> ids_;
 };
 
 }  // namespace flowline::models::tokenizers
