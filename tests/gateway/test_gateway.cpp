@@ -602,8 +602,11 @@ void check_labels(const json::value& answer, const json::array& expected) {
     const json::object& got = answer.as_array()[i].as_object();
     CHECK(got.size() == 2);
     CHECK(got.at("label") == expected[i].at("label"));
+    // The served request and the in-process one are batched differently (a batch of three inputs against one),
+    // and float32 sums come out in another order: on this 2-core machine with two intra-op threads a raw score
+    // of 1.19 differed by 1.4e-6 (with one thread, not at all). 1e-5 is float32 noise, not a changed model.
     const double want = expected[i].at("score").to_number<double>();
-    CHECK(std::abs(got.at("score").to_number<double>() - want) <= 1e-6 * std::max(1.0, std::abs(want)));
+    CHECK(std::abs(got.at("score").to_number<double>() - want) <= 1e-5 * std::max(1.0, std::abs(want)));
   }
 }
 
