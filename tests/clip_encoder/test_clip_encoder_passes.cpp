@@ -76,6 +76,10 @@ Encoded encode(const std::string& kind, const boost::json::value& batch_size, co
 }  // namespace
 
 TEST_CASE("a ClipEncoder gives the same embeddings one item a pass as all in one pass", "[clip_encoder][passes]") {
+  // Passes of other sizes are other matrix shapes, whose float32 sums LibTorch's CPU kernels may order
+  // otherwise: on an AMD EPYC machine (2026-12-02) one item a pass came out up to 1.13e-6 from all in one
+  // (1e-6 was the bound); within 1e-5 is the same model, a wrong pass split is off by far more.
+  constexpr double kBound = 1e-5;
   for (const std::string kind : {"clip", "siglip"}) {
     INFO(kind);
     const Encoded one_pass = encode(kind, 64);
@@ -85,10 +89,10 @@ TEST_CASE("a ClipEncoder gives the same embeddings one item a pass as all in one
     REQUIRE(many.embeddings.sizes() == one_pass.embeddings.sizes());
     const double worst = (many.embeddings - one_pass.embeddings).abs().max().item<double>();
     INFO("largest difference " << worst);
-    CHECK(worst <= 1e-6);
+    CHECK(worst <= kBound);
     const Encoded two = encode(kind, 2);
     CHECK(two.passes == 5);  // texts 2 + 1, images 2 + 2 + 1
-    CHECK((two.embeddings - one_pass.embeddings).abs().max().item<double>() <= 1e-6);
+    CHECK((two.embeddings - one_pass.embeddings).abs().max().item<double>() <= kBound);
   }
 }
 
