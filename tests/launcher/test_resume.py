@@ -380,14 +380,16 @@ def a_table_killed_five_times_and_resumed_equals_an_uninterrupted_runs(r, rng):
     run's table row for row (ids, texts, tags, embeddings), and the last resume skipped what flowline_progress
     said had committed."""
     pg = PgServer(r)
-    # The corpus's first 10,000 lines (its files in order): rows go in at the encoder's pace, and a shorter
-    # input keeps the two whole runs short.
+    # The corpus's first 30,000 lines (its files in order): rows go in at the encoder's pace, and a shorter
+    # input keeps the two whole runs short. Not shorter: on a quiet 2-core machine 10,000 lines went in so fast
+    # that a resumed run ended before its kill (7,300 committed at the first kill, the second run then finished
+    # within the kill's delay: "only 1 of the runs were killed").
     source = os.path.join(r.scratch, "pg-input.txt")
     with open(source, "w", encoding="utf-8") as out:
         lines = []
         for name in sorted(os.listdir(r.corpus)):
             with open(os.path.join(r.corpus, name), encoding="utf-8") as f:
-                lines.extend(f.readlines()[:10000 - len(lines)])
+                lines.extend(f.readlines()[:30000 - len(lines)])
         out.writelines(lines)
     try:
         def argv(table, *more):
@@ -408,7 +410,8 @@ def a_table_killed_five_times_and_resumed_equals_an_uninterrupted_runs(r, rng):
         documents = json.loads(read(stats))["documents"]
         kills = 0
         for attempt in range(KILLS):
-            code = r.run_and_kill(None, rng.uniform(0.0, 0.3), argv=argv("killed", *(["--resume"] if attempt else [])),
+            # A shorter delay than the files' cases: committed() polls through psql, so progress is seen late.
+            code = r.run_and_kill(None, rng.uniform(0.0, 0.15), argv=argv("killed", *(["--resume"] if attempt else [])),
                                   synced=committed)
             if code == 0:
                 break
