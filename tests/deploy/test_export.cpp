@@ -1,6 +1,7 @@
 // `flowline export compose|kubernetes`: what the launcher writes, read back with yaml-cpp, the gateway's
 // flow validated by the launcher itself, and the Kubernetes manifests checked by kubernetes-validate
 // (.venv-clients) against Kubernetes 1.30. The containers themselves run in scripts/compose-test.sh.
+#include "ci.hpp"
 #include "test_support.hpp"
 
 #include <fmt/format.h>
@@ -13,6 +14,7 @@
 
 using namespace flowline;
 namespace fs = std::filesystem;
+using testing::running_in_ci;
 
 namespace {
 
@@ -56,11 +58,6 @@ std::string seq_text(const YAML::Node& seq) {
   std::string out;
   for (const auto& item : seq) out += (out.empty() ? "" : " ") + item.as<std::string>();
   return out;
-}
-
-bool running_in_ci() {
-  const char* ci = std::getenv("CI");
-  return ci != nullptr && (std::string(ci) == "true" || std::string(ci) == "1");
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // (scripts/setup-clients.sh) and Prometheus is Debian's package; without them the tests skip, except under CI=true,
 // where they fail.
 #include "child_process.hpp"
+#include "ci.hpp"
 #include "flowline/gateway.hpp"
 #include "http_call.hpp"
 #include "test_support.hpp"
@@ -35,6 +36,7 @@ using namespace flowline;
 using testing::ChildProcess;
 using testing::describe_status;
 using testing::eventually;
+using testing::running_in_ci;
 using namespace std::chrono_literals;
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -52,11 +54,6 @@ const fs::path kGoldens = kSource / "tests/data/goldens";
 constexpr int kDim = 384;
 
 // ---- prerequisites: skip where they are missing, fail under CI ----------------------------------------------
-
-bool running_in_ci() {
-  const char* ci = std::getenv("CI");
-  return ci != nullptr && (std::string(ci) == "true" || std::string(ci) == "1");
-}
 
 std::optional<fs::path> on_path(const std::string& program) {
   const char* path = std::getenv("PATH");

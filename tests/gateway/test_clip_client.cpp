@@ -5,6 +5,7 @@
 // against flowline's own /post). The client lives in .venv-clip (scripts/setup-clip-client.sh: it needs
 // docarray < 0.30, so not .venv-clients); without it the test skips, except under CI=true, where it fails.
 #include "child_process.hpp"
+#include "ci.hpp"
 #include "test_support.hpp"
 
 #include <fmt/format.h>
@@ -18,6 +19,7 @@
 
 using namespace flowline;
 using namespace std::chrono_literals;
+using testing::running_in_ci;
 namespace fs = std::filesystem;
 
 namespace {
@@ -28,11 +30,6 @@ const fs::path kScript = kSource / "tests/gateway/clients/clip_client_test.py";
 const fs::path kTinyClip = kSource / "tests/data/tiny-models/clip";
 const fs::path kImages = kSource / "tests/clip_encoder/data/images";
 constexpr int kTinyClipDim = 24;  // projection_dim of tests/data/tiny-models/clip/config.json
-
-bool running_in_ci() {
-  const char* ci = std::getenv("CI");
-  return ci != nullptr && (std::string(ci) == "true" || std::string(ci) == "1");
-}
 
 }  // namespace
 

@@ -17,6 +17,7 @@
   } while (false)
 #endif
 
+#include "../support/ci.hpp"
 #include "flowline/error.hpp"
 #include "flowline/models/tokenizer.hpp"
 
@@ -32,6 +33,7 @@
 
 namespace fs = std::filesystem;
 using flowline::models::Tokenizer;
+using flowline::testing::running_in_ci;
 
 namespace {
 
@@ -52,11 +54,6 @@ std::vector<TokenizerFile> tokenizer_files() {
         "bpe-bytelevel-roberta", "bpe-bytelevel-modernbert", "bpe-split-qwen", "bpe-bytefallback-llama"})
     files.push_back({kind, kSource / "tests/data/tokenizers" / kind / "tokenizer.json"});
   return files;
-}
-
-bool running_in_ci() {
-  const char* ci = std::getenv("CI");
-  return ci != nullptr && (std::string(ci) == "true" || std::string(ci) == "1");
 }
 
 std::string read_text(const fs::path& path) {
