@@ -8,7 +8,7 @@ extension needs LibTorch and the torch wheel it was built against. It needs only
 numpy where tensors cross), so any interpreter runs it — the one with jina for Jina 3 classes.
 
 Serving: imports the modules (each file's folder first on sys.path), builds the class with `with:` and serves
-it over flowline's binary protocol (docs/remote-protocol.md, versions 1..2) on 127.0.0.1:PORT, one request at a
+it over flowline's binary protocol (docs/remote-protocol.md, versions 1..4) on 127.0.0.1:PORT, one request at a
 time (one process is one replica). Prints `serving NAME on 127.0.0.1:PORT` once it listens (`failed ERROR` when
 the class cannot be built), then sends its stdout to stderr. The flow (src/core/python_workers.cpp) reads that
 line, connects as to a `hosts:` executor, and restarts the process when it exits; it exits when its stdin (a
@@ -16,7 +16,10 @@ pipe the flow holds) closes, so it never outlives the flow.
 
 Documents arrive as the protocol's frames and become `flowline.Document`s of this file (plain Python: no
 pickling, no LibTorch); a tensor is a numpy array over the frame's own bytes (no copy), and a large one in the
-answer is sent from its array's memory. A module's `import flowline` gets this file's light `flowline` module
+answer is sent from its array's memory. With the flow that started it (wire version 4), each connection shares a
+memfd segment: a large tensor is a numpy array over the segment (valid during its call only: a handler that keeps
+one longer keeps a copy), and the answer's large tensors are named by offset (the request's own, unchanged or
+changed in place) or copied into the request's region (docs/python.md, "What crosses without a copy"). A module's `import flowline` gets this file's light `flowline` module
 (Executor, requests, Document, RequestError). A jina Executor is driven through its `@requests` table with
 docarray DocLists (jina_adapter.py).
 
@@ -128,11 +131,15 @@ def load(py_modules, uses):
     return cls, kind_of(cls)
 
 
-# ---- the wire protocol (docs/remote-protocol.md, versions 1 and 2) ------------------------------------
+# ---- the wire protocol (docs/remote-protocol.md, versions 1 to 4) ----------------------------------------
 
 # As flowline's executor server: a Hello offering min..max gets the highest version both speak. Version 2's
 # Response status 2 is the request's own error; a version 1 client gets status 1 with the same message.
-MIN_VERSION, VERSION = 1, 2
+# Version 3's deadline is read and not acted on (a request here runs to its end: Python cannot stop a
+# handler) and its Cancel frames are ignored (one request at a time per connection: a Cancel arrives after
+# the answer it would have stopped). Version 4 adds a shared-memory segment per connection (Segment frame).
+MIN_VERSION, VERSION = 1, 4
+SHARED_BIT = 0x80  # version 4: a tensor's dtype byte with this bit holds an offset into the segment
 STATUS_OK, STATUS_FAILED, STATUS_REQUEST_ERROR = 0, 1, 2
 
 DTYPES = {1: "float32", 2: "float16", 4: "float64", 5: "int64", 6: "int32", 7: "int16", 8: "int8", 9: "uint8",
@@ -151,6 +158,8 @@ class RawTensor:
 class Reader:
     def __init__(self, buffer, offset):
         self.view, self.at = memoryview(buffer), offset
+        self.region = None  # version 4: (Segment, begin, end) of the request being read
+        self.received = {}  # id(array) -> (array, offset) of the tensors it read from the segment
 
     def take(self, n, what):
         if self.at + n > len(self.view):
@@ -189,7 +198,14 @@ def read_tensor(r, numpy):
     if rank > 8:
         raise ValueError(f"bad frame at byte {r.at}: tensor rank {rank} (at most 8)")
     shape = tuple(r.u64() for _ in range(rank))
-    data = r.take(r.u64(), "tensor data")
+    offset = None
+    if code & SHARED_BIT:
+        code &= ~SHARED_BIT
+        size, at = r.u64(), r.at
+        offset = r.u64()
+        data = region_bytes(r.region, offset, size, at)
+    else:
+        data = r.take(r.u64(), "tensor data")
     if code not in SIZES:
         raise ValueError(f"bad frame at byte {r.at}: unknown tensor dtype {code}")
     count = 1
@@ -199,7 +215,21 @@ def read_tensor(r, numpy):
         raise ValueError(f"bad frame at byte {r.at}: tensor data of {len(data)} bytes for shape {list(shape)}")
     if numpy is None or code not in DTYPES:
         return RawTensor(code, shape, bytes(data))
-    return numpy.frombuffer(data, dtype=DTYPES[code]).reshape(shape)  # a view of the frame's bytes
+    array = numpy.frombuffer(data, dtype=DTYPES[code]).reshape(shape)  # a view of the frame's or segment's bytes
+    if offset is not None:
+        r.received[id(array)] = (array, offset)  # answered unchanged: named by its offset, not copied
+    return array
+
+
+def region_bytes(region, offset, size, at):
+    """A tensor's bytes in the connection's segment (version 4), checked to lie within the request's region."""
+    if region is None:
+        raise ValueError(f"bad frame at byte {at}: a tensor in a shared segment on a connection without one")
+    segment, begin, end = region
+    if offset < begin or offset > end or size > end - offset:
+        raise ValueError(f"bad frame at byte {at}: a tensor of {size} bytes at offset {offset} of the shared "
+                         f"segment, outside this request's region [{begin}, {end})")
+    return segment.view[offset:offset + size]
 
 
 def blank_document():
@@ -272,6 +302,15 @@ def put_str(out, value):
 
 
 def put_tensor(out, value, numpy, where):
+    shared = out.shared if type(out) is Frame else None
+    if shared is not None:
+        known = shared.received.get(id(value))
+        if known is not None and known[0] is value:  # a tensor of the request, answered as it is (or changed in
+            out += struct.pack("<BB", CODES[value.dtype.name] | SHARED_BIT, value.ndim)  # place): its offset
+            out += struct.pack(f"<{value.ndim}Q", *value.shape)
+            out += U64.pack(value.nbytes)
+            out += U64.pack(known[1])
+            return
     if isinstance(value, RawTensor):
         code, shape, data = value.code, value.shape, value.data
     else:
@@ -286,6 +325,15 @@ def put_tensor(out, value, numpy, where):
             raise TypeError(f"{where}: dtype {array.dtype} cannot cross to flowline")
         code, shape = CODES[array.dtype.name], array.shape
         data = memoryview(numpy.ascontiguousarray(array)).cast("B")
+    if shared is not None and len(data) >= SHARED_MIN_BYTES and shared.end - shared.at >= len(data):
+        at = shared.at  # into the part of the request's region the client left for the answer
+        shared.segment.view[at:at + len(data)] = data
+        shared.at = at + (len(data) + SHARED_ALIGN - 1) // SHARED_ALIGN * SHARED_ALIGN
+        out += struct.pack("<BB", code | SHARED_BIT, len(shape))
+        out += struct.pack(f"<{len(shape)}Q", *shape)
+        out += U64.pack(len(data))
+        out += U64.pack(at)
+        return
     out += struct.pack("<BB", code, len(shape))
     out += struct.pack(f"<{len(shape)}Q", *shape)
     out += U64.pack(len(data))
@@ -301,12 +349,63 @@ def put_tensor(out, value, numpy, where):
 LARGE_TENSOR_BYTES = 64 << 10
 
 
+# Version 4: tensors of at least this many bytes go through the segment (as flowline's client sends them), each
+# at a multiple of SHARED_ALIGN.
+SHARED_MIN_BYTES, SHARED_ALIGN = 16 << 10, 64
+
+
+class Segment:
+    """A connection's shared-memory segment (version 4): the client's memfd, mapped here."""
+
+    def __init__(self, mapping):
+        self.mapping, self.view, self.size = mapping, memoryview(mapping), len(mapping)
+
+
+def map_segment(offer):
+    """Maps the segment a Segment frame offers: (Segment, "") or (None, why not)."""
+    import mmap
+
+    size, pid, fd = struct.unpack_from("<QII", offer.take(16, "segment"))
+    token = bytes(offer.raw("token"))
+    if offer.at != len(offer.view):
+        raise ValueError(f"bad frame at byte {offer.at}: bytes after the last field")
+    path = f"/proc/{pid}/fd/{fd}"
+    try:
+        handle = os.open(path, os.O_RDWR)
+    except OSError as e:
+        return None, f"cannot open {path}: {e.strerror}"
+    try:
+        if os.fstat(handle).st_size < size or size < len(token) or len(token) != 16:
+            return None, f"{path} is not a segment of {size} bytes"
+        mapping = mmap.mmap(handle, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    except (OSError, ValueError) as e:
+        return None, f"cannot map {path}: {e}"
+    finally:
+        os.close(handle)
+    if mapping[:16] != token:
+        mapping.close()
+        return None, f"{path} is not the client's segment (its token differs)"
+    return Segment(mapping), ""
+
+
+class Cursor:
+    """Where an answer's tensors go in the request's region: [at, end) of the segment; `received` names the
+    request's own tensors (answered by offset)."""
+
+    __slots__ = ("segment", "at", "end", "received")
+
+    def __init__(self, segment, at, end, received):
+        self.segment, self.at, self.end, self.received = segment, at, end, received
+
+
 class Frame(bytearray):
-    """An answer frame whose large tensors are kept aside in `spill`: (offset in this bytearray, bytes)."""
+    """An answer frame whose large tensors are kept aside in `spill`: (offset in this bytearray, bytes), or,
+    with a Cursor in `shared`, written into the connection's segment."""
 
     def __init__(self, *args):
         super().__init__(*args)
         self.spill = []
+        self.shared = None
 
     def size(self):
         return len(self) + sum(len(data) for _, data in self.spill)
@@ -443,7 +542,7 @@ def serve_connection(conn, served, numpy):
 
 def serve_frames(conn, served, numpy):
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    hello, version = True, MIN_VERSION
+    hello, version, segment = True, MIN_VERSION, None
     while True:
         head = read_exact(conn, 4)
         if head is None:
@@ -465,12 +564,21 @@ def serve_frames(conn, served, numpy):
                 put_str(welcome, served.type)
                 welcome += struct.pack("<II", MAX_FRAME_BYTES, 4)
                 conn.sendall(frame(2, welcome))
+            elif kind == 3:
+                send_frame(conn, answer(r, served, numpy, version, segment))
             elif kind == 6:
                 conn.sendall(frame(7, bytes(r.take(8, "nonce"))))
-            elif kind == 3:
-                send_frame(conn, answer(r, served, numpy, version))
+            elif kind == 8 and version >= 3:
+                r.take(8, "id")  # the request ran already: its answer went out before this was read
+            elif kind == 9 and version >= 4:
+                if segment is not None:
+                    return send_error(conn, "a second Segment frame")
+                segment, why = map_segment(r)
+                reply = bytearray(U8.pack(1 if segment else 0))
+                put_str(reply, why)
+                conn.sendall(frame(10, reply))
             else:
-                return send_error(conn, f"a client may not send frame type {kind}")
+                return send_error(conn, f"a client may not send frame type {kind} (protocol version {version})")
         except (ValueError, struct.error) as e:  # a malformed frame: say what, close the connection
             return send_error(conn, str(e))
 
@@ -481,10 +589,24 @@ def send_error(conn, message):
     conn.sendall(frame(5, body))
 
 
-def answer(r, served, numpy, version=VERSION):
+def answer(r, served, numpy, version=VERSION, segment=None):
     """The Response frame for the Request in `r`; a handler's exception fails its request alone (status 2 for
-    a RequestError on a version 2 connection, else 1)."""
+    a RequestError on a version 2 connection, else 1). On a version 4 connection with a segment, the request's
+    tensors there are arrays over it, and the answer's tensors go there: the request's own by their offset,
+    others (of SHARED_MIN_BYTES or more) copied into the region's free part while they fit, the rest inline."""
     request_id = r.u64()
+    if version >= 3:
+        r.u32()  # deadline_ms: a request here runs to its end
+    cursor = None
+    if version >= 4:
+        at = r.at
+        begin, size, free = struct.unpack_from("<QQQ", r.take(24, "region"))
+        if size:
+            if segment is None or begin > segment.size or size > segment.size - begin or not begin <= free <= begin + size:
+                raise ValueError(f"bad frame at byte {at}: the request's region [{begin}, +{size}) is not within "
+                                 f"the connection's shared segment")
+            r.region = (segment, begin, begin + size)
+            cursor = Cursor(segment, free, begin + size, r.received)
     endpoint, params = r.str(), r.str()
     docs = read_documents(r, numpy)
     if r.at != len(r.view):
@@ -494,10 +616,14 @@ def answer(r, served, numpy, version=VERSION):
         with served.lock:
             out = served.call(endpoint, docs, json.loads(params) if params else {})
         body = Frame(head + b"\0\0\0\0\0\0\0\0\0")  # status 0, no error, no error executor
+        body.shared = cursor
         put_documents(body, out, numpy)
     except Exception as e:  # noqa: BLE001 — a handler's exception fails its request alone
         refused = isinstance(e, RequestError) and version >= 2
         body = Frame(head + U8.pack(STATUS_REQUEST_ERROR if refused else STATUS_FAILED))
+        if cursor is not None:
+            cursor.at = free
+        body.shared = cursor
         put_str(body, error_text(e))
         put_str(body, served.name)
         put_documents(body, docs, numpy)

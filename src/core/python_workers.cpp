@@ -1,6 +1,8 @@
 // Python executors' worker processes and their validation (python_workers.hpp).
 #include "python_workers.hpp"
 
+#include "remote/shared_segment.hpp"
+
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <fmt/format.h>
@@ -244,6 +246,7 @@ struct PythonWorkers::Impl {
     Clock::time_point retry_at{};
   };
   std::vector<Worker> workers;
+  std::vector<std::string> addresses;  // registered for shared memory (remote::offer_shared_memory)
   std::thread supervisor;
   std::mutex mutex;
   std::condition_variable wake;
@@ -379,17 +382,37 @@ PythonWorkers::PythonWorkers(FlowConfig& config) : impl_(std::make_unique<Impl>(
     throw Error(error);
   }
   std::size_t next = 0;
+  const std::size_t shared = shared_memory_bytes();
   for (auto& e : config.executors) {
     if (!e.is_python() || e.is_remote()) continue;
-    for (int r = 0; r < std::max(e.replicas, 1); ++r)
+    for (int r = 0; r < std::max(e.replicas, 1); ++r) {
       e.hosts.push_back(fmt::format("127.0.0.1:{}", impl_->workers[next++].port));
+      // Our own worker on this machine: its connection gets a shared segment for tensors (wire version 4).
+      remote::offer_shared_memory(e.hosts.back(), shared);
+      impl_->addresses.push_back(e.hosts.back());
+    }
     e.remote.requeue_lost = false;  // a request that crashed its worker must not crash the next one
     e.remote.in_flight = 2;         // one running, one waiting in the socket: the worker never idles
     e.remote.retry_max = std::min(e.remote.retry_max, std::chrono::milliseconds(250));
   }
 }
 
-PythonWorkers::~PythonWorkers() { impl_->stop(); }
+PythonWorkers::~PythonWorkers() {
+  impl_->stop();
+  for (const auto& address : impl_->addresses) remote::offer_shared_memory(address, 0);
+}
+
+std::size_t shared_memory_bytes() {
+  const char* v = std::getenv("FLOWLINE_SHARED_MEMORY_BYTES");
+  if (!v || !*v) return kDefaultSharedMemoryBytes;
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(v, &end, 10);
+  if (*end != '\0' || v[0] == '-') {
+    spdlog::warn("FLOWLINE_SHARED_MEMORY_BYTES='{}' is not a byte count: using {}", v, kDefaultSharedMemoryBytes);
+    return kDefaultSharedMemoryBytes;
+  }
+  return static_cast<std::size_t>(n);
+}
 
 std::unique_ptr<PythonWorkers> start_python_workers(FlowConfig& config) {
   for (const auto& e : config.executors) {

@@ -22,6 +22,7 @@
 #include "flowline/error.hpp"
 #include "flowline/flow_config.hpp"
 
+#include <cstddef>
 #include <memory>
 #include <vector>
 
@@ -47,6 +48,12 @@ class PythonWorkers {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+// Shared memory (wire version 4, docs/python.md "What crosses without a copy"): each worker's connection gets
+// a memfd segment of shared_memory_bytes() for its tensors — FLOWLINE_SHARED_MEMORY_BYTES when set (0: none,
+// tensors cross in the frames as before), else kDefaultSharedMemoryBytes. Read when the workers start.
+inline constexpr std::size_t kDefaultSharedMemoryBytes = 64u << 20;
+std::size_t shared_memory_bytes();
 
 // PythonWorkers for `config` when it has a Python executor, else null.
 std::unique_ptr<PythonWorkers> start_python_workers(FlowConfig& config);

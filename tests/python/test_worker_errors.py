@@ -171,9 +171,14 @@ def hello(low, high):
     return struct.pack("<IB", 13, 1) + b"FLWL" + struct.pack("<HHI", low, high, 0)
 
 
-def request(limit):
+def request(limit, version=2):
     params = json.dumps({"limit": limit}).encode()
-    body = struct.pack("<BQ", 3, 7) + struct.pack("<I", 4) + b"/cut" + struct.pack("<I", len(params)) + params
+    body = struct.pack("<BQ", 3, 7)
+    if version >= 3:
+        body += struct.pack("<I", 0)  # no deadline
+    if version >= 4:
+        body += struct.pack("<QQQ", 0, 0, 0)  # no region of a shared segment
+    body += struct.pack("<I", 4) + b"/cut" + struct.pack("<I", len(params)) + params
     body += struct.pack("<I", 1) + struct.pack("<BBI", 1, 1, 3) + b"abc"  # one document: text "abc"
     return struct.pack("<I", len(body)) + body
 
@@ -198,7 +203,7 @@ def exchange(port, low, high, limit):
         if welcome[0] == 5:
             return None, None, welcome[5:].decode()
         assert welcome[0] == 2, welcome
-        s.sendall(request(limit))
+        s.sendall(request(limit, struct.unpack_from("<H", welcome, 1)[0]))
         response = read_frame(s)
         assert response[0] == 4 and struct.unpack_from("<Q", response, 1)[0] == 7, response
         status = response[9]
@@ -206,7 +211,7 @@ def exchange(port, low, high, limit):
         return struct.unpack_from("<H", welcome, 1)[0], status, response[14:14 + length].decode()
 
 
-def test_a_worker_speaks_wire_version_2_to_a_client_offering_it_and_1_to_an_older_one(tmp_path):
+def test_a_worker_speaks_the_highest_wire_version_a_client_offers_up_to_4_and_1_to_an_older_one(tmp_path):
     (tmp_path / "picky.py").write_text(EXECUTORS)
     worker = subprocess.Popen([sys.executable, str(PYWORKER), "--py-modules", str(tmp_path / "picky.py"), "--uses",
                                "Picky", "--port", "0"], stdout=subprocess.PIPE, text=True)
@@ -216,9 +221,10 @@ def test_a_worker_speaks_wire_version_2_to_a_client_offering_it_and_1_to_an_olde
         refused = "parameter 'limit': expected an integer in 1..100, not 0"
         assert exchange(port, 1, 2, 0) == (2, 2, refused)  # status 2: the request's own error
         assert exchange(port, 1, 1, 0) == (1, 1, refused)  # version 1 has no status 2: Failed, same message
-        assert exchange(port, 2, 5, 0) == (2, 2, refused)
-        assert exchange(port, 3, 4, 0) == (None, None,
-                                           "unsupported protocol version 3..4: this server speaks versions 1..2")
+        assert exchange(port, 1, 3, 0) == (3, 2, refused)  # version 3: a deadline in the request (not acted on)
+        assert exchange(port, 2, 5, 0) == (4, 2, refused)  # version 4 without a segment: plain frames
+        assert exchange(port, 5, 6, 0) == (None, None,
+                                           "unsupported protocol version 5..6: this server speaks versions 1..4")
     finally:
         worker.kill()
         worker.wait(timeout=30)

@@ -69,6 +69,7 @@ struct RemoteHost::Io {
     timer.cancel();
     retry.cancel();
     connected = false;
+    offered.reset();
     writes.clear();
     writing = false;
     backoff = 100ms;
@@ -97,6 +98,7 @@ struct RemoteHost::Io {
             if (ec2) return fail(mine, ec2.message());
             socket.set_option(tcp::no_delay(true));
             wire::Hello hello;
+            hello.max_version = wire::kSharedVersion;
             hello.token = host.options_.token;
             send(std::make_shared<std::string>(wire::encode_hello(hello)));
             read_frame(mine);
@@ -112,6 +114,7 @@ struct RemoteHost::Io {
     timer.cancel();
     const bool was_connected = connected;
     connected = false;
+    offered.reset();
     writes.clear();
     writing = false;
     host.lost(why);
@@ -159,17 +162,35 @@ struct RemoteHost::Io {
       switch (wire::frame_type(body.frame())) {
         case wire::FrameType::Welcome: {
           const wire::Welcome welcome = wire::decode_welcome(body.frame());
-          if (welcome.version < wire::kMinVersion || welcome.version > wire::kVersion) {
+          if (welcome.version < wire::kMinVersion || welcome.version > wire::kSharedVersion) {
             fail(mine, fmt::format("the server chose protocol version {}, this flow speaks {}..{}", welcome.version,
-                                   wire::kMinVersion, wire::kVersion));
+                                   wire::kMinVersion, wire::kSharedVersion));
             return false;
           }
-          if (!connected) {
-            connected = true;
-            timer.cancel();
-            backoff = 100ms;
-            host.connected(mine, welcome.version);
+          if (connected || offered) throw wire::WireError("a second Welcome");
+          version = welcome.version;
+          const std::size_t shared = welcome.version >= wire::kSharedVersion ? shared_memory_for(host.address()) : 0;
+          if (shared > 0) {
+            try {
+              offered = SharedSegment::create(shared);
+              send(std::make_shared<std::string>(wire::encode_segment(offered->offer())));
+              return true;  // up once the server says whether it mapped it
+            } catch (const std::runtime_error& e) {
+              spdlog::warn("executor '{}': no shared memory for {}: {}; tensors cross in the frames", host.executor_,
+                           host.address(), e.what());
+            }
           }
+          up(mine, nullptr);
+          return true;
+        }
+        case wire::FrameType::Attached: {
+          if (!offered || connected) throw wire::WireError("an Attached frame without a Segment offered");
+          const wire::SegmentReply reply = wire::decode_attached(body.frame());
+          if (!reply.accepted)
+            spdlog::warn("executor '{}': {} did not map the shared segment ({}); tensors cross in the frames",
+                         host.executor_, host.address(), reply.reason);
+          up(mine, reply.accepted ? std::move(offered) : nullptr);
+          offered.reset();
           return true;
         }
         case wire::FrameType::Response: {
@@ -195,6 +216,13 @@ struct RemoteHost::Io {
       fail(mine, e.what());
       return false;
     }
+  }
+
+  void up(std::uint64_t mine, std::shared_ptr<SharedSegment> segment) {
+    connected = true;
+    timer.cancel();
+    backoff = 100ms;
+    host.connected(mine, version, std::move(segment));
   }
 
   void send(std::shared_ptr<std::string> frame) {
@@ -237,6 +265,8 @@ struct RemoteHost::Io {
   std::uint64_t attempt = 0;
   bool connected = false;
   bool stopping = false;
+  std::uint16_t version = wire::kVersion;  // the connection's, from its Welcome
+  std::shared_ptr<SharedSegment> offered;  // a segment sent in a Segment frame, awaiting its Attached
   std::chrono::milliseconds backoff{100};
   unsigned char prefix[wire::kLengthBytes] = {};
   FrameBody body;
@@ -321,7 +351,7 @@ std::string RemoteHost::label() const {
   return label_;
 }
 
-void RemoteHost::connected(std::uint64_t generation, std::uint16_t version) {
+void RemoteHost::connected(std::uint64_t generation, std::uint16_t version, std::shared_ptr<SharedSegment> segment) {
   {
     std::lock_guard lock(mutex_);
     if (!assigned_) return;  // released while connecting: the reset that follows closes it
@@ -329,6 +359,7 @@ void RemoteHost::connected(std::uint64_t generation, std::uint16_t version) {
     attempted_ = true;
     generation_ = generation;
     version_ = version;
+    segment_ = std::move(segment);
     if (ever_up_) reconnects_.fetch_add(1, std::memory_order_relaxed);
     if (ever_up_) spdlog::info("executor '{}': host {} is back", executor_, address_);
     ever_up_ = true;
@@ -343,6 +374,7 @@ void RemoteHost::lost(const std::string& why) {
     up_ = false;
     attempted_ = true;
     last_error_ = why;
+    segment_.reset();  // a new connection gets a new one: a region the old server may still write is not reused
     for (auto& [id, pending] : pending_) {
       pending->lost = why;
       pending->ready.notify_one();  // under the lock: the call may return and destroy it once unlocked
@@ -380,8 +412,7 @@ RemoteHost::Wait RemoteHost::wait_up(const std::function<bool()>& stop) {
   return Wait::Up;
 }
 
-RemoteHost::Answer RemoteHost::call(std::uint64_t id, const std::function<std::string(std::uint16_t)>& encode,
-                                    const Cancellation* cancellation) {
+RemoteHost::Answer RemoteHost::call(std::uint64_t id, const Encode& encode, const Cancellation* cancellation) {
   // A flow's own worker (requeue_lost false) that is down is being restarted: wait for it (bounded by
   // remote.give_up) rather than hand the batch on, or a merged batch that crashed it would be merged and
   // crash a worker again and again; alone on the new worker, only the request that crashes fails.
@@ -395,9 +426,12 @@ RemoteHost::Answer RemoteHost::call(std::uint64_t id, const std::function<std::s
   if (!up_) throw unavailable();
   const std::uint64_t generation = generation_;
   const std::uint16_t version = version_;  // an answer comes on the connection its request went out on
+  const std::shared_ptr<SharedSegment> segment = segment_;
   lock.unlock();
-  // Encoded for this connection's version, outside the lock (a batch's tensors are copied here).
-  auto frame = std::make_shared<std::string>(encode(version));
+  // Encoded for this connection's version, outside the lock (a batch's tensors are copied here: into the
+  // frame, or into a region of the connection's segment that this call holds until its answer is decoded).
+  SharedSegment::Region region;
+  auto frame = std::make_shared<std::string>(encode(version, segment.get(), region));
   lock.lock();
   if (!up_ || generation_ != generation) throw unavailable();  // lost (or replaced) while encoding
   const std::string address = address_;
@@ -429,7 +463,7 @@ RemoteHost::Answer RemoteHost::call(std::uint64_t id, const std::function<std::s
   }
   if (pending.done) {
     requests_.fetch_add(1, std::memory_order_relaxed);
-    return Answer{std::move(pending.answer), version};
+    return Answer{std::move(pending.answer), version, std::move(region)};
   }
   pending_.erase(id);  // no answer may reach `pending` after this
   if (finished && !options_.requeue_lost)
@@ -438,10 +472,18 @@ RemoteHost::Answer RemoteHost::call(std::uint64_t id, const std::function<std::s
                     "and is restarted",
                     address, pending.lost));
   if (finished) throw runtime::ReplicaUnavailable(fmt::format("host {} lost: {}", address, pending.lost));
+  // The server may still write this request's answer into its region: the connection's segment is given to
+  // no later call (the connection is closed below, and the next one gets a new segment).
+  if (generation_ == generation) segment_.reset();
   lock.unlock();
   const std::string why = fmt::format("no answer within {} ms", options_.timeout.count());
   asio::post(io_->io, [this, generation, why] { io_->fail(generation, why); });
   throw runtime::ReplicaUnavailable(fmt::format("host {}: {}", address, why));
+}
+
+bool RemoteHost::shares_memory() const {
+  std::lock_guard lock(mutex_);
+  return segment_ != nullptr;
 }
 
 bool RemoteHost::up() const {

@@ -4,6 +4,7 @@
 // ownership, the failure model, discovery).
 #pragma once
 
+#include "shared_segment.hpp"
 #include "wire.hpp"
 
 #include "flowline/executor.hpp"
@@ -64,25 +65,33 @@ class RemoteHost {
   // has had no replica reachable for remote.give_up (GiveUp). Replica threads.
   Wait wait_up(const std::function<bool()>& stop);
 
-  // The answer frame to a call, and the protocol version of the connection it came on (decode with it).
+  // The answer frame to a call, the protocol version of the connection it came on (decode with it), and
+  // the request's region of that connection's shared segment (empty: none), held until the Answer is
+  // destroyed: decode the frame with region.view() before that.
   struct Answer {
     std::string frame;
     std::uint16_t version = wire::kVersion;
+    SharedSegment::Region region;
   };
+  // Makes a request frame for the connection's protocol version. `segment`: the connection's shared segment
+  // (version 4 with a local worker that mapped it), else null; the encoder may take a region of it into
+  // `region` (wire::SharedRegion) and write the request's tensors there. Called on the replica thread.
+  using Encode =
+      std::function<std::string(std::uint16_t version, SharedSegment* segment, SharedSegment::Region& region)>;
   // Sends one request frame (its id from next_id(), made by `encode` for the connection's protocol
   // version) and waits for the answer frame. Throws runtime::ReplicaUnavailable when the host is or becomes
   // lost, or the answer takes longer than remote.timeout (the host is then lost too). Once `cancellation`
   // (may be null) is requested, a version 3 connection is sent a Cancel frame for the request (once); the
   // call still waits for its answer, which the server then sends as soon as its executor stops. Replica
   // threads, concurrently.
-  Answer call(std::uint64_t id, const std::function<std::string(std::uint16_t version)>& encode,
-              const Cancellation* cancellation = nullptr);
+  Answer call(std::uint64_t id, const Encode& encode, const Cancellation* cancellation = nullptr);
   std::uint64_t next_id() { return next_id_.fetch_add(1, std::memory_order_relaxed); }
   std::chrono::milliseconds request_timeout() const { return options_.timeout; }  // remote.timeout
 
   bool up() const;
   std::string last_error() const;
   RemoteHostStats stats() const;
+  bool shares_memory() const;   // the current connection has a shared segment (tests, logs)
   std::string address() const;  // host:port, empty for a slot without a server
   std::string label() const;    // as stats() names it
   void count_requeued() { requeued_batches_.fetch_add(1, std::memory_order_relaxed); }
@@ -97,8 +106,9 @@ class RemoteHost {
   };
   friend struct Io;
 
-  void connected(std::uint64_t generation, std::uint16_t version);  // I/O thread, after the Welcome
-  void lost(const std::string& why);                                // I/O thread: fails every waiting call
+  // I/O thread, after the Welcome (and, for a segment offered, the Attached frame).
+  void connected(std::uint64_t generation, std::uint16_t version, std::shared_ptr<SharedSegment> segment);
+  void lost(const std::string& why);  // I/O thread: fails every waiting call
   void answered(std::uint64_t id, std::string frame);
   void end_drain_locked();  // a released slot whose last call ended: close its connection
 
@@ -117,6 +127,7 @@ class RemoteHost {
   bool attempted_ = false;                  // the first connection attempt has ended
   std::uint64_t generation_ = 0;            // counts connections; a call belongs to the one it was sent on
   std::uint16_t version_ = wire::kVersion;  // the protocol version the server chose on that connection
+  std::shared_ptr<SharedSegment> segment_;  // that connection's shared segment, when the server mapped one
   std::string last_error_;
   std::unordered_map<std::uint64_t, Pending*> pending_;
   std::atomic<std::uint64_t> next_id_{1};

@@ -24,7 +24,18 @@ std::string RemoteReplica::run(const std::string& endpoint, DocumentArray& docs,
         std::clamp<std::int64_t>(host_.request_timeout().count(), 0, std::numeric_limits<std::uint32_t>::max()));
     answer = host_.call(
         id,
-        [&](std::uint16_t version) { return wire::encode_request(id, endpoint, params, docs, deadline_ms, version); },
+        [&](std::uint16_t version, SharedSegment* segment, SharedSegment::Region& region) {
+          wire::SharedRegion view;
+          if (segment) {
+            // The request's large tensors, and as much again for the answer's (an executor that changes its
+            // tensors answers with as many bytes); less when the segment is that full; none: inline.
+            const std::uint64_t want = wire::shared_bytes(docs, kSharedMinTensorBytes);
+            if (want > 0) region = segment->allocate(2 * want);
+            if (want > 0 && !region) region = segment->allocate(std::min(want, segment->largest_free()));
+            view = region.view(kSharedMinTensorBytes);
+          }
+          return wire::encode_request(id, endpoint, params, docs, deadline_ms, version, region ? &view : nullptr);
+        },
         cancellation_);
   } catch (const runtime::ReplicaUnavailable&) {
     host_.count_requeued();
@@ -36,7 +47,8 @@ std::string RemoteReplica::run(const std::string& endpoint, DocumentArray& docs,
   }
   wire::ResponseFrame response;
   try {
-    response = wire::decode_response(answer.frame, answer.version);
+    const wire::SharedRegion shared = answer.region.view(0);  // empty: a tensor in a segment is refused
+    response = wire::decode_response(answer.frame, answer.version, answer.region ? &shared : nullptr);
   } catch (const std::exception& e) {
     return fmt::format("host {} answered with a bad frame: {}", host_.address(), e.what());
   }

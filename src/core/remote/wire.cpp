@@ -67,26 +67,45 @@ constexpr DtypeCode kDtypes[] = {
     {9, at::kByte, "uint8"},    {10, at::kBool, "bool"},
 };
 
-void write_tensor(Writer& w, const at::Tensor& tensor) {
-  std::uint8_t code = 0;
+// Where a version 4 frame's large tensors go: [at, end) of a segment mapped at `base`.
+struct SharedCursor {
+  char* base = nullptr;
+  std::uint64_t at = 0, end = 0;
+  std::size_t min_bytes = 0;
+};
+
+std::uint64_t aligned(std::uint64_t n) { return (n + kSharedAlign - 1) / kSharedAlign * kSharedAlign; }
+
+std::uint8_t dtype_code(const at::Tensor& tensor) {
   for (const auto& d : kDtypes)
-    if (d.type == tensor.scalar_type()) code = d.code;
-  if (code == 0)
-    throw WireError(fmt::format("a tensor of dtype {} has no wire code", c10::toString(tensor.scalar_type())));
+    if (d.type == tensor.scalar_type()) return d.code;
+  throw WireError(fmt::format("a tensor of dtype {} has no wire code", c10::toString(tensor.scalar_type())));
+}
+
+void write_tensor(Writer& w, const at::Tensor& tensor, SharedCursor* shared) {
+  const std::uint8_t code = dtype_code(tensor);
   if (static_cast<std::size_t>(tensor.dim()) > kMaxTensorDims)
     throw WireError(fmt::format("a tensor of {} dimensions (at most {})", tensor.dim(), kMaxTensorDims));
   const at::Tensor host = tensor.device().is_cpu() ? tensor.contiguous() : tensor.to(at::kCPU).contiguous();
-  w.u8(code);
+  const std::size_t bytes = host.numel() * host.element_size();
+  const bool in_segment = shared && bytes >= shared->min_bytes && bytes > 0 && shared->end >= shared->at &&
+                          aligned(bytes) <= shared->end - shared->at;
+  w.u8(in_segment ? static_cast<std::uint8_t>(code | kSharedTensorBit) : code);
   w.u8(static_cast<std::uint8_t>(host.dim()));
   for (const auto size : host.sizes()) w.u64(static_cast<std::uint64_t>(size));
-  const std::size_t bytes = host.numel() * host.element_size();
   w.u64(bytes);
-  w.raw(host.data_ptr(), bytes);
+  if (in_segment) {
+    std::memcpy(shared->base + shared->at, host.data_ptr(), bytes);
+    w.u64(shared->at);
+    shared->at += aligned(bytes);
+  } else {
+    w.raw(host.data_ptr(), bytes);
+  }
 }
 
-void write_documents(Writer& w, const DocumentArray& docs, std::size_t depth);
+void write_documents(Writer& w, const DocumentArray& docs, std::size_t depth, SharedCursor* shared);
 
-void write_document(Writer& w, const Document& doc, std::size_t depth) {
+void write_document(Writer& w, const Document& doc, std::size_t depth, SharedCursor* shared) {
   std::uint8_t present = 0;
   for_each_document_field([&](DocumentField, std::string_view, auto member) {
     if (!field_is_empty(doc.*member)) ++present;
@@ -102,11 +121,11 @@ void write_document(Writer& w, const Document& doc, std::size_t depth) {
     } else if constexpr (std::is_same_v<T, Bytes>) {
       w.str(std::string_view(reinterpret_cast<const char*>(value.data()), value.size()));
     } else if constexpr (std::is_same_v<T, at::Tensor>) {
-      write_tensor(w, value);
+      write_tensor(w, value, shared);
     } else if constexpr (std::is_same_v<T, Tags>) {
       w.str(boost::json::serialize(value));
     } else if constexpr (std::is_same_v<T, DocumentArray>) {
-      write_documents(w, value, depth + 1);
+      write_documents(w, value, depth + 1, shared);
     } else {  // scores
       w.u32(static_cast<std::uint32_t>(value.size()));
       for (const auto& [name, score] : value) {
@@ -117,10 +136,10 @@ void write_document(Writer& w, const Document& doc, std::size_t depth) {
   });
 }
 
-void write_documents(Writer& w, const DocumentArray& docs, std::size_t depth) {
+void write_documents(Writer& w, const DocumentArray& docs, std::size_t depth, SharedCursor* shared) {
   if (depth > kMaxDocumentDepth) throw WireError(fmt::format("documents nested deeper than {}", kMaxDocumentDepth));
   w.u32(static_cast<std::uint32_t>(docs.size()));
-  for (const auto& doc : docs) write_document(w, doc, depth);
+  for (const auto& doc : docs) write_document(w, doc, depth, shared);
 }
 
 // ---- reading --------------------------------------------------------------------------------------------
@@ -168,8 +187,17 @@ class Reader {
   std::size_t at_;
 };
 
-at::Tensor read_tensor(Reader& r) {
-  const std::uint8_t code = r.u8("tensor dtype");
+// The part of a segment a version 4 frame's tensors may be read from: [begin, end) of the segment at `base`.
+struct SharedBounds {
+  const char* base = nullptr;
+  std::uint64_t begin = 0, end = 0;
+};
+
+at::Tensor read_tensor(Reader& r, const SharedBounds* shared) {
+  std::uint8_t code = r.u8("tensor dtype");
+  const bool in_segment = (code & kSharedTensorBit) != 0;
+  if (in_segment && !shared) r.fail("a tensor in a shared segment on a connection without one");
+  code = static_cast<std::uint8_t>(code & ~kSharedTensorBit);
   const DtypeCode* dtype = nullptr;
   for (const auto& d : kDtypes)
     if (d.code == code) dtype = &d;
@@ -195,15 +223,27 @@ at::Tensor read_tensor(Reader& r) {
     r.fail(fmt::format("a {} tensor of shape [{}] has {} bytes, not {}", dtype->name, fmt::join(shape, ", "),
                        numel * item, bytes));
   }
-  const std::string_view data = r.bytes(bytes, "tensor data");  // checked before any memory is sized
+  std::string_view data;
+  if (in_segment) {
+    const std::uint64_t offset = r.u64("tensor offset");
+    if (offset < shared->begin || offset > shared->end || bytes > shared->end - offset) {
+      r.fail(
+          fmt::format("a tensor of {} bytes at offset {} of the shared segment, outside this request's region "
+                      "[{}, {})",
+                      bytes, offset, shared->begin, shared->end));
+    }
+    data = std::string_view(shared->base + offset, bytes);
+  } else {
+    data = r.bytes(bytes, "tensor data");  // checked before any memory is sized
+  }
   at::Tensor tensor = at::empty(shape, at::TensorOptions().dtype(dtype->type));
   if (bytes > 0) std::memcpy(tensor.data_ptr(), data.data(), bytes);
   return tensor;
 }
 
-DocumentArray read_documents(Reader& r, std::size_t depth);
+DocumentArray read_documents(Reader& r, std::size_t depth, const SharedBounds* shared);
 
-void read_field(Reader& r, Document& doc, DocumentField which, std::size_t depth) {
+void read_field(Reader& r, Document& doc, DocumentField which, std::size_t depth, const SharedBounds* shared) {
   bool found = false;
   for_each_document_field([&](DocumentField field, std::string_view name, auto member) {
     if (field != which) return;
@@ -217,7 +257,7 @@ void read_field(Reader& r, Document& doc, DocumentField which, std::size_t depth
       const auto b = r.str("blob");
       value.assign(b.begin(), b.end());
     } else if constexpr (std::is_same_v<T, at::Tensor>) {
-      value = read_tensor(r);
+      value = read_tensor(r, shared);
     } else if constexpr (std::is_same_v<T, Tags>) {
       const auto text = r.str("tags");
       boost::system::error_code ec;
@@ -225,7 +265,7 @@ void read_field(Reader& r, Document& doc, DocumentField which, std::size_t depth
       if (ec || !parsed.is_object()) r.fail("tags: expected a JSON object");
       value = std::move(parsed.get_object());
     } else if constexpr (std::is_same_v<T, DocumentArray>) {
-      value = read_documents(r, depth + 1);
+      value = read_documents(r, depth + 1, shared);
     } else {  // scores
       const std::uint32_t n = r.u32("score count");
       if (n > r.left() / 8) r.fail(fmt::format("{} scores cannot fit in {} bytes", n, r.left()));
@@ -238,7 +278,7 @@ void read_field(Reader& r, Document& doc, DocumentField which, std::size_t depth
   if (!found) r.fail(fmt::format("unknown document field {}", static_cast<int>(which)));
 }
 
-DocumentArray read_documents(Reader& r, std::size_t depth) {
+DocumentArray read_documents(Reader& r, std::size_t depth, const SharedBounds* shared) {
   if (depth > kMaxDocumentDepth) r.fail(fmt::format("documents nested deeper than {}", kMaxDocumentDepth));
   const std::uint32_t count = r.u32("document count");
   if (count > r.left()) r.fail(fmt::format("{} documents cannot fit in {} bytes", count, r.left()));
@@ -252,7 +292,7 @@ DocumentArray read_documents(Reader& r, std::size_t depth) {
     for (std::uint8_t f = 0; f < fields; ++f) {
       const std::uint8_t which = r.u8("field tag");
       if (which >= kDocumentFieldNames.size()) r.fail(fmt::format("unknown document field {}", which));
-      read_field(r, doc, static_cast<DocumentField>(which), depth);
+      read_field(r, doc, static_cast<DocumentField>(which), depth, shared);
     }
     docs.push_back(std::move(doc));
   }
@@ -288,13 +328,28 @@ std::string encode_welcome(const Welcome& welcome) {
 }
 
 std::string encode_request(std::uint64_t id, std::string_view endpoint, std::string_view parameters,
-                           const DocumentArray& docs, std::uint32_t deadline_ms, std::uint16_t version) {
+                           const DocumentArray& docs, std::uint32_t deadline_ms, std::uint16_t version,
+                           SharedRegion* shared) {
   Writer w(FrameType::Request);
   w.u64(id);
   if (version >= 3) w.u32(deadline_ms);
+  std::size_t region_at = 0;
+  if (version >= kSharedVersion) {
+    region_at = w.buffer().size();
+    for (int i = 0; i < 3; ++i) w.u64(0);  // the region and the answer's offset, filled in below
+  }
   w.str(endpoint);
   w.str(parameters);
-  write_documents(w, docs, 0);
+  const bool use = shared && version >= kSharedVersion && shared->bytes > 0;
+  SharedCursor cursor;
+  if (use)
+    cursor = SharedCursor{shared->base, shared->offset, shared->offset + shared->bytes, shared->min_tensor_bytes};
+  write_documents(w, docs, 0, use ? &cursor : nullptr);
+  if (use) {
+    shared->answer_offset = cursor.at;
+    const std::uint64_t region[3] = {shared->offset, shared->bytes, cursor.at};
+    std::memcpy(w.buffer().data() + region_at, region, sizeof region);
+  }
   return w.finish();
 }
 
@@ -303,14 +358,18 @@ ResponseStatus max_status(std::uint16_t version) noexcept {
 }
 
 std::string encode_response(std::uint64_t id, ResponseStatus status, std::string_view error,
-                            std::string_view error_executor, const DocumentArray& docs, std::uint16_t version) {
+                            std::string_view error_executor, const DocumentArray& docs, std::uint16_t version,
+                            const SharedRegion* shared) {
   if (status > max_status(version)) status = ResponseStatus::Failed;
   Writer w(FrameType::Response);
   w.u64(id);
   w.u8(static_cast<std::uint8_t>(status));
   w.str(error);
   w.str(error_executor);
-  write_documents(w, docs, 0);
+  SharedCursor cursor;
+  const bool use = shared && version >= kSharedVersion && shared->bytes > 0;
+  if (use) cursor = SharedCursor{shared->base, shared->answer_offset, shared->offset + shared->bytes, 0};
+  write_documents(w, docs, 0, use ? &cursor : nullptr);
   return w.finish();
 }
 
@@ -332,15 +391,44 @@ std::string encode_cancel(std::uint64_t id) {
   return w.finish();
 }
 
+std::string encode_segment(const SegmentOffer& offer) {
+  Writer w(FrameType::Segment);
+  w.u64(offer.bytes);
+  w.u32(offer.pid);
+  w.u32(offer.fd);
+  w.str(offer.token);
+  return w.finish();
+}
+
+std::string encode_attached(const SegmentReply& reply) {
+  Writer w(FrameType::Attached);
+  w.u8(reply.accepted ? 1 : 0);
+  w.str(reply.reason);
+  return w.finish();
+}
+
+std::uint64_t shared_bytes(const DocumentArray& docs, std::size_t min_tensor_bytes) {
+  std::uint64_t total = 0;
+  for (const auto& doc : docs) {
+    for (const at::Tensor* t : {&doc.tensor, &doc.embedding}) {
+      if (!t->defined()) continue;
+      const std::uint64_t bytes = static_cast<std::uint64_t>(t->numel()) * t->element_size();
+      if (bytes > 0 && bytes >= min_tensor_bytes) total += aligned(bytes);
+    }
+    total += shared_bytes(doc.chunks, min_tensor_bytes) + shared_bytes(doc.matches, min_tensor_bytes);
+  }
+  return total;
+}
+
 std::string encode_documents(const DocumentArray& docs) {
   Writer w(FrameType::Request);
-  write_documents(w, docs, 0);
+  write_documents(w, docs, 0, nullptr);
   return w.buffer().substr(kLengthBytes + 1);
 }
 
 DocumentArray decode_documents(std::string_view bytes) {
   Reader r(bytes);
-  DocumentArray docs = read_documents(r, 0);
+  DocumentArray docs = read_documents(r, 0, nullptr);
   r.end();
   return docs;
 }
@@ -358,7 +446,7 @@ std::uint32_t read_length(const unsigned char* prefix, std::size_t max_frame_byt
 FrameType frame_type(std::string_view frame) {
   if (frame.empty()) throw WireError("bad frame: empty");
   const auto type = static_cast<std::uint8_t>(frame[0]);
-  if (type < 1 || type > 8) throw WireError(fmt::format("bad frame: unknown frame type {}", type));
+  if (type < 1 || type > 10) throw WireError(fmt::format("bad frame: unknown frame type {}", type));
   return static_cast<FrameType>(type);
 }
 
@@ -385,19 +473,32 @@ Welcome decode_welcome(std::string_view frame) {
   return welcome;
 }
 
-RequestFrame decode_request(std::string_view frame, std::uint16_t version) {
+RequestFrame decode_request(std::string_view frame, std::uint16_t version, const SharedRegion* shared) {
   Reader r = body(frame, FrameType::Request);
   RequestFrame out;
   out.id = r.u64("id");
   if (version >= 3) out.deadline_ms = r.u32("deadline_ms");
+  SharedBounds bounds;
+  if (version >= kSharedVersion) {
+    out.shared_offset = r.u64("shared_offset");
+    out.shared_bytes = r.u64("shared_bytes");
+    out.answer_offset = r.u64("answer_offset");
+    const std::uint64_t size = shared ? shared->segment_bytes : 0;
+    if (out.shared_bytes > 0 &&
+        (out.shared_offset > size || out.shared_bytes > size - out.shared_offset ||
+         out.answer_offset < out.shared_offset || out.answer_offset - out.shared_offset > out.shared_bytes))
+      r.fail(fmt::format("the request's region [{}, +{}) (answers from {}) is not within a shared segment of {} bytes",
+                         out.shared_offset, out.shared_bytes, out.answer_offset, size));
+    if (shared) bounds = SharedBounds{shared->base, out.shared_offset, out.shared_offset + out.shared_bytes};
+  }
   out.endpoint = std::string(r.str("endpoint"));
   out.parameters = std::string(r.str("parameters"));
-  out.docs = read_documents(r, 0);
+  out.docs = read_documents(r, 0, shared ? &bounds : nullptr);
   r.end();
   return out;
 }
 
-ResponseFrame decode_response(std::string_view frame, std::uint16_t version) {
+ResponseFrame decode_response(std::string_view frame, std::uint16_t version, const SharedRegion* shared) {
   Reader r = body(frame, FrameType::Response);
   ResponseFrame out;
   out.id = r.u64("id");
@@ -407,7 +508,11 @@ ResponseFrame decode_response(std::string_view frame, std::uint16_t version) {
   out.status = static_cast<ResponseStatus>(status);
   out.error = std::string(r.str("error"));
   out.error_executor = std::string(r.str("error_executor"));
-  out.docs = read_documents(r, 0);
+  const bool use = shared && version >= kSharedVersion && shared->offset <= shared->segment_bytes &&
+                   shared->bytes <= shared->segment_bytes - shared->offset;
+  const SharedBounds bounds{use ? shared->base : nullptr, use ? shared->offset : 0,
+                            use ? shared->offset + shared->bytes : 0};
+  out.docs = read_documents(r, 0, use ? &bounds : nullptr);
   r.end();
   return out;
 }
@@ -433,6 +538,28 @@ std::uint64_t decode_cancel(std::string_view frame) {
   const std::uint64_t id = r.u64("id");
   r.end();
   return id;
+}
+
+SegmentOffer decode_segment(std::string_view frame) {
+  Reader r = body(frame, FrameType::Segment);
+  SegmentOffer offer;
+  offer.bytes = r.u64("bytes");
+  offer.pid = r.u32("pid");
+  offer.fd = r.u32("fd");
+  offer.token = std::string(r.str("token"));
+  r.end();
+  return offer;
+}
+
+SegmentReply decode_attached(std::string_view frame) {
+  Reader r = body(frame, FrameType::Attached);
+  SegmentReply reply;
+  const std::uint8_t accepted = r.u8("accepted");
+  if (accepted > 1) r.fail(fmt::format("accepted is {}, not 0 or 1", accepted));
+  reply.accepted = accepted == 1;
+  reply.reason = std::string(r.str("reason"));
+  r.end();
+  return reply;
 }
 
 std::uint64_t frame_id(std::string_view frame) {
