@@ -103,6 +103,14 @@ class Bpe final : public Model {
       plain_[c] = token_id(key);
     }
     for (unsigned byte = 0; byte < 256; ++byte) byte_ids_[byte] = token_id(fmt::format("<0x{:02X}>", byte));
+    // Without a prefix or suffix a token is the characters it was merged from; not so the unknown token nor
+    // byte fallback's, whose places depend on the word.
+    if (options_.prefix.empty() && options_.suffix.empty()) {
+      for (const auto& [token, id] : vocab_) set_shape(shapes, id, piece_shape(token));
+      set_shape(shapes, unk_, {});
+      if (options_.byte_fallback)
+        for (const std::int32_t id : byte_ids_) set_shape(shapes, id, {});
+    }
     cut_at_metaspace_ = options_.prefix.empty() && options_.suffix.empty() && !options_.ignore_merges &&
                         token_id(k_metaspace_utf8) >= 0 &&
                         std::none_of(merges.begin(), merges.end(), [](const auto& m) {
@@ -112,9 +120,9 @@ class Bpe final : public Model {
 
   void tokenize(Scratch& s, Span word, std::vector<std::int32_t>& ids) const override {
     const std::u32string_view w = std::u32string_view(s.text).substr(word.begin, word.end - word.begin);
-    const std::size_t at = s.track ? word.begin : std::string::npos;  // offsets: no cache, places by symbol
+    const std::size_t at = s.cut_places ? word.begin : std::string::npos;  // offsets: no cache, places by symbol
     if (!cut_at_metaspace_) {
-      if (s.track)
+      if (s.cut_places)
         return WordCache::cut_with_places(serial_, w, at, ids, s.pieces,
                                           [&](std::size_t where) { merge_word(s, w, ids, where); });
       WordCache::cut(serial_, w, ids, [&] { merge_word(s, w, ids); });
@@ -124,7 +132,7 @@ class Bpe final : public Model {
       std::size_t end = begin + 1;
       while (end < w.size() && !(w[end] == k_metaspace && w[end - 1] != k_metaspace)) ++end;
       const std::u32string_view part = w.substr(begin, end - begin);
-      if (s.track)
+      if (s.cut_places)
         WordCache::cut_with_places(serial_, part, at + begin, ids, s.pieces,
                                    [&](std::size_t where) { merge_word(s, part, ids, where); });
       else

@@ -184,12 +184,50 @@ void Pipeline::tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids, std::
   s.words.assign(1, Span{0, s.text.size()});
   if (s.text.empty()) s.words.clear();
   for (const auto& p : pre_tokenizers) p->pre_tokenize(s);
-  s.pieces.clear();
-  for (const Span word : s.words)
-    if (word.end > word.begin) model->tokenize(s, word, ids);
-  if (places == nullptr) return;
-  // Each piece's place, written in place into `places` grown once (a push_back per token kept its size in
-  // memory between calls).
+  if (places == nullptr || model->shapes.empty()) {
+    s.cut_places = places != nullptr;
+    s.pieces.clear();
+    for (const Span word : s.words)
+      if (word.end > word.begin) model->tokenize(s, word, ids);
+    s.cut_places = false;
+    if (places != nullptr) append_places(s, places);
+    return;
+  }
+  // With shapes: each word cut as without offsets (the ids-only word cache), each id's place read from its
+  // shape, one after the other from the word's start; a word whose ids' shapes do not say it (chars 0, or
+  // not summing to the word) is cut again with places.
+  const PieceShape* const shapes = model->shapes.data();
+  const std::size_t known = model->shapes.size();
+  const Align* const align = s.align.data();
+  for (const Span word : s.words) {
+    if (word.end <= word.begin) continue;
+    const std::size_t first = ids.size(), first_place = places->size();
+    model->tokenize(s, word, ids);
+    std::size_t at = word.begin;
+    for (std::size_t k = first; k < ids.size(); ++k) {
+      const auto id = static_cast<std::uint32_t>(ids[k]);
+      const PieceShape shape = id < known ? shapes[id] : PieceShape{};
+      if (shape.chars == 0 || at + shape.chars > word.end) {
+        at = 0;  // not the word's end: cut again
+        break;
+      }
+      places->push_back(TokenPlace{{align[at].begin, align[at + shape.chars - 1].end}, shape.lead, shape.trail});
+      at += shape.chars;
+    }
+    if (at == word.end) continue;
+    places->resize(first_place);
+    ids.resize(first);
+    s.pieces.clear();
+    s.cut_places = true;
+    model->tokenize(s, word, ids);
+    s.cut_places = false;
+    append_places(s, places);
+  }
+}
+
+// Each of s.pieces' places, with its spaces where the post-processor trims offsets.
+void Pipeline::append_places(Scratch& s, std::vector<TokenPlace>* places) const {
+  // Written in place into `places` grown once (a push_back per token kept its size in memory between calls).
   const std::size_t n = s.pieces.size(), first = places->size();
   places->resize(first + n);
   TokenPlace* const out = places->data() + first;
@@ -199,6 +237,28 @@ void Pipeline::tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids, std::
   if (!post.trim_offsets) return;
   const char32_t* const text = s.text.data();
   for (std::size_t i = 0; i < n; ++i) count_trimmed(text + pieces[i].begin, pieces[i].end - pieces[i].begin, out[i]);
+}
+
+PieceShape piece_shape(std::string_view token, std::size_t skip) {
+  std::u32string text;
+  decode_utf8(token, text);
+  if (skip > text.size() || text.size() - skip > 255) return {};
+  TokenPlace place;
+  count_trimmed(text.data() + skip, text.size() - skip, place);
+  return PieceShape{static_cast<std::uint8_t>(text.size() - skip), static_cast<std::uint8_t>(place.lead),
+                    static_cast<std::uint8_t>(place.trail)};
+}
+
+void set_shape(std::vector<PieceShape>& shapes, std::int32_t id, PieceShape shape) {
+  if (id < 0) return;
+  constexpr PieceShape kNone{0, 0xFF, 0};  // no shape, whatever is set later (unset cells are all zeros)
+  const auto i = static_cast<std::size_t>(id);
+  if (i >= shapes.size()) shapes.resize(i + 1);
+  PieceShape& old = shapes[i];
+  const bool none = old.chars == 0 && old.lead == kNone.lead;
+  const bool differs =
+      old.chars != 0 && (old.chars != shape.chars || old.lead != shape.lead || old.trail != shape.trail);
+  old = none || differs || shape.chars == 0 ? kNone : shape;
 }
 
 std::size_t Pipeline::frame(const std::vector<std::int32_t>& a, const std::vector<std::int32_t>* b,

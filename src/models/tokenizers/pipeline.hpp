@@ -62,9 +62,10 @@ struct Scratch {
   std::vector<std::uint32_t> labels;  // the word's characters as Unigram's trie labels, then 0
   // Offsets, only while `track` (an encode that reports them): `align` holds the place of each code point of
   // `text` and every step that rewrites `text` rewrites it alike (`other_align` beside `other`,
-  // `normalized_align` beside `normalized`); a model appends, for each id, the code points of `text` it
-  // covers to `pieces`.
+  // `normalized_align` beside `normalized`). While `cut_places` (a word whose ids' shapes cannot say where each
+  // id lies: Model::shapes), a model appends, for each id, the code points of `text` it covers to `pieces`.
   bool track = false;
+  bool cut_places = false;
   std::size_t stretch_chars = 0;  // the code points of the stretch tokenized last
   std::vector<Align> align, other_align, normalized_align;
   std::vector<Span> pieces;
@@ -170,10 +171,23 @@ class TokensById {
   std::unordered_map<std::int32_t, std::string_view> sparse_;
 };
 
+// What an id's token covers of a word wherever the model cuts it out (offsets without places kept per id):
+// `chars` code points, its text starting with `lead` and ending with `trail` spaces (trim_offsets, counted as
+// Pipeline counts them). chars 0: it depends on the word (the unknown token, byte fallback's <0xNN>, a token
+// longer than 255 code points, an id two different tokens share): a word with such an id is cut again with
+// places (Scratch::cut_places).
+struct PieceShape {
+  std::uint8_t chars = 0, lead = 0, trail = 0;
+};
+// The shape of a token whose text in the word is `token` (UTF-8) less its first `skip` code points.
+PieceShape piece_shape(std::string_view token, std::size_t skip = 0);  // pipeline.cpp
+// Sets shapes[id] to `shape`, growing `shapes`; an id given two different shapes gets chars 0.
+void set_shape(std::vector<PieceShape>& shapes, std::int32_t id, PieceShape shape);
+
 class Model {
  public:
   virtual ~Model() = default;
-  // Appends the ids of one word (text[word.begin, word.end)) to `ids`; with s.track, each id's code points
+  // Appends the ids of one word (text[word.begin, word.end)) to `ids`; with s.cut_places, each id's code points
   // of s.text to s.pieces (an id made of a character's bytes, or of a fused unknown run, covers all of it).
   virtual void tokenize(Scratch& s, Span word, std::vector<std::int32_t>& ids) const = 0;
   virtual std::int32_t token_id(std::string_view token) const = 0;
@@ -184,6 +198,10 @@ class Model {
   virtual std::int32_t unk_id() const = 0;
   virtual std::size_t size() const = 0;
   virtual std::string name() const = 0;
+  // Each id's shape, where the model's tokens are the very code points they cover (BPE without a prefix or
+  // suffix, Unigram): with offsets, a word is cut as without (the ids-only word cache) and its ids' places
+  // follow from their shapes. Empty: every word is cut with places (s.cut_places).
+  std::vector<PieceShape> shapes;
 };
 
 // The post-processor as a template: special tokens and the sequences A and B, each with its type id.
@@ -323,8 +341,11 @@ class Pipeline {
   // `chars`: the code points of `text` before the stretch.
   void tokens_of_stretch(std::string_view text, std::size_t begin, std::size_t end, std::size_t chars,
                          std::vector<std::int32_t>& ids, std::vector<TokenPlace>* places) const;
-  // s.text, a piece of a normalized stretch without added tokens: pre-tokenized and cut into ids.
+  // s.text, a piece of a normalized stretch without added tokens: pre-tokenized and cut into ids (with `places`,
+  // each id's place: from the model's shapes where it has them, else from its cut with places).
   void tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids, std::vector<TokenPlace>* places) const;
+  // Appends the place of each of s.pieces (a model's cut with places) to `places`.
+  void append_places(Scratch& s, std::vector<TokenPlace>* places) const;
 };
 
 // Cuts `tokens` to its first `n` (or, from the left, its last `n`).

@@ -72,11 +72,17 @@ class Unigram final : public Model {
         byte_ids_[b] = it == vocab_.end() ? -1 : it->second;
       }
     }
+    // A piece covers its own characters; the unknown token and byte fallback's depend on the word.
+    for (std::size_t i = 0; i < pieces.size(); ++i)
+      set_shape(shapes, static_cast<std::int32_t>(i), piece_shape(pieces[i].as_array()[0].as_string()));
+    set_shape(shapes, unk_, {});
+    if (byte_fallback_)
+      for (const std::int32_t id : byte_ids_) set_shape(shapes, id, {});
   }
 
   void tokenize(Scratch& s, Span word, std::vector<std::int32_t>& ids) const override {
     const std::u32string_view w = std::u32string_view(s.text).substr(word.begin, word.end - word.begin);
-    if (s.track)
+    if (s.cut_places)
       return WordCache::cut_with_places(serial_, w, word.begin, ids, s.pieces,
                                         [&](std::size_t at) { cut(s, w, ids, at); });
     WordCache::cut(serial_, w, ids, [&] { cut(s, w, ids); });

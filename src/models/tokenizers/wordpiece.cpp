@@ -33,7 +33,7 @@ class WordPiece final : public Model {
   void tokenize(Scratch& s, Span word, std::vector<std::int32_t>& ids) const override {
     if (word.end - word.begin > max_chars_) {
       ids.push_back(unk_);
-      if (s.track) s.pieces.push_back(word);
+      if (s.cut_places) s.pieces.push_back(word);
       return;
     }
     encode_utf8(std::u32string_view(s.text).substr(word.begin, word.end - word.begin), s.utf8);
@@ -57,14 +57,14 @@ class WordPiece final : public Model {
       if (found < 0) {
         ids.resize(first);
         ids.push_back(unk_);
-        if (s.track) {
+        if (s.cut_places) {
           s.pieces.resize(first_piece);
           s.pieces.push_back(word);
         }
         return;
       }
       ids.push_back(found);
-      if (s.track) {
+      if (s.cut_places) {
         const std::size_t from = at;
         for (std::size_t i = start; i < end; ++i) at += (static_cast<unsigned char>(w[i]) & 0xC0) != 0x80;
         s.pieces.push_back({from, at});
