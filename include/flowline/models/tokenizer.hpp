@@ -8,7 +8,9 @@
 // path of the component it cannot run exactly, and what is supported — never a tokenizer that would give
 // different ids than Python `tokenizers` (docs/models.md, "Tokenizers"). encode_with_offsets() and
 // encode_pair_with_offsets() also say where each token came from, as Python `tokenizers`' Encoding.offsets do;
-// they are a separate path (no word cache, every step keeping places), so the ids-only hot path pays nothing.
+// they cut words as the ids-only path does (its word cache) and read each id's place from its token's length
+// where the model's tokens are the characters they cover (BPE, Unigram), keeping places per code point only
+// through the steps that rewrite the text; the ids-only hot path pays nothing for them.
 // The library (flowline::tokenizers) links neither LibTorch nor the core: only utf8proc, PCRE2, Boost.JSON, fmt.
 #pragma once
 
@@ -89,6 +91,11 @@ class Tokenizer {
   // (TokenOffsets). Bytes that are not UTF-8 count as one code point each, as U+FFFD.
   Encoding encode_with_offsets(std::string_view text, std::size_t max_length = 0) const;
   Encoding encode_pair_with_offsets(std::string_view a, std::string_view b, std::size_t max_length = 0) const;
+  // The same into `out`, whose five vectors are cleared and refilled, keeping their capacity: a thread that
+  // passes the same Encoding call after call allocates nothing once warm (as encode_into with the same ids).
+  void encode_with_offsets_into(std::string_view text, std::size_t max_length, Encoding& out) const;
+  void encode_pair_with_offsets_into(std::string_view a, std::string_view b, std::size_t max_length,
+                                     Encoding& out) const;
 
   std::int32_t token_id(std::string_view token) const;  // -1 when absent
   // The token string of `id` as Python `tokenizers`' Tokenizer.id_to_token gives it (transformers'

@@ -26,6 +26,9 @@ struct Sequence {
 // The sequence's offsets appended to `out`, trimmed of spaces where the post-processor says trim_offsets
 // (tokenizers' process_offsets over the truncated sequence). Written in place into `out` grown once, in the
 // same pass that frames them: a vector of offsets between the places and the Encoding cost a pass per token.
+// The trimming without branches (most of a byte-level BPE's tokens start with a space, some do not: a branch on
+// it was mispredicted often): a token's leading spaces are kept where add_prefix_space put the one space before
+// the sequence's first token (its first token, or any starting at 0).
 void append_offsets(const Pipeline& p, const Sequence& s, std::vector<TokenOffsets>& out) {
   const std::size_t n = s.places.size(), from = out.size();
   out.resize(from + n);
@@ -35,16 +38,15 @@ void append_offsets(const Pipeline& p, const Sequence& s, std::vector<TokenOffse
     for (std::size_t i = 0; i < n; ++i) o[i] = TokenOffsets{places[i].chars.begin, places[i].chars.end};
     return;
   }
+  const bool prefix = p.post.add_prefix_space;
   for (std::size_t i = 0; i < n; ++i) {
     const TokenPlace& place = places[i];
-    std::size_t start = place.chars.begin, end = place.chars.end;
-    if (std::size_t lead = place.lead; lead > 0) {
-      const bool first = i == 0 || start == 0;
-      if (first && p.post.add_prefix_space && lead == 1) lead = 0;
-      start = std::min(start + lead, end);
-    }
-    if (place.trail > 0 && end >= place.trail) end = std::max<std::size_t>(end - place.trail, start);
-    o[i] = TokenOffsets{start, end};
+    const std::size_t begin = place.chars.begin, end = place.chars.end;
+    const bool keep_lead = prefix && place.lead == 1 && (i == 0 || begin == 0);
+    const std::size_t start = place.lead > 0 ? std::min(begin + (keep_lead ? 0 : place.lead), end) : begin;
+    const std::size_t cut =
+        place.trail > 0 && end >= place.trail ? std::max<std::size_t>(end - place.trail, start) : end;
+    o[i] = TokenOffsets{start, cut};
   }
 }
 
@@ -59,35 +61,38 @@ void keep(Sequence& s, std::size_t n, bool left) {
   tokenizers::cut(s.places, n, left);
 }
 
-// The post-processor's template around one or two sequences.
-Encoding frame(const Pipeline& p, const std::vector<tokenizers::TemplatePiece>& pieces, const Sequence& a,
-               const Sequence* b) {
-  Encoding e;
-  std::size_t total = 0;  // each vector allocated once, at its size
-  for (const tokenizers::TemplatePiece& piece : pieces)
-    total += !piece.is_sequence ? piece.ids.size() : piece.sequence == 0 ? a.ids.size() : b->ids.size();
-  e.ids.reserve(total);
-  e.type_ids.reserve(total);
-  e.offsets.reserve(total);
-  e.special.reserve(total);
-  e.sequence.reserve(total);
-  for (const tokenizers::TemplatePiece& piece : pieces) {
+void clear(Encoding& e) {
+  e.ids.clear();
+  e.type_ids.clear();
+  e.offsets.clear();
+  e.special.clear();
+  e.sequence.clear();
+}
+
+// A template's special token, framed.
+void append_special(const tokenizers::TemplatePiece& piece, Encoding& e) {
+  e.ids.insert(e.ids.end(), piece.ids.begin(), piece.ids.end());
+  e.type_ids.insert(e.type_ids.end(), piece.ids.size(), piece.type_id);
+  e.offsets.insert(e.offsets.end(), piece.ids.size(), TokenOffsets{});
+  e.special.insert(e.special.end(), piece.ids.size(), 1);
+  e.sequence.insert(e.sequence.end(), piece.ids.size(), -1);
+}
+
+// The post-processor's template around a pair of sequences, into `e` (cleared).
+void frame_pair(const Pipeline& p, const Sequence& a, const Sequence& b, Encoding& e) {
+  clear(e);
+  for (const tokenizers::TemplatePiece& piece : p.post.pair) {
     if (!piece.is_sequence) {
-      e.ids.insert(e.ids.end(), piece.ids.begin(), piece.ids.end());
-      e.type_ids.insert(e.type_ids.end(), piece.ids.size(), piece.type_id);
-      e.offsets.insert(e.offsets.end(), piece.ids.size(), TokenOffsets{});
-      e.special.insert(e.special.end(), piece.ids.size(), 1);
-      e.sequence.insert(e.sequence.end(), piece.ids.size(), -1);
+      append_special(piece, e);
       continue;
     }
-    const Sequence& s = piece.sequence == 0 ? a : *b;
+    const Sequence& s = piece.sequence == 0 ? a : b;
     e.ids.insert(e.ids.end(), s.ids.begin(), s.ids.end());
     e.type_ids.insert(e.type_ids.end(), s.ids.size(), piece.type_id);
     append_offsets(p, s, e.offsets);
     e.special.insert(e.special.end(), s.ids.size(), 0);
     e.sequence.insert(e.sequence.end(), s.ids.size(), static_cast<std::int8_t>(piece.sequence));
   }
-  return e;
 }
 
 }  // namespace
@@ -103,17 +108,46 @@ std::vector<TokenOffsets> byte_offsets(std::string_view text, const std::vector<
   return out;
 }
 
-Encoding Tokenizer::encode_with_offsets(std::string_view text, std::size_t max_length) const {
+// The single template holds sequence A once: its ids go straight into the Encoding, between the special
+// tokens before and after it, as encode_into does; only its places stand aside, to be trimmed into offsets.
+void Tokenizer::encode_with_offsets_into(std::string_view text, std::size_t max_length, Encoding& e) const {
   const Pipeline& p = *pipeline_;
-  thread_local Sequence a;  // this thread's buffers, reused
-  tokenize(p, text, a);
+  thread_local Sequence a;  // this thread's places, reused (its ids unused)
+  clear(e);
   const std::size_t added = p.post.added(false);
-  if (max_length != 0) keep(a, max_length > added ? max_length - added : 0, p.truncate_left);
-  return frame(p, p.post.single, a, nullptr);
+  for (const tokenizers::TemplatePiece& piece : p.post.single) {
+    if (!piece.is_sequence) {
+      append_special(piece, e);
+      continue;
+    }
+    const std::size_t start = e.ids.size();
+    a.places.clear();
+    p.tokens(text, e.ids, &a.places);
+    if (max_length != 0) {
+      const std::size_t n = max_length > added ? max_length - added : 0;
+      if (e.ids.size() - start > n) {
+        if (p.truncate_left)
+          e.ids.erase(e.ids.begin() + static_cast<std::ptrdiff_t>(start), e.ids.end() - static_cast<std::ptrdiff_t>(n));
+        e.ids.resize(start + n);
+        tokenizers::cut(a.places, n, p.truncate_left);
+      }
+    }
+    const std::size_t n = e.ids.size() - start;
+    e.type_ids.insert(e.type_ids.end(), n, piece.type_id);
+    append_offsets(p, a, e.offsets);
+    e.special.insert(e.special.end(), n, 0);
+    e.sequence.insert(e.sequence.end(), n, 0);
+  }
 }
 
-Encoding Tokenizer::encode_pair_with_offsets(std::string_view first, std::string_view second,
-                                             std::size_t max_length) const {
+Encoding Tokenizer::encode_with_offsets(std::string_view text, std::size_t max_length) const {
+  Encoding e;
+  encode_with_offsets_into(text, max_length, e);
+  return e;
+}
+
+void Tokenizer::encode_pair_with_offsets_into(std::string_view first, std::string_view second, std::size_t max_length,
+                                              Encoding& e) const {
   const Pipeline& p = *pipeline_;
   thread_local Sequence a, b;
   tokenize(p, first, a);
@@ -125,7 +159,14 @@ Encoding Tokenizer::encode_pair_with_offsets(std::string_view first, std::string
     keep(a, n1, p.truncate_left);
     keep(b, n2, p.truncate_left);
   }
-  return frame(p, p.post.pair, a, &b);
+  frame_pair(p, a, b, e);
+}
+
+Encoding Tokenizer::encode_pair_with_offsets(std::string_view first, std::string_view second,
+                                             std::size_t max_length) const {
+  Encoding e;
+  encode_pair_with_offsets_into(first, second, max_length, e);
+  return e;
 }
 
 }  // namespace flowline::models
