@@ -20,33 +20,37 @@ using tokenizers::TokenPlace;
 // One sequence's ids and places, as the pipeline gives them and truncation leaves them.
 struct Sequence {
   std::vector<std::int32_t> ids;
-  std::vector<TokenPlace> places;
+  tokenizers::TokenPlaces places;
 };
 
 // The sequence's offsets appended to `out`, trimmed of spaces where the post-processor says trim_offsets
-// (tokenizers' process_offsets over the truncated sequence). Written in place into `out` grown once, in the
-// same pass that frames them: a vector of offsets between the places and the Encoding cost a pass per token.
+// (tokenizers' process_offsets over the truncated sequence). Appended to `out` grown once (not resized: that
+// wrote each offset twice), in the pass that frames them: a vector of offsets between cost a pass per token.
 // The trimming without branches (most of a byte-level BPE's tokens start with a space, some do not: a branch on
 // it was mispredicted often): a token's leading spaces are kept where add_prefix_space put the one space before
 // the sequence's first token (its first token, or any starting at 0).
 void append_offsets(const Pipeline& p, const Sequence& s, std::vector<TokenOffsets>& out) {
-  const std::size_t n = s.places.size(), from = out.size();
-  out.resize(from + n);
-  TokenOffsets* const o = out.data() + from;
+  const std::size_t n = s.places.size();
+  out.reserve(out.size() + n);
   const TokenPlace* const places = s.places.data();
   if (!p.post.trim_offsets) {
-    for (std::size_t i = 0; i < n; ++i) o[i] = TokenOffsets{places[i].chars.begin, places[i].chars.end};
+    for (std::size_t i = 0; i < n; ++i) out.push_back(TokenOffsets{places[i].chars.begin, places[i].chars.end});
     return;
   }
-  const bool prefix = p.post.add_prefix_space;
+  const std::uint64_t prefix = p.post.add_prefix_space ? 1 : 0;
   for (std::size_t i = 0; i < n; ++i) {
     const TokenPlace& place = places[i];
-    const std::size_t begin = place.chars.begin, end = place.chars.end;
-    const bool keep_lead = prefix && place.lead == 1 && (i == 0 || begin == 0);
-    const std::size_t start = place.lead > 0 ? std::min(begin + (keep_lead ? 0 : place.lead), end) : begin;
-    const std::size_t cut =
-        place.trail > 0 && end >= place.trail ? std::max<std::size_t>(end - place.trail, start) : end;
-    o[i] = TokenOffsets{start, cut};
+    const std::uint64_t begin = place.chars.begin, end = place.chars.end, lead = place.lead, trail = place.trail;
+    // start: past the leading spaces (none where add_prefix_space put the one), not past the end; the end before
+    // the trailing spaces, not before the start. Each picked by a mask.
+    const std::uint64_t keep =
+        prefix & static_cast<std::uint64_t>(lead == 1) & static_cast<std::uint64_t>((i == 0) | (begin == 0));
+    const std::uint64_t moved = std::min(begin + (lead & (keep - 1)), end);
+    const std::uint64_t led = 0 - static_cast<std::uint64_t>(lead != 0);
+    const std::uint64_t start = (moved & led) | (begin & ~led);
+    const std::uint64_t cut = std::max(end - trail, start);
+    const std::uint64_t trailed = 0 - static_cast<std::uint64_t>((trail != 0) & (end >= trail));
+    out.push_back(TokenOffsets{start, (cut & trailed) | (end & ~trailed)});
   }
 }
 

@@ -103,9 +103,7 @@ TokenPlace trimmed(Align chars, std::u32string_view text) {
                           bytes, kMaxTextBytes));
 }
 
-Align join(const std::vector<Align>& align, std::size_t begin, std::size_t end) {
-  return {align[begin].begin, align[end - 1].end};
-}
+Align join(const Places& align, std::size_t begin, std::size_t end) { return {align[begin].begin, align[end - 1].end}; }
 
 }  // namespace
 
@@ -120,7 +118,7 @@ void Normalizer::refuse_normalized(const Scratch& s, std::size_t made) const {
                      s.max_chars, s.stretch_chars, kNormalizedPerChar, kNormalizedFloor, kMaxNormalizedChars, made));
 }
 
-void Pipeline::tokens(std::string_view text, std::vector<std::int32_t>& ids, std::vector<TokenPlace>* places) const {
+void Pipeline::tokens(std::string_view text, std::vector<std::int32_t>& ids, TokenPlaces* places) const {
   if (text.size() > kMaxTextBytes) refuse_text_bytes(file, text.size());
   Scratch& s = scratch();
   s.track = places != nullptr;
@@ -141,7 +139,7 @@ void Pipeline::tokens(std::string_view text, std::vector<std::int32_t>& ids, std
 }
 
 void Pipeline::tokens_of_stretch(std::string_view text, std::size_t begin, std::size_t end, std::size_t chars,
-                                 std::vector<std::int32_t>& ids, std::vector<TokenPlace>* places) const {
+                                 std::vector<std::int32_t>& ids, TokenPlaces* places) const {
   Scratch& s = scratch();
   const std::string_view stretch = text.substr(begin, end - begin);
   if (s.track)
@@ -180,7 +178,7 @@ void Pipeline::tokens_of_stretch(std::string_view text, std::size_t begin, std::
       });
 }
 
-void Pipeline::tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids, std::vector<TokenPlace>* places) const {
+void Pipeline::tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids, TokenPlaces* places) const {
   s.words.assign(1, Span{0, s.text.size()});
   if (s.text.empty()) s.words.clear();
   for (const auto& p : pre_tokenizers) p->pre_tokenize(s);
@@ -203,6 +201,10 @@ void Pipeline::tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids, std::
     if (word.end <= word.begin) continue;
     const std::size_t first = ids.size(), first_place = places->size();
     model->tokenize(s, word, ids);
+    if (ids.size() == first + 1 && !post.trim_offsets) {  // one id: the whole word (its shape unread)
+      places->push_back(TokenPlace{{align[word.begin].begin, align[word.end - 1].end}, 0, 0});
+      continue;
+    }
     std::size_t at = word.begin;
     for (std::size_t k = first; k < ids.size(); ++k) {
       const auto id = static_cast<std::uint32_t>(ids[k]);
@@ -226,7 +228,7 @@ void Pipeline::tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids, std::
 }
 
 // Each of s.pieces' places, with its spaces where the post-processor trims offsets.
-void Pipeline::append_places(Scratch& s, std::vector<TokenPlace>* places) const {
+void Pipeline::append_places(Scratch& s, TokenPlaces* places) const {
   // Written in place into `places` grown once (a push_back per token kept its size in memory between calls).
   const std::size_t n = s.pieces.size(), first = places->size();
   places->resize(first + n);
@@ -243,7 +245,7 @@ PieceShape piece_shape(std::string_view token, std::size_t skip) {
   std::u32string text;
   decode_utf8(token, text);
   if (skip > text.size() || text.size() - skip > 255) return {};
-  TokenPlace place;
+  TokenPlace place{};
   count_trimmed(text.data() + skip, text.size() - skip, place);
   return PieceShape{static_cast<std::uint8_t>(text.size() - skip), static_cast<std::uint8_t>(place.lead),
                     static_cast<std::uint8_t>(place.trail)};

@@ -40,6 +40,29 @@ struct Align {
   std::uint32_t end;
 };
 
+// An allocator whose vectors leave a trivial element uninitialized where they grow (std::allocator's
+// value-initialize it: a pass of zeros before the places are written over them, each text).
+template <class T>
+struct Uninitialized : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = Uninitialized<U>;
+  };
+  Uninitialized() = default;
+  template <class U>
+  Uninitialized(const Uninitialized<U>&) noexcept {}
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+// A text's places, one per code point.
+using Places = std::vector<Align, Uninitialized<Align>>;
+
 // One thread's working buffers, reused call after call.
 struct Scratch {
   std::u32string text;        // the stretch (then the piece) being tokenized, code points
@@ -67,7 +90,7 @@ struct Scratch {
   bool track = false;
   bool cut_places = false;
   std::size_t stretch_chars = 0;  // the code points of the stretch tokenized last
-  std::vector<Align> align, other_align, normalized_align;
+  Places align, other_align, normalized_align;
   std::vector<Span> pieces;
   // The most code points normalizing the stretch at hand may make (Pipeline::tokens sets it; normalized_bound()).
   std::size_t max_chars = static_cast<std::size_t>(-1);
@@ -130,7 +153,7 @@ struct HeadCount {
 // characters the place of the match's last one).
 void replaced_aligned(Scratch& s, std::size_t from, std::size_t to, std::size_t match_end, std::size_t content);
 // Appends `place` to `align` until it is `size` long (a character's pieces, all in one place).
-inline void fill_places(std::vector<Align>& align, std::size_t size, Align place) {
+inline void fill_places(Places& align, std::size_t size, Align place) {
   while (align.size() < size) align.push_back(place);
 }
 // tokenizers' NormalizedString::transform for s.align: s.other holds the new text and changes[i] says what
@@ -292,9 +315,10 @@ struct AddedMatcher {
 // Where a token came from: its code points of the input, and for trim_offsets the spaces its text starts and ends
 // with (PostProcessor::trim_offsets).
 struct TokenPlace {
-  Align chars{};
-  std::uint32_t lead = 0, trail = 0;
+  Align chars;
+  std::uint32_t lead, trail;
 };
+using TokenPlaces = std::vector<TokenPlace, Uninitialized<TokenPlace>>;
 
 // tokenizer.json's decoder: tokens back into text, as tokenizers' Decoder::decode_chain (each decoder rewrites
 // the list; Decoder::decode joins what the last one leaves). Immutable once built (decoders.cpp).
@@ -330,7 +354,7 @@ class Pipeline {
   std::string file;            // tokenizer.json (or vocab.txt), for the bounds' errors
 
   // Appends the ids of `text` without special tokens; with `places`, each id's place too.
-  void tokens(std::string_view text, std::vector<std::int32_t>& ids, std::vector<TokenPlace>* places = nullptr) const;
+  void tokens(std::string_view text, std::vector<std::int32_t>& ids, TokenPlaces* places = nullptr) const;
   // The post-processor's frame around one or two sequences; appends ids (and type ids when asked).
   std::size_t frame(const std::vector<std::int32_t>& a, const std::vector<std::int32_t>* b,
                     std::vector<std::int32_t>& ids, std::vector<std::int32_t>* type_ids) const;
@@ -340,12 +364,12 @@ class Pipeline {
   // text[begin, end), a stretch between raw added tokens (begin 0: it starts at offset 0 of the text).
   // `chars`: the code points of `text` before the stretch.
   void tokens_of_stretch(std::string_view text, std::size_t begin, std::size_t end, std::size_t chars,
-                         std::vector<std::int32_t>& ids, std::vector<TokenPlace>* places) const;
+                         std::vector<std::int32_t>& ids, TokenPlaces* places) const;
   // s.text, a piece of a normalized stretch without added tokens: pre-tokenized and cut into ids (with `places`,
   // each id's place: from the model's shapes where it has them, else from its cut with places).
-  void tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids, std::vector<TokenPlace>* places) const;
+  void tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids, TokenPlaces* places) const;
   // Appends the place of each of s.pieces (a model's cut with places) to `places`.
-  void append_places(Scratch& s, std::vector<TokenPlace>* places) const;
+  void append_places(Scratch& s, TokenPlaces* places) const;
 };
 
 // Cuts `tokens` to its first `n` (or, from the left, its last `n`).
@@ -375,7 +399,7 @@ inline std::pair<std::size_t, std::size_t> pair_lengths(std::size_t a, std::size
 // UTF-8 to code points (invalid bytes read as U+FFFD) and back. With `align`, each code point's place:
 // [base + i, base + i + 1) for the i-th.
 void decode_utf8(std::string_view in, std::u32string& out);
-void decode_utf8(std::string_view in, std::u32string& out, std::vector<Align>& align, std::size_t base);
+void decode_utf8(std::string_view in, std::u32string& out, Places& align, std::size_t base);
 void encode_utf8(std::u32string_view in, std::string& out);
 // The first byte of each code point decode_utf8 reads in `in`, then in.size().
 void utf8_starts(std::string_view in, std::vector<std::size_t>& starts);

@@ -44,7 +44,7 @@ void decode_utf8(std::string_view in, std::u32string& out) {
   each_point(in, [&](char32_t c, std::size_t, std::size_t) { out.push_back(c); });
 }
 
-void decode_utf8(std::string_view in, std::u32string& out, std::vector<Align>& align, std::size_t base) {
+void decode_utf8(std::string_view in, std::u32string& out, Places& align, std::size_t base) {
   decode_utf8(in, out);
   // The places after the text, in one loop the compiler vectorizes (pushed beside each code point, they
   // cost the decoding half again).
