@@ -324,7 +324,8 @@ def put_tensor(out, value, numpy, where):
         if array.dtype.name not in CODES:
             raise TypeError(f"{where}: dtype {array.dtype} cannot cross to flowline")
         code, shape = CODES[array.dtype.name], array.shape
-        data = memoryview(numpy.ascontiguousarray(array)).cast("B")
+        # (memoryview cannot cast a view with a 0 in its shape: an empty tensor has no bytes anyway)
+        data = memoryview(numpy.ascontiguousarray(array)).cast("B") if array.size else b""
     if shared is not None and len(data) >= SHARED_MIN_BYTES and shared.end - shared.at >= len(data):
         at = shared.at  # into the part of the request's region the client left for the answer
         shared.segment.view[at:at + len(data)] = data

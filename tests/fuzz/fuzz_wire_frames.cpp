@@ -5,6 +5,10 @@
 // version 3 writes it (with its deadline) and as versions 1-2 write it (without), and what decodes encodes
 // again for that version with the same id and deadline; a Response reads under protocol version 1 exactly
 // when its status is one version 1 has, and one encoded for a version 1 peer keeps whether it failed and why.
+// Version 4 (shared memory): a Request is also read against a small segment — its region must lie in it and
+// its tensors in the region — and a Response against a region of that segment (a tensor read past the
+// segment's ends would be an ASan report); a request whose region passes the segment's end never decodes;
+// Segment and Attached frames encode back to the same bytes.
 #include "remote/wire.hpp"
 
 #include "fuzz_support.hpp"
@@ -17,6 +21,10 @@
 namespace wire = flowline::wire;
 
 namespace {
+
+// A segment for version 4 frames: 4 KiB, its region [1024, 3072) for answers.
+constexpr std::size_t kSegmentBytes = 4096;
+char segment[kSegmentBytes];
 
 void same_bytes(const std::string& encoded, std::string_view frame) {
   if (std::string_view(encoded).substr(wire::kLengthBytes) != frame)
@@ -39,9 +47,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         same_bytes(wire::encode_welcome(wire::decode_welcome(frame)), frame);
         break;
       case wire::FrameType::Request:
-        for (const std::uint16_t version : {std::uint16_t{2}, wire::kVersion}) {
+        for (const std::uint16_t version : {std::uint16_t{2}, wire::kVersion, wire::kSharedVersion}) {
           try {
-            const wire::RequestFrame r = wire::decode_request(frame, version);
+            wire::SharedRegion shared{segment, kSegmentBytes};
+            const wire::RequestFrame r =
+                wire::decode_request(frame, version, version == wire::kSharedVersion ? &shared : nullptr);
+            if (r.shared_bytes > 0 &&
+                (r.shared_offset > kSegmentBytes || r.shared_bytes > kSegmentBytes - r.shared_offset))
+              flowline::fuzz::broken("a request's region past the segment was accepted");
             if (wire::frame_id(frame) != r.id) flowline::fuzz::broken("frame_id disagrees with decode_request");
             if (version < 3 && r.deadline_ms != 0) flowline::fuzz::broken("a version 2 request has a deadline");
             // Tags re-serialize differently, so not the same bytes; the id and the deadline survive.
@@ -56,6 +69,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         }
         break;
       case wire::FrameType::Response: {
+        try {
+          wire::SharedRegion region{segment, kSegmentBytes, 1024, 2048, 1024, 0};
+          (void)wire::decode_response(frame, wire::kSharedVersion, &region);
+        } catch (const wire::WireError&) {
+        }
         const wire::ResponseFrame r = wire::decode_response(frame);
         (void)wire::encode_response(r.id, r.status, r.error, r.error_executor, r.docs);
         // Version 1 knows statuses 0 and 1 only: it reads them as version 2 does and refuses the others, and
@@ -84,6 +102,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         break;
       case wire::FrameType::Cancel:
         same_bytes(wire::encode_cancel(wire::decode_cancel(frame)), frame);
+        break;
+      case wire::FrameType::Segment:
+        same_bytes(wire::encode_segment(wire::decode_segment(frame)), frame);
+        break;
+      case wire::FrameType::Attached:
+        same_bytes(wire::encode_attached(wire::decode_attached(frame)), frame);
         break;
     }
   } catch (const wire::WireError&) {

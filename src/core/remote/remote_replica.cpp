@@ -28,10 +28,12 @@ std::string RemoteReplica::run(const std::string& endpoint, DocumentArray& docs,
           wire::SharedRegion view;
           if (segment) {
             // The request's large tensors, and as much again for the answer's (an executor that changes its
-            // tensors answers with as many bytes); less when the segment is that full; none: inline.
+            // tensors answers with as many bytes); without that room the answer's new tensors cross inline,
+            // and without room for the request's own, the whole request does (a region that holds only part
+            // of them would keep the segment from the other request in flight for little).
             const std::uint64_t want = wire::shared_bytes(docs, kSharedMinTensorBytes);
             if (want > 0) region = segment->allocate(2 * want);
-            if (want > 0 && !region) region = segment->allocate(std::min(want, segment->largest_free()));
+            if (want > 0 && !region) region = segment->allocate(want);
             view = region.view(kSharedMinTensorBytes);
           }
           return wire::encode_request(id, endpoint, params, docs, deadline_ms, version, region ? &view : nullptr);

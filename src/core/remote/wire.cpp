@@ -368,7 +368,9 @@ std::string encode_response(std::uint64_t id, ResponseStatus status, std::string
   w.str(error_executor);
   SharedCursor cursor;
   const bool use = shared && version >= kSharedVersion && shared->bytes > 0;
-  if (use) cursor = SharedCursor{shared->base, shared->answer_offset, shared->offset + shared->bytes, 0};
+  if (use)
+    cursor =
+        SharedCursor{shared->base, shared->answer_offset, shared->offset + shared->bytes, shared->min_tensor_bytes};
   write_documents(w, docs, 0, use ? &cursor : nullptr);
   return w.finish();
 }

@@ -59,7 +59,8 @@ inline constexpr std::size_t kSharedAlign = 64;
 // caller owns the mapping and the region (SharedSegment, remote_host.hpp); these are plain views.
 //   encoding a Request: tensors of at least min_tensor_bytes are written into the region from `offset` while
 //     they fit (the rest inline); the frame then names the region and where the answer may start.
-//   encoding a Response (a server's side; tests): tensors go into [answer_offset, offset + bytes).
+//   encoding a Response (a server's side; tests): tensors of at least min_tensor_bytes go into
+//     [answer_offset, offset + bytes) while they fit.
 //   decoding either: a tensor in the segment must lie wholly inside [offset, offset + bytes), else the frame
 //     is refused (WireError naming both ranges); its bytes are copied out into a new tensor.
 struct SharedRegion {
