@@ -6,7 +6,9 @@
 // Python the build used when it exists, else python3); FLOWLINE_PY_WORKER names
 // another copy of the script (an installed package's). It serves the class over flowline's wire protocol
 // on a loopback port, so the flow reaches each worker as a `hosts:` entry (RemoteGroup) and batching,
-// replicas, the progress bar and per-executor stats work unchanged.
+// replicas, the progress bar and per-executor stats work unchanged. Each worker's address is registered with
+// remote::offer_shared_memory while PythonWorkers lives, so its connection (wire version 4) gets a memfd
+// segment for tensors (remote/shared_segment.hpp); a restarted worker keeps its port and gets a new segment.
 //
 // An executor with both py_modules and hosts (the gateway flow `flowline export` writes) runs on its hosts:
 // `flowline serve FLOW --executor NAME` there starts the workers; this flow starts none for it.
