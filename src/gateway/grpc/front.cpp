@@ -12,16 +12,19 @@
 // failure is answered in Jina's way (header status ERROR) and the stream goes on. A client that goes away
 // cancels the stream and its requests still in the flow (Call::cancel: the flow drops them or stops their
 // handlers; what comes back of them is dropped), and a unary call's its request (unary_reactor.hpp).
+// Messages are read and written as bytes (raw callback methods) and parsed here (front_support.hpp): one that
+// does not parse is refused INVALID_ARGUMENT naming the method; answers are serialized on the flow's thread.
 #include "../grpc_front.hpp"
 
 #include "../answer_window.hpp"
 #include "../core.hpp"
+#include "front_support.hpp"
+#include "info_services.hpp"
 #include "jina.grpc.pb.h"
 #include "jina_proto.hpp"
 #include "unary_reactor.hpp"
 
 #include "flowline/error.hpp"
-#include "flowline/version.hpp"
 
 #include <fmt/format.h>
 #include <grpcpp/alarm.h>
@@ -34,6 +37,8 @@
 #include <new>
 #include <map>
 #include <mutex>
+#include <string_view>
+#include <vector>
 
 namespace flowline::gateway {
 
@@ -41,6 +46,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using Request = jina::DataRequestProto;
+using Bytes = grpc::ByteBuffer;  // a message as read from the wire, or an answer serialized
+
+constexpr std::string_view kCallMethod = "jina.JinaRPC/Call";
+constexpr std::string_view kSingleMethod = "jina.JinaSingleDataRequestRPC/process_single_data";
 
 // Requests of one stream unanswered at once (and at most twice --max-body-bytes of their messages).
 constexpr std::size_t kStreamWindow = 16;
@@ -69,36 +78,18 @@ std::optional<Refused> take_held(Core& core, std::size_t message_bytes) {
 // How long a stream refused at its start drops what the client sends before its status goes out.
 constexpr std::chrono::milliseconds kRefusalDrain(2000);
 
-grpc::StatusCode grpc_code(Refusal kind) {
-  switch (kind) {
-    case Refusal::BadRequest:
-      return grpc::StatusCode::INVALID_ARGUMENT;
-    case Refusal::Unauthenticated:
-      return grpc::StatusCode::UNAUTHENTICATED;
-    case Refusal::NotFound:
-      return grpc::StatusCode::NOT_FOUND;
-    case Refusal::TooLarge:
-      return grpc::StatusCode::RESOURCE_EXHAUSTED;
-    case Refusal::Busy:
-    case Refusal::Unavailable:
-      return grpc::StatusCode::UNAVAILABLE;
-    case Refusal::Timeout:
-      return grpc::StatusCode::DEADLINE_EXCEEDED;
-    case Refusal::Failed:
-      break;
-  }
-  return grpc::StatusCode::INTERNAL;
-}
-
-// Fills `answer` with the flow's response: its documents, or Jina's error header when an executor failed.
-// A refusal (Failed) when the answer could not be written (an embedding that could not be read back).
-std::optional<Refused> fill_answer(Request& answer, const Response& response) noexcept {
+// Fills `answer` with the flow's response (its documents, or Jina's error header when an executor failed)
+// and serializes it into `out`. A refusal (Failed) when the answer could not be written (an embedding that
+// could not be read back).
+std::optional<Refused> fill_answer(Request& answer, const Response& response, Bytes& out) noexcept {
   try {
     if (response.ok()) {
       write_answer(answer, response.docs);
     } else {
       write_failure(answer, response);
     }
+    if (auto failed = serialize_message(answer, out))
+      return Refused{Refusal::Failed, fmt::format("the answer could not be written: {}", *failed)};
     return std::nullopt;
   } catch (const std::bad_alloc&) {
     return Refused{Refusal::TooLarge, "the answer could not be written: out of memory"};
@@ -108,14 +99,6 @@ std::optional<Refused> fill_answer(Request& answer, const Response& response) no
 }
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-// The bearer token from the call's metadata ("authorization: Bearer <token>").
-bool authorized(const Core& core, const grpc::CallbackServerContext* context) {
-  const auto& metadata = context->client_metadata();
-  const auto it = metadata.find("authorization");
-  return core.authorized(it == metadata.end() ? std::string_view()
-                                              : std::string_view(it->second.data(), it->second.size()));
-}
 
 // What a call may take: the request timeout, or less when the client's deadline is nearer.
 std::chrono::milliseconds call_timeout(const Core& core, const grpc::CallbackServerContext* context) {
@@ -134,7 +117,7 @@ std::chrono::milliseconds call_timeout(const Core& core, const grpc::CallbackSer
 // deleted when gRPC has called OnDone and no thread is inside one of its reactions or flow callbacks
 // (refs_: one for gRPC, one per thread inside; a thread may still be in a reaction when another one's
 // Finish lets gRPC call OnDone).
-class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
+class CallStream final : public grpc::ServerBidiReactor<Bytes, Bytes> {
  public:
   CallStream(Core& core, grpc::CallbackServerContext* context) : core_(core), context_(context) {
     Hold hold(this);
@@ -163,11 +146,11 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
       reads_done_ = true;
       return end_drain(lock);
     }
-    auto request = std::move(next_);
+    auto message = std::move(next_);
     const std::uint64_t seq = window_.open();
-    const std::size_t bytes = request->ByteSizeLong();
+    const std::size_t bytes = message->Length();
     if (auto refused = take_held(core_, bytes)) {  // past the front's bound: the stream ends here
-      request.reset();
+      message.reset();
       lock.unlock();
       refuse(seq, refused->kind, refused->message, Clock::now());
       lock.lock();
@@ -175,7 +158,7 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
     }
     hold_request(seq, held_bytes_of(bytes));
     lock.unlock();
-    handle(seq, std::move(request));
+    handle(seq, std::move(message));
     lock.lock();
     read_next(lock);
   }
@@ -286,8 +269,8 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
     if (!reading_ && !reads_done_ && (!stopped_ || draining_) && room) {
       reading_ = true;
       starting_read_ = true;  // no Finish before StartRead was called
-      next_ = std::make_unique<Request>();
-      Request* target = next_.get();
+      next_ = std::make_unique<Bytes>();
+      Bytes* target = next_.get();
       lock.unlock();
       StartRead(target);
       lock.lock();
@@ -304,7 +287,7 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
       if (auto next = window_.take_next()) {
         writing_ = true;
         written_ = std::move(*next);
-        const Request* answer = written_.get();
+        const Bytes* answer = written_.get();
         lock.unlock();
         StartWrite(answer);
         lock.lock();
@@ -321,10 +304,16 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
     }
   }
 
-  void handle(std::uint64_t seq, std::unique_ptr<Request> request) {
+  // The request's message parsed and handed to the flow, or refused.
+  void handle(std::uint64_t seq, std::unique_ptr<Bytes> message) {
     const auto started = Clock::now();
+    auto request = std::make_unique<Request>();
     Call call;
     try {
+      const std::size_t bytes = message->Length();
+      if (!parse_message(*message, *request))
+        return refuse(seq, Refusal::BadRequest, not_parsed(kCallMethod, *request, bytes), started);
+      message.reset();
       call = call_from_proto(*request, core_.limits);
     } catch (const RefusedError& e) {
       return refuse(seq, e.kind, e.what(), started);
@@ -353,11 +342,13 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
     Hold hold(this);
     std::optional<Refused> refused = std::move(outcome.refused);
     // Serialized here, on the replica's thread, off the gRPC threads.
-    if (!refused) refused = fill_answer(*request, outcome.response);
+    auto answer = std::make_unique<Bytes>();
+    if (!refused) refused = fill_answer(*request, outcome.response, *answer);
+    request.reset();
     if (refused) {
       refuse(seq, refused->kind, refused->message, started);
     } else {
-      const std::size_t answer_bytes = held_bytes_of(request->ByteSizeLong());
+      const std::size_t answer_bytes = held_bytes_of(answer->Length());
       core_.count_answer(FrontKind::Grpc, Route::Grpc,
                          outcome.response.ok()            ? 200
                          : outcome.response.request_error ? 422
@@ -366,7 +357,7 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
       std::unique_lock lock(mutex_);
       if (!stopped_ || (final_ && window_.accepts(seq))) {
         resize_request(seq, answer_bytes);  // held until written (OnWriteDone drops it)
-        window_.put(seq, std::make_unique<Request>(std::move(*request)));
+        window_.put(seq, std::move(answer));
       } else {
         drop_request(seq);
       }
@@ -394,11 +385,11 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
   Core& core_;
   grpc::CallbackServerContext* context_;
   std::mutex mutex_;
-  std::unique_ptr<Request> next_;     // the request being read
-  std::unique_ptr<Request> written_;  // the answer being written
+  std::unique_ptr<Bytes> next_;     // the request being read
+  std::unique_ptr<Bytes> written_;  // the answer being written
   // The answers in request order (answer_window.hpp, as the HTTP front's NDJSON streams): it ends at the
   // refused request, when one was.
-  AnswerWindow<std::unique_ptr<Request>> window_;
+  AnswerWindow<std::unique_ptr<Bytes>> window_;
   // The requests read and not yet written (or dropped), by number: their messages' bytes.
   std::map<std::uint64_t, std::size_t> sizes_;
   std::size_t held_bytes_ = 0;
@@ -416,10 +407,10 @@ class CallStream final : public grpc::ServerBidiReactor<Request, Request> {
   std::optional<grpc::Status> final_;
 };
 
-class JinaRpc final : public jina::JinaRPC::CallbackService {
+class JinaRpc final : public jina::JinaRPC::WithRawCallbackMethod_Call<jina::JinaRPC::Service> {
  public:
   explicit JinaRpc(Core& core) : core_(core) {}
-  grpc::ServerBidiReactor<Request, Request>* Call(grpc::CallbackServerContext* context) override {
+  grpc::ServerBidiReactor<Bytes, Bytes>* Call(grpc::CallbackServerContext* context) override {
     return new CallStream(core_, context);
   }
 
@@ -427,11 +418,12 @@ class JinaRpc final : public jina::JinaRPC::CallbackService {
   Core& core_;
 };
 
-class SingleRequest final : public jina::JinaSingleDataRequestRPC::CallbackService {
+class SingleRequest final : public jina::JinaSingleDataRequestRPC::WithRawCallbackMethod_process_single_data<
+                                jina::JinaSingleDataRequestRPC::Service> {
  public:
   explicit SingleRequest(Core& core) : core_(core) {}
-  grpc::ServerUnaryReactor* process_single_data(grpc::CallbackServerContext* context, const Request* request,
-                                                Request* answer) override {
+  grpc::ServerUnaryReactor* process_single_data(grpc::CallbackServerContext* context, const Bytes* request,
+                                                Bytes* reply) override {
     auto cancel = std::make_shared<Cancellation::Flag>(false);
     auto* reactor = new CancellableUnaryReactor(cancel);  // deletes itself once done
     const auto started = Clock::now();
@@ -443,14 +435,18 @@ class SingleRequest final : public jina::JinaSingleDataRequestRPC::CallbackServi
     if (!authorized(core_, context))
       return refuse(Refusal::Unauthenticated,
                     "missing or wrong bearer token (send metadata \"authorization: Bearer <token>\")");
-    // The request (its copy in the answer, refilled) counted against the front's bound until Finish.
-    const std::size_t message_bytes = request->ByteSizeLong();
+    // The request (as read, and parsed into the answer, refilled) counted against the front's bound until
+    // Finish.
+    const std::size_t message_bytes = request->Length();
     if (auto refused = take_held(core_, message_bytes)) return refuse(refused->kind, refused->message);
     auto held = std::shared_ptr<void>(
         nullptr, [&core = core_, bytes = held_bytes_of(message_bytes)](void*) { core.grpc_held.give(bytes); });
+    auto answer = std::make_shared<Request>();
     Call call;
     try {
-      *answer = *request;
+      Bytes bytes(*request);  // shares its slices
+      if (!parse_message(bytes, *answer))
+        return refuse(Refusal::BadRequest, not_parsed(kSingleMethod, *answer, message_bytes));
       call = call_from_proto(*answer, core_.limits);
     } catch (const RefusedError& e) {
       return refuse(e.kind, e.what());
@@ -462,9 +458,9 @@ class SingleRequest final : public jina::JinaSingleDataRequestRPC::CallbackServi
     const std::size_t documents = call.docs.size();
     call.cancel = std::move(cancel);
     core_.submit(std::move(call), call_timeout(core_, context),
-                 [this, reactor, answer, documents, started, held](Outcome&& outcome) {
+                 [this, reactor, answer, reply, documents, started, held](Outcome&& outcome) {
                    std::optional<Refused> refused = std::move(outcome.refused);
-                   if (!refused) refused = fill_answer(*answer, outcome.response);
+                   if (!refused) refused = fill_answer(*answer, outcome.response, *reply);
                    if (refused) {
                      core_.count_answer(FrontKind::Grpc, Route::Grpc, http_status(refused->kind), refused->kind, 0,
                                         seconds_since(started));
@@ -484,60 +480,10 @@ class SingleRequest final : public jina::JinaSingleDataRequestRPC::CallbackServi
   Core& core_;
 };
 
-// Readiness, endpoints and versions, as Jina's Client asks for them.
-class Info final : public jina::JinaGatewayDryRunRPC::CallbackService,
-                   public jina::JinaDiscoverEndpointsRPC::CallbackService,
-                   public jina::JinaInfoRPC::CallbackService {
- public:
-  explicit Info(Core& core) : core_(core) {}
-
-  grpc::ServerUnaryReactor* dry_run(grpc::CallbackServerContext* context, const google::protobuf::Empty*,
-                                    jina::StatusProto* status) override {
-    if (const auto reason = core_.not_ready()) {
-      status->set_code(jina::StatusProto::ERROR);
-      status->set_description(*reason);
-      status->mutable_exception()->set_name("FlowNotReady");
-      status->mutable_exception()->add_args(*reason);
-    } else {
-      status->set_code(jina::StatusProto::SUCCESS);
-    }
-    return finish(context);
-  }
-
-  grpc::ServerUnaryReactor* endpoint_discovery(grpc::CallbackServerContext* context, const google::protobuf::Empty*,
-                                               jina::EndpointsProto* endpoints) override {
-    if (!authorized(core_, context)) return refuse(context);
-    for (const auto& e : core_.endpoints) endpoints->add_endpoints(e);
-    return finish(context);
-  }
-
-  grpc::ServerUnaryReactor* _status(grpc::CallbackServerContext* context, const google::protobuf::Empty*,
-                                    jina::JinaInfoProto* info) override {
-    if (!authorized(core_, context)) return refuse(context);
-    (*info->mutable_jina())["flowline"] = version();
-    (*info->mutable_jina())["protocol"] = "jina 3.34 gRPC";
-    return finish(context);
-  }
-
- private:
-  grpc::ServerUnaryReactor* finish(grpc::CallbackServerContext* context) {
-    core_.count_answer(FrontKind::Grpc, Route::Info, 200, std::nullopt, 0, 0);
-    auto* reactor = context->DefaultReactor();
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
-  }
-  grpc::ServerUnaryReactor* refuse(grpc::CallbackServerContext* context) {
-    core_.count_answer(FrontKind::Grpc, Route::Info, 401, Refusal::Unauthenticated, 0, 0);
-    auto* reactor = context->DefaultReactor();
-    reactor->Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong bearer token"));
-    return reactor;
-  }
-  Core& core_;
-};
-
 class Front final : public GrpcFront {
  public:
-  Front(Core& core, const std::string& host, std::uint16_t port) : jina_(core), single_(core), info_(core) {
+  Front(Core& core, const std::string& host, std::uint16_t port)
+      : jina_(core), single_(core), info_(make_info_services(core)) {
     grpc::EnableDefaultHealthCheckService(true);
     grpc::ServerBuilder builder;
     const std::string address =
@@ -559,9 +505,7 @@ class Front final : public GrpcFront {
     }
     builder.RegisterService(&jina_);
     builder.RegisterService(&single_);
-    builder.RegisterService(static_cast<jina::JinaGatewayDryRunRPC::CallbackService*>(&info_));
-    builder.RegisterService(static_cast<jina::JinaDiscoverEndpointsRPC::CallbackService*>(&info_));
-    builder.RegisterService(static_cast<jina::JinaInfoRPC::CallbackService*>(&info_));
+    for (const auto& service : info_) builder.RegisterService(service.get());
     server_ = builder.BuildAndStart();
     if (!server_ || bound == 0)
       throw Error(fmt::format("{}: cannot serve gRPC there (in use, or not an address)", address));
@@ -584,7 +528,7 @@ class Front final : public GrpcFront {
  private:
   JinaRpc jina_;
   SingleRequest single_;
-  Info info_;
+  std::vector<std::unique_ptr<grpc::Service>> info_;
   std::unique_ptr<grpc::Server> server_;
   std::uint16_t port_ = 0;
 };

@@ -20,8 +20,8 @@ does without ever naming a protocol, and checks:
      stream after it still works;
   7. a 100 MB message is refused with RESOURCE_EXHAUSTED (raised by the client), and the server serves on;
   8. a raw gRPC client that opens a stream, sends requests and goes away after the first answer leaves the
-     server serving (the next post works); malformed bytes on the unary method get a gRPC error, not a
-     crash; a big-endian embedding is INVALID_ARGUMENT naming docs[1].embedding; 5,000 documents in one
+     server serving (the next post works); malformed bytes on the unary method get INVALID_ARGUMENT
+     naming the method, not a crash; a big-endian embedding is INVALID_ARGUMENT naming docs[1].embedding; 5,000 documents in one
      request (over --max-documents) RESOURCE_EXHAUSTED; documents sent as docs_bytes are read, and the
      client's request id is echoed.
 
@@ -179,8 +179,10 @@ def main():
         unary(b'\xff\xff\xff\xff garbage', timeout=10)
         check(False, 'malformed bytes were answered as a request')
     except grpc.RpcError as e:
-        # gRPC C++ answers a message it cannot parse before any flowline code runs (1.51: UNIMPLEMENTED).
-        check(e.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNIMPLEMENTED),
+        # The front parses the bytes itself and names the method and the message they do not parse as.
+        check(e.code() == grpc.StatusCode.INVALID_ARGUMENT
+              and 'does not parse as jina.DataRequestProto' in e.details()
+              and 'jina.JinaSingleDataRequestRPC/process_single_data' in e.details(),
               f'malformed bytes: {e.code()} {e.details()}')
 
     def request_of(texts_, request_id=''):
