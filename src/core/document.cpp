@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <iterator>
 #include <random>
 
 namespace flowline {
@@ -75,8 +77,12 @@ void DocumentArray::append(DocumentArray&& other) {
   if (docs_.empty()) {
     docs_ = std::move(other.docs_);
   } else {
-    docs_.reserve(docs_.size() + other.docs_.size());
-    for (auto& d : other.docs_) docs_.push_back(std::move(d));
+    // Grown geometrically, not to the exact size: a caller that appends answer after answer (Flow::post
+    // collecting a large input's responses) would otherwise move every document already here on every append,
+    // O(n^2) in all — 300,000 texts in requests of 1,024 moved ~44M documents, 6x the encoding's own time on a GPU.
+    const std::size_t need = docs_.size() + other.docs_.size();
+    if (need > docs_.capacity()) docs_.reserve(std::max(need, 2 * docs_.capacity()));
+    docs_.insert(docs_.end(), std::make_move_iterator(other.docs_.begin()), std::make_move_iterator(other.docs_.end()));
   }
   other.clear();
 }
