@@ -13,7 +13,12 @@ CPU clock around encode; the launcher's children CPU time less that of a one-tex
 
   PYTHONPATH=build/python .venv/bin/python bench/python_encode.py [--limit 2000] [--rounds 2] [--device cpu]
       [--model models/all-MiniLM-L6-v2] [--corpus ../shared/data/corpus] [--launcher build/src/flowline]
-      [--dtype fp16] [--copies 1]
+      [--dtype fp16] [--copies 1] [--st 64,256,1024 --st-texts 30005]
+
+--st also times sentence-transformers' own encode of the model (in this process, fp16 with .half() when --dtype
+fp16, on --device) at each of the given batch sizes over the first --st-texts texts (its rate does not depend on
+how many repeats of the corpus it sees), after a warm-up, and prints encode's best against its best (issue 53
+§4: >= 25x) and the cosine of its embeddings to flowline's over those texts.
 """
 import argparse
 import json
@@ -72,6 +77,33 @@ def launcher_run(launcher, flow, inputs, work):
     return figures["documents"] / figures["seconds"], cpu, np.load(out)
 
 
+def sentence_transformers_rate(args, texts, ours):
+    """sentence-transformers' best docs/s over its batch sizes on `texts`; prints each and the cosines to `ours`."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(args.model, device=args.device)
+    if args.dtype == "fp16":
+        model.half()
+    elif args.dtype == "bf16":
+        model.bfloat16()
+    model.encode(texts[:2048], batch_size=256)  # warm-up: kernels, allocator
+    best = 0.0
+    for batch in (int(b) for b in args.st.split(",")):
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        theirs = model.encode(texts, batch_size=batch, convert_to_numpy=True)
+        rate = len(texts) / (time.perf_counter() - t)
+        a = theirs.astype(np.float64)
+        b = ours.astype(np.float64)
+        cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+        print(f"sentence-transformers encode, batch {batch}: {rate:.1f} docs/s ({len(texts)} texts); "
+              f"cosine to flowline's min {cos.min():.6f}")
+        best = max(best, rate)
+    return best
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--launcher", default=str(ROOT / "build/src/flowline"))
@@ -82,6 +114,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default=None)
+    parser.add_argument("--st", default="", help="sentence-transformers' batch sizes to time (comma-separated)")
+    parser.add_argument("--st-texts", type=int, default=30005)
     args = parser.parse_args()
 
     median_import, median_wall, median_bare = import_seconds()
@@ -130,6 +164,10 @@ def main():
             python_cpu.append(python_per_cpu)
         encoder.close()
     best_run, best_python = max(runs), max(python)
+    if args.st:
+        st_rate = sentence_transformers_rate(args, texts[:args.st_texts], got[:args.st_texts])
+        print(f"encode {best_python:.1f} docs/s against sentence-transformers' best {st_rate:.1f}: "
+              f"{best_python / st_rate:.1f}x")
     print(f"best of {args.rounds}: flowline run {best_run:.1f} docs/s, encode {best_python:.1f} docs/s, "
           f"ratio {best_python / best_run:.3f} ({len(texts)} texts, device {args.device})")
     med_run, med_python = statistics.median(runs_cpu), statistics.median(python_cpu)
