@@ -13,56 +13,56 @@ namespace flowline::models {
 
 namespace {
 
-using tokenizers::Align;
 using tokenizers::Pipeline;
-using tokenizers::TokenPlace;
 
-// One sequence's ids and places, as the pipeline gives them and truncation leaves them.
+// One sequence's ids and either its places (trimmed into offsets once truncation has picked its first token) or
+// its offsets (PlaceSink), as the pipeline gives them and truncation leaves them.
 struct Sequence {
   std::vector<std::int32_t> ids;
   tokenizers::TokenPlaces places;
+  std::vector<TokenOffsets> offsets;
+  bool placed = false;  // places, not offsets
 };
 
-// The sequence's offsets appended to `out`, trimmed of spaces where the post-processor says trim_offsets
-// (tokenizers' process_offsets over the truncated sequence). Appended to `out` grown once (not resized: that
-// wrote each offset twice), in the pass that frames them: a vector of offsets between cost a pass per token.
-// The trimming without branches (most of a byte-level BPE's tokens start with a space, some do not: a branch on
-// it was mispredicted often): a token's leading spaces are kept where add_prefix_space put the one space before
-// the sequence's first token (its first token, or any starting at 0).
-void append_offsets(const Pipeline& p, const Sequence& s, std::vector<TokenOffsets>& out) {
-  const std::size_t n = s.places.size();
-  out.reserve(out.size() + n);
-  const TokenPlace* const places = s.places.data();
-  if (!p.post.trim_offsets) {
-    for (std::size_t i = 0; i < n; ++i) out.push_back(TokenOffsets{places[i].chars.begin, places[i].chars.end});
-    return;
-  }
-  const std::uint64_t prefix = p.post.add_prefix_space ? 1 : 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const TokenPlace& place = places[i];
-    const std::uint64_t begin = place.chars.begin, end = place.chars.end, lead = place.lead, trail = place.trail;
-    // start: past the leading spaces (none where add_prefix_space put the one), not past the end; the end before
-    // the trailing spaces, not before the start. Each picked by a mask.
-    const std::uint64_t keep =
-        prefix & static_cast<std::uint64_t>(lead == 1) & static_cast<std::uint64_t>((i == 0) | (begin == 0));
-    const std::uint64_t moved = std::min(begin + (lead & (keep - 1)), end);
-    const std::uint64_t led = 0 - static_cast<std::uint64_t>(lead != 0);
-    const std::uint64_t start = (moved & led) | (begin & ~led);
-    const std::uint64_t cut = std::max(end - trail, start);
-    const std::uint64_t trailed = 0 - static_cast<std::uint64_t>((trail != 0) & (end >= trail));
-    out.push_back(TokenOffsets{start, (cut & trailed) | (end & ~trailed)});
-  }
+// Whether offsets must wait for truncation: trim_offsets keeps the leading space of a sequence's first token, and
+// truncation from the left picks which that is.
+bool trim_after_cut(const Pipeline& p, std::size_t max_length) {
+  return p.post.trim_offsets && p.truncate_left && max_length != 0;
 }
 
-void tokenize(const Pipeline& p, std::string_view text, Sequence& s) {
+tokenizers::PlaceSink sink_of(const Pipeline& p, bool placed, tokenizers::TokenPlaces& places,
+                              std::vector<TokenOffsets>& offsets) {
+  tokenizers::PlaceSink sink;
+  sink.trim = p.post.trim_offsets;
+  sink.prefix = p.post.add_prefix_space;
+  if (placed)
+    sink.places = &places;
+  else
+    sink.offsets = &offsets, sink.first = offsets.size();
+  return sink;
+}
+
+// The places' offsets appended to `out`, as the post-processor trims them (the first place its sequence's first).
+void append_offsets(const Pipeline& p, const tokenizers::TokenPlaces& places, std::vector<TokenOffsets>& out) {
+  out.reserve(out.size() + places.size());
+  for (std::size_t i = 0; i < places.size(); ++i)
+    out.push_back(p.post.trim_offsets ? tokenizers::trimmed_offsets(places[i], i == 0, p.post.add_prefix_space)
+                                      : TokenOffsets{places[i].chars.begin, places[i].chars.end});
+}
+
+void tokenize(const Pipeline& p, std::string_view text, bool placed, Sequence& s) {
   s.ids.clear();
   s.places.clear();
-  p.tokens(text, s.ids, &s.places);
+  s.offsets.clear();
+  s.placed = placed;
+  tokenizers::PlaceSink sink = sink_of(p, placed, s.places, s.offsets);
+  p.tokens(text, s.ids, &sink);
 }
 
 void keep(Sequence& s, std::size_t n, bool left) {
   tokenizers::cut(s.ids, n, left);
   tokenizers::cut(s.places, n, left);
+  tokenizers::cut(s.offsets, n, left);
 }
 
 void clear(Encoding& e) {
@@ -93,7 +93,10 @@ void frame_pair(const Pipeline& p, const Sequence& a, const Sequence& b, Encodin
     const Sequence& s = piece.sequence == 0 ? a : b;
     e.ids.insert(e.ids.end(), s.ids.begin(), s.ids.end());
     e.type_ids.insert(e.type_ids.end(), s.ids.size(), piece.type_id);
-    append_offsets(p, s, e.offsets);
+    if (s.placed)
+      append_offsets(p, s.places, e.offsets);
+    else
+      e.offsets.insert(e.offsets.end(), s.offsets.begin(), s.offsets.end());
     e.special.insert(e.special.end(), s.ids.size(), 0);
     e.sequence.insert(e.sequence.end(), s.ids.size(), static_cast<std::int8_t>(piece.sequence));
   }
@@ -113,32 +116,41 @@ std::vector<TokenOffsets> byte_offsets(std::string_view text, const std::vector<
 }
 
 // The single template holds sequence A once: its ids go straight into the Encoding, between the special
-// tokens before and after it, as encode_into does; only its places stand aside, to be trimmed into offsets.
+// tokens before and after it, as encode_into does, and its offsets too unless they must wait for truncation.
 void Tokenizer::encode_with_offsets_into(std::string_view text, std::size_t max_length, Encoding& e) const {
   const Pipeline& p = *pipeline_;
-  thread_local Sequence a;  // this thread's places, reused (its ids unused)
+  thread_local tokenizers::TokenPlaces places;  // this thread's, reused
   clear(e);
   const std::size_t added = p.post.added(false);
+  const bool placed = trim_after_cut(p, max_length);
   for (const tokenizers::TemplatePiece& piece : p.post.single) {
     if (!piece.is_sequence) {
       append_special(piece, e);
       continue;
     }
     const std::size_t start = e.ids.size();
-    a.places.clear();
-    p.tokens(text, e.ids, &a.places);
+    places.clear();
+    tokenizers::PlaceSink sink = sink_of(p, placed, places, e.offsets);
+    p.tokens(text, e.ids, &sink);
     if (max_length != 0) {
       const std::size_t n = max_length > added ? max_length - added : 0;
       if (e.ids.size() - start > n) {
-        if (p.truncate_left)
-          e.ids.erase(e.ids.begin() + static_cast<std::ptrdiff_t>(start), e.ids.end() - static_cast<std::ptrdiff_t>(n));
+        const auto drop = static_cast<std::ptrdiff_t>(e.ids.size() - start - n);
+        if (p.truncate_left) {
+          e.ids.erase(e.ids.begin() + static_cast<std::ptrdiff_t>(start),
+                      e.ids.begin() + static_cast<std::ptrdiff_t>(start) + drop);
+          if (!placed)
+            e.offsets.erase(e.offsets.begin() + static_cast<std::ptrdiff_t>(start),
+                            e.offsets.begin() + static_cast<std::ptrdiff_t>(start) + drop);
+        }
         e.ids.resize(start + n);
-        tokenizers::cut(a.places, n, p.truncate_left);
+        if (!placed) e.offsets.resize(start + n);
+        tokenizers::cut(places, n, p.truncate_left);
       }
     }
     const std::size_t n = e.ids.size() - start;
     e.type_ids.insert(e.type_ids.end(), n, piece.type_id);
-    append_offsets(p, a, e.offsets);
+    if (placed) append_offsets(p, places, e.offsets);
     e.special.insert(e.special.end(), n, 0);
     e.sequence.insert(e.sequence.end(), n, 0);
   }
@@ -154,8 +166,9 @@ void Tokenizer::encode_pair_with_offsets_into(std::string_view first, std::strin
                                               Encoding& e) const {
   const Pipeline& p = *pipeline_;
   thread_local Sequence a, b;
-  tokenize(p, first, a);
-  tokenize(p, second, b);
+  const bool placed = trim_after_cut(p, max_length);
+  tokenize(p, first, placed, a);
+  tokenize(p, second, placed, b);
   if (max_length != 0) {
     const std::size_t added = p.post.added(true);
     const auto [n1, n2] =

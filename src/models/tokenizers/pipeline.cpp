@@ -118,7 +118,7 @@ void Normalizer::refuse_normalized(const Scratch& s, std::size_t made) const {
                      s.max_chars, s.stretch_chars, kNormalizedPerChar, kNormalizedFloor, kMaxNormalizedChars, made));
 }
 
-void Pipeline::tokens(std::string_view text, std::vector<std::int32_t>& ids, TokenPlaces* places) const {
+void Pipeline::tokens(std::string_view text, std::vector<std::int32_t>& ids, PlaceSink* places) const {
   if (text.size() > kMaxTextBytes) refuse_text_bytes(file, text.size());
   Scratch& s = scratch();
   s.track = places != nullptr;
@@ -139,7 +139,7 @@ void Pipeline::tokens(std::string_view text, std::vector<std::int32_t>& ids, Tok
 }
 
 void Pipeline::tokens_of_stretch(std::string_view text, std::size_t begin, std::size_t end, std::size_t chars,
-                                 std::vector<std::int32_t>& ids, TokenPlaces* places) const {
+                                 std::vector<std::int32_t>& ids, PlaceSink* places) const {
   Scratch& s = scratch();
   const std::string_view stretch = text.substr(begin, end - begin);
   if (s.track)
@@ -178,7 +178,7 @@ void Pipeline::tokens_of_stretch(std::string_view text, std::size_t begin, std::
       });
 }
 
-void Pipeline::tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids, TokenPlaces* places) const {
+void Pipeline::tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids, PlaceSink* places) const {
   s.words.assign(1, Span{0, s.text.size()});
   if (s.text.empty()) s.words.clear();
   for (const auto& p : pre_tokenizers) p->pre_tokenize(s);
@@ -228,17 +228,14 @@ void Pipeline::tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids, Token
 }
 
 // Each of s.pieces' places, with its spaces where the post-processor trims offsets.
-void Pipeline::append_places(Scratch& s, TokenPlaces* places) const {
-  // Written in place into `places` grown once (a push_back per token kept its size in memory between calls).
-  const std::size_t n = s.pieces.size(), first = places->size();
-  places->resize(first + n);
-  TokenPlace* const out = places->data() + first;
-  const Span* const pieces = s.pieces.data();
+void Pipeline::append_places(Scratch& s, PlaceSink* places) const {
   const Align* const align = s.align.data();
-  for (std::size_t i = 0; i < n; ++i) out[i].chars = Align{align[pieces[i].begin].begin, align[pieces[i].end - 1].end};
-  if (!post.trim_offsets) return;
   const char32_t* const text = s.text.data();
-  for (std::size_t i = 0; i < n; ++i) count_trimmed(text + pieces[i].begin, pieces[i].end - pieces[i].begin, out[i]);
+  for (const Span piece : s.pieces) {
+    TokenPlace place{{align[piece.begin].begin, align[piece.end - 1].end}, 0, 0};
+    if (post.trim_offsets) count_trimmed(text + piece.begin, piece.end - piece.begin, place);
+    places->push_back(place);
+  }
 }
 
 PieceShape piece_shape(std::string_view token, std::size_t skip) {

@@ -7,6 +7,8 @@
 // called from many threads at once; the working buffers live in a thread_local Scratch.
 #pragma once
 
+#include "flowline/models/tokenizer.hpp"
+
 #include <boost/json.hpp>
 
 #include <cstddef>
@@ -320,6 +322,40 @@ struct TokenPlace {
 };
 using TokenPlaces = std::vector<TokenPlace, Uninitialized<TokenPlace>>;
 
+// A place as Python `tokenizers` reports its offsets (process_offsets): with trim_offsets, past its leading spaces
+// (not where add_prefix_space (`prefix`) put the one space before its sequence's `first` token, or any starting at
+// 0; not past its end) and before its trailing ones (not before its start). Picked by masks: most of a byte-level
+// BPE's tokens start with a space, some do not, and a branch on it was mispredicted often.
+inline TokenOffsets trimmed_offsets(const TokenPlace& place, bool first, bool prefix) {
+  const std::uint64_t begin = place.chars.begin, end = place.chars.end, lead = place.lead, trail = place.trail;
+  const std::uint64_t keep = static_cast<std::uint64_t>(prefix & (lead == 1) & (first | (begin == 0)));
+  const std::uint64_t moved = std::min(begin + (lead & (keep - 1)), end);
+  const std::uint64_t led = 0 - static_cast<std::uint64_t>(lead != 0);
+  const std::uint64_t start = (moved & led) | (begin & ~led);
+  const std::uint64_t cut = std::max(end - trail, start);
+  const std::uint64_t trailed = 0 - static_cast<std::uint64_t>((trail != 0) & (end >= trail));
+  return TokenOffsets{start, (cut & trailed) | (end & ~trailed)};
+}
+
+// Where Pipeline::tokens puts each token's place: into `places`, to be made offsets once truncation has picked the
+// sequence's first token (trim_offsets with truncation from the left); else straight into `offsets` as
+// trimmed_offsets makes them, the first written at `first` being its sequence's first.
+struct PlaceSink {
+  TokenPlaces* places = nullptr;
+  std::vector<TokenOffsets>* offsets = nullptr;
+  std::size_t first = 0;
+  bool trim = false, prefix = false;
+  void push_back(const TokenPlace& place) {
+    if (places != nullptr)
+      places->push_back(place);
+    else
+      offsets->push_back(trim ? trimmed_offsets(place, offsets->size() == first, prefix)
+                              : TokenOffsets{place.chars.begin, place.chars.end});
+  }
+  std::size_t size() const { return places != nullptr ? places->size() : offsets->size(); }
+  void resize(std::size_t n) { places != nullptr ? places->resize(n) : offsets->resize(n); }
+};
+
 // tokenizer.json's decoder: tokens back into text, as tokenizers' Decoder::decode_chain (each decoder rewrites
 // the list; Decoder::decode joins what the last one leaves). Immutable once built (decoders.cpp).
 class Decoder {
@@ -354,7 +390,7 @@ class Pipeline {
   std::string file;            // tokenizer.json (or vocab.txt), for the bounds' errors
 
   // Appends the ids of `text` without special tokens; with `places`, each id's place too.
-  void tokens(std::string_view text, std::vector<std::int32_t>& ids, TokenPlaces* places = nullptr) const;
+  void tokens(std::string_view text, std::vector<std::int32_t>& ids, PlaceSink* places = nullptr) const;
   // The post-processor's frame around one or two sequences; appends ids (and type ids when asked).
   std::size_t frame(const std::vector<std::int32_t>& a, const std::vector<std::int32_t>* b,
                     std::vector<std::int32_t>& ids, std::vector<std::int32_t>* type_ids) const;
@@ -364,12 +400,12 @@ class Pipeline {
   // text[begin, end), a stretch between raw added tokens (begin 0: it starts at offset 0 of the text).
   // `chars`: the code points of `text` before the stretch.
   void tokens_of_stretch(std::string_view text, std::size_t begin, std::size_t end, std::size_t chars,
-                         std::vector<std::int32_t>& ids, TokenPlaces* places) const;
+                         std::vector<std::int32_t>& ids, PlaceSink* places) const;
   // s.text, a piece of a normalized stretch without added tokens: pre-tokenized and cut into ids (with `places`,
   // each id's place: from the model's shapes where it has them, else from its cut with places).
-  void tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids, TokenPlaces* places) const;
+  void tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids, PlaceSink* places) const;
   // Appends the place of each of s.pieces (a model's cut with places) to `places`.
-  void append_places(Scratch& s, TokenPlaces* places) const;
+  void append_places(Scratch& s, PlaceSink* places) const;
 };
 
 // Cuts `tokens` to its first `n` (or, from the left, its last `n`).
