@@ -3,11 +3,14 @@
 #include "flowline/document_fields.hpp"
 #include "flowline/error.hpp"
 
+#include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/stack.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cstring>
 #include <iterator>
 #include <random>
 
@@ -123,7 +126,25 @@ at::Tensor DocumentArray::embeddings() const {
     }
     rows.push_back(e);
   }
-  return at::stack(rows);
+  if (!first.device().is_cpu()) return at::stack(rows);
+  // On the CPU the rows are copied straight into one tensor, over the intra-op threads: at::stack checks and
+  // dispatches each input on one thread, ~1 us a row (300,000 rows: 0.3 s, a sixth of encoding them on a GPU).
+  std::vector<std::int64_t> shape{static_cast<std::int64_t>(rows.size())};
+  shape.insert(shape.end(), first.sizes().begin(), first.sizes().end());
+  at::Tensor out = at::empty(shape, first.options());
+  const std::size_t row_bytes = static_cast<std::size_t>(first.numel()) * first.element_size();
+  auto* base = static_cast<std::uint8_t*>(out.data_ptr());
+  at::parallel_for(0, static_cast<std::int64_t>(rows.size()), 4096, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) {
+      const at::Tensor& row = rows[static_cast<std::size_t>(i)];
+      if (row.is_contiguous()) {
+        std::memcpy(base + static_cast<std::size_t>(i) * row_bytes, row.data_ptr(), row_bytes);
+      } else {
+        out.select(0, i).copy_(row);
+      }
+    }
+  });
+  return out;
 }
 
 void DocumentArray::set_embeddings(const at::Tensor& matrix) {

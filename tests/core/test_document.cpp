@@ -54,6 +54,24 @@ TEST_CASE("embeddings are set from one matrix as views and read back as one matr
   CHECK_THROWS_WITH(docs.embeddings(), testing::contains("document 1"));
 }
 
+TEST_CASE("embeddings read back as one matrix from many rows, strided rows, halves and 2-D embeddings", "[document]") {
+  DocumentArray docs = testing::numbered_docs(10000);  // more rows than one thread's share of the copy
+  const at::Tensor m = at::rand({10000, 16});
+  docs.set_embeddings(m);
+  const at::Tensor strided = at::rand({16, 3});
+  docs[9999].embedding = strided.select(1, 2);  // not contiguous: every third float
+  at::Tensor expected = m.clone();
+  expected[9999] = strided.select(1, 2);
+  CHECK(at::equal(docs.embeddings(), expected));
+  const at::Tensor halves = at::rand({10000, 16}).to(at::kHalf);
+  docs.set_embeddings(halves);
+  CHECK(at::equal(docs.embeddings(), halves));
+  DocumentArray multi = testing::numbered_docs(3);
+  const at::Tensor vectors = at::rand({3, 2, 5});  // one [2, 5] embedding a document
+  multi.set_embeddings(vectors);
+  CHECK(at::equal(multi.embeddings(), vectors));
+}
+
 TEST_CASE("document array finds documents by id after changes", "[document]") {
   DocumentArray docs = testing::numbered_docs(100);
   const std::string id = docs[42].id;
