@@ -71,6 +71,8 @@ class ByteLevel final : public PreTokenizer {
     s.other.clear();
     s.other_words.clear();
     s.other_align.clear();
+    const bool lazy = s.track && s.bytes_later;
+    s.sources.clear();
     for (const Span word : s.words) {
       std::u32string_view piece = std::u32string_view(s.text).substr(word.begin, word.end - word.begin);
       Places places{s.track ? s.align.data() + word.begin : nullptr};
@@ -82,20 +84,21 @@ class ByteLevel final : public PreTokenizer {
         if (places.at != nullptr && piece.size() > 1) places.first = places.at[0];
       }
       if (!regex_) {
-        emit(piece, places, s);
+        emit(piece, places, s, lazy);
         continue;
       }
       std::size_t previous = 0;  // Isolated: the matches and what lies between them, each a word
       regex_->for_each_match(piece, [&](std::size_t begin, std::size_t end) {
-        if (begin > previous) emit(piece.substr(previous, begin - previous), places.from(previous), s);
-        if (end > begin) emit(piece.substr(begin, end - begin), places.from(begin), s);
+        if (begin > previous) emit(piece.substr(previous, begin - previous), places.from(previous), s, lazy);
+        if (end > begin) emit(piece.substr(begin, end - begin), places.from(begin), s, lazy);
         previous = end;
       });
-      if (piece.size() > previous) emit(piece.substr(previous), places.from(previous), s);
+      if (piece.size() > previous) emit(piece.substr(previous), places.from(previous), s, lazy);
     }
     s.text.swap(s.other);
     s.words.swap(s.other_words);
-    if (s.track) s.align.swap(s.other_align);
+    if (s.track && !lazy) s.align.swap(s.other_align);
+    s.bytes_lazy = lazy;
   }
   std::string name() const override { return "ByteLevel"; }
 
@@ -113,12 +116,25 @@ class ByteLevel final : public PreTokenizer {
     }
   };
 
-  static void emit(std::u32string_view piece, Places places, Scratch& s) {
+  // `lazy` (Scratch::bytes_later): a piece of one character a byte keeps no places, only its source; another's
+  // are written at its characters' indices in s.other_align.
+  static void emit(std::u32string_view piece, Places places, Scratch& s, bool lazy) {
     const std::size_t begin = s.other.size();
     if (places.at == nullptr) {
       append_byte_level(piece, s.other);
       s.other_words.push_back({begin, s.other.size()});
       return;
+    }
+    if (lazy) {
+      append_byte_level(piece, s.other);
+      const bool ascii = s.other.size() - begin == piece.size() && !(places.shifted && piece.size() == 1);
+      s.sources.push_back({static_cast<std::uint32_t>(places.at - s.align.data()), places.shifted, ascii});
+      if (ascii) {
+        s.other_words.push_back({begin, s.other.size()});
+        return;
+      }
+      s.other.resize(begin);
+      s.other_align.resize(begin);  // grown without zeros (Places' allocator); the lazy words' entries unread
     }
     std::size_t i = 0;  // the piece's characters from here are in the places of places.at[i - shift]
     std::size_t shift = 0;

@@ -181,14 +181,20 @@ void Pipeline::tokens_of_stretch(std::string_view text, std::size_t begin, std::
 void Pipeline::tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids, PlaceSink* places) const {
   s.words.assign(1, Span{0, s.text.size()});
   if (s.text.empty()) s.words.clear();
-  for (const auto& p : pre_tokenizers) p->pre_tokenize(s);
-  if (places == nullptr || model->shapes.empty()) {
+  const bool shaped = places != nullptr && !model->shapes.empty();
+  s.bytes_lazy = false;
+  for (std::size_t i = 0; i < pre_tokenizers.size(); ++i) {
+    s.bytes_later = shaped && i + 1 == pre_tokenizers.size();
+    pre_tokenizers[i]->pre_tokenize(s);
+  }
+  s.bytes_later = false;
+  if (!shaped) {
     s.cut_places = places != nullptr;
     s.pieces.clear();
     for (const Span word : s.words)
       if (word.end > word.begin) model->tokenize(s, word, ids);
     s.cut_places = false;
-    if (places != nullptr) append_places(s, places);
+    if (places != nullptr) append_places(s, WordPlaces{s.align.data()}, places);
     return;
   }
   // With shapes: each word cut as without offsets (the ids-only word cache), each id's place read from its
@@ -196,13 +202,16 @@ void Pipeline::tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids, Place
   // not summing to the word) is cut again with places.
   const PieceShape* const shapes = model->shapes.data();
   const std::size_t known = model->shapes.size();
-  const Align* const align = s.align.data();
-  for (const Span word : s.words) {
+  WordPlaces place{s.align.data(), s.other_align.data()};
+  place.lazy = s.bytes_lazy;
+  for (std::size_t w = 0; w < s.words.size(); ++w) {
+    const Span word = s.words[w];
     if (word.end <= word.begin) continue;
+    if (place.lazy) place.source = s.sources[w], place.begin = word.begin;
     const std::size_t first = ids.size(), first_place = places->size();
     model->tokenize(s, word, ids);
     if (ids.size() == first + 1 && !post.trim_offsets) {  // one id: the whole word (its shape unread)
-      places->push_back(TokenPlace{{align[word.begin].begin, align[word.end - 1].end}, 0, 0});
+      places->push_back(TokenPlace{{place[word.begin].begin, place[word.end - 1].end}, 0, 0});
       continue;
     }
     std::size_t at = word.begin;
@@ -213,7 +222,7 @@ void Pipeline::tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids, Place
         at = 0;  // not the word's end: cut again
         break;
       }
-      places->push_back(TokenPlace{{align[at].begin, align[at + shape.chars - 1].end}, shape.lead, shape.trail});
+      places->push_back(TokenPlace{{place[at].begin, place[at + shape.chars - 1].end}, shape.lead, shape.trail});
       at += shape.chars;
     }
     if (at == word.end) continue;
@@ -223,16 +232,15 @@ void Pipeline::tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids, Place
     s.cut_places = true;
     model->tokenize(s, word, ids);
     s.cut_places = false;
-    append_places(s, places);
+    append_places(s, place, places);
   }
 }
 
 // Each of s.pieces' places, with its spaces where the post-processor trims offsets.
-void Pipeline::append_places(Scratch& s, PlaceSink* places) const {
-  const Align* const align = s.align.data();
+void Pipeline::append_places(Scratch& s, const WordPlaces& at, PlaceSink* places) const {
   const char32_t* const text = s.text.data();
   for (const Span piece : s.pieces) {
-    TokenPlace place{{align[piece.begin].begin, align[piece.end - 1].end}, 0, 0};
+    TokenPlace place{{at[piece.begin].begin, at[piece.end - 1].end}, 0, 0};
     if (post.trim_offsets) count_trimmed(text + piece.begin, piece.end - piece.begin, place);
     places->push_back(place);
   }

@@ -91,6 +91,17 @@ struct Scratch {
   // id lies: Model::shapes), a model appends, for each id, the code points of `text` it covers to `pieces`.
   bool track = false;
   bool cut_places = false;
+  // ByteLevel as the last pre-tokenizer, with offsets and a model with shapes (`bytes_later`, set for it): it
+  // leaves `align` the text's before it, says in `sources` (one per word) where each word's characters came
+  // from, and writes `other_align` only for a word whose characters are not one a byte (`bytes_lazy` once it
+  // has): most text then has no places per byte. WordPlaces reads them.
+  struct WordSource {
+    std::uint32_t at;  // the place of the word's first character (past a prefix space) in `align`
+    bool shifted;      // it starts with the prefix space, in that character's place
+    bool ascii;        // one character a byte; else its places are in `other_align`
+  };
+  bool bytes_later = false, bytes_lazy = false;
+  std::vector<WordSource> sources;
   std::size_t stretch_chars = 0;  // the code points of the stretch tokenized last
   Places align, other_align, normalized_align;
   std::vector<Span> pieces;
@@ -98,6 +109,22 @@ struct Scratch {
   std::size_t max_chars = static_cast<std::size_t>(-1);
 };
 Scratch& scratch();
+
+// The places of one word's characters after the pre-tokenizers (by their index in s.text): s.align's, or where
+// ByteLevel left them lazy (Scratch::bytes_lazy) its source's.
+struct WordPlaces {
+  const Align* align;
+  const Align* bytes = nullptr;  // s.other_align: a lazy word's places that are not one a character
+  Scratch::WordSource source{0, false, false};
+  std::size_t begin = 0;  // the word's first character in s.text
+  bool lazy = false;
+  Align operator[](std::size_t j) const {
+    if (!lazy) return align[j];
+    if (!source.ascii) return bytes[j];
+    const std::size_t k = j - begin;
+    return align[source.at + k - static_cast<std::size_t>(source.shifted & (k > 0))];
+  }
+};
 
 // The work bounds per text (Pipeline::tokens refuses a text past them with a flowline::Error naming the limit,
 // the file and, for normalizing, the component's JSON path): the bytes of one text, and the code points a
@@ -405,7 +432,7 @@ class Pipeline {
   // each id's place: from the model's shapes where it has them, else from its cut with places).
   void tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids, PlaceSink* places) const;
   // Appends the place of each of s.pieces (a model's cut with places) to `places`.
-  void append_places(Scratch& s, PlaceSink* places) const;
+  void append_places(Scratch& s, const WordPlaces& at, PlaceSink* places) const;
 };
 
 // Cuts `tokens` to its first `n` (or, from the left, its last `n`).
