@@ -112,6 +112,37 @@ TEST_CASE("the exact backend's top matches over many rows are brute force's, del
   check_against_truth([](std::size_t i) { return i % 3 != 0; });
 }
 
+TEST_CASE("an fp16 GPU index finds brute force's matches through its fp32 copy while small and by rescoring once large",
+          "[index][gpu]") {
+  // exact_backend.cpp: fp16 storage of up to 2^25 numbers (capacity x dim) scores an fp32 copy of its rows; past that
+  // it scores in fp16 and rescores its candidates in fp32. 60,000 rows of 512 (capacity 60,000: 30.7M numbers) take
+  // the first path; 10,000 more (capacity doubled to 120,000: 61M) the second.
+  if (cuda_device_count() == 0) FLOWLINE_SKIP("no CUDA device");
+  const Corpus corpus(70000, 512);
+  IndexFlow index(Backend{"exact-cuda-fp16", {{"backend", "exact"}, {"device", "cuda"}}, true},
+                  json::object{{"dtype", "fp16"}});
+  const DocumentArray queries = corpus.queries(30);
+  const auto check = [&](std::size_t stored) {
+    const DocumentArray out = index.post("/search", queries, json::object{{"limit", 20}});
+    for (std::size_t q = 0; q < out.size(); ++q) {
+      const std::vector<std::string> truth =
+          corpus.nearest(queries[q].embedding, 20, [&](std::size_t i) { return i < stored; });
+      REQUIRE(out[q].matches.size() == 20);
+      std::size_t found = 0;
+      for (const Document& match : out[q].matches) found += std::count(truth.begin(), truth.end(), match.id);
+      CHECK(found >= 18);  // fp16's rounding of the stored rows may swap neighbours of nearly the same score
+      CHECK(out[q].matches[0].id == truth[0]);
+      for (std::size_t m = 1; m < out[q].matches.size(); ++m) {
+        CHECK(out[q].matches[m].scores.at("cosine") <= out[q].matches[m - 1].scores.at("cosine"));
+      }
+    }
+  };
+  for (std::size_t first = 0; first < 60000; first += 10000) index.post("/index", corpus.documents(first, 10000));
+  check(60000);
+  index.post("/index", corpus.documents(60000, 10000));
+  check(70000);
+}
+
 TEST_CASE("a filter on tags returns only the documents it matches, on every backend", "[index]") {
   const Backend backend = GENERATE(from_range(backends()));
   const Corpus corpus(2000, 32);

@@ -38,6 +38,10 @@ constexpr std::int64_t kGpuBlockElements = std::int64_t{1} << 30;
 constexpr std::int64_t kCpuBlockElements = std::int64_t{1} << 26;
 // Columns per chunk of the GPU's two-step top-k (chunked_topk).
 constexpr std::int64_t kChunk = 512;
+// fp16 storage up to this many elements (rows x dim of capacity) keeps an fp32 copy beside it (at most 128 MiB),
+// scored directly: one product and one top-k, where the fp16 path's rescoring of its candidates takes about ten
+// more kernel launches — most of a served search's time over a small index (issue 49 §3).
+constexpr std::int64_t kMirrorElements = std::int64_t{1} << 25;
 
 class ExactBackend : public VectorBackend {
  public:
@@ -65,6 +69,7 @@ class ExactBackend : public VectorBackend {
     const at::Tensor index = slot_tensor(slots);
     const at::Tensor values = rows.to(device_, dtype_);
     rows_.index_copy_(0, index, values);
+    if (mirror_.defined()) mirror_.index_copy_(0, index, values.to(at::kFloat));
     live_.index_fill_(0, index, true);
     if (metric_ == Metric::l2) norms_.index_copy_(0, index, rows.to(device_).pow(2).sum(1));
   }
@@ -121,16 +126,25 @@ class ExactBackend : public VectorBackend {
   }
 
   std::size_t bytes() const override {
-    return static_cast<std::size_t>(rows_.numel() * rows_.element_size() + live_.numel() + norms_.numel() * 4);
+    return static_cast<std::size_t>(rows_.numel() * rows_.element_size() + mirror_.numel() * 4 + live_.numel() +
+                                    norms_.numel() * 4);
   }
 
  private:
   // The best kk rows for each query of `q` (float [count, dim] on the device): their scores (higher is
   // better; l2: 2 q.v - |v|^2) and slots. One matrix product in the storage dtype, then top-k; with fp16
   // storage the top 2 kk are scored again in fp32 (the stored rows against the fp32 query) and cut to kk,
-  // so that the order and the scores do not carry fp16's rounding of the products.
+  // so that the order and the scores do not carry fp16's rounding of the products. A small fp16 store scores its
+  // fp32 copy (mirror_) instead: the same values as the rescoring, every row exact, in two kernels.
   std::pair<at::Tensor, at::Tensor> top(const at::Tensor& q, std::int64_t kk, const at::Tensor& blocked,
                                         std::int64_t usable) const {
+    if (mirror_.defined()) {
+      at::Tensor scores = at::mm(q, mirror_.narrow(0, 0, used_).t());
+      if (metric_ == Metric::l2) scores.mul_(2).sub_(norms_.narrow(0, 0, used_));
+      if (blocked.defined()) scores.masked_fill_(blocked, -std::numeric_limits<float>::infinity());
+      auto [values, indices] = chunked_topk(scores, kk);
+      return {values, indices};
+    }
     const at::Tensor rows = rows_.narrow(0, 0, used_);
     at::Tensor scores = at::mm(q.to(dtype_), rows.t());
     if (metric_ == Metric::l2) scores = scores.to(at::kFloat).mul_(2).sub_(norms_.narrow(0, 0, used_));
@@ -250,12 +264,16 @@ class ExactBackend : public VectorBackend {
     at::Tensor new_rows = at::zeros({grown, dim_}, options.dtype(dtype_));
     at::Tensor new_live = at::zeros({grown}, options.dtype(at::kBool));
     at::Tensor new_norms = at::zeros({metric_ == Metric::l2 ? grown : 0}, options.dtype(at::kFloat));
+    at::Tensor new_mirror;  // fp16 storage while small: its fp32 copy (top())
+    if (dtype_ == at::kHalf && grown * dim_ <= kMirrorElements) new_mirror = at::zeros({grown, dim_}, options.dtype(at::kFloat));
     if (capacity) {
       new_rows.narrow(0, 0, capacity).copy_(rows_);
+      if (new_mirror.defined()) new_mirror.narrow(0, 0, capacity).copy_(mirror_);
       new_live.narrow(0, 0, capacity).copy_(live_);
       if (metric_ == Metric::l2) new_norms.narrow(0, 0, capacity).copy_(norms_);
     }
     rows_ = std::move(new_rows);
+    mirror_ = std::move(new_mirror);
     live_ = std::move(new_live);
     norms_ = std::move(new_norms);
   }
@@ -265,6 +283,7 @@ class ExactBackend : public VectorBackend {
   c10::Device device_;
   at::ScalarType dtype_ = at::kFloat;
   at::Tensor rows_, live_, norms_;       // [capacity, dim], [capacity] bool, [capacity] |row|^2 (l2 only)
+  at::Tensor mirror_;                    // fp16 storage of at most kMirrorElements: rows_ in fp32, else undefined
   std::vector<std::uint8_t> live_host_;  // live_ of rows [0, used_), on the host
   std::int64_t used_ = 0;                // rows [0, used_) may be live
   std::int64_t dead_ = 0;                // rows of [0, used_) that are not
