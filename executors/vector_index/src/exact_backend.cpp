@@ -265,7 +265,8 @@ class ExactBackend : public VectorBackend {
     at::Tensor new_live = at::zeros({grown}, options.dtype(at::kBool));
     at::Tensor new_norms = at::zeros({metric_ == Metric::l2 ? grown : 0}, options.dtype(at::kFloat));
     at::Tensor new_mirror;  // fp16 storage while small: its fp32 copy (top())
-    if (dtype_ == at::kHalf && grown * dim_ <= kMirrorElements) new_mirror = at::zeros({grown, dim_}, options.dtype(at::kFloat));
+    if (dtype_ == at::kHalf && grown * dim_ <= kMirrorElements)
+      new_mirror = at::zeros({grown, dim_}, options.dtype(at::kFloat));
     if (capacity) {
       new_rows.narrow(0, 0, capacity).copy_(rows_);
       if (new_mirror.defined()) new_mirror.narrow(0, 0, capacity).copy_(mirror_);
