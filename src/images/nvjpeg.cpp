@@ -1,5 +1,5 @@
 // nvJPEG on demand (nvjpeg.hpp): the library opened with dlopen, the few entry points flowline calls, which
-// JPEGs it is given, and batched decoding with a per-image retry.
+// JPEGs it is given and how their planes are laid out, and batched decoding to planes with a per-image retry.
 //
 // The types and functions below are declared here, not taken from nvjpeg.h: the header comes only with the
 // PyPI wheel (nvidia-nvjpeg), which a build machine need not have, and flowline calls nine functions. They
@@ -34,8 +34,9 @@ constexpr int kBackendDefault = 0;
 constexpr int kBackendHybrid = 1;
 constexpr int kBackendGpuHybrid = 2;
 constexpr int kBackendHardware = 3;
-constexpr int kCss411 = 4, kCss410 = 5, kCss410V = 7;  // nvjpegChromaSubsampling_t
-constexpr int kOutputRgbi = 5;
+constexpr int kCss444 = 0, kCss422 = 1, kCss420 = 2, kCss440 = 3, kCssGray = 6;  // nvjpegChromaSubsampling_t
+constexpr int kOutputYuv = 1;                      // planar, the chroma planes at their stored (subsampled) size
+constexpr int kOutputY = 2;                        // the luma plane only, to channel[0]
 constexpr int kMajorVersion = 0;                   // libraryPropertyType MAJOR_VERSION
 constexpr unsigned kFlagBitstreamStrict = 1 << 2;  // NVJPEG_FLAGS_BITSTREAM_STRICT: corrupt data is an error
 constexpr const char* kLibraryName = "libnvjpeg.so.13";
@@ -231,6 +232,48 @@ std::string nvjpeg_takes(std::span<const std::uint8_t> b) {
   return {};
 }
 
+// libjpeg's jdinput.c: each component's factors from the frame header, its plane ceil(size * factor / largest).
+// jdsample.c upsamples a component by largest / own when that divides; flowline's tensors do 1 and 2.
+JpegPlanes jpeg_planes(std::span<const std::uint8_t> b) {
+  JpegPlanes p;
+  const auto refuse = [&](std::string why) {
+    p.problem = std::move(why);
+    return p;
+  };
+  if (b.size() < 4 || b[0] != 0xff || b[1] != 0xd8) return refuse("not a JPEG");
+  const Header h = read_header(b);
+  if (!h.problem.empty()) return refuse(h.problem);
+  if (h.frame < 0) return refuse("no frame header before the first scan");
+  const std::size_t at = h.frame_at;
+  const int n = at + 6 <= b.size() ? b[at + 5] : 0;
+  if (n != 1 && n != 3) return refuse(n == 0 ? "truncated frame header" : fmt::format("{} components", n));
+  if (at + 6 + 3 * std::size_t(n) > b.size()) return refuse("truncated frame header");
+  p.components = n;
+  p.height = be16(b, at + 1);
+  p.width = be16(b, at + 3);
+  if (p.width == 0 || p.height == 0) return refuse("zero size in the frame header");
+  int across[3] = {}, down[3] = {}, max_across = 1, max_down = 1;
+  for (int c = 0; c < n; ++c) {
+    across[c] = b[at + 6 + 3 * c + 1] >> 4;
+    down[c] = b[at + 6 + 3 * c + 1] & 15;
+    if (across[c] < 1 || across[c] > 4 || down[c] < 1 || down[c] > 4) return refuse("a sampling factor out of 1..4");
+    max_across = std::max(max_across, across[c]);
+    max_down = std::max(max_down, down[c]);
+  }
+  for (int c = 0; c < n; ++c) {
+    if (max_across % across[c] != 0 || max_down % down[c] != 0) return refuse("fractional chroma sampling");
+    p.ratio_across[c] = max_across / across[c];
+    p.ratio_down[c] = max_down / down[c];
+    if (p.ratio_across[c] > 2 || p.ratio_down[c] > 2)
+      return refuse(fmt::format("chroma sampled 1 in {}x{} (flowline upsamples 1 in 2 at most)", p.ratio_across[c],
+                                p.ratio_down[c]));
+    p.plane_width[c] = static_cast<std::uint32_t>((std::uint64_t{p.width} * across[c] + max_across - 1) / max_across);
+    p.plane_height[c] = static_cast<std::uint32_t>((std::uint64_t{p.height} * down[c] + max_down - 1) / max_down);
+  }
+  if (p.ratio_across[0] != 1 || p.ratio_down[0] != 1) return refuse("a luma plane smaller than a chroma plane");
+  return p;
+}
+
 std::vector<std::uint8_t> grey_jpeg(std::uint32_t width, std::uint32_t height) {
   if (width == 0 || height == 0 || width > 65535 || height > 65535)
     throw Error(fmt::format("grey_jpeg: {}x{} is not a JPEG size", width, height));
@@ -263,7 +306,7 @@ std::vector<std::uint8_t> grey_jpeg(std::uint32_t width, std::uint32_t height) {
 
 struct NvjpegDecoder::State {
   void* handle = nullptr;        // the default backend: headers, and nvjpegDecode one image at a time
-  void* batch_handle = nullptr;  // FLOWLINE_NVJPEG_BACKEND's, for nvjpegDecodeBatched (== handle for the default)
+  void* batch_handle = nullptr;  // the chosen backend's, for nvjpegDecodeBatched (== handle for the default)
   void* single = nullptr;        // nvjpegDecode's state
   void* batched = nullptr;       // nvjpegDecodeBatched's state
   int batch_size = 0;            // what `batched` was initialised for (0: not yet, or reset after a refusal)
@@ -274,17 +317,12 @@ struct NvjpegDecoder::State {
 
 namespace {
 
-// FLOWLINE_NVJPEG_BACKEND picks the backend of batched decoding (nvjpeg.h's nvjpegBackend_t): default, hybrid
-// (Huffman on the CPU), gpu_hybrid (Huffman on the GPU for batches over 50 baseline images) or hardware (the
-// A100/H100 JPEG engines: baseline JPEGs only; the others are decoded one at a time with the default backend).
-int backend_from_env(std::string& name) {
-  const char* env = std::getenv("FLOWLINE_NVJPEG_BACKEND");
-  name = env && *env ? env : "default";
-  if (name == "default") return kBackendDefault;
-  if (name == "hybrid") return kBackendHybrid;
-  if (name == "gpu_hybrid") return kBackendGpuHybrid;
-  if (name == "hardware") return kBackendHardware;
-  throw Error(fmt::format("FLOWLINE_NVJPEG_BACKEND '{}' is not default, hybrid, gpu_hybrid or hardware", name));
+// The backend named `name` (nvjpeg.hpp's kNvjpegBackends, in nvjpegBackend_t's order).
+int backend_from_name(std::string_view name) {
+  for (int i = 0; i < 4; ++i) {
+    if (name == kNvjpegBackends[i]) return i;  // kBackendDefault .. kBackendHardware
+  }
+  throw Error(fmt::format("nvJPEG: backend '{}' is not default, hybrid, gpu_hybrid or hardware", name));
 }
 
 // A handle of `backend`, strict (a corrupt stream is an error, so it goes to the CPU decoder, which says what is
@@ -309,10 +347,12 @@ void* create_handle(int backend, const std::string& name, NvjpegDeviceAllocator 
 
 }  // namespace
 
-NvjpegDecoder::NvjpegDecoder(NvjpegDeviceAllocator allocator) : state_(std::make_unique<State>()) {
-  if (!library.loaded) throw Error("nvJPEG: the library is not loaded (load_nvjpeg first)");
+NvjpegDecoder::NvjpegDecoder(NvjpegDeviceAllocator allocator, std::string_view backend)
+    : state_(std::make_unique<State>()) {
   State& st = *state_;
-  st.backend = backend_from_env(st.backend_name);
+  st.backend = backend_from_name(backend);
+  st.backend_name = std::string(backend);
+  if (!library.loaded) throw Error("nvJPEG: the library is not loaded (load_nvjpeg first)");
   st.handle = create_handle(kBackendDefault, "default", allocator);
   try {
     st.batch_handle = st.backend == kBackendDefault ? st.handle : create_handle(st.backend, st.backend_name, allocator);
@@ -336,36 +376,52 @@ NvjpegDecoder::~NvjpegDecoder() {
 
 const std::string& NvjpegDecoder::backend() const { return state_->backend_name; }
 
-bool NvjpegDecoder::image_size(std::span<const std::uint8_t> jpeg, std::uint32_t& width, std::uint32_t& height) {
+bool NvjpegDecoder::plane_sizes(std::span<const std::uint8_t> jpeg, const JpegPlanes& planes, std::uint32_t widths[3],
+                                std::uint32_t heights[3]) {
   int components = 0, subsampling = 0;
-  int widths[4] = {}, heights[4] = {};
-  if (api.get_image_info(state_->handle, jpeg.data(), jpeg.size(), &components, &subsampling, widths, heights) !=
-      kSuccess)
+  int w[4] = {}, h[4] = {};
+  if (!planes.problem.empty() ||
+      api.get_image_info(state_->handle, jpeg.data(), jpeg.size(), &components, &subsampling, w, h) != kSuccess)
     return false;
-  if ((components != 1 && components != 3) || widths[0] <= 0 || heights[0] <= 0) return false;
-  width = static_cast<std::uint32_t>(widths[0]);
-  height = static_cast<std::uint32_t>(heights[0]);
+  if (components != planes.components || w[0] != int(planes.width) || h[0] != int(planes.height)) return false;
+  if (components == 1) {
+    for (int c = 0; c < 3; ++c) {  // NVJPEG_OUTPUT_Y writes the one plane
+      widths[c] = c == 0 ? planes.width : 0;
+      heights[c] = c == 0 ? planes.height : 0;
+    }
+    return subsampling == kCssGray;
+  }
+  // nvJPEG's name for the chroma layout must be the one libjpeg's factors give, Cb and Cr alike.
+  const int across = planes.ratio_across[1], down = planes.ratio_down[1];
+  if (across != planes.ratio_across[2] || down != planes.ratio_down[2]) return false;
+  const int expected = across == 1 ? (down == 1 ? kCss444 : kCss440) : (down == 1 ? kCss422 : kCss420);
+  if (subsampling != expected) return false;
+  for (int c = 0; c < 3; ++c) {
+    if (w[c] < int(planes.plane_width[c]) || h[c] < int(planes.plane_height[c])) return false;
+    widths[c] = static_cast<std::uint32_t>(w[c]);
+    heights[c] = static_cast<std::uint32_t>(h[c]);
+  }
   return true;
 }
 
 std::vector<bool> NvjpegDecoder::decode(std::span<const std::span<const std::uint8_t>> jpegs,
-                                        std::span<std::uint8_t* const> outputs, void* stream) {
+                                        std::span<const JpegPlanes> planes, std::span<const NvjpegPlanesOut> outputs,
+                                        void* stream) {
   State& st = *state_;
   const std::size_t n = jpegs.size();
   std::vector<bool> done(n, false);
   std::vector<NvImage> images(n);
-  std::vector<std::size_t> batch, single;  // indexes into jpegs
+  std::vector<std::size_t> batch, single;  // indexes into jpegs: colour ones batched or alone, grey ones alone
   for (std::size_t i = 0; i < n; ++i) {
-    int components = 0, subsampling = 0;
-    int widths[4] = {}, heights[4] = {};
-    const int status =
-        api.get_image_info(st.handle, jpegs[i].data(), jpegs[i].size(), &components, &subsampling, widths, heights);
-    images[i] = NvImage{{outputs[i], nullptr, nullptr, nullptr}, {std::size_t(std::max(widths[0], 0)) * 3, 0, 0, 0}};
-    if (status != kSuccess) continue;
-    // The hardware engines take baseline JPEGs without 4:1:1 or 4:1:0 chroma (nvjpeg.h); the rest go one by one.
-    const bool hardware_ok =
-        frame_marker(jpegs[i]) == 0xc0 && subsampling != kCss411 && subsampling != kCss410 && subsampling != kCss410V;
-    (st.backend != kBackendHardware || hardware_ok ? batch : single).push_back(i);
+    for (int c = 0; c < 3; ++c) {
+      images[i].channel[c] = outputs[i].plane[c];
+      images[i].pitch[c] = outputs[i].pitch[c];
+    }
+    images[i].channel[3] = nullptr;
+    images[i].pitch[3] = 0;
+    // The hardware engines take baseline JPEGs (4:1:1 and 4:1:0 chroma, which they lack, never get here).
+    const bool hardware_ok = frame_marker(jpegs[i]) == 0xc0;
+    (planes[i].components == 3 && (st.backend != kBackendHardware || hardware_ok) ? batch : single).push_back(i);
   }
   if (batch.size() > 1 || (batch.size() == 1 && st.backend == kBackendHardware)) {
     std::vector<const unsigned char*> data;
@@ -379,7 +435,7 @@ std::vector<bool> NvjpegDecoder::decode(std::span<const std::span<const std::uin
     const int size = static_cast<int>(batch.size());
     bool ready = st.batch_size == size;
     if (!ready) {
-      ready = api.batched_initialize(st.batch_handle, st.batched, size, 1, kOutputRgbi) == kSuccess;
+      ready = api.batched_initialize(st.batch_handle, st.batched, size, 1, kOutputYuv) == kSuccess;
       st.batch_size = ready ? size : 0;
     }
     const int status =
@@ -399,8 +455,9 @@ std::vector<bool> NvjpegDecoder::decode(std::span<const std::span<const std::uin
     single.insert(single.end(), batch.begin(), batch.end());
   }
   for (const std::size_t i : single) {
+    const int format = planes[i].components == 1 ? kOutputY : kOutputYuv;
     done[i] =
-        api.decode(st.handle, st.single, jpegs[i].data(), jpegs[i].size(), kOutputRgbi, &images[i], stream) == kSuccess;
+        api.decode(st.handle, st.single, jpegs[i].data(), jpegs[i].size(), format, &images[i], stream) == kSuccess;
   }
   return done;
 }

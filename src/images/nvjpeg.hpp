@@ -9,9 +9,12 @@
 //
 // What nvJPEG is given: only what flowline's CPU decoder would give the same pixels for (nvjpeg_takes():
 // baseline, extended or progressive Huffman JPEGs of 8-bit samples with 1 or 3 components in YCbCr, ending
-// with their EOI marker). Everything else — CMYK/YCCK, Adobe RGB, arithmetic coding, lossless, 12-bit, a
-// missing EOI — is left to the CPU decoders, as is any image whose header or decode nvJPEG refuses; the CPU
-// then gives the pixels or its error text.
+// with their EOI marker; jpeg_planes(): chroma at full size or halved across, down or both). Everything else —
+// CMYK/YCCK, Adobe RGB, arithmetic coding, lossless, 12-bit, a missing EOI, 4:1:1 — is left to the CPU
+// decoders, as is any image whose header or decode nvJPEG refuses; the CPU then gives the pixels or its error
+// text. nvJPEG decodes to component planes (NVJPEG_OUTPUT_YUV, or NVJPEG_OUTPUT_Y for grey), and the caller
+// turns them into RGB as libjpeg-turbo does (images/jpeg_color.hpp), so the pixels differ from the CPU's only
+// by nvJPEG's IDCT.
 #pragma once
 
 #include "flowline/images.hpp"
@@ -21,6 +24,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace flowline::images {
@@ -45,6 +49,20 @@ std::string nvjpeg_takes(std::span<const std::uint8_t> jpeg);
 // executor decodes at start so that nvJPEG's set-up is not paid by the first request.
 std::vector<std::uint8_t> grey_jpeg(std::uint32_t width, std::uint32_t height);
 
+// A JPEG's component planes as libjpeg reads its frame header (jdinput.c): what nvJPEG's planar output holds
+// and how each plane becomes full size (images/jpeg_color.hpp).
+struct JpegPlanes {
+  std::string problem;  // empty when the planes can be made libjpeg's RGB on the GPU, else why not ("4:1:1 chroma")
+  int components = 0;   // 1 (grey) or 3 (Y, Cb, Cr)
+  std::uint32_t width = 0, height = 0;
+  // Per component: libjpeg's downsampled_width and downsampled_height (ceil(width * h / max_h) and likewise down),
+  // and the frame's largest sampling factor over the component's, across and down (1 or 2; the luma's 1 and 1).
+  std::uint32_t plane_width[3] = {}, plane_height[3] = {};
+  int ratio_across[3] = {}, ratio_down[3] = {};
+};
+// Reads the frame header (the markers before the first scan); never throws. For a JPEG nvjpeg_takes() takes.
+JpegPlanes jpeg_planes(std::span<const std::uint8_t> jpeg);
+
 // Where nvJPEG's own device buffers come from, modelled on cudaMalloc/cudaFree (nvjpegDevAllocator_t: 0 is
 // success). Both null: cudaMalloc. The image executor passes LibTorch's caching allocator, so nvJPEG's memory is in
 // the same pool and statistics as the model's. Called on the thread that calls decode() (and the destructor).
@@ -53,31 +71,48 @@ struct NvjpegDeviceAllocator {
   int (*release)(void* pointer) = nullptr;
 };
 
+// The backends of batched decoding (nvjpeg.h's nvjpegBackend_t), by the names the ClipEncoder's
+// gpu_decode_backend parameter takes: default, hybrid (Huffman decoding on the CPU), gpu_hybrid (on the GPU for
+// batches of more than 50 baseline JPEGs), hardware (the A100/H100 JPEG engines: baseline JPEGs only, the
+// others one at a time with the default backend).
+inline constexpr const char* kNvjpegBackends[] = {"default", "hybrid", "gpu_hybrid", "hardware"};
+
+// Where nvJPEG writes one image's planes: plane[c] with rows of pitch[c] bytes, each at least as large as
+// NvjpegDecoder::plane_sizes() says (for grey, plane[0] only is written).
+struct NvjpegPlanesOut {
+  std::uint8_t* plane[3] = {};
+  std::size_t pitch[3] = {};
+};
+
 // One nvJPEG handle and its decode states, for one thread. Made after load_nvjpeg() succeeded, with the
 // replica's CUDA device current; throws flowline::Error naming the nvJPEG call and status if nvJPEG cannot
-// start (no GPU, driver too old).
+// start (no GPU, driver too old, a backend the GPU lacks), or naming the backends when `backend` is none of
+// kNvjpegBackends.
 class NvjpegDecoder {
  public:
-  explicit NvjpegDecoder(NvjpegDeviceAllocator allocator = {});
+  explicit NvjpegDecoder(NvjpegDeviceAllocator allocator = {}, std::string_view backend = "default");
   ~NvjpegDecoder();
   NvjpegDecoder(const NvjpegDecoder&) = delete;
   NvjpegDecoder& operator=(const NvjpegDecoder&) = delete;
 
-  // The backend of batched decoding, as FLOWLINE_NVJPEG_BACKEND chose it when this decoder was made: default,
-  // hybrid, gpu_hybrid or hardware (docs/images.md). An unknown value makes the constructor throw.
+  // The backend of batched decoding: one of kNvjpegBackends.
   const std::string& backend() const;
 
-  // The width and height nvJPEG reads from the header; false when it refuses the header.
-  bool image_size(std::span<const std::uint8_t> jpeg, std::uint32_t& width, std::uint32_t& height);
+  // The size of each plane nvJPEG writes for `jpeg`, whose jpeg_planes() are `planes` (without a problem): at
+  // least libjpeg's plane size (planes.plane_width/height), possibly more (then the plane's top left is
+  // libjpeg's). False when nvJPEG refuses the header or reads it otherwise than libjpeg (other components,
+  // sizes or subsampling): the JPEG is then the CPU's.
+  bool plane_sizes(std::span<const std::uint8_t> jpeg, const JpegPlanes& planes, std::uint32_t widths[3],
+                   std::uint32_t heights[3]);
 
-  // Decodes jpegs[i] to interleaved 8-bit RGB (NVJPEG_OUTPUT_RGBI, rows of width*3 bytes, no padding) into
-  // device memory outputs[i] (at least width*height*3 bytes, sized by image_size) on `stream` (a
-  // cudaStream_t). One batched call first (with the hardware backend: of the baseline JPEGs it takes, the others
-  // one at a time with the default backend); if nvJPEG refuses the batch, each image alone. Returns, per image,
-  // whether it was decoded; a false one's output is garbage and the caller decodes it on the CPU. The bytes
-  // must stay valid and unchanged until the work queued on `stream` has run.
-  std::vector<bool> decode(std::span<const std::span<const std::uint8_t>> jpegs, std::span<std::uint8_t* const> outputs,
-                           void* stream);
+  // Decodes jpegs[i] (jpeg_planes() given as planes[i]) into the planes outputs[i] names, in device memory, on
+  // `stream` (a cudaStream_t): one batched call to NVJPEG_OUTPUT_YUV for the colour JPEGs (with the hardware
+  // backend: of the baseline JPEGs it takes, the others one at a time with the default backend); grey JPEGs one
+  // at a time to NVJPEG_OUTPUT_Y; if nvJPEG refuses the batch, each image alone. Returns, per image, whether it
+  // was decoded; a false one's planes are garbage and the caller decodes it on the CPU. The bytes must stay
+  // valid and unchanged until the work queued on `stream` has run.
+  std::vector<bool> decode(std::span<const std::span<const std::uint8_t>> jpegs, std::span<const JpegPlanes> planes,
+                           std::span<const NvjpegPlanesOut> outputs, void* stream);
 
  private:
   struct State;

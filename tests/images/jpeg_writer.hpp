@@ -1,5 +1,6 @@
-// Test JPEGs made in the test with libjpeg's compressor: RGB with a chosen chroma subsampling, progressive or
-// not, grayscale, and CMYK (Adobe's inverted convention, as Pillow writes it). Header-only, for test_gpu_decode.
+// Test JPEGs made in the test with libjpeg's compressor: RGB with a chosen chroma subsampling (or any sampling
+// factors), progressive or not, grayscale, and CMYK (Adobe's inverted convention, as Pillow writes it).
+// Header-only, for test_gpu_decode (test_gpu_decode.cpp, test_jpeg_color.cpp).
 // The pixels are a deterministic mix of smooth gradients, sharp coloured edges and noise, so both the IDCT and
 // the chroma upsampling are exercised.
 #pragma once
@@ -75,6 +76,54 @@ inline std::vector<std::uint8_t> make_test_jpeg(const JpegSpec& s) {
   }
   while (cinfo.next_scanline < cinfo.image_height) {
     JSAMPROW row = pixels.data() + static_cast<std::size_t>(cinfo.next_scanline) * s.width * components;
+    jpeg_write_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  std::vector<std::uint8_t> bytes(out, out + size);
+  jpeg_destroy_compress(&cinfo);
+  std::free(out);
+  return bytes;
+}
+
+// Sampling factors (across, down) of Y, Cb and Cr for make_sampled_jpeg; grey when cb_h is 0.
+struct JpegSampling {
+  int y_h, y_v, cb_h, cb_v, cr_h, cr_v;
+  const char* name;
+};
+inline constexpr JpegSampling kSampling420{2, 2, 1, 1, 1, 1, "4:2:0"}, kSampling422{2, 1, 1, 1, 1, 1, "4:2:2"},
+    kSampling440{1, 2, 1, 1, 1, 1, "4:4:0"}, kSampling444{1, 1, 1, 1, 1, 1, "4:4:4"},
+    kSamplingMixed{2, 2, 1, 1, 2, 1, "Cb 4:2:0, Cr 4:2:2"}, kSamplingGrey{1, 1, 0, 0, 0, 0, "grey"};
+
+// A JPEG of jpeg_test_pixels with the given sampling factors (quality 85), baseline or progressive.
+inline std::vector<std::uint8_t> make_sampled_jpeg(const JpegSampling& s, int width, int height, unsigned seed,
+                                                   bool progressive = false) {
+  const bool grey = s.cb_h == 0;
+  const int components = grey ? 1 : 3;
+  jpeg_compress_struct cinfo{};
+  jpeg_error_mgr err{};
+  cinfo.err = jpeg_std_error(&err);
+  jpeg_create_compress(&cinfo);
+  unsigned char* out = nullptr;
+  unsigned long size = 0;
+  jpeg_mem_dest(&cinfo, &out, &size);
+  cinfo.image_width = static_cast<JDIMENSION>(width);
+  cinfo.image_height = static_cast<JDIMENSION>(height);
+  cinfo.input_components = components;
+  cinfo.in_color_space = grey ? JCS_GRAYSCALE : JCS_RGB;
+  jpeg_set_defaults(&cinfo);
+  jpeg_set_quality(&cinfo, 85, TRUE);
+  if (!grey) {
+    const int factors[3][2] = {{s.y_h, s.y_v}, {s.cb_h, s.cb_v}, {s.cr_h, s.cr_v}};
+    for (int c = 0; c < 3; ++c) {
+      cinfo.comp_info[c].h_samp_factor = factors[c][0];
+      cinfo.comp_info[c].v_samp_factor = factors[c][1];
+    }
+  }
+  if (progressive) jpeg_simple_progression(&cinfo);
+  jpeg_start_compress(&cinfo, TRUE);
+  std::vector<std::uint8_t> pixels = jpeg_test_pixels({JpegKind::rgb420, width, height, 90, seed}, components);
+  while (cinfo.next_scanline < cinfo.image_height) {
+    JSAMPROW row = pixels.data() + static_cast<std::size_t>(cinfo.next_scanline) * width * components;
     jpeg_write_scanlines(&cinfo, &row, 1);
   }
   jpeg_finish_compress(&cinfo);

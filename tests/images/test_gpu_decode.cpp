@@ -11,6 +11,7 @@
 #include "flowline/clip_encoder/clip_encoder.hpp"
 #include "flowline/device.hpp"
 #include "flowline/flow.hpp"
+#include "flowline/flow_config.hpp"
 #include "flowline/images.hpp"
 #include "flowline/registry.hpp"
 
@@ -136,13 +137,10 @@ TEST_CASE("libnvjpeg is found beside torch or where FLOWLINE_NVJPEG says, else t
 }
 
 TEST_CASE("an nvJPEG decoder that cannot start says why", "[images][gpu_decode]") {
+  CHECK_THROWS_WITH(images::NvjpegDecoder({}, "fastest"),
+                    testing::contains("backend 'fastest' is not default, hybrid, gpu_hybrid or hardware"));
   const images::NvjpegLibrary& library = images::load_nvjpeg(clip_encoder::nvjpeg_folders());
   if (!library.loaded) FLOWLINE_SKIP("libnvjpeg.so.13 is not installed here: " + library.problem);
-  ::setenv("FLOWLINE_NVJPEG_BACKEND", "fastest", 1);
-  CHECK_THROWS_WITH(
-      images::NvjpegDecoder(),
-      testing::contains("FLOWLINE_NVJPEG_BACKEND 'fastest' is not default, hybrid, gpu_hybrid or hardware"));
-  ::unsetenv("FLOWLINE_NVJPEG_BACKEND");
   if (cuda_device_count() == 0)
     CHECK_THROWS_WITH(images::NvjpegDecoder(), testing::contains("nvjpegCreateEx for the default backend failed"));
 }
@@ -170,39 +168,88 @@ TEST_CASE("gpu_decode: on without a CUDA device is an error at start; auto decod
   }
 }
 
-TEST_CASE(
-    "nvJPEG decodes 4:4:4 and grey JPEGs as the CPU does within a few levels, subsampled ones ungarbled, "
-    "and leaves the rest to the CPU",
-    "[images][gpu_decode][gpu]") {
-  if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
-  const c10::Device device(c10::kCUDA, 0);
-  const c10::Stream stream = c10::impl::getDeviceGuardImpl(c10::kCUDA)->getStream(device);
-  c10::StreamGuard on_stream(stream);
-  std::string why;
-  auto decoder = clip_encoder::GpuJpegDecoder::make(clip_encoder::GpuDecode::automatic, device, why);
-  if (!decoder) FLOWLINE_SKIP("nvJPEG is not available: " + why);
-
-  // Each JPEG nvJPEG should take, with whether its chroma is subsampled: nvJPEG's chroma upsampling is not
-  // libjpeg-turbo's "fancy" (triangular) one, so at sharp colour edges a subsampled image may differ by more than
-  // the IDCT's few levels; 4:4:4 and grayscale differ only by the IDCT and colour conversion.
-  struct Case {
-    Bytes bytes;
-    std::string label;
-    bool subsampled = true;
-    bool grey = false;
+TEST_CASE("gpu_decode_backend: a backend nvJPEG lacks is a validation error at its line naming the four",
+          "[images][gpu_decode][clip_encoder]") {
+  const std::string model = (fs::path(FLOWLINE_SOURCE_DIR) / "tests/data/tiny-models/clip").string();
+  const auto yaml = [&](const std::string& backend) {
+    return fmt::format(
+        "executors:\n  - name: clip\n    uses: ClipEncoder\n    with:\n      model: {}\n      gpu_decode: auto\n"
+        "      gpu_decode_backend: {}\n",
+        model, backend);
   };
-  std::vector<Case> cases;
+  try {
+    load_flow_config_text(yaml("fastest"), "flow.yml", gpu_decode_registry());
+    FAIL("gpu_decode_backend: fastest was accepted");
+  } catch (const ConfigError& e) {
+    CHECK(std::string(e.what()) ==
+          "flow.yml:7:7: executor 'clip': parameter 'gpu_decode_backend': expected one of default, hybrid, "
+          "gpu_hybrid, hardware, got 'fastest'");
+  }
+  for (const char* backend : images::kNvjpegBackends) {
+    const FlowConfig config = load_flow_config_text(yaml(backend), "flow.yml", gpu_decode_registry());
+    CHECK(config.executors.at(0).with.at("gpu_decode_backend").as_string() == backend);
+  }
+  // On the CPU the backend changes nothing: the images are decoded there.
+  const std::vector<Bytes> jpegs{make_test_jpeg({JpegKind::rgb420, 40, 30})};
+  Flow flow(FlowOptions{}, gpu_decode_registry());
+  flow.add({.name = "clip",
+            .uses = "ClipEncoder",
+            .with = {{"model", model}, {"gpu_decode", "auto"}, {"gpu_decode_backend", "hardware"}, {"warmup", false}},
+            .device = "cpu"});
+  Document doc;
+  doc.blob = jpegs[0];
+  DocumentArray docs;
+  docs.push_back(std::move(doc));
+  CHECK(flow.post("/encode", std::move(docs)).embeddings().size(0) == 1);
+}
+
+namespace {
+
+struct GpuCase {
+  Bytes bytes;
+  std::string label;
+  bool subsampled = true;
+  bool grey = false;
+};
+
+// Each JPEG nvJPEG should take, with whether its chroma is subsampled: generated ones of every kind, sizes odd and
+// even (two 64x48 4:2:0 ones share a layout, so they go through the colour conversion as one batch), and the
+// repository's test JPEGs.
+std::vector<GpuCase> gpu_cases() {
+  std::vector<GpuCase> cases;
   for (const auto& spec : gpu_specs()) {
     const bool grey = spec.kind == JpegKind::grayscale;
     cases.push_back({make_test_jpeg(spec),
                      fmt::format("generated kind {} {}x{}", static_cast<int>(spec.kind), spec.width, spec.height),
                      spec.kind != JpegKind::rgb444 && !grey, grey});
   }
+  cases.push_back({make_test_jpeg({JpegKind::rgb420, 64, 48, 90, 13}), "4:2:0 64x48, second of its layout"});
+  for (const auto& [w, h] : std::vector<std::pair<int, int>>{{1, 37}, {37, 1}, {3, 5}, {5, 3}, {65, 49}})
+    cases.push_back(
+        {testing::make_sampled_jpeg(testing::kSampling420, w, h, 20 + w), fmt::format("4:2:0 {}x{}", w, h)});
+  for (const auto& [w, h] : std::vector<std::pair<int, int>>{{4, 9}, {33, 17}})
+    cases.push_back(
+        {testing::make_sampled_jpeg(testing::kSampling422, w, h, 30 + w), fmt::format("4:2:2 {}x{}", w, h)});
+  cases.push_back({testing::make_sampled_jpeg(testing::kSampling440, 31, 45, 40), "4:4:0 31x45"});
   for (const char* name :
        {"rgb_40x30_q90.jpg", "rgb_31x45_422.jpg", "rgb_64x8_progressive.jpg", "exif_rotated_24x16.jpg"})
     cases.push_back({testing::read_bytes(testing::image_dir() / name), name, true, false});
   cases.push_back({testing::read_bytes(testing::image_dir() / "rgb_33x17_444.jpg"), "rgb_33x17_444.jpg", false, false});
   cases.push_back({testing::read_bytes(testing::image_dir() / "grey_24x20.jpg"), "grey_24x20.jpg", false, true});
+  return cases;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "nvJPEG's planes made RGB as libjpeg does are the CPU decoder's pixels within the IDCT's few levels, with every "
+    "backend, and the rest is left to the CPU",
+    "[images][gpu_decode][gpu]") {
+  if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
+  const c10::Device device(c10::kCUDA, 0);
+  const c10::Stream stream = c10::impl::getDeviceGuardImpl(c10::kCUDA)->getStream(device);
+  c10::StreamGuard on_stream(stream);
+  const std::vector<GpuCase> cases = gpu_cases();
   std::vector<Bytes> jpegs;
   for (const auto& c : cases) jpegs.push_back(c.bytes);
   const std::size_t gpu_count = jpegs.size();
@@ -213,60 +260,71 @@ TEST_CASE(
   jpegs.push_back(make_test_jpeg({JpegKind::cmyk, 20, 16}));
   jpegs.push_back(cut);
   jpegs.push_back(testing::read_bytes(testing::image_dir() / "rgb_30x20.png"));
+  jpegs.push_back(testing::make_sampled_jpeg(testing::kSamplingMixed, 20, 16, 50));  // Cb and Cr sampled unlike
   jpegs.push_back(make_test_jpeg({JpegKind::rgb420, 1600, 2000}));  // over the limit below: left to the CPU
-
-  std::vector<std::span<const std::uint8_t>> views(jpegs.begin(), jpegs.end());
-  std::vector<at::Tensor> out;
   images::DecodeLimits limits;
   limits.max_pixels = 2048 * 1536;
-  const std::size_t decoded = decoder->decode(views, limits, stream, out);
-  const std::size_t over = jpegs.size() - 1;
-  CHECK(!out[over].defined());
-  CHECK_THROWS_WITH(images::decode_image(jpegs[over], limits), testing::contains("a decompression bomb?"));
-  for (std::size_t i = gpu_count; i < over; ++i) CHECK(!out[i].defined());  // CMYK, truncated, PNG
-  CHECK(decoded == gpu_count);
-  stream.synchronize();
+  std::vector<images::Image> cpu;
+  for (std::size_t i = 0; i < gpu_count; ++i) cpu.push_back(images::decode_image(jpegs[i], limits));
 
-  double worst[2] = {0, 0}, worst_mean[2] = {0, 0};  // [subsampled]
-  for (std::size_t i = 0; i < gpu_count; ++i) {
-    const Case& c = cases[i];
-    INFO(c.label);
-    REQUIRE(out[i].defined());
-    const images::Image cpu = images::decode_image(jpegs[i], limits);
-    const at::Tensor gpu = out[i].to(at::kCPU);
-    REQUIRE(gpu.size(0) == cpu.height);
-    REQUIRE(gpu.size(1) == cpu.width);
-    const at::Tensor expected =
-        at::from_blob(const_cast<std::uint8_t*>(cpu.rgb.data()), {cpu.height, cpu.width, 3}, at::kByte);
-    const at::Tensor diff = (gpu.to(at::kInt) - expected.to(at::kInt)).abs();
-    const double max = diff.max().item<double>(), mean = diff.to(at::kDouble).mean().item<double>();
-    worst[c.subsampled] = std::max(worst[c.subsampled], max);
-    worst_mean[c.subsampled] = std::max(worst_mean[c.subsampled], mean);
-    INFO("max difference " << max << ", mean " << mean);
-    // Measured with libjpeg-turbo itself on these JPEGs (2026-11-28): its float IDCT against its islow one differs
-    // by at most 3 levels (mean 0.05); its replicating chroma upsampling against its fancy one by up to 87 levels
-    // (mean 4.9) on the subsampled ones, 0 on 4:4:4 and grey. nvJPEG on an H100 (2026-11-28): 4:4:4 and grey at
-    // most 3 levels (mean 0.04), subsampled up to 87 levels with a mean up to 12.8 on the small images whose
-    // coloured blocks have sharp edges — its chroma upsampling is neither of libjpeg's. The subsampled bound
-    // catches wrong channels, pitch or rows (tens of levels on average over every image), not that difference,
-    // which is why gpu_decode is off unless asked for (docs/images.md).
-    CHECK(mean <= (c.subsampled ? 16.0 : 1.0));
-    CHECK(max <= (c.subsampled ? 128 : 6));
-    if (c.grey) {  // R = G = B, as PIL's convert("RGB")
-      CHECK(at::equal(gpu.select(2, 0), gpu.select(2, 1)));
-      CHECK(at::equal(gpu.select(2, 0), gpu.select(2, 2)));
+  for (const char* backend : images::kNvjpegBackends) {
+    std::string why;
+    auto decoder = clip_encoder::GpuJpegDecoder::make(clip_encoder::GpuDecode::automatic, backend, device, why);
+    if (!decoder) {
+      // The default backend must start where nvJPEG loads; another may be missing on this GPU.
+      if (std::string(backend) == "default") FLOWLINE_SKIP("nvJPEG is not available: " + why);
+      WARN("nvJPEG's " << backend << " backend did not start: " << why);
+      continue;
     }
+    INFO("backend " << backend);
+    std::vector<std::span<const std::uint8_t>> views(jpegs.begin(), jpegs.end());
+    std::vector<at::Tensor> out;
+    const std::size_t decoded = decoder->decode(views, limits, stream, out);
+    const std::size_t over = jpegs.size() - 1;
+    CHECK(!out[over].defined());
+    CHECK_THROWS_WITH(images::decode_image(jpegs[over], limits), testing::contains("a decompression bomb?"));
+    for (std::size_t i = gpu_count; i < over; ++i) CHECK(!out[i].defined());  // CMYK, truncated, PNG, mixed chroma
+    CHECK(decoded == gpu_count);
+    stream.synchronize();
+
+    double worst[2] = {0, 0}, worst_mean[2] = {0, 0};  // [subsampled]
+    for (std::size_t i = 0; i < gpu_count; ++i) {
+      const GpuCase& c = cases[i];
+      INFO(c.label);
+      REQUIRE(out[i].defined());
+      const at::Tensor gpu = out[i].to(at::kCPU);
+      REQUIRE(gpu.size(0) == cpu[i].height);
+      REQUIRE(gpu.size(1) == cpu[i].width);
+      const at::Tensor expected =
+          at::from_blob(const_cast<std::uint8_t*>(cpu[i].rgb.data()), {cpu[i].height, cpu[i].width, 3}, at::kByte);
+      const at::Tensor diff = (gpu.to(at::kInt) - expected.to(at::kInt)).abs();
+      const double max = diff.max().item<double>(), mean = diff.to(at::kDouble).mean().item<double>();
+      worst[c.subsampled] = std::max(worst[c.subsampled], max);
+      worst_mean[c.subsampled] = std::max(worst_mean[c.subsampled], mean);
+      INFO("max difference " << max << ", mean " << mean);
+      // nvJPEG's IDCT is not libjpeg's islow one: with nvJPEG's own colour conversion (NVJPEG_OUTPUT_RGBI), on an
+      // H100 (2026-11-28), 4:4:4 and grey JPEGs were at most 3 levels from the CPU's (mean 0.04), subsampled ones
+      // up to 87 (its chroma upsampling is not libjpeg's fancy one). Its planes now go through libjpeg's own
+      // upsampling and conversion (images/jpeg_color.hpp, bit-exact on libjpeg's planes: test_jpeg_color.cpp), so
+      // every JPEG is held to the bounds 4:4:4 had.
+      CHECK(mean <= 1.0);
+      CHECK(max <= 6);
+      if (c.grey) {  // R = G = B, as PIL's convert("RGB")
+        CHECK(at::equal(gpu.select(2, 0), gpu.select(2, 1)));
+        CHECK(at::equal(gpu.select(2, 0), gpu.select(2, 2)));
+      }
+    }
+    WARN("nvJPEG (" << backend << " backend) against libjpeg-turbo over " << gpu_count << " JPEGs: largest difference "
+                    << worst[0] << " levels (4:4:4 and grey; largest mean " << worst_mean[0] << "), " << worst[1]
+                    << " levels (subsampled; largest mean " << worst_mean[1] << ")");
+    // A corrupt JPEG: nvJPEG (strict) refuses it or decodes it; either way nothing crashes, and a refusal leaves it
+    // to the CPU decoder.
+    std::vector<std::span<const std::uint8_t>> bad{garbage};
+    std::vector<at::Tensor> bad_out;
+    const std::size_t bad_decoded = decoder->decode(bad, limits, stream, bad_out);
+    stream.synchronize();
+    CHECK(bad_decoded == (bad_out[0].defined() ? 1u : 0u));
   }
-  WARN("nvJPEG against libjpeg-turbo over "
-       << gpu_count << " JPEGs: largest difference " << worst[0] << " levels (4:4:4 and grey; largest mean "
-       << worst_mean[0] << "), " << worst[1] << " levels (subsampled; largest mean " << worst_mean[1] << ")");
-  // A corrupt JPEG: nvJPEG (strict) refuses it or decodes it; either way nothing crashes, and a refusal leaves it
-  // to the CPU decoder.
-  std::vector<std::span<const std::uint8_t>> bad{garbage};
-  std::vector<at::Tensor> bad_out;
-  const std::size_t bad_decoded = decoder->decode(bad, limits, stream, bad_out);
-  stream.synchronize();
-  CHECK(bad_decoded == (bad_out[0].defined() ? 1u : 0u));
 }
 
 TEST_CASE("ClipEncoder embeddings of GPU-decoded JPEGs match the CPU-decoded ones",

@@ -124,6 +124,11 @@ class ClipEncoder : public Executor {
                            "JPEGs it cannot take on the CPU): off (the default: on an H100 nvJPEG's default backend "
                            "was slower than the CPU threads, docs/images.md), auto when the device is CUDA and the "
                            "library loads, on (an error at start if it cannot)"),
+         ParamSpec::choice("gpu_decode_backend", {"default", "hybrid", "gpu_hybrid", "hardware"}, "default",
+                           "nvJPEG's backend for a slice's JPEGs when gpu_decode decodes on the GPU: default, hybrid "
+                           "(Huffman decoding on the CPU), gpu_hybrid (on the GPU, for batches of more than 50 "
+                           "baseline JPEGs) or hardware (the A100/H100 JPEG engines; JPEGs they cannot take go one "
+                           "at a time through the default backend)"),
          ParamSpec::optional("decode_threads", ParamType::Int, 0,
                              "CPU threads that decode one replica's images (0: ATen's intra-op threads)")
              .min(0),
@@ -198,15 +203,16 @@ class ClipEncoder : public Executor {
     decode_.limits.max_pixels = params().get<std::uint64_t>("max_image_pixels");
     decode_.threads = params().get<std::size_t>("decode_threads");
     if (decode_.threads == 0) decode_.threads = static_cast<std::size_t>(std::max(1, at::get_num_threads()));
-    set_up_gpu_decoding(parse_gpu_decode(params().get<std::string>("gpu_decode")));
+    set_up_gpu_decoding(parse_gpu_decode(params().get<std::string>("gpu_decode")),
+                        params().get<std::string>("gpu_decode_backend"));
   }
 
   // nvJPEG for this replica, or why not: said once per process on a GPU, where it was expected.
-  void set_up_gpu_decoding(GpuDecode mode) {
+  void set_up_gpu_decoding(GpuDecode mode, const std::string& backend) {
     std::optional<c10::StreamGuard> on_stream;
     if (stream_) on_stream.emplace(*stream_);
     std::string why;
-    gpu_decoder_ = GpuJpegDecoder::make(mode, device_, why);
+    gpu_decoder_ = GpuJpegDecoder::make(mode, backend, device_, why);
     if (gpu_decoder_) {
       if (runtime().replica == 0)
         spdlog::info("executor '{}': JPEGs are decoded on {} with nvJPEG ({} backend)", runtime().name, device_.str(),

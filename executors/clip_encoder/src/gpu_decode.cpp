@@ -1,7 +1,9 @@
 // nvJPEG for the ClipEncoder (gpu_decode.hpp): finding the library beside LibTorch, screening a slice's
-// JPEGs, staging their bytes in pinned memory and decoding them into device tensors on the replica's stream.
+// JPEGs, staging their bytes in pinned memory, decoding them to planes on the replica's stream and turning the
+// planes into RGB as libjpeg-turbo does (images/jpeg_color.hpp).
 #include "gpu_decode.hpp"
 
+#include "images/jpeg_color.hpp"
 #include "images/nvjpeg.hpp"
 
 #include "flowline/error.hpp"
@@ -16,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 
 namespace flowline::clip_encoder {
 namespace fs = std::filesystem;
@@ -70,16 +73,17 @@ int torch_device_release(void* pointer) {
 
 }  // namespace
 
-GpuJpegDecoder::GpuJpegDecoder(c10::Device device)
+GpuJpegDecoder::GpuJpegDecoder(c10::Device device, std::string_view backend)
     : device_(device),
       nvjpeg_(std::make_unique<images::NvjpegDecoder>(
-          images::NvjpegDeviceAllocator{torch_device_allocate, torch_device_release})) {}
+          images::NvjpegDeviceAllocator{torch_device_allocate, torch_device_release}, backend)) {}
 
 GpuJpegDecoder::~GpuJpegDecoder() = default;
 
 const std::string& GpuJpegDecoder::backend() const { return nvjpeg_->backend(); }
 
-std::unique_ptr<GpuJpegDecoder> GpuJpegDecoder::make(GpuDecode mode, const c10::Device& device, std::string& why) {
+std::unique_ptr<GpuJpegDecoder> GpuJpegDecoder::make(GpuDecode mode, std::string_view backend,
+                                                     const c10::Device& device, std::string& why) {
   const auto refuse = [&](std::string reason) -> std::unique_ptr<GpuJpegDecoder> {
     if (mode == GpuDecode::on) throw Error(fmt::format("parameter 'gpu_decode': on, but {}", reason));
     why = std::move(reason);
@@ -90,27 +94,67 @@ std::unique_ptr<GpuJpegDecoder> GpuJpegDecoder::make(GpuDecode mode, const c10::
   const images::NvjpegLibrary& library = images::load_nvjpeg(nvjpeg_folders());
   if (!library.loaded) return refuse(library.problem);
   try {
-    return std::unique_ptr<GpuJpegDecoder>(new GpuJpegDecoder(device));
+    return std::unique_ptr<GpuJpegDecoder>(new GpuJpegDecoder(device, backend));
   } catch (const Error& e) {
-    return refuse(fmt::format("nvJPEG from {} did not start: {}", library.path, e.what()));
+    return refuse(fmt::format("nvJPEG ({} backend) from {} did not start: {}", backend, library.path, e.what()));
   }
 }
+
+namespace {
+
+// A JPEG of the slice that nvJPEG decodes: its index, its planes as libjpeg reads them and as nvJPEG writes them.
+struct Taken {
+  std::size_t index = 0;
+  images::JpegPlanes planes;
+  std::uint32_t widths[3] = {}, heights[3] = {};  // nvJPEG's plane sizes (>= libjpeg's)
+};
+
+// JPEGs whose planes have the same sizes and ratios share one device buffer [N, bytes per image] and go through
+// the colour conversion as one batch (a photo collection of one camera is one group per slice).
+std::vector<std::uint32_t> group_key(const Taken& t) {
+  const auto& p = t.planes;
+  return {std::uint32_t(p.components),
+          p.width,
+          p.height,
+          std::uint32_t(p.ratio_across[1]),
+          std::uint32_t(p.ratio_down[1]),
+          std::uint32_t(p.ratio_across[2]),
+          std::uint32_t(p.ratio_down[2]),
+          t.widths[0],
+          t.heights[0],
+          t.widths[1],
+          t.heights[1],
+          t.widths[2],
+          t.heights[2]};
+}
+
+std::int64_t plane_bytes(const Taken& t, int c) { return std::int64_t{t.widths[c]} * t.heights[c]; }
+
+// Plane c of every image of a group's buffer [N, bytes], cropped to libjpeg's plane size: uint8 [N, h, w].
+at::Tensor plane_view(const at::Tensor& buffer, const Taken& t, int c) {
+  std::int64_t offset = 0;
+  for (int k = 0; k < c; ++k) offset += plane_bytes(t, k);
+  return buffer.narrow(1, offset, plane_bytes(t, c))
+      .view({buffer.size(0), t.heights[c], t.widths[c]})
+      .narrow(1, 0, t.planes.plane_height[c])
+      .narrow(2, 0, t.planes.plane_width[c]);
+}
+
+}  // namespace
 
 std::size_t GpuJpegDecoder::decode(std::span<const std::span<const std::uint8_t>> jpegs,
                                    const images::DecodeLimits& limits, const c10::Stream& stream,
                                    std::vector<at::Tensor>& out) {
   out.assign(jpegs.size(), at::Tensor());
-  std::vector<std::size_t> taken;
-  std::vector<std::uint32_t> widths, heights;
+  std::vector<Taken> taken;
   std::size_t total = 0;
   for (std::size_t i = 0; i < jpegs.size(); ++i) {
     if (jpegs[i].empty() || !images::nvjpeg_takes(jpegs[i]).empty()) continue;
-    std::uint32_t w = 0, h = 0;
+    Taken t{i, images::jpeg_planes(jpegs[i])};
     // Over the limit: left to the CPU decoder, whose header check refuses it before allocating.
-    if (!nvjpeg_->image_size(jpegs[i], w, h) || std::uint64_t{w} * h > limits.max_pixels) continue;
-    taken.push_back(i);
-    widths.push_back(w);
-    heights.push_back(h);
+    if (!t.planes.problem.empty() || std::uint64_t{t.planes.width} * t.planes.height > limits.max_pixels) continue;
+    if (!nvjpeg_->plane_sizes(jpegs[i], t.planes, t.widths, t.heights)) continue;
+    taken.push_back(std::move(t));
     total += jpegs[i].size();
   }
   if (taken.empty()) return 0;
@@ -124,28 +168,57 @@ std::size_t GpuJpegDecoder::decode(std::span<const std::span<const std::uint8_t>
   }
   auto* base = staging_[slot].data_ptr<std::uint8_t>();
   std::vector<std::span<const std::uint8_t>> staged;
-  std::vector<std::uint8_t*> outputs;
   std::size_t offset = 0;
-  for (std::size_t k = 0; k < taken.size(); ++k) {
-    const auto bytes = jpegs[taken[k]];
+  for (const Taken& t : taken) {
+    const auto bytes = jpegs[t.index];
     std::memcpy(base + offset, bytes.data(), bytes.size());
     staged.emplace_back(base + offset, bytes.size());
     offset += bytes.size();
-    // Allocated on the current stream (the replica's): the caching allocator orders its reuse after it.
-    at::Tensor image = at::empty({static_cast<std::int64_t>(heights[k]), static_cast<std::int64_t>(widths[k]), 3},
-                                 at::TensorOptions().dtype(at::kByte).device(device_));
-    outputs.push_back(image.data_ptr<std::uint8_t>());
-    out[taken[k]] = std::move(image);
   }
-  const std::vector<bool> done = nvjpeg_->decode(staged, outputs, stream.native_handle());
+  // One device buffer per group of equal layouts, allocated on the current stream (the replica's): the caching
+  // allocator orders its reuse after the work queued here.
+  std::map<std::vector<std::uint32_t>, std::vector<std::size_t>> groups;  // key -> indexes into taken
+  for (std::size_t k = 0; k < taken.size(); ++k) groups[group_key(taken[k])].push_back(k);
+  std::vector<at::Tensor> buffers(taken.size());  // each taken JPEG's group buffer
+  std::vector<std::int64_t> rows(taken.size());   // and its row in it
+  std::vector<images::NvjpegPlanesOut> outputs(taken.size());
+  for (const auto& [key, members] : groups) {
+    const Taken& first = taken[members.front()];
+    const std::int64_t bytes = plane_bytes(first, 0) + plane_bytes(first, 1) + plane_bytes(first, 2);
+    const at::Tensor buffer = at::empty({static_cast<std::int64_t>(members.size()), bytes},
+                                        at::TensorOptions().dtype(at::kByte).device(device_));
+    for (std::size_t row = 0; row < members.size(); ++row) {
+      const std::size_t k = members[row];
+      buffers[k] = buffer;
+      rows[k] = static_cast<std::int64_t>(row);
+      std::uint8_t* plane = buffer.data_ptr<std::uint8_t>() + static_cast<std::int64_t>(row) * bytes;
+      for (int c = 0; c < first.planes.components; ++c) {
+        outputs[k].plane[c] = plane;
+        outputs[k].pitch[c] = first.widths[c];
+        plane += plane_bytes(first, c);
+      }
+    }
+  }
+  std::vector<images::JpegPlanes> planes;
+  for (const Taken& t : taken) planes.push_back(t.planes);
+  const std::vector<bool> done = nvjpeg_->decode(staged, planes, outputs, stream.native_handle());
   if (!staged_[slot]) staged_[slot].emplace(c10::DeviceType::CUDA);
   staged_[slot]->record(stream);
+  // libjpeg-turbo's upsampling and colour conversion, one batch per group, on the current stream.
   std::size_t decoded = 0;
-  for (std::size_t k = 0; k < taken.size(); ++k) {
-    if (done[k]) {
+  for (const auto& [key, members] : groups) {
+    const Taken& t = taken[members.front()];
+    const at::Tensor& buffer = buffers[members.front()];
+    const at::Tensor y = plane_view(buffer, t, 0);
+    const at::Tensor rgb = t.planes.components == 1
+                               ? images::jpeg_grey_to_rgb(y)
+                               : images::jpeg_ycc_to_rgb(y, plane_view(buffer, t, 1), plane_view(buffer, t, 2),
+                                                         {t.planes.ratio_across[1], t.planes.ratio_down[1]},
+                                                         {t.planes.ratio_across[2], t.planes.ratio_down[2]});
+    for (const std::size_t k : members) {
+      if (!done[k]) continue;  // its planes are garbage: the CPU decodes it
+      out[taken[k].index] = rgb.select(0, rows[k]);
       ++decoded;
-    } else {
-      out[taken[k]] = at::Tensor();
     }
   }
   return decoded;

@@ -1,5 +1,6 @@
 // Private to the ClipEncoder: decoding a slice's JPEGs on the replica's GPU with nvJPEG (flowline::images'
-// src/images/nvjpeg.hpp), straight into device tensors; the rest stays with the CPU decoders (decode.hpp).
+// src/images/nvjpeg.hpp) to planes, then to RGB with libjpeg-turbo's upsampling and colour conversion
+// (src/images/jpeg_color.hpp), straight into device tensors; the rest stays with the CPU decoders (decode.hpp).
 //
 // One GpuJpegDecoder per replica, made in the replica's constructor and called only from the replica's
 // thread (executors are never called concurrently). It owns its nvJPEG handle and two pinned staging buffers.
@@ -37,24 +38,28 @@ std::vector<std::filesystem::path> nvjpeg_folders();
 
 class GpuJpegDecoder {
  public:
-  // The decoder for `device`, or nullptr with `why` saying why not (off; not a CUDA device; libnvjpeg not found,
-  // naming where it looked; nvJPEG failing to start). With GpuDecode::on, "why not" is a flowline::Error
-  // instead. Call with the device's stream current (the handle's memory is made on that device).
-  static std::unique_ptr<GpuJpegDecoder> make(GpuDecode mode, const c10::Device& device, std::string& why);
+  // The decoder for `device` with nvJPEG's `backend` for batches (one of images::kNvjpegBackends, as the
+  // gpu_decode_backend parameter names it), or nullptr with `why` saying why not (off; not a CUDA device;
+  // libnvjpeg not found, naming where it looked; nvJPEG or that backend failing to start). With GpuDecode::on,
+  // "why not" is a flowline::Error instead. Call with the device's stream current (the handle's memory is made
+  // on that device).
+  static std::unique_ptr<GpuJpegDecoder> make(GpuDecode mode, std::string_view backend, const c10::Device& device,
+                                              std::string& why);
   ~GpuJpegDecoder();
   // The nvJPEG backend of batched decoding (images::NvjpegDecoder::backend).
   const std::string& backend() const;
 
-  // For every i whose jpegs[i] nvJPEG takes (images::nvjpeg_takes, its header read by nvJPEG, within
-  // limits.max_pixels): out[i] = a uint8 [H, W, 3] tensor on the device, decoded on `stream` (the replica's,
-  // current). The others' out[i] are left undefined for the CPU decoders, which then give their pixels or
-  // their error: over max_pixels, garbage or truncated. out is resized to jpegs.size(). Returns how many
+  // For every i whose jpegs[i] nvJPEG takes (images::nvjpeg_takes and images::jpeg_planes, its header read by
+  // nvJPEG as libjpeg reads it, within limits.max_pixels): out[i] = a uint8 [H, W, 3] tensor on the device (a view
+  // into a batch of images of the same layout), decoded on `stream` (the replica's, current), pixels as the CPU
+  // decoder's but for nvJPEG's IDCT. The others' out[i] are left undefined for the CPU decoders, which then give their
+  // pixels or their error: over max_pixels, garbage or truncated. out is resized to jpegs.size(). Returns how many
   // nvJPEG decoded.
   std::size_t decode(std::span<const std::span<const std::uint8_t>> jpegs, const images::DecodeLimits& limits,
                      const c10::Stream& stream, std::vector<at::Tensor>& out);
 
  private:
-  explicit GpuJpegDecoder(c10::Device device);
+  GpuJpegDecoder(c10::Device device, std::string_view backend);
 
   c10::Device device_;
   std::unique_ptr<images::NvjpegDecoder> nvjpeg_;
