@@ -7,6 +7,9 @@
 #include "remote/shared_segment.hpp"
 #include "remote/wire.hpp"
 
+#include "flowline/executor_server.hpp"
+#include "flowline/flow.hpp"
+
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
@@ -178,4 +181,32 @@ TEST_CASE("Segment and Attached frames round-trip and the allocator coalesces", 
   c.reset();
   CHECK(segment->free_bytes() == all);
   CHECK(segment->largest_free() == all);
+}
+
+TEST_CASE("an executor server (version 3) is reached over plain frames even at an address offered a segment",
+          "[remote][shared]") {
+  // flowline's own server takes no segment: a client that offers versions 1..4 gets version 3, sends no
+  // Segment frame (a server would refuse it and close), and tensors cross in the frames unchanged.
+  Flow served(executor_flow(load_flow_config_text("executors:\n  - {name: mid, uses: NoOp}\n", "server.yml"), "mid"));
+  served.start();
+  ExecutorServer server(served, "mid");
+  server.start({});
+  const std::string address = fmt::format("127.0.0.1:{}", server.port());
+  remote::offer_shared_memory(address, 1u << 20);
+  Flow flow(load_flow_config_text(fmt::format("executors:\n  - {{name: mid, hosts: ['{}']}}\n", address), "c.yml"));
+  flow.start();
+  Document d("image");
+  d.tensor = patterned(at::kByte, {224, 224, 3}, 6);
+  const DocumentArray out = flow.post("/", DocumentArray(std::vector<Document>{d, d}));
+  REQUIRE(out.size() == 2);
+  CHECK(same_bits(out[0].tensor, d.tensor));
+  CHECK(same_bits(out[1].tensor, d.tensor));
+  const FlowStats stats = flow.stats();
+  REQUIRE(stats.remote_hosts.size() == 1);
+  CHECK(stats.remote_hosts[0].lost == 0);
+  CHECK(stats.remote_hosts[0].reconnects == 0);
+  flow.close();
+  remote::offer_shared_memory(address, 0);
+  server.stop();
+  served.close();
 }
