@@ -60,10 +60,13 @@ at::Tensor upsample_int(const at::Tensor& plane, ChromaRatio ratio) {
   // jdsample.c uses the triangle filter for h2v1 and h2v2 only on planes wider than 2 samples; h1v2 always.
   const bool fancy = x.size(2) > 2;
   if (ratio == ChromaRatio{1, 1}) return x;
-  if (ratio == ChromaRatio{2, 1}) return fancy ? fancy_columns(x, 1, 2, 2) : x.repeat_interleave(2, 2);
+  if (ratio == ChromaRatio{2, 1}) return fancy ? fancy_columns(x, 1, 2, 2) : interleave(x, x, 2);
   if (ratio == ChromaRatio{1, 2}) return fancy_rows(x, true);
   if (ratio == ChromaRatio{2, 2}) {
-    if (!fancy) return x.repeat_interleave(2, 1).repeat_interleave(2, 2);
+    if (!fancy) {
+      const at::Tensor rows = interleave(x, x, 1);
+      return interleave(rows, rows, 2);
+    }
     return fancy_columns(fancy_rows(x, false), 8, 7, 4);
   }
   throw Error(
