@@ -202,38 +202,45 @@ void Pipeline::tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids, Place
   // not summing to the word) is cut again with places.
   const PieceShape* const shapes = model->shapes.data();
   const std::size_t known = model->shapes.size();
-  WordPlaces place{s.align.data(), s.other_align.data()};
-  place.lazy = s.bytes_lazy;
-  for (std::size_t w = 0; w < s.words.size(); ++w) {
-    const Span word = s.words[w];
-    if (word.end <= word.begin) continue;
-    if (place.lazy) place.source = s.sources[w], place.begin = word.begin;
-    const std::size_t first = ids.size(), first_place = places->size();
-    model->tokenize(s, word, ids);
-    if (ids.size() == first + 1 && !post.trim_offsets) {  // one id: the whole word (its shape unread)
-      places->push_back(TokenPlace{{place[word.begin].begin, place[word.end - 1].end}, 0, 0});
-      continue;
-    }
-    std::size_t at = word.begin;
-    for (std::size_t k = first; k < ids.size(); ++k) {
-      const auto id = static_cast<std::uint32_t>(ids[k]);
-      const PieceShape shape = id < known ? shapes[id] : PieceShape{};
-      if (shape.chars == 0 || at + shape.chars > word.end) {
-        at = 0;  // not the word's end: cut again
-        break;
+  // The loop made twice, for places read as they are and for ByteLevel's lazy ones (no test per token).
+  const auto cut_words = [&](auto lazy) {
+    WordPlaces place{s.align.data(), s.other_align.data()};
+    place.lazy = lazy;
+    for (std::size_t w = 0; w < s.words.size(); ++w) {
+      const Span word = s.words[w];
+      if (word.end <= word.begin) continue;
+      if constexpr (lazy) place.source = s.sources[w], place.begin = word.begin;
+      const std::size_t first = ids.size(), first_place = places->size();
+      model->tokenize(s, word, ids);
+      if (ids.size() == first + 1 && !post.trim_offsets) {  // one id: the whole word (its shape unread)
+        places->push_back(TokenPlace{{place[word.begin].begin, place[word.end - 1].end}, 0, 0});
+        continue;
       }
-      places->push_back(TokenPlace{{place[at].begin, place[at + shape.chars - 1].end}, shape.lead, shape.trail});
-      at += shape.chars;
+      std::size_t at = word.begin;
+      for (std::size_t k = first; k < ids.size(); ++k) {
+        const auto id = static_cast<std::uint32_t>(ids[k]);
+        const PieceShape shape = id < known ? shapes[id] : PieceShape{};
+        if (shape.chars == 0 || at + shape.chars > word.end) {
+          at = 0;  // not the word's end: cut again
+          break;
+        }
+        places->push_back(TokenPlace{{place[at].begin, place[at + shape.chars - 1].end}, shape.lead, shape.trail});
+        at += shape.chars;
+      }
+      if (at == word.end) continue;
+      places->resize(first_place);
+      ids.resize(first);
+      s.pieces.clear();
+      s.cut_places = true;
+      model->tokenize(s, word, ids);
+      s.cut_places = false;
+      append_places(s, WordPlaces(place), places);  // a copy: `place` stays this loop's, its case known
     }
-    if (at == word.end) continue;
-    places->resize(first_place);
-    ids.resize(first);
-    s.pieces.clear();
-    s.cut_places = true;
-    model->tokenize(s, word, ids);
-    s.cut_places = false;
-    append_places(s, place, places);
-  }
+  };
+  if (s.bytes_lazy)
+    cut_words(std::true_type{});
+  else
+    cut_words(std::false_type{});
 }
 
 // Each of s.pieces' places, with its spaces where the post-processor trims offsets.

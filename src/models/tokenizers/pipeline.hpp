@@ -119,7 +119,7 @@ struct WordPlaces {
   std::size_t begin = 0;  // the word's first character in s.text
   bool lazy = false;
   Align operator[](std::size_t j) const {
-    if (!lazy) return align[j];
+    if (!lazy) return align[j];  // a constant where the caller's loop is made for one case
     if (!source.ascii) return bytes[j];
     const std::size_t k = j - begin;
     return align[source.at + k - static_cast<std::size_t>(source.shifted & (k > 0))];
