@@ -91,10 +91,10 @@ struct Scratch {
   // id lies: Model::shapes), a model appends, for each id, the code points of `text` it covers to `pieces`.
   bool track = false;
   bool cut_places = false;
-  // ByteLevel as the last pre-tokenizer, with offsets and a model with shapes (`bytes_later`, set for it): it
-  // leaves `align` the text's before it, says in `sources` (one per word) where each word's characters came
-  // from, and writes `other_align` only for a word whose characters are not one a byte (`bytes_lazy` once it
-  // has): most text then has no places per byte. WordPlaces reads them.
+  // ByteLevel or Metaspace as the last pre-tokenizer, with offsets and a model with shapes (`bytes_later`, set for
+  // it): it leaves `align` the text's before it, says in `sources` (one per word) where each word's characters
+  // came from, and (ByteLevel) writes `other_align` only for a word whose characters are not one a byte
+  // (`bytes_lazy` once it has): most text then has no places per byte. WordPlaces reads them.
   struct WordSource {
     std::uint32_t at;  // the place of the word's first character (past a prefix space) in `align`
     bool shifted;      // it starts with the prefix space, in that character's place

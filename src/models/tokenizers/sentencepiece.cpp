@@ -196,7 +196,11 @@ class Metaspace final : public PreTokenizer {
   Metaspace(char32_t replacement, PrependScheme prepend, bool split)
       : replacement_(replacement), prepend_(prepend), split_(split) {}
 
+  // As the last pre-tokenizer with offsets (Scratch::bytes_later), it writes no places: each word's characters are
+  // one for one those of the text before it, but a prepended ▁ (in the place of the word's first character), so
+  // each word says only where it starts there (Scratch::sources), as ByteLevel's lazy words do.
   void pre_tokenize(Scratch& s) const override {
+    if (s.track && s.bytes_later) return lazy_pre_tokenize(s);
     s.other_words.clear();
     // Written through a pointer into room for the text and one prepended ▁ a word, then cut to size; with
     // offsets, each character's place alike (null without: one loop serves both, the test hoisted by the
@@ -240,6 +244,41 @@ class Metaspace final : public PreTokenizer {
   std::string name() const override { return "Metaspace"; }
 
  private:
+  void lazy_pre_tokenize(Scratch& s) const {
+    s.other_words.clear();
+    s.sources.clear();
+    s.other.resize(s.text.size() + s.words.size());
+    char32_t* const out = s.other.data();
+    const char32_t* const text = s.text.data();
+    std::size_t size = 0;
+    for (const Span word : s.words) {
+      if (word.end == word.begin) continue;
+      std::size_t start = size;
+      const char32_t head = text[word.begin];
+      const bool prepend =
+          prepend_ == PrependScheme::always || (prepend_ == PrependScheme::first && word.begin < s.origin);
+      const bool shifted = prepend && head != U' ' && head != replacement_;
+      if (shifted) out[size++] = replacement_;
+      Scratch::WordSource source{static_cast<std::uint32_t>(word.begin), shifted, true};
+      for (std::size_t i = word.begin; i < word.end; ++i) {
+        const char32_t c = text[i] == U' ' ? replacement_ : text[i];
+        if (split_ && c == replacement_ && size > start) {  // a new word before every ▁
+          s.other_words.push_back({start, size});
+          s.sources.push_back(source);
+          source = Scratch::WordSource{static_cast<std::uint32_t>(i), false, true};
+          start = size;
+        }
+        out[size++] = c;
+      }
+      s.other_words.push_back({start, size});
+      s.sources.push_back(source);
+    }
+    s.other.resize(size);
+    s.text.swap(s.other);
+    s.words.swap(s.other_words);
+    s.bytes_lazy = true;
+  }
+
   char32_t replacement_;
   PrependScheme prepend_;
   bool split_;
