@@ -312,7 +312,8 @@ struct NvjpegDecoder::State {
   int batch_size = 0;            // what `batched` was initialised for (0: not yet, or reset after a refusal)
   int backend = kBackendDefault;
   std::string backend_name = "default";
-  int refusals = 0;  // batches nvJPEG refused (the first is logged as a warning)
+  int refusals = 0;    // batches nvJPEG refused (the first is logged as a warning)
+  int mismatches = 0;  // headers nvJPEG read otherwise than libjpeg (likewise)
 };
 
 namespace {
@@ -383,25 +384,29 @@ bool NvjpegDecoder::plane_sizes(std::span<const std::uint8_t> jpeg, const JpegPl
   if (!planes.problem.empty() ||
       api.get_image_info(state_->handle, jpeg.data(), jpeg.size(), &components, &subsampling, w, h) != kSuccess)
     return false;
-  if (components != planes.components || w[0] != int(planes.width) || h[0] != int(planes.height)) return false;
-  if (components == 1) {
-    for (int c = 0; c < 3; ++c) {  // NVJPEG_OUTPUT_Y writes the one plane
-      widths[c] = c == 0 ? planes.width : 0;
-      heights[c] = c == 0 ? planes.height : 0;
-    }
-    return subsampling == kCssGray;
-  }
   // nvJPEG's name for the chroma layout must be the one libjpeg's factors give, Cb and Cr alike.
   const int across = planes.ratio_across[1], down = planes.ratio_down[1];
-  if (across != planes.ratio_across[2] || down != planes.ratio_down[2]) return false;
-  const int expected = across == 1 ? (down == 1 ? kCss444 : kCss440) : (down == 1 ? kCss422 : kCss420);
-  if (subsampling != expected) return false;
+  const bool alike = planes.components == 1 || (across == planes.ratio_across[2] && down == planes.ratio_down[2]);
+  const int expected = planes.components == 1 ? kCssGray
+                       : across == 1          ? (down == 1 ? kCss444 : kCss440)
+                                              : (down == 1 ? kCss422 : kCss420);
+  bool same = alike && components == planes.components && subsampling == expected && w[0] == int(planes.width) &&
+              h[0] == int(planes.height);
   for (int c = 0; c < 3; ++c) {
-    if (w[c] < int(planes.plane_width[c]) || h[c] < int(planes.plane_height[c])) return false;
-    widths[c] = static_cast<std::uint32_t>(w[c]);
-    heights[c] = static_cast<std::uint32_t>(h[c]);
+    const bool present = c < planes.components;
+    same = same && (!present || (w[c] >= int(planes.plane_width[c]) && h[c] >= int(planes.plane_height[c])));
+    widths[c] = present ? static_cast<std::uint32_t>(w[c]) : 0;  // NVJPEG_OUTPUT_Y writes the grey's one plane
+    heights[c] = present ? static_cast<std::uint32_t>(h[c]) : 0;
   }
-  return true;
+  if (!same && alike) {  // unlike Cb and Cr are refused by design; anything else is worth a word, once
+    spdlog::log(state_->mismatches++ == 0 ? spdlog::level::warn : spdlog::level::debug,
+                "nvJPEG reads a {}x{} JPEG otherwise than libjpeg ({} components, subsampling {}, planes {}x{} {}x{} "
+                "{}x{}; libjpeg: {} components, planes {}x{} {}x{} {}x{}): such JPEGs are decoded on the CPU",
+                planes.width, planes.height, components, subsampling, w[0], h[0], w[1], h[1], w[2], h[2],
+                planes.components, planes.plane_width[0], planes.plane_height[0], planes.plane_width[1],
+                planes.plane_height[1], planes.plane_width[2], planes.plane_height[2]);
+  }
+  return same;
 }
 
 std::vector<bool> NvjpegDecoder::decode(std::span<const std::span<const std::uint8_t>> jpegs,

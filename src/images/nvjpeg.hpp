@@ -101,7 +101,8 @@ class NvjpegDecoder {
   // The size of each plane nvJPEG writes for `jpeg`, whose jpeg_planes() are `planes` (without a problem): at
   // least libjpeg's plane size (planes.plane_width/height), possibly more (then the plane's top left is
   // libjpeg's). False when nvJPEG refuses the header or reads it otherwise than libjpeg (other components,
-  // sizes or subsampling): the JPEG is then the CPU's.
+  // sizes or subsampling; the first such JPEG of a decoder is logged as a warning naming both readings): the JPEG
+  // is then the CPU's.
   bool plane_sizes(std::span<const std::uint8_t> jpeg, const JpegPlanes& planes, std::uint32_t widths[3],
                    std::uint32_t heights[3]);
 
