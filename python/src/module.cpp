@@ -11,12 +11,15 @@
 #include "flowline/flow_stats_json.hpp"
 #include "flowline/executor_server.hpp"
 #include "flowline/flow.hpp"
+#include "flowline/io.hpp"
 
+#include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
 
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -33,6 +36,95 @@ std::string fspath(nb::handle path) { return nb::cast<std::string>(nb::module_::
 
 PyObject* flow_error_type = nullptr;
 PyObject* config_error_type = nullptr;
+
+// encode()'s input: the texts of a Python list (every item a str, checked before), converted into documents as
+// the flow reads them, on the posting thread with the GIL taken for the conversion alone. A text that does not
+// convert (a lone surrogate has no UTF-8) ends the input there and leaves `error`; the flow answers what it read.
+// Made, used and destroyed on one thread, which holds the GIL at its construction and destruction.
+class TextSource : public DocumentSource {
+ public:
+  explicit TextSource(nb::list texts) : texts_(std::move(texts)), size_(nb::len(texts_)) {}
+  std::size_t read(DocumentArray& out, std::size_t max) override {
+    if (!error.empty() || next_ >= size_) return 0;
+    nb::gil_scoped_acquire gil;
+    const std::size_t first = next_, end = std::min(size_, next_ + max);
+    for (; next_ < end; ++next_) {
+      Py_ssize_t length = 0;
+      const char* utf8 = PyUnicode_AsUTF8AndSize(texts_[next_].ptr(), &length);
+      if (utf8 == nullptr) {
+        error = fmt::format("sentences[{}]: {}", next_, nb::python_error().what());
+        break;
+      }
+      out.push_back(Document(std::string(utf8, static_cast<std::size_t>(length))));
+    }
+    return next_ - first;
+  }
+  std::string error;
+
+ private:
+  nb::list texts_;
+  std::size_t size_;
+  std::size_t next_ = 0;
+};
+
+// encode()'s output: each answer's embeddings copied, in input order, into one CPU tensor of a row per text, on
+// the posting thread as the answers arrive (Flow::post calls take() in input order); the documents are dropped
+// with the answer. What goes wrong is kept, not thrown (take() runs inside the flow's post), and result() raises it.
+class EmbeddingRows {
+ public:
+  explicit EmbeddingRows(std::size_t texts) : texts_(texts) {}
+  void take(Response&& r) {
+    if (!r.ok()) {
+      if (!failed_) failed_.emplace(r.error_executor, r.error);
+    } else if (problem_.empty()) {
+      for (std::size_t i = 0; i < r.docs.size(); ++i) copy(r.docs[i].embedding, row_ + i);
+    }
+    row_ += r.docs.size();
+  }
+  // Holds the GIL: the [N, D] array, None for no text; raises FlowError for a failed request, ValueError for a
+  // text without an embedding.
+  nb::object result() {
+    if (failed_) throw *failed_;
+    if (!problem_.empty()) throw nb::value_error(problem_.c_str());
+    if (row_ != texts_) throw Error(fmt::format("the flow answered {} documents for {} texts", row_, texts_));
+    if (!matrix_.defined()) return nb::none();
+    return tensor_to_numpy(matrix_);
+  }
+
+ private:
+  void copy(const at::Tensor& e, std::size_t row) {
+    if (!e.defined()) {
+      problem_ =
+          fmt::format("sentences[{}]: the encoder gave it no embedding (an empty text has none in flowline)", row);
+      return;
+    }
+    if (row >= texts_) return;  // more documents than texts: result() says so
+    if (!matrix_.defined()) {
+      std::vector<std::int64_t> shape{static_cast<std::int64_t>(texts_)};
+      shape.insert(shape.end(), e.sizes().begin(), e.sizes().end());
+      matrix_ = at::empty(shape, e.options().device(at::kCPU));
+      row_bytes_ = static_cast<std::size_t>(e.numel()) * e.element_size();
+    }
+    if (e.sizes() != matrix_.sizes().slice(1) || e.scalar_type() != matrix_.scalar_type()) {
+      problem_ = fmt::format("sentences[{}]: an embedding of shape {} and dtype {}, where the first was {} and {}", row,
+                             c10::str(e.sizes()), c10::toString(e.scalar_type()), c10::str(matrix_.sizes().slice(1)),
+                             c10::toString(matrix_.scalar_type()));
+      return;
+    }
+    if (e.is_cpu() && e.is_contiguous()) {
+      std::memcpy(static_cast<std::uint8_t*>(matrix_.data_ptr()) + row * row_bytes_, e.data_ptr(), row_bytes_);
+    } else {
+      matrix_.select(0, static_cast<std::int64_t>(row)).copy_(e);
+    }
+  }
+
+  std::size_t texts_;
+  std::size_t row_ = 0;  // documents answered so far
+  std::size_t row_bytes_ = 0;
+  at::Tensor matrix_;
+  std::optional<ExecutorError> failed_;
+  std::string problem_;
+};
 
 // A started flowline::Flow owned by a Python object. Flow's own post() and close() are thread-safe; this
 // adds only the refusal to post once closed (Flow would start again).
@@ -106,14 +198,7 @@ class PythonFlow {
   }
 
   DocumentArray run(const std::string& endpoint, DocumentArray docs, nb::handle parameters, nb::handle request_size) {
-    PostOptions options;
-    if (!parameters.is_none()) options.parameters = python_to_json_object(parameters, "parameters");
-    if (!request_size.is_none()) {
-      const long long n = nb::cast<long long>(request_size);
-      if (n < 1) throw nb::value_error(fmt::format("request_size: expected an int >= 1, not {}", n).c_str());
-      options.request_size = static_cast<std::size_t>(n);
-    }
-    if (closed_) throw Error("flowline.Flow: post() after close(): the flow is closed");
+    const PostOptions options = post_options(parameters, request_size);
     nb::gil_scoped_release released;
     return flow_->post(endpoint, std::move(docs), options);
   }
@@ -126,35 +211,33 @@ class PythonFlow {
     return out;
   }
 
-  // The texts' embeddings as one [N, D] numpy array (the SentenceEncoder's fast path: no Python
-  // document per text). A text that gets no embedding is a ValueError naming it.
+  // The texts' embeddings as one [N, D] numpy array (the SentenceEncoder's fast path: no Python document per
+  // text). Streamed: the flow asks TextSource for each request's texts on this thread, which converts them then
+  // (taking the GIL for that alone), and each answer's embeddings are copied into the result as it arrives and its
+  // documents dropped, so converting, encoding and collecting overlap instead of running one after another (all
+  // texts converted, then encoded, then stacked: 0.7 of `flowline run`'s speed on an H200). A text that gets no
+  // embedding is a ValueError naming it.
   nb::object encode(const std::string& endpoint, nb::handle texts, nb::handle parameters, nb::handle request_size) {
-    DocumentArray docs;
-    std::size_t i = 0;
-    for (nb::handle t : texts) {
-      if (!nb::isinstance<nb::str>(t)) {
+    nb::list items = nb::isinstance<nb::list>(texts) ? nb::borrow<nb::list>(texts)
+                                                     : nb::steal<nb::list>(PySequence_List(texts.ptr()));
+    if (!items.is_valid()) throw nb::python_error();
+    const std::size_t n = nb::len(items);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!nb::isinstance<nb::str>(items[i])) {
         throw nb::type_error(
-            fmt::format("sentences[{}]: expected a str, not {}", i, nb::type_name(t.type()).c_str()).c_str());
-      }
-      docs.push_back(Document(nb::cast<std::string>(t)));
-      ++i;
-    }
-    DocumentArray results = run(endpoint, std::move(docs), parameters, request_size);
-    for (std::size_t k = 0; k < results.size(); ++k) {
-      if (!results[k].embedding.defined()) {
-        throw nb::value_error(fmt::format("sentences[{}]: the encoder gave it no embedding (an empty text has none "
-                                          "in flowline)",
-                                          k)
-                                  .c_str());
+            fmt::format("sentences[{}]: expected a str, not {}", i, nb::type_name(items[i].type()).c_str()).c_str());
       }
     }
-    if (results.empty()) return nb::none();
-    at::Tensor matrix;
+    const PostOptions options = post_options(parameters, request_size);
+    TextSource source(items);
+    EmbeddingRows rows(n);
     {
       nb::gil_scoped_release released;
-      matrix = results.embeddings();
+      flow_->post(
+          endpoint, source, [&rows](Response&& r) { rows.take(std::move(r)); }, options);
     }
-    return tensor_to_numpy(matrix);
+    if (!source.error.empty()) throw nb::value_error(source.error.c_str());
+    return rows.result();
   }
 
   void close(bool complete) {
@@ -178,6 +261,18 @@ class PythonFlow {
   }
 
  private:
+  PostOptions post_options(nb::handle parameters, nb::handle request_size) const {
+    PostOptions options;
+    if (!parameters.is_none()) options.parameters = python_to_json_object(parameters, "parameters");
+    if (!request_size.is_none()) {
+      const long long n = nb::cast<long long>(request_size);
+      if (n < 1) throw nb::value_error(fmt::format("request_size: expected an int >= 1, not {}", n).c_str());
+      options.request_size = static_cast<std::size_t>(n);
+    }
+    if (closed_) throw Error("flowline.Flow: post() after close(): the flow is closed");
+    return options;
+  }
+
   static std::string yaml_scalar(nb::handle value) {
     if (PyBool_Check(value.ptr())) return value.ptr() == Py_True ? "true" : "false";
     if (nb::hasattr(value, "__fspath__")) return fspath(value);

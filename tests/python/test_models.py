@@ -38,6 +38,21 @@ def test_encode_equals_the_cpp_flow_bit_for_bit(encoder, tmp_path):
     assert np.array_equal(np.stack([d.embedding for d in docs]), expected)
 
 
+def test_encode_streams_many_requests_in_order_and_refuses_bad_texts(encoder, tmp_path):
+    # encode() converts each request's texts as the flow reads them and copies each answer into its rows as it
+    # arrives (python/src/module.cpp): over many small requests the rows are still the texts' own, in order.
+    texts = [t for _, t in golden_rows()]
+    expected = launcher_embeddings(texts, tmp_path)
+    got = encoder._flow._encode("/encode", texts, None, 3)
+    assert np.array_equal(got, expected)
+    with pytest.raises(TypeError, match=r"sentences\[2\]: expected a str, not int"):
+        encoder.encode(["a", "b", 3])
+    # A lone surrogate has no UTF-8: the texts before it are answered, then its index is named.
+    with pytest.raises(ValueError, match=r"sentences\[4\]: .*surrogate"):
+        encoder._flow._encode("/encode", texts[:4] + ["\ud800"] + texts[:3], None, 2)
+    assert np.array_equal(encoder.encode(texts[:5]), expected[:5])  # the encoder serves on
+
+
 def cosines(a, b):
     a = a.astype(np.float64)
     b = b.astype(np.float64)
