@@ -12,7 +12,7 @@
 // empty folder with N generated photo-like JPEGs (500x375, 4:2:0, quality 90: gradients, edges and noise).
 //
 //   build/bench/clip_encode --model DIR --device cuda --dtype fp16 --batch-size 256 --jpeg-dir /tmp/jpegs \
-//     --make-jpegs 10000 [--gpu-decode on --gpu-decode off]
+//     --make-jpegs 10000 [--gpu-decode on --gpu-decode off] [--gpu-decode-backend gpu_hybrid]
 #include "jpeg_writer.hpp"
 
 #include "flowline/clip_encoder/clip_encoder.hpp"
@@ -80,6 +80,7 @@ struct JpegRun {
   std::string model, device, dtype, folder;
   std::size_t batch_size = 256, repeats = 1;
   std::vector<std::string> gpu_decode;
+  std::string backend = "default";  // the ClipEncoder's gpu_decode_backend
 };
 
 // Writes `count` generated JPEGs into `folder` when it holds no .jpg yet.
@@ -113,11 +114,14 @@ int run_jpeg_folder(const JpegRun& run) {
   clip_encoder::register_clip_encoder(registry);
   for (const auto& mode : run.gpu_decode) {
     Flow flow(FlowOptions{}, registry);
-    flow.add(
-        {.name = "clip",
-         .uses = "ClipEncoder",
-         .with = {{"model", run.model}, {"dtype", run.dtype}, {"batch_size", run.batch_size}, {"gpu_decode", mode}},
-         .device = run.device});
+    flow.add({.name = "clip",
+              .uses = "ClipEncoder",
+              .with = {{"model", run.model},
+                       {"dtype", run.dtype},
+                       {"batch_size", run.batch_size},
+                       {"gpu_decode", mode},
+                       {"gpu_decode_backend", run.backend}},
+              .device = run.device});
     flow.start();
     double best = 0;
     for (std::size_t r = 0; r <= run.repeats; ++r) {
@@ -131,9 +135,10 @@ int run_jpeg_folder(const JpegRun& run) {
       const double per_s = summary.documents / summary.seconds;
       if (r > 0) best = std::max(best, per_s);
       fmt::print(
-          "clip_encode: gpu_decode {} run {}{}: {} images in {:.3f} s = {:.0f} images/s; decode {:.1f}% of the "
+          "clip_encode: gpu_decode {} ({} backend) run {}{}: {} images in {:.3f} s = {:.0f} images/s; decode {:.1f}% "
+          "of the "
           "executor's image time (nvJPEG {} images, {:.3f} s; CPU {} images, {:.3f} s)\n",
-          mode, r, r == 0 ? " (warm-up)" : "", summary.documents, summary.seconds, per_s,
+          mode, run.backend, r, r == 0 ? " (warm-up)" : "", summary.documents, summary.seconds, per_s,
           100 * delta("decode_seconds") / std::max(delta("image_seconds"), 1e-9), delta("gpu_decode_images"),
           delta("gpu_decode_seconds"), delta("cpu_decode_images"), delta("cpu_decode_seconds"));
     }
@@ -161,6 +166,9 @@ int main(int argc, char** argv) {
   app.add_option("--jpeg-dir", jpegs.folder, "encode this folder's JPEGs through a ClipEncoder flow instead");
   app.add_option("--gpu-decode", jpegs.gpu_decode, "gpu_decode values to run, in order (default: on off)")
       ->check(CLI::IsMember({"auto", "on", "off"}));
+  app.add_option("--gpu-decode-backend", jpegs.backend, "the ClipEncoder's gpu_decode_backend")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"default", "hybrid", "gpu_hybrid", "hardware"}));
   app.add_option("--make-jpegs", make_count, "first write this many generated JPEGs into an empty --jpeg-dir");
   std::string pixels_file, out_file;
   app.add_option("--pixels", pixels_file, "parity instead: encode this safetensors file's pixel_values ...");
