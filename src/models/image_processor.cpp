@@ -15,6 +15,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <ATen/Parallel.h>
+
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -104,7 +107,7 @@ std::pair<std::int64_t, std::int64_t> shortest_edge_size(std::int64_t height, st
   return portrait ? std::pair{new_long, edge} : std::pair{edge, new_long};
 }
 
-// torchvision's resize_image for a uint8 [1, 3, H, W] tensor.
+// torchvision's resize_image for a uint8 [N, 3, H, W] tensor (each image on its own).
 at::Tensor resize(const at::Tensor& image, std::int64_t height, std::int64_t width,
                   ImageProcessorConfig::Resample how) {
   if (image.size(2) == height && image.size(3) == width) return image;
@@ -232,15 +235,59 @@ at::Tensor preprocess_images(std::span<const images::Image> images, const ImageP
 
 at::Tensor preprocess_image_tensors(std::span<const at::Tensor> images, const ImageProcessorConfig& config,
                                     const c10::Device& device, c10::ScalarType dtype) {
-  std::vector<at::Tensor> done;
-  done.reserve(images.size());
+  // Images of one size, held on one side (host or device), are resized and cropped as one batch: the same
+  // kernels, each image on its own in them, so the pixels are those of one image at a time — but a batch of
+  // photos of one camera costs a dozen launches, not a dozen per image, and the host's images cross in one copy
+  // from pinned memory instead of one synchronous copy each.
+  struct Group {
+    std::int64_t height = 0, width = 0;
+    bool on_host = false;
+    std::vector<std::int64_t> members;  // indexes into images, ascending
+    at::Tensor pixels;                  // uint8 [members, 3, h, w] after resize and crop
+  };
+  std::vector<Group> groups;
+  std::vector<std::size_t> group_of(images.size());
   for (std::size_t i = 0; i < images.size(); ++i) {
     const at::Tensor& image = images[i];
     if (image.dim() != 3 || image.size(2) != 3 || image.size(0) == 0 || image.size(1) == 0 ||
         image.scalar_type() != at::kByte)
       throw InputError({}, fmt::format("image {} of the batch: a {} tensor of shape {} is not an 8-bit HWC RGB image",
                                        i, c10::toString(image.scalar_type()), fmt::join(image.sizes(), "x")));
-    at::Tensor x = image.to(device).unsqueeze(0).permute({0, 3, 1, 2}).contiguous();
+    const bool on_host = image.device() != device;
+    std::size_t g = 0;
+    while (g < groups.size() &&
+           (groups[g].height != image.size(0) || groups[g].width != image.size(1) || groups[g].on_host != on_host))
+      ++g;
+    if (g == groups.size()) groups.push_back({image.size(0), image.size(1), on_host, {}, {}});
+    groups[g].members.push_back(static_cast<std::int64_t>(i));
+    group_of[i] = g;
+  }
+  if (groups.empty()) {
+    const auto h = std::max<std::int64_t>(config.output_height(), 0),
+               w = std::max<std::int64_t>(config.output_width(), 0);
+    return at::empty({0, 3, h, w}, at::TensorOptions().device(device).dtype(dtype));
+  }
+  for (Group& group : groups) {
+    const auto n = static_cast<std::int64_t>(group.members.size());
+    at::Tensor batch;  // uint8 [n, h, w, 3] on `device`
+    if (group.on_host) {
+      // Gathered on the host (pinned when it goes to a GPU, so the copy is queued, not waited for: the caching
+      // host allocator keeps the buffer until the copy has run), then sent at once.
+      at::Tensor host = at::empty({n, group.height, group.width, 3},
+                                  at::TensorOptions().dtype(at::kByte).pinned_memory(device.is_cuda()));
+      at::parallel_for(0, n, 1, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t k = begin; k < end; ++k) host[k].copy_(images[static_cast<std::size_t>(group.members[k])]);
+      });
+      batch = host.to(device, /*non_blocking=*/true);
+    } else if (n == 1) {
+      batch = images[static_cast<std::size_t>(group.members[0])].unsqueeze(0);
+    } else {
+      std::vector<at::Tensor> parts;
+      parts.reserve(group.members.size());
+      for (const std::int64_t i : group.members) parts.push_back(images[static_cast<std::size_t>(i)]);
+      batch = at::stack(parts, 0);
+    }
+    at::Tensor x = batch.permute({0, 3, 1, 2}).contiguous();
     if (config.do_resize) {
       const auto [h, w] = config.size_mode == ImageProcessorConfig::SizeMode::fixed
                               ? std::pair{config.height, config.width}
@@ -248,18 +295,31 @@ at::Tensor preprocess_image_tensors(std::span<const at::Tensor> images, const Im
       x = resize(x, h, w, config.resample);
     }
     if (config.do_center_crop) x = center_crop(x, config.crop_height, config.crop_width);
-    if (!done.empty() && (x.size(2) != done[0].size(2) || x.size(3) != done[0].size(3)))
+    group.pixels = x;
+  }
+  // One size for the batch: the first image (in order) whose size differs from image 0's is named.
+  const at::Tensor& first = groups[group_of[0]].pixels;
+  for (std::size_t i = 0; i < images.size(); ++i) {
+    const at::Tensor& x = groups[group_of[i]].pixels;
+    if (x.size(2) != first.size(2) || x.size(3) != first.size(3))
       throw InputError({}, fmt::format("image {} of the batch is {}x{} after preprocessing, image 0 {}x{}: a batch "
                                        "needs one size (this config neither crops nor resizes to a fixed size)",
-                                       i, x.size(3), x.size(2), done[0].size(3), done[0].size(2)));
-    done.push_back(x);
+                                       i, x.size(3), x.size(2), first.size(3), first.size(2)));
   }
-  if (done.empty()) {
-    const auto h = std::max<std::int64_t>(config.output_height(), 0),
-               w = std::max<std::int64_t>(config.output_width(), 0);
-    return at::empty({0, 3, h, w}, at::TensorOptions().device(device).dtype(dtype));
+  std::vector<at::Tensor> done;
+  std::vector<std::int64_t> order;  // order[k]: the image at row k of the groups' concatenation
+  for (const Group& group : groups) {
+    done.push_back(group.pixels);
+    order.insert(order.end(), group.members.begin(), group.members.end());
   }
-  at::Tensor pixels = at::cat(done, 0).to(at::kFloat);
+  at::Tensor stacked = done.size() == 1 ? done[0] : at::cat(done, 0);
+  if (!std::is_sorted(order.begin(), order.end())) {
+    std::vector<std::int64_t> row_of(order.size());  // the inverse: image i's row in `stacked`
+    for (std::size_t k = 0; k < order.size(); ++k)
+      row_of[static_cast<std::size_t>(order[k])] = static_cast<std::int64_t>(k);
+    stacked = stacked.index_select(0, at::tensor(row_of, at::kLong).to(device));
+  }
+  at::Tensor pixels = stacked.to(at::kFloat);
   const auto options = at::TensorOptions().device(device).dtype(at::kFloat);
   const auto channel = [&](const std::array<double, 3>& v) {
     return at::tensor(std::vector<float>(v.begin(), v.end()), options).view({1, 3, 1, 1});

@@ -11,6 +11,7 @@
 #include <ATen/ATen.h>
 #include <boost/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 
@@ -129,6 +130,45 @@ TEST_CASE("on the GPU preprocess_images stays within 2/255 of the CPU", "[images
       const double diff = ((on_gpu.cpu().to(at::kFloat) - cpu).abs() * std * 255.0).max().item<double>();
       WARN(kind << " " << c10::toString(dtype) << " on the GPU: max difference to the CPU " << diff << "/255");
       CHECK(diff <= (dtype == at::kBFloat16 ? 2.5 : 2.05));
+    }
+  }
+}
+
+TEST_CASE("preprocess_images gives each image of a batch the pixels it gets alone, sizes mixed and repeated",
+          "[images]") {
+  // Images of one size are resized and cropped together; the rows must still be each image's own, in order.
+  std::vector<images::Image> batch;
+  for (const char* file : {"rgb_40x30_q90.jpg", "grey_8x64.png", "rgb_40x30_q90.jpg", "rgba_21x13.png",
+                           "rgb_40x30_q90.jpg", "grey_8x64.png"})
+    batch.push_back(images::decode_image(read_bytes(image_dir() / file)));
+  // Same sizes, other pixels: reversed bytes and a shifted copy.
+  std::reverse(batch[2].rgb.begin(), batch[2].rgb.end());
+  for (auto& v : batch[4].rgb) v = static_cast<std::uint8_t>(v + 37);
+  std::reverse(batch[5].rgb.begin(), batch[5].rgb.end());
+  std::vector<c10::Device> devices{c10::Device(c10::kCPU)};
+  if (cuda_device_count() > 0) devices.emplace_back(c10::kCUDA, 0);
+  for (const char* kind : {"clip", "siglip"}) {
+    const auto config = ImageProcessorConfig::load(image_dir() / kind);
+    for (const auto& device : devices) {
+      const at::Tensor together = models::preprocess_images(batch, config, device, at::kFloat).cpu();
+      REQUIRE(together.size(0) == static_cast<std::int64_t>(batch.size()));
+      for (std::size_t i = 0; i < batch.size(); ++i) {
+        const at::Tensor alone = models::preprocess_images(std::span(&batch[i], 1), config, device, at::kFloat).cpu();
+        INFO(kind << " on " << device.str() << ", image " << i);
+        CHECK(at::equal(together[static_cast<std::int64_t>(i)], alone[0]));
+      }
+      // The same from tensors, some on the device already (a GPU decoder's), some on the host.
+      if (device.is_cuda()) {
+        std::vector<at::Tensor> tensors;
+        for (std::size_t i = 0; i < batch.size(); ++i) {
+          at::Tensor t = at::from_blob(
+              batch[i].rgb.data(),
+              {static_cast<std::int64_t>(batch[i].height), static_cast<std::int64_t>(batch[i].width), 3}, at::kByte);
+          tensors.push_back(i % 2 == 0 ? t.to(device) : t);
+        }
+        const at::Tensor mixed = models::preprocess_image_tensors(tensors, config, device, at::kFloat).cpu();
+        CHECK(at::equal(mixed, together));
+      }
     }
   }
 }

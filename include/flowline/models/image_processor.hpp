@@ -67,7 +67,9 @@ at::Tensor preprocess_images(std::span<const images::Image> images, const ImageP
 // The same from images held in tensors: each uint8 [H, W, 3] (rows top to bottom, RGB, as images::Image holds
 // them), on the host or already on `device` — a GPU decoder's output is used where it is, never copied back.
 // The tensors are borrowed; on a GPU the work is queued on the current stream, which must be the one their
-// pixels were written on (or ordered after it). Throws InputError for a tensor of another shape or type.
+// pixels were written on (or ordered after it). Images of one size on one side (host or device) are resized and
+// cropped together, and the host's cross to a GPU in one copy from pinned memory; the pixels are the same as one
+// image at a time. Throws InputError for a tensor of another shape or type.
 at::Tensor preprocess_image_tensors(std::span<const at::Tensor> images, const ImageProcessorConfig& config,
                                     const c10::Device& device, c10::ScalarType dtype);
 
