@@ -81,6 +81,9 @@ struct JpegRun {
   std::size_t batch_size = 256, repeats = 1;
   std::vector<std::string> gpu_decode;
   std::string backend = "default";  // the ClipEncoder's gpu_decode_backend
+  int replicas = 1;
+  std::size_t decode_threads = 0;  // the ClipEncoder's decode_threads (0: its default)
+  std::size_t text_flow = 0;       // texts through the flow instead of images (0: images)
 };
 
 // Writes `count` generated JPEGs into `folder` when it holds no .jpg yet.
@@ -108,6 +111,40 @@ double metric(const FlowStats& stats, const char* name) {
   return sum;
 }
 
+// Short texts through a ClipEncoder flow (its replicas tokenizing and encoding at once), `repeats` + 1 times.
+int run_text_flow(const JpegRun& run) {
+  Registry registry;
+  clip_encoder::register_clip_encoder(registry);
+  Flow flow(FlowOptions{}, registry);
+  flow.add({.name = "clip",
+            .uses = "ClipEncoder",
+            .with = {{"model", run.model}, {"dtype", run.dtype}, {"batch_size", run.batch_size}},
+            .replicas = run.replicas,
+            .device = run.device});
+  flow.start();
+  double best = 0;
+  for (std::size_t r = 0; r <= run.repeats; ++r) {
+    DocumentArray docs;
+    for (std::size_t i = 0; i < run.text_flow; ++i) {
+      Document doc;
+      doc.text = fmt::format("a photo of a {} on a table, number {}", i % 97, i);
+      docs.push_back(std::move(doc));
+    }
+    const auto start = Clock::now();
+    const DocumentArray answered = flow.post("/encode", std::move(docs), PostOptions{run.batch_size});
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (answered.size() != run.text_flow)
+      throw Error(fmt::format("{} of {} texts answered", answered.size(), run.text_flow));
+    const double per_s = run.text_flow / seconds;
+    if (r > 0) best = std::max(best, per_s);
+    fmt::print("clip_encode: text flow ({} replicas) run {}{}: {} texts in {:.3f} s = {:.0f} texts/s\n", run.replicas,
+               r, r == 0 ? " (warm-up)" : "", run.text_flow, seconds, per_s);
+  }
+  fmt::print("clip_encode: text flow ({} replicas): best {:.0f} texts/s\n", run.replicas, best);
+  flow.close();
+  return 0;
+}
+
 // One flow per gpu_decode value; each posts the whole folder `repeats` + 1 times (the first warms up).
 int run_jpeg_folder(const JpegRun& run) {
   Registry registry;
@@ -120,7 +157,9 @@ int run_jpeg_folder(const JpegRun& run) {
                        {"dtype", run.dtype},
                        {"batch_size", run.batch_size},
                        {"gpu_decode", mode},
-                       {"gpu_decode_backend", run.backend}},
+                       {"gpu_decode_backend", run.backend},
+                       {"decode_threads", run.decode_threads}},
+              .replicas = run.replicas,
               .device = run.device});
     flow.start();
     double best = 0;
@@ -135,10 +174,11 @@ int run_jpeg_folder(const JpegRun& run) {
       const double per_s = summary.documents / summary.seconds;
       if (r > 0) best = std::max(best, per_s);
       fmt::print(
-          "clip_encode: gpu_decode {} ({} backend) run {}{}: {} images in {:.3f} s = {:.0f} images/s; decode {:.1f}% "
+          "clip_encode: gpu_decode {} ({} backend, {} replicas) run {}{}: {} images in {:.3f} s = {:.0f} images/s; "
+          "decode {:.1f}% "
           "of the "
           "executor's image time (nvJPEG {} images, {:.3f} s; CPU {} images, {:.3f} s)\n",
-          mode, run.backend, r, r == 0 ? " (warm-up)" : "", summary.documents, summary.seconds, per_s,
+          mode, run.backend, run.replicas, r, r == 0 ? " (warm-up)" : "", summary.documents, summary.seconds, per_s,
           100 * delta("decode_seconds") / std::max(delta("image_seconds"), 1e-9), delta("gpu_decode_images"),
           delta("gpu_decode_seconds"), delta("cpu_decode_images"), delta("cpu_decode_seconds"));
     }
@@ -170,10 +210,20 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"default", "hybrid", "gpu_hybrid", "hardware"}));
   app.add_option("--make-jpegs", make_count, "first write this many generated JPEGs into an empty --jpeg-dir");
+  app.add_option("--replicas", jpegs.replicas, "the ClipEncoder's replicas (--jpeg-dir, --text-flow)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  app.add_option("--decode-threads", jpegs.decode_threads, "the ClipEncoder's decode_threads (0: its default)");
+  app.add_option("--text-flow", jpegs.text_flow, "instead: this many short texts through a ClipEncoder flow");
   std::string pixels_file, out_file;
   app.add_option("--pixels", pixels_file, "parity instead: encode this safetensors file's pixel_values ...");
   app.add_option("--out", out_file, "... and write image_embeds here")->needs("--pixels");
   CLI11_PARSE(app, argc, argv);
+  if (jpegs.text_flow > 0) {
+    jpegs.model = model, jpegs.device = device_name, jpegs.dtype = dtype_name;
+    jpegs.batch_size = batch_size, jpegs.repeats = repeats;
+    return run_text_flow(jpegs);
+  }
   if (!jpegs.folder.empty()) {
     if (make_count > 0) make_jpegs(jpegs.folder, make_count);
     if (jpegs.gpu_decode.empty()) jpegs.gpu_decode = {"on", "off"};
