@@ -7,7 +7,7 @@ is refused and left as it was, for --output and for a writer.
 
     test_resume.py LAUNCHER SOURCE_DIR CASE
         CASE: jsonl | npy | safetensors | refusals | encode-flow | ner-flow | encode-replicas | jsonl-replicas |
-              index-flow | pg-flow | writer-refusals
+              index-flow | pg-flow | pg-flow-N-update | pg-flow-N-error | writer-refusals
 
 The tiny random checkpoint tests/data/tiny-models/bert-all-poolings-dense encodes the corpus
 (FLOWLINE_CORPUS_DIR, as the build found it; else ../shared/data/corpus) on the CPU. Every run is bounded (180 s:
@@ -375,10 +375,12 @@ class PgServer:
         subprocess.run([self.python, self.script, "stop", self.folder], capture_output=True, timeout=90)
 
 
-def a_table_killed_five_times_and_resumed_equals_an_uninterrupted_runs(r, rng):
+def a_table_killed_five_times_and_resumed_equals_an_uninterrupted_runs(r, rng, connections=1, on_conflict="update"):
     """flows/index-pg.yml into PostgreSQL: after five kills and resumes the table's rows equal an uninterrupted
     run's table row for row (ids, texts, tags, embeddings), and the last resume skipped what flowline_progress
-    said had committed."""
+    said had committed. `connections`: the writer's (each request split between them, a transaction each: a kill
+    between their COMMITs leaves a request committed in part, which --resume repairs); `on_conflict`: update
+    (upsert) or error (plain COPY)."""
     pg = PgServer(r)
     # The corpus's first 30,000 lines (its files in order): rows go in at the encoder's pace, and a shorter
     # input keeps the two whole runs short. Not shorter: on a quiet 2-core machine 10,000 lines went in so fast
@@ -395,7 +397,8 @@ def a_table_killed_five_times_and_resumed_equals_an_uninterrupted_runs(r, rng):
         def argv(table, *more):
             return [r.launcher, "run", os.path.join(r.source_dir, "flows", "index-pg.yml"), "--progress", "never",
                     "--input", source, "--request-size", "50", "--set", f"encoder.model={r.model}", "--set",
-                    f"db.uri={pg.uri}", "--set", f"db.table={table}", "--set", "db.index=none", *more]
+                    f"db.uri={pg.uri}", "--set", f"db.table={table}", "--set", "db.index=none", "--set",
+                    f"db.connections={connections}", "--set", f"db.on_conflict={on_conflict}", *more]
 
         def committed():
             time.sleep(0.05)
@@ -436,9 +439,10 @@ def a_table_killed_five_times_and_resumed_equals_an_uninterrupted_runs(r, rng):
         want, got = pg.rows(dump.format("reference")), pg.rows(dump.format("killed"))
         check(len(want) == documents, f"the reference table holds {len(want)} rows, the input {documents} documents")
         check(want == got, f"the resumed table differs from the uninterrupted run's ({len(got)} rows, {len(want)})")
-        check(pg.rows("SELECT count(*) FROM flowline_progress WHERE sink = 'killed'") == ["0"],
-              "the progress row stayed after the run completed")
-        print(f"pg: {kills} kills, then {len(got)} rows equal to the uninterrupted run's ({resume})")
+        check(pg.rows("SELECT count(*) FROM flowline_progress WHERE split_part(sink, '#', 1) = 'killed'") == ["0"],
+              "the progress rows stayed after the run completed")
+        print(f"pg, {connections} connection(s), on_conflict {on_conflict}: {kills} kills, then {len(got)} rows equal "
+              f"to the uninterrupted run's ({resume})")
     finally:
         pg.stop()
 
@@ -508,6 +512,9 @@ def main():
             a_flow_killed_five_times_and_resumed_equals_an_uninterrupted_run(r, rng, flow)
         elif case == "pg-flow":
             a_table_killed_five_times_and_resumed_equals_an_uninterrupted_runs(r, rng)
+        elif case.startswith("pg-flow-"):  # pg-flow-CONNECTIONS-ON_CONFLICT, e.g. pg-flow-2-error
+            _, _, connections, on_conflict = case.split("-")
+            a_table_killed_five_times_and_resumed_equals_an_uninterrupted_runs(r, rng, int(connections), on_conflict)
         elif case == "index-flow":
             an_index_killed_five_times_and_resumed_answers_as_an_uninterrupted_one(r, rng)
         elif case == "writer-refusals":

@@ -11,6 +11,7 @@
 #include "flowline/error.hpp"
 #include "flowline/pgvector_writer/pgvector_writer.hpp"
 #include "flowline/registry.hpp"
+#include "flowline/resumable_sink.hpp"
 
 #include <ATen/ATen.h>
 #include <boost/json.hpp>
@@ -20,6 +21,7 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <sstream>
 
 using namespace flowline;
@@ -338,4 +340,198 @@ TEST_CASE("a PgVectorWriter whose connection was cut redoes an upsert on a new o
     }
     CHECK(server.sql(fmt::format("SELECT id FROM {} ORDER BY id", table)) == std::vector<std::string>{"a", "b"});
   }
+}
+
+namespace {
+
+// Every row of `table` as text: id, text, tags and the embedding's float4 bytes, in id order.
+std::vector<std::string> dump(const PgServer& server, const std::string& table) {
+  return server.sql(fmt::format(
+      "SELECT id, text, tags::text, encode(vector_send(embedding), 'hex') FROM {} ORDER BY id COLLATE \\\"C\\\"",
+      table));
+}
+
+// Requests of `sizes` documents, ids repeating across requests (and, for an upsert, within one).
+std::vector<DocumentArray> requests_of(const std::vector<int>& sizes, bool repeat_within) {
+  std::vector<DocumentArray> requests;
+  int n = 0;
+  for (int size : sizes) {
+    DocumentArray docs;
+    const at::Tensor m = at::randn({size, 6});
+    for (int i = 0; i < size; ++i, ++n) {
+      const int id = repeat_within && i % 5 == 4 ? n - 2 : n % 37;  // ids come back: an upsert replaces them
+      Document d = embedded(fmt::format("id-{}", id), fmt::format("text {}", n), m[i]);
+      d.tags["n"] = n;
+      docs.push_back(std::move(d));
+    }
+    requests.push_back(std::move(docs));
+  }
+  return requests;
+}
+
+}  // namespace
+
+TEST_CASE("a PgVectorWriter of N connections fills the same table as one connection", "[pgvector]") {
+  PgServer server;
+  REQUIRE_SERVER(server);
+  // Requests larger and smaller than the connections (a part of none), an upsert with ids repeated within a
+  // request and across, and plain COPYs of distinct ids.
+  for (const std::string mode : {"update", "error"}) {
+    std::vector<DocumentArray> requests;
+    if (mode == "update") {
+      requests = requests_of({40, 1, 3, 64, 2}, true);
+    } else {
+      int n = 0;
+      for (int size : {40, 1, 3, 64, 2}) {
+        DocumentArray docs;
+        const at::Tensor m = at::randn({size, 6});
+        for (int i = 0; i < size; ++i, ++n) docs.push_back(embedded(fmt::format("id-{}", n), "t", m[i]));
+        requests.push_back(std::move(docs));
+      }
+    }
+    std::set<std::string> ids;
+    for (const DocumentArray& docs : requests)
+      for (const Document& d : docs) ids.insert(d.id);
+    std::vector<std::string> one;
+    for (const int connections : {1, 2, 3, 4}) {
+      const std::string table = fmt::format("same_{}_{}", mode, connections);
+      {
+        testing::ExecutorRunner runner(pg_registry(), "PgVectorWriter",
+                                       with(server, table, {{"on_conflict", mode}, {"connections", connections}}));
+        for (const DocumentArray& docs : requests) runner.post("/index", docs);
+      }
+      INFO(mode << ", " << connections << " connections");
+      const auto rows = dump(server, table);
+      if (connections == 1) one = rows;
+      CHECK(rows.size() == ids.size());
+      CHECK(rows == one);
+    }
+  }
+}
+
+TEST_CASE(
+    "a PgVectorWriter whose request is split loses one part's connection: an upsert redoes that part, a plain "
+    "COPY fails whole and leaves nothing",
+    "[pgvector]") {
+  PgServer server;
+  REQUIRE_SERVER(server);
+  // The connection opened last is the writer's second: its part fails at BEGIN, after the first part's COPY.
+  const std::string cut_second =
+      "SELECT count(pg_terminate_backend(pid)) FROM (SELECT pid FROM pg_stat_activity WHERE application_name = "
+      "'flowline' ORDER BY backend_start DESC LIMIT 1) AS last";
+  for (const std::string mode : {"update", "error"}) {
+    const std::string table = "split_cut_" + mode;
+    testing::ExecutorRunner runner(pg_registry(), "PgVectorWriter",
+                                   with(server, table, {{"on_conflict", mode}, {"connections", 2}}));
+    DocumentArray first;
+    for (const std::string id : {"a", "b"}) first.push_back(embedded(id, id, at::ones({2})));
+    runner.post("/index", first);
+    REQUIRE(server.sql(cut_second) == std::vector<std::string>{"1"});
+    DocumentArray second;
+    for (const std::string id : {"c", "d", "e", "f"}) second.push_back(embedded(id, id, at::ones({2})));
+    if (mode == "update") {
+      runner.post("/index", second);
+    } else {
+      CHECK_THROWS_WITH(runner.post("/index", second), testing::contains("part 2 of 2 (rows 2 to 3 of the request)") &&
+                                                           testing::contains("(host " + server.folder()));
+      CHECK(server.sql(fmt::format("SELECT id FROM {} ORDER BY id", table)) ==
+            std::vector<std::string>{"a", "b"});  // the first part, ready to commit, rolled back
+      runner.post("/index", second);              // the next request reconnects
+    }
+    CHECK(server.sql(fmt::format("SELECT id FROM {} ORDER BY id", table)) ==
+          std::vector<std::string>{"a", "b", "c", "d", "e", "f"});
+  }
+}
+
+TEST_CASE(
+    "a PgVectorWriter's split request that fails at one part's COMMIT: a plain COPY's committed part is "
+    "undone, an upsert's says it stayed",
+    "[pgvector]") {
+  PgServer server;
+  REQUIRE_SERVER(server);
+  for (const std::string mode : {"error", "update"}) {
+    const std::string table = "commit_fails_" + mode;
+    // A deferred constraint trigger refuses the id 'poison' at COMMIT, after every part was ready.
+    server.sql(fmt::format(
+        "CREATE EXTENSION IF NOT EXISTS vector; CREATE TABLE {0} (id text PRIMARY KEY, text text, tags jsonb, "
+        "embedding vector(2)); CREATE OR REPLACE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS \\$\\$ BEGIN "
+        "IF NEW.id = 'poison' THEN RAISE EXCEPTION 'poisoned row %', NEW.id; END IF; RETURN NULL; END \\$\\$; "
+        "CREATE CONSTRAINT TRIGGER poison AFTER INSERT OR UPDATE ON {0} DEFERRABLE INITIALLY DEFERRED FOR EACH ROW "
+        "EXECUTE FUNCTION poison()",
+        table));
+    testing::ExecutorRunner runner(pg_registry(), "PgVectorWriter",
+                                   with(server, table, {{"on_conflict", mode}, {"connections", 2}}));
+    DocumentArray first;
+    first.push_back(embedded("a", "first a", at::ones({2})));
+    runner.post("/index", first);
+    DocumentArray second;
+    for (const std::string id : {"a", "b", "c", "poison"})
+      if (mode == "update" || id != "a") second.push_back(embedded(id, "second " + id, at::ones({2})));
+    const std::string part =
+        mode == "update" ? "part 2 of 2 (rows 2 to 3 of the request)" : "part 2 of 2 (rows 1 to 2 of the request)";
+    if (mode == "error") {
+      CHECK_THROWS_WITH(runner.post("/index", second),
+                        testing::contains(part) && testing::contains("poisoned row poison") &&
+                            testing::contains("the 1 part that had committed was undone: the request left nothing"));
+      CHECK(server.sql(fmt::format("SELECT id || ' ' || text FROM {} ORDER BY id", table)) ==
+            std::vector<std::string>{"a first a"});
+    } else {
+      CHECK_THROWS_WITH(runner.post("/index", second), testing::contains(part) &&
+                                                           testing::contains("poisoned row poison") &&
+                                                           testing::contains("1 of the request's 2 parts committed"));
+      CHECK(server.sql(fmt::format("SELECT id || ' ' || text FROM {} ORDER BY id", table)) ==
+            std::vector<std::string>{"a second a", "b second b"});
+    }
+  }
+}
+
+TEST_CASE("a PgVectorWriter resuming after a request committed on some connections only repairs it first",
+          "[pgvector]") {
+  PgServer server;
+  REQUIRE_SERVER(server);
+  // What a kill between the COMMITs of a request's two parts leaves: request 1 (a, b) whole, request 2 (c, d)
+  // committed by part 1 (c) only. The progress rows say so: part 0 at 4 documents, part 1 at 2.
+  for (const std::string mode : {"error", "update"}) {
+    const std::string table = "repair_" + mode;
+    server.sql(fmt::format(
+        "CREATE EXTENSION IF NOT EXISTS vector; CREATE TABLE {0} (id text PRIMARY KEY, text text, tags jsonb, "
+        "embedding vector(2)); INSERT INTO {0} VALUES ('a', 'a', '{{}}', '[1,1]'), ('b', 'b', '{{}}', '[1,1]'), "
+        "('c', 'c', '{{}}', '[1,1]'); CREATE TABLE IF NOT EXISTS flowline_progress (sink text PRIMARY KEY, run_key "
+        "text NOT NULL, documents bigint NOT NULL, last_id text NOT NULL, part_ids text[]); DELETE FROM "
+        "flowline_progress; INSERT INTO flowline_progress VALUES ('{0}', 'key-{1}', 4, 'd', '{{c}}'), ('{0}#1', "
+        "'key-{1}', 2, 'b', '{{b}}')",
+        table, mode));
+    const auto resumed = [&](int connections) {
+      RuntimeInfo runtime;
+      runtime.name = "db";
+      return std::make_unique<testing::ExecutorRunner>(
+          pg_registry(), "PgVectorWriter",
+          with(server, table,
+               {{"on_conflict", mode}, {"connections", connections}, {"run_key", "key-" + mode}, {"resume", true}}),
+          runtime);
+    };
+    CHECK_THROWS_WITH(resumed(3), testing::contains("flowline_progress holds 2 of the 3 rows of table " + table));
+    const auto runner = resumed(2);
+    CHECK(held_sink_points("key-" + mode).at("db").documents == 2);
+    CHECK(held_sink_points("key-" + mode).at("db").last_id == "b");
+    // A plain COPY's part that committed alone is deleted by the ids its row kept; an upsert's stays, to be
+    // written again.
+    CHECK(server.sql(fmt::format("SELECT id FROM {} ORDER BY id", table)) ==
+          (mode == "error" ? std::vector<std::string>{"a", "b"} : std::vector<std::string>{"a", "b", "c"}));
+    CHECK(server.sql(fmt::format("SELECT sink || ' ' || documents || ' ' || last_id || ' ' || "
+                                 "coalesce(part_ids::text, '-') FROM flowline_progress ORDER BY sink")) ==
+          std::vector<std::string>{fmt::format("{} 2 b -", table), fmt::format("{}#1 2 b {{b}}", table)});
+  }
+  // Rows more than a request apart are no state the writer leaves: refused.
+  server.sql(
+      "DELETE FROM flowline_progress; INSERT INTO flowline_progress VALUES ('repair_update', 'key-update', 9, "
+      "'x', NULL), ('repair_update#1', 'key-update', 4, 'x', NULL), ('repair_update#2', 'key-update', 5, 'x', "
+      "NULL)");
+  RuntimeInfo runtime;
+  runtime.name = "db";
+  CHECK_THROWS_WITH(
+      testing::ExecutorRunner(
+          pg_registry(), "PgVectorWriter",
+          with(server, "repair_update", {{"connections", 3}, {"run_key", "key-update"}, {"resume", true}}), runtime),
+      testing::contains("more than one request apart"));
 }

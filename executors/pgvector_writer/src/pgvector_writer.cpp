@@ -2,6 +2,9 @@
 // binary COPY (the header, flowline/pgvector_writer/pgvector_writer.hpp, states the contract).
 #include "flowline/pgvector_writer/pgvector_writer.hpp"
 
+#include "lanes.hpp"
+#include "table_progress.hpp"
+
 #include "flowline/pg/pg_connection.hpp"
 
 #include "flowline/error.hpp"
@@ -17,7 +20,9 @@
 #include <bit>
 #include <chrono>
 #include <cstring>
+#include <numeric>
 #include <regex>
+#include <span>
 #include <unordered_map>
 
 namespace flowline::pgvector_writer {
@@ -32,6 +37,8 @@ using pg::quote_name;
 const std::vector<std::string> kFields = {"id", "text", "tags", "embedding", "mime_type", "uri", "parent_id"};
 // Serialises CREATE EXTENSION and CREATE TABLE between replicas and processes (pg_advisory_xact_lock's key).
 constexpr std::int64_t kCreateLock = 0x666c6f776c696e65;  // "flowline"
+// `connections`' default: measured on a 2-core machine (docs/benchmarks.md, bench/pgvector_writer.py).
+constexpr int kDefaultConnections = 1;
 
 std::optional<std::string> check_table_name(const boost::json::value& v) {
   return pg::check_table_name(std::string_view(v.as_string()));
@@ -93,7 +100,12 @@ class PgVectorWriter : public Executor {
          ParamSpec::optional("connect_attempts", ParamType::Int, 5, "connection attempts before giving up")
              .min(1)
              .max(100),
-         ParamSpec::optional("connect_timeout", ParamType::Int, 10, "seconds per connection attempt").min(1)},
+         ParamSpec::optional("connect_timeout", ParamType::Int, 10, "seconds per connection attempt").min(1),
+         ParamSpec::optional("connections", ParamType::Int, kDefaultConnections,
+                             "connections writing each request at once, its rows split between them (a transaction "
+                             "each; the request is acknowledged once all committed)")
+             .min(1)
+             .max(64)},
         {},
     };
     for (auto& p : resumable_sink_params()) spec.params.push_back(std::move(p));
@@ -111,7 +123,8 @@ class PgVectorWriter : public Executor {
     options_.attempts = params().get<int>("connect_attempts");
     options_.connect_timeout_s = params().get<int>("connect_timeout");
     if (const auto problem = check_uri(options_.uri); !problem.empty()) throw Error("parameter 'uri': " + problem);
-    conn_ = PgConnection::connect(options_);
+    lanes_ =
+        std::make_unique<Lanes>(options_, static_cast<std::size_t>(params().get<int>("connections")), runtime().name);
     prepare_database();
     open_progress();
     bind_default(&PgVectorWriter::write);
@@ -119,51 +132,51 @@ class PgVectorWriter : public Executor {
 
   void close() override {
     if (progress_.enabled() && run_outcome() == RunOutcome::Complete) {
-      if (!conn_->ok()) reconnect();
       if (const DocumentArray rest = progress_.release_held_back(); !rest.empty()) write_in_order(rest);
-      conn_->query_column("DELETE FROM flowline_progress WHERE sink = $1 RETURNING 1", "clearing the run's progress",
-                          {table_});
+      table_progress_->clear(lanes_->live(0));
     }
     const std::string method = params().get<std::string>("index");
     if (run_outcome() != RunOutcome::Complete || method == "none" || runtime().replica != 0 || !table_exists_) return;
-    if (!conn_->ok()) reconnect();
     build_index(method);
   }
 
  private:
+  // Lane 0's connection, reopened first when it was lost: the set-up, the progress rows, the index.
+  PgConnection& conn() { return lanes_->live(0); }
+
   // The extension and, when its dimension is known, the table; or the existing table's columns checked.
   void prepare_database() {
     const bool create = params().get<bool>("create");
     if (create) {
       PgFailure failure;
-      if (!conn_->try_exec(fmt::format("BEGIN; SELECT pg_advisory_xact_lock({}); "
+      if (!conn().try_exec(fmt::format("BEGIN; SELECT pg_advisory_xact_lock({}); "
                                        "CREATE EXTENSION IF NOT EXISTS vector; COMMIT",
                                        kCreateLock),
                            failure)) {
-        conn_->try_exec("ROLLBACK", failure);
+        conn().try_exec("ROLLBACK", failure);
         throw Error(fmt::format("pgvector missing on PostgreSQL server ({}): CREATE EXTENSION vector failed: {}",
-                                conn_->target(), failure.message));
+                                conn().target(), failure.message));
       }
-    } else if (conn_->query_column("SELECT 1 FROM pg_type WHERE typname = 'vector'", "looking for pgvector").empty()) {
+    } else if (conn().query_column("SELECT 1 FROM pg_type WHERE typname = 'vector'", "looking for pgvector").empty()) {
       throw Error(
           fmt::format("pgvector missing on PostgreSQL server ({}): there is no type 'vector' (install the "
                       "extension, or let the writer create it with create: true)",
-                      conn_->target()));
+                      conn().target()));
     }
     read_table();
     if (!table_exists_ && !create)
       throw Error(fmt::format("table {} does not exist on PostgreSQL server ({}) and create is false", table_,
-                              conn_->target()));
+                              conn().target()));
     if (!table_exists_ && dimension_ > 0) create_table(dimension_);
   }
 
   // Whether the table exists, and its embedding column's dimension (0: any); its columns checked.
   void read_table() {
-    const auto found = conn_->query_column("SELECT coalesce(to_regclass($1)::text, '')", "looking for the table",
+    const auto found = conn().query_column("SELECT coalesce(to_regclass($1)::text, '')", "looking for the table",
                                            {quote_name(table_)});
     table_exists_ = !found.empty() && !found[0].empty();
     if (!table_exists_) return;
-    const auto columns = conn_->query_column(
+    const auto columns = conn().query_column(
         "SELECT attname || ' ' || format_type(atttypid, atttypmod) FROM pg_attribute "
         "WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped",
         "reading the table's columns", {quote_name(table_)});
@@ -187,7 +200,7 @@ class PgVectorWriter : public Executor {
     std::string columns;
     for (const auto& f : fields_)
       columns += fmt::format("{}\"{}\" {}", columns.empty() ? "" : ", ", f, sql_type(f, dimension));
-    conn_->exec(fmt::format("BEGIN; SELECT pg_advisory_xact_lock({}); CREATE TABLE IF NOT EXISTS {} ({}); COMMIT",
+    conn().exec(fmt::format("BEGIN; SELECT pg_advisory_xact_lock({}); CREATE TABLE IF NOT EXISTS {} ({}); COMMIT",
                             kCreateLock, quote_name(table_), columns),
                 fmt::format("creating table {}", table_));
     read_table();
@@ -206,10 +219,12 @@ class PgVectorWriter : public Executor {
   }
 
   // A resumable sink (flowline/resumable_sink.hpp) under `flowline run`, one replica: the table
-  // flowline_progress holds a row per target table (run key, input documents held, last id), written in each
-  // request's own transaction, so after a kill it names exactly what committed. --resume reads it, checks that
-  // the table holds the last id, and the run skips that many input documents.
+  // flowline_progress holds a row per target table and connection (run key, input documents held, last id),
+  // written in each part's own transaction, so after a kill it names exactly what committed (table_progress.hpp:
+  // a request committed on some connections only is repaired first). --resume reads it, checks that the table
+  // holds the last id, and the run skips that many input documents.
   void open_progress() {
+    table_progress_ = std::make_unique<TableProgress>(table_, lanes_->size(), !upsert_);
     if (!progress_.enabled()) return;
     if (runtime().replicas > 1) {
       if (progress_.resuming())
@@ -218,46 +233,18 @@ class PgVectorWriter : public Executor {
       progress_.disable();
       return;
     }
-    conn_->exec(fmt::format("BEGIN; SELECT pg_advisory_xact_lock({}); CREATE TABLE IF NOT EXISTS flowline_progress "
-                            "(sink text PRIMARY KEY, run_key text NOT NULL, documents bigint NOT NULL, last_id text "
-                            "NOT NULL); COMMIT",
-                            kCreateLock),
-                "creating the table flowline_progress");
-    SinkPoint held;
-    const auto row = conn_->query_column(
-        "SELECT run_key || ' ' || documents || ' ' || last_id FROM flowline_progress WHERE sink = $1",
-        "reading the run's progress", {table_});
-    if (progress_.resuming() && !row.empty()) {
-      const std::size_t a = row[0].find(' '), b = row[0].find(' ', a + 1);
-      if (row[0].substr(0, a) != progress_.run_key()) {
-        throw Error(
-            fmt::format("executor '{}': table {} was filled by another run (a changed input, flow file, "
-                        "--set, endpoint or request size; flowline_progress): refused, nothing written",
-                        runtime().name, table_));
-      }
-      held.documents = std::stoull(row[0].substr(a + 1, b - a - 1));
-      held.last_id = row[0].substr(b + 1);
-      if (held.documents > 0 &&
-          (!table_exists_ || conn_
-                                 ->query_column(fmt::format("SELECT 1 FROM {} WHERE id = $1", quote_name(table_)),
-                                                "looking for the last id", {held.last_id})
-                                 .empty())) {
-        throw Error(
-            fmt::format("executor '{}': flowline_progress says '{}' was written, but table {} does not hold "
-                        "it: refused",
-                        runtime().name, held.last_id, table_));
-      }
+    const SinkPoint held = table_progress_->open(conn(), progress_.run_key(), progress_.resuming(), runtime().name);
+    if (held.documents > 0 &&
+        (!table_exists_ || conn()
+                               .query_column(fmt::format("SELECT 1 FROM {} WHERE id = $1", quote_name(table_)),
+                                             "looking for the last id", {held.last_id})
+                               .empty())) {
+      throw Error(
+          fmt::format("executor '{}': flowline_progress says '{}' was written, but table {} does not hold "
+                      "it: refused",
+                      runtime().name, held.last_id, table_));
     }
     progress_.held(held);
-    if (!progress_.resuming()) record_progress(held);
-  }
-
-  void record_progress(const SinkPoint& point) {
-    conn_->query_column(
-        "INSERT INTO flowline_progress (sink, run_key, documents, last_id) VALUES ($1, $2, $3, $4) ON CONFLICT "
-        "(sink) DO UPDATE SET run_key = EXCLUDED.run_key, documents = EXCLUDED.documents, last_id = "
-        "EXCLUDED.last_id RETURNING 1",
-        "recording the run's progress", {table_, progress_.run_key(), std::to_string(point.documents), point.last_id});
   }
 
   // Under a resumed run, the leading documents the table holds already are not written again. A request that
@@ -283,52 +270,44 @@ class PgVectorWriter : public Executor {
       }
     } catch (...) {
       progress_failed_ = true;
+      next_progress_.reset();  // no later request may record this one's point
       throw;
     }
     next_progress_.reset();
     progress_.wrote(docs);
   }
 
-  void write_request(const DocumentArray& docs) {
-    if (!conn_->ok()) reconnect();
-    try {
-      write_rows(docs);
-    } catch (const Error& e) {
-      PgFailure failure;
-      if (conn_->ok()) {
-        conn_->try_exec("ROLLBACK", failure);
-        throw;
-      }
-      // The connection was lost mid-request, the transaction's fate unknown: an upsert can be redone; a plain
-      // COPY cannot (its rows may have committed), so that request fails and the next one reconnects.
-      if (!upsert_) throw;
-      spdlog::warn("executor '{}': connection to PostgreSQL lost ({}); reconnecting to redo the request",
-                   runtime().name, e.what());
-      reconnect();
-      write_rows(docs);
-    }
-  }
+  // The request's rows, checked on the replica's thread before any part is written.
+  struct Rows {
+    std::vector<std::size_t> rows;       // the documents written, in order (an upsert: the last of each id)
+    std::vector<at::Tensor> embeddings;  // by document: float32, contiguous, on the CPU
+  };
 
-  void reconnect() {
-    conn_ = PgConnection::connect(options_);
-    stage_ready_ = false;
-  }
-
-  void write_rows(const DocumentArray& docs) {
+  Rows check_rows(const DocumentArray& docs) {
     const bool with_embedding = std::find(fields_.begin(), fields_.end(), "embedding") != fields_.end();
-    // Rows kept: with upsert, the last document of each id (ON CONFLICT cannot touch a row twice in one go).
-    std::vector<std::size_t> rows;
+    Rows checked;
+    std::vector<std::size_t>& rows = checked.rows;
     rows.reserve(docs.size());
-    if (upsert_) {
+    // An upsert keeps the last document of each id (ON CONFLICT cannot touch a row twice in one go). A plain COPY
+    // over several connections refuses a repeated id here: its two parts would wait for each other's COMMIT.
+    if (upsert_ || lanes_->size() > 1) {
       std::unordered_map<std::string_view, std::size_t> last;
       last.reserve(docs.size());
-      for (std::size_t i = 0; i < docs.size(); ++i) last[docs[i].id] = i;
+      for (std::size_t i = 0; i < docs.size(); ++i) {
+        const auto [it, fresh] = last.try_emplace(docs[i].id, i);
+        if (!fresh && !upsert_ && !docs[i].id.empty())
+          throw Error(
+              fmt::format("duplicate key value: documents {} and {} of the request have the id '{}' "
+                          "(on_conflict: error)",
+                          it->second, i, docs[i].id));
+        it->second = i;
+      }
       for (std::size_t i = 0; i < docs.size(); ++i)
-        if (last[docs[i].id] == i) rows.push_back(i);
+        if (!upsert_ || last[docs[i].id] == i) rows.push_back(i);
     } else {
       for (std::size_t i = 0; i < docs.size(); ++i) rows.push_back(i);
     }
-    std::vector<at::Tensor> embeddings(docs.size());
+    checked.embeddings.resize(docs.size());
     std::int64_t dimension = -1;
     for (std::size_t i : rows) {
       const Document& d = docs[i];
@@ -346,45 +325,146 @@ class PgVectorWriter : public Executor {
       if (e.numel() != dimension || dimension == 0)
         throw Error(fmt::format("document {} (id '{}') has an embedding of {} values, the request's first has {}", i,
                                 d.id, e.numel(), dimension));
-      embeddings[i] = std::move(e);
+      checked.embeddings[i] = std::move(e);
     }
     if (with_embedding) check_dimension(dimension);
     if (!table_exists_) create_table(0);
+    return checked;
+  }
 
-    const auto start = std::chrono::steady_clock::now();
-    const std::string columns = column_list();
-    conn_->exec("BEGIN", "starting a transaction");
-    if (upsert_ && !stage_ready_) {
-      conn_->exec(fmt::format("CREATE TEMP TABLE IF NOT EXISTS flowline_stage (LIKE {} INCLUDING DEFAULTS) "
-                              "ON COMMIT DELETE ROWS",
-                              quote_name(table_)),
-                  "creating the staging table");
-      stage_ready_ = true;
+  // One transaction per connection (lanes.hpp): part k holds rows [size * k / N, size * (k + 1) / N) of the
+  // request; every part's transaction also records the request's progress, so a part without rows still runs
+  // one when progress is kept. The request is acknowledged (this returns) only once every part committed.
+  void write_request(const DocumentArray& docs) {
+    const Rows checked = check_rows(docs);
+    const std::size_t n = lanes_->size();
+    std::vector<std::span<const std::size_t>> parts(n);
+    std::vector<bool> active(n);
+    std::vector<std::string> what(n);
+    std::vector<std::size_t> bytes(n, 0);
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::size_t begin = checked.rows.size() * k / n, end = checked.rows.size() * (k + 1) / n;
+      parts[k] = std::span<const std::size_t>(checked.rows).subspan(begin, end - begin);
+      active[k] = !parts[k].empty() || next_progress_.has_value();
+      what[k] = n == 1 ? fmt::format("committing {} rows into {}", parts[k].size(), table_)
+                       : fmt::format("committing part {} of {} ({} rows) into {}", k + 1, n, parts[k].size(), table_);
     }
-    const std::string what =
-        upsert_ ? fmt::format("COPY into the staging table of {}", table_) : fmt::format("COPY into {}", table_);
-    conn_->copy_begin(fmt::format("COPY {} ({}) FROM STDIN (FORMAT BINARY)",
+    const auto start = std::chrono::steady_clock::now();
+    const auto outcomes = lanes_->run(active, what, upsert_, [&](std::size_t k, Lane& lane) {
+      bytes[k] = write_part(lane, k, docs, parts[k], checked.embeddings);
+    });
+    const auto committed = std::chrono::steady_clock::now();
+    settle(outcomes, docs, parts, checked.rows.size());
+    metrics().add("rows", static_cast<double>(checked.rows.size()));
+    metrics().add("bytes", static_cast<double>(std::accumulate(bytes.begin(), bytes.end(), std::size_t{0})));
+    metrics().add("copy_seconds", std::chrono::duration<double>(lanes_->prepared_at() - start).count());
+    metrics().add("commit_seconds", std::chrono::duration<double>(committed - lanes_->prepared_at()).count());
+  }
+
+  // Part k's transaction on `lane` up to its COMMIT (lanes.hpp sends that). Returns the bytes it sent.
+  std::size_t write_part(Lane& lane, std::size_t k, const DocumentArray& docs, std::span<const std::size_t> rows,
+                         const std::vector<at::Tensor>& embeddings) {
+    PgConnection& conn = *lane.conn;
+    if (upsert_ && !lane.stage_ready) {  // outside the transaction: a rolled-back request keeps it
+      conn.exec(fmt::format("CREATE TEMP TABLE IF NOT EXISTS flowline_stage (LIKE {} INCLUDING DEFAULTS) "
+                            "ON COMMIT DELETE ROWS",
+                            quote_name(table_)),
+                "creating the staging table");
+      lane.stage_ready = true;
+    }
+    conn.exec("BEGIN", "starting a transaction");
+    std::size_t bytes = 0;
+    if (!rows.empty()) {
+      const std::string columns = column_list();
+      const std::string what =
+          upsert_ ? fmt::format("COPY into the staging table of {}", table_) : fmt::format("COPY into {}", table_);
+      conn.copy_begin(fmt::format("COPY {} ({}) FROM STDIN (FORMAT BINARY)",
                                   upsert_ ? std::string("flowline_stage") : quote_name(table_), columns),
                       what);
-    const std::size_t bytes = encode(docs, rows, embeddings, what);
-    conn_->copy_end(what);
-    if (upsert_) {
-      std::string updates;
-      for (std::size_t f = 1; f < fields_.size(); ++f)
-        updates += fmt::format("{}\"{}\" = EXCLUDED.\"{}\"", f > 1 ? ", " : "", fields_[f], fields_[f]);
-      conn_->exec(
-          fmt::format("INSERT INTO {} ({}) SELECT {} FROM flowline_stage ON CONFLICT (id) DO {}", quote_name(table_),
-                      columns, columns, updates.empty() ? "NOTHING" : "UPDATE SET " + updates),
-          fmt::format("upserting into {}", table_));
+      bytes = encode(lane, docs, rows, embeddings, what);
+      conn.copy_end(what);
+      if (upsert_) {
+        std::string updates;
+        for (std::size_t f = 1; f < fields_.size(); ++f)
+          updates += fmt::format("{}\"{}\" = EXCLUDED.\"{}\"", f > 1 ? ", " : "", fields_[f], fields_[f]);
+        conn.exec(
+            fmt::format("INSERT INTO {} ({}) SELECT {} FROM flowline_stage ON CONFLICT (id) DO {}", quote_name(table_),
+                        columns, columns, updates.empty() ? "NOTHING" : "UPDATE SET " + updates),
+            fmt::format("upserting into {}", table_));
+      }
     }
-    if (next_progress_) record_progress(*next_progress_);  // committed with the rows, or not at all
-    const auto copied = std::chrono::steady_clock::now();
-    conn_->exec("COMMIT", fmt::format("committing {} rows into {}", rows.size(), table_));
-    const auto committed = std::chrono::steady_clock::now();
-    metrics().add("rows", static_cast<double>(rows.size()));
-    metrics().add("bytes", static_cast<double>(bytes));
-    metrics().add("copy_seconds", std::chrono::duration<double>(copied - start).count());
-    metrics().add("commit_seconds", std::chrono::duration<double>(committed - copied).count());
+    if (next_progress_)  // committed with the rows, or not at all
+      table_progress_->record(conn, k, progress_.run_key(), *next_progress_, ids_of(docs, rows));
+    return bytes;
+  }
+
+  std::vector<std::string_view> ids_of(const DocumentArray& docs, std::span<const std::size_t> rows) const {
+    std::vector<std::string_view> ids;
+    if (!table_progress_->keeps_ids()) return ids;
+    ids.reserve(rows.size());
+    for (std::size_t i : rows) ids.push_back(docs[i].id);
+    return ids;
+  }
+
+  // Returns when every part committed; else throws what went wrong, having undone what it can: with one
+  // connection the error as it came (the request was one transaction); with several, a plain COPY's parts that
+  // committed (or may have: a connection lost at COMMIT) are deleted again by id, so the request leaves nothing;
+  // an upsert's cannot be (the rows they replaced are gone): the error says so, and a --resume redoes them.
+  void settle(const std::vector<PartOutcome>& outcomes, const DocumentArray& docs,
+              const std::vector<std::span<const std::size_t>>& parts, std::size_t rows) {
+    const std::size_t n = outcomes.size();
+    std::size_t first = n;
+    std::vector<std::size_t> landed;
+    for (std::size_t k = 0; k < n; ++k) {
+      if (outcomes[k].state == PartState::Committed || outcomes[k].state == PartState::Unknown) landed.push_back(k);
+      if (outcomes[k].error && first == n) first = k;
+    }
+    if (first == n) return;
+    if (n == 1) std::rethrow_exception(outcomes[0].error);
+    const std::size_t begin = rows * first / n;
+    std::string message = fmt::format("part {} of {} (rows {} to {} of the request): {}", first + 1, n, begin,
+                                      begin + parts[first].size() - 1, what_of(outcomes[first].error));
+    if (landed.empty()) throw Error(message);
+    if (upsert_) {
+      throw Error(
+          fmt::format("{}; {} of the request's {} parts committed: their rows replaced those of the same ids "
+                      "(writing the request again, or --resume, completes it)",
+                      message, landed.size(), n));
+    }
+    try {
+      undo(landed, docs, parts);
+    } catch (const std::exception& e) {
+      throw Error(fmt::format("{}; undoing the parts that had committed failed too: {} (a --resume removes them)",
+                              message, e.what()));
+    }
+    throw Error(fmt::format("{}; the {} part{} that had committed {} undone: the request left nothing", message,
+                            landed.size(), landed.size() == 1 ? "" : "s", landed.size() == 1 ? "was" : "were"));
+  }
+
+  // Deletes the rows of a plain COPY's parts `landed` and sets their progress rows back, in one transaction.
+  void undo(const std::vector<std::size_t>& landed, const DocumentArray& docs,
+            const std::vector<std::span<const std::size_t>>& parts) {
+    std::vector<std::string_view> ids;
+    for (std::size_t k : landed)
+      for (std::size_t i : parts[k]) ids.push_back(docs[i].id);
+    PgConnection& conn = lanes_->live(0);
+    conn.exec("BEGIN", "starting a transaction");
+    conn.query(fmt::format("DELETE FROM {} WHERE id = ANY($1::text[])", quote_name(table_)),
+               fmt::format("deleting the rows of the request's committed parts from {}", table_),
+               {{text_array_literal(ids)}});
+    if (next_progress_)
+      for (std::size_t k : landed) table_progress_->record(conn, k, progress_.run_key(), progress_.point(), {});
+    conn.exec("COMMIT", "undoing the request's committed parts");
+  }
+
+  static std::string what_of(const std::exception_ptr& error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      return e.what();
+    } catch (...) {
+      return "an unknown error";
+    }
   }
 
   std::string column_list() const {
@@ -393,58 +473,59 @@ class PgVectorWriter : public Executor {
     return s;
   }
 
-  // Sends the binary COPY stream of `rows` in parts of about kPart bytes, each encoded in buffer_ (kept across
-  // requests: no reallocation once grown) while the server stores the part before. Returns the bytes sent.
-  std::size_t encode(const DocumentArray& docs, const std::vector<std::size_t>& rows,
-                     const std::vector<at::Tensor>& embeddings, const std::string& what) {
+  // Sends the binary COPY stream of `rows` on `lane` in parts of about kPart bytes, each encoded in the lane's
+  // buffer while the server stores the part before. Returns the bytes sent.
+  std::size_t encode(Lane& lane, const DocumentArray& docs, std::span<const std::size_t> rows,
+                     const std::vector<at::Tensor>& embeddings, const std::string& what) const {
     constexpr std::size_t kPart = std::size_t{256} << 10;
+    std::string& buffer = lane.buffer;
     std::size_t sent = 0;
-    buffer_.clear();
+    buffer.clear();
     static constexpr char kHeader[] = "PGCOPY\n\377\r\n";  // 11 bytes with its NUL
-    buffer_.append(kHeader, 11);
-    put32(buffer_, 0);  // flags
-    put32(buffer_, 0);  // header extension length
+    buffer.append(kHeader, 11);
+    put32(buffer, 0);  // flags
+    put32(buffer, 0);  // header extension length
     for (std::size_t i : rows) {
       const Document& d = docs[i];
-      put16(buffer_, static_cast<std::uint16_t>(fields_.size()));
+      put16(buffer, static_cast<std::uint16_t>(fields_.size()));
       for (const auto& f : fields_) {
         if (f == "id") {
-          put_text(buffer_, d.id);
+          put_text(buffer, d.id);
         } else if (f == "text") {
-          put_text(buffer_, d.text);
+          put_text(buffer, d.text);
         } else if (f == "tags") {
           const std::string json = boost::json::serialize(d.tags);
-          put32(buffer_, static_cast<std::uint32_t>(json.size() + 1));
-          buffer_.push_back('\1');  // jsonb's binary format: version 1, then the JSON text
-          buffer_.append(json);
+          put32(buffer, static_cast<std::uint32_t>(json.size() + 1));
+          buffer.push_back('\1');  // jsonb's binary format: version 1, then the JSON text
+          buffer.append(json);
         } else if (f == "embedding") {
           // pgvector's vector_recv: int16 dimensions, int16 unused, then float4s, all big-endian.
           const at::Tensor& e = embeddings[i];
           const auto n = static_cast<std::size_t>(e.numel());
-          put32(buffer_, static_cast<std::uint32_t>(4 + 4 * n));
-          put16(buffer_, static_cast<std::uint16_t>(n));
-          put16(buffer_, 0);
-          const std::size_t at = buffer_.size();
-          buffer_.resize(at + 4 * n);
+          put32(buffer, static_cast<std::uint32_t>(4 + 4 * n));
+          put16(buffer, static_cast<std::uint16_t>(n));
+          put16(buffer, 0);
+          const std::size_t at = buffer.size();
+          buffer.resize(at + 4 * n);
           const auto* src = e.data_ptr<float>();
-          char* out = buffer_.data() + at;
+          char* out = buffer.data() + at;
           for (std::size_t k = 0; k < n; ++k) {
             const std::uint32_t bits = __builtin_bswap32(std::bit_cast<std::uint32_t>(src[k]));
             std::memcpy(out + 4 * k, &bits, 4);
           }
         } else {
-          put_text(buffer_, f == "mime_type" ? d.mime_type : f == "uri" ? d.uri : d.parent_id);
+          put_text(buffer, f == "mime_type" ? d.mime_type : f == "uri" ? d.uri : d.parent_id);
         }
       }
-      if (buffer_.size() >= kPart) {
-        conn_->copy_put(buffer_, what);
-        sent += buffer_.size();
-        buffer_.clear();
+      if (buffer.size() >= kPart) {
+        lane.conn->copy_put(buffer, what);
+        sent += buffer.size();
+        buffer.clear();
       }
     }
-    put16(buffer_, 0xffff);  // trailer: -1
-    conn_->copy_put(buffer_, what);
-    return sent + buffer_.size();
+    put16(buffer, 0xffff);  // trailer: -1
+    lane.conn->copy_put(buffer, what);
+    return sent + buffer.size();
   }
 
   void build_index(const std::string& method) {
@@ -457,7 +538,7 @@ class PgVectorWriter : public Executor {
       std::int64_t lists = params().get<std::int64_t>("lists");
       if (lists == 0) {
         const auto count =
-            conn_->query_column(fmt::format("SELECT count(*) FROM {}", quote_name(table_)), "counting rows");
+            conn().query_column(fmt::format("SELECT count(*) FROM {}", quote_name(table_)), "counting rows");
         lists = std::max<std::int64_t>(1, std::stoll(count.at(0)) / 1000);
       }
       with = fmt::format(" WITH (lists = {})", lists);
@@ -465,7 +546,7 @@ class PgVectorWriter : public Executor {
     const auto dot = table_.find('.');
     const std::string bare = dot == std::string::npos ? table_ : table_.substr(dot + 1);
     const auto start = std::chrono::steady_clock::now();
-    conn_->exec(fmt::format("CREATE INDEX IF NOT EXISTS \"{}\" ON {} USING {} (\"embedding\" {}){}",
+    conn().exec(fmt::format("CREATE INDEX IF NOT EXISTS \"{}\" ON {} USING {} (\"embedding\" {}){}",
                             fmt::format("{}_embedding_{}_{}", bare, method, metric).substr(0, 63), quote_name(table_),
                             method, ops, with),
                 fmt::format("building the {} index of {}", method, table_));
@@ -479,15 +560,14 @@ class PgVectorWriter : public Executor {
   SinkProgress progress_{params(), runtime().name};
   std::optional<SinkPoint> next_progress_;  // the point the request being written reaches
   bool progress_failed_ = false;
-  std::unique_ptr<PgConnection> conn_;
+  std::unique_ptr<Lanes> lanes_;                   // the connections; lane 0 also sets up, clears and indexes
+  std::unique_ptr<TableProgress> table_progress_;  // the rows of flowline_progress
   std::string table_;
   std::vector<std::string> fields_;
   bool upsert_ = true;
   std::int64_t dimension_ = 0;  // the `dimension` parameter
   bool table_exists_ = false;
   std::int64_t table_dimension_ = 0;  // the embedding column's (0: unknown or any)
-  bool stage_ready_ = false;          // this connection's temporary staging table exists
-  std::string buffer_;
 };
 
 }  // namespace

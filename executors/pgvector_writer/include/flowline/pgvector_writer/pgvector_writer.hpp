@@ -21,26 +21,34 @@
 // embeddings have 768 dimensions"). A document without an embedding fails its request, named by position
 // and id; embeddings of any dtype and device are written as float4 (float32's bits).
 //
-// Writing: each request is one transaction: its rows go in by COPY ... FROM STDIN (FORMAT BINARY); with
-// `on_conflict: update` (the default) through a temporary table and INSERT ... ON CONFLICT (id) DO UPDATE,
-// so an id written again replaces its row (the last of a request's documents with one id wins); with
-// `on_conflict: error` straight into the table, where a repeated id fails the request. The handler returns
-// — the request is acknowledged — only after COMMIT succeeded; a failed request leaves nothing behind.
-// Documents pass on unchanged. Endpoints: any (the default handler).
+// Writing: each request's rows go in by COPY ... FROM STDIN (FORMAT BINARY); with `on_conflict: update` (the
+// default) through a temporary table and INSERT ... ON CONFLICT (id) DO UPDATE, so an id written again
+// replaces its row (the last of a request's documents with one id wins); with `on_conflict: error` straight
+// into the table, where a repeated id fails the request. With `connections: N` (default 1) the writer holds N
+// connections and splits each request's rows into N parts written at once, one transaction per connection
+// (src/lanes.hpp); the COMMITs are sent only once every part is ready, and a part that fails before rolls all
+// back. The handler returns — the request is acknowledged — only after every COMMIT succeeded. A failed
+// request leaves nothing behind, with one exception: with N > 1 an upsert whose parts committed on some
+// connections and failed at COMMIT on another keeps the committed parts (the rows they replaced are gone; the
+// error says so; a plain COPY's committed parts are deleted again). Documents pass on unchanged. Endpoints: any
+// (the default handler).
 //
-// Resuming (flowline/resumable_sink.hpp): under `flowline run` with one replica, each request's transaction
-// also upserts the row of `table` in flowline_progress (run key, input documents written, last id); with
-// `resume: true` (flowline run --resume) the writer reads it back, refuses another run's, checks the table
-// holds the last id, and skips the documents it holds. The row is deleted when the run completes.
+// Resuming (flowline/resumable_sink.hpp): under `flowline run` with one replica, each part's transaction also
+// upserts its row of flowline_progress (run key, input documents written, last id; src/table_progress.hpp); with
+// `resume: true` (flowline run --resume) the writer reads them back, refuses another run's, repairs a request
+// that a kill left committed on some connections only (a plain COPY's rows there deleted by id, an upsert's
+// written again), checks the table holds the last id, and skips the documents it holds. The rows are deleted
+// when the run completes.
 //
 // Index: `index: hnsw` or `ivfflat` builds that index on the embedding column (operator class from `metric`:
 // cosine, l2, ip) once the run completed, at close, by replica 0 (after loading: far faster than keeping an
 // index up to date row by row). `lists` sets IVFFlat's lists (0: rows / 1000, at least 1).
 //
 // Threads and ownership: the Flow constructs, calls and closes each replica on that replica's own thread
-// (never concurrently); each replica owns one connection, opened in its constructor and closed when it is
-// destroyed. Replicas write at once through their own connections; creating the extension and the table
-// is serialised between them by a PostgreSQL advisory lock.
+// (never concurrently); each replica owns its `connections` connections, opened in its constructor and closed
+// when it is destroyed. A handler call writes part 0 on the replica's thread and each other part on a thread of
+// its own, and returns once all of them finished. Replicas write at once through their own connections;
+// creating the extension and the table is serialised between them by a PostgreSQL advisory lock.
 #pragma once
 
 #include "flowline/registry.hpp"

@@ -1,0 +1,162 @@
+// The PgVectorWriter's rows in flowline_progress (table_progress.hpp): recorded in each part's transaction,
+// read back and repaired at --resume.
+#include "table_progress.hpp"
+
+#include "flowline/error.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <map>
+
+namespace flowline::pgvector_writer {
+namespace {
+
+using pg::PgConnection;
+using pg::PgParam;
+
+// Serialises creating flowline_progress between writers (the writer's own key for CREATE TABLE).
+constexpr std::int64_t kCreateLock = 0x666c6f776c696e65;  // "flowline"
+
+// One row of flowline_progress read back.
+struct PartRow {
+  std::string run_key, last_id;
+  std::uint64_t documents = 0;
+};
+
+}  // namespace
+
+std::string text_array_literal(const std::vector<std::string_view>& values) {
+  std::string s = "{";
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    s += i ? ",\"" : "\"";
+    for (char c : values[i]) {
+      if (c == '"' || c == '\\') s += '\\';
+      s += c;
+    }
+    s += '"';
+  }
+  return s + "}";
+}
+
+TableProgress::TableProgress(std::string table, std::size_t parts, bool keeps_ids)
+    : table_(std::move(table)), parts_(parts), keeps_ids_(keeps_ids && parts > 1) {}
+
+std::string TableProgress::key(std::size_t part) const {
+  return part == 0 ? table_ : fmt::format("{}#{}", table_, part);
+}
+
+SinkPoint TableProgress::open(PgConnection& conn, const std::string& run_key, bool resuming,
+                              const std::string& executor) {
+  conn.exec(fmt::format("BEGIN; SELECT pg_advisory_xact_lock({}); CREATE TABLE IF NOT EXISTS flowline_progress "
+                        "(sink text PRIMARY KEY, run_key text NOT NULL, documents bigint NOT NULL, last_id text "
+                        "NOT NULL){}; COMMIT",
+                        kCreateLock,
+                        parts_ > 1 ? "; ALTER TABLE flowline_progress ADD COLUMN IF NOT EXISTS part_ids text[]" : ""),
+            "creating the table flowline_progress");
+  const pg::PgResult found =
+      conn.query("SELECT sink, run_key, documents, last_id FROM flowline_progress WHERE split_part(sink, '#', 1) = $1",
+                 "reading the run's progress", {PgParam{table_}});
+  if (!resuming || found.rows() == 0) {
+    conn.exec("BEGIN", "starting a transaction");
+    conn.query("DELETE FROM flowline_progress WHERE split_part(sink, '#', 1) = $1",
+               "clearing an earlier run's progress", {PgParam{table_}});
+    for (std::size_t k = 0; k < parts_ && !resuming; ++k) record(conn, k, run_key, {}, {});
+    conn.exec("COMMIT", "recording the run's start");
+    return {};
+  }
+  std::map<std::size_t, PartRow> rows;
+  for (int r = 0; r < found.rows(); ++r) {
+    const std::string sink(found.value(r, 0));
+    std::size_t part = parts_;
+    for (std::size_t k = 0; k < parts_; ++k)
+      if (sink == key(k)) part = k;
+    if (found.value(r, 1) != run_key) {
+      throw Error(
+          fmt::format("executor '{}': table {} was filled by another run (a changed input, flow file, "
+                      "--set, endpoint or request size; flowline_progress): refused, nothing written",
+                      executor, table_));
+    }
+    if (part == parts_) {
+      throw Error(
+          fmt::format("executor '{}': flowline_progress holds the row '{}', which is no part of this "
+                      "writer's {} connection{}: refused, nothing written",
+                      executor, sink, parts_, parts_ == 1 ? "" : "s"));
+    }
+    rows[part] = {std::string(found.value(r, 1)), std::string(found.value(r, 3)),
+                  std::stoull(std::string(found.value(r, 2)))};
+  }
+  if (rows.size() != parts_) {
+    throw Error(
+        fmt::format("executor '{}': flowline_progress holds {} of the {} rows of table {}'s parts: refused, "
+                    "nothing written",
+                    executor, rows.size(), parts_, table_));
+  }
+  const auto [lo_it, hi_it] = std::minmax_element(
+      rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.documents < b.second.documents; });
+  const PartRow lo = lo_it->second;
+  const std::uint64_t hi = hi_it->second.documents;
+  std::size_t at_hi = 0;
+  for (const auto& [part, row] : rows) {
+    if (row.documents != lo.documents && row.documents != hi) {
+      throw Error(
+          fmt::format("executor '{}': flowline_progress's parts of table {} are at input documents {}, {} "
+                      "and {}: more than one request apart, which the writer never leaves: refused",
+                      executor, table_, lo.documents, row.documents, hi));
+    }
+    at_hi += row.documents == hi ? 1 : 0;
+  }
+  const SinkPoint held{lo.documents, lo.last_id, 0};
+  if (hi == lo.documents) return held;
+  // The request from lo to hi committed on some connections only (table_progress.hpp says why this repairs it).
+  conn.exec("BEGIN", "starting a transaction");
+  std::uint64_t deleted = 0;
+  if (keeps_ids_) {
+    deleted = conn.query(fmt::format("DELETE FROM {} AS target USING flowline_progress AS progress WHERE "
+                                     "split_part(progress.sink, '#', 1) = $1 AND progress.documents = $2 AND "
+                                     "target.id = ANY(progress.part_ids)",
+                                     pg::quote_name(table_)),
+                         "removing the rows of a request that committed in part", {{table_}, {std::to_string(hi)}})
+                  .affected();
+  }
+  conn.query("UPDATE flowline_progress SET documents = $3, last_id = $4" +
+                 std::string(parts_ > 1 ? ", part_ids = NULL" : "") +
+                 " WHERE split_part(sink, '#', 1) = $1 AND documents = $2",
+             "setting the run's progress back",
+             {{table_}, {std::to_string(hi)}, {std::to_string(lo.documents)}, {lo.last_id}});
+  conn.exec("COMMIT", "repairing a request that committed in part");
+  spdlog::warn(
+      "executor '{}': the request of input documents {} to {} had committed on {} of {} connections when the run "
+      "stopped: {}",
+      executor, lo.documents, hi - 1, at_hi, parts_,
+      keeps_ids_ ? fmt::format("the {} rows it left were deleted, and it is written again", deleted)
+                 : std::string("it is written again (an upsert: its rows are replaced)"));
+  return held;
+}
+
+void TableProgress::record(PgConnection& conn, std::size_t part, const std::string& run_key, const SinkPoint& point,
+                           const std::vector<std::string_view>& ids) const {
+  constexpr const char* kUpsert =
+      "INSERT INTO flowline_progress (sink, run_key, documents, last_id{}) VALUES ($1, $2, $3, $4{}) ON CONFLICT "
+      "(sink) DO UPDATE SET run_key = EXCLUDED.run_key, documents = EXCLUDED.documents, last_id = "
+      "EXCLUDED.last_id{}";
+  std::vector<PgParam> params = {{key(part)}, {run_key}, {std::to_string(point.documents)}, {point.last_id}};
+  if (parts_ == 1) {  // as a writer of one connection always wrote it: a flowline_progress without part_ids works
+    conn.query(fmt::format(kUpsert, "", "", ""), "recording the run's progress", params);
+    return;
+  }
+  PgParam listed;
+  listed.null = !keeps_ids_;
+  if (keeps_ids_) listed.value = text_array_literal(ids);
+  params.push_back(std::move(listed));
+  conn.query(fmt::format(kUpsert, ", part_ids", ", $5::text[]", ", part_ids = EXCLUDED.part_ids"),
+             fmt::format("recording the run's progress (part {} of {})", part + 1, parts_), params);
+}
+
+void TableProgress::clear(PgConnection& conn) const {
+  conn.query("DELETE FROM flowline_progress WHERE split_part(sink, '#', 1) = $1", "clearing the run's progress",
+             {PgParam{table_}});
+}
+
+}  // namespace flowline::pgvector_writer

@@ -1,0 +1,72 @@
+// table_progress.hpp — the PgVectorWriter's progress rows in flowline_progress, what `flowline run --resume`
+// reads back (a resumable sink's record, flowline/resumable_sink.hpp), for a writer of one or several connections.
+//
+// The table: flowline_progress (sink text PRIMARY KEY, run_key text, documents bigint, last_id text, part_ids
+// text[]). A writer of N connections (`connections: N`) splits each request's rows into N parts, one transaction
+// per connection, and each part's transaction upserts its own row, committed with the part's rows or not at all:
+// sink "T" for part 0 (the only row of a writer with one connection, as before), "T#k" for part k (a table name
+// holds no '#'); documents and last_id: the point the whole request reaches (input documents written, the last
+// one's id); part_ids: with on_conflict: error and N > 1, the ids of the part's rows.
+//
+// Why that is enough to resume after kill -9 at any moment. The N transactions of a request do not commit
+// atomically together (PostgreSQL's two-phase commit, PREPARE TRANSACTION, is off unless the server sets
+// max_prepared_transactions, so it cannot be counted on). The writer (a) runs every part up to just before its
+// COMMIT and sends the COMMITs only once all of them got there (a part that fails before: all roll back, nothing
+// of the request commits); (b) acknowledges the request only after every COMMIT succeeded; (c) starts the next
+// request only after that. So the only partial state is a request whose COMMITs landed on some connections and
+// not on others (the process killed, or a connection lost, between them), and the rows of flowline_progress then
+// say exactly which: the parts that committed are at the request's point `hi`, the others at the previous
+// request's `lo` — never further apart than one request. open() resolves it before anything is written, in one
+// transaction (a kill during it changes nothing): the run resumes from `lo`; with on_conflict: error the rows of
+// the parts at `hi` are deleted by the ids their rows hold (a plain COPY inserted exactly those ids: one of them
+// already in the table would have failed its part before the COMMITs), so the table is again what it held after
+// request `lo`; with on_conflict: update nothing is deleted: writing the request again replaces those ids with the
+// same values, and every later request follows in input order as before, so the last write of each id is the
+// same as an uninterrupted run's. The part rows are then set back to `lo`.
+//
+// Threads: a TableProgress belongs to one writer replica; record() runs on the thread of the part it records
+// (each on its own connection), the rest on the replica's thread. It holds no connection.
+#pragma once
+
+#include "flowline/pg/pg_connection.hpp"
+#include "flowline/resumable_sink.hpp"
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace flowline::pgvector_writer {
+
+class TableProgress {
+ public:
+  // `table`: the writer's table; `parts`: its connections; `keeps_ids`: record each part's ids (a plain COPY
+  // over several connections: resume deletes the rows of a request's parts that committed alone).
+  TableProgress(std::string table, std::size_t parts, bool keeps_ids);
+
+  // Creates flowline_progress when missing (and its part_ids column for several parts). Resuming: reads this
+  // table's rows, refuses (throws flowline::Error naming `executor`) another run's or a set of parts not this
+  // writer's, repairs a request that committed in part (above) and returns the point every part holds. Not
+  // resuming: replaces the table's rows with rows at the start and returns the start.
+  SinkPoint open(pg::PgConnection& conn, const std::string& run_key, bool resuming, const std::string& executor);
+  // In part `part`'s open transaction on `conn`: the request reaches `point`; `ids`: the part's rows' ids
+  // (read only when keeps_ids).
+  void record(pg::PgConnection& conn, std::size_t part, const std::string& run_key, const SinkPoint& point,
+              const std::vector<std::string_view>& ids) const;
+  // Deletes the table's rows (the run completed).
+  void clear(pg::PgConnection& conn) const;
+
+  bool keeps_ids() const noexcept { return keeps_ids_; }
+  // The sink key of part `part`: "T", "T#1", ...
+  std::string key(std::size_t part) const;
+
+ private:
+  std::string table_;
+  std::size_t parts_;
+  bool keeps_ids_;
+};
+
+// `values` as a PostgreSQL array literal of text ({"a","b\"c"}), for a text[] parameter.
+std::string text_array_literal(const std::vector<std::string_view>& values);
+
+}  // namespace flowline::pgvector_writer
