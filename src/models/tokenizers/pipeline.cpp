@@ -197,50 +197,203 @@ void Pipeline::tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids, Place
     if (places != nullptr) append_places(s, WordPlaces{s.align.data()}, places);
     return;
   }
-  // With shapes: each word cut as without offsets (the ids-only word cache), each id's place read from its
-  // shape, one after the other from the word's start; a word whose ids' shapes do not say it (chars 0, or
-  // not summing to the word) is cut again with places.
-  const PieceShape* const shapes = model->shapes.data();
-  const std::size_t known = model->shapes.size();
-  // The loop made twice, for places read as they are and for ByteLevel's lazy ones (no test per token).
-  const auto cut_words = [&](auto lazy) {
-    WordPlaces place{s.align.data(), s.other_align.data()};
-    place.lazy = lazy;
-    for (std::size_t w = 0; w < s.words.size(); ++w) {
-      const Span word = s.words[w];
-      if (word.end <= word.begin) continue;
-      if constexpr (lazy) place.source = s.sources[w], place.begin = word.begin;
-      const std::size_t first = ids.size(), first_place = places->size();
-      model->tokenize(s, word, ids);
-      if (ids.size() == first + 1 && !post.trim_offsets) {  // one id: the whole word (its shape unread)
-        places->push_back(TokenPlace{{place[word.begin].begin, place[word.end - 1].end}, 0, 0});
+  // With shapes: the words cut first, as without offsets (the ids-only word cache, nothing else between the
+  // look-ups), then each id's place read from its shape, one after the other from its word's start; a word whose
+  // ids' shapes do not say it (chars 0, or not summing to the word) is cut again with places (the same ids).
+  const std::size_t ids_begin = ids.size();
+  s.word_ids.clear();
+  for (const Span word : s.words) {
+    if (word.end > word.begin) model->tokenize(s, word, ids);
+    s.word_ids.push_back(static_cast<std::uint32_t>(ids.size() - ids_begin));
+  }
+  if (places->places == nullptr)
+    s.bytes_lazy ? place_offsets<true>(s, ids.data() + ids_begin, *places)
+                 : place_offsets<false>(s, ids.data() + ids_begin, *places);
+  else
+    s.bytes_lazy ? keep_places<true>(s, ids.data() + ids_begin, *places)
+                 : keep_places<false>(s, ids.data() + ids_begin, *places);
+}
+
+namespace {
+
+// Whether the shapes of a word's ids [first, last) add up to it (else: it is cut again with places). place(k, j,
+// shape) is called for each id k, in order, j its first character in s.text, until one does not fit.
+template <class Place>
+bool shaped_word(const PieceShape* shapes, std::size_t known, const std::int32_t* ids, std::size_t first,
+                 std::size_t last, Span word, Place&& place) {
+  std::size_t at = word.begin;
+  for (std::size_t k = first; k < last; ++k) {
+    const auto id = static_cast<std::uint32_t>(ids[k]);
+    const PieceShape shape = id < known ? shapes[id] : PieceShape{};
+    if (shape.chars == 0 || at + shape.chars > word.end) return false;
+    place(k, at, shape);
+    at += shape.chars;
+  }
+  return at == word.end;
+}
+
+// Where a word's characters' places are one a character: character j of s.text in the place places[j + distance]
+// (a lazy word not prefixed, one character a byte: s.align at its source; a lazy word of several bytes a
+// character: s.other_align, written for it; not lazy: s.align). Null: a prefixed lazy word (WordPlaces).
+struct OneEach {
+  const Align* places;
+  std::ptrdiff_t distance;
+  const Align& operator[](std::size_t j) const {
+    return places[static_cast<std::size_t>(static_cast<std::ptrdiff_t>(j) + distance)];
+  }
+};
+
+template <bool Lazy>
+OneEach one_each(const Scratch& s, std::size_t w) {
+  if constexpr (!Lazy) return OneEach{s.align.data(), 0};
+  const Scratch::WordSource source = s.sources[w];
+  if (!source.ascii) return OneEach{s.other_align.data(), 0};
+  if (source.shifted) return OneEach{nullptr, 0};
+  return OneEach{s.align.data(),
+                 static_cast<std::ptrdiff_t>(source.at) - static_cast<std::ptrdiff_t>(s.words[w].begin)};
+}
+
+// Writes the offsets of a piece's ids (`out[k]` for the k-th, `ids[k]` its id) from their shapes.
+struct OffsetWriter {
+  TokenOffsets* out;
+  const TokenOffsets* sequence_first;  // its sequence's first token (trim_offsets keeps its prefix space)
+  const std::int32_t* ids;
+  const PieceShape* shapes;
+  std::size_t known;
+  bool trim, prefix;
+
+  PieceShape shape_of(std::size_t k) const {
+    const auto id = static_cast<std::uint32_t>(ids[k]);
+    return id < known ? shapes[id] : PieceShape{};
+  }
+  void write(std::size_t k, Align chars, std::uint32_t lead, std::uint32_t trail) const {
+    out[k] = trim ? trimmed_offsets(TokenPlace{chars, lead, trail}, out + k == sequence_first, prefix)
+                  : TokenOffsets{chars.begin, chars.end};
+  }
+  // A run: the ids [first, last) of words back to back from character j to `end` of s.text, one place a character
+  // at `at`. Their offsets follow one after the other, with no test per word (how many ids a word has was a
+  // mispredicted branch a word); where the places are s.align's own, one a character from the text's start
+  // (`identity`), with trim_offsets past the sequence's first token (its start past 0), from each id's shape alone.
+  // Whether the shapes add up to the run (else its words are placed one by one).
+  bool run(const OneEach& at, bool identity, std::size_t j, std::size_t end, std::size_t first,
+           std::size_t last) const {
+    bool fits = true;
+    if (identity && trim && out + first != sequence_first) {
+      const std::size_t base = at[j].begin - j;
+      for (std::size_t k = first; k < last; ++k) {
+        const PieceShape shape = shape_of(k);
+        fits &= shape.chars != 0;
+        out[k] = TokenOffsets{base + j + shape.lead, base + j + shape.trimmed_end};
+        j += shape.chars;
+      }
+      return fits && j == end;
+    }
+    for (std::size_t k = first; k < last; ++k) {
+      const PieceShape shape = shape_of(k);
+      fits &= (shape.chars != 0) & (j + shape.chars <= end);
+      const std::size_t past = std::min(j + std::max<std::size_t>(shape.chars, 1), end);  // in the run, whatever
+      write(k, Align{at[std::min(j, end - 1)].begin, at[past - 1].end}, shape.lead, shape.trail);
+      j += shape.chars;
+    }
+    return fits && j == end;
+  }
+  // One word's ids [first, last), its places `place` (OneEach or WordPlaces); whether their shapes add up to it.
+  template <class Places>
+  bool word(const Places& place, Span word, std::size_t first, std::size_t last) const {
+    return shaped_word(shapes, known, ids, first, last, word, [&](std::size_t k, std::size_t j, PieceShape shape) {
+      write(k, Align{place[j].begin, place[j + shape.chars - 1].end}, shape.lead, shape.trail);
+    });
+  }
+};
+
+}  // namespace
+
+// The offsets of s.words' ids (`ids`, s.word_ids) written straight into the sink's vector, sized for them once:
+// runs of words at once where it can, else word by word, else cut again with places.
+// Lazy: the places are ByteLevel's or Metaspace's lazy ones (Scratch::bytes_lazy).
+template <bool Lazy>
+void Pipeline::place_offsets(Scratch& s, const std::int32_t* ids, PlaceSink& sink) const {
+  std::vector<TokenOffsets>& offsets = *sink.offsets;
+  const std::size_t before = offsets.size();
+  offsets.resize(before + (s.word_ids.empty() ? 0 : s.word_ids.back()));
+  const OffsetWriter writer{offsets.data() + before, offsets.data() + sink.first, ids,        model->shapes.data(),
+                            model->shapes.size(),    post.trim_offsets,           sink.prefix};
+  const Span* const words = s.words.data();
+  const std::uint32_t* const word_ids = s.word_ids.data();
+  const std::size_t count = s.words.size();
+  // Whether each character's place is its index plus a run's distance: decode_utf8's places, rewritten by nothing
+  // but the lazy last pre-tokenizer (no normalizer; the other pre-tokenizers do not rewrite the text).
+  const bool identity = Lazy && normalizers.empty() && norm_added.entries.empty() && pre_tokenizers.size() <= 1;
+  const auto in_run = [&](std::size_t v, std::size_t w, const OneEach& run) {
+    if (words[v].end <= words[v].begin || (v > w && words[v].begin != words[v - 1].end)) return false;
+    const OneEach each = one_each<Lazy>(s, v);
+    return each.places != nullptr && each.places == run.places && each.distance == run.distance;
+  };
+  std::size_t alone_until = 0;  // the words of a run whose shapes did not add up
+  std::size_t first = 0;
+  for (std::size_t w = 0; w < count; first = word_ids[w++]) {
+    if (w >= alone_until) {
+      const OneEach run = one_each<Lazy>(s, w);
+      std::size_t run_end = w;
+      while (run_end < count && in_run(run_end, w, run)) ++run_end;
+      if (run_end > w + 1 && writer.run(run, identity && run.places == s.align.data(), words[w].begin,
+                                        words[run_end - 1].end, first, word_ids[run_end - 1])) {
+        first = word_ids[run_end - 1];
+        w = run_end - 1;
         continue;
       }
-      std::size_t at = word.begin;
-      for (std::size_t k = first; k < ids.size(); ++k) {
-        const auto id = static_cast<std::uint32_t>(ids[k]);
-        const PieceShape shape = id < known ? shapes[id] : PieceShape{};
-        if (shape.chars == 0 || at + shape.chars > word.end) {
-          at = 0;  // not the word's end: cut again
-          break;
-        }
-        places->push_back(TokenPlace{{place[at].begin, place[at + shape.chars - 1].end}, shape.lead, shape.trail});
-        at += shape.chars;
-      }
-      if (at == word.end) continue;
-      places->resize(first_place);
-      ids.resize(first);
-      s.pieces.clear();
-      s.cut_places = true;
-      model->tokenize(s, word, ids);
-      s.cut_places = false;
-      append_places(s, WordPlaces(place), places);  // a copy: `place` stays this loop's, its case known
+      alone_until = run_end;
     }
-  };
-  if (s.bytes_lazy)
-    cut_words(std::true_type{});
-  else
-    cut_words(std::false_type{});
+    const Span word = words[w];
+    const std::size_t last = word_ids[w];
+    if (last == first) continue;
+    const OneEach at = one_each<Lazy>(s, w);
+    if (at.places != nullptr && writer.word(at, word, first, last)) continue;
+    // A prefixed word (its places through WordPlaces), or one cut again with places.
+    WordPlaces place{s.align.data(), s.other_align.data()};
+    if constexpr (Lazy) place.lazy = true, place.source = s.sources[w], place.begin = word.begin;
+    if (at.places == nullptr && writer.word(place, word, first, last)) continue;
+    recut(s, word);
+    for (std::size_t i = 0; i < std::min(s.pieces.size(), last - first); ++i) {  // as many (the same ids)
+      const Span piece = s.pieces[i];
+      TokenPlace token{{place[piece.begin].begin, place[piece.end - 1].end}, 0, 0};
+      if (writer.trim) count_trimmed(s.text.data() + piece.begin, piece.end - piece.begin, token);
+      writer.write(first + i, token.chars, token.lead, token.trail);
+    }
+  }
+}
+
+// The same into the sink's places (kept for truncation from the left), one word at a time.
+template <bool Lazy>
+void Pipeline::keep_places(Scratch& s, const std::int32_t* ids, PlaceSink& sink) const {
+  const PieceShape* const shapes = model->shapes.data();
+  const std::size_t known = model->shapes.size();
+  WordPlaces place{s.align.data(), s.other_align.data()};
+  place.lazy = Lazy;
+  std::size_t first = 0;
+  for (std::size_t w = 0; w < s.words.size(); first = s.word_ids[w++]) {
+    const Span word = s.words[w];
+    const std::size_t last = s.word_ids[w];
+    if (last == first) continue;
+    if constexpr (Lazy) place.source = s.sources[w], place.begin = word.begin;
+    const std::size_t first_place = sink.size();
+    if (shaped_word(shapes, known, ids, first, last, word, [&](std::size_t, std::size_t j, const PieceShape& shape) {
+          sink.push_back(TokenPlace{{place[j].begin, place[j + shape.chars - 1].end}, shape.lead, shape.trail});
+        }))
+      continue;
+    sink.resize(first_place);
+    recut(s, word);
+    append_places(s, place, &sink);
+  }
+}
+
+// s.pieces: the code points of each id of `word`, cut again with places (the ids are the same).
+void Pipeline::recut(Scratch& s, Span word) const {
+  s.recut.clear();
+  s.pieces.clear();
+  s.cut_places = true;
+  model->tokenize(s, word, s.recut);
+  s.cut_places = false;
 }
 
 // Each of s.pieces' places, with its spaces where the post-processor trims offsets.
@@ -259,13 +412,15 @@ PieceShape piece_shape(std::string_view token, std::size_t skip) {
   if (skip > text.size() || text.size() - skip > 255) return {};
   TokenPlace place{};
   count_trimmed(text.data() + skip, text.size() - skip, place);
-  return PieceShape{static_cast<std::uint8_t>(text.size() - skip), static_cast<std::uint8_t>(place.lead),
-                    static_cast<std::uint8_t>(place.trail)};
+  const std::size_t chars = text.size() - skip;
+  return PieceShape{static_cast<std::uint8_t>(chars), static_cast<std::uint8_t>(place.lead),
+                    static_cast<std::uint8_t>(place.trail),
+                    static_cast<std::uint8_t>(std::max<std::size_t>(chars - place.trail, place.lead))};
 }
 
 void set_shape(std::vector<PieceShape>& shapes, std::int32_t id, PieceShape shape) {
   if (id < 0) return;
-  constexpr PieceShape kNone{0, 0xFF, 0};  // no shape, whatever is set later (unset cells are all zeros)
+  constexpr PieceShape kNone{0, 0xFF, 0, 0};  // no shape, whatever is set later (unset cells are all zeros)
   const auto i = static_cast<std::size_t>(id);
   if (i >= shapes.size()) shapes.resize(i + 1);
   PieceShape& old = shapes[i];

@@ -105,6 +105,10 @@ struct Scratch {
   std::size_t stretch_chars = 0;  // the code points of the stretch tokenized last
   Places align, other_align, normalized_align;
   std::vector<Span> pieces;
+  // With offsets and a model with shapes: word_ids[w], how many ids s.words[0..w] were cut into (all words are cut
+  // before any id is placed: Pipeline::tokens_of_piece); recut, a word's ids cut again with places (Pipeline::recut).
+  std::vector<std::uint32_t> word_ids;
+  std::vector<std::int32_t> recut;
   // The most code points normalizing the stretch at hand may make (Pipeline::tokens sets it; normalized_bound()).
   std::size_t max_chars = static_cast<std::size_t>(-1);
 };
@@ -230,6 +234,7 @@ class TokensById {
 // places (Scratch::cut_places).
 struct PieceShape {
   std::uint8_t chars = 0, lead = 0, trail = 0;
+  std::uint8_t trimmed_end = 0;  // where trim_offsets ends it, from its start: max(chars - trail, lead)
 };
 // The shape of a token whose text in the word is `token` (UTF-8) less its first `skip` code points.
 PieceShape piece_shape(std::string_view token, std::size_t skip = 0);  // pipeline.cpp
@@ -433,6 +438,14 @@ class Pipeline {
   void tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids, PlaceSink* places) const;
   // Appends the place of each of s.pieces (a model's cut with places) to `places`.
   void append_places(Scratch& s, const WordPlaces& at, PlaceSink* places) const;
+  // With shapes, after s.words are cut into `ids` (s.word_ids): each id's offsets into the sink's vector, or its
+  // place into the sink's places (PlaceSink). Lazy: s.sources says where the words' characters came from.
+  template <bool Lazy>
+  void place_offsets(Scratch& s, const std::int32_t* ids, PlaceSink& sink) const;
+  template <bool Lazy>
+  void keep_places(Scratch& s, const std::int32_t* ids, PlaceSink& sink) const;
+  // s.pieces: the code points of each id of `word` (s.recut: its ids, the same again), cut with places.
+  void recut(Scratch& s, Span word) const;
 };
 
 // Cuts `tokens` to its first `n` (or, from the left, its last `n`).
