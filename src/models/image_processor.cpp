@@ -15,8 +15,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -275,9 +273,7 @@ at::Tensor preprocess_image_tensors(std::span<const at::Tensor> images, const Im
       // host allocator keeps the buffer until the copy has run), then sent at once.
       at::Tensor host = at::empty({n, group.height, group.width, 3},
                                   at::TensorOptions().dtype(at::kByte).pinned_memory(device.is_cuda()));
-      at::parallel_for(0, n, 1, [&](std::int64_t begin, std::int64_t end) {
-        for (std::int64_t k = begin; k < end; ++k) host[k].copy_(images[static_cast<std::size_t>(group.members[k])]);
-      });
+      for (std::int64_t k = 0; k < n; ++k) host[k].copy_(images[static_cast<std::size_t>(group.members[k])]);
       batch = host.to(device, /*non_blocking=*/true);
     } else if (n == 1) {
       batch = images[static_cast<std::size_t>(group.members[0])].unsqueeze(0);

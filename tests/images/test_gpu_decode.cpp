@@ -50,12 +50,13 @@ struct Encoded {
 
 // With warmup the replicas start by decoding grey JPEGs (through nvJPEG on a GPU with gpu_decode): not counted.
 Encoded encode_jpegs(const std::vector<Bytes>& jpegs, const std::string& device, const std::string& gpu_decode,
-                     bool warmup = false) {
+                     bool warmup = false, double cpu_decode_share = 0) {
   Flow flow(FlowOptions{}, gpu_decode_registry());
   flow.add({.name = "clip",
             .uses = "ClipEncoder",
             .with = {{"model", (fs::path(FLOWLINE_SOURCE_DIR) / "tests/data/tiny-models/clip").string()},
                      {"gpu_decode", gpu_decode},
+                     {"cpu_decode_share", cpu_decode_share},
                      {"warmup", warmup}},
             .device = device});
   DocumentArray docs;
@@ -346,4 +347,29 @@ TEST_CASE("ClipEncoder embeddings of GPU-decoded JPEGs match the CPU-decoded one
   // tiny random CLIP, whose embeddings move far more with its pixels than a trained model's. The planar path leaves
   // only the IDCT's few levels, so this should now be far closer to 1; the bound stays until that is measured.
   CHECK(worst >= 0.995);
+}
+
+TEST_CASE("cpu_decode_share: the last images of a pass are decoded on the CPU while nvJPEG decodes the first",
+          "[images][gpu_decode][clip_encoder][gpu]") {
+  if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
+  std::vector<Bytes> jpegs;
+  for (const auto& spec : gpu_specs()) jpegs.push_back(make_test_jpeg(spec));
+  jpegs.push_back(make_test_jpeg({JpegKind::cmyk, 20, 16}));
+  const Encoded all_gpu = encode_jpegs(jpegs, "cuda", "auto", false, 0.0);
+  if (all_gpu.gpu_images == 0)
+    FLOWLINE_SKIP("nvJPEG is not available (libnvjpeg.so.13 not found: set FLOWLINE_NVJPEG)");
+  // 13 images in one pass: the last round(13 * 0.5) = 7 go to the CPU threads (the CMYK one among them), the first
+  // 6 to nvJPEG, at the same time.
+  const Encoded split = encode_jpegs(jpegs, "cuda", "auto", false, 0.5);
+  CHECK(split.gpu_images == 6);
+  CHECK(split.cpu_images == 7);
+  const Encoded cpu = encode_jpegs(jpegs, "cuda", "off");
+  const at::Tensor cos = at::cosine_similarity(split.embeddings.to(at::kDouble), cpu.embeddings.to(at::kDouble), 1);
+  CHECK(cos.min().item<double>() >= 0.995);
+  // The CPU's share has the CPU's pixels, so its rows are the CPU run's.
+  CHECK(at::allclose(split.embeddings.slice(0, 6), cpu.embeddings.slice(0, 6), 1e-5, 1e-6));
+  // All on the CPU by share 1.
+  const Encoded none = encode_jpegs(jpegs, "cuda", "auto", false, 1.0);
+  CHECK(none.gpu_images == 0);
+  CHECK(none.cpu_images == static_cast<double>(jpegs.size()));
 }

@@ -129,6 +129,12 @@ class ClipEncoder : public Executor {
                            "(Huffman decoding on the CPU), gpu_hybrid (on the GPU, for batches of more than 50 "
                            "baseline JPEGs) or hardware (the A100/H100 JPEG engines; JPEGs they cannot take go one "
                            "at a time through the default backend)"),
+         ParamSpec::optional("cpu_decode_share", ParamType::Double, 0.0,
+                             "with gpu_decode on the GPU: the share of each pass's images (its last ones) decoded on "
+                             "the CPU threads while nvJPEG decodes the others at the same time (0: nvJPEG takes every "
+                             "JPEG it can)")
+             .min(0)
+             .max(1),
          ParamSpec::optional("decode_threads", ParamType::Int, 0,
                              "CPU threads that decode one replica's images (0: ATen's intra-op threads)")
              .min(0),
@@ -203,6 +209,7 @@ class ClipEncoder : public Executor {
     decode_.limits.max_pixels = params().get<std::uint64_t>("max_image_pixels");
     decode_.threads = params().get<std::size_t>("decode_threads");
     if (decode_.threads == 0) decode_.threads = static_cast<std::size_t>(std::max(1, at::get_num_threads()));
+    decode_.cpu_share = params().get<double>("cpu_decode_share");
     set_up_gpu_decoding(parse_gpu_decode(params().get<std::string>("gpu_decode")),
                         params().get<std::string>("gpu_decode_backend"));
   }

@@ -10,7 +10,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <exception>
+#include <future>
 
 namespace flowline::clip_encoder {
 
@@ -94,22 +96,42 @@ void decode_slice(std::span<const Document* const> docs, const DecodeSettings& s
   on_threads(n, settings.threads,
              [&](std::size_t i) { out.failures[i] = bytes_of(*docs[i], fetched[i], settings, read[i], bytes[i]); });
   out.cpu_seconds += seconds_since(cpu_start);
+  // Images [first, last) on the CPU threads; those nvJPEG decoded or that failed before are skipped.
+  const auto decode_on_cpu = [&](std::size_t first, std::size_t last) {
+    const auto start = std::chrono::steady_clock::now();
+    on_threads(last - first, settings.threads, [&](std::size_t k) {
+      const std::size_t i = first + k;
+      if (!out.failures[i].empty() || out.gpu[i].defined()) return;
+      try {
+        out.cpu[i] = images::decode_image(bytes[i], settings.limits);
+      } catch (const std::exception& e) {
+        // decode_image() does not know the document; name it.
+        out.failures[i] = fmt::format("document '{}': {}", docs[i]->id, e.what());
+      }
+    });
+    return seconds_since(start);
+  };
+  std::size_t split = n;  // [0, split): nvJPEG's to take; [split, n): the CPU's
   if (gpu != nullptr && stream) {
+    split = n - std::min(n, static_cast<std::size_t>(std::llround(static_cast<double>(n) * settings.cpu_share)));
+    // The CPU's share starts first, on a thread of its own, so both decoders work at once; out.gpu's entries
+    // for [split, n) stay undefined, and nvJPEG writes only [0, split).
+    std::future<double> cpu_part;
+    if (split < n) cpu_part = std::async(std::launch::async, decode_on_cpu, split, n);
     const auto gpu_start = std::chrono::steady_clock::now();
-    out.gpu_images = gpu->decode(bytes, settings.limits, *stream, out.gpu);
-    out.gpu_seconds = seconds_since(gpu_start);
-  }
-  const auto decode_start = std::chrono::steady_clock::now();
-  on_threads(n, settings.threads, [&](std::size_t i) {
-    if (!out.failures[i].empty() || out.gpu[i].defined()) return;
+    std::vector<at::Tensor> gpu_out;
     try {
-      out.cpu[i] = images::decode_image(bytes[i], settings.limits);
-    } catch (const std::exception& e) {
-      // decode_image() does not know the document; name it.
-      out.failures[i] = fmt::format("document '{}': {}", docs[i]->id, e.what());
+      out.gpu_images = gpu->decode(std::span(bytes).first(split), settings.limits, *stream, gpu_out);
+    } catch (...) {
+      if (cpu_part.valid()) cpu_part.wait();  // it uses this frame's vectors
+      throw;
     }
-  });
-  out.cpu_seconds += seconds_since(decode_start);
+    out.gpu_seconds = seconds_since(gpu_start);
+    for (std::size_t i = 0; i < split; ++i) out.gpu[i] = std::move(gpu_out[i]);
+    if (cpu_part.valid()) out.cpu_seconds += cpu_part.get();
+  }
+  // What nvJPEG did not take (or all, without it) on the CPU threads now.
+  out.cpu_seconds += decode_on_cpu(0, split);
   for (std::size_t i = 0; i < n; ++i) {
     if (out.failures[i].empty() && !out.gpu[i].defined()) ++out.cpu_images;
   }

@@ -29,6 +29,10 @@ struct DecodeSettings {
   images::ImageSourcePolicy policy;
   images::DecodeLimits limits;
   std::size_t threads = 1;  // at most this many of ATen's threads decode one slice
+  // With a GPU decoder: the share of each slice's images (its last ones) decoded on the CPU threads while nvJPEG
+  // decodes the others, both at once (0: nvJPEG takes every JPEG it can). Which decoder gets an image depends only
+  // on its place in the slice.
+  double cpu_share = 0;
 };
 
 // A slice's images, one entry of each vector per document.
@@ -47,9 +51,10 @@ struct DecodedSlice {
 // Reads docs[i]'s image and decodes it into `out` for every i; http(s) images are downloaded first,
 // settings.policy.http_in_flight at once (images::fetch_http_images), and the files are read on up to
 // settings.threads threads of ATen's pool. With `gpu` (the replica's, its stream current and passed as `stream`)
-// the JPEGs nvJPEG takes are decoded on the device; every other image — and every one without `gpu` — on those CPU
-// threads. A document that fails has its failures entry set; the others are decoded regardless. Called by one
-// replica thread at a time per output (it keeps no state but `gpu`'s).
+// the JPEGs nvJPEG takes among the slice's first (1 - settings.cpu_share) are decoded on the device — while a
+// thread started for the call decodes the rest on those CPU threads — and every other image, and every one without
+// `gpu`, on the CPU threads. A document that fails has its failures entry set; the others are decoded regardless.
+// Called by one replica thread at a time per output (it keeps no state but `gpu`'s).
 void decode_slice(std::span<const Document* const> docs, const DecodeSettings& settings, GpuJpegDecoder* gpu,
                   const std::optional<c10::Stream>& stream, DecodedSlice& out);
 
