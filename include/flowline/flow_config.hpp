@@ -108,6 +108,11 @@ struct ExecutorConfig {
   std::vector<std::string> py_modules;
   std::string python;
   bool is_python() const noexcept { return !py_modules.empty(); }
+  // A Python executor's shared memory for tensors (`shared_memory:`, docs/python.md): the bytes of the memfd
+  // segment each of its worker connections gets, 0 for none (tensors then cross in the frames). Unset: the
+  // environment's FLOWLINE_SHARED_MEMORY_BYTES when the workers start, else 64 MiB. Validation refuses it on an
+  // executor without py_modules (nothing shares memory with it).
+  std::optional<std::size_t> shared_memory;
 
   // Where things were written (empty when built in code). Keys: "" for the entry itself, a field name
   // ("uses", "needs", ...) or "with.PARAM".

@@ -2,6 +2,8 @@
 // (flow_parse.cpp) loops over it and `flowline schema` prints it, so the reference cannot drift.
 #include "flowline/flow_config.hpp"
 
+#include "python_workers.hpp"
+
 #include <boost/json/array.hpp>
 #include <fmt/format.h>
 
@@ -218,21 +220,9 @@ Result set_remote_millis(FlowConfig&, ExecutorConfig* e, const boost::json::valu
   return std::nullopt;
 }
 
-// The keys of one executor.
-std::vector<SchemaKey> executor_keys() {
+// The keys of a Python executor (Jina's `uses: Class` with `py_modules:`; docs/python.md), after `uses`.
+std::vector<SchemaKey> python_executor_keys() {
   return {
-      key("executors[].name", V::String, 0, "string", "(required)", "Unique name of this executor in the flow.",
-          "name: encoder",
-          [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {
-            e->name = v.get_string();
-            return std::nullopt;
-          }),
-      key("executors[].uses", V::String, 0, "string", "(required)",
-          "Registered executor type (see `flowline executors`).", "uses: SentenceEncoder",
-          [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {
-            e->uses = v.get_string();
-            return std::nullopt;
-          }),
       key("executors[].py_modules", V::StringOrList, 0, "string or list of strings", "[]",
           "Python files (relative to the flow file) that define the class `uses` names, a flowline.Executor or "
           "an unmodified Jina 3 Executor: the flow runs each replica in a worker process of its own, restarted "
@@ -248,6 +238,36 @@ std::vector<SchemaKey> executor_keys() {
           "python: .venv-clients/bin/python",
           [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {
             e->python = v.get_string();
+            return std::nullopt;
+          }),
+      key("executors[].shared_memory", V::String, 0, "bytes, a size (64MiB, 512KiB, 1GiB) or off",
+          "FLOWLINE_SHARED_MEMORY_BYTES, else 64MiB",
+          "A py_modules executor's shared memory for tensors: the segment each of its worker connections gets; a "
+          "request's tensors of 16 KiB or more cross through it instead of the socket (docs/python.md). 0 or off: "
+          "none. At least 64KiB, at most 16GiB; its pages take memory as tensors fill them, per worker.",
+          "shared_memory: 256MiB",
+          [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {
+            const detail::SharedMemorySize size = detail::parse_shared_memory(v.get_string());
+            if (!size.problem.empty()) return size.problem;
+            e->shared_memory = size.bytes;
+            return std::nullopt;
+          }),
+  };
+}
+
+// The keys of one executor.
+std::vector<SchemaKey> executor_keys() {
+  return {
+      key("executors[].name", V::String, 0, "string", "(required)", "Unique name of this executor in the flow.",
+          "name: encoder",
+          [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {
+            e->name = v.get_string();
+            return std::nullopt;
+          }),
+      key("executors[].uses", V::String, 0, "string", "(required)",
+          "Registered executor type (see `flowline executors`).", "uses: SentenceEncoder",
+          [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {
+            e->uses = v.get_string();
             return std::nullopt;
           }),
       key("executors[].with", V::Special, 0, "map", "{}",
@@ -461,6 +481,10 @@ const std::vector<SchemaKey>& flow_schema() {
     std::vector<SchemaKey> serve = serve_keys();
     all.insert(plugins, std::make_move_iterator(serve.begin()), std::make_move_iterator(serve.end()));
     for (auto& k : executor_keys()) all.push_back(std::move(k));
+    const auto uses =
+        std::find_if(all.begin(), all.end(), [](const SchemaKey& k) { return k.path == "executors[].uses"; });
+    std::vector<SchemaKey> python = python_executor_keys();
+    all.insert(uses + 1, std::make_move_iterator(python.begin()), std::make_move_iterator(python.end()));
     for (auto& k : remote_executor_keys()) all.push_back(std::move(k));
     for (auto& k : remote_membership_keys()) all.push_back(std::move(k));
     return all;

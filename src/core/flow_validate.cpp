@@ -205,8 +205,19 @@ void check_shards(const ExecutorConfig& e, const ExecutorSpec& spec, Diagnostics
            context_of(e) + "remote shards run on their hosts: remote.local_replicas must be 0");
 }
 
+// shared_memory: sizes the segment of the worker processes only py_modules start; anywhere else it means nothing.
+void check_shared_memory(const ExecutorConfig& e, Diagnostics& out) {
+  if (!e.shared_memory || e.is_python()) return;
+  const std::string runs =
+      e.uses.empty() ? "" : fmt::format(" ({} runs {})", e.uses, e.is_remote() ? "on its hosts" : "in this process");
+  report(out, e.location_of("shared_memory"),
+         fmt::format("{}shared_memory: only an executor with py_modules has worker processes to share memory with{}",
+                     context_of(e), runs));
+}
+
 void check_executor_type(const FlowConfig& config, ExecutorConfig& e, const Registry& registry, DeviceCheck where,
                          Diagnostics& out) {
+  check_shared_memory(e, out);
   if (e.is_python()) {  // a class in Python files: the worker's check mode looks at it
     if (e.auto_replicas) e.replicas = 1;
     detail::check_python_executor(config, e, out);

@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -25,7 +26,10 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <string_view>
+#include <system_error>
 #include <thread>
+#include <utility>
 
 #ifndef FLOWLINE_PY_WORKER_SCRIPT
 #define FLOWLINE_PY_WORKER_SCRIPT ""
@@ -382,9 +386,10 @@ PythonWorkers::PythonWorkers(FlowConfig& config) : impl_(std::make_unique<Impl>(
     throw Error(error);
   }
   std::size_t next = 0;
-  const std::size_t shared = shared_memory_bytes();
+  const std::size_t from_environment = shared_memory_bytes();
   for (auto& e : config.executors) {
     if (!e.is_python() || e.is_remote()) continue;
+    const std::size_t shared = e.shared_memory.value_or(from_environment);
     for (int r = 0; r < std::max(e.replicas, 1); ++r) {
       e.hosts.push_back(fmt::format("127.0.0.1:{}", impl_->workers[next++].port));
       // Our own worker on this machine: its connection gets a shared segment for tensors (wire version 4).
@@ -402,16 +407,75 @@ PythonWorkers::~PythonWorkers() {
   for (const auto& address : impl_->addresses) remote::offer_shared_memory(address, 0);
 }
 
+namespace {
+
+// "64 MiB" when it is a whole number of a unit, else "N bytes".
+std::string show_bytes(std::size_t n) {
+  for (const auto& [shift, unit] : {std::pair{30, "GiB"}, {20, "MiB"}, {10, "KiB"}}) {
+    if (n != 0 && n % (std::size_t{1} << shift) == 0) return fmt::format("{} {}", n >> shift, unit);
+  }
+  return fmt::format("{} bytes", n);
+}
+
+}  // namespace
+
+SharedMemorySize parse_shared_memory(std::string_view text) {
+  auto trim = [](std::string_view s) {
+    while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
+    while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
+    return s;
+  };
+  const std::string_view given = trim(text);
+  if (given == "off") return {};
+  const std::string expected = "expected bytes (67108864), a size with a binary unit (64MiB, 512KiB, 1GiB) or off";
+  if (!given.empty() && given.front() == '-') return {0, fmt::format("a size cannot be negative: got '{}'", given)};
+  std::size_t digits = 0;
+  while (digits < given.size() && given[digits] >= '0' && given[digits] <= '9') ++digits;
+  if (digits == 0) return {0, fmt::format("{}, got '{}'", expected, given)};
+  const std::string_view unit = trim(given.substr(digits));
+  int shift = -1;
+  for (const auto& [s, name] : {std::pair{0, ""}, {0, "B"}, {10, "KiB"}, {20, "MiB"}, {30, "GiB"}}) {
+    if (unit == name) shift = s;
+  }
+  if (shift < 0) {
+    for (const auto& [decimal, binary] : {std::pair{"K", "KiB"},
+                                          {"KB", "KiB"},
+                                          {"k", "KiB"},
+                                          {"kB", "KiB"},
+                                          {"M", "MiB"},
+                                          {"MB", "MiB"},
+                                          {"G", "GiB"},
+                                          {"GB", "GiB"}}) {
+      if (unit == decimal)
+        return {0, fmt::format("'{}': write the unit as {} ({}{}): sizes here are binary, and {} could mean either",
+                               given, binary, given.substr(0, digits), binary, decimal)};
+    }
+    return {0, fmt::format("{}, got '{}'", expected, given)};
+  }
+  std::uint64_t n = 0;  // out of range for 64 bits, or once shifted: above the bound anyway
+  const bool huge = std::from_chars(given.data(), given.data() + digits, n).ec == std::errc::result_out_of_range ||
+                    n > (kMaxSharedMemoryBytes >> shift);
+  const std::size_t bytes = huge ? 0 : static_cast<std::size_t>(n) << shift;
+  if (huge || bytes > kMaxSharedMemoryBytes)
+    return {0, fmt::format("'{}' is more than {} per worker connection: a segment takes memory as tensors fill it, "
+                           "in each worker",
+                           given, show_bytes(kMaxSharedMemoryBytes))};
+  if (bytes != 0 && bytes < kMinSharedMemoryBytes)
+    return {0, fmt::format("'{}' ({}) is too small to share a tensor: 0 or off for none, else at least {} (tensors "
+                           "under 16 KiB cross in the frames anyway)",
+                           given, show_bytes(bytes), show_bytes(kMinSharedMemoryBytes))};
+  return {bytes, {}};
+}
+
 std::size_t shared_memory_bytes() {
   const char* v = std::getenv("FLOWLINE_SHARED_MEMORY_BYTES");
   if (!v || !*v) return kDefaultSharedMemoryBytes;
-  char* end = nullptr;
-  const unsigned long long n = std::strtoull(v, &end, 10);
-  if (*end != '\0' || v[0] == '-') {
-    spdlog::warn("FLOWLINE_SHARED_MEMORY_BYTES='{}' is not a byte count: using {}", v, kDefaultSharedMemoryBytes);
+  const SharedMemorySize size = parse_shared_memory(v);
+  if (!size.problem.empty()) {
+    spdlog::warn("FLOWLINE_SHARED_MEMORY_BYTES: {}: using {}", size.problem, show_bytes(kDefaultSharedMemoryBytes));
     return kDefaultSharedMemoryBytes;
   }
-  return static_cast<std::size_t>(n);
+  return size.bytes;
 }
 
 std::unique_ptr<PythonWorkers> start_python_workers(FlowConfig& config) {

@@ -26,6 +26,8 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace flowline::detail {
@@ -52,10 +54,24 @@ class PythonWorkers {
 };
 
 // Shared memory (wire version 4, docs/python.md "What crosses without a copy"): each worker's connection gets
-// a memfd segment of shared_memory_bytes() for its tensors — FLOWLINE_SHARED_MEMORY_BYTES when set (0: none,
-// tensors cross in the frames as before), else kDefaultSharedMemoryBytes. Read when the workers start.
+// a memfd segment for its tensors of the executor's `shared_memory:` bytes (ExecutorConfig::shared_memory),
+// else shared_memory_bytes(): FLOWLINE_SHARED_MEMORY_BYTES when set, else kDefaultSharedMemoryBytes. 0: none
+// (tensors cross in the frames). The environment is read when the workers start.
 inline constexpr std::size_t kDefaultSharedMemoryBytes = 64u << 20;
 std::size_t shared_memory_bytes();
+
+// A segment's size, as `shared_memory:` and FLOWLINE_SHARED_MEMORY_BYTES write it: a whole number of bytes,
+// optionally with a binary unit (B, KiB, MiB, GiB: `64MiB`, `512 KiB`), or `off` (0). Anything but 0 must lie
+// in [kMinSharedMemoryBytes, kMaxSharedMemoryBytes]: a smaller segment holds no tensor worth sharing (those
+// under 16 KiB cross in the frames anyway), a larger one is a typo more likely than a plan (its pages take
+// memory as tensors fill them, per worker). `problem` says what is wrong, empty when `bytes` holds the size.
+inline constexpr std::size_t kMinSharedMemoryBytes = std::size_t{64} << 10;
+inline constexpr std::size_t kMaxSharedMemoryBytes = std::size_t{16} << 30;
+struct SharedMemorySize {
+  std::size_t bytes = 0;
+  std::string problem;
+};
+SharedMemorySize parse_shared_memory(std::string_view text);
 
 // PythonWorkers for `config` when it has a Python executor, else null.
 std::unique_ptr<PythonWorkers> start_python_workers(FlowConfig& config);

@@ -59,8 +59,8 @@ TEST_CASE("every config error is reported at once in file order", "[config]") {
         "unit, output, min_chars\n"
         "flow.yml:9:7: executor 'a': parameter 'min_chars': expected int, got string \"many\"\n"
         "flow.yml:10:5: executor 'a': unknown key 'replica' (did you mean 'replicas'?); expected one of: name, uses, "
-        "py_modules, python, with, replicas, shards, device, devices, needs, batching, hosts, host, port, external, "
-        "remote\n"
+        "py_modules, python, shared_memory, with, replicas, shards, device, devices, needs, batching, hosts, host, "
+        "port, external, remote\n"
         "flow.yml:11:5: executor 'b': missing required parameter 'path' (path: output file, written as PATH.partial "
         "and renamed when the run completes)\n"
         "flow.yml:13:12: executor 'b': needs unknown executor 'aa' (did you mean 'a'?)\n"
@@ -392,6 +392,59 @@ TEST_CASE("a remote executor names its hosts as HOST:PORT or Jina's host and por
         "flow.yml:2:56: executor 'a': remote.start_degraded: expected true or false, got 'maybe'");
   CHECK(errors_of("executors:\n  - {name: a}\n") ==
         "flow.yml:2:5: executor 'a': missing required key 'uses' (or 'hosts' for a remote executor)");
+}
+
+TEST_CASE("shared_memory takes bytes, a binary size or off, and a bad one is named at its line", "[config][python]") {
+  auto parsed = [](const std::string& value) {
+    const std::string yaml = "executors:\n  - {name: py, uses: P, py_modules: [p.py], shared_memory: " + value + "}\n";
+    return parse_flow_config(yaml, "flow.yml").executors.at(0).shared_memory;
+  };
+  CHECK(parsed("1048576") == std::size_t{1} << 20);
+  CHECK(parsed("64MiB") == std::size_t{64} << 20);
+  CHECK(parsed("'512 KiB'") == std::size_t{512} << 10);
+  CHECK(parsed("16GiB") == std::size_t{16} << 30);
+  CHECK(parsed("65536B") == std::size_t{64} << 10);
+  CHECK(parsed("0") == std::size_t{0});
+  CHECK(parsed("off") == std::size_t{0});
+  CHECK_FALSE(parse_flow_config("executors:\n  - {name: py, uses: P, py_modules: [p.py]}\n", "flow.yml")
+                  .executors.at(0)
+                  .shared_memory);  // unset: FLOWLINE_SHARED_MEMORY_BYTES, else 64 MiB, when the workers start
+
+  const std::vector<std::string> bad{"-1", "64MB", "lots", "1.5GiB", "16KiB", "17GiB", "99999999999999999999999"};
+  std::string yaml = "executors:\n";
+  for (std::size_t i = 0; i < bad.size(); ++i)
+    yaml += fmt::format("  - name: p{}\n    uses: P\n    py_modules: [p.py]\n    shared_memory: {}\n", i, bad[i]);
+  std::string errors;
+  try {
+    parse_flow_config(yaml, "flow.yml");
+  } catch (const ConfigError& e) {
+    errors = e.what();
+  }
+  const std::string expected = "expected bytes (67108864), a size with a binary unit (64MiB, 512KiB, 1GiB) or off";
+  CHECK(errors ==
+        "flow.yml:5:20: executor 'p0': shared_memory: a size cannot be negative: got '-1'\n"
+        "flow.yml:9:20: executor 'p1': shared_memory: '64MB': write the unit as MiB (64MiB): sizes here are binary, "
+        "and MB could mean either\n"
+        "flow.yml:13:20: executor 'p2': shared_memory: " +
+            expected +
+            ", got 'lots'\n"
+            "flow.yml:17:20: executor 'p3': shared_memory: " +
+            expected +
+            ", got '1.5GiB'\n"
+            "flow.yml:21:20: executor 'p4': shared_memory: '16KiB' (16 KiB) is too small to share a tensor: 0 or off "
+            "for none, else at least 64 KiB (tensors under 16 KiB cross in the frames anyway)\n"
+            "flow.yml:25:20: executor 'p5': shared_memory: '17GiB' is more than 16 GiB per worker connection: a "
+            "segment takes memory as tensors fill it, in each worker\n"
+            "flow.yml:29:20: executor 'p6': shared_memory: '99999999999999999999999' is more than 16 GiB per worker "
+            "connection: a segment takes memory as tensors fill it, in each worker");
+
+  // Where no worker processes start, the key means nothing: refused at its line.
+  CHECK(errors_of("executors:\n  - name: split\n    uses: TextSplitter\n    shared_memory: 1MiB\n") ==
+        "flow.yml:4:20: executor 'split': shared_memory: only an executor with py_modules has worker processes to "
+        "share memory with (TextSplitter runs in this process)");
+  CHECK(errors_of("executors:\n  - {name: far, hosts: ['h:1'], shared_memory: off}\n") ==
+        "flow.yml:2:48: executor 'far': shared_memory: only an executor with py_modules has worker processes to "
+        "share memory with");
 }
 
 TEST_CASE("remote.discovery takes none or dns, and bounds the replica threads it makes for the servers it may find",

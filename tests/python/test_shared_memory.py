@@ -1,7 +1,8 @@
 """Tensors between a flow and its own Python workers through a shared-memory segment (wire version 4, issue 53
 §2): bit-exact round trips of every dtype numpy has, zero-size and large tensors, what does not fit crossing
-inline, a worker that names bytes outside its request's region, a crashed worker's new segment, two requests
-in flight, and workers speaking versions 2 and 3 (or not started by the flow) served over plain frames."""
+inline, the segment's size from the executor's `shared_memory:` key (else FLOWLINE_SHARED_MEMORY_BYTES, else
+64 MiB), a worker that names bytes outside its request's region, a crashed worker's new segment, two requests in
+flight, and workers speaking versions 2 and 3 (or not started by the flow) served over plain frames."""
 import json
 import os
 import threading
@@ -109,20 +110,37 @@ def test_tensors_of_every_dtype_and_shape_round_trip_bit_exactly_through_shared_
     assert same_bits(out[n + 5].chunks[0].tensor, image) and out[n + 5].chunks[0].tags["via"] == "mmap"
 
 
-def test_a_tensor_larger_than_the_segment_crosses_inline_and_0_turns_the_segment_off(tmp_path, monkeypatch):
-    flow = flow_file(tmp_path)
+def test_shared_memory_sizes_the_segment_a_larger_tensor_crosses_inline_and_0_turns_it_off(tmp_path, monkeypatch):
     image = pattern("uint8", (224, 224, 3), 1)
-    huge = pattern("float32", (1024, 1024), 2)  # 4 MiB, more than the 1 MiB segment below
-    monkeypatch.setenv("FLOWLINE_SHARED_MEMORY_BYTES", str(1 << 20))
-    with flowline.Flow.load(flow) as f:
-        out = f.post("/", [flowline.Document("same", tensor=huge), flowline.Document("plus one", tensor=image)],
-                     request_size=1)
-    assert same_bits(out[0].tensor, huge) and out[0].tags["via"] == "bytearray"
-    assert same_bits(out[1].tensor, image + 1) and out[1].tags["via"] == "mmap"
-    monkeypatch.setenv("FLOWLINE_SHARED_MEMORY_BYTES", "0")
-    with flowline.Flow.load(flow) as f:
-        out = f.post("/", [flowline.Document("plus one", tensor=image)])
-    assert same_bits(out[0].tensor, image + 1) and out[0].tags["via"] == "bytearray"
+    huge = pattern("float32", (1024, 1024), 2)  # 4 MiB: more than a 1 MiB segment, less than the default 64 MiB
+    docs = [flowline.Document("same", tensor=huge), flowline.Document("plus one", tensor=image)]
+
+    def crossing(**executor):
+        with flowline.Flow.load(flow_file(tmp_path, **executor)) as f:
+            out = f.post("/", docs, request_size=1)
+        assert same_bits(out[0].tensor, huge) and same_bits(out[1].tensor, image + 1)
+        return out[0].tags["via"], out[1].tags["via"]
+
+    monkeypatch.setenv("FLOWLINE_SHARED_MEMORY_BYTES", "0")  # the flow's key wins over the environment
+    assert crossing(shared_memory="1MiB") == ("bytearray", "mmap")
+    assert crossing(shared_memory=1 << 20) == ("bytearray", "mmap")
+    assert crossing() == ("bytearray", "bytearray")  # no key: the environment's 0 turns it off
+    monkeypatch.delenv("FLOWLINE_SHARED_MEMORY_BYTES")
+    assert crossing() == ("mmap", "mmap")  # neither: 64 MiB
+    assert crossing(shared_memory=0) == ("bytearray", "bytearray")
+    assert crossing(shared_memory="off") == ("bytearray", "bytearray")
+    monkeypatch.setenv("FLOWLINE_SHARED_MEMORY_BYTES", "1MiB")
+    assert crossing() == ("bytearray", "mmap")
+
+
+def test_a_bad_shared_memory_is_a_config_error_at_its_line(tmp_path):
+    (tmp_path / "probe.py").write_text(EXECUTOR)
+    flow = tmp_path / "flow.yml"
+    flow.write_text("executors:\n  - name: probe\n    uses: Probe\n    py_modules: [probe.py]\n"
+                    "    shared_memory: 64MB\n")
+    with pytest.raises(flowline.ConfigError, match=r"flow\.yml:5:20: executor 'probe': shared_memory: '64MB': write "
+                                                   r"the unit as MiB \(64MiB\)"):
+        flowline.Flow.load(flow)
 
 
 def test_an_answer_naming_bytes_outside_its_region_fails_that_request_and_the_flow_serves_on(tmp_path):
