@@ -196,14 +196,16 @@ void plan_python(DeployPlan& plan, ExecutorService& s, const ExecutorConfig& e, 
 }
 
 // The gateway's flow: exported executors name their services as hosts and start degraded (containers
-// start in any order; an executor joins when its service is up). Their devices and replicas are the
-// services' business, so the gateway's copy drops them.
+// start in any order; an executor joins when its service is up). Their devices, replicas and a Python
+// executor's shared memory (its workers run in its service) are the services' business, so the gateway's
+// copy drops them.
 std::string gateway_flow(const std::string& yaml_text, const std::vector<ExecutorService>& services,
                          const std::string& source) {
   YAML::Node root = YAML::Load(yaml_text);
   for (const auto& s : services) {
     YAML::Node entry = executor_node(root, s.executor);
-    for (const char* key : {"device", "devices", "replicas", "host", "port", "external"}) entry.remove(key);
+    for (const char* key : {"device", "devices", "replicas", "shared_memory", "host", "port", "external"})
+      entry.remove(key);
     YAML::Node hosts(YAML::NodeType::Sequence);
     for (const auto& h : s.hosts) hosts.push_back(h);
     entry["hosts"] = hosts;

@@ -352,7 +352,7 @@ fs::path write_python_flow(const std::string& test) {
   testing::write_text(dir / "executors/shout.py", kShout);
   testing::write_text(dir / "flow.yml",
                       "executors:\n  - name: prepare\n    uses: NoOp\n  - name: shout\n    uses: Shout\n"
-                      "    py_modules: [executors/shout.py]\n    replicas: 2\n");
+                      "    py_modules: [executors/shout.py]\n    replicas: 2\n    shared_memory: 8MiB\n");
   return dir;
 }
 
@@ -381,9 +381,11 @@ TEST_CASE(
 
   const YAML::Node served = load(dir / "out/flow.shout.yml")["executors"][1];
   CHECK(seq_text(served["py_modules"]) == "/opt/flowline/py/shout/shout.py");
-  CHECK(served["replicas"].as<int>() == 2);  // two workers in the container
+  CHECK(served["replicas"].as<int>() == 2);                    // two workers in the container
+  CHECK(served["shared_memory"].as<std::string>() == "8MiB");  // their segments, made in the container
   const YAML::Node gateway = load(dir / "out/flow.gateway.yml")["executors"][1];
   CHECK(seq_text(gateway["hosts"]) == "shout:9000");
+  CHECK_FALSE(gateway["shared_memory"]);  // the gateway starts no worker
   const auto valid = flowline_cli(fmt::format("validate {}", (dir / "out/flow.gateway.yml").string()));
   INFO(valid.out << valid.err);
   CHECK(valid.exit_code == 0);
@@ -442,6 +444,7 @@ TEST_CASE("export kubernetes carries a Python executor's py_modules files in a C
   const YAML::Node flows = load(dir / "out/configmap.yaml")["data"];
   const YAML::Node served = YAML::Load(flows["flow.shout.yml"].as<std::string>())["executors"][1];
   CHECK(seq_text(served["py_modules"]) == "/opt/flowline/py/shout/shout.py");
+  CHECK(served["shared_memory"].as<std::string>() == "8MiB");
   // The C++ executor's pods mount no Python.
   CHECK(YAML::LoadAllFromFile((dir / "out/flow-prepare.yaml").string())[0]["spec"]["template"]["spec"]["volumes"]
             .size() == 1);
