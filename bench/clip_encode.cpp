@@ -83,6 +83,7 @@ struct JpegRun {
   std::string backend = "default";  // the ClipEncoder's gpu_decode_backend
   int replicas = 1;
   std::size_t decode_threads = 0;  // the ClipEncoder's decode_threads (0: its default)
+  double cpu_decode_share = 0;     // the ClipEncoder's cpu_decode_share
   std::size_t text_flow = 0;       // texts through the flow instead of images (0: images)
 };
 
@@ -158,7 +159,8 @@ int run_jpeg_folder(const JpegRun& run) {
                        {"batch_size", run.batch_size},
                        {"gpu_decode", mode},
                        {"gpu_decode_backend", run.backend},
-                       {"decode_threads", run.decode_threads}},
+                       {"decode_threads", run.decode_threads},
+                       {"cpu_decode_share", run.cpu_decode_share}},
               .replicas = run.replicas,
               .device = run.device});
     flow.start();
@@ -174,13 +176,15 @@ int run_jpeg_folder(const JpegRun& run) {
       const double per_s = summary.documents / summary.seconds;
       if (r > 0) best = std::max(best, per_s);
       fmt::print(
-          "clip_encode: gpu_decode {} ({} backend, {} replicas) run {}{}: {} images in {:.3f} s = {:.0f} images/s; "
+          "clip_encode: gpu_decode {} ({} backend, {} replicas, cpu share {}) run {}{}: {} images in {:.3f} s = {:.0f} "
+          "images/s; "
           "decode {:.1f}% "
           "of the "
           "executor's image time (nvJPEG {} images, {:.3f} s; CPU {} images, {:.3f} s)\n",
-          mode, run.backend, run.replicas, r, r == 0 ? " (warm-up)" : "", summary.documents, summary.seconds, per_s,
-          100 * delta("decode_seconds") / std::max(delta("image_seconds"), 1e-9), delta("gpu_decode_images"),
-          delta("gpu_decode_seconds"), delta("cpu_decode_images"), delta("cpu_decode_seconds"));
+          mode, run.backend, run.replicas, run.cpu_decode_share, r, r == 0 ? " (warm-up)" : "", summary.documents,
+          summary.seconds, per_s, 100 * delta("decode_seconds") / std::max(delta("image_seconds"), 1e-9),
+          delta("gpu_decode_images"), delta("gpu_decode_seconds"), delta("cpu_decode_images"),
+          delta("cpu_decode_seconds"));
     }
     fmt::print("clip_encode: gpu_decode {}: best {:.0f} images/s\n", mode, best);
     flow.close();
@@ -214,6 +218,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
   app.add_option("--decode-threads", jpegs.decode_threads, "the ClipEncoder's decode_threads (0: its default)");
+  app.add_option("--cpu-decode-share", jpegs.cpu_decode_share, "the ClipEncoder's cpu_decode_share")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--text-flow", jpegs.text_flow, "instead: this many short texts through a ClipEncoder flow");
   std::string pixels_file, out_file;
   app.add_option("--pixels", pixels_file, "parity instead: encode this safetensors file's pixel_values ...");
