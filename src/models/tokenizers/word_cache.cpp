@@ -2,6 +2,7 @@
 // table over the words' code points.
 #include "word_cache.hpp"
 
+#include <algorithm>
 #include <atomic>
 
 namespace flowline::models::tokenizers {
@@ -23,8 +24,7 @@ WordCache& WordCache::of_thread(std::uint64_t model, bool places) {
 
 void WordCache::clear() {
   slots_.assign(kSlots, Slot{});
-  chars_.clear();
-  ids_.clear();
+  data_.clear();
   words_ = 0;
 }
 
@@ -45,20 +45,22 @@ bool WordCache::append(std::u32string_view word, std::vector<std::int32_t>& ids,
   for (std::size_t i = h & (kSlots - 1);; i = (i + 1) & (kSlots - 1)) {
     const Slot& slot = slots_[i];
     if (slot.hash == 0) return false;
-    if (slot.hash == h && slot.length == word.size() &&
-        std::u32string_view(chars_).substr(slot.chars, slot.length) == word) {
-      if (pieces == nullptr) {
-        ids.insert(ids.end(), ids_.begin() + slot.ids, ids_.begin() + slot.ids + slot.count);
-        return true;
-      }
-      // The places cache: each id, then its characters (begin | end << 8, relative to the word) beside it.
-      for (std::size_t k = slot.ids; k < slot.ids + 2 * std::size_t{slot.count}; k += 2) {
-        ids.push_back(ids_[k]);
-        const auto place = static_cast<std::uint32_t>(ids_[k + 1]);
-        pieces->push_back({at + (place & 0xFF), at + (place >> 8)});
-      }
+    if (slot.hash != h) continue;
+    const std::uint32_t* const entry = data_.data() + slot.entry;
+    const std::size_t length = entry[0] & 0xFF, count = entry[0] >> 8;
+    if (length != word.size() || !std::equal(word.begin(), word.end(), entry + 1)) continue;
+    const std::uint32_t* const kept = entry + 1 + length;
+    if (pieces == nullptr) {
+      ids.insert(ids.end(), reinterpret_cast<const std::int32_t*>(kept),
+                 reinterpret_cast<const std::int32_t*>(kept) + count);
       return true;
     }
+    // The places cache: each id, then its characters (begin | end << 8, relative to the word) beside it.
+    for (std::size_t k = 0; k < 2 * count; k += 2) {
+      ids.push_back(static_cast<std::int32_t>(kept[k]));
+      pieces->push_back({at + (kept[k + 1] & 0xFF), at + (kept[k + 1] >> 8)});
+    }
+    return true;
   }
 }
 
@@ -68,15 +70,18 @@ void WordCache::keep(std::u32string_view word, const std::int32_t* first, const 
   const std::uint32_t h = hash(word);
   std::size_t i = h & (kSlots - 1);
   while (slots_[i].hash != 0) i = (i + 1) & (kSlots - 1);
-  slots_[i] = Slot{h, static_cast<std::uint32_t>(chars_.size()), static_cast<std::uint32_t>(ids_.size()),
-                   static_cast<std::uint16_t>(word.size()), static_cast<std::uint16_t>(last - first)};
-  chars_.append(word);
+  // A word is at most kLongestWord code points, cut into at most as many ids (each covers one at least, but a
+  // character's bytes: four at most): its length and count fit in the entry's first word.
+  const auto count = static_cast<std::uint32_t>(last - first);
+  slots_[i] = Slot{h, static_cast<std::uint32_t>(data_.size())};
+  data_.push_back(static_cast<std::uint32_t>(word.size()) | count << 8);
+  data_.insert(data_.end(), word.begin(), word.end());
   if (pieces == nullptr) {
-    ids_.insert(ids_.end(), first, last);
-  } else {  // a word is at most kLongestWord characters: its places fit a byte each
-    for (std::ptrdiff_t k = 0; k < last - first; ++k) {
-      ids_.push_back(first[k]);
-      ids_.push_back(static_cast<std::int32_t>((pieces[k].begin - at) | (pieces[k].end - at) << 8));
+    for (const std::int32_t* id = first; id != last; ++id) data_.push_back(static_cast<std::uint32_t>(*id));
+  } else {  // its places fit a byte each
+    for (std::uint32_t k = 0; k < count; ++k) {
+      data_.push_back(static_cast<std::uint32_t>(first[k]));
+      data_.push_back(static_cast<std::uint32_t>((pieces[k].begin - at) | (pieces[k].end - at) << 8));
     }
   }
   ++words_;
