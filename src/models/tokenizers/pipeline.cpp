@@ -396,13 +396,33 @@ void Pipeline::recut(Scratch& s, Span word) const {
   s.cut_places = false;
 }
 
-// Each of s.pieces' places, with its spaces where the post-processor trims offsets.
+// Each of s.pieces' places, with its spaces where the post-processor trims offsets; offsets written straight into the
+// sink's vector, sized for them once, where it takes offsets (not a call a token).
 void Pipeline::append_places(Scratch& s, const WordPlaces& at, PlaceSink* places) const {
   const char32_t* const text = s.text.data();
-  for (const Span piece : s.pieces) {
+  const bool trim = post.trim_offsets;
+  if (places->places != nullptr) {
+    for (const Span piece : s.pieces) {
+      TokenPlace place{{at[piece.begin].begin, at[piece.end - 1].end}, 0, 0};
+      if (trim) count_trimmed(text + piece.begin, piece.end - piece.begin, place);
+      places->push_back(place);
+    }
+    return;
+  }
+  std::vector<TokenOffsets>& offsets = *places->offsets;
+  const std::size_t before = offsets.size();
+  offsets.resize(before + s.pieces.size());
+  TokenOffsets* const out = offsets.data() + before;
+  const TokenOffsets* const sequence_first = offsets.data() + places->first;
+  for (std::size_t i = 0; i < s.pieces.size(); ++i) {
+    const Span piece = s.pieces[i];
     TokenPlace place{{at[piece.begin].begin, at[piece.end - 1].end}, 0, 0};
-    if (post.trim_offsets) count_trimmed(text + piece.begin, piece.end - piece.begin, place);
-    places->push_back(place);
+    if (!trim) {
+      out[i] = TokenOffsets{place.chars.begin, place.chars.end};
+      continue;
+    }
+    count_trimmed(text + piece.begin, piece.end - piece.begin, place);
+    out[i] = trimmed_offsets(place, out + i == sequence_first, places->prefix);
   }
 }
 
