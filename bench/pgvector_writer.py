@@ -4,6 +4,7 @@ the same throwaway server (tests/pgvector/pg_server.py: PyPI pgserver's PostgreS
 fsync off for both).
 
   .venv/bin/python bench/pgvector_writer.py [--rows 200000] [--dim 384] [--request 1024] [--runs 3] [--replicas 1]
+      [--connections 1,2]
 
 Needs pgserver, psycopg, pgvector and numpy in the Python that runs it (.venv has them after
 `.venv/bin/pip install psycopg[binary] pgvector`; setup.sh installs pgserver and numpy).
@@ -15,10 +16,17 @@ request of --request rows. Figures, best of --runs, each on a freshly dropped ta
     reading and parsing the JSONL (384 numbers a line) on the launcher's posting thread;
   - flowline writer: rows / the writer's own time (its copy_seconds + commit_seconds metrics: encoding the
     COPY stream, sending it, the server's work, COMMIT), the part that compares with psycopg;
+  - each of them once per --connections count (the writer's `connections`: each request's rows split between
+    that many connections, written at once), labelled "(N conn)";
   - flowline upsert: the same end to end with on_conflict: update (staging table + INSERT ... ON CONFLICT);
   - psycopg: rows / wall time of the COPY loop from numpy rows already in memory;
   - reader alone: the same `flowline run` with a NoOp instead of the writer: the ceiling the JSONL input sets
-    on the end-to-end figure.
+    on the end-to-end figure;
+  - flowline in process (per --connections count): the same rows as flowline.Document objects built beforehand
+    in this Python process (build/python's package, numpy embeddings: no text to parse), posted to a Flow of the
+    writer alone (`run_key` set, so it records its progress rows as under `flowline run`); rows / the post's
+    wall time, and rows / the writer's own time. Like psycopg's loop it starts from embeddings in memory, and
+    nothing else runs while it writes. Left out with --no-in-process, or where the package is not built.
 Each side's CPU time per row is reported too (cpu_us_per_row): the server's (every PostgreSQL process, the
 backends that exited included) and the client's (the launcher process, or the Python process running psycopg),
 so that on a machine where both share the cores one can see whose work bounds the rate.
@@ -106,6 +114,19 @@ def flowline_run(args, uri, flow, jsonl, work):
     return end_to_end, writer, int(rows)
 
 
+def in_process_run(flowline, uri, docs, connections, request, dim):
+    """rows / wall time of posting `docs` to a Flow of the writer alone, and rows / the writer's own time."""
+    flow_yaml = json.dumps({"executors": [{"name": "db", "uses": "PgVectorWriter", "with": {
+        "uri": uri, "table": "bench", "on_conflict": "error", "dimension": dim, "connections": connections,
+        "run_key": "bench-in-process"}}]})
+    with flowline.Flow.from_yaml(flow_yaml, "bench-in-process.yml") as flow:
+        start = time.perf_counter()
+        flow.post("/index", docs, request_size=request)
+        wall = time.perf_counter() - start
+        m = [r["metrics"] for r in flow.stats()["replicas"] if r["executor"] == "db"][0]
+    return len(docs) / wall, m["rows"] / (m["copy_seconds"] + m["commit_seconds"])
+
+
 def psycopg_run(conn, table, ids, texts, vectors, request):
     start = time.perf_counter()
     for at in range(0, len(ids), request):
@@ -123,9 +144,18 @@ def main():
     p.add_argument("--dim", type=int, default=384)
     p.add_argument("--request", type=int, default=1024)
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--replicas", type=int, default=1, help="the writer's replicas (connections) in the flow")
+    p.add_argument("--replicas", type=int, default=1, help="the writer's replicas in the flow")
+    p.add_argument("--connections", default="1,2", help="the writer's `connections` to measure, comma-separated")
     p.add_argument("--launcher", default=str(ROOT / "build/src/flowline"))
+    p.add_argument("--no-in-process", action="store_true", help="leave out the in-process (Python package) figures")
     args = p.parse_args()
+    flowline = None
+    if not args.no_in_process:
+        sys.path.insert(0, str(ROOT / "build/python"))
+        try:
+            import flowline
+        except ImportError as e:
+            print(f"no in-process figures: {e}", file=sys.stderr)
 
     started = subprocess.run([sys.executable, str(SERVER), "start"], capture_output=True, text=True, timeout=120)
     if started.returncode != 0:
@@ -144,50 +174,77 @@ def main():
             flows = {}
             flows["noop"] = work / "flow-noop.yml"
             flows["noop"].write_text("jtype: Flow\nexecutors:\n  - name: db\n    uses: NoOp\n")
+            counts = [int(c) for c in args.connections.split(",")]
             for mode in ("error", "update"):
-                flows[mode] = work / f"flow-{mode}.yml"
-                flows[mode].write_text("jtype: Flow\nexecutors:\n  - name: db\n    uses: PgVectorWriter\n"
-                                       f"    replicas: {args.replicas}\n"
-                                       f"    with: {{table: bench, on_conflict: {mode}, dimension: {args.dim}}}\n")
+                for c in counts:
+                    flows[mode, c] = work / f"flow-{mode}-{c}.yml"
+                    flows[mode, c].write_text(
+                        "jtype: Flow\nexecutors:\n  - name: db\n    uses: PgVectorWriter\n"
+                        f"    replicas: {args.replicas}\n"
+                        f"    with: {{table: bench, on_conflict: {mode}, dimension: {args.dim}, connections: {c}}}\n")
             conn = psycopg.connect(uri, autocommit=True)
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
             register_vector(conn)
             ddl = f"CREATE TABLE bench (id text PRIMARY KEY, text text, tags jsonb, embedding vector({args.dim}))"
-            results = {"flowline end to end": [], "flowline writer": [], "flowline upsert end to end": [],
-                       "psycopg": [], "reader alone (NoOp)": []}
+            results = {"psycopg": [], "reader alone (NoOp)": []}
+            for c in counts:
+                for label in ("flowline end to end", "flowline writer", "flowline upsert end to end"):
+                    results[f"{label} ({c} conn)"] = []
+            sides = [("flowline", c) for c in counts] + [("upsert", c) for c in counts] + [("psycopg", 0)]
+            docs = None
+            if flowline:
+                docs = [flowline.Document(texts[i], id=ids[i], tags={}, embedding=vectors[i]) for i in range(args.rows)]
+                sides += [("in process", c) for c in counts]
+                for c in counts:
+                    results[f"flowline in process, post ({c} conn)"] = []
+                    results[f"flowline in process, writer ({c} conn)"] = []
             digests = set()
             backend_stat = pathlib.Path(f"/proc/{conn.info.backend_pid}/stat").read_text()
             postmaster = int(backend_stat.rsplit(")", 1)[1].split()[1])  # the backend's parent
-            cpu = {side: {"server": [], "client": []} for side in ("flowline", "upsert", "psycopg")}
+            name = {side: side[0] if side[0] == "psycopg" else f"{side[0]} ({side[1]} conn)" for side in sides}
+            cpu = {name[side]: {"server": [], "client": []} for side in sides}
             for _ in range(args.runs):
                 results["reader alone (NoOp)"].append(flowline_run(args, uri, flows["noop"], jsonl, work)[0])
-                for side in ("flowline", "upsert", "psycopg"):
+                for side in sides:
                     conn.execute("DROP TABLE IF EXISTS bench")
+                    conn.execute("DELETE FROM flowline_progress WHERE split_part(sink, '#', 1) = 'bench'"
+                                 if conn.execute("SELECT to_regclass('flowline_progress')").fetchone()[0] else "SELECT 1")
                     conn.execute("CHECKPOINT")
-                    if side == "psycopg":
+                    if side[0] == "in process":
+                        post, writer = measured(cpu[name[side]], postmaster, args.rows, lambda: in_process_run(
+                            flowline, uri, docs, side[1], args.request, args.dim))
+                        results[f"flowline in process, post ({side[1]} conn)"].append(post)
+                        results[f"flowline in process, writer ({side[1]} conn)"].append(writer)
+                    elif side[0] == "psycopg":
                         conn.execute(ddl)
                         results["psycopg"].append(measured(cpu["psycopg"], postmaster, args.rows, lambda: psycopg_run(
                             conn, "bench", ids, texts, vectors, args.request)))
                     else:
-                        flow = flows["error" if side == "flowline" else "update"]
-                        e2e, writer, rows = measured(cpu[side], postmaster, args.rows,
+                        flow = flows["error" if side[0] == "flowline" else "update", side[1]]
+                        e2e, writer, rows = measured(cpu[name[side]], postmaster, args.rows,
                                                      lambda: flowline_run(args, uri, flow, jsonl, work))
                         assert rows == args.rows, rows
-                        if side == "flowline":
-                            results["flowline end to end"].append(e2e)
-                            results["flowline writer"].append(writer)
+                        if side[0] == "flowline":
+                            results[f"flowline end to end ({side[1]} conn)"].append(e2e)
+                            results[f"flowline writer ({side[1]} conn)"].append(writer)
                         else:
-                            results["flowline upsert end to end"].append(e2e)
+                            results[f"flowline upsert end to end ({side[1]} conn)"].append(e2e)
                     digests.add(tuple(conn.execute(DIGEST.format("bench")).fetchone()))
             if len(digests) != 1:
                 sys.exit(f"the sides stored different rows: {digests}")
             best = {k: max(v) for k, v in results.items()}
             print(json.dumps({"rows": args.rows, "dim": args.dim, "request": args.request, "runs": args.runs,
-                              "replicas": args.replicas,
+                              "replicas": args.replicas, "connections": counts,
                               "rows_per_s_best": {k: round(v) for k, v in best.items()},
                               "rows_per_s_all": {k: [round(x) for x in v] for k, v in results.items()},
-                              "writer_over_psycopg": round(best["flowline writer"] / best["psycopg"], 2),
-                              "end_to_end_over_psycopg": round(best["flowline end to end"] / best["psycopg"], 2),
+                              "writer_over_psycopg": {c: round(best[f"flowline writer ({c} conn)"] / best["psycopg"], 2)
+                                                      for c in counts},
+                              "end_to_end_over_psycopg": {
+                                  c: round(best[f"flowline end to end ({c} conn)"] / best["psycopg"], 2)
+                                  for c in counts},
+                              "in_process_writer_over_psycopg": {
+                                  c: round(best[f"flowline in process, writer ({c} conn)"] / best["psycopg"], 2)
+                                  for c in counts} if flowline else None,
                               "cpu_us_per_row": cpu,
                               "same_rows_digest": list(digests)[0][1]}, indent=2))
     finally:
