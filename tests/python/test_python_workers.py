@@ -292,8 +292,13 @@ class Sentences(flowline.Executor):
 
 
 def test_a_spacy_pipeline_runs_as_a_python_executor_as_spacy_does_directly(tmp_path):
-    spacy = pytest.importorskip("spacy", reason="spaCy is not installed in this Python (scripts/setup.sh installs "
-                                                "spacy into .venv)")
+    try:
+        import spacy
+    except ImportError:
+        missing = "spaCy is not installed in this Python (scripts/setup.sh installs spacy into .venv)"
+        if os.environ.get("CI") in ("true", "1"):  # as the C++ tests' running_in_ci(): CI must not skip it
+            pytest.fail(missing + "; CI is set, so this fails instead of skipping")
+        pytest.skip(missing)
     (tmp_path / "spacy_executor.py").write_text(SPACY_EXECUTOR)
     flow = tmp_path / "flow.yml"
     flow.write_text(json.dumps({"executors": [{"name": "sentences", "uses": "Sentences", "replicas": 2,
