@@ -262,11 +262,15 @@ namespace {
 
 // TEI's /tokenize answer for `text`: [{"id", "text", "special", "start", "stop"}], start and stop the UTF-8
 // byte positions of the token in the text (null for a special token, as TEI gives them). A special token's
-// text is its token, as TEI gives it ("[CLS]": the tokenizer's id_to_token).
+// text is its token, as TEI gives it ("[CLS]": the tokenizer's id_to_token). The encoding and its byte offsets go
+// into this connection thread's own buffers, reused request after request (nothing of them outlives the call; they
+// keep the capacity of the longest text so far, which the body limits bound).
 void append_tokens(std::string& out, const models::Tokenizer& tokenizer, std::string_view text, std::size_t max_length,
                    bool add_special) {
-  const models::Encoding e = tokenizer.encode_with_offsets(text, max_length);
-  const std::vector<models::TokenOffsets> bytes = models::byte_offsets(text, e.offsets);
+  thread_local models::Encoding e;
+  thread_local std::vector<models::TokenOffsets> bytes;
+  tokenizer.encode_with_offsets_into(text, max_length, e);
+  models::byte_offsets_into(text, e.offsets, bytes);
   out += '[';
   bool first = true;
   for (std::size_t i = 0; i < e.ids.size(); ++i) {

@@ -495,6 +495,17 @@ TEST_CASE("offsets count code points of each text, special tokens (0, 0), as Pyt
   CHECK(flowline::models::byte_offsets("\xc3\xa9\xff"
                                        "b",
                                        Offsets{{0, 1}, {1, 2}, {2, 3}}) == Offsets{{0, 2}, {2, 3}, {3, 4}});
+  // Into a caller's vector and Encoding, reused: what an earlier call left is replaced, not appended to.
+  Offsets bytes{{7, 7}};
+  flowline::models::byte_offsets_into("H\u00e9llo, \u4e16\u754c!", one.offsets, bytes);
+  CHECK(bytes == flowline::models::byte_offsets("H\u00e9llo, \u4e16\u754c!", one.offsets));
+  flowline::models::Encoding reused = pair;
+  tok->encode_with_offsets_into("H\u00e9llo, \u4e16\u754c!", 0, reused);
+  CHECK(reused.ids == one.ids);
+  CHECK(reused.type_ids == one.type_ids);
+  CHECK(reused.offsets == one.offsets);
+  CHECK(reused.special == one.special);
+  CHECK(reused.sequence == one.sequence);
   // ByteLevel: the bytes of "é" share its place; trim_offsets leaves a token of spaces empty.
   const auto roberta = Tokenizer::from_folder(kSource / "tests/data/tokenizers/bpe-bytelevel-roberta");
   CHECK(roberta->encode_with_offsets(" caf\u00e9  x").offsets ==

@@ -85,7 +85,8 @@ struct Window {
   std::size_t begin = 0, end = 0, row = 0;
 };
 
-// A document's encoding and its windows. Leading and trailing specials: the post-processor's template.
+// A document's encoding and its windows. Leading and trailing specials: the post-processor's template. The replica
+// keeps its Work from request to request (encode_with_offsets_into refills the encoding in place).
 struct Work {
   models::Encoding encoding;
   std::vector<models::TokenOffsets> bytes;  // the offsets as UTF-8 byte positions of the text
@@ -284,16 +285,19 @@ class TokenClassifier : public Executor {
     // cut here (one window), which also tells whether it was cut; truncation_side left goes through the
     // tokenizer's own truncation and, when that filled max_length, a second encoding (ids alone) to tell.
     const bool cut_here = stride == 0 && !replica_.tokenizer->truncates_left();
-    w.encoding = replica_.tokenizer->encode_with_offsets(text, stride > 0 || cut_here ? 0 : replica_.max_length);
-    w.truncated = stride == 0 && !cut_here && w.encoding.ids.size() == replica_.max_length &&
-                  replica_.tokenizer->encode(text).size() > replica_.max_length;
+    replica_.tokenizer->encode_with_offsets_into(text, stride > 0 || cut_here ? 0 : replica_.max_length, w.encoding);
+    w.truncated = false;
+    if (stride == 0 && !cut_here && w.encoding.ids.size() == replica_.max_length) {
+      whole_.clear();
+      w.truncated = replica_.tokenizer->encode_into(text, 0, whole_) > replica_.max_length;
+    }
     const auto& special = w.encoding.special;
     const std::size_t n = special.size();
     w.prefix = 0;
     while (w.prefix < n && special[w.prefix]) ++w.prefix;
     w.suffix = 0;
     while (w.suffix < n - w.prefix && special[n - 1 - w.suffix]) ++w.suffix;
-    w.bytes = models::byte_offsets(text, w.encoding.offsets);
+    models::byte_offsets_into(text, w.encoding.offsets, w.bytes);
     w.windows.clear();
     const std::size_t first = w.prefix, last = n - w.suffix, length = last - first;
     if (cut_here) {
@@ -435,8 +439,9 @@ class TokenClassifier : public Executor {
   bool subword_prefix_ = false;
   bool warned_ = false;
   // Buffers reused across requests.
-  std::vector<Work> work_;
+  std::vector<Work> work_;  // a request's documents', kept (and their vectors' capacity) for the next request
   std::vector<std::int32_t> ids_;
+  std::vector<std::int32_t> whole_;  // a text's ids untruncated (truncation_side left: whether it was cut)
   std::vector<std::size_t> offsets_;
   std::vector<PreEntity> tokens_;  // a window's pre-entities
 };

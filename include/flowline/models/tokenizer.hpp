@@ -56,6 +56,9 @@ struct Encoding {
 // (TEI's /tokenize reports bytes: a token's text is text[start, end)). A byte that is not UTF-8 is one code
 // point, as encoding reads it.
 std::vector<TokenOffsets> byte_offsets(std::string_view text, const std::vector<TokenOffsets>& offsets);
+// The same into `out` (cleared and refilled, its capacity kept: the caller's, reused call after call; not
+// `offsets` itself).
+void byte_offsets_into(std::string_view text, const std::vector<TokenOffsets>& offsets, std::vector<TokenOffsets>& out);
 
 class Tokenizer {
  public:
@@ -93,6 +96,8 @@ class Tokenizer {
   Encoding encode_pair_with_offsets(std::string_view a, std::string_view b, std::size_t max_length = 0) const;
   // The same into `out`, whose five vectors are cleared and refilled, keeping their capacity: a thread that
   // passes the same Encoding call after call allocates nothing once warm (as encode_into with the same ids).
+  // The caller owns `out` and keeps it to one thread at a time (one per thread, or per executor replica, whose
+  // calls never overlap); the tokenizer keeps no reference to it past the call.
   void encode_with_offsets_into(std::string_view text, std::size_t max_length, Encoding& out) const;
   void encode_pair_with_offsets_into(std::string_view a, std::string_view b, std::size_t max_length,
                                      Encoding& out) const;

@@ -104,14 +104,20 @@ void frame_pair(const Pipeline& p, const Sequence& a, const Sequence& b, Encodin
 
 }  // namespace
 
-std::vector<TokenOffsets> byte_offsets(std::string_view text, const std::vector<TokenOffsets>& offsets) {
+void byte_offsets_into(std::string_view text, const std::vector<TokenOffsets>& offsets,
+                       std::vector<TokenOffsets>& out) {
   thread_local std::vector<std::size_t> starts;  // the first byte of each code point, then the text's size
   tokenizers::utf8_starts(text, starts);
   const std::size_t points = starts.size() - 1;
-  std::vector<TokenOffsets> out;
+  out.clear();
   out.reserve(offsets.size());
   for (const TokenOffsets& o : offsets)
     out.push_back({starts[std::min(o.start, points)], starts[std::min(o.end, points)]});
+}
+
+std::vector<TokenOffsets> byte_offsets(std::string_view text, const std::vector<TokenOffsets>& offsets) {
+  std::vector<TokenOffsets> out;
+  byte_offsets_into(text, offsets, out);
   return out;
 }
 
@@ -148,11 +154,11 @@ void Tokenizer::encode_with_offsets_into(std::string_view text, std::size_t max_
         tokenizers::cut(places, n, p.truncate_left);
       }
     }
-    const std::size_t n = e.ids.size() - start;
-    e.type_ids.insert(e.type_ids.end(), n, piece.type_id);
+    const std::size_t n = e.ids.size() - start;  // grown at the end (insert's general case, a call, costs more)
+    e.type_ids.resize(e.type_ids.size() + n, piece.type_id);
     if (placed) append_offsets(p, places, e.offsets);
-    e.special.insert(e.special.end(), n, 0);
-    e.sequence.insert(e.sequence.end(), n, 0);
+    e.special.resize(e.special.size() + n, 0);
+    e.sequence.resize(e.sequence.size() + n, 0);
   }
 }
 

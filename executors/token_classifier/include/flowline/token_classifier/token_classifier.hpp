@@ -13,12 +13,13 @@
 // all-whitespace) text gives no entities.
 //
 // What it computes, step by step as the pipeline: the tokenizer's ids and character offsets (Tokenizer::
-// encode_with_offsets), the model's logits for every token (TokenClassifierModel), softmax over the labels, the
-// post-processor's special tokens dropped, then aggregation (flowline/token_classifier/aggregation.hpp):
-// aggregation_strategy none | simple | first | average | max, sub-words told by the tokenizer's
-// continuing-subword prefix (WordPiece's "##": a token whose string is not as long as its text) or else by the
-// previous-character heuristic (a token starting after a character other than a space), the unknown token
-// taking the text's slice as its word; then ignore_labels (default ["O"]) dropped.
+// encode_with_offsets_into, into an Encoding each replica keeps for its documents from request to request: a
+// replica's calls never overlap, so nothing is shared between threads), the model's logits for every token
+// (TokenClassifierModel), softmax over the labels, the post-processor's special tokens dropped, then aggregation
+// (flowline/token_classifier/aggregation.hpp): aggregation_strategy none | simple | first | average | max, sub-words
+// told by the tokenizer's continuing-subword prefix (WordPiece's "##": a token whose string is not as long as its text)
+// or else by the previous-character heuristic (a token starting after a character other than a space), the unknown
+// token taking the text's slice as its word; then ignore_labels (default ["O"]) dropped.
 //
 // Long texts: a text longer than max_seq_length tokens (0: the model's, from tokenizer_config.json's
 // model_max_length and the positions) is, with `stride` 0 (the default, as the pipeline without stride), cut
