@@ -75,11 +75,13 @@ void clear(Encoding& e) {
 
 // A template's special token, framed.
 void append_special(const tokenizers::TemplatePiece& piece, Encoding& e) {
-  e.ids.insert(e.ids.end(), piece.ids.begin(), piece.ids.end());
-  e.type_ids.insert(e.type_ids.end(), piece.ids.size(), piece.type_id);
-  e.offsets.insert(e.offsets.end(), piece.ids.size(), TokenOffsets{});
-  e.special.insert(e.special.end(), piece.ids.size(), 1);
-  e.sequence.insert(e.sequence.end(), piece.ids.size(), -1);
+  for (const std::int32_t id : piece.ids) {  // one or two: pushed, not inserted (a call each)
+    e.ids.push_back(id);
+    e.type_ids.push_back(piece.type_id);
+    e.offsets.push_back(TokenOffsets{});
+    e.special.push_back(1);
+    e.sequence.push_back(-1);
+  }
 }
 
 // The post-processor's template around a pair of sequences, into `e` (cleared).

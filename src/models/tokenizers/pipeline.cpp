@@ -244,7 +244,7 @@ struct OneEach {
 };
 
 template <bool Lazy>
-OneEach one_each(const Scratch& s, std::size_t w) {
+[[gnu::always_inline]] inline OneEach one_each(const Scratch& s, std::size_t w) {  // a call a word cost 2%
   if constexpr (!Lazy) return OneEach{s.align.data(), 0};
   const Scratch::WordSource source = s.sources[w];
   if (!source.ascii) return OneEach{s.other_align.data(), 0};
