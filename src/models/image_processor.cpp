@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 namespace flowline::models {
@@ -273,7 +274,18 @@ at::Tensor preprocess_image_tensors(std::span<const at::Tensor> images, const Im
       // host allocator keeps the buffer until the copy has run), then sent at once.
       at::Tensor host = at::empty({n, group.height, group.width, 3},
                                   at::TensorOptions().dtype(at::kByte).pinned_memory(device.is_cuda()));
-      for (std::int64_t k = 0; k < n; ++k) host[k].copy_(images[static_cast<std::size_t>(group.members[k])]);
+      // memcpy, not copy_: ATen's CPU copy of an image this size forks a team of OpenMP threads, which spin and
+      // slow the decoders of the other replicas.
+      const std::size_t bytes = static_cast<std::size_t>(group.height * group.width * 3);
+      auto* to = host.data_ptr<std::uint8_t>();
+      for (std::int64_t k = 0; k < n; ++k) {
+        const at::Tensor& image = images[static_cast<std::size_t>(group.members[k])];
+        if (image.is_contiguous()) {
+          std::memcpy(to + static_cast<std::size_t>(k) * bytes, image.data_ptr<std::uint8_t>(), bytes);
+        } else {
+          host[k].copy_(image);
+        }
+      }
       batch = host.to(device, /*non_blocking=*/true);
     } else if (n == 1) {
       batch = images[static_cast<std::size_t>(group.members[0])].unsqueeze(0);
