@@ -168,9 +168,15 @@ int run_jpeg_folder(const JpegRun& run) {
     for (std::size_t r = 0; r <= run.repeats; ++r) {
       const FlowStats before = flow.stats();
       auto source = open_file_source(run.folder, InputFormat::Images);
+      std::string first_error;
       const PostSummary summary = flow.post(
-          "/encode", *source, [](Response&&) {}, PostOptions{run.batch_size});
-      if (summary.failed_requests > 0) throw Error(fmt::format("{} requests failed", summary.failed_requests));
+          "/encode", *source,
+          [&](Response&& response) {
+            if (!response.ok() && first_error.empty()) first_error = response.error;
+          },
+          PostOptions{run.batch_size});
+      if (summary.failed_requests > 0)
+        throw Error(fmt::format("{} requests failed, the first: {}", summary.failed_requests, first_error));
       const FlowStats after = flow.stats();
       const auto delta = [&](const char* name) { return metric(after, name) - metric(before, name); };
       const double per_s = summary.documents / summary.seconds;
