@@ -144,8 +144,10 @@ class ClipEncoder : public Executor {
                              "run a text and an image pass at start so the first request does not pay for set-up")},
         {"/encode", "/rank"},
     };
-    // Two replicas per GPU: one decodes on the CPU while the other's passes run.
-    spec.replicas_per_gpu = 2;
+    // Four replicas per GPU: while some decode, others' passes run. On an H200 (docs/images.md) four gave 4,682
+    // images/s from JPEG files with CPU decoding against two's 2,845, and 126,971 short texts/s against 107,888;
+    // eight gave no more.
+    spec.replicas_per_gpu = 4;
     return spec;
   }
 

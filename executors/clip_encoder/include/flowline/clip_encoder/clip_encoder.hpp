@@ -42,8 +42,9 @@
 // Metrics gpu_decode_images / cpu_decode_images count each side, gpu_decode_seconds / cpu_decode_seconds time it.
 // CPU decoding runs on CPU threads (`decode_threads`, from ATen's pool) in slices of batch_size images; on a GPU a
 // slice's vision pass is only enqueued on the replica's CUDA stream before the next slice is decoded, so the
-// CPU decodes slice k+1 while the GPU runs slice k, and the replicas (replicas_per_gpu 2) overlap one's
-// decoding with another's GPU work. Replicas on one device share one copy of the weights.
+// CPU decodes slice k+1 while the GPU runs slice k, and the replicas (replicas_per_gpu 4) overlap some's
+// decoding with others' GPU work. With nvJPEG, cpu_decode_share sends a slice's last images to the CPU threads
+// while nvJPEG decodes the first ones. Replicas on one device share one copy of the weights.
 //
 // Threads: as every executor (executor.hpp): one replica is never called concurrently.
 #pragma once
