@@ -8,7 +8,8 @@ its `pginstall` folder in site-packages, or a .tar.xz of `pgserver/pginstall` an
 site-packages), on a Unix socket, with its default durability (fsync and synchronous
 commit on). Per dtype: the encoder alone (no writer: the ceiling), then the whole flow into a fresh table; docs/s
 end to end from process start to exit, the table's row count and dimension checked, and what 20.6M chunks would
-take at that rate. --hnsw also times `index: hnsw` (built after loading) on the last table.
+take at that rate. --hnsw also times `index: hnsw` (built after loading) on the last table. --connections N
+sets the writer's connections (each request's rows split between N connections written at once).
 
   python3 bench/seed3_pg.py --launcher build-gpu/src/flowline --tokenizer .device/model/all-MiniLM-L6-v2 \\
       --pginstall .device/pginstall.tar.xz --corpus .device/corpus --out $OUT
@@ -91,6 +92,8 @@ def main():
     parser.add_argument("--copies", type=int, default=50)
     parser.add_argument("--dtypes", nargs="+", default=["fp16", "fp32"])
     parser.add_argument("--hnsw", action="store_true")
+    parser.add_argument("--connections", type=int, default=None,
+                        help="the writer's connections (db.connections; default: the flow's)")
     parser.add_argument("--work", default="/tmp/seed3-pg")
     parser.add_argument("--out", default=".")
     args = parser.parse_args()
@@ -114,6 +117,8 @@ def main():
         figures["pgvector"] = psql("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
         base = [args.launcher, "run", str(ROOT / "flows/index-pg.yml"), "--input", str(work / "input"),
                 "--input-format", "paragraphs", "--progress", "never", "--set", f"encoder.model={model}"]
+        if args.connections:
+            base += ["--set", f"db.connections={args.connections}"]
         for dtype in args.dtypes:
             alone = work / f"encoder-{dtype}.yml"
             alone.write_text(json.dumps({"jtype": "Flow", "with": {"request_size": 1024}, "executors": [{
@@ -134,7 +139,7 @@ def main():
             run = {"dtype": dtype, "documents": documents, "encoder_alone_s": round(seconds_alone, 2),
                    "encoder_alone_docs_per_s": round(documents / seconds_alone),
                    "into_postgres_s": round(seconds, 2), "into_postgres_docs_per_s": round(rows / seconds),
-                   "rows": rows, "dimensions": dims, "index": index,
+                   "rows": rows, "dimensions": dims, "index": index, "connections": args.connections or "default",
                    "table_mb": round(int(psql(f"SELECT pg_total_relation_size('{table}')")) / 2**20),
                    "seed3_hours_at_this_rate": round(SEED3_CHUNKS / (rows / seconds) / 3600, 2)}
             built = re.search(r"index \(\w+\) of \S+ built in ([0-9.]+) s", log)
