@@ -31,32 +31,44 @@ const fs::path kTinyClip = kSource / "tests/data/tiny-models/clip";
 const fs::path kImages = kSource / "tests/clip_encoder/data/images";
 constexpr int kTinyClipDim = 24;  // projection_dim of tests/data/tiny-models/clip/config.json
 
-}  // namespace
-
-TEST_CASE(
-    "CLIP-as-service's own client (clip-client 0.8.3) encodes and ranks texts and images through "
-    "flowline serve flows/clip.yml over http",
-    "[gateway][clients][clip]") {
+// Serves flows/clip.yml (with Jina's gRPC front too when `grpc`) and runs the client script against it, over
+// gRPC or http.
+void run_clip_client(bool grpc) {
   if (::access(kClipPython.c_str(), X_OK) != 0) {
     const std::string missing = kClipPython.string() + " does not exist (run scripts/setup-clip-client.sh)";
     if (running_in_ci()) FAIL(missing << "; CI=true is set, so this fails instead of skipping");
     FLOWLINE_SKIP(missing);
   }
-  const fs::path dir = testing::scratch_dir("clip client");
+  const fs::path dir = testing::scratch_dir(grpc ? "clip client grpc" : "clip client");
   const fs::path ready = dir / "port";
   // The shipped flow as it is, its model named explicitly so that FLOWLINE_CLIP_MODEL cannot change the dimension.
-  testing::ChildProcess server({FLOWLINE_LAUNCHER, "serve", (kSource / "flows/clip.yml").string(), "--set",
-                                "clip.model=" + kTinyClip.string(), "--port", "0", "--ready-file", ready.string()},
-                               dir / "serve.log");
+  std::vector<std::string> args{FLOWLINE_LAUNCHER,
+                                "serve",
+                                (kSource / "flows/clip.yml").string(),
+                                "--set",
+                                "clip.model=" + kTinyClip.string(),
+                                "--port",
+                                "0",
+                                "--ready-file",
+                                ready.string()};
+  if (grpc) args.insert(args.end(), {"--grpc-port", "0"});
+  testing::ChildProcess server(args, dir / "serve.log");
   const int port = testing::wait_for_port(server, ready, 120s);
   INFO("flowline serve's output:\n" << server.log());
   REQUIRE(port != 0);
+  std::string client_url;
+  if (grpc) {  // the ready file's second line
+    const std::string text = testing::read_text(ready);
+    const auto newline = text.find('\n');
+    REQUIRE(newline != std::string::npos);
+    client_url = fmt::format(" --client-url grpc://127.0.0.1:{}", std::stoi(text.substr(newline + 1)));
+  }
 
   // The script's watchdog (--timeout) bounds it; loopback never goes through a proxy.
   const auto r = testing::run_process(fmt::format(
-      "NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost '{}' '{}' --url http://127.0.0.1:{} --expect-dim {} "
+      "NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost '{}' '{}' --url http://127.0.0.1:{}{} --expect-dim {} "
       "--timeout 120 --image '{}' --image '{}' --image '{}' --image '{}'",
-      kClipPython.string(), kScript.string(), port, kTinyClipDim, (kImages / "smooth-48x30.jpg").string(),
+      kClipPython.string(), kScript.string(), port, client_url, kTinyClipDim, (kImages / "smooth-48x30.jpg").string(),
       (kImages / "square-40x40.png").string(), (kImages / "gray-24x64.png").string(),
       (kImages / "rgba-33x33.png").string()));
   INFO("clip_client_test.py (exit code " << r.exit_code << "):\n" << r.out << r.err);
@@ -67,4 +79,19 @@ TEST_CASE(
   INFO("flowline serve on SIGTERM: " << testing::describe_status(status));
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "CLIP-as-service's own client (clip-client 0.8.3) encodes and ranks texts and images through "
+    "flowline serve flows/clip.yml over http",
+    "[gateway][clients][clip]") {
+  run_clip_client(false);
+}
+
+TEST_CASE("CLIP-as-service's own client encodes and ranks over gRPC, its default scheme (docarray < 0.30's documents)",
+          "[gateway][clients][clip][grpc]") {
+  if (!FLOWLINE_TEST_GRPC) FLOWLINE_SKIP("flowline was built without gRPC C++ (FLOWLINE_GRPC)");
+  run_clip_client(true);
 }

@@ -45,7 +45,7 @@ namespace flowline::gateway {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using Request = jina::DataRequestProto;
+using Request = JinaRequest;
 using Bytes = grpc::ByteBuffer;  // a message as read from the wire, or an answer serialized
 
 constexpr std::string_view kCallMethod = "jina.JinaRPC/Call";
@@ -88,7 +88,7 @@ std::optional<Refused> fill_answer(Request& answer, const Response& response, By
     } else {
       write_failure(answer, response);
     }
-    if (auto failed = serialize_message(answer, out))
+    if (auto failed = serialize_message(answer.message(), out))
       return Refused{Refusal::Failed, fmt::format("the answer could not be written: {}", *failed)};
     return std::nullopt;
   } catch (const std::bad_alloc&) {
@@ -311,8 +311,9 @@ class CallStream final : public grpc::ServerBidiReactor<Bytes, Bytes> {
     Call call;
     try {
       const std::size_t bytes = message->Length();
-      if (!parse_message(*message, *request))
-        return refuse(seq, Refusal::BadRequest, not_parsed(kCallMethod, *request, bytes), started);
+      request->docarray_v1 = docarray_v1_message(*message);
+      if (!parse_message(*message, request->message()))
+        return refuse(seq, Refusal::BadRequest, not_parsed(kCallMethod, request->message(), bytes), started);
       message.reset();
       call = call_from_proto(*request, core_.limits);
     } catch (const RefusedError& e) {
@@ -445,8 +446,9 @@ class SingleRequest final : public jina::JinaSingleDataRequestRPC::WithRawCallba
     Call call;
     try {
       Bytes bytes(*request);  // shares its slices
-      if (!parse_message(bytes, *answer))
-        return refuse(Refusal::BadRequest, not_parsed(kSingleMethod, *answer, message_bytes));
+      answer->docarray_v1 = docarray_v1_message(bytes);
+      if (!parse_message(bytes, answer->message()))
+        return refuse(Refusal::BadRequest, not_parsed(kSingleMethod, answer->message(), message_bytes));
       call = call_from_proto(*answer, core_.limits);
     } catch (const RefusedError& e) {
       return refuse(e.kind, e.what());

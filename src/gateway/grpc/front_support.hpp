@@ -31,6 +31,13 @@ grpc::StatusCode grpc_code(Refusal kind) noexcept;
 // fault, to be dropped). May throw std::bad_alloc.
 bool parse_message(grpc::ByteBuffer& bytes, google::protobuf::MessageLite& message);
 
+// Whether a jina.DataRequestProto's documents are docarray < 0.30's (DocumentProto, jina_v1.proto) rather than
+// docarray >= 0.30's (DocProto), told from the first document's first bytes without parsing the message: a
+// DocProto holds only its field 1, map entries whose first byte is their key's tag (0x0a); a DocumentProto
+// starts with its id (field 1, a string of letters and digits) or, without one, with another field. False
+// when there is no document (either reads it) or the bytes end early (the parse then says what is wrong).
+bool docarray_v1_message(const grpc::ByteBuffer& bytes);
+
 // What a refusal of a message that does not parse says: "the message (4 bytes) does not parse as
 // jina.DataRequestProto, the request of jina.JinaRPC/Call". `method` as gRPC names it, without the
 // leading slash.

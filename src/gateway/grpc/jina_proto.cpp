@@ -86,8 +86,9 @@ std::string text_of(const NodeProto& node, const std::string& where) {
   return node.text();
 }
 
-at::Tensor read_ndarray(const docarray::NdArrayProto& array, const std::string& where) {
-  const auto& dense = array.dense();
+// A dense array of either docarray generation (their DenseNdArrayProto have the same fields).
+template <class Dense>
+at::Tensor read_dense(const Dense& dense, const std::string& where) {
   const DType* dtype = nullptr;
   for (const auto& d : kDTypes) {
     if (d.numpy == dense.dtype()) dtype = &d;
@@ -113,7 +114,12 @@ at::Tensor read_ndarray(const docarray::NdArrayProto& array, const std::string& 
   return tensor;
 }
 
-void write_ndarray(NodeProto& node, const at::Tensor& value, bool as_float) {
+at::Tensor read_ndarray(const docarray::NdArrayProto& array, const std::string& where) {
+  return read_dense(array.dense(), where);
+}
+
+template <class Dense>
+void write_dense(Dense& dense, const at::Tensor& value, bool as_float) {
   at::Tensor t = value;
   if (!t.device().is_cpu()) t = t.to(at::kCPU);
   if (as_float && t.scalar_type() != at::kFloat) t = t.to(at::kFloat);
@@ -126,10 +132,13 @@ void write_ndarray(NodeProto& node, const at::Tensor& value, bool as_float) {
     dtype = &kDTypes[0];
   }
   t = t.contiguous();
-  auto* dense = node.mutable_ndarray()->mutable_dense();
-  dense->set_buffer(t.data_ptr(), t.numel() * t.element_size());
-  for (const std::int64_t d : t.sizes()) dense->add_shape(static_cast<std::uint32_t>(d));
-  dense->set_dtype(std::string(dtype->numpy));
+  dense.set_buffer(t.data_ptr(), t.numel() * t.element_size());
+  for (const std::int64_t d : t.sizes()) dense.add_shape(static_cast<std::uint32_t>(d));
+  dense.set_dtype(std::string(dtype->numpy));
+}
+
+void write_ndarray(NodeProto& node, const at::Tensor& value, bool as_float) {
+  write_dense(*node.mutable_ndarray()->mutable_dense(), value, as_float);
   node.set_type("ndarray");
 }
 
@@ -280,10 +289,10 @@ void read_field(Document& doc, DocumentField field, const NodeProto& node, const
   }
 }
 
-// A request parameter (a protobuf Struct's Value) as JSON.
-json::value parameter_value(const google::protobuf::Value& v, std::size_t depth, const ParseLimits& limits) {
-  if (depth > limits.max_json_depth)
-    bad("parameters", fmt::format("nested deeper than {} levels", limits.max_json_depth));
+// A protobuf Struct's Value (a request parameter, a docarray < 0.30 document's tag) as JSON.
+json::value struct_value(const google::protobuf::Value& v, const std::string& where, std::size_t depth,
+                         const ParseLimits& limits) {
+  if (depth > limits.max_json_depth) bad(where, fmt::format("nested deeper than {} levels", limits.max_json_depth));
   switch (v.kind_case()) {
     case google::protobuf::Value::kNumberValue:
       return json::value(v.number_value());
@@ -293,12 +302,12 @@ json::value parameter_value(const google::protobuf::Value& v, std::size_t depth,
       return json::value(v.bool_value());
     case google::protobuf::Value::kStructValue: {
       json::object o;
-      for (const auto& [k, item] : v.struct_value().fields()) o[k] = parameter_value(item, depth + 1, limits);
+      for (const auto& [k, item] : v.struct_value().fields()) o[k] = struct_value(item, where, depth + 1, limits);
       return o;
     }
     case google::protobuf::Value::kListValue: {
       json::array a;
-      for (const auto& item : v.list_value().values()) a.push_back(parameter_value(item, depth + 1, limits));
+      for (const auto& item : v.list_value().values()) a.push_back(struct_value(item, where, depth + 1, limits));
       return a;
     }
     default:
@@ -306,9 +315,111 @@ json::value parameter_value(const google::protobuf::Value& v, std::size_t depth,
   }
 }
 
+// JSON as a protobuf Struct's Value.
+void write_struct_value(google::protobuf::Value& out, const json::value& v) {
+  switch (v.kind()) {
+    case json::kind::string:
+      out.set_string_value(std::string(v.get_string()));
+      break;
+    case json::kind::int64:
+      out.set_number_value(static_cast<double>(v.get_int64()));
+      break;
+    case json::kind::uint64:
+      out.set_number_value(static_cast<double>(v.get_uint64()));
+      break;
+    case json::kind::double_:
+      out.set_number_value(v.get_double());
+      break;
+    case json::kind::bool_:
+      out.set_bool_value(v.get_bool());
+      break;
+    case json::kind::array: {
+      auto* list = out.mutable_list_value();
+      for (const auto& item : v.get_array()) write_struct_value(*list->add_values(), item);
+      break;
+    }
+    case json::kind::object: {
+      auto* fields = out.mutable_struct_value()->mutable_fields();
+      for (const auto& [key, item] : v.get_object()) write_struct_value((*fields)[std::string(key)], item);
+      break;
+    }
+    case json::kind::null:
+      out.set_null_value(google::protobuf::NULL_VALUE);
+      break;
+  }
+}
+
 void write_documents(docarray::DocListProto& out, const DocumentArray& docs) {
   out.mutable_docs()->Reserve(static_cast<int>(docs.size()));
   for (const Document& doc : docs) write_document(*out.add_docs(), doc);
+}
+
+void write_documents(docarray_v1::DocumentArrayProto& out, const DocumentArray& docs) {
+  out.mutable_docs()->Reserve(static_cast<int>(docs.size()));
+  for (const Document& doc : docs) write_document(*out.add_docs(), doc);
+}
+
+DocumentArray read_documents(const google::protobuf::RepeatedPtrField<docarray_v1::DocumentProto>& list,
+                             const std::string& where, const ParseLimits& limits) {
+  DocumentArray docs;
+  docs.reserve(static_cast<std::size_t>(list.size()));
+  for (int i = 0; i < list.size(); ++i)
+    docs.push_back(read_document(list.Get(i), fmt::format("{}[{}]", where, i), limits));
+  return docs;
+}
+
+at::Tensor read_ndarray(const docarray_v1::NdArrayProto& array, const std::string& where) {
+  if (array.content_case() == docarray_v1::NdArrayProto::kSparse)
+    bad(where, "a sparse ndarray is not read (send it dense)");
+  return read_dense(array.dense(), where);
+}
+
+void write_ndarray(docarray_v1::NdArrayProto& out, const at::Tensor& value, bool as_float) {
+  write_dense(*out.mutable_dense(), value, as_float);
+  out.set_cls_name("numpy");
+}
+
+// The header and parameters of a request of either generation: the call without its documents.
+template <class Proto>
+Call call_of_header(Proto& request, const ParseLimits& limits) {
+  Call call;
+  jina::HeaderProto& header = *request.mutable_header();
+  call.endpoint = header.has_exec_endpoint() && !header.exec_endpoint().empty() ? header.exec_endpoint() : "/";
+  call.target = header.target_executor();
+  if (header.request_id().empty()) header.set_request_id(generate_id());
+  call.request_id = header.request_id();
+  for (const auto& [key, value] : request.parameters().fields())
+    call.parameters[key] = struct_value(value, "parameters", 1, limits);
+  return call;
+}
+
+void refuse_too_many(int documents, const ParseLimits& limits) {
+  if (static_cast<std::size_t>(documents) > limits.max_documents) {
+    throw RefusedError(Refusal::TooLarge,
+                       fmt::format("{} documents in one request; at most {} are taken (--max-documents)", documents,
+                                   limits.max_documents));
+  }
+}
+
+template <class Proto>
+void write_answer_of(Proto& answer, const DocumentArray& docs) {
+  answer.mutable_header()->set_target_executor("");
+  answer.mutable_header()->mutable_status()->set_code(jina::StatusProto::SUCCESS);
+  write_documents(*answer.mutable_data()->mutable_docs(), docs);
+}
+
+template <class Proto>
+void write_failure_of(Proto& answer, const Response& response) {
+  auto* header = answer.mutable_header();
+  header->set_target_executor("");
+  auto* status = header->mutable_status();
+  status->set_code(jina::StatusProto::ERROR);
+  status->set_description(fmt::format("executor '{}' failed: {}", response.error_executor, response.error));
+  auto* exception = status->mutable_exception();
+  exception->set_name("ExecutorError");
+  exception->add_args(response.error);
+  exception->set_executor(response.error_executor);
+  write_documents(*answer.mutable_data()->mutable_docs(), response.docs);
 }
 
 }  // namespace
@@ -350,15 +461,57 @@ void write_document(docarray::DocProto& out, const Document& doc) {
   });
 }
 
+Document read_document(const docarray_v1::DocumentProto& in, const std::string& where, const ParseLimits& limits) {
+  Document doc(Document::WithId{in.id().empty() ? generate_id() : in.id()});
+  switch (in.content_case()) {
+    case docarray_v1::DocumentProto::kText:
+      doc.text = in.text();
+      break;
+    case docarray_v1::DocumentProto::kBlob:
+      doc.blob.assign(in.blob().begin(), in.blob().end());
+      break;
+    case docarray_v1::DocumentProto::kTensor:
+      doc.tensor = read_ndarray(in.tensor(), where + ".tensor");
+      break;
+    case docarray_v1::DocumentProto::CONTENT_NOT_SET:
+      break;
+  }
+  doc.uri = in.uri();
+  doc.mime_type = in.mime_type();
+  doc.parent_id = in.parent_id();
+  if (in.has_embedding()) doc.embedding = read_ndarray(in.embedding(), where + ".embedding");
+  for (const auto& [key, value] : in.tags().fields())
+    doc.tags[key] = struct_value(value, fmt::format("{}.tags.{}", where, key), 2, limits);
+  for (const auto& [name, score] : in.scores()) doc.scores[name] = score.value();
+  doc.chunks = read_documents(in.chunks(), where + ".chunks", limits);
+  doc.matches = read_documents(in.matches(), where + ".matches", limits);
+  return doc;
+}
+
+void write_document(docarray_v1::DocumentProto& out, const Document& doc) {
+  out.set_id(doc.id);
+  if (!doc.text.empty()) {
+    out.set_text(doc.text);
+  } else if (!doc.blob.empty()) {
+    out.set_blob(doc.blob.data(), doc.blob.size());
+  } else if (doc.tensor.defined()) {
+    write_ndarray(*out.mutable_tensor(), doc.tensor, false);
+  }
+  if (!doc.uri.empty()) out.set_uri(doc.uri);
+  if (!doc.mime_type.empty()) out.set_mime_type(doc.mime_type);
+  if (!doc.parent_id.empty()) out.set_parent_id(doc.parent_id);
+  if (doc.embedding.defined()) write_ndarray(*out.mutable_embedding(), doc.embedding, true);
+  if (!doc.tags.empty()) {
+    auto& fields = *out.mutable_tags()->mutable_fields();
+    for (const auto& [key, value] : doc.tags) write_struct_value(fields[std::string(key)], value);
+  }
+  for (const auto& [name, score] : doc.scores) (*out.mutable_scores())[name].set_value(score);
+  for (const Document& chunk : doc.chunks) write_document(*out.add_chunks(), chunk);
+  for (const Document& match : doc.matches) write_document(*out.add_matches(), match);
+}
+
 Call call_from_proto(jina::DataRequestProto& request, const ParseLimits& limits) {
-  Call call;
-  jina::HeaderProto& header = *request.mutable_header();
-  call.endpoint = header.has_exec_endpoint() && !header.exec_endpoint().empty() ? header.exec_endpoint() : "/";
-  call.target = header.target_executor();
-  if (header.request_id().empty()) header.set_request_id(generate_id());
-  call.request_id = header.request_id();
-  for (const auto& [key, value] : request.parameters().fields())
-    call.parameters[key] = parameter_value(value, 1, limits);
+  Call call = call_of_header(request, limits);
   const auto& data = request.data();
   docarray::DocListProto decoded;
   const docarray::DocListProto* list = &data.docs();
@@ -366,33 +519,39 @@ Call call_from_proto(jina::DataRequestProto& request, const ParseLimits& limits)
     if (!decoded.ParseFromString(data.docs_bytes())) bad("data.docs_bytes", "expected a serialized DocListProto");
     list = &decoded;
   }
-  if (static_cast<std::size_t>(list->docs_size()) > limits.max_documents) {
-    throw RefusedError(Refusal::TooLarge,
-                       fmt::format("{} documents in one request; at most {} are taken (--max-documents)",
-                                   list->docs_size(), limits.max_documents));
-  }
+  refuse_too_many(list->docs_size(), limits);
   call.docs = read_documents(*list, "docs", limits);
   request.clear_data();  // the request becomes its answer's template: header and parameters stay
   return call;
 }
 
-void write_answer(jina::DataRequestProto& answer, const DocumentArray& docs) {
-  answer.mutable_header()->set_target_executor("");
-  answer.mutable_header()->mutable_status()->set_code(jina::StatusProto::SUCCESS);
-  write_documents(*answer.mutable_data()->mutable_docs(), docs);
+Call call_from_proto(jina_v1::DataRequestProto& request, const ParseLimits& limits) {
+  Call call = call_of_header(request, limits);
+  const auto& data = request.data();
+  if (data.documents_case() == jina_v1::DataRequestProto::DataContentProto::kDocsBytes)
+    bad("data.docs_bytes",
+        "docarray < 0.30's document bytes are not read (not protobuf): send them as data.docs, "
+        "as Jina's client does");
+  refuse_too_many(data.docs().docs_size(), limits);
+  call.docs = read_documents(data.docs().docs(), "docs", limits);
+  request.clear_data();
+  return call;
 }
 
-void write_failure(jina::DataRequestProto& answer, const Response& response) {
-  auto* header = answer.mutable_header();
-  header->set_target_executor("");
-  auto* status = header->mutable_status();
-  status->set_code(jina::StatusProto::ERROR);
-  status->set_description(fmt::format("executor '{}' failed: {}", response.error_executor, response.error));
-  auto* exception = status->mutable_exception();
-  exception->set_name("ExecutorError");
-  exception->add_args(response.error);
-  exception->set_executor(response.error_executor);
-  write_documents(*answer.mutable_data()->mutable_docs(), response.docs);
+Call call_from_proto(JinaRequest& request, const ParseLimits& limits) {
+  return request.docarray_v1 ? call_from_proto(request.v1, limits) : call_from_proto(request.v2, limits);
+}
+
+void write_answer(jina::DataRequestProto& answer, const DocumentArray& docs) { write_answer_of(answer, docs); }
+void write_answer(jina_v1::DataRequestProto& answer, const DocumentArray& docs) { write_answer_of(answer, docs); }
+void write_answer(JinaRequest& answer, const DocumentArray& docs) {
+  answer.docarray_v1 ? write_answer(answer.v1, docs) : write_answer(answer.v2, docs);
+}
+
+void write_failure(jina::DataRequestProto& answer, const Response& response) { write_failure_of(answer, response); }
+void write_failure(jina_v1::DataRequestProto& answer, const Response& response) { write_failure_of(answer, response); }
+void write_failure(JinaRequest& answer, const Response& response) {
+  answer.docarray_v1 ? write_failure(answer.v1, response) : write_failure(answer.v2, response);
 }
 
 }  // namespace flowline::gateway

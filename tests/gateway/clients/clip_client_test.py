@@ -3,7 +3,12 @@
 flows/clip.yml`.
 
     .venv-clip/bin/python tests/gateway/clients/clip_client_test.py --url http://127.0.0.1:PORT \
-        --expect-dim 24 --image A.jpg --image B.png [--image ...] [--timeout 120]
+        --expect-dim 24 --image A.jpg --image B.png [--image ...] [--timeout 120] \
+        [--client-url grpc://127.0.0.1:GRPC_PORT]
+
+With --client-url the client talks to that address (e.g. the gateway's gRPC front, clip-client's default
+scheme, where its documents travel as docarray < 0.30's protobuf) while the reference answers still come from
+--url's /post.
 
 The server must already be running (the C++ harness, tests/gateway/test_clip_client.cpp, starts it); the venv
 is scripts/setup-clip-client.sh's. Every answer is compared with what flowline's own Jina route (POST /post,
@@ -50,6 +55,7 @@ MIN_COSINE = 0.9999
 
 def parse_args():
     p = new_parser(__doc__, 'http://127.0.0.1:PORT of the running server', "the model's embedding dimension")
+    p.add_argument('--client-url', help="the client's address (default: --url), e.g. grpc://127.0.0.1:PORT")
     p.add_argument('--image', action='append', required=True,
                    help='a JPEG, PNG or WebP file to send (at least two; repeat the option)')
     args = p.parse_args()
@@ -221,8 +227,8 @@ def main():
     except ImportError as e:
         log(f'cannot import clip_client ({e}): run scripts/setup-clip-client.sh and use .venv-clip/bin/python')
         return 2
-    log(f'clip-client {clip_client.__version__} against {args.url}')
-    client = Client(args.url)
+    log(f'clip-client {clip_client.__version__} against {args.client_url or args.url}')
+    client = Client(args.client_url or args.url)
     ref = Reference(args.url, args.expect_dim)
     want = check_encode_strings(client, ref, args.image, args.expect_dim)
     check_encode_documents(client, want, args.image)
