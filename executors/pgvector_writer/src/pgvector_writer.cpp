@@ -422,8 +422,10 @@ class PgVectorWriter : public Executor {
     if (first == n) return;
     if (n == 1) std::rethrow_exception(outcomes[0].error);
     const std::size_t begin = rows * first / n;
-    std::string message = fmt::format("part {} of {} (rows {} to {} of the request): {}", first + 1, n, begin,
-                                      begin + parts[first].size() - 1, what_of(outcomes[first].error));
+    const std::string held = parts[first].empty()
+                                 ? "no rows of the request"
+                                 : fmt::format("rows {} to {} of the request", begin, begin + parts[first].size() - 1);
+    std::string message = fmt::format("part {} of {} ({}): {}", first + 1, n, held, what_of(outcomes[first].error));
     if (landed.empty()) throw Error(message);
     if (upsert_) {
       throw Error(
