@@ -20,15 +20,13 @@ namespace {
 
 constexpr gw::ParseLimits kLimits{.max_documents = 64, .max_json_depth = 32};
 
-}  // namespace
-
-// The first document's id in an answer of either generation.
-std::string first_ids(const jina::DataRequestProto& answer, int i) {
+// Document i's id in an answer of either generation.
+std::string first_id(const jina::DataRequestProto& answer, int i) {
   const auto& doc = answer.data().docs().docs(i);
   const auto it = doc.data().find("id");
   return it == doc.data().end() ? std::string("(none)") : it->second.text();
 }
-std::string first_ids(const jina_v1::DataRequestProto& answer, int i) { return answer.data().docs().docs(i).id(); }
+std::string first_id(const jina_v1::DataRequestProto& answer, int i) { return answer.data().docs().docs(i).id(); }
 
 // The bytes as one generation's request, through call_from_proto and write_answer and back.
 template <class Proto>
@@ -47,7 +45,7 @@ void check(const std::uint8_t* data, std::size_t size) {
     if (static_cast<std::size_t>(count) != call.docs.size())
       flowline::fuzz::broken("an answer without one document per document");
     for (int i = 0; i < count; ++i) {
-      if (first_ids(answer, i) != call.docs[static_cast<std::size_t>(i)].id)
+      if (first_id(answer, i) != call.docs[static_cast<std::size_t>(i)].id)
         flowline::fuzz::broken(fmt::format("document {}: its id did not come back", i));
     }
   } catch (const gw::RefusedError& e) {
