@@ -141,6 +141,56 @@ at::Tensor center_crop(at::Tensor image, std::int64_t crop_height, std::int64_t 
   return image.slice(2, top, top + crop_height).slice(3, left, left + crop_width);
 }
 
+// Images of one size on one side (the host, or the target device) of a preprocess_image_tensors batch.
+struct Group {
+  std::int64_t height = 0, width = 0;
+  bool on_host = false;
+  std::vector<std::int64_t> members;  // indexes into the batch's images, ascending
+  at::Tensor pixels;                  // uint8 [members, 3, h, w] after resize and crop
+};
+
+// A group's images as one uint8 [n, h, w, 3] tensor on `device`.
+at::Tensor group_batch(const Group& group, std::span<const at::Tensor> images, const c10::Device& device) {
+  const auto n = static_cast<std::int64_t>(group.members.size());
+  if (group.on_host) {
+    // Gathered on the host (pinned when it goes to a GPU, so the copy is queued, not waited for: the caching
+    // host allocator keeps the buffer until the copy has run), then sent at once.
+    at::Tensor host = at::empty({n, group.height, group.width, 3},
+                                at::TensorOptions().dtype(at::kByte).pinned_memory(device.is_cuda()));
+    // memcpy, not copy_: ATen's CPU copy of an image this size forks a team of OpenMP threads, which spin and
+    // slow the decoders of the other replicas.
+    const std::size_t bytes = static_cast<std::size_t>(group.height * group.width * 3);
+    auto* to = host.data_ptr<std::uint8_t>();
+    for (std::int64_t k = 0; k < n; ++k) {
+      const at::Tensor& image = images[static_cast<std::size_t>(group.members[k])];
+      if (image.is_contiguous()) {
+        std::memcpy(to + static_cast<std::size_t>(k) * bytes, image.data_ptr<std::uint8_t>(), bytes);
+      } else {
+        host[k].copy_(image);
+      }
+    }
+    return host.to(device, /*non_blocking=*/true);
+  }
+  if (n == 1) return images[static_cast<std::size_t>(group.members[0])].unsqueeze(0);
+  std::vector<at::Tensor> parts;
+  parts.reserve(group.members.size());
+  for (const std::int64_t i : group.members) parts.push_back(images[static_cast<std::size_t>(i)]);
+  return at::stack(parts, 0);
+}
+
+// A uint8 [n, h, w, 3] batch resized and cropped as `config` says: uint8 [n, 3, H, W].
+at::Tensor resize_and_crop(const at::Tensor& batch, const ImageProcessorConfig& config) {
+  at::Tensor x = batch.permute({0, 3, 1, 2}).contiguous();
+  if (config.do_resize) {
+    const auto [h, w] = config.size_mode == ImageProcessorConfig::SizeMode::fixed
+                            ? std::pair{config.height, config.width}
+                            : shortest_edge_size(x.size(2), x.size(3), config.shortest_edge);
+    x = resize(x, h, w, config.resample);
+  }
+  if (config.do_center_crop) x = center_crop(x, config.crop_height, config.crop_width);
+  return x;
+}
+
 }  // namespace
 
 std::int64_t ImageProcessorConfig::output_height() const {
@@ -238,12 +288,6 @@ at::Tensor preprocess_image_tensors(std::span<const at::Tensor> images, const Im
   // kernels, each image on its own in them, so the pixels are those of one image at a time — but a batch of
   // photos of one camera costs a dozen launches, not a dozen per image, and the host's images cross in one copy
   // from pinned memory instead of one synchronous copy each.
-  struct Group {
-    std::int64_t height = 0, width = 0;
-    bool on_host = false;
-    std::vector<std::int64_t> members;  // indexes into images, ascending
-    at::Tensor pixels;                  // uint8 [members, 3, h, w] after resize and crop
-  };
   std::vector<Group> groups;
   std::vector<std::size_t> group_of(images.size());
   for (std::size_t i = 0; i < images.size(); ++i) {
@@ -266,45 +310,7 @@ at::Tensor preprocess_image_tensors(std::span<const at::Tensor> images, const Im
                w = std::max<std::int64_t>(config.output_width(), 0);
     return at::empty({0, 3, h, w}, at::TensorOptions().device(device).dtype(dtype));
   }
-  for (Group& group : groups) {
-    const auto n = static_cast<std::int64_t>(group.members.size());
-    at::Tensor batch;  // uint8 [n, h, w, 3] on `device`
-    if (group.on_host) {
-      // Gathered on the host (pinned when it goes to a GPU, so the copy is queued, not waited for: the caching
-      // host allocator keeps the buffer until the copy has run), then sent at once.
-      at::Tensor host = at::empty({n, group.height, group.width, 3},
-                                  at::TensorOptions().dtype(at::kByte).pinned_memory(device.is_cuda()));
-      // memcpy, not copy_: ATen's CPU copy of an image this size forks a team of OpenMP threads, which spin and
-      // slow the decoders of the other replicas.
-      const std::size_t bytes = static_cast<std::size_t>(group.height * group.width * 3);
-      auto* to = host.data_ptr<std::uint8_t>();
-      for (std::int64_t k = 0; k < n; ++k) {
-        const at::Tensor& image = images[static_cast<std::size_t>(group.members[k])];
-        if (image.is_contiguous()) {
-          std::memcpy(to + static_cast<std::size_t>(k) * bytes, image.data_ptr<std::uint8_t>(), bytes);
-        } else {
-          host[k].copy_(image);
-        }
-      }
-      batch = host.to(device, /*non_blocking=*/true);
-    } else if (n == 1) {
-      batch = images[static_cast<std::size_t>(group.members[0])].unsqueeze(0);
-    } else {
-      std::vector<at::Tensor> parts;
-      parts.reserve(group.members.size());
-      for (const std::int64_t i : group.members) parts.push_back(images[static_cast<std::size_t>(i)]);
-      batch = at::stack(parts, 0);
-    }
-    at::Tensor x = batch.permute({0, 3, 1, 2}).contiguous();
-    if (config.do_resize) {
-      const auto [h, w] = config.size_mode == ImageProcessorConfig::SizeMode::fixed
-                              ? std::pair{config.height, config.width}
-                              : shortest_edge_size(x.size(2), x.size(3), config.shortest_edge);
-      x = resize(x, h, w, config.resample);
-    }
-    if (config.do_center_crop) x = center_crop(x, config.crop_height, config.crop_width);
-    group.pixels = x;
-  }
+  for (Group& group : groups) group.pixels = resize_and_crop(group_batch(group, images, device), config);
   // One size for the batch: the first image (in order) whose size differs from image 0's is named.
   const at::Tensor& first = groups[group_of[0]].pixels;
   for (std::size_t i = 0; i < images.size(); ++i) {
