@@ -3,7 +3,7 @@
 # --before): a `git archive` tarball of the older commit unpacked into DIR and built into DIR/build with
 # the flags of scripts/gpu-run.sh, only what `flowline run` of a SentenceEncoder flow needs. Run from the
 # repository root with .device carried.
-#   git archive --format=tar.gz -o .device/before.tar.gz <commit> CMakeLists.txt cmake src include \
+#   git archive --format=tar.gz -o .device/before.tar.gz <commit> CMakeLists.txt cmake src include python \
 #       executors bench flows scripts examples tests/plugins tests/CMakeLists.txt      (here)
 #   bash bench/build_before.sh .device/before.tar.gz /tmp/before          (there)
 set -euo pipefail

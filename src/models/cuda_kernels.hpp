@@ -45,6 +45,12 @@ struct PackedAttention {
   // head_dim / 2] of rotary_tables() in q's dtype, row p for the token at position p of its sequence
   // (0-based); head_dim 16, 32, 64 or 128. The same values to the bit as rotate() before the kernel.
   at::Tensor rotary_cos, rotary_sin;
+  // Undefined, or DeBERTa's disentangled terms (head_dim 64 only): the score of query token a and key token b
+  // of one sequence, d = a's position - b's, gains c2p[head, a, rows[d + P - 1]] + p2c[head, b, rows[d + P - 1]]
+  // as given (already scaled). c2p and p2c [heads, T, R] in q's dtype, contiguous (either may be undefined,
+  // not both); relative_rows [2P - 1] int32 on the GPU, P at least the longest sequence, each row in [0, R)
+  // (others are clamped into it). Not with relative_bias or rotary tables.
+  at::Tensor c2p, p2c, relative_rows;
   std::int64_t window = 0;  // > 0: query i sees keys j with |i - j| <= window only (sliding-window layers)
   bool causal = false;      // query i sees keys j <= i only
 };

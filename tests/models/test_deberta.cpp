@@ -1,7 +1,8 @@
 // DeBERTa-v2/v3 (issue 52 §2) on tiny checkpoints of DeBERTa-v3's layout (scripts/make_tiny_models.py --only
 // deberta): token ids and texts end to end against sentence-transformers, the options v3 leaves off
 // (deberta-v2-variants), DebertaV2ForSequenceClassification's ContextPooler head against transformers'
-// pipeline, the config.json variants refused naming the key, and on a GPU the fp16/bf16 bounds.
+// pipeline, the config.json variants refused naming the key, and on a GPU the fp16/bf16 bounds (with heads of 64,
+// the packed kernel's disentangled terms).
 #include "test_support.hpp"
 #include "tiny_goldens.hpp"
 
@@ -15,9 +16,11 @@
 #include "flowline/torch_support.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <boost/json.hpp>
 
 #include <fstream>
+#include <map>
 
 using namespace flowline;
 using namespace flowline::models;
@@ -183,6 +186,82 @@ TEST_CASE("on the GPU a deberta-v2 checkpoint stays within the fp16 and bf16 bou
       const double worst = worst_cosine(encode_tiny_goldens(model, g, 7), g.expected);
       WARN(name << " on the GPU in " << c10::toString(dtype) << ": worst cosine " << worst);
       CHECK(worst >= bound);
+    }
+  }
+}
+
+namespace {
+
+// The tiny deberta checkpoint widened to heads of 64 (hidden 128 in 2 heads, 2 layers) with DeBERTa-v3's 256
+// buckets over 512 positions, random weights large enough for the position terms to move the embeddings:
+// what runs the packed kernel with the disentangled terms on a GPU (the tiny checkpoints' heads of 8 do not).
+// `relative` false writes the same weights without relative attention.
+std::filesystem::path deberta_heads_of_64(const std::string& test, bool relative) {
+  const auto dir = testing::scratch_dir(test);
+  std::filesystem::copy(kTiny / "deberta", dir, std::filesystem::copy_options::recursive);
+  const SafetensorsFile tiny(kTiny / "deberta" / "model.safetensors");
+  const at::Generator generator = at::detail::createCPUGenerator(52);
+  std::map<std::string, at::Tensor> tensors;
+  for (const auto& name : tiny.names()) {
+    if (name.find("layer.2.") != std::string::npos) continue;
+    std::vector<std::int64_t> shape;
+    for (const std::int64_t size : tiny.get(name).sizes())
+      shape.push_back(size == 32 ? 128 : size == 64 ? 256 : size == 16 ? 512 : size);
+    const bool norm = name.find("LayerNorm.weight") != std::string::npos;
+    const bool bias = name.ends_with(".bias");
+    const at::Tensor noise = at::randn(shape, generator);
+    tensors[name] = norm ? 1.0 + 0.1 * noise : bias ? 0.02 * noise : 0.15 * noise;
+  }
+  save_safetensors(dir / "model.safetensors", tensors);
+  auto config = boost::json::parse(testing::read_text(dir / "config.json")).as_object();
+  config["hidden_size"] = 128;
+  config["num_attention_heads"] = 2;
+  config["intermediate_size"] = 256;
+  config["num_hidden_layers"] = 2;
+  config["position_buckets"] = 256;
+  config["pooler_hidden_size"] = 128;
+  config["relative_attention"] = relative;
+  testing::write_text(dir / "config.json", boost::json::serialize(config));
+  testing::write_text(dir / "1_Pooling" / "config.json",
+                      R"({"embedding_dimension": 128, "pooling_mode": "mean", "include_prompt": true})");
+  return dir;
+}
+
+}  // namespace
+
+TEST_CASE("on the GPU a deberta-v2 checkpoint with heads of 64 runs the packed kernel within the fp16 and bf16 bounds",
+          "[models][deberta][gpu]") {
+  if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
+  const auto dir = deberta_heads_of_64("deberta heads of 64", true);
+  // Lengths past the 128 distances the buckets keep exact (log buckets beyond), every tail of a 64-query tile,
+  // and many short ones: the segment cut makes several segments of one pass.
+  std::vector<std::int64_t> lengths{300, 257, 200, 130, 129, 128, 70, 65, 64, 63, 17, 2, 1};
+  for (int i = 0; i < 200; ++i) lengths.push_back(3 + i % 9);
+  std::vector<std::int32_t> ids;
+  at::Generator generator = at::detail::createCPUGenerator(7);
+  for (const std::int64_t length : lengths) {
+    const at::Tensor row = at::randint(5, 1600, {length}, generator, at::kInt);
+    ids.insert(ids.end(), row.data_ptr<std::int32_t>(), row.data_ptr<std::int32_t>() + length);
+  }
+  const PackedBatch batch{ids, lengths};
+  const at::Tensor want = EmbeddingModel(dir, c10::Device(c10::kCPU), c10::kFloat).encode(batch);
+  // The position terms matter at this scale: without them the embeddings are others.
+  const auto plain = deberta_heads_of_64("deberta heads of 64 without relative attention", false);
+  CHECK(worst_cosine(EmbeddingModel(plain, c10::Device(c10::kCPU), c10::kFloat).encode(batch), want) < 0.99);
+  const c10::Device gpu(c10::kCUDA, 0);
+  for (const auto& [dtype, bound] : {std::pair{c10::kHalf, 0.999}, std::pair{c10::kBFloat16, 0.995}}) {
+    const EmbeddingModel model(dir, gpu, dtype);
+    const at::Tensor whole = model.encode(batch).cpu();
+    const double worst = worst_cosine(whole, want);
+    WARN("heads of 64 on the GPU in " << c10::toString(dtype) << ": worst cosine " << worst);
+    CHECK(worst >= bound);
+    // Each sequence alone (one segment, one tile list) gives what it gives in the mixed pass.
+    for (const std::size_t s : {std::size_t{0}, std::size_t{6}, std::size_t{12}}) {
+      std::int64_t begin = 0;
+      for (std::size_t i = 0; i < s; ++i) begin += lengths[i];
+      const std::vector<std::int64_t> one{lengths[s]};
+      const at::Tensor alone = model.encode(PackedBatch{std::span(ids).subspan(begin, lengths[s]), one}).cpu();
+      CHECK(worst_cosine(alone, whole.narrow(0, static_cast<std::int64_t>(s), 1)) >= 0.9999);
     }
   }
 }

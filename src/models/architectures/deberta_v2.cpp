@@ -8,17 +8,20 @@
 // where config.json has them (DeBERTa-v3 has neither). The convolution layer of DeBERTa-v2's larger checkpoints
 // (conv_kernel_size) is refused.
 //
-// The c2p and p2c terms depend on the query's or key's content as well as the distance, so they are a bias
-// computed per layer from q and k. Attention runs here, on the CPU and a GPU alike: the pass's sequences in a
-// few segments of similar lengths, each padded to its longest and run as one scaled_dot_product_attention call
-// with the bias and the padding as its mask — not as the packed kernel, and so without CUDA graphs.
+// The c2p and p2c terms depend on the query's or key's content as well as the distance, so they are tables
+// computed per layer from q and k: each token against the relative embeddings its sequence reaches. The pass's
+// sequences go in a few segments of similar lengths (the tables' width follows the segment's longest). On a
+// GPU in fp16/bf16 with heads of 64, each segment's attention is flowline's packed kernel, which gathers each
+// score's two terms from the tables (no padding, no [L, L] bias in memory); elsewhere each segment is padded to
+// its longest and run as one scaled_dot_product_attention call with the terms gathered into a bias and the
+// padding as its mask. Not the packed kernel of the other architectures' graphs, and so without CUDA graphs.
 #include "../cuda_kernels.hpp"
 #include "../transformer.hpp"
+#include "deberta_v2_config.hpp"
 
 #include <c10/core/InferenceMode.h>
 #include <fmt/format.h>
 
-#include <cctype>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -42,156 +45,6 @@ at::Tensor log_buckets(const at::Tensor& relative, std::int64_t buckets, std::in
       static_cast<double>(mid);
   return at::where(abs_pos <= mid, relative.to(at::kFloat), log_pos * sign).to(at::kLong);
 }
-
-// config.json as DebertaV2Config and the modules read it, every value in range; shapes() is what the table's
-// check holds it against in model.safetensors' header.
-struct DebertaConfig {
-  std::int64_t vocab = 0, hidden = 0, embedding = 0, layers = 0, heads = 0, intermediate = 0, positions = 0;
-  std::int64_t types = 0, buckets = -1, max_relative = 0;
-  double eps = 1e-7;
-  std::string act = "gelu", pooler_act = "gelu";
-  bool relative = false, c2p = false, p2c = false, share_key = false, norm_rel = false, absolute = true;
-
-  explicit DebertaConfig(const ArchitectureContext& context) {
-    vocab = context.int_in("vocab_size", 1, kMaxVocab);
-    hidden = context.int_in("hidden_size", 1, kMaxHidden);
-    embedding = context.int_in("embedding_size", hidden, 1, kMaxHidden);
-    layers = context.int_in("num_hidden_layers", 1, kMaxLayers);
-    heads = context.int_in("num_attention_heads", 1, kMaxHeads);
-    intermediate = context.int_in("intermediate_size", 1, kMaxIntermediate);
-    positions = context.int_in("max_position_embeddings", 512, 1, kMaxPositions);
-    types = context.int_in("type_vocab_size", 0, 0, kMaxVocab);
-    eps = context.number_in("layer_norm_eps", 1e-7, kNormEps);
-    act = context.text_or("hidden_act", "gelu");
-    if (!known_activation(act)) context.fail("hidden_act", fmt::format("'{}' is not supported", act));
-    if (hidden % heads != 0) {
-      context.fail("hidden_size",
-                   fmt::format("{} must be a positive multiple of num_attention_heads {}", hidden, heads));
-    }
-    if (context.int_in("attention_head_size", hidden / heads, 1, kMaxHeadDim) != hidden / heads) {
-      context.fail("attention_head_size",
-                   fmt::format("must be hidden_size / num_attention_heads ({})", hidden / heads));
-    }
-    if (const std::int64_t conv = context.int_in("conv_kernel_size", 0, 0, kMaxPositions); conv > 0) {
-      context.fail("conv_kernel_size",
-                   fmt::format("{}: DeBERTa-v2's convolution layer is not supported (only 0)", conv));
-    }
-    relative = flag(context, "relative_attention", false);
-    share_key = flag(context, "share_att_key", false);
-    absolute = flag(context, "position_biased_input", true);
-    read_attention_types(context);
-    read_rel_norm(context);
-    // Bucketed: every distance within 2 * positions is looked up (padded passes round lengths up), so both
-    // bounds are those of positions.
-    buckets = context.int_in("position_buckets", -1, -kMaxPositions, kMaxPositions);
-    max_relative = context.int_in("max_relative_positions", -1, -kMaxPositions, kMaxPositions);
-    if (max_relative < 1) max_relative = positions;  // as transformers reads it
-    // The sequence head's (ContextPooler) settings, checked here so that validation refuses them: transformers
-    // sizes the pooler by pooler_hidden_size and the classifier by hidden_size, so the two must agree.
-    if (context.int_in("pooler_hidden_size", hidden, 1, kMaxHidden) != hidden) {
-      context.fail("pooler_hidden_size", fmt::format("must equal hidden_size ({})", hidden));
-    }
-    pooler_act = context.text_or("pooler_hidden_act", "gelu");
-    if (!known_activation(pooler_act))
-      context.fail("pooler_hidden_act", fmt::format("'{}' is not supported", pooler_act));
-    if (buckets == 1) context.fail("position_buckets", "1 leaves no bucket on either side (at least 2, or 0 for none)");
-    if (buckets > 0 && max_relative - 1 <= buckets / 2) {
-      context.fail("max_relative_positions",
-                   fmt::format("{} must exceed position_buckets / 2 + 1 ({}) for logarithmic buckets", max_relative,
-                               buckets / 2 + 1));
-    }
-  }
-
-  // Relative embeddings: 2 * span rows (transformers' pos_ebd_size).
-  std::int64_t span() const noexcept { return buckets > 0 ? buckets : max_relative; }
-  // 1 + the number of position terms: the scores' scale is 1 / sqrt(head_dim * factor).
-  std::int64_t scale_factor() const noexcept { return 1 + (c2p ? 1 : 0) + (p2c ? 1 : 0); }
-
-  WeightShapes shapes() const {
-    WeightShapes out{
-        "num_hidden_layers",
-        layers,
-        "encoder.layer.",
-        {{"embeddings.word_embeddings.weight", {{"vocab_size", vocab}, {"embedding_size", embedding}}},
-         {"encoder.layer.0.attention.self.query_proj.weight", {{"hidden_size", hidden}, {"hidden_size", hidden}}},
-         {"encoder.layer.0.intermediate.dense.weight",
-          {{"intermediate_size", intermediate}, {"hidden_size", hidden}}}}};
-    if (absolute) {
-      out.tensors.push_back({"embeddings.position_embeddings.weight",
-                             {{"max_position_embeddings", positions}, {"embedding_size", embedding}}});
-    }
-    if (types > 0) {
-      out.tensors.push_back(
-          {"embeddings.token_type_embeddings.weight", {{"type_vocab_size", types}, {"embedding_size", embedding}}});
-    }
-    if (relative) {
-      const char* key = buckets > 0 ? "2 * position_buckets" : "2 * max_relative_positions";
-      out.tensors.push_back({"encoder.rel_embeddings.weight", {{key, 2 * span()}, {"hidden_size", hidden}}});
-    }
-    return out;
-  }
-
- private:
-  static bool flag(const ArchitectureContext& context, const char* key, bool fallback) {
-    const auto* v = context.checkpoint.config.if_contains(key);
-    if (!v || v->is_null()) return fallback;
-    if (!v->is_bool()) context.fail(key, "must be true or false");
-    return v->get_bool();
-  }
-
-  // A list of names or one "a|b" string (DeBERTa's own config.json files write the string), lowercased and
-  // trimmed as transformers reads it.
-  static std::vector<std::string> names(const ArchitectureContext& context, const char* key, const char* fallback) {
-    const auto* v = context.checkpoint.config.if_contains(key);
-    std::vector<std::string> out;
-    auto add = [&](std::string_view text) {
-      std::string name;
-      for (const char c : text) {
-        if (c == '|') {
-          if (!name.empty()) out.push_back(std::exchange(name, {}));
-        } else if (c != ' ' && c != '\t') {
-          name += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-        }
-      }
-      if (!name.empty()) out.push_back(name);  // "" names nothing, as in transformers
-    };
-    if (!v || v->is_null()) {
-      if (fallback != nullptr) add(fallback);
-    } else if (v->is_string()) {
-      add(v->get_string());
-    } else if (v->is_array()) {
-      for (const auto& item : v->get_array()) {
-        if (!item.is_string()) context.fail(key, "must be a string or a list of strings");
-        add(item.get_string());
-      }
-    } else {
-      context.fail(key, "must be a string or a list of strings");
-    }
-    return out;
-  }
-
-  void read_attention_types(const ArchitectureContext& context) {
-    for (const auto& name : names(context, "pos_att_type", nullptr)) {
-      if (name == "c2p") {
-        c2p = true;
-      } else if (name == "p2c") {
-        p2c = true;
-      } else {
-        context.fail("pos_att_type", fmt::format("'{}' is not supported (c2p, p2c)", name));
-      }
-    }
-  }
-
-  void read_rel_norm(const ArchitectureContext& context) {
-    for (const auto& name : names(context, "norm_rel_ebd", "none")) {
-      if (name == "layer_norm") {
-        norm_rel = true;
-      } else if (name != "none") {
-        context.fail("norm_rel_ebd", fmt::format("'{}' is not supported (none, layer_norm)", name));
-      }
-    }
-  }
-};
 
 // The c2p and p2c terms of one layer: the relative embeddings through the layer's projections, [2 * span,
 // heads, head_dim] in the model's dtype (made once when the model loads: they depend on weights only).
@@ -229,17 +82,27 @@ class DebertaV2 final : public Transformer {
     }
     if (embed_proj_.defined()) x = at::linear(x, embed_proj_);
     x = at::layer_norm(x, {H}, emb_ln_w_, emb_ln_b_, config_.eps);
-    const std::vector<Segment> segments = segments_of(batch, x.scalar_type());
     const std::int64_t total = batch.ids.size(0);
+    const bool fused = fused_attention(x);
+    const std::vector<Segment> segments = segments_of(batch, x.scalar_type(), fused);
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       const Layer& l = layers_[i];
       const at::Tensor qkv = at::linear(x, l.qkv_w, l.qkv_b);  // [T, 3H]
       const at::Tensor q = qkv.narrow(1, 0, H).view({total, heads, head_dim});
       const at::Tensor k = qkv.narrow(1, H, H).view({total, heads, head_dim});
       const at::Tensor v = qkv.narrow(1, 2 * H, H).view({total, heads, head_dim});
-      at::Tensor context = at::empty({total, H}, x.options());
-      for (const Segment& segment : segments) {
-        attend_segment(q, k, v, segment, terms_.empty() ? nullptr : &terms_[i], context);
+      const PositionTerms* terms = terms_.empty() ? nullptr : &terms_[i];
+      at::Tensor context;
+      if (fused && segments.size() == 1) {
+        context = attend_fused(q, k, v, segments.front(), terms);
+      } else {
+        context = at::empty({total, H}, x.options());
+        for (const Segment& segment : segments) {
+          if (fused)
+            context.narrow(0, segment.token_begin, segment.tokens).copy_(attend_fused(q, k, v, segment, terms));
+          else
+            attend_segment(q, k, v, segment, terms, context);
+        }
       }
       // x is the residual each time; it is no longer needed once added (linear_add_layer_norm writes over it).
       x = linear_add_layer_norm(x, context, l.out_w, l.out_b, l.ln1_w, l.ln1_b, config_.eps, false).second;
@@ -258,11 +121,21 @@ class DebertaV2 final : public Transformer {
   // kernel's alignment): tokens [token_begin, + tokens) are sequences [sequence_begin, + count).
   struct Segment {
     std::int64_t token_begin = 0, tokens = 0, sequence_begin = 0, count = 0, length = 0;
-    at::Tensor slot;                   // [tokens] int64: each token's row in the padded [count * length] layout
-    at::Tensor mask;                   // [count, 1, 1, length] in the model's dtype: 0, or -inf on padding keys
-    at::Tensor index;                  // [length, length] int64: the position row of query i and key j, less `first`
     std::int64_t first = 0, rows = 0;  // the position rows the segment reaches: [first, first + rows)
+    // Padded (scaled_dot_product_attention):
+    at::Tensor slot;   // [tokens] int64: each token's row in the padded [count * length] layout
+    at::Tensor mask;   // [count, 1, 1, length] in the model's dtype: 0, or -inf on padding keys
+    at::Tensor index;  // [length, length] int64: the position row of query i and key j, less `first`
+    // Fused (the packed kernel):
+    at::Tensor tiles;          // the segment's work list (write_attention_tiles), its tokens counted from 0
+    at::Tensor distance_rows;  // [2 * length - 1] int32: the position row of distance d at d + length - 1, less `first`
   };
+
+  // Whether this pass's attention runs as the packed kernel with the disentangled terms (x: the embeddings).
+  bool fused_attention(const at::Tensor& x) const {
+    const bool half = x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16;
+    return x.is_cuda() && half && info_.hidden_size / info_.num_heads == 64;
+  }
 
   // The batch's runs of equal-length sequences (DeviceBatch::groups) cut into at most kMaxSegments segments
   // of consecutive runs, each padded to its longest: the cut that costs the least attention work (sequences x
@@ -274,7 +147,7 @@ class DebertaV2 final : public Transformer {
   static constexpr double kSegmentCost = 64.0 * 64.0 * 64.0;
   static constexpr std::size_t kMaxCutRuns = 1024;
 
-  std::vector<Segment> segments_of(const DeviceBatch& batch, c10::ScalarType dtype) const {
+  std::vector<Segment> segments_of(const DeviceBatch& batch, c10::ScalarType dtype, bool fused) const {
     const std::vector<Group>& groups = batch.groups;
     const std::size_t G = groups.size();
     auto padded = [](std::int64_t length) { return (length + 7) / 8 * 8; };
@@ -288,7 +161,9 @@ class DebertaV2 final : public Transformer {
         all.tokens += g.count * g.length;
         longest = std::max(longest, g.length);
       }
-      return {finish(batch, std::move(all), padded(longest), dtype)};
+      std::vector<Segment> one{finish(batch, std::move(all), padded(longest), dtype, fused)};
+      if (fused) add_tiles(batch, one);
+      return one;
     }
     // best[k][j]: the least cost of groups [0, j) in k segments; cut[k][j]: where the last one starts.
     constexpr double kNone = std::numeric_limits<double>::infinity();
@@ -330,13 +205,48 @@ class DebertaV2 final : public Transformer {
         longest = std::max(longest, groups[g].length);
       }
       sequence += segment.count;
-      out.push_back(finish(batch, std::move(segment), padded(longest), dtype));
+      out.push_back(finish(batch, std::move(segment), padded(longest), dtype, fused));
     }
+    if (fused) add_tiles(batch, out);
     return out;
   }
 
-  Segment finish(const DeviceBatch& batch, Segment s, std::int64_t length, c10::ScalarType dtype) const {
+  // Each segment's work list for the packed kernel, its tokens counted from the segment's first: written on the
+  // host from the groups' lengths, all segments' in one pinned buffer and one copy.
+  static void add_tiles(const DeviceBatch& batch, std::vector<Segment>& segments) {
+    std::vector<std::int64_t> lengths;  // every sequence's, in order
+    for (const Group& g : batch.groups) lengths.insert(lengths.end(), static_cast<std::size_t>(g.count), g.length);
+    std::vector<std::int64_t> slots;
+    std::int64_t all = 0;
+    for (const Segment& s : segments) all += slots.emplace_back(attention_tiles_bound(s.tokens, s.count));
+    const bool gpu = batch.ids.is_cuda();
+    at::Tensor host = at::empty({all}, at::TensorOptions().dtype(at::kLong).pinned_memory(gpu));
+    std::int64_t offset = 0;
+    for (std::size_t i = 0; i < segments.size(); ++i) {
+      write_attention_tiles(lengths.data() + segments[i].sequence_begin, segments[i].count,
+                            host.data_ptr<std::int64_t>() + offset, slots[i]);
+      offset += slots[i];
+    }
+    const at::Tensor device = host.to(batch.ids.device(), /*non_blocking=*/true);
+    offset = 0;
+    for (std::size_t i = 0; i < segments.size(); ++i) {
+      segments[i].tiles = device.narrow(0, offset, slots[i]);
+      offset += slots[i];
+    }
+  }
+
+  Segment finish(const DeviceBatch& batch, Segment s, std::int64_t length, c10::ScalarType dtype, bool fused) const {
     s.length = length;
+    if (!terms_.empty()) {
+      s.first = index_by_distance_[static_cast<std::size_t>(center_ - (length - 1))];
+      s.rows = index_by_distance_[static_cast<std::size_t>(center_ + (length - 1))] - s.first + 1;
+    }
+    if (fused) {
+      if (!terms_.empty()) {
+        s.distance_rows = (index_table_.narrow(0, center_ - (length - 1), 2 * length - 1) - s.first).to(at::kInt);
+      }
+      return s;
+    }
     const at::Tensor lengths = batch.lengths.narrow(0, s.sequence_begin, s.count);
     const at::Tensor sequence = at::repeat_interleave(at::arange(s.count, lengths.options()), lengths, 0, s.tokens);
     s.slot = sequence * length + batch.positions.narrow(0, s.token_begin, s.tokens);
@@ -344,8 +254,6 @@ class DebertaV2 final : public Transformer {
     s.mask = at::zeros({s.count, 1, 1, length}, lengths.options().dtype(dtype))
                  .masked_fill((keys.unsqueeze(0) >= lengths.unsqueeze(1)).view({s.count, 1, 1, length}), -INFINITY);
     if (!terms_.empty()) {
-      s.first = index_by_distance_[static_cast<std::size_t>(center_ - (length - 1))];
-      s.rows = index_by_distance_[static_cast<std::size_t>(center_ + (length - 1))] - s.first + 1;
       const at::Tensor distance = keys.unsqueeze(1) - keys.unsqueeze(0) + center_;  // [L, L]: i - j, shifted
       s.index = index_table_.index_select(0, distance.reshape(-1)).view({length, length}) - s.first;
     }
@@ -368,6 +276,26 @@ class DebertaV2 final : public Transformer {
     const at::Tensor attended = at::scaled_dot_product_attention(qs, ks, vs, mask, 0.0, false, scale_);
     context.narrow(0, s.token_begin, s.tokens)
         .copy_(attended.transpose(1, 2).reshape({s.count * L, heads * head_dim}).index_select(0, s.slot));
+  }
+
+  // Attention of one segment by the packed kernel: [tokens, H] for the segment's tokens. The c2p and p2c tables
+  // are each token against the position rows the segment reaches, [heads, tokens, R] (R rounded up to 8, as in
+  // position_bias), scaled (the position tables are).
+  at::Tensor attend_fused(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const Segment& s,
+                          const PositionTerms* terms) const {
+    const at::Tensor qs = q.narrow(0, s.token_begin, s.tokens), ks = k.narrow(0, s.token_begin, s.tokens);
+    PackedAttention options;
+    options.scale = scale_;
+    if (terms != nullptr) {
+      const std::int64_t R = (s.rows + 7) / 8 * 8;
+      auto against = [&](const at::Tensor& x, const at::Tensor& table) {
+        return at::bmm(x.transpose(0, 1), table.narrow(0, s.first, R).permute({1, 2, 0}));
+      };
+      if (terms->key.defined()) options.c2p = against(qs, terms->key);
+      if (terms->query.defined()) options.p2c = against(ks, terms->query);
+      options.relative_rows = s.distance_rows;
+    }
+    return cuda_kernels().attention(qs, ks, v.narrow(0, s.token_begin, s.tokens), s.tiles, s.length, options);
   }
 
   // The c2p and p2c terms of a segment, [count, heads, L, L] in q's dtype, scaled (the tables are), a fresh

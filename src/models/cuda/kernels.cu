@@ -1,5 +1,6 @@
-// flowline's own CUDA kernels (cuda_kernels.hpp says what each computes): attention with a relative position
-// bias over packed sequences, a residual add fused with LayerNorm, rotary embeddings and gated activations
+// flowline's own CUDA kernels (cuda_kernels.hpp says what each computes): attention over packed sequences
+// (with a relative position bias, rotary embeddings or DeBERTa's disentangled terms), a residual add fused with
+// LayerNorm, rotary embeddings and gated activations
 // in one pass each. Built with nvcc into
 // libflowline_models_cuda.so; the CPU library reaches them through flowline_models_cuda_kernels().
 #include "../cuda_kernels.hpp"
@@ -80,7 +81,9 @@ struct alignas(16) Vec8 {
 //
 // What a tile of queries sees: a key range (all keys; up to the tile's last query when causal; the
 // tile's queries +- window when sliding) and per row the keys lo <= key < hi; grouped-query heads (query
-// head h reads key/value head h / group); an optional relative bias. Loads overlap the math: Q and the
+// head h reads key/value head h / group); an optional relative bias (a table by offset, staged in shared
+// memory) or DeBERTa's disentangled terms (gathered per score from the c2p and p2c tables by the distance's
+// row, which shared memory holds for the sequence). Loads overlap the math: Q and the
 // first two tiles of K and V are requested at once with cp.async, and tile j + 2 while tile j + 1 is
 // multiplied (two stages of K and V in shared memory), so for the ~70-token sequences of a typical pass
 // every load of the block is issued before the first product. The tail of a sequence is multiplied as a
@@ -95,6 +98,10 @@ constexpr int kKeys = 64;                                // keys per tile
 constexpr int kWarps = 4;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kBiasPad = 72;  // zeros each side of a relative bias table in shared memory
+
+// What the scores get before the softmax (PackedAttention): nothing, MPNet's relative bias (a table by key -
+// query offset, per head), or DeBERTa's disentangled terms (per token and distance: c2p, p2c).
+enum BiasMode : int { kNoBias = 0, kRelativeBias = 1, kDisentangled = 2 };
 
 // Two floats as one register of two T (the lower column first).
 template <typename T>
@@ -141,6 +148,10 @@ struct PackedParams {
   const std::int64_t* tiles;  // the work list: one entry per block (write_attention_tiles in cuda_kernels.hpp)
   const float* bias;
   int bias_row, bias_center;
+  const void *c2p, *p2c;  // the disentangled terms [heads, tokens, rel_width], or null
+  const int* rel_rows;    // their row of distance d (query - key) at rel_center + d
+  int rel_center, rel_width;
+  std::int64_t tokens;    // T
   const void *cos, *sin;  // rotary tables [positions, head_dim / 2] (head_dim = DP), or null
   int window;             // > 0: keys with |key - query| > window are masked
   bool causal;
@@ -154,8 +165,12 @@ struct PackedLayout {
   static constexpr int LD = DP + 8;  // elements per row in shared memory
   static constexpr std::size_t tile_bytes = static_cast<std::size_t>(kRows) * LD * 2;  // one tile of rows
   static constexpr std::size_t qkv_bytes = 5 * tile_bytes;                             // Q, then two stages of K and V
-  static std::size_t bytes(std::int64_t longest, bool bias) {
-    return qkv_bytes + (bias ? 2 * 4 * static_cast<std::size_t>(bias_table(static_cast<int>(longest))) : 0);
+  static std::size_t bytes(std::int64_t longest, int mode) {
+    const auto length = static_cast<std::size_t>(longest);
+    if (mode == kRelativeBias)
+      return qkv_bytes + 2 * 4 * static_cast<std::size_t>(bias_table(static_cast<int>(longest)));
+    if (mode == kDisentangled) return qkv_bytes + 4 * 2 * length;  // the rows of distances -(L - 1) .. L - 1
+    return qkv_bytes;
   }
   // A sequence of `length` tokens' relative bias, in floats: offsets -(length - 1) .. length - 1 with
   // kBiasPad zeros each side (the loads of masked rows and keys reach up to 64 past either end), even.
@@ -247,14 +262,37 @@ struct WarpRows {
   bool full;         // all 16 rows are queries of the sequence
 };
 
+// A lane's view of DeBERTa's disentangled terms (kDisentangled): the c2p rows of its two query rows, the
+// head's p2c table from the sequence's first token, and the sequence's row of each distance in shared memory.
+// Queries and keys past the sequence read its last token's (their scores are masked).
+template <typename T>
+struct DisentangledLane {
+  const T* c2p[2];  // null without c2p
+  const T* p2c;     // null without p2c
+  const int* rows;  // rows[d] for d = query - key in -(length - 1) .. length - 1
+  int width;        // elements per token row of the tables
+  int last;         // length - 1
+  float over;       // 1 / the q.k scale: the terms are added to q.k before the scale
+};
+
+// The disentangled terms of one score (over the q.k scale): query position `query`, key position `key`.
+template <typename T>
+__device__ __forceinline__ float disentangled(const DisentangledLane<T>& dl, int r, int query, int key) {
+  const int k = min(key, dl.last), row = dl.rows[min(query, dl.last) - k];
+  float b = 0.f;
+  if (dl.c2p[r] != nullptr) b += Cvt<T>::f(dl.c2p[r][row]);
+  if (dl.p2c != nullptr) b += Cvt<T>::f(dl.p2c[static_cast<std::int64_t>(k) * dl.width + row]);
+  return b * dl.over;
+}
+
 // One tile of KEYS keys (64, 32 or 16; the tail of a sequence takes the smallest that holds it) at
-// positions k0.., K and V rows in shared memory. scale: the q.k scale in log2 units; bias (BIAS): the lane's
-// bias (divided by the q.k scale) for its row `group` and first column pair, 8-byte aligned: the pair of
-// 8-key tile n is at bias + 8n, and row group + 8's at bias + 8n - 8, so KEYS / 8 + 1 loads of two floats
-// serve the lane's 2 x KEYS / 4 scores.
-template <typename T, int DP, int KEYS, bool BIAS>
+// positions k0.., K and V rows in shared memory. scale: the q.k scale in log2 units; bias (kRelativeBias):
+// the lane's bias (divided by the q.k scale) for its row `group` and first column pair, 8-byte aligned: the
+// pair of 8-key tile n is at bias + 8n, and row group + 8's at bias + 8n - 8, so KEYS / 8 + 1 loads of two
+// floats serve the lane's 2 x KEYS / 4 scores; dl (kDisentangled): where the lane's terms are.
+template <typename T, int DP, int KEYS, int MODE>
 __device__ __forceinline__ void attend_tile(WarpRows<DP>& w, const T* sk, const T* sv, int k0, bool whole, float scale,
-                                            const float* bias, int lane) {
+                                            const float* bias, const DisentangledLane<T>& dl, int lane) {
   using L = PackedLayout<DP>;
   const int group = lane >> 2, quad = lane & 3;
   // S = Q K^T: KEYS / 8 tiles of 8 keys; K's rows are B's columns, fetched by ldmatrix two dimension
@@ -262,18 +300,21 @@ __device__ __forceinline__ void attend_tile(WarpRows<DP>& w, const T* sk, const 
   // With a bias, the accumulators start from it (bias / scale, so that s * scale adds it), and the bias costs
   // no arithmetic of its own.
   float s[KEYS / 8][4];
-  float2 pairs[BIAS ? KEYS / 8 + 1 : 1];  // pairs[m]: the bias at bias + 8 (m - 1)
-  if constexpr (BIAS) {
+  float2 pairs[MODE == kRelativeBias ? KEYS / 8 + 1 : 1];  // pairs[m]: the bias at bias + 8 (m - 1)
+  if constexpr (MODE == kRelativeBias) {
 #pragma unroll
     for (int m = 0; m <= KEYS / 8; ++m) pairs[m] = *reinterpret_cast<const float2*>(bias + 8 * (m - 1));
   }
 #pragma unroll
   for (int n = 0; n < KEYS / 8; ++n) {
-    if constexpr (BIAS) {
+    if constexpr (MODE == kRelativeBias) {
       s[n][0] = pairs[n + 1].x;
       s[n][1] = pairs[n + 1].y;
       s[n][2] = pairs[n].x;
       s[n][3] = pairs[n].y;
+    } else if constexpr (MODE == kDisentangled) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[n][i] = disentangled(dl, i >> 1, w.query[i >> 1], k0 + n * 8 + quad * 2 + (i & 1));
     } else {
       s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
     }
@@ -358,7 +399,7 @@ __device__ __forceinline__ void attend_tile(WarpRows<DP>& w, const T* sk, const 
   }
 }
 
-template <typename T, int DP, bool BIAS>
+template <typename T, int DP, int MODE>
 __global__ void __launch_bounds__(kWarps * 32, DP <= 64 ? 4 : 2) packed_attention_kernel(PackedParams p) {
   using L = PackedLayout<DP>;
   const std::int64_t entry = p.tiles[blockIdx.x];
@@ -405,7 +446,7 @@ __global__ void __launch_bounds__(kWarps * 32, DP <= 64 ? 4 : 2) packed_attentio
   float* const even = bias_smem;
   float* const odd = bias_smem + table;
   const int lane_bias = quad * 2 - (row0 + group) + length - 1 + kBiasPad;  // + k0: the lane's index, row group
-  if constexpr (BIAS) {
+  if constexpr (MODE == kRelativeBias) {
     const float* bias = p.bias + static_cast<std::int64_t>(head) * p.bias_row + p.bias_center - (length - 1);
     const float over = 1.f / p.scale;
     for (int i = threadIdx.x; i < table; i += blockDim.x) {
@@ -431,6 +472,26 @@ __global__ void __launch_bounds__(kWarps * 32, DP <= 64 ? 4 : 2) packed_attentio
   for (int n = 0; n < DP / 8; ++n) w.o[n][0] = w.o[n][1] = w.o[n][2] = w.o[n][3] = 0.f;
   w.row_max[0] = w.row_max[1] = -INFINITY;
   w.row_sum[0] = w.row_sum[1] = 0.f;
+  // The disentangled terms: each distance's row into shared memory (clamped into the tables), the lane's rows.
+  DisentangledLane<T> dl{};
+  if constexpr (MODE == kDisentangled) {
+    int* rows = reinterpret_cast<int*>(bias_smem);
+    const int* from = p.rel_rows + p.rel_center - (length - 1);
+    for (int i = threadIdx.x; i < 2 * length - 1; i += blockDim.x) rows[i] = min(max(from[i], 0), p.rel_width - 1);
+    const std::int64_t table = static_cast<std::int64_t>(head) * p.tokens * p.rel_width;
+    const auto* c2p = static_cast<const T*>(p.c2p);
+    const auto* p2c = static_cast<const T*>(p.p2c);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const std::int64_t token = start + min(w.query[r], length - 1);
+      dl.c2p[r] = c2p != nullptr ? c2p + table + token * p.rel_width : nullptr;
+    }
+    dl.p2c = p2c != nullptr ? p2c + table + static_cast<std::int64_t>(start) * p.rel_width : nullptr;
+    dl.rows = rows + length - 1;
+    dl.width = p.rel_width;
+    dl.last = length - 1;
+    dl.over = 1.f / p.scale;
+  }
 
   for (int j = 0; j < key_tiles; ++j) {
     wait_async<1>();  // every group but the newest (tile j + 1's) has landed
@@ -464,11 +525,11 @@ __global__ void __launch_bounds__(kWarps * 32, DP <= 64 ? 4 : 2) packed_attentio
       const int at = lane_bias + k0;
       const float* bias = (at & 1) ? odd + at - 1 : even + at;
       if (keys > kKeys / 2)
-        attend_tile<T, DP, kKeys, BIAS>(w, sk, sv, k0, whole, scale, bias, lane);
+        attend_tile<T, DP, kKeys, MODE>(w, sk, sv, k0, whole, scale, bias, dl, lane);
       else if (keys > kKeys / 4)
-        attend_tile<T, DP, kKeys / 2, BIAS>(w, sk, sv, k0, false, scale, bias, lane);
+        attend_tile<T, DP, kKeys / 2, MODE>(w, sk, sv, k0, false, scale, bias, dl, lane);
       else
-        attend_tile<T, DP, kKeys / 4, BIAS>(w, sk, sv, k0, false, scale, bias, lane);
+        attend_tile<T, DP, kKeys / 4, MODE>(w, sk, sv, k0, false, scale, bias, dl, lane);
     }
     __syncthreads();  // stage j % 2 is no longer read
     if (j + 2 < key_tiles) request_keys(j + 2);
@@ -523,16 +584,40 @@ int allow_optin_shared_memory(const void* kernel, int device) {
 
 bool aligned16(const at::Tensor& t) { return reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 16 == 0; }
 
-template <typename T, int DP, bool BIAS>
+template <typename T, int DP, int MODE>
 void launch_packed(const PackedParams& p, int blocks, int heads, std::int64_t longest, cudaStream_t stream,
                    int device) {
-  const std::size_t bytes = PackedLayout<DP>::bytes(longest, BIAS);
-  auto kernel = packed_attention_kernel<T, DP, BIAS>;
+  const std::size_t bytes = PackedLayout<DP>::bytes(longest, MODE);
+  auto kernel = packed_attention_kernel<T, DP, MODE>;
   const int allowed = allow_optin_shared_memory(reinterpret_cast<const void*>(kernel), device);
   TORCH_CHECK(bytes <= static_cast<std::size_t>(allowed), "attention: sequences of ", longest, " tokens need ", bytes,
               " bytes of shared memory per block; the GPU has ", allowed);
   kernel<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(heads)), kWarps * 32, bytes, stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// Whether `options` asks for the disentangled terms, checking them (cuda_kernels.hpp's contract) when it does.
+bool check_disentangled(const at::Tensor& q, const at::Tensor& k, std::int64_t longest,
+                        const PackedAttention& options) {
+  const at::Tensor &c2p = options.c2p, &p2c = options.p2c, &rows = options.relative_rows;
+  if (!c2p.defined() && !p2c.defined()) return false;
+  const std::int64_t T = q.size(0), heads = q.size(1);
+  TORCH_CHECK(
+      q.size(2) == 64 && k.size(1) == heads && !options.relative_bias.defined() && !options.rotary_cos.defined(),
+      "attention: disentangled terms need head_dim 64 and as many key heads as query heads, without a "
+      "relative bias or rotary tables");
+  const std::int64_t width = (c2p.defined() ? c2p : p2c).size(-1);
+  for (const at::Tensor* t : {&c2p, &p2c}) {
+    TORCH_CHECK(!t->defined() || (t->is_cuda() && t->scalar_type() == q.scalar_type() && t->dim() == 3 &&
+                                  t->size(0) == heads && t->size(1) == T && t->size(2) == width && width >= 1 &&
+                                  width < (std::int64_t{1} << 30) && t->is_contiguous()),
+                "attention: c2p and p2c must be [heads, T, R] in q's dtype, contiguous, on the GPU");
+  }
+  TORCH_CHECK(rows.defined() && rows.is_cuda() && rows.scalar_type() == at::kInt && rows.dim() == 1 &&
+                  rows.is_contiguous() && rows.size(0) % 2 == 1 && rows.size(0) < (std::int64_t{1} << 30),
+              "attention: relative_rows must be [2P - 1] int32 on the GPU");
+  TORCH_CHECK(longest <= (rows.size(0) + 1) / 2, "attention: longest is outside relative_rows");
+  return true;
 }
 
 at::Tensor packed_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& tiles,
@@ -574,6 +659,7 @@ at::Tensor packed_attention(const at::Tensor& q, const at::Tensor& k, const at::
                   "attention: rotary tables must be [positions >= longest, head_dim / 2] in q's dtype");
     }
   }
+  const bool disentangled = check_disentangled(q, k, longest, options);
   const c10::cuda::CUDAGuard guard(q.device());
   at::Tensor out = at::empty({T, heads * head_dim}, q.options());
   if (tiles.size(0) == 0 || T == 0) return out;
@@ -599,6 +685,15 @@ at::Tensor packed_attention(const at::Tensor& q, const at::Tensor& k, const at::
     p.cos = cos.data_ptr();
     p.sin = sin.data_ptr();
   }
+  if (disentangled) {
+    const at::Tensor& table = options.c2p.defined() ? options.c2p : options.p2c;
+    p.c2p = options.c2p.defined() ? options.c2p.data_ptr() : nullptr;
+    p.p2c = options.p2c.defined() ? options.p2c.data_ptr() : nullptr;
+    p.rel_rows = options.relative_rows.data_ptr<int>();
+    p.rel_center = static_cast<int>((options.relative_rows.size(0) - 1) / 2);
+    p.rel_width = static_cast<int>(table.size(2));
+    p.tokens = T;
+  }
   p.window = static_cast<int>(options.window);
   p.causal = options.causal;
   p.scale = static_cast<float>(options.scale);
@@ -608,21 +703,26 @@ at::Tensor packed_attention(const at::Tensor& q, const at::Tensor& k, const at::
   const int blocks = static_cast<int>(tiles.size(0)), h = static_cast<int>(heads), device = q.device().index();
   auto run = [&](auto tag) {
     using T_ = decltype(tag);
-    auto with_bias = [&](auto biased) {
-      constexpr bool B = decltype(biased)::value;
-      if (head_dim <= 16)
-        launch_packed<T_, 16, B>(p, blocks, h, longest, stream, device);
-      else if (head_dim <= 32)
-        launch_packed<T_, 32, B>(p, blocks, h, longest, stream, device);
-      else if (head_dim <= 64)
-        launch_packed<T_, 64, B>(p, blocks, h, longest, stream, device);
-      else
-        launch_packed<T_, 128, B>(p, blocks, h, longest, stream, device);
+    auto with_mode = [&](auto mode) {
+      constexpr int M = decltype(mode)::value;
+      if constexpr (M == kDisentangled) {  // head_dim 64 only (check_disentangled)
+        launch_packed<T_, 64, M>(p, blocks, h, longest, stream, device);
+      } else if (head_dim <= 16) {
+        launch_packed<T_, 16, M>(p, blocks, h, longest, stream, device);
+      } else if (head_dim <= 32) {
+        launch_packed<T_, 32, M>(p, blocks, h, longest, stream, device);
+      } else if (head_dim <= 64) {
+        launch_packed<T_, 64, M>(p, blocks, h, longest, stream, device);
+      } else {
+        launch_packed<T_, 128, M>(p, blocks, h, longest, stream, device);
+      }
     };
-    if (bias.defined())
-      with_bias(std::true_type{});
+    if (disentangled)
+      with_mode(std::integral_constant<int, kDisentangled>{});
+    else if (bias.defined())
+      with_mode(std::integral_constant<int, kRelativeBias>{});
     else
-      with_bias(std::false_type{});
+      with_mode(std::integral_constant<int, kNoBias>{});
   };
   with_type(q.scalar_type(), run);
   return out;
