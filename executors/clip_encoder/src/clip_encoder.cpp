@@ -222,6 +222,7 @@ class ClipEncoder : public Executor {
     if (stream_) on_stream.emplace(*stream_);
     std::string why;
     gpu_decoder_ = GpuJpegDecoder::make(mode, backend, device_, why);
+    if (gpu_decoder_) check_gpu_decoder(mode);
     if (gpu_decoder_) {
       if (runtime().replica == 0)
         spdlog::info("executor '{}': JPEGs are decoded on {} with nvJPEG ({} backend)", runtime().name, device_.str(),
@@ -232,6 +233,45 @@ class ClipEncoder : public Executor {
         spdlog::info("executor '{}': images are decoded on the CPU (gpu_decode auto: {})", runtime().name, why);
       });
     }
+  }
+
+  // The decode settings with no share left to the CPU: the start-up check's and the warm-up's two JPEGs both go to
+  // nvJPEG (with cpu_decode_share the second would be the CPU's).
+  DecodeSettings nvjpeg_only() const {
+    DecodeSettings settings = decode_;
+    settings.cpu_share = 0;
+    return settings;
+  }
+
+  // nvJPEG's start-up check: two grey JPEGs (uniform 128, so every decoder gives 128 or next to it) through the
+  // replica's decoder on its stream. A GPU whose nvJPEG decodes neither, or decodes them wrong, is not trusted with
+  // documents. gpu_decode on: an error at start; auto: this replica decodes on the CPU, said once per replica.
+  void check_gpu_decoder(GpuDecode mode) {
+    Document a, b;
+    a.blob = images::grey_jpeg(48, 40);
+    b.blob = images::grey_jpeg(40, 48);
+    const Document* both[] = {&a, &b};
+    std::string problem;
+    try {
+      decode_slice(both, nvjpeg_only(), gpu_decoder_.get(), stream_, decoded_);
+      if (decoded_.gpu_images != 2) {
+        problem = fmt::format("it decoded {} of 2 grey JPEGs", decoded_.gpu_images);
+      } else {
+        for (const at::Tensor& pixels : decoded_.gpu) {
+          const int off = (pixels.to(at::kInt) - 128).abs().max().item<int>();
+          if (off > 3) problem = fmt::format("a uniform grey JPEG came out {} levels off 128", off);
+        }
+      }
+    } catch (const std::exception& e) {
+      problem = e.what();
+    }
+    if (problem.empty()) return;
+    const std::string what = fmt::format("nvJPEG ({} backend) failed its start-up check on {}: {}",
+                                         gpu_decoder_->backend(), device_.str(), problem);
+    if (mode == GpuDecode::on) throw Error(fmt::format("parameter 'gpu_decode': on, but {}", what));
+    spdlog::warn("executor '{}' replica {}: {}; this replica decodes JPEGs on the CPU", runtime().name,
+                 runtime().replica, what);
+    gpu_decoder_.reset();
   }
 
   // Serialises calibrations across the replicas of the process: the allocator's peak statistics are per device.
@@ -298,7 +338,7 @@ class ClipEncoder : public Executor {
       Document a, b;
       a.blob = b.blob = images::grey_jpeg(side, side);
       const Document* both[] = {&a, &b};
-      decode_slice(both, decode_, gpu_decoder_.get(), stream_, decoded_);
+      decode_slice(both, nvjpeg_only(), gpu_decoder_.get(), stream_, decoded_);
       if (decoded_.gpu_images != 2)
         spdlog::warn("executor '{}': nvJPEG did not decode the warm-up JPEGs", runtime().name);
       if (!decoded_.failures[0].empty()) throw Error(fmt::format("warm-up: {}", decoded_.failures[0]));
