@@ -369,6 +369,17 @@ std::vector<DocumentArray> requests_of(const std::vector<int>& sizes, bool repea
   return requests;
 }
 
+// A table whose deferred constraint trigger refuses the id 'poison' at COMMIT (drop_poison() lifts it).
+void poisoned_table(const PgServer& server, const std::string& table) {
+  server.sql(fmt::format(
+      "CREATE EXTENSION IF NOT EXISTS vector; CREATE TABLE {0} (id text PRIMARY KEY, text text, tags jsonb, "
+      "embedding vector(2)); CREATE OR REPLACE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS \\$\\$ BEGIN "
+      "IF NEW.id = 'poison' THEN RAISE EXCEPTION 'poisoned row %', NEW.id; END IF; RETURN NULL; END \\$\\$; "
+      "CREATE CONSTRAINT TRIGGER poison AFTER INSERT OR UPDATE ON {0} DEFERRABLE INITIALLY DEFERRED FOR EACH ROW "
+      "EXECUTE FUNCTION poison()",
+      table));
+}
+
 }  // namespace
 
 TEST_CASE("a PgVectorWriter of N connections fills the same table as one connection", "[pgvector]") {
@@ -451,14 +462,7 @@ TEST_CASE(
   REQUIRE_SERVER(server);
   for (const std::string mode : {"error", "update"}) {
     const std::string table = "commit_fails_" + mode;
-    // A deferred constraint trigger refuses the id 'poison' at COMMIT, after every part was ready.
-    server.sql(fmt::format(
-        "CREATE EXTENSION IF NOT EXISTS vector; CREATE TABLE {0} (id text PRIMARY KEY, text text, tags jsonb, "
-        "embedding vector(2)); CREATE OR REPLACE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS \\$\\$ BEGIN "
-        "IF NEW.id = 'poison' THEN RAISE EXCEPTION 'poisoned row %', NEW.id; END IF; RETURN NULL; END \\$\\$; "
-        "CREATE CONSTRAINT TRIGGER poison AFTER INSERT OR UPDATE ON {0} DEFERRABLE INITIALLY DEFERRED FOR EACH ROW "
-        "EXECUTE FUNCTION poison()",
-        table));
+    poisoned_table(server, table);  // refuses the id 'poison' at COMMIT, after every part was ready
     testing::ExecutorRunner runner(pg_registry(), "PgVectorWriter",
                                    with(server, table, {{"on_conflict", mode}, {"connections", 2}}));
     DocumentArray first;
@@ -534,4 +538,104 @@ TEST_CASE("a PgVectorWriter resuming after a request committed on some connectio
           pg_registry(), "PgVectorWriter",
           with(server, "repair_update", {{"connections", 3}, {"run_key", "key-update"}, {"resume", true}}), runtime),
       testing::contains("more than one request apart"));
+}
+
+namespace {
+
+void drop_poison(const PgServer& server, const std::string& table) {
+  server.sql(fmt::format("DROP TRIGGER poison ON {}", table));
+}
+
+DocumentArray docs_of(const std::vector<std::string>& ids) {
+  DocumentArray docs;
+  for (const std::string& id : ids) docs.push_back(embedded(id, id, at::ones({2})));
+  return docs;
+}
+
+// flowline_progress's row of `table`: "documents last_id".
+std::vector<std::string> progress_of(const PgServer& server, const std::string& table) {
+  return server.sql(fmt::format("SELECT documents || ' ' || last_id FROM flowline_progress WHERE sink = '{}'", table));
+}
+
+// A writer under `flowline run` (a run key: progress kept), named `name`.
+std::unique_ptr<testing::ExecutorRunner> run_writer(const PgServer& server, const std::string& table,
+                                                    const std::string& mode, const std::string& name,
+                                                    bool resume = false) {
+  RuntimeInfo runtime;
+  runtime.name = name;
+  return std::make_unique<testing::ExecutorRunner>(
+      pg_registry(), "PgVectorWriter",
+      with(server, table, {{"on_conflict", mode}, {"run_key", "key-" + table}, {"resume", resume}}), runtime);
+}
+
+}  // namespace
+
+TEST_CASE("a PgVectorWriter's progress waits at a failed request and moves on once that request is written",
+          "[pgvector]") {
+  PgServer server;
+  REQUIRE_SERVER(server);
+  for (const std::string mode : {"update", "error"}) {
+    INFO(mode);
+    const std::string table = "retried_" + mode;
+    poisoned_table(server, table);
+    const auto writer = run_writer(server, table, mode, "db");
+    writer->post("/index", docs_of({"a1", "a2"}));
+    CHECK(progress_of(server, table) == std::vector<std::string>{"2 a2"});
+    const DocumentArray failing = docs_of({"b1", "poison"});
+    CHECK_THROWS_WITH(writer->post("/index", failing),
+                      testing::contains("poisoned row poison") &&
+                          testing::contains("flowline_progress stays at input document 2 until this request is "
+                                            "written"));
+    CHECK(progress_of(server, table) == std::vector<std::string>{"2 a2"});
+    // The same request again, now that the server takes it: the gap is filled, progress moves on.
+    drop_poison(server, table);
+    writer->post("/index", failing);
+    CHECK(progress_of(server, table) == std::vector<std::string>{"4 poison"});
+    writer->post("/index", docs_of({"c1"}));
+    CHECK(progress_of(server, table) == std::vector<std::string>{"5 c1"});
+    CHECK(server.sql(fmt::format("SELECT id FROM {} ORDER BY id", table)) ==
+          std::vector<std::string>{"a1", "a2", "b1", "c1", "poison"});
+  }
+}
+
+TEST_CASE(
+    "a PgVectorWriter whose failed request is never written keeps its progress there for the run, a plain COPY "
+    "refusing what follows, and --resume completes the table",
+    "[pgvector]") {
+  PgServer server;
+  REQUIRE_SERVER(server);
+  for (const std::string mode : {"update", "error"}) {
+    INFO(mode);
+    const std::string table = "gap_" + mode;
+    poisoned_table(server, table);
+    const auto writer = run_writer(server, table, mode, "db");  // kept open: closing it complete clears progress
+    writer->post("/index", docs_of({"a1", "a2"}));
+    CHECK_THROWS_WITH(writer->post("/index", docs_of({"b1", "poison"})), testing::contains("poisoned row poison"));
+    // The next request is another one: b1 and poison are missing for the rest of the run.
+    if (mode == "update") {
+      writer->post("/index", docs_of({"c1"}));
+      CHECK(server.sql(fmt::format("SELECT id FROM {} ORDER BY id", table)) ==
+            std::vector<std::string>{"a1", "a2", "c1"});
+    } else {
+      CHECK_THROWS_WITH(writer->post("/index", docs_of({"c1"})),
+                        testing::contains("refused: a request failed at input document 2") &&
+                            testing::contains("`flowline run --resume` continues from there"));
+      CHECK(server.sql(fmt::format("SELECT id FROM {} ORDER BY id", table)) == std::vector<std::string>{"a1", "a2"});
+    }
+    if (mode == "update") {
+      writer->post("/index", docs_of({"d1"}));
+    } else {
+      CHECK_THROWS_WITH(writer->post("/index", docs_of({"d1"})), testing::contains("refused"));
+    }
+    CHECK(progress_of(server, table) == std::vector<std::string>{"2 a2"});  // never past the missing request
+    // flowline run --resume re-reads the input from there: the whole table, nothing refused.
+    drop_poison(server, table);
+    const auto resumed = run_writer(server, table, mode, "db-resumed", true);
+    CHECK(held_sink_points("key-" + table).at("db-resumed").documents == 2);
+    for (const auto& ids : std::vector<std::vector<std::string>>{{"a1", "a2"}, {"b1", "poison"}, {"c1"}, {"d1"}})
+      resumed->post("/index", docs_of(ids));
+    CHECK(progress_of(server, table) == std::vector<std::string>{"6 d1"});
+    CHECK(server.sql(fmt::format("SELECT id FROM {} ORDER BY id", table)) ==
+          std::vector<std::string>{"a1", "a2", "b1", "c1", "d1", "poison"});
+  }
 }

@@ -86,21 +86,25 @@ void Lanes::prepare_part(std::size_t k, PartOutcome& outcome, bool redo_lost, co
       throw;
     }
     // The connection was lost before COMMIT: nothing of the part committed; an upsert is written again.
-    spdlog::warn("executor '{}': connection to PostgreSQL lost ({}); reconnecting to redo the request", executor_,
-                 e.what());
-    reconnect(k);
-    outcome.redone = true;
-    try {
-      prepare(k, lanes_[k]);
-    } catch (...) {
-      rollback(k);
-      throw;
-    }
+    redo(k, outcome, e.what(), prepare);
+  }
+}
+
+void Lanes::redo(std::size_t k, PartOutcome& outcome, const std::string& lost, const Prepare& prepare) {
+  spdlog::warn("executor '{}': connection to PostgreSQL lost ({}); reconnecting to redo the request", executor_, lost);
+  reconnect(k);
+  outcome.redone = true;
+  try {
+    prepare(k, lanes_[k]);
+  } catch (...) {
+    rollback(k);
+    throw;
   }
 }
 
 void Lanes::commit_part(std::size_t k, PartOutcome& outcome, const std::string& what, bool redo_lost,
                         const Prepare& prepare) {
+  std::string lost;  // why the connection was lost at COMMIT, when the part is redone
   try {
     lanes_[k].conn->exec("COMMIT", what);
     outcome.state = PartState::Committed;
@@ -110,13 +114,15 @@ void Lanes::commit_part(std::size_t k, PartOutcome& outcome, const std::string& 
     // A COMMIT the server answered with an error rolled back; one whose connection was lost may have committed.
     outcome.state = lanes_[k].conn->ok() ? PartState::Failed : PartState::Unknown;
     if (outcome.state == PartState::Failed || !redo_lost || outcome.redone) return;
-    spdlog::warn("executor '{}': connection to PostgreSQL lost ({}); reconnecting to redo the request", executor_,
-                 e.what());
+    lost = e.what();
   }
-  reconnect(k);
-  outcome.redone = true;
   try {
-    prepare(k, lanes_[k]);
+    redo(k, outcome, lost, prepare);
+  } catch (...) {  // no new connection, or the part failed again (and rolled back): the first COMMIT's fate unknown
+    outcome.error = std::current_exception();
+    return;
+  }
+  try {
     lanes_[k].conn->exec("COMMIT", what);
     outcome.state = PartState::Committed;
     outcome.error = nullptr;

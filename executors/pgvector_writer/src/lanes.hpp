@@ -74,6 +74,9 @@ class Lanes {
   void prepare_part(std::size_t k, PartOutcome& outcome, bool redo_lost, const Prepare& prepare);
   void commit_part(std::size_t k, PartOutcome& outcome, const std::string& what, bool redo_lost,
                    const Prepare& prepare);
+  // Part k's connection was lost (`lost`: the error that said so): warns, opens a new one and prepares the part
+  // again on it (outcome.redone). Throws what reconnecting or preparing threw (the part rolled back).
+  void redo(std::size_t k, PartOutcome& outcome, const std::string& lost, const Prepare& prepare);
   void rollback(std::size_t k) noexcept;  // when the connection still answers
   // Runs body(k) for every active k at once (k = 0 on this thread); waits for all.
   void in_parallel(const std::vector<bool>& active, const std::function<void(std::size_t)>& body);

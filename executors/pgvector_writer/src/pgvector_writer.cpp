@@ -248,7 +248,7 @@ class PgVectorWriter : public Executor {
   }
 
   // Under a resumed run, the leading documents the table holds already are not written again. A request that
-  // fails stops the progress records (the rows after it would claim its documents).
+  // fails holds the progress records where they were (ProgressGap, table_progress.hpp).
   // Batches go through order() first when the run's ids are positional (resumable_sink.hpp).
   void write(DocumentArray& docs, const RequestInfo& request) {
     if (progress_.orders(request)) return write_in_order(progress_.order(docs));
@@ -259,8 +259,8 @@ class PgVectorWriter : public Executor {
     if (docs.empty()) return;
     const std::size_t held = progress_.skip(docs);
     if (held == docs.size()) return progress_.wrote(docs);
-    const SinkPoint after{progress_.point().documents + docs.size(), docs[docs.size() - 1].id, 0};
-    if (progress_.enabled() && !progress_failed_) next_progress_ = after;
+    const bool recorded = progress_.enabled() && gap_.may_record(docs);
+    if (recorded) next_progress_ = SinkPoint{progress_.point().documents + docs.size(), docs[docs.size() - 1].id, 0};
     try {
       if (held == 0) {
         write_request(docs);
@@ -268,12 +268,16 @@ class PgVectorWriter : public Executor {
         write_request(DocumentArray(
             std::vector<Document>(docs.docs().begin() + static_cast<std::ptrdiff_t>(held), docs.docs().end())));
       }
-    } catch (...) {
-      progress_failed_ = true;
+    } catch (const std::exception& e) {
       next_progress_.reset();  // no later request may record this one's point
+      if (!recorded) throw;
+      throw Error(gap_.failed(docs, progress_.point().documents, e.what()));
+    } catch (...) {
+      next_progress_.reset();
       throw;
     }
     next_progress_.reset();
+    if (recorded) gap_.written();
     progress_.wrote(docs);
   }
 
@@ -561,7 +565,8 @@ class PgVectorWriter : public Executor {
   ConnectOptions options_;
   SinkProgress progress_{params(), runtime().name};
   std::optional<SinkPoint> next_progress_;  // the point the request being written reaches
-  bool progress_failed_ = false;
+  // A failed request that holds progress back.
+  ProgressGap gap_{runtime().name, params().get<std::string>("on_conflict") == "update"};
   std::unique_ptr<Lanes> lanes_;                   // the connections; lane 0 also sets up, clears and indexes
   std::unique_ptr<TableProgress> table_progress_;  // the rows of flowline_progress
   std::string table_;

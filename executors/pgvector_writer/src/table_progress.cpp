@@ -159,4 +159,41 @@ void TableProgress::clear(PgConnection& conn) const {
              {PgParam{table_}});
 }
 
+ProgressGap::ProgressGap(std::string executor, bool upsert) : executor_(std::move(executor)), upsert_(upsert) {}
+
+bool ProgressGap::may_record(const DocumentArray& docs) {
+  bool again = !failed_ids_.empty() && docs.size() == failed_ids_.size();
+  for (std::size_t i = 0; again && i < docs.size(); ++i) again = docs[i].id == failed_ids_[i];
+  if (!failed_ids_.empty() && !again) {  // the run went on without the failed request: said once
+    stopped_at_ = failed_at_;
+    failed_ids_.clear();
+    spdlog::warn(
+        "executor '{}': a request failed at input document {} and the run went on without it: flowline_progress "
+        "stays there for the rest of the run; {}",
+        executor_, failed_at_,
+        upsert_ ? "later requests are written, and `flowline run --resume` writes them again from there (an "
+                  "upsert: their rows are replaced)"
+                : "later requests are refused (on_conflict: error: a --resume would find their rows and fail on "
+                  "them), and `flowline run --resume` continues from there");
+  }
+  if (stopped_at_ && !upsert_) {
+    throw Error(
+        fmt::format("executor '{}': refused: a request failed at input document {} and flowline_progress stays "
+                    "there (on_conflict: error: a --resume would find this request's rows and fail on them); "
+                    "`flowline run --resume` continues from there",
+                    executor_, *stopped_at_));
+  }
+  return !stopped_at_;
+}
+
+std::string ProgressGap::failed(const DocumentArray& docs, std::uint64_t at, const std::string& what) {
+  failed_at_ = at;
+  failed_ids_.clear();
+  for (const Document& d : docs) failed_ids_.push_back(d.id);
+  return fmt::format(
+      "{} (flowline_progress stays at input document {} until this request is written: `flowline run --resume` "
+      "continues from there)",
+      what, at);
+}
+
 }  // namespace flowline::pgvector_writer

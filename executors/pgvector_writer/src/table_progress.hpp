@@ -32,6 +32,8 @@
 #include "flowline/resumable_sink.hpp"
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -64,6 +66,34 @@ class TableProgress {
   std::string table_;
   std::size_t parts_;
   bool keeps_ids_;
+};
+
+// What a failed request does to the progress rows. They are an input prefix: a request that fails leaves its
+// documents out of the table, so no later request may record its point while they are missing. The rows wait at
+// the failed request's start until it is written after all (the same documents, in the same order, as the next
+// request); a request other than that one makes the stop final for the run: a warning says so, later requests
+// of an upsert are written without moving the rows (a --resume writes them again, replacing their rows), and
+// those of a plain COPY are refused (a --resume writing them again would fail on the rows they left).
+// Used on the writer replica's thread, only while it keeps progress.
+class ProgressGap {
+ public:
+  // `executor`: the writer's name, for messages; `upsert`: on_conflict: update.
+  ProgressGap(std::string executor, bool upsert);
+  // Before request `docs` is written: whether it may record its point. Throws flowline::Error (refused) for a
+  // plain COPY's request after the stop.
+  bool may_record(const DocumentArray& docs);
+  // Request `docs`, which started at input document `at` and was to record its point, failed with `what`: what
+  // its error says.
+  std::string failed(const DocumentArray& docs, std::uint64_t at, const std::string& what);
+  // The request that recorded its point committed.
+  void written() noexcept { failed_ids_.clear(); }
+
+ private:
+  std::string executor_;
+  bool upsert_;
+  std::uint64_t failed_at_ = 0;
+  std::vector<std::string> failed_ids_;      // the failed request's ids while it may still be written; else empty
+  std::optional<std::uint64_t> stopped_at_;  // where the rows stay for the run
 };
 
 // `values` as a PostgreSQL array literal of text ({"a","b\"c"}), for a text[] parameter.

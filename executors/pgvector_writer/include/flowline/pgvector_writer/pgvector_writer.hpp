@@ -38,7 +38,11 @@
 // `resume: true` (flowline run --resume) the writer reads them back, refuses another run's, repairs a request
 // that a kill left committed on some connections only (a plain COPY's rows there deleted by id, an upsert's
 // written again), checks the table holds the last id, and skips the documents it holds. The rows are deleted
-// when the run completes.
+// when the run completes. They never name a document the table does not hold, so a request that fails leaves
+// them where they were (its error says so) until that request is written after all; once another request comes
+// instead, they stay there for the run, a warning says so, and with on_conflict: error the later requests are
+// refused (a --resume, which writes them again from there, would find their rows), so that `flowline run
+// --resume` completes the table.
 //
 // Index: `index: hnsw` or `ivfflat` builds that index on the embedding column (operator class from `metric`:
 // cosine, l2, ip) once the run completed, at close, by replica 0 (after loading: far faster than keeping an
