@@ -3,6 +3,7 @@
 
 #if FLOWLINE_TEST_GRPC
 #include "jina.pb.h"
+#include "jina_v1.pb.h"
 
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -132,6 +133,36 @@ std::size_t jina_answer_documents(const std::string& answer) {
   return static_cast<std::size_t>(proto.data().docs().docs_size());
 }
 
+std::string jina_v1_text_request(const std::string& endpoint, const std::vector<std::string>& texts) {
+  jina_v1::DataRequestProto request;
+  request.mutable_header()->set_exec_endpoint(endpoint);
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    auto* doc = request.mutable_data()->mutable_docs()->add_docs();
+    doc->set_id("v1-" + std::to_string(i));
+    doc->set_text(texts[i]);
+  }
+  return request.SerializeAsString();
+}
+
+std::vector<std::string> jina_answer_texts(const std::string& answer, bool docarray_v1) {
+  std::vector<std::string> texts;
+  if (docarray_v1) {
+    jina_v1::DataRequestProto proto;
+    if (!proto.ParseFromString(answer))
+      throw std::runtime_error("jina_answer_texts: the answer does not parse as a jina_v1.DataRequestProto");
+    for (const auto& doc : proto.data().docs().docs()) texts.push_back(doc.text());
+    return texts;
+  }
+  jina::DataRequestProto proto;
+  if (!proto.ParseFromString(answer))
+    throw std::runtime_error("jina_answer_texts: the answer does not parse as a jina.DataRequestProto");
+  for (const auto& doc : proto.data().docs().docs()) {
+    const auto it = doc.data().find("text");
+    texts.push_back(it == doc.data().end() ? std::string() : it->second.text());
+  }
+  return texts;
+}
+
 #else
 
 namespace {
@@ -147,6 +178,8 @@ GrpcRawAnswer grpc_raw_stream(std::uint16_t, const std::string&, const std::vect
 }
 std::string jina_text_request(const std::string&, const std::vector<std::string>&) { no_grpc(); }
 std::size_t jina_answer_documents(const std::string&) { no_grpc(); }
+std::string jina_v1_text_request(const std::string&, const std::vector<std::string>&) { no_grpc(); }
+std::vector<std::string> jina_answer_texts(const std::string&, bool) { no_grpc(); }
 
 #endif
 

@@ -37,4 +37,13 @@ std::string jina_text_request(const std::string& endpoint, const std::vector<std
 // not parse as one.
 std::size_t jina_answer_documents(const std::string& answer);
 
+// A serialized jina_v1.DataRequestProto (docarray < 0.30's documents, as clip-client sends them) for `endpoint`
+// with one document per text, ids "v1-0", "v1-1", ...; with no texts, a request without documents (header only,
+// as a Jina client of either generation sends one).
+std::string jina_v1_text_request(const std::string& endpoint, const std::vector<std::string>& texts);
+
+// The texts of the documents in a serialized answer, read as docarray < 0.30's (`docarray_v1`) or >= 0.30's
+// documents; throws std::runtime_error when the bytes do not parse as that generation's DataRequestProto.
+std::vector<std::string> jina_answer_texts(const std::string& answer, bool docarray_v1);
+
 }  // namespace flowline::testing

@@ -9,7 +9,9 @@ using namespace gateway_test;
 using testing::grpc_raw_stream;
 using testing::grpc_raw_unary;
 using testing::jina_answer_documents;
+using testing::jina_answer_texts;
 using testing::jina_text_request;
+using testing::jina_v1_text_request;
 
 namespace {
 
@@ -27,7 +29,66 @@ struct GrpcServed : Served {
   std::uint16_t grpc_port() const { return gateway->grpc_port(); }
 };
 
+// Answers a request without documents with one it makes ("made here") and passes others on unchanged, so that
+// the answer to an empty request has a document that shows which docarray generation it was written in.
+class MakesOne : public Executor {
+ public:
+  static ExecutorSpec spec() {
+    return ExecutorSpec{"MakesOne", "makes a document for an empty request", {}, {"/make"}};
+  }
+  explicit MakesOne(const ExecutorContext& c) : Executor(c) {
+    auto handler = [](DocumentArray& docs, const RequestInfo&) {
+      if (!docs.empty()) return;
+      Document made(Document::WithId{"made"});
+      made.text = "made here";
+      docs.push_back(std::move(made));
+    };
+    bind("/make", handler);
+    bind_default(handler);
+  }
+};
+
+Flow makes_one_flow() {
+  static const bool registered = [] {
+    Registry::global().add<MakesOne>();
+    return true;
+  }();
+  (void)registered;
+  Flow flow;
+  flow.add({.name = "maker", .uses = "MakesOne"});
+  return flow;
+}
+
 }  // namespace
+
+TEST_CASE(
+    "a Jina request without documents is answered in the docarray generation its stream's requests showed, "
+    "else in docarray >= 0.30's",
+    "[gateway][grpc]") {
+  if (!Gateway::grpc_available()) FLOWLINE_SKIP("this build has no gRPC front (gRPC C++ was not found)");
+  Served served(makes_one_flow(), GatewayOptions{.grpc_port = 0});
+  const std::uint16_t port = served.gateway->grpc_port();
+  // Both generations' clients send a request without documents alike: header and parameters, no data.
+  const std::string empty = jina_v1_text_request("/make", {});
+  for (const bool v1 : {true, false}) {
+    INFO((v1 ? "docarray < 0.30" : "docarray >= 0.30"));
+    const std::string with_docs = v1 ? jina_v1_text_request("/make", {"a cat"}) : jina_text_request("/make", {"a cat"});
+    const auto answer =
+        grpc_raw_stream(port, "/jina.JinaRPC/Call", {with_docs, empty, empty}, std::chrono::seconds(20));
+    INFO("status " << answer.grpc_code << ": " << answer.grpc_message);
+    CHECK(answer.grpc_code == kOk);
+    REQUIRE(answer.answers.size() == 3);
+    CHECK(jina_answer_texts(answer.answers[0], v1) == std::vector<std::string>{"a cat"});
+    CHECK(jina_answer_texts(answer.answers[1], v1) == std::vector<std::string>{"made here"});
+    CHECK(jina_answer_texts(answer.answers[2], v1) == std::vector<std::string>{"made here"});
+  }
+  // Nothing to go by (a unary call, a stream's first request): docarray >= 0.30's, the front's default.
+  const auto unary =
+      grpc_raw_unary(port, "/jina.JinaSingleDataRequestRPC/process_single_data", empty, std::chrono::seconds(20));
+  INFO("status " << unary.grpc_code << ": " << unary.grpc_message);
+  REQUIRE(unary.answers.size() == 1);
+  CHECK(jina_answer_texts(unary.answers[0], false) == std::vector<std::string>{"made here"});
+}
 
 TEST_CASE(
     "a gRPC message that does not parse ends jina.JinaRPC/Call with INVALID_ARGUMENT naming the method, after "

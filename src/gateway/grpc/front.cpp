@@ -311,7 +311,7 @@ class CallStream final : public grpc::ServerBidiReactor<Bytes, Bytes> {
     Call call;
     try {
       const std::size_t bytes = message->Length();
-      request->docarray_v1 = docarray_v1_message(*message);
+      request->docarray_v1 = docarray_v1_on_stream(*message, generation_);
       if (!parse_message(*message, request->message()))
         return refuse(seq, Refusal::BadRequest, not_parsed(kCallMethod, request->message(), bytes), started);
       message.reset();
@@ -406,6 +406,9 @@ class CallStream final : public grpc::ServerBidiReactor<Bytes, Bytes> {
   grpc::Alarm drain_alarm_;   // ends the drain after kRefusalDrain
   std::atomic<int> refs_{1};  // gRPC's, until OnDone
   std::optional<grpc::Status> final_;
+  // The docarray generation the stream's requests showed by their documents, for those without (handle(): one
+  // request at a time, as the stream's reads come one after another).
+  std::optional<bool> generation_;
 };
 
 class JinaRpc final : public jina::JinaRPC::WithRawCallbackMethod_Call<jina::JinaRPC::Service> {

@@ -134,18 +134,25 @@ class WireReader {
 
 }  // namespace
 
-bool docarray_v1_message(const grpc::ByteBuffer& bytes) {
+std::optional<bool> docarray_v1_documents(const grpc::ByteBuffer& bytes) {
   std::vector<grpc::Slice> slices;
-  if (!bytes.Dump(&slices).ok()) return false;
+  if (!bytes.Dump(&slices).ok()) return std::nullopt;
   WireReader reader(slices);
   // DataRequestProto.data (4) -> DataContentProto.docs (1) -> the list's first document (1).
-  if (!reader.enter(4) || !reader.enter(1) || !reader.enter(1) || reader.at_end()) return false;
+  if (!reader.enter(4) || !reader.enter(1) || !reader.enter(1) || reader.at_end()) return std::nullopt;
   std::uint64_t tag = 0, length = 0;
   std::uint8_t first = 0;
-  if (!reader.varint(tag)) return false;
+  if (!reader.varint(tag)) return std::nullopt;
   if (tag >> 3 != 1) return true;  // a DocProto holds nothing but field 1
-  if ((tag & 7) != 2 || !reader.varint(length) || length == 0 || !reader.byte(first)) return false;
+  if ((tag & 7) != 2 || !reader.varint(length) || length == 0 || !reader.byte(first)) return std::nullopt;
   return first != 0x0a;  // a map entry starts with its key's tag; an id with a letter or digit
+}
+
+bool docarray_v1_message(const grpc::ByteBuffer& bytes) { return docarray_v1_documents(bytes).value_or(false); }
+
+bool docarray_v1_on_stream(const grpc::ByteBuffer& bytes, std::optional<bool>& stream) {
+  if (const std::optional<bool> said = docarray_v1_documents(bytes)) stream = said;
+  return stream.value_or(false);
 }
 
 std::string not_parsed(std::string_view method, const google::protobuf::MessageLite& message, std::size_t bytes) {

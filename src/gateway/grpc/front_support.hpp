@@ -34,9 +34,18 @@ bool parse_message(grpc::ByteBuffer& bytes, google::protobuf::MessageLite& messa
 // Whether a jina.DataRequestProto's documents are docarray < 0.30's (DocumentProto, jina_v1.proto) rather than
 // docarray >= 0.30's (DocProto), told from the first document's first bytes without parsing the message: a
 // DocProto holds only its field 1, map entries whose first byte is their key's tag (0x0a); a DocumentProto
-// starts with its id (field 1, a string of letters and digits) or, without one, with another field. False
-// when there is no document (either reads it) or the bytes end early (the parse then says what is wrong).
+// starts with its id (field 1, a string of letters and digits) or, without one, with another field. nullopt
+// when there is no document or the bytes end early (the parse then says what is wrong). A request without
+// documents cannot be told by its bytes at all: the Jina clients of both generations build it alike (header,
+// parameters, no data; jina_v1.proto and jina.proto give DataRequestProto the same fields and numbers).
+std::optional<bool> docarray_v1_documents(const grpc::ByteBuffer& bytes);
+// docarray_v1_documents(), false when the documents do not say (a request is docarray >= 0.30's by default).
 bool docarray_v1_message(const grpc::ByteBuffer& bytes);
+
+// The generation a request of a jina.JinaRPC/Call stream is read and answered in: the one its documents say
+// (docarray_v1_documents), else the one the stream's earlier requests said (`stream`: one client's stream
+// speaks one generation), else docarray >= 0.30's. A request whose documents say sets `stream`.
+bool docarray_v1_on_stream(const grpc::ByteBuffer& bytes, std::optional<bool>& stream);
 
 // What a refusal of a message that does not parse says: "the message (4 bytes) does not parse as
 // jina.DataRequestProto, the request of jina.JinaRPC/Call". `method` as gRPC names it, without the
