@@ -4,7 +4,10 @@
 # fails the command after the tests have run.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# Each phase's end says how long the run has taken so far (CI's time is bounded: .ci/run).
+took() { printf '    (%s done after %d min %02d s)\n' "$1" $((SECONDS / 60)) $((SECONDS % 60)); }
 "$ROOT/scripts/setup.sh"
+took "set-up and build"
 # The Python clients of the compatibility tests, each set in a venv of its own, up to date in a second:
 # .venv-clients (tests/gateway/test_clients.cpp: Jina, openai, cohere) and .venv-clip (test_clip_client.cpp:
 # CLIP-as-service's clip-client needs docarray < 0.30). Under CI=true a failure here stops the run; elsewhere
@@ -20,6 +23,7 @@ client_venv() {  # SCRIPT, what it is for
 }
 client_venv setup-clients.sh "the Python clients of the compatibility tests"
 client_venv setup-clip-client.sh "CLIP-as-service's clip-client"
+took "the clients' venvs"
 printf '\n==> checking the code: formatting (.clang-format) and shape (file and function sizes)\n'
 checks=0
 "$ROOT/scripts/check-format.sh" || checks=1
@@ -28,11 +32,13 @@ cd "$ROOT/${FLOWLINE_BUILD_DIR:-build}"
 printf '\n==> running the tests\n'
 tests=0
 ctest --output-on-failure -j"$(nproc)" --timeout 600 || tests=1
+took "the tests"
 # The fuzz targets' smoke (issue 16): each parser's target builds (Clang, ASan+UBSan) and runs 20 s from
 # its committed seeds, which include every input a fuzzer ever broke. FLOWLINE_FUZZ_SMOKE=0 skips it.
 if [ "${FLOWLINE_FUZZ_SMOKE:-1}" != 0 ]; then
   printf '\n==> fuzz smoke: every fuzz target 20 s (scripts/fuzz.sh; longer runs: scripts/fuzz.sh --seconds 600)\n'
   "$ROOT/scripts/fuzz.sh" --seconds 20 || tests=1
+  took "the fuzz smoke"
 fi
 if ((tests)); then
   echo "tests failed (see above)" >&2

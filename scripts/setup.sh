@@ -16,7 +16,7 @@
 # Going from light to full: run with --gpu (it adds the NVIDIA wheels). From full to light: delete .venv
 # and the build folder, then run with --cpu.
 #
-# Environment: FLOWLINE_BUILD_DIR (default build), FLOWLINE_BUILD_TYPE (default RelWithDebInfo),
+# Environment: FLOWLINE_BUILD_DIR (default build), FLOWLINE_BUILD_TYPE (default RelWithDebInfo; CI: Quick),
 # FLOWLINE_BUILD_TARGET (default all; flowline_programs: the launcher and the executors, no tests).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

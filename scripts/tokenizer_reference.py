@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """Reference token ids from Python `tokenizers` for flowline's tokenizer parity test (tests/models).
 
-Writes 20,000 deterministic texts (the corpus's paragraphs and sentences, non-Latin scripts, emoji with
+Writes 20,000 (--count) deterministic texts (the corpus's paragraphs and sentences, non-Latin scripts, emoji with
 ZWJ sequences and skin tones, combining marks, control characters, very long words, empty and
 whitespace-only strings, mixed case, accents, numbers, punctuation runs, special tokens inside text, added
 tokens glued to words, inside them and alone, at the start and the end, in other cases) and,
 for each tokenizer file given, the ids Hugging Face `tokenizers` gives them: singles and pairs, without
 and with truncation, and each token's offsets (Encoding.offsets: code points of its own text, flattened to
-[start, end, start, end, ...]). Output: OUT/texts.json and OUT/<name>.json.
+[start, end, start, end, ...]). Output: OUT/texts.json and OUT/<name>.json. The first N texts of a
+smaller --count are the first N of the 20,000 (CI's parity test asks for 5,000).
 
-  python scripts/tokenizer_reference.py --corpus /work/shared/data/corpus --out DIR NAME=tokenizer.json ...
+  python scripts/tokenizer_reference.py --corpus /work/shared/data/corpus --out DIR [--count N] NAME=tokenizer.json ...
 """
 import argparse
 import json
@@ -123,13 +124,13 @@ def glue(rng, text):
     return text
 
 
-def make_texts(corpus: pathlib.Path):
+def make_texts(corpus: pathlib.Path, count=COUNT):
     rng = random.Random(SEED)
     paragraphs, sentences = corpus_pieces(corpus)
     texts = ["", " ", "   ", "\n\t ", "\u3000", "[CLS]", "[SEP][SEP]", "<s></s>", "a", "A.", "...",
              "<s>hello", "[MASK]hello", "[mask] the", "the", "The theory", " [CLS] ", "a[CLS]b", "..x", "\u0301x",
              "\x01x", "ing", "nothing ion"]
-    while len(texts) < COUNT:
+    while len(texts) < count:
         kind = rng.randrange(8)
         if kind == 0:
             texts.append(rng.choice(paragraphs))
@@ -179,14 +180,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", type=pathlib.Path, required=True)
     parser.add_argument("--out", type=pathlib.Path, required=True)
+    parser.add_argument("--count", type=int, default=COUNT, help="how many texts (default 20,000)")
     parser.add_argument("tokenizers", nargs="*", help="NAME=path/to/tokenizer.json")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    texts = make_texts(args.corpus)
+    texts = make_texts(args.corpus, args.count)
     rng = random.Random(SEED + 1)
     pairs = [(i, rng.randrange(len(texts))) for i in range(len(texts))]
     (args.out / "texts.json").write_text(
-        json.dumps({"texts": texts, "pairs": pairs, "single_truncation": SINGLE_TRUNCATION,
+        json.dumps({"count": len(texts), "texts": texts, "pairs": pairs, "single_truncation": SINGLE_TRUNCATION,
                     "pair_truncation": PAIR_TRUNCATION}), encoding="utf-8")
     for spec in args.tokenizers:
         name, path = spec.split("=", 1)
