@@ -66,22 +66,24 @@ class ByteLevel final : public PreTokenizer {
   // With offsets, each byte's character takes the place of the character it is a byte of, and the prefix
   // space that of the word's first character (tokenizers' prepend).
   // The prefixed word's places are the word's own, shifted by one: emit() reads them through Places, not a copy.
+  // Lazy (Scratch::bytes_later), s.align is left as it is, and may be unwritten (Scratch::identity): place_of().
   void pre_tokenize(Scratch& s) const override {
     thread_local std::u32string prefixed;
     s.other.clear();
     s.other_words.clear();
     s.other_align.clear();
     const bool lazy = s.track && s.bytes_later;
+    if (s.track && (!lazy || !s.shifts.empty())) end_identity(s);  // the places rewritten beside the text, or read
     s.sources.clear();
     for (const Span word : s.words) {
       std::u32string_view piece = std::u32string_view(s.text).substr(word.begin, word.end - word.begin);
-      Places places{s.track ? s.align.data() + word.begin : nullptr};
+      Places places{s.track ? word.begin : Places::kNone};
       if (add_prefix_space_ && (piece.empty() || piece.front() != U' ')) {
         prefixed.assign(1, U' ');
         prefixed.append(piece);
         piece = prefixed;
         places.shifted = true;
-        if (places.at != nullptr && piece.size() > 1) places.first = places.at[0];
+        if (s.track && piece.size() > 1) places.first = place_of(s, word.begin);
       }
       if (!regex_) {
         emit(piece, places, s, lazy);
@@ -103,15 +105,17 @@ class ByteLevel final : public PreTokenizer {
   std::string name() const override { return "ByteLevel"; }
 
  private:
-  // The places of a piece's characters: `at`'s, or (shifted: the piece starts with the prefix space) the
-  // prefix space in the place of the word's first character and each character after it in the place of the
-  // one before it in the prefixed word. `first`: the prefix space's (none for an empty word: Align{}).
+  // The places of a piece's characters: those of s.text from index `at` on (kNone: no offsets), or (shifted: the piece
+  // starts with the prefix space) the prefix space in the place of the word's first character and each character after
+  // it in the place of the one before it in the prefixed word. `first`: the prefix space's (none for an empty word:
+  // Align{}).
   struct Places {
-    const Align* at = nullptr;  // null: no offsets
+    static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+    std::size_t at = kNone;  // kNone: no offsets
     bool shifted = false;
     Align first{};
     Places from(std::size_t i) const {
-      if (at == nullptr || i == 0) return *this;
+      if (at == kNone || i == 0) return *this;
       return Places{at + i - (shifted ? 1 : 0), false};
     }
   };
@@ -120,19 +124,21 @@ class ByteLevel final : public PreTokenizer {
   // are written at its characters' indices in s.other_align.
   static void emit(std::u32string_view piece, Places places, Scratch& s, bool lazy) {
     const std::size_t begin = s.other.size();
-    if (places.at == nullptr) {
+    if (places.at == Places::kNone) {
       append_byte_level(piece, s.other);
       s.other_words.push_back({begin, s.other.size()});
       return;
     }
     if (lazy) {
       append_byte_level(piece, s.other);
-      const bool ascii = s.other.size() - begin == piece.size() && !(places.shifted && piece.size() == 1);
-      s.sources.push_back({static_cast<std::uint32_t>(places.at - s.align.data()), places.shifted, ascii});
-      if (ascii) {
-        s.other_words.push_back({begin, s.other.size()});
+      const std::size_t end = s.other.size();
+      if (end - begin == piece.size() && !(places.shifted && piece.size() == 1)) {  // one character a byte
+        const auto distance = static_cast<std::int32_t>(places.at) - static_cast<std::int32_t>(begin);
+        s.sources.push_back(Scratch::WordSource{distance, 0, places.shifted, true});
+        s.other_words.push_back({begin, end});
         return;
       }
+      s.sources.push_back(Scratch::WordSource{0, 0, false, false});
       s.other.resize(begin);
       s.other_align.resize(begin);  // grown without zeros (Places' allocator); the lazy words' entries unread
     }
@@ -144,21 +150,21 @@ class ByteLevel final : public PreTokenizer {
       i = 1, shift = 1;
     }
     const std::u32string_view rest = piece.substr(i);
-    const Align* const rest_places = places.at;
     const std::size_t rest_begin = s.other.size();
-    if (append_byte_level(rest, s.other); s.other.size() - rest_begin == rest.size()) {
-      s.other_align.insert(s.other_align.end(), rest_places, rest_places + rest.size());  // all ASCII: one byte each
+    if (append_byte_level(rest, s.other); s.other.size() - rest_begin == rest.size() && !s.deferred) {
+      const Align* const rest_places = s.align.data() + places.at;  // all ASCII: one byte each
+      s.other_align.insert(s.other_align.end(), rest_places, rest_places + rest.size());
     } else {
       s.other.resize(rest_begin);
       // An ASCII character is one byte: one character and its place, without the general path's calls.
       for (; i < piece.size(); ++i) {
         if (piece[i] < 0x80) {
           s.other.push_back(k_byte_chars[piece[i]]);
-          s.other_align.push_back(places.at[i - shift]);
+          s.other_align.push_back(place_of(s, places.at + i - shift));
           continue;
         }
         append_byte_level(piece.substr(i, 1), s.other);
-        fill_places(s.other_align, s.other.size(), places.at[i - shift]);
+        fill_places(s.other_align, s.other.size(), place_of(s, places.at + i - shift));
       }
     }
     s.other_words.push_back({begin, s.other.size()});
@@ -197,6 +203,7 @@ class Split final : public PreTokenizer {
     s.words.swap(s.other_words);
   }
   std::string name() const override { return "Split"; }
+  bool keeps_text() const override { return true; }
 
  private:
   struct Piece {
@@ -259,18 +266,19 @@ class RegexReplace final : public Normalizer {
     decode_utf8(content, content_);
   }
   void normalize(Scratch& s) const override {
+    thread_local std::vector<Span> matches;  // with offsets, for their places
     s.other.clear();
+    matches.clear();
     std::size_t previous = 0;
     bool matched = false;
     HeadCount head{s.head};
-    s.other_align.clear();
     regex_.for_each_match(s.text, [&](std::size_t begin, std::size_t end) {
       head.copied(previous, begin);
       head.replaced(end, content_.size());
       s.other.append(s.text, previous, begin - previous);
       s.other.append(content_);
       past_bound(s, s.other.size());
-      if (s.track) replaced_aligned(s, previous, begin, end, content_.size());
+      if (s.track) matches.push_back({begin, end});
       previous = end;
       matched = true;
     });
@@ -278,11 +286,11 @@ class RegexReplace final : public Normalizer {
     head.copied(previous, s.text.size());
     s.head = head.kept;
     s.other.append(s.text, previous);
-    if (s.track) replaced_aligned(s, previous, s.text.size(), s.text.size(), 0);
+    if (s.track) replaced_places(s, matches, content_.size());
     s.text.swap(s.other);
-    if (s.track) s.align.swap(s.other_align);
   }
   std::string name() const override { return "Replace"; }
+  bool keeps_places() const override { return true; }
 
  private:
   Regex regex_;

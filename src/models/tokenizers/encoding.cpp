@@ -156,11 +156,16 @@ void Tokenizer::encode_with_offsets_into(std::string_view text, std::size_t max_
         tokenizers::cut(places, n, p.truncate_left);
       }
     }
-    const std::size_t n = e.ids.size() - start;  // grown at the end (insert's general case, a call, costs more)
-    e.type_ids.resize(e.type_ids.size() + n, piece.type_id);
+    // Grown at the end (insert's general case, a call, costs more); zeros by resize(n) alone, a memset (with the
+    // value given, a loop a token).
+    const std::size_t n = e.ids.size() - start;
+    if (piece.type_id == 0)
+      e.type_ids.resize(e.type_ids.size() + n);
+    else
+      e.type_ids.resize(e.type_ids.size() + n, piece.type_id);
     if (placed) append_offsets(p, places, e.offsets);
-    e.special.resize(e.special.size() + n, 0);
-    e.sequence.resize(e.sequence.size() + n, 0);
+    e.special.resize(e.special.size() + n);
+    e.sequence.resize(e.sequence.size() + n);
   }
 }
 

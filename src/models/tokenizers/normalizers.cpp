@@ -251,6 +251,7 @@ class UnicodeForm final : public Normalizer {
       normalize_form(s.text, form_, s.utf8);
   }
   std::string name() const override { return name_; }
+  bool keeps_places() const override { return true; }
 
  private:
   NormalForm form_;
@@ -289,6 +290,7 @@ class Replace final : public Normalizer {
     if (s.track) s.align.swap(s.other_align);
   }
   std::string name() const override { return "Replace"; }
+  bool keeps_places() const override { return true; }
 
  private:
   std::u32string pattern_, content_;
@@ -375,12 +377,40 @@ const std::map<std::string, NormalizerBuilder, std::less<>>& normalizer_table() 
 }  // namespace
 
 void replaced_aligned(Scratch& s, std::size_t from, std::size_t to, std::size_t match_end, std::size_t content) {
+  end_identity(s);
   s.other_align.insert(s.other_align.end(), s.align.begin() + static_cast<std::ptrdiff_t>(from),
                        s.align.begin() + static_cast<std::ptrdiff_t>(to));
   if (content > 0 && match_end > 0) s.other_align.insert(s.other_align.end(), content, s.align[match_end - 1]);
 }
 
+void replaced_places(Scratch& s, const std::vector<Span>& matches, std::size_t content) {
+  const bool shifts = s.identity && s.shifts.empty() && content == 1 &&
+                      std::all_of(matches.begin(), matches.end(), [](Span m) { return m.end > m.begin; });
+  if (shifts) {
+    // The replacement of a match of n characters, at its start less what the matches before took (less one each),
+    // takes the place of the match's last: the places from it on move by n - 1 more.
+    std::uint32_t shift = 0;
+    for (const Span m : matches) {
+      if (m.end - m.begin == 1) continue;
+      const auto at = static_cast<std::uint32_t>(m.begin - shift);
+      shift += static_cast<std::uint32_t>(m.end - m.begin - 1);
+      s.shifts.push_back({at, shift});
+    }
+    s.identity_chars = s.other.size();
+    return;
+  }
+  s.other_align.clear();
+  std::size_t previous = 0;
+  for (const Span m : matches) {
+    replaced_aligned(s, previous, m.begin, m.end, content);
+    previous = m.end;
+  }
+  replaced_aligned(s, previous, s.text.size(), s.text.size(), 0);
+  s.align.swap(s.other_align);
+}
+
 void transform_aligned(Scratch& s, const std::vector<int>& changes) {
+  end_identity(s);
   s.other_align.clear();
   std::size_t taken = 0;
   const Align none = s.align.empty() ? Align{} : Align{s.align.front().begin, s.align.front().begin};

@@ -142,14 +142,16 @@ void Pipeline::tokens_of_stretch(std::string_view text, std::size_t begin, std::
                                  std::vector<std::int32_t>& ids, PlaceSink* places) const {
   Scratch& s = scratch();
   const std::string_view stretch = text.substr(begin, end - begin);
-  if (s.track)
-    decode_utf8(stretch, s.text, s.align, chars);
-  else
-    decode_utf8(stretch, s.text);
+  decode_utf8(stretch, s.text);
+  s.identity = s.deferred = s.track;  // the places decode_utf8 would give, written once a step reads them
+  s.base = static_cast<std::uint32_t>(chars);
+  s.identity_chars = s.text.size();
+  s.shifts.clear();
   s.stretch_chars = s.text.size();
   s.head = begin == 0 && !s.text.empty() ? 1 : 0;
   s.max_chars = normalized_bound(s.stretch_chars);
   for (const auto& n : normalizers) {
+    if (s.identity && !n->keeps_places()) end_identity(s);
     n->normalize(s);
     n->past_bound(s, s.text.size());
   }
@@ -158,6 +160,7 @@ void Pipeline::tokens_of_stretch(std::string_view text, std::size_t begin, std::
     tokens_of_piece(s, ids, places);
     return;
   }
+  if (s.track) end_identity(s);  // the pieces' places are cut from the stretch's
   s.normalized.swap(s.text);
   s.normalized_align.swap(s.align);
   const std::u32string_view normalized = s.normalized;
@@ -182,6 +185,11 @@ void Pipeline::tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids, Place
   s.words.assign(1, Span{0, s.text.size()});
   if (s.text.empty()) s.words.clear();
   const bool shaped = places != nullptr && !model->shapes.empty();
+  // Places left unwritten (Scratch::identity) only as far as ids placed from their shapes, through pre-tokenizers
+  // that keep the text but for the last (ByteLevel and Metaspace as the last leave s.align as it is).
+  bool unwritten = shaped;
+  for (std::size_t i = 0; i + 1 < pre_tokenizers.size(); ++i) unwritten = unwritten && pre_tokenizers[i]->keeps_text();
+  if (s.identity && !unwritten) end_identity(s);
   s.bytes_lazy = false;
   for (std::size_t i = 0; i < pre_tokenizers.size(); ++i) {
     s.bytes_later = shaped && i + 1 == pre_tokenizers.size();
@@ -201,10 +209,12 @@ void Pipeline::tokens_of_piece(Scratch& s, std::vector<std::int32_t>& ids, Place
   // look-ups), then each id's place read from its shape, one after the other from its word's start; a word whose
   // ids' shapes do not say it (chars 0, or not summing to the word) is cut again with places (the same ids).
   const std::size_t ids_begin = ids.size();
-  s.word_ids.clear();
-  for (const Span word : s.words) {
-    if (word.end > word.begin) model->tokenize(s, word, ids);
-    s.word_ids.push_back(static_cast<std::uint32_t>(ids.size() - ids_begin));
+  s.word_ids.resize(s.words.size());  // written by index (a push a word cost more); the model leaves both as they are
+  std::uint32_t* const word_ids = s.word_ids.data();
+  const Span* const words = s.words.data();
+  for (std::size_t w = 0, count = s.words.size(); w < count; ++w) {
+    if (words[w].end > words[w].begin) model->tokenize(s, words[w], ids);
+    word_ids[w] = static_cast<std::uint32_t>(ids.size() - ids_begin);
   }
   if (places->places == nullptr)
     s.bytes_lazy ? place_offsets<true>(s, ids.data() + ids_begin, *places)
@@ -232,12 +242,15 @@ bool shaped_word(const PieceShape* shapes, std::size_t known, const std::int32_t
   return at == word.end;
 }
 
-// Where a word's characters' places are one a character: character j of s.text in the place places[j + distance]
-// (a lazy word not prefixed, one character a byte: s.align at its source; a lazy word of several bytes a
-// character: s.other_align, written for it; not lazy: s.align). Null: a prefixed lazy word (WordPlaces).
+// Where a word's characters' places are one a character: character j of s.text in the place places[j + distance].
+// own: a lazy word not prefixed, one character a byte (s.align at its source, unwritten while Scratch::identity), or
+// any word where the places are not lazy (s.align); bytes: a lazy word of several bytes a character
+// (s.other_align, written for it); prefixed: a prefixed lazy word, none (WordPlaces or IdentityPlaces).
 struct OneEach {
+  enum Kind : std::uint8_t { prefixed, own, bytes };
   const Align* places;
   std::ptrdiff_t distance;
+  Kind kind;
   const Align& operator[](std::size_t j) const {
     return places[static_cast<std::size_t>(static_cast<std::ptrdiff_t>(j) + distance)];
   }
@@ -245,12 +258,29 @@ struct OneEach {
 
 template <bool Lazy>
 [[gnu::always_inline]] inline OneEach one_each(const Scratch& s, std::size_t w) {  // a call a word cost 2%
-  if constexpr (!Lazy) return OneEach{s.align.data(), 0};
+  if constexpr (!Lazy) return OneEach{s.align.data(), 0, OneEach::own};
   const Scratch::WordSource source = s.sources[w];
-  if (!source.ascii) return OneEach{s.other_align.data(), 0};
-  if (source.shifted) return OneEach{nullptr, 0};
-  return OneEach{s.align.data(),
-                 static_cast<std::ptrdiff_t>(source.at) - static_cast<std::ptrdiff_t>(s.words[w].begin)};
+  if (!source.ascii) return OneEach{s.other_align.data(), 0, OneEach::bytes};
+  if (source.shifted) return OneEach{nullptr, 0, OneEach::prefixed};
+  return OneEach{s.align.data(), source.distance, OneEach::own};
+}
+
+// A lazy word's places while Scratch::identity (own or prefixed, OneEach), written or not: character j of s.text in
+// the place base + j, but in a prefixed word (its prefix space at `begin`) each character after the prefix space in
+// the place of the one before it (the prefix space in that of the word's first).
+struct IdentityPlaces {
+  std::size_t base;
+  std::size_t begin;
+  bool shifted;
+  Align operator[](std::size_t j) const {
+    const auto at = static_cast<std::uint32_t>(base + j - static_cast<std::size_t>(shifted & (j > begin)));
+    return Align{at, at + 1};
+  }
+};
+IdentityPlaces identity_places(const Scratch& s, std::size_t w) {
+  const Scratch::WordSource source = s.sources[w];  // modulo 2^64: the place is right
+  return IdentityPlaces{s.base + source.shift + static_cast<std::size_t>(source.distance), s.words[w].begin,
+                        source.shifted};
 }
 
 // Writes the offsets of a piece's ids (`out[k]` for the k-th, `ids[k]` its id) from their shapes.
@@ -272,22 +302,9 @@ struct OffsetWriter {
   }
   // A run: the ids [first, last) of words back to back from character j to `end` of s.text, one place a character
   // at `at`. Their offsets follow one after the other, with no test per word (how many ids a word has was a
-  // mispredicted branch a word); where the places are s.align's own, one a character from the text's start
-  // (`identity`), with trim_offsets past the sequence's first token (its start past 0), from each id's shape alone.
-  // Whether the shapes add up to the run (else its words are placed one by one).
-  bool run(const OneEach& at, bool identity, std::size_t j, std::size_t end, std::size_t first,
-           std::size_t last) const {
+  // mispredicted branch a word). Whether the shapes add up to the run (else its words are placed one by one).
+  bool run(const OneEach& at, std::size_t j, std::size_t end, std::size_t first, std::size_t last) const {
     bool fits = true;
-    if (identity && trim && out + first != sequence_first) {
-      const std::size_t base = at[j].begin - j;
-      for (std::size_t k = first; k < last; ++k) {
-        const PieceShape shape = shape_of(k);
-        fits &= shape.chars != 0;
-        out[k] = TokenOffsets{base + j + shape.lead, base + j + shape.trimmed_end};
-        j += shape.chars;
-      }
-      return fits && j == end;
-    }
     for (std::size_t k = first; k < last; ++k) {
       const PieceShape shape = shape_of(k);
       fits &= (shape.chars != 0) & (j + shape.chars <= end);
@@ -296,6 +313,32 @@ struct OffsetWriter {
       j += shape.chars;
     }
     return fits && j == end;
+  }
+  // The same where character j's place is base + j (Scratch::identity): each id's offsets from its shape alone, no
+  // place read; with trim_offsets, the sequence's first token (which keeps a prefix space) written again as such.
+  // The shapes add up to the run only if every id has one: one without (chars 0) covers a character at least.
+  bool run_identity(std::size_t base, std::size_t j, std::size_t end, std::size_t first, std::size_t last) const {
+    const std::size_t start = j;
+    if (trim) {
+      for (std::size_t k = first; k < last; ++k) {
+        const PieceShape shape = shape_of(k);
+        out[k] = TokenOffsets{base + j + shape.lead, base + j + shape.trimmed_end};
+        j += shape.chars;
+      }
+      if (out + first == sequence_first || base + start == 0) {
+        const PieceShape shape = shape_of(first);
+        write(first,
+              Align{static_cast<std::uint32_t>(base + start), static_cast<std::uint32_t>(base + start + shape.chars)},
+              shape.lead, shape.trail);
+      }
+    } else {
+      for (std::size_t k = first; k < last; ++k) {
+        const PieceShape shape = shape_of(k);
+        out[k] = TokenOffsets{base + j, base + j + shape.chars};
+        j += shape.chars;
+      }
+    }
+    return j == end;
   }
   // One word's ids [first, last), its places `place` (OneEach or WordPlaces); whether their shapes add up to it.
   template <class Places>
@@ -313,6 +356,7 @@ struct OffsetWriter {
 // Lazy: the places are ByteLevel's or Metaspace's lazy ones (Scratch::bytes_lazy).
 template <bool Lazy>
 void Pipeline::place_offsets(Scratch& s, const std::int32_t* ids, PlaceSink& sink) const {
+  if (!Lazy) write_places(s);  // read as they are
   std::vector<TokenOffsets>& offsets = *sink.offsets;
   const std::size_t before = offsets.size();
   offsets.resize(before + (s.word_ids.empty() ? 0 : s.word_ids.back()));
@@ -321,26 +365,38 @@ void Pipeline::place_offsets(Scratch& s, const std::int32_t* ids, PlaceSink& sin
   const Span* const words = s.words.data();
   const std::uint32_t* const word_ids = s.word_ids.data();
   const std::size_t count = s.words.size();
-  // Whether each character's place is its index plus a run's distance: decode_utf8's places, rewritten by nothing
-  // but the lazy last pre-tokenizer (no normalizer; the other pre-tokenizers do not rewrite the text).
-  const bool identity = Lazy && normalizers.empty() && norm_added.entries.empty() && pre_tokenizers.size() <= 1;
-  const auto in_run = [&](std::size_t v, std::size_t w, const OneEach& run) {
-    if (words[v].end <= words[v].begin || (v > w && words[v].begin != words[v - 1].end)) return false;
-    const OneEach each = one_each<Lazy>(s, v);
-    return each.places != nullptr && each.places == run.places && each.distance == run.distance;
+  // Whether each character's place is its index plus a run's distance (own words): decode_utf8's places, moved by
+  // no normalizer and rewritten by nothing but the lazy last pre-tokenizer (Scratch::identity).
+  const bool identity = Lazy && s.identity;
+  // The end of the run from word w: lazy words lie back to back (Scratch::WordSource), those of one source side by
+  // side are a run; others must be back to back.
+  const auto run_from = [&](std::size_t w, const OneEach& run) {
+    std::size_t v = w;
+    if constexpr (Lazy) {
+      const Scratch::WordSource* const sources = s.sources.data();
+      if (run.kind != OneEach::prefixed)
+        while (v < count && sources[v] == sources[w]) ++v;
+    } else {
+      while (v < count && words[v].end > words[v].begin && (v == w || words[v].begin == words[v - 1].end)) ++v;
+    }
+    return v;
   };
   std::size_t alone_until = 0;  // the words of a run whose shapes did not add up
   std::size_t first = 0;
   for (std::size_t w = 0; w < count; first = word_ids[w++]) {
     if (w >= alone_until) {
       const OneEach run = one_each<Lazy>(s, w);
-      std::size_t run_end = w;
-      while (run_end < count && in_run(run_end, w, run)) ++run_end;
-      if (run_end > w + 1 && writer.run(run, identity && run.places == s.align.data(), words[w].begin,
-                                        words[run_end - 1].end, first, word_ids[run_end - 1])) {
-        first = word_ids[run_end - 1];
-        w = run_end - 1;
-        continue;
+      const std::size_t run_end = run_from(w, run);
+      if (run_end > w + 1) {
+        const std::size_t j = words[w].begin, end = words[run_end - 1].end, last = word_ids[run_end - 1];
+        if (identity && run.kind == OneEach::own
+                ? writer.run_identity(s.base + s.sources[w].shift + static_cast<std::size_t>(run.distance), j, end,
+                                      first, last)
+                : writer.run(run, j, end, first, last)) {
+          first = last;
+          w = run_end - 1;
+          continue;
+        }
       }
       alone_until = run_end;
     }
@@ -348,11 +404,16 @@ void Pipeline::place_offsets(Scratch& s, const std::int32_t* ids, PlaceSink& sin
     const std::size_t last = word_ids[w];
     if (last == first) continue;
     const OneEach at = one_each<Lazy>(s, w);
-    if (at.places != nullptr && writer.word(at, word, first, last)) continue;
+    if (identity && at.kind != OneEach::bytes) {
+      if (writer.word(identity_places(s, w), word, first, last)) continue;
+    } else if (at.kind != OneEach::prefixed && writer.word(at, word, first, last)) {
+      continue;
+    }
     // A prefixed word (its places through WordPlaces), or one cut again with places.
+    write_places(s);
     WordPlaces place{s.align.data(), s.other_align.data()};
     if constexpr (Lazy) place.lazy = true, place.source = s.sources[w], place.begin = word.begin;
-    if (at.places == nullptr && writer.word(place, word, first, last)) continue;
+    if (!identity && at.kind == OneEach::prefixed && writer.word(place, word, first, last)) continue;
     recut(s, word);
     for (std::size_t i = 0; i < std::min(s.pieces.size(), last - first); ++i) {  // as many (the same ids)
       const Span piece = s.pieces[i];
@@ -366,6 +427,7 @@ void Pipeline::place_offsets(Scratch& s, const std::int32_t* ids, PlaceSink& sin
 // The same into the sink's places (kept for truncation from the left), one word at a time.
 template <bool Lazy>
 void Pipeline::keep_places(Scratch& s, const std::int32_t* ids, PlaceSink& sink) const {
+  write_places(s);  // read as they are
   const PieceShape* const shapes = model->shapes.data();
   const std::size_t known = model->shapes.size();
   WordPlaces place{s.align.data(), s.other_align.data()};

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -94,39 +95,79 @@ struct Scratch {
   // ByteLevel or Metaspace as the last pre-tokenizer, with offsets and a model with shapes (`bytes_later`, set for
   // it): it leaves `align` the text's before it, says in `sources` (one per word) where each word's characters
   // came from, and (ByteLevel) writes `other_align` only for a word whose characters are not one a byte
-  // (`bytes_lazy` once it has): most text then has no places per byte. WordPlaces reads them.
+  // (`bytes_lazy` once it has): most text then has no places per byte. WordPlaces reads them. Its words lie back to
+  // back in `text`, so that words of one source side by side are a run (Pipeline::place_offsets).
+  // Eight bytes, compared as one (a word's test for a run).
   struct WordSource {
-    std::uint32_t at;  // the place of the word's first character (past a prefix space) in `align`
-    bool shifted;      // it starts with the prefix space, in that character's place
-    bool ascii;        // one character a byte; else its places are in `other_align`
+    std::int32_t distance;      // character j of the word in the place align[j + distance] (ascii; else 0)
+    std::uint32_t shift : 30;   // while `identity`: the place of align[i] is base + i + shift (Metaspace; else 0;
+                                // less than the normalized text's bound of 2^24 code points)
+    std::uint32_t shifted : 1;  // it starts with the prefix space, in the place of the character after it: the
+                                // characters after it at align[j + distance - 1] (ascii; else 0)
+    std::uint32_t ascii : 1;    // one character a byte; else its places are in `other_align`
+    bool operator==(const WordSource& o) const {
+      return std::bit_cast<std::uint64_t>(*this) == std::bit_cast<std::uint64_t>(o);
+    }
   };
   bool bytes_later = false, bytes_lazy = false;
   std::vector<WordSource> sources;
   std::size_t stretch_chars = 0;  // the code points of the stretch tokenized last
+  // With offsets, while no step has moved a place (`identity`): the places in `align` are decode_utf8's,
+  // [base + i, base + i + 1) for the i-th of the stretch's `identity_chars` code points, and until a step reads them
+  // they are not written at all (`deferred`: write_places() writes them). A normalizer that leaves the text as it is
+  // keeps them so (Precompiled, NFC, a Replace: most text); one that moves a place writes them first and ends
+  // `identity` (end_identity()). Where it holds to the model, each id is placed from its shape alone.
+  // A Replace of matches by one character each keeps `identity` too (XLM-R's "  " -> " "): each match moves the
+  // places after it by what it took less one, kept in `shifts` (place base + i + shift from index `at` on), not
+  // written (replaced_places()).
+  bool identity = false, deferred = false;
+  std::uint32_t base = 0;
+  std::size_t identity_chars = 0;
+  struct Shift {
+    std::uint32_t at, shift;
+  };
+  std::vector<Shift> shifts;
   Places align, other_align, normalized_align;
   std::vector<Span> pieces;
   // With offsets and a model with shapes: word_ids[w], how many ids s.words[0..w] were cut into (all words are cut
   // before any id is placed: Pipeline::tokens_of_piece); recut, a word's ids cut again with places (Pipeline::recut).
-  std::vector<std::uint32_t> word_ids;
+  std::vector<std::uint32_t, Uninitialized<std::uint32_t>> word_ids;
   std::vector<std::int32_t> recut;
   // The most code points normalizing the stretch at hand may make (Pipeline::tokens sets it; normalized_bound()).
   std::size_t max_chars = static_cast<std::size_t>(-1);
 };
 Scratch& scratch();
 
+// Writes s.align's places if they are still deferred (Scratch::identity): before a step reads them.
+void write_identity_places(Scratch& s);  // utf8.cpp
+inline void write_places(Scratch& s) {
+  if (s.deferred) write_identity_places(s);
+}
+// Before a step that moves places (or may: one not known to keep them) rewrites s.align.
+inline void end_identity(Scratch& s) {
+  write_places(s);
+  s.identity = false;
+}
+// The place of code point i of the text s.align is for, written or not (with no Scratch::shifts).
+inline Align place_of(const Scratch& s, std::size_t i) {
+  if (!s.deferred) return s.align[i];
+  const auto at = static_cast<std::uint32_t>(s.base + i);
+  return Align{at, at + 1};
+}
+
 // The places of one word's characters after the pre-tokenizers (by their index in s.text): s.align's, or where
 // ByteLevel left them lazy (Scratch::bytes_lazy) its source's.
 struct WordPlaces {
   const Align* align;
   const Align* bytes = nullptr;  // s.other_align: a lazy word's places that are not one a character
-  Scratch::WordSource source{0, false, false};
+  Scratch::WordSource source{0, 0, false, false};
   std::size_t begin = 0;  // the word's first character in s.text
   bool lazy = false;
   Align operator[](std::size_t j) const {
     if (!lazy) return align[j];  // a constant where the caller's loop is made for one case
     if (!source.ascii) return bytes[j];
-    const std::size_t k = j - begin;
-    return align[source.at + k - static_cast<std::size_t>(source.shifted & (k > 0))];
+    const std::size_t moved = j + static_cast<std::size_t>(source.distance);  // modulo 2^64: the index is right
+    return align[moved - static_cast<std::size_t>(source.shifted & (j > begin))];
   }
 };
 
@@ -157,6 +198,10 @@ class Normalizer {
   // Rewrites s.text in place (or through s.other) and carries s.head over.
   virtual void normalize(Scratch& s) const = 0;
   virtual std::string name() const = 0;
+  // Whether it reads and writes s.align only through replaced_aligned(), replaced_places() and transform_aligned()
+  // (which end Scratch::identity or keep it exactly) or keeps each place where it is: text it leaves alone keeps its
+  // places unwritten.
+  virtual bool keeps_places() const { return false; }
   // Where it came from (add_normalizer sets it), for the bound's error; past_bound() refuses a text whose
   // normalized form in `made` has outgrown s.max_chars.
   Origin origin;
@@ -185,6 +230,10 @@ struct HeadCount {
 // `content` places for a replacement of a match ending at `match_end` (tokenizers gives each of its
 // characters the place of the match's last one).
 void replaced_aligned(Scratch& s, std::size_t from, std::size_t to, std::size_t match_end, std::size_t content);
+// The places of a Replace of each of `matches` in s.text by `content` characters, s.other the new text (s.track),
+// before the two are swapped: as Scratch::shifts where they can be (Scratch::identity, one character a match), else
+// written into s.align by replaced_aligned.
+void replaced_places(Scratch& s, const std::vector<Span>& matches, std::size_t content);
 // Appends `place` to `align` until it is `size` long (a character's pieces, all in one place).
 inline void fill_places(Places& align, std::size_t size, Align place) {
   while (align.size() < size) align.push_back(place);
@@ -201,6 +250,8 @@ class PreTokenizer {
   // Splits each of s.words further (the first pre-tokenizer sees one word: the whole text).
   virtual void pre_tokenize(Scratch& s) const = 0;
   virtual std::string name() const = 0;
+  // Whether it only splits the words, leaving s.text and s.align as they are (ByteLevel and Metaspace rewrite them).
+  virtual bool keeps_text() const { return false; }
 };
 
 // Hash for look-ups by string_view without building a string.
@@ -472,10 +523,8 @@ inline std::pair<std::size_t, std::size_t> pair_lengths(std::size_t a, std::size
   return {std::min(n1, a), std::min(n2, b)};
 }
 
-// UTF-8 to code points (invalid bytes read as U+FFFD) and back. With `align`, each code point's place:
-// [base + i, base + i + 1) for the i-th.
+// UTF-8 to code points (invalid bytes read as U+FFFD) and back. Their places, with offsets: Scratch::identity.
 void decode_utf8(std::string_view in, std::u32string& out);
-void decode_utf8(std::string_view in, std::u32string& out, Places& align, std::size_t base);
 void encode_utf8(std::u32string_view in, std::string& out);
 // The first byte of each code point decode_utf8 reads in `in`, then in.size().
 void utf8_starts(std::string_view in, std::vector<std::size_t>& starts);

@@ -44,6 +44,7 @@ class BertPreTokenizer final : public PreTokenizer {
  public:
   void pre_tokenize(Scratch& s) const override { split_words(s, is_whitespace, is_bert_punctuation); }
   std::string name() const override { return "BertPreTokenizer"; }
+  bool keeps_text() const override { return true; }
 };
 
 class WhitespaceSplit final : public PreTokenizer {
@@ -52,6 +53,7 @@ class WhitespaceSplit final : public PreTokenizer {
     split_words(s, is_whitespace, [](char32_t) { return false; });
   }
   std::string name() const override { return "WhitespaceSplit"; }
+  bool keeps_text() const override { return true; }
 };
 
 // Whitespace: the regex \w+|[^\w\s]+ — runs of word characters and runs of other non-space characters.
@@ -73,6 +75,7 @@ class WhitespacePreTokenizer final : public PreTokenizer {
     s.words.swap(s.other_words);
   }
   std::string name() const override { return "Whitespace"; }
+  bool keeps_text() const override { return true; }
 };
 
 using PreTokenizerList = std::vector<std::unique_ptr<PreTokenizer>>;

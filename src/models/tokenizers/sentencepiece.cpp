@@ -160,6 +160,7 @@ class Precompiled final : public Normalizer {
     transform_aligned(s, changes);
   }
   std::string name() const override { return "Precompiled"; }
+  bool keeps_places() const override { return true; }
 
  private:
   // darts-clone's common prefix search, stopped at the first (shortest) match: its replacement, or null.
@@ -201,6 +202,7 @@ class Metaspace final : public PreTokenizer {
   // each word says only where it starts there (Scratch::sources), as ByteLevel's lazy words do.
   void pre_tokenize(Scratch& s) const override {
     if (s.track && s.bytes_later) return lazy_pre_tokenize(s);
+    if (s.track) end_identity(s);  // the places rewritten beside the text
     s.other_words.clear();
     // Written through a pointer into room for the text and one prepended ▁ a word, then cut to size; with
     // offsets, each character's place alike (null without: one loop serves both, the test hoisted by the
@@ -251,6 +253,7 @@ class Metaspace final : public PreTokenizer {
     char32_t* const out = s.other.data();
     const char32_t* const text = s.text.data();
     std::size_t size = 0;
+    ShiftCursor shifts(s);
     for (const Span word : s.words) {
       if (word.end == word.begin) continue;
       std::size_t start = size;
@@ -259,25 +262,49 @@ class Metaspace final : public PreTokenizer {
           prepend_ == PrependScheme::always || (prepend_ == PrependScheme::first && word.begin < s.origin);
       const bool shifted = prepend && head != U' ' && head != replacement_;
       if (shifted) out[size++] = replacement_;
-      Scratch::WordSource source{static_cast<std::uint32_t>(word.begin), shifted, true};
+      // Character j of a word starting at `start` that came from text[at] is in the place j + at - start.
+      const auto distance = [](std::size_t at, std::size_t start) {
+        return static_cast<std::int32_t>(at) - static_cast<std::int32_t>(start);
+      };
+      Scratch::WordSource source{distance(word.begin, start), shifts.to(word.begin), shifted, true};
       for (std::size_t i = word.begin; i < word.end; ++i) {
         const char32_t c = text[i] == U' ' ? replacement_ : text[i];
         if (split_ && c == replacement_ && size > start) {  // a new word before every ▁
           s.other_words.push_back({start, size});
           s.sources.push_back(source);
-          source = Scratch::WordSource{static_cast<std::uint32_t>(i), false, true};
+          shifts.inside |= shifts.next < i;  // the word, up to text[i], holds one
+          source = Scratch::WordSource{distance(i, size), shifts.to(i), false, true};
           start = size;
         }
         out[size++] = c;
       }
       s.other_words.push_back({start, size});
       s.sources.push_back(source);
+      shifts.inside |= shifts.next < word.end;
     }
     s.other.resize(size);
     s.text.swap(s.other);
     s.words.swap(s.other_words);
     s.bytes_lazy = true;
+    if (shifts.inside) end_identity(s);  // a word's places not one shift: read, not made
   }
+
+  // Scratch::shifts in the order of the text: the shift of a word starting at text[i] (to(i)), and whether one
+  // starts inside a word (`next`, the next one's index, before the word's end once to() has passed its start).
+  struct ShiftCursor {
+    const Scratch::Shift* at;
+    const Scratch::Shift* end;
+    std::size_t next;
+    std::uint32_t shift = 0;
+    bool inside = false;
+    explicit ShiftCursor(const Scratch& s)
+        : at(s.shifts.data()), end(at + s.shifts.size()), next(at != end ? at->at : kNone) {}
+    std::uint32_t to(std::size_t i) {
+      for (; next <= i; next = at != end ? at->at : kNone) shift = (at++)->shift;
+      return shift;
+    }
+    static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  };
 
   char32_t replacement_;
   PrependScheme prepend_;

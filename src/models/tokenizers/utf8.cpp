@@ -44,15 +44,24 @@ void decode_utf8(std::string_view in, std::u32string& out) {
   each_point(in, [&](char32_t c, std::size_t, std::size_t) { out.push_back(c); });
 }
 
-void decode_utf8(std::string_view in, std::u32string& out, Places& align, std::size_t base) {
-  decode_utf8(in, out);
-  // The places after the text, in one loop the compiler vectorizes (pushed beside each code point, they
-  // cost the decoding half again).
-  align.resize(out.size());
-  Align* const a = align.data();
-  const auto first = static_cast<std::uint32_t>(base);
-  for (std::size_t i = 0; i < out.size(); ++i)
-    a[i] = Align{first + static_cast<std::uint32_t>(i), first + static_cast<std::uint32_t>(i) + 1};
+// The places after the text, in loops the compiler vectorizes (pushed beside each code point, they cost the
+// decoding half again), and only where a step reads them (Scratch::identity): one loop from each shift on.
+void write_identity_places(Scratch& s) {
+  s.align.resize(s.identity_chars);
+  Align* const a = s.align.data();
+  const auto fill = [&](std::size_t from, std::size_t to, std::uint32_t shift) {
+    const std::uint32_t first = s.base + shift;
+    for (std::size_t i = from; i < to; ++i)
+      a[i] = Align{first + static_cast<std::uint32_t>(i), first + static_cast<std::uint32_t>(i) + 1};
+  };
+  std::size_t from = 0;
+  std::uint32_t shift = 0;
+  for (const Scratch::Shift next : s.shifts) {
+    fill(from, next.at, shift);
+    from = next.at, shift = next.shift;
+  }
+  fill(from, s.identity_chars, shift);
+  s.deferred = false;
 }
 
 void utf8_starts(std::string_view in, std::vector<std::size_t>& starts) {
