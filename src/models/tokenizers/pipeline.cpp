@@ -280,7 +280,7 @@ struct IdentityPlaces {
 IdentityPlaces identity_places(const Scratch& s, std::size_t w) {
   const Scratch::WordSource source = s.sources[w];  // modulo 2^64: the place is right
   return IdentityPlaces{s.base + source.shift + static_cast<std::size_t>(source.distance), s.words[w].begin,
-                        source.shifted};
+                        source.shifted != 0};
 }
 
 // Writes the offsets of a piece's ids (`out[k]` for the k-th, `ids[k]` its id) from their shapes.
