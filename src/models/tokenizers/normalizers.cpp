@@ -380,7 +380,13 @@ void replaced_aligned(Scratch& s, std::size_t from, std::size_t to, std::size_t 
   end_identity(s);
   s.other_align.insert(s.other_align.end(), s.align.begin() + static_cast<std::ptrdiff_t>(from),
                        s.align.begin() + static_cast<std::ptrdiff_t>(to));
-  if (content > 0 && match_end > 0) s.other_align.insert(s.other_align.end(), content, s.align[match_end - 1]);
+  if (content == 0) return;
+  // An empty match at the start (a Regex such as "^" or "x*") has no character before it: tokenizers places
+  // what it inserts there where the text starts, as transform_aligned() does.
+  const Align place = match_end > 0     ? s.align[match_end - 1]
+                      : s.align.empty() ? Align{}
+                                        : Align{s.align.front().begin, s.align.front().begin};
+  s.other_align.insert(s.other_align.end(), content, place);
 }
 
 void replaced_places(Scratch& s, const std::vector<Span>& matches, std::size_t content) {

@@ -228,7 +228,8 @@ struct HeadCount {
 
 // Offsets of a Replace (s.track): appends to s.other_align the places of s.text[from, to), copied, then
 // `content` places for a replacement of a match ending at `match_end` (tokenizers gives each of its
-// characters the place of the match's last one).
+// characters the place of the match's last one, or of the character before an empty match; at the start,
+// an empty place where the text starts).
 void replaced_aligned(Scratch& s, std::size_t from, std::size_t to, std::size_t match_end, std::size_t content);
 // The places of a Replace of each of `matches` in s.text by `content` characters, s.other the new text (s.track),
 // before the two are swapped: as Scratch::shifts where they can be (Scratch::identity, one character a match), else
