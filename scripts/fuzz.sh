@@ -5,22 +5,25 @@
 # or FAIL. A crash, a hang past --timeout, a leak, a sanitizer report or a broken property fails the
 # target; its input is kept in build-fuzz/findings/ and the command exits 1.
 #
-#   scripts/fuzz.sh [--seconds 600] [--timeout 10] [--build build-fuzz] [TARGET...]
-#   scripts/fuzz.sh --seconds 20          # CI's smoke: every target 20 s (the README's test command runs it)
+#   scripts/fuzz.sh [--seconds 600] [--timeout 10] [--jobs 1] [--build build-fuzz] [--build-only] [TARGET...]
+#   scripts/fuzz.sh --seconds 20 --jobs 2 # CI's smoke: every target 20 s, two at a time (run-tests.sh)
 #   scripts/fuzz.sh --seconds 600 fuzz_flow_config
+#   --jobs N runs N targets at once (each fuzzer is one process on one core); --build-only builds and stops.
 #
 # Targets: fuzz_flow_config fuzz_input_readers fuzz_document_json fuzz_safetensors fuzz_tokenizer_wordpiece
 # fuzz_tokenizer_unigram fuzz_tokenizer_bpe fuzz_gateway_bodies fuzz_wire_frames fuzz_workspace fuzz_grpc_requests fuzz_image_decode. What a run adds to a target's corpus stays in build-fuzz/corpus/<target>; only the
 # seeds in tests/fuzz/corpus are committed. Needs scripts/setup.sh first (LibTorch, clang-14).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-SECONDS_EACH=600 TIMEOUT=10 BUILD="$ROOT/build-fuzz" TARGETS=()
+SECONDS_EACH=600 TIMEOUT=10 JOBS=1 BUILD_ONLY=0 BUILD="$ROOT/build-fuzz" TARGETS=()
 while (($#)); do
   case "$1" in
     --seconds) SECONDS_EACH="$2"; shift 2 ;;
     --timeout) TIMEOUT="$2"; shift 2 ;;
+    --jobs) JOBS="$2"; shift 2 ;;
+    --build-only) BUILD_ONLY=1; shift ;;
     --build) BUILD="$(realpath -m "$2")"; shift 2 ;;
-    -h|--help) sed -n 2,15p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,16p "$0"; exit 0 ;;
     -*) echo "fuzz.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) TARGETS+=("$1"); shift ;;
   esac
@@ -65,13 +68,14 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:allocator_m
 export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$ROOT/tests/sanitizers/lsan.supp:print_suppressions=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 mkdir -p "$BUILD/findings" "$BUILD/logs"
-failed=0
-printf '\n%-22s %8s %12s %10s %8s %8s %8s  %s\n' target seconds executions exec/s cov ft corpus result
-for t in "${TARGETS[@]}"; do
-  seeds="$ROOT/tests/fuzz/corpus/${t#fuzz_}" corpus="$BUILD/corpus/$t" log="$BUILD/logs/$t.log"
+((BUILD_ONLY)) && { echo "fuzz targets built: ${TARGETS[*]}"; exit 0; }
+[[ "$JOBS" =~ ^[1-9][0-9]*$ ]] || { echo "fuzz.sh: --jobs must be a positive number, not '$JOBS'" >&2; exit 2; }
+# One target's run; its exit status in logs/<target>.rc.
+run_target() {
+  local t=$1 seeds="$ROOT/tests/fuzz/corpus/${1#fuzz_}" corpus="$BUILD/corpus/$1" log="$BUILD/logs/$1.log" rc
   mkdir -p "$corpus"
   # A target's dictionary of tokens (tests/fuzz/<name>.dict), where it has one.
-  dict=()
+  local dict=()
   [ -f "$ROOT/tests/fuzz/${t#fuzz_}.dict" ] && dict=(-dict="$ROOT/tests/fuzz/${t#fuzz_}.dict")
   set +e
   (cd "$BUILD/tests/fuzz" && "./$t" -max_total_time="$SECONDS_EACH" -timeout="$TIMEOUT" -rss_limit_mb=4096 \
@@ -79,6 +83,19 @@ for t in "${TARGETS[@]}"; do
     >"$log" 2>&1
   rc=$?
   set -e
+  echo "$rc" >"$BUILD/logs/$t.rc"
+}
+for t in "${TARGETS[@]}"; do
+  rm -f "$BUILD/logs/$t.rc"
+  while (($(jobs -rp | wc -l) >= JOBS)); do wait -n || true; done
+  run_target "$t" &
+done
+wait
+failed=0
+printf '\n%-22s %8s %12s %10s %8s %8s %8s  %s\n' target seconds executions exec/s cov ft corpus result
+for t in "${TARGETS[@]}"; do
+  corpus="$BUILD/corpus/$t" log="$BUILD/logs/$t.log"
+  rc="$(cat "$BUILD/logs/$t.rc" 2>/dev/null || echo 1)"
   execs="$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | tail -n 1 | grep -o '[0-9]*$' || echo 0)"
   last="$(grep -E '^#[0-9]+' "$log" | tail -n 1)"
   cov="$(grep -o 'cov: [0-9]*' <<<"$last" | grep -o '[0-9]*' || echo '?')"

@@ -17,6 +17,7 @@
 # and the build folder, then run with --cpu.
 #
 # Environment: FLOWLINE_BUILD_DIR (default build), FLOWLINE_BUILD_TYPE (default RelWithDebInfo; CI: Quick),
+# FLOWLINE_BUILD_BENCH (default ON; CI: OFF),
 # FLOWLINE_BUILD_TARGET (default all; flowline_programs: the launcher and the executors, no tests).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -161,7 +162,8 @@ CORPUS_DIR="$("$ROOT/scripts/find-corpus.sh")"
 if [ ! -f "$BUILD_DIR/CMakeCache.txt" ] || ! grep -q "^FLOWLINE_CUDA:STRING=$FLOWLINE_CUDA\$" "$BUILD_DIR/CMakeCache.txt"; then
   step "configuring $BUILD_DIR ($BUILD_TYPE; $INSTALL LibTorch install, FLOWLINE_CUDA=$FLOWLINE_CUDA; corpus $CORPUS_DIR)"
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
-    -DFLOWLINE_CUDA="$FLOWLINE_CUDA" -DFLOWLINE_CORPUS_DIR="$CORPUS_DIR" -Wno-dev >"$ROOT/.cmake-configure.log" 2>&1 \
+    -DFLOWLINE_CUDA="$FLOWLINE_CUDA" -DFLOWLINE_CORPUS_DIR="$CORPUS_DIR" -DFLOWLINE_BUILD_BENCH="${FLOWLINE_BUILD_BENCH:-ON}" \
+    -Wno-dev >"$ROOT/.cmake-configure.log" 2>&1 \
     || { cat "$ROOT/.cmake-configure.log"; exit 1; }
 fi
 # FLOWLINE_BUILD_TARGET=flowline_programs (scripts/run-main.sh) builds the launcher and the executors only;

@@ -8,7 +8,7 @@ tokens glued to words, inside them and alone, at the start and the end, in other
 for each tokenizer file given, the ids Hugging Face `tokenizers` gives them: singles and pairs, without
 and with truncation, and each token's offsets (Encoding.offsets: code points of its own text, flattened to
 [start, end, start, end, ...]). Output: OUT/texts.json and OUT/<name>.json. The first N texts of a
-smaller --count are the first N of the 20,000 (CI's parity test asks for 5,000).
+smaller --count are the first N of the 20,000 (CI's parity test asks for 2,000).
 
   python scripts/tokenizer_reference.py --corpus /work/shared/data/corpus --out DIR [--count N] NAME=tokenizer.json ...
 """
