@@ -10,6 +10,9 @@
 // --gpu-decode value (default: on, then off, in the same run); prints images/s and decode's share of the
 // executor's image time for each, with how many images nvJPEG and the CPU decoded. --make-jpegs N first fills an
 // empty folder with N generated photo-like JPEGs (500x375, 4:2:0, quality 90: gradients, edges and noise).
+// --check first encodes the folder once with gpu_decode off, then compares every embedding of every run against
+// those (cosine; nvJPEG's IDCT moves them a little) and counts failed requests instead of stopping at the first:
+// each run prints its failures and the embeddings below --check-cosine, and the exit status is 1 if any.
 //
 //   build/bench/clip_encode --model DIR --device cuda --dtype fp16 --batch-size 256 --jpeg-dir /tmp/jpegs \
 //     --make-jpegs 10000 [--gpu-decode on --gpu-decode off] [--gpu-decode-backend gpu_hybrid]
@@ -33,7 +36,9 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <cmath>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -85,7 +90,43 @@ struct JpegRun {
   std::size_t decode_threads = 0;  // the ClipEncoder's decode_threads (0: its default)
   double cpu_decode_share = 0;     // the ClipEncoder's cpu_decode_share
   std::size_t text_flow = 0;       // texts through the flow instead of images (0: images)
+  bool check = false;              // compare every run's embeddings with a gpu_decode off run's
+  double check_cosine = 0.999;     // an embedding below this cosine to its reference counts as wrong
 };
+
+// A document's embedding as floats, by its uri (the file it came from).
+using Embeddings = std::map<std::string, std::vector<float>>;
+
+void keep_embeddings(const DocumentArray& docs, Embeddings& into) {
+  for (const auto& doc : docs) {
+    if (!doc.embedding.defined()) continue;
+    const at::Tensor e = doc.embedding.to(at::kCPU, at::kFloat).contiguous();
+    into[doc.uri] = std::vector<float>(e.data_ptr<float>(), e.data_ptr<float>() + e.numel());
+  }
+}
+
+// How many of `got` are off their reference (below `min_cosine`, not finite, or missing), and the lowest cosine.
+std::pair<std::size_t, double> compare(const Embeddings& reference, const Embeddings& got, double min_cosine) {
+  std::size_t wrong = reference.size() > got.size() ? reference.size() - got.size() : 0;
+  double lowest = 1;
+  for (const auto& [uri, e] : got) {
+    const auto it = reference.find(uri);
+    if (it == reference.end() || it->second.size() != e.size()) {
+      ++wrong;
+      continue;
+    }
+    double dot = 0, a = 0, b = 0;
+    for (std::size_t k = 0; k < e.size(); ++k) {
+      dot += double(e[k]) * it->second[k];
+      a += double(e[k]) * e[k];
+      b += double(it->second[k]) * it->second[k];
+    }
+    const double cosine = dot / std::sqrt(a * b);
+    if (!(cosine >= min_cosine)) ++wrong;  // NaN counts
+    if (!(cosine >= lowest)) lowest = cosine;
+  }
+  return {wrong, lowest};
+}
 
 // Writes `count` generated JPEGs into `folder` when it holds no .jpg yet.
 void make_jpegs(const std::string& folder, std::size_t count) {
@@ -146,11 +187,18 @@ int run_text_flow(const JpegRun& run) {
   return 0;
 }
 
-// One flow per gpu_decode value; each posts the whole folder `repeats` + 1 times (the first warms up).
+// One flow per gpu_decode value; each posts the whole folder `repeats` + 1 times (the first warms up). With
+// run.check, a gpu_decode off flow first makes the reference embeddings.
 int run_jpeg_folder(const JpegRun& run) {
   Registry registry;
   clip_encoder::register_clip_encoder(registry);
-  for (const auto& mode : run.gpu_decode) {
+  std::vector<std::string> modes = run.gpu_decode;
+  if (run.check) modes.insert(modes.begin(), "reference");
+  Embeddings reference;
+  std::size_t bad_runs = 0;
+  for (const auto& listed : modes) {
+    const bool making_reference = listed == "reference";
+    const std::string mode = making_reference ? "off" : listed;
     Flow flow(FlowOptions{}, registry);
     flow.add({.name = "clip",
               .uses = "ClipEncoder",
@@ -165,37 +213,51 @@ int run_jpeg_folder(const JpegRun& run) {
               .device = run.device});
     flow.start();
     double best = 0;
-    for (std::size_t r = 0; r <= run.repeats; ++r) {
+    for (std::size_t r = 0; r <= (making_reference ? 0 : run.repeats); ++r) {
       const FlowStats before = flow.stats();
       auto source = open_file_source(run.folder, InputFormat::Images);
       std::string first_error;
+      Embeddings got;
       const PostSummary summary = flow.post(
           "/encode", *source,
           [&](Response&& response) {
             if (!response.ok() && first_error.empty()) first_error = response.error;
+            if (response.ok() && run.check) keep_embeddings(response.docs, making_reference ? reference : got);
           },
           PostOptions{run.batch_size});
-      if (summary.failed_requests > 0)
+      if (summary.failed_requests > 0 && (!run.check || making_reference))
         throw Error(fmt::format("{} requests failed, the first: {}", summary.failed_requests, first_error));
+      if (making_reference) {
+        fmt::print("clip_encode: check: {} reference embeddings from gpu_decode off\n", reference.size());
+        break;
+      }
       const FlowStats after = flow.stats();
       const auto delta = [&](const char* name) { return metric(after, name) - metric(before, name); };
       const double per_s = summary.documents / summary.seconds;
       if (r > 0) best = std::max(best, per_s);
       fmt::print(
           "clip_encode: gpu_decode {} ({} backend, {} replicas, cpu share {}) run {}{}: {} images in {:.3f} s = {:.0f} "
-          "images/s; "
-          "decode {:.1f}% "
-          "of the "
-          "executor's image time (nvJPEG {} images, {:.3f} s; CPU {} images, {:.3f} s)\n",
+          "images/s; decode {:.1f}% of the executor's image time (nvJPEG {} images, {:.3f} s; CPU {} images, {:.3f} "
+          "s); nvJPEG's allocator waited {} times, {:.3f} s\n",
           mode, run.backend, run.replicas, run.cpu_decode_share, r, r == 0 ? " (warm-up)" : "", summary.documents,
           summary.seconds, per_s, 100 * delta("decode_seconds") / std::max(delta("image_seconds"), 1e-9),
           delta("gpu_decode_images"), delta("gpu_decode_seconds"), delta("cpu_decode_images"),
-          delta("cpu_decode_seconds"));
+          delta("cpu_decode_seconds"), delta("nvjpeg_allocator_waits"), delta("nvjpeg_allocator_wait_seconds"));
+      if (run.check) {
+        const auto [wrong, lowest] = compare(reference, got, run.check_cosine);
+        fmt::print(
+            "clip_encode: check run {}: {} failed requests{}; {} of {} embeddings below cosine {} against "
+            "gpu_decode off (lowest {:.6f})\n",
+            r, summary.failed_requests, first_error.empty() ? "" : fmt::format(" (the first: {})", first_error), wrong,
+            reference.size(), run.check_cosine, lowest);
+        if (summary.failed_requests > 0 || wrong > 0) ++bad_runs;
+      }
     }
-    fmt::print("clip_encode: gpu_decode {}: best {:.0f} images/s\n", mode, best);
+    if (!making_reference) fmt::print("clip_encode: gpu_decode {}: best {:.0f} images/s\n", mode, best);
     flow.close();
   }
-  return 0;
+  if (run.check) fmt::print("clip_encode: check: {} runs with failures or wrong embeddings\n", bad_runs);
+  return bad_runs > 0 ? 1 : 0;
 }
 
 }  // namespace
@@ -227,6 +289,8 @@ int main(int argc, char** argv) {
   app.add_option("--cpu-decode-share", jpegs.cpu_decode_share, "the ClipEncoder's cpu_decode_share")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
+  app.add_flag("--check", jpegs.check, "compare every run's embeddings with a gpu_decode off run's (--jpeg-dir)");
+  app.add_option("--check-cosine", jpegs.check_cosine, "the lowest cosine --check accepts")->capture_default_str();
   app.add_option("--text-flow", jpegs.text_flow, "instead: this many short texts through a ClipEncoder flow");
   std::string pixels_file, out_file;
   app.add_option("--pixels", pixels_file, "parity instead: encode this safetensors file's pixel_values ...");

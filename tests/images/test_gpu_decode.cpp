@@ -21,7 +21,9 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -372,4 +374,118 @@ TEST_CASE("cpu_decode_share: the last images of a pass are decoded on the CPU wh
   const Encoded none = encode_jpegs(jpegs, "cuda", "auto", false, 1.0);
   CHECK(none.gpu_images == 0);
   CHECK(none.cpu_images == static_cast<double>(jpegs.size()));
+}
+
+TEST_CASE("nvJPEG writes each image's planes and nothing past them, with every backend", "[images][gpu_decode][gpu]") {
+  if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
+  const images::NvjpegLibrary& library = images::load_nvjpeg(clip_encoder::nvjpeg_folders());
+  if (!library.loaded) FLOWLINE_SKIP("nvJPEG is not available: " + library.problem);
+  const c10::Device device(c10::kCUDA, 0);
+  const c10::Stream stream = c10::impl::getDeviceGuardImpl(c10::kCUDA)->getStream(device);
+  c10::StreamGuard on_stream(stream);
+  // Sizes that are not whole MCUs (a 4:2:0 MCU is 16x16), so an engine writing whole MCUs would show.
+  std::vector<Bytes> jpegs;
+  for (unsigned seed = 1; seed <= 6; ++seed)
+    jpegs.push_back(make_test_jpeg({JpegKind::rgb420, 500 + int(seed % 3), 375 - int(seed % 2), 90, seed}));
+  jpegs.push_back(make_test_jpeg({JpegKind::rgb422, 33, 17, 90, 7}));
+  jpegs.push_back(make_test_jpeg({JpegKind::rgb444, 41, 23, 90, 8}));
+  constexpr std::int64_t kGuard = 64 * 1024;  // bytes after every plane that must keep their pattern
+  constexpr std::uint8_t kPattern = 0xa5;
+  for (const char* backend : images::kNvjpegBackends) {
+    std::optional<images::NvjpegDecoder> decoder;
+    try {
+      decoder.emplace(images::NvjpegDeviceAllocator{}, backend);
+    } catch (const Error& e) {
+      if (std::string(backend) == "default") FAIL("nvJPEG's default backend did not start: " << e.what());
+      WARN("nvJPEG's " << backend << " backend did not start: " << e.what());
+      continue;
+    }
+    INFO("backend " << backend);
+    std::vector<images::JpegPlanes> planes;
+    std::vector<std::array<std::int64_t, 3>> at_byte(jpegs.size()), sizes(jpegs.size());
+    std::vector<std::array<std::uint32_t, 3>> pitch(jpegs.size());
+    std::int64_t total = 0;
+    for (std::size_t i = 0; i < jpegs.size(); ++i) {
+      planes.push_back(images::jpeg_planes(jpegs[i]));
+      std::uint32_t widths[3] = {}, heights[3] = {};
+      REQUIRE(decoder->plane_sizes(jpegs[i], planes.back(), widths, heights));
+      for (int c = 0; c < 3; ++c) {
+        at_byte[i][c] = total;
+        sizes[i][c] = std::int64_t{widths[c]} * heights[c];
+        pitch[i][c] = widths[c];
+        total += sizes[i][c] + kGuard;
+      }
+    }
+    at::Tensor buffer = at::full({total}, kPattern, at::TensorOptions().dtype(at::kByte).device(device));
+    std::vector<images::NvjpegPlanesOut> outputs(jpegs.size());
+    for (std::size_t i = 0; i < jpegs.size(); ++i) {
+      for (int c = 0; c < 3; ++c) {
+        outputs[i].plane[c] = buffer.data_ptr<std::uint8_t>() + at_byte[i][c];
+        outputs[i].pitch[c] = pitch[i][c];
+      }
+    }
+    std::vector<std::span<const std::uint8_t>> views(jpegs.begin(), jpegs.end());
+    const std::vector<bool> done = decoder->decode(views, planes, outputs, stream.native_handle());
+    stream.synchronize();
+    const at::Tensor host = buffer.to(at::kCPU);
+    const std::uint8_t* bytes = host.data_ptr<std::uint8_t>();
+    for (std::size_t i = 0; i < jpegs.size(); ++i) {
+      CHECK(done[i]);
+      for (int c = 0; c < 3; ++c) {
+        const std::uint8_t* guard = bytes + at_byte[i][c] + sizes[i][c];
+        const auto touched = std::count_if(guard, guard + kGuard, [](std::uint8_t b) { return b != kPattern; });
+        INFO("image " << i << " (" << planes[i].width << "x" << planes[i].height << ") plane " << c << ": " << touched
+                      << " of the " << kGuard << " bytes after it written");
+        CHECK(touched == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("nvJPEG at four replicas and changing pass sizes gives every image the embedding CPU decoding gives",
+          "[images][gpu_decode][clip_encoder][gpu]") {
+  if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
+  if (!images::load_nvjpeg(clip_encoder::nvjpeg_folders()).loaded) FLOWLINE_SKIP("nvJPEG is not available");
+  // Pass sizes that change from request to request make nvJPEG give back and take device buffers while the other
+  // replicas' work is queued: the case that once gave whole passes of wrong or NaN embeddings (docs/images.md).
+  DocumentArray docs;
+  for (unsigned i = 0; i < 300; ++i) {
+    Document d;
+    d.id = fmt::format("image-{}", i);
+    d.blob = make_test_jpeg({JpegKind::rgb420, 160 + int(i % 5) * 16, 120 + int(i % 3) * 8, 90, i + 1});
+    docs.push_back(std::move(d));
+  }
+  const auto encode = [&](const std::string& gpu_decode, const std::string& backend) {
+    Flow flow(FlowOptions{}, gpu_decode_registry());
+    flow.add({.name = "clip",
+              .uses = "ClipEncoder",
+              .with = {{"model", (fs::path(FLOWLINE_SOURCE_DIR) / "tests/data/tiny-models/clip").string()},
+                       {"gpu_decode", gpu_decode},
+                       {"gpu_decode_backend", backend},
+                       {"batch_size", 64}},
+              .replicas = 4,
+              .device = "cuda"});
+    at::Tensor all;
+    for (const std::size_t request_size : {64, 13, 50, 7, 64}) {
+      const DocumentArray out = flow.post("/encode", DocumentArray(docs), PostOptions{request_size});
+      REQUIRE(out.size() == docs.size());
+      const at::Tensor e = out.embeddings().to(at::kCPU, at::kDouble);
+      all = all.defined() ? at::cat({all, e}) : e;
+    }
+    return all;
+  };
+  const at::Tensor cpu = encode("off", "default");
+  for (const char* backend : {"hardware", "default"}) {
+    at::Tensor gpu;
+    try {
+      gpu = encode("on", backend);
+    } catch (const Error& e) {
+      WARN("nvJPEG's " << backend << " backend did not start: " << e.what());
+      continue;
+    }
+    const at::Tensor cos = at::cosine_similarity(gpu, cpu, 1);
+    INFO("backend " << backend << ": lowest cosine " << cos.min().item<double>());
+    CHECK(at::isfinite(gpu).all().item<bool>());
+    CHECK(cos.min().item<double>() >= 0.995);
+  }
 }

@@ -461,6 +461,11 @@ class ClipEncoder : public Executor {
       metrics().add("cpu_decode_images", static_cast<double>(decoded_.cpu_images));
       metrics().add("gpu_decode_seconds", decoded_.gpu_seconds);
       metrics().add("cpu_decode_seconds", decoded_.cpu_seconds);
+      if (gpu_decoder_) {
+        const auto waits = GpuJpegDecoder::take_allocator_waits();
+        metrics().add("nvjpeg_allocator_waits", static_cast<double>(waits.calls));
+        metrics().add("nvjpeg_allocator_wait_seconds", waits.seconds);
+      }
       for (auto& f : decoded_.failures) {
         if (!f.empty()) problems.push_back(std::move(f));
       }

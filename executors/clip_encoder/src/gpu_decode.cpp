@@ -11,14 +11,19 @@
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <c10/core/Allocator.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <fmt/format.h>
 
 #include <dlfcn.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <mutex>
+#include <utility>
 
 namespace flowline::clip_encoder {
 namespace fs = std::filesystem;
@@ -50,20 +55,61 @@ GpuDecode parse_gpu_decode(std::string_view text) {
 
 namespace {
 
-// nvJPEG's device buffers from LibTorch's caching allocator, on the current device and stream (the replica's while
-// it decodes): in the same pool and statistics as the model's memory, so batch_size auto and the out-of-memory
-// split see them. Non-zero tells nvJPEG the allocation failed.
+// nvJPEG's device buffers from LibTorch's caching allocator: in the same pool and statistics as the model's
+// memory, so batch_size auto and the out-of-memory split see them. Non-zero tells nvJPEG the allocation failed.
+//
+// nvJPEG is written against cudaMalloc and cudaFree, which synchronise the device: a buffer cudaMalloc returns
+// is used by nothing, and cudaFree returns only when no queued work uses it. The caching allocator promises
+// neither: a block it hands out may still be read by kernels queued on its stream, and a block given back is
+// handed out again at once, while nvJPEG's own streams and the hardware engines may still be writing it. Without
+// waits, whole passes came out with wrong or NaN embeddings at four to eight replicas (docs/images.md). So both
+// calls wait for the device to be idle, as cudaMalloc and cudaFree would: nvJPEG reallocates only when a batch
+// needs more than it holds (or another batch size), and the executor counts these waits (nvjpeg_allocator_waits,
+// nvjpeg_allocator_wait_seconds).
+
+// nvJPEG's callbacks take no context: the counts are the process's, taken by whichever replica asks next.
+struct AllocatorWaits {
+  std::atomic<std::uint64_t> calls{0};
+  std::mutex mutex;  // guards seconds
+  double seconds = 0;
+};
+AllocatorWaits& allocator_waits() {
+  static AllocatorWaits waits;
+  return waits;
+}
+
+// Waits until the current CUDA device has run everything queued on it, and counts the wait.
+void wait_for_device() {
+  const auto start = std::chrono::steady_clock::now();
+  const auto* cuda = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+  cuda->synchronizeDevice(cuda->getDevice().index());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  AllocatorWaits& waits = allocator_waits();
+  ++waits.calls;
+  std::lock_guard lock(waits.mutex);
+  waits.seconds += seconds;
+}
+
 int torch_device_allocate(void** pointer, std::size_t size) {
+  c10::Allocator* allocator = c10::GetAllocator(c10::DeviceType::CUDA);
   try {
-    *pointer = c10::GetAllocator(c10::DeviceType::CUDA)->raw_allocate(size);
-    return *pointer == nullptr && size > 0 ? 1 : 0;
+    *pointer = allocator->raw_allocate(size);
   } catch (const std::exception&) {
+    return 1;
+  }
+  if (*pointer == nullptr) return size > 0 ? 1 : 0;
+  try {
+    wait_for_device();  // the block's earlier users (kernels queued on its stream) are done
+    return 0;
+  } catch (const std::exception&) {
+    allocator->raw_deallocate(*pointer);
     return 1;
   }
 }
 
 int torch_device_release(void* pointer) {
   try {
+    wait_for_device();  // nvJPEG's queued work on the buffer is done before anyone else may get it
     c10::GetAllocator(c10::DeviceType::CUDA)->raw_deallocate(pointer);
     return 0;
   } catch (const std::exception&) {
@@ -72,6 +118,15 @@ int torch_device_release(void* pointer) {
 }
 
 }  // namespace
+
+GpuJpegDecoder::AllocatorWaitCounts GpuJpegDecoder::take_allocator_waits() {
+  AllocatorWaits& waits = allocator_waits();
+  AllocatorWaitCounts counts;
+  counts.calls = waits.calls.exchange(0);
+  std::lock_guard lock(waits.mutex);
+  counts.seconds = std::exchange(waits.seconds, 0.0);
+  return counts;
+}
 
 GpuJpegDecoder::GpuJpegDecoder(c10::Device device, std::string_view backend)
     : device_(device),

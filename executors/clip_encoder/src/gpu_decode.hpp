@@ -58,6 +58,15 @@ class GpuJpegDecoder {
   std::size_t decode(std::span<const std::span<const std::uint8_t>> jpegs, const images::DecodeLimits& limits,
                      const c10::Stream& stream, std::vector<at::Tensor>& out);
 
+  // nvJPEG's own buffers come from LibTorch's caching allocator, and each allocation and release first waits for
+  // the device to be idle (gpu_decode.cpp says why). How many such waits and the seconds they took, in the whole
+  // process since the last call of this (any replica's): each replica adds what it takes to its metrics.
+  struct AllocatorWaitCounts {
+    std::uint64_t calls = 0;
+    double seconds = 0;
+  };
+  static AllocatorWaitCounts take_allocator_waits();
+
  private:
   GpuJpegDecoder(c10::Device device, std::string_view backend);
 
