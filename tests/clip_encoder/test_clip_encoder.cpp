@@ -17,6 +17,8 @@
 
 #include <ATen/ATen.h>
 #include <boost/json.hpp>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <fstream>
 #include <iterator>
@@ -489,4 +491,43 @@ TEST_CASE("on a GPU the ClipEncoder's fp16 and bf16 embeddings and /rank agree w
       }
     }
   }
+}
+
+TEST_CASE("on a busy GPU a ClipEncoder's answer waits for its own passes: each document gets its embedding",
+          "[clip_encoder][gpu]") {
+  if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
+  // Before the fix, the handler normalised and copied the embeddings back on the device's default stream, which
+  // does not wait for a replica's stream: when the GPU was busy the copy read a request's rows before its passes
+  // had written them (whole requests with another request's embeddings, or NaN, at four to eight replicas). Here
+  // the replica's stream is kept busy on purpose, so that copy would come too early every time.
+  const Goldens g = read_goldens("clip");
+  Flow flow(FlowOptions{}, clip_registry());
+  flow.add({.name = "clip",
+            .uses = "ClipEncoder",
+            .with = {{"model", (kTiny / "clip").string()}, {"dtype", "fp32"}},
+            .device = "cuda"});
+  flow.start();
+  // Every stream of LibTorch's pool (the replica took one of them at start) gets a queue of matrix products.
+  const c10::Device device(c10::kCUDA, 0);
+  const at::Tensor a = at::randn({4096, 4096}, at::TensorOptions().dtype(at::kHalf).device(device));
+  for (int s = 0; s < 32; ++s) {
+    const c10::Stream stream = c10::impl::getDeviceGuardImpl(c10::kCUDA)->getStreamFromGlobalPool(device, false);
+    c10::StreamGuard on(stream);
+    for (int k = 0; k < 24; ++k) (void)at::mm(a, a);
+  }
+  DocumentArray docs;
+  for (const auto& t : g.texts) docs.push_back(Document(t));
+  for (const auto& file : g.images) {
+    Document d;
+    d.blob = file_bytes(file);
+    docs.push_back(std::move(d));
+  }
+  const DocumentArray out = flow.post("/encode", std::move(docs));
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    INFO("document " << i);
+    const at::Tensor& expected = i < g.texts.size() ? g.text_embeds[static_cast<std::int64_t>(i)]
+                                                    : g.image_embeds[static_cast<std::int64_t>(i - g.texts.size())];
+    CHECK(cosine(out[i].embedding, expected) >= 0.999);
+  }
+  flow.close();
 }

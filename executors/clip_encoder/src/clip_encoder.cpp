@@ -351,7 +351,12 @@ class ClipEncoder : public Executor {
     (void)model_->encode_pixels(pixels).to(at::kCPU);
   }
 
+  // Each handler runs on the replica's stream from its first kernel to its copy back to the host: on another
+  // stream (the device's default one, which a replica's stream does not wait for) the normalisation and the
+  // copy ran before the passes they read had finished, and whole requests came back with another request's
+  // embeddings or NaN at four to eight replicas (docs/images.md).
   void encode(DocumentArray& docs, const RequestInfo&) {
+    const c10::OptionalStreamGuard on_stream(stream_);
     std::vector<Document*> items;
     items.reserve(docs.size());
     for (auto& d : docs) items.push_back(&d);
@@ -361,6 +366,7 @@ class ClipEncoder : public Executor {
 
   // Every query and candidate embedded at once; then each query's candidates scored, as the header says.
   void rank(DocumentArray& docs, const RequestInfo&) {
+    const c10::OptionalStreamGuard on_stream(stream_);
     std::vector<Document*> items;
     std::vector<std::size_t> query_rows;
     for (auto& q : docs) {
@@ -403,7 +409,7 @@ class ClipEncoder : public Executor {
   }
 
   // Each item's embedding, [items, D] float32 on the executor's device (not normalized), or a RequestError
-  // naming every item that is neither a text nor a readable image.
+  // naming every item that is neither a text nor a readable image. Called with the replica's stream current.
   at::Tensor embed(const std::vector<Document*>& items) {
     std::vector<std::size_t> texts, pictures;
     std::vector<std::string> problems;
@@ -418,8 +424,6 @@ class ClipEncoder : public Executor {
     }
     if (!problems.empty()) throw RequestError(fmt::format("{}", fmt::join(problems, "; ")));
     c10::InferenceMode guard;
-    std::optional<c10::StreamGuard> on_stream;
-    if (stream_) on_stream.emplace(*stream_);
     at::Tensor out = at::empty({static_cast<std::int64_t>(items.size()), model_->embedding_dim()},
                                at::TensorOptions().dtype(at::kFloat).device(device_));
     encode_texts(items, texts, out);
