@@ -446,8 +446,10 @@ TEST_CASE("nvJPEG at four replicas and changing pass sizes gives every image the
           "[images][gpu_decode][clip_encoder][gpu]") {
   if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
   if (!images::load_nvjpeg(clip_encoder::nvjpeg_folders()).loaded) FLOWLINE_SKIP("nvJPEG is not available");
-  // Pass sizes that change from request to request make nvJPEG give back and take device buffers while the other
-  // replicas' work is queued: the case that once gave whole passes of wrong or NaN embeddings (docs/images.md).
+  // Four replicas on one GPU with pass sizes that change from request to request: where whole requests once came
+  // back with other rows' embeddings or NaN (the handler's copy ran off the replica's stream: docs/benchmarks.md,
+  // session 35). This tiny model leaves the GPU too idle to show that reliably; test_clip_encoder's busy-GPU case
+  // does.
   DocumentArray docs;
   for (unsigned i = 0; i < 300; ++i) {
     Document d;

@@ -58,14 +58,13 @@ namespace {
 // nvJPEG's device buffers from LibTorch's caching allocator: in the same pool and statistics as the model's
 // memory, so batch_size auto and the out-of-memory split see them. Non-zero tells nvJPEG the allocation failed.
 //
-// nvJPEG is written against cudaMalloc and cudaFree, which synchronise the device: a buffer cudaMalloc returns
-// is used by nothing, and cudaFree returns only when no queued work uses it. The caching allocator promises
-// neither: a block it hands out may still be read by kernels queued on its stream, and a block given back is
-// handed out again at once, while nvJPEG's own streams and the hardware engines may still be writing it. Without
-// waits, whole passes came out with wrong or NaN embeddings at four to eight replicas (docs/images.md). So both
-// calls wait for the device to be idle, as cudaMalloc and cudaFree would: nvJPEG reallocates only when a batch
-// needs more than it holds (or another batch size), and the executor counts these waits (nvjpeg_allocator_waits,
-// nvjpeg_allocator_wait_seconds).
+// nvJPEG's allocator hooks are modelled on cudaMalloc and cudaFree, which synchronise the device: a buffer
+// cudaMalloc returns is used by nothing, and cudaFree returns only when no queued work uses it. The caching
+// allocator promises neither (a block it hands out may still be read by kernels queued on its stream; a block given
+// back is handed out again at once), so both hooks wait for the device to be idle first, as cudaMalloc and
+// cudaFree would. nvJPEG takes its memory at start and when a batch needs more: in 10,000-image runs at four to
+// eight replicas on an H200 it called neither hook after the warm-up (docs/benchmarks.md, session 35), so the waits
+// cost nothing there. The executor counts them (metrics nvjpeg_allocator_waits, nvjpeg_allocator_wait_seconds).
 
 // nvJPEG's callbacks take no context: the counts are the process's, taken by whichever replica asks next.
 struct AllocatorWaits {
