@@ -96,6 +96,24 @@ double cosine(const at::Tensor& a, const at::Tensor& b) {
   return (x.dot(y) / (x.norm() * y.norm())).item<double>();
 }
 
+// The goldens' texts, then their images as blobs, one document each; golden_embedding(g, i) is row i's expected
+// embedding.
+DocumentArray golden_documents(const Goldens& g) {
+  DocumentArray docs;
+  for (const auto& t : g.texts) docs.push_back(Document(t));
+  for (const auto& file : g.images) {
+    Document d;
+    d.blob = file_bytes(file);
+    docs.push_back(std::move(d));
+  }
+  return docs;
+}
+
+at::Tensor golden_embedding(const Goldens& g, std::size_t i) {
+  return i < g.texts.size() ? g.text_embeds[static_cast<std::int64_t>(i)]
+                            : g.image_embeds[static_cast<std::int64_t>(i - g.texts.size())];
+}
+
 std::vector<Response> post_each(Flow& flow, std::string_view endpoint, DocumentArray docs) {
   ArraySource source(std::move(docs));
   std::vector<Response> responses;
@@ -461,19 +479,10 @@ TEST_CASE("on a GPU the ClipEncoder's fp16 and bf16 embeddings and /rank agree w
                 .uses = "ClipEncoder",
                 .with = {{"model", (kTiny / kind).string()}, {"dtype", dtype}, {"keep_on_device", true}},
                 .device = "cuda"});
-      DocumentArray docs;
-      for (const auto& t : g.texts) docs.push_back(Document(t));
-      for (const auto& file : g.images) {
-        Document d;
-        d.blob = file_bytes(file);
-        docs.push_back(std::move(d));
-      }
-      const DocumentArray out = flow.post("/encode", std::move(docs));
+      const DocumentArray out = flow.post("/encode", golden_documents(g));
       for (std::size_t i = 0; i < out.size(); ++i) {
         CHECK(out[i].embedding.device().is_cuda());  // keep_on_device: left for the next executor
-        const at::Tensor& expected = i < g.texts.size() ? g.text_embeds[static_cast<std::int64_t>(i)]
-                                                        : g.image_embeds[static_cast<std::int64_t>(i - g.texts.size())];
-        CHECK(cosine(out[i].embedding.to(at::kCPU), expected) >= 0.999);
+        CHECK(cosine(out[i].embedding.to(at::kCPU), golden_embedding(g, i)) >= 0.999);
       }
       DocumentArray query;
       query.push_back(Document(g.texts[1]));
@@ -515,19 +524,10 @@ TEST_CASE("on a busy GPU a ClipEncoder's answer waits for its own passes: each d
     c10::StreamGuard on(stream);
     for (int k = 0; k < 24; ++k) (void)at::mm(a, a);
   }
-  DocumentArray docs;
-  for (const auto& t : g.texts) docs.push_back(Document(t));
-  for (const auto& file : g.images) {
-    Document d;
-    d.blob = file_bytes(file);
-    docs.push_back(std::move(d));
-  }
-  const DocumentArray out = flow.post("/encode", std::move(docs));
+  const DocumentArray out = flow.post("/encode", golden_documents(g));
   for (std::size_t i = 0; i < out.size(); ++i) {
     INFO("document " << i);
-    const at::Tensor& expected = i < g.texts.size() ? g.text_embeds[static_cast<std::int64_t>(i)]
-                                                    : g.image_embeds[static_cast<std::int64_t>(i - g.texts.size())];
-    CHECK(cosine(out[i].embedding, expected) >= 0.999);
+    CHECK(cosine(out[i].embedding, golden_embedding(g, i)) >= 0.999);
   }
   flow.close();
 }
