@@ -64,10 +64,11 @@ struct JpegPlanes {
 JpegPlanes jpeg_planes(std::span<const std::uint8_t> jpeg);
 
 // Where nvJPEG's own device buffers come from, modelled on cudaMalloc/cudaFree (nvjpegDevAllocator_t: 0 is
-// success). Both null: cudaMalloc. The image executor passes LibTorch's caching allocator, so nvJPEG's memory is in
-// the same pool and statistics as the model's; it then has to give cudaMalloc's and cudaFree's guarantees itself
-// (nothing else uses a buffer it returns; nothing uses one after a release returns: gpu_decode.cpp). Called on the
-// thread that calls decode() or the destructor, with that thread's CUDA device current.
+// success). Both null: cudaMalloc. The image executor passes LibTorch's caching allocator, meant to put nvJPEG's
+// memory in the same pool and statistics as the model's (nvJPEG 13 did not call it in session 35's runs:
+// gpu_decode.cpp); it then has to give cudaMalloc's and cudaFree's guarantees itself (nothing else uses a buffer it
+// returns; nothing uses one after a release returns). Called on the thread that calls decode() or the destructor,
+// with that thread's CUDA device current.
 struct NvjpegDeviceAllocator {
   int (*allocate)(void** pointer, std::size_t size) = nullptr;
   int (*release)(void* pointer) = nullptr;

@@ -55,16 +55,17 @@ GpuDecode parse_gpu_decode(std::string_view text) {
 
 namespace {
 
-// nvJPEG's device buffers from LibTorch's caching allocator: in the same pool and statistics as the model's
-// memory, so batch_size auto and the out-of-memory split see them. Non-zero tells nvJPEG the allocation failed.
+// nvJPEG's device buffers from LibTorch's caching allocator, meant to be in the same pool and statistics as the
+// model's memory, so that batch_size auto and the out-of-memory split see them. Non-zero tells nvJPEG the
+// allocation failed. But in session 35's runs (docs/benchmarks.md: 10,000 JPEGs at one to eight replicas,
+// `hardware` and `default` backends, on an H200) nvJPEG 13 called these hooks not once, start included: its working
+// memory comes from elsewhere, outside LibTorch's pool and figures (not yet looked into).
 //
-// nvJPEG's allocator hooks are modelled on cudaMalloc and cudaFree, which synchronise the device: a buffer
-// cudaMalloc returns is used by nothing, and cudaFree returns only when no queued work uses it. The caching
-// allocator promises neither (a block it hands out may still be read by kernels queued on its stream; a block given
-// back is handed out again at once), so both hooks wait for the device to be idle first, as cudaMalloc and
-// cudaFree would. nvJPEG takes its memory at start and when a batch needs more: in 10,000-image runs at four to
-// eight replicas on an H200 it called neither hook after the warm-up (docs/benchmarks.md, session 35), so the waits
-// cost nothing there. The executor counts them (metrics nvjpeg_allocator_waits, nvjpeg_allocator_wait_seconds).
+// The hooks stand for cudaMalloc and cudaFree, which synchronise the device: a buffer cudaMalloc returns is used by
+// nothing, and cudaFree returns only when no queued work uses it. The caching allocator promises neither (a block it
+// hands out may still be read by kernels queued on its stream; a block given back is handed out again at once), so
+// both hooks wait for the device to be idle first, as cudaMalloc and cudaFree would. The executor counts these
+// waits (metrics nvjpeg_allocator_waits, nvjpeg_allocator_wait_seconds).
 
 // nvJPEG's callbacks take no context: the counts are the process's, taken by whichever replica asks next.
 struct AllocatorWaits {
