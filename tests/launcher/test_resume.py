@@ -58,9 +58,26 @@ class Runner:
         return [self.launcher, "run", flow or self.flow, "--input", source, "--output", output,
                 "--progress", "never", "--request-size", "50", "--sync-every", "400", *extra]
 
-    def run(self, output, *extra, flow=None):
-        return subprocess.run(self.args(output, *extra, flow=flow), cwd=self.scratch, capture_output=True, text=True,
-                              timeout=DEADLINE)
+    def run(self, output, *extra, flow=None, deadline=DEADLINE):
+        """Runs to the end; past `deadline` seconds the run's threads' stacks are printed (gdb, where there is one)
+        before it is killed and subprocess.TimeoutExpired raised: a slow machine and a hang look alike otherwise."""
+        child = subprocess.Popen(self.args(output, *extra, flow=flow), cwd=self.scratch, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        try:
+            out, err = child.communicate(timeout=deadline)
+        except subprocess.TimeoutExpired:
+            try:
+                if shutil.which("gdb"):
+                    stacks = subprocess.run(["gdb", "-p", str(child.pid), "-batch", "-ex", "thread apply all bt"],
+                                            capture_output=True, text=True, timeout=60)
+                    print(f"the run passed {deadline} s; its threads:\n{stacks.stdout[-20000:]}", flush=True)
+            except (OSError, subprocess.SubprocessError) as e:
+                print(f"the run passed {deadline} s; no stacks ({e})", flush=True)
+            child.kill()
+            out, err = child.communicate()
+            print(f"its stderr:\n{err[-4000:]}", flush=True)
+            raise
+        return subprocess.CompletedProcess(child.args, child.returncode, out, err)
 
     def run_and_kill(self, output, delay, *extra, argv=None, env=None, synced=None):
         """Starts a run (`argv`, else one writing `output`), waits until `output` has a sync point past the one it
@@ -130,7 +147,9 @@ def a_run_killed_five_times_and_resumed_equals_an_uninterrupted_run(r, rng, exte
             print(f"kill {kills}: {synced} documents synced, partial of {os.path.getsize(partial)} bytes")
     # A run that ends before its kill (near the end of the input) ends the series early; most must be killed.
     check(kills >= 3, f"only {kills} of the runs were killed before they ended")
-    final = r.run(output, "--resume", "--stats-json", os.path.join(r.scratch, "stats.json"))
+    # The last --resume encodes most of the corpus, syncing every 400 documents: on a loaded two-core machine, with
+    # a build writing beside it, that once took past 180 s (CI, session 35), so it gets twice the deadline.
+    final = r.run(output, "--resume", "--stats-json", os.path.join(r.scratch, "stats.json"), deadline=2 * DEADLINE)
     check(final.returncode == 0, f"the last --resume failed ({final.returncode}): {final.stderr}")
     for want, got in zip(files_of(reference), files_of(output)):
         check(read(want) == read(got), f"'{got}' differs from the uninterrupted run's '{want}'")
