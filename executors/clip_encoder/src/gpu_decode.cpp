@@ -16,7 +16,6 @@
 
 #include <dlfcn.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -67,11 +66,11 @@ namespace {
 // both hooks wait for the device to be idle first, as cudaMalloc and cudaFree would. The executor counts these
 // waits (metrics nvjpeg_allocator_waits, nvjpeg_allocator_wait_seconds).
 
-// nvJPEG's callbacks take no context: the counts are the process's, taken by whichever replica asks next.
+// The waits not yet taken (GpuJpegDecoder::take_allocator_waits). nvJPEG's callbacks take no context: the counts
+// are the process's, taken by whichever replica asks next.
 struct AllocatorWaits {
-  std::atomic<std::uint64_t> calls{0};
-  std::mutex mutex;  // guards seconds
-  double seconds = 0;
+  std::mutex mutex;
+  GpuJpegDecoder::AllocatorWaitCounts counts;
 };
 AllocatorWaits& allocator_waits() {
   static AllocatorWaits waits;
@@ -85,9 +84,9 @@ void wait_for_device() {
   cuda->synchronizeDevice(cuda->getDevice().index());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   AllocatorWaits& waits = allocator_waits();
-  ++waits.calls;
   std::lock_guard lock(waits.mutex);
-  waits.seconds += seconds;
+  ++waits.counts.calls;
+  waits.counts.seconds += seconds;
 }
 
 int torch_device_allocate(void** pointer, std::size_t size) {
@@ -121,11 +120,8 @@ int torch_device_release(void* pointer) {
 
 GpuJpegDecoder::AllocatorWaitCounts GpuJpegDecoder::take_allocator_waits() {
   AllocatorWaits& waits = allocator_waits();
-  AllocatorWaitCounts counts;
-  counts.calls = waits.calls.exchange(0);
   std::lock_guard lock(waits.mutex);
-  counts.seconds = std::exchange(waits.seconds, 0.0);
-  return counts;
+  return std::exchange(waits.counts, AllocatorWaitCounts{});
 }
 
 GpuJpegDecoder::GpuJpegDecoder(c10::Device device, std::string_view backend)
