@@ -13,6 +13,7 @@
 // --check first encodes the folder once with gpu_decode off, then compares every embedding of every run against
 // those (cosine; nvJPEG's IDCT moves them a little) and counts failed requests instead of stopping at the first:
 // each run prints its failures and the embeddings below --check-cosine, and the exit status is 1 if any.
+// --text-flow N: N short texts through a ClipEncoder flow instead (--check: against one replica's embeddings).
 //
 //   build/bench/clip_encode --model DIR --device cuda --dtype fp16 --batch-size 256 --jpeg-dir /tmp/jpegs \
 //     --make-jpegs 10000 [--gpu-decode on --gpu-decode off] [--gpu-decode-backend gpu_hybrid]
@@ -40,6 +41,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -95,14 +97,14 @@ struct JpegRun {
   double check_cosine = 0.999;     // an embedding below this cosine to its reference counts as wrong
 };
 
-// A document's embedding as floats, by its uri (the file it came from).
+// A document's embedding as floats, by its uri (the file it came from) or, for texts, its id.
 using Embeddings = std::map<std::string, std::vector<float>>;
 
 void keep_embeddings(const DocumentArray& docs, Embeddings& into) {
   for (const auto& doc : docs) {
     if (!doc.embedding.defined()) continue;
     const at::Tensor e = doc.embedding.to(at::kCPU, at::kFloat).contiguous();
-    into[doc.uri] = std::vector<float>(e.data_ptr<float>(), e.data_ptr<float>() + e.numel());
+    into[doc.uri.empty() ? doc.id : doc.uri] = std::vector<float>(e.data_ptr<float>(), e.data_ptr<float>() + e.numel());
   }
 }
 
@@ -166,26 +168,52 @@ double metric(const FlowStats& stats, const char* name) {
 }
 
 // Short texts through a ClipEncoder flow (its replicas tokenizing and encoding at once), `repeats` + 1 times.
+// With run.check, a one-replica flow first encodes the texts twice (the two must agree) and every run's
+// embeddings are compared with its first; the exit status is 1 if any run had a wrong or missing embedding.
 int run_text_flow(const JpegRun& run) {
   Registry registry;
   clip_encoder::register_clip_encoder(registry);
-  Flow flow(FlowOptions{}, registry);
-  flow.add({.name = "clip",
-            .uses = "ClipEncoder",
-            .with = {{"model", run.model}, {"dtype", run.dtype}, {"batch_size", run.batch_size}},
-            .replicas = run.replicas,
-            .device = run.device});
-  flow.start();
-  double best = 0;
-  for (std::size_t r = 0; r <= run.repeats; ++r) {
+  const auto make_docs = [&] {
     DocumentArray docs;
     for (std::size_t i = 0; i < run.text_flow; ++i) {
       Document doc;
+      doc.id = fmt::format("text-{:07}", i);
       doc.text = fmt::format("a photo of a {} on a table, number {}", i % 97, i);
       docs.push_back(std::move(doc));
     }
+    return docs;
+  };
+  const auto compared = [&](const Embeddings& reference, const Embeddings& got, const char* what) {
+    const Comparison c = compare(reference, got, run.check_cosine);
+    fmt::print("clip_encode: check {}: {} of {} below cosine {} (lowest {:.6f}){}{}\n", what, c.wrong, reference.size(),
+               run.check_cosine, c.lowest, c.wrong ? ", the first: " : "", fmt::join(c.first_wrong, " "));
+    return c.wrong;
+  };
+  const auto make_flow = [&](int replicas) {
+    auto flow = std::make_unique<Flow>(FlowOptions{}, registry);
+    flow->add({.name = "clip",
+               .uses = "ClipEncoder",
+               .with = {{"model", run.model}, {"dtype", run.dtype}, {"batch_size", run.batch_size}},
+               .replicas = replicas,
+               .device = run.device});
+    flow->start();
+    return flow;
+  };
+  std::size_t bad_runs = 0;
+  Embeddings reference;
+  if (run.check) {
+    const auto one = make_flow(1);
+    keep_embeddings(one->post("/encode", make_docs(), PostOptions{run.batch_size}), reference);
+    Embeddings again;
+    keep_embeddings(one->post("/encode", make_docs(), PostOptions{run.batch_size}), again);
+    if (compared(reference, again, "one replica again") > 0) ++bad_runs;
+    one->close();
+  }
+  const auto flow = make_flow(run.replicas);
+  double best = 0;
+  for (std::size_t r = 0; r <= run.repeats; ++r) {
     const auto start = Clock::now();
-    const DocumentArray answered = flow.post("/encode", std::move(docs), PostOptions{run.batch_size});
+    const DocumentArray answered = flow->post("/encode", make_docs(), PostOptions{run.batch_size});
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     if (answered.size() != run.text_flow)
       throw Error(fmt::format("{} of {} texts answered", answered.size(), run.text_flow));
@@ -193,10 +221,16 @@ int run_text_flow(const JpegRun& run) {
     if (r > 0) best = std::max(best, per_s);
     fmt::print("clip_encode: text flow ({} replicas) run {}{}: {} texts in {:.3f} s = {:.0f} texts/s\n", run.replicas,
                r, r == 0 ? " (warm-up)" : "", run.text_flow, seconds, per_s);
+    if (run.check) {
+      Embeddings got;
+      keep_embeddings(answered, got);
+      if (compared(reference, got, fmt::format("run {}", r).c_str()) > 0) ++bad_runs;
+    }
   }
   fmt::print("clip_encode: text flow ({} replicas): best {:.0f} texts/s\n", run.replicas, best);
-  flow.close();
-  return 0;
+  flow->close();
+  if (run.check) fmt::print("clip_encode: check: {} runs with wrong embeddings\n", bad_runs);
+  return bad_runs > 0 ? 1 : 0;
 }
 
 // One flow per gpu_decode value; each posts the whole folder `repeats` + 1 times (the first warms up). With
@@ -314,7 +348,9 @@ int main(int argc, char** argv) {
   app.add_option("--cpu-decode-share", jpegs.cpu_decode_share, "the ClipEncoder's cpu_decode_share")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
-  app.add_flag("--check", jpegs.check, "compare every run's embeddings with a gpu_decode off run's (--jpeg-dir)");
+  app.add_flag(
+      "--check", jpegs.check,
+      "compare every run's embeddings with a gpu_decode off run's (--jpeg-dir) or one replica's (--text-flow)");
   app.add_option("--check-cosine", jpegs.check_cosine, "the lowest cosine --check accepts")->capture_default_str();
   app.add_option("--text-flow", jpegs.text_flow, "instead: this many short texts through a ClipEncoder flow");
   std::string pixels_file, out_file;
