@@ -508,7 +508,9 @@ TEST_CASE("on a busy GPU a ClipEncoder's answer waits for its own passes: each d
   // Before the fix, the handler normalised and copied the embeddings back on the device's default stream, which
   // does not wait for a replica's stream: when the GPU was busy the copy read a request's rows before its passes
   // had written them (whole requests with another request's embeddings, or NaN, at four to eight replicas). Here
-  // the replica's stream is kept busy on purpose, so that copy would come too early every time.
+  // the replica's stream is kept busy on purpose, so that copy would come too early. Not yet so: on an H200
+  // (session 36) it passed with the fix undone too, as the handler's blocking uploads drain the stream first
+  // (branch s36-queued-copies queues them; docs/benchmarks.md, session 36).
   const Goldens g = read_goldens("clip");
   Flow flow(FlowOptions{}, clip_registry());
   flow.add({.name = "clip",
