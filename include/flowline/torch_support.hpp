@@ -64,6 +64,14 @@ std::shared_ptr<const T> shared_per_device(const std::filesystem::path& file, c1
 // A CPU stream returns at once.
 void wait_for_stream(const c10::Stream& stream);
 
+// `host` (a CPU tensor) on `device`, its copy queued on the calling thread's current stream rather than waited
+// for: through pinned memory from LibTorch's caching host allocator, which keeps the buffer until the copy has
+// run. A plain `.to(cuda)` from ordinary host memory waits for the whole stream, so a handler that calls it
+// between two passes cannot decode or tokenize the next slice while the GPU runs the last one. Not a CUDA
+// device, or already there: `host.to(device)`. A `host` already pinned is copied from directly: the caller does not
+// write to it until the copy has run.
+at::Tensor to_device_queued(const at::Tensor& host, const c10::Device& device);
+
 // A host buffer kept across calls, pinned when made for a GPU, grown when a larger view is asked for, so
 // no call pays for pinning memory (cudaHostAlloc is slow and takes a driver-wide lock). The caller makes
 // sure copies from an earlier view have completed before asking for another.

@@ -57,6 +57,16 @@ void wait_for_stream(const c10::Stream& stream) {
   }
 }
 
+at::Tensor to_device_queued(const at::Tensor& host, const c10::Device& device) {
+  if (!device.is_cuda() || host.device() == device) return host.to(device);
+  at::Tensor pinned = host;
+  if (!host.is_pinned()) {
+    pinned = at::empty(host.sizes(), host.options().pinned_memory(true));
+    pinned.copy_(host);
+  }
+  return pinned.to(device, /*non_blocking=*/true);
+}
+
 at::Tensor HostStaging::view(at::IntArrayRef shape, at::ScalarType dtype) {
   const int64_t count = c10::multiply_integers(shape);
   if (!buffer_.defined() || buffer_.scalar_type() != dtype || buffer_.numel() < count) {

@@ -8,6 +8,7 @@
 #include "flowline/models/image_processor.hpp"
 
 #include "flowline/error.hpp"
+#include "flowline/torch_support.hpp"
 #include "model_file.hpp"
 
 #include <ATen/ATen.h>
@@ -331,12 +332,12 @@ at::Tensor preprocess_image_tensors(std::span<const at::Tensor> images, const Im
     std::vector<std::int64_t> row_of(order.size());  // the inverse: image i's row in `stacked`
     for (std::size_t k = 0; k < order.size(); ++k)
       row_of[static_cast<std::size_t>(order[k])] = static_cast<std::int64_t>(k);
-    stacked = stacked.index_select(0, at::tensor(row_of, at::kLong).to(device));
+    stacked = stacked.index_select(0, to_device_queued(at::tensor(row_of, at::kLong), device));
   }
   at::Tensor pixels = stacked.to(at::kFloat);
-  const auto options = at::TensorOptions().device(device).dtype(at::kFloat);
+  // Queued, not waited for: a wait here would keep the caller from decoding its next slice during this pass.
   const auto channel = [&](const std::array<double, 3>& v) {
-    return at::tensor(std::vector<float>(v.begin(), v.end()), options).view({1, 3, 1, 1});
+    return to_device_queued(at::tensor(std::vector<float>(v.begin(), v.end()), at::kFloat), device).view({1, 3, 1, 1});
   };
   if (config.do_normalize) {
     at::Tensor mean = channel(config.image_mean), std = channel(config.image_std);

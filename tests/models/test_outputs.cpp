@@ -11,6 +11,7 @@
 #include "flowline/torch_support.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <algorithm>
@@ -175,4 +176,23 @@ TEST_CASE("a cross-encoder's non-finite score is found in its pair's row", "[mod
   const at::Tensor scores = model.score(PackedBatch{ids, lengths}, /*raw=*/true);
   CHECK(nonfinite_rows(scores) == std::vector<std::size_t>{1});
   CHECK_THROWS_WITH(check_finite(scores, "score"), testing::starts_with("document 1 of 3: its score holds NaN"));
+}
+
+TEST_CASE("to_device_queued returns while the stream is still busy, and the copy holds what the host had at the call",
+          "[models][gpu]") {
+  const at::Tensor host = at::arange(4096, at::kLong);
+  CHECK(at::equal(to_device_queued(host, c10::Device(c10::kCPU)), host));
+  if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
+  const c10::Device gpu(c10::kCUDA, 0);
+  const auto stream = replica_stream(gpu);
+  c10::StreamGuard on_stream(*stream);
+  const at::Tensor a = at::randn({4096, 4096}, at::TensorOptions().dtype(at::kHalf).device(gpu));
+  for (int k = 0; k < 64; ++k) (void)at::mm(a, a);  // some tens of milliseconds of work queued
+  at::Tensor changing = host.clone();
+  const at::Tensor on_gpu = to_device_queued(changing, gpu);
+  // A plain .to(gpu) from ordinary memory would have waited for the matrix products; this call only queued.
+  CHECK_FALSE(stream->query());
+  changing.fill_(-1);  // the copy was taken from a pinned copy of the values at the call
+  CHECK(at::equal(on_gpu.cpu(), host));
+  CHECK(stream->query());
 }

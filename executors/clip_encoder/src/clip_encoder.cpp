@@ -489,7 +489,8 @@ class ClipEncoder : public Executor {
                 const at::Tensor& pass) {
     std::vector<std::int64_t> index(rows.begin() + static_cast<std::ptrdiff_t>(first),
                                     rows.begin() + static_cast<std::ptrdiff_t>(last));
-    const at::Tensor where = at::tensor(index, at::kLong).to(device_);
+    // Queued, not waited for: a wait here would hold the next slice's decoding until this pass is done.
+    const at::Tensor where = to_device_queued(at::tensor(index, at::kLong), device_);
     out.index_copy_(0, where, pass.to(at::kFloat));
   }
 

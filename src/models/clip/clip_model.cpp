@@ -6,6 +6,7 @@
 #include "flowline/models/checkpoint.hpp"
 #include "flowline/models/image_processor.hpp"
 #include "flowline/models/tokenizer.hpp"
+#include "flowline/torch_support.hpp"
 
 #include "../model_file.hpp"
 #include "../transformer.hpp"
@@ -277,8 +278,9 @@ at::Tensor ClipModel::encode_texts(std::span<const std::string_view> texts) cons
     pooled_data[i] = at_index;
   }
   const at::Device device = this->device();
-  const at::Tensor key_mask = last_position && impl_->key_mask ? mask.to(device) : at::Tensor();
-  return tower.forward(ids.to(device), pooled.to(device), key_mask);
+  // Queued copies: the caller tokenizes its next slice while this pass runs.
+  const at::Tensor key_mask = last_position && impl_->key_mask ? to_device_queued(mask, device) : at::Tensor();
+  return tower.forward(to_device_queued(ids, device), to_device_queued(pooled, device), key_mask);
 }
 
 }  // namespace flowline::models
