@@ -20,6 +20,7 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 
@@ -508,9 +509,12 @@ TEST_CASE("on a busy GPU a ClipEncoder's answer waits for its own passes: each d
   // Before the fix, the handler normalised and copied the embeddings back on the device's default stream, which
   // does not wait for a replica's stream: when the GPU was busy the copy read a request's rows before its passes
   // had written them (whole requests with another request's embeddings, or NaN, at four to eight replicas). Here
-  // the replica's stream is kept busy on purpose, so that copy would come too early. Not yet so: on an H200
-  // (session 36) it passed with the fix undone too, as the handler's blocking uploads drain the stream first
-  // (branch s36-queued-copies queues them; docs/benchmarks.md, session 36).
+  // the replica's stream is kept busy on purpose, so that copy would come too early. Two things hid that: the
+  // handler's uploads waited for the stream (now queued from pinned memory, to_device_queued), and a first
+  // request allocates pinned and device memory, which CUDA does only once the device is idle. So the documents
+  // are sent once on an idle GPU (memory cached), in reverse order so that a read of a reused buffer's old rows
+  // shows (session 37: in order, the early read found the first answer's equal rows there), then behind the busy
+  // streams.
   const Goldens g = read_goldens("clip");
   Flow flow(FlowOptions{}, clip_registry());
   flow.add({.name = "clip",
@@ -518,18 +522,40 @@ TEST_CASE("on a busy GPU a ClipEncoder's answer waits for its own passes: each d
             .with = {{"model", (kTiny / "clip").string()}, {"dtype", "fp32"}},
             .device = "cuda"});
   flow.start();
-  // Every stream of LibTorch's pool (the replica took one of them at start) gets a queue of matrix products.
+  const std::size_t n = g.texts.size() + g.images.size();
+  const auto check = [&](const DocumentArray& out, bool reversed) {
+    REQUIRE(out.size() == n);
+    for (std::size_t i = 0; i < n; ++i) {
+      INFO("document " << i << (reversed ? " of the reversed request" : ""));
+      CHECK(cosine(out[i].embedding, golden_embedding(g, reversed ? n - 1 - i : i)) >= 0.999);
+    }
+  };
+  DocumentArray first = golden_documents(g);
+  std::reverse(first.docs().begin(), first.docs().end());
+  check(flow.post("/encode", std::move(first)), true);
+  // Every stream of LibTorch's pool (the replica took one of them at start) gets a queue of matrix products. Their
+  // memory (products, cuBLAS's workspace per stream) is taken first and the device left idle, as an allocation
+  // would wait for the queues.
   const c10::Device device(c10::kCUDA, 0);
   const at::Tensor a = at::randn({4096, 4096}, at::TensorOptions().dtype(at::kHalf).device(device));
+  c10::impl::getDeviceGuardImpl(c10::kCUDA)->getDefaultStream(device).synchronize();  // `a` is read on other streams
+  std::vector<c10::Stream> streams;
+  std::vector<at::Tensor> products;
   for (int s = 0; s < 32; ++s) {
-    const c10::Stream stream = c10::impl::getDeviceGuardImpl(c10::kCUDA)->getStreamFromGlobalPool(device, false);
-    c10::StreamGuard on(stream);
-    for (int k = 0; k < 24; ++k) (void)at::mm(a, a);
+    streams.push_back(c10::impl::getDeviceGuardImpl(c10::kCUDA)->getStreamFromGlobalPool(device, false));
+    c10::StreamGuard on(streams.back());
+    products.push_back(at::mm(a, a));
   }
-  const DocumentArray out = flow.post("/encode", golden_documents(g));
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    INFO("document " << i);
-    CHECK(cosine(out[i].embedding, golden_embedding(g, i)) >= 0.999);
+  for (const c10::Stream& s : streams) s.synchronize();
+  for (std::size_t s = 0; s < streams.size(); ++s) {
+    c10::StreamGuard on(streams[s]);
+    for (int k = 0; k < 48; ++k) at::mm_out(products[s], a, a);
   }
+  const auto busy = [&] {
+    return std::count_if(streams.begin(), streams.end(), [](const c10::Stream& s) { return !s.query(); });
+  };
+  REQUIRE(busy() == 32);  // else this case shows nothing
+  check(flow.post("/encode", golden_documents(g)), false);
+  for (const c10::Stream& s : streams) s.synchronize();
   flow.close();
 }
