@@ -510,11 +510,11 @@ TEST_CASE("on a busy GPU a ClipEncoder's answer waits for its own passes: each d
   // does not wait for a replica's stream: when the GPU was busy the copy read a request's rows before its passes
   // had written them (whole requests with another request's embeddings, or NaN, at four to eight replicas). Here
   // the replica's stream is kept busy on purpose, so that copy would come too early. Two things hid that: the
-  // handler's uploads waited for the stream (now queued from pinned memory, to_device_queued), and a first
-  // request allocates pinned and device memory, which CUDA does only once the device is idle. So the documents
-  // are sent once on an idle GPU (memory cached), in reverse order so that a read of a reused buffer's old rows
-  // shows (session 37: in order, the early read found the first answer's equal rows there), then behind the busy
-  // streams.
+  // handler's uploads waited for the stream (now queued from pinned memory, to_device_queued), and a request's
+  // first pinned and device allocations may wait for the device (CUDA's implicit synchronization). So the
+  // documents are sent once on an idle GPU (the allocators' caches filled), in reverse order so that a read of a
+  // reused buffer's old rows shows (session 37: in order, the early read found the first answer's equal rows
+  // there), then behind the busy streams.
   const Goldens g = read_goldens("clip");
   Flow flow(FlowOptions{}, clip_registry());
   flow.add({.name = "clip",
@@ -535,7 +535,7 @@ TEST_CASE("on a busy GPU a ClipEncoder's answer waits for its own passes: each d
   check(flow.post("/encode", std::move(first)), true);
   // Every stream of LibTorch's pool (the replica took one of them at start) gets a queue of matrix products. Their
   // memory (products, cuBLAS's workspace per stream) is taken first and the device left idle, as an allocation
-  // would wait for the queues.
+  // may wait for the queues.
   const c10::Device device(c10::kCUDA, 0);
   const at::Tensor a = at::randn({4096, 4096}, at::TensorOptions().dtype(at::kHalf).device(device));
   c10::impl::getDeviceGuardImpl(c10::kCUDA)->getDefaultStream(device).synchronize();  // `a` is read on other streams
