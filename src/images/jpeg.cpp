@@ -65,15 +65,14 @@ std::uint8_t cmyk_channel(std::uint8_t inverted_ink, std::uint8_t inverted_black
   return static_cast<std::uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
 }
 
+// A grayscale or CMYK row into RGB; the component count chosen once a row, not once a pixel.
 void convert_row(const std::uint8_t* row, std::uint8_t* out, std::size_t width, int components) {
-  for (std::size_t x = 0; x < width; ++x) {
-    const std::uint8_t* p = row + x * components;
-    std::uint8_t* o = out + x * 3;
-    if (components == 1) {
-      o[0] = o[1] = o[2] = p[0];
-    } else if (components == 3) {
-      o[0] = p[0], o[1] = p[1], o[2] = p[2];
-    } else {
+  if (components == 1) {
+    for (std::size_t x = 0; x < width; ++x) out[3 * x] = out[3 * x + 1] = out[3 * x + 2] = row[x];
+  } else {
+    for (std::size_t x = 0; x < width; ++x) {
+      const std::uint8_t* p = row + x * 4;
+      std::uint8_t* o = out + x * 3;
       o[0] = cmyk_channel(p[0], p[3]), o[1] = cmyk_channel(p[1], p[3]), o[2] = cmyk_channel(p[2], p[3]);
     }
   }
@@ -105,15 +104,19 @@ bool run_libjpeg(Decompressor& d, std::span<const std::uint8_t> bytes, const Dec
   out.width = cinfo.output_width;
   out.height = cinfo.output_height;
   out.rgb.resize(width * out.height * 3);
-  row.resize(width * static_cast<std::size_t>(cinfo.output_components));
+  // RGB rows go straight into the image; grayscale and CMYK through a row of their own (a copy a pixel cost
+  // about as much as libjpeg's whole decode when RGB went that way too: perf, session 37).
+  const bool rgb = cinfo.output_components == 3;
+  if (!rgb) row.resize(width * static_cast<std::size_t>(cinfo.output_components));
   while (cinfo.output_scanline < cinfo.output_height) {
     const std::size_t y = cinfo.output_scanline;
-    JSAMPROW rows[1] = {row.data()};
+    std::uint8_t* const target = out.rgb.data() + y * width * 3;
+    JSAMPROW rows[1] = {rgb ? target : row.data()};
     if (jpeg_read_scanlines(&cinfo, rows, 1) != 1) {
       std::snprintf(d.err.message, sizeof d.err.message, "truncated (no data for row %zu)", y);
       return false;
     }
-    convert_row(row.data(), out.rgb.data() + y * width * 3, width, cinfo.output_components);
+    if (!rgb) convert_row(row.data(), target, width, cinfo.output_components);
   }
   // No jpeg_finish_decompress: every row is read, and a file whose only fault is a missing EOI marker decodes.
   return true;
