@@ -234,9 +234,9 @@ class SentenceEncoder : public Executor {
     };
     stream_->synchronize();
     models::PassBudget budget = planner_.budget();
+    const std::size_t replicas = static_cast<std::size_t>(std::max(1, runtime().replicas_on_device));
     const models::Calibration c = models::calibrate_budget(
-        budget, {auto_batch, auto_tokens, max_seq_length_, memory_fraction_, runtime().replicas_on_device}, device_,
-        run_pass);
+        budget, {auto_batch, auto_tokens, max_seq_length_, memory_fraction_, replicas}, device_, run_pass);
     planner_.set_budget(budget);
     spdlog::info(
         "executor '{}' replica {}: calibrated {:.0f} bytes per token + {:.1f} MiB per pass; budget {:.0f} MiB "
