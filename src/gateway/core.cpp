@@ -62,7 +62,7 @@ bool same_secret(std::string_view a, std::string_view b) {
 
 // One submitted call: whichever of the flow's answer and the timer comes first delivers the outcome.
 struct Pending {
-  explicit Pending(asio::io_context& io) : timer(io) {}
+  explicit Pending(const asio::any_io_executor& executor) : timer(executor) {}
   std::atomic<bool> delivered{false};
   asio::steady_timer timer;
   std::function<void(Outcome&&)> done;
@@ -172,7 +172,8 @@ void Core::leave() {
   if (waiting_count_ > 0) asio::post(io, [this] { admit_waiting(); });
 }
 
-void Core::submit(Call call, std::chrono::milliseconds timeout, std::function<void(Outcome&&)> done) {
+void Core::submit(Call call, std::chrono::milliseconds timeout, std::function<void(Outcome&&)> done,
+                  asio::any_io_executor timer) {
   auto refuse = [&](Refusal kind, std::string message) { done(Outcome{Refused{kind, std::move(message)}, {}}); };
   if (!serving_) return refuse(Refusal::Unavailable, "the gateway is draining: try another replica");
   if (!try_enter()) {
@@ -181,7 +182,7 @@ void Core::submit(Call call, std::chrono::milliseconds timeout, std::function<vo
                                              "second",
                                              max_in_flight));
   }
-  start_call(std::move(call), timeout, std::move(done));
+  start_call(std::move(call), timeout, std::move(done), std::move(timer));
 }
 
 void Core::submit_or_wait(Call call, std::chrono::milliseconds timeout, std::function<void(Outcome&&)> done) {
@@ -198,7 +199,7 @@ void Core::submit_or_wait(Call call, std::chrono::milliseconds timeout, std::fun
       waiting_count_++;
     }
   }
-  if (admitted) return start_call(std::move(call), timeout, std::move(done));
+  if (admitted) return start_call(std::move(call), timeout, std::move(done), {});
   admit_waiting();  // a slot may have come free between the try and the queueing
 }
 
@@ -217,12 +218,13 @@ void Core::admit_waiting() {
       next.done(Outcome{Refused{Refusal::Unavailable, "the gateway is draining: try another replica"}, {}});
       continue;
     }
-    start_call(std::move(next.call), next.timeout, std::move(next.done));
+    start_call(std::move(next.call), next.timeout, std::move(next.done), {});
   }
 }
 
-void Core::start_call(Call call, std::chrono::milliseconds timeout, std::function<void(Outcome&&)> done) {
-  auto pending = std::make_shared<Pending>(io);
+void Core::start_call(Call call, std::chrono::milliseconds timeout, std::function<void(Outcome&&)> done,
+                      asio::any_io_executor timer) {
+  auto pending = std::make_shared<Pending>(timer ? timer : io_threads.next().get_executor());
   pending->done = std::move(done);
   if (!call.cancel) call.cancel = std::make_shared<Cancellation::Flag>(false);
   pending->timer.expires_after(timeout);
@@ -240,7 +242,7 @@ void Core::start_call(Call call, std::chrono::milliseconds timeout, std::functio
     // On the replica thread that finished the request.
     leave();
     if (pending->delivered.exchange(true)) return;  // answered as timed out already
-    asio::post(io, [pending] { pending->timer.cancel(); });
+    asio::post(pending->timer.get_executor(), [pending] { pending->timer.cancel(); });
     pending->done(Outcome{std::nullopt, std::move(response)});
   };
   try {
@@ -249,7 +251,7 @@ void Core::start_call(Call call, std::chrono::milliseconds timeout, std::functio
   } catch (const std::exception& e) {
     leave();
     if (pending->delivered.exchange(true)) return;
-    asio::post(io, [pending] { pending->timer.cancel(); });
+    asio::post(pending->timer.get_executor(), [pending] { pending->timer.cancel(); });
     pending->done(Outcome{Refused{Refusal::Unavailable, e.what()}, {}});
   }
 }

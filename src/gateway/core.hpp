@@ -8,8 +8,9 @@
 //
 // Threads and ownership: Gateway::Impl owns one Core, which owns the I/O threads that run `io`; the fronts
 // hold a reference. configure() and the serving switches (begin_serving(), begin_draining()) are called from the
-// controlling thread (start/stop); everything else from any thread. submit()'s `done` runs exactly once, on a replica
-// thread (the flow's answer) or an I/O thread (a timeout): a front hands it over to its own context.
+// controlling thread (start/stop); everything else from any thread. submit()'s `done` runs exactly once: at once on
+// the calling thread (a refusal), on a replica thread (the flow's answer) or on the timer's executor (a timeout);
+// a front hands it over to its own context.
 #pragma once
 
 #include "metrics.hpp"
@@ -20,6 +21,7 @@
 #include "flowline/flow.hpp"
 #include "flowline/gateway.hpp"
 
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/io_context.hpp>
 
 #include <algorithm>
@@ -119,8 +121,11 @@ class Core {
 
   // Hands `call` to the flow when a slot is free and the gateway serves; `done` gets the flow's answer, or
   // a refusal: Busy or Unavailable at once (on this thread), Timeout once `timeout` passed without the
-  // flow's answer (whose late arrival then only frees its slot).
-  void submit(Call call, std::chrono::milliseconds timeout, std::function<void(Outcome&&)> done);
+  // flow's answer (whose late arrival then only frees its slot). `timer`: the executor the timeout's timer runs
+  // on, the caller's (its connection's strand), so that the timer stays on its thread; none: the I/O threads'
+  // next context.
+  void submit(Call call, std::chrono::milliseconds timeout, std::function<void(Outcome&&)> done,
+              boost::asio::any_io_executor timer = {});
 
   // submit(), except that a call finding no free slot waits for one (in arrival order) instead of being
   // refused Busy: for fronts whose clients are held back by a window of their own (gRPC streams), so that
@@ -171,14 +176,15 @@ class Core {
   std::int64_t started_unix = 0;  // when start() began serving (seconds since the epoch)
   std::atomic<std::uint64_t> in_flight{0}, requests{0}, documents{0}, rejected_busy{0}, timed_out{0};
 
-  // The gateway's I/O threads (started and stopped by Gateway::Impl) and their io_context, which runs the
-  // timers of submit() and the HTTP front's sockets.
+  // The gateway's I/O threads (started and stopped by Gateway::Impl), an io_context each: they run the HTTP
+  // front's connections and the timers of submit(); `io` is the first one's (the acceptor, admit_waiting()).
   net::IoThreads io_threads;
   boost::asio::io_context& io = io_threads.context();
 
  private:
   // After admission: the timer and the flow.
-  void start_call(Call call, std::chrono::milliseconds timeout, std::function<void(Outcome&&)> done);
+  void start_call(Call call, std::chrono::milliseconds timeout, std::function<void(Outcome&&)> done,
+                  boost::asio::any_io_executor timer);
   // Starts waiting calls while slots are free (on an I/O thread, or the caller's).
   void admit_waiting();
 

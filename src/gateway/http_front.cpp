@@ -346,15 +346,17 @@ void Connection::call_flow(Call call, Route route, std::function<std::string(con
   cancel_ = std::make_shared<Cancellation::Flag>(false);
   call.cancel = cancel_;
   auto self = shared_from_this();
-  gw_.core.submit(std::move(call), gw_.core.options.request_timeout,
-                  [self, answer = std::move(answer), failure = std::move(failure)](Outcome&& outcome) mutable {
-                    // On a replica thread (the flow's answer) or an I/O thread: hand over to the strand.
-                    asio::post(self->stream_.get_executor(),
-                               [self, answer = std::move(answer), failure = std::move(failure),
-                                outcome = std::move(outcome)]() mutable {
-                                 self->answer_call(std::move(outcome), answer, failure);
-                               });
-                  });
+  gw_.core.submit(
+      std::move(call), gw_.core.options.request_timeout,
+      [self, answer = std::move(answer), failure = std::move(failure)](Outcome&& outcome) mutable {
+        // On a replica thread (the flow's answer), this strand (a timeout) or at once here (a refusal):
+        // posted, so that the answer comes after this call_flow() has returned.
+        asio::post(self->stream_.get_executor(), [self, answer = std::move(answer), failure = std::move(failure),
+                                                  outcome = std::move(outcome)]() mutable {
+          self->answer_call(std::move(outcome), answer, failure);
+        });
+      },
+      stream_.get_executor());
   watch_client();
 }
 
@@ -411,7 +413,7 @@ void Connection::answer_call(Outcome&& outcome, const std::function<std::string(
 
 void HttpFront::start() {
   openapi = openapi_document(core.options.title, core.endpoints, &core.flow.config());
-  bound_port = listener_.bind(core.io, core.options.host, core.options.port);
+  bound_port = listener_.bind(core.io_threads, core.options.host, core.options.port);
   listener_.accept(
       core.options.max_connections,
       [this](tcp::socket socket) {

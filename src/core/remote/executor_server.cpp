@@ -83,7 +83,7 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
   ServerSession(ExecutorServer::Impl& server, tcp::socket socket)
       : server_(server),
         socket_(std::move(socket)),
-        strand_(asio::make_strand(server.io)),
+        strand_(net::strand_of(socket_, server.io)),
         handshake_timer_(strand_),
         frame_timer_(strand_),
         budget_timer_(strand_),
@@ -418,7 +418,7 @@ void ExecutorServer::start(ExecutorServerOptions options) {
                     options.max_partial_frame_bytes, options.max_frame_bytes));
   s.options = std::move(options);
   s.partial = std::make_unique<remote::PartialFrameBudget>(s.options.max_partial_frame_bytes);
-  s.port = s.listener.bind(s.io, s.options.host, s.options.port);
+  s.port = s.listener.bind(s.threads, s.options.host, s.options.port);
   s.listener.accept(
       s.options.max_connections,
       [&s](tcp::socket socket) { return std::make_shared<ServerSession>(s, std::move(socket)); },
