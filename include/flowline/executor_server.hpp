@@ -18,8 +18,9 @@
 // version or token, truncated tensor, garbage) gets an Error frame naming the problem, is logged with the
 // peer's address, and closes that connection; the server and the other connections go on.
 //
-// Threads and ownership: the server runs its own I/O threads (options.threads); frames are decoded on
-// them and answers encoded on the flow's replica threads. start() and stop() are called from one
+// Threads and ownership: the server runs its own I/O threads (options.threads), each with an event loop of
+// its own that keeps the connections given to it; frames are decoded on them and answers encoded on the
+// flow's replica threads. start() and stop() are called from one
 // controlling thread. The Flow must be started before start() and outlive the server; close it after stop().
 #pragma once
 

@@ -29,8 +29,9 @@
 // bearer token (401). Malformed HTTP or JSON gets 400 (422 on Jina's routes, as Jina answers) naming what
 // was wrong.
 //
-// Threads and ownership. The gateway runs its own I/O threads (GatewayOptions::threads); every handler
-// runs on them, and the flow's completion callbacks only hand results over to them. start() and stop() are
+// Threads and ownership. The gateway runs its own I/O threads (GatewayOptions::threads), each with an event
+// loop of its own; a connection stays on one of them (given in turn) and every handler of it runs there, and
+// the flow's completion callbacks only hand results over to them. start() and stop() are
 // called from one controlling thread. The Flow must outlive the Gateway and stay started while it serves;
 // close the flow after stop(). The Gateway is not copyable or movable: attach_to() hands out a shared_ptr
 // because the flow shares its metrics observer.
