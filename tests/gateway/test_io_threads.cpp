@@ -54,8 +54,7 @@ TEST_CASE("the I/O threads give each new connection the next thread's event loop
   IoThreads threads;
   const std::uint16_t port = listener.bind(threads, "127.0.0.1", 0);
   listener.accept(
-      kConnections,
-      [&](tcp::socket socket) { return std::make_shared<Session>(listener, std::move(socket)); },
+      kConnections, [&](tcp::socket socket) { return std::make_shared<Session>(listener, std::move(socket)); },
       [&](Session& session) {
         std::size_t index = 0;
         {
