@@ -54,9 +54,9 @@ using tcp = asio::ip::tcp;
 // socket operation is pending (handlers posted from other threads, timers). A listener spreads its connections
 // over them (next(), round-robin), so a connection's handlers all run on one thread and the threads share no
 // queue: one io_context run by N threads passes every handler through one scheduler lock and wakes threads
-// for each other, and its CPU per request grew with the threads (a NoOp flow's HTTP answers on 2 cores: 49 us
-// with 1 thread, 85 with 16; session 38). The first context exists from construction (context(): acceptors,
-// timers nobody else owns); start() adds the others.
+// for each other, and its CPU per request grew with the threads (a NoOp flow served with 16 I/O threads on a
+// 16-core machine: 243 us of server CPU a request, 52 with a context per thread; docs/benchmarks.md). The first
+// context exists from construction (context(): acceptors, timers nobody else owns); start() adds the others.
 class IoThreads {
  public:
   IoThreads() { contexts_.push_back(std::make_unique<asio::io_context>(1)); }
