@@ -2,9 +2,12 @@
 # The gateway's CPU per request: `flowline serve` of a NoOp flow with --threads T, http_load's closed loop of
 # C connections posting one short text for D seconds; prints requests/s and the server's CPU us a request.
 #   bash bench/gateway_cpu.sh FLOWLINE HTTP_LOAD THREADS [CONNECTIONS] [SECONDS]
-#   e.g. bash bench/gateway_cpu.sh build/src/flowline build/bench/http_load 16 64 5
+#   after `cmake --build build --target flowline http_load`, e.g. bash bench/gateway_cpu.sh build/src/flowline build/bench/http_load 16 64 5
 set -uo pipefail
 F=$1; L=$2; T=$3; C=${4:-64}; D=${5:-6}
+for exe in "$F" "$L"; do
+  [ -x "$exe" ] || { echo "gateway_cpu.sh: $exe not found: build it first (cmake --build build --target flowline http_load)" >&2; exit 2; }
+done
 W=$(mktemp -d)
 printf 'executors:\n  - name: noop\n    uses: NoOp\n' > $W/noop.yml
 echo '{"data":[{"text":"hello world, a short query"}]}' > $W/body.json
