@@ -19,9 +19,12 @@ request of --request rows. Figures, best of --runs, each on a freshly dropped ta
   - each of them once per --connections count (the writer's `connections`: each request's rows split between
     that many connections, written at once), labelled "(N conn)";
   - flowline upsert: the same end to end with on_conflict: update (staging table + INSERT ... ON CONFLICT);
+  - flowline from .npy (per --connections count): the same `flowline run` over the rows as an .npy file
+    (numpy.save of the float32 array) with its sidecar rows.docs.jsonl of ids, texts and tags — what a binary
+    `--output` writes, and what flows/load-pg.yml loads: no number is parsed, the rows are read as they are;
   - psycopg: rows / wall time of the COPY loop from numpy rows already in memory;
   - reader alone: the same `flowline run` with a NoOp instead of the writer: the ceiling the JSONL input sets
-    on the end-to-end figure;
+    on the end-to-end figure; likewise "npy reader alone" for the .npy input;
   - flowline in process (per --connections count): the same rows as flowline.Document objects built beforehand
     in this Python process (build/python's package, numpy embeddings: no text to parse), posted to a Flow of the
     writer alone (`run_key` set, so it records its progress rows as under `flowline run`); rows / the post's
@@ -171,6 +174,11 @@ def main():
             texts = [f"passage {i}: some text of the length of a short sentence or two" for i in range(args.rows)]
             jsonl = work / "rows.jsonl"
             make_input(jsonl, ids, texts, vectors)
+            npy = work / "rows.npy"
+            np.save(npy, vectors)
+            with open(work / "rows.docs.jsonl", "w") as f:
+                for i, t in zip(ids, texts):
+                    f.write(json.dumps({"id": i, "text": t, "tags": {}}) + "\n")
             flows = {}
             flows["noop"] = work / "flow-noop.yml"
             flows["noop"].write_text("jtype: Flow\nexecutors:\n  - name: db\n    uses: NoOp\n")
@@ -186,11 +194,13 @@ def main():
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
             register_vector(conn)
             ddl = f"CREATE TABLE bench (id text PRIMARY KEY, text text, tags jsonb, embedding vector({args.dim}))"
-            results = {"psycopg": [], "reader alone (NoOp)": []}
+            results = {"psycopg": [], "reader alone (NoOp)": [], "npy reader alone (NoOp)": []}
             for c in counts:
-                for label in ("flowline end to end", "flowline writer", "flowline upsert end to end"):
+                for label in ("flowline end to end", "flowline writer", "flowline upsert end to end",
+                              "flowline from .npy end to end", "flowline from .npy, writer"):
                     results[f"{label} ({c} conn)"] = []
             sides = [("flowline", c) for c in counts] + [("upsert", c) for c in counts] + [("psycopg", 0)]
+            sides += [("npy", c) for c in counts]
             docs = None
             if flowline:
                 docs = [flowline.Document(texts[i], id=ids[i], tags={}, embedding=vectors[i]) for i in range(args.rows)]
@@ -205,6 +215,7 @@ def main():
             cpu = {name[side]: {"server": [], "client": []} for side in sides}
             for _ in range(args.runs):
                 results["reader alone (NoOp)"].append(flowline_run(args, uri, flows["noop"], jsonl, work)[0])
+                results["npy reader alone (NoOp)"].append(flowline_run(args, uri, flows["noop"], npy, work)[0])
                 for side in sides:
                     conn.execute("DROP TABLE IF EXISTS bench")
                     conn.execute("DELETE FROM flowline_progress WHERE split_part(sink, '#', 1) = 'bench'"
@@ -220,11 +231,15 @@ def main():
                         results["psycopg"].append(measured(cpu["psycopg"], postmaster, args.rows, lambda: psycopg_run(
                             conn, "bench", ids, texts, vectors, args.request)))
                     else:
-                        flow = flows["error" if side[0] == "flowline" else "update", side[1]]
+                        flow = flows["update" if side[0] == "upsert" else "error", side[1]]
+                        source = npy if side[0] == "npy" else jsonl
                         e2e, writer, rows = measured(cpu[name[side]], postmaster, args.rows,
-                                                     lambda: flowline_run(args, uri, flow, jsonl, work))
+                                                     lambda: flowline_run(args, uri, flow, source, work))
                         assert rows == args.rows, rows
-                        if side[0] == "flowline":
+                        if side[0] == "npy":
+                            results[f"flowline from .npy end to end ({side[1]} conn)"].append(e2e)
+                            results[f"flowline from .npy, writer ({side[1]} conn)"].append(writer)
+                        elif side[0] == "flowline":
                             results[f"flowline end to end ({side[1]} conn)"].append(e2e)
                             results[f"flowline writer ({side[1]} conn)"].append(writer)
                         else:
@@ -241,6 +256,9 @@ def main():
                                                       for c in counts},
                               "end_to_end_over_psycopg": {
                                   c: round(best[f"flowline end to end ({c} conn)"] / best["psycopg"], 2)
+                                  for c in counts},
+                              "npy_end_to_end_over_psycopg": {
+                                  c: round(best[f"flowline from .npy end to end ({c} conn)"] / best["psycopg"], 2)
                                   for c in counts},
                               "in_process_writer_over_psycopg": {
                                   c: round(best[f"flowline in process, writer ({c} conn)"] / best["psycopg"], 2)

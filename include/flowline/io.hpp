@@ -85,6 +85,10 @@ class DocumentSource {
   // source (the file sources scan the rest of the input again from where they stand, so a pipe cannot be
   // counted); std::nullopt where the source cannot tell without handing them out (the default).
   virtual std::optional<std::uint64_t> count_left();
+  // Whether the documents carry ids of their own, the same on every read of this input (a jsonl input's, an
+  // array input's sidecar's): `flowline run --resume` then keeps them, where it gives the other inputs' documents
+  // ids made of the input's hash and their position.
+  virtual bool carries_ids() const { return false; }
 };
 
 // Hands out the documents of an array (moved out of it as they are read).
@@ -94,6 +98,7 @@ class ArraySource : public DocumentSource {
   std::size_t read(DocumentArray& out, std::size_t max) override;
   Skipped skip(std::uint64_t n) override;
   std::optional<std::uint64_t> count_left() override { return docs_.size() - next_; }
+  bool carries_ids() const override { return true; }
 
  private:
   DocumentArray docs_;
@@ -110,6 +115,7 @@ class StoppableSource : public DocumentSource {
   // Passed through (skipping and counting hand nothing to the flow, so `stop` does not cut them short).
   Skipped skip(std::uint64_t n) override { return inner_.skip(n); }
   std::optional<std::uint64_t> count_left() override { return inner_.count_left(); }
+  bool carries_ids() const override { return inner_.carries_ids(); }
   // Whether a read found `stop` set (the input was cut short).
   bool stopped() const noexcept { return stopped_; }
 
@@ -120,18 +126,24 @@ class StoppableSource : public DocumentSource {
 };
 
 enum class InputFormat {
-  Lines,       // one document per non-empty line
-  Paragraphs,  // one document per blank-line separated paragraph, trimmed
-  Jsonl,       // one JSON document per line
-  Text,        // the whole file as one document
-  Images,      // one document per .jpg/.jpeg/.png/.webp file, its bytes as the blob (docs/images.md)
+  Lines,        // one document per non-empty line
+  Paragraphs,   // one document per blank-line separated paragraph, trimmed
+  Jsonl,        // one JSON document per line
+  Text,         // the whole file as one document
+  Images,       // one document per .jpg/.jpeg/.png/.webp file, its bytes as the blob (docs/images.md)
+  Npy,          // one document per row of a 2-D .npy array, its embedding (ids, texts, tags from the sidecar)
+  Safetensors,  // the same for a 2-D tensor of a .safetensors file
 };
 
 // The input formats by name, in the order they are documented: the one list the parser and the launcher's
 // options use.
 const std::vector<std::pair<std::string, InputFormat>>& input_formats();
-// "lines", "paragraphs", "jsonl", "text", "images" → InputFormat; throws flowline::Error listing the choices.
+// "lines", "paragraphs", "jsonl", "text", "images", "npy", "safetensors" → InputFormat; throws flowline::Error
+// listing the choices.
 InputFormat parse_input_format(std::string_view name);
+// The format a file's extension implies when --input-format is not given: jsonl for .jsonl and .ndjson, npy
+// for .npy, safetensors for .safetensors, else lines.
+std::string default_input_format(const std::filesystem::path& path);
 
 // A source reading a file (streamed line by line for lines and jsonl, so inputs larger than memory work),
 // or every file of a folder in name order (hidden files skipped).
@@ -142,6 +154,14 @@ InputFormat parse_input_format(std::string_view name);
 // (hidden ones skipped), sorted by path, or of the one file given: uri = the path, mime_type from the extension,
 // blob = the file's bytes, read as the document is handed out (so no more files are held than the flow's request
 // window asks for). The bytes are not decoded here: a bad image fails its document in the executor.
+// Npy and Safetensors: one file (not a folder), read in blocks as documents are handed out: one document per
+// row of its 2-D float array (.npy: little-endian float16/32/64, C order, format versions 1-3; .safetensors:
+// the tensor `embedding`, or its only tensor, F16/BF16/F32/F64), the row as its float32 embedding. Where the
+// sidecar a binary output writes beside it exists (sidecar_path_for: emb.npy -> emb.docs.jsonl), line i of
+// it is row i's document (id, text, tags, ...; it must hold no embedding and exactly as many documents as the
+// array has rows, checked when the file is opened); without one, each document gets a generated id, uri =
+// the path and the tag "row" (0-based). A header that is not what it should be, data shorter than the header
+// says, or a sidecar that does not match throws InputError naming the file and what was expected.
 std::unique_ptr<DocumentSource> open_file_source(const std::filesystem::path& path, InputFormat format);
 // The same for standard input (`flowline run --input -`), streamed as a pipe is; errors and documents' uri
 // call it "<stdin>". Images are refused from standard input (they need a folder or a file).

@@ -4,6 +4,7 @@
 
 #include "flowline/error.hpp"
 #include "flowline/resumable_sink.hpp"
+#include "flowline/writers.hpp"
 
 #include <boost/json.hpp>
 #include <fmt/format.h>
@@ -114,6 +115,14 @@ RunIdentity identify_run(const std::string& input, const std::string& input_form
     }
   } else {
     r.input_bytes = hash_file(h, input);
+    // An array's rows take their ids, texts and tags from its sidecar, line for line: a changed sidecar is a
+    // changed input.
+    const std::filesystem::path sidecar = sidecar_path_for(input);
+    std::error_code ec;
+    if ((input_format == "npy" || input_format == "safetensors") && std::filesystem::exists(sidecar, ec)) {
+      fnv(h, "\nsidecar\n");
+      r.input_bytes += hash_file(h, sidecar);
+    }
   }
   r.input_hash = hex(h);
   r.flow = flow;

@@ -75,11 +75,9 @@ void print_stats(const FlowStats& stats, const PostSummary& summary) {
       summary.source_seconds, summary.deliver_seconds);
 }
 
-// --input-format, or when not given the input's own: jsonl for a .jsonl or .ndjson file, else lines.
+// --input-format, or when not given the input's own (io.hpp's default_input_format: by its extension).
 std::string input_format_for(const std::string& given, const std::string& input) {
-  if (!given.empty()) return given;
-  const std::string extension = std::filesystem::path(input).extension().string();
-  return extension == ".jsonl" || extension == ".ndjson" ? "jsonl" : "lines";
+  return given.empty() ? default_input_format(input) : given;
 }
 
 // What `run` needs before the flow starts: the validated config (with --request-size and --set), the
@@ -285,9 +283,9 @@ int begin_input(const RunOptions& o, RunSetup& setup) {
     std::optional<ResumePoint> output_point;
     if (setup.output && !setup.identity->output_format.empty()) output_point = setup.start;
     if (o.resume) setup.run_start = choose_run_start(output_point, setup.sinks, run_key_of(*setup.identity));
-    const std::string format_name = input_format_for(o.input_format, o.input);
-    // A jsonl input keeps its ids: the sinks learn positions from the board (resumable_sink.hpp).
-    const bool positional = format_name != "jsonl";
+    // An input whose documents carry their own ids (jsonl, an array's sidecar) keeps them: the sinks learn
+    // positions from the board (resumable_sink.hpp).
+    const bool positional = !setup.source->carries_ids();
     setup.resume_source = std::make_unique<ResumeSource>(
         *setup.source, positional, setup.identity->input_hash, setup.run_start.documents, setup.run_start.last_id,
         !positional && !setup.sinks.empty() ? run_key_of(*setup.identity) : std::string());
@@ -445,7 +443,7 @@ int command_run(const RunOptions& o) {
   PostOptions post_options;
   // The sinks count input positions from here (resumable_sink.hpp).
   if (setup.run_start.documents > 0) post_options.parameters[kResumeFromParam] = setup.run_start.documents;
-  if (setup.identity && !setup.sinks.empty() && input_format_for(o.input_format, o.input) != "jsonl")
+  if (setup.identity && !setup.sinks.empty() && !setup.source->carries_ids())
     post_options.parameters[kPositionalIdsParam] = setup.identity->input_hash;
   const std::string board = setup.resume_source ? setup.resume_source->positions_key() : std::string();
   if (!board.empty()) post_options.parameters[kInputPositionsParam] = board;

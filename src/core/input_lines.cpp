@@ -221,6 +221,8 @@ class LineSource : public DocumentSource {
     return count;
   }
 
+  bool carries_ids() const override { return jsonl_; }
+
  private:
   // A read of at least this many lines is parsed on two threads: this one and a helper started for it
   // (starting a thread costs tens of microseconds, a line of 384 numbers about 17).

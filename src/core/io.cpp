@@ -3,6 +3,7 @@
 #include "flowline/error.hpp"
 #include "flowline/text.hpp"
 #include "flowline/writers.hpp"
+#include "input_arrays.hpp"
 #include "input_lines.hpp"
 
 #include <fmt/format.h>
@@ -116,8 +117,18 @@ const std::vector<std::pair<std::string, InputFormat>>& input_formats() {
                                                                            {"paragraphs", InputFormat::Paragraphs},
                                                                            {"jsonl", InputFormat::Jsonl},
                                                                            {"text", InputFormat::Text},
-                                                                           {"images", InputFormat::Images}};
+                                                                           {"images", InputFormat::Images},
+                                                                           {"npy", InputFormat::Npy},
+                                                                           {"safetensors", InputFormat::Safetensors}};
   return formats;
+}
+
+std::string default_input_format(const std::filesystem::path& path) {
+  const std::string extension = path.extension().string();
+  if (extension == ".jsonl" || extension == ".ndjson") return "jsonl";
+  if (extension == ".npy") return "npy";
+  if (extension == ".safetensors") return "safetensors";
+  return "lines";
 }
 
 InputFormat parse_input_format(std::string_view name) {
@@ -234,6 +245,8 @@ class FolderSource : public DocumentSource {
     return skipped;
   }
 
+  bool carries_ids() const override { return format_ == InputFormat::Jsonl; }
+
   std::optional<std::uint64_t> count_left() override {
     std::uint64_t count = 0;
     if (current_) {
@@ -340,6 +353,8 @@ class ImageFilesSource : public DocumentSource {
 std::unique_ptr<DocumentSource> open_file_source(const std::filesystem::path& path, InputFormat format) {
   std::error_code ec;
   if (format == InputFormat::Images) return std::make_unique<ImageFilesSource>(path);
+  if (format == InputFormat::Npy || format == InputFormat::Safetensors)
+    return detail::open_array_source(path, format == InputFormat::Npy);
   if (std::filesystem::is_directory(path, ec)) return std::make_unique<FolderSource>(path, format);
   switch (format) {
     case InputFormat::Lines:
@@ -351,6 +366,8 @@ std::unique_ptr<DocumentSource> open_file_source(const std::filesystem::path& pa
     case InputFormat::Text:
       return std::make_unique<WholeFileSource>(path, false);
     case InputFormat::Images:
+    case InputFormat::Npy:
+    case InputFormat::Safetensors:
       break;  // handled above
   }
   throw Error("unknown input format");
@@ -373,6 +390,11 @@ std::unique_ptr<DocumentSource> open_stdin_source(InputFormat format) {
       throw InputError(SourceLocation{name},
                        "--input-format images reads a folder or a file, not standard input "
                        "(for image bytes on standard input, use jsonl with base64 blobs)");
+    case InputFormat::Npy:
+    case InputFormat::Safetensors:
+      throw InputError(SourceLocation{name},
+                       "--input-format npy and safetensors read a file, not standard input (its rows are found by "
+                       "the header's shape, and its sidecar beside it)");
   }
   throw Error("unknown input format");
 }

@@ -5,6 +5,10 @@
 
 #include "resume.hpp"
 
+#include "flowline/writers.hpp"
+
+#include <ATen/ATen.h>
+
 #include <functional>
 #include <string>
 #include <vector>
@@ -173,6 +177,30 @@ TEST_CASE("an images input skips and counts its files without reading them", "[i
   check_skips(opener(dir, InputFormat::Images), false, 3);
 }
 
+TEST_CASE("an npy or safetensors input skips by rows, reading none, and takes the last skipped id from its sidecar",
+          "[io][skip]") {
+  const auto dir = testing::scratch_dir("skip arrays");
+  DocumentArray docs = testing::numbered_docs(9);
+  for (std::size_t i = 0; i < docs.size(); ++i) docs[i].embedding = at::full({4}, static_cast<float>(i));
+  for (const std::string name : {"emb.npy", "emb.safetensors"}) {
+    auto writer = open_writer(dir / name);
+    writer->write(docs);
+    writer->close();
+    const InputFormat format = parse_input_format(default_input_format(dir / name));
+    check_skips(opener(dir / name, format), true, 9);
+    // Without its sidecar, the rows alone (generated ids): skipped and counted the same way.
+    std::filesystem::rename(dir / "emb.docs.jsonl", dir / "moved.jsonl");
+    check_skips(opener(dir / name, format), false, 9);
+    auto source = open_file_source(dir / name, format);
+    source->skip(6);
+    DocumentArray rest;
+    source->read(rest, 10);
+    REQUIRE(rest.size() == 3);
+    CHECK(rest[0].tags.at("row").as_int64() == 6);
+    CHECK(rest[0].embedding[0].item<float>() == 6.0f);
+  }
+}
+
 TEST_CASE("a source without skip() of its own skips by reading, and an array source counts", "[io][skip]") {
   const DocumentArray seven = testing::numbered_docs(7);
   check_skips([&] { return std::make_unique<ArraySource>(seven); }, true, 7);
@@ -247,4 +275,27 @@ TEST_CASE("a resumed images run's identity covers the files of the folder's subf
   CHECK(identity("lines") == lines);
   testing::write_text(dir / "in/a.png", "changed too");
   CHECK(identity("lines") != lines);
+}
+
+TEST_CASE("an array run's identity covers its sidecar, whose ids a resumed run keeps", "[io][skip][resume]") {
+  const auto dir = testing::scratch_dir("skip array identity");
+  testing::write_text(dir / "flow.yml", "executors: []\n");
+  DocumentArray docs = testing::numbered_docs(4);
+  for (auto& doc : docs) doc.embedding = at::ones({2});
+  auto writer = open_writer(dir / "emb.npy");
+  writer->write(docs);
+  writer->close();
+  const auto identity = [&] {
+    return cli::identify_run((dir / "emb.npy").string(), "npy", (dir / "flow.yml").string(), {}, "/", 64, "")
+        .input_hash;
+  };
+  const std::string first = identity();
+  CHECK(identity() == first);
+  testing::write_text(dir / "emb.docs.jsonl",
+                      testing::read_text(dir / "emb.docs.jsonl").replace(0, 1, " "));  // same rows, other bytes
+  CHECK(identity() != first);
+  CHECK(open_file_source(dir / "emb.npy", InputFormat::Npy)->carries_ids());
+  std::filesystem::remove(dir / "emb.docs.jsonl");
+  CHECK(identity() != first);
+  CHECK_FALSE(open_file_source(dir / "emb.npy", InputFormat::Npy)->carries_ids());
 }

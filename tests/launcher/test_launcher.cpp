@@ -1,6 +1,7 @@
 // The launcher is run as a real process: exit codes, messages and output files are what users see.
 #include "test_support.hpp"
 
+#include <ATen/ATen.h>
 #include <boost/json.hpp>
 #include <fmt/format.h>
 
@@ -67,6 +68,60 @@ TEST_CASE("flowline run reads a .jsonl input as JSONL without --input-format", "
   CHECK(out[0].id == "a");
   CHECK(out[0].text == "one two");
   CHECK(out[1].tags.at("words").as_int64() == 1);
+}
+
+TEST_CASE("flowline run reads an .npy or .safetensors output back, with its sidecar, as the documents it holds",
+          "[launcher]") {
+  const auto dir = testing::scratch_dir("launcher array input");
+  testing::write_text(dir / "flow.yml", "executors:\n  - {name: n, uses: NoOp}\n");
+  std::string lines;
+  for (int i = 0; i < 5; ++i) {
+    lines += fmt::format(R"({{"id": "d{}", "text": "text {}", "tags": {{"k": {}}}, "embedding": {{"dtype": )"
+                         R"("float32", "shape": [3], "data": [{}, -0.1, 3e-{}]}}}})"
+                         "\n",
+                         i, i, i, i + 0.5, i + 1);
+  }
+  testing::write_text(dir / "in.jsonl", lines);
+  const DocumentArray original = read_jsonl(dir / "in.jsonl");
+  for (const std::string extension : {".npy", ".safetensors"}) {
+    INFO(extension);
+    const std::string array = (dir / ("emb" + extension)).string();
+    auto r = launch(fmt::format("run '{0}/flow.yml' -i '{0}/in.jsonl' -o '{1}' --overwrite", dir.string(), array));
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    // Read by its extension, without --input-format: the rows with the sidecar's ids, texts and tags.
+    r = launch(fmt::format("run '{0}/flow.yml' -i '{1}' -o '{0}/back.jsonl' --overwrite", dir.string(), array));
+    REQUIRE(r.exit_code == 0);
+    const DocumentArray back = read_jsonl(dir / "back.jsonl");
+    REQUIRE(back.size() == original.size());
+    for (std::size_t i = 0; i < back.size(); ++i) {
+      CHECK(back[i].id == original[i].id);
+      CHECK(back[i].text == original[i].text);
+      CHECK(back[i].tags == original[i].tags);
+      CHECK(back[i].uri == array);
+      CHECK(at::equal(back[i].embedding, original[i].embedding));
+    }
+  }
+  // Without the sidecar: the rows alone, their ids made of the input's hash and position (the same on a rerun).
+  std::filesystem::rename(dir / "emb.docs.jsonl", dir / "moved.jsonl");
+  for (const std::string name : {"rows.jsonl", "again.jsonl"}) {
+    const auto r = launch(fmt::format("run '{0}/flow.yml' -i '{0}/emb.safetensors' -o '{0}/{1}'", dir.string(), name));
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+  }
+  const DocumentArray rows = read_jsonl(dir / "rows.jsonl"), again = read_jsonl(dir / "again.jsonl");
+  REQUIRE(rows.size() == 5);
+  CHECK(rows[3].tags.at("row").as_int64() == 3);
+  CHECK(rows[3].text.empty());
+  CHECK(at::equal(rows[3].embedding, original[3].embedding));
+  CHECK(rows[3].id.size() == 32);
+  CHECK(rows[3].id == again[3].id);
+  // An array that is not one: exit 2, naming it and what was expected.
+  testing::write_text(dir / "bad.npy", "not an array");
+  const auto r = launch(fmt::format("run '{0}/flow.yml' -i '{0}/bad.npy'", dir.string()));
+  CHECK(r.exit_code == 2);
+  CHECK(r.err ==
+        fmt::format("error: input: {}/bad.npy: not an .npy file: it does not start with \\x93NUMPY\n", dir.string()));
 }
 
 TEST_CASE("flowline run over a folder tags each paragraph with the file it came from", "[launcher]") {

@@ -9,6 +9,7 @@
 #include "test_support.hpp"
 
 #include "flowline/error.hpp"
+#include "flowline/writers.hpp"
 #include "flowline/pgvector_writer/pgvector_writer.hpp"
 #include "flowline/registry.hpp"
 #include "flowline/resumable_sink.hpp"
@@ -314,6 +315,47 @@ TEST_CASE("flows/index-pg.yml runs through the launcher: corpus, tiny encoder, r
   CHECK_THAT(v.out + v.err, testing::contains("parameter 'uri': 'postgresql://postgres:***@/postgres"));
   CHECK_THAT(v.out + v.err, testing::contains("holds a password"));
   CHECK_THAT(v.out + v.err, !testing::contains("hunter2"));
+}
+
+TEST_CASE("flows/load-pg.yml loads an .npy and its sidecar through the launcher: rows equal to the array's bits",
+          "[pgvector][launcher]") {
+  PgServer server;
+  REQUIRE_SERVER(server);
+  const auto dir = testing::scratch_dir("load-pg flow");
+  // 2,500 rows (three requests of the shipped 1,024, split between its two connections) written as a run writes
+  // its --output: emb.npy and the sidecar emb.docs.jsonl.
+  DocumentArray docs;
+  const at::Tensor m = at::randn({2500, 12});
+  for (int i = 0; i < 2500; ++i) {
+    Document d = embedded(fmt::format("p-{:05}", i), fmt::format("paragraph {}", i), m[i]);
+    d.tags["n"] = i;
+    docs.push_back(std::move(d));
+  }
+  auto writer = open_writer(dir / "emb.npy");
+  writer->write(docs);
+  writer->close();
+  const auto r = testing::run_process(
+      fmt::format("cd '{}' && '{}' run flows/load-pg.yml --input '{}/emb.npy' --set db.uri='{}' --set db.table=loaded",
+                  FLOWLINE_SOURCE_DIR, FLOWLINE_LAUNCHER, dir.string(), server.uri()));
+  INFO(r.out + r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto rows = server.sql(
+      "SELECT id, text, tags::text, encode(vector_send(embedding), 'hex') FROM loaded "
+      "ORDER BY id");
+  REQUIRE(rows.size() == 2500);
+  std::size_t equal = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const std::string want = fmt::format("{}|{}|{{\"n\": {}}}|{}", docs[i].id, docs[i].text, i,
+                                         vector_send_hex(docs[i].embedding.contiguous()));
+    if (rows[i] == want) {
+      ++equal;
+    } else {
+      UNSCOPED_INFO("row " << i << ": " << rows[i] << " instead of " << want);
+    }
+  }
+  CHECK(equal == rows.size());
+  CHECK(server.sql("SELECT indexname FROM pg_indexes WHERE tablename = 'loaded' AND indexdef LIKE '%USING hnsw%'") ==
+        std::vector<std::string>{"loaded_embedding_hnsw_cosine"});
 }
 
 TEST_CASE("a PgVectorWriter whose connection was cut redoes an upsert on a new one; a plain COPY fails once",
