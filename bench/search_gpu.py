@@ -36,13 +36,13 @@ executors:
     device: cuda
     replicas: {replicas}
     with: {{model: {model}, dtype: {dtype}}}
-    batching: {{max_batch_size: 256, max_delay_ms: {delay}}}
+    batching: {{max_batch_size: 256{delay}}}
   - name: index
     uses: VectorIndex
     device: cuda
     replicas: {index_replicas}
     with: {{workspace: {workspace}, limit: 10}}
-    batching: {{max_batch_size: {index_batch}, max_delay_ms: {index_delay}}}
+    batching: {{max_batch_size: {index_batch}{index_delay}}}
 """
 
 
@@ -54,12 +54,13 @@ def main():
     parser.add_argument("--duration", type=float, default=10)
     parser.add_argument("--replicas", type=int, default=4)
     parser.add_argument("--dtype", default="fp16")
-    parser.add_argument("--delay-ms", type=float, default=0)
+    parser.add_argument("--delay-ms", default="0",
+                        help="the encoder's max_delay_ms; auto: not given (the batcher waits only under load)")
     parser.add_argument("--queue-capacity", type=int, default=1024,
                         help="the flow's queue_capacity, and so the gateway's requests in flight (more: 503)")
     parser.add_argument("--index-batch", type=int, default=1024)
     parser.add_argument("--io-threads", type=int, default=0, help="the gateway's I/O threads (0: one per core)")
-    parser.add_argument("--index-delay-ms", type=float, default=None, help="the index's max_delay_ms (default: --delay-ms)")
+    parser.add_argument("--index-delay-ms", default=None, help="the index's max_delay_ms, or auto (default: --delay-ms)")
     parser.add_argument("--index-replicas", type=int, default=1, help="the index's replicas (copies of one store)")
     args = parser.parse_args()
     out = pathlib.Path(args.out)
@@ -76,10 +77,13 @@ def main():
         if run.returncode != 0:
             raise SystemExit(f"flowline run flows/index.yml failed ({run.returncode}):\n{run.stderr[-3000:]}")
         flow = tmp / "search.yml"
-        flow.write_text(FLOW.format(replicas=args.replicas, model=args.model, dtype=args.dtype, delay=args.delay_ms,
+        def delay(value):
+            return "" if value == "auto" else f", max_delay_ms: {float(value)}"
+
+        flow.write_text(FLOW.format(replicas=args.replicas, model=args.model, dtype=args.dtype, delay=delay(args.delay_ms),
                                     workspace=workspace, index_batch=args.index_batch,
                                     index_replicas=args.index_replicas, queue_capacity=args.queue_capacity,
-                                    index_delay=args.delay_ms if args.index_delay_ms is None else args.index_delay_ms))
+                                    index_delay=delay(args.delay_ms if args.index_delay_ms is None else args.index_delay_ms)))
         args.grpc = False  # start_server serves HTTP only then
         proc, (port,) = start_server(args, flow, tmp)
         try:

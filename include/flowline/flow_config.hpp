@@ -49,7 +49,10 @@ namespace flowline {
 // to max_batch_size documents, waiting at most max_delay for more to arrive. 0 turns merging off.
 struct BatchingOptions {
   std::size_t max_batch_size = 0;
-  std::chrono::microseconds max_delay{0};
+  // How long a replica that took a request waits for more to fill its batch. Unset (`max_delay_ms` not given):
+  // only under load — while another replica of the executor is running a batch, up to an eighth of the
+  // executor's recent batch time (at most 1 ms); with every other replica idle, at once. 0: never.
+  std::optional<std::chrono::microseconds> max_delay;
 };
 
 // How a flow reaches an executor that runs on other machines (`hosts:`; docs/remote-executors.md). Each

@@ -330,8 +330,10 @@ std::vector<SchemaKey> executor_keys() {
             e->batching.max_batch_size = static_cast<std::size_t>(v.get_int64());
             return std::nullopt;
           }),
-      key("executors[].batching.max_delay_ms", V::Number, 0, "", "0",
-          "How long a worker waits for more requests to fill a batch.", "max_delay_ms: 2",
+      key("executors[].batching.max_delay_ms", V::Number, 0, "", "under load",
+          "How long a worker waits for more requests to fill a batch; 0: never. Not given: only while another "
+          "replica runs a batch, up to 1/8 of the recent batch time (at most 1 ms).",
+          "max_delay_ms: 2",
           [](FlowConfig&, ExecutorConfig* e, const boost::json::value& v) -> Result {
             e->batching.max_delay =
                 std::chrono::microseconds(static_cast<std::int64_t>(v.to_number<double>() * 1000.0));

@@ -186,6 +186,48 @@ TEST_CASE("the batcher merges requests of different posts with the same endpoint
   CHECK(batcher.take().front()->session == &d);
 }
 
+TEST_CASE("without a max_delay a replica waits for more only while another runs a batch, an eighth of its time",
+          "[runtime][batcher]") {
+  using std::chrono::microseconds;
+  using std::chrono::nanoseconds;
+  CHECK(wait_under_load(0, std::chrono::milliseconds(4)) == microseconds(0));  // the others idle: at once
+  CHECK(wait_under_load(1, nanoseconds(0)) == microseconds(0));                // no batch finished yet
+  CHECK(wait_under_load(1, microseconds(800)) == microseconds(100));
+  CHECK(wait_under_load(11, microseconds(960)) == microseconds(120));
+  CHECK(wait_under_load(3, std::chrono::milliseconds(80)) == microseconds(1000));  // at most 1 ms
+  // A replica alone never waits: its own batch ends when it asks for the next. A request pushed while it
+  // collects (another thread, 20 ms later) is not waited for.
+  PostSession session("/", {});
+  RequestQueue queue(16);
+  BatchSource source(queue);
+  Batcher only(source, BatchingOptions{8, std::nullopt});
+  queue.push(request(&session, 0, {"a"}));
+  CHECK(only.take().size() == 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));  // a long batch: its eighth would be 3.75 ms
+  queue.push(request(&session, 1, {"b"}));
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    queue.push(request(&session, 2, {"c"}));
+  });
+  const auto batch = only.take();
+  late.join();
+  REQUIRE(batch.size() == 1);
+  CHECK(batch[0]->index == 1);
+  // While another replica's batch runs, the wait is what wait_under_load says; with an explicit 0, none.
+  Batcher other(source, BatchingOptions{8, std::nullopt});
+  const auto running = other.take();  // "c": the other replica now runs a batch
+  REQUIRE(running.size() == 1);
+  queue.push(request(&session, 3, {"d"}));
+  const auto start = std::chrono::steady_clock::now();
+  CHECK(only.take().size() == 1);  // waited an eighth of the recent batch time (~30 ms), at most 1 ms, for more
+  CHECK(std::chrono::steady_clock::now() - start >= microseconds(900));
+  Batcher never(source, BatchingOptions{8, microseconds(0)});
+  queue.push(request(&session, 4, {"e"}));
+  const auto at_once = std::chrono::steady_clock::now();
+  CHECK(never.take().size() == 1);
+  CHECK(std::chrono::steady_clock::now() - at_once < std::chrono::milliseconds(500));
+}
+
 TEST_CASE("without batching options every request is a batch of its own", "[runtime][batcher]") {
   PostSession session("/", {});
   RequestQueue queue(4);

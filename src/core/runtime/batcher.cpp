@@ -3,11 +3,43 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 
 namespace flowline::runtime {
 
+std::chrono::microseconds wait_under_load(int others_running, std::chrono::nanoseconds recent) {
+  using std::chrono::microseconds;
+  if (others_running <= 0) return microseconds(0);  // the device has nothing else to do: go at once
+  return std::min(std::chrono::duration_cast<microseconds>(recent / 8), microseconds(1000));
+}
+
+std::chrono::microseconds Batcher::wait_for_more() const {
+  if (options_.max_delay) return *options_.max_delay;
+  // This replica's own batch was finished by take(): what runs is the others'.
+  return wait_under_load(source_.running_.load(std::memory_order_relaxed),
+                         std::chrono::nanoseconds(source_.recent_batch_ns_.load(std::memory_order_relaxed)));
+}
+
+void Batcher::start_batch() {
+  running_ = true;
+  started_ = std::chrono::steady_clock::now();
+  source_.running_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Batcher::finish_batch() noexcept {
+  if (!running_) return;
+  running_ = false;
+  source_.running_.fetch_sub(1, std::memory_order_relaxed);
+  const std::int64_t took =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started_).count();
+  // A new batch weighs an eighth. Replicas store without a lock: one that loses a race drops one sample.
+  const std::int64_t old = source_.recent_batch_ns_.load(std::memory_order_relaxed);
+  source_.recent_batch_ns_.store(old == 0 ? took : old + (took - old) / 8, std::memory_order_relaxed);
+}
+
 std::vector<RequestPtr> Batcher::take() {
+  finish_batch();
   std::vector<RequestPtr> batch;
   RequestQueue& queue = source_.queue_;
   if (options_.max_batch_size == 0) {
@@ -24,9 +56,10 @@ std::vector<RequestPtr> Batcher::take() {
     return batch;
   }
   std::size_t size = batch.front()->docs.size();
-  const auto deadline = std::chrono::steady_clock::now() + options_.max_delay;
+  const std::chrono::microseconds wait = wait_for_more();
+  const auto deadline = std::chrono::steady_clock::now() + wait;
   while (size < options_.max_batch_size) {
-    auto next = options_.max_delay.count() > 0 ? queue.pop_until(deadline) : queue.try_pop();
+    auto next = wait.count() > 0 ? queue.pop_until(deadline) : queue.try_pop();
     if (!next) break;
     RequestPtr& request = *next;
     if (!request->session->batches_with(*batch.front()->session) ||
@@ -38,6 +71,7 @@ std::vector<RequestPtr> Batcher::take() {
     size += request->docs.size();
     batch.push_back(std::move(request));
   }
+  start_batch();
   return batch;
 }
 
