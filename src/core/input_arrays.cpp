@@ -59,6 +59,23 @@ at::ScalarType scalar_type(Element e) {
   return at::kFloat;
 }
 
+// The element types by the name each format gives them.
+struct NamedElement {
+  std::string_view name;
+  Element element;
+};
+constexpr NamedElement kNpyElements[] = {{"<f2", Element::F16}, {"<f4", Element::F32}, {"<f8", Element::F64}};
+constexpr NamedElement kSafetensorsElements[] = {
+    {"F16", Element::F16}, {"BF16", Element::BF16}, {"F32", Element::F32}, {"F64", Element::F64}};
+
+template <std::size_t N>
+std::optional<Element> element_named(std::string_view name, const NamedElement (&table)[N]) {
+  for (const NamedElement& known : table) {
+    if (known.name == name) return known.element;
+  }
+  return std::nullopt;
+}
+
 // Where the rows are: `rows` rows of `dim` elements from byte `offset` of the file on.
 struct Layout {
   Element element = Element::F32;
@@ -261,12 +278,8 @@ Layout read_npy_layout(const File& file, const std::string& name) {
   header.parse();
   Layout layout;
   const std::string& descr = *header.descr;
-  if (descr == "<f4") {
-    layout.element = Element::F32;
-  } else if (descr == "<f2") {
-    layout.element = Element::F16;
-  } else if (descr == "<f8") {
-    layout.element = Element::F64;
+  if (const auto element = element_named(descr, kNpyElements)) {
+    layout.element = *element;
   } else if (descr.size() == 3 && descr[0] == '>' && descr[1] == 'f') {
     throw InputError(SourceLocation{name}, fmt::format("its values are big-endian ('{}'): write it little-endian, e.g. "
                                                        "numpy.save(path, array.astype('<f4'))",
@@ -335,14 +348,8 @@ Layout read_safetensors_layout(const File& file, const std::string& name) {
   Layout layout;
   const boost::json::value* dtype = tensor->if_contains("dtype");
   const std::string_view type = dtype && dtype->is_string() ? std::string_view(dtype->get_string()) : "";
-  if (type == "F32") {
-    layout.element = Element::F32;
-  } else if (type == "F16") {
-    layout.element = Element::F16;
-  } else if (type == "BF16") {
-    layout.element = Element::BF16;
-  } else if (type == "F64") {
-    layout.element = Element::F64;
+  if (const auto element = element_named(type, kSafetensorsElements)) {
+    layout.element = *element;
   } else {
     throw bad(fmt::format("dtype {}: expected F16, BF16, F32 or F64",
                           dtype ? boost::json::serialize(*dtype) : std::string("missing")));

@@ -18,13 +18,6 @@ using namespace flowline;
 
 namespace {
 
-DocumentArray read_all(DocumentSource& source) {
-  DocumentArray docs;
-  while (source.read(docs, 3) > 0) {
-  }
-  return docs;
-}
-
 // Seven documents with ids, texts, tags and 5-value embeddings.
 DocumentArray written_docs() {
   DocumentArray docs;
@@ -96,7 +89,7 @@ TEST_CASE("an .npy or .safetensors output read back as input gives the documents
       auto source = open_file_source(path, parse_input_format(extension.substr(1)));
       CHECK(source->carries_ids());
       CHECK(source->count_left() == 7u);
-      const DocumentArray back = read_all(*source);
+      const DocumentArray back = testing::read_all(*source);
       REQUIRE(back.size() == docs.size());
       for (std::size_t i = 0; i < docs.size(); ++i) {
         CHECK(back[i].id == docs[i].id);
@@ -120,7 +113,7 @@ TEST_CASE("an array without a sidecar gives a document per row with a generated 
                                          raw(values.data(), values.size() * 4)));
   auto source = open_file_source(dir / "rows.npy", InputFormat::Npy);
   CHECK_FALSE(source->carries_ids());
-  const DocumentArray docs = read_all(*source);
+  const DocumentArray docs = testing::read_all(*source);
   REQUIRE(docs.size() == 4);
   for (std::size_t i = 0; i < 4; ++i) {
     CHECK(docs[i].tags.at("row").as_int64() == static_cast<std::int64_t>(i));
@@ -133,7 +126,7 @@ TEST_CASE("an array without a sidecar gives a document per row with a generated 
   CHECK(docs[0].id != docs[1].id);
   // An empty array is an input of no documents.
   write_bytes(dir / "empty.npy", npy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (0, 3), }", ""));
-  CHECK(read_all(*open_file_source(dir / "empty.npy", InputFormat::Npy)).size() == 0);
+  CHECK(testing::read_all(*open_file_source(dir / "empty.npy", InputFormat::Npy)).size() == 0);
 }
 
 TEST_CASE("numpy's version 2 headers, float64 and float16, and safetensors' BF16 under any one name are read",
@@ -142,7 +135,7 @@ TEST_CASE("numpy's version 2 headers, float64 and float16, and safetensors' BF16
   const std::vector<double> doubles = {0.1, -1e-3, 3.0, 1e20, 2.5, -7.0};
   write_bytes(dir / "f8.npy", npy_file("{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }",
                                        raw(doubles.data(), doubles.size() * 8), 2));
-  const DocumentArray f8 = read_all(*open_file_source(dir / "f8.npy", InputFormat::Npy));
+  const DocumentArray f8 = testing::read_all(*open_file_source(dir / "f8.npy", InputFormat::Npy));
   REQUIRE(f8.size() == 2);
   for (int i = 0; i < 6; ++i) CHECK(f8[i / 3].embedding[i % 3].item<float>() == static_cast<float>(doubles[i]));
   // float16 and bfloat16 bits, as numpy and safetensors store them.
@@ -150,14 +143,14 @@ TEST_CASE("numpy's version 2 headers, float64 and float16, and safetensors' BF16
   const at::Tensor half = source.to(at::kHalf), bf16 = source.to(at::kBFloat16);
   write_bytes(dir / "f2.npy",
               npy_file("{'descr': '<f2', 'fortran_order': False, 'shape': (3, 4), }", raw(half.data_ptr(), 24), 3));
-  const DocumentArray f2 = read_all(*open_file_source(dir / "f2.npy", InputFormat::Npy));
+  const DocumentArray f2 = testing::read_all(*open_file_source(dir / "f2.npy", InputFormat::Npy));
   REQUIRE(f2.size() == 3);
   for (int i = 0; i < 3; ++i) CHECK(at::equal(f2[i].embedding, half[i].to(at::kFloat)));
   write_bytes(dir / "bf16.safetensors",
               safetensors_file(R"({"__metadata__": {"format": "pt"}, "vectors": {"dtype": "BF16", "shape": [3, 4], )"
                                R"("data_offsets": [0, 24]}})",
                                raw(bf16.data_ptr(), 24)));
-  const DocumentArray b = read_all(*open_file_source(dir / "bf16.safetensors", InputFormat::Safetensors));
+  const DocumentArray b = testing::read_all(*open_file_source(dir / "bf16.safetensors", InputFormat::Safetensors));
   REQUIRE(b.size() == 3);
   for (int i = 0; i < 3; ++i) CHECK(at::equal(b[i].embedding, bf16[i].to(at::kFloat)));
   // Among several tensors, the one named embedding; its data where data_offsets put it.
@@ -166,7 +159,7 @@ TEST_CASE("numpy's version 2 headers, float64 and float16, and safetensors' BF16
               safetensors_file(R"({"other": {"dtype": "F32", "shape": [1, 2], "data_offsets": [0, 8]}, )"
                                R"("embedding": {"dtype": "F32", "shape": [1, 2], "data_offsets": [8, 16]}})",
                                raw(values.data(), 16)));
-  const DocumentArray two = read_all(*open_file_source(dir / "two.safetensors", InputFormat::Safetensors));
+  const DocumentArray two = testing::read_all(*open_file_source(dir / "two.safetensors", InputFormat::Safetensors));
   REQUIRE(two.size() == 1);
   CHECK(two[0].embedding[0].item<float>() == 3.0f);
 }

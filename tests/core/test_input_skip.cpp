@@ -17,14 +17,6 @@ using namespace flowline;
 
 namespace {
 
-// What read() hands out, in reads of a few documents (so reads cross the skip points).
-DocumentArray read_all(DocumentSource& source) {
-  DocumentArray docs;
-  while (source.read(docs, 3) > 0) {
-  }
-  return docs;
-}
-
 // A document's JSON form; the id only where the input gives it (lines, paragraphs, text and images get a
 // fresh generated one on every read).
 std::string form(const Document& doc, bool with_id) {
@@ -40,7 +32,7 @@ void check_skips(const std::function<std::unique_ptr<DocumentSource>()>& open, b
                  std::size_t expected_documents) {
   auto whole = open();
   REQUIRE(whole->count_left() == expected_documents);
-  const DocumentArray all = read_all(*whole);
+  const DocumentArray all = testing::read_all(*whole);
   REQUIRE(all.size() == expected_documents);
   CHECK(whole->count_left() == 0u);
   const std::size_t n = all.size();
@@ -52,7 +44,7 @@ void check_skips(const std::function<std::unique_ptr<DocumentSource>()>& open, b
     if (with_ids && k > 0 && k <= n) CHECK(skipped.last_id == all[k - 1].id);
     if (!with_ids || k == 0 || k > n) CHECK(skipped.last_id.empty());
     CHECK(source->count_left() == n - std::min(k, n));
-    const DocumentArray rest = read_all(*source);
+    const DocumentArray rest = testing::read_all(*source);
     REQUIRE(rest.size() == n - std::min(k, n));
     for (std::size_t i = 0; i < rest.size(); ++i) CHECK(form(rest[i], with_ids) == form(all[k + i], with_ids));
     CHECK(source->count_left() == 0u);
@@ -62,7 +54,7 @@ void check_skips(const std::function<std::unique_ptr<DocumentSource>()>& open, b
   DocumentArray first;
   source->read(first, 2);
   CHECK(source->count_left() == n - first.size());
-  const DocumentArray rest = read_all(*source);
+  const DocumentArray rest = testing::read_all(*source);
   CHECK(first.size() + rest.size() == n);
 }
 

@@ -84,4 +84,11 @@ DocumentArray numbered_docs(std::size_t n) {
   return docs;
 }
 
+DocumentArray read_all(DocumentSource& source, std::size_t per_read) {
+  DocumentArray docs;
+  while (source.read(docs, per_read) > 0) {
+  }
+  return docs;
+}
+
 }  // namespace flowline::testing

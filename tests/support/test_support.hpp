@@ -36,4 +36,7 @@ std::string without_gpu(const std::string& subject);
 // Documents with texts "0", "1", ... "n-1".
 DocumentArray numbered_docs(std::size_t n);
 
+// Everything `source` hands out, `per_read` documents a read (few, so that reads cross skip points and blocks).
+DocumentArray read_all(DocumentSource& source, std::size_t per_read = 3);
+
 }  // namespace flowline::testing
