@@ -204,7 +204,8 @@ TEST_CASE("every flow shipped in flows/ is valid", "[config][encoder]") {
     if (entry.path().filename() == "rerank.yml") continue;    // tests/reranker validates it with the Reranker
     if (entry.path().filename() == "classify.yml") continue;  // tests/sequence_classifier runs it
     if (entry.path().filename() == "ner.yml") continue;       // tests/token_classifier runs it
-    if (entry.path().filename() == "index-pg.yml") continue;  // tests/pgvector runs it (PgVectorWriter)
+    if (entry.path().filename() == "index-pg.yml" || entry.path().filename() == "load-pg.yml")
+      continue;  // tests/pgvector runs them (PgVectorWriter)
     if (entry.path().filename() == "clip.yml" || entry.path().filename().string().starts_with("images-"))
       continue;  // tests/clip_encoder runs them (ClipEncoder)
     INFO(entry.path().string());
