@@ -1,5 +1,6 @@
-// Fuzz target: the input readers of `flowline run` — lines, paragraphs, JSONL and whole text — on any
-// bytes (invalid UTF-8, CRLF, NUL, huge lines). The first byte picks the format, the rest is the file.
+// Fuzz target: the input readers of `flowline run` — lines, paragraphs, JSONL, whole text, images, and the
+// npy and safetensors arrays — on any bytes (invalid UTF-8, CRLF, NUL, huge lines, headers that lie about
+// their sizes). The first byte picks the format, the rest is the file.
 // Properties: a bad input is an InputError naming the file and a line; every document read is valid
 // UTF-8 with a uri; lines and paragraphs carry their 1-based "line" tag, increasing.
 #include "flowline/error.hpp"
@@ -38,8 +39,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       }
     }
   } catch (const flowline::InputError& e) {
-    // A text format names the line; an image folder's or file's refusal concerns the whole file (line 0).
-    const bool whole_file = format == flowline::InputFormat::Images;
+    // A text format names the line; an image's or an array's refusal concerns the whole file (line 0).
+    const bool whole_file = format == flowline::InputFormat::Images || format == flowline::InputFormat::Npy ||
+                            format == flowline::InputFormat::Safetensors;
     if (e.where().file != path || (e.where().line < 1 && !whole_file)) flowline::fuzz::broken(e.what());
   }
   return 0;
