@@ -427,11 +427,7 @@ class ArrayFileSource : public DocumentSource {
     DocumentArray docs;
     if (sidecar_) {
       const std::size_t got = sidecar_->read(docs, static_cast<std::size_t>(n));
-      if (got != n)
-        throw InputError(SourceLocation{sidecar_name_},
-                         fmt::format("the sidecar ended after {} documents, but '{}' has {} rows (it changed while "
-                                     "being read)",
-                                     next_ + got, name_, layout_.rows));
+      if (got != n) throw sidecar_ended(next_ + got);
       for (Document& doc : docs) {
         if (doc.uri == sidecar_name_) doc.uri = name_;  // the input named on the command line, as for every format
         if (doc.embedding.defined())
@@ -460,11 +456,7 @@ class ArrayFileSource : public DocumentSource {
     Skipped skipped{passed, {}};
     if (sidecar_ && passed > 0) {
       Skipped lines = sidecar_->skip(passed);
-      if (lines.documents != passed)
-        throw InputError(SourceLocation{sidecar_name_},
-                         fmt::format("the sidecar ended after {} documents, but '{}' has {} rows (it changed while "
-                                     "being read)",
-                                     next_ + lines.documents, name_, layout_.rows));
+      if (lines.documents != passed) throw sidecar_ended(next_ + lines.documents);
       if (passed == n) skipped.last_id = std::move(lines.last_id);  // as every source: only when n were there
     }
     next_ += passed;
@@ -475,6 +467,14 @@ class ArrayFileSource : public DocumentSource {
   bool carries_ids() const override { return sidecar_ != nullptr; }
 
  private:
+  // The sidecar held fewer documents than when it was counted at open.
+  InputError sidecar_ended(std::uint64_t documents) const {
+    return InputError(SourceLocation{sidecar_name_},
+                      fmt::format("the sidecar ended after {} documents, but '{}' has {} rows (it changed while being "
+                                  "read)",
+                                  documents, name_, layout_.rows));
+  }
+
   std::string name_;
   File file_;
   Layout layout_;
