@@ -12,6 +12,14 @@ documents (max_in_flight x max_body_bytes) and how the posts ended (sent whole, 
       --seconds 10 --check-bound 2   # the ctest case: exit 1 when the peak passes idle + 2 x the bound, or
                                      # GET /health on a new connection does not answer 200 under the load
 
+With --idle-after-answer each client instead posts until it is answered 200 (a 503 from the bound: it connects
+again 0.1 s later), reads the whole answer and keeps its connection open, idle, until the end; --check-bound then
+checks the RSS at the end, once every client sits idle: what the process keeps for connections that have
+nothing in the flow and nothing unread (before the fix, each kept its last body and answer).
+
+  bench/gateway_memory.py build/src/flowline --idle-after-answer --connections 16 --body-mb 3.5 --max-body-mb 4 \
+      --max-in-flight 8 --seconds 15 --check-bound 1   # the ctest case (exit 1 too unless every client was answered)
+
 With --grpc the clients are Jina's gRPC protocol instead (jina.JinaRPC/Call streams through grpcio, run it
 with .venv-clients/bin/python): each of --connections streams sends messages of --body-mb MB (Jina's own
 DataRequest, serialized once) for --seconds and never reads an answer; the server's gRPC port is picked
@@ -105,6 +113,50 @@ def post_and_never_read(port, body, outcome, index, deadline):
     outcome[f"socket{index}"] = s
 
 
+def read_answer(s):
+    """The status of the HTTP answer on `s`, its body read whole (Content-Length; flowline's /post answers)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(65536)
+        if not chunk:
+            raise ConnectionError("closed before the answer's header")
+        data += chunk
+    head, rest = data.split(b"\r\n\r\n", 1)
+    lines = head.decode("latin-1").split("\r\n")
+    length = next(int(l.split(":", 1)[1]) for l in lines if l.lower().startswith("content-length:"))
+    while len(rest) < length:
+        chunk = s.recv(1 << 20)
+        if not chunk:
+            raise ConnectionError(f"closed after {len(rest)} of the answer's {length} bytes")
+        rest += chunk
+    return int(lines[0].split()[1])
+
+
+def post_read_and_idle(port, body, outcome, index, deadline):
+    """Posts until answered 200 (again after a 503), reads the answer whole and keeps the connection open, idle."""
+    request = (f"POST /post HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+    refused = 0
+    while time.monotonic() < deadline:
+        s = None
+        try:
+            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            s.settimeout(max(1.0, deadline - time.monotonic()))
+            s.sendall(request)
+            status = read_answer(s)
+        except (OSError, ValueError, StopIteration):
+            status = 0  # refused before the body was read: the server answered and closed
+        if status == 200:
+            outcome[index] = "answered, then idle"
+            outcome[f"socket{index}"] = s
+            return
+        refused += 1
+        if s:
+            s.close()
+        time.sleep(0.1)
+    outcome[index] = f"never answered ({refused} tries)"
+
+
 def grpc_message(size):
     """A serialized Jina DataRequest for the NoOp flow of about `size` bytes (64 KiB texts)."""
     from docarray import DocList
@@ -158,6 +210,8 @@ def main():
     ap.add_argument("--grpc", action="store_true", help="Jina's gRPC streams instead of HTTP posts")
     ap.add_argument("--grpc-memory-mb", type=float, default=1024.0,
                     help="--grpc-memory-bytes, in MiB (gRPC's own buffers; added to the bound with --grpc)")
+    ap.add_argument("--idle-after-answer", action="store_true",
+                    help="clients read their answer and stay connected, idle; --check-bound checks the RSS at the end")
     ap.add_argument("--expect-refusals", action="store_true",
                     help="exit 1 unless the server refused some requests as too large (413, RESOURCE_EXHAUSTED)")
     ap.add_argument("--check-bound", type=float, default=0.0,
@@ -189,7 +243,8 @@ def main():
             body = grpc_message(int(args.body_mb * 1e6)) if args.grpc else body_of(int(args.body_mb * 1e6))
             outcome = {}
             deadline = time.monotonic() + args.seconds
-            client, target = (grpc_stream_never_read, grpc_port) if args.grpc else (post_and_never_read, port)
+            client, target = ((grpc_stream_never_read, grpc_port) if args.grpc else
+                              (post_read_and_idle, port) if args.idle_after_answer else (post_and_never_read, port))
             threads = [threading.Thread(target=client, args=(target, body, outcome, i, deadline))
                        for i in range(args.connections)]
             for t in threads:
@@ -233,7 +288,15 @@ def main():
                 sys.exit(f"no request was refused as too large under the load: {outcomes}")
             if args.check_bound and health != 200:
                 sys.exit(f"GET /health under the load answered {health or 'nothing'}")
-            if args.check_bound and peak * 1024 > idle * 1024 + args.check_bound * bound:
+            if args.idle_after_answer and args.check_bound:
+                unanswered = [i for i in range(args.connections) if outcome.get(i) != "answered, then idle"]
+                if unanswered:
+                    sys.exit(f"{len(unanswered)} clients were never answered within {args.seconds} s: "
+                             f"{outcome.get(unanswered[0])}")
+                if end * 1024 > idle * 1024 + args.check_bound * bound:
+                    sys.exit(f"RSS {end / 1024:.0f} MiB with every client answered and idle passes idle "
+                             f"{idle / 1024:.0f} MiB + {args.check_bound} x the bound ({bound / (1 << 20):.0f} MiB)")
+            elif args.check_bound and peak * 1024 > idle * 1024 + args.check_bound * bound:
                 sys.exit(f"peak RSS {peak / 1024:.0f} MiB passes idle {idle / 1024:.0f} MiB + "
                          f"{args.check_bound} x the bound ({bound / (1 << 20):.0f} MiB)")
         finally:
