@@ -28,12 +28,14 @@ import flowline
 class Shout(flowline.Executor):
     """Upper-cases texts and says which process did it."""
 
-    def __init__(self, suffix="", **kwargs):
+    def __init__(self, suffix="", delay=0.0, **kwargs):
         super().__init__(**kwargs)
         self.suffix = suffix
+        self.delay = delay
 
     @flowline.requests(on="/shout")
     def shout(self, docs, parameters, **kwargs):
+        time.sleep(self.delay)
         for d in docs:
             d.text = d.text.upper() + self.suffix
             d.tags["pid"] = os.getpid()
@@ -70,15 +72,18 @@ def launcher(*args, **kwargs):
 
 def test_the_launcher_runs_a_flowline_executor_class_from_py_modules_one_process_per_replica(tmp_path):
     flow = write_flow(tmp_path, {"name": "shout", "uses": "Shout", "py_modules": ["shout_executors.py"],
-                                 "replicas": 2, "with": {"suffix": "!"}})
+                                 "replicas": 2, "with": {"suffix": "!", "delay": 0.2}})
     (tmp_path / "in.txt").write_text("".join(f"text {i}\n" for i in range(40)))
     run = launcher("run", flow, "-i", tmp_path / "in.txt", "-o", tmp_path / "out.jsonl", "--endpoint", "/shout",
                    "--request-size", "2", "--stats-json", tmp_path / "stats.json")
     assert run.returncode == 0, run.stderr
     docs = [json.loads(line) for line in open(tmp_path / "out.jsonl", encoding="utf-8")]
     assert [d["text"] for d in docs] == [f"TEXT {i}!" for i in range(40)]
+    # Two worker processes, neither this one. Each request takes 0.2 s, so that requests wait while one
+    # replica works and both replicas get some: without the delay the first replica's worker once took all
+    # 20 requests of a CI run on two loaded cores.
     pids = {d["tags"]["pid"] for d in docs}
-    assert len(pids) == 2 and os.getpid() not in pids, pids  # two worker processes, neither this one
+    assert len(pids) == 2 and os.getpid() not in pids, pids
     stats = json.loads((tmp_path / "stats.json").read_text())
     shout = [e for e in stats["executors"] if e["executor"] == "shout"]
     assert shout and shout[0]["batches"] == 20 and shout[0]["batch_ms_mean"] > 0
