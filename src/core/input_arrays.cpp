@@ -5,12 +5,10 @@
 #include "input_lines.hpp"
 
 #include "flowline/error.hpp"
+#include "flowline/safetensors_header.hpp"
 #include "flowline/writers.hpp"
 
 #include <ATen/ATen.h>
-#include <boost/json/parse.hpp>
-#include <boost/json/serialize.hpp>
-#include <boost/json/value.hpp>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -308,80 +306,44 @@ Layout read_safetensors_layout(const File& file, const std::string& name) {
   unsigned char start[8] = {};
   if (file.size() < 8) throw InputError(SourceLocation{name}, "not a .safetensors file: shorter than 8 bytes");
   file.read_at(start, 8, 0);
-  const std::uint64_t header_bytes = little_endian(start, 8);
-  constexpr std::uint64_t kMaxHeader = 100u << 20;  // safetensors' own bound
-  if (header_bytes > kMaxHeader || 8 + header_bytes > file.size())
-    throw InputError(SourceLocation{name},
-                     fmt::format("not a .safetensors file: its header length {} is {}", header_bytes,
-                                 header_bytes > kMaxHeader ? "over 100 MB" : "past the end of the file"));
-  std::string text(static_cast<std::size_t>(header_bytes), '\0');
-  file.read_at(text.data(), header_bytes, 8);
-  boost::json::value json;
+  SafetensorsHeader header;
   try {
-    json = boost::json::parse(text);
-  } catch (const std::exception& e) {
-    throw InputError(SourceLocation{name}, fmt::format("its .safetensors header is not JSON: {}", e.what()));
+    const std::uint64_t length = safetensors_header_length(start, file.size());
+    std::string text(static_cast<std::size_t>(length), '\0');
+    file.read_at(text.data(), length, 8);
+    header = parse_safetensors_header(text, file.size());
+  } catch (const Error& e) {
+    throw InputError(SourceLocation{name}, e.what());
   }
-  if (!json.is_object()) throw InputError(SourceLocation{name}, "its .safetensors header is not a JSON object");
-  const boost::json::object& tensors = json.get_object();
-  const boost::json::value* chosen = tensors.if_contains("embedding");
-  std::string chosen_name = "embedding";
-  if (!chosen) {
-    std::vector<std::string> names;
-    for (const auto& entry : tensors) {
-      if (entry.key() == "__metadata__") continue;
-      names.emplace_back(entry.key());
-      chosen = &entry.value();
-    }
-    if (names.size() != 1)
+  auto chosen = header.tensors.find("embedding");
+  if (chosen == header.tensors.end()) {
+    if (header.tensors.size() != 1) {
+      std::vector<std::string> names;
+      for (const auto& entry : header.tensors) names.push_back(entry.first);
       throw InputError(SourceLocation{name},
                        fmt::format("it holds {} tensors ({}) and none named 'embedding': name the rows' tensor "
                                    "'embedding'",
                                    names.size(), fmt::join(names, ", ")));
-    chosen_name = names.front();
+    }
+    chosen = header.tensors.begin();
   }
+  const auto& [tensor_name, tensor] = *chosen;
   const auto bad = [&](const std::string& what) {
-    return InputError(SourceLocation{name}, fmt::format("tensor '{}': {}", chosen_name, what));
+    return InputError(SourceLocation{name}, fmt::format("tensor '{}': {}", tensor_name, what));
   };
-  const boost::json::object* tensor = chosen->if_object();
-  if (!tensor) throw bad("expected an object with dtype, shape and data_offsets");
   Layout layout;
-  const boost::json::value* dtype = tensor->if_contains("dtype");
-  const std::string_view type = dtype && dtype->is_string() ? std::string_view(dtype->get_string()) : "";
-  if (const auto element = element_named(type, kSafetensorsElements)) {
+  if (const auto element = element_named(tensor.dtype, kSafetensorsElements)) {
     layout.element = *element;
   } else {
-    throw bad(fmt::format("dtype {}: expected F16, BF16, F32 or F64",
-                          dtype ? boost::json::serialize(*dtype) : std::string("missing")));
+    throw bad(fmt::format("dtype \"{}\": expected F16, BF16, F32 or F64", tensor.dtype));
   }
-  const auto integers = [&](const char* key) {
-    const boost::json::value* v = tensor->if_contains(key);
-    std::vector<std::uint64_t> out;
-    if (!v || !v->is_array()) throw bad(fmt::format("'{}': expected a list of integers", key));
-    for (const auto& x : v->get_array()) {
-      if (x.is_uint64()) {
-        out.push_back(x.get_uint64());
-      } else if (x.is_int64() && x.get_int64() >= 0) {
-        out.push_back(static_cast<std::uint64_t>(x.get_int64()));
-      } else {
-        throw bad(fmt::format("'{}': expected a list of non-negative integers", key));
-      }
-    }
-    return out;
-  };
-  const auto shape = integers("shape");
-  if (shape.size() != 2)
-    throw bad(fmt::format("it has {} dimensions: expected 2, [rows, values of a row]", shape.size()));
-  const auto offsets = integers("data_offsets");
-  if (offsets.size() != 2 || offsets[1] < offsets[0]) throw bad("'data_offsets': expected [begin, end]");
-  layout.rows = shape[0];
-  layout.dim = shape[1];
-  layout.offset = 8 + header_bytes + offsets[0];
+  if (tensor.shape.size() != 2)
+    throw bad(fmt::format("it has {} dimensions: expected 2, [rows, values of a row]", tensor.shape.size()));
+  // The header's checks hold: the data_offsets span the shape's bytes, inside the file.
+  layout.rows = static_cast<std::uint64_t>(tensor.shape[0]);
+  layout.dim = static_cast<std::uint64_t>(tensor.shape[1]);
+  layout.offset = header.data_offset + tensor.begin;
   check_fits(layout, file, name);
-  if (offsets[1] - offsets[0] != layout.rows * layout.dim * element_bytes(layout.element))
-    throw bad(fmt::format("'data_offsets' span {} bytes, but its shape [{}, {}] of {} takes {}",
-                          offsets[1] - offsets[0], layout.rows, layout.dim, type,
-                          layout.rows * layout.dim * element_bytes(layout.element)));
   return layout;
 }
 

@@ -2,13 +2,12 @@
 #include "flowline/models/safetensors.hpp"
 
 #include "flowline/error.hpp"
+#include "flowline/safetensors_header.hpp"
 
 #include <ATen/ATen.h>
 #include <boost/json.hpp>
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <tuple>
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
@@ -29,15 +28,14 @@ struct SafetensorsFile::Mapping {
 
 namespace {
 
+// The format's dtypes (safetensors_header.cpp knows their sizes) as LibTorch's scalar types.
 struct DtypeInfo {
   const char* name;
   c10::ScalarType type;
-  std::size_t size;
 };
 constexpr DtypeInfo kDtypes[] = {
-    {"F32", c10::kFloat, 4}, {"F16", c10::kHalf, 2},  {"BF16", c10::kBFloat16, 2}, {"F64", c10::kDouble, 8},
-    {"I64", c10::kLong, 8},  {"I32", c10::kInt, 4},   {"I16", c10::kShort, 2},     {"I8", c10::kChar, 1},
-    {"U8", c10::kByte, 1},   {"BOOL", c10::kBool, 1},
+    {"F32", c10::kFloat}, {"F16", c10::kHalf},  {"BF16", c10::kBFloat16}, {"F64", c10::kDouble}, {"I64", c10::kLong},
+    {"I32", c10::kInt},   {"I16", c10::kShort}, {"I8", c10::kChar},       {"U8", c10::kByte},    {"BOOL", c10::kBool},
 };
 
 }  // namespace
@@ -65,116 +63,23 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path)
   ::close(fd);
   if (mapping_->address == MAP_FAILED) throw fail(fmt::format("cannot map: {}", std::strerror(errno)));
   const auto* bytes = static_cast<const std::uint8_t*>(mapping_->address);
-
-  std::uint64_t header_size = 0;
-  for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | bytes[i];
-  if (header_size == 0 || header_size > file_size - 8 || header_size > (100u << 20)) {
-    throw fail(fmt::format("header length {} does not fit the file ({} bytes); not a safetensors file?", header_size,
-                           file_size));
+  SafetensorsHeader header;
+  try {
+    const std::uint64_t length = safetensors_header_length(bytes, file_size);
+    header = parse_safetensors_header(std::string_view(reinterpret_cast<const char*>(bytes + 8), length), file_size);
+  } catch (const Error& e) {
+    throw fail(e.what());
   }
-  const std::string_view header(reinterpret_cast<const char*>(bytes + 8), header_size);
-  boost::system::error_code ec;
-  const auto json = boost::json::parse(header, ec);
-  if (ec || !json.is_object()) throw fail("the header is not a JSON object; not a safetensors file?");
-  data_ = bytes + 8 + header_size;
-  const std::size_t data_size = file_size - 8 - header_size;
-
-  for (const auto& [key, value] : json.get_object()) {
-    const std::string name(key);
-    if (name == "__metadata__") {
-      if (value.is_object()) {
-        for (const auto& [k, v] : value.get_object()) {
-          if (v.is_string()) metadata_[std::string(k)] = std::string(v.get_string());
-        }
-      }
-      continue;
-    }
-    auto bad = [&](const std::string& why) { return fail(fmt::format("tensor '{}': {}", name, why)); };
-    if (!value.is_object()) throw bad("expected {dtype, shape, data_offsets}");
-    const auto& o = value.get_object();
-    const auto* dtype = o.if_contains("dtype");
-    const auto* shape = o.if_contains("shape");
-    const auto* offsets = o.if_contains("data_offsets");
-    if (!dtype || !dtype->is_string() || !shape || !shape->is_array() || !offsets || !offsets->is_array() ||
-        offsets->get_array().size() != 2) {
-      throw bad("expected {dtype, shape, data_offsets}");
-    }
+  data_ = bytes + header.data_offset;
+  metadata_ = std::move(header.metadata);
+  for (auto& [name, tensor] : header.tensors) {
     const DtypeInfo* info = nullptr;
     for (const auto& d : kDtypes) {
-      if (dtype->get_string() == d.name) info = &d;
+      if (tensor.dtype == d.name) info = &d;
     }
-    if (!info) throw bad(fmt::format("unsupported dtype '{}'", std::string_view(dtype->get_string())));
-    Entry entry;
-    entry.dtype = info->type;
-    std::size_t numel = 1;
-    bool overflow = false;
-    for (const auto& s : shape->get_array()) {
-      if (!s.is_int64() || s.get_int64() < 0) throw bad("shape must hold non-negative integers");
-      entry.shape.push_back(s.get_int64());
-      overflow |= __builtin_mul_overflow(numel, static_cast<std::size_t>(s.get_int64()), &numel);
-    }
-    std::size_t expected_bytes = 0;
-    overflow |= __builtin_mul_overflow(numel, info->size, &expected_bytes);
-    if (overflow) throw bad(fmt::format("shape [{}] is too large", fmt::join(entry.shape, ", ")));
-    const auto& off = offsets->get_array();
-    // Found by tests/fuzz/fuzz_safetensors: a negative offset made Boost.JSON throw its own error.
-    auto offset = [&](const boost::json::value& v) -> std::size_t {
-      if (v.is_uint64()) return v.get_uint64();
-      if (v.is_int64() && v.get_int64() >= 0) return static_cast<std::size_t>(v.get_int64());
-      throw bad("data_offsets must be two non-negative integers");
-    };
-    entry.begin = offset(off[0]);
-    entry.end = offset(off[1]);
-    if (entry.begin > entry.end || entry.end > data_size) {
-      throw bad(fmt::format("data_offsets [{}, {}] outside the {} bytes of data", entry.begin, entry.end, data_size));
-    }
-    if (entry.end - entry.begin != expected_bytes) {
-      throw bad(fmt::format("{} bytes of data for shape [{}] of {} ({} expected)", entry.end - entry.begin,
-                            fmt::join(entry.shape, ", "), info->name, expected_bytes));
-    }
-    entries_.emplace(name, std::move(entry));
-  }
-  check_layout(data_size);
-}
-
-// As Hugging Face's safetensors validates a file: the tensors' data, in the order of their offsets, cover
-// the data section exactly — each starts where the one before it ends, the last ends where the file does.
-// An overlap would alias two tensors, a gap (or bytes after the last) hides bytes no tensor names. Empty
-// tensors hold no bytes: they may sit at any offset inside the data (Hugging Face places them in the
-// order too, and refuses one that sits elsewhere; flowline reads them as empty wherever they are).
-void SafetensorsFile::check_layout(std::size_t data_size) const {
-  std::vector<std::pair<const std::string*, const Entry*>> order;
-  for (const auto& [name, entry] : entries_) {
-    if (entry.end > entry.begin) order.emplace_back(&name, &entry);
-  }
-  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.second->begin, a.second->end, *a.first) < std::tie(b.second->begin, b.second->end, *b.first);
-  });
-  std::size_t covered = 0;
-  const std::string* before = nullptr;
-  for (const auto& [name, entry] : order) {
-    if (entry->begin < covered) {
-      throw Error(
-          fmt::format("safetensors file '{}': tensor '{}': data_offsets [{}, {}] overlap tensor '{}' (which "
-                      "ends at {}); each tensor's bytes must be its own",
-                      path_.string(), *name, entry->begin, entry->end, *before, covered));
-    }
-    if (entry->begin > covered) {
-      throw Error(
-          fmt::format("safetensors file '{}': tensor '{}': data_offsets [{}, {}] leave a gap of {} bytes "
-                      "after {}; the tensors' data must follow each other without gaps",
-                      path_.string(), *name, entry->begin, entry->end, entry->begin - covered,
-                      before ? fmt::format("tensor '{}'", *before) : std::string("the header")));
-    }
-    covered = entry->end;
-    before = name;
-  }
-  if (covered != data_size) {
-    throw Error(
-        fmt::format("safetensors file '{}': {} bytes of data after the last tensor{}; the tensors' data "
-                    "must end where the file does",
-                    path_.string(), data_size - covered,
-                    before ? fmt::format(" ('{}', ending at {})", *before, covered) : std::string()));
+    // The header's dtypes are these rows' names: a name missing here is a row missing in kDtypes.
+    if (!info) throw fail(fmt::format("tensor '{}': unsupported dtype '{}'", name, tensor.dtype));
+    entries_.emplace(name, Entry{info->type, std::move(tensor.shape), tensor.begin, tensor.end});
   }
 }
 

@@ -1,12 +1,10 @@
 // flowline/models/safetensors.hpp — reading safetensors files (the Hugging Face weights format).
 //
-// Format: 8 bytes little-endian header length N, N bytes of JSON {name: {dtype, shape, data_offsets}},
-// then the data. The file is memory-mapped; tensors returned by get() share that mapping (copy-on-write,
-// never written back) and keep it alive. Every inconsistency — short file, bad JSON, unknown dtype,
-// offsets outside the data or not matching the shape, tensors whose data overlap or leave gaps (Hugging
-// Face's rule: in the order of their offsets, each tensor's bytes follow the one before, and the last ends
-// where the file does; empty tensors hold no bytes and may sit anywhere in the data) — is a flowline::Error
-// naming the file and tensor. Opening never blocks (a FIFO is refused, as is anything but a regular file).
+// The file is memory-mapped; tensors returned by get() share that mapping (copy-on-write, never written
+// back) and keep it alive. Its header is read and checked by flowline/safetensors_header.hpp (the format,
+// and every inconsistency it refuses: short file, bad JSON, unknown dtype, offsets outside the data or not
+// matching the shape, tensors whose data overlap or leave gaps); each is a flowline::Error naming the file
+// and tensor. Opening never blocks (a FIFO is refused, as is anything but a regular file).
 // Immutable after construction; get() may be called from several threads.
 #pragma once
 
@@ -43,7 +41,6 @@ class SafetensorsFile {
     std::size_t begin = 0, end = 0;  // offsets into the data section
   };
   struct Mapping;
-  void check_layout(std::size_t data_size) const;
   const Entry& entry(const std::string& name) const;
 
   std::filesystem::path path_;
