@@ -327,7 +327,8 @@ Layout read_safetensors_layout(const File& file, const std::string& name) {
     }
     chosen = header.tensors.begin();
   }
-  const auto& [tensor_name, tensor] = *chosen;
+  const std::string& tensor_name = chosen->first;
+  const SafetensorsTensor& tensor = chosen->second;
   const auto bad = [&](const std::string& what) {
     return InputError(SourceLocation{name}, fmt::format("tensor '{}': {}", tensor_name, what));
   };
