@@ -167,8 +167,10 @@ TEST_CASE("replicas of unequal speed share one queue and keep input order", "[fl
   Flow flow(FlowOptions{.request_size = 5, .max_in_flight = 32});
   flow.add({.name = "slow",
             .uses = "Delay",
-            // 20 ms: far slower than the fast replica's own cost per request even under TSan (about 1 ms)
-            .with = {{"batch_ms", 20.0}, {"slow_replica", 1}, {"record_replica", true}},
+            // 20 ms against 2 ms (the fast replica's own cost per request under TSan is about 1 ms more).
+            // The fast replica sleeps too, so it cannot drain all 200 requests before the slow replica's
+            // thread is first scheduled on a loaded machine (CI saw the slow one take none).
+            .with = {{"batch_ms", 20.0}, {"slow_replica", 1}, {"others_batch_ms", 2.0}, {"record_replica", true}},
             .replicas = 2});
   const DocumentArray out = flow.post("/", testing::numbered_docs(1000));
   REQUIRE(out.size() == 1000);
@@ -406,8 +408,12 @@ TEST_CASE("flow stats count documents, batches and errors per replica", "[flow][
   REQUIRE(stats.replicas.size() == 3);
   CHECK(stats.replicas[0].documents + stats.replicas[1].documents == 200);
   CHECK(stats.replicas[0].batches + stats.replicas[1].batches == 20);
-  CHECK(stats.replicas[0].batch_ms_p50 >= 1.0);
-  CHECK(stats.replicas[0].batch_ms_p99 >= stats.replicas[0].batch_ms_p50);
+  for (int r = 0; r < 2; ++r) {  // on a loaded machine one replica may take every batch
+    CAPTURE(r);
+    if (stats.replicas[r].batches == 0) continue;
+    CHECK(stats.replicas[r].batch_ms_p50 >= 1.0);
+    CHECK(stats.replicas[r].batch_ms_p99 >= stats.replicas[r].batch_ms_p50);
+  }
   CHECK(stats.replicas[2].errors == 1);
   CHECK_FALSE(stats.replicas[2].has_gpu_memory);
   flow.close();

@@ -58,7 +58,9 @@ class Delay : public Executor {
         "Sleep per batch and per document (a slow executor for tests and benchmarks)",
         {ParamSpec::optional("batch_ms", ParamType::Double, 0.0, "sleep per batch, in milliseconds"),
          ParamSpec::optional("doc_ms", ParamType::Double, 0.0, "sleep per document, in milliseconds"),
-         ParamSpec::optional("slow_replica", ParamType::Int, -1, "only this replica sleeps (-1: all)"),
+         ParamSpec::optional("slow_replica", ParamType::Int, -1, "only this replica sleeps batch_ms (-1: all)"),
+         ParamSpec::optional("others_batch_ms", ParamType::Double, 0.0,
+                             "sleep per batch of the replicas other than slow_replica, in milliseconds"),
          ParamSpec::optional("record_replica", ParamType::Bool, false,
                              "set tag 'replica' to the replica that processed the document")},
         {},
@@ -69,22 +71,22 @@ class Delay : public Executor {
     doc_ms_ = params().get<double>("doc_ms");
     record_ = params().get<bool>("record_replica");
     const int slow = params().get<int>("slow_replica");
-    sleeps_ = slow < 0 || slow == runtime().replica;
+    if (slow >= 0 && slow != runtime().replica) {
+      batch_ms_ = params().get<double>("others_batch_ms");
+      doc_ms_ = 0;
+    }
     bind_default(&Delay::wait);
   }
 
  private:
   void wait(DocumentArray& docs) {
-    if (sleeps_) {
-      const double ms = batch_ms_ + doc_ms_ * static_cast<double>(docs.size());
-      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
-    }
+    const double ms = batch_ms_ + doc_ms_ * static_cast<double>(docs.size());
+    if (ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
     if (record_) {
       for (auto& doc : docs) doc.tags["replica"] = runtime().replica;
     }
   }
   double batch_ms_ = 0, doc_ms_ = 0;
-  bool sleeps_ = true;
   bool record_ = false;
 };
 
