@@ -85,6 +85,9 @@ struct ExecutorSpec {
   int max_replicas = 0;                     // 0: any number; 1 for executors that own a file
   int replicas_per_gpu = 1;                 // what `replicas: auto` gives on each GPU (one on a CPU)
   std::shared_ptr<const ShardPlan> shards;  // null: `shards:` is refused for this type
+  // A resumable sink (flowline/resumable_sink.hpp) whose replicas in one process keep one progress between them:
+  // `flowline run --resume` accepts it with replicas > 1 (others: one replica, each would count only its share).
+  bool replicated_sink = false;
 };
 
 // What the replicas of one executor in one flow share: at most one object of each type, made by the first

@@ -17,7 +17,8 @@
 //    flowline::Error: the documents are not this run's, or not in input order). The sink writes the rest,
 //    calls wrote(docs) and, when sync_due(), makes what it wrote durable and records point() (a file sink:
 //    write_sink_manifest after fdatasync; a table: in the same transaction) and calls synced().
-//  - Positions count input documents, so a sink must see its documents in input order. Replicas before it
+//  - Positions count input documents, so a sink must see its documents in input order (or, with several
+//    replicas, keep the set of positions it wrote: position_of()). Replicas before it
 //    finish requests in any order: the sink first passes each batch through order(), which holds documents
 //    back until those before them came and hands them out in input order (a file is then written in input
 //    order whatever the replicas). order() learns a document's input position from its id: a run whose ids
@@ -105,6 +106,10 @@ class SinkProgress {
   // that, or for a document whose id is no input position, it gives up ordering, hands out everything it has and keeps
   // no more progress, so a --resume goes back to the last point recorded before).
   DocumentArray order(const DocumentArray& docs);
+  // A document's input position, by its positional id or the position board (after orders() said true); none
+  // for a document that has none. For a sink that tracks positions itself instead of calling order() (several
+  // replicas of one writer, each seeing only its share: the PgVectorWriter).
+  std::optional<std::uint64_t> position_of(const Document& doc) const;
   // Documents still held back (a run that lost a request: they come after its gap), in position order.
   DocumentArray release_held_back();
   static constexpr std::size_t kMaxHeldBack = 65536;
@@ -131,7 +136,6 @@ class SinkProgress {
   bool started_ = false;
   bool gave_up_ = false;  // order() met what it cannot order: no more progress is recorded
   void start(const RequestInfo& request);
-  std::optional<std::uint64_t> position_of(const Document& doc) const;
   std::string positional_;                       // the input hash of positional ids; empty: not by ids
   bool by_board_ = false;                        // positions from the position board (a jsonl input)
   std::map<std::uint64_t, Document> held_back_;  // position -> document, waiting for those before it

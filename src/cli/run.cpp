@@ -143,7 +143,8 @@ bool has_known_extension(const std::string& output) {
   }
 }
 
-// --resume of a flow whose executors write: each must be a resumable sink of one replica. Replicas before
+// --resume of a flow whose executors write: each must be a resumable sink of one replica (or a replicated sink,
+// ExecutorSpec::replicated_sink, of several in this process). Replicas before
 // a sink are fine: the sinks put documents back in input order themselves (SinkProgress::order, by positional
 // ids or, for a jsonl input, by the position board). Returns false after saying why.
 bool sinks_can_resume(const RunSetup& setup) {
@@ -164,6 +165,8 @@ bool sinks_can_resume(const RunSetup& setup) {
   if (setup.sinks.empty()) return ok;
   for (const ExecutorConfig& e : setup.config.executors) {
     if ((e.replicas * e.shards <= 1 && !e.is_remote()) || !is_sink(e.name)) continue;
+    const Registry::Entry* entry = Registry::global().find(e.uses);
+    if (entry && entry->spec.replicated_sink && e.shards <= 1 && !e.is_remote()) continue;  // one progress
     fmt::print(stderr,
                "error: sink '{}' runs {} replicas{}: each would count only its own share of the input (refused); "
                "give it replicas: 1 to resume\n",

@@ -7,7 +7,8 @@ is refused and left as it was, for --output and for a writer.
 
     test_resume.py LAUNCHER SOURCE_DIR CASE
         CASE: jsonl | npy | safetensors | refusals | encode-flow | ner-flow | encode-replicas | jsonl-replicas |
-              index-flow | pg-flow | pg-flow-N-update | pg-flow-N-error | writer-refusals
+              index-flow | pg-flow | pg-flow-N-update | pg-flow-N-error | pg-flow-N-MODE-rR (R writer replicas) |
+              writer-refusals
 
 The tiny random checkpoint tests/data/tiny-models/bert-all-poolings-dense encodes the corpus
 (FLOWLINE_CORPUS_DIR, as the build found it; else ../shared/data/corpus) on the CPU. Every run is bounded (180 s:
@@ -394,12 +395,22 @@ class PgServer:
         subprocess.run([self.python, self.script, "stop", self.folder], capture_output=True, timeout=90)
 
 
-def a_table_killed_five_times_and_resumed_equals_an_uninterrupted_runs(r, rng, connections=1, on_conflict="update"):
+def a_table_killed_five_times_and_resumed_equals_an_uninterrupted_runs(r, rng, connections=1, on_conflict="update",
+                                                                       replicas=1):
     """flows/index-pg.yml into PostgreSQL: after five kills and resumes the table's rows equal an uninterrupted
     run's table row for row (ids, texts, tags, embeddings), and the last resume skipped what flowline_progress
     said had committed. `connections`: the writer's (each request split between them, a transaction each: a kill
     between their COMMITs leaves a request committed in part, which --resume repairs); `on_conflict`: update
-    (upsert) or error (plain COPY)."""
+    (upsert) or error (plain COPY); `replicas`: the writer's (they commit requests in any order, and their
+    progress rows name the ranges committed past the input prefix, which --resume skips)."""
+    flow = os.path.join(r.source_dir, "flows", "index-pg.yml")
+    if replicas > 1:
+        with open(flow, encoding="utf-8") as f:
+            text = f.read()
+        check("    uses: PgVectorWriter\n" in text, "flows/index-pg.yml has no PgVectorWriter line to give replicas")
+        flow = os.path.join(r.scratch, "index-pg-replicas.yml")
+        with open(flow, "w", encoding="utf-8") as f:
+            f.write(text.replace("    uses: PgVectorWriter\n", f"    uses: PgVectorWriter\n    replicas: {replicas}\n"))
     pg = PgServer(r)
     # The corpus's first 30,000 lines (its files in order): rows go in at the encoder's pace, and a shorter
     # input keeps the two whole runs short. Not shorter: on a quiet 2-core machine 10,000 lines went in so fast
@@ -414,14 +425,15 @@ def a_table_killed_five_times_and_resumed_equals_an_uninterrupted_runs(r, rng, c
         out.writelines(lines)
     try:
         def argv(table, *more):
-            return [r.launcher, "run", os.path.join(r.source_dir, "flows", "index-pg.yml"), "--progress", "never",
+            return [r.launcher, "run", flow, "--progress", "never",
                     "--input", source, "--request-size", "50", "--set", f"encoder.model={r.model}", "--set",
                     f"db.uri={pg.uri}", "--set", f"db.table={table}", "--set", "db.index=none", "--set",
                     f"db.connections={connections}", "--set", f"db.on_conflict={on_conflict}", *more]
 
         def committed():
             time.sleep(0.05)
-            rows = pg.rows("SELECT coalesce(max(documents), -1) FROM flowline_progress WHERE sink = 'killed'") \
+            rows = pg.rows("SELECT coalesce(max(documents), -1) FROM flowline_progress WHERE "
+                           "split_part(sink, '#', 1) = 'killed'") \
                 if pg.rows("SELECT to_regclass('flowline_progress') IS NOT NULL")[0] == "t" else ["-1"]
             return int(rows[0])
 
@@ -439,7 +451,10 @@ def a_table_killed_five_times_and_resumed_equals_an_uninterrupted_runs(r, rng, c
                 break
             kills += 1
             check(code == -9, f"a killed run exited {code}")
-            print(f"kill {kills}: {committed()} input documents committed")
+            past = "" if replicas == 1 else ", ranges past them: " + pg.rows(
+                "SELECT string_agg(sink || ' ' || ranges::text, '; ' ORDER BY sink) FROM flowline_progress WHERE "
+                "split_part(sink, '#', 1) = 'killed'")[0]
+            print(f"kill {kills}: {committed()} input documents committed{past}")
         check(kills >= 3, f"only {kills} of the runs were killed before they ended")
         # Another run's progress row (a changed --set) is refused, the table left as it was.
         before = pg.rows("SELECT count(*) FROM killed")
@@ -460,7 +475,8 @@ def a_table_killed_five_times_and_resumed_equals_an_uninterrupted_runs(r, rng, c
         check(want == got, f"the resumed table differs from the uninterrupted run's ({len(got)} rows, {len(want)})")
         check(pg.rows("SELECT count(*) FROM flowline_progress WHERE split_part(sink, '#', 1) = 'killed'") == ["0"],
               "the progress rows stayed after the run completed")
-        print(f"pg, {connections} connection(s), on_conflict {on_conflict}: {kills} kills, then {len(got)} rows equal "
+        print(f"pg, {replicas} replica(s) of {connections} connection(s), on_conflict {on_conflict}: {kills} kills, "
+              f"then {len(got)} rows equal "
               f"to the uninterrupted run's ({resume})")
     finally:
         pg.stop()
@@ -531,9 +547,10 @@ def main():
             a_flow_killed_five_times_and_resumed_equals_an_uninterrupted_run(r, rng, flow)
         elif case == "pg-flow":
             a_table_killed_five_times_and_resumed_equals_an_uninterrupted_runs(r, rng)
-        elif case.startswith("pg-flow-"):  # pg-flow-CONNECTIONS-ON_CONFLICT, e.g. pg-flow-2-error
-            _, _, connections, on_conflict = case.split("-")
-            a_table_killed_five_times_and_resumed_equals_an_uninterrupted_runs(r, rng, int(connections), on_conflict)
+        elif case.startswith("pg-flow-"):  # pg-flow-CONNECTIONS-ON_CONFLICT[-rREPLICAS], e.g. pg-flow-2-error-r2
+            _, _, connections, on_conflict, *replicas = case.split("-")
+            a_table_killed_five_times_and_resumed_equals_an_uninterrupted_runs(
+                r, rng, int(connections), on_conflict, int(replicas[0][1:]) if replicas else 1)
         elif case == "index-flow":
             an_index_killed_five_times_and_resumed_answers_as_an_uninterrupted_one(r, rng)
         elif case == "writer-refusals":

@@ -681,3 +681,139 @@ TEST_CASE(
           std::vector<std::string>{"a1", "a2", "b1", "c1", "d1", "poison"});
   }
 }
+
+namespace {
+
+// Two replicas of one writer under `flowline run` (a run key), sharing their group as a flow's replicas do.
+std::vector<std::unique_ptr<testing::ExecutorRunner>> writer_replicas(const PgServer& server, const std::string& table,
+                                                                      const std::string& mode, const std::string& name,
+                                                                      bool resume) {
+  const auto group = std::make_shared<ReplicaGroup>();
+  std::vector<std::unique_ptr<testing::ExecutorRunner>> replicas;
+  for (int r = 0; r < 2; ++r) {
+    RuntimeInfo runtime;
+    runtime.name = name;
+    runtime.replica = r;
+    runtime.replicas = 2;
+    runtime.group = group;
+    replicas.push_back(std::make_unique<testing::ExecutorRunner>(
+        pg_registry(), "PgVectorWriter",
+        with(server, table,
+             {{"on_conflict", mode}, {"connections", 2}, {"run_key", "key-" + table}, {"resume", resume}}),
+        runtime));
+  }
+  return replicas;
+}
+
+constexpr const char* kHash = "00000000000000ab";  // the input hash of the positional ids below
+
+// Input documents [begin, end) with positional ids (as `flowline run` gives a lines input), texts `text` N.
+DocumentArray positional_docs(int begin, int end, const std::string& text) {
+  DocumentArray docs;
+  for (int i = begin; i < end; ++i)
+    docs.push_back(
+        embedded(fmt::format("{}{:016x}", kHash, i), text + std::to_string(i), at::full({2}, static_cast<float>(i))));
+  return docs;
+}
+
+std::string positional_id(int i) { return fmt::format("{}{:016x}", kHash, i); }
+
+// flowline_progress as two replicas of two connections leave it when replica 0 committed input documents 0..3
+// and replica 1's request 4..5 committed on its first connection (id 4) only: that row says 4..5 too, the others
+// do not.
+void replicated_rows(const PgServer& server, const std::string& table, const std::string& run_key) {
+  const std::string prefix = fmt::format("'{}', 4, '{}', NULL, '[]'", run_key, positional_id(3));
+  server.sql(fmt::format(
+      "CREATE TABLE IF NOT EXISTS flowline_progress (sink text PRIMARY KEY, run_key text NOT NULL, documents bigint "
+      "NOT NULL, last_id text NOT NULL, part_ids text[], ranges jsonb); DELETE FROM flowline_progress; INSERT INTO "
+      "flowline_progress VALUES ('{0}#0.0', {1}), ('{0}#0.1', {1}), ('{0}#1.0', '{2}', 4, '{3}', ARRAY['{4}'], "
+      "json_build_array(json_build_array(4, 6, '{5}'))::jsonb), ('{0}#1.1', {1})",
+      table, prefix, run_key, positional_id(3), positional_id(4), positional_id(5)));
+}
+
+}  // namespace
+
+TEST_CASE(
+    "two PgVectorWriter replicas keep one progress: the input prefix and the ranges committed past it, which "
+    "--resume skips",
+    "[pgvector]") {
+  PgServer server;
+  REQUIRE_SERVER(server);
+  const boost::json::object positional = {{kPositionalIdsParam, kHash}};
+  for (const std::string mode : {"update", "error"}) {
+    INFO(mode);
+    const std::string table = "replicated_" + mode;
+    // Replica 1 commits input documents 4..7 and replica 0 8..11 while 0..3 are still on their way: the run stops.
+    const auto first = writer_replicas(server, table, mode, "db", false);
+    first[1]->post("/index", positional_docs(4, 8, "first "), positional);
+    first[0]->post("/index", positional_docs(8, 12, "first "), positional);
+    const auto ranges = [&](const std::string& key) {
+      return server.sql(fmt::format(
+          "SELECT documents || ' ' || last_id || ' ' || ranges::text FROM flowline_progress WHERE sink = '{}'", key));
+    };
+    CHECK(ranges(table + "#1.0") == std::vector<std::string>{fmt::format("0  [[4, 8, \"{}\"]]", positional_id(7))});
+    CHECK(ranges(table + "#1.1") == ranges(table + "#1.0"));
+    CHECK(ranges(table + "#0.0") == std::vector<std::string>{fmt::format("0  [[4, 12, \"{}\"]]", positional_id(11))});
+    CHECK(ranges(table + "#0.1") == ranges(table + "#0.0"));
+    // --resume: the run starts at the prefix (0); what committed past it is not written again (a plain COPY would
+    // fail on its ids, an upsert would replace its texts).
+    const auto resumed = writer_replicas(server, table, mode, "db-resumed", true);
+    CHECK(held_sink_points("key-" + table).at("db-resumed").documents == 0);
+    boost::json::object from_start = positional;
+    from_start[kResumeFromParam] = 0;
+    resumed[0]->post("/index", positional_docs(0, 4, "second "), from_start);
+    resumed[1]->post("/index", positional_docs(4, 8, "second "), from_start);
+    resumed[0]->post("/index", positional_docs(8, 12, "second "), from_start);
+    resumed[1]->post("/index", positional_docs(12, 14, "second "), from_start);
+    std::vector<std::string> want;
+    for (int i = 0; i < 14; ++i) want.push_back(fmt::format("{} {}", i, i < 4 || i >= 12 ? "second" : "first"));
+    CHECK(server.sql(fmt::format("SELECT (embedding::real[])[1]::int || ' ' || split_part(text, ' ', 1) FROM {} "
+                                 "ORDER BY (embedding::real[])[1]",
+                                 table)) == want);
+    CHECK(server.sql(fmt::format("SELECT min(documents) || ' ' || max(documents) FROM flowline_progress WHERE "
+                                 "split_part(sink, '#', 1) = '{}'",
+                                 table)) == std::vector<std::string>{"12 14"});
+  }
+}
+
+TEST_CASE("PgVectorWriter replicas resuming after a request committed on some of its connections only repair it first",
+          "[pgvector]") {
+  PgServer server;
+  REQUIRE_SERVER(server);
+  // The table holds ids 0..4 (replicated_rows says why).
+  for (const std::string mode : {"error", "update"}) {
+    INFO(mode);
+    const std::string table = "replicated_repair_" + mode;
+    std::string rows;
+    for (int i = 0; i < 5; ++i) rows += fmt::format("{}('{}', 't', '{{}}', '[1,1]')", i ? ", " : "", positional_id(i));
+    server.sql(fmt::format(
+        "CREATE EXTENSION IF NOT EXISTS vector; CREATE TABLE {0} (id text PRIMARY KEY, text text, tags jsonb, "
+        "embedding vector(2)); INSERT INTO {0} VALUES {1}",
+        table, rows));
+    replicated_rows(server, table, "key-" + table);
+    const auto resumed = writer_replicas(server, table, mode, "db", true);
+    CHECK(held_sink_points("key-" + table).at("db").documents == 4);
+    CHECK(held_sink_points("key-" + table).at("db").last_id == positional_id(3));
+    // A plain COPY's row of the request that committed in part is deleted by the ids its row kept; an upsert's
+    // stays, to be written again.
+    CHECK(server.sql(fmt::format("SELECT count(*) FROM {}", table)) ==
+          std::vector<std::string>{mode == "error" ? "4" : "5"});
+    CHECK(server.sql(fmt::format("SELECT DISTINCT documents || ' ' || ranges::text FROM flowline_progress WHERE "
+                                 "split_part(sink, '#', 1) = '{}'",
+                                 table)) == std::vector<std::string>{"4 []"});
+    boost::json::object from = {{kPositionalIdsParam, kHash}, {kResumeFromParam, 4}};
+    resumed[1]->post("/index", positional_docs(4, 6, "again "), from);
+    CHECK(server.sql(fmt::format("SELECT count(*) FROM {} WHERE text LIKE 'again%'", table)) ==
+          std::vector<std::string>{"2"});
+  }
+  // Rows of another run, or not this writer's replicas and connections: refused, nothing written.
+  const std::string table = "replicated_repair_update";
+  replicated_rows(server, table, "another-run");
+  CHECK_THROWS_WITH(writer_replicas(server, table, "update", "db", true), testing::contains("filled by another run"));
+  replicated_rows(server, table, "key-" + table);
+  server.sql(fmt::format("DELETE FROM flowline_progress WHERE sink = '{}#1.1'", table));
+  CHECK_THROWS_WITH(writer_replicas(server, table, "update", "db", true),
+                    testing::contains("flowline_progress holds 3 of the 4 rows of table " + table));
+  CHECK(server.sql(fmt::format("SELECT count(*) FROM {} WHERE text LIKE 'again%'", table)) ==
+        std::vector<std::string>{"2"});
+}

@@ -2,7 +2,9 @@
 // binary COPY (the header, flowline/pgvector_writer/pgvector_writer.hpp, states the contract).
 #include "flowline/pgvector_writer/pgvector_writer.hpp"
 
+#include "copy_rows.hpp"
 #include "lanes.hpp"
+#include "replicated_progress.hpp"
 #include "table_progress.hpp"
 
 #include "flowline/pg/pg_connection.hpp"
@@ -12,14 +14,10 @@
 #include "flowline/resumable_sink.hpp"
 
 #include <ATen/ATen.h>
-#include <boost/json/serialize.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include <array>
-#include <bit>
 #include <chrono>
-#include <cstring>
 #include <numeric>
 #include <regex>
 #include <span>
@@ -55,21 +53,6 @@ std::string sql_type(const std::string& field, std::int64_t dimension) {
   if (field == "tags") return "jsonb";
   if (field == "embedding") return fmt::format("vector({})", dimension);
   return "text";
-}
-
-// Big-endian appends, as binary COPY wants.
-void put16(std::string& out, std::uint16_t v) {
-  const std::array<char, 2> b{static_cast<char>(v >> 8), static_cast<char>(v)};
-  out.append(b.data(), 2);
-}
-void put32(std::string& out, std::uint32_t v) {
-  const std::array<char, 4> b{static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8),
-                              static_cast<char>(v)};
-  out.append(b.data(), 4);
-}
-void put_text(std::string& out, std::string_view s) {
-  put32(out, static_cast<std::uint32_t>(s.size()));
-  out.append(s);
 }
 
 class PgVectorWriter : public Executor {
@@ -109,6 +92,7 @@ class PgVectorWriter : public Executor {
         {},
     };
     for (auto& p : resumable_sink_params()) spec.params.push_back(std::move(p));
+    spec.replicated_sink = true;  // replicas share one progress (replicated_progress.hpp)
     return spec;
   }
 
@@ -132,8 +116,9 @@ class PgVectorWriter : public Executor {
 
   void close() override {
     if (progress_.enabled() && run_outcome() == RunOutcome::Complete) {
-      if (const DocumentArray rest = progress_.release_held_back(); !rest.empty()) write_in_order(rest);
-      table_progress_->clear(lanes_->live(0));
+      if (!replicated_)
+        if (const DocumentArray rest = progress_.release_held_back(); !rest.empty()) write_in_order(rest);
+      table_progress_->clear(lanes_->live(0));  // every replica: the same rows, gone once
     }
     const std::string method = params().get<std::string>("index");
     if (run_outcome() != RunOutcome::Complete || method == "none" || runtime().replica != 0 || !table_exists_) return;
@@ -218,22 +203,35 @@ class PgVectorWriter : public Executor {
                               table_, table_dimension_, docs_dimension));
   }
 
-  // A resumable sink (flowline/resumable_sink.hpp) under `flowline run`, one replica: the table
-  // flowline_progress holds a row per target table and connection (run key, input documents held, last id),
-  // written in each part's own transaction, so after a kill it names exactly what committed (table_progress.hpp:
-  // a request committed on some connections only is repaired first). --resume reads it, checks that the table
-  // holds the last id, and the run skips that many input documents.
+  // A resumable sink (flowline/resumable_sink.hpp) under `flowline run`: the table flowline_progress holds a
+  // row per target table and connection (run key, input documents held, last id), and with several replicas one
+  // per replica and connection, with the ranges committed past that prefix; written in each part's own
+  // transaction, so after a kill it names exactly what committed (table_progress.hpp: a request committed on some
+  // connections only is repaired first). --resume reads it, checks that the table holds the last id, and the run
+  // skips that many input documents (and the replicas the ranges past them).
   void open_progress() {
-    table_progress_ = std::make_unique<TableProgress>(table_, lanes_->size(), !upsert_);
+    const auto replicas = static_cast<std::size_t>(runtime().replicas);
+    table_progress_ = std::make_unique<TableProgress>(table_, lanes_->size(), !upsert_, replicas,
+                                                      static_cast<std::size_t>(runtime().replica));
     if (!progress_.enabled()) return;
-    if (runtime().replicas > 1) {
-      if (progress_.resuming())
-        throw Error(
-            fmt::format("executor '{}': --resume needs one replica (the run counts what it wrote)", runtime().name));
-      progress_.disable();
-      return;
+    SinkPoint held;
+    if (replicas > 1) {
+      if (!runtime().group) {  // constructed outside a flow: nothing to share the progress with
+        if (progress_.resuming())
+          throw Error(
+              fmt::format("executor '{}': --resume of several replicas needs them in one flow", runtime().name));
+        progress_.disable();
+        return;
+      }
+      // The first replica reads (and repairs) the rows; the others wait for it and share what it found.
+      replicated_ = runtime().group->shared<ReplicatedProgress>([&] {
+        return std::make_shared<ReplicatedProgress>(
+            table_progress_->open_replicated(conn(), progress_.run_key(), progress_.resuming(), runtime().name));
+      });
+      held = replicated_->record().point;
+    } else {
+      held = table_progress_->open(conn(), progress_.run_key(), progress_.resuming(), runtime().name);
     }
-    const SinkPoint held = table_progress_->open(conn(), progress_.run_key(), progress_.resuming(), runtime().name);
     if (held.documents > 0 &&
         (!table_exists_ || conn()
                                .query_column(fmt::format("SELECT 1 FROM {} WHERE id = $1", quote_name(table_)),
@@ -251,8 +249,54 @@ class PgVectorWriter : public Executor {
   // fails holds the progress records where they were (ProgressGap, table_progress.hpp).
   // Batches go through order() first when the run's ids are positional (resumable_sink.hpp).
   void write(DocumentArray& docs, const RequestInfo& request) {
+    if (replicated_) return write_replicated(docs, request);
     if (progress_.orders(request)) return write_in_order(progress_.order(docs));
     write_in_order(docs);
+  }
+
+  // One of several replicas: requests come in any order. The request's input positions go into its parts'
+  // progress rows with everything the replicas committed before it (replicated_progress.hpp); documents whose
+  // positions committed already (a resumed run's ranges past its start) are not written again.
+  void write_replicated(const DocumentArray& docs, const RequestInfo& request) {
+    if (docs.empty()) return;
+    InputRanges positions;
+    if (!replicated_->gave_up()) {
+      const bool positional = progress_.orders(request);
+      for (std::size_t i = 0; positional && i < docs.size(); ++i) {
+        const std::optional<std::uint64_t> at = progress_.position_of(docs[i]);
+        if (!at) {
+          if (replicated_->give_up())
+            spdlog::warn(
+                "executor '{}': document '{}' has no input position: its replicas write as documents come from here "
+                "on and record no more progress (a --resume continues from the last progress recorded, and "
+                "writes again what came after)",
+                runtime().name, docs[i].id);
+          positions = {};
+          break;
+        }
+        positions.add(*at, *at + 1, docs[i].id);
+      }
+      if (!positional && !docs.empty() && replicated_->give_up())
+        spdlog::warn("executor '{}': the run's documents carry no input positions: no progress is recorded",
+                     runtime().name);
+    }
+    if (positions.empty()) return write_request(docs);
+    std::vector<Document> rest;
+    for (const Document& d : docs)
+      if (!replicated_->contains(*progress_.position_of(d))) rest.push_back(d);
+    if (rest.empty()) return;  // committed before the run was resumed
+    next_progress_ = replicated_->record_with(positions);
+    try {
+      write_request(rest.size() == docs.size() ? docs : DocumentArray(std::move(rest)));
+    } catch (const std::exception& e) {
+      next_progress_.reset();
+      throw Error(
+          fmt::format("{} (flowline_progress keeps the documents before this request and the requests "
+                      "committed after it: `flowline run --resume` writes this one again)",
+                      e.what()));
+    }
+    next_progress_.reset();
+    replicated_->add(positions);
   }
 
   void write_in_order(const DocumentArray& docs) {
@@ -260,7 +304,8 @@ class PgVectorWriter : public Executor {
     const std::size_t held = progress_.skip(docs);
     if (held == docs.size()) return progress_.wrote(docs);
     const bool recorded = progress_.enabled() && gap_.may_record(docs);
-    if (recorded) next_progress_ = SinkPoint{progress_.point().documents + docs.size(), docs[docs.size() - 1].id, 0};
+    if (recorded)
+      next_progress_ = ProgressRecord{{progress_.point().documents + docs.size(), docs[docs.size() - 1].id, 0}, {}};
     try {
       if (held == 0) {
         write_request(docs);
@@ -385,7 +430,7 @@ class PgVectorWriter : public Executor {
       conn.copy_begin(fmt::format("COPY {} ({}) FROM STDIN (FORMAT BINARY)",
                                   upsert_ ? std::string("flowline_stage") : quote_name(table_), columns),
                       what);
-      bytes = encode(lane, docs, rows, embeddings, what);
+      bytes = send_copy_rows(lane, fields_, docs, rows, embeddings, what);
       conn.copy_end(what);
       if (upsert_) {
         std::string updates;
@@ -459,7 +504,9 @@ class PgVectorWriter : public Executor {
                fmt::format("deleting the rows of the request's committed parts from {}", table_),
                {{text_array_literal(ids)}});
     if (next_progress_)
-      for (std::size_t k : landed) table_progress_->record(conn, k, progress_.run_key(), progress_.point(), {});
+      for (std::size_t k : landed)
+        table_progress_->record(conn, k, progress_.run_key(),
+                                replicated_ ? replicated_->record() : ProgressRecord{progress_.point(), {}}, {});
     conn.exec("COMMIT", "undoing the request's committed parts");
   }
 
@@ -477,61 +524,6 @@ class PgVectorWriter : public Executor {
     std::string s;
     for (const auto& f : fields_) s += fmt::format("{}\"{}\"", s.empty() ? "" : ", ", f);
     return s;
-  }
-
-  // Sends the binary COPY stream of `rows` on `lane` in parts of about kPart bytes, each encoded in the lane's
-  // buffer while the server stores the part before. Returns the bytes sent.
-  std::size_t encode(Lane& lane, const DocumentArray& docs, std::span<const std::size_t> rows,
-                     const std::vector<at::Tensor>& embeddings, const std::string& what) const {
-    constexpr std::size_t kPart = std::size_t{256} << 10;
-    std::string& buffer = lane.buffer;
-    std::size_t sent = 0;
-    buffer.clear();
-    static constexpr char kHeader[] = "PGCOPY\n\377\r\n";  // 11 bytes with its NUL
-    buffer.append(kHeader, 11);
-    put32(buffer, 0);  // flags
-    put32(buffer, 0);  // header extension length
-    for (std::size_t i : rows) {
-      const Document& d = docs[i];
-      put16(buffer, static_cast<std::uint16_t>(fields_.size()));
-      for (const auto& f : fields_) {
-        if (f == "id") {
-          put_text(buffer, d.id);
-        } else if (f == "text") {
-          put_text(buffer, d.text);
-        } else if (f == "tags") {
-          const std::string json = boost::json::serialize(d.tags);
-          put32(buffer, static_cast<std::uint32_t>(json.size() + 1));
-          buffer.push_back('\1');  // jsonb's binary format: version 1, then the JSON text
-          buffer.append(json);
-        } else if (f == "embedding") {
-          // pgvector's vector_recv: int16 dimensions, int16 unused, then float4s, all big-endian.
-          const at::Tensor& e = embeddings[i];
-          const auto n = static_cast<std::size_t>(e.numel());
-          put32(buffer, static_cast<std::uint32_t>(4 + 4 * n));
-          put16(buffer, static_cast<std::uint16_t>(n));
-          put16(buffer, 0);
-          const std::size_t at = buffer.size();
-          buffer.resize(at + 4 * n);
-          const auto* src = e.data_ptr<float>();
-          char* out = buffer.data() + at;
-          for (std::size_t k = 0; k < n; ++k) {
-            const std::uint32_t bits = __builtin_bswap32(std::bit_cast<std::uint32_t>(src[k]));
-            std::memcpy(out + 4 * k, &bits, 4);
-          }
-        } else {
-          put_text(buffer, f == "mime_type" ? d.mime_type : f == "uri" ? d.uri : d.parent_id);
-        }
-      }
-      if (buffer.size() >= kPart) {
-        lane.conn->copy_put(buffer, what);
-        sent += buffer.size();
-        buffer.clear();
-      }
-    }
-    put16(buffer, 0xffff);  // trailer: -1
-    lane.conn->copy_put(buffer, what);
-    return sent + buffer.size();
   }
 
   void build_index(const std::string& method) {
@@ -564,7 +556,8 @@ class PgVectorWriter : public Executor {
 
   ConnectOptions options_;
   SinkProgress progress_{params(), runtime().name};
-  std::optional<SinkPoint> next_progress_;  // the point the request being written reaches
+  std::optional<ProgressRecord> next_progress_;     // what the request being written reaches, recorded with it
+  std::shared_ptr<ReplicatedProgress> replicated_;  // several replicas under flowline run: their common progress
   // A failed request that holds progress back.
   ProgressGap gap_{runtime().name, params().get<std::string>("on_conflict") == "update"};
   std::unique_ptr<Lanes> lanes_;                   // the connections; lane 0 also sets up, clears and indexes

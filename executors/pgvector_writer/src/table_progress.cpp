@@ -4,6 +4,7 @@
 
 #include "flowline/error.hpp"
 
+#include <boost/json.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -40,21 +41,33 @@ std::string text_array_literal(const std::vector<std::string_view>& values) {
   return s + "}";
 }
 
-TableProgress::TableProgress(std::string table, std::size_t parts, bool keeps_ids)
-    : table_(std::move(table)), parts_(parts), keeps_ids_(keeps_ids && parts > 1) {}
+TableProgress::TableProgress(std::string table, std::size_t parts, bool keeps_ids, std::size_t replicas,
+                             std::size_t replica)
+    : table_(std::move(table)),
+      parts_(parts),
+      keeps_ids_(keeps_ids && parts > 1),
+      replicas_(replicas),
+      replica_(replica) {}
 
-std::string TableProgress::key(std::size_t part) const {
+std::string TableProgress::key_of(std::size_t replica, std::size_t part) const {
+  if (replicas_ > 1) return fmt::format("{}#{}.{}", table_, replica, part);
   return part == 0 ? table_ : fmt::format("{}#{}", table_, part);
+}
+
+void TableProgress::create(PgConnection& conn) const {
+  std::string more;
+  if (parts_ > 1 || replicas_ > 1) more += "; ALTER TABLE flowline_progress ADD COLUMN IF NOT EXISTS part_ids text[]";
+  if (replicas_ > 1) more += "; ALTER TABLE flowline_progress ADD COLUMN IF NOT EXISTS ranges jsonb";
+  conn.exec(fmt::format("BEGIN; SELECT pg_advisory_xact_lock({}); CREATE TABLE IF NOT EXISTS flowline_progress "
+                        "(sink text PRIMARY KEY, run_key text NOT NULL, documents bigint NOT NULL, last_id text "
+                        "NOT NULL){}; COMMIT",
+                        kCreateLock, more),
+            "creating the table flowline_progress");
 }
 
 SinkPoint TableProgress::open(PgConnection& conn, const std::string& run_key, bool resuming,
                               const std::string& executor) {
-  conn.exec(fmt::format("BEGIN; SELECT pg_advisory_xact_lock({}); CREATE TABLE IF NOT EXISTS flowline_progress "
-                        "(sink text PRIMARY KEY, run_key text NOT NULL, documents bigint NOT NULL, last_id text "
-                        "NOT NULL){}; COMMIT",
-                        kCreateLock,
-                        parts_ > 1 ? "; ALTER TABLE flowline_progress ADD COLUMN IF NOT EXISTS part_ids text[]" : ""),
-            "creating the table flowline_progress");
+  create(conn);
   const pg::PgResult found =
       conn.query("SELECT sink, run_key, documents, last_id FROM flowline_progress WHERE split_part(sink, '#', 1) = $1",
                  "reading the run's progress", {PgParam{table_}});
@@ -62,7 +75,7 @@ SinkPoint TableProgress::open(PgConnection& conn, const std::string& run_key, bo
     conn.exec("BEGIN", "starting a transaction");
     conn.query("DELETE FROM flowline_progress WHERE split_part(sink, '#', 1) = $1",
                "clearing an earlier run's progress", {PgParam{table_}});
-    for (std::size_t k = 0; k < parts_ && !resuming; ++k) record(conn, k, run_key, {}, {});
+    for (std::size_t k = 0; k < parts_ && !resuming; ++k) record(conn, k, run_key, ProgressRecord{}, {});
     conn.exec("COMMIT", "recording the run's start");
     return {};
   }
@@ -135,23 +148,140 @@ SinkPoint TableProgress::open(PgConnection& conn, const std::string& run_key, bo
   return held;
 }
 
-void TableProgress::record(PgConnection& conn, std::size_t part, const std::string& run_key, const SinkPoint& point,
-                           const std::vector<std::string_view>& ids) const {
+void TableProgress::record(PgConnection& conn, std::size_t part, const std::string& run_key,
+                           const ProgressRecord& record, const std::vector<std::string_view>& ids) const {
+  upsert(conn, key(part), run_key, record, ids,
+         parts_ == 1 ? std::string("recording the run's progress")
+                     : fmt::format("recording the run's progress (part {} of {})", part + 1, parts_));
+}
+
+void TableProgress::upsert(PgConnection& conn, const std::string& key, const std::string& run_key,
+                           const ProgressRecord& record, const std::vector<std::string_view>& ids,
+                           const std::string& what) const {
   constexpr const char* kUpsert =
       "INSERT INTO flowline_progress (sink, run_key, documents, last_id{}) VALUES ($1, $2, $3, $4{}) ON CONFLICT "
       "(sink) DO UPDATE SET run_key = EXCLUDED.run_key, documents = EXCLUDED.documents, last_id = "
       "EXCLUDED.last_id{}";
-  std::vector<PgParam> params = {{key(part)}, {run_key}, {std::to_string(point.documents)}, {point.last_id}};
-  if (parts_ == 1) {  // as a writer of one connection always wrote it: a flowline_progress without part_ids works
-    conn.query(fmt::format(kUpsert, "", "", ""), "recording the run's progress", params);
+  std::vector<PgParam> params = {{key}, {run_key}, {std::to_string(record.point.documents)}, {record.point.last_id}};
+  if (parts_ == 1 && replicas_ == 1) {  // as a writer of one connection always wrote it: no part_ids needed
+    conn.query(fmt::format(kUpsert, "", "", ""), what, params);
     return;
   }
   PgParam listed;
   listed.null = !keeps_ids_;
   if (keeps_ids_) listed.value = text_array_literal(ids);
   params.push_back(std::move(listed));
-  conn.query(fmt::format(kUpsert, ", part_ids", ", $5::text[]", ", part_ids = EXCLUDED.part_ids"),
-             fmt::format("recording the run's progress (part {} of {})", part + 1, parts_), params);
+  if (replicas_ == 1) {
+    conn.query(fmt::format(kUpsert, ", part_ids", ", $5::text[]", ", part_ids = EXCLUDED.part_ids"), what, params);
+    return;
+  }
+  boost::json::array ranges;
+  for (const auto& [begin, range] : record.beyond.ranges())
+    ranges.push_back(boost::json::array{begin, range.end, boost::json::string(range.last_id)});
+  params.push_back({boost::json::serialize(ranges)});
+  conn.query(fmt::format(kUpsert, ", part_ids, ranges", ", $5::text[], $6::jsonb",
+                         ", part_ids = EXCLUDED.part_ids, ranges = EXCLUDED.ranges"),
+             what, params);
+}
+
+InputRanges TableProgress::open_replicated(PgConnection& conn, const std::string& run_key, bool resuming,
+                                           const std::string& executor) {
+  create(conn);
+  const pg::PgResult found = conn.query(
+      "SELECT sink, run_key, documents, last_id, coalesce(ranges::text, '[]') FROM flowline_progress WHERE "
+      "split_part(sink, '#', 1) = $1",
+      "reading the run's progress", {PgParam{table_}});
+  if (!resuming || found.rows() == 0) {
+    conn.exec("BEGIN", "starting a transaction");
+    conn.query("DELETE FROM flowline_progress WHERE split_part(sink, '#', 1) = $1",
+               "clearing an earlier run's progress", {PgParam{table_}});
+    for (std::size_t r = 0; r < replicas_ && !resuming; ++r)
+      for (std::size_t k = 0; k < parts_; ++k)
+        upsert(conn, key_of(r, k), run_key, ProgressRecord{}, {}, "recording the run's start");
+    conn.exec("COMMIT", "recording the run's start");
+    return {};
+  }
+  // Each row's committed set: its prefix and its ranges past it.
+  std::map<std::string, InputRanges> sets;
+  for (int i = 0; i < found.rows(); ++i) {
+    const std::string sink(found.value(i, 0));
+    if (found.value(i, 1) != run_key) {
+      throw Error(
+          fmt::format("executor '{}': table {} was filled by another run (a changed input, flow file, "
+                      "--set, endpoint or request size; flowline_progress): refused, nothing written",
+                      executor, table_));
+    }
+    InputRanges set;
+    try {
+      const std::uint64_t prefix = std::stoull(std::string(found.value(i, 2)));
+      set.add(0, prefix, std::string(found.value(i, 3)));
+      const boost::json::value ranges = boost::json::parse(found.value(i, 4));
+      for (const auto& item : ranges.as_array()) {
+        const auto& range = item.as_array();
+        set.add(range.at(0).to_number<std::uint64_t>(), range.at(1).to_number<std::uint64_t>(),
+                std::string(range.at(2).as_string()));
+      }
+    } catch (const std::exception& e) {
+      throw Error(fmt::format("executor '{}': flowline_progress's row '{}' is not a writer's progress ({}): refused",
+                              executor, sink, e.what()));
+    }
+    sets.emplace(sink, std::move(set));
+  }
+  std::vector<std::string> keys;
+  for (std::size_t r = 0; r < replicas_; ++r)
+    for (std::size_t k = 0; k < parts_; ++k) keys.push_back(key_of(r, k));
+  for (const auto& [sink, set] : sets) {
+    if (std::find(keys.begin(), keys.end(), sink) == keys.end()) {
+      throw Error(
+          fmt::format("executor '{}': flowline_progress holds the row '{}', which is no part of this writer's {} "
+                      "replicas of {} connection{}: refused, nothing written",
+                      executor, sink, replicas_, parts_, parts_ == 1 ? "" : "s"));
+    }
+  }
+  if (sets.size() != keys.size()) {
+    throw Error(
+        fmt::format("executor '{}': flowline_progress holds {} of the {} rows of table {}'s replicas and parts: "
+                    "refused, nothing written",
+                    executor, sets.size(), keys.size(), table_));
+  }
+  // A replica committed what all its parts' rows say; a row saying more holds a request that committed on
+  // some of the replica's connections only.
+  InputRanges committed;
+  std::vector<std::string> partial;
+  for (std::size_t r = 0; r < replicas_; ++r) {
+    InputRanges replica = sets.at(key_of(r, 0));
+    for (std::size_t k = 1; k < parts_; ++k) replica = replica.intersect(sets.at(key_of(r, k)));
+    for (std::size_t k = 0; k < parts_; ++k)
+      if (!(sets.at(key_of(r, k)) == replica)) partial.push_back(key_of(r, k));
+    committed.add(replica);
+  }
+  conn.exec("BEGIN", "starting a transaction");
+  std::uint64_t deleted = 0;
+  if (keeps_ids_ && !partial.empty()) {
+    std::vector<std::string_view> listed(partial.begin(), partial.end());
+    deleted = conn.query(fmt::format("DELETE FROM {} AS target USING flowline_progress AS progress WHERE "
+                                     "progress.sink = ANY($1::text[]) AND target.id = ANY(progress.part_ids)",
+                                     pg::quote_name(table_)),
+                         "removing the rows of a request that committed in part", {{text_array_literal(listed)}})
+                  .affected();
+  }
+  // Every row says the same from here: what the table holds.
+  const ProgressRecord held = ProgressRecord::of(committed);
+  for (const std::string& key : keys) upsert(conn, key, run_key, held, {}, "setting the run's progress");
+  conn.exec("COMMIT", "recording what the table holds");
+  if (!partial.empty()) {
+    spdlog::warn(
+        "executor '{}': {} row{} of flowline_progress held a request that committed on some of its "
+        "replica's connections only when the run stopped: {}",
+        executor, partial.size(), partial.size() == 1 ? "" : "s",
+        keeps_ids_ ? fmt::format("the {} rows it left were deleted, and it is written again", deleted)
+                   : std::string("it is written again (an upsert: its rows are replaced)"));
+  }
+  const std::size_t past = held.beyond.ranges().size();
+  spdlog::info("executor '{}': table {} holds the first {} input documents{}", executor, table_, held.point.documents,
+               past == 0 ? std::string()
+                         : fmt::format(" and {} range{} after them (not written again)", past, past == 1 ? "" : "s"));
+  return committed;
 }
 
 void TableProgress::clear(PgConnection& conn) const {

@@ -24,11 +24,21 @@
 // same values, and every later request follows in input order as before, so the last write of each id is the
 // same as an uninterrupted run's. The part rows are then set back to `lo`.
 //
+// A writer of R > 1 replicas (`replicas: R` under `flowline run`) keeps a row per replica and connection, sink
+// "T#r.k", whose documents/last_id are the input prefix committed and whose ranges (jsonb, [[begin, end, last
+// id], ...]) the ranges committed past it (replicated_progress.hpp says why): each request's part transactions
+// record everything the replicas had committed when it started plus the request. open_replicated() reads them
+// back: a replica's request committed where all its parts' rows say so (a request committed on some of its
+// connections only is repaired as above: a plain COPY's rows of it deleted by part_ids, an upsert's written
+// again); the union over replicas is what the table holds. The run resumes at its prefix, and the documents of
+// the ranges past it are skipped by the replicas, never written twice.
+//
 // Threads: a TableProgress belongs to one writer replica; record() runs on the thread of the part it records
 // (each on its own connection), the rest on the replica's thread. It holds no connection.
 #pragma once
 
 #include "flowline/pg/pg_connection.hpp"
+#include "replicated_progress.hpp"
 #include "flowline/resumable_sink.hpp"
 
 #include <cstddef>
@@ -43,29 +53,42 @@ namespace flowline::pgvector_writer {
 class TableProgress {
  public:
   // `table`: the writer's table; `parts`: its connections; `keeps_ids`: record each part's ids (a plain COPY
-  // over several connections: resume deletes the rows of a request's parts that committed alone).
-  TableProgress(std::string table, std::size_t parts, bool keeps_ids);
+  // over several connections: resume deletes the rows of a request's parts that committed alone); `replicas`:
+  // the writer's, `replica`: this one's.
+  TableProgress(std::string table, std::size_t parts, bool keeps_ids, std::size_t replicas = 1,
+                std::size_t replica = 0);
 
   // Creates flowline_progress when missing (and its part_ids column for several parts). Resuming: reads this
   // table's rows, refuses (throws flowline::Error naming `executor`) another run's or a set of parts not this
   // writer's, repairs a request that committed in part (above) and returns the point every part holds. Not
   // resuming: replaces the table's rows with rows at the start and returns the start.
   SinkPoint open(pg::PgConnection& conn, const std::string& run_key, bool resuming, const std::string& executor);
-  // In part `part`'s open transaction on `conn`: the request reaches `point`; `ids`: the part's rows' ids
-  // (read only when keeps_ids).
-  void record(pg::PgConnection& conn, std::size_t part, const std::string& run_key, const SinkPoint& point,
+  // The same for a writer of several replicas (called once, by the first replica: ReplicatedProgress): the
+  // positions every replica's parts committed, repaired first where a request committed in part. Not resuming:
+  // replaces the table's rows with rows at the start and returns nothing.
+  InputRanges open_replicated(pg::PgConnection& conn, const std::string& run_key, bool resuming,
+                              const std::string& executor);
+  // In part `part`'s open transaction on `conn`: the request reaches `record` (with several replicas, its
+  // ranges too); `ids`: the part's rows' ids (read only when keeps_ids).
+  void record(pg::PgConnection& conn, std::size_t part, const std::string& run_key, const ProgressRecord& record,
               const std::vector<std::string_view>& ids) const;
   // Deletes the table's rows (the run completed).
   void clear(pg::PgConnection& conn) const;
 
   bool keeps_ids() const noexcept { return keeps_ids_; }
-  // The sink key of part `part`: "T", "T#1", ...
-  std::string key(std::size_t part) const;
+  // The sink key of this replica's part `part`: "T", "T#1", ... (one replica); "T#0.0", "T#1.2", ... (several).
+  std::string key(std::size_t part) const { return key_of(replica_, part); }
 
  private:
+  std::string key_of(std::size_t replica, std::size_t part) const;
+  void create(pg::PgConnection& conn) const;
+  void upsert(pg::PgConnection& conn, const std::string& key, const std::string& run_key, const ProgressRecord& record,
+              const std::vector<std::string_view>& ids, const std::string& what) const;
+
   std::string table_;
   std::size_t parts_;
   bool keeps_ids_;
+  std::size_t replicas_, replica_;
 };
 
 // What a failed request does to the progress rows. They are an input prefix: a request that fails leaves its

@@ -33,7 +33,7 @@
 // error says so; a plain COPY's committed parts are deleted again). Documents pass on unchanged. Endpoints: any
 // (the default handler).
 //
-// Resuming (flowline/resumable_sink.hpp): under `flowline run` with one replica, each part's transaction also
+// Resuming (flowline/resumable_sink.hpp): under `flowline run`, each part's transaction also
 // upserts its row of flowline_progress (run key, input documents written, last id; src/table_progress.hpp); with
 // `resume: true` (flowline run --resume) the writer reads them back, refuses another run's, repairs a request
 // that a kill left committed on some connections only (a plain COPY's rows there deleted by id, an upsert's
@@ -42,7 +42,10 @@
 // them where they were (its error says so) until that request is written after all; once another request comes
 // instead, they stay there for the run, a warning says so, and with on_conflict: error the later requests are
 // refused (a --resume, which writes them again from there, would find their rows), so that `flowline run
-// --resume` completes the table.
+// --resume` completes the table. With several replicas (which commit requests in any order) each replica's parts
+// keep rows of their own holding the input prefix and the ranges committed past it (src/replicated_progress.hpp):
+// the first replica reads and repairs them for all, the run resumes at the prefix and the replicas skip the
+// documents of those ranges; a failed request is simply missing from them, and --resume writes it again.
 //
 // Index: `index: hnsw` or `ivfflat` builds that index on the embedding column (operator class from `metric`:
 // cosine, l2, ip) once the run completed, at close, by replica 0 (after loading: far faster than keeping an
