@@ -18,9 +18,10 @@
 //    calls wrote(docs) and, when sync_due(), makes what it wrote durable and records point() (a file sink:
 //    write_sink_manifest after fdatasync; a table: in the same transaction) and calls synced().
 //  - Positions count input documents, so a sink must see its documents in input order (or, with several
-//    replicas, keep the set of positions it wrote: position_of()). Replicas before it
-//    finish requests in any order: the sink first passes each batch through order(), which holds documents
-//    back until those before them came and hands them out in input order (a file is then written in input
+//    replicas, keep the set of positions it wrote: position_of(); such a sink sets ExecutorSpec::replicated_sink,
+//    publishes the same held() point from every replica, and the run then accepts replicas > 1 under --resume).
+//    Replicas before it finish requests in any order: the sink first passes each batch through order(), which holds
+//    documents back until those before them came and hands them out in input order (a file is then written in input
 //    order whatever the replicas). order() learns a document's input position from its id: a run whose ids
 //    are positional (kPositionalIdsParam: a lines, paragraphs or text input) names it in the id; a run whose
 //    documents keep their own ids (kInputPositionsParam: a jsonl input) posts each document's position on
