@@ -9,7 +9,9 @@ site-packages), on a Unix socket, with its default durability (fsync and synchro
 commit on). Per dtype: the encoder alone (no writer: the ceiling), then the whole flow into a fresh table; docs/s
 end to end from process start to exit, the table's row count and dimension checked, and what 20.6M chunks would
 take at that rate. --hnsw also times `index: hnsw` (built after loading) on the last table. --connections N
-sets the writer's connections (each request's rows split between N connections written at once).
+sets the writer's connections (each request's rows split between N connections written at once); --writers
+RxC[,RxC...] runs the flow once per writer setting instead, R writer replicas of C connections each (two requests
+in flight with R = 2; the writer keeps its resumable progress either way), each into a table of its own.
 
   python3 bench/seed3_pg.py --launcher build-gpu/src/flowline --tokenizer .device/model/all-MiniLM-L6-v2 \\
       --pginstall .device/pginstall.tar.xz --corpus .device/corpus --out $OUT
@@ -94,6 +96,8 @@ def main():
     parser.add_argument("--hnsw", action="store_true")
     parser.add_argument("--connections", type=int, default=None,
                         help="the writer's connections (db.connections; default: the flow's)")
+    parser.add_argument("--writers", default=None,
+                        help="writer settings to compare, RxC[,RxC...]: R replicas of C connections each")
     parser.add_argument("--work", default="/tmp/seed3-pg")
     parser.add_argument("--out", default=".")
     args = parser.parse_args()
@@ -115,10 +119,20 @@ def main():
     try:
         psql("CREATE EXTENSION IF NOT EXISTS vector")
         figures["pgvector"] = psql("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
-        base = [args.launcher, "run", str(ROOT / "flows/index-pg.yml"), "--input", str(work / "input"),
-                "--input-format", "paragraphs", "--progress", "never", "--set", f"encoder.model={model}"]
-        if args.connections:
-            base += ["--set", f"db.connections={args.connections}"]
+        shipped = (ROOT / "flows/index-pg.yml").read_text()
+        writers = [None]  # the flow as shipped (with --connections when given)
+        if args.writers:
+            writers = [tuple(int(n) for n in w.split("x")) for w in args.writers.split(",")]
+
+        def flow_of(writer):
+            if writer is None:
+                more = ["--set", f"db.connections={args.connections}"] if args.connections else []
+                return ROOT / "flows/index-pg.yml", more
+            replicas, connections = writer
+            path = work / f"index-pg-{replicas}x{connections}.yml"
+            path.write_text(shipped.replace("    uses: PgVectorWriter\n",
+                                            f"    uses: PgVectorWriter\n    replicas: {replicas}\n"))
+            return path, ["--set", f"db.connections={connections}"]
         for dtype in args.dtypes:
             alone = work / f"encoder-{dtype}.yml"
             alone.write_text(json.dumps({"jtype": "Flow", "with": {"request_size": 1024}, "executors": [{
@@ -128,27 +142,33 @@ def main():
                                       "--input-format", "paragraphs", "--progress", "never",
                                       "--stats-json", str(work / "alone.json")], env)
             documents = json.loads((work / "alone.json").read_text())["documents"]
-            table = f"passages_{dtype}"
-            last = dtype == args.dtypes[-1]
-            index = "hnsw" if args.hnsw and last else "none"
-            seconds, log = timed(base + ["--set", f"encoder.dtype={dtype}", "--set", f"db.uri={uri}", "--set",
-                                       f"db.table={table}", "--set", f"db.index={index}", "--set", "db.metric=ip",
-                                       "--stats-json", str(work / "flow.json")], env)
-            rows = int(psql(f"SELECT count(*) FROM {table}"))
-            dims = psql(f"SELECT DISTINCT vector_dims(embedding) FROM {table}")
-            run = {"dtype": dtype, "documents": documents, "encoder_alone_s": round(seconds_alone, 2),
-                   "encoder_alone_docs_per_s": round(documents / seconds_alone),
-                   "into_postgres_s": round(seconds, 2), "into_postgres_docs_per_s": round(rows / seconds),
-                   "rows": rows, "dimensions": dims, "index": index, "connections": args.connections or "default",
-                   "table_mb": round(int(psql(f"SELECT pg_total_relation_size('{table}')")) / 2**20),
-                   "seed3_hours_at_this_rate": round(SEED3_CHUNKS / (rows / seconds) / 3600, 2)}
-            built = re.search(r"index \(\w+\) of \S+ built in ([0-9.]+) s", log)
-            if built:  # the writer's own log line: the CREATE INDEX after loading, inside into_postgres_s
-                run["index_build_s"] = float(built.group(1))
-            if rows != documents or dims != "768":
-                run["error"] = f"the table holds {rows} rows of {dims} dimensions, not {documents} of 768"
-            figures["runs"].append(run)
-            print(json.dumps(run), flush=True)
+            for writer in writers:
+                flow, more = flow_of(writer)
+                base = [args.launcher, "run", str(flow), "--input", str(work / "input"), "--input-format",
+                        "paragraphs", "--progress", "never", "--set", f"encoder.model={model}", *more]
+                label = "default" if writer is None else f"{writer[0]}x{writer[1]}"
+                table = f"passages_{dtype}" + ("" if writer is None else f"_{writer[0]}x{writer[1]}")
+                last = dtype == args.dtypes[-1] and writer == writers[-1]
+                index = "hnsw" if args.hnsw and last else "none"
+                seconds, log = timed(base + ["--set", f"encoder.dtype={dtype}", "--set", f"db.uri={uri}", "--set",
+                                           f"db.table={table}", "--set", f"db.index={index}", "--set",
+                                           "db.metric=ip", "--stats-json", str(work / "flow.json")], env)
+                rows = int(psql(f"SELECT count(*) FROM {table}"))
+                dims = psql(f"SELECT DISTINCT vector_dims(embedding) FROM {table}")
+                run = {"dtype": dtype, "documents": documents, "encoder_alone_s": round(seconds_alone, 2),
+                       "encoder_alone_docs_per_s": round(documents / seconds_alone),
+                       "writer": label if writer else f"as shipped, connections {args.connections or 'default'}",
+                       "into_postgres_s": round(seconds, 2), "into_postgres_docs_per_s": round(rows / seconds),
+                       "rows": rows, "dimensions": dims, "index": index,
+                       "table_mb": round(int(psql(f"SELECT pg_total_relation_size('{table}')")) / 2**20),
+                       "seed3_hours_at_this_rate": round(SEED3_CHUNKS / (rows / seconds) / 3600, 2)}
+                built = re.search(r"index \(\w+\) of \S+ built in ([0-9.]+) s", log)
+                if built:  # the writer's own log line: the CREATE INDEX after loading, inside into_postgres_s
+                    run["index_build_s"] = float(built.group(1))
+                if rows != documents or dims != "768":
+                    run["error"] = f"the table holds {rows} rows of {dims} dimensions, not {documents} of 768"
+                figures["runs"].append(run)
+                print(json.dumps(run), flush=True)
     finally:
         stop()
     pathlib.Path(args.out, "seed3_pg.json").write_text(json.dumps(figures, indent=1) + "\n")
