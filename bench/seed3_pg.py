@@ -142,12 +142,13 @@ def main():
                                       "--input-format", "paragraphs", "--progress", "never",
                                       "--stats-json", str(work / "alone.json")], env)
             documents = json.loads((work / "alone.json").read_text())["documents"]
-            for writer in writers:
+            for round_, writer in enumerate(writers):
                 flow, more = flow_of(writer)
                 base = [args.launcher, "run", str(flow), "--input", str(work / "input"), "--input-format",
                         "paragraphs", "--progress", "never", "--set", f"encoder.model={model}", *more]
                 label = "default" if writer is None else f"{writer[0]}x{writer[1]}"
-                table = f"passages_{dtype}" + ("" if writer is None else f"_{writer[0]}x{writer[1]}")
+                # A table of its own per run (a setting given twice must not upsert over its first table).
+                table = f"passages_{dtype}" + ("" if writer is None else f"_{writer[0]}x{writer[1]}_{round_}")
                 last = dtype == args.dtypes[-1] and writer == writers[-1]
                 index = "hnsw" if args.hnsw and last else "none"
                 seconds, log = timed(base + ["--set", f"encoder.dtype={dtype}", "--set", f"db.uri={uri}", "--set",
