@@ -144,9 +144,9 @@ bool has_known_extension(const std::string& output) {
 }
 
 // --resume of a flow whose executors write: each must be a resumable sink of one replica (or a replicated sink,
-// ExecutorSpec::replicated_sink, of several in this process). Replicas before
-// a sink are fine: the sinks put documents back in input order themselves (SinkProgress::order, by positional
-// ids or, for a jsonl input, by the position board). Returns false after saying why.
+// ExecutorSpec::replicated_sink, of several in this process). Replicas before a sink are fine: the sinks put
+// documents back in input order themselves (SinkProgress::order, by positional ids or, for a jsonl input, by the
+// position board). Returns false after saying why.
 bool sinks_can_resume(const RunSetup& setup) {
   const auto is_sink = [&](const std::string& name) {
     return std::find(setup.sinks.begin(), setup.sinks.end(), name) != setup.sinks.end();

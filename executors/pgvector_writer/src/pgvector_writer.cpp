@@ -260,11 +260,12 @@ class PgVectorWriter : public Executor {
   void write_replicated(const DocumentArray& docs, const RequestInfo& request) {
     if (docs.empty()) return;
     InputRanges positions;
+    std::vector<std::uint64_t> at(docs.size());  // each document's input position
     if (!replicated_->gave_up()) {
       const bool positional = progress_.orders(request);
       for (std::size_t i = 0; positional && i < docs.size(); ++i) {
-        const std::optional<std::uint64_t> at = progress_.position_of(docs[i]);
-        if (!at) {
+        const std::optional<std::uint64_t> position = progress_.position_of(docs[i]);
+        if (!position) {
           if (replicated_->give_up())
             spdlog::warn(
                 "executor '{}': document '{}' has no input position: its replicas write as documents come from here "
@@ -274,18 +275,21 @@ class PgVectorWriter : public Executor {
           positions = {};
           break;
         }
-        positions.add(*at, *at + 1, docs[i].id);
+        at[i] = *position;
+        positions.add(at[i], at[i] + 1, docs[i].id);
       }
       if (!positional && !docs.empty() && replicated_->give_up())
         spdlog::warn("executor '{}': the run's documents carry no input positions: no progress is recorded",
                      runtime().name);
     }
     if (positions.empty()) return write_request(docs);
+    InputRanges committed = replicated_->committed();
     std::vector<Document> rest;
-    for (const Document& d : docs)
-      if (!replicated_->contains(*progress_.position_of(d))) rest.push_back(d);
+    for (std::size_t i = 0; i < docs.size(); ++i)
+      if (!committed.contains(at[i])) rest.push_back(docs[i]);
     if (rest.empty()) return;  // committed before the run was resumed
-    next_progress_ = replicated_->record_with(positions);
+    committed.add(positions);  // what the table holds once this request committed
+    next_progress_ = ProgressRecord::of(committed);
     try {
       write_request(rest.size() == docs.size() ? docs : DocumentArray(std::move(rest)));
     } catch (const std::exception& e) {

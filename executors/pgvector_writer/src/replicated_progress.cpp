@@ -84,20 +84,9 @@ InputRanges ReplicatedProgress::committed() const {
   return committed_;
 }
 
-ProgressRecord ReplicatedProgress::record_with(const InputRanges& request) const {
-  InputRanges all = committed();
-  all.add(request);
-  return ProgressRecord::of(all);
-}
-
 void ReplicatedProgress::add(const InputRanges& request) {
   std::lock_guard lock(mutex_);
   committed_.add(request);
-}
-
-bool ReplicatedProgress::contains(std::uint64_t position) const {
-  std::lock_guard lock(mutex_);
-  return committed_.contains(position);
 }
 
 bool ReplicatedProgress::give_up() {

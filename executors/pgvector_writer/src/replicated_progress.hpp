@@ -68,14 +68,11 @@ struct ProgressRecord {
 class ReplicatedProgress {
  public:
   explicit ReplicatedProgress(InputRanges committed) : committed_(std::move(committed)) {}
-  // What is committed (a copy).
+  // What is committed (a copy: a request's record is this with the request added).
   InputRanges committed() const;
-  // The record of a request of positions `request` that is about to commit: the committed set with it.
-  ProgressRecord record_with(const InputRanges& request) const;
   ProgressRecord record() const { return ProgressRecord::of(committed()); }
   // Request `request` committed on every part.
   void add(const InputRanges& request);
-  bool contains(std::uint64_t position) const;
   // Stops recording for every replica (a document without an input position); true for the first caller.
   bool give_up();
   bool gave_up() const;

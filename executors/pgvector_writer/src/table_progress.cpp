@@ -65,6 +65,16 @@ void TableProgress::create(PgConnection& conn) const {
             "creating the table flowline_progress");
 }
 
+void TableProgress::start_rows(PgConnection& conn, const std::string& run_key, bool resuming) const {
+  conn.exec("BEGIN", "starting a transaction");
+  conn.query("DELETE FROM flowline_progress WHERE split_part(sink, '#', 1) = $1", "clearing an earlier run's progress",
+             {PgParam{table_}});
+  for (std::size_t r = 0; r < replicas_ && !resuming; ++r)
+    for (std::size_t k = 0; k < parts_; ++k)
+      upsert(conn, key_of(r, k), run_key, ProgressRecord{}, {}, "recording the run's start");
+  conn.exec("COMMIT", "recording the run's start");
+}
+
 SinkPoint TableProgress::open(PgConnection& conn, const std::string& run_key, bool resuming,
                               const std::string& executor) {
   create(conn);
@@ -72,11 +82,7 @@ SinkPoint TableProgress::open(PgConnection& conn, const std::string& run_key, bo
       conn.query("SELECT sink, run_key, documents, last_id FROM flowline_progress WHERE split_part(sink, '#', 1) = $1",
                  "reading the run's progress", {PgParam{table_}});
   if (!resuming || found.rows() == 0) {
-    conn.exec("BEGIN", "starting a transaction");
-    conn.query("DELETE FROM flowline_progress WHERE split_part(sink, '#', 1) = $1",
-               "clearing an earlier run's progress", {PgParam{table_}});
-    for (std::size_t k = 0; k < parts_ && !resuming; ++k) record(conn, k, run_key, ProgressRecord{}, {});
-    conn.exec("COMMIT", "recording the run's start");
+    start_rows(conn, run_key, resuming);
     return {};
   }
   std::map<std::size_t, PartRow> rows;
@@ -192,13 +198,7 @@ InputRanges TableProgress::open_replicated(PgConnection& conn, const std::string
       "split_part(sink, '#', 1) = $1",
       "reading the run's progress", {PgParam{table_}});
   if (!resuming || found.rows() == 0) {
-    conn.exec("BEGIN", "starting a transaction");
-    conn.query("DELETE FROM flowline_progress WHERE split_part(sink, '#', 1) = $1",
-               "clearing an earlier run's progress", {PgParam{table_}});
-    for (std::size_t r = 0; r < replicas_ && !resuming; ++r)
-      for (std::size_t k = 0; k < parts_; ++k)
-        upsert(conn, key_of(r, k), run_key, ProgressRecord{}, {}, "recording the run's start");
-    conn.exec("COMMIT", "recording the run's start");
+    start_rows(conn, run_key, resuming);
     return {};
   }
   // Each row's committed set: its prefix and its ranges past it.

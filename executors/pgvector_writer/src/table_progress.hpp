@@ -82,6 +82,8 @@ class TableProgress {
  private:
   std::string key_of(std::size_t replica, std::size_t part) const;
   void create(pg::PgConnection& conn) const;
+  // Replaces the table's rows with rows at the start (none when `resuming`: a resume that found nothing).
+  void start_rows(pg::PgConnection& conn, const std::string& run_key, bool resuming) const;
   void upsert(pg::PgConnection& conn, const std::string& key, const std::string& run_key, const ProgressRecord& record,
               const std::vector<std::string_view>& ids, const std::string& what) const;
 
