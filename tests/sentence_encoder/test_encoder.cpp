@@ -302,6 +302,31 @@ TEST_CASE("on the GPU batch_size auto calibrates against free memory and NVML ag
   CHECK(d.startup_peak_allocated_bytes >= d.load_bytes);
 }
 
+TEST_CASE("replicas on one GPU take one calibration's batch size, warm up together and encode as one replica does",
+          "[encoder][model][gpu]") {
+  if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
+  const auto texts = read_texts(kData / "goldens/embedding_texts.jsonl");
+  const at::Tensor alone = encode_alone(kModel, texts, {{"dtype", "fp16"}, {"batch_size", 64}}, "cuda");
+  Flow flow(FlowOptions{.request_size = 100}, encoder_registry());
+  flow.add({.name = "encoder",
+            .uses = "SentenceEncoder",
+            .with = {{"model", kModel.string()}, {"dtype", "fp16"}, {"batch_size", "auto"}, {"memory_fraction", 0.5}},
+            .replicas = 4,
+            .device = "cuda"});
+  DocumentArray docs;
+  for (const auto& t : texts) docs.push_back(Document(t));
+  const at::Tensor together = flow.post("/encode", std::move(docs)).embeddings();
+  const FlowStats stats = flow.stats();
+  REQUIRE(stats.replicas.size() == 4);
+  const double batch_size = stats.replicas[0].metrics.at("batch_size");
+  CHECK(batch_size > 64);
+  for (const auto& r : stats.replicas) {
+    CHECK(r.metrics.at("batch_size") == batch_size);  // one budget for the four, measured once
+    CHECK(r.metrics.at("calibrated_bytes_per_token") == stats.replicas[0].metrics.at("calibrated_bytes_per_token"));
+  }
+  CHECK(row_cosines(together, alone).min().item<double>() >= 0.9999);
+}
+
 TEST_CASE("all-MiniLM-L6-v2 on the GPU in fp16 and bf16 stays within the cosine bounds", "[encoder][model][gpu]") {
   if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
   const auto texts = read_texts(kData / "goldens/embedding_texts.jsonl");

@@ -22,9 +22,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <numeric>
 #include <optional>
+#include <set>
+#include <shared_mutex>
 
 namespace flowline::sentence_encoder {
 namespace {
@@ -94,7 +97,8 @@ class SentenceEncoder : public Executor {
              .min(0),
          ParamSpec::optional(
              "warmup", ParamType::Bool, true,
-             "run a few batches at start so the first requests do not pay for CUDA and allocator set-up")},
+             "run a few batches at start so the first requests do not pay for CUDA and allocator set-up "
+             "(full-size passes by one replica per GPU, a small one by each other)")},
         {"/encode"},
     };
     // replicas: auto. Several replicas overlap one's tokenizing and launching with another's GPU work. On
@@ -138,6 +142,9 @@ class SentenceEncoder : public Executor {
                    ? shared_per_device<models::EmbeddingModel>(model, device_, dtype_, load)
                    : load();
     if (device_.is_cuda()) {
+      start_up_ = runtime().group
+                      ? runtime().group->shared<DeviceStartUp>([] { return std::make_shared<DeviceStartUp>(); })
+                      : std::make_shared<DeviceStartUp>();
       stream_ = replica_stream(device_);
       index_staging_ = HostStaging(/*pinned=*/true);
       output_staging_ = HostStaging(/*pinned=*/true);
@@ -196,12 +203,30 @@ class SentenceEncoder : public Executor {
     bind_default(&SentenceEncoder::encode);
   }
 
-  // Serialises calibration and warm-up across the replicas of the process: the allocator's peak
-  // statistics are per device, not per replica.
-  static std::mutex& start_up_mutex() {
-    static std::mutex mutex;
+  // Start-up work of every SentenceEncoder replica in the process: a calibration (it reads the device's
+  // allocator peaks, per device and not per replica, and empties the allocator's cache) and a CUDA graph
+  // capture hold it alone; warm-up passes hold it shared, so replicas warm up side by side, each on its
+  // own stream, and never while a calibration measures.
+  static std::shared_mutex& start_up_mutex() {
+    static std::shared_mutex mutex;
     return mutex;
   }
+
+  // What this executor's replicas on each device do once for all of them, shared through their
+  // ReplicaGroup: the batch sizes that 'auto' chose, measured by the first replica to get there (the budget
+  // is theirs together: memory_fraction of the memory free at start, over replicas_on_device), and the
+  // full-size warm-up passes, which load the kernels and library workspaces of the process for every
+  // replica (the others run a small pass on their own stream, then their request warm-up).
+  struct DeviceStartUp {
+    struct Chosen {
+      models::PassBudget budget;
+      models::Calibration calibration;
+      int replica = 0;  // the replica that measured it
+    };
+    std::mutex mutex;  // held while the first replica on a device calibrates: the others wait for it
+    std::map<std::string, Chosen> budgets;  // by device
+    std::set<std::string> warmed;           // devices where a replica has run the full-size warm-up passes
+  };
 
   // A size parameter: its value, or nullopt for "auto".
   std::optional<std::size_t> size_or_auto(const char* name) const {
@@ -222,7 +247,17 @@ class SentenceEncoder : public Executor {
           runtime().name, runtime().replica, planner_.budget().max_sequences, planner_.budget().max_tokens);
       return;
     }
-    std::lock_guard lock(start_up_mutex());
+    std::lock_guard hold(start_up_->mutex);
+    if (const auto found = start_up_->budgets.find(device_.str()); found != start_up_->budgets.end()) {
+      const DeviceStartUp::Chosen& chosen = found->second;
+      planner_.set_budget(chosen.budget);
+      spdlog::info("executor '{}' replica {}: batch_size {}{}, max_batch_tokens {}{}, as replica {} calibrated",
+                   runtime().name, runtime().replica, chosen.budget.max_sequences, auto_batch ? " (auto)" : "",
+                   chosen.budget.max_tokens, auto_tokens ? " (auto)" : "", chosen.replica);
+      report_budget(chosen.calibration);
+      return;
+    }
+    std::unique_lock lock(start_up_mutex());
     c10::InferenceMode guard;
     std::optional<c10::StreamGuard> on_stream;
     if (stream_) on_stream.emplace(*stream_);
@@ -245,9 +280,14 @@ class SentenceEncoder : public Executor {
         memory_fraction_ * 100, c.free_bytes / double(1 << 20),
         runtime().replicas_on_device > 1 ? fmt::format(", shared by {} replicas", runtime().replicas_on_device) : "",
         budget.max_sequences, auto_batch ? " (auto)" : "", budget.max_tokens, auto_tokens ? " (auto)" : "");
+    start_up_->budgets.emplace(device_.str(), DeviceStartUp::Chosen{budget, c, runtime().replica});
+    report_budget(c);
+  }
+
+  void report_budget(const models::Calibration& c) {
     metrics().set("calibrated_bytes_per_token", c.bytes_per_token);
-    metrics().set("batch_size", static_cast<double>(budget.max_sequences));
-    metrics().set("max_batch_tokens", static_cast<double>(budget.max_tokens));
+    metrics().set("batch_size", static_cast<double>(planner_.budget().max_sequences));
+    metrics().set("max_batch_tokens", static_cast<double>(planner_.budget().max_tokens));
   }
 
   // CUDA graphs for passes of up to `max_tokens` tokens, where the encoder's attention allows them (a GPU
@@ -270,17 +310,25 @@ class SentenceEncoder : public Executor {
   }
 
   // Forward passes over dummy sequences of the sizes real batches will have, so CUDA context, cuBLAS and
-  // attention kernels and the caching allocator are ready before the first request. On the CPU only a
-  // tiny batch (the cost there is compute, not set-up).
+  // attention kernels and the caching allocator are ready before the first request: run by the first of
+  // this executor's replicas on each GPU (the kernels are the process's; on an H200, eight replicas each
+  // running them took 2.5 s of every start), a tiny pass by the others and on the CPU (the cost there is
+  // compute, not set-up). Then each replica's CUDA graphs and one request through encode(). Replicas warm
+  // up side by side (start_up_mutex() shared), except for the graph capture.
   void warm_up() {
-    // One replica at a time, so a calibration never sees another replica's warm-up in the peaks.
-    std::lock_guard lock(start_up_mutex());
+    bool first_on_device = false;
+    if (device_.is_cuda()) {
+      // Before start_up_mutex(): choose_batch_sizes() takes the two the other way round.
+      std::lock_guard hold(start_up_->mutex);
+      first_on_device = start_up_->warmed.insert(device_.str()).second;
+    }
+    std::shared_lock passes_lock(start_up_mutex());
     c10::InferenceMode guard;
     std::optional<c10::StreamGuard> on_stream;
     if (stream_) on_stream.emplace(*stream_);
     std::vector<std::pair<std::size_t, std::size_t>> shapes;  // (sequences, length)
     const models::PassBudget& budget = planner_.budget();
-    if (device_.is_cuda()) {
+    if (first_on_device) {
       for (std::size_t len : {max_seq_length_, std::size_t{128}, std::size_t{64}, std::size_t{16}}) {
         const std::size_t length = std::min(len, max_seq_length_);
         std::size_t count = budget.max_sequences;
@@ -288,7 +336,7 @@ class SentenceEncoder : public Executor {
         shapes.emplace_back(count, length);
       }
     } else {
-      shapes.emplace_back(2, 16);
+      shapes.emplace_back(2, 16);  // the CPU, or a replica whose device another replica warmed up
     }
     for (auto [count, length] : shapes) {
       count = std::max<std::size_t>(1, std::min(count, kMaxWarmupTokens / length));  // auto sizes can be huge
@@ -297,6 +345,8 @@ class SentenceEncoder : public Executor {
       encoder_->encode(models::PackedBatch{ids, lengths}).to(at::kCPU);
     }
     if (graphs_) {
+      passes_lock.unlock();
+      std::unique_lock capture_lock(start_up_mutex());
       graphs_->capture_all();
       stream_->synchronize();
       spdlog::info(
@@ -306,6 +356,7 @@ class SentenceEncoder : public Executor {
       metrics().set("cuda_graphs", static_cast<double>(graphs_->graph_count()));
     }
     if (device_.is_cuda()) {
+      if (!passes_lock.owns_lock()) passes_lock.lock();
       // One request of the flow's size through encode() itself (not counted in the metrics): its pinned
       // buffers get pinned now (milliseconds under a driver-wide lock) and the kernels only it uses get
       // loaded (CUDA loads modules lazily), so the first real request pays for neither.
@@ -518,6 +569,7 @@ class SentenceEncoder : public Executor {
   bool keep_on_device_ = false;
   std::size_t tokenizer_threads_ = 1;
   std::optional<c10::Stream> stream_;
+  std::shared_ptr<DeviceStartUp> start_up_;  // kept while the replica lives: ReplicaGroup holds it weakly
   static constexpr std::size_t kMaxWarmupTokens = 1 << 17;
   std::size_t max_seq_length_ = 0;
   models::PassPlanner planner_;  // the budget (batch_size, max_batch_tokens) and this request's passes
