@@ -473,8 +473,18 @@ def a_table_killed_five_times_and_resumed_equals_an_uninterrupted_runs(r, rng, c
         want, got = pg.rows(dump.format("reference")), pg.rows(dump.format("killed"))
         check(len(want) == documents, f"the reference table holds {len(want)} rows, the input {documents} documents")
         check(want == got, f"the resumed table differs from the uninterrupted run's ({len(got)} rows, {len(want)})")
-        check(pg.rows("SELECT count(*) FROM flowline_progress WHERE split_part(sink, '#', 1) = 'killed'") == ["0"],
-              "the progress rows stayed after the run completed")
+        check(pg.rows("SELECT string_agg(sink || ' ' || documents || ' ' || complete, '; ') FROM flowline_progress "
+                      "WHERE split_part(sink, '#', 1) = 'killed'") == [f"killed {documents} true"],
+              "the completed run's progress rows are not one row saying it completed")
+        # A --resume of the completed run (a job restarted after its end) writes nothing and exits 0, as for a
+        # complete file: with on_conflict: error, writing again would fail on every row.
+        done = subprocess.run(argv("killed", "--resume", "--stats-json", stats), capture_output=True, text=True,
+                              timeout=DEADLINE, cwd=r.scratch)
+        check(done.returncode == 0, f"a --resume of the completed run failed ({done.returncode}): {done.stderr}")
+        again = json.loads(read(stats))
+        check(again["resume"]["skipped_documents"] == documents and again["resume"]["left_documents"] == 0,
+              f"a --resume of the completed run did not skip everything: {again['resume']}")
+        check(pg.rows(dump.format("killed")) == want, "a --resume of the completed run changed the table")
         print(f"pg, {replicas} replica(s) of {connections} connection(s), on_conflict {on_conflict}: {kills} kills, "
               f"then {len(got)} rows equal "
               f"to the uninterrupted run's ({resume})")

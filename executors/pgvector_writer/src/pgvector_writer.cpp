@@ -115,10 +115,20 @@ class PgVectorWriter : public Executor {
   }
 
   void close() override {
+    // The run completed: one row says so (a later --resume writes nothing), written by the last replica to
+    // close, once every request of every replica is in.
     if (progress_.enabled() && run_outcome() == RunOutcome::Complete) {
-      if (!replicated_)
+      if (!replicated_) {
         if (const DocumentArray rest = progress_.release_held_back(); !rest.empty()) write_in_order(rest);
-      table_progress_->clear(lanes_->live(0));  // every replica: the same rows, gone once
+        table_progress_->complete(conn(), progress_.run_key(), progress_.point());
+      } else if (replicated_->last_to_close(static_cast<std::size_t>(runtime().replicas))) {
+        const InputRanges all = replicated_->committed();
+        const bool prefix_only = all.empty() || (all.ranges().size() == 1 && all.prefix() > 0);
+        if (replicated_->gave_up() || !prefix_only)
+          table_progress_->clear(conn());  // no input positions throughout: what the table holds is unknown
+        else
+          table_progress_->complete(conn(), progress_.run_key(), {all.prefix(), all.prefix_last_id(), 0});
+      }
     }
     const std::string method = params().get<std::string>("index");
     if (run_outcome() != RunOutcome::Complete || method == "none" || runtime().replica != 0 || !table_exists_) return;

@@ -99,4 +99,9 @@ bool ReplicatedProgress::gave_up() const {
   return gave_up_;
 }
 
+bool ReplicatedProgress::last_to_close(std::size_t replicas) {
+  std::lock_guard lock(mutex_);
+  return ++closed_ == replicas;
+}
+
 }  // namespace flowline::pgvector_writer

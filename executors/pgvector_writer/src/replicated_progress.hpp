@@ -17,6 +17,7 @@
 
 #include "flowline/resumable_sink.hpp"
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -76,11 +77,14 @@ class ReplicatedProgress {
   // Stops recording for every replica (a document without an input position); true for the first caller.
   bool give_up();
   bool gave_up() const;
+  // A replica's close(): true for the last of the `replicas` (every request of every replica written by then).
+  bool last_to_close(std::size_t replicas);
 
  private:
   mutable std::mutex mutex_;
   InputRanges committed_;
   bool gave_up_ = false;
+  std::size_t closed_ = 0;
 };
 
 }  // namespace flowline::pgvector_writer

@@ -60,7 +60,8 @@ void TableProgress::create(PgConnection& conn) const {
   if (replicas_ > 1) more += "; ALTER TABLE flowline_progress ADD COLUMN IF NOT EXISTS ranges jsonb";
   conn.exec(fmt::format("BEGIN; SELECT pg_advisory_xact_lock({}); CREATE TABLE IF NOT EXISTS flowline_progress "
                         "(sink text PRIMARY KEY, run_key text NOT NULL, documents bigint NOT NULL, last_id text "
-                        "NOT NULL){}; COMMIT",
+                        "NOT NULL); ALTER TABLE flowline_progress ADD COLUMN IF NOT EXISTS complete boolean NOT NULL "
+                        "DEFAULT false{}; COMMIT",
                         kCreateLock, more),
             "creating the table flowline_progress");
 }
@@ -75,9 +76,32 @@ void TableProgress::start_rows(PgConnection& conn, const std::string& run_key, b
   conn.exec("COMMIT", "recording the run's start");
 }
 
+std::optional<SinkPoint> TableProgress::completed(PgConnection& conn, const std::string& run_key,
+                                                 const std::string& executor) const {
+  const pg::PgResult found =
+      conn.query("SELECT run_key, documents, last_id FROM flowline_progress WHERE sink = $1 AND complete",
+                 "reading the run's progress", {PgParam{table_}});
+  if (found.rows() == 0) return std::nullopt;
+  if (found.value(0, 0) != run_key) throw another_run(executor);
+  const SinkPoint point{std::stoull(std::string(found.value(0, 1))), std::string(found.value(0, 2)), 0};
+  spdlog::info("executor '{}': table {} holds the {} input documents of this run, which completed: none is written "
+               "again",
+               executor, table_, point.documents);
+  return point;
+}
+
+Error TableProgress::another_run(const std::string& executor) const {
+  return Error(
+      fmt::format("executor '{}': table {} was filled by another run (a changed input, flow file, --set, endpoint "
+                  "or request size; flowline_progress): refused, nothing written",
+                  executor, table_));
+}
+
 SinkPoint TableProgress::open(PgConnection& conn, const std::string& run_key, bool resuming,
                               const std::string& executor) {
   create(conn);
+  if (resuming)
+    if (auto done = completed(conn, run_key, executor)) return *done;
   const pg::PgResult found =
       conn.query("SELECT sink, run_key, documents, last_id FROM flowline_progress WHERE split_part(sink, '#', 1) = $1",
                  "reading the run's progress", {PgParam{table_}});
@@ -91,12 +115,7 @@ SinkPoint TableProgress::open(PgConnection& conn, const std::string& run_key, bo
     std::size_t part = parts_;
     for (std::size_t k = 0; k < parts_; ++k)
       if (sink == key(k)) part = k;
-    if (found.value(r, 1) != run_key) {
-      throw Error(
-          fmt::format("executor '{}': table {} was filled by another run (a changed input, flow file, "
-                      "--set, endpoint or request size; flowline_progress): refused, nothing written",
-                      executor, table_));
-    }
+    if (found.value(r, 1) != run_key) throw another_run(executor);
     if (part == parts_) {
       throw Error(
           fmt::format("executor '{}': flowline_progress holds the row '{}', which is no part of this "
@@ -193,6 +212,13 @@ void TableProgress::upsert(PgConnection& conn, const std::string& key, const std
 InputRanges TableProgress::open_replicated(PgConnection& conn, const std::string& run_key, bool resuming,
                                            const std::string& executor) {
   create(conn);
+  if (resuming) {
+    if (auto done = completed(conn, run_key, executor)) {
+      InputRanges all;
+      if (done->documents > 0) all.add(0, done->documents, done->last_id);
+      return all;
+    }
+  }
   const pg::PgResult found = conn.query(
       "SELECT sink, run_key, documents, last_id, coalesce(ranges::text, '[]') FROM flowline_progress WHERE "
       "split_part(sink, '#', 1) = $1",
@@ -205,12 +231,7 @@ InputRanges TableProgress::open_replicated(PgConnection& conn, const std::string
   std::map<std::string, InputRanges> sets;
   for (int i = 0; i < found.rows(); ++i) {
     const std::string sink(found.value(i, 0));
-    if (found.value(i, 1) != run_key) {
-      throw Error(
-          fmt::format("executor '{}': table {} was filled by another run (a changed input, flow file, "
-                      "--set, endpoint or request size; flowline_progress): refused, nothing written",
-                      executor, table_));
-    }
+    if (found.value(i, 1) != run_key) throw another_run(executor);
     InputRanges set;
     try {
       const std::uint64_t prefix = std::stoull(std::string(found.value(i, 2)));
@@ -282,6 +303,16 @@ InputRanges TableProgress::open_replicated(PgConnection& conn, const std::string
                past == 0 ? std::string()
                          : fmt::format(" and {} range{} after them (not written again)", past, past == 1 ? "" : "s"));
   return committed;
+}
+
+void TableProgress::complete(PgConnection& conn, const std::string& run_key, const SinkPoint& point) const {
+  conn.exec("BEGIN", "starting a transaction");
+  clear(conn);
+  conn.query("INSERT INTO flowline_progress (sink, run_key, documents, last_id, complete) VALUES ($1, $2, $3, $4, "
+             "true)",
+             "recording that the run completed",
+             {PgParam{table_}, PgParam{run_key}, PgParam{std::to_string(point.documents)}, PgParam{point.last_id}});
+  conn.exec("COMMIT", "recording that the run completed");
 }
 
 void TableProgress::clear(PgConnection& conn) const {

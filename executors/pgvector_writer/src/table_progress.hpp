@@ -1,8 +1,8 @@
 // table_progress.hpp — the PgVectorWriter's progress rows in flowline_progress, what `flowline run --resume`
 // reads back (a resumable sink's record, flowline/resumable_sink.hpp), for a writer of one or several connections.
 //
-// The table: flowline_progress (sink text PRIMARY KEY, run_key text, documents bigint, last_id text, part_ids
-// text[]). A writer of N connections (`connections: N`) splits each request's rows into N parts, one transaction
+// The table: flowline_progress (sink text PRIMARY KEY, run_key text, documents bigint, last_id text, complete
+// boolean, part_ids text[], ranges jsonb). Once a run completes, its table has one row, "T" with complete: true. A writer of N connections (`connections: N`) splits each request's rows into N parts, one transaction
 // per connection, and each part's transaction upserts its own row, committed with the part's rows or not at all:
 // sink "T" for part 0 (the only row of a writer with one connection, as before), "T#k" for part k (a table name
 // holds no '#'); documents and last_id: the point the whole request reaches (input documents written, the last
@@ -37,6 +37,7 @@
 // (each on its own connection), the rest on the replica's thread. It holds no connection.
 #pragma once
 
+#include "flowline/error.hpp"
 #include "flowline/pg/pg_connection.hpp"
 #include "replicated_progress.hpp"
 #include "flowline/resumable_sink.hpp"
@@ -72,7 +73,11 @@ class TableProgress {
   // ranges too); `ids`: the part's rows' ids (read only when keeps_ids).
   void record(pg::PgConnection& conn, std::size_t part, const std::string& run_key, const ProgressRecord& record,
               const std::vector<std::string_view>& ids) const;
-  // Deletes the table's rows (the run completed).
+  // The run completed: the table's rows replaced, in one transaction, by one row saying so (sink "T",
+  // complete: true) and how far the input went (`point`: all of it). open() and open_replicated() of a --resume
+  // of the same run then return that point, so the run writes nothing and ends as a complete file's does.
+  void complete(pg::PgConnection& conn, const std::string& run_key, const SinkPoint& point) const;
+  // Deletes the table's rows (a run that completed without knowing its input positions throughout).
   void clear(pg::PgConnection& conn) const;
 
   bool keeps_ids() const noexcept { return keeps_ids_; }
@@ -82,6 +87,11 @@ class TableProgress {
  private:
   std::string key_of(std::size_t replica, std::size_t part) const;
   void create(pg::PgConnection& conn) const;
+  // The refusal of rows another run left (a changed input, flow, ...).
+  Error another_run(const std::string& executor) const;
+  // Resuming: the point of this run's complete row, if the table has one (another run's is refused).
+  std::optional<SinkPoint> completed(pg::PgConnection& conn, const std::string& run_key,
+                                     const std::string& executor) const;
   // Replaces the table's rows with rows at the start (none when `resuming`: a resume that found nothing).
   void start_rows(pg::PgConnection& conn, const std::string& run_key, bool resuming) const;
   void upsert(pg::PgConnection& conn, const std::string& key, const std::string& run_key, const ProgressRecord& record,
