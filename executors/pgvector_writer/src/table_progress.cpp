@@ -77,16 +77,17 @@ void TableProgress::start_rows(PgConnection& conn, const std::string& run_key, b
 }
 
 std::optional<SinkPoint> TableProgress::completed(PgConnection& conn, const std::string& run_key,
-                                                 const std::string& executor) const {
+                                                  const std::string& executor) const {
   const pg::PgResult found =
       conn.query("SELECT run_key, documents, last_id FROM flowline_progress WHERE sink = $1 AND complete",
                  "reading the run's progress", {PgParam{table_}});
   if (found.rows() == 0) return std::nullopt;
   if (found.value(0, 0) != run_key) throw another_run(executor);
   const SinkPoint point{std::stoull(std::string(found.value(0, 1))), std::string(found.value(0, 2)), 0};
-  spdlog::info("executor '{}': table {} holds the {} input documents of this run, which completed: none is written "
-               "again",
-               executor, table_, point.documents);
+  spdlog::info(
+      "executor '{}': table {} holds the {} input documents of this run, which completed: none is written "
+      "again",
+      executor, table_, point.documents);
   return point;
 }
 
@@ -308,10 +309,11 @@ InputRanges TableProgress::open_replicated(PgConnection& conn, const std::string
 void TableProgress::complete(PgConnection& conn, const std::string& run_key, const SinkPoint& point) const {
   conn.exec("BEGIN", "starting a transaction");
   clear(conn);
-  conn.query("INSERT INTO flowline_progress (sink, run_key, documents, last_id, complete) VALUES ($1, $2, $3, $4, "
-             "true)",
-             "recording that the run completed",
-             {PgParam{table_}, PgParam{run_key}, PgParam{std::to_string(point.documents)}, PgParam{point.last_id}});
+  conn.query(
+      "INSERT INTO flowline_progress (sink, run_key, documents, last_id, complete) VALUES ($1, $2, $3, $4, "
+      "true)",
+      "recording that the run completed",
+      {PgParam{table_}, PgParam{run_key}, PgParam{std::to_string(point.documents)}, PgParam{point.last_id}});
   conn.exec("COMMIT", "recording that the run completed");
 }
 

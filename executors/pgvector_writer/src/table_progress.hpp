@@ -2,11 +2,12 @@
 // reads back (a resumable sink's record, flowline/resumable_sink.hpp), for a writer of one or several connections.
 //
 // The table: flowline_progress (sink text PRIMARY KEY, run_key text, documents bigint, last_id text, complete
-// boolean, part_ids text[], ranges jsonb). Once a run completes, its table has one row, "T" with complete: true. A writer of N connections (`connections: N`) splits each request's rows into N parts, one transaction
-// per connection, and each part's transaction upserts its own row, committed with the part's rows or not at all:
-// sink "T" for part 0 (the only row of a writer with one connection, as before), "T#k" for part k (a table name
-// holds no '#'); documents and last_id: the point the whole request reaches (input documents written, the last
-// one's id); part_ids: with on_conflict: error and N > 1, the ids of the part's rows.
+// boolean, part_ids text[], ranges jsonb). Once a run completes, its table has one row, "T" with complete: true. A
+// writer of N connections (`connections: N`) splits each request's rows into N parts, one transaction per connection,
+// and each part's transaction upserts its own row, committed with the part's rows or not at all: sink "T" for part 0
+// (the only row of a writer with one connection, as before), "T#k" for part k (a table name holds no '#'); documents
+// and last_id: the point the whole request reaches (input documents written, the last one's id); part_ids: with
+// on_conflict: error and N > 1, the ids of the part's rows.
 //
 // Why that is enough to resume after kill -9 at any moment. The N transactions of a request do not commit
 // atomically together (PostgreSQL's two-phase commit, PREPARE TRANSACTION, is off unless the server sets
