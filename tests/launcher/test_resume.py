@@ -485,6 +485,10 @@ def a_table_killed_five_times_and_resumed_equals_an_uninterrupted_runs(r, rng, c
         check(again["resume"]["skipped_documents"] == documents and again["resume"]["left_documents"] == 0,
               f"a --resume of the completed run did not skip everything: {again['resume']}")
         check(pg.rows(dump.format("killed")) == want, "a --resume of the completed run changed the table")
+        done = subprocess.run(argv("killed", "--resume", "--set", "encoder.batch_size=16"), capture_output=True,
+                              text=True, timeout=DEADLINE, cwd=r.scratch)
+        check(done.returncode != 0 and "filled by another run" in done.stderr,
+              f"another run's --resume of the completed table was not refused ({done.returncode}): {done.stderr}")
         print(f"pg, {replicas} replica(s) of {connections} connection(s), on_conflict {on_conflict}: {kills} kills, "
               f"then {len(got)} rows equal "
               f"to the uninterrupted run's ({resume})")
