@@ -342,7 +342,9 @@ def an_index_killed_five_times_and_resumed_answers_as_an_uninterrupted_one(r, rn
     resume = json.loads(read(stats))["resume"]
     check(resume["skipped_documents"] > 0 and resume["skipped_documents"] == resume["held"]["index"],
           f"the last resume did not skip what the workspace held: {resume}")
-    check(not os.path.exists(progress + ".resume.json"), "the progress stayed after the run completed")
+    total = resume["skipped_documents"] + resume["left_documents"]
+    check(synced_documents(progress) == total,
+          f"the completed run's progress does not name its {total} input documents: {synced_documents(progress)}")
     queries = os.path.join(r.scratch, "queries.txt")
     with open(r.input, encoding="utf-8") as f, open(queries, "w", encoding="utf-8") as out:
         out.writelines(line for line in f.readlines()[:400:20] if line.strip())
@@ -361,6 +363,13 @@ def an_index_killed_five_times_and_resumed_answers_as_an_uninterrupted_one(r, rn
         check(answered.count(b'"matches":[{') == len(answered.splitlines()) > 0, f"a query without matches: {output}")
         answers.append((answered, json.loads(read(status).splitlines()[0])["tags"]["count"]))
     check(answers[0][1] == answers[1][1], f"the indexes hold {answers[0][1]} and {answers[1][1]} documents")
+    # The searches left the index run's progress as it was, and a --resume of the completed run (a job restarted
+    # after its end) skips the whole input and exits 0.
+    check(synced_documents(progress) == total, f"searching the workspace changed its progress: {read(progress + '.resume.json')}")
+    run(killed, "index.yml", *indexing, "--resume", "--stats-json", stats)
+    again = json.loads(read(stats))["resume"]
+    check(again["skipped_documents"] == total and again["left_documents"] == 0,
+          f"a --resume of the completed run did not skip everything: {again}")
     if answers[0][0] != answers[1][0]:
         pairs = zip(answers[0][0].splitlines(), answers[1][0].splitlines())
         want, got = next(((want, got) for want, got in pairs if want != got), (b"(shorter)", b"(longer)"))

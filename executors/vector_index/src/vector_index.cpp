@@ -287,8 +287,10 @@ class VectorIndex : public Executor {
     const c10::OptionalStreamGuard on(stream_);
     std::unique_lock lock(shared_->mutex);
     store_->snapshot(true);
-    if (!progress_.enabled()) return;
-    if (run_outcome() == RunOutcome::Complete) return remove_sink_manifest(progress_path_);
+    if (!progress_.enabled() || !manifest_written_) return;  // a run that indexed nothing leaves it as it was
+    // Complete: the manifest names the whole input, so a --resume of this run skips it all and exits 0.
+    if (run_outcome() == RunOutcome::Complete)
+      return write_sink_manifest(progress_path_, progress_.run_key(), progress_.point());
     record_progress();  // every acknowledged /index request is in the log: a --resume continues here
   }
 
@@ -312,7 +314,9 @@ class VectorIndex : public Executor {
   // A resumable sink (flowline/resumable_sink.hpp) under `flowline run`: WORKSPACE/run.resume.json names how
   // many input documents the workspace holds (every /index request's changes are in the synced log before it
   // is answered; the file is replaced every sync_every documents / sync_seconds, so it may name fewer: those
-  // after it are indexed again on --resume, replacing themselves by id). One replica and one shard only.
+  // after it are indexed again on --resume, replacing themselves by id). One replica and one shard only. It is
+  // first written by the run's first /index request (a run that only searches the workspace, flows/search.yml,
+  // leaves an index run's progress as it was) and stays when the run completes, naming the whole input.
   void open_progress(const std::string& workspace) {
     if (!progress_.enabled()) return;
     if (workspace.empty() || runtime().replicas > 1 || runtime().shards > 1) {
@@ -339,7 +343,7 @@ class VectorIndex : public Executor {
       }
     }
     progress_.held(held);
-    write_sink_manifest(progress_path_, progress_.run_key(), held);
+    held_ = held;
   }
 
   void record_progress() {
@@ -355,6 +359,10 @@ class VectorIndex : public Executor {
   }
 
   void index_in_order(const DocumentArray& docs) {
+    if (progress_.enabled() && !manifest_written_) {  // this run's from here on (see open_progress)
+      write_sink_manifest(progress_path_, progress_.run_key(), held_);
+      manifest_written_ = true;
+    }
     const std::size_t held = progress_.skip(docs);
     if (held > 0) {
       DocumentArray rest(
@@ -560,6 +568,8 @@ class VectorIndex : public Executor {
 
   SinkProgress progress_{params(), runtime().name};
   std::filesystem::path progress_path_;  // WORKSPACE/run: its run.resume.json
+  SinkPoint held_;                       // what the workspace held at start (this run's progress)
+  bool manifest_written_ = false;        // by this run (its first /index request)
   std::shared_ptr<SharedStore> shared_;
   std::unique_ptr<DocumentBackend> documents_;  // instead of shared_, with such a backend
   Store* store_ = nullptr;                      // shared_->store
