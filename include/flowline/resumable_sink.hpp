@@ -124,8 +124,11 @@ class SinkProgress {
   bool sync_due() const;
   // Whether the sink was handed documents past what it held and what it last synced (a sync would move on).
   bool unsynced() const noexcept { return !gave_up_ && position_ > held_.documents && position_ > synced_position_; }
-  // What the sink has been handed so far (bytes: 0, the caller fills in its own).
-  SinkPoint point() const { return {position_, last_id_, 0}; }
+  // What the sink has been handed so far (bytes: 0, the caller fills in its own); before its first batch, what
+  // it held at start (a resumed run that posts nothing leaves the sink where it was, not at 0).
+  SinkPoint point() const {
+    return started_ ? SinkPoint{position_, last_id_, 0} : SinkPoint{held_.documents, held_.last_id, 0};
+  }
   void synced();
 
  private:
