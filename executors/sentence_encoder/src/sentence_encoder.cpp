@@ -39,8 +39,6 @@ ParamSpec normalize_spec() {
   return spec;
 }
 
-// What a request's forward passes did, for the metrics.
-
 class SentenceEncoder : public Executor {
  public:
   static ExecutorSpec spec() {
@@ -97,8 +95,8 @@ class SentenceEncoder : public Executor {
              .min(0),
          ParamSpec::optional(
              "warmup", ParamType::Bool, true,
-             "run a few batches at start so the first requests do not pay for CUDA and allocator set-up "
-             "(full-size passes by one replica per GPU, a small one by each other)")},
+             "run a few batches at start so the first requests do not pay for CUDA and allocator set-up (passes "
+             "and a request of the flow's size by one replica per GPU, a small pass and request by each other)")},
         {"/encode"},
     };
     // replicas: auto. Several replicas overlap one's tokenizing and launching with another's GPU work. On
@@ -215,8 +213,8 @@ class SentenceEncoder : public Executor {
   // What this executor's replicas on each device do once for all of them, shared through their
   // ReplicaGroup: the batch sizes that 'auto' chose, measured by the first replica to get there (the budget
   // is theirs together: memory_fraction of the memory free at start, over replicas_on_device), and the
-  // full-size warm-up passes, which load the kernels and library workspaces of the process for every
-  // replica (the others run a small pass on their own stream, then their request warm-up).
+  // warm-up passes and request, which load the kernels and library workspaces of the process for every
+  // replica (the others run a small pass and request on their own stream).
   struct DeviceStartUp {
     struct Chosen {
       models::PassBudget budget;
@@ -225,7 +223,7 @@ class SentenceEncoder : public Executor {
     };
     std::mutex mutex;  // held while the first replica on a device calibrates: the others wait for it
     std::map<std::string, Chosen> budgets;  // by device
-    std::set<std::string> warmed;           // devices where a replica has run the full-size warm-up passes
+    std::set<std::string> warmed;           // devices where a replica has run the warm-up passes
   };
 
   // A size parameter: its value, or nullopt for "auto".
@@ -309,18 +307,20 @@ class SentenceEncoder : public Executor {
                                                               static_cast<int64_t>(max_seq_length_));
   }
 
-  // Forward passes over dummy sequences of the sizes real batches will have, so CUDA context, cuBLAS and
-  // attention kernels and the caching allocator are ready before the first request: run by the first of
-  // this executor's replicas on each GPU (the kernels are the process's; on an H200, eight replicas each
-  // running them took 2.5 s of every start), a tiny pass by the others and on the CPU (the cost there is
-  // compute, not set-up). Then each replica's CUDA graphs and one request through encode(). Replicas warm
-  // up side by side (start_up_mutex() shared), except for the graph capture.
+  // Passes over dummy sequences of the lengths real batches have, so CUDA context, cuBLAS and attention kernels
+  // and the caching allocator are ready before the first request: by the first of this executor's replicas on
+  // each GPU (the kernels are the process's), a tiny pass by the others and on the CPU. Each of at most
+  // kMaxWarmupTokens, none at the full length when batch sizing ran such passes (H200, MiniLM fp32: 2^17 tokens
+  // cost 0.4 s of every start for no faster first requests). Then each replica's CUDA graphs and one request
+  // through encode(). Replicas warm up side by side (start_up_mutex() shared), except for the graph capture.
   void warm_up() {
-    bool first_on_device = false;
+    const auto began = std::chrono::steady_clock::now();
+    bool first_on_device = false, calibrated_here = false;
     if (device_.is_cuda()) {
       // Before start_up_mutex(): choose_batch_sizes() takes the two the other way round.
       std::lock_guard hold(start_up_->mutex);
       first_on_device = start_up_->warmed.insert(device_.str()).second;
+      calibrated_here = start_up_->budgets.count(device_.str()) != 0;
     }
     std::shared_lock passes_lock(start_up_mutex());
     c10::InferenceMode guard;
@@ -331,6 +331,7 @@ class SentenceEncoder : public Executor {
     if (first_on_device) {
       for (std::size_t len : {max_seq_length_, std::size_t{128}, std::size_t{64}, std::size_t{16}}) {
         const std::size_t length = std::min(len, max_seq_length_);
+        if (calibrated_here && length == max_seq_length_) continue;
         std::size_t count = budget.max_sequences;
         if (budget.max_tokens != 0) count = std::max<std::size_t>(1, std::min(count, budget.max_tokens / length));
         shapes.emplace_back(count, length);
@@ -344,6 +345,7 @@ class SentenceEncoder : public Executor {
       std::vector<int64_t> lengths(count, static_cast<int64_t>(length));
       encoder_->encode(models::PackedBatch{ids, lengths}).to(at::kCPU);
     }
+    const std::chrono::duration<double> passes_took = std::chrono::steady_clock::now() - began;
     if (graphs_) {
       passes_lock.unlock();
       std::unique_lock capture_lock(start_up_mutex());
@@ -357,11 +359,12 @@ class SentenceEncoder : public Executor {
     }
     if (device_.is_cuda()) {
       if (!passes_lock.owns_lock()) passes_lock.lock();
-      // One request of the flow's size through encode() itself (not counted in the metrics): its pinned
-      // buffers get pinned now (milliseconds under a driver-wide lock) and the kernels only it uses get
-      // loaded (CUDA loads modules lazily), so the first real request pays for neither.
+      // One request through encode() (not in the metrics) loads the kernels only it uses (CUDA loads them lazily):
+      // of the flow's size on the GPU's first replica, pinning its buffers, 16 rows on the others (H200: eight of
+      // 3,280 rows took 0.13 s of every start; first requests without them paid under 0.02 s).
       constexpr std::size_t kMaxWarmupRows = 1 << 16;  // larger requests grow the buffers once, later
-      const std::size_t rows = std::min(kMaxWarmupRows, std::max(budget.max_sequences, runtime().request_size));
+      const std::size_t flow_size = std::min(kMaxWarmupRows, std::max(budget.max_sequences, runtime().request_size));
+      const std::size_t rows = first_on_device ? flow_size : 16;
       DocumentArray docs;
       for (std::size_t i = 0; i < rows; ++i) docs.push_back(Document("warm up"));
       warming_up_ = true;
@@ -369,6 +372,9 @@ class SentenceEncoder : public Executor {
       encode_texts(docs, RequestInfo{"/encode", no_parameters});
       warming_up_ = false;
     }
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - began;
+    spdlog::debug("executor '{}' replica {}: warmed up in {:.3f} s ({} passes {:.3f} s)", runtime().name,
+                  runtime().replica, took.count(), shapes.size(), passes_took.count());
   }
 
  private:
@@ -570,7 +576,7 @@ class SentenceEncoder : public Executor {
   std::size_t tokenizer_threads_ = 1;
   std::optional<c10::Stream> stream_;
   std::shared_ptr<DeviceStartUp> start_up_;  // kept while the replica lives: ReplicaGroup holds it weakly
-  static constexpr std::size_t kMaxWarmupTokens = 1 << 17;
+  static constexpr std::size_t kMaxWarmupTokens = 1 << 14;
   std::size_t max_seq_length_ = 0;
   models::PassPlanner planner_;  // the budget (batch_size, max_batch_tokens) and this request's passes
   double memory_fraction_ = 0.9;
