@@ -25,22 +25,33 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def run(args, env, extra, stats=None, kill_after=None):
+def run(args, env, extra, stats=None, kill_after=None, name=None):
     command = [args.launcher, "run", str(ROOT / "flows/encode.yml"), "--input", str(args.input), "--input-format",
-               "paragraphs", "--progress", "never"] + extra
+               "paragraphs", "--progress", "never"] + extra + [a for s in args.set for a in ("--set", s)]
     if stats:
         command += ["--stats-json", str(stats)]
+    log = subprocess.DEVNULL
+    if args.log_dir and name:
+        # The launcher's and the executors' log at debug level, each line timestamped: where a start goes.
+        command += ["--log-level", "debug"]
+        log = open(pathlib.Path(args.log_dir, f"{name}.log"), "w")
+        log.write(f"# {' '.join(command)}\n# started at {time.time():.3f} (unix)\n")
+        log.flush()
     start, started_unix = time.perf_counter(), time.time()
-    child = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.PIPE, text=True)
     if kill_after is not None:
         try:
             child.wait(timeout=kill_after)
         except subprocess.TimeoutExpired:
             child.send_signal(signal.SIGKILL)
         child.wait()
+        if log is not subprocess.DEVNULL:
+            log.close()
         return time.perf_counter() - start, None
     _, err = child.communicate()
     seconds = time.perf_counter() - start
+    if log is not subprocess.DEVNULL:
+        log.close()
     if child.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed ({child.returncode}):\n{err[-3000:]}")
     figures = json.loads(pathlib.Path(stats).read_text()) if stats else None
@@ -66,6 +77,8 @@ def main():
     parser.add_argument("--sync-every", type=int, default=10000)
     parser.add_argument("--work", default="/tmp/resume-cost")
     parser.add_argument("--out", default=".")
+    parser.add_argument("--set", action="append", default=[], help="EXECUTOR.PARAM=VALUE for every run; repeatable")
+    parser.add_argument("--log-dir", help="keep the full, killed and resumed runs' debug logs here (NAME.log)")
     args = parser.parse_args()
 
     work = pathlib.Path(args.work)
@@ -95,12 +108,15 @@ def main():
         print(f"best docs/s: {best}; durability costs {100 * cost:.2f}% of docs/s", flush=True)
 
     reference = work / "reference.jsonl"
-    full, full_stats = run(args, env, ["--overwrite", "--sync-every", str(args.sync_every)], stats=work / "full.json")
+    full, full_stats = run(args, env, ["--overwrite", "--sync-every", str(args.sync_every)], stats=work / "full.json",
+                                name="full")
     shutil.move(result, reference)
-    killed, _ = run(args, env, ["--overwrite", "--sync-every", str(args.sync_every)], kill_after=args.kill_at * full)
+    killed, _ = run(args, env, ["--overwrite", "--sync-every", str(args.sync_every)], kill_after=args.kill_at * full,
+                    name="killed")
     partial = result.with_name(result.name + ".partial")
     held = sum(1 for _ in open(partial, "rb")) if partial.exists() else 0
-    resumed, stats = run(args, env, ["--resume", "--sync-every", str(args.sync_every)], stats=work / "resumed.json")
+    resumed, stats = run(args, env, ["--resume", "--sync-every", str(args.sync_every)], stats=work / "resumed.json",
+                           name="resumed")
     # Lines may differ in the embedding's last bits where batches were cut differently (GEMM shapes on a GPU);
     # what must hold is every document once, in order: the ids, and how many lines differ at all.
     ours, theirs = result.read_bytes().splitlines(), reference.read_bytes().splitlines()

@@ -10,8 +10,10 @@
 //    finds what it holds durably (a file's PATH.resume.json and the file cut back to it, a table's progress
 //    row, ...), refusing (throwing flowline::Error) what is not this run's, and calls held(point); a fresh
 //    run calls held({}). held() publishes the point for the run (held_sink_points(run_key)).
-//  - After Flow::start() the run reads held_sink_points(), starts the input at the smallest point S (every
-//    sink holds the documents before S) and posts with request parameter kResumeFromParam = S.
+//  - Once every sink replica published (held_sink_publications(), while Flow::start() goes on: the run
+//    finds where its input starts beside the executors' start) or Flow::start() returned, the run reads
+//    held_sink_points(), starts the input at the smallest point S (every sink holds the documents before S)
+//    and posts with request parameter kResumeFromParam = S.
 //  - Each handler call asks skip(docs, request) how many leading documents of the batch the sink holds
 //    already; SinkProgress checks that the last one it held carries the held point's id (else throws
 //    flowline::Error: the documents are not this run's, or not in input order). The sink writes the rest,
@@ -75,6 +77,9 @@ bool is_resumable_sink(const ExecutorSpec& spec);
 
 // What the sinks of run `run_key` in this process hold, by executor name (the smallest over its replicas).
 std::map<std::string, SinkPoint> held_sink_points(const std::string& run_key);
+// How many replicas of each sink of run `run_key` published their held point so far: the run may read
+// held_sink_points() before Flow::start() returns once every replica of every sink published.
+std::map<std::string, std::size_t> held_sink_publications(const std::string& run_key);
 
 // The position board of run `run_key` (thread-safe): post_input_positions records that docs[i] is input
 // document first + i (the run, on its reading thread, before the documents are posted); an id posted

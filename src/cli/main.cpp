@@ -20,6 +20,7 @@ extern "C" const char* malloc_conf = "oversize_threshold:0,background_thread:tru
 
 int main(int argc, char** argv) {
   const int code = flowline::cli::run(argc, argv);
+  spdlog::debug("ending the process (exit code {})", code);
   // By now every flow is closed and every output file written and closed. Ending the process here skips
   // the destructors of static objects, above all LibTorch's operator registry, which unregisters thousands
   // of kernels one by one (about 0.13 s on a 2-core machine) only to free memory the kernel takes back.

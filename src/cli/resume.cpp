@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <fcntl.h>
 #include <fstream>
@@ -25,13 +26,13 @@ void fnv(std::uint64_t& h, std::string_view bytes) {
   for (const char c : bytes) h = (h ^ static_cast<unsigned char>(c)) * kFnvPrime;
 }
 
-// Hashes a file's bytes into `h`; returns its size.
-std::uint64_t hash_file(std::uint64_t& h, const std::filesystem::path& path) {
+// Hashes a file's bytes into `h`; returns its size. Stops between blocks once `*stop` is set.
+std::uint64_t hash_file(std::uint64_t& h, const std::filesystem::path& path, const std::atomic<bool>* stop = nullptr) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(fmt::format("cannot read '{}' to identify the run", path.string()));
   std::string buffer(1 << 20, '\0');
   std::uint64_t size = 0;
-  while (in) {
+  while (in && !(stop && stop->load(std::memory_order_relaxed))) {
     in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
     const auto n = static_cast<std::size_t>(in.gcount());
     fnv(h, std::string_view(buffer.data(), n));
@@ -85,9 +86,7 @@ void check_same(const boost::json::object& had, const RunIdentity& now, const st
 
 }  // namespace
 
-RunIdentity identify_run(const std::string& input, const std::string& input_format, const std::string& flow,
-                         const std::vector<std::string>& sets, const std::string& endpoint, std::size_t request_size,
-                         const std::filesystem::path& output) {
+RunIdentity identify_input(const std::string& input, const std::string& input_format, const std::atomic<bool>* stop) {
   RunIdentity r;
   r.input = input;
   r.input_format = input_format;
@@ -111,20 +110,25 @@ RunIdentity identify_run(const std::string& input, const std::string& input_form
     std::sort(files.begin(), files.end());
     for (const auto& f : files) {
       fnv(h, f.lexically_relative(input).string());
-      r.input_bytes += hash_file(h, f);
+      r.input_bytes += hash_file(h, f, stop);
     }
   } else {
-    r.input_bytes = hash_file(h, input);
+    r.input_bytes = hash_file(h, input, stop);
     // An array's rows take their ids, texts and tags from its sidecar, line for line: a changed sidecar is a
     // changed input.
     const std::filesystem::path sidecar = sidecar_path_for(input);
     std::error_code ec;
     if ((input_format == "npy" || input_format == "safetensors") && std::filesystem::exists(sidecar, ec)) {
       fnv(h, "\nsidecar\n");
-      r.input_bytes += hash_file(h, sidecar);
+      r.input_bytes += hash_file(h, sidecar, stop);
     }
   }
   r.input_hash = hex(h);
+  return r;
+}
+
+void identify_flow(RunIdentity& r, const std::string& flow, const std::vector<std::string>& sets,
+                   const std::string& endpoint, std::size_t request_size, const std::filesystem::path& output) {
   r.flow = flow;
   std::uint64_t f = kFnvOffset;
   hash_file(f, flow);
@@ -132,6 +136,13 @@ RunIdentity identify_run(const std::string& input, const std::string& input_form
   fnv(f, fmt::format("\n--endpoint {}\n--request-size {}", endpoint, request_size));
   r.flow_hash = hex(f);
   r.output_format = format_name(output);
+}
+
+RunIdentity identify_run(const std::string& input, const std::string& input_format, const std::string& flow,
+                         const std::vector<std::string>& sets, const std::string& endpoint, std::size_t request_size,
+                         const std::filesystem::path& output) {
+  RunIdentity r = identify_input(input, input_format);
+  identify_flow(r, flow, sets, endpoint, request_size, output);
   return r;
 }
 

@@ -43,6 +43,12 @@ struct RunIdentity {
 };
 
 // Reads the input and the flow file to identify the run. Throws flowline::Error when one cannot be read.
+// identify_input (any thread) fills the input's fields, reading it whole: once `*stop` is set it stops
+// between blocks with an identity that must not be used; identify_flow fills the rest.
+RunIdentity identify_input(const std::string& input, const std::string& input_format,
+                           const std::atomic<bool>* stop = nullptr);
+void identify_flow(RunIdentity& identity, const std::string& flow, const std::vector<std::string>& sets,
+                   const std::string& endpoint, std::size_t request_size, const std::filesystem::path& output);
 RunIdentity identify_run(const std::string& input, const std::string& input_format, const std::string& flow,
                          const std::vector<std::string>& sets, const std::string& endpoint, std::size_t request_size,
                          const std::filesystem::path& output);

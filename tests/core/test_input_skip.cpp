@@ -5,10 +5,14 @@
 
 #include "resume.hpp"
 
+#include "flowline/params.hpp"
+#include "flowline/resumable_sink.hpp"
 #include "flowline/writers.hpp"
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 
+#include <atomic>
 #include <functional>
 #include <string>
 #include <vector>
@@ -290,4 +294,47 @@ TEST_CASE("an array run's identity covers its sidecar, whose ids a resumed run k
   std::filesystem::remove(dir / "emb.docs.jsonl");
   CHECK(identity() != first);
   CHECK_FALSE(open_file_source(dir / "emb.npy", InputFormat::Npy)->carries_ids());
+}
+
+TEST_CASE("a run's identity is its input's part and its flow's, and the input's hashing stops when told",
+          "[io][resume]") {
+  const auto dir = testing::scratch_dir("identity parts");
+  testing::write_text(dir / "flow.yml", "executors: []\n");
+  std::string text;
+  for (int i = 0; i < 300000; ++i) text += fmt::format("line {}\n", i);  // several of the hash's 1 MiB blocks
+  testing::write_text(dir / "in.txt", text);
+  const cli::RunIdentity whole =
+      cli::identify_run((dir / "in.txt").string(), "lines", (dir / "flow.yml").string(), {"a.b=1"}, "/", 64, "o.npy");
+  cli::RunIdentity parts = cli::identify_input((dir / "in.txt").string(), "lines");
+  CHECK(parts.input_bytes == text.size());
+  CHECK(parts.flow_hash.empty());
+  cli::identify_flow(parts, (dir / "flow.yml").string(), {"a.b=1"}, "/", 64, "o.npy");
+  CHECK(cli::run_key_of(parts) == cli::run_key_of(whole));
+  CHECK(parts.input_hash == whole.input_hash);
+  CHECK(parts.flow_hash == whole.flow_hash);
+  CHECK(parts.output_format == "npy");
+  // Stopped before it began: not one block read (the run stops it when the flow keeps no progress).
+  const std::atomic<bool> stop{true};
+  CHECK(cli::identify_input((dir / "in.txt").string(), "lines", &stop).input_bytes == 0);
+}
+
+TEST_CASE("each replica of a sink publishes its held point once for the run to count, and the smallest is kept",
+          "[resume]") {
+  const std::string key = "publications-test";
+  const Params params(
+      "sink", boost::json::object{{"resume", true}, {"run_key", key}, {"sync_every", 0}, {"sync_seconds", 10.0}});
+  CHECK(held_sink_publications(key).empty());
+  SinkProgress first(params, "sink"), second(params, "sink"), other(params, "other");
+  first.held({8, "id8", 0});
+  CHECK(held_sink_publications(key) == std::map<std::string, std::size_t>{{"sink", 1}});
+  second.held({5, "id5", 0});
+  other.held({9, "id9", 0});
+  CHECK(held_sink_publications(key) == std::map<std::string, std::size_t>{{"other", 1}, {"sink", 2}});
+  CHECK(held_sink_points(key).at("sink").documents == 5);
+  CHECK(held_sink_points(key).at("other").last_id == "id9");
+  // A replica that keeps no progress publishes nothing: the run then waits for the flow's start to end.
+  SinkProgress disabled(params, "sink");
+  disabled.disable();
+  disabled.held({});
+  CHECK(held_sink_publications(key).at("sink") == 2);
 }

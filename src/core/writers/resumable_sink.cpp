@@ -24,7 +24,8 @@ namespace {
 constexpr std::uint64_t kMaxRecordBytes = 16 << 20;  // the longest last record jsonl_id_ending_at reads back
 
 std::mutex g_board_mutex;
-std::map<std::string, std::map<std::string, SinkPoint>> g_board;  // run key -> executor -> held point
+std::map<std::string, std::map<std::string, SinkPoint>> g_board;        // run key -> executor -> held point
+std::map<std::string, std::map<std::string, std::size_t>> g_published;  // run key -> executor -> held() calls
 
 // The position board: run key -> id -> the position of the document in flight under it, and how many are.
 struct InFlight {
@@ -64,6 +65,12 @@ std::map<std::string, SinkPoint> held_sink_points(const std::string& run_key) {
   std::lock_guard lock(g_board_mutex);
   const auto it = g_board.find(run_key);
   return it == g_board.end() ? std::map<std::string, SinkPoint>{} : it->second;
+}
+
+std::map<std::string, std::size_t> held_sink_publications(const std::string& run_key) {
+  std::lock_guard lock(g_board_mutex);
+  const auto it = g_published.find(run_key);
+  return it == g_published.end() ? std::map<std::string, std::size_t>{} : it->second;
 }
 
 void post_input_positions(const std::string& run_key, std::span<const Document> docs, std::uint64_t first) {
@@ -108,6 +115,7 @@ void SinkProgress::held(SinkPoint point) {
   auto& slot = g_board[run_key_];
   const auto it = slot.find(executor_);
   if (it == slot.end() || held_.documents < it->second.documents) slot[executor_] = held_;
+  ++g_published[run_key_][executor_];
 }
 
 void SinkProgress::start(const RequestInfo& request) {
