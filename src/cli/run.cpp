@@ -203,10 +203,13 @@ int prepare_run(const RunOptions& o, RunSetup& setup) {
   // and validating the flow, which says whether the run keeps progress at all; one that keeps none stops it.
   std::atomic<bool> stop_hashing{false};
   std::future<RunIdentity> input_identity;
-  const auto hashing = std::chrono::steady_clock::now();
+  double hash_seconds = 0;  // written by the hashing thread before its result is ready
   if (rereadable(o.input)) {
-    input_identity = std::async(std::launch::async, [&o, &stop_hashing, format_name] {
-      return identify_input(o.input, format_name, &stop_hashing);
+    input_identity = std::async(std::launch::async, [&o, &stop_hashing, &hash_seconds, format_name] {
+      const auto began = std::chrono::steady_clock::now();
+      RunIdentity identity = identify_input(o.input, format_name, &stop_hashing);
+      hash_seconds = seconds_since(began);
+      return identity;
     });
   }
   struct StopHashing {
@@ -236,8 +239,9 @@ int prepare_run(const RunOptions& o, RunSetup& setup) {
       const std::string endpoint = o.endpoint.empty() ? setup.config.options.endpoint : o.endpoint;
       const auto waiting = std::chrono::steady_clock::now();
       setup.identity = input_identity.get();
-      spdlog::debug("run: the input identified ({} bytes hashed, {:.3f} s from the start of hashing, {:.3f} s waited)",
-                    setup.identity->input_bytes, seconds_since(hashing), seconds_since(waiting));
+      spdlog::debug(
+          "run: the input identified ({} bytes hashed in {:.3f} s beside the flow's loading, {:.3f} s waited)",
+          setup.identity->input_bytes, hash_seconds, seconds_since(waiting));
       identify_flow(*setup.identity, o.flow, o.sets, endpoint, setup.config.options.request_size,
                     file_output ? o.output : std::string());
       mark_sinks(o, setup);
@@ -333,6 +337,12 @@ int start_with_input(const RunOptions& o, RunSetup& setup, Flow& flow, int& inpu
     code = start_flow(flow);
     started = true;
   });
+  struct JoinOnExit {  // whatever leaves here, the start has ended first
+    std::thread& thread;
+    ~JoinOnExit() {
+      if (thread.joinable()) thread.join();
+    }
+  } join_on_exit{starter};
   while (!started && !all_published()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   const bool beside = !started;
   const auto points = [&] { return held_sink_points(key); };
