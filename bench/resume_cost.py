@@ -10,6 +10,10 @@ an uninterrupted run's (ids in order; lines differing counted).
 
   python3 bench/resume_cost.py --launcher build-gpu/src/flowline --models DIR --corpus .device/corpus --out $OUT
 
+--set EXECUTOR.PARAM=VALUE (repeatable) goes to every run; --log-dir D keeps the full, killed and resumed runs' logs
+at --log-level debug (D/full.log, killed.log, resumed.log, each with its command and start time), where a start's
+parts can be read from the timestamps.
+
 DIR holds all-MiniLM-L6-v2 (or a random-weight folder of its shape under that name: the cost does not depend on
 the weights).
 """

@@ -19,6 +19,7 @@
 #include "flowline/io.hpp"
 #include "flowline/writers.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
