@@ -69,6 +69,7 @@ struct SinkPoint {
   std::uint64_t documents = 0;
   std::string last_id;
   std::uint64_t bytes = 0;
+  bool operator==(const SinkPoint&) const = default;
 };
 
 // resume, run_key, sync_every, sync_seconds: appended to a resumable sink's spec params.

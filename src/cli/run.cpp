@@ -289,11 +289,11 @@ int begin_input(const RunOptions& o, RunSetup& setup) {
     // Both by the documents' boundaries alone (DocumentSource::skip, count_left): nothing is built.
     const auto started = std::chrono::steady_clock::now();
     setup.resume_source->skip();
-    const auto skipped = std::chrono::steady_clock::now();
-    setup.skip_seconds = std::chrono::duration<double>(skipped - started).count();
+    setup.skip_seconds = seconds_since(started);
     if (o.resume) {
+      const auto skipped = std::chrono::steady_clock::now();
       setup.left = setup.resume_source->count_left().value_or(0);
-      setup.count_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - skipped).count();
+      setup.count_seconds = seconds_since(skipped);
       spdlog::debug("resume: skipped {} documents in {:.3f} s, counted {} left in {:.3f} s", setup.run_start.documents,
                     setup.skip_seconds, setup.left, setup.count_seconds);
     }
@@ -345,20 +345,12 @@ int start_with_input(const RunOptions& o, RunSetup& setup, Flow& flow, int& inpu
   } join_on_exit{starter};
   while (!started && !all_published()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   const bool beside = !started;
-  const auto points = [&] { return held_sink_points(key); };
-  const std::map<std::string, SinkPoint> read = points();
+  const std::map<std::string, SinkPoint> read = held_sink_points(key);
   input_code = begin_input(o, setup);
   if (beside) spdlog::debug("resume: the input begun while the flow started");
   starter.join();
   log_start(code);
-  if (code != kExitOk || input_code >= 0 || !beside) return code;
-  const std::map<std::string, SinkPoint> now = points();
-  const auto same = [](const SinkPoint& a, const SinkPoint& b) {
-    return a.documents == b.documents && a.last_id == b.last_id;
-  };
-  if (std::equal(read.begin(), read.end(), now.begin(), now.end(),
-                 [&](const auto& a, const auto& b) { return a.first == b.first && same(a.second, b.second); }))
-    return code;
+  if (code != kExitOk || input_code >= 0 || !beside || held_sink_points(key) == read) return code;
   spdlog::warn("resume: a sink said what it holds after the input was begun: reading the input again from its start");
   try {
     setup.resume_source.reset();
