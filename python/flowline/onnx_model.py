@@ -15,11 +15,14 @@ field pass through. The model's first input takes the stack (`input_name` picks 
 attention_mask gets ones and token_type_ids zeros of the stack's shape (a BERT fed its token ids); any other
 input is an error when the executor starts. The first output (`output_name` picks another) must have one
 row per document. `device`: cpu, or cuda / cuda:N (the CUDA execution provider with IOBinding: inputs copied to the GPU once,
-outputs bound there and copied back once; a missing provider is an error).
+outputs bound there and copied back once; a missing provider is an error). Without it, the replica's device
+as the flow gives it (the executor's `device:` / `devices:`, "auto" decided: runtime["device"]); a GPU there
+with an onnxruntime that has no CUDA execution provider runs on the CPU and says so in the log.
 `model` is relative to the flow file's folder. `threads`: ONNX Runtime's intra-op threads (0: its default).
 """
 
 import os
+import sys
 
 import flowline
 
@@ -37,7 +40,7 @@ FIELDS = ("tensor", "embedding")
 class OnnxModel(flowline.Executor):
     """Run an ONNX model (ONNX Runtime) on each document's tensor or embedding."""
 
-    def __init__(self, model, device="cpu", input="tensor", output="embedding", input_name=None, output_name=None,
+    def __init__(self, model, device=None, input="tensor", output="embedding", input_name=None, output_name=None,
                  batch_size=64, threads=0, **kwargs):
         super().__init__(**kwargs)
         try:
@@ -56,6 +59,14 @@ class OnnxModel(flowline.Executor):
         if threads:
             options.intra_op_num_threads = int(threads)
         providers = ["CPUExecutionProvider"]
+        if device is None:  # the flow's device for this replica
+            device = self.runtime.get("device", "cpu")
+            if device.startswith("cuda") and "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+                print(f"OnnxModel: the flow gives this replica {device}, but this onnxruntime has no CUDA execution "
+                      "provider (pip install onnxruntime-gpu): running on the CPU", file=sys.stderr, flush=True)
+                device = "cpu"
+        if not isinstance(device, str):
+            raise ValueError(f"OnnxModel: device is cpu, cuda or cuda:N, got {device!r}")
         if device.startswith("cuda"):
             if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
                 raise RuntimeError(f"OnnxModel: device {device}, but this onnxruntime has no CUDA execution provider "
@@ -63,10 +74,14 @@ class OnnxModel(flowline.Executor):
             index = int(device.split(":", 1)[1]) if ":" in device else 0
             providers = [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
             self.cuda = index
-        elif device not in ("cpu", "auto"):
+        elif device != "cpu":
             raise ValueError(f"OnnxModel: device is cpu, cuda or cuda:N, got {device!r}")
         self.ort = onnxruntime
         self.session = onnxruntime.InferenceSession(path, sess_options=options, providers=providers)
+        if self.cuda is not None and self.session.get_providers()[0] != "CUDAExecutionProvider":
+            # onnxruntime falls back to the CPU when the CUDA provider cannot load (no cuDNN, no driver)
+            raise RuntimeError(f"OnnxModel: device {device}, but onnxruntime could not start its CUDA execution "
+                               f"provider (it runs on {', '.join(self.session.get_providers())}; its log says why)")
         self.input, self.output, self.batch_size = input, output, batch_size
         inputs = {i.name: i for i in self.session.get_inputs()}
         self.main = input_name or next(iter(inputs))

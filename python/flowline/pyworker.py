@@ -652,6 +652,8 @@ def main(argv=None):
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--replica", type=int, default=0)
     parser.add_argument("--replicas", type=int, default=1)
+    parser.add_argument("--device", help="the replica's device as the flow decided it, cpu or cuda:N (runtime['device']; "
+                        "a worker started by hand for `hosts:` has none)")
     parser.add_argument("--flow-dir", default=os.getcwd(), help="the flow file's folder (runtime['flow_dir'])")
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--watch-stdin", action="store_true")
@@ -675,6 +677,8 @@ def main(argv=None):
         numpy = None
     name = args.name or args.uses
     runtime = {"name": name, "replica": args.replica, "replicas": args.replicas, "flow_dir": args.flow_dir}
+    if args.device:
+        runtime["device"] = args.device
     try:
         served = Served(cls, kind, name, json.loads(args.with_), runtime)
     except Exception as e:  # noqa: BLE001 — the flow says why the executor could not be built

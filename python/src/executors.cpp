@@ -66,6 +66,7 @@ class PythonExecutor final : public Executor {
     runtime["name"] = context.runtime.name;
     runtime["replica"] = context.runtime.replica;
     runtime["replicas"] = context.runtime.replicas;
+    runtime["device"] = context.runtime.device.str();
     kwargs["runtime"] = runtime;
     try {
       instance_ = type_->cls(**kwargs);

@@ -1,6 +1,7 @@
 // Python executors' worker processes and their validation (python_workers.hpp).
 #include "python_workers.hpp"
 
+#include "flowline/device.hpp"
 #include "remote/shared_segment.hpp"
 
 #include <boost/json/parse.hpp>
@@ -369,9 +370,12 @@ PythonWorkers::PythonWorkers(FlowConfig& config) : impl_(std::make_unique<Impl>(
     for (const auto& m : module_paths(config, e)) argv.push_back(m);
     const int replicas = std::max(e.replicas, 1);
     argv.insert(argv.begin() + 2, {"--replicas", std::to_string(replicas), "--flow-dir", flow_folder(config).string()});
+    // Each replica's device as a C++ replica gets it: `devices:` round-robin, "auto" decided (runtime["device"]).
+    const std::vector<std::string> devices = replica_devices(e);
     for (int r = 0; r < replicas; ++r) {
       std::vector<std::string> own = argv;
-      own.insert(own.begin() + 2, {"--replica", std::to_string(r)});
+      const std::string& device = devices.empty() ? e.device : devices[static_cast<std::size_t>(r) % devices.size()];
+      own.insert(own.begin() + 2, {"--replica", std::to_string(r), "--device", resolve_device(device).str()});
       impl_->workers.push_back({e.name, r, std::move(own), 0, {}, {}});
     }
   }

@@ -28,6 +28,7 @@ class Shout(flowline.Executor):
         for d in docs:
             d.text = d.text.upper() + self.suffix
             d.tags["replica"] = self.runtime["replica"]
+            d.tags["device"] = self.runtime["device"]
             d.tags["times"] = parameters.get("times", 1)
 
     @flowline.requests
@@ -57,6 +58,7 @@ def test_a_python_executor_runs_in_a_flow_with_its_with_and_parameters():
         docs = flow.post("/shout", ["a b", "c"], parameters={"times": 3}, request_size=1)
         assert [d.text for d in docs] == ["A B!", "C!"]
         assert all(d.tags["times"] == 3 and d.tags["replica"] in (0, 1) for d in docs)
+        assert all(d.tags["device"] == "cpu" for d in docs)  # the replica's device, as a C++ replica's
         assert docs[0].tags["words"] == 2  # the next executor saw the changed text
         replaced = flow.post("/anything", [{"id": "x", "text": "y"}])
         assert [(d.id, d.text) for d in replaced] == [("x", "new y")]

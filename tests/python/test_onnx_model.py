@@ -29,12 +29,12 @@ def direct(rows):
     return out
 
 
-def flow_file(tmp_path, **with_):
+def flow_file(tmp_path, executor=None, **with_):
     flow = tmp_path / "flow.yml"
     flow.write_text(json.dumps({"executors": [{
         "name": "onnx", "uses": "OnnxModel", "py_modules": ["flowline:onnx_model"], "replicas": 2,
         "batching": {"max_batch_size": 32, "max_delay_ms": 20},
-        "with": {"model": str(MODEL), **with_}}]}))
+        "with": {"model": str(MODEL), **with_}, **(executor or {})}]}))
     return flow
 
 
@@ -74,12 +74,15 @@ def test_onnx_model_reports_a_missing_model_and_a_document_without_a_tensor_pass
         assert docs[1].tensor.shape == (32,)
 
 
-def test_onnx_model_on_a_gpu_equals_the_cpu(tmp_path):
+@pytest.mark.parametrize("named_by", ["with", "the executor's device"])
+def test_onnx_model_on_a_gpu_equals_the_cpu(tmp_path, named_by):
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         pytest.skip("no CUDA execution provider in this onnxruntime (a GPU machine with onnxruntime-gpu runs this)")
     rows = token_rows(16, seed=3)
     expected = direct(rows)
-    with flowline.Flow.load(flow_file(tmp_path, device="cuda")) as flow:
+    # OnnxModel refuses to start when the CUDA provider does not (rather than running on the CPU)
+    flow = flow_file(tmp_path, device="cuda") if named_by == "with" else flow_file(tmp_path, {"device": "cuda"})
+    with flowline.Flow.load(flow) as flow:
         docs = flow.post("/", [flowline.Document(f"{i}", tensor=r) for i, r in enumerate(rows)], request_size=4)
     for d, want in zip(docs, expected):
         np.testing.assert_allclose(d.embedding, want, rtol=1e-3, atol=1e-4)  # GPU kernels differ in the last bits

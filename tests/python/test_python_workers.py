@@ -40,6 +40,8 @@ class Shout(flowline.Executor):
             d.text = d.text.upper() + self.suffix
             d.tags["pid"] = os.getpid()
             d.tags["times"] = parameters.get("times", 1)
+            d.tags["device"] = self.runtime["device"]
+            d.tags["replica"] = self.runtime["replica"]
 
     @flowline.requests
     def other(self, docs, parameters, **kwargs):
@@ -90,6 +92,19 @@ def test_the_launcher_runs_a_flowline_executor_class_from_py_modules_one_process
     assert sum(r["documents"] for r in stats["replicas"] if r["executor"] == "shout") == 40
     for pid in pids:  # the workers are gone with the run
         assert not pathlib.Path(f"/proc/{pid}").exists() or "zombie" in pathlib.Path(f"/proc/{pid}/status").read_text()
+
+
+def test_each_worker_gets_its_replicas_device_from_the_flow_as_a_cpp_replica_does(tmp_path):
+    # `devices:` round-robin over the replicas and "auto" decided, as for a C++ executor: runtime["device"].
+    # On a machine without a GPU "auto" is the CPU, which is all CI can show; the GPU machine's OnnxModel test
+    # takes a cuda device this way.
+    flow = write_flow(tmp_path, {"name": "shout", "uses": "Shout", "py_modules": ["shout_executors.py"],
+                                 "replicas": 2, "devices": ["cpu", "auto"], "with": {"delay": 0.05}})
+    with flowline.Flow.load(flow) as f:
+        docs = f.post("/shout", [f"t{i}" for i in range(8)], request_size=1)
+    auto = "cuda:0" if os.path.exists("/dev/nvidiactl") else "cpu"
+    seen = {(d.tags["replica"], d.tags["device"]) for d in docs}
+    assert seen and seen <= {(0, "cpu"), (1, auto)}, seen
 
 
 def test_a_flow_loaded_in_python_runs_py_modules_with_tensors_and_parameters(tmp_path):
