@@ -2,8 +2,9 @@
 """OnnxModel served to many clients against ONNX Runtime's own throughput (issue 53 §4), same model, same run.
 
     PYTHONPATH=build/python .venv/bin/python bench/onnx_model.py --model /tmp/minilm.onnx [--clients 64]
-        [--seconds 10] [--seq 64] [--batch-sizes 1,8,16,32,64,128] [--device cpu|cuda]
-        [--serve build/src/flowline --http-load build/bench/http_load] [--replicas 1[,2]] [--docs-per-request 1[,32]] [--delay-ms 5]
+        [--seconds 10] [--seq 64] [--batch-sizes 1,8,16,32,64,128] [--device cpu|cuda] [--tf32]
+        [--serve build/src/flowline --http-load build/bench/http_load] [--replicas 1[,2]]
+        [--docs-per-request 1[,32]] [--delay-ms 5] [--id-range 1000,20000]
 
 The model: a MiniLM exported with torch.onnx (`.venv-ref/bin/python scripts/export_tiny_onnx.py /tmp/minilm.onnx
 models/all-MiniLM-L6-v2`: input_ids and attention_mask in, mean-pooled [batch, 384] out). Inputs: random
@@ -40,6 +41,7 @@ import numpy as np
 import onnxruntime as ort
 
 ID_RANGE = (1000, 20000)  # token ids drawn from [low, high): --id-range
+TF32 = False  # --tf32: the CUDA provider's TF32, for onnxruntime and OnnxModel alike
 
 
 def session_for(model, device):
@@ -48,8 +50,8 @@ def session_for(model, device):
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         raise SystemExit(f"--device cuda: this onnxruntime ({ort.__file__}) has no CUDA execution provider "
                          "(pip install onnxruntime-gpu)")
-    session = ort.InferenceSession(model, providers=[("CUDAExecutionProvider", {"device_id": 0}),
-                                                     "CPUExecutionProvider"])
+    options = {"device_id": 0, "use_tf32": "1" if TF32 else "0"}  # as OnnxModel's `tf32` (off by default)
+    session = ort.InferenceSession(model, providers=[("CUDAExecutionProvider", options), "CPUExecutionProvider"])
     if session.get_providers()[0] != "CUDAExecutionProvider":
         raise SystemExit(f"--device cuda: the session runs on {session.get_providers()}")
     return session
@@ -83,7 +85,7 @@ def flow_spec(o, model, batch):
     return {"executors": [{
         "name": "onnx", "uses": "OnnxModel", "py_modules": ["flowline:onnx_model"], "replicas": o.replicas_now,
         "batching": {"max_batch_size": batch, "max_delay_ms": o.delay_ms},
-        "with": {"model": model, "device": o.device, "batch_size": batch}}]}
+        "with": {"model": model, "device": o.device, "batch_size": batch, "tf32": o.tf32}}]}
 
 
 def flow_rate(o, model, batch):
@@ -181,6 +183,7 @@ def main():
     a.add_argument("--seq", type=int, default=64)
     a.add_argument("--batch-sizes", default="1,8,16,32,64,128")
     a.add_argument("--id-range", default="1000,20000", help="token ids are drawn from [LOW, HIGH)")
+    a.add_argument("--tf32", action="store_true", help="TF32 products on the GPU, for both (off: fp32 as fp32)")
     a.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     a.add_argument("--replicas", default="1", help="OnnxModel's worker processes in the flow (a list: one flow each)")
     a.add_argument("--docs-per-request", default="1", help="documents in each client's request (a list: a run each)")
@@ -190,8 +193,8 @@ def main():
     a.add_argument("--python", default=sys.executable, help="the OnnxModel workers' interpreter under --serve")
     o = a.parse_args()
     model = os.path.abspath(o.model)
-    global ID_RANGE
-    ID_RANGE = tuple(int(x) for x in o.id_range.split(","))
+    global ID_RANGE, TF32
+    ID_RANGE, TF32 = tuple(int(x) for x in o.id_range.split(",")), o.tf32
     first = np.ones((1, o.seq), dtype=np.int64)
     o.width = list(session_for(model, o.device).run(None, {"input_ids": first, "attention_mask": first})[0].shape[1:])
     modes = ["run"] if o.device == "cpu" else ["run", "iobinding"]

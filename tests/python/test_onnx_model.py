@@ -85,4 +85,5 @@ def test_onnx_model_on_a_gpu_equals_the_cpu(tmp_path, named_by):
     with flowline.Flow.load(flow) as flow:
         docs = flow.post("/", [flowline.Document(f"{i}", tensor=r) for i, r in enumerate(rows)], request_size=4)
     for d, want in zip(docs, expected):
-        np.testing.assert_allclose(d.embedding, want, rtol=1e-3, atol=1e-4)  # GPU kernels differ in the last bits
+        # fp32 on both (TF32 off): GPU kernels differ in the last bits only (with TF32, by 2.6e-4 on an H200)
+        np.testing.assert_allclose(d.embedding, want, rtol=1e-4, atol=1e-5)
