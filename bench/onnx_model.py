@@ -85,7 +85,8 @@ def flow_spec(o, model, batch):
     return {"executors": [{
         "name": "onnx", "uses": "OnnxModel", "py_modules": ["flowline:onnx_model"], "replicas": o.replicas_now,
         "batching": {"max_batch_size": batch, "max_delay_ms": o.delay_ms},
-        "with": {"model": model, "device": o.device, "batch_size": batch, "tf32": o.tf32}}]}
+        "with": {"model": model, "device": o.device, "batch_size": batch, "tf32": o.tf32, "threads": o.threads,
+                 "concurrency": o.concurrency_now}}]}
 
 
 def flow_rate(o, model, batch):
@@ -183,6 +184,8 @@ def main():
     a.add_argument("--seq", type=int, default=64)
     a.add_argument("--batch-sizes", default="1,8,16,32,64,128")
     a.add_argument("--id-range", default="1000,20000", help="token ids are drawn from [LOW, HIGH)")
+    a.add_argument("--concurrency", default="0", help="OnnxModel's `concurrency` (0: its default; a list: a run each)")
+    a.add_argument("--threads", type=int, default=0, help="OnnxModel's `threads` (0: onnxruntime's default)")
     a.add_argument("--tf32", action="store_true", help="TF32 products on the GPU, for both (off: fp32 as fp32)")
     a.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     a.add_argument("--replicas", default="1", help="OnnxModel's worker processes in the flow (a list: one flow each)")
@@ -205,21 +208,22 @@ def main():
             print(f"ort   {o.device} {mode:9s} batch {b:4d}: {rates[(b, mode)]:9.1f} docs/s", flush=True)
     best, best_mode = max(rates, key=rates.get)
     results = []
-    for replicas in [int(x) for x in str(o.replicas).split(",")]:
-        for per_request in [int(x) for x in str(o.docs_per_request).split(",")]:
-            o.replicas_now, o.per_request_now = replicas, per_request
-            # a batch fills to what the clients have in flight at most, so the batcher never waits for more
-            batch = min(best, o.clients * per_request)
-            what = (f"{o.clients} {'connections' if o.serve else 'client threads'}, {per_request} document(s) a "
-                    f"request, {replicas} replica(s), max_batch_size {batch}")
-            if o.serve:
-                rate, mean_batch, p50, p99 = served_rate(o, model, batch)
-                print(f"flow  served, {what}: {rate:9.1f} docs/s (mean batch {mean_batch:.1f}, p50 {p50:.2f} ms, "
-                      f"p99 {p99:.2f} ms)", flush=True)
-            else:
-                rate, mean_batch = flow_rate(o, model, batch)
-                print(f"flow  in process, {what}: {rate:9.1f} docs/s (mean batch {mean_batch:.1f})", flush=True)
-            results.append((what, rate))
+    runs = [(r, d, c) for r in str(o.replicas).split(",") for d in str(o.docs_per_request).split(",")
+            for c in str(o.concurrency).split(",")]
+    for replicas, per_request, concurrency in [(int(r), int(d), int(c) or None) for r, d, c in runs]:
+        o.replicas_now, o.per_request_now, o.concurrency_now = replicas, per_request, concurrency
+        # a batch fills to what the clients have in flight at most, so the batcher never waits for more
+        batch = min(best, o.clients * per_request)
+        what = (f"{o.clients} {'connections' if o.serve else 'client threads'}, {per_request} document(s) a "
+                f"request, {replicas} replica(s) x {concurrency or 'auto'} at once, max_batch_size {batch}")
+        if o.serve:
+            rate, mean_batch, p50, p99 = served_rate(o, model, batch)
+            print(f"flow  served, {what}: {rate:9.1f} docs/s (mean batch {mean_batch:.1f}, p50 {p50:.2f} ms, "
+                  f"p99 {p99:.2f} ms)", flush=True)
+        else:
+            rate, mean_batch = flow_rate(o, model, batch)
+            print(f"flow  in process, {what}: {rate:9.1f} docs/s (mean batch {mean_batch:.1f})", flush=True)
+        results.append((what, rate))
     again = ort_rate(model, best, o.seq, o.seconds, o.device, best_mode)  # the reference before and after
     print(f"ort   {o.device} {best_mode:9s} batch {best:4d} again: {again:9.1f} docs/s")
     reference = (rates[(best, best_mode)] + again) / 2

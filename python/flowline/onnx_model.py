@@ -19,6 +19,8 @@ outputs bound there and copied back once; a missing provider is an error). Witho
 as the flow gives it (the executor's `device:` / `devices:`, "auto" decided: runtime["device"]); a GPU there
 with an onnxruntime that has no CUDA execution provider runs on the CPU and says so in the log.
 `model` is relative to the flow file's folder. `threads`: ONNX Runtime's intra-op threads (0: its default).
+`concurrency`: requests a worker runs at once on the session (default 2 on a GPU, where one request's Python
+work then overlaps the other's model run, 1 on the CPU, where a run takes every core).
 `tf32`: let the CUDA provider multiply fp32 in TF32 (onnxruntime's own default; off here, so that fp32 results
 stay fp32's: on, they differ from the CPU's by ~1e-3 relative).
 """
@@ -42,8 +44,9 @@ FIELDS = ("tensor", "embedding")
 class OnnxModel(flowline.Executor):
     """Run an ONNX model (ONNX Runtime) on each document's tensor or embedding."""
 
+
     def __init__(self, model, device=None, input="tensor", output="embedding", input_name=None, output_name=None,
-                 batch_size=64, threads=0, tf32=False, **kwargs):
+                 batch_size=64, threads=0, tf32=False, concurrency=None, **kwargs):
         super().__init__(**kwargs)
         try:
             import onnxruntime
@@ -81,6 +84,13 @@ class OnnxModel(flowline.Executor):
             self.cuda = index
         elif device != "cpu":
             raise ValueError(f"OnnxModel: device is cpu, cuda or cuda:N, got {device!r}")
+        # On a GPU, two requests at once in a worker: onnxruntime's run is thread-safe and releases the GIL, so one
+        # request's Python work (reading, stacking, answering) overlaps the other's model run in one process and
+        # one CUDA context (a second replica is a second process, whose GPU work the driver time-slices with the
+        # first's). On the CPU one: a run already takes every core.
+        if concurrency is not None and (not isinstance(concurrency, int) or not 1 <= concurrency <= 8):
+            raise ValueError(f"OnnxModel: concurrency is an integer from 1 to 8, got {concurrency!r}")
+        self.concurrent_requests = concurrency or (2 if self.cuda is not None else 1)
         self.ort = onnxruntime
         self.session = onnxruntime.InferenceSession(path, sess_options=options, providers=providers)
         if self.cuda is not None and self.session.get_providers()[0] != "CUDAExecutionProvider":

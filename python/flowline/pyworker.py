@@ -9,9 +9,12 @@ numpy where tensors cross), so any interpreter runs it — the one with jina for
 
 Serving: imports the modules (each file's folder first on sys.path), builds the class with `with:` and serves
 it over flowline's binary protocol (docs/remote-protocol.md, versions 1..4) on 127.0.0.1:PORT, one request at a
-time (one process is one replica). Prints `serving NAME on 127.0.0.1:PORT` once it listens (`failed ERROR` when
-the class cannot be built), then sends its stdout to stderr. The flow (src/core/python_workers.cpp) reads that
-line, connects as to a `hosts:` executor, and restarts the process when it exits; it exits when its stdin (a
+time (one process is one replica), or N at once on N threads for a class whose `concurrent_requests` is N (it is
+then safe to call from N threads: OnnxModel, whose onnxruntime releases the GIL while it runs, so one request's
+Python work overlaps another's model). Prints `serving NAME on 127.0.0.1:PORT, N at once` once it listens
+(`failed ERROR` when the class cannot be built), then sends its stdout to stderr. The flow
+(src/core/python_workers.cpp) reads that line, connects as to a `hosts:` executor with N + 1 requests in flight,
+and restarts the process when it exits; it exits when its stdin (a
 pipe the flow holds) closes, so it never outlives the flow.
 
 Documents arrive as the protocol's frames and become `flowline.Document`s of this file (plain Python: no
@@ -510,11 +513,11 @@ def frame(kind, body):
 # ---- serving ----------------------------------------------------------------------------------------------
 
 class Served:
-    """The executor instance and how to call it; one request at a time."""
+    """The executor instance and how to call it: one request at a time, or as many as the class's
+    `concurrent_requests` says (a class that is safe to call from that many threads at once)."""
 
     def __init__(self, cls, kind, name, with_, runtime):
         self.name, self.kind, self.type = name, kind, cls.__name__
-        self.lock = threading.Lock()
         if kind == "jina":
             sys.path.insert(0, HERE)
             import jina_adapter  # noqa: E402 — beside this file, imported only for Jina classes
@@ -527,6 +530,9 @@ class Served:
             for attr in dir(cls):
                 for endpoint in getattr(getattr(cls, attr, None), "_flowline_endpoints", ()):
                     self.handlers[endpoint] = attr
+        # read from the instance, which may decide by its settings (OnnxModel: two on a GPU, one on the CPU)
+        self.concurrency = concurrency_of(self.instance) if self.adapter is None else 1
+        self.lock = threading.Lock() if self.concurrency == 1 else threading.BoundedSemaphore(self.concurrency)
 
     def call(self, endpoint, docs, parameters):
         if self.adapter is not None:
@@ -536,6 +542,16 @@ class Served:
             return docs  # no handler for this endpoint: documents pass through, as in Jina
         result = getattr(self.instance, method)(docs, parameters, endpoint=endpoint)
         return docs if result is None else list(result)
+
+
+def concurrency_of(instance):
+    """An executor's `concurrent_requests` (a class or instance attribute, default 1): how many requests its
+    worker runs at once on it."""
+    value = getattr(instance, "concurrent_requests", 1)
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 64:
+        raise ValueError(f"{type(instance).__name__}.concurrent_requests must be an integer from 1 to 64, "
+                         f"got {value!r}")
+    return value
 
 
 def error_text(e):
@@ -573,7 +589,41 @@ def serve_connection(conn, served, numpy):
 
 
 def serve_frames(conn, served, numpy):
+    """Reads the connection's frames in turn. A Request is answered on this thread, or, when the executor takes
+    several at once (Served.concurrency), on one of that many threads, each answer sent as soon as it is done
+    (the protocol's answers carry their request's id, in any order), one frame at a time."""
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sending = threading.Lock()  # one frame at a time on the socket
+    pool = None
+    if served.concurrency > 1:
+        import concurrent.futures
+
+        pool = concurrent.futures.ThreadPoolExecutor(served.concurrency, thread_name_prefix="request")
+    try:
+        serve_frames_with(conn, served, numpy, sending, pool)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+def respond(conn, sending, r, served, numpy, version, segment):
+    """A Request answered on a pool thread; a malformed frame ends the connection as on the reading thread."""
+    try:
+        out = answer(r, served, numpy, version, segment)
+        with sending:
+            send_frame(conn, out)
+    except (ValueError, struct.error) as e:
+        try:
+            with sending:
+                send_error(conn, str(e))
+            conn.shutdown(socket.SHUT_RDWR)  # the reading thread sees the end
+        except OSError:
+            pass
+    except OSError:  # the connection went while the request ran: nobody to answer
+        pass
+
+
+def serve_frames_with(conn, served, numpy, sending, pool):
     hello, version, segment = True, MIN_VERSION, None
     while True:
         head = read_exact(conn, 4)
@@ -581,7 +631,8 @@ def serve_frames(conn, served, numpy):
             return
         length = struct.unpack("<I", head)[0]
         if not 0 < length <= MAX_FRAME_BYTES:
-            return send_error(conn, f"bad frame length {length}: 1 to {MAX_FRAME_BYTES} bytes")
+            with sending:
+                return send_error(conn, f"bad frame length {length}: 1 to {MAX_FRAME_BYTES} bytes")
         body = read_exact(conn, length)
         if body is None:
             return
@@ -589,30 +640,42 @@ def serve_frames(conn, served, numpy):
         try:
             if hello:
                 if kind != 1 or bytes(r.take(4, "magic")) != b"FLWL":
-                    return send_error(conn, "expected a Hello frame first")
+                    with sending:
+                        return send_error(conn, "expected a Hello frame first")
                 version, hello = negotiate(r), False
                 welcome = bytearray(struct.pack("<H", version))
                 put_str(welcome, served.name)
                 put_str(welcome, served.type)
                 welcome += struct.pack("<II", MAX_FRAME_BYTES, 4)
-                conn.sendall(frame(2, welcome))
+                with sending:
+                    conn.sendall(frame(2, welcome))
             elif kind == 3:
-                send_frame(conn, answer(r, served, numpy, version, segment))
+                if pool is not None:
+                    pool.submit(respond, conn, sending, r, served, numpy, version, segment)
+                    continue
+                out = answer(r, served, numpy, version, segment)
+                with sending:
+                    send_frame(conn, out)
             elif kind == 6:
-                conn.sendall(frame(7, bytes(r.take(8, "nonce"))))
+                with sending:
+                    conn.sendall(frame(7, bytes(r.take(8, "nonce"))))
             elif kind == 8 and version >= 3:
                 r.take(8, "id")  # the request ran already: its answer went out before this was read
             elif kind == 9 and version >= 4:
                 if segment is not None:
-                    return send_error(conn, "a second Segment frame")
+                    with sending:
+                        return send_error(conn, "a second Segment frame")
                 segment, why = map_segment(r)
                 reply = bytearray(U8.pack(1 if segment else 0))
                 put_str(reply, why)
-                conn.sendall(frame(10, reply))
+                with sending:
+                    conn.sendall(frame(10, reply))
             else:
-                return send_error(conn, f"a client may not send frame type {kind} (protocol version {version})")
+                with sending:
+                    return send_error(conn, f"a client may not send frame type {kind} (protocol version {version})")
         except (ValueError, struct.error) as e:  # a malformed frame: say what, close the connection
-            return send_error(conn, str(e))
+            with sending:
+                return send_error(conn, str(e))
 
 
 def send_error(conn, message):
@@ -720,7 +783,8 @@ def main(argv=None):
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", args.port))
     listener.listen(8)
-    print(f"serving {name} on 127.0.0.1:{listener.getsockname()[1]}", flush=True)
+    # the flow reads the port, and how many requests this executor takes at once (it keeps one more in flight)
+    print(f"serving {name} on 127.0.0.1:{listener.getsockname()[1]}, {served.concurrency} at once", flush=True)
     os.dup2(2, 1)  # later prints go to stderr: nobody reads the pipe after the first line
     while True:
         conn, _ = listener.accept()

@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <charconv>
@@ -247,6 +248,7 @@ struct PythonWorkers::Impl {
     int replica = 0;
     std::vector<std::string> argv;  // without --port
     int port = 0;
+    int at_once = 1;  // requests the worker runs at once (its class's concurrent_requests), from its serving line
     Child child;
     Clock::time_point retry_at{};
   };
@@ -279,7 +281,10 @@ struct PythonWorkers::Impl {
     w.child.out = -1;
     const auto colon = line.rfind(':');
     if (complete && line.rfind("serving ", 0) == 0 && colon != std::string::npos) {
+      // "serving NAME on 127.0.0.1:PORT, N at once" (a worker of before N: one at a time)
       w.port = std::atoi(line.c_str() + colon + 1);
+      const auto comma = line.find(", ", colon);
+      w.at_once = comma == std::string::npos ? 1 : std::clamp(std::atoi(line.c_str() + comma + 2), 1, 64);
       if (w.port > 0) return {};
     }
     kill(w.child.pid, SIGKILL);
@@ -394,14 +399,17 @@ PythonWorkers::PythonWorkers(FlowConfig& config) : impl_(std::make_unique<Impl>(
   for (auto& e : config.executors) {
     if (!e.is_python() || e.is_remote()) continue;
     const std::size_t shared = e.shared_memory.value_or(from_environment);
+    int at_once = 1;
     for (int r = 0; r < std::max(e.replicas, 1); ++r) {
+      at_once = impl_->workers[next].at_once;
       e.hosts.push_back(fmt::format("127.0.0.1:{}", impl_->workers[next++].port));
       // Our own worker on this machine: its connection gets a shared segment for tensors (wire version 4).
       remote::offer_shared_memory(e.hosts.back(), shared);
       impl_->addresses.push_back(e.hosts.back());
     }
     e.remote.requeue_lost = false;  // a request that crashed its worker must not crash the next one
-    e.remote.in_flight = 2;         // one running, one waiting in the socket: the worker never idles
+    // As many running as the worker takes at once, and one more waiting in the socket: it never idles.
+    e.remote.in_flight = static_cast<std::size_t>(at_once) + 1;
     e.remote.retry_max = std::min(e.remote.retry_max, std::chrono::milliseconds(250));
   }
 }

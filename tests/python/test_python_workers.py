@@ -110,6 +110,53 @@ def test_each_worker_gets_its_replicas_device_from_the_flow_as_a_cpp_replica_doe
     assert seen and seen <= {(0, "cpu"), (1, auto)}, seen
 
 
+OVERLAPPING = '''
+import threading
+import time
+
+import flowline
+
+
+class Overlapping(flowline.Executor):
+    """Counts the handler calls running at once (time.sleep releases the GIL, as onnxruntime's run does)."""
+    concurrent_requests = 2
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.lock, self.active, self.most = threading.Lock(), 0, 0
+
+    @flowline.requests
+    def run(self, docs, parameters, **kwargs):
+        with self.lock:
+            self.active += 1
+            self.most = max(self.most, self.active)
+        time.sleep(0.2)
+        with self.lock:
+            self.active -= 1
+        for d in docs:
+            d.tags["most"] = self.most
+
+
+class TooMany(Overlapping):
+    concurrent_requests = 0
+'''
+
+
+def test_a_class_that_takes_two_requests_at_once_gets_them_on_two_threads_of_one_worker(tmp_path):
+    (tmp_path / "overlapping.py").write_text(OVERLAPPING)
+    flow = tmp_path / "flow.yml"
+    flow.write_text(json.dumps({"executors": [{"name": "o", "uses": "Overlapping", "py_modules": ["overlapping.py"]}]}))
+    with flowline.Flow.load(flow) as f:
+        docs = f.post("/", [f"t{i}" for i in range(6)], request_size=1)  # one worker, three requests in flight
+        stats = f.stats()
+    assert [d.text for d in docs] == [f"t{i}" for i in range(6)]
+    assert max(d.tags["most"] for d in docs) == 2  # two handler calls overlapped, never more
+    assert len([r for r in stats["replicas"] if r["executor"] == "o"]) == 3  # two running, one in the socket
+    flow.write_text(json.dumps({"executors": [{"name": "o", "uses": "TooMany", "py_modules": ["overlapping.py"]}]}))
+    with pytest.raises(flowline.FlowError, match=r"TooMany.concurrent_requests must be an integer from 1 to 64, got 0"):
+        flowline.Flow.load(flow)
+
+
 def test_a_flow_loaded_in_python_runs_py_modules_with_tensors_and_parameters(tmp_path):
     flow = write_flow(tmp_path, {"name": "shout", "uses": "Shout", "py_modules": "shout_executors.py",
                                  "batching": {"max_batch_size": 16, "max_delay_ms": 5}})
@@ -238,7 +285,7 @@ def test_a_worker_answers_a_malformed_frame_with_an_error_frame_and_closes(tmp_p
                               stdout=subprocess.PIPE, text=True)
     try:
         line = worker.stdout.readline()
-        port = int(line.rsplit(":", 1)[1])
+        port = int(line.rsplit(":", 1)[1].split(",")[0])  # "serving NAME on HOST:PORT, N at once"
 
         def exchange(*frames):
             with socket.create_connection(("127.0.0.1", port), timeout=30) as s:

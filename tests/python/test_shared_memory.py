@@ -211,7 +211,7 @@ def test_a_worker_the_flow_did_not_start_is_offered_no_segment(tmp_path):
                                str(tmp_path / "probe.py"), "--uses", "Probe", "--port", "0"],
                               stdout=subprocess.PIPE, text=True)
     try:
-        port = int(worker.stdout.readline().rsplit(":", 1)[1])
+        port = int(worker.stdout.readline().rsplit(":", 1)[1].split(",")[0])
         flow = tmp_path / "hosts.yml"
         flow.write_text(json.dumps({"executors": [{"name": "probe", "hosts": [f"127.0.0.1:{port}"]}]}))
         image = pattern("uint8", (224, 224, 3), 6)

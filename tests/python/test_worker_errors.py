@@ -216,7 +216,7 @@ def test_a_worker_speaks_the_highest_wire_version_a_client_offers_up_to_4_and_1_
     worker = subprocess.Popen([sys.executable, str(PYWORKER), "--py-modules", str(tmp_path / "picky.py"), "--uses",
                                "Picky", "--port", "0"], stdout=subprocess.PIPE, text=True)
     try:
-        port = int(worker.stdout.readline().rsplit(":", 1)[1])
+        port = int(worker.stdout.readline().rsplit(":", 1)[1].split(",")[0])
         assert exchange(port, 1, 2, 3) == (2, 0, "")
         refused = "parameter 'limit': expected an integer in 1..100, not 0"
         assert exchange(port, 1, 2, 0) == (2, 2, refused)  # status 2: the request's own error
