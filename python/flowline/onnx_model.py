@@ -44,7 +44,6 @@ FIELDS = ("tensor", "embedding")
 class OnnxModel(flowline.Executor):
     """Run an ONNX model (ONNX Runtime) on each document's tensor or embedding."""
 
-
     def __init__(self, model, device=None, input="tensor", output="embedding", input_name=None, output_name=None,
                  batch_size=64, threads=0, tf32=False, concurrency=None, **kwargs):
         super().__init__(**kwargs)

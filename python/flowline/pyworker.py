@@ -621,6 +621,12 @@ def respond(conn, sending, r, served, numpy, version, segment):
             pass
     except OSError:  # the connection went while the request ran: nobody to answer
         pass
+    except Exception:  # noqa: BLE001 — what would end the reading thread's connection ends it here too: the
+        traceback.print_exc()  # flow then fails the requests in flight on it rather than wait for an answer
+        try:
+            conn.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 def serve_frames_with(conn, served, numpy, sending, pool):

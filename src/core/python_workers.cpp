@@ -381,7 +381,7 @@ PythonWorkers::PythonWorkers(FlowConfig& config) : impl_(std::make_unique<Impl>(
       std::vector<std::string> own = argv;
       const std::string& device = devices.empty() ? e.device : devices[static_cast<std::size_t>(r) % devices.size()];
       own.insert(own.begin() + 2, {"--replica", std::to_string(r), "--device", resolve_device(device).str()});
-      impl_->workers.push_back({e.name, r, std::move(own), 0, {}, {}});
+      impl_->workers.push_back({e.name, r, std::move(own), 0, 1, {}, {}});
     }
   }
   impl_->supervisor = std::thread([this] { impl_->run(); });
