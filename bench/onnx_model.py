@@ -4,7 +4,7 @@
     PYTHONPATH=build/python .venv/bin/python bench/onnx_model.py --model /tmp/minilm.onnx [--clients 64]
         [--seconds 10] [--seq 64] [--batch-sizes 1,8,16,32,64,128] [--device cpu|cuda] [--tf32]
         [--serve build/src/flowline --http-load build/bench/http_load] [--replicas 1[,2]]
-        [--docs-per-request 1[,32]] [--delay-ms 5] [--id-range 1000,20000]
+        [--docs-per-request 1[,32]] [--concurrency 0[,1,2]] [--threads 0] [--delay-ms 5] [--id-range 1000,20000]
 
 The model: a MiniLM exported with torch.onnx (`.venv-ref/bin/python scripts/export_tiny_onnx.py /tmp/minilm.onnx
 models/all-MiniLM-L6-v2`: input_ids and attention_mask in, mean-pooled [batch, 384] out). Inputs: random
@@ -20,9 +20,10 @@ token ids of --seq tokens (one shape, so every batch stacks whole).
           clients are Python threads calling `flowline.Flow.post` in this process (the package must be
           importable); with --serve LAUNCHER the flow is served by `LAUNCHER serve` on a free loopback port
           and the clients are bench/http_load's --clients keep-alive connections posting Jina's /post body
-          (the workers' Python: --python, default this one). --replicas and --docs-per-request take lists:
-          one flow run each, against one reference
-Both use ONNX Runtime's default threads (all cores). Prints docs/s and flow / best ort, the best batch size
+          (the workers' Python: --python, default this one). --replicas, --docs-per-request and
+          --concurrency (OnnxModel's requests at once in a worker; 0: its default) take lists: one flow run
+          each, against one reference
+Both use ONNX Runtime's default threads (all cores; --threads sets OnnxModel's). Prints docs/s and flow / best ort, the best batch size
 measured again after the flow (the reference is the mean of both: the machine may be shared).
 """
 import argparse
