@@ -36,10 +36,12 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 
 import numpy as np
 import onnxruntime as ort
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from serve_gpu import executor_totals, post, start_server  # noqa: E402
 
 ID_RANGE = (1000, 20000)  # token ids drawn from [low, high): --id-range
 TF32 = False  # --tf32: the CUDA provider's TF32, for onnxruntime and OnnxModel alike
@@ -122,57 +124,48 @@ def flow_rate(o, model, batch):
     return sum(counts) / elapsed, sum(counts) / max(batches, 1)
 
 
-def metric_sum(base, prefix):
-    with urllib.request.urlopen(f"{base}/metrics", timeout=30) as r:
-        return sum(float(line.rsplit(" ", 1)[1]) for line in r.read().decode().splitlines()
-                   if line.startswith(prefix) and 'executor="onnx"' in line)
-
-
 def served_rate(o, model, batch):
-    """`flowline serve` and bench/http_load's --clients connections. (docs/s, mean batch, p50 ms, p99 ms)"""
+    """`flowline serve` (serve_gpu.start_server) and bench/http_load's --clients connections. (docs/s, mean
+    batch, p50 ms, p99 ms)"""
     folder = pathlib.Path(tempfile.mkdtemp(prefix="onnx-serve-"))
     spec = flow_spec(o, model, batch)
     spec["executors"][0]["python"] = o.python
     (folder / "flow.yml").write_text(json.dumps(spec))
-    ready, log = folder / "port.txt", open(folder / "serve.log", "w")
-    proc = subprocess.Popen([o.serve, "serve", str(folder / "flow.yml"), "--port", "0", "--ready-file", str(ready)],
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    launcher = pathlib.Path(o.serve).resolve()
+    if launcher.parent.name != "src":
+        raise SystemExit(f"--serve {o.serve}: expected a build's src/flowline")
+    server = argparse.Namespace(build=launcher.parent.parent, grpc=False, io_threads=0)
+    proc, (port,) = start_server(server, folder / "flow.yml", folder)
     try:
-        deadline = time.time() + 180
-        while not ready.exists() or not ready.read_text().strip():
-            if proc.poll() is not None or time.time() > deadline:
-                raise SystemExit(f"flowline serve did not start:\n{(folder / 'serve.log').read_text()[-3000:]}")
-            time.sleep(0.2)
-        base = f"http://127.0.0.1:{int(ready.read_text().split()[0])}"
+        base = f"http://127.0.0.1:{port}"
         ids = np.random.default_rng(1).integers(*ID_RANGE, size=o.seq).tolist()
         body = json.dumps({"data": [{"id": f"c{k}", "tensor": {"dtype": "int64", "shape": [o.seq], "data": ids}}
                                     for k in range(o.per_request_now)], "parameters": {}, "execEndpoint": "/"})
-        request = urllib.request.Request(f"{base}/post", data=body.encode(), headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=120) as r:  # checked by hand first: one embedding of 384
-            answer = json.loads(r.read())
+        status, answer = post(f"{base}/post", body)  # checked by hand first: an embedding a document
         shapes = [d["embedding"]["shape"] if isinstance(d["embedding"], dict) else [len(d["embedding"])]
-                  for d in answer["data"]]
-        if shapes != [o.width] * o.per_request_now:
-            raise SystemExit(f"the served flow answered embeddings of shapes {shapes}, not {o.per_request_now} of {o.width}")
+                  for d in json.loads(answer)["data"]]
+        if status != 200 or shapes != [o.width] * o.per_request_now:
+            raise SystemExit(f"the served flow answered {status} with embeddings of shapes {shapes}, not "
+                             f"{o.per_request_now} of {o.width}")
         (folder / "body.json").write_text(body)
-        before = metric_sum(base, "flowline_executor_batch_duration_seconds_count{")
-        docs_before = metric_sum(base, "flowline_executor_documents_total{")
+        before = executor_totals(base)
         out = folder / "load.json"
         run = subprocess.run([o.http_load, "--url", f"{base}/post", "--body-file", str(folder / "body.json"),
                               "--connections", str(o.clients), "--duration", str(o.seconds), "--warmup", "2",
-                              "--docs-per-request", str(o.per_request_now), "--json", str(out)], capture_output=True, text=True)
+                              "--docs-per-request", str(o.per_request_now), "--json", str(out)],
+                             capture_output=True, text=True)
         if run.returncode != 0 or not out.exists():
             raise SystemExit(f"http_load failed (exit {run.returncode}):\n{run.stdout}{run.stderr}")
         figures = json.loads(out.read_text())
-        batches = metric_sum(base, "flowline_executor_batch_duration_seconds_count{") - before
-        docs = metric_sum(base, "flowline_executor_documents_total{") - docs_before
-        return (figures["docs_per_s"], docs / max(batches, 1), figures["latency_ms"]["p50"],
+        after = executor_totals(base)
+        done = {k: after[("onnx", k)] - before.get(("onnx", k), 0.0) for k in ("documents", "batches")}
+        return (figures["docs_per_s"], done["documents"] / max(done["batches"], 1), figures["latency_ms"]["p50"],
                 figures["latency_ms"]["p99"])
     finally:
+        os.killpg(proc.pid, signal.SIGTERM)
         try:
-            os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=20)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
+        except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
 
