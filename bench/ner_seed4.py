@@ -134,6 +134,9 @@ def main():
     parser.add_argument("--run-batch", type=int, default=300)
     parser.add_argument("--tokenizer", default=str(ROOT / "models/all-MiniLM-L6-v2"))
     parser.add_argument("--o-bias", type=float, default=1.5)
+    parser.add_argument("--tagger", default="",
+                        help="keep the checkpoint in this folder (made there when it has no config.json) for runs "
+                             "after this one; default: a temporary folder")
     parser.add_argument("--paragraphs", type=int, default=0,
                         help="only Alice's first N paragraphs (0: all 881), for a CPU run of bounded length")
     args = parser.parse_args()
@@ -151,8 +154,9 @@ def main():
         if args.paragraphs:  # the same paragraphs for flowline, split as it splits them
             alice = tmp / "alice-part.txt"
             alice.write_text("\n\n".join(texts) + "\n", encoding="utf-8")
-        folder = tmp / "bert-base-ner-shape"
-        make_tagger(pathlib.Path(args.tokenizer), folder, args.o_bias)
+        folder = pathlib.Path(args.tagger) if args.tagger else tmp / "bert-base-ner-shape"
+        if not (folder / "config.json").exists():
+            make_tagger(pathlib.Path(args.tokenizer), folder, args.o_bias)
         profile, run_wall, rows = run_flowline(args, folder, alice, tmp)
         load_s, model_mib, pipe = run_pipeline(args, folder, texts)
     runs = [r for r in profile.get("runs", []) if r.get("ok")]
