@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 
 namespace flowline::models::detail {
 
@@ -71,13 +72,25 @@ void write_layout(const PackedBatch& batch, std::int64_t* ids, std::int64_t* pos
   }
 }
 
+std::int64_t padded_pass_tokens(std::int64_t tokens) noexcept {
+  constexpr std::int64_t kSmallest = 256;
+  if (tokens <= kSmallest) return kSmallest;
+  // Eight sizes per power of two: m * 2^e with 8 <= m < 16.
+  const int shift = std::max(0, static_cast<int>(std::bit_width(static_cast<std::uint64_t>(tokens - 1))) - 4);
+  const std::int64_t step = std::int64_t{1} << shift;
+  return (tokens + step - 1) / step * step;
+}
+
 // On a GPU the host side is pinned memory from the caching host allocator, which does not hand the block
 // out again before the copy has completed, so the copy is asynchronous and safe.
-DeviceBatch upload(const PackedBatch& batch, const ModelInfo& info, c10::Device device, bool packed) {
+DeviceBatch upload(const PackedBatch& batch, const ModelInfo& info, c10::Device device, bool packed,
+                   std::int64_t pad_to) {
   const auto n = static_cast<std::int64_t>(batch.lengths.size());
   DeviceBatch out;
   std::tie(out.total, out.longest) = check_batch(batch, info);
-  const std::int64_t total = out.total;
+  const std::int64_t real = out.total;
+  const std::int64_t total = packed ? std::max(real, pad_to) : real;
+  out.total = total;
   const bool cuda = device.is_cuda();
   const bool typed = !batch.type_ids.empty(), skips = !batch.pooling_skip.empty();
   // Layout: ids [T] | positions [T] | lengths [n] | offsets [n + 1] | type ids [T]? | pooling skips [n]? |
@@ -87,8 +100,13 @@ DeviceBatch upload(const PackedBatch& batch, const ModelInfo& info, c10::Device 
   at::Tensor host = at::empty({size}, at::TensorOptions().dtype(at::kLong).pinned_memory(cuda));
   auto* ids = host.data_ptr<std::int64_t>();
   write_layout(batch, ids, ids + total, ids + 2 * total, ids + 2 * total + n, n);
+  std::fill(ids + real, ids + total, 0);              // padding ids
+  std::fill(ids + total + real, ids + 2 * total, 0);  // padding positions
   std::int64_t next = 2 * total + 2 * n + 1;
-  if (typed) std::copy(batch.type_ids.begin(), batch.type_ids.end(), ids + next);
+  if (typed) {
+    std::copy(batch.type_ids.begin(), batch.type_ids.end(), ids + next);
+    std::fill(ids + next + real, ids + next + total, 0);  // padding type ids
+  }
   if (skips) std::copy(batch.pooling_skip.begin(), batch.pooling_skip.end(), ids + next + (typed ? total : 0));
   const std::int64_t tiles_at = size - tiles;
   if (packed) write_attention_tiles(batch.lengths.data(), n, ids + tiles_at, tiles);

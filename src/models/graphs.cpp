@@ -9,18 +9,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <bit>
 
 namespace flowline::models {
 
-std::int64_t GraphedEmbeddingModel::bucket(std::int64_t tokens) noexcept {
-  constexpr std::int64_t kSmallest = 256;
-  if (tokens <= kSmallest) return kSmallest;
-  // Eight sizes per power of two: m * 2^e with 8 <= m < 16, so a pass pads at most 1/8 of its tokens.
-  const int shift = std::max(0, static_cast<int>(std::bit_width(static_cast<std::uint64_t>(tokens - 1))) - 4);
-  const std::int64_t step = std::int64_t{1} << shift;
-  return (tokens + step - 1) / step * step;
-}
+std::int64_t GraphedEmbeddingModel::bucket(std::int64_t tokens) noexcept { return detail::padded_pass_tokens(tokens); }
 
 GraphedEmbeddingModel::GraphedEmbeddingModel(std::shared_ptr<const EmbeddingModel> model, std::int64_t max_sequences,
                                              std::int64_t max_tokens, std::int64_t max_length) {

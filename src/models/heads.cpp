@@ -164,7 +164,7 @@ void check_head(HeadKind kind, const Checkpoint& checkpoint, std::int64_t output
 
 HeadedTransformer::HeadedTransformer(const Checkpoint& checkpoint, c10::Device device, c10::ScalarType dtype,
                                      HeadKind kind, std::int64_t outputs)
-    : device_(device) {
+    : device_(device), kind_(kind) {
   const MakeHead make_head = head_layout(kind, checkpoint);
   const ArchitectureContext context{checkpoint, device, dtype};
   transformer_ = make_transformer(context);
@@ -174,8 +174,13 @@ HeadedTransformer::HeadedTransformer(const Checkpoint& checkpoint, c10::Device d
 
 at::Tensor HeadedTransformer::forward(const PackedBatch& batch) const {
   c10::InferenceMode guard;
-  const DeviceBatch device_batch = upload(batch, info(), device_, packed_);
-  return head_->forward(transformer_->forward(device_batch), device_batch);
+  // Packed attention (a GPU in fp16/bf16): the pass padded to one of a few token counts (padded_pass_tokens), and
+  // a per-token head's rows of the padding dropped.
+  const DeviceBatch device_batch = upload(
+      batch, info(), device_, packed_, packed_ ? padded_pass_tokens(static_cast<std::int64_t>(batch.ids.size())) : 0);
+  at::Tensor out = head_->forward(transformer_->forward(device_batch), device_batch);
+  if (kind_ == HeadKind::TokenClassification) out = out.narrow(0, 0, static_cast<std::int64_t>(batch.ids.size()));
+  return out;
 }
 
 std::vector<std::string_view> model_types_with(HeadKind kind) {

@@ -58,8 +58,18 @@ std::pair<std::int64_t, std::int64_t> check_batch(const PackedBatch& batch, cons
 void write_layout(const PackedBatch& batch, std::int64_t* ids, std::int64_t* positions, std::int64_t* lengths,
                   std::int64_t* offsets, std::int64_t slots);
 
-// Checks `batch` and moves it to `device` in one copy (pinned and non-blocking on a GPU).
-DeviceBatch upload(const PackedBatch& batch, const ModelInfo& info, c10::Device device, bool packed);
+// Checks `batch` and moves it to `device` in one copy (pinned and non-blocking on a GPU). With `pad_to` above the
+// batch's tokens (packed attention only), the layout holds that many tokens: the ones past the batch's (id 0,
+// position 0, type 0) belong to no sequence, so every real row comes out as without them, and the padding rows
+// are for the caller to drop (the offsets still end at the batch's last token).
+DeviceBatch upload(const PackedBatch& batch, const ModelInfo& info, c10::Device device, bool packed,
+                   std::int64_t pad_to = 0);
+
+// The token count a pass of `tokens` tokens is padded to on a GPU: at least 256, then one of eight sizes per power
+// of two (at most 1/8 more tokens). cuBLAS picks a GEMM kernel for every new shape it meets (about 0.25 ms a
+// GEMM, milliseconds for the first of a kind), so passes of a few sizes, each met once, run as fast as passes of
+// one size (docs/benchmarks.md, seed 4's passes); CUDA graphs capture one graph per size.
+std::int64_t padded_pass_tokens(std::int64_t tokens) noexcept;
 
 struct ArchitectureContext;
 
@@ -230,7 +240,8 @@ using MakeHead = std::unique_ptr<Head> (*)(const HeadContext& context);
 // A checkpoint's transformer and its head of one kind, loaded together: what every model with a head runs
 // (CrossEncoderModel, TokenClassifierModel). The head's layout is looked up before the transformer loads, so an
 // architecture without one is refused first (head_layout's error). forward() is const and thread-safe and only
-// enqueues work: the head's float32 outputs for a packed batch, uploaded to the model's device.
+// enqueues work: the head's float32 outputs for a packed batch, uploaded to the model's device (with packed
+// attention, padded to padded_pass_tokens(); the outputs are the batch's rows only).
 class HeadedTransformer {
  public:
   // `checkpoint` must outlive this (its owner's copy); `outputs`: the labels the checkpoint declares.
@@ -245,6 +256,7 @@ class HeadedTransformer {
   std::unique_ptr<Transformer> transformer_;
   std::unique_ptr<Head> head_;
   c10::Device device_;
+  HeadKind kind_;
   bool packed_ = false;
 };
 

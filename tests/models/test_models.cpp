@@ -11,6 +11,7 @@
 #include "flowline/models/cross_encoder.hpp"
 #include "flowline/models/embedding_model.hpp"
 #include "flowline/models/safetensors.hpp"
+#include "flowline/models/token_classifier.hpp"
 #include "flowline/models/tokenizer.hpp"
 
 #include "cuda_kernels.hpp"
@@ -249,6 +250,74 @@ TEST_CASE("on the GPU every architecture stays within the fp16 and bf16 bounds, 
     const double worst = (model.score(batch).cpu() - g.expected).abs().max().item<double>();
     WARN(name << " on the GPU in fp16: largest score difference " << worst);
     CHECK(worst < 5e-3);
+  }
+}
+
+TEST_CASE("padded passes: a few token counts, eight per power of two, never fewer tokens than the pass", "[models]") {
+  namespace d = models::detail;
+  CHECK(d::padded_pass_tokens(1) == 256);
+  CHECK(d::padded_pass_tokens(256) == 256);
+  CHECK(d::padded_pass_tokens(257) == 288);  // steps of 32 between 256 and 512
+  CHECK(d::padded_pass_tokens(2400) == 2560);
+  std::int64_t sizes = 0;
+  for (std::int64_t t = 1; t <= 1 << 16; ++t) {
+    const std::int64_t p = d::padded_pass_tokens(t);
+    REQUIRE(p >= t);
+    REQUIRE(p - t <= std::max<std::int64_t>(255, t / 8));
+    if (p == t) ++sizes;
+  }
+  CHECK(sizes == 1 + 8 * 8);  // 256, then eight per power of two up to 65,536
+  CHECK(GraphedEmbeddingModel::bucket(3000) == d::padded_pass_tokens(3000));
+}
+
+TEST_CASE(
+    "on the GPU a token classifier's padded pass gives one row per token, as the CPU's, and its padding changes "
+    "no row",
+    "[models][gpu]") {
+  if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
+  const c10::Device gpu(c10::kCUDA, 0);
+  const auto stream = replica_stream(gpu);
+  c10::StreamGuard on_stream(*stream);
+  for (const char* name : {"bert-token-classifier", "roberta-token-classifier", "distilbert-token-classifier",
+                           "mpnet-token-classifier", "modernbert-token-classifier", "qwen3-token-classifier"}) {
+    const auto checkpoint = Checkpoint::read(kTiny / name);
+    const TokenClassifierModel cpu(checkpoint, c10::Device(c10::kCPU), c10::kFloat);
+    const TokenClassifierModel half(checkpoint, gpu, c10::kHalf);
+    // 37 texts of 1 to 60 tokens: 1,000-odd tokens, padded to the next of padded_pass_tokens' sizes.
+    std::vector<std::int64_t> lengths;
+    std::vector<std::int32_t> ids;
+    for (std::int64_t s = 0; s < 37; ++s) {
+      lengths.push_back(1 + (s * 29) % 60);
+      for (std::int64_t t = 0; t < lengths.back(); ++t) {
+        ids.push_back(static_cast<std::int32_t>((s * 131 + t * 17) % cpu.info().vocab_size));
+      }
+    }
+    const auto T = static_cast<std::int64_t>(ids.size());
+    const std::int64_t padded = models::detail::padded_pass_tokens(T);
+    REQUIRE(padded > T + 1);
+    const at::Tensor expected = cpu.logits(PackedBatch{ids, lengths, {}, {}});
+    const at::Tensor got = half.logits(PackedBatch{ids, lengths, {}, {}}).cpu();
+    REQUIRE(got.sizes() == expected.sizes());
+    // fp16 against fp32 on random weights (no trained model's margins): the figure is shown.
+    const double worst = (got.softmax(1) - expected.softmax(1)).abs().max().item<double>();
+    WARN(name << " on the GPU in fp16, " << T << " tokens padded to " << padded
+              << ": largest probability difference from the CPU's fp32 " << worst);
+    CHECK(worst < 5e-2);
+    // One more text where the padding was (the same padded size, so the same kernels): the other rows are
+    // bit for bit the same — the padding rows reach no real one.
+    std::vector<std::int32_t> more = ids;
+    std::vector<std::int64_t> more_lengths = lengths;
+    more_lengths.push_back(std::min<std::int64_t>(padded - T, 9));
+    for (std::int64_t t = 0; t < more_lengths.back(); ++t) more.push_back(static_cast<std::int32_t>(7 + t));
+    REQUIRE(models::detail::padded_pass_tokens(static_cast<std::int64_t>(more.size())) == padded);
+    const at::Tensor with_more = half.logits(PackedBatch{more, more_lengths, {}, {}}).cpu();
+    CHECK(with_more.size(0) == static_cast<std::int64_t>(more.size()));
+    CHECK(at::equal(with_more.narrow(0, 0, T), got));
+    // The last text alone (a pass of its own, another padded size and kernels) gives its rows of the whole pass.
+    const std::span<const std::int32_t> last(ids.end() - lengths.back(), ids.end());
+    const std::vector<std::int64_t> one{lengths.back()};
+    const at::Tensor alone = half.logits(PackedBatch{last, one, {}, {}}).cpu();
+    CHECK((alone - got.narrow(0, T - lengths.back(), lengths.back())).abs().max().item<double>() < 1e-2);
   }
 }
 
