@@ -39,7 +39,8 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", dtype_name)->capture_default_str();
   app.add_option("--batch-sizes", batch_sizes)->delimiter(',')->capture_default_str();
   app.add_option("--rounds", rounds)->capture_default_str();
-  app.add_option("--warmup", warmup, "passes of the largest pass's shape before the first round")->capture_default_str();
+  app.add_option("--warmup", warmup, "passes of the largest pass's shape before the first round")
+      ->capture_default_str();
   app.add_option("--token-bucket", bucket,
                  "pad each pass with a filler sequence to a multiple of this many tokens (0: none)")
       ->capture_default_str();
@@ -78,7 +79,8 @@ int main(int argc, char** argv) {
     }
     const auto largest = std::max_element(passes.begin(), passes.end(),
                                           [](const Pass& a, const Pass& b) { return a.ids.size() < b.ids.size(); });
-    for (std::size_t w = 0; w < warmup; ++w) (void)tagger.logits(PackedBatch{largest->ids, largest->lengths, {}, {}}).to(at::kCPU);
+    for (std::size_t w = 0; w < warmup; ++w)
+      (void)tagger.logits(PackedBatch{largest->ids, largest->lengths, {}, {}}).to(at::kCPU);
     for (std::size_t r = 0; r < rounds; ++r) {
       std::vector<double> ms;
       const auto start = Clock::now();
@@ -103,10 +105,11 @@ int main(int argc, char** argv) {
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
       std::vector<double> sorted = ms;
       std::sort(sorted.begin(), sorted.end());
-      fmt::print("batch {} round {}: {} passes in {:.4f} s ({:.0f} texts/s), pass ms p50 {:.2f} max {:.2f}; first "
-                 "passes {:.2f}\n",
-                 batch, r, passes.size(), seconds, ids.size() / seconds, sorted[sorted.size() / 2], sorted.back(),
-                 fmt::join(std::vector<double>(ms.begin(), ms.begin() + std::min<std::size_t>(6, ms.size())), " "));
+      fmt::print(
+          "batch {} round {}: {} passes in {:.4f} s ({:.0f} texts/s), pass ms p50 {:.2f} max {:.2f}; first "
+          "passes {:.2f}\n",
+          batch, r, passes.size(), seconds, ids.size() / seconds, sorted[sorted.size() / 2], sorted.back(),
+          fmt::join(std::vector<double>(ms.begin(), ms.begin() + std::min<std::size_t>(6, ms.size())), " "));
     }
   }
   return 0;
