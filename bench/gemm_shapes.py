@@ -4,27 +4,39 @@ and without a bias, through whichever BLAS library torch prefers (default, cubla
 
   python3 bench/gemm_shapes.py [default|cublas|cublaslt]       # the GPU machine (its torch)
 """
-import time, sys, torch
-torch.backends.cuda.matmul.allow_tf32 = False
-lib = sys.argv[1] if len(sys.argv) > 1 else "default"
-if lib != "default":
-    torch.backends.cuda.preferred_blas_library(lib)
-dev = "cuda"
-s = torch.cuda.Stream()
-torch.cuda.set_stream(s)
-w = torch.randn(3072, 768, device=dev, dtype=torch.half); b = torch.randn(3072, device=dev, dtype=torch.half)
-x0 = torch.randn(40000, 768, device=dev, dtype=torch.half)
-torch.nn.functional.linear(x0[:25600], w, b); torch.cuda.synchronize()
-def t(M, bias=True):
-    x = x0[:M]
-    torch.cuda.synchronize(); a = time.perf_counter()
-    torch.nn.functional.linear(x, w, b if bias else None); torch.cuda.synchronize()
-    return (time.perf_counter() - a) * 1e3
-for bias in (True, False):
-    Ms = [2000 + 37 * i for i in range(12)]
-    first = [t(M, bias) for M in Ms]
-    second = [t(M, bias) for M in Ms]
-    near = [t(M + 1, bias) for M in Ms]
-    print(lib, "bias" if bias else "nobias", "first %s" % " ".join("%.2f" % v for v in first))
-    print(lib, "bias" if bias else "nobias", "again %s" % " ".join("%.2f" % v for v in second))
-    print(lib, "bias" if bias else "nobias", "M+1   %s" % " ".join("%.2f" % v for v in near))
+import sys
+import time
+
+import torch
+
+
+def main():
+    torch.backends.cuda.matmul.allow_tf32 = False
+    library = sys.argv[1] if len(sys.argv) > 1 else "default"
+    if library != "default":
+        torch.backends.cuda.preferred_blas_library(library)
+    torch.cuda.set_stream(torch.cuda.Stream())  # as flowline's replicas run: a stream of their own
+    half = {"device": "cuda", "dtype": torch.half}
+    weight, bias = torch.randn(3072, 768, **half), torch.randn(3072, **half)
+    rows = torch.randn(40000, 768, **half)
+    torch.nn.functional.linear(rows[:25600], weight, bias)  # cuBLAS's handle and workspace, one shape met
+    torch.cuda.synchronize()
+
+    def milliseconds(m, with_bias):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        torch.nn.functional.linear(rows[:m], weight, bias if with_bias else None)
+        torch.cuda.synchronize()
+        return (time.perf_counter() - start) * 1e3
+
+    for with_bias in (True, False):
+        ms = [2000 + 37 * i for i in range(12)]
+        rounds = {"first": [milliseconds(m, with_bias) for m in ms],
+                  "again": [milliseconds(m, with_bias) for m in ms],
+                  "M+1  ": [milliseconds(m + 1, with_bias) for m in ms]}
+        for name, values in rounds.items():
+            print(library, "bias" if with_bias else "nobias", name, " ".join(f"{v:.2f}" for v in values))
+
+
+if __name__ == "__main__":
+    main()
