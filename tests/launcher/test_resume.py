@@ -218,11 +218,23 @@ def a_partial_that_is_not_this_runs_is_refused(r):
     expect_refusal(r, output, "fewer than the")
     os.remove(output + ".resume.json")
     expect_refusal(r, output, "not the partial of a run that can be resumed")
-    # A complete output: nothing to resume, and it stays as it is.
-    complete = os.path.join(r.scratch, "complete.jsonl")
-    check(r.run(complete).returncode == 0, "a run failed")
-    again = r.run(complete, "--resume")
-    check(again.returncode == 0 and "nothing to resume" in again.stderr, f"--resume of a complete output: {again}")
+    # A complete output: nothing to resume, and it stays as it is — unless the input is another one now (it grew):
+    # that is refused, naming both inputs, rather than leaving the new documents out in silence.
+    for name in ("complete.jsonl", "complete.npy"):
+        complete = os.path.join(r.scratch, name)
+        check(r.run(complete).returncode == 0, "a run failed")
+        written = [read(f) for f in files_of(complete)]
+        again = r.run(complete, "--resume")
+        check(again.returncode == 0 and "nothing to resume" in again.stderr, f"--resume of a complete output: {again}")
+        with open(r.input, "ab") as f:
+            f.write(b"one more line\n")
+        grown = r.run(complete, "--resume")
+        check(grown.returncode == 2 and "is complete, but of another input" in grown.stderr,
+              f"--resume of a complete output of another input was not refused: {grown}")
+        check([read(f) for f in files_of(complete)] == written, "a refused --resume changed a complete output")
+        print(f"refused: {grown.stderr.strip().splitlines()[-1]}")
+        with open(r.input, "wb") as f:
+            f.write(original)
 
 
 class FlowCase:
