@@ -5,6 +5,9 @@
 #include "flowline/error.hpp"
 #include "flowline/torch_support.hpp"
 
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <c10/core/StreamGuard.h>
 #include <fmt/format.h>
 
 namespace flowline::models {
@@ -22,7 +25,10 @@ std::vector<ParamSpec> cross_encoder_params(
           ParamSpec::optional("max_seq_length", ParamType::Int, 0,
                               fmt::format("truncate {} to this many tokens (0: the model's)", truncated))
               .min(0),
-          ParamSpec::optional("batch_size", ParamType::Int, batch_size, std::move(batch_help)).min(1)};
+          ParamSpec::optional("batch_size", ParamType::Int, batch_size, std::move(batch_help)).min(1),
+          ParamSpec::optional("warmup", ParamType::Bool, true,
+                              "run passes at start (on a GPU the largest a request can make, then each padded size "
+                              "below it) so the first requests do not pay for CUDA, cuBLAS and allocator set-up")};
 }
 
 CrossEncoderReplica::CrossEncoderReplica(const Params& params, const RuntimeInfo& runtime)
@@ -46,6 +52,17 @@ CrossEncoderReplica::CrossEncoderReplica(const Params& params, const RuntimeInfo
   typed = model->info().type_vocab_size > 1 && tokenizer->type_ids_input();
   planner.set_budget({params.get<std::size_t>("batch_size"), 0});
   if (device.is_cuda()) stream = replica_stream(device);
+  if (params.get<bool>("warmup")) warm_up();
+}
+
+void CrossEncoderReplica::warm_up() const {
+  c10::InferenceMode guard;
+  std::optional<c10::StreamGuard> on_stream;
+  if (stream) on_stream.emplace(*stream);
+  const std::vector<std::int32_t> text = tokenizer->encode("warm up");  // real ids, specials too
+  if (text.empty()) return;
+  warm_up_passes(device, planner.budget().max_sequences, max_length, text,
+                 [&](const PackedBatch& pass) { (void)model->score(pass).to(at::kCPU); });
 }
 
 std::string CrossEncoderReplica::describe() const {

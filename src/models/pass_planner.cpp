@@ -92,6 +92,35 @@ void scatter_tokens(at::Tensor& out, const at::Tensor& tokens, const Pass& pass,
       outputs);
 }
 
+void warm_up_passes(c10::Device device, std::size_t max_sequences, std::size_t max_length,
+                    std::span<const std::int32_t> text, const std::function<void(const PackedBatch& pass)>& run_pass) {
+  constexpr std::size_t kMaxTokens = 1 << 15, kSmallest = 256, kLadderLength = 128, kCpuLength = 16;
+  if (text.empty() || max_length == 0) throw Error("warm_up_passes: no text or no length");
+  std::vector<std::pair<std::size_t, std::size_t>> passes;  // (tokens, sequence length)
+  if (device.is_cuda()) {
+    const std::size_t most =
+        std::max<std::size_t>(1, std::min(kMaxTokens, std::max<std::size_t>(1, max_sequences) * max_length));
+    passes.emplace_back(most, max_length);
+    std::size_t tokens = kSmallest;
+    while (tokens * 2 < most) tokens *= 2;
+    for (; tokens >= kSmallest && tokens < most; tokens /= 2)
+      passes.emplace_back(tokens, std::min(kLadderLength, max_length));
+  } else {
+    passes.emplace_back(std::min(kCpuLength, max_length), max_length);
+  }
+  std::vector<std::int32_t> ids;
+  std::vector<std::int64_t> lengths;
+  for (const auto [tokens, length] : passes) {
+    lengths.assign(tokens / length, static_cast<std::int64_t>(length));
+    if (tokens % length != 0) lengths.push_back(static_cast<std::int64_t>(tokens % length));
+    ids.clear();
+    for (const std::int64_t n : lengths) {
+      for (std::int64_t i = 0; i < n; ++i) ids.push_back(text[static_cast<std::size_t>(i) % text.size()]);
+    }
+    run_pass(PackedBatch{ids, lengths, {}, {}});
+  }
+}
+
 Calibration calibrate_budget(PassBudget& budget, const AutoBudget& automatic, c10::Device device,
                              const std::function<void(std::size_t sequences)>& run_pass) {
   constexpr std::size_t kMaxAutoSequences = 8192, kMaxAutoTokens = 1 << 21;

@@ -145,3 +145,51 @@ TEST_CASE("heads are a column of the architecture table: the sequence-classifica
   CHECK(Checkpoint::read(dir).weights_file() == dir / "model.safetensors");
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE(
+    "warm-up passes: on a GPU the largest pass first, then each power of two of tokens down to 256; on the CPU one "
+    "short sequence",
+    "[models][planner]") {
+  const std::vector<std::int32_t> text{101, 7, 8, 102};
+  struct Seen {
+    std::size_t tokens = 0, sequences = 0, longest = 0;
+    bool cycled = true;
+  };
+  const auto passes_of = [&](c10::Device device, std::size_t sequences, std::size_t length) {
+    std::vector<Seen> seen;
+    warm_up_passes(device, sequences, length, text, [&](const PackedBatch& pass) {
+      Seen s{pass.ids.size(), pass.lengths.size(), 0, true};
+      std::size_t t = 0;
+      for (const std::int64_t n : pass.lengths) {
+        s.longest = std::max(s.longest, static_cast<std::size_t>(n));
+        for (std::int64_t i = 0; i < n; ++i, ++t)
+          s.cycled = s.cycled && pass.ids[t] == text[static_cast<std::size_t>(i) % 4];
+      }
+      seen.push_back(s);
+    });
+    return seen;
+  };
+  // The device is only looked at, never used: a CUDA device without a GPU will do.
+  const c10::Device gpu(c10::kCUDA, 0);
+  // seed 4's tagger at batch 50: 50 windows of 512 = 25,600 tokens, then 16,384 ... 256 in windows of 128.
+  auto seen = passes_of(gpu, 50, 512);
+  REQUIRE(seen.size() == 8);
+  CHECK((seen[0].tokens == 25600 && seen[0].sequences == 50 && seen[0].longest == 512));
+  for (std::size_t i = 1; i < seen.size(); ++i) {
+    CHECK(seen[i].tokens == (std::size_t{16384} >> (i - 1)));
+    CHECK(seen[i].longest == 128);
+  }
+  CHECK(std::all_of(seen.begin(), seen.end(), [](const Seen& s) { return s.cycled; }));
+  // At most 2^15 tokens; a short max_length makes shorter sequences; a small largest pass has no ladder under 256.
+  seen = passes_of(gpu, 300, 512);
+  CHECK((seen.front().tokens == 32768 && seen.front().longest == 512 && seen[1].tokens == 16384));
+  seen = passes_of(gpu, 64, 64);
+  CHECK((seen.front().tokens == 4096 && seen[1].tokens == 2048 && seen[1].longest == 64 && seen.back().tokens == 256));
+  seen = passes_of(gpu, 2, 100);
+  REQUIRE(seen.size() == 1);
+  CHECK((seen[0].tokens == 200 && seen[0].sequences == 2));
+  seen = passes_of(c10::Device(c10::kCPU), 50, 512);
+  REQUIRE(seen.size() == 1);
+  CHECK((seen[0].tokens == 16 && seen[0].sequences == 1));
+  CHECK_THROWS_WITH(warm_up_passes(gpu, 1, 8, {}, [](const PackedBatch&) {}), testing::contains("no text"));
+}

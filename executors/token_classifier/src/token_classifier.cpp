@@ -122,10 +122,7 @@ class TokenClassifier : public Executor {
                                            ignore_param(boost::json::array{"O"}, "labels left out"),
                                            stride_param(0,
                                                         "tokens shared by consecutive windows of a text longer "
-                                                        "than max_seq_length; 0: such a text is truncated"),
-                                           ParamSpec::optional("warmup", ParamType::Bool, true,
-                                                               "run a few passes at start so the first requests do "
-                                                               "not pay for CUDA and allocator set-up")});
+                                                        "than max_seq_length; 0: such a text is truncated")});
     spec.replicas_per_gpu = 2;
     return spec;
   }
@@ -161,47 +158,16 @@ class TokenClassifier : public Executor {
   }
 
  private:
-  // Passes before the first request, so that it does not pay for setting up the CUDA context, cuBLAS, the
-  // attention kernels (CUDA loads modules lazily) and the caching allocator. On a GPU: one pass of every power
-  // of two of tokens below the largest pass (batch_size windows of max_seq_length, at most 32,768 tokens) down
-  // to 256, in windows of up to 128 tokens — cuBLAS picks GEMM kernels per shape, milliseconds for the first of
-  // a kind, and passes are padded to a few sizes (padded_pass_tokens) — after the largest in windows of
-  // max_seq_length (the longest attention; first, so that the allocator's blocks for it serve the smaller
-  // passes, which would otherwise each reserve more). On the CPU one short pass (the cost there is compute,
-  // not set-up).
+  // The warm-up passes (models::warm_up_passes: on a GPU the largest pass a request can make, then every padded
+  // power of two of tokens below it), each one's logits back on the host.
   void warm_up() {
-    constexpr std::size_t kMaxWarmupTokens = 1 << 15;
     c10::InferenceMode guard;
     std::optional<c10::StreamGuard> on_stream;
     if (replica_.stream) on_stream.emplace(*replica_.stream);
-    const std::size_t max_length = replica_.max_length;
-    // Each pass as its windows' lengths.
-    const auto windows = [](std::size_t tokens, std::size_t length) {
-      std::vector<std::int64_t> lengths(tokens / length, static_cast<std::int64_t>(length));
-      if (tokens % length != 0) lengths.push_back(static_cast<std::int64_t>(tokens % length));
-      return lengths;
-    };
-    std::vector<std::vector<std::int64_t>> passes;
-    if (replica_.device.is_cuda()) {
-      const std::size_t most =
-          std::max<std::size_t>(1, std::min(kMaxWarmupTokens, replica_.planner.budget().max_sequences * max_length));
-      passes.push_back(windows(most, max_length));
-      std::size_t tokens = 256;
-      while (tokens * 2 < most) tokens *= 2;
-      for (; tokens >= 256; tokens /= 2) passes.push_back(windows(tokens, std::min<std::size_t>(128, max_length)));
-    } else {
-      passes.push_back(windows(std::min<std::size_t>(16, max_length), max_length));
-    }
     const std::vector<std::int32_t> text = replica_.tokenizer->encode("warm up");  // real ids, specials too
     if (text.empty()) return;
-    std::vector<std::int32_t> ids;
-    for (const auto& lengths : passes) {
-      ids.clear();
-      for (const std::int64_t length : lengths) {
-        for (std::int64_t i = 0; i < length; ++i) ids.push_back(text[static_cast<std::size_t>(i) % text.size()]);
-      }
-      (void)replica_.model->logits(models::PackedBatch{ids, lengths, {}, {}}).to(at::kCPU);
-    }
+    models::warm_up_passes(replica_.device, replica_.planner.budget().max_sequences, replica_.max_length, text,
+                           [&](const models::PackedBatch& pass) { (void)replica_.model->logits(pass).to(at::kCPU); });
   }
 
   static ParamSpec strategy_param(boost::json::value default_value, std::string help) {

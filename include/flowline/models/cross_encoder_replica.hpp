@@ -1,6 +1,7 @@
 // flowline/models/cross_encoder_replica.hpp — what every executor over a *ForSequenceClassification
 // checkpoint (the Reranker, the SequenceClassifier; a token classifier next) declares and holds: its shared
-// `with:` parameters, and per replica the model, tokenizer, device, stream and pass planner made from them.
+// `with:` parameters, and per replica the model, tokenizer, device, stream and pass planner made from them
+// (warmed up at construction unless `warmup: false`).
 //
 // An executor lists cross_encoder_params() among its spec's parameters and constructs one
 // CrossEncoderReplica in its constructor (on its replica thread), then tokenizes into its own buffers and
@@ -29,7 +30,7 @@ namespace flowline::models {
 
 // The parameters every such executor takes, in this order: model (a Path, also a hub name, checked by
 // `model_check`), device, dtype, max_seq_length (what is truncated: `truncated`, e.g. "pairs"), batch_size
-// (default `batch_size`, help `batch_help`).
+// (default `batch_size`, help `batch_help`), warmup.
 std::vector<ParamSpec> cross_encoder_params(
     std::string model_help, std::function<std::optional<std::string>(const boost::json::value&)> model_check,
     std::string truncated, std::int64_t batch_size, std::string batch_help);
@@ -43,6 +44,9 @@ struct CrossEncoderReplica {
 
   // "(bert, 2 layers, hidden 32; tokenizer ...) on cuda:0 in Half": for the executor's start-up line.
   std::string describe() const;
+  // The warm-up passes (warm_up_passes(), pass_planner.hpp) on the replica's stream; the constructor runs them
+  // when the parameter `warmup` says so.
+  void warm_up() const;
 
   std::string folder;
   c10::Device device{c10::kCPU};

@@ -134,4 +134,16 @@ struct Calibration {
 Calibration calibrate_budget(PassBudget& budget, const AutoBudget& automatic, c10::Device device,
                              const std::function<void(std::size_t sequences)>& run_pass);
 
+// The passes a head executor runs at start (`warmup: true`: the TokenClassifier, Reranker, SequenceClassifier), so
+// that its first requests pay neither for CUDA, cuBLAS and the caching allocator's set-up nor for kernels met for
+// the first time. On a GPU: the largest pass a request can make (`max_sequences` sequences of `max_length` tokens,
+// at most 2^15 tokens) first, so that the allocator's blocks for it serve the smaller passes, then one pass of every
+// power of two of tokens below it down to 256 (the sizes passes are padded to, HeadedTransformer), in sequences of
+// up to 128 tokens; cuBLAS picks a GEMM kernel for each new shape, milliseconds for the first of a kind
+// (docs/benchmarks.md, seed 4's passes). On the CPU one sequence of up to 16 tokens (the cost there is compute,
+// not set-up). Each pass's ids cycle through `text` (real ids of the tokenizer, special tokens too; not empty);
+// `run_pass` runs one pass and returns once the device is done, on the caller's thread and stream.
+void warm_up_passes(c10::Device device, std::size_t max_sequences, std::size_t max_length,
+                    std::span<const std::int32_t> text, const std::function<void(const PackedBatch& pass)>& run_pass);
+
 }  // namespace flowline::models
