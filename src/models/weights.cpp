@@ -28,7 +28,10 @@ namespace {
 // A JSON value in an error message, cut short.
 std::string shown(const boost::json::value& v) {
   std::string text = boost::json::serialize(v);
-  if (text.size() > 40) text = text.substr(0, 37) + "...";
+  if (text.size() > 40) {  // in place: GCC 12 warns (wrongly) of an overflow on substr(0, 37) + "..."
+    text.resize(37);
+    text += "...";
+  }
   return text;
 }
 }  // namespace
