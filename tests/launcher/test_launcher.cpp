@@ -5,6 +5,7 @@
 #include <boost/json.hpp>
 #include <fmt/format.h>
 
+#include <fstream>
 #include <map>
 
 using namespace flowline;
@@ -434,4 +435,37 @@ TEST_CASE("a model given as a Hugging Face name is found in the local cache; one
   CHECK_THAT(r.err, testing::contains(
                         fmt::format("no snapshot in '{}/hf/hub/models--tiny-org--not-there/snapshots'", dir.string())));
   CHECK_THAT(r.err, testing::contains("hf download tiny-org/not-there"));
+}
+
+TEST_CASE(
+    "flowline run --resume reads the input again from its start when a sink says what it holds after the "
+    "input was begun",
+    "[launcher][resume]") {
+  const auto dir = testing::scratch_dir("launcher late sink");
+  std::string input;
+  for (int i = 0; i < 100; ++i) input += fmt::format("{{\"id\": \"d{}\", \"text\": \"text {}\"}}\n", i, i);
+  testing::write_text(dir / "in.jsonl", input);
+  // The sink says 60 at once (the run begins the input there, beside the start), then 40 while still starting.
+  testing::write_text(dir / "flow.yml",
+                      kTestingPlugin + fmt::format("executors:\n  - name: sink\n    uses: LateSink\n    with: "
+                                                   "{{first: {{documents: 60, last_id: d59}}, then: {{documents: 40, "
+                                                   "last_id: d39}}, late_ms: 300, log: '{}'}}\n",
+                                                   (dir / "log.jsonl").string()));
+  const auto r = launch(
+      fmt::format("run '{0}/flow.yml' -i '{0}/in.jsonl' --request-size 10 --resume --progress never", dir.string()));
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out + r.err,  // the log's warning (standard output, which is no --output here)
+             testing::contains("a sink said what it holds after the input was begun: reading the input again"));
+  CHECK_THAT(r.err, testing::contains("resumed: 40 documents skipped"));
+  // What the sink was handed: documents 40 to 99 in order, from the resume point 40.
+  std::vector<std::string> ids;
+  std::ifstream log(dir / "log.jsonl");
+  for (std::string line; std::getline(log, line);) {
+    const auto request = boost::json::parse(line).as_object();
+    CHECK(request.at("resume_from").to_number<std::uint64_t>() == 40);
+    for (const auto& id : request.at("ids").as_array()) ids.emplace_back(id.as_string());
+  }
+  REQUIRE(ids.size() == 60);
+  for (std::size_t i = 0; i < ids.size(); ++i) CHECK(ids[i] == fmt::format("d{}", 40 + i));
 }

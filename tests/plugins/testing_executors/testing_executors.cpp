@@ -2,14 +2,19 @@
 //   SetTags    sets fixed tags (and optionally who processed the document)
 //   Delay      sleeps per batch and per document, optionally only in one replica
 //   FailIf     throws when a document's text contains a marker
+//   LateSink   a resumable sink that says what it holds twice while starting, the second time late (`flowline
+//              run --resume`'s fallback: the input read again from its start), and logs what it is handed
 #include "testing_executors.hpp"
 
 #include "flowline/error.hpp"
 #include "flowline/executor.hpp"
+#include "flowline/resumable_sink.hpp"
 
+#include <boost/json.hpp>
 #include <fmt/format.h>
 
 #include <chrono>
+#include <fstream>
 #include <thread>
 
 namespace flowline::testing {
@@ -118,12 +123,63 @@ class FailIf : public Executor {
   std::string marker_;
 };
 
+class LateSink : public Executor {
+ public:
+  static ExecutorSpec spec() {
+    ExecutorSpec spec{
+        "LateSink",
+        "A resumable sink that keeps nothing: under --resume it says it holds `first` ({documents, last_id}) as it "
+        "starts, then, `late_ms` later and still starting, `then` (a sink that publishes late); appends each "
+        "request's resume point and document ids to `log` as a JSON line",
+        {ParamSpec::optional("first", ParamType::Json, boost::json::object{}, "{documents, last_id} held first"),
+         ParamSpec::optional("then", ParamType::Json, nullptr, "{documents, last_id} held late, or null"),
+         ParamSpec::optional("late_ms", ParamType::Double, 0.0, "how long after `first` it says `then`"),
+         ParamSpec::required_param("log", ParamType::String, "the file the requests are logged to")},
+        {},
+    };
+    for (auto& p : resumable_sink_params()) spec.params.push_back(std::move(p));
+    return spec;
+  }
+  explicit LateSink(const ExecutorContext& context)
+      : Executor(context), progress_(params(), runtime().name), log_(params().get<std::string>("log")) {
+    if (!progress_.resuming()) {
+      progress_.held({});
+    } else {
+      progress_.held(point(params().get<boost::json::value>("first")));
+      const auto then = params().get<boost::json::value>("then");
+      if (!then.is_null()) {
+        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(params().get<double>("late_ms")));
+        progress_.held(point(then));
+      }
+    }
+    bind_default(&LateSink::take);
+  }
+
+ private:
+  static SinkPoint point(const boost::json::value& v) {
+    const auto* o = v.if_object();
+    if (o == nullptr || !o->contains("documents") || !o->contains("last_id"))
+      throw Error("LateSink: a point is {documents, last_id}");
+    return {o->at("documents").to_number<std::uint64_t>(), std::string(o->at("last_id").as_string()), 0};
+  }
+  void take(DocumentArray& docs, const RequestInfo& request) {
+    boost::json::array ids;
+    for (const auto& doc : docs) ids.emplace_back(doc.id);
+    const auto* from = request.parameters.if_contains(kResumeFromParam);
+    const boost::json::object line{{"resume_from", from ? *from : boost::json::value(nullptr)}, {"ids", ids}};
+    std::ofstream(log_, std::ios::app) << boost::json::serialize(line) << '\n';
+  }
+  SinkProgress progress_;
+  std::string log_;
+};
+
 }  // namespace
 
 void register_testing_executors(Registry& registry, const std::string& origin) {
   registry.add<SetTags>(origin);
   registry.add<Delay>(origin);
   registry.add<FailIf>(origin);
+  registry.add<LateSink>(origin);
 }
 
 }  // namespace flowline::testing
