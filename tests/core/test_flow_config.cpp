@@ -30,7 +30,7 @@ TEST_CASE("a misspelt executor type is reported at its line and column with a su
                   "  - name: splitter\n"
                   "    uses: TextSpliter\n") ==
         "flow.yml:3:11: executor 'splitter': unknown executor type 'TextSpliter' (did you mean 'TextSplitter'?); "
-        "known types: ClipEncoder, Delay, FailIf, JsonlWriter, NoOp, " +
+        "known types: ClipEncoder, Delay, FailIf, JsonlWriter, LateSink, NoOp, " +
             pgvector +
             "Reranker, SentenceEncoder, SequenceClassifier, SetTags, TextSplitter, TextStats, TokenClassifier, "
             "TorchModule, TsvWriter, VectorIndex");

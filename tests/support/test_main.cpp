@@ -1,4 +1,4 @@
-// main() of every test program: adds the test executors (Delay, FailIf, SetTags) to the global registry,
+// main() of every test program: adds the test executors (Delay, FailIf, LateSink, SetTags) to the global registry,
 // loads CUDA up front on a machine with an NVIDIA driver, then runs Catch2 (v2 on Debian, v3 on the GPU
 // machine).
 //

@@ -1,4 +1,4 @@
-// Entry point of the plugin libflowline_testing_executors.so: Delay, FailIf and SetTags for flows run by
+// Entry point of the plugin libflowline_testing_executors.so: Delay, FailIf, LateSink and SetTags for flows run by
 // the launcher in tests and benchmarks (`plugins: [testing_executors]`).
 #include "testing_executors.hpp"
 
