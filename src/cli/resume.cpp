@@ -3,6 +3,7 @@
 #include "resume.hpp"
 
 #include "flowline/error.hpp"
+#include "flowline/flow_config.hpp"
 #include "flowline/resumable_sink.hpp"
 #include "flowline/writers.hpp"
 
@@ -260,6 +261,43 @@ std::optional<ResumePoint> find_resume_point(const std::filesystem::path& output
                     records.string(), id, point.last_id));
   }
   return point;
+}
+
+std::optional<std::string> complete_of_another_input(const RunIdentity& identity, const std::string& input,
+                                                     const std::string& input_format, const std::string& output,
+                                                     const FlowConfig& config) {
+  if (open_file_source(input, parse_input_format(input_format))->carries_ids()) return std::nullopt;
+  std::vector<std::pair<std::string, std::filesystem::path>> records;  // (the output as the user knows it, its ids)
+  if (!output.empty() && output != "-" && !identity.output_format.empty()) {
+    if (identity.output_format == "jsonl") {
+      records.emplace_back(fmt::format("'{}'", output), output);
+    } else {
+      const auto sidecar = sidecar_path_for(output);
+      records.emplace_back(fmt::format("'{}' (by '{}')", output, sidecar.string()), sidecar);
+    }
+  }
+  for (const FlowOutput& w : flow_outputs(config)) {
+    const auto e = std::find_if(config.executors.begin(), config.executors.end(),
+                                [&](const ExecutorConfig& c) { return c.name == w.executor; });
+    if (e != config.executors.end() && e->uses == "JsonlWriter")
+      records.emplace_back(fmt::format("'{}' (executor '{}')", w.path.string(), w.executor), w.path);
+  }
+  constexpr std::size_t kHex = 16;
+  const std::string& hash = identity.input_hash;
+  for (const auto& [name, file] : records) {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(file, ec);
+    if (ec || size == 0) continue;
+    const std::string id = jsonl_id_ending_at(file, size);
+    if (id.size() == 2 * kHex && id.compare(0, kHex, hash) != 0) {
+      return fmt::format(
+          "{} is complete, but of another input: its documents' ids name input {}, this input is {} (a changed "
+          "or grown input). --resume continues an interrupted run of the same input; write elsewhere, or run "
+          "without --resume and with --overwrite to replace it",
+          name, id.substr(0, kHex), hash);
+    }
+  }
+  return std::nullopt;
 }
 
 ResumeLog::ResumeLog(std::filesystem::path output, RunIdentity identity, SyncPolicy policy, ResumePoint start,

@@ -16,6 +16,7 @@
 // (the posting thread, which is the main thread).
 #pragma once
 
+#include "flowline/flow_config.hpp"
 #include "flowline/io.hpp"
 #include "flowline/writers.hpp"
 
@@ -72,6 +73,16 @@ struct ResumePoint {
 // differs, when the partial is not this run's (no manifest, another input, flow or format, fewer bytes
 // than synced, a record whose id is not the manifest's).
 std::optional<ResumePoint> find_resume_point(const std::filesystem::path& output, const RunIdentity& identity);
+
+// --resume of complete outputs: each document of a positional input (lines, paragraphs, text: no ids of its own)
+// is named by the input's hash and its position, so the last record of `output` (or of its sidecar) and of each
+// JsonlWriter file of `config` says which input it was written from. A complete output of another input (one that
+// grew, say) is not "nothing to resume": it would leave the new documents out in silence. Returns what differs
+// (std::nullopt when nothing does, or the input carries ids of its own). Throws flowline::Error when the input
+// or a record cannot be read.
+std::optional<std::string> complete_of_another_input(const RunIdentity& identity, const std::string& input,
+                                                     const std::string& input_format, const std::string& output,
+                                                     const FlowConfig& config);
 
 // How often the output is made durable: every `documents` documents or `seconds` seconds, whichever
 // comes first (0: not by that measure; both 0: only when the run stops on a signal).

@@ -152,46 +152,6 @@ bool outputs_complete(const RunOptions& o, const RunSetup& setup) {
   });
 }
 
-// Complete outputs of another input: each document of a positional input (lines, paragraphs, text: no ids of its
-// own) is named by the input's hash and its position, so the last record of --output (or of its sidecar) and of
-// each JsonlWriter's file says which input it was written from. A complete output of another input (one that grew,
-// say) is not "nothing to resume": it would leave the new documents out in silence. Returns what differs.
-std::optional<std::string> complete_of_another_input(const RunOptions& o, const RunSetup& setup) {
-  if (!setup.identity) return std::nullopt;
-  if (open_file_source(o.input, parse_input_format(setup.format_name))->carries_ids()) return std::nullopt;
-  std::vector<std::pair<std::string, std::filesystem::path>> records;  // (the output as the user knows it, its ids)
-  if (!o.output.empty() && o.output != "-" && !setup.identity->output_format.empty()) {
-    if (setup.identity->output_format == "jsonl") {
-      records.emplace_back(fmt::format("'{}'", o.output), o.output);
-    } else {
-      const auto sidecar = sidecar_path_for(o.output);
-      records.emplace_back(fmt::format("'{}' (by '{}')", o.output, sidecar.string()), sidecar);
-    }
-  }
-  for (const FlowOutput& w : flow_outputs(setup.config)) {
-    const auto e = std::find_if(setup.config.executors.begin(), setup.config.executors.end(),
-                                [&](const ExecutorConfig& c) { return c.name == w.executor; });
-    if (e != setup.config.executors.end() && e->uses == "JsonlWriter")
-      records.emplace_back(fmt::format("'{}' (executor '{}')", w.path.string(), w.executor), w.path);
-  }
-  constexpr std::size_t kHex = 16;
-  const std::string& hash = setup.identity->input_hash;
-  for (const auto& [name, file] : records) {
-    std::error_code ec;
-    const auto size = std::filesystem::file_size(file, ec);
-    if (ec || size == 0) continue;
-    const std::string id = jsonl_id_ending_at(file, size);
-    if (id.size() == 2 * kHex && id.compare(0, kHex, hash) != 0) {
-      return fmt::format(
-          "{} is complete, but of another input: its documents' ids name input {}, this input is {} (a changed "
-          "or grown input). --resume continues an interrupted run of the same input; write elsewhere, or run "
-          "without --resume and with --overwrite to replace it",
-          name, id.substr(0, kHex), hash);
-    }
-  }
-  return std::nullopt;
-}
-
 // --resume: finds where the output's partial ends and checks the sinks' files. Returns -1 to go on, else
 // the exit code (0: the outputs are complete already; 2: refused, said why).
 int find_start(const RunOptions& o, RunSetup& setup) {
@@ -208,7 +168,9 @@ int find_start(const RunOptions& o, RunSetup& setup) {
   if (!sinks_can_resume(setup)) return kExitUsage;
   if (outputs_complete(o, setup)) {
     try {
-      if (const auto problem = complete_of_another_input(o, setup)) {
+      if (const auto problem = setup.identity ? complete_of_another_input(*setup.identity, o.input, setup.format_name,
+                                                                          o.output, setup.config)
+                                              : std::nullopt) {
         fmt::print(stderr, "error: --resume: {}\n", *problem);
         return kExitUsage;
       }
