@@ -16,7 +16,6 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -396,15 +395,6 @@ void report_run(const RunOptions& o, const Flow& flow, const PostSummary& summar
   }
 }
 
-// The documents go to standard output with `--output -`: everything else the run says (the log included)
-// goes to standard error then.
-void keep_standard_output_for(const std::optional<RunOutput>& output) {
-  if (!output || !output->to_standard_output()) return;
-  auto logger = spdlog::stderr_color_mt("flowline-stderr");
-  logger->set_level(spdlog::default_logger()->level());
-  spdlog::set_default_logger(std::move(logger));
-}
-
 // Ends --output after post(): a run stopped by a signal first syncs what it wrote (so --resume continues
 // exactly there); a complete output loses its resume manifest, as does one that no document reached.
 // Returns what is on disk; sets `status` when the output failed.
@@ -496,7 +486,6 @@ int command_run(const RunOptions& o) {
   RunSetup setup;
   if (const int code = prepare_run(o, setup); code >= 0) return code;
   std::optional<RunOutput>& output = setup.output;
-  keep_standard_output_for(output);
   const std::string endpoint = o.endpoint.empty() ? setup.config.options.endpoint : o.endpoint;
   Flow flow(std::move(setup.config));
   int input_code = -1;

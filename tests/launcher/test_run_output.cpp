@@ -239,7 +239,8 @@ TEST_CASE("a run that fails before its first document leaves no output file", "[
   CHECK(left == std::vector<std::string>{"flow.yml", "in.txt"});
 }
 
-TEST_CASE("an executor error midway leaves every output as NAME.partial and exits 1", "[launcher][output]") {
+TEST_CASE("an executor error midway leaves every output as NAME.partial, exits 1 and logs to standard error",
+          "[launcher][output]") {
   const auto dir = testing::scratch_dir("run output executor error");
   testing::write_text(dir / "flow.yml",
                       fmt::format("plugins: ['{}/libflowline_testing_executors.so']\nexecutors:\n"
@@ -258,8 +259,10 @@ TEST_CASE("an executor error midway leaves every output as NAME.partial and exit
   CHECK_THAT(r.err, testing::contains(fmt::format("output: wrote 35 documents (0.0 MB) to '{}/out.jsonl.partial' "
                                                   "(partial: the run did not complete)",
                                                   dir.string())));
-  // The writer executors say it in the log (standard output unless --output -).
-  CHECK_THAT(r.out + r.err, testing::contains("executor 'write': the run did not complete; what was written is in"));
+  // The writer executors say it in the log, which goes to standard error like every message (standard output
+  // is the command's own: here nothing).
+  CHECK_THAT(r.err, testing::contains("executor 'write': the run did not complete; what was written is in"));
+  CHECK(r.out.empty());
   for (const std::string name : {"out.jsonl", "written.jsonl", "rows.tsv"}) {
     CHECK_FALSE(std::filesystem::exists(dir / name));
     CHECK(std::filesystem::exists(dir / (name + ".partial")));

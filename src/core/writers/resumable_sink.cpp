@@ -157,13 +157,14 @@ DocumentArray SinkProgress::order(const DocumentArray& docs) {
     const bool positional = position.has_value();
     const std::uint64_t at = position.value_or(0);
     if (!positional || at < next_ || held_back_.size() >= kMaxHeldBack) {
-      spdlog::warn(
-          "executor '{}': document '{}' {}: documents are written as they come from here on, and no more "
-          "progress is kept (a --resume of this run is refused)",
-          executor_, doc.id,
-          positional  ? "came after too many others were held back for order"
-          : by_board_ ? "has no input position (no input document in flight has this id, or two have)"
-                      : "is no input position");
+      // Documents the flow made (a splitter's chunks) are its shape, said at info; order given up is worth a warning.
+      spdlog::log(positional || by_board_ ? spdlog::level::warn : spdlog::level::info,
+                  "executor '{}': document '{}' {}: documents are written as they come from here on, and no more "
+                  "progress is kept (a --resume of this run is refused)",
+                  executor_, doc.id,
+                  positional  ? "came after too many others were held back for order"
+                  : by_board_ ? "has no input position (no input document in flight has this id, or two have)"
+                              : "is no input position");
       positional_.clear();
       by_board_ = false;
       gave_up_ = true;
