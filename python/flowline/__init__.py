@@ -56,10 +56,10 @@ os.environ.setdefault("FLOWLINE_PY_WORKER", os.path.join(os.path.dirname(os.path
 
 from ._flowline import ConfigError, Document, Flow, FlowError  # noqa: E402
 from ._executors import Executor, RequestError, requests  # noqa: E402
-from ._flowline import _close_all_flows  # noqa: E402
+from ._flowline import _close_all_flows, set_log_level  # noqa: E402
 
 atexit.register(_close_all_flows)
 from ._models import Reranker, SentenceEncoder  # noqa: E402
 
 __all__ = ["ConfigError", "Document", "Executor", "Flow", "FlowError", "Reranker", "RequestError", "SentenceEncoder",
-           "requests"]
+           "requests", "set_log_level"]

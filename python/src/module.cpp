@@ -17,8 +17,11 @@
 #include <fmt/format.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -350,6 +353,16 @@ void register_errors(nb::module_& m) {
 }
 
 }  // namespace
+
+void set_log_level(const std::string& level) {
+  const auto parsed = spdlog::level::from_str(level);  // an unknown name reads as "off"
+  if (parsed == spdlog::level::off && level != "off") {
+    throw nanobind::value_error(
+        fmt::format("log level '{}': expected trace, debug, info, warn, error, critical or off", level).c_str());
+  }
+  spdlog::set_level(parsed);
+}
+
 }  // namespace flowline::python
 
 NB_MODULE(_flowline, m) {
@@ -359,6 +372,15 @@ NB_MODULE(_flowline, m) {
   // Executor types defined in Python stay in the process-wide registry, and flows left open at exit are
   // closed by atexit but not freed: nanobind would report both as leaks at exit.
   nb::set_leak_warnings(false);
+  // flowline's log (spdlog's default logger) goes to standard error, where Python's own warnings go; standard
+  // output stays the program's. Warnings and errors only, as Python's logging and the flowline launcher show by
+  // default; flowline.set_log_level() (or FLOWLINE_LOG_LEVEL, read here) shows more.
+  auto logger = std::make_shared<spdlog::logger>("", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
+  spdlog::set_default_logger(std::move(logger));
+  const char* level = std::getenv("FLOWLINE_LOG_LEVEL");
+  flowline::python::set_log_level(level != nullptr && *level != '\0' ? level : "warn");
+  m.def("set_log_level", &flowline::python::set_log_level, nb::arg("level"),
+        "The level of flowline's log on standard error: trace, debug, info, warn, error, critical or off");
   flowline::python::register_errors(m);
   m.def("_close_all_flows", &PythonFlow::close_all);
   flowline::python::bind_documents(m);

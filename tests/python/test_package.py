@@ -43,6 +43,28 @@ def test_a_cpu_flow_from_python_maps_no_cuda_library():
         assert name not in report["maps"], name
 
 
+def test_flowlines_log_is_warnings_on_standard_error_unless_asked_for_more():
+    code = ("import flowline, sys; %s e = flowline.SentenceEncoder(%r); e.encode(['a text']); print('done')"
+            % ("{}", str(SOURCE_DIR / "tests/data/tiny-bert")))
+    env = {k: v for k, v in os.environ.items() if k != "FLOWLINE_LOG_LEVEL"}
+
+    def run(prefix, **extra):
+        result = subprocess.run([sys.executable, "-c", code.format(prefix)], capture_output=True, text=True,
+                                env={**env, **extra})
+        assert result.returncode == 0, result.stderr
+        return result
+
+    quiet = run("")
+    assert quiet.stdout == "done\n"  # the program's output only
+    assert "holds random weights" in quiet.stderr  # a warning (tiny-bert has a RANDOM_WEIGHTS file)
+    assert "[info]" not in quiet.stderr
+    assert "[info] device 'auto'" in run("", FLOWLINE_LOG_LEVEL="info").stderr
+    assert "[info] device 'auto'" in run("flowline.set_log_level('info');").stderr
+    assert run("flowline.set_log_level('error');").stderr == ""
+    with pytest.raises(ValueError, match="log level 'loud': expected trace, debug, info"):
+        flowline.set_log_level("loud")
+
+
 def test_a_document_carries_every_field_of_jinas_shape():
     doc = flowline.Document.from_dict({
         "id": "d1", "text": "t", "tags": {"n": 1, "big": 2**63, "x": [1.5, None, True, "s"], "o": {"k": "v"}},
