@@ -259,8 +259,7 @@ void read_token_classifier(Checkpoint& c) {
   if (count > kMaxFeatures) throw Error(fmt::format("'{}': id2label: more than {} labels", file, kMaxFeatures));
   if (const auto* n = c.config.if_contains("num_labels");
       n && !n->is_null() && !(n->is_int64() && n->get_int64() == count)) {
-    throw Error(fmt::format("'{}': num_labels: {} disagrees with id2label's {} labels", file,
-                            boost::json::serialize(*n), count));
+    throw Error(fmt::format("'{}': num_labels: {} disagrees with id2label's {} labels", file, json_excerpt(*n), count));
   }
   TokenClassifierHead head;
   head.labels.resize(static_cast<std::size_t>(count));
@@ -299,8 +298,8 @@ void read_lengths_and_prompts(const fs::path& folder, Checkpoint& c) {
     // tokenizer_config.json's model_max_length is often transformers' "very large" 1e30 (no limit): skipped.
     // sentence_bert_config.json's max_seq_length is the encoder's own limit: a bad one is refused.
     if (v && !v->is_null() && std::string_view(file) == "sentence_bert_config.json") {
-      throw Error(fmt::format("'{}': {}: must be a positive integer, got {}", (folder / file).string(), key,
-                              boost::json::serialize(*v)));
+      throw Error(
+          fmt::format("'{}': {}: must be a positive integer, got {}", (folder / file).string(), key, json_excerpt(*v)));
     }
   }
   const auto prompts_file = folder / "config_sentence_transformers.json";

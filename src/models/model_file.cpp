@@ -4,6 +4,7 @@
 
 #include "flowline/error.hpp"
 
+#include <boost/json/serialize.hpp>
 #include <fmt/format.h>
 
 #include <cerrno>
@@ -104,6 +105,15 @@ bool stays_inside(const std::filesystem::path& relative) {
     if (part == "..") return false;
   }
   return true;
+}
+
+std::string json_excerpt(const boost::json::value& v) {
+  std::string text = boost::json::serialize(v);
+  if (text.size() > 40) {  // in place: GCC 12 warns (wrongly) of an overflow on substr(0, 37) + "..."
+    text.resize(37);
+    text += "...";
+  }
+  return text;
 }
 
 }  // namespace flowline::models

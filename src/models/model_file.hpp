@@ -9,6 +9,8 @@
 // reader (safetensors.cpp) makes the same checks on open and bounds its header.
 #pragma once
 
+#include <boost/json/value.hpp>
+
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -32,6 +34,10 @@ std::string_view model_file_kind(ModelFile kind);
 // Throws flowline::Error: "'PATH': cannot be read: ...", "'PATH': not a regular file (a FIFO); ...",
 // "'PATH': 17179869184 bytes, over the 16 MiB a JSON config may hold".
 std::string read_model_file(const std::filesystem::path& path, ModelFile kind);
+
+// A JSON value of a model folder's file as an error message shows it: serialized, cut to 40 characters ("..." at
+// the end of a longer one), so that a megabyte string in config.json does not become a megabyte message.
+std::string json_excerpt(const boost::json::value& v);
 
 // Whether a module path of modules.json stays inside the model folder: relative, and no ".." part.
 bool stays_inside(const std::filesystem::path& relative);

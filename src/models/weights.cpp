@@ -3,6 +3,7 @@
 #include "transformer.hpp"
 
 #include "cuda_kernels.hpp"
+#include "model_file.hpp"
 
 #include "flowline/error.hpp"
 
@@ -24,18 +25,6 @@ std::string NumberRange::describe() const {
   return fmt::format("a finite number in {}{}, {}{}", min_open ? '(' : '[', min, max, max_open ? ')' : ']');
 }
 
-namespace {
-// A JSON value in an error message, cut short.
-std::string shown(const boost::json::value& v) {
-  std::string text = boost::json::serialize(v);
-  if (text.size() > 40) {  // in place: GCC 12 warns (wrongly) of an overflow on substr(0, 37) + "..."
-    text.resize(37);
-    text += "...";
-  }
-  return text;
-}
-}  // namespace
-
 std::int64_t ArchitectureContext::int_in(const char* key, std::int64_t min, std::int64_t max) const {
   const auto* v = checkpoint.config.if_contains(key);
   if (!v || v->is_null()) fail(key, fmt::format("missing (an integer in {}..{})", min, max));
@@ -47,7 +36,7 @@ std::int64_t ArchitectureContext::int_in(const char* key, std::int64_t fallback,
   const auto* v = checkpoint.config.if_contains(key);
   if (!v || v->is_null()) return fallback;
   if (!v->is_int64() || v->get_int64() < min || v->get_int64() > max)
-    fail(key, fmt::format("must be an integer in {}..{}, got {}", min, max, shown(*v)));
+    fail(key, fmt::format("must be an integer in {}..{}, got {}", min, max, json_excerpt(*v)));
   return v->get_int64();
 }
 
@@ -61,7 +50,8 @@ double ArchitectureContext::number_in(const boost::json::value* v, const std::st
   const double x = v->is_number() ? v->to_number<double>() : std::nan("");
   const bool above = range.min_open ? x > range.min : x >= range.min;
   const bool below = range.max_open ? x < range.max : x <= range.max;
-  if (!std::isfinite(x) || !above || !below) fail(key, fmt::format("must be {}, got {}", range.describe(), shown(*v)));
+  if (!std::isfinite(x) || !above || !below)
+    fail(key, fmt::format("must be {}, got {}", range.describe(), json_excerpt(*v)));
   return x;
 }
 

@@ -191,6 +191,20 @@ TEST_CASE("a folder ClipModel cannot run is refused, naming the file and key or 
   refused("text_config", "hidden_act", "swishy", "text_config.hidden_act: 'swishy' is not supported");
   refused("", "projection_dim", 16, "tensor 'visual_projection.weight' has shape [24, 32]");
   refused("vision_config", "layer_norm_eps", -1.0, "vision_config.layer_norm_eps: must be a finite number");
+  // A value is shown cut to 40 characters: a megabyte string in config.json is no megabyte message.
+  refused("vision_config", "hidden_size", boost::json::string(std::string(1 << 20, 'x')),
+          "vision_config.hidden_size: must be an integer in 1..65536, got \"" + std::string(36, 'x') + "...");
+  try {
+    auto config = original;
+    config["text_config"].as_object()["hidden_act"] = boost::json::array(100000, 1);
+    testing::write_text(dir / "config.json", boost::json::serialize(config));
+    ClipModel::load(dir, {});
+    FAIL("a hidden_act of 100,000 numbers was accepted");
+  } catch (const std::exception& e) {
+    CHECK(std::string(e.what()).size() < 400);
+    CHECK_THAT(std::string(e.what()),
+               testing::contains("must be a string, got [1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,..."));
+  }
   testing::write_text(dir / "config.json", boost::json::serialize(original));
   REQUIRE_NOTHROW(ClipModel::load(dir, {}));
 

@@ -4,6 +4,7 @@
 
 #include "flowline/error.hpp"
 
+#include "../model_file.hpp"
 #include "../transformer.hpp"
 
 #include <fmt/format.h>
@@ -56,7 +57,7 @@ std::int64_t ConfigReader::int_in(std::string_view section, const char* key, std
   } else if (v->is_uint64() && v->get_uint64() <= static_cast<std::uint64_t>(max)) {
     n = static_cast<std::int64_t>(v->get_uint64());
   } else {
-    fail(section, key, fmt::format("must be an integer in {}..{}, got {}", min, max, json::serialize(*v)));
+    fail(section, key, fmt::format("must be an integer in {}..{}, got {}", min, max, json_excerpt(*v)));
   }
   if (n < min || n > max) fail(section, key, fmt::format("must be an integer in {}..{}, got {}", min, max, n));
   return n;
@@ -66,7 +67,7 @@ double ConfigReader::number_in(std::string_view section, const char* key, double
                                double max) const {
   const json::value* v = find(section, key);
   if (v == nullptr) return fallback;
-  if (!v->is_number()) fail(section, key, fmt::format("must be a number, got {}", json::serialize(*v)));
+  if (!v->is_number()) fail(section, key, fmt::format("must be a number, got {}", json_excerpt(*v)));
   const double x = v->to_number<double>();
   if (!std::isfinite(x) || x <= min || x >= max) {
     fail(section, key, fmt::format("must be a finite number in ({}, {}), got {}", min, max, x));
@@ -77,14 +78,14 @@ double ConfigReader::number_in(std::string_view section, const char* key, double
 std::string ConfigReader::text_or(std::string_view section, const char* key, std::string_view fallback) const {
   const json::value* v = find(section, key);
   if (v == nullptr) return std::string(fallback);
-  if (!v->is_string()) fail(section, key, fmt::format("must be a string, got {}", json::serialize(*v)));
+  if (!v->is_string()) fail(section, key, fmt::format("must be a string, got {}", json_excerpt(*v)));
   return std::string(v->get_string());
 }
 
 bool ConfigReader::bool_or(std::string_view section, const char* key, bool fallback) const {
   const json::value* v = find(section, key);
   if (v == nullptr) return fallback;
-  if (!v->is_bool()) fail(section, key, fmt::format("must be true or false, got {}", json::serialize(*v)));
+  if (!v->is_bool()) fail(section, key, fmt::format("must be true or false, got {}", json_excerpt(*v)));
   return v->get_bool();
 }
 

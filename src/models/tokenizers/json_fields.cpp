@@ -2,6 +2,8 @@
 // fields, and integers as Python tokenizers reads them (ids u32, counts usize), never a wrapped value.
 #include "builders.hpp"
 
+#include "../model_file.hpp"
+
 #include <fmt/format.h>
 
 #include <limits>
@@ -30,20 +32,11 @@ std::string text_field(const json::object& o, std::string_view key, const Origin
   return std::string(v->as_string());
 }
 
-namespace {
-// A JSON value in an error message, cut short.
-std::string shown(const json::value& v) {
-  std::string text = json::serialize(v);
-  if (text.size() > 40) text = text.substr(0, 37) + "...";
-  return text;
-}
-}  // namespace
-
 std::uint64_t count_value(const json::value& v, std::uint64_t max, const Origin& origin, std::string_view what) {
   if (v.is_uint64() && v.get_uint64() <= max) return v.get_uint64();
   if (v.is_int64() && v.get_int64() >= 0 && static_cast<std::uint64_t>(v.get_int64()) <= max)
     return static_cast<std::uint64_t>(v.get_int64());
-  refuse(origin, fmt::format("expected {} in 0..{}, got {}", what, max, shown(v)));
+  refuse(origin, fmt::format("expected {} in 0..{}, got {}", what, max, json_excerpt(v)));
 }
 
 std::int32_t id_value(const json::value& v, const Origin& origin, std::string_view what) {
