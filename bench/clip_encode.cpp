@@ -88,7 +88,7 @@ struct JpegRun {
   std::string model, device, dtype, folder;
   std::size_t batch_size = 256, repeats = 1;
   std::vector<std::string> gpu_decode;
-  std::string backend = "default";  // the ClipEncoder's gpu_decode_backend
+  std::string backend = "auto";  // the ClipEncoder's gpu_decode_backend
   int replicas = 1;
   std::size_t decode_threads = 0;  // the ClipEncoder's decode_threads (0: its default)
   double cpu_decode_share = 0;     // the ClipEncoder's cpu_decode_share

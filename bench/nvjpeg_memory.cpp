@@ -115,7 +115,10 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batch)->capture_default_str();
   app.add_option("--repeats", repeats)->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  const int backend = backend_name == "default" ? 0 : backend_name == "hybrid" ? 1 : backend_name == "gpu_hybrid" ? 2 : 3;
+  const int backend = backend_name == "default"      ? 0
+                      : backend_name == "hybrid"     ? 1
+                      : backend_name == "gpu_hybrid" ? 2
+                                                     : 3;
 
   void* library = dlopen(library_path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (library == nullptr) {
@@ -178,10 +181,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   auto step = [&](const std::string& what) {
-    std::printf("  %-34s %8.1f MiB more than before nvJPEG; hooks: device %ld allocations (%.1f MiB), %ld "
-                "releases; pinned %ld (%.1f MiB), %ld releases\n",
-                what.c_str(), used_mib() - base, counts.device_calls, counts.device_bytes / 1048576.0,
-                counts.device_frees, counts.pinned_calls, counts.pinned_bytes / 1048576.0, counts.pinned_frees);
+    std::printf(
+        "  %-34s %8.1f MiB more than before nvJPEG; hooks: device %ld allocations (%.1f MiB), %ld "
+        "releases; pinned %ld (%.1f MiB), %ld releases\n",
+        what.c_str(), used_mib() - base, counts.device_calls, counts.device_bytes / 1048576.0, counts.device_frees,
+        counts.pinned_calls, counts.pinned_bytes / 1048576.0, counts.pinned_frees);
     std::fflush(stdout);
   };
   step("handle made");

@@ -323,7 +323,7 @@ int backend_from_name(std::string_view name) {
   for (int i = 0; i < 4; ++i) {
     if (name == kNvjpegBackends[i]) return i;  // kBackendDefault .. kBackendHardware
   }
-  throw Error(fmt::format("nvJPEG: backend '{}' is not default, hybrid, gpu_hybrid or hardware", name));
+  throw Error(fmt::format("nvJPEG: backend '{}' is not auto, default, hybrid, gpu_hybrid or hardware", name));
 }
 
 // A handle of `backend`, strict (a corrupt stream is an error, so it goes to the CPU decoder, which says what is
@@ -351,12 +351,24 @@ void* create_handle(int backend, const std::string& name, NvjpegDeviceAllocator 
 NvjpegDecoder::NvjpegDecoder(NvjpegDeviceAllocator allocator, std::string_view backend)
     : state_(std::make_unique<State>()) {
   State& st = *state_;
-  st.backend = backend_from_name(backend);
-  st.backend_name = std::string(backend);
+  const bool automatic = backend == kNvjpegAutoBackend;
+  st.backend = automatic ? kBackendHardware : backend_from_name(backend);
+  st.backend_name = kNvjpegBackends[st.backend];
   if (!library.loaded) throw Error("nvJPEG: the library is not loaded (load_nvjpeg first)");
   st.handle = create_handle(kBackendDefault, "default", allocator);
   try {
-    st.batch_handle = st.backend == kBackendDefault ? st.handle : create_handle(st.backend, st.backend_name, allocator);
+    if (automatic) {
+      try {
+        st.batch_handle = create_handle(kBackendHardware, "hardware", allocator);
+      } catch (const Error& e) {
+        spdlog::debug("nvJPEG: no hardware backend on this GPU ({}): gpu_hybrid instead", e.what());
+        st.backend = kBackendGpuHybrid;
+        st.backend_name = kNvjpegBackends[st.backend];
+      }
+    }
+    if (st.batch_handle == nullptr)
+      st.batch_handle =
+          st.backend == kBackendDefault ? st.handle : create_handle(st.backend, st.backend_name, allocator);
     check(api.state_create(st.handle, &st.single), "nvjpegJpegStateCreate");
     check(api.state_create(st.batch_handle, &st.batched), "nvjpegJpegStateCreate");
   } catch (...) {
@@ -428,7 +440,9 @@ std::vector<bool> NvjpegDecoder::decode(std::span<const std::span<const std::uin
     const bool hardware_ok = frame_marker(jpegs[i]) == 0xc0;
     (planes[i].components == 3 && (st.backend != kBackendHardware || hardware_ok) ? batch : single).push_back(i);
   }
-  if (batch.size() > 1 || (batch.size() == 1 && st.backend == kBackendHardware)) {
+  // A lone JPEG goes through nvjpegDecode: the hardware engines refuse a batch of one (status 4, nvJPEG 13.0 on an
+  // H200), and for the other backends a batch of one is the same work.
+  if (batch.size() > 1) {
     std::vector<const unsigned char*> data;
     std::vector<std::size_t> lengths;
     std::vector<NvImage> outs;

@@ -64,11 +64,12 @@ struct JpegPlanes {
 JpegPlanes jpeg_planes(std::span<const std::uint8_t> jpeg);
 
 // Where nvJPEG's own device buffers come from, modelled on cudaMalloc/cudaFree (nvjpegDevAllocator_t: 0 is
-// success). Both null: cudaMalloc. The image executor passes LibTorch's caching allocator, meant to put nvJPEG's
-// memory in the same pool and statistics as the model's (nvJPEG 13 did not call it in session 35's runs:
-// gpu_decode.cpp); it then has to give cudaMalloc's and cudaFree's guarantees itself (nothing else uses a buffer it
-// returns; nothing uses one after a release returns). Called on the thread that calls decode() or the destructor,
-// with that thread's CUDA device current.
+// success). Both null: cudaMalloc. The image executor passes LibTorch's caching allocator, which puts nvJPEG's
+// memory in the same pool and statistics as the model's. nvJPEG 13.0 calls it for the default, hybrid and gpu_hybrid
+// backends' buffers (on the first batches of a size: bench/nvjpeg_memory, docs/images.md), never for the hardware
+// backend's (about 21 MiB a decoder, from the driver). The hooks have to give cudaMalloc's and cudaFree's
+// guarantees themselves (nothing else uses a buffer they return; nothing uses one after a release returns). Called
+// on the thread that calls decode() or the destructor, with that thread's CUDA device current.
 struct NvjpegDeviceAllocator {
   int (*allocate)(void** pointer, std::size_t size) = nullptr;
   int (*release)(void* pointer) = nullptr;
@@ -79,6 +80,10 @@ struct NvjpegDeviceAllocator {
 // batches of more than 50 baseline JPEGs), hardware (the A100/H100 JPEG engines: baseline JPEGs only, the
 // others one at a time with the default backend).
 inline constexpr const char* kNvjpegBackends[] = {"default", "hybrid", "gpu_hybrid", "hardware"};
+// What NvjpegDecoder also takes: "auto", the fastest the GPU has — hardware where its JPEG engines start, else
+// gpu_hybrid (on an H200, 256 JPEGs of 500x375 a batch, one decoder: hardware 5,096 images/s, gpu_hybrid 4,428,
+// default 740; docs/images.md).
+inline constexpr const char* kNvjpegAutoBackend = "auto";
 
 // Where nvJPEG writes one image's planes: plane[c] with rows of pitch[c] bytes, each at least as large as
 // NvjpegDecoder::plane_sizes() says (for grey, plane[0] only is written).
@@ -90,7 +95,7 @@ struct NvjpegPlanesOut {
 // One nvJPEG handle and its decode states, for one thread. Made after load_nvjpeg() succeeded, with the
 // replica's CUDA device current; throws flowline::Error naming the nvJPEG call and status if nvJPEG cannot
 // start (no GPU, driver too old, a backend the GPU lacks), or naming the backends when `backend` is none of
-// kNvjpegBackends.
+// kNvjpegBackends and not kNvjpegAutoBackend (then backend() says which one started).
 class NvjpegDecoder {
  public:
   explicit NvjpegDecoder(NvjpegDeviceAllocator allocator = {}, std::string_view backend = "default");
@@ -98,7 +103,7 @@ class NvjpegDecoder {
   NvjpegDecoder(const NvjpegDecoder&) = delete;
   NvjpegDecoder& operator=(const NvjpegDecoder&) = delete;
 
-  // The backend of batched decoding: one of kNvjpegBackends.
+  // The backend of batched decoding: one of kNvjpegBackends (the one "auto" picked).
   const std::string& backend() const;
 
   // The size of each plane nvJPEG writes for `jpeg`, whose jpeg_planes() are `planes` (without a problem): at
@@ -110,9 +115,10 @@ class NvjpegDecoder {
                    std::uint32_t heights[3]);
 
   // Decodes jpegs[i] (jpeg_planes() given as planes[i]) into the planes outputs[i] names, in device memory, on
-  // `stream` (a cudaStream_t): one batched call to NVJPEG_OUTPUT_YUV for the colour JPEGs (with the hardware
-  // backend: of the baseline JPEGs it takes, the others one at a time with the default backend); grey JPEGs one
-  // at a time to NVJPEG_OUTPUT_Y; if nvJPEG refuses the batch, each image alone. Returns, per image, whether it
+  // `stream` (a cudaStream_t): one batched call to NVJPEG_OUTPUT_YUV for the colour JPEGs when there are two or
+  // more (with the hardware backend: of the baseline JPEGs it takes, the others one at a time with the default
+  // backend); a lone colour JPEG and grey JPEGs one at a time with the default backend (grey to NVJPEG_OUTPUT_Y);
+  // if nvJPEG refuses the batch, each image alone. Returns, per image, whether it
   // was decoded; a false one's planes are garbage and the caller decodes it on the CPU. The bytes must stay
   // valid and unchanged until the work queued on `stream` has run.
   std::vector<bool> decode(std::span<const std::span<const std::uint8_t>> jpegs, std::span<const JpegPlanes> planes,

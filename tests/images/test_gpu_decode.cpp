@@ -141,7 +141,7 @@ TEST_CASE("libnvjpeg is found beside torch or where FLOWLINE_NVJPEG says, else t
 
 TEST_CASE("an nvJPEG decoder that cannot start says why", "[images][gpu_decode]") {
   CHECK_THROWS_WITH(images::NvjpegDecoder({}, "fastest"),
-                    testing::contains("backend 'fastest' is not default, hybrid, gpu_hybrid or hardware"));
+                    testing::contains("backend 'fastest' is not auto, default, hybrid, gpu_hybrid or hardware"));
   const images::NvjpegLibrary& library = images::load_nvjpeg(clip_encoder::nvjpeg_folders());
   if (!library.loaded) FLOWLINE_SKIP("libnvjpeg.so.13 is not installed here: " + library.problem);
   if (cuda_device_count() == 0)
@@ -171,7 +171,7 @@ TEST_CASE("gpu_decode: on without a CUDA device is an error at start; auto decod
   }
 }
 
-TEST_CASE("gpu_decode_backend: a backend nvJPEG lacks is a validation error at its line naming the four",
+TEST_CASE("gpu_decode_backend: a backend nvJPEG lacks is a validation error at its line naming the five",
           "[images][gpu_decode][clip_encoder]") {
   const std::string model = (fs::path(FLOWLINE_SOURCE_DIR) / "tests/data/tiny-models/clip").string();
   const auto yaml = [&](const std::string& backend) {
@@ -185,10 +185,10 @@ TEST_CASE("gpu_decode_backend: a backend nvJPEG lacks is a validation error at i
     FAIL("gpu_decode_backend: fastest was accepted");
   } catch (const ConfigError& e) {
     CHECK(std::string(e.what()) ==
-          "flow.yml:7:7: executor 'clip': parameter 'gpu_decode_backend': expected one of default, hybrid, "
+          "flow.yml:7:7: executor 'clip': parameter 'gpu_decode_backend': expected one of auto, default, hybrid, "
           "gpu_hybrid, hardware, got 'fastest'");
   }
-  for (const char* backend : images::kNvjpegBackends) {
+  for (const char* backend : {"auto", "default", "hybrid", "gpu_hybrid", "hardware"}) {
     const FlowConfig config = load_flow_config_text(yaml(backend), "flow.yml", gpu_decode_registry());
     CHECK(config.executors.at(0).with.at("gpu_decode_backend").as_string() == backend);
   }
@@ -270,16 +270,20 @@ TEST_CASE(
   std::vector<images::Image> cpu;
   for (std::size_t i = 0; i < gpu_count; ++i) cpu.push_back(images::decode_image(jpegs[i], limits));
 
-  for (const char* backend : images::kNvjpegBackends) {
+  for (const char* backend : {"default", "hybrid", "gpu_hybrid", "hardware", "auto"}) {
     std::string why;
     auto decoder = clip_encoder::GpuJpegDecoder::make(clip_encoder::GpuDecode::automatic, backend, device, why);
     if (!decoder) {
-      // The default backend must start where nvJPEG loads; another may be missing on this GPU.
+      // The default backend (and auto, which falls back to gpu_hybrid) must start where nvJPEG loads; another may be
+      // missing on this GPU.
       if (std::string(backend) == "default") FLOWLINE_SKIP("nvJPEG is not available: " + why);
+      if (std::string(backend) == "auto") FAIL("nvJPEG's auto backend did not start: " << why);
       WARN("nvJPEG's " << backend << " backend did not start: " << why);
       continue;
     }
-    INFO("backend " << backend);
+    INFO("backend " << backend << " (" << decoder->backend() << ")");
+    // auto is the fastest backend the GPU has: its JPEG engines, else the GPU's Huffman decoding.
+    if (std::string(backend) == "auto") CHECK((decoder->backend() == "hardware" || decoder->backend() == "gpu_hybrid"));
     std::vector<std::span<const std::uint8_t>> views(jpegs.begin(), jpegs.end());
     std::vector<at::Tensor> out;
     const std::size_t decoded = decoder->decode(views, limits, stream, out);
@@ -374,6 +378,39 @@ TEST_CASE("cpu_decode_share: the last images of a pass are decoded on the CPU wh
   const Encoded none = encode_jpegs(jpegs, "cuda", "auto", false, 1.0);
   CHECK(none.gpu_images == 0);
   CHECK(none.cpu_images == static_cast<double>(jpegs.size()));
+}
+
+TEST_CASE("nvJPEG's default and gpu_hybrid backends take their buffers from LibTorch's pool; hardware needs none",
+          "[images][gpu_decode][gpu]") {
+  if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
+  if (!images::load_nvjpeg(clip_encoder::nvjpeg_folders()).loaded) FLOWLINE_SKIP("nvJPEG is not available");
+  const c10::Device device(c10::kCUDA, 0);
+  const c10::Stream stream = c10::impl::getDeviceGuardImpl(c10::kCUDA)->getStream(device);
+  c10::StreamGuard on_stream(stream);
+  std::vector<Bytes> jpegs;
+  for (unsigned seed = 1; seed <= 64; ++seed) jpegs.push_back(make_test_jpeg({JpegKind::rgb420, 500, 375, 90, seed}));
+  const std::vector<std::span<const std::uint8_t>> views(jpegs.begin(), jpegs.end());
+  for (const char* backend : {"default", "gpu_hybrid", "hardware"}) {
+    INFO("backend " << backend);
+    std::string why;
+    clip_encoder::GpuJpegDecoder::take_allocator_waits();  // what came before is not this backend's
+    auto decoder = clip_encoder::GpuJpegDecoder::make(clip_encoder::GpuDecode::automatic, backend, device, why);
+    if (!decoder) {
+      if (std::string(backend) == "default") FAIL("nvJPEG's default backend did not start: " << why);
+      WARN("nvJPEG's " << backend << " backend did not start: " << why);
+      continue;
+    }
+    std::vector<at::Tensor> out;
+    CHECK(decoder->decode(views, images::DecodeLimits{}, stream, out) == jpegs.size());
+    stream.synchronize();
+    // Each of the hooks' calls waits for the device once (gpu_decode.cpp): the count is the hooks' calls.
+    const auto waits = clip_encoder::GpuJpegDecoder::take_allocator_waits();
+    if (std::string(backend) == "hardware") {
+      CHECK(waits.calls == 0);  // its ~21 MiB come from the driver (docs/images.md)
+    } else {
+      CHECK(waits.calls > 0);
+    }
+  }
 }
 
 TEST_CASE("nvJPEG writes each image's planes and nothing past them, with every backend", "[images][gpu_decode][gpu]") {

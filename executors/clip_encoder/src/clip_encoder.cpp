@@ -119,16 +119,16 @@ class ClipEncoder : public Executor {
          ParamSpec::optional("max_image_pixels", ParamType::Int, 89'478'485,
                              "images of more pixels are refused before decoding (PIL's MAX_IMAGE_PIXELS)")
              .min(1),
-         ParamSpec::choice("gpu_decode", {"auto", "on", "off"}, "off",
+         ParamSpec::choice("gpu_decode", {"auto", "on", "off"}, "auto",
                            "JPEGs decoded on the GPU with nvJPEG (libnvjpeg.so.13, loaded on demand; other formats and "
-                           "JPEGs it cannot take on the CPU): off (the default: on an H100 nvJPEG's default backend "
-                           "was slower than the CPU threads, docs/images.md), auto when the device is CUDA and the "
-                           "library loads, on (an error at start if it cannot)"),
-         ParamSpec::choice("gpu_decode_backend", {"default", "hybrid", "gpu_hybrid", "hardware"}, "default",
-                           "nvJPEG's backend for a slice's JPEGs when gpu_decode decodes on the GPU: default, hybrid "
-                           "(Huffman decoding on the CPU), gpu_hybrid (on the GPU, for batches of more than 50 "
-                           "baseline JPEGs) or hardware (the A100/H100 JPEG engines; JPEGs they cannot take go one "
-                           "at a time through the default backend)"),
+                           "JPEGs it cannot take on the CPU): auto (the default) when the device is CUDA and the "
+                           "library loads, on (an error at start if it cannot), off (the CPU threads only)"),
+         ParamSpec::choice("gpu_decode_backend", {"auto", "default", "hybrid", "gpu_hybrid", "hardware"}, "auto",
+                           "nvJPEG's backend for a slice's JPEGs when gpu_decode decodes on the GPU: auto (hardware "
+                           "where the GPU has JPEG engines, else gpu_hybrid), default, hybrid (Huffman decoding on "
+                           "the CPU), gpu_hybrid (on the GPU, for batches of more than 50 baseline JPEGs) or hardware "
+                           "(the A100/H100 JPEG engines; JPEGs they cannot take go one at a time through the default "
+                           "backend)"),
          ParamSpec::optional("cpu_decode_share", ParamType::Double, 0.0,
                              "with gpu_decode on the GPU: the share of each pass's images (its last ones) decoded on "
                              "the CPU threads while nvJPEG decodes the others at the same time (0: nvJPEG takes every "
