@@ -594,20 +594,30 @@ def serve_frames(conn, served, numpy):
     (the protocol's answers carry their request's id, in any order), one frame at a time."""
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sending = threading.Lock()  # one frame at a time on the socket
-    pool = None
+    pool = taking = None
     if served.concurrency > 1:
         import concurrent.futures
 
         pool = concurrent.futures.ThreadPoolExecutor(served.concurrency, thread_name_prefix="request")
+        # What the Welcome promises: N requests running and one read ahead, then no more reading until one ends
+        # (the flow keeps N + 1 in flight: a request's bytes wait here, not in an unbounded queue).
+        taking = threading.BoundedSemaphore(served.concurrency + 1)
     try:
-        serve_frames_with(conn, served, numpy, sending, pool)
+        serve_frames_with(conn, served, numpy, sending, pool, taking)
     finally:
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
 
 
-def respond(conn, sending, r, served, numpy, version, segment):
+def respond(conn, sending, r, served, numpy, version, segment, taking):
     """A Request answered on a pool thread; a malformed frame ends the connection as on the reading thread."""
+    try:
+        respond_taken(conn, sending, r, served, numpy, version, segment)
+    finally:
+        taking.release()  # the reading thread may take the next request
+
+
+def respond_taken(conn, sending, r, served, numpy, version, segment):
     try:
         out = answer(r, served, numpy, version, segment)
         with sending:
@@ -629,7 +639,7 @@ def respond(conn, sending, r, served, numpy, version, segment):
             pass
 
 
-def serve_frames_with(conn, served, numpy, sending, pool):
+def serve_frames_with(conn, served, numpy, sending, pool, taking):
     hello, version, segment = True, MIN_VERSION, None
     while True:
         head = read_exact(conn, 4)
@@ -652,12 +662,14 @@ def serve_frames_with(conn, served, numpy, sending, pool):
                 welcome = bytearray(struct.pack("<H", version))
                 put_str(welcome, served.name)
                 put_str(welcome, served.type)
-                welcome += struct.pack("<II", MAX_FRAME_BYTES, 4)
+                # The requests taken before reading stops: one answered on this thread, else N + 1 (above).
+                welcome += struct.pack("<II", MAX_FRAME_BYTES, 1 if pool is None else served.concurrency + 1)
                 with sending:
                     conn.sendall(frame(2, welcome))
             elif kind == 3:
                 if pool is not None:
-                    pool.submit(respond, conn, sending, r, served, numpy, version, segment)
+                    taking.acquire()
+                    pool.submit(respond, conn, sending, r, served, numpy, version, segment, taking)
                     continue
                 out = answer(r, served, numpy, version, segment)
                 with sending:

@@ -230,6 +230,37 @@ def test_a_worker_speaks_the_highest_wire_version_a_client_offers_up_to_4_and_1_
         worker.wait(timeout=30)
 
 
+CONCURRENT = '''
+import flowline
+
+
+class TwoAtOnce(flowline.Executor):
+    concurrent_requests = 2
+
+    @flowline.requests
+    def run(self, docs, parameters, **kwargs):
+        pass
+'''
+
+
+def test_a_workers_welcome_says_how_many_requests_it_takes_before_it_stops_reading(tmp_path):
+    (tmp_path / "picky.py").write_text(EXECUTORS)
+    (tmp_path / "two.py").write_text(CONCURRENT)
+    for module, uses, takes in (("picky.py", "Picky", 1), ("two.py", "TwoAtOnce", 3)):  # N running, one read ahead
+        worker = subprocess.Popen([sys.executable, str(PYWORKER), "--py-modules", str(tmp_path / module), "--uses",
+                                   uses, "--port", "0"], stdout=subprocess.PIPE, text=True)
+        try:
+            port = int(worker.stdout.readline().rsplit(":", 1)[1].split(",")[0])
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+                s.sendall(hello(1, 4))
+                welcome = read_frame(s)
+                assert welcome[0] == 2, welcome
+                assert struct.unpack_from("<I", welcome, len(welcome) - 4)[0] == takes, uses
+        finally:
+            worker.kill()
+            worker.wait(timeout=30)
+
+
 class InProcessPicky(flowline.Executor):
     @flowline.requests(on="/cut")
     def cut(self, docs, parameters, **kwargs):
