@@ -46,6 +46,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace flowline {
@@ -59,6 +60,16 @@ inline constexpr const char* kResumeFromParam = "flowline_resume_from";
 // (`<16 hex digits of the hash><16 hex digits of the position>`, flowline run for a lines, paragraphs or
 // text input): a sink then puts documents back in input order (SinkProgress::order).
 inline constexpr const char* kPositionalIdsParam = "flowline_positional_ids";
+
+// A positional id: the input hash (16 hex digits, as RunIdentity's input_hash) then the document's input
+// position as 16 hex digits. The one maker and the one reader of that format; any thread.
+std::string positional_id(std::string_view input_hash, std::uint64_t position);
+struct PositionalId {
+  std::string_view input_hash;  // into the id read
+  std::uint64_t position = 0;
+};
+// The parts of `id` when it has that format (32 hex digits), else nothing.
+std::optional<PositionalId> read_positional_id(std::string_view id);
 // The request parameter naming the run key when the run's documents keep their own ids and their input
 // positions are on the position board (post_input_positions; flowline run for a jsonl input).
 inline constexpr const char* kInputPositionsParam = "flowline_input_positions";

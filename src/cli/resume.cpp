@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <fcntl.h>
 #include <fstream>
 #include <unistd.h>
@@ -282,19 +281,18 @@ std::optional<std::string> complete_of_another_input(const RunIdentity& identity
     if (e != config.executors.end() && e->uses == "JsonlWriter")
       records.emplace_back(fmt::format("'{}' (executor '{}')", w.path.string(), w.executor), w.path);
   }
-  constexpr std::size_t kHex = 16;
   const std::string& hash = identity.input_hash;
   for (const auto& [name, file] : records) {
     std::error_code ec;
     const auto size = std::filesystem::file_size(file, ec);
     if (ec || size == 0) continue;
     const std::string id = jsonl_id_ending_at(file, size);
-    if (id.size() == 2 * kHex && id.compare(0, kHex, hash) != 0) {
+    if (const auto last = read_positional_id(id); last && last->input_hash != hash) {
       return fmt::format(
           "{} is complete, but of another input: its documents' ids name input {}, this input is {} (a changed "
           "or grown input). --resume continues an interrupted run of the same input; write elsewhere, or run "
           "without --resume and with --overwrite to replace it",
-          name, id.substr(0, kHex), hash);
+          name, last->input_hash, hash);
     }
   }
   return std::nullopt;
@@ -390,7 +388,7 @@ void ResumeSource::skip() {
                                                    "holds {}: not this input's output",
                                                    skipped_, skip_));
   }
-  const std::string id = positional_ids_ ? fmt::format("{}{:016x}", input_hash_, position_ - 1) : passed.last_id;
+  const std::string id = positional_ids_ ? positional_id(input_hash_, position_ - 1) : passed.last_id;
   if (id != last_id_) {
     throw InputError(SourceLocation{},
                      fmt::format("input document {} has id '{}', the output's last synced document '{}': the "
@@ -404,8 +402,7 @@ Skipped ResumeSource::skip(std::uint64_t n) {
   if (skipped_ < skip_) skip();
   Skipped passed = inner_.skip(n);
   position_ += passed.documents;
-  if (positional_ids_ && passed.documents == n && n > 0)
-    passed.last_id = fmt::format("{}{:016x}", input_hash_, position_ - 1);
+  if (positional_ids_ && passed.documents == n && n > 0) passed.last_id = positional_id(input_hash_, position_ - 1);
   return passed;
 }
 
@@ -419,8 +416,7 @@ std::size_t ResumeSource::read(DocumentArray& out, std::size_t max) {
   const std::size_t before = out.size();
   const std::size_t n = inner_.read(out, max);
   if (positional_ids_) {
-    for (std::size_t i = before; i < out.size(); ++i)
-      out[i].id = fmt::format("{}{:016x}", input_hash_, position_ + i - before);
+    for (std::size_t i = before; i < out.size(); ++i) out[i].id = positional_id(input_hash_, position_ + i - before);
   }
   if (!positions_key_.empty() && n > 0) {
     // Posted before the documents leave this thread (the sinks may look them up as soon as they are posted).

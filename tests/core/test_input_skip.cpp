@@ -338,3 +338,17 @@ TEST_CASE("each replica of a sink publishes its held point once for the run to c
   disabled.held({});
   CHECK(held_sink_publications(key).at("sink") == 2);
 }
+
+TEST_CASE("a positional id is the input hash then the position in 16 hex digits each, read back only in that form",
+          "[resume]") {
+  const std::string id = positional_id("0123456789abcdef", 0x1f);
+  CHECK(id == "0123456789abcdef000000000000001f");
+  const auto read = read_positional_id(id);
+  REQUIRE(read.has_value());
+  CHECK(read->input_hash == "0123456789abcdef");
+  CHECK(read->position == 31);
+  CHECK(read_positional_id(positional_id("ffffffffffffffff", ~std::uint64_t{0}))->position == ~std::uint64_t{0});
+  for (const char* other : {"", "0123456789abcdef00000000000001f", "0123456789abcdef000000000000001F",
+                            "0123456789abcdef00000000000000x1", "a document's own id"})
+    CHECK_FALSE(read_positional_id(other).has_value());
+}

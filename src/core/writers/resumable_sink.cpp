@@ -11,7 +11,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <fcntl.h>
 #include <fstream>
 #include <mutex>
@@ -141,13 +140,27 @@ bool SinkProgress::orders(const RequestInfo& request) {
   return !positional_.empty() || by_board_;
 }
 
+std::string positional_id(std::string_view input_hash, std::uint64_t position) {
+  return fmt::format("{}{:016x}", input_hash, position);
+}
+
+std::optional<PositionalId> read_positional_id(std::string_view id) {
+  constexpr std::size_t kHex = 16;
+  if (id.size() != 2 * kHex) return std::nullopt;
+  std::uint64_t position = 0;
+  for (std::size_t i = 0; i < id.size(); ++i) {
+    const char c = id[i];
+    const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (digit < 0) return std::nullopt;
+    if (i >= kHex) position = position << 4 | static_cast<std::uint64_t>(digit);
+  }
+  return PositionalId{id.substr(0, kHex), position};
+}
+
 std::optional<std::uint64_t> SinkProgress::position_of(const Document& doc) const {
   if (by_board_) return input_position(run_key_, doc.id);
-  constexpr std::size_t kHex = 16;
-  std::uint64_t at = 0;
-  if (doc.id.size() == 2 * kHex && doc.id.compare(0, kHex, positional_) == 0 &&
-      std::sscanf(doc.id.c_str() + kHex, "%16llx", reinterpret_cast<unsigned long long*>(&at)) == 1)
-    return at;
+  const auto id = read_positional_id(doc.id);
+  if (id && id->input_hash == positional_) return id->position;
   return std::nullopt;
 }
 
