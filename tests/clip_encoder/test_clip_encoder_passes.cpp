@@ -11,6 +11,7 @@
 
 #include <fstream>
 #include <iterator>
+#include <set>
 
 using namespace flowline;
 
@@ -111,6 +112,35 @@ TEST_CASE("on a GPU batch_size: auto calibrates both towers and embeds as the CP
   CHECK(gpu.passes >= 2);
   const at::Tensor cos = at::cosine_similarity(gpu.embeddings.to(at::kDouble), cpu.embeddings.to(at::kDouble), 1);
   CHECK(cos.min().item<double>() >= 0.9999);
+}
+
+TEST_CASE("on a GPU three replicas with batch_size: auto calibrate once and share its batch sizes",
+          "[clip_encoder][passes][gpu]") {
+  if (cuda_device_count() == 0) FLOWLINE_SKIP("no GPU visible");
+  Flow flow(FlowOptions{}, passes_registry());
+  flow.add({.name = "clip",
+            .uses = "ClipEncoder",
+            .with = {{"model", (kSource / "tests/data/tiny-models/clip").string()},
+                     {"batch_size", "auto"},
+                     {"warmup", false}},
+            .replicas = 3,
+            .device = "cuda"});
+  flow.start();
+  double calibrations = 0;
+  std::set<double> image_sizes, text_sizes;
+  int replicas = 0;
+  for (const auto& replica : flow.stats().replicas) {
+    if (replica.executor != "clip") continue;
+    ++replicas;
+    calibrations += replica.metrics.at("calibrations");
+    image_sizes.insert(replica.metrics.at("batch_size"));
+    text_sizes.insert(replica.metrics.at("text_batch_size"));
+  }
+  CHECK(replicas == 3);
+  CHECK(calibrations == 1);
+  CHECK(image_sizes.size() == 1);
+  CHECK(text_sizes.size() == 1);
+  CHECK(*image_sizes.begin() > 0);
 }
 
 TEST_CASE("on a GPU an out-of-memory image batch is split and every document comes back",

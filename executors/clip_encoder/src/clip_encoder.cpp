@@ -30,6 +30,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -280,15 +281,43 @@ class ClipEncoder : public Executor {
     return mutex;
   }
 
+  // What batch_size "auto" chose on each device, measured by the first of this executor's replicas to get
+  // there and taken by the others (shared through their ReplicaGroup): one budget for them all, measured once.
+  struct DeviceBudgets {
+    struct Chosen {
+      models::PassBudget images, texts;
+      int replica = 0;  // the replica that measured them
+    };
+    std::mutex mutex;  // held while the first replica on a device calibrates: the others wait for it
+    std::map<std::string, Chosen> by_device;
+  };
+
   // batch_size "auto": the shared planner's calibration (models::calibrate_budget) run once for each tower, so
   // that this executor's replicas on the device together stay within memory_fraction of the memory free at
   // start: vision passes of gray images (an image counted as one unit), text passes of max_text_length tokens.
-  // On the CPU, where memory is seldom the limit, auto keeps 32. A pass that still runs out of memory later is
-  // split by the flow's replica (c10::OutOfMemoryError is left to propagate: src/core/runtime/replica.hpp).
+  // The first replica on a device measures; the others take its batch sizes (measuring again, after the first
+  // replicas' passes, would see less memory free and choose smaller ones). On the CPU, where memory is seldom
+  // the limit, auto keeps 32. A pass that still runs out of memory later is split by the flow's replica
+  // (c10::OutOfMemoryError is left to propagate: src/core/runtime/replica.hpp).
   void choose_batch_sizes() {
     if (!device_.is_cuda()) {
       spdlog::info("executor '{}' replica {}: batch_size 'auto' calibrates on a GPU; on the CPU it keeps {}",
                    runtime().name, runtime().replica, image_budget_.max_sequences);
+      return;
+    }
+    budgets_ = runtime().group
+                   ? runtime().group->shared<DeviceBudgets>([] { return std::make_shared<DeviceBudgets>(); })
+                   : std::make_shared<DeviceBudgets>();
+    std::lock_guard hold(budgets_->mutex);
+    if (const auto found = budgets_->by_device.find(device_.str()); found != budgets_->by_device.end()) {
+      image_budget_ = found->second.images;
+      text_budget_ = found->second.texts;
+      spdlog::info("executor '{}' replica {}: batch_size {} images, {} texts (auto), as replica {} calibrated",
+                   runtime().name, runtime().replica, image_budget_.max_sequences, text_budget_.max_sequences,
+                   found->second.replica);
+      metrics().set("batch_size", static_cast<double>(image_budget_.max_sequences));
+      metrics().set("text_batch_size", static_cast<double>(text_budget_.max_sequences));
+      metrics().set("calibrations", 0);
       return;
     }
     std::lock_guard lock(calibration_mutex());
@@ -323,6 +352,8 @@ class ClipEncoder : public Executor {
         text_budget_.max_sequences);
     metrics().set("batch_size", static_cast<double>(image_budget_.max_sequences));
     metrics().set("text_batch_size", static_cast<double>(text_budget_.max_sequences));
+    metrics().set("calibrations", 1);
+    budgets_->by_device.emplace(device_.str(), DeviceBudgets::Chosen{image_budget_, text_budget_, runtime().replica});
   }
 
   // One text pass and one image pass (a gray square of the vision tower's size) through the model.
@@ -513,6 +544,7 @@ class ClipEncoder : public Executor {
   std::optional<c10::Stream> stream_;
   // Texts and images per pass: batch_size, or each tower's calibration for auto (only max_sequences is used).
   models::PassBudget text_budget_{32, 0}, image_budget_{32, 0};
+  std::shared_ptr<DeviceBudgets> budgets_;  // kept while the replica lives: ReplicaGroup holds it weakly
   double memory_fraction_ = 0.9;
   bool normalize_ = false;
   bool keep_on_device_ = false;
