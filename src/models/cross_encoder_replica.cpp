@@ -31,44 +31,50 @@ std::vector<ParamSpec> cross_encoder_params(
                               "below it) so the first requests do not pay for CUDA, cuBLAS and allocator set-up")};
 }
 
-CrossEncoderReplica::CrossEncoderReplica(const Params& params, const RuntimeInfo& runtime)
-    : folder(params.get<std::string>("model")) {
+Checkpoint HeadReplicaParts::read(const Params& params, const RuntimeInfo& runtime) {
+  folder = params.get<std::string>("model");
   device = executor_device(params.get<std::string>("device"), runtime.device);
   dtype = parse_dtype(params.get<std::string>("dtype"));
   if (device.is_cpu() && dtype == c10::kHalf) {
     throw Error("parameter 'dtype': fp16 needs a GPU device; use fp32 or bf16 on the CPU");
   }
-  const auto checkpoint = Checkpoint::read(folder);
+  Checkpoint checkpoint = Checkpoint::read(folder);
   tokenizer = Tokenizer::from_folder(folder);
-  model = shared_per_device<CrossEncoderModel>(
-      folder, device, dtype, [&] { return std::make_shared<const CrossEncoderModel>(checkpoint, device, dtype); });
-  max_length = params.get<std::size_t>("max_seq_length");
-  const auto model_max = static_cast<std::size_t>(model->checkpoint().max_seq_length);
-  if (max_length == 0) max_length = model_max;
-  if (max_length < tokenizer->special_tokens_count(true) + 2 || max_length > model_max) {
-    throw Error(fmt::format("parameter 'max_seq_length': {} is outside {}..{}", max_length,
-                            tokenizer->special_tokens_count(true) + 2, model_max));
-  }
-  typed = model->info().type_vocab_size > 1 && tokenizer->type_ids_input();
-  planner.set_budget({params.get<std::size_t>("batch_size"), 0});
-  if (device.is_cuda()) stream = replica_stream(device);
-  if (params.get<bool>("warmup")) warm_up();
+  return checkpoint;
 }
 
-void CrossEncoderReplica::warm_up() const {
+void HeadReplicaParts::size(const Params& params, std::size_t min_length, std::size_t model_max) {
+  max_length = params.get<std::size_t>("max_seq_length");
+  if (max_length == 0) max_length = model_max;
+  if (max_length < min_length || max_length > model_max) {
+    throw Error(fmt::format("parameter 'max_seq_length': {} is outside {}..{}", max_length, min_length, model_max));
+  }
+  planner.set_budget({params.get<std::size_t>("batch_size"), 0});
+  if (device.is_cuda()) stream = replica_stream(device);
+}
+
+void HeadReplicaParts::warm_up_with(const std::function<void(const PackedBatch& pass)>& run_pass) const {
   c10::InferenceMode guard;
   std::optional<c10::StreamGuard> on_stream;
   if (stream) on_stream.emplace(*stream);
   const std::vector<std::int32_t> text = tokenizer->encode("warm up");  // real ids, specials too
   if (text.empty()) return;
-  warm_up_passes(device, planner.budget().max_sequences, max_length, text,
-                 [&](const PackedBatch& pass) { (void)model->score(pass).to(at::kCPU); });
+  warm_up_passes(device, planner.budget().max_sequences, max_length, text, run_pass);
 }
 
-std::string CrossEncoderReplica::describe() const {
-  return fmt::format("({}, {} layers, hidden {}; tokenizer {}) on {} in {}", model->info().model_type,
-                     model->info().num_layers, model->info().hidden_size, tokenizer->describe(), device.str(),
-                     c10::toString(dtype));
+std::string HeadReplicaParts::describe(const ModelInfo& info) const {
+  return fmt::format("({}, {} layers, hidden {}; tokenizer {}) on {} in {}", info.model_type, info.num_layers,
+                     info.hidden_size, tokenizer->describe(), device.str(), c10::toString(dtype));
+}
+
+CrossEncoderReplica::CrossEncoderReplica(const Params& params, const RuntimeInfo& runtime)
+    : HeadReplica(params, runtime, /*pairs=*/true) {
+  typed = model->info().type_vocab_size > 1 && tokenizer->type_ids_input();
+  if (params.get<bool>("warmup")) warm_up();
+}
+
+void CrossEncoderReplica::warm_up() const {
+  warm_up_with([&](const PackedBatch& pass) { (void)model->score(pass).to(at::kCPU); });
 }
 
 }  // namespace flowline::models

@@ -37,39 +37,13 @@ std::optional<std::string> model_problem(const boost::json::value& value) {
   return models::Checkpoint::problem(std::string(value.get_string()), models::Checkpoint::Use::TokenClassifier);
 }
 
-// What a replica holds: the CrossEncoderReplica's parameters read the same way, with a token-classification
-// model in place of the cross-encoder.
-struct Replica {
-  Replica(const Params& params, const RuntimeInfo& runtime) : folder(params.get<std::string>("model")) {
-    device = executor_device(params.get<std::string>("device"), runtime.device);
-    dtype = parse_dtype(params.get<std::string>("dtype"));
-    if (device.is_cpu() && dtype == c10::kHalf) {
-      throw Error("parameter 'dtype': fp16 needs a GPU device; use fp32 or bf16 on the CPU");
-    }
-    const auto checkpoint = models::Checkpoint::read(folder);
-    tokenizer = models::Tokenizer::from_folder(folder);
-    model = shared_per_device<models::TokenClassifierModel>(folder, device, dtype, [&] {
-      return std::make_shared<const models::TokenClassifierModel>(checkpoint, device, dtype);
-    });
-    max_length = params.get<std::size_t>("max_seq_length");
-    const auto model_max = static_cast<std::size_t>(model->checkpoint().max_seq_length);
-    if (max_length == 0) max_length = model_max;
-    specials = tokenizer->special_tokens_count(false);
-    if (max_length < specials + 1 || max_length > model_max) {
-      throw Error(fmt::format("parameter 'max_seq_length': {} is outside {}..{}", max_length, specials + 1, model_max));
-    }
-    planner.set_budget({params.get<std::size_t>("batch_size"), 0});
-    if (device.is_cuda()) stream = replica_stream(device);
-  }
+// What a replica holds: the head executors' parts (models::HeadReplica) over a token-classification model, and
+// the tokenizer's count of special tokens around one text.
+struct Replica : models::HeadReplica<models::TokenClassifierModel> {
+  Replica(const Params& params, const RuntimeInfo& runtime)
+      : HeadReplica(params, runtime, /*pairs=*/false), specials(tokenizer->special_tokens_count(false)) {}
 
-  std::string folder;
-  c10::Device device{c10::kCPU};
-  c10::ScalarType dtype = c10::kFloat;
-  std::unique_ptr<models::Tokenizer> tokenizer;
-  std::shared_ptr<const models::TokenClassifierModel> model;
-  std::optional<c10::Stream> stream;
-  std::size_t max_length = 512, specials = 0;
-  models::PassPlanner planner{{64, 0}};
+  std::size_t specials = 0;
 };
 
 // What one request asks for.
@@ -142,10 +116,7 @@ class TokenClassifier : public Executor {
     const std::string_view prefix = replica_.tokenizer->continuing_subword_prefix();
     subword_prefix_ = !prefix.empty();
     spdlog::info("executor '{}' replica {}: token classifier {} {}, labels {}, {} aggregation, sub-words by {}",
-                 runtime().name, runtime().replica, replica_.folder,
-                 fmt::format("({}, {} layers, hidden {}; tokenizer {}) on {} in {}", replica_.model->info().model_type,
-                             replica_.model->info().num_layers, replica_.model->info().hidden_size,
-                             replica_.tokenizer->describe(), replica_.device.str(), c10::toString(replica_.dtype)),
+                 runtime().name, runtime().replica, replica_.folder, replica_.describe(),
                  fmt::join(replica_.model->labels(), ", "), to_string(defaults_.strategy),
                  subword_prefix_ ? fmt::format("the prefix '{}'", prefix) : std::string("the previous character"));
     if (const auto warning = random_weights_warning(replica_.folder, runtime().name, "model", "entities");
@@ -161,13 +132,7 @@ class TokenClassifier : public Executor {
   // The warm-up passes (models::warm_up_passes: on a GPU the largest pass a request can make, then every padded
   // power of two of tokens below it), each one's logits back on the host.
   void warm_up() {
-    c10::InferenceMode guard;
-    std::optional<c10::StreamGuard> on_stream;
-    if (replica_.stream) on_stream.emplace(*replica_.stream);
-    const std::vector<std::int32_t> text = replica_.tokenizer->encode("warm up");  // real ids, specials too
-    if (text.empty()) return;
-    models::warm_up_passes(replica_.device, replica_.planner.budget().max_sequences, replica_.max_length, text,
-                           [&](const models::PackedBatch& pass) { (void)replica_.model->logits(pass).to(at::kCPU); });
+    replica_.warm_up_with([&](const models::PackedBatch& pass) { (void)replica_.model->logits(pass).to(at::kCPU); });
   }
 
   static ParamSpec strategy_param(boost::json::value default_value, std::string help) {
