@@ -65,9 +65,9 @@ JpegPlanes jpeg_planes(std::span<const std::uint8_t> jpeg);
 
 // Where nvJPEG's own device buffers come from, modelled on cudaMalloc/cudaFree (nvjpegDevAllocator_t: 0 is
 // success). Both null: cudaMalloc. The image executor passes LibTorch's caching allocator, which puts nvJPEG's
-// memory in the same pool and statistics as the model's. nvJPEG 13.0 calls it for the default, hybrid and gpu_hybrid
-// backends' buffers (on the first batches of a size: bench/nvjpeg_memory, docs/images.md), never for the hardware
-// backend's (about 21 MiB a decoder, from the driver). The hooks have to give cudaMalloc's and cudaFree's
+// memory in the same pool and statistics as the model's. nvJPEG 13.0 calls it for the default and gpu_hybrid backends'
+// buffers (on the first batches of a size: bench/nvjpeg_memory, docs/images.md; hybrid not measured), never for the
+// hardware backend's (about 21 MiB a decoder, from the driver). The hooks have to give cudaMalloc's and cudaFree's
 // guarantees themselves (nothing else uses a buffer they return; nothing uses one after a release returns). Called
 // on the thread that calls decode() or the destructor, with that thread's CUDA device current.
 struct NvjpegDeviceAllocator {

@@ -54,11 +54,11 @@ GpuDecode parse_gpu_decode(std::string_view text) {
 
 namespace {
 
-// nvJPEG's device buffers from LibTorch's caching allocator, meant to be in the same pool and statistics as the
-// model's memory, so that batch_size auto and the out-of-memory split see them. Non-zero tells nvJPEG the
-// allocation failed. But in session 35's runs (docs/benchmarks.md: 10,000 JPEGs at one to eight replicas,
-// `hardware` and `default` backends, on an H200) nvJPEG 13 called these hooks not once, start included: its working
-// memory comes from elsewhere, outside LibTorch's pool and figures (not yet looked into).
+// nvJPEG's device buffers from LibTorch's caching allocator, in the same pool and statistics as the model's memory,
+// so that the out-of-memory split and the memory figures see them. Non-zero tells nvJPEG the allocation failed.
+// nvJPEG 13 calls these hooks for the default and gpu_hybrid backends' buffers (at the first batches of a size,
+// mostly at start), never for the hardware backend's: its ~21 MiB a decoder come from the driver, outside the pool
+// (bench/nvjpeg_memory; docs/images.md, "Where nvJPEG's memory comes from").
 //
 // The hooks stand for cudaMalloc and cudaFree, which synchronise the device: a buffer cudaMalloc returns is used by
 // nothing, and cudaFree returns only when no queued work uses it. The caching allocator promises neither (a block it
