@@ -354,13 +354,31 @@ void register_errors(nb::module_& m) {
 
 }  // namespace
 
+// The spdlog level `name` names, or nothing (spdlog's from_str reads an unknown name as "off").
+std::optional<spdlog::level::level_enum> log_level_named(const std::string& name) {
+  const auto parsed = spdlog::level::from_str(name);
+  if (parsed == spdlog::level::off && name != "off") return std::nullopt;
+  return parsed;
+}
+
+constexpr const char* kLogLevels = "trace, debug, info, warn, error, critical or off";
+
 void set_log_level(const std::string& level) {
-  const auto parsed = spdlog::level::from_str(level);  // an unknown name reads as "off"
-  if (parsed == spdlog::level::off && level != "off") {
+  const auto parsed = log_level_named(level);
+  if (!parsed) throw nanobind::value_error(fmt::format("log level '{}': expected {}", level, kLogLevels).c_str());
+  spdlog::set_level(*parsed);
+}
+
+// At import: FLOWLINE_LOG_LEVEL's level, else warnings and errors only.
+void set_log_level_from_environment() {
+  const char* given = std::getenv("FLOWLINE_LOG_LEVEL");
+  if (given == nullptr || *given == '\0') return spdlog::set_level(spdlog::level::warn);
+  const auto parsed = log_level_named(given);
+  if (!parsed) {
     throw nanobind::value_error(
-        fmt::format("log level '{}': expected trace, debug, info, warn, error, critical or off", level).c_str());
+        fmt::format("FLOWLINE_LOG_LEVEL='{}' in the environment: expected {}", given, kLogLevels).c_str());
   }
-  spdlog::set_level(parsed);
+  spdlog::set_level(*parsed);
 }
 
 }  // namespace flowline::python
@@ -377,8 +395,7 @@ NB_MODULE(_flowline, m) {
   // default; flowline.set_log_level() (or FLOWLINE_LOG_LEVEL, read here) shows more.
   auto logger = std::make_shared<spdlog::logger>("", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
   spdlog::set_default_logger(std::move(logger));
-  const char* level = std::getenv("FLOWLINE_LOG_LEVEL");
-  flowline::python::set_log_level(level != nullptr && *level != '\0' ? level : "warn");
+  flowline::python::set_log_level_from_environment();
   m.def("set_log_level", &flowline::python::set_log_level, nb::arg("level"),
         "The level of flowline's log on standard error: trace, debug, info, warn, error, critical or off");
   flowline::python::register_errors(m);

@@ -63,6 +63,10 @@ def test_flowlines_log_is_warnings_on_standard_error_unless_asked_for_more():
     assert run("flowline.set_log_level('error');").stderr == ""
     with pytest.raises(ValueError, match="log level 'loud': expected trace, debug, info"):
         flowline.set_log_level("loud")
+    refused = subprocess.run([sys.executable, "-c", "import flowline"], capture_output=True, text=True,
+                             env={**env, "FLOWLINE_LOG_LEVEL": "loud"})
+    assert refused.returncode != 0
+    assert "FLOWLINE_LOG_LEVEL='loud' in the environment: expected trace, debug, info" in refused.stderr
 
 
 def test_a_document_carries_every_field_of_jinas_shape():
