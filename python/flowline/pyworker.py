@@ -612,13 +612,6 @@ def serve_frames(conn, served, numpy):
 def respond(conn, sending, r, served, numpy, version, segment, taking):
     """A Request answered on a pool thread; a malformed frame ends the connection as on the reading thread."""
     try:
-        respond_taken(conn, sending, r, served, numpy, version, segment)
-    finally:
-        taking.release()  # the reading thread may take the next request
-
-
-def respond_taken(conn, sending, r, served, numpy, version, segment):
-    try:
         out = answer(r, served, numpy, version, segment)
         with sending:
             send_frame(conn, out)
@@ -637,6 +630,8 @@ def respond_taken(conn, sending, r, served, numpy, version, segment):
             conn.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+    finally:
+        taking.release()  # the reading thread may take the next request
 
 
 def serve_frames_with(conn, served, numpy, sending, pool, taking):

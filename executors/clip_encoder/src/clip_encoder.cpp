@@ -315,9 +315,7 @@ class ClipEncoder : public Executor {
       spdlog::info("executor '{}' replica {}: batch_size {} images, {} texts (auto), as replica {} calibrated",
                    runtime().name, runtime().replica, image_budget_.max_sequences, text_budget_.max_sequences,
                    found->second.replica);
-      metrics().set("batch_size", static_cast<double>(image_budget_.max_sequences));
-      metrics().set("text_batch_size", static_cast<double>(text_budget_.max_sequences));
-      metrics().set("calibrations", 0);
+      report_batch_sizes(/*calibrated=*/false);
       return;
     }
     std::lock_guard lock(calibration_mutex());
@@ -350,10 +348,15 @@ class ClipEncoder : public Executor {
         images.budget_bytes / (1 << 20), memory_fraction_ * 100, images.free_bytes / double(1 << 20),
         replicas > 1 ? fmt::format(", shared by {} replicas", replicas) : "", image_budget_.max_sequences,
         text_budget_.max_sequences);
+    report_batch_sizes(/*calibrated=*/true);
+    budgets_->by_device.emplace(device_.str(), DeviceBudgets::Chosen{image_budget_, text_budget_, runtime().replica});
+  }
+
+  // The metrics of batch_size "auto": the sizes, and whether this replica measured them.
+  void report_batch_sizes(bool calibrated) {
     metrics().set("batch_size", static_cast<double>(image_budget_.max_sequences));
     metrics().set("text_batch_size", static_cast<double>(text_budget_.max_sequences));
-    metrics().set("calibrations", 1);
-    budgets_->by_device.emplace(device_.str(), DeviceBudgets::Chosen{image_budget_, text_budget_, runtime().replica});
+    metrics().set("calibrations", calibrated ? 1 : 0);
   }
 
   // One text pass and one image pass (a gray square of the vision tower's size) through the model.
