@@ -59,7 +59,9 @@ from ._executors import Executor, RequestError, requests  # noqa: E402
 from ._flowline import _close_all_flows, set_log_level  # noqa: E402
 
 atexit.register(_close_all_flows)
-from ._models import Reranker, SentenceEncoder  # noqa: E402
+from ._models import CrossEncoder, Reranker, SentenceEncoder, SentenceTransformer  # noqa: E402
+from ._pipelines import TextClassificationPipeline, TokenClassificationPipeline, pipeline  # noqa: E402
 
-__all__ = ["ConfigError", "Document", "Executor", "Flow", "FlowError", "Reranker", "RequestError", "SentenceEncoder",
-           "requests", "set_log_level"]
+__all__ = ["ConfigError", "CrossEncoder", "Document", "Executor", "Flow", "FlowError", "Reranker", "RequestError",
+           "SentenceEncoder", "SentenceTransformer", "TextClassificationPipeline", "TokenClassificationPipeline",
+           "pipeline", "requests", "set_log_level"]

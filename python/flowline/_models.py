@@ -1,26 +1,61 @@
-"""SentenceEncoder and Reranker: sentence-transformers' encode() and CrossEncoder.rank() over flowline.
+"""SentenceEncoder and Reranker: sentence-transformers' SentenceTransformer and CrossEncoder over flowline.
 
-Each object owns a started flowline.Flow of one real executor (SentenceEncoder or Reranker, the plugins
-`flowline run` loads), so its embeddings and scores are the C++ flow's, bit for bit. Methods may be called
-from several threads at once: the flow runs them side by side with the GIL released. close() (or the
-context manager, or garbage collection) closes the flow.
+Each object owns a started flowline.Flow of one real executor (SentenceEncoder, Reranker or, for a
+cross-encoder of several labels, SequenceClassifier: the plugins `flowline run` loads), so its embeddings
+and scores are the C++ flow's, bit for bit. What sentence-transformers does around the model in Python
+(prompts by name, Matryoshka truncation, normalization, quantization, similarity, activations) is done
+here as sentence-transformers 6 does it. Methods may be called from several threads at once: the flow runs
+them side by side with the GIL released. close() (or the context manager, or garbage collection) closes
+the flow. `SentenceTransformer` and `CrossEncoder` are the same classes under sentence-transformers' names.
 """
 
+import contextlib
 import json
+import math
 import os
 
 import numpy as np
 
-from ._flowline import Flow
+from ._flowline import Flow, _locate_model
 
 # The forward passes are the executor's batch_size (sorted by length within each request); a request
 # holds this many texts, as flows/encode.yml's request_size.
 _REQUEST_SIZE = 1024
 
+_SIMILARITY_FUNCTIONS = ("cosine", "dot", "euclidean", "manhattan")
+_PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")
+
 
 def _model_path(model):
     model = os.fspath(model)
     return os.path.abspath(model) if os.path.exists(model) else model
+
+
+def _folder(model):
+    """The checkpoint folder the executor read (a path, or ORG/NAME in the local Hugging Face cache)."""
+    folder, problem = _locate_model(os.fspath(model))
+    if problem:
+        raise FileNotFoundError(problem)
+    return folder
+
+
+def _read_json(folder, name):
+    """A JSON object of the checkpoint folder; {} when the file is not there."""
+    path = os.path.join(folder, name)
+    if not os.path.isfile(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"'{path}': {e}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"'{path}': expected a JSON object")
+    return value
+
+
+def _dtype_param(dtype):
+    return str(dtype).replace("torch.", "")
 
 
 def _one_executor_flow(uses, name, device, replicas, params):
@@ -38,6 +73,76 @@ def _torch():
     except ImportError as e:
         raise ImportError(f"convert_to_tensor and convert_to_numpy=False return torch tensors: {e}") from e
     return torch
+
+
+def _torch_or_none():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def _matrix(embeddings, name):
+    """embeddings (a numpy array, a torch tensor, or a list of 1-D ones) as a float32 [N, D] numpy array."""
+    def host(x):  # a torch tensor, on any device and in any dtype, as numpy
+        return x.detach().float().cpu().numpy() if hasattr(x, "detach") else x
+
+    if isinstance(embeddings, (list, tuple)):
+        embeddings = [host(e) for e in embeddings] if embeddings else np.zeros((0, 0), np.float32)
+    try:
+        a = np.asarray(host(embeddings))
+    except ValueError as e:  # rows of different lengths
+        raise ValueError(f"{name}: {e}") from None
+    if a.dtype.kind not in "fiu":
+        raise TypeError(f"{name}: expected numbers (a numpy array or a torch tensor), not {a.dtype}")
+    if a.ndim == 1:
+        a = a[np.newaxis, :]
+    if a.ndim != 2:
+        raise ValueError(f"{name}: expected [embedding_dim] or [N, embedding_dim], not shape {list(a.shape)}")
+    return a.astype(np.float32, copy=False)
+
+
+def _normalized(a):
+    # torch.nn.functional.normalize's formula (x / max(||x||, 1e-12)), as sentence-transformers.
+    return a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), np.float32(1e-12))
+
+
+def _similarity(name, a, b, pairwise):
+    if pairwise and a.shape != b.shape:
+        raise ValueError(f"similarity_pairwise: shapes {list(a.shape)} and {list(b.shape)} differ")
+    if not pairwise and a.shape[1] != b.shape[1]:
+        raise ValueError(f"similarity: embedding sizes {a.shape[1]} and {b.shape[1]} differ")
+    if name == "cosine":
+        a, b = _normalized(a), _normalized(b)
+    if name in ("cosine", "dot"):
+        return (a * b).sum(axis=1) if pairwise else a @ b.T
+    p = 1 if name == "manhattan" else 2
+    diff = a - b if pairwise else a[:, np.newaxis, :] - b[np.newaxis, :, :]
+    return -np.linalg.norm(diff, ord=p, axis=-1).astype(np.float32)
+
+
+def _as_torch_if_it_imports(a):
+    # sentence-transformers answers torch tensors; on flowline's light install (no importable torch), numpy.
+    torch = _torch_or_none()
+    return torch.from_numpy(np.ascontiguousarray(a)) if torch is not None else a
+
+
+def _quantized(matrix, precision):
+    """sentence-transformers' quantize_embeddings, ranges from the embeddings themselves (as its encode does)."""
+    if precision == "float32":
+        return matrix
+    if precision in ("int8", "uint8"):
+        if len(matrix) < 2:
+            raise ValueError(f"precision {precision!r}: the ranges of each dimension are computed from the "
+                             "embeddings of the call, which needs at least two texts")
+        starts = matrix.min(axis=0)
+        steps = (matrix.max(axis=0) - starts) / 255
+        steps = np.where(steps == 0, 1, steps)
+        q = np.clip(np.floor((matrix - starts) / steps), 0, 255)
+        return q.astype(np.uint8) if precision == "uint8" else (q - 128).astype(np.int8)
+    packed = np.packbits(matrix > 0, axis=-1)
+    return packed if precision == "ubinary" else (packed - 128).astype(np.int8)
 
 
 class _FlowOwner:
@@ -58,47 +163,119 @@ class _FlowOwner:
         self.close()
 
 
+def _only_default(name, value, default, why):
+    if value != default:
+        raise ValueError(f"{name}={value!r}: {why}")
+
+
 class SentenceEncoder(_FlowOwner):
-    """sentence-transformers' SentenceTransformer.encode() on flowline's SentenceEncoder executor.
+    """sentence-transformers' SentenceTransformer on flowline's SentenceEncoder executor.
 
     model: a sentence-transformers checkpoint folder (or ORG/NAME in the local Hugging Face cache).
     device: auto, cpu, cuda, cuda:N. dtype: None (fp32), fp16, bf16. replicas: None (auto: 8 per GPU, one
     on the CPU). batch_size: sequences per forward pass, None (auto: sized to the GPU's memory; 64 on the CPU).
+    truncate_dim, similarity_fn_name, prompts and default_prompt_name as sentence-transformers takes them
+    (the checkpoint's config_sentence_transformers.json gives the defaults).
     """
 
-    def __init__(self, model, device="auto", dtype=None, replicas=None, batch_size=None):
+    def __init__(self, model, device="auto", dtype=None, replicas=None, batch_size=None, truncate_dim=None,
+                 similarity_fn_name=None, prompts=None, default_prompt_name=None):
         params = {"model": _model_path(model), "batch_size": "auto" if batch_size is None else int(batch_size)}
         if dtype is not None:
-            params["dtype"] = str(dtype).replace("torch.", "")
+            params["dtype"] = _dtype_param(dtype)
         self._flow = _one_executor_flow("SentenceEncoder", "encoder", device,
                                         "auto" if replicas is None else int(replicas), params)
+        saved = _read_json(_folder(model), "config_sentence_transformers.json")
+        # As sentence-transformers 6: "query" and "document" are always prompts ("" unless given), then the
+        # checkpoint's, then the caller's.
+        self.prompts = {"query": "", "document": ""}
+        for source, where in ((saved.get("prompts"), "config_sentence_transformers.json"), (prompts, "prompts")):
+            if source is None:
+                continue
+            if not isinstance(source, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                       for k, v in source.items()):
+                raise TypeError(f"{where}: expected a dict of str to str")
+            self.prompts.update(source)
+        self.default_prompt_name = (default_prompt_name if default_prompt_name is not None
+                                    else saved.get("default_prompt_name"))
+        if self.default_prompt_name is not None and self.default_prompt_name not in self.prompts:
+            raise ValueError(f"Default prompt name '{self.default_prompt_name}' not found in the configured prompts "
+                             f"dictionary with keys {list(self.prompts)!r}.")
+        self.truncate_dim = truncate_dim
+        self._similarity_fn_name = None
+        self.similarity_fn_name = similarity_fn_name if similarity_fn_name is not None else \
+            saved.get("similarity_fn_name")
+        self._dimension = None
 
-    def encode(self, sentences, batch_size=32, normalize_embeddings=False, convert_to_numpy=True,
-               convert_to_tensor=False, prompt_name=None, prompt=None, show_progress_bar=False):
+    @property
+    def similarity_fn_name(self):
+        """cosine, dot, euclidean or manhattan: what similarity() computes (the checkpoint's, else cosine)."""
+        return self._similarity_fn_name or "cosine"
+
+    @similarity_fn_name.setter
+    def similarity_fn_name(self, value):
+        value = getattr(value, "value", value)  # sentence-transformers' SimilarityFunction enum
+        if value is not None and value not in _SIMILARITY_FUNCTIONS:
+            raise ValueError(f"similarity_fn_name: {value!r} is not one of {', '.join(_SIMILARITY_FUNCTIONS)}")
+        self._similarity_fn_name = value
+
+    def _resolve_prompt(self, prompt, prompt_name):
+        """The text put before every sentence, as sentence-transformers resolves it; None for none."""
+        if prompt is not None:
+            return prompt
+        if prompt_name is not None:
+            if prompt_name not in self.prompts:
+                raise ValueError(f"Prompt name '{prompt_name}' not found in the configured prompts dictionary with "
+                                 f"keys {list(self.prompts)!r}.")
+            return self.prompts[prompt_name]
+        if self.default_prompt_name is not None:
+            return self.prompts.get(self.default_prompt_name)
+        return None
+
+    def encode(self, inputs=None, prompt_name=None, prompt=None, batch_size=32, show_progress_bar=None,
+               output_value="sentence_embedding", precision="float32", convert_to_numpy=True,
+               convert_to_tensor=False, device=None, normalize_embeddings=False, truncate_dim=None, *,
+               sentences=None):
         """As sentence-transformers' encode: a str gives a 1-D embedding, a list an [N, D] array.
 
         Returns a float32 numpy array (convert_to_numpy), a torch tensor (convert_to_tensor, which wins), or
-        a list of 1-D torch tensors (both False). The tensors share the numpy array's memory. prompt (a
-        text) or prompt_name (one of the checkpoint's prompts) is put before every sentence. batch_size and
+        a list of 1-D torch tensors (both False); the tensors share the numpy array's memory. prompt (a text)
+        or prompt_name (a key of .prompts; default: .default_prompt_name) is put before every sentence.
+        truncate_dim (default: .truncate_dim) keeps the first dimensions (Matryoshka), before normalization;
+        precision int8/uint8/binary/ubinary quantizes as sentence-transformers does. batch_size and
         show_progress_bar are accepted for compatibility: the forward passes are the executor's batch_size.
+        `sentences` is sentence-transformers 5's name of `inputs`.
         """
         del batch_size, show_progress_bar
-        single = isinstance(sentences, str)
-        texts = [sentences] if single else list(sentences)
-        parameters = {}
-        if prompt is not None:
-            parameters["prompt"] = prompt
-        elif prompt_name is not None:
-            parameters["prompt_name"] = prompt_name
-        matrix = self._flow._encode("/encode", texts, parameters or None, _REQUEST_SIZE) if texts else None
+        if sentences is not None:
+            if inputs is not None:
+                raise TypeError("encode: give inputs or sentences (its older name), not both")
+            inputs = sentences
+        if inputs is None:
+            raise TypeError("encode: missing the texts (inputs)")
+        _only_default("output_value", output_value, "sentence_embedding",
+                      "flowline's encode gives sentence embeddings only")
+        _only_default("device", device, None, "the device is the encoder's, chosen when it was made")
+        if precision not in _PRECISIONS:
+            raise ValueError(f"Precision {precision!r} is not supported, must be one of {_PRECISIONS}")
+        truncate_dim = truncate_dim if truncate_dim is not None else self.truncate_dim
+        if truncate_dim is not None and (not isinstance(truncate_dim, int) or truncate_dim < 1):
+            raise ValueError(f"truncate_dim: expected a positive int or None, not {truncate_dim!r}")
+        single = isinstance(inputs, str)
+        texts = [inputs] if single else list(inputs)
+        resolved = self._resolve_prompt(prompt, prompt_name)
+        # Always the resolved text ("" for none), so the executor's own default prompt never adds another.
+        parameters = {"prompt": "" if resolved is None else resolved}
+        matrix = self._flow._encode("/encode", texts, parameters, _REQUEST_SIZE) if texts else None
         if matrix is None:
             if convert_to_tensor:
                 return _torch().tensor([])
             return np.array([]) if convert_to_numpy else []
+        if truncate_dim is not None and truncate_dim < matrix.shape[1]:
+            matrix = np.ascontiguousarray(matrix[:, :truncate_dim])
         if normalize_embeddings:
-            # torch.nn.functional.normalize's formula (x / max(||x||, 1e-12)), as sentence-transformers.
-            norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-            matrix = matrix / np.maximum(norms, np.float32(1e-12))
+            matrix = _normalized(matrix)
+        matrix = _quantized(matrix, precision)
         if convert_to_tensor:
             out = _torch().from_numpy(matrix)
             return out[0] if single else out
@@ -107,21 +284,173 @@ class SentenceEncoder(_FlowOwner):
             return rows[0] if single else rows
         return matrix[0] if single else matrix
 
+    def encode_query(self, inputs=None, prompt_name=None, prompt=None, **kwargs):
+        """encode() with the "query" prompt unless one is given (sentence-transformers 6's encode_query)."""
+        if prompt_name is None and prompt is None and "query" in self.prompts:
+            prompt_name = "query"
+        return self.encode(inputs, prompt_name=prompt_name, prompt=prompt, **kwargs)
+
+    def encode_document(self, inputs=None, prompt_name=None, prompt=None, **kwargs):
+        """encode() with the first of the "document", "passage", "corpus" prompts unless one is given."""
+        if prompt_name is None and prompt is None:
+            prompt_name = next((p for p in ("document", "passage", "corpus") if p in self.prompts), None)
+        return self.encode(inputs, prompt_name=prompt_name, prompt=prompt, **kwargs)
+
+    def get_embedding_dimension(self):
+        """The size of encode()'s embeddings: the model's, or truncate_dim when that is smaller."""
+        if self._dimension is None:
+            metrics = self._flow.stats()["replicas"][0]["metrics"]
+            self._dimension = int(metrics["embedding_dimension"])
+        if self.truncate_dim is not None:
+            return min(self._dimension, self.truncate_dim)
+        return self._dimension
+
+    get_sentence_embedding_dimension = get_embedding_dimension  # sentence-transformers 5's name
+
+    @contextlib.contextmanager
+    def truncate_embeddings(self, truncate_dim):
+        """Within the block, encode() keeps the first truncate_dim dimensions."""
+        saved, self.truncate_dim = self.truncate_dim, truncate_dim
+        try:
+            yield
+        finally:
+            self.truncate_dim = saved
+
+    def similarity(self, embeddings1, embeddings2):
+        """[N1, N2] scores of similarity_fn_name between every pair of rows (1-D inputs are one row each).
+
+        A torch tensor as sentence-transformers gives, or numpy where torch does not import (the light install).
+        """
+        a, b = _matrix(embeddings1, "embeddings1"), _matrix(embeddings2, "embeddings2")
+        return _as_torch_if_it_imports(_similarity(self.similarity_fn_name, a, b, pairwise=False))
+
+    def similarity_pairwise(self, embeddings1, embeddings2):
+        """[N] scores of similarity_fn_name between embeddings1[i] and embeddings2[i]."""
+        a, b = _matrix(embeddings1, "embeddings1"), _matrix(embeddings2, "embeddings2")
+        return _as_torch_if_it_imports(_similarity(self.similarity_fn_name, a, b, pairwise=True))
+
+
+def _is_pair(x):
+    return isinstance(x, (list, tuple)) and len(x) == 2 and all(isinstance(t, str) for t in x)
+
+
+def _activation(name, where):
+    """A numpy function for sentence-transformers' activation_fn names (config.json's sentence_transformers)."""
+    functions = {
+        "torch.nn.modules.linear.Identity": lambda x: x,
+        "torch.nn.modules.activation.Sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+        "torch.nn.modules.activation.Tanh": np.tanh,
+        "torch.nn.modules.activation.ReLU": lambda x: np.maximum(x, 0),
+        "torch.nn.modules.activation.GELU": np.vectorize(lambda v: 0.5 * v * (1 + math.erf(v / math.sqrt(2))),
+                                                         otypes=[np.float32]),
+    }
+    if name not in functions:
+        raise ValueError(f"{where}: activation_fn {name!r} is not supported ({', '.join(functions)})")
+    return functions[name]
+
 
 class Reranker(_FlowOwner):
-    """sentence-transformers' CrossEncoder.rank() on flowline's Reranker executor (a one-label checkpoint)."""
+    """sentence-transformers' CrossEncoder (predict and rank) on flowline's cross-encoder executors.
 
-    def __init__(self, model, device="auto", dtype=None, replicas=None, batch_size=None):
+    A checkpoint of one label runs on the Reranker executor (its scores are the checkpoint's activation,
+    sigmoid unless config.json says otherwise, as CrossEncoder's); one of several labels (an NLI model) on the
+    SequenceClassifier, whose logits predict() returns as CrossEncoder does (its activation_fn, else none).
+    max_length: tokens of a pair (default: the checkpoint's).
+    """
+
+    def __init__(self, model, device="auto", dtype=None, replicas=None, batch_size=None, max_length=None):
+        config = _read_json(_folder(model), "config.json")
+        labels = config.get("id2label")
+        if isinstance(labels, dict) and labels:
+            self._labels = [labels[k] for k in sorted(labels, key=lambda k: int(k))]
+        else:
+            self._labels = [f"LABEL_{i}" for i in range(int(config.get("num_labels", 2)))]
+        self.num_labels = len(self._labels)
         params = {"model": _model_path(model)}
         if dtype is not None:
-            params["dtype"] = str(dtype).replace("torch.", "")
+            params["dtype"] = _dtype_param(dtype)
         if batch_size is not None:
             params["batch_size"] = int(batch_size)
-        self._flow = _one_executor_flow("Reranker", "reranker", device,
-                                        "auto" if replicas is None else int(replicas), params)
+        if max_length is not None:
+            params["max_seq_length"] = int(max_length)
+        self._activation = None
+        if self.num_labels != 1:
+            saved = (config.get("sentence_transformers") or {}).get("activation_fn")
+            self._activation = _activation(saved, "config.json's sentence_transformers") if saved else (lambda x: x)
+        uses, name = ("Reranker", "reranker") if self.num_labels == 1 else ("SequenceClassifier", "classifier")
+        self._flow = _one_executor_flow(uses, name, device, "auto" if replicas is None else int(replicas), params)
 
-    def rank(self, query, documents, top_k=None, return_documents=False):
+    def _logits_or_scores(self, pairs, raw):
+        """[len(pairs)] scores (one label; logits when raw) or [len(pairs), labels] logits, float32."""
+        if self.num_labels != 1:
+            docs = [{"text": q, "tags": {"text_pair": d}} for q, d in pairs]
+            answers = self._flow.post("/classify", docs, {"top_k": 0, "raw_scores": True}, _REQUEST_SIZE)
+            return np.array([[a.scores[label] for label in self._labels] for a in answers], np.float32)
+        # One request document per query, its candidates in tags.documents: each query is tokenized once.
+        groups = {}
+        for i, (q, d) in enumerate(pairs):
+            groups.setdefault(q, []).append((i, d))
+        queries = list(groups)
+        docs = [{"text": q, "tags": {"documents": [d for _, d in groups[q]]}} for q in queries]
+        answers = self._flow.post("/rerank", docs, {"top_n": 0, "raw_scores": bool(raw)}, _REQUEST_SIZE)
+        out = np.empty(len(pairs), np.float32)
+        for q, answer in zip(queries, answers):
+            for match in answer.matches:
+                out[groups[q][int(match.tags["index"])][0]] = match.scores["relevance_score"]
+        return out
+
+    def predict(self, inputs=None, prompt_name=None, prompt=None, batch_size=32, show_progress_bar=None,
+                activation_fn=None, apply_softmax=False, convert_to_numpy=True, convert_to_tensor=False,
+                device=None, *, sentences=None):
+        """As CrossEncoder.predict: scores of (query, document) pairs, [N] for one label, [N, labels] else.
+
+        One pair gives its score alone. activation_fn (a callable on torch tensors) replaces the default
+        activation; apply_softmax (several labels) makes each row sum to 1. batch_size and show_progress_bar
+        are accepted for compatibility (the passes are the executor's batch_size).
+        """
+        del batch_size, show_progress_bar
+        if sentences is not None:
+            inputs = sentences
+        if inputs is None:
+            raise TypeError("predict: missing the pairs (inputs)")
+        _only_default("prompt", prompt, None, "flowline's cross-encoders take no prompts")
+        _only_default("prompt_name", prompt_name, None, "flowline's cross-encoders take no prompts")
+        _only_default("device", device, None, "the device is the cross-encoder's, chosen when it was made")
+        if isinstance(inputs, np.ndarray):
+            inputs = inputs.tolist()
+        single = _is_pair(inputs)
+        pairs = [inputs] if single else list(inputs)
+        for i, p in enumerate(pairs):
+            if not _is_pair(p):
+                raise TypeError(f"inputs[{i}]: expected a pair of str (query, document), not {p!r:.80}")
+        if not pairs:
+            scores = np.array([])
+        else:
+            scores = self._logits_or_scores(pairs, raw=activation_fn is not None)
+            if activation_fn is not None:
+                scores = np.asarray(activation_fn(_torch().from_numpy(scores)), np.float32)
+            elif self._activation is not None:
+                scores = self._activation(scores).astype(np.float32, copy=False)
+            if apply_softmax and scores.ndim > 1:
+                e = np.exp(scores - scores.max(axis=1, keepdims=True))
+                scores = e / e.sum(axis=1, keepdims=True)
+        if convert_to_tensor:
+            out = _torch().from_numpy(np.ascontiguousarray(scores))
+        elif convert_to_numpy:
+            out = scores
+        else:
+            out = list(_torch().from_numpy(np.ascontiguousarray(scores)))
+        return out[0] if single else out
+
+    def rank(self, query, documents, top_k=None, return_documents=False, prompt_name=None, prompt=None,
+             batch_size=32, show_progress_bar=None, activation_fn=None):
         """The documents' scores for the query, best first: [{"corpus_id", "score"[, "text"]}], cut to top_k."""
+        del batch_size, show_progress_bar
+        if self.num_labels != 1:
+            raise ValueError("CrossEncoder.rank() only works for models with num_labels=1. "
+                             "Consider using CrossEncoder.predict() with input pairs instead.")
+        _only_default("prompt", prompt, None, "flowline's cross-encoders take no prompts")
+        _only_default("prompt_name", prompt_name, None, "flowline's cross-encoders take no prompts")
         if not isinstance(query, str):
             raise TypeError(f"query: expected a str, not {type(query).__name__}")
         documents = list(documents)
@@ -130,13 +459,22 @@ class Reranker(_FlowOwner):
                 raise TypeError(f"documents[{i}]: expected a str, not {type(d).__name__}")
         if not documents:
             return []
-        (answer,) = self._flow.post("/rerank", [{"text": query, "tags": {"documents": documents}}],
-                                    {"top_n": 0 if top_k is None else int(top_k)})
+        if activation_fn is not None:
+            scores = self.predict([(query, d) for d in documents], activation_fn=activation_fn).tolist()
+            matches = sorted(enumerate(scores), key=lambda m: m[1], reverse=True)
+        else:
+            top_n = top_k if isinstance(top_k, int) and top_k > 0 else 0  # the executor cuts; Python slices below
+            (answer,) = self._flow.post("/rerank", [{"text": query, "tags": {"documents": documents}}],
+                                        {"top_n": top_n})
+            matches = [(int(m.tags["index"]), m.scores["relevance_score"]) for m in answer.matches]
         results = []
-        for match in answer.matches:
-            index = int(match.tags["index"])
-            result = {"corpus_id": index, "score": match.scores["relevance_score"]}
+        for index, score in matches:
+            result = {"corpus_id": index, "score": score}
             if return_documents:
                 result["text"] = documents[index]
             results.append(result)
-        return results
+        return results[:top_k]
+
+
+SentenceTransformer = SentenceEncoder
+CrossEncoder = Reranker

@@ -12,9 +12,11 @@
 #include "flowline/executor_server.hpp"
 #include "flowline/flow.hpp"
 #include "flowline/io.hpp"
+#include "flowline/model_folder.hpp"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -400,6 +402,15 @@ NB_MODULE(_flowline, m) {
         "The level of flowline's log on standard error: trace, debug, info, warn, error, critical or off");
   flowline::python::register_errors(m);
   m.def("_close_all_flows", &PythonFlow::close_all);
+  m.def(
+      "_locate_model",
+      [](const std::string& written) {
+        const auto where = flowline::locate_model(written, std::filesystem::absolute(written));
+        return std::make_pair(where.folder.string(), where.problem);
+      },
+      nb::arg("model"),
+      "(folder, problem): the folder a `model` parameter names, as the executors find it (a path, else a name "
+      "ORG/NAME in the local Hugging Face cache); problem is empty when it was found");
   flowline::python::bind_documents(m);
   flowline::python::bind_executors(m);
   nb::class_<flowline::python::PythonServer>(m, "_ExecutorServer")

@@ -143,3 +143,159 @@ def test_rank_is_cross_encoders_rank_on_its_pairs():
         assert r["score"] == pytest.approx(float(scores[r["corpus_id"]]), abs=1e-5)
         assert r["text"] == documents[r["corpus_id"]]
     assert top == [{"corpus_id": r["corpus_id"], "score": r["score"]} for r in ranked[:2]]
+
+
+PROMPTED = CROSS_ENCODER.parent / "bert-prompt-excluded"  # prompts query "query: ", passage "passage: "
+CLASSIFIER = CROSS_ENCODER.parent / "bert-sequence-classifier"  # three labels: a cross-encoder for predict()
+
+
+def test_similarity_is_sentence_transformers_for_every_function(encoder):
+    texts = [t for _, t in golden_rows()][:5]
+    a, b = encoder.encode(texts[:3]), encoder.encode(texts[2:])
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    unit_a = a64 / np.linalg.norm(a64, axis=1, keepdims=True)
+    unit_b = b64 / np.linalg.norm(b64, axis=1, keepdims=True)
+    expected = {"cosine": unit_a @ unit_b.T, "dot": a64 @ b64.T,
+                "euclidean": -np.linalg.norm(a64[:, None] - b64[None], axis=2),
+                "manhattan": -np.abs(a64[:, None] - b64[None]).sum(axis=2)}
+    assert encoder.similarity_fn_name == "cosine"  # the checkpoint's config_sentence_transformers.json
+    try:
+        for name, matrix in expected.items():
+            encoder.similarity_fn_name = name
+            got = np.asarray(encoder.similarity(a, b))
+            assert got.shape == (3, 3) and np.allclose(got, matrix, rtol=1e-5, atol=2e-5), name
+            pairwise = np.asarray(encoder.similarity_pairwise(a, b))
+            assert pairwise.shape == (3,) and np.allclose(pairwise, np.diag(matrix), rtol=1e-5, atol=2e-5), name
+        encoder.similarity_fn_name = "cosine"
+        assert np.asarray(encoder.similarity(a[0], list(b))).shape == (1, 3)  # a row; a list of rows
+        with pytest.raises(ValueError, match="similarity_fn_name: 'maxsim' is not one of"):
+            encoder.similarity_fn_name = "maxsim"
+        with pytest.raises(ValueError, match="embedding sizes 384 and 8 differ"):
+            encoder.similarity(a, b[:, :8])
+    finally:
+        encoder.similarity_fn_name = None
+
+
+def test_encode_truncates_quantizes_and_reports_its_dimension(encoder):
+    texts = [t for _, t in golden_rows()][:6]
+    full = encoder.encode(texts)
+    assert encoder.get_embedding_dimension() == encoder.get_sentence_embedding_dimension() == 384
+    assert np.array_equal(encoder.encode(texts, truncate_dim=64), full[:, :64])
+    short = encoder.encode(texts, truncate_dim=64, normalize_embeddings=True)  # truncated, then normalized
+    assert np.allclose(np.linalg.norm(short, axis=1), 1, atol=1e-6)
+    with encoder.truncate_embeddings(16):
+        assert encoder.get_embedding_dimension() == 16 and encoder.encode(texts[0]).shape == (16,)
+    assert encoder.encode(texts[0]).shape == (384,)
+    ubinary = encoder.encode(texts, precision="ubinary")
+    assert ubinary.dtype == np.uint8 and np.array_equal(ubinary, np.packbits(full > 0, axis=1))
+    binary = encoder.encode(texts, precision="binary")
+    assert binary.dtype == np.int8 and np.array_equal(binary.astype(np.int16), ubinary.astype(np.int16) - 128)
+    int8 = encoder.encode(texts, precision="int8")
+    # Each dimension's range over the call's embeddings into 256 buckets: its smallest value -128, its largest the
+    # top bucket (127, or 126 where float32's division falls just short of it, as in sentence-transformers).
+    assert int8.dtype == np.int8 and (int8.min(axis=0) == -128).all() and (int8.max(axis=0) >= 126).all()
+    order = np.argsort(full, axis=0)  # buckets keep each dimension's order
+    assert (np.diff(np.take_along_axis(int8.astype(np.int16), order, axis=0), axis=0) >= 0).all()
+    with pytest.raises(ValueError, match="at least two texts"):
+        encoder.encode(texts[0], precision="uint8")
+    with pytest.raises(ValueError, match="Precision 'float16' is not supported"):
+        encoder.encode(texts, precision="float16")
+    with pytest.raises(ValueError, match="output_value='token_embeddings': flowline's encode gives sentence"):
+        encoder.encode(texts, output_value="token_embeddings")
+    assert np.array_equal(encoder.encode(sentences=texts[:2]), full[:2])  # sentence-transformers 5's keyword
+
+
+def test_prompts_are_resolved_as_sentence_transformers_6_resolves_them():
+    texts = ["Alice was tired", "a whale hunt"]
+    with flowline.SentenceTransformer(PROMPTED, device="cpu") as model:
+        assert model.prompts == {"query": "query: ", "document": "", "passage": "passage: "}
+        assert model.default_prompt_name is None
+        plain = model.encode(texts)
+        assert np.array_equal(model.encode_query(texts), model.encode(texts, prompt="query: "))
+        assert not np.array_equal(model.encode_query(texts), plain)
+        # "document" is always a prompt ("" unless the checkpoint has one), so it comes before "passage".
+        assert np.array_equal(model.encode_document(texts), plain)
+        assert np.array_equal(model.encode_document(texts, prompt_name="passage"), model.encode(texts, prompt="passage: "))
+        with pytest.raises(ValueError, match="Prompt name 'nope' not found in the configured prompts dictionary"):
+            model.encode(texts, prompt_name="nope")
+    with flowline.SentenceTransformer(PROMPTED, device="cpu", default_prompt_name="passage") as model:
+        assert np.array_equal(model.encode(texts), model.encode(texts, prompt="passage: "))
+        assert np.array_equal(model.encode_query(texts), model.encode(texts, prompt="query: "))
+    with pytest.raises(ValueError, match="Default prompt name 'nope' not found"):
+        flowline.SentenceTransformer(PROMPTED, device="cpu", default_prompt_name="nope")
+
+
+def test_predict_is_cross_encoders_predict_for_one_label_and_several():
+    from safetensors.numpy import load_file
+
+    pairs = [(p["query"], p["document"]) for p in
+             (json.loads(line) for line in open(str(CROSS_ENCODER) + ".pairs.jsonl", encoding="utf-8"))]
+    scores = load_file(str(CROSS_ENCODER) + ".pairs.safetensors")["scores"]
+    with flowline.CrossEncoder(CROSS_ENCODER, device="cpu") as model:
+        assert model.num_labels == 1
+        got = model.predict(pairs)
+        assert got.dtype == np.float32 and got.shape == (len(pairs),) and np.allclose(got, scores, atol=1e-5)
+        single = model.predict(pairs[2])
+        assert isinstance(single, np.float32) and abs(single - scores[2]) < 1e-5
+        # Pairs of several queries, interleaved: each score back at its pair.
+        mixed = [pairs[0], ("another query", pairs[1][1]), pairs[3], ("another query", pairs[4][1]), pairs[5]]
+        got = model.predict(mixed)
+        assert np.allclose(got[[0, 2, 4]], scores[[0, 3, 5]], atol=1e-5)
+        assert np.allclose(got[[1, 3]], model.predict(mixed[1::2]), atol=1e-6)
+        assert model.predict([]).shape == (0,)
+        assert model.rank(pairs[0][0], [d for _, d in pairs], top_k=0) == []  # as sentence-transformers slices
+        with pytest.raises(TypeError, match=r"inputs\[1\]: expected a pair of str"):
+            model.predict([pairs[0], ("only one",)])
+        with pytest.raises(ValueError, match="prompt='q: ': flowline's cross-encoders take no prompts"):
+            model.predict(pairs, prompt="q: ")
+    rows = [json.loads(line) for line in open(str(CLASSIFIER) + ".texts.jsonl", encoding="utf-8")]
+    logits = load_file(str(CLASSIFIER) + ".texts.safetensors")["none"]
+    with_pair = [i for i, r in enumerate(rows) if "text_pair" in r]
+    with flowline.CrossEncoder(CLASSIFIER, device="cpu") as model:
+        assert model.num_labels == 3
+        got = model.predict([(rows[i]["text"], rows[i]["text_pair"]) for i in with_pair])
+        assert got.shape == (len(with_pair), 3) and np.allclose(got, logits[with_pair], atol=1e-5)  # no activation
+        soft = model.predict([(rows[i]["text"], rows[i]["text_pair"]) for i in with_pair], apply_softmax=True)
+        assert np.allclose(soft.sum(axis=1), 1, atol=1e-6) and (soft.argmax(1) == got.argmax(1)).all()
+        with pytest.raises(ValueError, match=r"rank\(\) only works for models with num_labels=1"):
+            model.rank("q", ["a"])
+
+
+def test_the_sentence_transformers_extras_equal_it_live(encoder):
+    st = pytest.importorskip("sentence_transformers")
+    torch = pytest.importorskip("torch")
+    texts = [t for _, t in golden_rows()][:6]
+    theirs = st.SentenceTransformer(str(MODEL), device="cpu")
+    ours_e, theirs_e = encoder.encode(texts), theirs.encode(texts)
+    assert encoder.get_embedding_dimension() == theirs.get_embedding_dimension()
+    try:
+        for name in ("cosine", "dot", "euclidean", "manhattan"):
+            theirs.similarity_fn_name = encoder.similarity_fn_name = name
+            got = encoder.similarity(ours_e, ours_e[::-1])
+            assert isinstance(got, torch.Tensor)
+            assert torch.allclose(got, theirs.similarity(theirs_e, theirs_e[::-1].copy()), rtol=1e-5, atol=2e-5)
+    finally:
+        encoder.similarity_fn_name = None
+    for kwargs in ({"precision": "binary"}, {"precision": "ubinary"}, {"precision": "int8"},
+                   {"truncate_dim": 32, "normalize_embeddings": True}):
+        expected, got = theirs.encode(texts, **kwargs), encoder.encode(texts, **kwargs)
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        # int8: a value on a bucket's edge may fall either side for embeddings 1e-7 apart.
+        atol = 1 if kwargs.get("precision") == "int8" else 1e-5
+        assert np.allclose(got.astype(np.float32), expected.astype(np.float32), atol=atol), kwargs
+    prompted = st.SentenceTransformer(str(PROMPTED), device="cpu")
+    with flowline.SentenceTransformer(PROMPTED, device="cpu") as ours:
+        assert ours.prompts == prompted.prompts
+        for method in ("encode_query", "encode_document"):
+            assert cosines(getattr(ours, method)(texts), getattr(prompted, method)(texts)).min() >= 0.99999
+    cross = st.CrossEncoder(str(CROSS_ENCODER), device="cpu")
+    pairs = [(texts[0][:40], t[:80]) for t in texts] + [(texts[1][:40], texts[2][:80])]
+    with flowline.CrossEncoder(CROSS_ENCODER, device="cpu") as ours:
+        assert np.allclose(ours.predict(pairs), cross.predict(pairs), atol=1e-5)
+        identity = torch.nn.Identity()
+        assert np.allclose(ours.predict(pairs, activation_fn=identity), cross.predict(pairs, activation_fn=identity),
+                           atol=1e-5)
+    nli = st.CrossEncoder(str(CLASSIFIER), device="cpu")
+    with flowline.CrossEncoder(CLASSIFIER, device="cpu") as ours:
+        for kwargs in ({}, {"apply_softmax": True}):
+            assert np.allclose(ours.predict(pairs, **kwargs), nli.predict(pairs, **kwargs), atol=1e-5)

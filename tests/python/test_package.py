@@ -119,8 +119,9 @@ def test_flowline_errors_are_flow_errors_with_the_message(encoder, tmp_path):
         flowline.Flow.load(SOURCE_DIR / "flows/encode.yml", overrides={"encoder.batch_size": -3})
     with pytest.raises(flowline.FlowError, match="cannot open file"):
         flowline.Flow.load(tmp_path / "missing.yml")
-    with pytest.raises(flowline.FlowError, match="executor 'encoder': prompt_name 'nope'"):
-        encoder.encode(["a"], prompt_name="nope")
+    with flowline.Flow.from_yaml(encoder_flow_text(), str(tmp_path / "flow.yml")) as flow:
+        with pytest.raises(flowline.FlowError, match="executor 'encoder': prompt_name 'nope'"):
+            flow.post("/encode", ["a"], parameters={"prompt_name": "nope"})
     assert issubclass(flowline.ConfigError, flowline.FlowError) and issubclass(flowline.FlowError, RuntimeError)
 
 

@@ -197,6 +197,7 @@ class SentenceEncoder : public Executor {
         !warning.empty() && runtime().replica == 0) {
       spdlog::warn("{}", warning);
     }
+    metrics().set("embedding_dimension", static_cast<double>(encoder_->dimension()));  // --stats; Python reads it
     bind("/encode", &SentenceEncoder::encode);
     bind_default(&SentenceEncoder::encode);
   }
@@ -525,9 +526,8 @@ class SentenceEncoder : public Executor {
     return scratch;
   }
 
-  // Tokenizes every document into ids_ (offsets_[i] .. offsets_[i+1] are document i's ids). Large batches
-  // are cut into up to tokenizer_threads contiguous chunks, tokenized in parallel on ATen's thread pool,
-  // then joined in order.
+  // Tokenizes every document into ids_ (offsets_[i] .. offsets_[i+1] are document i's ids); large batches in
+  // up to tokenizer_threads contiguous chunks, in parallel on ATen's thread pool, joined in order.
   void tokenize(const DocumentArray& docs) {
     const std::size_t n = docs.size();
     constexpr std::size_t kGrain = 256;
