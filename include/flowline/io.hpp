@@ -37,6 +37,9 @@ std::string to_json(const Document& doc);
 void append_json_text(std::string& out, std::string_view text);
 void append_json_floats(std::string& out, const float* values, std::size_t n);
 void append_json_base64(std::string& out, const void* data, std::size_t size);
+// A tensor's values alone, as nested JSON lists (a number for a 0-d tensor), without its dtype and shape: the
+// form Jina's and docarray's JSON give a tensor (the "data" of flowline's {"dtype", "shape", "data"}).
+void append_json_tensor_values(std::string& out, const at::Tensor& tensor);
 // One field's value in the JSON form, for codecs that name or shape some fields their own way (the gateway's
 // Jina codec) and take the rest as they are: append_json_field appends the value only (no name);
 // read_json_field sets the field from `value`, throwing flowline::Error as document_from_json does.

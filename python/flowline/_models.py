@@ -54,6 +54,47 @@ def _read_json(folder, name):
     return value
 
 
+def _is_two_tower(folder):
+    """A CLIP or SigLIP checkpoint: Hugging Face's folder, or sentence-transformers' CLIP layout (modules.json)."""
+    if _read_json(folder, "config.json").get("model_type") in ("clip", "siglip"):
+        return True
+    try:
+        with open(os.path.join(folder, "modules.json"), encoding="utf-8") as f:
+            modules = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(modules, list) and any(isinstance(m, dict) and str(m.get("type", "")).endswith(".CLIPModel")
+                                             for m in modules)
+
+
+def _is_image(x):
+    """What sentence-transformers' CLIP takes as an image: a PIL image or a numpy array of pixels (and here an
+    image file's bytes too)."""
+    return (hasattr(x, "getbands") and hasattr(x, "convert")) or isinstance(x, (np.ndarray, bytes, bytearray))
+
+
+def _image_document(x):
+    """A document of the image: its pixels as transformers 5's image processors see a PIL image or an array
+    (convert_to_rgb: transparency composited onto white), an image file's bytes as the executor decodes them."""
+    from ._flowline import Document
+
+    if isinstance(x, (bytes, bytearray)):
+        d = Document()
+        d.blob = bytes(x)
+        return d
+    if not isinstance(x, np.ndarray):  # a PIL image
+        if "A" in x.getbands() or x.info.get("transparency") is not None:
+            from PIL import Image
+
+            rgba = x.convert("RGBA")
+            x = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)
+        x = np.asarray(x.convert("RGB"))
+    elif x.ndim == 3 and x.shape[-1] == 4 and np.issubdtype(x.dtype, np.integer):
+        alpha = x[..., 3:4] / 255
+        x = np.round(alpha * x[..., :3] + (1 - alpha) * 255).astype(x.dtype)
+    return Document(tensor=x)
+
+
 def _dtype_param(dtype):
     return str(dtype).replace("torch.", "")
 
@@ -171,8 +212,9 @@ def _only_default(name, value, default, why):
 class SentenceEncoder(_FlowOwner):
     """sentence-transformers' SentenceTransformer on flowline's SentenceEncoder executor.
 
-    model: a sentence-transformers checkpoint folder (or ORG/NAME in the local Hugging Face cache).
-    device: auto, cpu, cuda, cuda:N. dtype: None (fp32), fp16, bf16. replicas: None (auto: 8 per GPU, one
+    model: a sentence-transformers checkpoint folder (or ORG/NAME in the local Hugging Face cache); a CLIP or
+    SigLIP folder runs on the ClipEncoder executor and encodes texts and images (PIL images, numpy pixel
+    arrays, image files' bytes), as sentence-transformers' CLIP does. device: auto, cpu, cuda, cuda:N. dtype: None (fp32), fp16, bf16. replicas: None (auto: 8 per GPU, one
     on the CPU). batch_size: sequences per forward pass, None (auto: sized to the GPU's memory; 64 on the CPU).
     truncate_dim, similarity_fn_name, prompts and default_prompt_name as sentence-transformers takes them
     (the checkpoint's config_sentence_transformers.json gives the defaults).
@@ -183,9 +225,11 @@ class SentenceEncoder(_FlowOwner):
         params = {"model": _model_path(model), "batch_size": "auto" if batch_size is None else int(batch_size)}
         if dtype is not None:
             params["dtype"] = _dtype_param(dtype)
-        self._flow = _one_executor_flow("SentenceEncoder", "encoder", device,
+        folder, problem = _locate_model(os.fspath(model))
+        self._clip = not problem and _is_two_tower(folder)  # a missing model: the flow says so below
+        self._flow = _one_executor_flow("ClipEncoder" if self._clip else "SentenceEncoder", "encoder", device,
                                         "auto" if replicas is None else int(replicas), params)
-        saved = _read_json(_folder(model), "config_sentence_transformers.json")
+        saved = _read_json(folder, "config_sentence_transformers.json")
         # As sentence-transformers 6: "query" and "document" are always prompts ("" unless given), then the
         # checkpoint's, then the caller's.
         self.prompts = {"query": "", "document": ""}
@@ -261,12 +305,15 @@ class SentenceEncoder(_FlowOwner):
         truncate_dim = truncate_dim if truncate_dim is not None else self.truncate_dim
         if truncate_dim is not None and (not isinstance(truncate_dim, int) or truncate_dim < 1):
             raise ValueError(f"truncate_dim: expected a positive int or None, not {truncate_dim!r}")
-        single = isinstance(inputs, str)
+        single = isinstance(inputs, str) or (self._clip and _is_image(inputs))
         texts = [inputs] if single else list(inputs)
         resolved = self._resolve_prompt(prompt, prompt_name)
-        # Always the resolved text ("" for none), so the executor's own default prompt never adds another.
-        parameters = {"prompt": "" if resolved is None else resolved}
-        matrix = self._flow._encode("/encode", texts, parameters, _REQUEST_SIZE) if texts else None
+        if self._clip:
+            matrix = self._encode_two_tower(texts, resolved or "")
+        else:
+            # Always the resolved text ("" for none), so the executor's own default prompt never adds another.
+            parameters = {"prompt": "" if resolved is None else resolved}
+            matrix = self._flow._encode("/encode", texts, parameters, _REQUEST_SIZE) if texts else None
         if matrix is None:
             if convert_to_tensor:
                 return _torch().tensor([])
@@ -283,6 +330,24 @@ class SentenceEncoder(_FlowOwner):
             rows = list(_torch().from_numpy(matrix))
             return rows[0] if single else rows
         return matrix[0] if single else matrix
+
+    def _encode_two_tower(self, items, prompt):
+        """CLIP / SigLIP: texts (after the prompt) and images, [N, D] float32 in input order; None for none."""
+        if not items:
+            return None
+        if all(isinstance(x, str) for x in items):
+            return self._flow._encode("/encode", [prompt + x for x in items], None, _REQUEST_SIZE)
+        docs = []
+        for i, x in enumerate(items):
+            if isinstance(x, str):
+                docs.append(prompt + x)
+            elif _is_image(x):
+                docs.append(_image_document(x))
+            else:
+                raise TypeError(f"inputs[{i}]: expected a str (a text), a PIL image, a numpy array of pixels or an "
+                                f"image file's bytes, not {type(x).__name__}")
+        answers = self._flow.post("/encode", docs, None, _REQUEST_SIZE)
+        return np.stack([np.asarray(a.embedding, dtype=np.float32) for a in answers])
 
     def encode_query(self, inputs=None, prompt_name=None, prompt=None, **kwargs):
         """encode() with the "query" prompt unless one is given (sentence-transformers 6's encode_query)."""

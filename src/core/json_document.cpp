@@ -219,6 +219,26 @@ void append_float_row(std::string& out, const float* values, std::size_t n) {
   out.resize(static_cast<std::size_t>(p - out.data()));
 }
 
+void append_tensor_values(std::string& out, const at::Tensor& tensor) {
+  const at::ScalarType type = tensor.scalar_type();
+  if (type == at::kFloat && tensor.dim() == 1 && tensor.device().is_cpu() && tensor.is_contiguous()) {
+    // The common case, an embedding: no conversion, no copy.
+    append_float_row(out, tensor.data_ptr<float>(), static_cast<std::size_t>(tensor.numel()));
+    return;
+  }
+  at::Tensor t = tensor.to(at::kCPU).contiguous();
+  // Half and bfloat16 values are exact in float, so they are written as floats and read back exactly.
+  if (type == at::kHalf || type == at::kBFloat16) t = t.to(at::kFloat);
+  std::size_t offset = 0;
+  if (t.dim() == 0) {
+    AT_DISPATCH_ALL_TYPES_AND(at::kBool, t.scalar_type(), "append_tensor",
+                              [&] { append_value(out, *t.data_ptr<scalar_t>()); });
+  } else {
+    AT_DISPATCH_ALL_TYPES_AND(at::kBool, t.scalar_type(), "append_tensor",
+                              [&] { append_values(out, t.data_ptr<scalar_t>(), t.sizes(), 0, offset); });
+  }
+}
+
 void append_tensor(std::string& out, const at::Tensor& tensor) {
   const at::ScalarType type = tensor.scalar_type();
   out += "{\"dtype\":\"";
@@ -229,23 +249,7 @@ void append_tensor(std::string& out, const at::Tensor& tensor) {
     append_integer(out, tensor.size(i));
   }
   out += "],\"data\":";
-  std::size_t offset = 0;
-  if (type == at::kFloat && tensor.dim() == 1 && tensor.device().is_cpu() && tensor.is_contiguous()) {
-    // The common case, an embedding: no conversion, no copy.
-    append_float_row(out, tensor.data_ptr<float>(), static_cast<std::size_t>(tensor.numel()));
-    out += '}';
-    return;
-  }
-  at::Tensor t = tensor.to(at::kCPU).contiguous();
-  // Half and bfloat16 values are exact in float, so they are written as floats and read back exactly.
-  if (type == at::kHalf || type == at::kBFloat16) t = t.to(at::kFloat);
-  if (t.dim() == 0) {
-    AT_DISPATCH_ALL_TYPES_AND(at::kBool, t.scalar_type(), "append_tensor",
-                              [&] { append_value(out, *t.data_ptr<scalar_t>()); });
-  } else {
-    AT_DISPATCH_ALL_TYPES_AND(at::kBool, t.scalar_type(), "append_tensor",
-                              [&] { append_values(out, t.data_ptr<scalar_t>(), t.sizes(), 0, offset); });
-  }
+  append_tensor_values(out, tensor);
   out += '}';
 }
 
@@ -449,6 +453,7 @@ void append_json_floats(std::string& out, const float* values, std::size_t n) { 
 void append_json_base64(std::string& out, const void* data, std::size_t size) {
   append_base64(out, static_cast<const std::uint8_t*>(data), size);
 }
+void append_json_tensor_values(std::string& out, const at::Tensor& tensor) { append_tensor_values(out, tensor); }
 
 std::string to_json(const Document& doc) {
   std::string out;

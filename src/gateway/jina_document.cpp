@@ -2,11 +2,12 @@
 // (flowline/document_fields.hpp), so that nothing a flow returns — matches, scores, chunks, tensors — is
 // lost on the way to the client (protocols.hpp).
 //
-// Jina's names differ from flowline's in two places (blob is "bytes_", uri is "url") and its shapes in two
-// (an embedding is a plain list of numbers; a score is {"value": number}, docarray's NamedScore). Every other
-// field is flowline's JSON form (io.hpp). "id", "text", "bytes_", "embedding" and "url" are always written
-// (null when unset), as Jina's TextDoc answers; the others only when set. An answer to docarray < 0.30's
-// client names blob and uri "blob" and "uri", as it did (JinaNames).
+// Jina's names differ from flowline's in two places (blob is "bytes_", uri is "url") and its shapes in three
+// (an embedding and a tensor are (nested) lists of numbers, as docarray writes and reads them — a tensor read
+// back from a list is float32; a score is {"value": number}, docarray's NamedScore). A request's tensor may also
+// come in flowline's {"dtype", "shape", "data"}. Every other field is flowline's JSON form (io.hpp). "id", "text",
+// "bytes_", "embedding" and "url" are always written (null when unset), as Jina's TextDoc answers; the others only when
+// set. An answer to docarray < 0.30's client names blob and uri "blob" and "uri", as it did (JinaNames).
 #include "protocols.hpp"
 
 #include "flowline/document_fields.hpp"
@@ -289,6 +290,9 @@ void append_jina_document(std::string& out, const Document& doc, JinaNames names
     switch (field) {
       case DocumentField::embedding:
         append_float_embedding(out, doc.embedding);
+        break;
+      case DocumentField::tensor:
+        append_json_tensor_values(out, doc.tensor);
         break;
       case DocumentField::scores:
         append_scores(out, doc);

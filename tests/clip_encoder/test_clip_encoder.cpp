@@ -9,6 +9,7 @@
 #include "flowline/device.hpp"
 #include "flowline/flow.hpp"
 #include "flowline/flow_config.hpp"
+#include "flowline/images.hpp"
 #include "flowline/io.hpp"
 #include "flowline/models/clip_model.hpp"
 #include "flowline/models/safetensors.hpp"
@@ -275,6 +276,70 @@ TEST_CASE("a bad image or an empty document fails its own request, naming the do
     CHECK_THAT(std::string(e.what()), testing::contains("document 'garbage'"));
     CHECK_THAT(std::string(e.what()), testing::contains("document 'truncated'"));
   }
+}
+
+TEST_CASE("pixels given as a document's tensor embed as the image's file does; other tensors are refused",
+          "[clip_encoder][pixels]") {
+  const Goldens g = read_goldens("clip");
+  Flow flow = clip_flow("clip", {{"max_image_pixels", 40 * 40}});
+  // Each PNG (RGB, gray, RGBA) as its file's bytes, then as the decoder's RGB pixels in a tensor (as CLIP-as-
+  // service's clients send a PIL image's numpy array): the same embedding, bit for bit.
+  DocumentArray docs;
+  std::vector<at::Tensor> rgb;
+  for (const auto& file : g.images) {
+    if (file.extension() != ".png") continue;
+    Document blob;
+    blob.blob = file_bytes(file);
+    docs.push_back(std::move(blob));
+    const images::Image image = images::decode_image(file_bytes(file));
+    rgb.push_back(at::tensor(at::ArrayRef<std::uint8_t>(image.rgb))
+                      .view({static_cast<std::int64_t>(image.height), static_cast<std::int64_t>(image.width), 3}));
+  }
+  REQUIRE(rgb.size() >= 3);
+  const std::size_t files = docs.size();
+  std::vector<std::size_t> of_file;  // the file each tensor document shows
+  const auto add = [&](std::size_t k, at::Tensor t) {
+    Document d;
+    d.tensor = std::move(t);
+    docs.push_back(std::move(d));
+    of_file.push_back(k);
+  };
+  for (std::size_t k = 0; k < rgb.size(); ++k) {
+    add(k, rgb[k]);
+    add(k, rgb[k].to(at::kFloat));                                            // whole numbers in a float tensor
+    add(k, at::cat({rgb[k], at::full_like(rgb[k].narrow(2, 0, 1), 77)}, 2));  // RGBA: alpha dropped
+    if (at::equal(rgb[k].select(2, 0), rgb[k].select(2, 2))) {                // a gray image
+      add(k, rgb[k].select(2, 0).clone());                                    // [H, W]
+      add(k, rgb[k].narrow(2, 0, 1).to(at::kLong));                           // [H, W, 1], int64
+    }
+  }
+  CHECK(of_file.size() > 3 * rgb.size());
+  const DocumentArray out = flow.post("/encode", std::move(docs));
+  for (std::size_t i = 0; i < of_file.size(); ++i) {
+    INFO("tensor document " << i << " of file " << of_file[i] << ": " << out[files + i].tensor.sizes());
+    REQUIRE(out[files + i].embedding.defined());
+    CHECK(at::equal(out[files + i].embedding, out[of_file[i]].embedding));
+  }
+  CHECK(flow.stats().replicas.at(0).metrics.at("given_pixel_images") == static_cast<double>(of_file.size()));
+  // What is not pixels fails its own request, naming the document and what was expected.
+  const auto refused = [&](at::Tensor t, const std::string& why) {
+    Document d(Document::WithId{"bad"});
+    d.tensor = std::move(t);
+    DocumentArray one;
+    one.push_back(std::move(d));
+    const auto responses = post_each(flow, "/encode", std::move(one));
+    REQUIRE(responses.size() == 1);
+    INFO(responses[0].error);
+    CHECK(responses[0].request_error);
+    CHECK_THAT(responses[0].error, testing::contains("document 'bad': its tensor"));
+    CHECK_THAT(responses[0].error, testing::contains(why));
+  };
+  refused(rgb[0].to(at::kFloat) / 255, "whole numbers 0..255");
+  refused(rgb[0].to(at::kInt) + 200, "whole numbers 0..255");
+  refused(rgb[0].narrow(2, 0, 2), "is not an image: pixels are [H, W, 3]");
+  refused(at::zeros({0, 4, 3}, at::kByte), "is not an image");
+  refused(at::zeros({4, 4, 3, 1}, at::kByte), "is not an image");
+  refused(at::zeros({41, 40, 3}, at::kByte), "1640 pixels, more than the limit of 1600");
 }
 
 TEST_CASE("a served flow reads no local path outside allowed_uri_roots, flowline run reads the input's paths",

@@ -47,9 +47,11 @@ TEST_CASE("Jina's codec carries matches, scores, chunks, tensors and every other
   CHECK(back.text == sent.text);
   CHECK(back.mime_type == "text/plain");
   CHECK(back.blob == sent.blob);
+  // A tensor travels as docarray writes one, nested lists of its values (Jina's client reads nothing else), and
+  // is read back as float32.
   REQUIRE(back.tensor.defined());
-  CHECK(back.tensor.scalar_type() == at::kLong);
-  CHECK(at::equal(back.tensor, sent.tensor));
+  CHECK(back.tensor.scalar_type() == at::kFloat);
+  CHECK(at::equal(back.tensor, sent.tensor.to(at::kFloat)));
   REQUIRE(back.chunks.size() == 1);
   CHECK(back.chunks[0].parent_id == "q1");
   CHECK(back.chunks[0].text == "a whale");
@@ -83,10 +85,19 @@ TEST_CASE("Jina's codec writes scores as named scores and keeps TextDoc's fields
   const Document plain = gw::jina_document(json::parse(R"({"scores": {"l2": 2}, "uri": "u"})"), 0);
   CHECK(plain.scores.at("l2") == 2.0f);
   CHECK(plain.uri == "u");
-  // A nested list of numbers is a float32 tensor.
+  // A nested list of numbers is a float32 tensor; flowline's {"dtype", "shape", "data"} keeps its dtype.
   const Document listed = gw::jina_document(json::parse(R"({"tensor": [[1, 2], [3, 4.5]]})"), 0);
   CHECK(listed.tensor.sizes() == at::IntArrayRef{2, 2});
   CHECK(listed.tensor[1][1].item<float>() == 4.5f);
+  const Document typed =
+      gw::jina_document(json::parse(R"({"tensor": {"dtype": "uint8", "shape": [1, 2], "data": [[7, 255]]}})"), 0);
+  CHECK(typed.tensor.scalar_type() == at::kByte);
+  // Written back as docarray writes it: the values, integers as integers.
+  Document pixels;
+  pixels.tensor = typed.tensor;
+  std::string written;
+  gw::append_jina_document(written, pixels);
+  CHECK(json::serialize(json::parse(written).at("tensor")) == "[[7,255]]");
 }
 
 TEST_CASE("a bad field deep in a Jina document is a 422 naming its path", "[gateway]") {

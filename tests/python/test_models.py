@@ -9,7 +9,7 @@ import pytest
 
 import flowline
 
-from conftest import CROSS_ENCODER, GOLDENS, LAUNCHER, MODEL, encoder_flow_text, golden_rows
+from conftest import CROSS_ENCODER, GOLDENS, LAUNCHER, MODEL, SOURCE_DIR, encoder_flow_text, golden_rows
 
 
 def launcher_embeddings(texts, tmp_path, request_size=1024):
@@ -299,3 +299,64 @@ def test_the_sentence_transformers_extras_equal_it_live(encoder):
     with flowline.CrossEncoder(CLASSIFIER, device="cpu") as ours:
         for kwargs in ({}, {"apply_softmax": True}):
             assert np.allclose(ours.predict(pairs, **kwargs), nli.predict(pairs, **kwargs), atol=1e-5)
+
+
+TINY_CLIP = CROSS_ENCODER.parent / "clip"
+
+
+def png_bytes(pixels):
+    """A PNG file of uint8 [H, W, 3] pixels (8-bit RGB, no filter), written here so the test needs no Pillow."""
+    import struct
+    import zlib
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    h, w, _ = pixels.shape
+    rows = b"".join(b"\0" + pixels[y].tobytes() for y in range(h))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def test_a_clip_folder_encodes_texts_and_images_as_sentence_transformers_clip():
+    from safetensors.numpy import load_file
+
+    goldens = load_file(str(TINY_CLIP) + ".goldens.safetensors")
+    texts = [json.loads(line)["text"] for line in open(str(TINY_CLIP) + ".texts.jsonl", encoding="utf-8")]
+    files = [json.loads(line)["file"] for line in open(str(TINY_CLIP) + ".images.jsonl", encoding="utf-8")]
+    kept = [i for i, t in enumerate(texts) if t]  # flowline gives a text-less document no embedding
+    with flowline.SentenceTransformer(TINY_CLIP, device="cpu") as model:
+        assert model.get_embedding_dimension() == 24 and model.similarity_fn_name == "cosine"
+        assert cosines(model.encode([texts[i] for i in kept]), goldens["text_embeds"][kept]).min() >= 0.9999
+        # Image files' bytes: decoded as Pillow's convert("RGB"), then the checkpoint's processor (the goldens').
+        blobs = [(SOURCE_DIR / f).read_bytes() for f in files]
+        assert cosines(model.encode(blobs), goldens["file_embeds"]).min() >= 0.9999
+        one = model.encode(blobs[0])
+        assert one.shape == (24,) and np.array_equal(one, model.encode(blobs[:1])[0])
+        # Pixels as numpy arrays embed as the same pixels' PNG; RGBA is composited onto white first, as
+        # transformers 5's convert_to_rgb does; texts and images may share a call.
+        rng = np.random.default_rng(7)
+        rgb = rng.integers(0, 256, size=(30, 20, 3), dtype=np.uint8)
+        alpha = rng.integers(0, 256, size=(30, 20, 1), dtype=np.uint8)
+        over_white = np.round(alpha / 255 * rgb + (1 - alpha / 255) * 255).astype(np.uint8)
+        mixed = model.encode([texts[0], rgb, png_bytes(rgb), np.concatenate([rgb, alpha], 2), png_bytes(over_white)])
+        assert np.array_equal(mixed[1], mixed[2]) and np.array_equal(mixed[3], mixed[4])
+        assert np.allclose(mixed[0], model.encode(texts[0]), atol=1e-6)
+        with pytest.raises(TypeError, match=r"inputs\[1\]: expected a str \(a text\), a PIL image, a numpy array"):
+            model.encode(["a text", 3.5])
+
+
+def test_a_clip_folder_equals_sentence_transformers_live():
+    st = pytest.importorskip("sentence_transformers")
+    image = pytest.importorskip("PIL.Image")
+    files = [json.loads(line)["file"] for line in open(str(TINY_CLIP) + ".images.jsonl", encoding="utf-8")]
+    files += [str(p) for p in sorted((SOURCE_DIR / "tests/clip_encoder/data/images").iterdir())]
+    pictures = [image.open(SOURCE_DIR / f) for f in files]  # RGBA, palette with transparency, CMYK, gray, ...
+    texts = ["a photo of a cat", "two dogs playing in the snow", "x"]
+    theirs = st.SentenceTransformer(str(TINY_CLIP), device="cpu")
+    with flowline.SentenceTransformer(TINY_CLIP, device="cpu") as ours:
+        assert cosines(ours.encode(texts), theirs.encode(texts)).min() >= 0.99999
+        assert cosines(ours.encode(pictures), theirs.encode(pictures)).min() >= 0.99999
+        arrays = [np.asarray(p.convert("RGBA")) for p in pictures[:4]]
+        assert cosines(ours.encode(arrays), theirs.encode(arrays)).min() >= 0.99999
+        assert ours.get_embedding_dimension() == theirs.get_embedding_dimension()

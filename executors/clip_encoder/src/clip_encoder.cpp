@@ -186,6 +186,7 @@ class ClipEncoder : public Executor {
     }
     if (auto_batch) choose_batch_sizes();
     if (params().get<bool>("warmup")) warm_up();
+    metrics().set("embedding_dimension", static_cast<double>(model_->embedding_dim()));  // --stats; Python reads it
     bind("/encode", &ClipEncoder::encode);
     bind("/rank", &ClipEncoder::rank);
     bind_default(&ClipEncoder::encode);
@@ -450,8 +451,9 @@ class ClipEncoder : public Executor {
     for (std::size_t i = 0; i < items.size(); ++i) {
       const auto modality = modality_of(*items[i]);
       if (!modality) {
-        problems.push_back(
-            fmt::format("document '{}': neither a text nor an image (a blob, or a uri naming one)", items[i]->id));
+        problems.push_back(fmt::format(
+            "document '{}': neither a text nor an image (a blob, pixels in its tensor, or a uri naming one)",
+            items[i]->id));
       } else {
         (*modality == Modality::text ? texts : pictures).push_back(i);
       }
@@ -497,6 +499,7 @@ class ClipEncoder : public Executor {
       decode_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - decode_start).count();
       metrics().add("gpu_decode_images", static_cast<double>(decoded_.gpu_images));
       metrics().add("cpu_decode_images", static_cast<double>(decoded_.cpu_images));
+      metrics().add("given_pixel_images", static_cast<double>(decoded_.given_images));
       metrics().add("gpu_decode_seconds", decoded_.gpu_seconds);
       metrics().add("cpu_decode_seconds", decoded_.cpu_seconds);
       if (gpu_decoder_) {

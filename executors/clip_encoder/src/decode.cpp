@@ -19,8 +19,41 @@ namespace flowline::clip_encoder {
 std::optional<Modality> modality_of(const Document& doc) {
   if (!doc.blob.empty()) return Modality::image;
   if (!doc.text.empty()) return Modality::text;
-  if (images::has_image(doc)) return Modality::image;
+  if (doc.tensor.defined() || images::has_image(doc)) return Modality::image;
   return std::nullopt;
+}
+
+at::Tensor pixels_of_tensor(const at::Tensor& tensor, const images::DecodeLimits& limits) {
+  const auto shape = [&] {
+    return fmt::format("{} [{}]", c10::toString(tensor.scalar_type()), fmt::join(tensor.sizes(), ", "));
+  };
+  const bool channels_ok =
+      tensor.dim() == 2 || (tensor.dim() == 3 && (tensor.size(2) == 1 || tensor.size(2) == 3 || tensor.size(2) == 4));
+  if (!channels_ok || tensor.size(0) < 1 || tensor.size(1) < 1) {
+    throw InputError({}, fmt::format("its tensor {} is not an image: pixels are [H, W, 3] (RGB), [H, W, 4] (RGBA), "
+                                     "or [H, W] / [H, W, 1] (gray), H and W at least 1",
+                                     shape()));
+  }
+  const auto pixels = static_cast<std::uint64_t>(tensor.size(0)) * static_cast<std::uint64_t>(tensor.size(1));
+  if (pixels > limits.max_pixels) {
+    throw InputError(
+        {}, fmt::format("its tensor {} has {} pixels, more than the limit of {}", shape(), pixels, limits.max_pixels));
+  }
+  at::Tensor t = tensor.to(at::kCPU);
+  if (t.scalar_type() != at::kByte) {
+    if (t.scalar_type() == at::kBool || c10::isComplexType(t.scalar_type()) ||
+        (t.is_floating_point() && !at::equal(t, t.round())) || t.min().item<double>() < 0 ||
+        t.max().item<double>() > 255) {
+      throw InputError({}, fmt::format("its tensor {} is not pixels: an image's values are whole numbers 0..255 "
+                                       "(uint8); a float image scaled to 0..1 is multiplied by 255 and rounded first",
+                                       shape()));
+    }
+    t = t.to(at::kByte);
+  }
+  if (t.dim() == 2) t = t.unsqueeze(2);
+  if (t.size(2) == 1) t = t.expand({t.size(0), t.size(1), 3});
+  if (t.size(2) == 4) t = t.narrow(2, 0, 3);  // PIL's convert("RGB") drops alpha
+  return t.contiguous();
 }
 
 namespace {
@@ -70,6 +103,8 @@ std::vector<at::Tensor> DecodedSlice::pixels() const {
   for (std::size_t i = 0; i < gpu.size(); ++i) {
     if (gpu[i].defined()) {
       result[i] = gpu[i];
+    } else if (given[i].defined()) {
+      result[i] = given[i];
     } else {
       const images::Image& image = cpu[i];
       result[i] = at::from_blob(const_cast<std::uint8_t*>(image.rgb.data()),
@@ -86,22 +121,33 @@ void decode_slice(std::span<const Document* const> docs, const DecodeSettings& s
   out.cpu.assign(n, images::Image{});
   out.failures.assign(n, std::string());
   out.gpu.assign(n, at::Tensor());
-  out.gpu_images = out.cpu_images = 0;
+  out.given.assign(n, at::Tensor());
+  out.gpu_images = out.cpu_images = out.given_images = 0;
   out.gpu_seconds = out.cpu_seconds = 0;
   // Downloads first, several at once on threads of their own (they wait on the network, not the CPU).
   const std::vector<images::FetchedImage> fetched = images::fetch_http_images(docs, settings.policy);
   std::vector<Bytes> read(n);
   std::vector<std::span<const std::uint8_t>> bytes(n);
   const auto cpu_start = std::chrono::steady_clock::now();
-  on_threads(n, settings.threads,
-             [&](std::size_t i) { out.failures[i] = bytes_of(*docs[i], fetched[i], settings, read[i], bytes[i]); });
+  on_threads(n, settings.threads, [&](std::size_t i) {
+    const Document& doc = *docs[i];
+    if (!doc.blob.empty() || !doc.tensor.defined()) {
+      out.failures[i] = bytes_of(doc, fetched[i], settings, read[i], bytes[i]);
+      return;
+    }
+    try {  // pixels given: nothing to read or decode (bytes[i] stays empty, which no decoder takes)
+      out.given[i] = pixels_of_tensor(doc.tensor, settings.limits);
+    } catch (const std::exception& e) {
+      out.failures[i] = fmt::format("document '{}': {}", doc.id, e.what());
+    }
+  });
   out.cpu_seconds += seconds_since(cpu_start);
   // Images [first, last) on the CPU threads; those nvJPEG decoded or that failed before are skipped.
   const auto decode_on_cpu = [&](std::size_t first, std::size_t last) {
     const auto start = std::chrono::steady_clock::now();
     on_threads(last - first, settings.threads, [&](std::size_t k) {
       const std::size_t i = first + k;
-      if (!out.failures[i].empty() || out.gpu[i].defined()) return;
+      if (!out.failures[i].empty() || out.gpu[i].defined() || out.given[i].defined()) return;
       try {
         out.cpu[i] = images::decode_image(bytes[i], settings.limits);
       } catch (const std::exception& e) {
@@ -133,7 +179,8 @@ void decode_slice(std::span<const Document* const> docs, const DecodeSettings& s
   // What nvJPEG did not take (or all, without it) on the CPU threads now.
   out.cpu_seconds += decode_on_cpu(0, split);
   for (std::size_t i = 0; i < n; ++i) {
-    if (out.failures[i].empty() && !out.gpu[i].defined()) ++out.cpu_images;
+    if (!out.failures[i].empty() || out.gpu[i].defined()) continue;  // nvJPEG's counted by its call
+    ++(out.given[i].defined() ? out.given_images : out.cpu_images);
   }
 }
 

@@ -20,9 +20,16 @@ namespace flowline::clip_encoder {
 
 enum class Modality { text, image };
 
-// A blob is an image; else a text is a text (readers set `uri` to the file a text came from); else a `uri`
-// naming an image (images::has_image) is one. nullopt: neither.
+// A blob is an image; else a text is a text (readers set `uri` to the file a text came from); else a tensor is
+// an image's pixels (as CLIP-as-service takes them: pixels_of_tensor()); else a `uri` naming an image
+// (images::has_image) is one. nullopt: neither.
 std::optional<Modality> modality_of(const Document& doc);
+
+// A document's tensor as an image: uint8 [H, W, 3] RGB on the host, from uint8 [H, W, 3] (or, as PIL's
+// convert("RGB") takes them, [H, W] / [H, W, 1] gray, replicated, and [H, W, 4] RGBA, its alpha dropped); any
+// other integer or floating dtype whose values are whole numbers 0..255 is taken as those bytes. Throws
+// flowline::InputError saying what was expected (a float image scaled to 0..1, more pixels than `limits`).
+at::Tensor pixels_of_tensor(const at::Tensor& tensor, const images::DecodeLimits& limits);
 
 // What decode_slice() needs, fixed for an executor's life.
 struct DecodeSettings {
@@ -38,17 +45,19 @@ struct DecodeSettings {
 // A slice's images, one entry of each vector per document.
 struct DecodedSlice {
   std::vector<at::Tensor> gpu;        // uint8 [H, W, 3] on the device where nvJPEG decoded it, else undefined
+  std::vector<at::Tensor> given;      // uint8 [H, W, 3] on the host where the document gave pixels, else undefined
   std::vector<images::Image> cpu;     // the CPU decoders' pixels where they decoded it, else empty
   std::vector<std::string> failures;  // "document 'ID': why" where it failed, else empty
-  std::size_t gpu_images = 0, cpu_images = 0;
+  std::size_t gpu_images = 0, cpu_images = 0, given_images = 0;
   double gpu_seconds = 0, cpu_seconds = 0;  // wall time of each part (nvJPEG's: until its calls return)
 
-  // Each document's pixels as a uint8 [H, W, 3] tensor: the device one, or a view of the CPU pixels (valid while
-  // this slice is unchanged). Only for a slice without failures.
+  // Each document's pixels as a uint8 [H, W, 3] tensor: the device one, the given one, or a view of the CPU pixels
+  // (valid while this slice is unchanged). Only for a slice without failures.
   std::vector<at::Tensor> pixels() const;
 };
 
-// Reads docs[i]'s image and decodes it into `out` for every i; http(s) images are downloaded first,
+// Reads docs[i]'s image and decodes it into `out` for every i (a document without a blob that has a tensor gives
+// its pixels: pixels_of_tensor()); http(s) images are downloaded first,
 // settings.policy.http_in_flight at once (images::fetch_http_images), and the files are read on up to
 // settings.threads threads of ATen's pool. With `gpu` (the replica's, its stream current and passed as `stream`)
 // the JPEGs nvJPEG takes among the slice's first (1 - settings.cpu_share) are decoded on the device — while a

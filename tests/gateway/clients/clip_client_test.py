@@ -152,6 +152,29 @@ def check_encode_documents(client, want, images):
     log('encode(DocumentArray): a text and an image Document get the same embeddings')
 
 
+def check_encode_pixels(client, want, images):
+    """Documents whose tensor is an image's pixels (a PIL image as numpy, as CLIP-as-service's users send them):
+    uint8 [H, W, 3] of each PNG, and [H, W] of a gray one, each embedded as its file."""
+    import numpy as np
+    from docarray import Document, DocumentArray
+    from PIL import Image
+
+    pngs = [k for k, p in enumerate(images) if p.endswith('.png')]
+    grays = [k for k in pngs if Image.open(images[k]).mode == 'L']
+    check(len(pngs) >= 2 and grays, f'give two PNG --image files, one of them gray (lossless: the same pixels as '
+                                    f'the file), got {images}')
+    sent = pngs + grays[:1]
+    docs = DocumentArray([Document(tensor=np.asarray(Image.open(images[k]).convert('RGB'))) for k in pngs])
+    docs.append(Document(tensor=np.asarray(Image.open(images[grays[0]]))))  # gray: [H, W]
+    check(docs[-1].tensor.ndim == 2, f'the gray image read as {docs[-1].tensor.shape}')
+    got = client.encode(docs)
+    check(len(got) == len(docs) and all(d.embedding is not None for d in got),
+          'encode(DocumentArray of pixel tensors) did not embed every document')
+    check_rows('encode(pixel tensors)', [d.embedding for d in got], [want['images'][k] for k in sent])
+    log(f'encode(DocumentArray): {len(pngs)} PIL images as uint8 [H, W, 3] tensors and a gray one as [H, W], '
+        f'each embedded as its file')
+
+
 def check_ranked(what, query, sent, want_query, want_candidates):
     """`query`: the ranked Document; `sent`: {candidate id: index}; want_*: /post's embeddings."""
     import numpy as np
@@ -232,6 +255,7 @@ def main():
     ref = Reference(args.url, args.expect_dim)
     want = check_encode_strings(client, ref, args.image, args.expect_dim)
     check_encode_documents(client, want, args.image)
+    check_encode_pixels(client, want, args.image)
     check_rank(client, ref, want, args.image)
     check_bad_image(client, ref)
     log('PASSED')

@@ -13,7 +13,9 @@ The server must already be running (the C++ test harness starts it). Uses
   2. 250 docs in ONE HTTP request (request_size=250; Jina's own gateway returns only the first 100 of such
      a request) all come back, in order;
   3. the same 250 docs with the client's default request_size (100): three requests sent concurrently,
-     reassembled in order (results_in_order=True), the same embeddings as in 2 within --tolerance.
+     reassembled in order (results_in_order=True), the same embeddings as in 2 within --tolerance;
+  4. a LegacyDocument with a tensor comes back with the same values, read by the client (the answer's tensor
+     is a nested list, as docarray writes it).
 
 --expect-dim 0 skips every embedding check (for a flow that sets none, e.g. a no-op). Exit 0 when all pass,
 1 with a message naming the failed check, 2 on bad arguments or a missing package, 3 on the watchdog
@@ -144,6 +146,18 @@ def main():
             f'within {worst:.3g} ({ms:.0f} ms)')
     else:
         log(f'250 docs as 3 requests of <= 100: all back in order ({ms:.0f} ms)')
+
+    # 4. A document with a tensor (docarray's LegacyDocument): the answer's tensor reads back in the client
+    from docarray.documents.legacy import LegacyDocument
+
+    sent = np.arange(24, dtype=np.uint8).reshape(2, 4, 3)
+    back = client.post(args.endpoint, inputs=DocList[LegacyDocument]([LegacyDocument(text=DEFAULT_TEXTS[0],
+                                                                                     tensor=sent)]),
+                       return_type=DocList[LegacyDocument], timeout=http_timeout)
+    check(len(back) == 1 and back[0].tensor is not None, f'a document with a tensor came back as {back!r:.200}')
+    check(np.array_equal(np.asarray(back[0].tensor), sent),
+          f'a [2, 4, 3] tensor came back as {np.asarray(back[0].tensor)!r:.200}')
+    log('a LegacyDocument with a [2, 4, 3] tensor: the same values back, read by the client')
     log('PASSED')
     return 0
 
