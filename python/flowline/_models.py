@@ -227,8 +227,8 @@ class SentenceEncoder(_FlowOwner):
             params["dtype"] = _dtype_param(dtype)
         folder, problem = _locate_model(os.fspath(model))
         self._clip = not problem and _is_two_tower(folder)  # a missing model: the flow says so below
-        self._flow = _one_executor_flow("ClipEncoder" if self._clip else "SentenceEncoder", "encoder", device,
-                                        "auto" if replicas is None else int(replicas), params)
+        self._start = (params, device, "auto" if replicas is None else int(replicas))
+        self._flow = self._started(params)
         saved = _read_json(folder, "config_sentence_transformers.json")
         # As sentence-transformers 6: "query" and "document" are always prompts ("" unless given), then the
         # checkpoint's, then the caller's.
@@ -250,6 +250,32 @@ class SentenceEncoder(_FlowOwner):
         self.similarity_fn_name = similarity_fn_name if similarity_fn_name is not None else \
             saved.get("similarity_fn_name")
         self._dimension = None
+
+    def _started(self, params):
+        _, device, replicas = self._start
+        return _one_executor_flow("ClipEncoder" if self._clip else "SentenceEncoder", "encoder", device, replicas,
+                                  params)
+
+    def _metric(self, name):
+        return int(self._flow.stats()["replicas"][0]["metrics"][name])
+
+    @property
+    def max_seq_length(self):
+        """Tokens a text is cut to (the checkpoint's, e.g. sentence_bert_config.json's, unless set)."""
+        return self._metric("max_seq_length")
+
+    @max_seq_length.setter
+    def max_seq_length(self, value):
+        # As sentence-transformers' attribute: later encodes cut texts there. The executor takes it at start, so
+        # the encoder starts again with it (its flow replaced; set it before encoding, not during).
+        if self._clip:
+            raise ValueError("max_seq_length: a CLIP or SigLIP text is cut at its text tower's positions")
+        if not isinstance(value, int) or isinstance(value, bool) or value < 2:
+            raise ValueError(f"max_seq_length: expected an int of at least 2, not {value!r}")
+        params = {**self._start[0], "max_seq_length": value}
+        flow, self._flow = self._flow, self._started(params)
+        self._start = (params,) + self._start[1:]
+        flow.close()
 
     @property
     def similarity_fn_name(self):
@@ -364,8 +390,7 @@ class SentenceEncoder(_FlowOwner):
     def get_embedding_dimension(self):
         """The size of encode()'s embeddings: the model's, or truncate_dim when that is smaller."""
         if self._dimension is None:
-            metrics = self._flow.stats()["replicas"][0]["metrics"]
-            self._dimension = int(metrics["embedding_dimension"])
+            self._dimension = self._metric("embedding_dimension")
         if self.truncate_dim is not None:
             return min(self._dimension, self.truncate_dim)
         return self._dimension

@@ -283,6 +283,11 @@ def test_the_sentence_transformers_extras_equal_it_live(encoder):
         # int8: a value on a bucket's edge may fall either side for embeddings 1e-7 apart.
         atol = 1 if kwargs.get("precision") == "int8" else 1e-5
         assert np.allclose(got.astype(np.float32), expected.astype(np.float32), atol=atol), kwargs
+    long_text = " ".join(t for _, t in golden_rows()[:3])
+    theirs.max_seq_length = 16
+    with flowline.SentenceTransformer(MODEL, device="cpu") as ours:
+        ours.max_seq_length = 16
+        assert cosines(ours.encode([long_text]), theirs.encode([long_text])).min() >= 0.99999
     prompted = st.SentenceTransformer(str(PROMPTED), device="cpu")
     with flowline.SentenceTransformer(PROMPTED, device="cpu") as ours:
         assert ours.prompts == prompted.prompts
@@ -360,3 +365,22 @@ def test_a_clip_folder_equals_sentence_transformers_live():
         arrays = [np.asarray(p.convert("RGBA")) for p in pictures[:4]]
         assert cosines(ours.encode(arrays), theirs.encode(arrays)).min() >= 0.99999
         assert ours.get_embedding_dimension() == theirs.get_embedding_dimension()
+
+
+def test_setting_max_seq_length_cuts_texts_there_as_sentence_transformers_does():
+    long_text = " ".join(t for _, t in golden_rows()[:3])  # far past 16 tokens
+    flow_text = json.dumps({"executors": [{"name": "encoder", "uses": "SentenceEncoder", "device": "cpu",
+                                           "with": {"model": str(MODEL), "max_seq_length": 16}}]})
+    with flowline.Flow.from_yaml(flow_text, "cut.yml") as flow:
+        (cut,) = flow.post("/encode", [long_text])
+    with flowline.SentenceTransformer(MODEL, device="cpu") as model:
+        assert model.max_seq_length == 256  # the checkpoint's sentence_bert_config.json
+        whole = model.encode(long_text)
+        model.max_seq_length = 16
+        assert model.max_seq_length == 16
+        assert np.array_equal(model.encode(long_text), cut.embedding) and not np.array_equal(cut.embedding, whole)
+        with pytest.raises(flowline.FlowError, match="max_seq_length': 100000 is outside 2..512"):
+            model.max_seq_length = 100000  # past the model's positions: refused, the encoder serves on
+        assert model.max_seq_length == 16 and np.array_equal(model.encode(long_text), cut.embedding)
+        with pytest.raises(ValueError, match="max_seq_length: expected an int of at least 2"):
+            model.max_seq_length = "16"

@@ -186,7 +186,9 @@ class ClipEncoder : public Executor {
     }
     if (auto_batch) choose_batch_sizes();
     if (params().get<bool>("warmup")) warm_up();
-    metrics().set("embedding_dimension", static_cast<double>(model_->embedding_dim()));  // --stats; Python reads it
+    // In --stats; Python's SentenceTransformer reads them (get_embedding_dimension, max_seq_length).
+    metrics().set("embedding_dimension", static_cast<double>(model_->embedding_dim()));
+    metrics().set("max_seq_length", static_cast<double>(model_->max_text_length()));
     bind("/encode", &ClipEncoder::encode);
     bind("/rank", &ClipEncoder::rank);
     bind_default(&ClipEncoder::encode);

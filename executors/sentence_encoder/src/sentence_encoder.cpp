@@ -193,11 +193,11 @@ class SentenceEncoder : public Executor {
       tokenizer_threads_ = runtime().replicas > 1 ? 1 : static_cast<std::size_t>(at::get_num_threads());
     if (params().get<bool>("cuda_graphs")) set_up_graphs(params().get<std::size_t>("cuda_graph_max_tokens"));
     if (params().get<bool>("warmup")) warm_up();
-    if (const auto warning = random_weights_warning(model, runtime().name, "model", "embeddings");
-        !warning.empty() && runtime().replica == 0) {
-      spdlog::warn("{}", warning);
-    }
-    metrics().set("embedding_dimension", static_cast<double>(encoder_->dimension()));  // --stats; Python reads it
+    const auto warning = random_weights_warning(model, runtime().name, "model", "embeddings");
+    if (!warning.empty() && runtime().replica == 0) spdlog::warn("{}", warning);
+    // In --stats; Python's SentenceTransformer reads them (get_embedding_dimension, max_seq_length).
+    metrics().set("embedding_dimension", static_cast<double>(encoder_->dimension()));
+    metrics().set("max_seq_length", static_cast<double>(max_seq_length_));
     bind("/encode", &SentenceEncoder::encode);
     bind_default(&SentenceEncoder::encode);
   }
