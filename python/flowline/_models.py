@@ -468,7 +468,26 @@ class Reranker(_FlowOwner):
             saved = (config.get("sentence_transformers") or {}).get("activation_fn")
             self._activation = _activation(saved, "config.json's sentence_transformers") if saved else (lambda x: x)
         uses, name = ("Reranker", "reranker") if self.num_labels == 1 else ("SequenceClassifier", "classifier")
-        self._flow = _one_executor_flow(uses, name, device, "auto" if replicas is None else int(replicas), params)
+        self._start = (uses, name, device, "auto" if replicas is None else int(replicas), params)
+        self._flow = _one_executor_flow(*self._start)
+
+    @property
+    def max_length(self):
+        """Tokens a (query, document) pair is cut to: max_length given, else the checkpoint's."""
+        return int(self._flow.stats()["replicas"][0]["metrics"]["max_seq_length"])
+
+    @max_length.setter
+    def max_length(self, value):
+        # As CrossEncoder's attribute; the executor takes it at start, so it starts again with it (set it before
+        # predicting, not during).
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"max_length: expected a positive int, not {value!r}")
+        start = self._start[:-1] + ({**self._start[-1], "max_seq_length": value},)
+        flow, self._flow = self._flow, _one_executor_flow(*start)
+        self._start = start
+        flow.close()
+
+    max_seq_length = max_length  # sentence-transformers 6's name
 
     def _logits_or_scores(self, pairs, raw):
         """[len(pairs)] scores (one label; logits when raw) or [len(pairs), labels] logits, float32."""

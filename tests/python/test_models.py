@@ -384,3 +384,19 @@ def test_setting_max_seq_length_cuts_texts_there_as_sentence_transformers_does()
         assert model.max_seq_length == 16 and np.array_equal(model.encode(long_text), cut.embedding)
         with pytest.raises(ValueError, match="max_seq_length: expected an int of at least 2"):
             model.max_seq_length = "16"
+
+
+def test_a_cross_encoders_max_length_cuts_pairs_there():
+    pairs = [("who is it " * 30, "a long document " * 40), ("q", "d")]
+    with flowline.CrossEncoder(CROSS_ENCODER, device="cpu", max_length=16) as cut:
+        expected = cut.predict(pairs)
+        assert cut.max_length == cut.max_seq_length == 16
+    with flowline.CrossEncoder(CROSS_ENCODER, device="cpu") as model:
+        assert model.max_length == 64  # the checkpoint's tokenizer_config.json model_max_length
+        whole = model.predict(pairs)
+        model.max_seq_length = 16
+        got = model.predict(pairs)
+        assert np.array_equal(got, expected) and got[0] != whole[0] and got[1] == whole[1]
+        with pytest.raises(flowline.FlowError, match="max_seq_length': 3 is outside 5..64"):
+            model.max_length = 3
+        assert np.array_equal(model.predict(pairs), expected)  # refused: the cross-encoder serves on

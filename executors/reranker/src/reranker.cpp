@@ -83,6 +83,7 @@ class Reranker : public Executor {
         !warning.empty() && runtime().replica == 0) {
       spdlog::warn("{}", warning);
     }
+    metrics().set("max_seq_length", static_cast<double>(replica_.max_length));  // --stats; Python's max_length
     bind("/rerank", &Reranker::rerank);
     bind_default(&Reranker::rerank);
   }

@@ -158,6 +158,7 @@ class SequenceClassifier : public Executor {
         !warning.empty() && runtime().replica == 0) {
       spdlog::warn("{}", warning);
     }
+    metrics().set("max_seq_length", static_cast<double>(replica_.max_length));  // --stats; Python's max_length
     bind("/classify", &SequenceClassifier::classify);
     bind_default(&SequenceClassifier::classify);
   }
