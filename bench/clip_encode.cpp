@@ -13,7 +13,8 @@
 // --check first encodes the folder once with gpu_decode off, then compares every embedding of every run against
 // those (cosine; nvJPEG's IDCT moves them a little) and counts failed requests instead of stopping at the first:
 // each run prints its failures and the embeddings below --check-cosine, and the exit status is 1 if any.
-// --text-flow N: N short texts through a ClipEncoder flow instead (--check: against one replica's embeddings).
+// --text-flow N: N short texts through a ClipEncoder flow instead (--check: against one replica's embeddings);
+// --mixed-lengths makes them 10 to 70 words, --request-size N posts N a request (default: --batch-size).
 //
 //   build/bench/clip_encode --model DIR --device cuda --dtype fp16 --batch-size 256 --jpeg-dir /tmp/jpegs \
 //     --make-jpegs 10000 [--gpu-decode on --gpu-decode off] [--gpu-decode-backend gpu_hybrid]
@@ -93,6 +94,8 @@ struct JpegRun {
   std::size_t decode_threads = 0;  // the ClipEncoder's decode_threads (0: its default)
   double cpu_decode_share = 0;     // the ClipEncoder's cpu_decode_share
   std::size_t text_flow = 0;       // texts through the flow instead of images (0: images)
+  bool mixed_lengths = false;      // texts of 2 to 60 words instead of one short caption shape
+  std::size_t request_size = 0;    // documents a request (0: batch_size)
   bool check = false;              // compare every run's embeddings with a gpu_decode off run's
   double check_cosine = 0.999;     // an embedding below this cosine to its reference counts as wrong
 };
@@ -171,6 +174,7 @@ double metric(const FlowStats& stats, const char* name) {
 // With run.check, a one-replica flow first encodes the texts twice (the two must agree) and every run's
 // embeddings are compared with its first; the exit status is 1 if any run had a wrong or missing embedding.
 int run_text_flow(const JpegRun& run) {
+  const std::size_t request_size = run.request_size ? run.request_size : run.batch_size;
   Registry registry;
   clip_encoder::register_clip_encoder(registry);
   const auto make_docs = [&] {
@@ -179,6 +183,8 @@ int run_text_flow(const JpegRun& run) {
       Document doc;
       doc.id = fmt::format("text-{:07}", i);
       doc.text = fmt::format("a photo of a {} on a table, number {}", i % 97, i);
+      // Mixed: 10 to 70 words, lengths scattered over the input (a caption corpus, not one template).
+      for (std::size_t w = 0, n = run.mixed_lengths ? (i * 7919) % 31 : 0; w < n; ++w) doc.text += " and more";
       docs.push_back(std::move(doc));
     }
     return docs;
@@ -203,9 +209,9 @@ int run_text_flow(const JpegRun& run) {
   Embeddings reference;
   if (run.check) {
     const auto one = make_flow(1);
-    keep_embeddings(one->post("/encode", make_docs(), PostOptions{run.batch_size}), reference);
+    keep_embeddings(one->post("/encode", make_docs(), PostOptions{request_size}), reference);
     Embeddings again;
-    keep_embeddings(one->post("/encode", make_docs(), PostOptions{run.batch_size}), again);
+    keep_embeddings(one->post("/encode", make_docs(), PostOptions{request_size}), again);
     if (compared(reference, again, "one replica again") > 0) ++bad_runs;
     one->close();
   }
@@ -213,7 +219,7 @@ int run_text_flow(const JpegRun& run) {
   double best = 0;
   for (std::size_t r = 0; r <= run.repeats; ++r) {
     const auto start = Clock::now();
-    const DocumentArray answered = flow->post("/encode", make_docs(), PostOptions{run.batch_size});
+    const DocumentArray answered = flow->post("/encode", make_docs(), PostOptions{request_size});
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     if (answered.size() != run.text_flow)
       throw Error(fmt::format("{} of {} texts answered", answered.size(), run.text_flow));
@@ -353,6 +359,8 @@ int main(int argc, char** argv) {
       "compare every run's embeddings with a gpu_decode off run's (--jpeg-dir) or one replica's (--text-flow)");
   app.add_option("--check-cosine", jpegs.check_cosine, "the lowest cosine --check accepts")->capture_default_str();
   app.add_option("--text-flow", jpegs.text_flow, "instead: this many short texts through a ClipEncoder flow");
+  app.add_flag("--mixed-lengths", jpegs.mixed_lengths, "--text-flow: texts of 10 to 70 words, not one short shape");
+  app.add_option("--request-size", jpegs.request_size, "--text-flow: documents a request (default: --batch-size)");
   std::string pixels_file, out_file;
   app.add_option("--pixels", pixels_file, "parity instead: encode this safetensors file's pixel_values ...");
   app.add_option("--out", out_file, "... and write image_embeds here")->needs("--pixels");

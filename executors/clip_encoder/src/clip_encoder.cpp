@@ -471,7 +471,11 @@ class ClipEncoder : public Executor {
     return out;
   }
 
-  void encode_texts(const std::vector<Document*>& items, const std::vector<std::size_t>& rows, at::Tensor& out) {
+  // Longest first, so that each pass holds texts of about one length: a CLIP pass is padded to its longest text
+  // (a SigLIP one to max_length regardless). The text's bytes stand for its tokens; rows keep each one's place.
+  void encode_texts(const std::vector<Document*>& items, std::vector<std::size_t> rows, at::Tensor& out) {
+    std::stable_sort(rows.begin(), rows.end(),
+                     [&](std::size_t a, std::size_t b) { return items[a]->text.size() > items[b]->text.size(); });
     std::vector<std::string_view> slice;
     const std::size_t per_pass = text_budget_.max_sequences;
     for (std::size_t first = 0; first < rows.size(); first += per_pass) {
