@@ -60,8 +60,9 @@ from ._flowline import _close_all_flows, set_log_level  # noqa: E402
 
 atexit.register(_close_all_flows)
 from ._models import CrossEncoder, Reranker, SentenceEncoder, SentenceTransformer  # noqa: E402
-from ._pipelines import TextClassificationPipeline, TokenClassificationPipeline, pipeline  # noqa: E402
+from ._pipelines import (TextClassificationPipeline, TokenClassificationPipeline,  # noqa: E402
+                         ZeroShotImageClassificationPipeline, pipeline)
 
 __all__ = ["ConfigError", "CrossEncoder", "Document", "Executor", "Flow", "FlowError", "Reranker", "RequestError",
            "SentenceEncoder", "SentenceTransformer", "TextClassificationPipeline", "TokenClassificationPipeline",
-           "pipeline", "requests", "set_log_level"]
+           "ZeroShotImageClassificationPipeline", "pipeline", "requests", "set_log_level"]

@@ -1,9 +1,10 @@
-"""pipeline(): transformers' text-classification and token-classification (NER) pipelines over flowline.
+"""pipeline(): transformers' text-classification, token-classification (NER) and zero-shot image classification
+pipelines over flowline.
 
 `from flowline import pipeline` in place of transformers' is the migration: the same call, the same answers
 (labels and scores; entities with their words, code-point offsets and scores), computed by flowline's
-SequenceClassifier and TokenClassifier executors (the plugins `flowline run` loads) in a started flowline.Flow
-this object owns. What transformers decides in Python around the model — the legacy shapes of a
+SequenceClassifier, TokenClassifier and ClipEncoder executors (the plugins `flowline run` loads) in a started
+flowline.Flow this object owns. What transformers decides in Python around the model — the legacy shapes of a
 text-classification answer, the order of labels, which settings are refused — is done here as transformers 5
 does it. Calls may come from several threads at once; close() (or the context manager, or garbage
 collection) closes the flow.
@@ -13,10 +14,12 @@ import os
 
 import numpy as np
 
-from ._models import _REQUEST_SIZE, _dtype_param, _FlowOwner, _model_path, _one_executor_flow
+from ._flowline import Document
+from ._models import _REQUEST_SIZE, _dtype_param, _FlowOwner, _image_document, _model_path, _one_executor_flow
 
 _TASKS = {"text-classification": "text-classification", "sentiment-analysis": "text-classification",
-          "token-classification": "token-classification", "ner": "token-classification"}
+          "token-classification": "token-classification", "ner": "token-classification",
+          "zero-shot-image-classification": "zero-shot-image-classification"}
 _FUNCTIONS = ("sigmoid", "softmax", "none")
 _STRATEGIES = ("none", "simple", "first", "average", "max")
 _UNSET = object()  # top_k not given (transformers' "": its None means every label)
@@ -175,6 +178,92 @@ class TokenClassificationPipeline(_Pipeline):
                 "start": int(t["start"]), "end": int(t["end"])}
 
 
+def _loaded_image(image, timeout):
+    """transformers' load_image: a path, an http(s) URL, a data: URI or base64 text, or a PIL image, upright (its
+    EXIF orientation applied) and in RGB; needs Pillow, as transformers' vision pipelines do."""
+    import base64
+    import io
+
+    try:
+        from PIL import Image, ImageOps
+    except ImportError as e:
+        raise ImportError(f"an image given as a path, URL or PIL image needs Pillow (pip install pillow): {e}") from e
+    if isinstance(image, str):
+        if image.startswith(("http://", "https://")):
+            import urllib.request
+
+            with urllib.request.urlopen(image, timeout=timeout) as response:  # noqa: S310 - the caller's own URL
+                image = Image.open(io.BytesIO(response.read()))
+        elif os.path.isfile(image):
+            image = Image.open(image)
+        else:
+            text = image.split(",", 1)[1] if image.startswith("data:image/") else image
+            try:
+                image = Image.open(io.BytesIO(base64.decodebytes(text.encode())))
+            except Exception as e:  # noqa: BLE001 - named in the error
+                raise ValueError(f"Incorrect image source. Must be a valid URL starting with `http://` or "
+                                 f"`https://`, a valid path to an image file, or a base64 encoded string. Got "
+                                 f"{image[:80]}. Failed with {e}") from None
+    return ImageOps.exif_transpose(image).convert("RGB")
+
+
+class ZeroShotImageClassificationPipeline(_Pipeline):
+    """transformers' ZeroShotImageClassificationPipeline on the ClipEncoder's /rank: each candidate label put in
+    hypothesis_template, scored against the image by the model's logit scale — softmax over the labels for CLIP,
+    sigmoid with the logit bias for SigLIP — best first.
+
+    An image is what transformers' load_image takes (a path, an http(s) URL, a data: URI or base64 text, a PIL
+    image: upright and RGB, with Pillow), or here also a numpy array of pixels or an image file's bytes (decoded
+    by the executor, its EXIF orientation not applied); a list of images gives a list of answers.
+    """
+
+    _uses, _executor, _endpoint = "ClipEncoder", "clip", "/rank"
+
+    @staticmethod
+    def _sanitize(candidate_labels=None, hypothesis_template=None, timeout=None, batch_size=None):
+        del batch_size
+        out = {}
+        if candidate_labels is not None:
+            if isinstance(candidate_labels, str) or not all(isinstance(x, str) for x in candidate_labels):
+                raise TypeError(f"candidate_labels: expected a list of str, not {candidate_labels!r:.80}")
+            out["candidate_labels"] = list(candidate_labels)
+        if hypothesis_template is not None:
+            out["hypothesis_template"] = str(hypothesis_template)
+        if timeout is not None:
+            out["timeout"] = timeout
+        return out
+
+    def __call__(self, image=None, candidate_labels=None, **kwargs):
+        if image is None:
+            image = kwargs.pop("images", None)
+        if image is None:
+            raise ValueError("Cannot call the zero-shot-image-classification pipeline without an images argument!")
+        settings = {**self._settings, **self._sanitize(candidate_labels=candidate_labels, **kwargs)}
+        labels = settings.get("candidate_labels")
+        if not labels:
+            raise ValueError("candidate_labels: give the labels to choose from (a list of str)")
+        template = settings.get("hypothesis_template", "This is a photo of {}.")
+        single = not isinstance(image, (list, tuple))
+        queries = []
+        for i, x in enumerate([image] if single else image):
+            if isinstance(x, (np.ndarray, bytes, bytearray)):
+                query = _image_document(x)
+            elif isinstance(x, str) or hasattr(x, "getbands"):
+                query = _image_document(np.asarray(_loaded_image(x, settings.get("timeout"))))
+            else:
+                raise TypeError(f"image[{i}]: expected a path, URL, PIL image, numpy array of pixels or image "
+                                f"bytes, not {type(x).__name__}")
+            query.id = f"image-{i}"
+            query.matches = [Document(template.format(label), id=str(k)) for k, label in enumerate(labels)]
+            queries.append(query)
+        results = []
+        for answer in self._post(queries, None):
+            # Best first (the executor's stable sort: ties keep the labels' order, as transformers' sorted()).
+            results.append([{"score": float(m.scores["clip_score"]), "label": labels[int(m.id)]}
+                            for m in answer.matches])
+        return results[0] if single else results
+
+
 def pipeline(task, model=None, tokenizer=None, device=None, dtype="auto", replicas=None, batch_size=None,
              **kwargs):
     """transformers' pipeline(task, model, ...) for text-classification ("sentiment-analysis") and
@@ -194,5 +283,6 @@ def pipeline(task, model=None, tokenizer=None, device=None, dtype="auto", replic
     if tokenizer is not None and (not isinstance(tokenizer, (str, os.PathLike))
                                   or _model_path(tokenizer) != _model_path(model)):
         raise ValueError("tokenizer: flowline reads the tokenizer of the model folder; give None or that folder")
-    cls = TextClassificationPipeline if _TASKS[task] == "text-classification" else TokenClassificationPipeline
+    cls = {"text-classification": TextClassificationPipeline, "token-classification": TokenClassificationPipeline,
+           "zero-shot-image-classification": ZeroShotImageClassificationPipeline}[_TASKS[task]]
     return cls(model, device=device, dtype=dtype, replicas=replicas, batch_size=batch_size, **kwargs)

@@ -145,3 +145,52 @@ def test_the_pipelines_equal_transformers_live():
         for settings in ({}, {"top_k": None}, {"top_k": 1}, {"function_to_apply": "none", "top_k": 2}):
             for inputs in (short[0], short[:4], {"text": short[0], "text_pair": short[1]}):
                 same(theirs(inputs, **settings), ours(inputs, **settings), f"{settings} {inputs!r:.40}")
+
+
+@pytest.mark.parametrize("kind", ["clip", "siglip"])
+def test_zero_shot_image_classification_scores_labels_as_the_model_does(kind):
+    goldens = load_file(str(TINY / f"{kind}.goldens.safetensors"))
+    texts = [json.loads(line)["text"] for line in open(TINY / f"{kind}.texts.jsonl", encoding="utf-8")]
+    files = [json.loads(line)["file"] for line in open(TINY / f"{kind}.images.jsonl", encoding="utf-8")]
+    kept = [i for i, t in enumerate(texts) if t][:6]
+    labels = [texts[i] for i in kept]
+    unit = goldens["text_embeds"][kept].astype(np.float64)
+    unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+    with flowline.pipeline("zero-shot-image-classification", model=TINY / kind, device="cpu") as classify:
+        answers = classify([(SOURCE_DIR / f).read_bytes() for f in files], candidate_labels=labels,
+                           hypothesis_template="{}")
+        assert len(answers) == len(files)
+        for k, answer in enumerate(answers):
+            image = goldens["file_embeds"][k].astype(np.float64)
+            logits = unit @ (image / np.linalg.norm(image)) * float(goldens["logit_scale"][0])
+            if kind == "siglip":  # sigmoid of each label's logit, with the bias
+                probs = 1 / (1 + np.exp(-(logits + float(goldens["logit_bias"][0]))))
+            else:  # softmax over the labels
+                probs = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+            expected = [{"score": float(p), "label": label}
+                        for p, label in sorted(zip(probs, labels), key=lambda x: -x[0])]
+            same(expected, answer, f"{files[k]}")
+        one = classify(images=(SOURCE_DIR / files[0]).read_bytes(), candidate_labels=labels, hypothesis_template="{}")
+        same(answers[0], one)
+        templated = classify((SOURCE_DIR / files[0]).read_bytes(), candidate_labels=["cat", "dog"])
+        assert sorted(a["label"] for a in templated) == ["cat", "dog"]  # "This is a photo of {}." around each
+        with pytest.raises(ValueError, match="candidate_labels: give the labels"):
+            classify((SOURCE_DIR / files[0]).read_bytes())
+        with pytest.raises(TypeError, match=r"image\[1\]: expected a path, URL, PIL image"):
+            classify([(SOURCE_DIR / files[0]).read_bytes(), 3], candidate_labels=labels)
+
+
+def test_zero_shot_image_classification_equals_transformers_live():
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("PIL")
+    files = [str(SOURCE_DIR / json.loads(line)["file"]) for line in open(TINY / "clip.images.jsonl", encoding="utf-8")]
+    labels = ["cat", "dog", "red square", "gradient", "snow"]
+    for kind in ("clip", "siglip"):
+        theirs = transformers.pipeline("zero-shot-image-classification", model=str(TINY / kind), device="cpu")
+        with flowline.pipeline("zero-shot-image-classification", model=TINY / kind, device="cpu") as ours:
+            expected, got = theirs(files, candidate_labels=labels), ours(files, candidate_labels=labels)
+            for e, g in zip(expected, got):
+                # The same labels in the same order; scores within 2e-3: transformers' processor resizes with
+                # Pillow, flowline's on the device (pixels within 1/255), and the logit scale magnifies it.
+                assert [x["label"] for x in g] == [x["label"] for x in e]
+                assert max(abs(x["score"] - y["score"]) for x, y in zip(e, g)) < 2e-3
