@@ -55,6 +55,7 @@ os.environ.setdefault("FLOWLINE_PACKAGE_PYTHON", sys.executable)
 os.environ.setdefault("FLOWLINE_PY_WORKER", os.path.join(os.path.dirname(os.path.abspath(__file__)), "pyworker.py"))
 
 from ._flowline import ConfigError, Document, Flow, FlowError  # noqa: E402
+from ._document_list import DocumentList  # noqa: E402
 from ._executors import Executor, RequestError, requests  # noqa: E402
 from ._flowline import _close_all_flows, set_log_level  # noqa: E402
 
@@ -63,6 +64,7 @@ from ._models import CrossEncoder, Reranker, SentenceEncoder, SentenceTransforme
 from ._pipelines import (TextClassificationPipeline, TokenClassificationPipeline,  # noqa: E402
                          ZeroShotImageClassificationPipeline, pipeline)
 
-__all__ = ["ConfigError", "CrossEncoder", "Document", "Executor", "Flow", "FlowError", "Reranker", "RequestError",
-           "SentenceEncoder", "SentenceTransformer", "TextClassificationPipeline", "TokenClassificationPipeline",
-           "ZeroShotImageClassificationPipeline", "pipeline", "requests", "set_log_level"]
+__all__ = ["ConfigError", "CrossEncoder", "Document", "DocumentList", "Executor", "Flow", "FlowError", "Reranker",
+           "RequestError", "SentenceEncoder", "SentenceTransformer", "TextClassificationPipeline",
+           "TokenClassificationPipeline", "ZeroShotImageClassificationPipeline", "pipeline", "requests",
+           "set_log_level"]

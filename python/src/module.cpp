@@ -208,12 +208,13 @@ class PythonFlow {
     return flow_->post(endpoint, std::move(docs), options);
   }
 
-  nb::list post(const std::string& endpoint, nb::handle inputs, nb::handle parameters, nb::handle request_size) {
+  // A flowline.DocumentList (python/flowline/_document_list.py: a list with docarray's bulk accessors).
+  nb::object post(const std::string& endpoint, nb::handle inputs, nb::handle parameters, nb::handle request_size) {
     DocumentArray docs = documents_from_inputs(inputs);
     DocumentArray results = run(endpoint, std::move(docs), parameters, request_size);
     nb::list out;
     for (Document& d : results) out.append(nb::cast(std::move(d)));
-    return out;
+    return nb::module_::import_("flowline._document_list").attr("DocumentList")(out);
   }
 
   // The texts' embeddings as one [N, D] numpy array (the SentenceEncoder's fast path: no Python document per

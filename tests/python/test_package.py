@@ -150,3 +150,18 @@ def test_request_parameters_reach_the_executor_typed(tmp_path):
         assert doc.tags["tokens"] == 4 and doc.embedding.shape == (8,)
         with pytest.raises(flowline.FlowError, match="dimensions"):
             flow.post("/encode", ["a text"], parameters={"dimensions": 1000})
+
+
+def test_post_answers_a_list_with_docarrays_bulk_accessors(tmp_path):
+    flow_text = json.dumps({"executors": [{"name": "stats", "uses": "TextStats"}]})
+    with flowline.Flow.from_yaml(flow_text, str(tmp_path / "flow.yml")) as flow:
+        docs = flow.post("/", ["one two", {"text": "three", "embedding": [1.0, 2.0]},
+                               flowline.Document("four", embedding=np.array([3.0, 4.0], np.float32))])
+    assert isinstance(docs, flowline.DocumentList) and isinstance(docs, list) and len(docs) == 3
+    assert docs.texts == docs.text == ["one two", "three", "four"] and docs.ids == [d.id for d in docs]
+    assert docs.embedding[0] is None and list(docs.embedding[2]) == [3.0, 4.0]  # docarray 0.30+: a list
+    with pytest.raises(ValueError, match=r"embeddings: document 0 \('.*'\) has no embedding"):
+        docs.embeddings  # docarray < 0.30: stacked, so every document needs one
+    both = flowline.DocumentList(docs[1:])
+    assert both.embeddings.shape == (2, 2) and both.embeddings.tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    assert flowline.DocumentList().embeddings.shape == (0,)
