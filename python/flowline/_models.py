@@ -159,8 +159,18 @@ def _similarity(name, a, b, pairwise):
     if name in ("cosine", "dot"):
         return (a * b).sum(axis=1) if pairwise else a @ b.T
     p = 1 if name == "manhattan" else 2
-    diff = a - b if pairwise else a[:, np.newaxis, :] - b[np.newaxis, :, :]
-    return -np.linalg.norm(diff, ord=p, axis=-1).astype(np.float32)
+    if pairwise:
+        return -np.linalg.norm(a - b, ord=p, axis=-1).astype(np.float32)
+    if p == 2:  # ||a||^2 + ||b||^2 - 2ab in float64 (as torch.cdist's matrix form): memory [N1, N2], not [N1, N2, D]
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        squared = (a64 * a64).sum(1)[:, np.newaxis] + (b64 * b64).sum(1)[np.newaxis, :] - 2 * (a64 @ b64.T)
+        return -np.sqrt(np.maximum(squared, 0)).astype(np.float32)
+    out = np.empty((len(a), len(b)), np.float32)
+    rows = max(1, (1 << 24) // max(1, len(b) * a.shape[1]))  # at most ~64 MiB of differences at once
+    for first in range(0, len(a), rows):
+        diff = a[first:first + rows, np.newaxis, :] - b[np.newaxis, :, :]
+        out[first:first + rows] = -np.abs(diff).sum(axis=-1)
+    return out
 
 
 def _as_torch_if_it_imports(a):
@@ -214,8 +224,9 @@ class SentenceEncoder(_FlowOwner):
 
     model: a sentence-transformers checkpoint folder (or ORG/NAME in the local Hugging Face cache); a CLIP or
     SigLIP folder runs on the ClipEncoder executor and encodes texts and images (PIL images, numpy pixel
-    arrays, image files' bytes), as sentence-transformers' CLIP does. device: auto, cpu, cuda, cuda:N. dtype: None (fp32), fp16, bf16. replicas: None (auto: 8 per GPU, one
-    on the CPU). batch_size: sequences per forward pass, None (auto: sized to the GPU's memory; 64 on the CPU).
+    arrays, image files' bytes), as sentence-transformers' CLIP does. device: auto, cpu, cuda, cuda:N.
+    dtype: None (fp32), fp16, bf16. replicas: None (auto: 8 per GPU, one on the CPU). batch_size: sequences
+    per forward pass, None (auto: sized to the GPU's memory; 64 on the CPU).
     truncate_dim, similarity_fn_name, prompts and default_prompt_name as sentence-transformers takes them
     (the checkpoint's config_sentence_transformers.json gives the defaults).
     """

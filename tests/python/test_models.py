@@ -215,7 +215,8 @@ def test_prompts_are_resolved_as_sentence_transformers_6_resolves_them():
         assert not np.array_equal(model.encode_query(texts), plain)
         # "document" is always a prompt ("" unless the checkpoint has one), so it comes before "passage".
         assert np.array_equal(model.encode_document(texts), plain)
-        assert np.array_equal(model.encode_document(texts, prompt_name="passage"), model.encode(texts, prompt="passage: "))
+        passages = model.encode_document(texts, prompt_name="passage")
+        assert np.array_equal(passages, model.encode(texts, prompt="passage: "))
         with pytest.raises(ValueError, match="Prompt name 'nope' not found in the configured prompts dictionary"):
             model.encode(texts, prompt_name="nope")
     with flowline.SentenceTransformer(PROMPTED, device="cpu", default_prompt_name="passage") as model:
