@@ -31,14 +31,6 @@ def _model_path(model):
     return os.path.abspath(model) if os.path.exists(model) else model
 
 
-def _folder(model):
-    """The checkpoint folder the executor read (a path, or ORG/NAME in the local Hugging Face cache)."""
-    folder, problem = _locate_model(os.fspath(model))
-    if problem:
-        raise FileNotFoundError(problem)
-    return folder
-
-
 def _read_json(folder, name):
     """A JSON object of the checkpoint folder; {} when the file is not there."""
     path = os.path.join(folder, name)
@@ -460,12 +452,15 @@ class Reranker(_FlowOwner):
     """
 
     def __init__(self, model, device="auto", dtype=None, replicas=None, batch_size=None, max_length=None):
-        config = _read_json(_folder(model), "config.json")
+        folder, problem = _locate_model(os.fspath(model))
+        # No config.json to read (a missing folder, a name not in the cache): the Reranker's validation says why.
+        config = {} if problem else _read_json(folder, "config.json")
         labels = config.get("id2label")
         if isinstance(labels, dict) and labels:
             self._labels = [labels[k] for k in sorted(labels, key=lambda k: int(k))]
         else:
-            self._labels = [f"LABEL_{i}" for i in range(int(config.get("num_labels", 2)))]
+            count = config.get("num_labels", 2 if config else 1)  # transformers' default is two labels
+            self._labels = [f"LABEL_{i}" for i in range(int(count))]
         self.num_labels = len(self._labels)
         params = {"model": _model_path(model)}
         if dtype is not None:
