@@ -46,6 +46,14 @@ std::optional<ImageFormat> sniff_format(std::span<const std::uint8_t> bytes);
 // Throws flowline::InputError saying what is wrong (format unknown, truncated, too many pixels, ...).
 Image decode_image(std::span<const std::uint8_t> bytes, const DecodeLimits& limits = {});
 
+// The EXIF Orientation (1..8) of JPEG (APP1 "Exif"), PNG (eXIf) or WebP (EXIF chunk) bytes: 1 when there is none
+// or the metadata is malformed (never throws; every read is bounded by the bytes given).
+int exif_orientation(std::span<const std::uint8_t> bytes) noexcept;
+// Turns decoded pixels upright as Pillow's ImageOps.exif_transpose does for `orientation`: 2 mirrored, 3 turned
+// 180°, 4 flipped, 5 transposed, 6 turned 90° clockwise, 7 transversed, 8 turned 90° counter-clockwise (5..8
+// swap width and height); 1 or any other value leaves it as it is.
+void apply_exif_orientation(Image& image, int orientation);
+
 // What a file's header says, without decoding: bit_depth is bits per pixel as stored (JPEG: precision x
 // components, 24 for RGB; PNG: bit depth x channels, 32 for 8-bit RGBA, the index bits for a palette; WebP: 24,
 // or 32 with alpha). Throws InputError as decode_image does for an unknown or truncated header.

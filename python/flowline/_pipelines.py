@@ -42,9 +42,10 @@ def _name(value, allowed, what):
 
 class _Pipeline(_FlowOwner):
     _uses = _executor = _endpoint = None
+    _executor_params = {}  # the executor's own parameters the task fixes
 
     def __init__(self, model, device=None, dtype="auto", replicas=None, batch_size=None, **settings):
-        params = {"model": _model_path(model)}
+        params = {"model": _model_path(model), **self._executor_params}
         if dtype is not None and str(dtype) != "auto":
             params["dtype"] = _dtype_param(dtype)
         if batch_size is not None:
@@ -214,10 +215,11 @@ class ZeroShotImageClassificationPipeline(_Pipeline):
 
     An image is what transformers' load_image takes (a path, an http(s) URL, a data: URI or base64 text, a PIL
     image: upright and RGB, with Pillow), or here also a numpy array of pixels or an image file's bytes (decoded
-    by the executor, its EXIF orientation not applied); a list of images gives a list of answers.
+    by the executor and turned upright as well); a list of images gives a list of answers.
     """
 
     _uses, _executor, _endpoint = "ClipEncoder", "clip", "/rank"
+    _executor_params = {"exif_orientation": True}  # image bytes turned upright, as load_image turns a file
 
     @staticmethod
     def _sanitize(candidate_labels=None, hypothesis_template=None, timeout=None, batch_size=None):

@@ -342,6 +342,42 @@ TEST_CASE("pixels given as a document's tensor embed as the image's file does; o
   refused(at::zeros({41, 40, 3}, at::kByte), "1640 pixels, more than the limit of 1600");
 }
 
+TEST_CASE("exif_orientation: true embeds each image upright as Pillow's exif_transpose turns it; false as stored",
+          "[clip_encoder][pixels]") {
+  const fs::path dir = kSource / "tests/data/images/orientation";
+  const auto manifest = boost::json::parse(testing::read_text(dir / "manifest.json")).as_array();
+  for (const bool upright : {true, false}) {
+    INFO("exif_orientation: " << upright);
+    Flow flow = clip_flow("clip", {{"exif_orientation", upright}});
+    DocumentArray docs;
+    for (const auto& entry : manifest) {
+      const auto& e = entry.as_object();
+      const Bytes bytes = file_bytes(dir / std::string(e.at("file").as_string()));
+      Document file;
+      file.blob = bytes;
+      docs.push_back(std::move(file));
+      // The pixels it should have: Pillow's upright ones (the golden), or the stored ones decoded.
+      Document pixels;
+      if (upright) {
+        const Bytes golden = file_bytes(dir / std::string(e.at("golden").as_string()));
+        pixels.tensor =
+            at::tensor(at::ArrayRef<std::uint8_t>(golden))
+                .view({e.at("height").to_number<std::int64_t>(), e.at("width").to_number<std::int64_t>(), 3});
+      } else {
+        const images::Image image = images::decode_image(bytes);
+        pixels.tensor = at::tensor(at::ArrayRef<std::uint8_t>(image.rgb))
+                            .view({static_cast<std::int64_t>(image.height), static_cast<std::int64_t>(image.width), 3});
+      }
+      docs.push_back(std::move(pixels));
+    }
+    const DocumentArray out = flow.post("/encode", std::move(docs));
+    for (std::size_t i = 0; i < out.size(); i += 2) {
+      INFO(manifest[i / 2].as_object().at("file").as_string());
+      CHECK(at::equal(out[i].embedding, out[i + 1].embedding));
+    }
+  }
+}
+
 TEST_CASE("a served flow reads no local path outside allowed_uri_roots, flowline run reads the input's paths",
           "[clip_encoder][uri]") {
   const Goldens g = read_goldens("clip");

@@ -49,6 +49,46 @@ TEST_CASE("every test image decodes to Pillow's convert(\"RGB\") pixels exactly"
   }
 }
 
+TEST_CASE("EXIF orientation is read from JPEG, PNG and WebP and turns the pixels as Pillow's exif_transpose",
+          "[images][exif]") {
+  const auto dir = image_dir() / "orientation";
+  const auto manifest = boost::json::parse(testing::read_text(dir / "manifest.json")).as_array();
+  REQUIRE(manifest.size() == 10);  // o1..o8.png, o6.jpg, o8.webp (scripts/make_orientation_images.py)
+  for (const auto& entry : manifest) {
+    const auto& e = entry.as_object();
+    const std::string file(e.at("file").as_string());
+    INFO(file);
+    const Bytes bytes = read_bytes(dir / file);
+    const int orientation = e.at("orientation").to_number<int>();
+    CHECK(images::exif_orientation(bytes) == orientation);
+    images::Image image = decode_image(bytes);
+    images::apply_exif_orientation(image, orientation);
+    CHECK(image.width == e.at("width").to_number<std::uint32_t>());
+    CHECK(image.height == e.at("height").to_number<std::uint32_t>());
+    CHECK(image.rgb == read_bytes(dir / std::string(e.at("golden").as_string())));
+    // Every prefix of the file, and the file with each byte of its metadata changed, reads as some orientation
+    // 1..8 without reading past the bytes (the sanitizers' run would catch it).
+    for (std::size_t n = 0; n <= bytes.size(); ++n) {
+      const int o = images::exif_orientation(std::span(bytes).first(n));
+      CHECK((o >= 1 && o <= 8));
+    }
+    Bytes changed = bytes;
+    for (std::size_t i = 0; i < std::min<std::size_t>(changed.size(), 160); ++i) {
+      for (const std::uint8_t v : {std::uint8_t{0x00}, std::uint8_t{0xff}, std::uint8_t{0x7f}}) {
+        const std::uint8_t saved = changed[i];
+        changed[i] = v;
+        const int o = images::exif_orientation(changed);
+        CHECK((o >= 1 && o <= 8));
+        changed[i] = saved;
+      }
+    }
+  }
+  // Images without EXIF, and garbage: 1.
+  CHECK(images::exif_orientation(read_bytes(image_dir() / "rgb_30x20.png")) == 1);
+  CHECK(images::exif_orientation(Bytes{'n', 'o', 't'}) == 1);
+  CHECK(images::exif_orientation({}) == 1);
+}
+
 TEST_CASE("sniff_format tells JPEG, PNG and WebP by their signatures only", "[images]") {
   CHECK(images::sniff_format(read_bytes(image_dir() / "rgb_40x30_q90.jpg")) == ImageFormat::jpeg);
   CHECK(images::sniff_format(read_bytes(image_dir() / "rgb_30x20.png")) == ImageFormat::png);

@@ -120,6 +120,9 @@ class ClipEncoder : public Executor {
          ParamSpec::optional("max_image_pixels", ParamType::Int, 89'478'485,
                              "images of more pixels are refused before decoding (PIL's MAX_IMAGE_PIXELS)")
              .min(1),
+         ParamSpec::optional("exif_orientation", ParamType::Bool, false,
+                             "turn each image upright as its EXIF Orientation says (Pillow's ImageOps.exif_transpose, "
+                             "as transformers' load_image does; off: the stored pixels, as Image.open gives them)"),
          ParamSpec::choice("gpu_decode", {"auto", "on", "off"}, "auto",
                            "JPEGs decoded on the GPU with nvJPEG (libnvjpeg.so.13, loaded on demand; other formats and "
                            "JPEGs it cannot take on the CPU): auto (the default) when the device is CUDA and the "
@@ -216,6 +219,7 @@ class ClipEncoder : public Executor {
     decode_.threads = params().get<std::size_t>("decode_threads");
     if (decode_.threads == 0) decode_.threads = static_cast<std::size_t>(std::max(1, at::get_num_threads()));
     decode_.cpu_share = params().get<double>("cpu_decode_share");
+    decode_.exif_orientation = params().get<bool>("exif_orientation");
     set_up_gpu_decoding(parse_gpu_decode(params().get<std::string>("gpu_decode")),
                         params().get<std::string>("gpu_decode_backend"));
   }

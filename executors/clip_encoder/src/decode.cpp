@@ -92,6 +92,28 @@ std::string bytes_of(const Document& doc, const images::FetchedImage& fetched, c
   return {};
 }
 
+// A decoded uint8 [H, W, 3] tensor turned as apply_exif_orientation() turns an images::Image.
+at::Tensor oriented(const at::Tensor& hwc, int orientation) {
+  switch (orientation) {
+    case 2:
+      return hwc.flip({1}).contiguous();
+    case 3:
+      return hwc.flip({0, 1}).contiguous();
+    case 4:
+      return hwc.flip({0}).contiguous();
+    case 5:
+      return hwc.transpose(0, 1).contiguous();
+    case 6:
+      return hwc.transpose(0, 1).flip({1}).contiguous();
+    case 7:
+      return hwc.transpose(0, 1).flip({0, 1}).contiguous();
+    case 8:
+      return hwc.transpose(0, 1).flip({0}).contiguous();
+    default:
+      return hwc;
+  }
+}
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -178,6 +200,18 @@ void decode_slice(std::span<const Document* const> docs, const DecodeSettings& s
   }
   // What nvJPEG did not take (or all, without it) on the CPU threads now.
   out.cpu_seconds += decode_on_cpu(0, split);
+  if (settings.exif_orientation) {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!out.failures[i].empty() || out.given[i].defined()) continue;
+      const int orientation = images::exif_orientation(bytes[i]);
+      if (orientation == 1) continue;
+      if (out.gpu[i].defined()) {
+        out.gpu[i] = oriented(out.gpu[i], orientation);  // queued on the replica's stream, current here
+      } else {
+        images::apply_exif_orientation(out.cpu[i], orientation);
+      }
+    }
+  }
   for (std::size_t i = 0; i < n; ++i) {
     if (!out.failures[i].empty() || out.gpu[i].defined()) continue;  // nvJPEG's counted by its call
     ++(out.given[i].defined() ? out.given_images : out.cpu_images);

@@ -40,6 +40,7 @@ struct DecodeSettings {
   // decodes the others, both at once (0: nvJPEG takes every JPEG it can). Which decoder gets an image depends only
   // on its place in the slice.
   double cpu_share = 0;
+  bool exif_orientation = false;  // decoded images turned upright by their EXIF Orientation (given pixels never)
 };
 
 // A slice's images, one entry of each vector per document.
