@@ -2,7 +2,7 @@
 // a PNG's eXIf chunk or a WebP's EXIF chunk, and the pixel transform Pillow's ImageOps.exif_transpose applies
 // for each value. Every read is bounds-checked against the bytes given: a malformed container or TIFF header
 // is "no orientation" (1), never an error.
-#include "flowline/images.hpp"
+#include "decoders.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -56,28 +56,17 @@ int exif_block_orientation(Span block) {
 }
 
 int jpeg_orientation(Span b) {
-  std::size_t at = 2;
-  while (at + 4 <= b.size()) {
-    if (b[at] != 0xff) return 1;
-    const std::uint8_t marker = b[at + 1];
-    if (marker == 0xff) {  // fill byte
-      ++at;
-      continue;
-    }
-    if (marker == 0x01 || (marker >= 0xd0 && marker <= 0xd7)) {  // markers without a length
-      at += 2;
-      continue;
-    }
-    if (marker == 0xda || marker == 0xd9) return 1;  // start of scan, end of image: no EXIF before them
+  int orientation = 1;
+  detail::walk_jpeg_segments(b, [&](std::uint8_t marker, std::size_t at) {
+    if (marker == 0xda || marker == 0xd9) return false;  // start of scan, end of image: no EXIF after them
     const std::size_t length = be16(b, at + 2);
-    if (length < 2 || b.size() - at - 2 < length) return 1;
+    if (length < 2 || b.size() - at - 2 < length) return false;  // the walk's own end, or cut short
     const Span segment = b.subspan(at + 4, length - 2);
-    if (marker == 0xe1 && starts_with(segment, 0, std::string_view("Exif\0\0", 6))) {
-      return exif_block_orientation(segment);
-    }
-    at += 2 + length;
-  }
-  return 1;
+    if (marker != 0xe1 || !starts_with(segment, 0, std::string_view("Exif\0\0", 6))) return true;
+    orientation = exif_block_orientation(segment);
+    return false;
+  });
+  return orientation;
 }
 
 int png_orientation(Span b) {
@@ -132,13 +121,27 @@ void apply_exif_orientation(Image& image, int orientation) {
       // 4 FLIP_TOP_BOTTOM, 5 TRANSPOSE, 6 ROTATE_270, 7 TRANSVERSE, 8 ROTATE_90.
       std::size_t sx = x, sy = y;
       switch (orientation) {
-        case 2: sx = w - 1 - x; break;
-        case 3: sx = w - 1 - x, sy = h - 1 - y; break;
-        case 4: sy = h - 1 - y; break;
-        case 5: sx = y, sy = x; break;
-        case 6: sx = y, sy = h - 1 - x; break;
-        case 7: sx = w - 1 - y, sy = h - 1 - x; break;
-        case 8: sx = w - 1 - y, sy = x; break;
+        case 2:
+          sx = w - 1 - x;
+          break;
+        case 3:
+          sx = w - 1 - x, sy = h - 1 - y;
+          break;
+        case 4:
+          sy = h - 1 - y;
+          break;
+        case 5:
+          sx = y, sy = x;
+          break;
+        case 6:
+          sx = y, sy = h - 1 - x;
+          break;
+        case 7:
+          sx = w - 1 - y, sy = h - 1 - x;
+          break;
+        case 8:
+          sx = w - 1 - y, sy = x;
+          break;
       }
       std::memcpy(&out[(y * out_w + x) * 3], &image.rgb[(sy * w + sx) * 3], 3);
     }

@@ -7,6 +7,8 @@
 
 #include <webp/decode.h>
 
+#include <optional>
+
 namespace flowline::images {
 
 namespace {
@@ -15,26 +17,19 @@ std::uint32_t be16(std::span<const std::uint8_t> b, std::size_t at) { return (st
 std::uint32_t be32(std::span<const std::uint8_t> b, std::size_t at) { return (be16(b, at) << 16) | be16(b, at + 2); }
 
 ImageInfo jpeg_info(std::span<const std::uint8_t> b) {
-  std::size_t at = 2;
-  while (at + 4 <= b.size()) {
-    if (b[at] != 0xff) detail::fail("JPEG", "corrupt data (no marker where one was expected)");
-    const std::uint8_t marker = b[at + 1];
-    if (marker == 0xff) {  // fill byte
-      ++at;
-      continue;
-    }
-    if (marker == 0x01 || (marker >= 0xd0 && marker <= 0xd7)) {  // markers without a length
-      at += 2;
-      continue;
-    }
-    const std::uint32_t length = be16(b, at + 2);
+  std::optional<ImageInfo> info;
+  const auto end = detail::walk_jpeg_segments(b, [&](std::uint8_t marker, std::size_t at) {
     const bool frame = marker >= 0xc0 && marker <= 0xcf && marker != 0xc4 && marker != 0xc8 && marker != 0xcc;
-    if (frame) {
-      if (at + 10 > b.size()) break;
-      return {ImageFormat::jpeg, be16(b, at + 7), be16(b, at + 5), static_cast<std::uint32_t>(b[at + 4]) * b[at + 9]};
+    if (!frame) return true;
+    if (at + 10 <= b.size()) {
+      info = {ImageFormat::jpeg, be16(b, at + 7), be16(b, at + 5), static_cast<std::uint32_t>(b[at + 4]) * b[at + 9]};
     }
-    if (length < 2) detail::fail("JPEG", "corrupt data (a segment shorter than its length field)");
-    at += 2 + length;
+    return false;  // the frame header, or the data ends inside it
+  });
+  if (info) return *info;
+  if (end == detail::JpegWalk::no_marker) detail::fail("JPEG", "corrupt data (no marker where one was expected)");
+  if (end == detail::JpegWalk::short_segment) {
+    detail::fail("JPEG", "corrupt data (a segment shorter than its length field)");
   }
   detail::fail("JPEG", "truncated (the data ends before the frame header)");
 }
