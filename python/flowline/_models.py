@@ -334,6 +334,8 @@ class SentenceEncoder(_FlowOwner):
         truncate_dim = truncate_dim if truncate_dim is not None else self.truncate_dim
         if truncate_dim is not None and (not isinstance(truncate_dim, int) or truncate_dim < 1):
             raise ValueError(f"truncate_dim: expected a positive int or None, not {truncate_dim!r}")
+        if isinstance(inputs, dict):  # sentence-transformers 6's multimodal dicts: not taken
+            raise TypeError("inputs: expected a str or a list of them (or, for CLIP, images), not a dict")
         single = isinstance(inputs, str) or (self._clip and _is_image(inputs))
         texts = [inputs] if single else list(inputs)
         resolved = self._resolve_prompt(prompt, prompt_name)

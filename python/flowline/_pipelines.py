@@ -156,6 +156,8 @@ class TokenClassificationPipeline(_Pipeline):
         if "stride" in settings and settings["aggregation_strategy"] == "none":
             raise ValueError('`stride` was provided to process all the text but `aggregation_strategy="none"`, '
                              "please select another one instead.")
+        if isinstance(inputs, dict):
+            raise TypeError("inputs: expected a str or a list of str, not a dict")
         single = isinstance(inputs, str)
         texts = [inputs] if single else list(inputs)
         for i, t in enumerate(texts):

@@ -202,6 +202,8 @@ def test_encode_truncates_quantizes_and_reports_its_dimension(encoder):
         encoder.encode(texts, precision="float16")
     with pytest.raises(ValueError, match="output_value='token_embeddings': flowline's encode gives sentence"):
         encoder.encode(texts, output_value="token_embeddings")
+    with pytest.raises(TypeError, match="not a dict"):
+        encoder.encode({"text": texts[0]})  # not its keys encoded as texts
     assert np.array_equal(encoder.encode(sentences=texts[:2]), full[:2])  # sentence-transformers 5's keyword
 
 

@@ -79,6 +79,8 @@ def test_the_ner_pipeline_refuses_what_transformers_refuses():
             tagger(["Alice", "ran"], is_split_into_words=True)
         with pytest.raises(TypeError, match=r"inputs\[1\]: expected a str, not int"):
             tagger(["Alice", 3])
+        with pytest.raises(TypeError, match="inputs: expected a str or a list of str, not a dict"):
+            tagger({"text": "Alice"})  # not its keys tagged as texts
         assert tagger([]) == [] and tagger("") == []
     with pytest.raises(ValueError, match="task 'summarization': flowline's pipeline\\(\\) runs"):
         flowline.pipeline("summarization", model=TINY / "bert-token-classifier")
