@@ -190,6 +190,24 @@ def _quantized(matrix, precision):
 
 class _FlowOwner:
     _flow = None
+    _start = None  # (uses, name, device, replicas, params): the one-executor flow this object started
+
+    def _start_flow(self, uses, name, device, replicas, params):
+        self._start = (uses, name, device, replicas, params)
+        self._flow = _one_executor_flow(*self._start)
+
+    def _restart_with(self, **changed):
+        """The executor takes these parameters at start: a new flow with them replaces the old one, which is closed
+        (a parameter it refuses raises and leaves the old flow serving). Not while other threads call the flow."""
+        uses, name, device, replicas, params = self._start
+        params = {**params, **changed}
+        flow, self._flow = self._flow, _one_executor_flow(uses, name, device, replicas, params)
+        self._start = (uses, name, device, replicas, params)
+        flow.close()
+
+    def _metric(self, name):
+        """An executor metric its first replica set at start (embedding_dimension, max_seq_length)."""
+        return int(self._flow.stats()["replicas"][0]["metrics"][name])
 
     def close(self):
         """Closes the flow (waits for calls in flight). Idempotent."""
@@ -230,8 +248,8 @@ class SentenceEncoder(_FlowOwner):
             params["dtype"] = _dtype_param(dtype)
         folder, problem = _locate_model(os.fspath(model))
         self._clip = not problem and _is_two_tower(folder)  # a missing model: the flow says so below
-        self._start = (params, device, "auto" if replicas is None else int(replicas))
-        self._flow = self._started(params)
+        self._start_flow("ClipEncoder" if self._clip else "SentenceEncoder", "encoder", device,
+                         "auto" if replicas is None else int(replicas), params)
         saved = _read_json(folder, "config_sentence_transformers.json")
         # As sentence-transformers 6: "query" and "document" are always prompts ("" unless given), then the
         # checkpoint's, then the caller's.
@@ -254,14 +272,6 @@ class SentenceEncoder(_FlowOwner):
             saved.get("similarity_fn_name")
         self._dimension = None
 
-    def _started(self, params):
-        _, device, replicas = self._start
-        return _one_executor_flow("ClipEncoder" if self._clip else "SentenceEncoder", "encoder", device, replicas,
-                                  params)
-
-    def _metric(self, name):
-        return int(self._flow.stats()["replicas"][0]["metrics"][name])
-
     @property
     def max_seq_length(self):
         """Tokens a text is cut to (the checkpoint's, e.g. sentence_bert_config.json's, unless set)."""
@@ -275,10 +285,7 @@ class SentenceEncoder(_FlowOwner):
             raise ValueError("max_seq_length: a CLIP or SigLIP text is cut at its text tower's positions")
         if not isinstance(value, int) or isinstance(value, bool) or value < 2:
             raise ValueError(f"max_seq_length: expected an int of at least 2, not {value!r}")
-        params = {**self._start[0], "max_seq_length": value}
-        flow, self._flow = self._flow, self._started(params)
-        self._start = (params,) + self._start[1:]
-        flow.close()
+        self._restart_with(max_seq_length=value)
 
     @property
     def similarity_fn_name(self):
@@ -476,13 +483,12 @@ class Reranker(_FlowOwner):
             saved = (config.get("sentence_transformers") or {}).get("activation_fn")
             self._activation = _activation(saved, "config.json's sentence_transformers") if saved else (lambda x: x)
         uses, name = ("Reranker", "reranker") if self.num_labels == 1 else ("SequenceClassifier", "classifier")
-        self._start = (uses, name, device, "auto" if replicas is None else int(replicas), params)
-        self._flow = _one_executor_flow(*self._start)
+        self._start_flow(uses, name, device, "auto" if replicas is None else int(replicas), params)
 
     @property
     def max_length(self):
         """Tokens a (query, document) pair is cut to: max_length given, else the checkpoint's."""
-        return int(self._flow.stats()["replicas"][0]["metrics"]["max_seq_length"])
+        return self._metric("max_seq_length")
 
     @max_length.setter
     def max_length(self, value):
@@ -490,10 +496,7 @@ class Reranker(_FlowOwner):
         # predicting, not during).
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"max_length: expected a positive int, not {value!r}")
-        start = self._start[:-1] + ({**self._start[-1], "max_seq_length": value},)
-        flow, self._flow = self._flow, _one_executor_flow(*start)
-        self._start = start
-        flow.close()
+        self._restart_with(max_seq_length=value)
 
     max_seq_length = max_length  # sentence-transformers 6's name
 

@@ -15,7 +15,7 @@ import os
 import numpy as np
 
 from ._flowline import Document
-from ._models import _REQUEST_SIZE, _dtype_param, _FlowOwner, _image_document, _model_path, _one_executor_flow
+from ._models import _REQUEST_SIZE, _dtype_param, _FlowOwner, _image_document, _model_path
 
 _TASKS = {"text-classification": "text-classification", "sentiment-analysis": "text-classification",
           "token-classification": "token-classification", "ner": "token-classification",
@@ -51,8 +51,8 @@ class _Pipeline(_FlowOwner):
         if batch_size is not None:
             params["batch_size"] = int(batch_size)
         self._settings = self._sanitize(**settings)
-        self._flow = _one_executor_flow(self._uses, self._executor, _device(device),
-                                        "auto" if replicas is None else int(replicas), params)
+        self._start_flow(self._uses, self._executor, _device(device), "auto" if replicas is None else int(replicas),
+                         params)
 
     def _post(self, inputs, parameters):
         return self._flow.post(self._endpoint, inputs, parameters, _REQUEST_SIZE)
