@@ -530,6 +530,8 @@ class Reranker(_FlowOwner):
         """
         del batch_size, show_progress_bar
         if sentences is not None:
+            if inputs is not None:
+                raise TypeError("predict: give inputs or sentences (its older name), not both")
             inputs = sentences
         if inputs is None:
             raise TypeError("predict: missing the pairs (inputs)")

@@ -270,14 +270,15 @@ class ZeroShotImageClassificationPipeline(_Pipeline):
 
 def pipeline(task, model=None, tokenizer=None, device=None, dtype="auto", replicas=None, batch_size=None,
              **kwargs):
-    """transformers' pipeline(task, model, ...) for text-classification ("sentiment-analysis") and
-    token-classification ("ner"), on flowline's executors.
+    """transformers' pipeline(task, model, ...) for text-classification ("sentiment-analysis"),
+    token-classification ("ner") and zero-shot-image-classification, on flowline's executors.
 
     model: a checkpoint folder (or ORG/NAME in the local Hugging Face cache; nothing is downloaded). tokenizer:
     None or the same folder (the model's tokenizer.json is read). device: None (flowline's auto: a GPU when
     there is one), -1 or "cpu", N or "cuda:N". dtype: "auto" (float32), float16 or bfloat16 (torch's or as
     text). replicas: executor replicas (None: auto). batch_size: sequences per forward pass. Other keywords are
-    the task's settings (top_k, function_to_apply; aggregation_strategy, ignore_labels, stride).
+    the task's settings (top_k, function_to_apply; aggregation_strategy, ignore_labels, stride;
+    candidate_labels, hypothesis_template, timeout).
     """
     if task not in _TASKS:
         raise ValueError(f"task {task!r}: flowline's pipeline() runs {', '.join(_TASKS)}")

@@ -251,6 +251,9 @@ def test_predict_is_cross_encoders_predict_for_one_label_and_several():
             model.predict([pairs[0], ("only one",)])
         with pytest.raises(ValueError, match="prompt='q: ': flowline's cross-encoders take no prompts"):
             model.predict(pairs, prompt="q: ")
+        assert np.array_equal(model.predict(sentences=pairs), model.predict(pairs))
+        with pytest.raises(TypeError, match="give inputs or sentences"):
+            model.predict(pairs, sentences=pairs)
     rows = [json.loads(line) for line in open(str(CLASSIFIER) + ".texts.jsonl", encoding="utf-8")]
     logits = load_file(str(CLASSIFIER) + ".texts.safetensors")["none"]
     with_pair = [i for i, r in enumerate(rows) if "text_pair" in r]
