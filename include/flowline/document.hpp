@@ -85,7 +85,9 @@ class DocumentArray {
   void set_embeddings(const at::Tensor& matrix);
 
   // The document with this id, or nullptr. Uses an index built on first use and rebuilt when the array
-  // changed: look-ups that hit are O(1) on average, a miss costs one rebuild.
+  // changed: look-ups that hit are O(1) on average, a miss costs one rebuild. The pointer is valid until the
+  // array changes (an append, erase or reallocation). Not thread-safe even when const (the index is built
+  // lazily): one thread at a time.
   Document* find(std::string_view id);
   const Document* find(std::string_view id) const;
 

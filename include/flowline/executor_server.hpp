@@ -74,6 +74,7 @@ class ExecutorServer {
   // Stops accepting, waits (up to 30 s) for the answers in flight to be written, closes every connection
   // and joins the I/O threads. Idempotent.
   void stop();
+  // Counters read from atomics: any thread, at any time; port() likewise once start() has returned.
   ExecutorServerStats stats() const;
 
   struct Impl;  // defined in the library; its connections refer to it

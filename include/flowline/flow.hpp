@@ -46,6 +46,8 @@ class DocumentSource;
 
 class Flow {
  public:
+  // `registry` is borrowed: the flow looks executors up in it until it is destroyed, so it must outlive the
+  // flow (Registry::global() does).
   explicit Flow(FlowOptions options = {}, Registry& registry = Registry::global());
   // A flow from a config, typically load_flow_config()'s. Validated again at start().
   explicit Flow(FlowConfig config, Registry& registry = Registry::global());

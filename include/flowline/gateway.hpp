@@ -86,6 +86,8 @@ class Gateway {
   // for the flow to give it back), then idle connections close and the threads are joined. Idempotent.
   void stop();
 
+  // Counters read from atomics: any thread, at any time (before start() all zero). port() and grpc_port()
+  // likewise, once start() has returned.
   GatewayStats stats() const;
 
   class Impl;

@@ -43,6 +43,9 @@ struct FlowTopology {
   std::vector<c10::Device> gpus;  // the distinct GPU devices the replicas use, first use first
 };
 
+// The events below refer to the flow's own placement (`placement`): valid during the hook's call only, so an
+// observer that keeps an event copies the ReplicaPlacement, not the reference.
+
 // A replica constructed and ready for batches.
 struct ReplicaReady {
   const ReplicaPlacement& placement;

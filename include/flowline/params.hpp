@@ -127,7 +127,8 @@ struct EndpointParams {
   std::vector<ParamSpec> params;
 };
 
-// The declarations among `declared` that apply to `endpoint`: its own, then those of "*".
+// The declarations among `declared` that apply to `endpoint`: its own, then those of "*". The pointers point
+// into `declared`, valid while it is unchanged.
 std::vector<const ParamSpec*> request_params_of(const std::vector<EndpointParams>& declared, std::string_view endpoint);
 
 // Describes one endpoint's request parameters for listings: "limit (int ≥ 1): matches per query".

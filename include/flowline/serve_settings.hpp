@@ -58,7 +58,8 @@ struct GatewayOptions {
   // Every front (the core).
   std::size_t max_body_bytes = 32u << 20;  // an HTTP body or a gRPC message; larger: 413 / RESOURCE_EXHAUSTED
   std::size_t max_documents = 4096;        // documents (or inputs) per request; more: 413 / RESOURCE_EXHAUSTED
-  std::size_t max_in_flight = 0;           // requests inside the flow at once; more: 503 / UNAVAILABLE (0: 2 x queue)
+  std::size_t max_in_flight = 0;  // requests inside the flow at once; more: 503 / UNAVAILABLE (0: the flow's queue
+                                  // capacity, else its max_in_flight)
   std::chrono::milliseconds request_timeout{60'000};  // a request not answered by then: 504 / DEADLINE_EXCEEDED
   std::string token;  // when not empty, requests other than /health and /ready need "Authorization: Bearer <token>"
                       // (gRPC: metadata "authorization: Bearer <token>")

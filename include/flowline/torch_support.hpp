@@ -36,7 +36,7 @@ c10::Device executor_device(const std::string& device_parameter, const c10::Devi
 std::optional<c10::Stream> replica_stream(const c10::Device& device);
 
 // The GPU part of an executor library, loaded on demand so the executor on the CPU maps no CUDA library:
-// `file` (e.g. "libflowline_sentence_encoder_cuda.so") from the folder of the library that holds `code`
+// `file` (e.g. "libflowline_models_cuda.so") from the folder of the library that holds `code`
 // (the address of any function of the calling library), after load_cuda(). Returns the address of its
 // C-linkage function `entry`. Loaded once per process. Throws flowline::Error naming what is missing.
 void* load_gpu_part(const void* code, const std::string& file, const char* entry);

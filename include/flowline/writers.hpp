@@ -88,6 +88,7 @@ class DocumentWriter {
   // under PATH.partial; nothing is left when no document was written. Never throws. No effect after
   // close() or close_partial().
   virtual void abandon() noexcept = 0;
+  // What has been written so far; called by the owner, like write() (not from another thread at once).
   virtual WriterStats stats() const = 0;
   // The final path ("-" for standard output) and, for binary outputs, the sidecar's (else empty). While
   // the output is not complete it is at partial_path_for(path()).

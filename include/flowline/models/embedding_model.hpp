@@ -28,7 +28,10 @@
 
 namespace flowline::models {
 
-// One batch: token ids of several sequences, concatenated.
+// One batch: token ids of several sequences, concatenated. Borrowed by the model call that takes it
+// (EmbeddingModel::encode, CrossEncoderModel::score, TokenClassifierModel::logits, the graphed models): the
+// spans are copied into the model's own host memory before the call returns, even when the device work is
+// still queued, so the caller may reuse or free them then.
 struct PackedBatch {
   std::span<const std::int32_t> ids;       // all tokens, sequence after sequence
   std::span<const std::int64_t> lengths;   // tokens per sequence (each >= 1)

@@ -116,7 +116,8 @@ class Tokenizer {
   // Python panics (a Strip cutting past a token), it throws too.
   std::string decode_tokens(std::span<const std::string_view> tokens) const;
   // The model's continuing-subword prefix ("##" for WordPiece; BPE's continuing_subword_prefix when set),
-  // empty when it has none (Unigram; BPE without one) — what the pipeline reads to tell sub-words.
+  // empty when it has none (Unigram; BPE without one) — what the pipeline reads to tell sub-words. A view into
+  // the tokenizer (lives as long as it).
   std::string_view continuing_subword_prefix() const;
   std::int32_t pad_id() const;                        // -1 when the tokenizer names no padding token
   std::int32_t unk_id() const;                        // -1 when the model has no unknown token

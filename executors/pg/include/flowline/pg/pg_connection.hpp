@@ -66,7 +66,7 @@ class PgResult {
 
   int rows() const;
   bool is_null(int row, int column) const;
-  std::string_view value(int row, int column) const;  // empty for NULL
+  std::string_view value(int row, int column) const;  // empty for NULL; a view into this result (lives as long)
   // The rows an INSERT, UPDATE or DELETE touched.
   std::uint64_t affected() const;
 
