@@ -60,7 +60,8 @@ from ._executors import Executor, RequestError, requests  # noqa: E402
 from ._flowline import _close_all_flows, set_log_level  # noqa: E402
 
 atexit.register(_close_all_flows)
-from ._models import CrossEncoder, Reranker, SentenceEncoder, SentenceTransformer  # noqa: E402
+from ._cross_encoder import CrossEncoder, Reranker  # noqa: E402
+from ._models import SentenceEncoder, SentenceTransformer  # noqa: E402
 from ._pipelines import (TextClassificationPipeline, TokenClassificationPipeline,  # noqa: E402
                          ZeroShotImageClassificationPipeline, pipeline)
 

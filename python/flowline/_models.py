@@ -1,8 +1,9 @@
-"""SentenceEncoder and Reranker: sentence-transformers' SentenceTransformer and CrossEncoder over flowline.
+"""SentenceEncoder: sentence-transformers' SentenceTransformer over flowline, and what the other Python models
+(_cross_encoder.py's Reranker, _pipelines.py's pipelines) share: _FlowOwner and the argument helpers.
 
-Each object owns a started flowline.Flow of one real executor (SentenceEncoder, Reranker or, for a
-cross-encoder of several labels, SequenceClassifier: the plugins `flowline run` loads), so its embeddings
-and scores are the C++ flow's, bit for bit. What sentence-transformers does around the model in Python
+Each object owns a started flowline.Flow of one real executor (SentenceEncoder or ClipEncoder; Reranker or
+SequenceClassifier for a cross-encoder: the plugins `flowline run` loads), so its embeddings and scores are the
+C++ flow's, bit for bit. What sentence-transformers does around the model in Python
 (prompts by name, Matryoshka truncation, normalization, quantization, similarity, activations) is done
 here as sentence-transformers 6 does it. Methods may be called from several threads at once: the flow runs
 them side by side with the GIL released. close() (or the context manager, or garbage collection) closes
@@ -10,8 +11,9 @@ the flow. `SentenceTransformer` and `CrossEncoder` are the same classes under se
 """
 
 import contextlib
+import functools
 import json
-import math
+import numbers
 import os
 
 import numpy as np
@@ -61,8 +63,11 @@ def _is_two_tower(folder):
 
 def _is_image(x):
     """What sentence-transformers' CLIP takes as an image: a PIL image or a numpy array of pixels (and here an
-    image file's bytes too)."""
-    return (hasattr(x, "getbands") and hasattr(x, "convert")) or isinstance(x, (np.ndarray, bytes, bytearray))
+    image file's bytes too). A numpy array of str or objects is a batch of inputs, as sentence-transformers 6's
+    is_singular_input says, not an image."""
+    if isinstance(x, np.ndarray):
+        return x.dtype.kind in "biuf"
+    return (hasattr(x, "getbands") and hasattr(x, "convert")) or isinstance(x, (bytes, bytearray))
 
 
 def _image_document(x):
@@ -108,7 +113,9 @@ def _torch():
     return torch
 
 
+@functools.lru_cache(maxsize=1)
 def _torch_or_none():
+    # Tried once: on the light install a failed `import torch` costs milliseconds each time.
     try:
         import torch
     except ImportError:
@@ -199,6 +206,8 @@ class _FlowOwner:
     def _restart_with(self, **changed):
         """The executor takes these parameters at start: a new flow with them replaces the old one, which is closed
         (a parameter it refuses raises and leaves the old flow serving). Not while other threads call the flow."""
+        if self._flow is None or self._flow.closed:
+            raise ValueError(f"{', '.join(changed)}: this {type(self).__name__} is closed")
         uses, name, device, replicas, params = self._start
         params = {**params, **changed}
         flow, self._flow = self._flow, _one_executor_flow(uses, name, device, replicas, params)
@@ -222,6 +231,13 @@ class _FlowOwner:
 
     def __del__(self):
         self.close()
+
+
+def _dimensions(value, name):
+    """A positive whole number (a Python or numpy int; not a bool) as an int."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name}: expected a positive int or None, not {value!r}")
+    return int(value)
 
 
 def _only_default(name, value, default, why):
@@ -248,9 +264,7 @@ class SentenceEncoder(_FlowOwner):
             params["dtype"] = _dtype_param(dtype)
         folder, problem = _locate_model(os.fspath(model))
         self._clip = not problem and _is_two_tower(folder)  # a missing model: the flow says so below
-        self._start_flow("ClipEncoder" if self._clip else "SentenceEncoder", "encoder", device,
-                         "auto" if replicas is None else int(replicas), params)
-        saved = _read_json(folder, "config_sentence_transformers.json")
+        saved = {} if problem else _read_json(folder, "config_sentence_transformers.json")
         # As sentence-transformers 6: "query" and "document" are always prompts ("" unless given), then the
         # checkpoint's, then the caller's.
         self.prompts = {"query": "", "document": ""}
@@ -266,11 +280,14 @@ class SentenceEncoder(_FlowOwner):
         if self.default_prompt_name is not None and self.default_prompt_name not in self.prompts:
             raise ValueError(f"Default prompt name '{self.default_prompt_name}' not found in the configured prompts "
                              f"dictionary with keys {list(self.prompts)!r}.")
-        self.truncate_dim = truncate_dim
+        self.truncate_dim = None if truncate_dim is None else _dimensions(truncate_dim, "truncate_dim")
         self._similarity_fn_name = None
         self.similarity_fn_name = similarity_fn_name if similarity_fn_name is not None else \
             saved.get("similarity_fn_name")
         self._dimension = None
+        # Started last: a bad argument above is refused before any model is loaded.
+        self._start_flow("ClipEncoder" if self._clip else "SentenceEncoder", "encoder", device,
+                         "auto" if replicas is None else int(replicas), params)
 
     @property
     def max_seq_length(self):
@@ -339,8 +356,8 @@ class SentenceEncoder(_FlowOwner):
         if precision not in _PRECISIONS:
             raise ValueError(f"Precision {precision!r} is not supported, must be one of {_PRECISIONS}")
         truncate_dim = truncate_dim if truncate_dim is not None else self.truncate_dim
-        if truncate_dim is not None and (not isinstance(truncate_dim, int) or truncate_dim < 1):
-            raise ValueError(f"truncate_dim: expected a positive int or None, not {truncate_dim!r}")
+        if truncate_dim is not None:
+            truncate_dim = _dimensions(truncate_dim, "truncate_dim")
         if isinstance(inputs, dict):  # sentence-transformers 6's multimodal dicts: not taken
             raise TypeError("inputs: expected a str or a list of them (or, for CLIP, images), not a dict")
         single = isinstance(inputs, str) or (self._clip and _is_image(inputs))
@@ -432,171 +449,4 @@ class SentenceEncoder(_FlowOwner):
         return _as_torch_if_it_imports(_similarity(self.similarity_fn_name, a, b, pairwise=True))
 
 
-def _is_pair(x):
-    return isinstance(x, (list, tuple)) and len(x) == 2 and all(isinstance(t, str) for t in x)
-
-
-def _activation(name, where):
-    """A numpy function for sentence-transformers' activation_fn names (config.json's sentence_transformers)."""
-    functions = {
-        "torch.nn.modules.linear.Identity": lambda x: x,
-        "torch.nn.modules.activation.Sigmoid": lambda x: 1 / (1 + np.exp(-x)),
-        "torch.nn.modules.activation.Tanh": np.tanh,
-        "torch.nn.modules.activation.ReLU": lambda x: np.maximum(x, 0),
-        "torch.nn.modules.activation.GELU": np.vectorize(lambda v: 0.5 * v * (1 + math.erf(v / math.sqrt(2))),
-                                                         otypes=[np.float32]),
-    }
-    if name not in functions:
-        raise ValueError(f"{where}: activation_fn {name!r} is not supported ({', '.join(functions)})")
-    return functions[name]
-
-
-class Reranker(_FlowOwner):
-    """sentence-transformers' CrossEncoder (predict and rank) on flowline's cross-encoder executors.
-
-    A checkpoint of one label runs on the Reranker executor (its scores are the checkpoint's activation,
-    sigmoid unless config.json says otherwise, as CrossEncoder's); one of several labels (an NLI model) on the
-    SequenceClassifier, whose logits predict() returns as CrossEncoder does (its activation_fn, else none).
-    max_length: tokens of a pair (default: the checkpoint's).
-    """
-
-    def __init__(self, model, device="auto", dtype=None, replicas=None, batch_size=None, max_length=None):
-        folder, problem = _locate_model(os.fspath(model))
-        # No config.json to read (a missing folder, a name not in the cache): the Reranker's validation says why.
-        config = {} if problem else _read_json(folder, "config.json")
-        labels = config.get("id2label")
-        if isinstance(labels, dict) and labels:
-            self._labels = [labels[k] for k in sorted(labels, key=lambda k: int(k))]
-        else:
-            count = config.get("num_labels", 2 if config else 1)  # transformers' default is two labels
-            self._labels = [f"LABEL_{i}" for i in range(int(count))]
-        self.num_labels = len(self._labels)
-        params = {"model": _model_path(model)}
-        if dtype is not None:
-            params["dtype"] = _dtype_param(dtype)
-        if batch_size is not None:
-            params["batch_size"] = int(batch_size)
-        if max_length is not None:
-            params["max_seq_length"] = int(max_length)
-        self._activation = None
-        if self.num_labels != 1:
-            saved = (config.get("sentence_transformers") or {}).get("activation_fn")
-            self._activation = _activation(saved, "config.json's sentence_transformers") if saved else (lambda x: x)
-        uses, name = ("Reranker", "reranker") if self.num_labels == 1 else ("SequenceClassifier", "classifier")
-        self._start_flow(uses, name, device, "auto" if replicas is None else int(replicas), params)
-
-    @property
-    def max_length(self):
-        """Tokens a (query, document) pair is cut to: max_length given, else the checkpoint's."""
-        return self._metric("max_seq_length")
-
-    @max_length.setter
-    def max_length(self, value):
-        # As CrossEncoder's attribute; the executor takes it at start, so it starts again with it (set it before
-        # predicting, not during).
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"max_length: expected a positive int, not {value!r}")
-        self._restart_with(max_seq_length=value)
-
-    max_seq_length = max_length  # sentence-transformers 6's name
-
-    def _logits_or_scores(self, pairs, raw):
-        """[len(pairs)] scores (one label; logits when raw) or [len(pairs), labels] logits, float32."""
-        if self.num_labels != 1:
-            docs = [{"text": q, "tags": {"text_pair": d}} for q, d in pairs]
-            answers = self._flow.post("/classify", docs, {"top_k": 0, "raw_scores": True}, _REQUEST_SIZE)
-            return np.array([[a.scores[label] for label in self._labels] for a in answers], np.float32)
-        # One request document per query, its candidates in tags.documents: each query is tokenized once.
-        groups = {}
-        for i, (q, d) in enumerate(pairs):
-            groups.setdefault(q, []).append((i, d))
-        queries = list(groups)
-        docs = [{"text": q, "tags": {"documents": [d for _, d in groups[q]]}} for q in queries]
-        answers = self._flow.post("/rerank", docs, {"top_n": 0, "raw_scores": bool(raw)}, _REQUEST_SIZE)
-        out = np.empty(len(pairs), np.float32)
-        for q, answer in zip(queries, answers):
-            for match in answer.matches:
-                out[groups[q][int(match.tags["index"])][0]] = match.scores["relevance_score"]
-        return out
-
-    def predict(self, inputs=None, prompt_name=None, prompt=None, batch_size=32, show_progress_bar=None,
-                activation_fn=None, apply_softmax=False, convert_to_numpy=True, convert_to_tensor=False,
-                device=None, *, sentences=None):
-        """As CrossEncoder.predict: scores of (query, document) pairs, [N] for one label, [N, labels] else.
-
-        One pair gives its score alone. activation_fn (a callable on torch tensors) replaces the default
-        activation; apply_softmax (several labels) makes each row sum to 1. batch_size and show_progress_bar
-        are accepted for compatibility (the passes are the executor's batch_size).
-        """
-        del batch_size, show_progress_bar
-        if sentences is not None:
-            if inputs is not None:
-                raise TypeError("predict: give inputs or sentences (its older name), not both")
-            inputs = sentences
-        if inputs is None:
-            raise TypeError("predict: missing the pairs (inputs)")
-        _only_default("prompt", prompt, None, "flowline's cross-encoders take no prompts")
-        _only_default("prompt_name", prompt_name, None, "flowline's cross-encoders take no prompts")
-        _only_default("device", device, None, "the device is the cross-encoder's, chosen when it was made")
-        if isinstance(inputs, np.ndarray):
-            inputs = inputs.tolist()
-        single = _is_pair(inputs)
-        pairs = [inputs] if single else list(inputs)
-        for i, p in enumerate(pairs):
-            if not _is_pair(p):
-                raise TypeError(f"inputs[{i}]: expected a pair of str (query, document), not {p!r:.80}")
-        if not pairs:
-            scores = np.array([])
-        else:
-            scores = self._logits_or_scores(pairs, raw=activation_fn is not None)
-            if activation_fn is not None:
-                scores = np.asarray(activation_fn(_torch().from_numpy(scores)), np.float32)
-            elif self._activation is not None:
-                scores = self._activation(scores).astype(np.float32, copy=False)
-            if apply_softmax and scores.ndim > 1:
-                e = np.exp(scores - scores.max(axis=1, keepdims=True))
-                scores = e / e.sum(axis=1, keepdims=True)
-        if convert_to_tensor:
-            out = _torch().from_numpy(np.ascontiguousarray(scores))
-        elif convert_to_numpy:
-            out = scores
-        else:
-            out = list(_torch().from_numpy(np.ascontiguousarray(scores)))
-        return out[0] if single else out
-
-    def rank(self, query, documents, top_k=None, return_documents=False, prompt_name=None, prompt=None,
-             batch_size=32, show_progress_bar=None, activation_fn=None):
-        """The documents' scores for the query, best first: [{"corpus_id", "score"[, "text"]}], cut to top_k."""
-        del batch_size, show_progress_bar
-        if self.num_labels != 1:
-            raise ValueError("CrossEncoder.rank() only works for models with num_labels=1. "
-                             "Consider using CrossEncoder.predict() with input pairs instead.")
-        _only_default("prompt", prompt, None, "flowline's cross-encoders take no prompts")
-        _only_default("prompt_name", prompt_name, None, "flowline's cross-encoders take no prompts")
-        if not isinstance(query, str):
-            raise TypeError(f"query: expected a str, not {type(query).__name__}")
-        documents = list(documents)
-        for i, d in enumerate(documents):
-            if not isinstance(d, str):
-                raise TypeError(f"documents[{i}]: expected a str, not {type(d).__name__}")
-        if not documents:
-            return []
-        if activation_fn is not None:
-            scores = self.predict([(query, d) for d in documents], activation_fn=activation_fn).tolist()
-            matches = sorted(enumerate(scores), key=lambda m: m[1], reverse=True)
-        else:
-            top_n = top_k if isinstance(top_k, int) and top_k > 0 else 0  # the executor cuts; Python slices below
-            (answer,) = self._flow.post("/rerank", [{"text": query, "tags": {"documents": documents}}],
-                                        {"top_n": top_n})
-            matches = [(int(m.tags["index"]), m.scores["relevance_score"]) for m in answer.matches]
-        results = []
-        for index, score in matches:
-            result = {"corpus_id": index, "score": score}
-            if return_documents:
-                result["text"] = documents[index]
-            results.append(result)
-        return results[:top_k]
-
-
 SentenceTransformer = SentenceEncoder
-CrossEncoder = Reranker

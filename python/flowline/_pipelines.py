@@ -10,6 +10,7 @@ does it. Calls may come from several threads at once; close() (or the context ma
 collection) closes the flow.
 """
 
+import inspect
 import os
 
 import numpy as np
@@ -50,12 +51,23 @@ class _Pipeline(_FlowOwner):
             params["dtype"] = _dtype_param(dtype)
         if batch_size is not None:
             params["batch_size"] = int(batch_size)
-        self._settings = self._sanitize(**settings)
+        self._settings = self._checked(settings)
         self._start_flow(self._uses, self._executor, _device(device), "auto" if replicas is None else int(replicas),
                          params)
 
     def _post(self, inputs, parameters):
         return self._flow.post(self._endpoint, inputs, parameters, _REQUEST_SIZE)
+
+    @classmethod
+    def _checked(cls, settings):
+        """The task's settings, sanitized; a name the task does not take is a TypeError naming the ones it does."""
+        known = [n for n in inspect.signature(cls._sanitize).parameters if n != "batch_size"]
+        unknown = sorted(set(settings) - set(known) - {"batch_size"})
+        if unknown:
+            hint = "; texts are cut at the model's maximum length" if {"max_length", "padding"} & set(unknown) else ""
+            raise TypeError(f"{', '.join(unknown)}: not a setting of flowline's {cls._task} pipeline (it takes "
+                            f"{', '.join(known)}{hint})")
+        return cls._sanitize(**settings)
 
 
 class TextClassificationPipeline(_Pipeline):
@@ -67,6 +79,7 @@ class TextClassificationPipeline(_Pipeline):
     """
 
     _uses, _executor, _endpoint = "SequenceClassifier", "classifier", "/classify"
+    _task = "text-classification"
 
     @staticmethod
     def _sanitize(top_k=_UNSET, function_to_apply=None, truncation=None, batch_size=None):
@@ -100,7 +113,7 @@ class TextClassificationPipeline(_Pipeline):
         return {"text": x["text"], "tags": {"text_pair": x["text_pair"]}} if "text_pair" in x else {"text": x["text"]}
 
     def __call__(self, inputs, **kwargs):
-        settings = {**self._settings, **self._sanitize(**kwargs)}
+        settings = {**self._settings, **self._checked(kwargs)}
         legacy = "top_k" not in settings  # no top_k anywhere: one {"label", "score"} per input
         top_k = settings.get("top_k")
         single = isinstance(inputs, (str, dict))
@@ -126,9 +139,11 @@ class TokenClassificationPipeline(_Pipeline):
     """
 
     _uses, _executor, _endpoint = "TokenClassifier", "tagger", "/token-classification"
+    _task = "token-classification"
 
     def __init__(self, model, device=None, dtype="auto", replicas=None, batch_size=None, **settings):
-        settings.setdefault("aggregation_strategy", "none")
+        if settings.get("aggregation_strategy") is None:  # not given, or None: transformers' default
+            settings["aggregation_strategy"] = "none"
         super().__init__(model, device, dtype, replicas, batch_size, **settings)
 
     @staticmethod
@@ -152,7 +167,7 @@ class TokenClassificationPipeline(_Pipeline):
         return out
 
     def __call__(self, inputs, **kwargs):
-        settings = {**self._settings, **self._sanitize(**kwargs)}
+        settings = {**self._settings, **self._checked(kwargs)}
         if "stride" in settings and settings["aggregation_strategy"] == "none":
             raise ValueError('`stride` was provided to process all the text but `aggregation_strategy="none"`, '
                              "please select another one instead.")
@@ -221,6 +236,7 @@ class ZeroShotImageClassificationPipeline(_Pipeline):
     """
 
     _uses, _executor, _endpoint = "ClipEncoder", "clip", "/rank"
+    _task = "zero-shot-image-classification"
     _executor_params = {"exif_orientation": True}  # image bytes turned upright, as load_image turns a file
 
     @staticmethod
@@ -242,7 +258,7 @@ class ZeroShotImageClassificationPipeline(_Pipeline):
             image = kwargs.pop("images", None)
         if image is None:
             raise ValueError("Cannot call the zero-shot-image-classification pipeline without an images argument!")
-        settings = {**self._settings, **self._sanitize(candidate_labels=candidate_labels, **kwargs)}
+        settings = {**self._settings, **self._checked({"candidate_labels": candidate_labels, **kwargs})}
         labels = settings.get("candidate_labels")
         if not labels:
             raise ValueError("candidate_labels: give the labels to choose from (a list of str)")

@@ -267,7 +267,77 @@ def test_predict_is_cross_encoders_predict_for_one_label_and_several():
             model.rank("q", ["a"])
 
 
-def test_the_sentence_transformers_extras_equal_it_live(encoder):
+def _cross_encoder_copy(folder, config_changes=None, st_config=None):
+    """A copy of the tiny cross-encoder with config.json keys changed and, when given, a
+    config_sentence_transformers.json."""
+    import shutil
+
+    shutil.copytree(CROSS_ENCODER, folder)
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config.update(config_changes or {})
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    if st_config is not None:
+        (folder / "config_sentence_transformers.json").write_text(json.dumps(st_config), encoding="utf-8")
+    return folder
+
+
+def test_a_cross_encoders_activation_is_read_where_sentence_transformers_6_reads_it(tmp_path):
+    identity, tanh = "torch.nn.modules.linear.Identity", "torch.nn.modules.activation.Tanh"
+    pairs = [(p["query"], p["document"]) for p in
+             (json.loads(line) for line in open(str(CROSS_ENCODER) + ".pairs.jsonl", encoding="utf-8"))]
+    # The executor itself follows config.json's sentence_transformers.activation_fn: its logits.
+    own = _cross_encoder_copy(tmp_path / "own", {"sentence_transformers": {"activation_fn": identity}})
+    with flowline.CrossEncoder(own, device="cpu") as model:
+        logits = model.predict(pairs)
+    with flowline.CrossEncoder(CROSS_ENCODER, device="cpu") as model:  # no key: sigmoid
+        assert np.allclose(model.predict(pairs), 1 / (1 + np.exp(-logits)), atol=1e-6)
+    # The pre-4.0 key (the ms-marco cross-encoders carry Identity there) and config_sentence_transformers.json
+    # (where sentence-transformers 6 saves it, read first): logits too, and rank() orders by them.
+    legacy = _cross_encoder_copy(tmp_path / "legacy", {"sbert_ce_default_activation_function": identity})
+    saved = _cross_encoder_copy(tmp_path / "saved", {"sentence_transformers": {"activation_fn": tanh}},
+                                {"activation_fn": "torch.nn.Identity"})
+    for folder in (legacy, saved):
+        with flowline.CrossEncoder(folder, device="cpu") as model:
+            assert np.array_equal(model.predict(pairs), logits), folder.name
+            query = pairs[0][0]
+            ranked = model.rank(query, [d for _, d in pairs], top_k=3)
+            with flowline.CrossEncoder(own, device="cpu") as reference:
+                assert ranked == reference.rank(query, [d for _, d in pairs], top_k=3)
+    tanh_legacy = _cross_encoder_copy(tmp_path / "tanh", {"sbert_ce_default_activation_function": tanh})
+    with flowline.CrossEncoder(tanh_legacy, device="cpu") as model:
+        assert np.allclose(model.predict(pairs), np.tanh(logits), atol=1e-6)
+    # A path outside torch is not imported (sentence-transformers without trust_remote_code): the default, warned.
+    untrusted = _cross_encoder_copy(tmp_path / "untrusted", {"sbert_ce_default_activation_function": "os.system"})
+    with pytest.warns(UserWarning, match="'os.system' is not trusted"):
+        model = flowline.CrossEncoder(untrusted, device="cpu")
+    with model:
+        assert np.allclose(model.predict(pairs), 1 / (1 + np.exp(-logits)), atol=1e-6)
+    with pytest.raises(TypeError, match="activation_fn: expected a callable"):
+        flowline.CrossEncoder(CROSS_ENCODER, device="cpu", activation_fn="sigmoid")
+
+
+def test_the_python_api_refuses_or_takes_arguments_as_the_references_do(encoder, tmp_path):
+    texts = ["Alice was tired", "a whale hunt", "the Queen"]
+    full = encoder.encode(texts)
+    assert np.array_equal(encoder.encode(texts, truncate_dim=np.int64(5)), full[:, :5])  # numpy ints are ints
+    with pytest.raises(ValueError, match="truncate_dim: expected a positive int"):
+        encoder.encode(texts, truncate_dim=True)
+    # Bad arguments are refused before a model is loaded (no flow left behind).
+    with pytest.raises(ValueError, match="similarity_fn_name: 'cos' is not one of"):
+        flowline.SentenceTransformer(MODEL, device="cpu", similarity_fn_name="cos")
+    with pytest.raises(ValueError, match="truncate_dim: expected a positive int"):
+        flowline.SentenceTransformer(MODEL, device="cpu", truncate_dim=0)
+    model = flowline.SentenceTransformer(MODEL, device="cpu")
+    model.close()
+    with pytest.raises(ValueError, match="max_seq_length: this SentenceEncoder is closed"):
+        model.max_seq_length = 64
+    with flowline.SentenceTransformer(TINY_CLIP, device="cpu") as clip:
+        # A numpy array of str is a batch of texts (sentence-transformers 6's is_singular_input), not an image.
+        batch = clip.encode(np.array(["a cat", "a dog"]))
+        assert batch.shape[0] == 2 and np.array_equal(batch, clip.encode(["a cat", "a dog"]))
+
+
+def test_the_sentence_transformers_extras_equal_it_live(encoder, tmp_path):
     st = pytest.importorskip("sentence_transformers")
     torch = pytest.importorskip("torch")
     texts = [t for _, t in golden_rows()][:6]
@@ -306,6 +376,15 @@ def test_the_sentence_transformers_extras_equal_it_live(encoder):
         identity = torch.nn.Identity()
         assert np.allclose(ours.predict(pairs, activation_fn=identity), cross.predict(pairs, activation_fn=identity),
                            atol=1e-5)
+    # The pre-4.0 activation key (ms-marco's Identity): logits, as sentence-transformers 6 gives them.
+    legacy = _cross_encoder_copy(tmp_path / "legacy",
+                                 {"sbert_ce_default_activation_function": "torch.nn.modules.linear.Identity"})
+    theirs_legacy = st.CrossEncoder(str(legacy), device="cpu")
+    with flowline.CrossEncoder(legacy, device="cpu") as ours:
+        assert np.allclose(ours.predict(pairs), theirs_legacy.predict(pairs), atol=1e-5)
+        documents = [d for _, d in pairs]
+        got, expected = ours.rank(pairs[0][0], documents), theirs_legacy.rank(pairs[0][0], documents)
+        assert [r["corpus_id"] for r in got] == [r["corpus_id"] for r in expected]
     nli = st.CrossEncoder(str(CLASSIFIER), device="cpu")
     with flowline.CrossEncoder(CLASSIFIER, device="cpu") as ours:
         for kwargs in ({}, {"apply_softmax": True}):

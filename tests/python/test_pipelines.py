@@ -82,6 +82,14 @@ def test_the_ner_pipeline_refuses_what_transformers_refuses():
         with pytest.raises(TypeError, match="inputs: expected a str or a list of str, not a dict"):
             tagger({"text": "Alice"})  # not its keys tagged as texts
         assert tagger([]) == [] and tagger("") == []
+        with pytest.raises(TypeError, match="max_length: not a setting of flowline's token-classification pipeline"):
+            tagger("Alice", max_length=8)
+    # aggregation_strategy=None is transformers' "not given": the default (none), per token.
+    with flowline.pipeline("ner", model=TINY / "bert-token-classifier", device="cpu",
+                           aggregation_strategy=None) as tagger:
+        assert all("entity" in e and "index" in e for e in tagger("Alice went to Paris", ignore_labels=[]))
+    with pytest.raises(TypeError, match="padding: not a setting of flowline's text-classification pipeline"):
+        flowline.pipeline("text-classification", model=CLASSIFIER, device="cpu", padding=True)
     with pytest.raises(ValueError, match="task 'summarization': flowline's pipeline\\(\\) runs"):
         flowline.pipeline("summarization", model=TINY / "bert-token-classifier")
     with pytest.raises(ValueError, match="model: a checkpoint folder"):
