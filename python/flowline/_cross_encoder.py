@@ -13,7 +13,8 @@ import warnings
 import numpy as np
 
 from ._flowline import _locate_model
-from ._models import _REQUEST_SIZE, _dtype_param, _FlowOwner, _model_path, _only_default, _read_json, _torch
+from ._models import (_REQUEST_SIZE, _dtype_param, _FlowOwner, _inputs, _model_path, _only_default, _read_json,
+                      _torch)
 
 
 def _is_pair(x):
@@ -154,12 +155,7 @@ class Reranker(_FlowOwner):
         executor's batch_size).
         """
         del batch_size, show_progress_bar
-        if sentences is not None:
-            if inputs is not None:
-                raise TypeError("predict: give inputs or sentences (its older name), not both")
-            inputs = sentences
-        if inputs is None:
-            raise TypeError("predict: missing the pairs (inputs)")
+        inputs = _inputs("predict", inputs, sentences, "the pairs")
         _only_default("prompt", prompt, None, "flowline's cross-encoders take no prompts")
         _only_default("prompt_name", prompt_name, None, "flowline's cross-encoders take no prompts")
         _only_default("device", device, None, "the device is the cross-encoder's, chosen when it was made")

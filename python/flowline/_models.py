@@ -240,6 +240,17 @@ def _dimensions(value, name):
     return int(value)
 
 
+def _inputs(method, inputs, sentences, what):
+    """`inputs`, or `sentences` (sentence-transformers 5's name of it); not both, not neither."""
+    if sentences is not None:
+        if inputs is not None:
+            raise TypeError(f"{method}: give inputs or sentences (its older name), not both")
+        inputs = sentences
+    if inputs is None:
+        raise TypeError(f"{method}: missing {what} (inputs)")
+    return inputs
+
+
 def _only_default(name, value, default, why):
     if value != default:
         raise ValueError(f"{name}={value!r}: {why}")
@@ -344,12 +355,7 @@ class SentenceEncoder(_FlowOwner):
         `sentences` is sentence-transformers 5's name of `inputs`.
         """
         del batch_size, show_progress_bar
-        if sentences is not None:
-            if inputs is not None:
-                raise TypeError("encode: give inputs or sentences (its older name), not both")
-            inputs = sentences
-        if inputs is None:
-            raise TypeError("encode: missing the texts (inputs)")
+        inputs = _inputs("encode", inputs, sentences, "the texts")
         _only_default("output_value", output_value, "sentence_embedding",
                       "flowline's encode gives sentence embeddings only")
         _only_default("device", device, None, "the device is the encoder's, chosen when it was made")
