@@ -12,6 +12,14 @@
 
 namespace flowline::images::detail {
 
+// Big-endian 16- and 32-bit fields at b[at] (the caller checks that the bytes are there): JPEG's and PNG's.
+inline std::uint32_t be16(std::span<const std::uint8_t> b, std::size_t at) {
+  return (std::uint32_t{b[at]} << 8) | b[at + 1];
+}
+inline std::uint32_t be32(std::span<const std::uint8_t> b, std::size_t at) {
+  return (be16(b, at) << 16) | be16(b, at + 2);
+}
+
 Image decode_jpeg(std::span<const std::uint8_t> bytes, const DecodeLimits& limits);
 Image decode_png(std::span<const std::uint8_t> bytes, const DecodeLimits& limits);
 Image decode_webp(std::span<const std::uint8_t> bytes, const DecodeLimits& limits);

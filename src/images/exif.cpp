@@ -13,8 +13,8 @@ namespace {
 
 using Span = std::span<const std::uint8_t>;
 
-std::uint32_t be16(Span b, std::size_t at) { return (std::uint32_t{b[at]} << 8) | b[at + 1]; }
-std::uint32_t be32(Span b, std::size_t at) { return (be16(b, at) << 16) | be16(b, at + 2); }
+using detail::be16;
+using detail::be32;
 std::uint32_t le32(Span b, std::size_t at) {
   return std::uint32_t{b[at]} | (std::uint32_t{b[at + 1]} << 8) | (std::uint32_t{b[at + 2]} << 16) |
          (std::uint32_t{b[at + 3]} << 24);

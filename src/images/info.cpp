@@ -13,8 +13,8 @@ namespace flowline::images {
 
 namespace {
 
-std::uint32_t be16(std::span<const std::uint8_t> b, std::size_t at) { return (std::uint32_t{b[at]} << 8) | b[at + 1]; }
-std::uint32_t be32(std::span<const std::uint8_t> b, std::size_t at) { return (be16(b, at) << 16) | be16(b, at + 2); }
+using detail::be16;
+using detail::be32;
 
 ImageInfo jpeg_info(std::span<const std::uint8_t> b) {
   std::optional<ImageInfo> info;

@@ -8,6 +8,8 @@
 // only and checks that its major version is 13, so the declarations match the library they call.
 #include "nvjpeg.hpp"
 
+#include "decoders.hpp"
+
 #include "flowline/error.hpp"
 
 #include <fmt/format.h>
@@ -130,7 +132,7 @@ void search(const std::vector<fs::path>& folders) {
       kLibraryName, looked, tried.empty() ? "" : tried.back());
 }
 
-std::uint32_t be16(std::span<const std::uint8_t> b, std::size_t at) { return (std::uint32_t{b[at]} << 8) | b[at + 1]; }
+using detail::be16;
 
 void check(int status, const char* call) {
   if (status != kSuccess) throw Error(fmt::format("nvJPEG: {} failed with status {}", call, status));
@@ -160,28 +162,14 @@ struct Header {
 
 Header read_header(std::span<const std::uint8_t> b) {
   Header h;
-  std::size_t at = 2;
-  while (at + 4 <= b.size()) {
-    if (b[at] != 0xff) {
-      h.problem = "corrupt marker sequence";
-      return h;
-    }
-    const std::uint8_t marker = b[at + 1];
-    if (marker == 0xff) {
-      ++at;
-      continue;
-    }
-    if (marker == 0x01 || (marker >= 0xd0 && marker <= 0xd7)) {
-      at += 2;
-      continue;
-    }
+  const auto end = detail::walk_jpeg_segments(b, [&](std::uint8_t marker, std::size_t at) {
     const std::size_t length = be16(b, at + 2);
     if (length < 2 || at + 2 + length > b.size()) {
       h.problem = "truncated header";
-      return h;
+      return false;
     }
     const std::size_t data = at + 4;
-    if (marker == 0xda) break;  // the first scan: the header is read
+    if (marker == 0xda) return false;  // the first scan: the header is read
     if (marker == 0xe0 && length >= 7 && std::equal(b.begin() + data, b.begin() + data + 5, "JFIF")) h.jfif = true;
     if (marker == 0xee && length >= 14 && std::equal(b.begin() + data, b.begin() + data + 5, "Adobe"))
       h.adobe_transform = b[data + 11];
@@ -189,8 +177,9 @@ Header read_header(std::span<const std::uint8_t> b) {
       h.frame = marker;
       h.frame_at = data;
     }
-    at += 2 + length;
-  }
+    return true;
+  });
+  if (end == detail::JpegWalk::no_marker) h.problem = "corrupt marker sequence";
   return h;
 }
 

@@ -172,6 +172,7 @@ void decode_slice(std::span<const Document* const> docs, const DecodeSettings& s
       if (!out.failures[i].empty() || out.gpu[i].defined() || out.given[i].defined()) return;
       try {
         out.cpu[i] = images::decode_image(bytes[i], settings.limits);
+        if (settings.exif_orientation) images::apply_exif_orientation(out.cpu[i], images::exif_orientation(bytes[i]));
       } catch (const std::exception& e) {
         // decode_image() does not know the document; name it.
         out.failures[i] = fmt::format("document '{}': {}", docs[i]->id, e.what());
@@ -200,16 +201,9 @@ void decode_slice(std::span<const Document* const> docs, const DecodeSettings& s
   }
   // What nvJPEG did not take (or all, without it) on the CPU threads now.
   out.cpu_seconds += decode_on_cpu(0, split);
-  if (settings.exif_orientation) {
+  if (settings.exif_orientation) {  // nvJPEG's images (the CPU's were turned on their threads)
     for (std::size_t i = 0; i < n; ++i) {
-      if (!out.failures[i].empty() || out.given[i].defined()) continue;
-      const int orientation = images::exif_orientation(bytes[i]);
-      if (orientation == 1) continue;
-      if (out.gpu[i].defined()) {
-        out.gpu[i] = oriented(out.gpu[i], orientation);  // queued on the replica's stream, current here
-      } else {
-        images::apply_exif_orientation(out.cpu[i], orientation);
-      }
+      if (out.gpu[i].defined()) out.gpu[i] = oriented(out.gpu[i], images::exif_orientation(bytes[i]));
     }
   }
   for (std::size_t i = 0; i < n; ++i) {
